@@ -1,0 +1,42 @@
+use crate::Global;
+use crate::output::print_json;
+use anyhow::Context;
+use leapgnn::format::DatasetFile;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// A dataset name under --data-dir, a dataset directory, or a path to an archive.
+    pub dataset: String,
+    /// Skip the checksum and O(n+m) checks (structure is always validated).
+    #[arg(long)]
+    pub no_verify: bool,
+}
+
+pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
+    let path = leapgnn::paths::resolve_archive(&g.data(), &a.dataset);
+    if !path.exists() {
+        return Err(leapgnn::BadInput::new(format!(
+            "no dataset archive at {} (run `leapgnn download {}` first)",
+            path.display(),
+            a.dataset
+        ))
+        .into());
+    }
+    let f = if a.no_verify { DatasetFile::open(&path) } else { DatasetFile::open_verified(&path) }
+        .with_context(|| format!("cannot read dataset {}", a.dataset))?;
+    let s = f.summary();
+    if g.json {
+        return print_json(&s);
+    }
+    println!("name          {}", s.name);
+    println!("path          {}", s.path);
+    println!("source        {}", s.source);
+    println!("nodes         {}", s.nodes);
+    println!("edges         {} (directed CSR entries{})", s.edges, if s.directed { "" } else { ", both directions" });
+    println!("feature_dim   {}{}", s.feature_dim, if s.generated_features { " (generated)" } else { "" });
+    println!("classes       {}", s.classes);
+    println!("split         train {} / val {} / test {}", s.train, s.val, s.test);
+    println!("size          {} bytes", s.bytes);
+    println!("sha256        {}", s.sha256);
+    Ok(())
+}

@@ -1,0 +1,108 @@
+//! `leapgnn`: the command-line front end. Each subcommand file parses its
+//! arguments and calls one library function; no algorithm lives here.
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+mod analyze_locality;
+mod download;
+mod info;
+mod output;
+mod partition;
+mod train;
+mod tune_merge;
+mod worker;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[derive(Parser)]
+#[command(name = "leapgnn", version, about = "Distributed GNN training that brings the model to the features")]
+struct Cli {
+    #[command(flatten)]
+    global: Global,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Flags every subcommand accepts.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Global {
+    /// Where datasets, partitions and runs live.
+    #[arg(long, global = true, env = "LEAPGNN_DATA", default_value = "data")]
+    pub data_dir: PathBuf,
+    /// Machine output: one JSON object on stdout; human output goes to stderr.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// More log output (-v info, -vv debug); RUST_LOG overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}
+
+impl Global {
+    pub fn data(&self) -> leapgnn::DataDir {
+        leapgnn::DataDir::new(&self.data_dir)
+    }
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Fetch a dataset (or import a local copy) and convert it to the on-disk format.
+    Download(download::Args),
+    /// Print the metadata of a dataset archive and verify it.
+    Info(info::Args),
+    /// Split a dataset into parts (METIS by default) and write per-part feature files.
+    Partition(partition::Args),
+    /// Estimate, before training, how local micrographs are and what each strategy would fetch.
+    AnalyzeLocality(analyze_locality::Args),
+    /// Train a GNN (local worker processes or over SSH).
+    Train(train::Args),
+    /// Predict iteration time per strategy and number of time steps; pick a merge plan.
+    TuneMerge(tune_merge::Args),
+    /// Internal: a training worker started by `train`.
+    #[command(hide = true)]
+    Worker(worker::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    init_logging(cli.global.verbose);
+    // rustls needs one process-wide crypto provider; ring is the light one.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let g = cli.global;
+    let result = match cli.command {
+        Command::Download(a) => download::run(&g, a),
+        Command::Info(a) => info::run(&g, a),
+        Command::Partition(a) => partition::run(&g, a),
+        Command::AnalyzeLocality(a) => analyze_locality::run(&g, a),
+        Command::Train(a) => train::run(&g, a),
+        Command::TuneMerge(a) => tune_merge::run(&g, a),
+        Command::Worker(a) => worker::run(&g, a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", output::one_line(&e));
+            let bad_input = e.chain().any(leapgnn::error::is_bad_input);
+            ExitCode::from(if bad_input { 2 } else { 1 })
+        }
+    }
+}
+
+fn init_logging(verbose: u8) {
+    let level = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}

@@ -1,0 +1,219 @@
+use super::header::Kind;
+use super::mapped::{Mapped, write_archive};
+use super::{FormatError, native};
+use crate::graph::CsrView;
+use rkyv::{Archive, Deserialize, Serialize};
+use std::path::Path;
+
+/// Dataset metadata, stored inside the archive.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq, serde::Serialize)]
+pub struct DatasetMeta {
+    pub name: String,
+    /// Where it came from: a URL, a local path, or `synthetic:<preset>`.
+    pub source: String,
+    pub num_nodes: u64,
+    pub num_edges: u64,
+    pub feature_dim: u32,
+    pub num_classes: u32,
+    /// False when every edge is stored in both directions.
+    pub directed: bool,
+    /// True when features were generated (seeded), not read from the source.
+    pub generated_features: bool,
+    pub seed: u64,
+}
+
+/// A whole dataset: CSR by destination, f32 features row-major, labels
+/// (-1 = unlabelled) and the train/val/test node ids.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct Dataset {
+    pub meta: DatasetMeta,
+    pub indptr: Vec<u64>,
+    pub indices: Vec<u32>,
+    pub features: Vec<f32>,
+    pub labels: Vec<i32>,
+    pub train: Vec<u32>,
+    pub val: Vec<u32>,
+    pub test: Vec<u32>,
+}
+
+impl Dataset {
+    pub fn write(&self, path: &Path) -> Result<(), FormatError> {
+        if let Err(e) = self.check() {
+            return Err(FormatError::Serialize { path: path.into(), detail: e });
+        }
+        write_archive(path, Kind::Dataset, self)
+    }
+
+    /// The invariants every reader relies on.
+    pub fn check(&self) -> Result<(), String> {
+        check_parts(
+            &self.meta,
+            CsrView { indptr: &self.indptr, indices: &self.indices },
+            self.features.len(),
+            &self.labels,
+            [&self.train, &self.val, &self.test],
+        )
+    }
+}
+
+fn check_parts(meta: &DatasetMeta, g: CsrView<'_>, nfeat: usize, labels: &[i32], splits: [&[u32]; 3]) -> Result<(), String> {
+    let n = meta.num_nodes as usize;
+    shape_check(meta, g, nfeat, labels.len())?;
+    g.check()?;
+    if let Some(i) = labels.iter().position(|&l| l < -1 || (l >= 0 && l as u32 >= meta.num_classes)) {
+        return Err(format!("node {i} has label {} but there are {} classes", labels[i], meta.num_classes));
+    }
+    for (name, ids) in ["train", "val", "test"].iter().zip(splits) {
+        if let Some(&v) = ids.iter().find(|&&v| v as usize >= n) {
+            return Err(format!("{name} split names node {v} but there are {n} nodes"));
+        }
+    }
+    Ok(())
+}
+
+/// O(1) consistency of lengths: what `open` checks before anything is indexed.
+fn shape_check(meta: &DatasetMeta, g: CsrView<'_>, nfeat: usize, nlabels: usize) -> Result<(), String> {
+    let n = meta.num_nodes as usize;
+    if g.indptr.len() != n + 1 {
+        return Err(format!("{} CSR offsets for {n} nodes", g.indptr.len()));
+    }
+    if g.indices.len() as u64 != meta.num_edges {
+        return Err(format!("{} edges stored, metadata says {}", g.indices.len(), meta.num_edges));
+    }
+    if (n as u64).checked_mul(meta.feature_dim as u64) != Some(nfeat as u64) {
+        return Err(format!("{nfeat} feature values for {n} nodes x {} dims", meta.feature_dim));
+    }
+    if nlabels != n {
+        return Err(format!("{nlabels} labels for {n} nodes"));
+    }
+    Ok(())
+}
+
+/// An opened `dataset.lgnn`: zero-copy views into the mmapped archive.
+pub struct DatasetFile {
+    inner: Mapped<Dataset>,
+}
+
+/// What `info` and `download --json` print.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DatasetSummary {
+    pub name: String,
+    pub path: String,
+    pub nodes: u64,
+    pub edges: u64,
+    pub feature_dim: u32,
+    pub classes: u32,
+    pub train: usize,
+    pub val: usize,
+    pub test: usize,
+    pub directed: bool,
+    pub generated_features: bool,
+    pub source: String,
+    pub bytes: u64,
+    pub sha256: String,
+}
+
+impl DatasetFile {
+    /// mmap + structural validation + O(1) shape checks. Use `verify` before
+    /// trusting neighbour ids on a file of unknown history.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, FormatError> {
+        let inner = Mapped::<Dataset>::open(path, Kind::Dataset)?;
+        let f = DatasetFile { inner };
+        shape_check(&f.meta_owned(), f.graph(), f.features().len(), f.labels().len())
+            .map_err(|e| FormatError::corrupt(f.path(), e))?;
+        Ok(f)
+    }
+
+    /// Open, then hash the payload and check every invariant (O(n + m)).
+    pub fn open_verified(path: impl AsRef<Path>) -> Result<Self, FormatError> {
+        let f = Self::open(path)?;
+        f.verify()?;
+        Ok(f)
+    }
+
+    pub fn verify(&self) -> Result<(), FormatError> {
+        self.inner.verify_checksum()?;
+        check_parts(&self.meta_owned(), self.graph(), self.features().len(), self.labels(), [
+            self.train(),
+            self.val(),
+            self.test(),
+        ])
+        .map_err(|e| FormatError::corrupt(self.path(), e))
+    }
+
+    pub fn path(&self) -> &Path {
+        self.inner.path()
+    }
+    pub fn archived(&self) -> &ArchivedDataset {
+        self.inner.get()
+    }
+    pub fn meta_owned(&self) -> DatasetMeta {
+        let m = &self.archived().meta;
+        DatasetMeta {
+            name: m.name.to_string(),
+            source: m.source.to_string(),
+            num_nodes: m.num_nodes.to_native(),
+            num_edges: m.num_edges.to_native(),
+            feature_dim: m.feature_dim.to_native(),
+            num_classes: m.num_classes.to_native(),
+            directed: m.directed,
+            generated_features: m.generated_features,
+            seed: m.seed.to_native(),
+        }
+    }
+    pub fn num_nodes(&self) -> usize {
+        self.archived().meta.num_nodes.to_native() as usize
+    }
+    pub fn feature_dim(&self) -> usize {
+        self.archived().meta.feature_dim.to_native() as usize
+    }
+    pub fn num_classes(&self) -> usize {
+        self.archived().meta.num_classes.to_native() as usize
+    }
+    pub fn graph(&self) -> CsrView<'_> {
+        let a = self.archived();
+        CsrView { indptr: native(&a.indptr[..]), indices: native(&a.indices[..]) }
+    }
+    pub fn features(&self) -> &[f32] {
+        native(&self.archived().features[..])
+    }
+    pub fn feature_row(&self, v: u32) -> &[f32] {
+        let d = self.feature_dim();
+        &self.features()[v as usize * d..(v as usize + 1) * d]
+    }
+    pub fn labels(&self) -> &[i32] {
+        native(&self.archived().labels[..])
+    }
+    pub fn train(&self) -> &[u32] {
+        native(&self.archived().train[..])
+    }
+    pub fn val(&self) -> &[u32] {
+        native(&self.archived().val[..])
+    }
+    pub fn test(&self) -> &[u32] {
+        native(&self.archived().test[..])
+    }
+    pub fn file_len(&self) -> u64 {
+        self.inner.file_len()
+    }
+
+    pub fn summary(&self) -> DatasetSummary {
+        let m = self.meta_owned();
+        DatasetSummary {
+            name: m.name,
+            path: self.path().display().to_string(),
+            nodes: m.num_nodes,
+            edges: m.num_edges,
+            feature_dim: m.feature_dim,
+            classes: m.num_classes,
+            train: self.train().len(),
+            val: self.val().len(),
+            test: self.test().len(),
+            directed: m.directed,
+            generated_features: m.generated_features,
+            source: m.source,
+            bytes: self.file_len(),
+            sha256: self.inner.sha256_hex(),
+        }
+    }
+}

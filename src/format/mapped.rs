@@ -1,0 +1,134 @@
+use super::header::{HEADER_LEN, Header, Kind, checksum};
+use super::{AtomicFile, FormatError};
+use rkyv::api::high::{HighSerializer, HighValidator};
+use rkyv::bytecheck::CheckBytes;
+use rkyv::rancor::BoxedError;
+use rkyv::ser::allocator::ArenaHandle;
+use rkyv::ser::writer::IoWriter;
+use rkyv::{Archive, Portable};
+use std::fs::File;
+use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
+use std::marker::PhantomData;
+use std::path::{Path, PathBuf};
+
+/// The writer rkyv serialises into: the file, with the payload hashed on the way.
+pub struct HashWriter {
+    inner: BufWriter<File>,
+    hasher: xxhash_rust::xxh3::Xxh3,
+    len: u64,
+}
+
+impl Write for HashWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.len += n as u64;
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Serialiser type an archived struct must support to be written.
+pub type ArchiveSerializer<'a> = HighSerializer<IoWriter<HashWriter>, ArenaHandle<'a>, BoxedError>;
+
+/// Writes `value` as an archive of `kind` at `path`, atomically (temp, fsync, rename).
+pub fn write_archive<T>(path: &Path, kind: Kind, value: &T) -> Result<(), FormatError>
+where
+    T: for<'a> rkyv::Serialize<ArchiveSerializer<'a>>,
+{
+    let mut file = AtomicFile::create(path)?;
+    let tmp = file.tmp_path().to_path_buf();
+    let io = |e: std::io::Error| FormatError::io(&tmp, e);
+    let mut w = file.take();
+    w.write_all(&[0u8; HEADER_LEN]).map_err(io)?;
+    let hw = HashWriter { inner: w, hasher: xxhash_rust::xxh3::Xxh3::new(), len: 0 };
+    let hw = rkyv::api::high::to_bytes_in::<_, BoxedError>(value, IoWriter::new(hw))
+        .map_err(|e| FormatError::Serialize { path: path.into(), detail: e.to_string() })?
+        .into_inner();
+    let header = Header { version: super::FORMAT_VERSION, kind, payload_len: hw.len, checksum: hw.hasher.digest() };
+    let mut w = hw.inner;
+    w.seek(SeekFrom::Start(0)).map_err(io)?;
+    w.write_all(&header.encode()).map_err(io)?;
+    file.restore(w);
+    file.commit()?;
+    Ok(())
+}
+
+/// A validated, memory-mapped archive of `T`. Reading is zero-copy.
+pub struct Mapped<T> {
+    path: PathBuf,
+    map: memmap2::Mmap,
+    header: Header,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T> Mapped<T>
+where
+    T: Archive,
+    T::Archived: Portable + for<'a> CheckBytes<HighValidator<'a, BoxedError>>,
+{
+    /// mmap + header check + rkyv structural validation. Does not hash the payload
+    /// (that is `verify_checksum`), so it stays sub-millisecond on large files.
+    pub fn open(path: impl AsRef<Path>, kind: Kind) -> Result<Self, FormatError> {
+        let path = path.as_ref().to_path_buf();
+        let mut file = File::open(&path).map_err(|e| FormatError::io(&path, e))?;
+        let len = file.metadata().map_err(|e| FormatError::io(&path, e))?.len();
+        if len < HEADER_LEN as u64 {
+            // Too short to map usefully (and mmap of 0 bytes fails): decode reports why.
+            let mut small = Vec::new();
+            file.read_to_end(&mut small).map_err(|e| FormatError::io(&path, e))?;
+            Header::decode(&path, &small, kind)?;
+            return Err(FormatError::Truncated { path, expected: HEADER_LEN as u64, actual: len });
+        }
+        // SAFETY: the map is read-only and private to this process. leapgnn never
+        // writes an existing archive in place (every write is a new file renamed over
+        // the old path, so a mapped inode is never modified by us); a third party
+        // truncating or rewriting the file under us is outside the contract, as for
+        // every mmap-based store.
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| FormatError::io(&path, e))?;
+        let header = Header::decode(&path, &map, kind)?;
+        rkyv::access::<T::Archived, BoxedError>(&map[HEADER_LEN..])
+            .map_err(|e| FormatError::corrupt(&path, format!("structure check failed ({e})")))?;
+        Ok(Mapped { path, map, header, _t: PhantomData })
+    }
+
+    pub fn get(&self) -> &T::Archived {
+        // SAFETY: the same bytes passed `rkyv::access` (full bytecheck validation) in
+        // `open`, and they are immutable for the lifetime of `self` (see `open`).
+        unsafe { rkyv::access_unchecked::<T::Archived>(self.payload()) }
+    }
+}
+
+impl<T> Mapped<T> {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+    pub fn payload(&self) -> &[u8] {
+        &self.map[HEADER_LEN..]
+    }
+    pub fn file_len(&self) -> u64 {
+        self.map.len() as u64
+    }
+
+    /// Hashes the payload and compares it with the header (catches flipped bytes
+    /// anywhere, including inside feature rows that structural validation cannot judge).
+    pub fn verify_checksum(&self) -> Result<(), FormatError> {
+        let computed = checksum(self.payload());
+        if computed != self.header.checksum {
+            return Err(FormatError::Checksum { path: self.path.clone(), stored: self.header.checksum, computed });
+        }
+        Ok(())
+    }
+
+    /// sha256 of the whole file, as scripts compare it.
+    pub fn sha256_hex(&self) -> String {
+        use sha2::Digest;
+        let d = sha2::Sha256::digest(&self.map[..]);
+        d.iter().map(|b| format!("{b:02x}")).collect()
+    }
+}

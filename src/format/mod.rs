@@ -1,0 +1,29 @@
+//! The on-disk format shared by every subcommand: a 64-byte header followed by
+//! an rkyv archive (64-bit relative pointers, little-endian).
+//!
+//! `open` is mmap + header check + rkyv validation (bytecheck) + O(1)
+//! invariants: sub-millisecond even for multi-GB files. `verify` adds the
+//! payload checksum and the O(n + m) invariants (every neighbour id in range,
+//! monotone offsets); `info`, `download` and the training driver call it.
+
+mod atomic;
+mod dataset;
+mod error;
+mod header;
+mod mapped;
+mod partition;
+
+pub use atomic::{AtomicFile, write_atomic};
+pub use dataset::{ArchivedDataset, Dataset, DatasetFile, DatasetMeta, DatasetSummary};
+pub use error::FormatError;
+pub use header::{FORMAT_VERSION, Header, Kind};
+pub use mapped::{Mapped, write_archive};
+pub use partition::{ArchivedPartManifest, ManifestFile, PartFeatures, PartFile, PartManifest, manifest_path, part_path};
+
+#[cfg(target_endian = "big")]
+compile_error!("leapgnn archives are little-endian and read zero-copy; big-endian hosts are not supported");
+
+/// Archived little-endian primitives viewed as native slices (zero-copy).
+pub fn native<T: bytemuck::Pod, A: bytemuck::Pod>(s: &[A]) -> &[T] {
+    bytemuck::cast_slice(s)
+}

@@ -1,0 +1,153 @@
+use super::header::Kind;
+use super::mapped::{Mapped, write_archive};
+use super::{FormatError, native};
+use rkyv::{Archive, Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// `parts/<method>-<k>/manifest`: who owns which node, and how good the cut is.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct PartManifest {
+    pub dataset: String,
+    /// Header checksum of the dataset archive this was cut from: a partition of
+    /// an older download is detected and refused.
+    pub dataset_checksum: u64,
+    pub method: String,
+    pub parts: u32,
+    pub seed: u64,
+    /// node -> part
+    pub node_part: Vec<u16>,
+    /// node -> row of its features inside its part's file (owned ids are sorted)
+    pub local_index: Vec<u32>,
+    pub part_nodes: Vec<u64>,
+    pub part_train: Vec<u64>,
+    /// Stored CSR entries whose endpoints sit in different parts.
+    pub edge_cut: u64,
+    pub edges: u64,
+}
+
+impl PartManifest {
+    pub fn balance(counts: &[u64]) -> f64 {
+        let total: u64 = counts.iter().sum();
+        if total == 0 || counts.is_empty() {
+            return 1.0;
+        }
+        let avg = total as f64 / counts.len() as f64;
+        *counts.iter().max().unwrap_or(&0) as f64 / avg
+    }
+}
+
+/// `parts/<method>-<k>/part-<i>.lgnn`: the owned ids (sorted) and their feature rows.
+#[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct PartFeatures {
+    pub part: u32,
+    pub parts: u32,
+    pub feature_dim: u32,
+    pub owned: Vec<u32>,
+    pub features: Vec<f32>,
+}
+
+pub fn manifest_path(dir: &Path) -> PathBuf {
+    dir.join("manifest")
+}
+
+pub fn part_path(dir: &Path, part: u32) -> PathBuf {
+    dir.join(format!("part-{part}.lgnn"))
+}
+
+impl PartManifest {
+    pub fn write(&self, dir: &Path) -> Result<(), FormatError> {
+        write_archive(&manifest_path(dir), Kind::PartManifest, self)
+    }
+}
+
+impl PartFeatures {
+    pub fn write(&self, dir: &Path) -> Result<(), FormatError> {
+        write_archive(&part_path(dir, self.part), Kind::PartFeatures, self)
+    }
+}
+
+/// An opened manifest.
+pub struct ManifestFile {
+    inner: Mapped<PartManifest>,
+}
+
+impl ManifestFile {
+    pub fn open(dir: impl AsRef<Path>) -> Result<Self, FormatError> {
+        let inner = Mapped::<PartManifest>::open(manifest_path(dir.as_ref()), Kind::PartManifest)?;
+        let f = ManifestFile { inner };
+        let a = f.archived();
+        let (n, k) = (a.node_part.len(), a.parts.to_native() as usize);
+        if a.local_index.len() != n || a.part_nodes.len() != k || a.part_train.len() != k {
+            return Err(FormatError::corrupt(f.inner.path(), "inconsistent table lengths"));
+        }
+        if let Some(v) = f.node_part().iter().position(|&p| p as usize >= k) {
+            return Err(FormatError::corrupt(f.inner.path(), format!("node {v} assigned to part {} of {k}", f.node_part()[v])));
+        }
+        Ok(f)
+    }
+    pub fn verify(&self) -> Result<(), FormatError> {
+        self.inner.verify_checksum()
+    }
+    pub fn archived(&self) -> &ArchivedPartManifest {
+        self.inner.get()
+    }
+    pub fn parts(&self) -> usize {
+        self.archived().parts.to_native() as usize
+    }
+    pub fn method(&self) -> &str {
+        self.archived().method.as_str()
+    }
+    pub fn node_part(&self) -> &[u16] {
+        native(&self.archived().node_part[..])
+    }
+    pub fn local_index(&self) -> &[u32] {
+        native(&self.archived().local_index[..])
+    }
+    pub fn part_nodes(&self) -> &[u64] {
+        native(&self.archived().part_nodes[..])
+    }
+    pub fn part_train(&self) -> &[u64] {
+        native(&self.archived().part_train[..])
+    }
+    pub fn dataset_checksum(&self) -> u64 {
+        self.archived().dataset_checksum.to_native()
+    }
+}
+
+/// An opened part feature file.
+pub struct PartFile {
+    inner: Mapped<PartFeatures>,
+}
+
+impl PartFile {
+    pub fn open(dir: impl AsRef<Path>, part: u32) -> Result<Self, FormatError> {
+        let inner = Mapped::<PartFeatures>::open(part_path(dir.as_ref(), part), Kind::PartFeatures)?;
+        let f = PartFile { inner };
+        let a = f.inner.get();
+        let rows = a.owned.len() as u64;
+        if rows.checked_mul(a.feature_dim.to_native() as u64) != Some(a.features.len() as u64) {
+            return Err(FormatError::corrupt(f.inner.path(), "feature block does not match the owned ids"));
+        }
+        if a.part.to_native() != part {
+            return Err(FormatError::corrupt(f.inner.path(), format!("holds part {} not {part}", a.part.to_native())));
+        }
+        Ok(f)
+    }
+    pub fn verify(&self) -> Result<(), FormatError> {
+        self.inner.verify_checksum()
+    }
+    pub fn owned(&self) -> &[u32] {
+        native(&self.inner.get().owned[..])
+    }
+    pub fn feature_dim(&self) -> usize {
+        self.inner.get().feature_dim.to_native() as usize
+    }
+    pub fn features(&self) -> &[f32] {
+        native(&self.inner.get().features[..])
+    }
+    /// Row `i` of this part (i = the manifest's local index of the node).
+    pub fn row(&self, i: u32) -> &[f32] {
+        let d = self.feature_dim();
+        &self.features()[i as usize * d..(i as usize + 1) * d]
+    }
+}

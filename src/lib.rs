@@ -1,0 +1,12 @@
+//! leapgnn: distributed sampling-based GNN training that brings the model to
+//! the features (LeapGNN, FAST'25). The binary in `cmds/` is a thin CLI over
+//! this library.
+
+pub mod error;
+pub mod format;
+pub mod graph;
+pub mod paths;
+pub mod util;
+
+pub use error::{BadInput, NotImplemented};
+pub use paths::DataDir;

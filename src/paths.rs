@@ -1,0 +1,47 @@
+//! Where things live under `--data-dir`.
+
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone)]
+pub struct DataDir {
+    pub root: PathBuf,
+}
+
+impl DataDir {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        DataDir { root: root.into() }
+    }
+    pub fn dataset_dir(&self, name: &str) -> PathBuf {
+        self.root.join(name)
+    }
+    /// `<data-dir>/<name>/dataset.lgnn`
+    pub fn dataset_path(&self, name: &str) -> PathBuf {
+        self.dataset_dir(name).join("dataset.lgnn")
+    }
+    /// `<data-dir>/<name>/parts/<method>-<k>/`
+    pub fn parts_dir(&self, name: &str, method: &str, parts: usize) -> PathBuf {
+        self.dataset_dir(name).join("parts").join(format!("{method}-{parts}"))
+    }
+    /// Downloads in progress and source files kept for resume.
+    pub fn downloads_dir(&self, name: &str) -> PathBuf {
+        self.dataset_dir(name).join("download")
+    }
+    pub fn runs_dir(&self) -> PathBuf {
+        self.root.join("runs")
+    }
+    pub fn run_dir(&self, run: &str) -> PathBuf {
+        self.runs_dir().join(run)
+    }
+}
+
+/// A dataset argument is either a registry/dataset name or a path to an archive.
+pub fn resolve_archive(data: &DataDir, name_or_path: &str) -> PathBuf {
+    let p = Path::new(name_or_path);
+    if p.is_file() {
+        return p.to_path_buf();
+    }
+    if p.is_dir() && p.join("dataset.lgnn").is_file() {
+        return p.join("dataset.lgnn");
+    }
+    data.dataset_path(name_or_path)
+}
