@@ -2,9 +2,11 @@
 //! the features (LeapGNN, FAST'25). The binary in `cmds/` is a thin CLI over
 //! this library.
 
+pub mod datasets;
 pub mod error;
 pub mod format;
 pub mod graph;
+pub mod partition;
 pub mod paths;
 pub mod util;
 

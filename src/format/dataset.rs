@@ -56,7 +56,13 @@ impl Dataset {
     }
 }
 
-fn check_parts(meta: &DatasetMeta, g: CsrView<'_>, nfeat: usize, labels: &[i32], splits: [&[u32]; 3]) -> Result<(), String> {
+fn check_parts(
+    meta: &DatasetMeta,
+    g: CsrView<'_>,
+    nfeat: usize,
+    labels: &[i32],
+    splits: [&[u32]; 3],
+) -> Result<(), String> {
     let n = meta.num_nodes as usize;
     shape_check(meta, g, nfeat, labels.len())?;
     g.check()?;
@@ -133,11 +139,13 @@ impl DatasetFile {
 
     pub fn verify(&self) -> Result<(), FormatError> {
         self.inner.verify_checksum()?;
-        check_parts(&self.meta_owned(), self.graph(), self.features().len(), self.labels(), [
-            self.train(),
-            self.val(),
-            self.test(),
-        ])
+        check_parts(
+            &self.meta_owned(),
+            self.graph(),
+            self.features().len(),
+            self.labels(),
+            [self.train(), self.val(), self.test()],
+        )
         .map_err(|e| FormatError::corrupt(self.path(), e))
     }
 

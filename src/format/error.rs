@@ -10,7 +10,9 @@ pub enum FormatError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{path}: not a leapgnn archive (bad magic bytes); re-create it with `leapgnn download` or `leapgnn partition`")]
+    #[error(
+        "{path}: not a leapgnn archive (bad magic bytes); re-create it with `leapgnn download` or `leapgnn partition`"
+    )]
     BadMagic { path: PathBuf },
     #[error("{path}: truncated: header says {expected} bytes, file has {actual}; delete it and re-create it")]
     Truncated { path: PathBuf, expected: u64, actual: u64 },
@@ -20,7 +22,9 @@ pub enum FormatError {
     OlderVersion { path: PathBuf, file: u32, ours: u32 },
     #[error("{path}: holds a {found}, expected a {expected}")]
     WrongKind { path: PathBuf, expected: &'static str, found: String },
-    #[error("{path}: checksum mismatch (stored {stored:016x}, computed {computed:016x}): the file is corrupt; delete it and re-create it")]
+    #[error(
+        "{path}: checksum mismatch (stored {stored:016x}, computed {computed:016x}): the file is corrupt; delete it and re-create it"
+    )]
     Checksum { path: PathBuf, stored: u64, computed: u64 },
     #[error("{path}: corrupt archive: {detail}; delete it and re-create it")]
     Corrupt { path: PathBuf, detail: String },

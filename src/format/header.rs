@@ -87,7 +87,11 @@ impl Header {
         let kind = Kind::from_u32(u32_at(12))
             .ok_or_else(|| FormatError::corrupt(path, format!("unknown archive kind {}", u32_at(12))))?;
         if kind != expected {
-            return Err(FormatError::WrongKind { path: path.into(), expected: expected.name(), found: kind.name().into() });
+            return Err(FormatError::WrongKind {
+                path: path.into(),
+                expected: expected.name(),
+                found: kind.name().into(),
+            });
         }
         let payload_len = u64_at(24);
         let expected_len = payload_len.saturating_add(HEADER_LEN as u64);
@@ -95,7 +99,10 @@ impl Header {
             if expected_len > actual {
                 return Err(FormatError::Truncated { path: path.into(), expected: expected_len, actual });
             }
-            return Err(FormatError::corrupt(path, format!("{} trailing bytes after the payload", actual - expected_len)));
+            return Err(FormatError::corrupt(
+                path,
+                format!("{} trailing bytes after the payload", actual - expected_len),
+            ));
         }
         Ok(Header { version, kind, payload_len, checksum: u64_at(32) })
     }

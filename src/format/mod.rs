@@ -18,7 +18,9 @@ pub use dataset::{ArchivedDataset, Dataset, DatasetFile, DatasetMeta, DatasetSum
 pub use error::FormatError;
 pub use header::{FORMAT_VERSION, Header, Kind};
 pub use mapped::{Mapped, write_archive};
-pub use partition::{ArchivedPartManifest, ManifestFile, PartFeatures, PartFile, PartManifest, manifest_path, part_path};
+pub use partition::{
+    ArchivedPartManifest, ManifestFile, PartFeatures, PartFile, PartManifest, manifest_path, part_path,
+};
 
 #[cfg(target_endian = "big")]
 compile_error!("leapgnn archives are little-endian and read zero-copy; big-endian hosts are not supported");

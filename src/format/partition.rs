@@ -81,7 +81,10 @@ impl ManifestFile {
             return Err(FormatError::corrupt(f.inner.path(), "inconsistent table lengths"));
         }
         if let Some(v) = f.node_part().iter().position(|&p| p as usize >= k) {
-            return Err(FormatError::corrupt(f.inner.path(), format!("node {v} assigned to part {} of {k}", f.node_part()[v])));
+            return Err(FormatError::corrupt(
+                f.inner.path(),
+                format!("node {v} assigned to part {} of {k}", f.node_part()[v]),
+            ));
         }
         Ok(f)
     }

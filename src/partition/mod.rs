@@ -1,0 +1,2 @@
+//! Partitioners (METIS, random, hash, LDG streaming) and the partition
+//! directory writer.
