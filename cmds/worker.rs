@@ -1,11 +1,50 @@
+//! `leapgnn worker`: started by `train` (never by hand). Reads the job token
+//! from stdin, connects back to the driver, runs what the job says.
+
 use crate::Global;
+use anyhow::Context;
+use leapgnn::cluster::ToDriver;
+use leapgnn::cluster::worker_session::{self, Job};
+use std::net::SocketAddr;
+use std::time::Duration;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
-    rest: Vec<String>,
+    /// The driver's control address.
+    #[arg(long)]
+    pub driver: SocketAddr,
+    #[arg(long)]
+    pub rank: usize,
+    /// Address to bind the worker mesh listener on.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub bind: SocketAddr,
+    /// Seconds to wait for the driver at each step of the start-up.
+    #[arg(long, default_value_t = 60)]
+    pub timeout: u64,
 }
 
-pub fn run(_g: &Global, _a: Args) -> anyhow::Result<()> {
-    Err(leapgnn::NotImplemented.into())
+pub fn run(_g: &Global, a: Args) -> anyhow::Result<()> {
+    let mut token = String::new();
+    std::io::stdin().read_line(&mut token).context("worker: cannot read the job token from stdin")?;
+    let (job, reporter) = worker_session::join(a.driver, a.rank, token.trim(), a.bind, Duration::from_secs(a.timeout))?;
+    let result = run_job(&job);
+    let msg = match &result {
+        Ok(v) => ToDriver::Done(v.clone()),
+        Err(e) => ToDriver::Error(format!("{e:#}")),
+    };
+    reporter.send(&msg)?;
+    result.map(|_| ())
+}
+
+fn run_job(job: &Job) -> anyhow::Result<serde_json::Value> {
+    match job.config.get("task").and_then(|t| t.as_str()) {
+        // Liveness probe: used by cluster checks to prove a worker starts, connects and reports.
+        Some("ping") => Ok(serde_json::json!({
+            "rank": job.rank,
+            "world": job.world,
+            "pid": std::process::id(),
+            "version": env!("CARGO_PKG_VERSION"),
+        })),
+        other => Err(leapgnn::BadInput::new(format!("worker {}: unknown task {other:?} in the job", job.rank)).into()),
+    }
 }
