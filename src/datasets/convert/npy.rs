@@ -60,7 +60,9 @@ impl<'a> Npy<'a> {
             Some('u') => Kind::Uint,
             Some('b') => Kind::Bool,
             _ => {
-                return Err(bad(format!("dtype {descr} is not a plain number (object and string arrays are not read)")));
+                return Err(bad(format!(
+                    "dtype {descr} is not a plain number (object and string arrays are not read)"
+                )));
             }
         };
         let size: usize = code[1..].parse().map_err(|_| bad(format!("bad dtype {descr}")))?;
