@@ -295,7 +295,7 @@ fn cuts_within_one_run_are_resumed_by_the_retries() {
     assert!(ranges[0].is_none() && ranges[1].is_some() && ranges[2].is_some(), "{ranges:?}");
     // No checksum in the registry: the computed one is reported.
     let sha = sha256_hex(&std::fs::read(&f.zip).unwrap());
-    assert!(out.stderr.contains(&format!("no sha256 in the registry")) && out.stderr.contains(&sha), "{}", out.stderr);
+    assert!(out.stderr.contains("no sha256 in the registry") && out.stderr.contains(&sha), "{}", out.stderr);
     f.assert_matches_local_import();
 }
 

@@ -140,7 +140,9 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 /// Graph, features, labels and split of an archive: what must agree between
 /// two conversions of the same data (the metadata's source differs).
-pub fn content(path: &Path) -> (Vec<u64>, Vec<u32>, Vec<f32>, Vec<i32>, [Vec<u32>; 3]) {
+pub type Content = (Vec<u64>, Vec<u32>, Vec<f32>, Vec<i32>, [Vec<u32>; 3]);
+
+pub fn content(path: &Path) -> Content {
     let f = leapgnn::format::DatasetFile::open_verified(path).unwrap();
     let g = f.graph();
     (
