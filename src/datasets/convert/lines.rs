@@ -71,6 +71,25 @@ pub fn parse_id(tok: &str, what: &str) -> Result<u32, String> {
     }
 }
 
+/// Parses an edge `from to`: two node ids (more columns, such as weights or
+/// timestamps, are allowed when `extra_ok`), each below `limit` when given.
+pub fn parse_edge(line: &str, limit: Option<usize>, extra_ok: bool) -> Result<(u32, u32), String> {
+    let mut it = fields(line);
+    let (Some(a), Some(b)) = (it.next(), it.next()) else {
+        return Err("expected an edge `from to`".into());
+    };
+    if !extra_ok && it.next().is_some() {
+        return Err("expected exactly two node ids".into());
+    }
+    let (u, v) = (parse_id(a, "node id")?, parse_id(b, "node id")?);
+    if let Some(n) = limit
+        && u.max(v) as usize >= n
+    {
+        return Err(format!("node id {} is beyond the node count {n}", u.max(v)));
+    }
+    Ok((u, v))
+}
+
 /// Parses a class label; `-1` means unlabelled.
 pub fn parse_label(tok: &str) -> Result<i32, String> {
     match tok.parse::<i32>() {

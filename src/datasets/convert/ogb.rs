@@ -10,7 +10,7 @@
 
 use super::ConvertOptions;
 use super::build::{Dense, Raw};
-use super::lines::{Lines, fields, for_each_block, parse_id, read_id_list};
+use super::lines::{Lines, for_each_block, parse_edge, parse_id, read_id_list};
 use super::split::SplitRule;
 use crate::datasets::DatasetError;
 use crate::datasets::source::Source;
@@ -75,19 +75,7 @@ fn read_edges(src: &mut Source, name: &str, n: usize) -> Result<Vec<(u32, u32)>,
         let parsed: Vec<(u32, u32)> = lines
             .par_iter()
             .enumerate()
-            .map(|(i, l)| {
-                let err = |m: String| DatasetError::parse(&shown, first + i as u64, m);
-                let mut it = fields(l);
-                let (Some(a), Some(b), None) = (it.next(), it.next(), it.next()) else {
-                    return Err(err("expected `src,dst`".into()));
-                };
-                let u = parse_id(a, "node id").map_err(err)?;
-                let v = parse_id(b, "node id").map_err(err)?;
-                if u.max(v) as usize >= n {
-                    return Err(err(format!("node id {} is beyond the node count {n}", u.max(v))));
-                }
-                Ok((u, v))
-            })
+            .map(|(i, l)| parse_edge(l, Some(n), false).map_err(|m| DatasetError::parse(&shown, first + i as u64, m)))
             .collect::<Result<_, _>>()?;
         edges.extend_from_slice(&parsed);
         Ok(())
