@@ -1,7 +1,7 @@
 use crate::Global;
 use crate::output::print_json;
 use anyhow::Context;
-use leapgnn::format::DatasetFile;
+use leapgnn::format::{DatasetFile, DatasetSummary};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -22,12 +22,27 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
         ))
         .into());
     }
+    let t0 = std::time::Instant::now();
     let f = if a.no_verify { DatasetFile::open(&path) } else { DatasetFile::open_verified(&path) }
         .with_context(|| format!("cannot read dataset {}", a.dataset))?;
     let s = f.summary();
     if g.json {
-        return print_json(&s);
+        // `seconds`: open + verify, so the fields match `download --json`.
+        return print_json(&Timed { summary: &s, seconds: t0.elapsed().as_secs_f64() });
     }
+    print_summary(&s);
+    Ok(())
+}
+
+#[derive(serde::Serialize)]
+struct Timed<'a> {
+    #[serde(flatten)]
+    summary: &'a DatasetSummary,
+    seconds: f64,
+}
+
+/// The human view of a dataset archive (also printed by `download`).
+pub fn print_summary(s: &DatasetSummary) {
     println!("name          {}", s.name);
     println!("path          {}", s.path);
     println!("source        {}", s.source);
@@ -38,5 +53,4 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     println!("split         train {} / val {} / test {}", s.train, s.val, s.test);
     println!("size          {} bytes", s.bytes);
     println!("sha256        {}", s.sha256);
-    Ok(())
 }
