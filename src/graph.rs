@@ -1,6 +1,8 @@
 //! Graph topology in CSR by destination: `in_neighbors(v)` are the sources of
 //! edges into `v`, which is what neighbour sampling draws from (as DGL does).
 
+use rayon::prelude::*;
+
 /// A borrowed CSR; backed by an mmapped archive or by an owned `Csr`.
 #[derive(Clone, Copy, Debug)]
 pub struct CsrView<'a> {
@@ -24,6 +26,20 @@ impl<'a> CsrView<'a> {
     pub fn in_degree(&self, v: u32) -> usize {
         let v = v as usize;
         (self.indptr[v + 1] - self.indptr[v]) as usize
+    }
+
+    /// The simple undirected graph underneath: every edge stored in both
+    /// directions, self loops and duplicates dropped (what METIS requires).
+    pub fn to_undirected(&self) -> Csr {
+        let mut keys: Vec<u64> = (0..self.num_nodes() as u32)
+            .into_par_iter()
+            .flat_map_iter(|v| {
+                self.in_neighbors(v).iter().filter(move |&&u| u != v).map(move |&u| undirected_key(u, v))
+            })
+            .collect();
+        keys.par_sort_unstable();
+        keys.dedup();
+        Csr::from_sorted_undirected(self.num_nodes(), &keys)
     }
 
     /// O(n + m) check that offsets are monotone and every id is a node: after it,
@@ -173,5 +189,15 @@ mod tests {
         assert_eq!(g.in_neighbors(2), &[0, 1, 3]);
         assert_eq!(g.in_neighbors(3), &[0, 2]);
         assert!(g.check().is_ok());
+    }
+
+    #[test]
+    fn to_undirected_symmetrises_and_drops_loops_and_duplicates() {
+        let directed = Csr::from_edges(4, &[(0, 1), (1, 0), (2, 1), (3, 3), (3, 0)], false);
+        let g = directed.view().to_undirected();
+        assert_eq!(g.view().in_neighbors(0), &[1, 3]);
+        assert_eq!(g.view().in_neighbors(1), &[0, 2]);
+        assert_eq!(g.view().in_neighbors(2), &[1]);
+        assert_eq!(g.view().in_neighbors(3), &[0]);
     }
 }
