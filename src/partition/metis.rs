@@ -7,6 +7,12 @@ use super::{IMBALANCE, PartitionError, Problem};
 use crate::BadInput;
 use crate::util::rng::mix64;
 use metis::Idx;
+use std::sync::Mutex;
+
+/// METIS (GKlib) keeps its random generator in process globals: two calls at
+/// once would interleave their draws, and the same seed would stop giving the
+/// same partition. One METIS call at a time per process.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 pub fn assign(p: &Problem<'_>) -> Result<Vec<u16>, PartitionError> {
     let n = p.graph.num_nodes();
@@ -47,6 +53,7 @@ pub fn assign(p: &Problem<'_>) -> Result<Vec<u16>, PartitionError> {
 
     let failed = |detail: String| PartitionError::Metis { nodes: n, entries, detail };
     let mut part: Vec<Idx> = vec![0; n];
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     metis::Graph::new(ncon as Idx, p.parts as Idx, &xadj, &adjncy)
         .map_err(|e| failed(format!("{e:?}")))?
         .set_vwgt(&vwgt)

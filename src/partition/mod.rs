@@ -27,7 +27,7 @@ pub const MAX_PARTS: usize = u16::MAX as usize;
 /// Allowed imbalance per constraint (max/avg), for the methods that can honour one.
 pub const IMBALANCE: f64 = 1.05;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Method {
     Metis,
     Random,
