@@ -23,7 +23,9 @@ pub fn assign(p: &Problem<'_>) -> Result<Vec<u16>, PartitionError> {
             Idx::MAX
         ))
     };
-    // Symmetrising at most doubles the entries: refuse before spending the memory.
+    // The symmetric graph has at least as many entries as there are distinct
+    // non-loop stored ones: past twice the limit it cannot fit, so refuse
+    // before spending memory on symmetrising.
     if n >= Idx::MAX as usize || p.graph.num_edges() / 2 > Idx::MAX as usize {
         return Err(too_big(p.graph.num_edges()).into());
     }
