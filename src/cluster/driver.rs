@@ -10,6 +10,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+/// How long an exited worker's final messages may take to arrive.
+const EXIT_GRACE: Duration = Duration::from_secs(2);
+
 #[derive(Debug, Clone)]
 pub struct DriverOptions {
     /// How long workers get to start and connect back.
@@ -132,6 +135,7 @@ pub fn run_job(
     drop(tx);
     let mut done: Vec<Option<serde_json::Value>> = vec![None; world];
     let mut last_heard = vec![Instant::now(); world];
+    let mut exited_at: Vec<Option<Instant>> = vec![None; world];
     let result = loop {
         if interrupted.load(Ordering::SeqCst) {
             break Err(DriverError::Interrupted);
@@ -161,7 +165,16 @@ pub fn run_job(
             Err(mpsc::RecvTimeoutError::Timeout) | Err(mpsc::RecvTimeoutError::Disconnected) => {}
         }
         let pending = || (0..world).filter(|&r| done[r].is_none());
-        if let Some((rank, code)) = pending().find_map(|r| procs[r].try_exit_code().map(|c| (r, c))) {
+        // An exited worker's last words (its Error or Done) may still be in flight on
+        // its control socket; its reader reports them, then `Lost`. Only a worker
+        // that stays silent past a grace period is judged by its exit code alone.
+        for r in pending() {
+            if exited_at[r].is_none() && procs[r].try_exit_code().is_some() {
+                exited_at[r] = Some(Instant::now());
+            }
+        }
+        if let Some(rank) = pending().find(|&r| exited_at[r].is_some_and(|t| t.elapsed() > EXIT_GRACE)) {
+            let code = procs[rank].try_exit_code().unwrap_or(-1);
             break Err(DriverError::Exited { rank, code });
         }
         if let Some(rank) = pending().find(|&r| last_heard[r].elapsed() > opts.silence_timeout) {
