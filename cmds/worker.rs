@@ -27,6 +27,7 @@ pub fn run(_g: &Global, a: Args) -> anyhow::Result<()> {
     let mut token = String::new();
     std::io::stdin().read_line(&mut token).context("worker: cannot read the job token from stdin")?;
     let (job, reporter) = worker_session::join(a.driver, a.rank, token.trim(), a.bind, Duration::from_secs(a.timeout))?;
+    tracing::info!("worker {} of {}: joined, job {}", job.rank, job.world, job.config);
     let result = run_job(&job, &reporter);
     let msg = match &result {
         Ok(v) => ToDriver::Done(v.clone()),

@@ -124,8 +124,14 @@ pub fn check_cluster(profile: &Profile, opts: &CheckOptions) -> anyhow::Result<C
             })
         }
     };
-    if opts.start_workers && hosts.iter().all(|h| h.first_failure().is_none()) {
-        start_workers(profile, opts, &mut hosts)?;
+    if opts.start_workers {
+        if hosts.iter().all(|h| h.first_failure().is_none()) {
+            start_workers(profile, opts, &mut hosts)?;
+        } else {
+            for h in &mut hosts {
+                h.ports = Check::skip("not run: the workers start only when every host passes");
+            }
+        }
     }
     for h in &mut hosts {
         h.settle();

@@ -13,13 +13,13 @@ use super::ship::{self, ShipItem, Shipped};
 use super::ssh_session::{self, SessionOptions, SshError, millis, quote};
 use anyhow::Context;
 use ssh2::{Channel, Session};
-use std::io::{Read, Write};
+use std::io::{Read as _, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Where remote output lines go (default: the driver's stderr).
 pub type LogSink = Arc<dyn Fn(String) + Send + Sync>;
@@ -31,6 +31,8 @@ pub type RankFiles = Arc<dyn Fn(usize) -> Vec<ShipItem> + Send + Sync>;
 const PUMP_TICK: Duration = Duration::from_millis(100);
 /// Bound on TERM -> exit before the process group gets KILL.
 const TERM_GRACE_TENTHS: u32 = 30;
+/// Bound on collecting a stopped worker's remaining output.
+const DRAIN: Duration = Duration::from_secs(2);
 /// Marks the line carrying the worker's pid (= its process group) on stdout.
 const PID_MARK: &str = "leapgnn-worker-pgid";
 
@@ -297,7 +299,8 @@ fn start(
             continue;
         }
         let text = String::from_utf8_lossy(&line).into_owned();
-        if let Some(pid) = text.strip_prefix(PID_MARK).and_then(|r| r.trim().parse::<u32>().ok()) {
+        // pid 0 or 1 would turn `kill -<pgid>` into "every process": never accept them.
+        if let Some(pid) = text.strip_prefix(PID_MARK).and_then(|r| r.trim().parse::<u32>().ok()).filter(|&p| p > 1) {
             return Ok((ch, pid));
         }
         log(format!("{prefix} {text}"));
@@ -356,34 +359,24 @@ fn pump(
     io_timeout: Duration,
 ) {
     sess.set_timeout(millis(PUMP_TICK));
-    let mut buf = [0u8; 8192];
-    let mut pending: Vec<u8> = Vec::new();
-    let emit = |bytes: &[u8]| log(format!("{prefix} {}", String::from_utf8_lossy(bytes).trim_end()));
+    let mut lines = LineSplitter { pending: Vec::new(), prefix, log };
     let ended = loop {
         if shared.stop.load(Ordering::SeqCst) {
             break End::Stop;
         }
-        match ch.read(&mut buf) {
-            Ok(0) if ch.eof() => break End::Exited,
-            Ok(0) => {}
-            Ok(n) => {
-                pending.extend_from_slice(&buf[..n]);
-                while let Some(i) = pending.iter().position(|&b| b == b'\n') {
-                    emit(&pending[..i]);
-                    pending.drain(..=i);
-                }
-            }
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock) => {}
-            Err(e) => break End::Lost(e.to_string()),
+        match lines.read_from(&mut ch) {
+            Read::Eof => break End::Exited,
+            Read::Data | Read::Idle => {}
+            Read::Failed(e) => break End::Lost(e),
         }
     };
-    if !pending.is_empty() {
-        emit(&pending);
-    }
-    sess.set_timeout(millis(io_timeout));
     let code = match ended {
-        End::Exited => exit_code(&mut ch),
+        End::Exited => {
+            sess.set_timeout(millis(io_timeout));
+            exit_code(&mut ch)
+        }
         End::Stop => {
+            sess.set_timeout(millis(io_timeout));
             // The group may outlive the channel: kill it by id over a fresh channel.
             let script = format!(
                 "P={pgid}; kill -TERM -$P $P 2>/dev/null; i=0; while [ $i -lt {TERM_GRACE_TENTHS} ] && \
@@ -391,18 +384,70 @@ fn pump(
                  kill -KILL -$P $P 2>/dev/null; true"
             );
             if let Err(e) = ssh_session::run(&sess, &label, &script) {
-                log(format!("{prefix} could not stop the remote worker (pid {pgid}): {e}"));
+                (lines.log)(format!("{} could not stop the remote worker (pid {pgid}): {e}", lines.prefix));
             }
+            // Keep the worker's last words (written before it died), bounded.
+            sess.set_timeout(millis(PUMP_TICK));
+            let deadline = Instant::now() + DRAIN;
+            while Instant::now() < deadline && matches!(lines.read_from(&mut ch), Read::Data | Read::Idle) {}
+            sess.set_timeout(millis(io_timeout));
             let _ = ch.close();
             exit_code(&mut ch)
         }
         End::Lost(e) => {
-            log(format!("{prefix} lost the SSH connection to {label}: {e}"));
+            (lines.log)(format!("{} lost the SSH connection to {label}: {e}", lines.prefix));
             255
         }
     };
+    lines.flush();
     *shared.exit.lock().unwrap_or_else(|e| e.into_inner()) = Some(code);
     let _ = sess.disconnect(None, "leapgnn driver done", None);
+}
+
+/// Turns the channel's byte stream into prefixed log lines.
+struct LineSplitter {
+    pending: Vec<u8>,
+    prefix: String,
+    log: LogSink,
+}
+
+enum Read {
+    Data,
+    /// Nothing arrived within the session's timeout.
+    Idle,
+    Eof,
+    Failed(String),
+}
+
+impl LineSplitter {
+    fn read_from(&mut self, ch: &mut Channel) -> Read {
+        let mut buf = [0u8; 8192];
+        match std::io::Read::read(ch, &mut buf) {
+            Ok(0) if ch.eof() => Read::Eof,
+            Ok(0) => Read::Idle,
+            Ok(n) => {
+                self.pending.extend_from_slice(&buf[..n]);
+                while let Some(i) = self.pending.iter().position(|&b| b == b'\n') {
+                    let line: Vec<u8> = self.pending.drain(..=i).collect();
+                    self.emit(&line);
+                }
+                Read::Data
+            }
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock) => Read::Idle,
+            Err(e) => Read::Failed(e.to_string()),
+        }
+    }
+
+    fn emit(&self, bytes: &[u8]) {
+        (self.log)(format!("{} {}", self.prefix, String::from_utf8_lossy(bytes).trim_end()));
+    }
+
+    fn flush(&mut self) {
+        if !self.pending.is_empty() {
+            let rest = std::mem::take(&mut self.pending);
+            self.emit(&rest);
+        }
+    }
 }
 
 enum End {
