@@ -166,14 +166,9 @@ pub fn name_host(profile: &Profile, e: DriverError) -> anyhow::Error {
     }
 }
 
+/// Ships the binary only: data is reported by the check, never sent.
 fn ssh_launcher(profile: &Profile, opts: &CheckOptions) -> anyhow::Result<SshLauncher> {
-    let mut l = SshLauncher::new(profile.clone())?
-        .accept_new_host_keys(opts.accept_new_host_keys)
-        .with_io_timeout(opts.timeout);
-    if let Some(f) = &opts.data {
-        l = l.with_rank_files(f.clone());
-    }
-    Ok(l)
+    Ok(SshLauncher::new(profile.clone())?.accept_new_host_keys(opts.accept_new_host_keys).with_io_timeout(opts.timeout))
 }
 
 fn blank(address: &str, port: u16, user: &str, ranks: Vec<usize>) -> HostReport {
@@ -195,7 +190,6 @@ fn blank(address: &str, port: u16, user: &str, ranks: Vec<usize>) -> HostReport 
 
 fn check_host(launcher: &SshLauncher, h: &HostSpec, ranks: Vec<usize>, data: Option<RankFiles>) -> HostReport {
     let mut r = blank(&h.address, h.port, &h.user, ranks.clone());
-    // Ship the binary only: data is reported, not sent, so a check stays cheap.
     let p = match launcher.prepare(h, &[]) {
         Ok(p) => p,
         Err(e) => {
@@ -247,21 +241,26 @@ fn data_check(p: &super::ssh::Prepared, ranks: &[usize], files: &RankFiles, labe
         Ok(s) => s,
         Err(e) => return Check::fail(format!("host {label}: starting SFTP: {e}")),
     };
-    let (mut current, mut to_ship, mut bytes) = (0usize, Vec::new(), 0u64);
+    // Ranks on one host share the topology and manifest: count each remote file once.
+    let mut needed = std::collections::BTreeMap::new();
     for &rank in ranks {
         for item in files(rank) {
-            let item = ShipItem { remote: p.layout.data.join(&item.remote), ..item };
-            if !item.local.is_file() {
-                return Check::fail(format!("rank {rank} needs {}, which does not exist here", item.local.display()));
+            let remote = p.layout.data.join(&item.remote);
+            needed.entry(remote.clone()).or_insert((rank, ShipItem { remote, ..item }));
+        }
+    }
+    let (mut current, mut to_ship, mut bytes) = (0usize, Vec::new(), 0u64);
+    for (rank, item) in needed.into_values() {
+        if !item.local.is_file() {
+            return Check::fail(format!("rank {rank} needs {}, which does not exist here", item.local.display()));
+        }
+        match ship::remote_state(&sftp, &p.layout.root, &item) {
+            Ok(RemoteState::Current) => current += 1,
+            Ok(_) => {
+                bytes += std::fs::metadata(&item.local).map(|m| m.len()).unwrap_or(0);
+                to_ship.push(item.remote);
             }
-            match ship::remote_state(&sftp, &p.layout.root, &item) {
-                Ok(RemoteState::Current) => current += 1,
-                Ok(_) => {
-                    bytes += std::fs::metadata(&item.local).map(|m| m.len()).unwrap_or(0);
-                    to_ship.push(item.remote);
-                }
-                Err(e) => return Check::fail(e.to_string()),
-            }
+            Err(e) => return Check::fail(e.to_string()),
         }
     }
     if to_ship.is_empty() {
