@@ -10,6 +10,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+/// How long a worker's exit may precede the delivery of its last messages.
+const EXIT_GRACE: Duration = Duration::from_millis(500);
+
 #[derive(Debug, Clone)]
 pub struct DriverOptions {
     /// How long workers get to start and connect back.
@@ -132,6 +135,7 @@ pub fn run_job(
     drop(tx);
     let mut done: Vec<Option<serde_json::Value>> = vec![None; world];
     let mut last_heard = vec![Instant::now(); world];
+    let mut exited_at: Vec<Option<(Instant, i32)>> = vec![None; world];
     let result = loop {
         if interrupted.load(Ordering::SeqCst) {
             break Err(DriverError::Interrupted);
@@ -161,7 +165,17 @@ pub fn run_job(
             Err(mpsc::RecvTimeoutError::Timeout) | Err(mpsc::RecvTimeoutError::Disconnected) => {}
         }
         let pending = || (0..world).filter(|&r| done[r].is_none());
-        if let Some((rank, code)) = pending().find_map(|r| procs[r].try_exit_code().map(|c| (r, c))) {
+        // A worker that sent Done and exited may be seen exiting before its Done is
+        // read: give its reader a moment to deliver (a crash also closes the control
+        // connection, which reports at once through `Lost`).
+        for r in 0..world {
+            if done[r].is_none() && exited_at[r].is_none() {
+                exited_at[r] = procs[r].try_exit_code().map(|code| (Instant::now(), code));
+            }
+        }
+        if let Some((rank, code)) =
+            pending().find_map(|r| exited_at[r].filter(|(t, _)| t.elapsed() > EXIT_GRACE).map(|(_, c)| (r, c)))
+        {
             break Err(DriverError::Exited { rank, code });
         }
         if let Some(rank) = pending().find(|&r| last_heard[r].elapsed() > opts.silence_timeout) {

@@ -76,7 +76,9 @@ pub fn rank_data_files(data: &DataDir, name: &str, method: &str, parts: usize, r
 /// sha256 (hex) of a local file, cached per (path, size, mtime): several
 /// workers ship the same binary and a partition may be gigabytes.
 pub fn local_sha256(path: &Path) -> Result<String, SshError> {
-    static CACHE: Mutex<Option<HashMap<PathBuf, (u64, SystemTime, String)>>> = Mutex::new(None);
+    /// path -> (size, mtime, sha256)
+    type Cache = HashMap<PathBuf, (u64, SystemTime, String)>;
+    static CACHE: Mutex<Option<Cache>> = Mutex::new(None);
     let local = |source| SshError::Local { path: path.into(), source };
     let meta = std::fs::metadata(path).map_err(local)?;
     let stamp = (meta.len(), meta.modified().map_err(local)?);

@@ -486,7 +486,7 @@ mod tests {
         let lo: SocketAddr = "127.0.0.1:4000".parse().unwrap();
         let local: SocketAddr = "10.1.2.3:50000".parse().unwrap();
         let remote: SocketAddr = "10.1.2.9:22".parse().unwrap();
-        assert_eq!(driver_address(any, local, remote).unwrap(), "10.1.2.3:4000".parse().unwrap());
+        assert_eq!(driver_address(any, local, remote).unwrap(), "10.1.2.3:4000".parse::<SocketAddr>().unwrap());
         assert_eq!(driver_address(lo, "127.0.0.1:5".parse().unwrap(), "127.0.0.1:22".parse().unwrap()).unwrap(), lo);
         let e = driver_address(lo, local, remote).unwrap_err().to_string();
         assert!(e.contains("driver_bind") && e.contains("10.1.2.9"), "{e}");
