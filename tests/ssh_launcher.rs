@@ -9,7 +9,7 @@ use leapgnn::cluster::check::name_host;
 use leapgnn::cluster::driver::{DriverError, DriverOptions, Event, run_job};
 use leapgnn::cluster::known_hosts::HostKeyStatus;
 use leapgnn::cluster::ship::ShipItem;
-use leapgnn::cluster::{Profile, SshLauncher};
+use leapgnn::cluster::{ControlConn, Launcher, Profile, SshLauncher, ToDriver, WorkerSpec};
 use sshd::{Sshd, alive, keygen, wait_gone};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -275,6 +275,34 @@ fn an_interrupt_stops_every_remote_worker() {
     assert!(took < Duration::from_secs(10), "stopping took {took:?}");
     // Stopped before run_job returned, not eventually.
     assert!(pids.iter().all(|&p| !alive(p)), "workers still running: {pids:?}");
+    assert_eq!(sshd.wait_sessions_closed(Duration::from_secs(5)), Vec::<u32>::new());
+    sshd.stop();
+}
+
+#[test]
+fn dropping_a_remote_worker_kills_its_process_group() {
+    let mut sshd = Sshd::start();
+    let profile = sshd.profile(1, "");
+    let l = launcher(&profile).with_log(Arc::new(|_| {}));
+    // A driver that admits the worker but never sends a job: the worker would wait for it.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let spec = WorkerSpec { rank: 0, driver: listener.local_addr().unwrap(), token: "t0k3n".into(), env: vec![] };
+    let mut worker = l.launch(&spec).unwrap();
+    let (stream, _) = listener.accept().unwrap();
+    let mut c = ControlConn::new(stream, "worker 0");
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let Ok(ToDriver::Hello(hello)) = c.recv::<ToDriver>() else { panic!("no hello") };
+    assert_eq!((hello.rank, hello.token.as_str()), (0, "t0k3n"), "the token arrives on stdin");
+    let pid = hello.pid;
+    // Leader of its own process group on the remote side.
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let pgrp: u32 = stat.rsplit_once(')').unwrap().1.split_whitespace().nth(2).unwrap().parse().unwrap();
+    assert_eq!(pgrp, pid);
+    assert_eq!(worker.try_exit_code(), None);
+    let t = Instant::now();
+    drop(worker);
+    assert!(!alive(pid), "the remote worker survived its handle");
+    assert!(t.elapsed() < Duration::from_secs(5), "stopping took {:?}", t.elapsed());
     assert_eq!(sshd.wait_sessions_closed(Duration::from_secs(5)), Vec::<u32>::new());
     sshd.stop();
 }

@@ -133,13 +133,19 @@ pub fn remote_state(sftp: &Sftp, root: &Path, item: &ShipItem) -> Result<RemoteS
     Ok(if recorded.split_whitespace().next() == Some(sha.as_str()) { RemoteState::Current } else { RemoteState::Stale })
 }
 
-/// Ships every item that is missing or stale on the host behind `sess`.
-pub fn ship(sess: &Session, host: &str, root: &Path, items: &[ShipItem]) -> Result<Vec<Shipped>, SshError> {
-    let sftp = sess.sftp().map_err(SshError::remote(host, "starting SFTP"))?;
+/// Ships every item that is missing or stale on the host behind `sess`
+/// (`sftp` is a channel of that session).
+pub fn ship(
+    sess: &Session,
+    sftp: &Sftp,
+    host: &str,
+    root: &Path,
+    items: &[ShipItem],
+) -> Result<Vec<Shipped>, SshError> {
     let mut report = Vec::with_capacity(items.len());
     let mut todo = Vec::new();
     for item in items {
-        let state = remote_state(&sftp, root, item)?;
+        let state = remote_state(sftp, root, item)?;
         let bytes = std::fs::metadata(&item.local)
             .map_err(|source| SshError::Local { path: item.local.clone(), source })?
             .len();
@@ -169,8 +175,8 @@ pub fn ship(sess: &Session, host: &str, root: &Path, items: &[ShipItem]) -> Resu
         let side_tmp = temp_name(&sidecar(&dst), &tag);
         let sha = local_sha256(&item.local)?;
         let name = dst.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let upload = upload(&sftp, host, &item.local, &tmp, if item.executable { 0o755 } else { 0o644 })
-            .and_then(|_| write_small(&sftp, host, &side_tmp, format!("{sha}  {name}\n").as_bytes()));
+        let upload = upload(sftp, host, &item.local, &tmp, if item.executable { 0o755 } else { 0o644 })
+            .and_then(|_| write_small(sftp, host, &side_tmp, format!("{sha}  {name}\n").as_bytes()));
         if let Err(e) = upload {
             let _ = sftp.unlink(&tmp);
             let _ = sftp.unlink(&side_tmp);

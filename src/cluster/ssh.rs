@@ -12,7 +12,8 @@ use super::profile::{HostSpec, Profile, resolve_remote};
 use super::ship::{self, ShipItem, Shipped};
 use super::ssh_session::{self, SessionOptions, SshError, millis, quote};
 use anyhow::Context;
-use ssh2::{Channel, Session};
+use ssh2::{Channel, Session, Sftp};
+use std::collections::HashSet;
 use std::io::{Read as _, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -29,6 +30,8 @@ pub type RankFiles = Arc<dyn Fn(usize) -> Vec<ShipItem> + Send + Sync>;
 
 /// How often the stream pump wakes up to look for a stop request.
 const PUMP_TICK: Duration = Duration::from_millis(100);
+/// How long a stopped worker may take to exit by itself before its group is killed.
+const STOP_GRACE: Duration = Duration::from_millis(500);
 /// Bound on TERM -> exit before the process group gets KILL.
 const TERM_GRACE_TENTHS: u32 = 30;
 /// Bound on collecting a stopped worker's remaining output.
@@ -44,6 +47,8 @@ pub struct SshLauncher {
     files: Option<RankFiles>,
     log: LogSink,
     shipped: Mutex<Vec<Shipped>>,
+    /// (host, remote binary) pairs whose `--version` already matched.
+    verified: Mutex<HashSet<(String, PathBuf)>>,
 }
 
 impl SshLauncher {
@@ -62,6 +67,7 @@ impl SshLauncher {
             files: None,
             log: Arc::new(|l| eprintln!("{l}")),
             shipped: Mutex::new(vec![]),
+            verified: Mutex::new(HashSet::new()),
         })
     }
 
@@ -116,14 +122,25 @@ impl SshLauncher {
     pub fn prepare(&self, host: &HostSpec, extra: &[ShipItem]) -> Result<Prepared, SshError> {
         let label = host.label();
         let c = ssh_session::connect(host, &self.session_options())?;
-        let layout = RemoteLayout::resolve(&c.session, &label, &self.profile)?;
+        let sftp = c.session.sftp().map_err(SshError::remote(&label, "starting SFTP"))?;
+        let layout = RemoteLayout::resolve(&sftp, &label, &self.profile)?;
         let bin = ship::binary_item(&self.binary)?;
         let mut items = vec![bin.clone()];
         items.extend(extra.iter().map(|i| ShipItem { remote: layout.data.join(&i.remote), ..i.clone() }));
-        let shipped = ship::ship(&c.session, &label, &layout.root, &items)?;
+        let shipped = ship::ship(&c.session, &sftp, &label, &layout.root, &items)?;
+        drop(sftp);
         self.shipped.lock().unwrap_or_else(|e| e.into_inner()).extend(shipped.iter().cloned());
         let binary = ship::remote_path(&layout.root, &bin);
-        let version = remote_version(&c.session, &label, &binary)?;
+        // Once per (host, binary) and launcher: the next rank on that host finds the same file.
+        let key = (label.clone(), binary.clone());
+        let known = self.verified.lock().unwrap_or_else(|e| e.into_inner()).contains(&key);
+        let version = if known && !shipped[0].sent {
+            format!("leapgnn {}", env!("CARGO_PKG_VERSION"))
+        } else {
+            let v = remote_version(&c.session, &label, &binary)?;
+            self.verified.lock().unwrap_or_else(|e| e.into_inner()).insert(key);
+            v
+        };
         Ok(Prepared {
             session: c.session,
             local: c.local,
@@ -183,8 +200,7 @@ pub struct RemoteLayout {
 }
 
 impl RemoteLayout {
-    pub fn resolve(sess: &Session, host: &str, p: &Profile) -> Result<Self, SshError> {
-        let sftp = sess.sftp().map_err(SshError::remote(host, "starting SFTP"))?;
+    pub fn resolve(sftp: &Sftp, host: &str, p: &Profile) -> Result<Self, SshError> {
         // The SFTP server's start directory is the remote user's home.
         let home = sftp.realpath(Path::new(".")).map_err(SshError::remote(host, "finding the remote home"))?;
         let root = resolve_remote(&home, None, &p.remote_dir);
@@ -360,8 +376,14 @@ fn pump(
 ) {
     sess.set_timeout(millis(PUMP_TICK));
     let mut lines = LineSplitter { pending: Vec::new(), prefix, log };
+    let mut stop_at = None;
     let ended = loop {
-        if shared.stop.load(Ordering::SeqCst) {
+        // The driver sends Shutdown before stopping a worker, which then exits by
+        // itself within moments: give it that chance before killing.
+        if stop_at.is_none() && shared.stop.load(Ordering::SeqCst) {
+            stop_at = Some(Instant::now());
+        }
+        if stop_at.is_some_and(|t: Instant| t.elapsed() > STOP_GRACE) {
             break End::Stop;
         }
         match lines.read_from(&mut ch) {
