@@ -242,9 +242,11 @@ impl Launcher for SshLauncher {
             env = env.join(" "),
             bin = quote(&p.binary.to_string_lossy()),
             data = quote(&p.layout.data.to_string_lossy()),
+            driver = quote(&driver.to_string()),
             rank = spec.rank,
-            // The mesh listens on the address the driver reached this host at.
-            bind = SocketAddr::new(p.peer.ip(), 0),
+            // The mesh listens on the address the driver reached this host at
+            // (quoted: an IPv6 "[::1]:0" is a glob pattern to the shell).
+            bind = quote(&SocketAddr::new(p.peer.ip(), 0).to_string()),
         );
         let prefix = format!("[{}:{} rank {}]", host.address, host.port, spec.rank);
         let (channel, pgid) = start(&p.session, &label, &cmd, &spec.token, &prefix, &self.log)?;
