@@ -4,7 +4,7 @@
 use crate::Global;
 use anyhow::Context;
 use leapgnn::cluster::ToDriver;
-use leapgnn::cluster::worker_session::{self, Job};
+use leapgnn::cluster::worker_session::{self, Job, Reporter};
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -27,7 +27,8 @@ pub fn run(_g: &Global, a: Args) -> anyhow::Result<()> {
     let mut token = String::new();
     std::io::stdin().read_line(&mut token).context("worker: cannot read the job token from stdin")?;
     let (job, reporter) = worker_session::join(a.driver, a.rank, token.trim(), a.bind, Duration::from_secs(a.timeout))?;
-    let result = run_job(&job);
+    tracing::info!("worker {} of {}: joined, job {}", job.rank, job.world, job.config);
+    let result = run_job(&job, &reporter);
     let msg = match &result {
         Ok(v) => ToDriver::Done(v.clone()),
         Err(e) => ToDriver::Error(format!("{e:#}")),
@@ -36,7 +37,7 @@ pub fn run(_g: &Global, a: Args) -> anyhow::Result<()> {
     result.map(|_| ())
 }
 
-fn run_job(job: &Job) -> anyhow::Result<serde_json::Value> {
+fn run_job(job: &Job, reporter: &Reporter) -> anyhow::Result<serde_json::Value> {
     match job.config.get("task").and_then(|t| t.as_str()) {
         // Liveness probe: used by cluster checks to prove a worker starts, connects and reports.
         Some("ping") => Ok(serde_json::json!({
@@ -45,6 +46,21 @@ fn run_job(job: &Job) -> anyhow::Result<serde_json::Value> {
             "pid": std::process::id(),
             "version": env!("CARGO_PKG_VERSION"),
         })),
+        // Holds a started worker for `seconds` (the driver may stop it sooner): lets checks and
+        // tests act on a running remote worker. Announces its pid first.
+        Some("wait") => {
+            let secs = job.config.get("seconds").and_then(|s| s.as_f64()).unwrap_or(10.0);
+            if !(0.0..=86_400.0).contains(&secs) {
+                return Err(leapgnn::BadInput::new(format!(
+                    "worker {}: wait seconds {secs} outside 0..=86400",
+                    job.rank
+                ))
+                .into());
+            }
+            reporter.send(&ToDriver::Log(format!("waiting {secs}s, pid {}", std::process::id())))?;
+            std::thread::sleep(Duration::from_secs_f64(secs));
+            Ok(serde_json::json!({"rank": job.rank, "pid": std::process::id(), "waited": secs}))
+        }
         other => Err(leapgnn::BadInput::new(format!("worker {}: unknown task {other:?} in the job", job.rank)).into()),
     }
 }

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// How long an exited worker's final messages may take to arrive.
+/// How long a worker's exit may precede the delivery of its last messages.
 const EXIT_GRACE: Duration = Duration::from_secs(2);
 
 #[derive(Debug, Clone)]
@@ -135,7 +135,7 @@ pub fn run_job(
     drop(tx);
     let mut done: Vec<Option<serde_json::Value>> = vec![None; world];
     let mut last_heard = vec![Instant::now(); world];
-    let mut exited_at: Vec<Option<Instant>> = vec![None; world];
+    let mut exited_at: Vec<Option<(Instant, i32)>> = vec![None; world];
     let result = loop {
         if interrupted.load(Ordering::SeqCst) {
             break Err(DriverError::Interrupted);
@@ -165,16 +165,17 @@ pub fn run_job(
             Err(mpsc::RecvTimeoutError::Timeout) | Err(mpsc::RecvTimeoutError::Disconnected) => {}
         }
         let pending = || (0..world).filter(|&r| done[r].is_none());
-        // An exited worker's last words (its Error or Done) may still be in flight on
-        // its control socket; its reader reports them, then `Lost`. Only a worker
-        // that stays silent past a grace period is judged by its exit code alone.
-        for r in pending() {
-            if exited_at[r].is_none() && procs[r].try_exit_code().is_some() {
-                exited_at[r] = Some(Instant::now());
+        // A worker that sent Done and exited may be seen exiting before its Done is
+        // read: give its reader a moment to deliver (a crash also closes the control
+        // connection, which reports at once through `Lost`).
+        for r in 0..world {
+            if done[r].is_none() && exited_at[r].is_none() {
+                exited_at[r] = procs[r].try_exit_code().map(|code| (Instant::now(), code));
             }
         }
-        if let Some(rank) = pending().find(|&r| exited_at[r].is_some_and(|t| t.elapsed() > EXIT_GRACE)) {
-            let code = procs[rank].try_exit_code().unwrap_or(-1);
+        if let Some((rank, code)) =
+            pending().find_map(|r| exited_at[r].filter(|(t, _)| t.elapsed() > EXIT_GRACE).map(|(_, c)| (r, c)))
+        {
             break Err(DriverError::Exited { rank, code });
         }
         if let Some(rank) = pending().find(|&r| last_heard[r].elapsed() > opts.silence_timeout) {
