@@ -92,6 +92,12 @@ pub fn write_frame(w: &mut impl Write, kind: Kind, category: Category, tag: u64,
     Ok((HEADER_LEN + payload.len()) as u64)
 }
 
+/// Bytes on the wire for a message of `len` payload bytes: one header per frame.
+pub fn wire_len(len: usize, max_frame: usize) -> u64 {
+    let frames = len.div_ceil(max_frame.clamp(1, u32::MAX as usize)).max(1);
+    (len + frames * HEADER_LEN) as u64
+}
+
 /// Writes a message of any length as frames of at most `max_frame` payload bytes.
 pub fn write_message(
     w: &mut impl Write,
@@ -175,6 +181,7 @@ mod tests {
             let mut wire = Vec::new();
             let n = write_message(&mut wire, Category::Gradients, 42, &payload[..len], max).unwrap();
             assert_eq!(n as usize, wire.len());
+            assert_eq!(wire_len(len, max), n);
             let frames = len.div_ceil(max).max(1);
             assert_eq!(wire.len(), frames * HEADER_LEN + len, "len {len} max {max}");
             let got = read_message(&mut &wire[..], max).unwrap();

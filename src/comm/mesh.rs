@@ -330,11 +330,16 @@ impl Mesh {
 }
 
 impl Shared {
+    /// Queues `msg` for `peer`'s sender thread. Bytes are counted here, not when
+    /// written, so a snapshot taken after `send` returns includes them.
     fn send(&self, peer: usize, msg: Message) -> Result<(), ()> {
+        let (category, wire) = (msg.category, frame::wire_len(msg.payload.len(), self.max_frame));
         match lock(&self.outboxes[peer]).as_ref() {
-            Some(tx) => tx.send(msg).map_err(|_| ()),
-            None => Err(()),
+            Some(tx) => tx.send(msg).map_err(|_| ())?,
+            None => return Err(()),
         }
+        self.counters.add_sent(category, wire);
+        Ok(())
     }
 
     fn serve(&self, service: &Service, peer: usize, tag: u64, payload: Vec<u8>) {
@@ -384,10 +389,8 @@ impl Shared {
 
 fn send_loop(shared: &Shared, peer: usize, stream: TcpStream, rx: mpsc::Receiver<Message>) {
     let mut w = BufWriter::with_capacity(64 << 10, &stream);
-    let put = |w: &mut BufWriter<&TcpStream>, m: &Message| -> io::Result<()> {
-        let wire = frame::write_message(w, m.category, m.tag, &m.payload, shared.max_frame)?;
-        shared.counters.add_sent(m.category, wire);
-        Ok(())
+    let put = |w: &mut BufWriter<&TcpStream>, m: &Message| {
+        frame::write_message(w, m.category, m.tag, &m.payload, shared.max_frame).map(|_| ())
     };
     let result = (|| -> io::Result<()> {
         while let Ok(m) = rx.recv() {
@@ -434,6 +437,12 @@ fn receive_loop(shared: &Shared, peer: usize, stream: TcpStream) {
         }
     };
     shared.ended(peer, how, true);
+}
+
+impl std::fmt::Debug for Mesh {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mesh").field("rank", &self.rank()).field("peers", &self.shared.peers).finish_non_exhaustive()
+    }
 }
 
 impl Drop for Mesh {
