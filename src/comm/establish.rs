@@ -42,29 +42,34 @@ const MAX_DIAL_BACKOFF: Duration = Duration::from_millis(500);
 
 /// Handshakes in progress, shut down when establishment ends so their threads
 /// return at once instead of at their handshake deadline.
-#[derive(Default)]
 struct Pending {
     next: AtomicU64,
-    streams: Mutex<HashMap<u64, TcpStream>>,
+    /// None once establishment has ended: later handshakes are not started.
+    streams: Mutex<Option<HashMap<u64, TcpStream>>>,
 }
 
 impl Pending {
+    fn new() -> Pending {
+        Pending { next: AtomicU64::new(0), streams: Mutex::new(Some(HashMap::new())) }
+    }
+
     /// Runs `shake` on `stream`, registered so that `cut_all` can interrupt it.
-    fn shake(
-        &self,
-        stream: &TcpStream,
-        shake: impl FnOnce(&TcpStream) -> Result<Shook, String>,
-    ) -> Result<Shook, String> {
+    fn shake(&self, stream: &TcpStream, shake: impl FnOnce(&TcpStream) -> Result<Shook, String>) -> Result<Shook, String> {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        if let Ok(clone) = stream.try_clone() {
-            self.streams.lock().unwrap_or_else(PoisonError::into_inner).insert(id, clone);
-        }
+        let clone = stream.try_clone().map_err(|e| e.to_string())?;
+        match self.streams.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
+            Some(streams) => streams.insert(id, clone),
+            None => return Err("the mesh was already complete (or had failed)".into()),
+        };
         let out = shake(stream);
-        self.streams.lock().unwrap_or_else(PoisonError::into_inner).remove(&id);
+        if let Some(streams) = self.streams.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
+            streams.remove(&id);
+        }
         out
     }
+
     fn cut_all(&self) {
-        for s in self.streams.lock().unwrap_or_else(PoisonError::into_inner).values() {
+        for s in self.streams.lock().unwrap_or_else(PoisonError::into_inner).take().into_iter().flat_map(|m| m.into_values()) {
             let _ = s.shutdown(Shutdown::Both);
         }
     }
@@ -80,7 +85,7 @@ pub(super) fn connect_all(listener: &TcpListener, cfg: &MeshConfig) -> Result<Es
         source,
     })?;
     let stop = AtomicBool::new(false);
-    let pending = Pending::default();
+    let pending = Pending::new();
     let (tx, rx) = mpsc::channel::<Event>();
     let mut links: Vec<Option<(TcpStream, Shook)>> = (0..world).map(|_| None).collect();
     let mut refused = Vec::new();
