@@ -43,7 +43,10 @@ fn all_reduce_equals_the_sequential_sum_for_awkward_lengths() {
                     assert!((random[i] - want).abs() <= 1e-5, "w {w} n {n} rank {r} [{i}]: {} vs {want}", random[i]);
                 }
                 // Every worker ends with bit-identical results, whatever its place in the ring.
-                assert_eq!(random.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), out[0].1.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+                assert_eq!(
+                    random.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                    out[0].1.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+                );
             }
             // Each of the two rings moves every chunk W-1 times: 2 (W-1) n floats in
             // 2 W (W-1) messages per all-reduce, and we ran two.
@@ -65,7 +68,9 @@ fn all_reduce_of_different_lengths_is_an_error_naming_a_worker() {
     let errors: Vec<String> = out.into_iter().flatten().collect();
     assert!(!errors.is_empty());
     assert!(
-        errors.iter().any(|e| e.contains("broke the protocol") && e.contains("different lengths") && e.contains("worker ")),
+        errors
+            .iter()
+            .any(|e| e.contains("broke the protocol") && e.contains("different lengths") && e.contains("worker ")),
         "{errors:?}"
     );
 }
@@ -75,8 +80,11 @@ fn broadcast_copies_the_roots_data_to_everyone() {
     for w in 1..=4 {
         for root in 0..w {
             let out = with_mesh(w, no_tweak, |m| {
-                let mut weights: Vec<f32> =
-                    if m.rank() == root { (0..45_000).map(|i| i as f32 * 0.5 - root as f32).collect() } else { vec![0.0; 45_000] };
+                let mut weights: Vec<f32> = if m.rank() == root {
+                    (0..45_000).map(|i| i as f32 * 0.5 - root as f32).collect()
+                } else {
+                    vec![0.0; 45_000]
+                };
                 m.broadcast_f32(root, &mut weights, Category::Control, LONG).unwrap();
                 let mut bytes = if m.rank() == root { format!("from {root}").into_bytes() } else { b"stale".to_vec() };
                 m.broadcast(root, &mut bytes, Category::Control, LONG).unwrap();

@@ -33,7 +33,11 @@ fn messages_arrive_by_peer_and_tag_in_send_order_for_1_to_4_workers() {
             for p in (0..w).filter(|&p| p != r) {
                 for tag in [2u64, 1] {
                     for i in 0..n {
-                        assert_eq!(m.recv(p, tag, LONG).unwrap(), payload(p, r, tag, i), "w {w}: {p} -> {r} tag {tag} #{i}");
+                        assert_eq!(
+                            m.recv(p, tag, LONG).unwrap(),
+                            payload(p, r, tag, i),
+                            "w {w}: {p} -> {r} tag {tag} #{i}"
+                        );
                     }
                 }
             }

@@ -54,7 +54,11 @@ impl Pending {
     }
 
     /// Runs `shake` on `stream`, registered so that `cut_all` can interrupt it.
-    fn shake(&self, stream: &TcpStream, shake: impl FnOnce(&TcpStream) -> Result<Shook, String>) -> Result<Shook, String> {
+    fn shake(
+        &self,
+        stream: &TcpStream,
+        shake: impl FnOnce(&TcpStream) -> Result<Shook, String>,
+    ) -> Result<Shook, String> {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let clone = stream.try_clone().map_err(|e| e.to_string())?;
         match self.streams.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
@@ -69,7 +73,9 @@ impl Pending {
     }
 
     fn cut_all(&self) {
-        for s in self.streams.lock().unwrap_or_else(PoisonError::into_inner).take().into_iter().flat_map(|m| m.into_values()) {
+        for s in
+            self.streams.lock().unwrap_or_else(PoisonError::into_inner).take().into_iter().flat_map(|m| m.into_values())
+        {
             let _ = s.shutdown(Shutdown::Both);
         }
     }

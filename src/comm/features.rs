@@ -208,7 +208,7 @@ impl FeatureClient {
         // Scatter each owner's answer back into request order.
         for o in (0..w).filter(|&o| starts[o + 1] > starts[o]) {
             let mine = &positions[starts[o]..starts[o + 1]];
-            let what = || format!("{} feature rows (request {request})", mine.len());
+            let what = || format!("{} feature row(s) (request {request})", mine.len());
             let reply = mesh.recv_within(o, tag::make(tag::FEATURE_REPLY, request), &deadline, what)?;
             let rows = check_reply(mesh, o, &reply, mine.len(), d).map_err(|detail| CommError::Protocol {
                 peer: mesh.peer(o),

@@ -18,11 +18,7 @@ pub fn listeners(w: usize) -> (Vec<TcpListener>, Vec<SocketAddr>) {
 
 /// Builds a W-worker mesh (one thread per worker), runs `f` on every worker
 /// and returns the results by rank. `tweak` adjusts each worker's config.
-pub fn with_mesh<T: Send>(
-    w: usize,
-    tweak: impl Fn(&mut MeshConfig) + Sync,
-    f: impl Fn(&Mesh) -> T + Sync,
-) -> Vec<T> {
+pub fn with_mesh<T: Send>(w: usize, tweak: impl Fn(&mut MeshConfig) + Sync, f: impl Fn(&Mesh) -> T + Sync) -> Vec<T> {
     let (ls, addrs) = listeners(w);
     std::thread::scope(|s| {
         let handles: Vec<_> = ls
