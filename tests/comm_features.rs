@@ -80,7 +80,7 @@ fn request(rank: usize, len: usize, n: usize, extra: &[u32]) -> Vec<u32> {
     let mut g = rng::stream(rank as u64, "comm-test-request");
     let mut ids: Vec<u32> = (0..len).map(|_| g.random_range(0..n as u32)).collect();
     ids.extend_from_slice(extra);
-    ids.extend_from_slice(&ids[..len / 10].to_vec());
+    ids.extend_from_within(..len / 10);
     ids.shuffle(&mut g);
     ids
 }
@@ -132,12 +132,12 @@ fn partition_files_serve_their_rows_zero_copy() {
     let dir = tempfile::tempdir().unwrap();
     let mut local_index = vec![0u32; c.n];
     let mut part_nodes = vec![0u64; w];
-    for p in 0..w {
+    for (p, count) in part_nodes.iter_mut().enumerate() {
         let owned: Vec<u32> = (0..c.n as u32).filter(|&v| owners[v as usize] as usize == p).collect();
         for (i, &v) in owned.iter().enumerate() {
             local_index[v as usize] = i as u32;
         }
-        part_nodes[p] = owned.len() as u64;
+        *count = owned.len() as u64;
         let features = owned.iter().flat_map(|&v| c.row(v).iter().copied()).collect();
         let part = PartFeatures { part: p as u32, parts: w as u32, feature_dim: c.d as u32, owned, features };
         part.write(dir.path()).unwrap();

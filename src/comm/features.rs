@@ -113,10 +113,8 @@ impl FeatureClient {
         self.cache.as_ref()
     }
     pub fn set_cache(&mut self, cache: Option<TableRows>) -> Result<(), CommError> {
-        if let Some(c) = &cache {
-            if c.dim() != self.dim() {
-                return Err(CommError::Usage(format!("a cache of {}-d rows for {}-d features", c.dim(), self.dim())));
-            }
+        if let Some(c) = cache.as_ref().filter(|c| c.dim() != self.dim()) {
+            return Err(CommError::Usage(format!("a cache of {}-d rows for {}-d features", c.dim(), self.dim())));
         }
         self.cache = cache;
         Ok(())

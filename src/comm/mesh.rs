@@ -293,13 +293,13 @@ impl Mesh {
         let from = self.check_peer(peer)?;
         let mut inbox = lock(&self.shared.inbox);
         loop {
-            if let Some(q) = inbox.queues.get_mut(&(peer, tag)) {
-                if let Some(payload) = q.pop_front() {
-                    if q.is_empty() {
-                        inbox.queues.remove(&(peer, tag));
-                    }
-                    return Ok(payload);
+            if let Some(q) = inbox.queues.get_mut(&(peer, tag))
+                && let Some(payload) = q.pop_front()
+            {
+                if q.is_empty() {
+                    inbox.queues.remove(&(peer, tag));
                 }
+                return Ok(payload);
             }
             let gone = !matches!(inbox.state[peer], PeerState::Open);
             if let Some(failed) = inbox.first_loss.or(gone.then_some(peer)) {

@@ -75,6 +75,7 @@ const ABSENT: u32 = u32::MAX;
 #[derive(Debug, Clone)]
 pub struct TableRows {
     dim: usize,
+    held: usize,
     slot: Vec<u32>,
     rows: Vec<f32>,
 }
@@ -96,7 +97,7 @@ impl TableRows {
                 Some(s) => *s = i as u32,
             }
         }
-        Ok(TableRows { dim, slot, rows })
+        Ok(TableRows { dim, held: ids.len(), slot, rows })
     }
 
     /// Every node's row: row `v` of `rows` is node `v`.
@@ -107,7 +108,7 @@ impl TableRows {
 
     /// Rows held.
     pub fn len(&self) -> usize {
-        if self.dim == 0 { self.slot.iter().filter(|&&s| s != ABSENT).count() } else { self.rows.len() / self.dim }
+        self.held
     }
     pub fn is_empty(&self) -> bool {
         self.len() == 0
