@@ -91,6 +91,18 @@ fn assert_rows(c: &Cora, ids: &[u32], out: &[f32], who: &str) {
     }
 }
 
+/// `picked` is sorted, holds only rows remote to `rank` that score at least 1,
+/// and no remote row left out scores higher than a picked one.
+fn assert_top_remote(picked: &[u32], score: &[usize], owners: &[u16], rank: usize) {
+    assert!(picked.windows(2).all(|p| p[0] < p[1]), "sorted, distinct");
+    assert!(picked.iter().all(|&v| owners[v as usize] as usize != rank), "only remote rows are cached");
+    let lowest = picked.iter().map(|&v| score[v as usize]).min().unwrap();
+    assert!(lowest >= 1);
+    let left_out =
+        (0..owners.len()).filter(|&v| owners[v] as usize != rank && picked.binary_search(&(v as u32)).is_err());
+    assert!(left_out.map(|v| score[v]).max().unwrap_or(0) <= lowest);
+}
+
 #[test]
 fn fetched_rows_come_back_in_the_requested_order() {
     let c = cora();
@@ -182,7 +194,7 @@ fn the_degree_cache_holds_the_busiest_remote_rows_and_serves_hits() {
     let w = 3;
     let owners = owners(c.n, w);
     let graph = Csr::from_edges(c.n, &c.edges, true);
-    let mut degree = vec![0u32; c.n];
+    let mut degree = vec![0usize; c.n];
     for &(u, _) in &c.edges {
         degree[u as usize] += 1;
     }
@@ -192,12 +204,7 @@ fn the_degree_cache_holds_the_busiest_remote_rows_and_serves_hits() {
         let r = m.rank();
         let picked = cache::by_degree(graph.view(), &owners, r, budget);
         assert_eq!(picked.len(), budget);
-        assert!(picked.windows(2).all(|p| p[0] < p[1]), "sorted, distinct");
-        assert!(picked.iter().all(|&v| owners[v as usize] as usize != r), "only remote rows are cached");
-        let lowest = picked.iter().map(|&v| degree[v as usize]).min().unwrap();
-        let left_out =
-            (0..c.n as u32).filter(|&v| owners[v as usize] as usize != r && picked.binary_search(&v).is_err());
-        assert!(left_out.map(|v| degree[v as usize]).max().unwrap() <= lowest);
+        assert_top_remote(&picked, &degree, &owners, r);
 
         let local: Arc<dyn RowSource> = Arc::new(own_rows(c, &owners, r));
         serve_features(m, local.clone());
@@ -228,14 +235,10 @@ fn the_presample_policy_picks_the_most_drawn_remote_rows() {
     let accesses: Vec<u32> =
         (0..300).flat_map(|_| graph.view().in_neighbors(g.random_range(0..c.n as u32)).to_vec()).collect();
     let picked = cache::by_frequency(&accesses, &owners, 0, 40);
-    let count = |v: u32| accesses.iter().filter(|&&a| a == v).count();
+    let mut count = vec![0usize; c.n];
+    accesses.iter().for_each(|&v| count[v as usize] += 1);
     assert_eq!(picked.len(), 40);
-    assert!(picked.iter().all(|&v| owners[v as usize] == 1));
-    let lowest = picked.iter().map(|&v| count(v)).min().unwrap();
-    assert!(lowest >= 1);
-    let remote_left: Vec<u32> =
-        accesses.iter().copied().filter(|&v| owners[v as usize] == 1 && !picked.contains(&v)).collect();
-    assert!(remote_left.iter().all(|&v| count(v) <= lowest));
+    assert_top_remote(&picked, &count, &owners, 0);
     // Fewer distinct remote rows than the budget: all of them, nothing else.
     let all = cache::by_frequency(&accesses, &owners, 0, usize::MAX);
     let mut distinct: Vec<u32> = accesses.iter().copied().filter(|&v| owners[v as usize] == 1).collect();

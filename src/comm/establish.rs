@@ -7,12 +7,12 @@
 use super::auth::{self, Shook};
 use super::deadline::Deadline;
 use super::error::CommError;
-use super::mesh::MeshConfig;
+use super::mesh::{MeshConfig, lock};
 use std::collections::HashMap;
 use std::io;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError, mpsc};
+use std::sync::{Mutex, mpsc};
 use std::thread::{self, Scope};
 use std::time::Duration;
 
@@ -61,21 +61,19 @@ impl Pending {
     ) -> Result<Shook, String> {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let clone = stream.try_clone().map_err(|e| e.to_string())?;
-        match self.streams.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
+        match lock(&self.streams).as_mut() {
             Some(streams) => streams.insert(id, clone),
             None => return Err("the mesh was already complete (or had failed)".into()),
         };
         let out = shake(stream);
-        if let Some(streams) = self.streams.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
+        if let Some(streams) = lock(&self.streams).as_mut() {
             streams.remove(&id);
         }
         out
     }
 
     fn cut_all(&self) {
-        for s in
-            self.streams.lock().unwrap_or_else(PoisonError::into_inner).take().into_iter().flat_map(|m| m.into_values())
-        {
+        for s in lock(&self.streams).take().into_iter().flat_map(|m| m.into_values()) {
             let _ = s.shutdown(Shutdown::Both);
         }
     }
