@@ -3,6 +3,7 @@
 //! this library.
 
 pub mod cluster;
+pub mod comm;
 pub mod datasets;
 pub mod error;
 pub mod format;
