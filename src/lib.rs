@@ -8,6 +8,7 @@ pub mod format;
 pub mod graph;
 pub mod partition;
 pub mod paths;
+pub mod sample;
 pub mod util;
 
 pub use error::{BadInput, NotImplemented};
