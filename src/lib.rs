@@ -5,6 +5,7 @@
 pub mod datasets;
 pub mod error;
 pub mod format;
+pub mod gather;
 pub mod graph;
 pub mod partition;
 pub mod paths;
