@@ -7,6 +7,8 @@ pub mod error;
 pub mod format;
 pub mod gather;
 pub mod graph;
+pub mod model;
+pub mod optim;
 pub mod partition;
 pub mod paths;
 pub mod sample;

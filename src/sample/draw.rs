@@ -1,6 +1,6 @@
 //! The per-vertex draw: uniform without replacement, a pure function of its key.
 
-use crate::util::rng::{hash_of, mix64};
+use crate::util::rng::{SplitMix, hash_of, mix64};
 
 /// Key shared by every vertex of one (seed, epoch, layer); combine it with a
 /// vertex through `vertex_key`. `vertex_key(layer_key(s, e, l), v)` equals
@@ -13,18 +13,6 @@ pub fn layer_key(seed: u64, epoch: u64, layer: u64) -> u64 {
 #[inline]
 pub fn vertex_key(layer_key: u64, v: u32) -> u64 {
     mix64(layer_key ^ v as u64)
-}
-
-/// SplitMix64 stream: two adds, three multiplies per draw, no state beyond a u64.
-struct Tiny(u64);
-
-impl Tiny {
-    #[inline]
-    fn below(&mut self, n: usize) -> usize {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        // Lemire's multiply-shift: bias below 2^-40 for any degree we can store.
-        ((mix64(self.0) as u128 * n as u128) >> 64) as usize
-    }
 }
 
 /// Fills `out` (length `min(k, nbrs.len())`, as `Fanout::take` gives) with
@@ -40,7 +28,7 @@ pub fn draw_neighbors(nbrs: &[u32], key: u64, out: &mut [u32]) {
         out.copy_from_slice(nbrs);
         return;
     }
-    let mut rng = Tiny(key);
+    let mut rng = SplitMix(key);
     if k <= 64 || deg > 16 * k {
         // Floyd: for j in deg-k..deg pick t in [0, j]; take nbrs[j] if nbrs[t] is already in.
         for (filled, j) in (deg - k..deg).enumerate() {
