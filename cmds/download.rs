@@ -1,11 +1,147 @@
 use crate::Global;
+use crate::output::print_json;
+use anyhow::Context;
+use leapgnn::datasets::convert::split::parse_fractions;
+use leapgnn::datasets::{self, ConvertOptions, DownloadRequest, Format, Registry};
+use std::io::IsTerminal;
+use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
-    rest: Vec<String>,
+    /// A datasets.toml name, or a new name to import with --from and --format.
+    #[arg(required_unless_present = "list")]
+    pub name: Option<String>,
+    /// Show the registry: names, formats, sizes and which are present.
+    #[arg(long, conflicts_with = "name")]
+    pub list: bool,
+    /// Convert this local file, zip or directory instead of downloading (text: DIR/PREFIX).
+    #[arg(long)]
+    pub from: Option<PathBuf>,
+    /// Source layout: ogb, npz, edgelist, musae or text (default: the registry's).
+    #[arg(long)]
+    pub format: Option<Format>,
+    /// Download and convert again even if a valid archive exists.
+    #[arg(long)]
+    pub force: bool,
+    /// Store every edge in both directions.
+    #[arg(long)]
+    pub symmetrize: bool,
+    /// Keep self loops (dropped by default).
+    #[arg(long)]
+    pub self_loops: bool,
+    /// Dimension of the seeded uniform features generated for graphs without features.
+    #[arg(long)]
+    pub feature_dim: Option<u32>,
+    /// Generate seeded labels with this many classes for graphs without labels.
+    #[arg(long)]
+    pub generated_classes: Option<u32>,
+    /// Random split of the labelled nodes, train,val,test in percent (or fractions).
+    #[arg(long, value_parser = parse_fractions)]
+    pub split: Option<[f64; 3]>,
+    /// text: file prefix inside a --from directory; musae: which graph of several.
+    #[arg(long)]
+    pub prefix: Option<String>,
+    /// Seed of generated features, labels and splits.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Another registry file instead of the built-in datasets.toml.
+    #[arg(long, env = "LEAPGNN_REGISTRY")]
+    pub registry: Option<PathBuf>,
+    /// Extra rounds over the mirrors after a network failure (with backoff).
+    #[arg(long, default_value_t = 4)]
+    pub retries: u32,
 }
 
-pub fn run(_g: &Global, _a: Args) -> anyhow::Result<()> {
-    Err(leapgnn::NotImplemented.into())
+pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
+    let reg = Registry::resolve(a.registry.as_deref())?;
+    if a.list {
+        return list(g, &reg);
+    }
+    let name = a.name.clone().unwrap_or_default();
+    let req = DownloadRequest {
+        name: name.clone(),
+        from: a.from,
+        format: a.format,
+        force: a.force,
+        seed: a.seed,
+        options: ConvertOptions {
+            symmetrize: a.symmetrize.then_some(true),
+            self_loops: a.self_loops,
+            feature_dim: a.feature_dim,
+            generated_classes: a.generated_classes,
+            split: a.split.map(|s| s.to_vec()),
+            prefix: a.prefix,
+            ..Default::default()
+        },
+        retries: a.retries,
+        progress: !g.json && std::io::stderr().is_terminal(),
+    };
+    let r = datasets::download(&g.data(), &reg, &req).with_context(|| format!("cannot get dataset {name}"))?;
+    for n in &r.notes {
+        eprintln!("warning: {n}");
+    }
+    if g.json {
+        return print_json(&r);
+    }
+    if r.action == "present" {
+        eprintln!("{name}: already present (use --force to rebuild)");
+    }
+    crate::info::print_summary(&r.summary);
+    println!("seconds       {:.2} ({})", r.seconds, r.action);
+    Ok(())
+}
+
+#[derive(serde::Serialize)]
+struct Listed<'a> {
+    name: &'a str,
+    format: Format,
+    description: &'a str,
+    urls: &'a [String],
+    sha256: Option<&'a str>,
+    size: Option<u64>,
+    download_size: Option<&'a str>,
+    present: bool,
+    path: String,
+}
+
+fn list(g: &Global, reg: &Registry) -> anyhow::Result<()> {
+    let data = g.data();
+    let rows: Vec<Listed> = reg
+        .entries()
+        .map(|e| {
+            let path = data.dataset_path(&e.name);
+            Listed {
+                name: &e.name,
+                format: e.format,
+                description: &e.description,
+                urls: &e.urls,
+                sha256: e.sha256.as_deref(),
+                size: e.size,
+                download_size: e.download_size.as_deref(),
+                present: path.is_file(),
+                path: path.display().to_string(),
+            }
+        })
+        .collect();
+    if g.json {
+        return print_json(&serde_json::json!({ "datasets": rows }));
+    }
+    println!("{:<20} {:<10} {:>10}  {:<7}  description", "name", "format", "download", "present");
+    for r in &rows {
+        let size = match (r.size, r.download_size) {
+            (Some(b), _) => format!("{:.1} MB", b as f64 / 1e6),
+            (None, Some(s)) => s.to_owned(),
+            (None, None) if r.format == Format::Synthetic => "generated".to_owned(),
+            _ => "-".to_owned(),
+        };
+        println!(
+            "{:<20} {:<10} {:>10}  {:<7}  {}",
+            r.name,
+            r.format,
+            size,
+            if r.present { "yes" } else { "no" },
+            r.description
+        );
+    }
+    Ok(())
 }

@@ -1,7 +1,7 @@
 use crate::Global;
 use crate::output::print_json;
 use anyhow::Context;
-use leapgnn::format::DatasetFile;
+use leapgnn::format::{DatasetFile, DatasetSummary};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -28,6 +28,12 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     if g.json {
         return print_json(&s);
     }
+    print_summary(&s);
+    Ok(())
+}
+
+/// The human view of a dataset archive (also printed by `download`).
+pub fn print_summary(s: &DatasetSummary) {
     println!("name          {}", s.name);
     println!("path          {}", s.path);
     println!("source        {}", s.source);
@@ -38,5 +44,4 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     println!("split         train {} / val {} / test {}", s.train, s.val, s.test);
     println!("size          {} bytes", s.bytes);
     println!("sha256        {}", s.sha256);
-    Ok(())
 }

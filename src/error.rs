@@ -27,5 +27,8 @@ pub fn is_bad_input(e: &(dyn std::error::Error + 'static)) -> bool {
     if let Some(f) = e.downcast_ref::<crate::format::FormatError>() {
         return !matches!(f, crate::format::FormatError::Io { .. });
     }
+    if let Some(d) = e.downcast_ref::<crate::datasets::DatasetError>() {
+        return d.is_bad_input();
+    }
     false
 }

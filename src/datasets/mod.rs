@@ -1,15 +1,192 @@
 //! Dataset registry (`datasets.toml`), downloaders, format converters and
-//! synthetic generators. Everything ends as a `format::Dataset` archive.
+//! synthetic generators. Everything ends as a `format::Dataset` archive at
+//! `<data-dir>/<name>/dataset.lgnn`.
+//!
+//! Downloads go to `<data-dir>/<name>/download/` and are kept there after
+//! conversion (so `--force` can re-convert without the network when the
+//! registry has a checksum to trust them by); delete that folder to reclaim
+//! the space.
 
+pub mod convert;
+pub mod error;
+pub mod fetch;
+pub mod registry;
+pub mod source;
 pub mod synthetic;
 
-use crate::DataDir;
-use std::path::PathBuf;
+pub use convert::{ConvertOptions, Format};
+pub use error::DatasetError;
+pub use registry::{Entry, Registry};
 
-/// Path of the dataset archive `name`, creating it first when it is missing and
-/// can be made without the network (synthetic presets). Other missing datasets
-/// are an error that says which `leapgnn download` to run.
+use crate::DataDir;
+use crate::format::{DatasetFile, DatasetSummary};
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// One `leapgnn download` (or import) request.
+#[derive(Debug, Clone, Default)]
+pub struct DownloadRequest {
+    pub name: String,
+    /// Convert this local file or directory instead of fetching.
+    pub from: Option<PathBuf>,
+    /// Override (or, for names not in the registry, give) the format.
+    pub format: Option<Format>,
+    /// Rebuild even when a valid archive exists.
+    pub force: bool,
+    pub seed: u64,
+    /// Flags that override the registry entry's converter options.
+    pub options: ConvertOptions,
+    /// Extra rounds over the mirrors after a network failure.
+    pub retries: u32,
+    pub progress: bool,
+}
+
+/// What `download --json` prints: the archive's summary plus timing.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DownloadReport {
+    #[serde(flatten)]
+    pub summary: DatasetSummary,
+    pub seconds: f64,
+    /// `present` (already there), `downloaded`, `imported` (--from) or `generated`.
+    pub action: &'static str,
+    /// Warnings for stderr.
+    #[serde(skip)]
+    pub notes: Vec<String>,
+}
+
+/// Fetches or imports, converts and writes the dataset `req.name`. An existing
+/// valid archive is reported as is unless `force`; an invalid one is rebuilt.
+/// Nothing is written at the archive path unless the whole conversion succeeded.
+pub fn download(data: &DataDir, reg: &Registry, req: &DownloadRequest) -> Result<DownloadReport, DatasetError> {
+    let t0 = Instant::now();
+    check_name(&req.name)?;
+    let entry = reg.get(&req.name);
+    let format = match (req.format, entry) {
+        (Some(f), _) => f,
+        (None, Some(e)) => e.format,
+        (None, None) if req.from.is_some() => {
+            return Err(DatasetError::input(format!(
+                "`{}` is not in the registry, so --format is needed to import it (ogb, npz, edgelist, musae, text)",
+                req.name
+            )));
+        }
+        (None, None) => return Err(reg.require(&req.name).unwrap_err()),
+    };
+    let target = data.dataset_path(&req.name);
+    let mut notes = Vec::new();
+    if !req.force && target.exists() {
+        match DatasetFile::open_verified(&target) {
+            Ok(f) => return Ok(report(f, t0, "present", notes)),
+            Err(e) => notes.push(format!("{e}; rebuilding it")),
+        }
+    }
+
+    let options = match entry {
+        Some(e) => merge(&e.options, &req.options),
+        None => req.options.clone(),
+    };
+    let (ds, action) = if format == Format::Synthetic {
+        if req.from.is_some() {
+            return Err(DatasetError::input(format!("{}: synthetic datasets are generated; drop --from", req.name)));
+        }
+        let entry = entry.ok_or_else(|| {
+            DatasetError::input(format!("`{}`: the synthetic format needs a registry entry with its spec", req.name))
+        })?;
+        (synthetic::generate(&req.name, &entry.synthetic_spec()?, req.seed)?, "generated")
+    } else if let Some(from) = &req.from {
+        (convert::convert(format, from, &req.name, req.seed, &options)?, "imported")
+    } else {
+        let entry = reg.require(&req.name)?;
+        if entry.urls.is_empty() {
+            return Err(DatasetError::input(format!(
+                "`{}` has no download URL; import a local copy with `leapgnn download {} --from PATH`",
+                req.name, req.name
+            )));
+        }
+        let spec = fetch::FetchSpec {
+            urls: &entry.urls,
+            sha256: entry.sha256.as_deref(),
+            size: entry.size,
+            retries: req.retries,
+            progress: req.progress,
+            force: req.force,
+        };
+        let (file, url) = fetch::fetch(&data.downloads_dir(&req.name), &spec, &mut notes)?;
+        let mut ds = convert::convert(format, &file, &req.name, req.seed, &options)?;
+        ds.meta.source = url;
+        (ds, "downloaded")
+    };
+    // Expectations hold for the registry's own recipe only.
+    if let Some(e) = entry
+        && req.format.is_none()
+        && options == e.options
+    {
+        let m = &ds.meta;
+        notes.extend(e.check_expected(m.num_nodes, m.num_edges, m.feature_dim, m.num_classes));
+    }
+    ds.write(&target)?;
+    Ok(report(DatasetFile::open_verified(&target)?, t0, action, notes))
+}
+
+fn report(f: DatasetFile, t0: Instant, action: &'static str, notes: Vec<String>) -> DownloadReport {
+    DownloadReport { summary: f.summary(), seconds: t0.elapsed().as_secs_f64(), action, notes }
+}
+
+/// Registry options overridden by the flags the user set.
+fn merge(base: &ConvertOptions, over: &ConvertOptions) -> ConvertOptions {
+    ConvertOptions {
+        symmetrize: over.symmetrize.or(base.symmetrize),
+        self_loops: over.self_loops || base.self_loops,
+        feature_dim: over.feature_dim.or(base.feature_dim),
+        generated_classes: over.generated_classes.or(base.generated_classes),
+        split: over.split.clone().or_else(|| base.split.clone()),
+        prefix: over.prefix.clone().or_else(|| base.prefix.clone()),
+        id_column: over.id_column.clone().or_else(|| base.id_column.clone()),
+        label_column: over.label_column.clone().or_else(|| base.label_column.clone()),
+        num_nodes: over.num_nodes.or(base.num_nodes),
+        split_name: over.split_name.clone().or_else(|| base.split_name.clone()),
+    }
+}
+
+/// A dataset name becomes a directory under --data-dir: keep it one plain component.
+fn check_name(name: &str) -> Result<(), DatasetError> {
+    let ok = !name.is_empty()
+        && !name.starts_with('.')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(DatasetError::input(format!(
+            "dataset name `{name}` must be letters, digits, `-`, `_` or `.` (it names a directory under --data-dir)"
+        )))
+    }
+}
+
+/// Path of the dataset archive `name` (or of the archive/directory `name`
+/// points to), creating it first when it is missing and can be made without
+/// the network (synthetic presets). Other missing datasets are an error that
+/// says which `leapgnn download` to run.
 pub fn ensure_dataset(data: &DataDir, name: &str) -> anyhow::Result<PathBuf> {
-    let _ = (data, name);
-    Err(crate::NotImplemented.into())
+    let path = crate::paths::resolve_archive(data, name);
+    if path.is_file() {
+        return Ok(path);
+    }
+    let reg = Registry::resolve(None)?;
+    match reg.get(name) {
+        Some(e) if e.format == Format::Synthetic => {
+            eprintln!("{name}: not in {} yet; generating it (synthetic, seed 0)", data.root.display());
+            let req = DownloadRequest { name: name.to_owned(), ..Default::default() };
+            Ok(PathBuf::from(download(data, &reg, &req)?.summary.path))
+        }
+        Some(_) => Err(crate::BadInput::new(format!(
+            "dataset `{name}` is not in {}; run `leapgnn download {name}` first",
+            data.root.display()
+        ))
+        .into()),
+        None => Err(crate::BadInput::new(format!(
+            "no dataset `{name}` in {} and none by that name in the registry; run `leapgnn download --list`",
+            data.root.display()
+        ))
+        .into()),
+    }
 }

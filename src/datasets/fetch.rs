@@ -1,0 +1,277 @@
+//! Downloads one registry file: streamed to `<file>.part` next to its final
+//! place, resumed with HTTP Range after a cut, retried with exponential
+//! backoff, every wait bounded by a timeout, sha256-checked, then renamed.
+
+use super::DatasetError;
+use indicatif::{ProgressBar, ProgressStyle};
+use reqwest::StatusCode;
+use reqwest::blocking::Client;
+use reqwest::header::{CONTENT_RANGE, RANGE};
+use sha2::Digest;
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest wait for response headers or for the next chunk of the body.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(60);
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// What to fetch and how.
+#[derive(Debug, Clone)]
+pub struct FetchSpec<'a> {
+    /// Mirrors, tried in order.
+    pub urls: &'a [String],
+    pub sha256: Option<&'a str>,
+    pub size: Option<u64>,
+    /// Extra rounds over the mirrors after the first fails (with backoff).
+    pub retries: u32,
+    /// Draw a progress bar on stderr.
+    pub progress: bool,
+    /// Do not trust an already downloaded file whose checksum is unknown.
+    pub force: bool,
+}
+
+/// Fetches into `dir`; returns the file and the URL it came from. Warnings
+/// (unknown checksum, discarded stale files) are appended to `notes`.
+pub fn fetch(dir: &Path, spec: &FetchSpec<'_>, notes: &mut Vec<String>) -> Result<(PathBuf, String), DatasetError> {
+    let first = spec.urls.first().ok_or_else(|| DatasetError::input("no URL to download from"))?;
+    let file_name = url_file_name(first)?;
+    fs::create_dir_all(dir).map_err(|e| DatasetError::io(dir, e))?;
+    let done = dir.join(&file_name);
+    let part = dir.join(format!("{file_name}.part"));
+
+    if done.is_file() {
+        match spec.sha256 {
+            Some(want) if sha256_file(&done)?.eq_ignore_ascii_case(want) => return Ok((done, first.clone())),
+            None if !spec.force => return Ok((done, first.clone())),
+            _ => {
+                notes.push(format!("{}: discarded (checksum unknown or wrong), downloading again", done.display()));
+                fs::remove_file(&done).map_err(|e| DatasetError::io(&done, e))?;
+            }
+        }
+    }
+
+    let client = Client::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .timeout(READ_TIMEOUT)
+        .build()
+        .map_err(|e| DatasetError::Download { url: first.clone(), msg: format!("cannot set up HTTP: {e}") })?;
+    let mut last = None;
+    let mut url_used = None;
+    'rounds: for round in 0..=spec.retries {
+        if round > 0 {
+            std::thread::sleep(backoff(round));
+        }
+        for url in spec.urls {
+            match attempt(&client, url, &part, spec.progress) {
+                Ok(()) => {
+                    url_used = Some(url.clone());
+                    break 'rounds;
+                }
+                Err(Failure::Fatal(e)) => return Err(e),
+                Err(Failure::Retry(e)) => {
+                    tracing::warn!("{e}; retrying");
+                    last = Some(e);
+                }
+            }
+        }
+    }
+    let Some(url) = url_used else {
+        let e = last.expect("at least one attempt was made");
+        return Err(match e {
+            DatasetError::Download { url, msg } => DatasetError::Download {
+                url,
+                msg: format!("{msg} (gave up after {} attempts; rerun to resume)", spec.retries + 1),
+            },
+            e => e,
+        });
+    };
+
+    let len = fs::metadata(&part).map_err(|e| DatasetError::io(&part, e))?.len();
+    let actual = sha256_file(&part)?;
+    if let Some(want) = spec.sha256
+        && !actual.eq_ignore_ascii_case(want)
+    {
+        let _ = fs::remove_file(&part);
+        return Err(DatasetError::Checksum { file: part, expected: want.to_owned(), actual });
+    }
+    if let Some(size) = spec.size
+        && size != len
+    {
+        let _ = fs::remove_file(&part);
+        return Err(DatasetError::Download {
+            url,
+            msg: format!(
+                "got {len} bytes, the registry says {size}; the partial file was deleted, rerun to download again"
+            ),
+        });
+    }
+    if spec.sha256.is_none() {
+        notes.push(format!(
+            "{file_name}: no sha256 in the registry to check against; downloaded file has sha256 {actual}"
+        ));
+    }
+    fs::rename(&part, &done).map_err(|e| DatasetError::io(&done, e))?;
+    Ok((done, url))
+}
+
+enum Failure {
+    /// The network or server failed: try again (the `.part` is kept for resume).
+    Retry(DatasetError),
+    /// Retrying cannot help (HTTP 404, a local write error).
+    Fatal(DatasetError),
+}
+
+/// One request: resumes from the `.part` length when there is one.
+fn attempt(client: &Client, url: &str, part: &Path, progress: bool) -> Result<(), Failure> {
+    let net = |msg: String| DatasetError::Download { url: url.to_owned(), msg };
+    let have = fs::metadata(part).map(|m| m.len()).unwrap_or(0);
+    let mut req = client.get(url);
+    if have > 0 {
+        req = req.header(RANGE, format!("bytes={have}-"));
+    }
+    let mut resp = req.send().map_err(|e| Failure::Retry(net(format!("request failed: {}", error_chain(&e)))))?;
+    let status = resp.status();
+    let content_range = resp.headers().get(CONTENT_RANGE).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let (start, total) = match status {
+        StatusCode::PARTIAL_CONTENT => {
+            let (s, t) = parse_content_range(content_range.as_deref())
+                .ok_or_else(|| Failure::Retry(net(format!("bad Content-Range {content_range:?}"))))?;
+            if s != have {
+                let _ = fs::remove_file(part);
+                return Err(Failure::Retry(net(format!("server resumed at byte {s}, not {have}; restarting"))));
+            }
+            (have, t.or(resp.content_length().map(|l| have + l)))
+        }
+        StatusCode::OK => (0, resp.content_length()),
+        StatusCode::RANGE_NOT_SATISFIABLE => {
+            let total = content_range.as_deref().and_then(|c| c.strip_prefix("bytes */")?.parse::<u64>().ok());
+            if total == Some(have) {
+                return Ok(()); // the .part is already complete
+            }
+            let _ = fs::remove_file(part);
+            return Err(Failure::Retry(net("server refused to resume; restarting".into())));
+        }
+        s if s.is_server_error() || s == StatusCode::REQUEST_TIMEOUT || s == StatusCode::TOO_MANY_REQUESTS => {
+            return Err(Failure::Retry(net(format!("HTTP {s}"))));
+        }
+        s => return Err(Failure::Fatal(net(format!("HTTP {s}; check the URL in the registry")))),
+    };
+
+    let fatal_io = |e: std::io::Error| Failure::Fatal(DatasetError::io(part, e));
+    let mut file = if start == 0 {
+        File::create(part).map_err(fatal_io)?
+    } else {
+        OpenOptions::new().append(true).open(part).map_err(fatal_io)?
+    };
+    let bar = progress.then(|| progress_bar(total, start, url));
+    let mut pos = start;
+    let mut buf = vec![0u8; 256 << 10];
+    loop {
+        let n = match resp.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                let _ = file.flush();
+                return Err(Failure::Retry(net(format!("connection lost after {pos} bytes: {e}"))));
+            }
+        };
+        file.write_all(&buf[..n]).map_err(fatal_io)?;
+        pos += n as u64;
+        if let Some(b) = &bar {
+            b.set_position(pos);
+        }
+    }
+    file.sync_all().map_err(fatal_io)?;
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    match total {
+        Some(t) if pos != t => Err(Failure::Retry(net(format!("connection closed after {pos} of {t} bytes")))),
+        _ => Ok(()),
+    }
+}
+
+fn progress_bar(total: Option<u64>, start: u64, url: &str) -> ProgressBar {
+    let bar = ProgressBar::with_draw_target(total, indicatif::ProgressDrawTarget::stderr());
+    let style = ProgressStyle::with_template(
+        "{msg} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+    )
+    .unwrap_or_else(|_| ProgressStyle::default_bar());
+    bar.set_style(style);
+    bar.set_message(url.rsplit('/').next().unwrap_or(url).to_owned());
+    bar.set_position(start);
+    bar
+}
+
+/// `bytes START-END/TOTAL` -> (START, TOTAL if known).
+fn parse_content_range(v: Option<&str>) -> Option<(u64, Option<u64>)> {
+    let rest = v?.trim().strip_prefix("bytes ")?;
+    let (range, total) = rest.split_once('/')?;
+    let start = range.split_once('-')?.0.trim().parse().ok()?;
+    Some((start, total.trim().parse().ok()))
+}
+
+fn backoff(round: u32) -> Duration {
+    let secs = 1u64 << (round - 1).min(5);
+    Duration::from_secs(secs).min(MAX_BACKOFF)
+}
+
+/// The last path segment of a URL, checked to be a plain file name.
+pub fn url_file_name(url: &str) -> Result<String, DatasetError> {
+    let path = url.split(['?', '#']).next().unwrap_or(url);
+    let name = path.rsplit('/').next().unwrap_or_default();
+    if name.is_empty() || name.starts_with('.') || name.contains('\\') {
+        return Err(DatasetError::input(format!("{url}: the URL does not end in a file name")));
+    }
+    Ok(name.to_owned())
+}
+
+/// sha256 of a file, hex.
+pub fn sha256_file(path: &Path) -> Result<String, DatasetError> {
+    let mut f = File::open(path).map_err(|e| DatasetError::io(path, e))?;
+    let mut h = sha2::Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).map_err(|e| DatasetError::io(path, e))?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(format!("{:x}", h.finalize()))
+}
+
+/// reqwest hides the useful part (connection refused, timed out) in its sources.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let t = c.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        cur = c.source();
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_range_and_file_names_parse() {
+        assert_eq!(parse_content_range(Some("bytes 100-199/200")), Some((100, Some(200))));
+        assert_eq!(parse_content_range(Some("bytes 5-9/*")), Some((5, None)));
+        assert_eq!(parse_content_range(Some("items 1-2/3")), None);
+        assert_eq!(url_file_name("http://h/a/arxiv.zip?x=1").unwrap(), "arxiv.zip");
+        assert!(url_file_name("http://h/a/").is_err());
+        assert_eq!(backoff(1), Duration::from_secs(1));
+        assert_eq!(backoff(10), MAX_BACKOFF);
+    }
+}
