@@ -1,9 +1,9 @@
 //! Feature gather outside candle: the rows a block needs are copied from the
 //! mmapped archive (or any other row source, e.g. a buffer of rows fetched
-//! from remote owners) straight into the buffer that becomes the input tensor.
+//! from remote owners) straight into the buffer that becomes the input tensor
+//! (`model::Model::input` moves it into the tensor without a copy).
 
 use crate::format::DatasetFile;
-use candle_core::{Device, Tensor};
 use rayon::prelude::*;
 use std::mem::MaybeUninit;
 
@@ -44,7 +44,7 @@ impl FeatureSource for DatasetFile {
 }
 
 /// Copies the rows of `ids` into `out` (`ids.len() * dim` values), in parallel when large.
-pub fn gather_into(src: &impl FeatureSource, ids: &[u32], out: &mut [MaybeUninit<f32>]) {
+pub fn gather_into<S: FeatureSource + ?Sized>(src: &S, ids: &[u32], out: &mut [MaybeUninit<f32>]) {
     let dim = src.dim();
     assert_eq!(out.len(), ids.len() * dim, "gather output has the wrong length");
     if dim == 0 {
@@ -61,7 +61,7 @@ pub fn gather_into(src: &impl FeatureSource, ids: &[u32], out: &mut [MaybeUninit
 }
 
 /// The rows of `ids`, row-major, without zero-filling the buffer first.
-pub fn gather(src: &impl FeatureSource, ids: &[u32]) -> Vec<f32> {
+pub fn gather<S: FeatureSource + ?Sized>(src: &S, ids: &[u32]) -> Vec<f32> {
     let n = ids.len() * src.dim();
     let mut out = Vec::with_capacity(n);
     gather_into(src, ids, &mut out.spare_capacity_mut()[..n]);
@@ -73,11 +73,38 @@ pub fn gather(src: &impl FeatureSource, ids: &[u32]) -> Vec<f32> {
     out
 }
 
-/// The rows of `ids` as an `[ids.len(), dim]` tensor on `device` (the buffer is
-/// moved into the tensor on CPU, not copied).
-pub fn gather_tensor(src: &impl FeatureSource, ids: &[u32], device: &Device) -> candle_core::Result<Tensor> {
-    let t = Tensor::from_vec(gather(src, ids), (ids.len(), src.dim()), &Device::Cpu)?;
-    if device.is_cpu() { Ok(t) } else { t.to_device(device) }
+/// How gathered rows are scaled before they enter the model.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RowNorm {
+    #[default]
+    None,
+    /// Each row divided by the sum of its absolute values (PyG's `NormalizeFeatures`).
+    L1,
+}
+
+impl std::str::FromStr for RowNorm {
+    type Err = crate::BadInput;
+    fn from_str(s: &str) -> Result<Self, crate::BadInput> {
+        match s {
+            "none" => Ok(RowNorm::None),
+            "l1" => Ok(RowNorm::L1),
+            _ => Err(crate::BadInput::new(format!("unknown feature normalisation `{s}`: expected none or l1"))),
+        }
+    }
+}
+
+/// Applies `norm` to each `dim`-wide row of `buf` (all-zero rows stay zero).
+pub fn normalize_rows(buf: &mut [f32], dim: usize, norm: RowNorm) {
+    if norm == RowNorm::None || dim == 0 {
+        return;
+    }
+    buf.par_chunks_mut(dim).with_min_len(256).for_each(|row| {
+        let s: f32 = row.iter().map(|v| v.abs()).sum();
+        if s > 0.0 {
+            row.iter_mut().for_each(|v| *v /= s);
+        }
+    });
 }
 
 #[cfg(test)]
@@ -98,8 +125,9 @@ mod tests {
                 assert_eq!(&got[i * dim..(i + 1) * dim], src.row(v));
             }
         }
-        let t = gather_tensor(&src, &[2, 0], &Device::Cpu).unwrap();
-        assert_eq!(t.dims(), &[2, dim]);
-        assert_eq!(t.to_vec2::<f32>().unwrap()[1], src.row(0));
+        let small = [1.0f32, -3.0, 0.0, 0.0];
+        let mut t = gather(&DenseRows { data: &small, dim: 2 }, &[0, 1]);
+        normalize_rows(&mut t, 2, RowNorm::L1);
+        assert_eq!(t, vec![0.25, -0.75, 0.0, 0.0], "rows scaled to unit L1 norm; a zero row stays zero");
     }
 }

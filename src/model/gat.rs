@@ -3,10 +3,9 @@
 //! attention dropout; heads concatenated in hidden layers, averaged in the last.
 
 use super::dropout::{dropout_rows, edge_row_key};
-use super::{AggGraph, LayerInput, Params, csr_op};
+use super::{AggGraph, LayerInput, Linear, Params, csr_op};
 use crate::sample::Block;
-use candle_core::{D, Device, Module, Result, Tensor};
-use candle_nn::Linear;
+use candle_core::{D, Device, Result, Tensor};
 
 pub struct GatLayer {
     lin: Linear,

@@ -4,11 +4,10 @@
 //! self loop. With the full neighbourhood (`--eval-fanout all`) this is
 //! exactly the GCN propagation rule.
 
-use super::{AggGraph, LayerInput, Params, csr_op};
+use super::{AggGraph, LayerInput, Linear, Params, csr_op};
 use crate::graph::CsrView;
 use crate::sample::{Block, Fanout};
-use candle_core::{Device, Module, Result, Tensor};
-use candle_nn::Linear;
+use candle_core::{Device, Result, Tensor};
 
 pub struct GcnLayer {
     lin: Linear,

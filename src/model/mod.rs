@@ -7,12 +7,14 @@ pub mod csr_op;
 pub mod dropout;
 mod gat;
 mod gcn;
+mod linear;
 mod loss;
 mod params;
 mod sage;
 
 pub use agg_graph::AggGraph;
 pub use csr_op::Kernel;
+pub use linear::Linear;
 pub use loss::{count_correct, cross_entropy_sum};
 pub use params::{Param, Params};
 
@@ -21,7 +23,7 @@ use crate::graph::CsrView;
 use crate::sample::{Blocks, Fanouts};
 use crate::util::rng::hash_of;
 use candle_core::{Device, Result, Tensor};
-use dropout::{dropout_rows, vertex_row_key};
+use dropout::{dropout_in_place, dropout_rows, vertex_row_key};
 use gat::GatLayer;
 use gcn::GcnLayer;
 use sage::{SageAggr, SageLayer};
@@ -194,7 +196,23 @@ impl Model {
         Prepared { blocks, graphs }
     }
 
-    /// Logits `[roots, classes]` from the input rows `x` (`[input_nodes, in_dim]`).
+    fn feature_site(key: u64, layer: usize) -> u64 {
+        hash_of(key, &[layer as u64, 0])
+    }
+
+    /// The first layer's input from the gathered rows of `p`'s input nodes
+    /// (row-major, `in_dim` wide): its dropout is applied here, in place, as the
+    /// features are constants.
+    pub fn input(&self, p: &Prepared, mut rows: Vec<f32>, mode: Mode, dev: &Device) -> Result<Tensor> {
+        let ids = p.blocks.input_nodes();
+        if let Mode::Train { key } = mode {
+            let site = Self::feature_site(key, 0);
+            dropout_in_place(&mut rows, self.spec.in_dim, self.spec.dropout, |r| vertex_row_key(site, ids[r]));
+        }
+        Tensor::from_vec(rows, (ids.len(), self.spec.in_dim), &Device::Cpu)?.to_device(dev)
+    }
+
+    /// Logits `[roots, classes]` from the first layer's input `x` (made by `input`).
     pub fn forward(&self, p: &Prepared, x: &Tensor, mode: Mode) -> Result<Tensor> {
         let last = self.layers.len() - 1;
         let mut h = x.clone();
@@ -202,8 +220,10 @@ impl Model {
             let ids = &p.blocks.layers[i].src[..];
             let mut attention_dropout = None;
             if let Mode::Train { key } = mode {
-                let site = hash_of(key, &[i as u64, 0]);
-                h = dropout_rows(&h, self.spec.dropout, |r| vertex_row_key(site, ids[r]))?;
+                if i > 0 {
+                    let site = Self::feature_site(key, i);
+                    h = dropout_rows(&h, self.spec.dropout, |r| vertex_row_key(site, ids[r]))?;
+                }
                 if matches!(layer, Layer::Gat(_)) && self.spec.dropout > 0.0 {
                     attention_dropout = Some((self.spec.dropout, hash_of(key, &[i as u64, 1])));
                 }
@@ -227,7 +247,7 @@ impl Model {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gather::{DenseRows, gather_tensor};
+    use crate::gather::{DenseRows, gather};
     use crate::graph::Csr;
     use crate::optim::OptimizerKind;
     use crate::sample::{NeighborSampler, NodeMap};
@@ -283,8 +303,9 @@ mod tests {
                 let mut params = Params::new(5);
                 let model = Model::new(&spec(kind, t.dim), &mut params, &dev).unwrap().with_kernel(k);
                 let blocks = sampler.sample(&roots, 0, &mut NodeMap::new(400));
-                let x = gather_tensor(&DenseRows { data: &t.feats, dim: t.dim }, blocks.input_nodes(), &dev).unwrap();
+                let rows = gather(&DenseRows { data: &t.feats, dim: t.dim }, blocks.input_nodes());
                 let p = model.prepare(blocks, t.csr.view(), &fan);
+                let x = model.input(&p, rows, Mode::Train { key: 9 }, &dev).unwrap();
                 let logits = model.forward(&p, &x, Mode::Train { key: 9 }).unwrap();
                 let labels: Vec<u32> = roots.iter().map(|&r| t.labels[r as usize]).collect();
                 let loss = cross_entropy_sum(&logits, &labels).unwrap();
@@ -317,9 +338,11 @@ mod tests {
             for epoch in 0..15u64 {
                 for (i, batch) in train.chunks(50).enumerate() {
                     let blocks = sampler.sample(batch, epoch, &mut map);
-                    let x = gather_tensor(&feats, blocks.input_nodes(), &dev).unwrap();
+                    let rows = gather(&feats, blocks.input_nodes());
                     let p = model.prepare(blocks, t.csr.view(), &fan);
-                    let logits = model.forward(&p, &x, Mode::Train { key: hash_of(epoch, &[i as u64]) }).unwrap();
+                    let mode = Mode::Train { key: hash_of(epoch, &[i as u64]) };
+                    let x = model.input(&p, rows, mode, &dev).unwrap();
+                    let logits = model.forward(&p, &x, mode).unwrap();
                     let labels: Vec<u32> = batch.iter().map(|&r| t.labels[r as usize]).collect();
                     let loss = (cross_entropy_sum(&logits, &labels).unwrap() / batch.len() as f64).unwrap();
                     let g = params.flat_grads(&loss.backward().unwrap()).unwrap();
@@ -329,8 +352,9 @@ mod tests {
                 }
             }
             let blocks = sampler.sample(&test, 99, &mut map);
-            let x = gather_tensor(&feats, blocks.input_nodes(), &dev).unwrap();
+            let rows = gather(&feats, blocks.input_nodes());
             let p = model.prepare(blocks, t.csr.view(), &fan);
+            let x = model.input(&p, rows, Mode::Eval, &dev).unwrap();
             let logits = model.forward(&p, &x, Mode::Eval).unwrap();
             let labels: Vec<u32> = test.iter().map(|&r| t.labels[r as usize]).collect();
             let acc = count_correct(&logits, &labels).unwrap() as f64 / test.len() as f64;

@@ -1,10 +1,9 @@
 //! GraphSAGE (Hamilton et al. 2017), PyG's `SAGEConv`:
 //! out = lin_l(aggregate(neighbours)) + lin_r(self).
 
-use super::{AggGraph, LayerInput, Params, csr_op};
+use super::{AggGraph, LayerInput, Linear, Params, csr_op};
 use crate::sample::Block;
-use candle_core::{Device, Module, Result, Tensor};
-use candle_nn::Linear;
+use candle_core::{Device, Result, Tensor};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SageAggr {
