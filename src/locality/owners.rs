@@ -1,0 +1,60 @@
+//! Who owns each vertex under every partition of the grid at once.
+
+/// Owners of every vertex under several partitions ("columns"), interleaved so
+/// that one vertex's owners share a cache line: the inner loops look a vertex
+/// up once for all columns.
+#[derive(Clone, Debug)]
+pub struct OwnerTable {
+    columns: usize,
+    owners: Vec<u16>,
+}
+
+impl OwnerTable {
+    /// `maps[c][v]` = owner of `v` in column `c`; every map covers the same vertices.
+    pub fn new(maps: &[&[u16]]) -> Self {
+        let columns = maps.len();
+        let n = maps.first().map_or(0, |m| m.len());
+        assert!(maps.iter().all(|m| m.len() == n), "partition maps of different lengths");
+        let mut owners = vec![0u16; n * columns];
+        for (c, m) in maps.iter().enumerate() {
+            for (v, &p) in m.iter().enumerate() {
+                owners[v * columns + c] = p;
+            }
+        }
+        OwnerTable { columns, owners }
+    }
+
+    pub fn columns(&self) -> usize {
+        self.columns
+    }
+
+    /// The owners of `v`, one per column.
+    #[inline]
+    pub fn of(&self, v: u32) -> &[u16] {
+        let i = v as usize * self.columns;
+        &self.owners[i..i + self.columns]
+    }
+
+    #[inline]
+    pub fn owner(&self, v: u32, column: usize) -> u16 {
+        self.owners[v as usize * self.columns + column]
+    }
+
+    /// Rows of `vertices` owned by someone other than `server` in `column`.
+    pub fn remote(&self, vertices: &[u32], column: usize, server: u16) -> u64 {
+        vertices.iter().filter(|&&v| self.owner(v, column) != server).count() as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn columns_are_interleaved_per_vertex() {
+        let t = OwnerTable::new(&[&[0, 1, 1], &[3, 2, 0]]);
+        assert_eq!(t.of(1), &[1, 2]);
+        assert_eq!(t.owner(2, 1), 0);
+        assert_eq!(t.remote(&[0, 1, 2], 0, 1), 1);
+    }
+}
