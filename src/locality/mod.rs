@@ -43,7 +43,7 @@ mod scratch;
 pub use config::{Options, Sampling, Setting, default_fanout, parse_list};
 pub use micrographs::{LocalitySums, RATIO_ONE, micrograph_locality};
 pub use naive::{ModelDims, NaiveCost, NaiveScratch, naive_migration};
-pub use owners::OwnerTable;
+pub use owners::{OwnerTable, Trainer};
 pub use plot::write_plot;
 pub use report::{Report, Row};
 pub use requests::{GroupScratch, Requests, owner_iteration};

@@ -34,6 +34,7 @@
 //!
 //! Everything is counted in 4-byte words (f32 or u32), summed over batches.
 
+use super::owners::{OwnerTable, Trainer};
 use crate::sample::Blocks;
 
 /// Layer widths of the costed model.
@@ -82,83 +83,114 @@ impl NaiveCost {
 
 const UNSEEN: u32 = u32::MAX;
 
-/// Reused buffers, sized by the number of servers.
-pub struct NaiveScratch {
-    /// Position of each server in the current tour (UNSEEN outside it).
+/// One trainer's tour through the servers of the current layer.
+#[derive(Default)]
+struct Tour {
+    /// Position of each server in the tour (UNSEEN outside it).
     rank: Vec<u32>,
-    tour: Vec<u16>,
+    servers: Vec<u16>,
     /// Destinations first touched at each tour position.
     first: Vec<u64>,
+    /// Where the model stands.
+    at: usize,
 }
 
-impl NaiveScratch {
-    pub fn new(servers: usize) -> Self {
-        NaiveScratch { rank: vec![UNSEEN; servers], tour: Vec::new(), first: Vec::new() }
-    }
-    /// Re-sizes for `servers` servers.
-    pub fn resize(&mut self, servers: usize) {
-        self.rank.clear();
-        self.rank.resize(servers, UNSEEN);
-    }
+/// Reused buffers, one tour per trainer.
+#[derive(Default)]
+pub struct NaiveScratch {
+    tours: Vec<Tour>,
+    reach: Vec<u32>,
 }
 
-/// The naive-migration cost of `blocks`, trained by the model of server `home`.
+/// The naive-migration cost of `blocks` for each of `who` (the same batch
+/// trained by the model of `home` under different partitions). One pass over
+/// the blocks serves every trainer: each vertex's owners are read once.
 pub fn naive_migration(
     blocks: &Blocks,
-    owner: impl Fn(u32) -> u16,
-    home: u16,
+    owners: &OwnerTable,
+    who: &[Trainer],
     dims: &ModelDims,
     s: &mut NaiveScratch,
-) -> NaiveCost {
-    let servers = s.rank.len();
+) -> Vec<NaiveCost> {
     let params = dims.params();
-    let mut cost = NaiveCost::default();
-    let mut at = home as usize;
+    let mut cost = vec![NaiveCost::default(); who.len()];
+    s.tours.resize_with(who.len(), Tour::default);
+    for (t, tour) in who.iter().zip(&mut s.tours) {
+        tour.rank.clear();
+        tour.rank.resize(t.servers, UNSEEN);
+        tour.at = t.home as usize;
+    }
+    s.reach.resize(who.len(), 0);
     let mut tape = 0u64;
     for (l, b) in blocks.layers.iter().enumerate() {
         let (d_in, d_out) = (dims.d_in(l), dims.d_out(l));
-        s.tour.clear();
+        for tour in &mut s.tours {
+            tour.servers.clear();
+        }
         for &v in &b.src {
-            let p = owner(v);
-            if s.rank[p as usize] == UNSEEN {
-                s.rank[p as usize] = 0;
-                s.tour.push(p);
+            let o = owners.of(v);
+            for (t, tour) in who.iter().zip(&mut s.tours) {
+                let p = o[t.column];
+                if tour.rank[p as usize] == UNSEEN {
+                    tour.rank[p as usize] = 0;
+                    tour.servers.push(p);
+                }
             }
         }
-        s.tour.sort_unstable_by_key(|&p| (p as usize + servers - at) % servers);
-        for (j, &p) in s.tour.iter().enumerate() {
-            s.rank[p as usize] = j as u32;
+        for (t, tour) in who.iter().zip(&mut s.tours) {
+            let at = tour.at;
+            tour.servers.sort_unstable_by_key(|&p| (p as usize + t.servers - at) % t.servers);
+            for (j, &p) in tour.servers.iter().enumerate() {
+                tour.rank[p as usize] = j as u32;
+            }
+            tour.first.clear();
+            tour.first.resize(tour.servers.len(), 0);
         }
-        s.first.clear();
-        s.first.resize(s.tour.len(), 0);
         for d in 0..b.num_dst {
-            let own = s.rank[owner(b.src[d]) as usize];
-            let f = b.edges_of(d).iter().fold(own, |f, &e| f.min(s.rank[owner(b.src[e as usize]) as usize]));
-            s.first[f as usize] += 1;
+            let o = owners.of(b.src[d]);
+            for ((t, tour), r) in who.iter().zip(&s.tours).zip(&mut s.reach) {
+                *r = tour.rank[o[t.column] as usize];
+            }
+            for &e in b.edges_of(d) {
+                let o = owners.of(b.src[e as usize]);
+                for ((t, tour), r) in who.iter().zip(&s.tours).zip(&mut s.reach) {
+                    *r = (*r).min(tour.rank[o[t.column] as usize]);
+                }
+            }
+            for (tour, &r) in s.tours.iter_mut().zip(&s.reach) {
+                tour.first[r as usize] += 1;
+            }
         }
-        let hops = (s.tour.len() - 1) as u64 + u64::from(s.tour[0] as usize != at);
-        cost.hops += hops;
-        cost.params += hops * params;
-        cost.intermediate += hops * tape;
-        let mut touched = 0;
-        for &f in &s.first[..s.tour.len() - 1] {
-            touched += f;
-            cost.partial += touched * d_in;
-        }
-        let last = *s.tour.last().expect("a block has at least one source");
-        at = last as usize;
-        for &p in &s.tour {
-            s.rank[p as usize] = UNSEEN;
+        let last_layer = l + 1 == blocks.layers.len();
+        for (k, (t, tour)) in who.iter().zip(&mut s.tours).enumerate() {
+            let c = &mut cost[k];
+            let hops = (tour.servers.len() - 1) as u64 + u64::from(tour.servers[0] as usize != tour.at);
+            c.hops += hops;
+            c.params += hops * params;
+            c.intermediate += hops * tape;
+            let mut touched = 0;
+            for &f in &tour.first[..tour.servers.len() - 1] {
+                touched += f;
+                c.partial += touched * d_in;
+            }
+            let last = *tour.servers.last().expect("a block has at least one source");
+            tour.at = last as usize;
+            for &p in &tour.servers {
+                tour.rank[p as usize] = UNSEEN;
+            }
+            if !last_layer {
+                let away = b.dst().iter().filter(|&&v| owners.owner(v, t.column) != last).count() as u64;
+                c.intermediate += away * d_out;
+            }
         }
         let n_dst = b.num_dst as u64;
-        if l + 1 < blocks.layers.len() {
-            cost.intermediate += b.dst().iter().filter(|&&v| owner(v) != last).count() as u64 * d_out;
-        }
         tape += n_dst * (2 * d_in + d_out) + n_dst + 1 + b.num_edges() as u64;
     }
-    if at != home as usize {
-        cost.hops += 1;
-        cost.params += params;
+    for ((t, tour), c) in who.iter().zip(&s.tours).zip(&mut cost) {
+        if tour.at != t.home as usize {
+            c.hops += 1;
+            c.params += params;
+        }
     }
     cost
 }
@@ -176,17 +208,23 @@ mod tests {
     #[test]
     fn a_batch_on_one_server_moves_nothing() {
         let dims = ModelDims { in_dim: 8, hidden: 4, classes: 2, layers: 1 };
-        let c = naive_migration(&one_layer(), |_| 1, 1, &dims, &mut NaiveScratch::new(3));
-        assert_eq!(c, NaiveCost::default());
+        let owners = OwnerTable::new(&[&[1, 1, 1, 1]]);
+        let who = [Trainer { column: 0, home: 1, servers: 3 }];
+        let c = naive_migration(&one_layer(), &owners, &who, &dims, &mut NaiveScratch::default());
+        assert_eq!(c, vec![NaiveCost::default()]);
         assert_eq!(dims.params(), 2 * 8 * 2 + 2);
     }
 
     #[test]
     fn hand_counted_tour() {
-        // Owners: 0 -> s0, 1 -> s1, 2 -> s2, 3 -> s1; home s1. Tour from s1: s1, s2, s0.
-        let owner = |v: u32| [0u16, 1, 2, 1][v as usize];
+        // Column 0: 0 -> s0, 1 -> s1, 2 -> s2, 3 -> s1; home s1. Tour from s1: s1, s2, s0.
+        // Column 1 puts everything on s0: from home s0 nothing moves.
+        let owners = OwnerTable::new(&[&[0, 1, 2, 1], &[0, 0, 0, 0]]);
         let dims = ModelDims { in_dim: 8, hidden: 4, classes: 2, layers: 1 };
-        let c = naive_migration(&one_layer(), owner, 1, &dims, &mut NaiveScratch::new(3));
+        let who = [Trainer { column: 0, home: 1, servers: 3 }, Trainer { column: 1, home: 0, servers: 3 }];
+        let all = naive_migration(&one_layer(), &owners, &who, &dims, &mut NaiveScratch::default());
+        assert_eq!(all[1], NaiveCost::default());
+        let c = all[0];
         // s1 touches dst 0 (via 3) and dst 1 (own row): 2 rows move s1 -> s2, 2 rows s2 -> s0;
         // the model ends on s0 and returns home.
         assert_eq!(c.hops, 3);

@@ -46,6 +46,15 @@ impl OwnerTable {
     }
 }
 
+/// A model-centric worker: the model of server `home` of `servers`, whose
+/// partition is owner column `column`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Trainer {
+    pub column: usize,
+    pub home: u16,
+    pub servers: usize,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,7 +9,7 @@
 //!
 //! A row is remote when a server other than the requesting worker owns it.
 
-use super::owners::OwnerTable;
+use super::owners::{OwnerTable, Trainer};
 use super::sampler::Sampler;
 use crate::sample::{LayerNodes, VertexSet};
 
@@ -24,6 +24,17 @@ impl Requests {
     /// The request for `vertices` by `server` under partition `column`.
     pub fn of(vertices: &[u32], owners: &OwnerTable, column: usize, server: u16) -> Self {
         Requests { rows: vertices.len() as u64, remote: owners.remote(vertices, column, server) }
+    }
+    /// The request for `vertices` by each of `who` (owners read once per vertex).
+    pub fn of_each(vertices: &[u32], owners: &OwnerTable, who: &[Trainer]) -> Vec<Self> {
+        let mut remote = vec![0u64; who.len()];
+        for &v in vertices {
+            let o = owners.of(v);
+            for (r, t) in remote.iter_mut().zip(who) {
+                *r += u64::from(o[t.column] != t.home);
+            }
+        }
+        remote.into_iter().map(|remote| Requests { rows: vertices.len() as u64, remote }).collect()
     }
     pub fn add(&mut self, o: Requests) {
         self.rows += o.rows;

@@ -4,7 +4,7 @@
 
 use super::micrographs::{LocalitySums, micrograph_locality};
 use super::naive::{ModelDims, NaiveCost, NaiveScratch, naive_migration};
-use super::owners::OwnerTable;
+use super::owners::{OwnerTable, Trainer};
 use super::report::{Report, Row};
 use super::requests::{GroupScratch, Requests, owner_iteration};
 use super::sampler::Sampler;
@@ -193,9 +193,11 @@ impl Pass<'_> {
         let nodes_pool = Pool::new(move || LayerNodes::new(n));
         let locality = micrograph_locality(&self.sampler, self.order, &limits, self.owners, EPOCH, &nodes_pool);
         drop(nodes_pool);
+        tracing::info!("micrograph locality: {:.2} s", t.elapsed().as_secs_f64());
 
         // Model-centric: each distinct worker batch is sampled once for every row that trains it.
         let centric = self.model_centric(members, batch);
+        tracing::info!("micrograph locality and model-centric batches: {:.2} s", t.elapsed().as_secs_f64());
         let shared = t.elapsed().as_secs_f64() / members.len() as f64;
 
         let group_pool = Pool::new(move || GroupScratch::new(n));
@@ -214,40 +216,36 @@ impl Pass<'_> {
         // Worker batches keyed by their position in the epoch order: rows with
         // different S share a batch whenever the cut is the same.
         let base = self.order.as_ptr().addr();
-        let mut users: BTreeMap<(usize, usize), Vec<(usize, u16)>> = BTreeMap::new();
+        let mut users: BTreeMap<(usize, usize), Vec<(usize, Trainer)>> = BTreeMap::new();
         for (k, m) in members.iter().enumerate() {
             let sched = m.schedule(self.order, batch);
             for i in 0..m.iterations {
                 for (w, b) in sched.workers(i).into_iter().enumerate() {
-                    let start = (b.as_ptr().addr() - base) / size_of::<u32>();
-                    users.entry((start, b.len())).or_default().push((k, w as u16));
+                    let key = ((b.as_ptr().addr() - base) / size_of::<u32>(), b.len());
+                    let t = Trainer { column: m.column, home: w as u16, servers: m.setting.parts };
+                    users.entry(key).or_default().push((k, t));
                 }
             }
         }
         let n = self.num_nodes;
-        let max_parts = members.iter().map(|m| m.setting.parts).max().unwrap_or(1);
-        let pool = Pool::new(move || (NodeMap::new(n), NaiveScratch::new(max_parts)));
-        let per_batch: Vec<Vec<(usize, Centric)>> = users
+        let pool = Pool::new(move || (NodeMap::new(n), NaiveScratch::default()));
+        let per_batch: Vec<(Vec<Requests>, Vec<NaiveCost>)> = users
             .par_iter()
-            .map(|(&(start, len), who)| {
+            .map(|(&(start, len), users)| {
+                let who: Vec<Trainer> = users.iter().map(|&(_, t)| t).collect();
                 let mut scratch = pool.get();
                 let (map, naive) = &mut *scratch;
                 let blocks = self.sampler.blocks(&self.order[start..start + len], EPOCH, map);
-                who.iter()
-                    .map(|&(k, w)| {
-                        let col = members[k].column;
-                        let req = Requests::of(blocks.input_nodes(), self.owners, col, w);
-                        naive.resize(members[k].setting.parts);
-                        let cost = naive_migration(&blocks, |v| self.owners.owner(v, col), w, &self.dims, naive);
-                        (k, Centric { req, naive: cost })
-                    })
-                    .collect()
+                let req = Requests::of_each(blocks.input_nodes(), self.owners, &who);
+                (req, naive_migration(&blocks, self.owners, &who, &self.dims, naive))
             })
             .collect();
         let mut sums = vec![Centric::default(); members.len()];
-        for (k, c) in per_batch.into_iter().flatten() {
-            sums[k].req.add(c.req);
-            sums[k].naive.add(c.naive);
+        for (users, (req, naive)) in users.values().zip(per_batch) {
+            for ((&(k, _), r), c) in users.iter().zip(req).zip(naive) {
+                sums[k].req.add(r);
+                sums[k].naive.add(c);
+            }
         }
         sums
     }
