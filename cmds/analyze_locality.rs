@@ -69,7 +69,9 @@ fn check_writable(flag: &str, path: &Path) -> anyhow::Result<()> {
 
 pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     let fanout = match a.fanout {
-        Some(f) => Some(u32::try_from(f).map_err(|_| BadInput::new(format!("--fanout {f}: must be a positive number")))?),
+        Some(f) => {
+            Some(u32::try_from(f).map_err(|_| BadInput::new(format!("--fanout {f}: must be a positive number")))?)
+        }
         None => None,
     };
     let opts = Options {

@@ -195,7 +195,12 @@ fn check_row(row: &Row, g: CsrView<'_>, part: &[u16], order: &[u32], opts: &Opti
     assert_eq!(row.r_sub_pct, 100.0 / s as f64);
 
     // Requests of the three strategies and the naive migration of the model-centric batches.
-    let dims = Dims { in_dim: ds.feature_dim() as u64, hidden: opts.hidden as u64, classes: ds.num_classes() as u64, layers: row.layers };
+    let dims = Dims {
+        in_dim: ds.feature_dim() as u64,
+        hidden: opts.hidden as u64,
+        classes: ds.num_classes() as u64,
+        layers: row.layers,
+    };
     let (mut mc, mut mg, mut pg) = ([0u64; 2], [0u64; 2], [0u64; 2]);
     let (mut hops, mut words) = (0u64, 0u64);
     for i in 0..iterations {
@@ -231,8 +236,16 @@ fn check_row(row: &Row, g: CsrView<'_>, part: &[u16], order: &[u32], opts: &Opti
     let per = (iterations * s) as f64;
     let row_bytes = (ds.feature_dim() * 4) as f64;
     for (name, [rows, remote], got) in [
-        ("model-centric", mc, (row.rows_model_centric, row.remote_rows_model_centric, row.miss_model_centric, row.bytes_model_centric)),
-        ("micrograph", mg, (row.rows_micrograph, row.remote_rows_micrograph, row.miss_micrograph, row.bytes_micrograph)),
+        (
+            "model-centric",
+            mc,
+            (row.rows_model_centric, row.remote_rows_model_centric, row.miss_model_centric, row.bytes_model_centric),
+        ),
+        (
+            "micrograph",
+            mg,
+            (row.rows_micrograph, row.remote_rows_micrograph, row.miss_micrograph, row.bytes_micrograph),
+        ),
         ("pregather", pg, (row.rows_pregather, row.remote_rows_pregather, row.miss_pregather, row.bytes_pregather)),
     ] {
         close(&format!("{tag} {name} rows"), got.0, rows as f64 / per, 1e-12);

@@ -12,8 +12,20 @@ fn facebook_metis_micrographs_are_local_and_outputs_are_written() {
     let csv = data.join("out/locality.csv");
     let svg = data.join("out/locality.svg");
     let args = [
-        "--parts", "4", "--method", "metis,random", "--sampling", "node", "--layers", "2", "--fanout", "10",
-        "--csv", csv.to_str().unwrap(), "--plot", svg.to_str().unwrap(),
+        "--parts",
+        "4",
+        "--method",
+        "metis,random",
+        "--sampling",
+        "node",
+        "--layers",
+        "2",
+        "--fanout",
+        "10",
+        "--csv",
+        csv.to_str().unwrap(),
+        "--plot",
+        svg.to_str().unwrap(),
     ];
     let report = analyze(data, "facebook", &args);
     assert_eq!(report["rows"].as_array().unwrap().len(), 2);
@@ -46,7 +58,9 @@ fn facebook_metis_micrographs_are_local_and_outputs_are_written() {
 
     let plot = std::fs::read_to_string(&svg).unwrap();
     assert!(plot.starts_with("<svg"), "{}", &plot[..plot.len().min(100)]);
-    for needle in ["Data locality in micrographs: facebook", "S = 4", "R_sub", "metis node-wise 2L: miss rate", "pregather"] {
+    for needle in
+        ["Data locality in micrographs: facebook", "S = 4", "R_sub", "metis node-wise 2L: miss rate", "pregather"]
+    {
         assert!(plot.contains(needle), "`{needle}` not in the SVG");
     }
 }
@@ -66,8 +80,16 @@ fn the_same_seed_gives_the_same_json_and_the_terminal_table_is_the_papers() {
     assert_ne!(without_seconds(a.clone()), without_seconds(c));
     assert_eq!(a["rows"].as_array().unwrap().len(), 2 * 2 * 2);
     for key in [
-        "locality_pct", "r_sub_pct", "miss_model_centric", "miss_micrograph", "miss_pregather", "rows_model_centric",
-        "rows_micrograph", "rows_pregather", "bytes_naive_migration", "seconds",
+        "locality_pct",
+        "r_sub_pct",
+        "miss_model_centric",
+        "miss_micrograph",
+        "miss_pregather",
+        "rows_model_centric",
+        "rows_micrograph",
+        "rows_pregather",
+        "bytes_naive_migration",
+        "seconds",
     ] {
         assert!(a["rows"][0][key].is_number(), "{key} missing in {}", a["rows"][0]);
     }

@@ -170,7 +170,11 @@ where
         let v = part.parse::<T>().map_err(|e| {
             let why = e.to_string();
             // The item's own error usually names the flag already.
-            if why.starts_with("--") { BadInput::new(why) } else { BadInput::new(format!("{flag} {s}: `{part}`: {why}")) }
+            if why.starts_with("--") {
+                BadInput::new(why)
+            } else {
+                BadInput::new(format!("{flag} {s}: `{part}`: {why}"))
+            }
         })?;
         if !out.contains(&v) {
             out.push(v);

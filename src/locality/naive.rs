@@ -202,7 +202,9 @@ mod tests {
 
     /// One layer: roots 0 and 1, sources 0..4; 0 <- {2, 3}, 1 <- {3}.
     fn one_layer() -> Blocks {
-        Blocks { layers: vec![Block { src: vec![0, 1, 2, 3], num_dst: 2, indptr: vec![0, 2, 3], indices: vec![2, 3, 3] }] }
+        Blocks {
+            layers: vec![Block { src: vec![0, 1, 2, 3], num_dst: 2, indptr: vec![0, 2, 3], indices: vec![2, 3, 3] }],
+        }
     }
 
     #[test]

@@ -19,8 +19,11 @@ const SERIES: [RGBColor; 8] = [
     RGBColor(227, 119, 194),
     RGBColor(127, 127, 127),
 ];
-const STRATEGIES: [(&str, RGBColor); 3] =
-    [("model-centric", RGBColor(127, 127, 127)), ("micrograph", RGBColor(31, 119, 180)), ("pregather", RGBColor(44, 160, 44))];
+const STRATEGIES: [(&str, RGBColor); 3] = [
+    ("model-centric", RGBColor(127, 127, 127)),
+    ("micrograph", RGBColor(31, 119, 180)),
+    ("pregather", RGBColor(44, 160, 44)),
+];
 
 const WIDTH: u32 = 1100;
 const TOP: u32 = 420;

@@ -137,9 +137,10 @@ impl Report {
                 vec![if last == Some(sampling) { String::new() } else { sampling.to_string() }, parts.to_string()];
             last = Some(sampling);
             for (m, l) in &cols {
-                let cell = self.rows.iter().find(|r| {
-                    r.sampling == sampling && r.parts == parts && &r.method == m && r.layers == *l
-                });
+                let cell = self
+                    .rows
+                    .iter()
+                    .find(|r| r.sampling == sampling && r.parts == parts && &r.method == m && r.layers == *l);
                 line.push(cell.map_or("-".into(), |r| format!("{:.1}", r.locality_pct)));
             }
             line.push(format!("{:.1}", 100.0 / parts as f64));

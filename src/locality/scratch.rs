@@ -53,8 +53,8 @@ impl<T> Drop for Pooled<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     #[test]
     fn values_are_reused_after_the_guard_drops() {
