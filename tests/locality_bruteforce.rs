@@ -5,6 +5,7 @@
 //! epoch's shuffle (`epoch_order`) are shared with the library: they define
 //! what is sampled; everything built from them is recomputed here.
 
+mod import_support;
 mod locality_support;
 
 use leapgnn::DataDir;

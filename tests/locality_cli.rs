@@ -1,7 +1,9 @@
 //! `leapgnn analyze-locality` end to end: the real binary on the shared graphs.
 
+mod import_support;
 mod locality_support;
 
+use import_support::leapgnn;
 use locality_support::*;
 
 #[test]
@@ -129,6 +131,7 @@ fn bad_input_is_one_error_line_and_exit_2() {
         all.extend(args.iter());
         let out = leapgnn(data, &all);
         out.assert_error(2, &needles);
+        assert_eq!(out.stderr.lines().filter(|l| l.starts_with("error:")).count(), 1, "{}", out.stderr);
         assert!(out.stdout.is_empty(), "{args:?}: {}", out.stdout);
     }
     // Nothing was partitioned for the rejected runs.

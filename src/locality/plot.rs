@@ -132,11 +132,7 @@ fn locality_chart(
             let g = parts.iter().position(|&p| p == r.parts)?;
             Some(Rectangle::new(bar(g, j, series.len(), r.locality_pct), color.filled()))
         });
-        chart
-            .draw_series(bars)
-            .map_err(plot_error)?
-            .label(name.as_str())
-            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
+        bar_series(&mut chart, bars, name, color)?;
     }
     let r_sub: Vec<(f64, f64)> = parts.iter().enumerate().map(|(g, &s)| (g as f64, 100.0 / s as f64)).collect();
     chart
@@ -145,14 +141,7 @@ fn locality_chart(
         .label("R_sub = 100/S")
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 12, y)], BLACK.stroke_width(2)));
     chart.draw_series(r_sub.iter().map(|&p| Circle::new(p, 3, BLACK.filled()))).map_err(plot_error)?;
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(plot_error)?;
-    Ok(())
+    legend(&mut chart, SeriesLabelPosition::UpperRight)
 }
 
 fn miss_chart(
@@ -168,18 +157,32 @@ fn miss_chart(
             let miss = [r.miss_model_centric, r.miss_micrograph, r.miss_pregather][j];
             Some(Rectangle::new(bar(g, j, STRATEGIES.len(), 100.0 * miss), color.filled()))
         });
-        chart
-            .draw_series(bars)
-            .map_err(plot_error)?
-            .label(label)
-            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
+        bar_series(&mut chart, bars, label, color)?;
     }
+    legend(&mut chart, SeriesLabelPosition::UpperLeft)
+}
+
+/// Draws one series of bars, with a legend entry.
+fn bar_series(
+    chart: &mut Chart<'_, '_>,
+    bars: impl Iterator<Item = Rectangle<(f64, f64)>>,
+    label: &str,
+    color: RGBColor,
+) -> anyhow::Result<()> {
+    chart
+        .draw_series(bars)
+        .map_err(plot_error)?
+        .label(label)
+        .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
+    Ok(())
+}
+
+fn legend<'a, 'b: 'a>(chart: &mut Chart<'a, 'b>, at: SeriesLabelPosition) -> anyhow::Result<()> {
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(at)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .draw()
-        .map_err(plot_error)?;
-    Ok(())
+        .map_err(plot_error)
 }

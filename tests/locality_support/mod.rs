@@ -1,56 +1,11 @@
 //! Shared by the analyze-locality tests: importing the shared real graphs into
-//! a temporary data dir and running the real binary.
+//! a temporary data dir and reading `analyze-locality --json` (the binary is
+//! run by `import_support`).
 #![allow(dead_code)]
 
+use crate::import_support::{ok_json, shared};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
-use std::process::Command;
-
-/// `../shared/datasets/<rel>` from the repository root.
-pub fn shared(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets").join(rel)
-}
-
-pub struct Out {
-    pub code: i32,
-    pub stdout: String,
-    pub stderr: String,
-}
-
-impl Out {
-    /// Exit code `code` and exactly one `error:` line on stderr that contains every `needle`.
-    pub fn assert_error(&self, code: i32, needles: &[&str]) {
-        assert_eq!(self.code, code, "exit code; stderr: {}", self.stderr);
-        let errors: Vec<&str> = self.stderr.lines().filter(|l| l.starts_with("error:")).collect();
-        assert_eq!(errors.len(), 1, "want one `error:` line in: {}", self.stderr);
-        for n in needles {
-            assert!(errors[0].contains(n), "`{n}` not in: {}", errors[0]);
-        }
-    }
-}
-
-/// Runs `leapgnn --data-dir DATA ARGS...`.
-pub fn leapgnn(data: &Path, args: &[&str]) -> Out {
-    let out = Command::new(env!("CARGO_BIN_EXE_leapgnn"))
-        .arg("--data-dir")
-        .arg(data)
-        .args(args)
-        .env_remove("LEAPGNN_REGISTRY")
-        .env_remove("LEAPGNN_DATA")
-        .output()
-        .expect("run leapgnn");
-    Out {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
-pub fn ok_json(data: &Path, args: &[&str]) -> Value {
-    let out = leapgnn(data, args);
-    assert_eq!(out.code, 0, "leapgnn {args:?} failed: {}", out.stderr);
-    serde_json::from_str(out.stdout.trim()).unwrap_or_else(|e| panic!("not one JSON object ({e}): {}", out.stdout))
-}
+use std::path::Path;
 
 /// Imports a registry dataset from the shared copy at `rel`.
 pub fn import(data: &Path, name: &str, rel: &str) {
