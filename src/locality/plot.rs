@@ -26,10 +26,19 @@ const STRATEGIES: [(&str, RGBColor); 3] = [
 ];
 
 const WIDTH: u32 = 1100;
-const TOP: u32 = 420;
+const TOP: u32 = 520;
 const PANEL: u32 = 280;
-/// The y axis runs past 100 % to leave the legend room above the bars.
-const Y_TOP: f64 = 130.0;
+/// Pixels a chart loses to its caption, axis labels and margins, and each legend line takes.
+const CHROME: u32 = 100;
+const LEGEND_LINE: u32 = 16;
+
+/// The top of a percentage axis on an area `height` pixels tall: past 100 % by
+/// as much as a legend of `entries` lines needs, so that it never hides a bar.
+fn y_top(height: u32, entries: usize) -> f64 {
+    let plot = height.saturating_sub(CHROME).max(1) as f64;
+    let legend = (entries as u32 * LEGEND_LINE + 20) as f64;
+    100.0 * plot / (plot - legend).max(plot / 4.0)
+}
 
 /// Draws the figure for `report` and writes it to `path` atomically.
 pub fn write_plot(report: &Report, path: &Path) -> anyhow::Result<()> {
@@ -91,13 +100,15 @@ fn axes<'a, 'b: 'a>(
     caption: &str,
     y_desc: &str,
     parts: &[usize],
+    legend_entries: usize,
 ) -> anyhow::Result<Chart<'a, 'b>> {
+    let top = y_top(area.dim_in_pixel().1, legend_entries);
     let mut chart = ChartBuilder::on(area)
         .caption(caption, ("sans-serif", 18))
         .margin(10)
         .x_label_area_size(30)
         .y_label_area_size(45)
-        .build_cartesian_2d(-0.5..parts.len() as f64 - 0.5, 0.0..Y_TOP)
+        .build_cartesian_2d(-0.5..parts.len() as f64 - 0.5, 0.0..top)
         .map_err(plot_error)?;
     chart
         .configure_mesh()
@@ -110,7 +121,7 @@ fn axes<'a, 'b: 'a>(
                 _ => String::new(),
             }
         })
-        .y_labels(14)
+        .y_labels(12)
         .y_label_formatter(&|y: &f64| if *y <= 100.0 { format!("{y:.0}") } else { String::new() })
         .y_desc(y_desc)
         .draw()
@@ -125,7 +136,7 @@ fn locality_chart(
     parts: &[usize],
 ) -> anyhow::Result<()> {
     let caption = format!("Data locality in micrographs: {}", report.dataset);
-    let mut chart = axes(area, &caption, "locality (%)", parts)?;
+    let mut chart = axes(area, &caption, "locality (%)", parts, series.len() + 1)?;
     for (j, name) in series.iter().enumerate() {
         let color = SERIES[j % SERIES.len()];
         let bars = report.rows.iter().filter(|r| &series_of(r) == name).filter_map(|r| {
@@ -150,7 +161,7 @@ fn miss_chart(
     name: &str,
     parts: &[usize],
 ) -> anyhow::Result<()> {
-    let mut chart = axes(area, &format!("{name}: miss rate"), "remote rows (%)", parts)?;
+    let mut chart = axes(area, &format!("{name}: miss rate"), "remote rows (%)", parts, STRATEGIES.len())?;
     for (j, (label, color)) in STRATEGIES.into_iter().enumerate() {
         let bars = report.rows.iter().filter(|r| series_of(r) == name).filter_map(|r| {
             let g = parts.iter().position(|&p| p == r.parts)?;
