@@ -41,6 +41,36 @@ impl VertexSet {
     }
 }
 
+/// Vertex id -> u32 over `0..num_nodes` with an O(1) `clear`, stamp and value
+/// side by side so that a lookup touches one cache line.
+#[derive(Clone, Debug)]
+struct VertexMap {
+    slot: Vec<[u32; 2]>,
+    now: u32,
+}
+
+impl VertexMap {
+    fn new(num_nodes: usize) -> Self {
+        VertexMap { slot: vec![[0, 0]; num_nodes], now: 1 }
+    }
+    fn clear(&mut self) {
+        self.now = self.now.wrapping_add(1);
+        if self.now == 0 {
+            self.slot.fill([0, 0]);
+            self.now = 1;
+        }
+    }
+    /// The value of `v`, set to `value` first when `v` is absent.
+    #[inline]
+    fn get_or_insert(&mut self, v: u32, value: u32) -> u32 {
+        let s = &mut self.slot[v as usize];
+        if s[0] != self.now {
+            *s = [self.now, value];
+        }
+        s[1]
+    }
+}
+
 /// The vertices of every layer of one sample, and the scratch that builds it;
 /// reused across samples so that sampling allocates nothing once warm.
 ///
@@ -55,8 +85,7 @@ pub struct LayerNodes {
     seen: VertexSet,
     drawn: Vec<u32>,
     // Layer-wise scratch: candidates, their positions and weights, the selection.
-    cand_set: VertexSet,
-    cand_pos: Vec<u32>,
+    cand_pos: VertexMap,
     cand: Vec<u32>,
     weight: Vec<u32>,
     keyed: Vec<(f64, u32)>,
@@ -70,8 +99,7 @@ impl LayerNodes {
             ends: Vec::new(),
             seen: VertexSet::new(num_nodes),
             drawn: Vec::new(),
-            cand_set: VertexSet::new(num_nodes),
-            cand_pos: vec![0; num_nodes],
+            cand_pos: VertexMap::new(num_nodes),
             cand: Vec::new(),
             weight: Vec::new(),
             keyed: Vec::new(),
@@ -196,16 +224,16 @@ impl LayerSampler<'_> {
             let num_dst = out.nodes.len();
             out.cand.clear();
             out.weight.clear();
-            out.cand_set.clear();
+            out.cand_pos.clear();
             for i in 0..num_dst {
                 prefetch_rows(g, &out.nodes[..num_dst], i);
                 for &u in g.in_neighbors(out.nodes[i]) {
-                    if out.cand_set.insert(u) {
-                        out.cand_pos[u as usize] = out.cand.len() as u32;
+                    let p = out.cand_pos.get_or_insert(u, out.cand.len() as u32) as usize;
+                    if p == out.cand.len() {
                         out.cand.push(u);
                         out.weight.push(0);
                     }
-                    out.weight[out.cand_pos[u as usize] as usize] += 1;
+                    out.weight[p] += 1;
                 }
             }
             let lk = layer_key(self.seed(), epoch, layer as u64);
