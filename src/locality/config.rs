@@ -100,8 +100,8 @@ impl Default for Options {
 }
 
 impl Options {
-    /// Rejects values that cannot work on a graph of `num_nodes` vertices, naming the flag.
-    pub fn check(&self, num_nodes: usize) -> Result<(), BadInput> {
+    /// Rejects values that cannot work on any graph, naming the flag.
+    pub fn check(&self) -> Result<(), BadInput> {
         let bad = |m: String| Err(BadInput::new(m));
         for (flag, empty) in [
             ("--method", self.methods.is_empty()),
@@ -119,9 +119,6 @@ impl Options {
             }
             if s > MAX_PARTS {
                 return bad(format!("--parts {s}: at most {MAX_PARTS} servers (part ids are 16-bit)"));
-            }
-            if s > num_nodes {
-                return bad(format!("--parts {s}: more servers than the {num_nodes} nodes of the graph"));
             }
         }
         if let Some(&l) = self.layers.iter().find(|&&l| l == 0 || l > 64) {
@@ -141,6 +138,14 @@ impl Options {
             return bad("--hidden must be at least 1".into());
         }
         Ok(())
+    }
+
+    /// Rejects more servers than the graph has vertices.
+    pub fn check_graph(&self, num_nodes: usize) -> Result<(), BadInput> {
+        match self.parts.iter().find(|&&s| s > num_nodes) {
+            Some(s) => Err(BadInput::new(format!("--parts {s}: more servers than the {num_nodes} nodes of the graph"))),
+            None => Ok(()),
+        }
     }
 
     /// Every row, in output order: method, then S, then sampling, then depth.
@@ -194,8 +199,8 @@ mod tests {
         assert_eq!(g.len(), 2 * 4 * 2 * 2);
         assert_eq!(g[0], Setting { method: Method::Metis, parts: 2, sampling: Sampling::Node, layers: 2, fanout: 10 });
         assert_eq!(g[1].fanout, 2);
-        assert!(o.check(100).is_ok());
-        assert!(o.check(10).unwrap_err().0.contains("--parts 16"));
+        assert!(o.check().is_ok() && o.check_graph(100).is_ok());
+        assert!(o.check_graph(10).unwrap_err().0.contains("--parts 16"));
     }
 
     #[test]
@@ -205,6 +210,6 @@ mod tests {
         assert_eq!(parse_list::<Sampling>("--sampling", "layer").unwrap(), vec![Sampling::Layer]);
         assert!(parse_list::<Method>("--method", "magic").unwrap_err().0.starts_with("--method magic"));
         let zero = Options { fanout: Some(0), ..Options::default() };
-        assert!(zero.check(100).unwrap_err().0.contains("--fanout 0"));
+        assert!(zero.check().unwrap_err().0.contains("--fanout 0"));
     }
 }

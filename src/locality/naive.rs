@@ -114,6 +114,10 @@ pub fn naive_migration(
 ) -> Vec<NaiveCost> {
     let params = dims.params();
     let mut cost = vec![NaiveCost::default(); who.len()];
+    if blocks.roots().is_empty() {
+        // An empty worker batch (the tail of an epoch with fewer roots than workers): nothing runs.
+        return cost;
+    }
     s.tours.resize_with(who.len(), Tour::default);
     for (t, tour) in who.iter().zip(&mut s.tours) {
         tour.rank.clear();

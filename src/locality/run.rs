@@ -28,6 +28,7 @@ const EPOCH: u64 = 0;
 /// partitions that are missing. Draws a progress bar on stderr when `progress`.
 pub fn analyze(data: &DataDir, name: &str, opts: &Options, progress: bool) -> anyhow::Result<Report> {
     let started = Instant::now();
+    opts.check()?;
     let path = crate::datasets::ensure_dataset(data, name)?;
     let ds = DatasetFile::open(&path)?;
     let g = ds.graph();
@@ -40,7 +41,7 @@ pub fn analyze(data: &DataDir, name: &str, opts: &Options, progress: bool) -> an
     if let Some(&v) = train.iter().find(|&&v| v as usize >= n) {
         return Err(FormatError::corrupt(&path, format!("train id {v} is not one of the {n} nodes")).into());
     }
-    opts.check(n)?;
+    opts.check_graph(n)?;
     let grid = opts.grid();
 
     // One owner column per (method, S).
@@ -82,7 +83,6 @@ pub fn analyze(data: &DataDir, name: &str, opts: &Options, progress: bool) -> an
             feature_dim: ds.feature_dim(),
             batch: opts.batch_size,
         };
-        bar.set_message(format!("{sampling}-wise, {layers} layers"));
         for (m, row) in pass.run(&members, opts.micrographs, &bar) {
             let mut row = row;
             row.partition_seed = manifests[m.column].seed();
@@ -134,7 +134,7 @@ fn progress_bar(rows: usize, show: bool) -> ProgressBar {
         return ProgressBar::hidden();
     }
     let bar = ProgressBar::new(rows as u64);
-    if let Ok(style) = ProgressStyle::with_template("{bar:30} {pos}/{len} configurations, {msg} [{elapsed}]") {
+    if let Ok(style) = ProgressStyle::with_template("{bar:20} {pos}/{len} rows, {msg} [{elapsed}]") {
         bar.set_style(style);
     }
     bar
@@ -181,8 +181,12 @@ struct Centric {
 }
 
 impl Pass<'_> {
+    /// The rows of `members` (one sampling and depth); `bar` counts finished rows.
     fn run<'m>(&self, members: &'m [Member], micrographs: usize, bar: &ProgressBar) -> Vec<(&'m Member, Row)> {
         let (batch, n) = (self.batch, self.num_nodes);
+        let what = members.first().map(|m| format!("{}-wise {}L", m.setting.sampling, m.setting.layers));
+        let step = |s: &str| bar.set_message(format!("{}: {s}", what.as_deref().unwrap_or_default()));
+        step("micrographs");
 
         // Locality: the first roots of each row's batches; one micrograph serves every column.
         let t = Instant::now();
@@ -196,10 +200,12 @@ impl Pass<'_> {
         tracing::info!("micrograph locality: {:.2} s", t.elapsed().as_secs_f64());
 
         // Model-centric: each distinct worker batch is sampled once for every row that trains it.
+        step("worker batches");
         let centric = self.model_centric(members, batch);
         tracing::info!("micrograph locality and model-centric batches: {:.2} s", t.elapsed().as_secs_f64());
         let shared = t.elapsed().as_secs_f64() / members.len() as f64;
 
+        step("owner groups");
         let group_pool = Pool::new(move || GroupScratch::new(n));
         let mut out = Vec::with_capacity(members.len());
         for (k, m) in members.iter().enumerate() {
