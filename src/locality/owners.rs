@@ -1,12 +1,14 @@
 //! Who owns each vertex under every partition of the grid at once.
 
-/// Owners of every vertex under several partitions ("columns"), interleaved so
-/// that one vertex's owners share a cache line: the inner loops look a vertex
-/// up once for all columns.
+/// Owners of every vertex under several partitions ("columns"), twice: with
+/// one vertex's owners side by side, for loops that serve every column at
+/// once, and column by column, for loops about one partition (a column of a
+/// 2.4M-vertex graph is 5 MB and stays in cache; the interleaved rows do not).
 #[derive(Clone, Debug)]
 pub struct OwnerTable {
     columns: usize,
     owners: Vec<u16>,
+    by_column: Vec<Vec<u16>>,
 }
 
 impl OwnerTable {
@@ -21,7 +23,7 @@ impl OwnerTable {
                 owners[v * columns + c] = p;
             }
         }
-        OwnerTable { columns, owners }
+        OwnerTable { columns, owners, by_column: maps.iter().map(|m| m.to_vec()).collect() }
     }
 
     pub fn columns(&self) -> usize {
@@ -37,12 +39,12 @@ impl OwnerTable {
 
     #[inline]
     pub fn owner(&self, v: u32, column: usize) -> u16 {
-        self.owners[v as usize * self.columns + column]
+        self.by_column[column][v as usize]
     }
 
-    /// Rows of `vertices` owned by someone other than `server` in `column`.
-    pub fn remote(&self, vertices: &[u32], column: usize, server: u16) -> u64 {
-        vertices.iter().filter(|&&v| self.owner(v, column) != server).count() as u64
+    /// Every vertex's owner in `column`.
+    pub fn column(&self, column: usize) -> &[u16] {
+        &self.by_column[column]
     }
 }
 
@@ -64,6 +66,6 @@ mod tests {
         let t = OwnerTable::new(&[&[0, 1, 1], &[3, 2, 0]]);
         assert_eq!(t.of(1), &[1, 2]);
         assert_eq!(t.owner(2, 1), 0);
-        assert_eq!(t.remote(&[0, 1, 2], 0, 1), 1);
+        assert_eq!(t.column(1), &[3, 2, 0]);
     }
 }

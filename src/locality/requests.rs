@@ -21,10 +21,6 @@ pub struct Requests {
 }
 
 impl Requests {
-    /// The request for `vertices` by `server` under partition `column`.
-    pub fn of(vertices: &[u32], owners: &OwnerTable, column: usize, server: u16) -> Self {
-        Requests { rows: vertices.len() as u64, remote: owners.remote(vertices, column, server) }
-    }
     /// The request for `vertices` by each of `who` (owners read once per vertex).
     pub fn of_each(vertices: &[u32], owners: &OwnerTable, who: &[Trainer]) -> Vec<Self> {
         let mut remote = vec![0u64; who.len()];
@@ -70,21 +66,24 @@ pub fn owner_iteration(
     epoch: u64,
     s: &mut GroupScratch,
 ) -> (Requests, Requests) {
+    let owner = owners.column(column);
     let (mut micro, mut pre) = (Requests::default(), Requests::default());
     s.union.clear();
     for batch in batches {
         s.group.clear();
-        s.group.extend(batch.iter().filter(|&&r| owners.owner(r, column) == server));
+        s.group.extend(batch.iter().filter(|&&r| owner[r as usize] == server));
         if s.group.is_empty() {
             continue;
         }
         sampler.nodes(&s.group, epoch, &mut s.nodes);
         let input = s.nodes.input_nodes();
-        micro.add(Requests::of(input, owners, column, server));
+        micro.rows += input.len() as u64;
         for &v in input {
+            let remote = u64::from(owner[v as usize] != server);
+            micro.remote += remote;
             if s.union.insert(v) {
                 pre.rows += 1;
-                pre.remote += u64::from(owners.owner(v, column) != server);
+                pre.remote += remote;
             }
         }
     }
