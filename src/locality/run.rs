@@ -56,6 +56,7 @@ pub fn analyze(data: &DataDir, name: &str, opts: &Options, progress: bool) -> an
         .map(|&(m, k)| partition_of(data, name, &ds, m, k, opts.seed))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let owners = OwnerTable::new(&manifests.iter().map(|m| m.node_part()).collect::<Vec<_>>());
+    let partition_seeds: Vec<u64> = manifests.iter().map(|m| m.seed()).collect();
     let column_of = |s: &Setting| columns.iter().position(|&c| c == (s.method, s.parts)).expect("every column listed");
 
     let order = epoch_order(train, opts.seed, EPOCH);
@@ -78,14 +79,13 @@ pub fn analyze(data: &DataDir, name: &str, opts: &Options, progress: bool) -> an
             sampler: Sampler::new(g, sampling, layers, fanout, opts.seed),
             order: &order,
             owners: &owners,
+            partition_seeds: &partition_seeds,
             dims: ModelDims { in_dim: ds.feature_dim(), hidden: opts.hidden, classes: ds.num_classes().max(1), layers },
             num_nodes: n,
             feature_dim: ds.feature_dim(),
             batch: opts.batch_size,
         };
         for (m, row) in pass.run(&members, opts.micrographs, &bar) {
-            let mut row = row;
-            row.partition_seed = manifests[m.column].seed();
             rows[m.row] = Some(row);
         }
     }
@@ -167,6 +167,8 @@ struct Pass<'a> {
     sampler: Sampler<'a>,
     order: &'a [u32],
     owners: &'a OwnerTable,
+    /// Seed of each owner column's partition.
+    partition_seeds: &'a [u64],
     dims: ModelDims,
     num_nodes: usize,
     feature_dim: usize,
@@ -324,7 +326,7 @@ impl Pass<'_> {
             naive_bytes_params: words(centric.naive.params),
             naive_bytes_partial: words(centric.naive.partial),
             naive_bytes_intermediate: words(centric.naive.intermediate),
-            partition_seed: 0,
+            partition_seed: self.partition_seeds[m.column],
             seconds,
         }
     }
