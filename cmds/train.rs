@@ -2,12 +2,9 @@ use crate::Global;
 use crate::output::print_json;
 use anyhow::Context;
 use leapgnn::BadInput;
-use leapgnn::gather::RowNorm;
 use leapgnn::metrics::{EpochRecord, RunSummary};
-use leapgnn::model::ModelKind;
-use leapgnn::optim::OptimizerKind;
 use leapgnn::sample::Fanouts;
-use leapgnn::train::{self, DeviceKind, Migration, Observer, ResumeOverrides, RunOptions, StrategyKind, TrainConfig};
+use leapgnn::train::{self, Observer, ResumeOverrides, RunOptions, TrainConfig};
 use std::path::PathBuf;
 
 /// Train a GNN with sampled mini-batches. The model has one layer per --fanout
@@ -24,13 +21,13 @@ pub struct Args {
     pub parts: Option<usize>,
     /// model-centric, micrograph, pregather, leapgnn or p3.
     #[arg(long)]
-    pub strategy: Option<StrategyKind>,
+    pub strategy: Option<String>,
     /// sage (mean), sage-max, gcn or gat.
     #[arg(long)]
-    pub model: Option<ModelKind>,
+    pub model: Option<String>,
     /// Neighbours per layer, input layer first; the number of entries is the number of layers [default: 10,10].
     #[arg(long)]
-    pub fanout: Option<Fanouts>,
+    pub fanout: Option<String>,
     /// Number of layers (optional; must match the --fanout entries).
     #[arg(long)]
     pub layers: Option<usize>,
@@ -58,18 +55,18 @@ pub struct Args {
     /// Weight decay [default: 5e-4].
     #[arg(long)]
     pub weight_decay: Option<f32>,
-    /// Dropout on every layer's input (and GAT attention) [default: 0.5].
+    /// Dropout on hidden layers (also input features for gcn/gat; GAT attention too) [default: 0.5].
     #[arg(long)]
     pub dropout: Option<f32>,
     /// adam (L2 decay, as PyG/DGL examples), adamw (decoupled decay) or sgd [default: adam].
     #[arg(long)]
-    pub optimizer: Option<OptimizerKind>,
+    pub optimizer: Option<String>,
     /// Seed of every random choice (init, shuffles, sampling, dropout) [default: 0].
     #[arg(long)]
     pub seed: Option<u64>,
     /// Input feature normalisation: none, or l1 (rows sum to 1, PyG's NormalizeFeatures) [default: none].
     #[arg(long)]
-    pub normalize: Option<RowNorm>,
+    pub normalize: Option<String>,
     /// Feature cache per worker in MB.
     #[arg(long)]
     pub cache_mb: Option<u64>,
@@ -81,13 +78,13 @@ pub struct Args {
     pub merge_plan: Option<PathBuf>,
     /// fused or ring.
     #[arg(long)]
-    pub migration: Option<Migration>,
+    pub migration: Option<String>,
     /// Cluster profile (TOML).
     #[arg(long)]
     pub cluster: Option<PathBuf>,
     /// cpu or cuda (needs a build with `--features cuda`) [default: cpu].
     #[arg(long)]
-    pub device: Option<DeviceKind>,
+    pub device: Option<String>,
     /// Checkpoint every N iterations (always at the end).
     #[arg(long)]
     pub checkpoint_every: Option<u64>,
@@ -194,7 +191,11 @@ fn reject_on_resume(a: &Args) -> Result<(), BadInput> {
 
 fn config(a: &Args) -> Result<TrainConfig, BadInput> {
     let d = TrainConfig::default();
-    let fanouts = a.fanout.clone().unwrap_or(d.fanouts);
+    // Values are parsed here rather than by clap so a bad one is a one-line error.
+    fn parse<T: std::str::FromStr<Err = BadInput>>(v: &Option<String>, default: T) -> Result<T, BadInput> {
+        v.as_deref().map_or(Ok(default), str::parse)
+    }
+    let fanouts = parse(&a.fanout, d.fanouts)?;
     if let Some(l) = a.layers
         && l != fanouts.layers()
     {
@@ -217,10 +218,10 @@ fn config(a: &Args) -> Result<TrainConfig, BadInput> {
     };
     Ok(TrainConfig {
         dataset: a.dataset.clone().unwrap_or(d.dataset),
-        strategy: a.strategy.unwrap_or(d.strategy),
+        strategy: parse(&a.strategy, d.strategy)?,
         workers: a.workers.unwrap_or(d.workers),
         parts: a.parts.unwrap_or(d.parts),
-        model: a.model.unwrap_or(d.model),
+        model: parse(&a.model, d.model)?,
         fanouts,
         eval_fanouts,
         batch_size: a.batch_size.unwrap_or(d.batch_size),
@@ -231,15 +232,15 @@ fn config(a: &Args) -> Result<TrainConfig, BadInput> {
         lr: a.lr.unwrap_or(d.lr),
         weight_decay: a.weight_decay.unwrap_or(d.weight_decay),
         dropout: a.dropout.unwrap_or(d.dropout),
-        optimizer: a.optimizer.unwrap_or(d.optimizer),
+        optimizer: parse(&a.optimizer, d.optimizer)?,
         seed: a.seed.unwrap_or(d.seed),
         checkpoint_every: a.checkpoint_every.unwrap_or(d.checkpoint_every),
-        device: a.device.unwrap_or(d.device),
-        normalize: a.normalize.unwrap_or(d.normalize),
+        device: parse(&a.device, d.device)?,
+        normalize: parse(&a.normalize, d.normalize)?,
         cache_mb: a.cache_mb.unwrap_or(d.cache_mb),
         time_steps,
         merge_plan: a.merge_plan.clone(),
-        migration: a.migration.unwrap_or(d.migration),
+        migration: parse(&a.migration, d.migration)?,
         cluster: a.cluster.clone(),
     })
 }

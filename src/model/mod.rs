@@ -1,6 +1,7 @@
 //! GNN models in candle over sampled blocks: GraphSAGE (mean, max), GCN, GAT.
 //! A model has one layer per fanout; hidden layers are followed by a
-//! non-linearity, and seeded dropout is applied to every layer's input.
+//! non-linearity, and seeded dropout is applied to every hidden layer's input
+//! (and to the input features for GCN and GAT: `ModelKind::drops_input`).
 
 mod agg_graph;
 pub mod csr_op;
@@ -41,6 +42,15 @@ pub enum ModelKind {
     Gat,
 }
 
+impl ModelKind {
+    /// Whether dropout also applies to the input features. GCN and GAT drop
+    /// them, as their papers do; GraphSAGE only drops hidden layers, as the
+    /// PyG and DGL GraphSAGE examples do (and it measures better on Cora).
+    pub fn drops_input(self) -> bool {
+        matches!(self, ModelKind::Gcn | ModelKind::Gat)
+    }
+}
+
 impl FromStr for ModelKind {
     type Err = BadInput;
     fn from_str(s: &str) -> std::result::Result<Self, BadInput> {
@@ -75,7 +85,8 @@ pub struct ModelSpec {
     pub layers: usize,
     /// Attention heads of GAT's hidden layers (its output layer has one).
     pub heads: usize,
-    /// Dropout on every layer's input (and on GAT's attention coefficients).
+    /// Dropout on hidden layers' inputs (see `ModelKind::drops_input`) and on
+    /// GAT's attention coefficients.
     pub dropout: f32,
 }
 
@@ -205,7 +216,7 @@ impl Model {
     /// features are constants.
     pub fn input(&self, p: &Prepared, mut rows: Vec<f32>, mode: Mode, dev: &Device) -> Result<Tensor> {
         let ids = p.blocks.input_nodes();
-        if let Mode::Train { key } = mode {
+        if let (Mode::Train { key }, true) = (mode, self.spec.kind.drops_input()) {
             let site = Self::feature_site(key, 0);
             dropout_in_place(&mut rows, self.spec.in_dim, self.spec.dropout, |r| vertex_row_key(site, ids[r]));
         }

@@ -34,8 +34,11 @@ use std::path::{Path, PathBuf};
 pub enum TrainError {
     #[error("{0}")]
     Input(#[from] BadInput),
+    /// `epoch` and `iteration` count from 0; the message counts from 1, as the progress lines do.
     #[error(
-        "loss became {value} at epoch {epoch}, iteration {iteration}: training diverged; lower --lr or check the dataset's features for NaN/inf"
+        "loss became {value} at epoch {}, iteration {}: training diverged; lower --lr or check the dataset's features for NaN/inf",
+        .epoch + 1,
+        .iteration + 1
     )]
     NonFiniteLoss { epoch: u64, iteration: u64, value: f64 },
     #[error("model computation failed: {0}")]
@@ -43,7 +46,7 @@ pub enum TrainError {
     #[error("{0}")]
     Format(#[from] FormatError),
     #[error("{0}")]
-    Dataset(#[source] Box<dyn std::error::Error + Send + Sync>),
+    Dataset(#[source] anyhow::Error),
     #[error("collective operation failed: {0}")]
     Comm(#[source] CommError),
     #[error("{path}: {source}")]
@@ -159,7 +162,7 @@ fn execute(
     obs: &mut dyn Observer,
 ) -> Result<RunSummary, TrainError> {
     let device = cfg.device.open()?;
-    let path = crate::datasets::ensure_dataset(data, &cfg.dataset).map_err(|e| TrainError::Dataset(e.into()))?;
+    let path = crate::datasets::ensure_dataset(data, &cfg.dataset).map_err(TrainError::Dataset)?;
     let ds = DatasetFile::open_verified(&path)?;
     let [train, val, test] = splits(&ds, &cfg.dataset)?;
     let spec = ModelSpec {
