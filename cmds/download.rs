@@ -20,7 +20,8 @@ pub struct Args {
     /// Source layout: ogb, npz, edgelist, musae or text (default: the registry's).
     #[arg(long)]
     pub format: Option<Format>,
-    /// Download and convert again even if a valid archive exists.
+    /// Convert again even if a valid archive exists; the kept download is reused only
+    /// when it matches the registry's sha256, otherwise it is fetched again.
     #[arg(long)]
     pub force: bool,
     /// Store every edge in both directions.

@@ -22,14 +22,23 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
         ))
         .into());
     }
+    let t0 = std::time::Instant::now();
     let f = if a.no_verify { DatasetFile::open(&path) } else { DatasetFile::open_verified(&path) }
         .with_context(|| format!("cannot read dataset {}", a.dataset))?;
     let s = f.summary();
     if g.json {
-        return print_json(&s);
+        // `seconds`: open + verify, so the fields match `download --json`.
+        return print_json(&Timed { summary: &s, seconds: t0.elapsed().as_secs_f64() });
     }
     print_summary(&s);
     Ok(())
+}
+
+#[derive(serde::Serialize)]
+struct Timed<'a> {
+    #[serde(flatten)]
+    summary: &'a DatasetSummary,
+    seconds: f64,
 }
 
 /// The human view of a dataset archive (also printed by `download`).

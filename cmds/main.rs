@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 mod analyze_locality;
+mod cluster;
 mod download;
 mod info;
 mod output;
@@ -60,6 +61,8 @@ enum Command {
     Train(Box<train::Args>),
     /// Predict iteration time per strategy and number of time steps; pick a merge plan.
     TuneMerge(tune_merge::Args),
+    /// Cluster profiles: check every host before training on it.
+    Cluster(cluster::Args),
     /// Internal: a training worker started by `train`.
     #[command(hide = true)]
     Worker(worker::Args),
@@ -85,6 +88,7 @@ fn main() -> ExitCode {
         Command::AnalyzeLocality(a) => analyze_locality::run(&g, a),
         Command::Train(a) => train::run(&g, *a),
         Command::TuneMerge(a) => tune_merge::run(&g, a),
+        Command::Cluster(a) => cluster::run(&g, a),
         Command::Worker(a) => worker::run(&g, a),
     };
     match result {

@@ -1,11 +1,66 @@
+//! `leapgnn worker`: started by `train` (never by hand). Reads the job token
+//! from stdin, connects back to the driver, runs what the job says.
+
 use crate::Global;
+use anyhow::Context;
+use leapgnn::cluster::ToDriver;
+use leapgnn::cluster::worker_session::{self, Job, Reporter};
+use std::net::SocketAddr;
+use std::time::Duration;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
-    rest: Vec<String>,
+    /// The driver's control address.
+    #[arg(long)]
+    pub driver: SocketAddr,
+    #[arg(long)]
+    pub rank: usize,
+    /// Address to bind the worker mesh listener on.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub bind: SocketAddr,
+    /// Seconds to wait for the driver at each step of the start-up.
+    #[arg(long, default_value_t = 60)]
+    pub timeout: u64,
 }
 
-pub fn run(_g: &Global, _a: Args) -> anyhow::Result<()> {
-    Err(leapgnn::NotImplemented.into())
+pub fn run(_g: &Global, a: Args) -> anyhow::Result<()> {
+    let mut token = String::new();
+    std::io::stdin().read_line(&mut token).context("worker: cannot read the job token from stdin")?;
+    let (job, reporter) = worker_session::join(a.driver, a.rank, token.trim(), a.bind, Duration::from_secs(a.timeout))?;
+    tracing::info!("worker {} of {}: joined, job {}", job.rank, job.world, job.config);
+    let result = run_job(&job, &reporter);
+    let msg = match &result {
+        Ok(v) => ToDriver::Done(v.clone()),
+        Err(e) => ToDriver::Error(format!("{e:#}")),
+    };
+    reporter.send(&msg)?;
+    result.map(|_| ())
+}
+
+fn run_job(job: &Job, reporter: &Reporter) -> anyhow::Result<serde_json::Value> {
+    match job.config.get("task").and_then(|t| t.as_str()) {
+        // Liveness probe: used by cluster checks to prove a worker starts, connects and reports.
+        Some("ping") => Ok(serde_json::json!({
+            "rank": job.rank,
+            "world": job.world,
+            "pid": std::process::id(),
+            "version": env!("CARGO_PKG_VERSION"),
+        })),
+        // Holds a started worker for `seconds` (the driver may stop it sooner): lets checks and
+        // tests act on a running remote worker. Announces its pid first.
+        Some("wait") => {
+            let secs = job.config.get("seconds").and_then(|s| s.as_f64()).unwrap_or(10.0);
+            if !(0.0..=86_400.0).contains(&secs) {
+                return Err(leapgnn::BadInput::new(format!(
+                    "worker {}: wait seconds {secs} outside 0..=86400",
+                    job.rank
+                ))
+                .into());
+            }
+            reporter.send(&ToDriver::Log(format!("waiting {secs}s, pid {}", std::process::id())))?;
+            std::thread::sleep(Duration::from_secs_f64(secs));
+            Ok(serde_json::json!({"rank": job.rank, "pid": std::process::id(), "waited": secs}))
+        }
+        other => Err(leapgnn::BadInput::new(format!("worker {}: unknown task {other:?} in the job", job.rank)).into()),
+    }
 }

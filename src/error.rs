@@ -21,7 +21,7 @@ pub struct NotImplemented;
 /// True when `e` says the input was bad (so the process should exit 2).
 /// Each library error type that can blame input is listed here once.
 pub fn is_bad_input(e: &(dyn std::error::Error + 'static)) -> bool {
-    if e.is::<BadInput>() || e.is::<NotImplemented>() {
+    if e.is::<BadInput>() || e.is::<NotImplemented>() || e.is::<crate::cluster::ProfileError>() {
         return true;
     }
     if let Some(f) = e.downcast_ref::<crate::format::FormatError>() {

@@ -1,6 +1,8 @@
 //! Graph topology in CSR by destination: `in_neighbors(v)` are the sources of
 //! edges into `v`, which is what neighbour sampling draws from (as DGL does).
 
+use rayon::prelude::*;
+
 /// A borrowed CSR; backed by an mmapped archive or by an owned `Csr`.
 #[derive(Clone, Copy, Debug)]
 pub struct CsrView<'a> {
@@ -24,6 +26,20 @@ impl<'a> CsrView<'a> {
     pub fn in_degree(&self, v: u32) -> usize {
         let v = v as usize;
         (self.indptr[v + 1] - self.indptr[v]) as usize
+    }
+
+    /// The simple undirected graph underneath: every edge stored in both
+    /// directions, self loops and duplicates dropped (what METIS requires).
+    pub fn to_undirected(&self) -> Csr {
+        let mut keys: Vec<u64> = (0..self.num_nodes() as u32)
+            .into_par_iter()
+            .flat_map_iter(|v| {
+                self.in_neighbors(v).iter().filter(move |&&u| u != v).map(move |&u| undirected_key(u, v))
+            })
+            .collect();
+        keys.par_sort_unstable();
+        keys.dedup();
+        Csr::from_sorted_undirected(self.num_nodes(), &keys)
     }
 
     /// O(n + m) check that offsets are monotone and every id is a node: after it,
@@ -104,6 +120,39 @@ impl Csr {
         indices.shrink_to_fit();
         Csr { indptr, indices }
     }
+
+    /// The symmetric CSR of an undirected graph given as sorted, de-duplicated keys
+    /// `(u << 32) | v` with `u < v` (see `undirected_key`): each edge is stored in
+    /// both directions. Filling rows in key order leaves every row sorted (row x
+    /// receives its smaller neighbours while the keys of those neighbours go by,
+    /// then its larger ones from its own keys), so no per-row sort is needed.
+    pub fn from_sorted_undirected(num_nodes: usize, keys: &[u64]) -> Csr {
+        let mut indptr = vec![0u64; num_nodes + 1];
+        for &k in keys {
+            indptr[(k >> 32) as usize + 1] += 1;
+            indptr[(k as u32) as usize + 1] += 1;
+        }
+        for i in 0..num_nodes {
+            indptr[i + 1] += indptr[i];
+        }
+        let mut fill = indptr[..num_nodes].to_vec();
+        let mut indices = vec![0u32; keys.len() * 2];
+        for &k in keys {
+            let (u, v) = ((k >> 32) as u32, k as u32);
+            indices[fill[v as usize] as usize] = u;
+            fill[v as usize] += 1;
+            indices[fill[u as usize] as usize] = v;
+            fill[u as usize] += 1;
+        }
+        Csr { indptr, indices }
+    }
+}
+
+/// The key of the undirected edge {a, b} (a != b) for `Csr::from_sorted_undirected`.
+#[inline]
+pub fn undirected_key(a: u32, b: u32) -> u64 {
+    let (u, v) = if a < b { (a, b) } else { (b, a) };
+    ((u as u64) << 32) | v as u64
 }
 
 #[cfg(test)]
@@ -127,5 +176,28 @@ mod tests {
         assert!(bad.view().check().unwrap_err().contains("node 5"));
         let dec = Csr { indptr: vec![0, 2, 1], indices: vec![0, 1] };
         assert!(dec.view().check().is_err());
+    }
+
+    #[test]
+    fn from_sorted_undirected_stores_both_directions_sorted() {
+        let mut keys = vec![undirected_key(2, 0), undirected_key(1, 2), undirected_key(0, 3), undirected_key(3, 2)];
+        keys.sort_unstable();
+        let csr = Csr::from_sorted_undirected(4, &keys);
+        let g = csr.view();
+        assert_eq!(g.in_neighbors(0), &[2, 3]);
+        assert_eq!(g.in_neighbors(1), &[2]);
+        assert_eq!(g.in_neighbors(2), &[0, 1, 3]);
+        assert_eq!(g.in_neighbors(3), &[0, 2]);
+        assert!(g.check().is_ok());
+    }
+
+    #[test]
+    fn to_undirected_symmetrises_and_drops_loops_and_duplicates() {
+        let directed = Csr::from_edges(4, &[(0, 1), (1, 0), (2, 1), (3, 3), (3, 0)], false);
+        let g = directed.view().to_undirected();
+        assert_eq!(g.view().in_neighbors(0), &[1, 3]);
+        assert_eq!(g.view().in_neighbors(1), &[0, 2]);
+        assert_eq!(g.view().in_neighbors(2), &[1]);
+        assert_eq!(g.view().in_neighbors(3), &[0]);
     }
 }

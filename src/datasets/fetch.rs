@@ -72,7 +72,9 @@ pub fn fetch(dir: &Path, spec: &FetchSpec<'_>, notes: &mut Vec<String>) -> Resul
                 }
                 Err(Failure::Fatal(e)) => return Err(e),
                 Err(Failure::Retry(e)) => {
-                    tracing::warn!("{e}; retrying");
+                    if round < spec.retries {
+                        tracing::warn!("{e}; retrying in {} s", backoff(round + 1).as_secs());
+                    }
                     last = Some(e);
                 }
             }
@@ -132,7 +134,8 @@ fn attempt(client: &Client, url: &str, part: &Path, progress: bool) -> Result<()
     if have > 0 {
         req = req.header(RANGE, format!("bytes={have}-"));
     }
-    let mut resp = req.send().map_err(|e| Failure::Retry(net(format!("request failed: {}", error_chain(&e)))))?;
+    let mut resp =
+        req.send().map_err(|e| Failure::Retry(net(format!("request failed: {}", error_chain(&e.without_url())))))?;
     let status = resp.status();
     let content_range = resp.headers().get(CONTENT_RANGE).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let (start, total) = match status {

@@ -20,7 +20,7 @@ pub use registry::{Entry, Registry};
 
 use crate::DataDir;
 use crate::format::{DatasetFile, DatasetSummary};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// One `leapgnn download` (or import) request.
@@ -72,6 +72,12 @@ pub fn download(data: &DataDir, reg: &Registry, req: &DownloadRequest) -> Result
         }
         (None, None) => return Err(reg.require(&req.name).unwrap_err()),
     };
+    if let Some(from) = &req.from
+        && std::fs::symlink_metadata(from).is_err()
+        && !Path::new(&format!("{}.edges.txt", from.display())).is_file()
+    {
+        return Err(DatasetError::input(format!("--from {}: no such file or directory", from.display())));
+    }
     let target = data.dataset_path(&req.name);
     let mut notes = Vec::new();
     if !req.force && target.exists() {

@@ -204,6 +204,11 @@ impl DatasetFile {
     pub fn file_len(&self) -> u64 {
         self.inner.file_len()
     }
+    /// The payload checksum from the header: identifies this exact dataset
+    /// (partitions record it to detect a re-downloaded or regenerated dataset).
+    pub fn checksum(&self) -> u64 {
+        self.inner.header().checksum
+    }
 
     pub fn summary(&self) -> DatasetSummary {
         let m = self.meta_owned();

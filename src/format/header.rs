@@ -84,6 +84,10 @@ impl Header {
         if u32_at(16) != ENDIAN_MARK {
             return Err(FormatError::corrupt(path, "byte-order mark is wrong"));
         }
+        // Unused in this version: a flipped bit here would otherwise go unnoticed.
+        if bytes[20..24].iter().chain(&bytes[40..HEADER_LEN]).any(|&b| b != 0) {
+            return Err(FormatError::corrupt(path, "reserved header bytes are not zero"));
+        }
         let kind = Kind::from_u32(u32_at(12))
             .ok_or_else(|| FormatError::corrupt(path, format!("unknown archive kind {}", u32_at(12))))?;
         if kind != expected {

@@ -16,11 +16,17 @@ pub struct HashWriter {
     inner: BufWriter<File>,
     hasher: xxhash_rust::xxh3::Xxh3,
     len: u64,
+    /// The first I/O error, kept because rkyv's error type hides it: a full
+    /// disk must be reported as I/O (exit 1), not as an unserialisable value.
+    io_error: std::rc::Rc<std::cell::Cell<Option<std::io::ErrorKind>>>,
 }
 
 impl Write for HashWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let n = self.inner.write(buf)?;
+        let n = self.inner.write(buf).inspect_err(|e| {
+            let first = self.io_error.take().unwrap_or(e.kind());
+            self.io_error.set(Some(first));
+        })?;
         self.hasher.update(&buf[..n]);
         self.len += n as u64;
         Ok(n)
@@ -43,9 +49,13 @@ where
     let io = |e: std::io::Error| FormatError::io(&tmp, e);
     let mut w = file.take();
     w.write_all(&[0u8; HEADER_LEN]).map_err(io)?;
-    let hw = HashWriter { inner: w, hasher: xxhash_rust::xxh3::Xxh3::new(), len: 0 };
+    let io_error = std::rc::Rc::new(std::cell::Cell::new(None));
+    let hw = HashWriter { inner: w, hasher: xxhash_rust::xxh3::Xxh3::new(), len: 0, io_error: io_error.clone() };
     let hw = rkyv::api::high::to_bytes_in::<_, BoxedError>(value, IoWriter::new(hw))
-        .map_err(|e| FormatError::Serialize { path: path.into(), detail: e.to_string() })?
+        .map_err(|e| match io_error.get() {
+            Some(kind) => FormatError::io(&tmp, std::io::Error::new(kind, e.to_string())),
+            None => FormatError::Serialize { path: path.into(), detail: e.to_string() },
+        })?
         .into_inner();
     let header = Header { version: super::FORMAT_VERSION, kind, payload_len: hw.len, checksum: hw.hasher.digest() };
     let mut w = hw.inner;

@@ -29,3 +29,6 @@ compile_error!("leapgnn archives are little-endian and read zero-copy; big-endia
 pub fn native<T: bytemuck::Pod, A: bytemuck::Pod>(s: &[A]) -> &[T] {
     bytemuck::cast_slice(s)
 }
+
+#[cfg(test)]
+mod tests;

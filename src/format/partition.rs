@@ -14,6 +14,8 @@ pub struct PartManifest {
     pub method: String,
     pub parts: u32,
     pub seed: u64,
+    /// The balance constraints the partitioner was given, e.g. `nodes,train`.
+    pub constraints: String,
     /// node -> part
     pub node_part: Vec<u16>,
     /// node -> row of its features inside its part's file (owned ids are sorted)
@@ -88,8 +90,22 @@ impl ManifestFile {
         }
         Ok(f)
     }
+    /// Checksum, then O(n) consistency: the per-part counts match the map and
+    /// every node's local index is a row of its part's file.
     pub fn verify(&self) -> Result<(), FormatError> {
-        self.inner.verify_checksum()
+        self.inner.verify_checksum()?;
+        let counts = self.part_nodes();
+        if counts.iter().sum::<u64>() != self.node_part().len() as u64 {
+            return Err(FormatError::corrupt(self.inner.path(), "per-part node counts do not add up to the nodes"));
+        }
+        let bad = self.node_part().iter().zip(self.local_index()).position(|(&p, &i)| i as u64 >= counts[p as usize]);
+        if let Some(v) = bad {
+            return Err(FormatError::corrupt(self.inner.path(), format!("node {v} has a row outside its part")));
+        }
+        Ok(())
+    }
+    pub fn path(&self) -> &Path {
+        self.inner.path()
     }
     pub fn archived(&self) -> &ArchivedPartManifest {
         self.inner.get()
@@ -115,6 +131,18 @@ impl ManifestFile {
     pub fn dataset_checksum(&self) -> u64 {
         self.archived().dataset_checksum.to_native()
     }
+    pub fn seed(&self) -> u64 {
+        self.archived().seed.to_native()
+    }
+    pub fn constraints(&self) -> &str {
+        self.archived().constraints.as_str()
+    }
+    pub fn edge_cut(&self) -> u64 {
+        self.archived().edge_cut.to_native()
+    }
+    pub fn edges(&self) -> u64 {
+        self.archived().edges.to_native()
+    }
 }
 
 /// An opened part feature file.
@@ -138,6 +166,9 @@ impl PartFile {
     }
     pub fn verify(&self) -> Result<(), FormatError> {
         self.inner.verify_checksum()
+    }
+    pub fn part(&self) -> u32 {
+        self.inner.get().part.to_native()
     }
     pub fn owned(&self) -> &[u32] {
         native(&self.inner.get().owned[..])

@@ -1,2 +1,175 @@
 //! Partitioners (METIS, random, hash, LDG streaming) and the partition
 //! directory writer.
+//!
+//! Every method maps a `Problem` (graph, train vertices, K, constraints, seed)
+//! to a node -> part map; `run` opens the dataset, measures the cut and
+//! balance, and writes `<data-dir>/<name>/parts/<method>-<k>/`.
+
+pub mod hash;
+pub mod ldg;
+pub mod metis;
+pub mod quality;
+pub mod random;
+mod run;
+mod writer;
+
+pub use run::{BalanceFigures, PartitionReport, ensure_partition, partition_dataset};
+
+use crate::BadInput;
+use crate::format::FormatError;
+use crate::graph::CsrView;
+use std::fmt;
+use std::str::FromStr;
+
+/// Part ids are u16 on disk.
+pub const MAX_PARTS: usize = u16::MAX as usize;
+
+/// Allowed imbalance per constraint (max/avg), for the methods that can honour one.
+pub const IMBALANCE: f64 = 1.05;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Method {
+    Metis,
+    Random,
+    Hash,
+    Ldg,
+}
+
+impl Method {
+    pub const ALL: [Method; 4] = [Method::Metis, Method::Random, Method::Hash, Method::Ldg];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Metis => "metis",
+            Method::Random => "random",
+            Method::Hash => "hash",
+            Method::Ldg => "ldg",
+        }
+    }
+}
+
+impl fmt::Display for Method {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Method {
+    type Err = BadInput;
+    fn from_str(s: &str) -> Result<Method, BadInput> {
+        Method::ALL.into_iter().find(|m| m.name() == s).ok_or_else(|| {
+            BadInput::new(format!("--method {s}: unknown partition method; use one of metis, random, hash, ldg"))
+        })
+    }
+}
+
+/// Which counts each part should hold evenly (`--balance nodes,train`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Balance {
+    pub nodes: bool,
+    pub train: bool,
+}
+
+impl Balance {
+    pub const DEFAULT: Balance = Balance { nodes: true, train: true };
+
+    /// The canonical spelling, as stored in the manifest.
+    pub fn name(self) -> &'static str {
+        match (self.nodes, self.train) {
+            (true, true) => "nodes,train",
+            (true, false) => "nodes",
+            (false, true) => "train",
+            (false, false) => "none",
+        }
+    }
+}
+
+impl Default for Balance {
+    fn default() -> Self {
+        Balance::DEFAULT
+    }
+}
+
+impl FromStr for Balance {
+    type Err = BadInput;
+    fn from_str(s: &str) -> Result<Balance, BadInput> {
+        let mut b = Balance { nodes: false, train: false };
+        for c in s.split(',').map(str::trim) {
+            match c {
+                "nodes" => b.nodes = true,
+                "train" => b.train = true,
+                _ => {
+                    return Err(BadInput::new(format!(
+                        "--balance {s}: unknown constraint `{c}`; use nodes, train or nodes,train"
+                    )));
+                }
+            }
+        }
+        Ok(b)
+    }
+}
+
+/// What `partition` was asked to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionOptions {
+    pub parts: usize,
+    pub method: Method,
+    pub balance: Balance,
+    pub seed: u64,
+    /// Recompute even when a matching partition exists.
+    pub force: bool,
+}
+
+impl PartitionOptions {
+    pub fn new(method: Method, parts: usize) -> Self {
+        PartitionOptions { parts, method, balance: Balance::DEFAULT, seed: 0, force: false }
+    }
+}
+
+/// The input every method sees.
+#[derive(Debug, Clone, Copy)]
+pub struct Problem<'a> {
+    /// CSR by destination; neighbours are in-neighbours (methods that need a
+    /// symmetric graph symmetrise it themselves).
+    pub graph: CsrView<'a>,
+    pub is_train: &'a [bool],
+    pub parts: usize,
+    pub balance: Balance,
+    pub seed: u64,
+}
+
+impl Problem<'_> {
+    pub fn num_train(&self) -> usize {
+        self.is_train.iter().filter(|&&t| t).count()
+    }
+}
+
+/// node -> part with the chosen method.
+pub fn assign(method: Method, p: &Problem<'_>) -> Result<Vec<u16>, PartitionError> {
+    Ok(match method {
+        Method::Metis => metis::assign(p)?,
+        Method::Random => random::assign(p),
+        Method::Hash => hash::assign(p),
+        Method::Ldg => ldg::assign(p),
+    })
+}
+
+/// `train` ids as a per-node flag (duplicates in the list count once).
+pub fn train_flags(num_nodes: usize, train: &[u32]) -> Vec<bool> {
+    let mut f = vec![false; num_nodes];
+    for &v in train {
+        f[v as usize] = true;
+    }
+    f
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PartitionError {
+    /// The user's flags or dataset are at fault (exit 2).
+    #[error("{0}")]
+    BadInput(#[from] BadInput),
+    #[error("{0}")]
+    Format(#[from] FormatError),
+    #[error("METIS failed on {nodes} nodes and {entries} adjacency entries ({detail}); try --method ldg")]
+    Metis { nodes: usize, entries: usize, detail: String },
+}

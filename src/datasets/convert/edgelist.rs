@@ -6,7 +6,7 @@
 
 use super::ConvertOptions;
 use super::build::Raw;
-use super::lines::{Lines, fields, parse_id};
+use super::lines::{Lines, parse_edge};
 use crate::datasets::DatasetError;
 use crate::datasets::source::Source;
 use std::path::Path;
@@ -26,19 +26,8 @@ pub fn read(path: &Path, opts: &ConvertOptions) -> Result<Raw, DatasetError> {
         if t.is_empty() || t.starts_with('#') || t.starts_with('%') {
             continue;
         }
-        let mut it = fields(t);
-        let (Some(a), Some(b)) = (it.next(), it.next()) else {
-            return Err(at.err("expected an edge `from to`"));
-        };
-        let u = parse_id(a, "node id").map_err(|m| at.err(m))?;
-        let v = parse_id(b, "node id").map_err(|m| at.err(m))?;
-        let hi = u.max(v);
-        if let Some(n) = limit
-            && hi as usize >= n
-        {
-            return Err(at.err(format!("node id {hi} is beyond the node count {n}")));
-        }
-        max_id = max_id.max(Some(hi));
+        let (u, v) = parse_edge(t, limit, true).map_err(|m| at.err(m))?;
+        max_id = max_id.max(Some(u.max(v)));
         edges.push((u, v));
     }
     let num_nodes = limit.unwrap_or(max_id.map_or(0, |m| m as usize + 1));

@@ -71,6 +71,25 @@ pub fn parse_id(tok: &str, what: &str) -> Result<u32, String> {
     }
 }
 
+/// Parses an edge `from to`: two node ids (more columns, such as weights or
+/// timestamps, are allowed when `extra_ok`), each below `limit` when given.
+pub fn parse_edge(line: &str, limit: Option<usize>, extra_ok: bool) -> Result<(u32, u32), String> {
+    let mut it = fields(line);
+    let (Some(a), Some(b)) = (it.next(), it.next()) else {
+        return Err("expected an edge `from to`".into());
+    };
+    if !extra_ok && it.next().is_some() {
+        return Err("expected exactly two node ids".into());
+    }
+    let (u, v) = (parse_id(a, "node id")?, parse_id(b, "node id")?);
+    if let Some(n) = limit
+        && u.max(v) as usize >= n
+    {
+        return Err(format!("node id {} is beyond the node count {n}", u.max(v)));
+    }
+    Ok((u, v))
+}
+
 /// Parses a class label; `-1` means unlabelled.
 pub fn parse_label(tok: &str) -> Result<i32, String> {
     match tok.parse::<i32>() {
@@ -102,6 +121,53 @@ pub fn read_id_list<R: Read>(lines: &mut Lines<R>, num_nodes: usize) -> Result<V
     Ok(ids)
 }
 
+/// Bytes of whole lines handed to `for_each_block` at a time.
+const BLOCK: usize = 8 << 20;
+
+/// Calls `f(first_line_number, lines)` on consecutive blocks of whole lines
+/// (line terminators removed), so big numeric files can be parsed in parallel
+/// per block while reading stays sequential.
+pub fn for_each_block<R: Read>(
+    mut reader: R,
+    file: &str,
+    mut f: impl FnMut(u64, &[&str]) -> Result<(), DatasetError>,
+) -> Result<(), DatasetError> {
+    let mut buf: Vec<u8> = Vec::with_capacity(BLOCK + (1 << 16));
+    let mut first_line = 1u64;
+    let mut eof = false;
+    while !eof {
+        while buf.len() < BLOCK {
+            let old = buf.len();
+            buf.resize(old + (1 << 20), 0);
+            let n = loop {
+                match reader.read(&mut buf[old..]) {
+                    Ok(n) => break n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(read_error(file, first_line, e)),
+                }
+            };
+            buf.truncate(old + n);
+            if n == 0 {
+                eof = true;
+                break;
+            }
+        }
+        let end = if eof { buf.len() } else { buf.iter().rposition(|&b| b == b'\n').map_or(buf.len(), |i| i + 1) };
+        let text = std::str::from_utf8(&buf[..end]).map_err(|e| {
+            let line = first_line + buf[..e.valid_up_to()].iter().filter(|&&b| b == b'\n').count() as u64;
+            DatasetError::parse(file, line, "not UTF-8 text; the file is corrupt")
+        })?;
+        let body = text.strip_suffix('\n').unwrap_or(text);
+        if !body.is_empty() {
+            let lines: Vec<&str> = body.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l)).collect();
+            f(first_line, &lines)?;
+            first_line += lines.len() as u64;
+        }
+        buf.drain(..end);
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,6 +192,23 @@ mod tests {
         assert!(parse_id("1.5", "node id").unwrap_err().contains("not a non-negative integer"));
         assert_eq!(parse_label("-1"), Ok(-1));
         assert!(parse_label("-2").is_err());
+    }
+
+    #[test]
+    fn blocks_cover_every_line_once_in_order() {
+        let text: String = (0..300_000).map(|i| format!("{i},{}\r\n", i * 2)).collect();
+        let mut seen = Vec::new();
+        for_each_block(text.as_bytes(), "b.csv", |first, lines| {
+            assert_eq!(first as usize, seen.len() + 1);
+            seen.extend(lines.iter().map(|l| l.to_string()));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(seen.len(), 300_000);
+        assert_eq!(seen[123_456], "123456,246912");
+        let bad = [b"1,2\n3,4\n".as_slice(), &[0xff, b'\n']].concat();
+        let e = for_each_block(&bad[..], "b.csv", |_, _| Ok(())).unwrap_err().to_string();
+        assert!(e.starts_with("b.csv:3:"), "{e}");
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod build;
 pub mod edgelist;
 pub mod lines;
 pub mod musae;
+pub mod npy;
 pub mod npz;
 pub mod ogb;
 pub mod split;

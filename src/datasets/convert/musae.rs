@@ -9,7 +9,7 @@
 
 use super::ConvertOptions;
 use super::build::{Raw, SparseRows};
-use super::lines::{Lines, fields, parse_id};
+use super::lines::{Lines, parse_edge, parse_id};
 use super::split::SplitRule;
 use crate::datasets::DatasetError;
 use crate::datasets::source::Source;
@@ -151,16 +151,7 @@ fn read_edges(src: &mut Source, name: &str, n: usize) -> Result<Vec<(u32, u32)>,
         if l.trim().is_empty() || (at.line == 1 && !l.starts_with(|c: char| c.is_ascii_digit())) {
             continue; // the header
         }
-        let mut it = fields(l);
-        let (Some(a), Some(b), None) = (it.next(), it.next(), it.next()) else {
-            return Err(at.err("expected two node ids `a,b`"));
-        };
-        let u = parse_id(a, "node id").map_err(|m| at.err(m))?;
-        let v = parse_id(b, "node id").map_err(|m| at.err(m))?;
-        if u as usize >= n || v as usize >= n {
-            return Err(at.err(format!("node id {} is beyond the node count {n} (rows of the target file)", u.max(v))));
-        }
-        edges.push((u, v));
+        edges.push(parse_edge(l, Some(n), false).map_err(|m| at.err(m))?);
     }
     Ok(edges)
 }

@@ -6,7 +6,7 @@
 
 use super::ConvertOptions;
 use super::build::{Raw, SparseRows};
-use super::lines::{Lines, fields, parse_id, parse_label, read_id_list};
+use super::lines::{Lines, fields, parse_edge, parse_id, parse_label, read_id_list};
 use super::split::{PLANETOID, SplitRule};
 use crate::datasets::DatasetError;
 use std::fs::File;
@@ -45,18 +45,7 @@ pub fn read(path: &Path, opts: &ConvertOptions) -> Result<Raw, DatasetError> {
         if l.trim().is_empty() || l.starts_with('#') {
             continue;
         }
-        let mut it = fields(l);
-        let (Some(a), Some(b), None) = (it.next(), it.next(), it.next()) else {
-            return Err(at.err("expected two node ids `u v`"));
-        };
-        let u = parse_id(a, "node id").map_err(|m| at.err(m))?;
-        let v = parse_id(b, "node id").map_err(|m| at.err(m))?;
-        if let Some(n) = known_n
-            && (u as usize >= n || v as usize >= n)
-        {
-            return Err(at.err(format!("node id {} is beyond the node count {n}", u.max(v))));
-        }
-        edges.push((u, v));
+        edges.push(parse_edge(l, known_n, false).map_err(|m| at.err(m))?);
     }
     let n = known_n.unwrap_or_else(|| edges.iter().map(|&(u, v)| u.max(v) as usize + 1).max().unwrap_or(0));
 

@@ -1,0 +1,127 @@
+//! `leapgnn cluster check PROFILE`: preflight every host of a cluster profile.
+
+use crate::Global;
+use crate::output::print_json;
+use anyhow::Context;
+use leapgnn::cluster::Profile;
+use leapgnn::cluster::check::{Check, CheckOptions, ClusterReport, check_cluster};
+use leapgnn::cluster::ship::rank_data_files;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(subcommand)]
+    command: Sub,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum Sub {
+    /// Check every host of a profile: reachable, host key, auth, binary, data, workers start and connect back.
+    ///
+    /// Ships the leapgnn binary where it is missing or stale (as train would); never sends data.
+    /// Exits 1 when any host fails.
+    Check(CheckArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct CheckArgs {
+    /// The cluster profile (TOML), e.g. profiles/lab.toml.
+    profile: PathBuf,
+    /// Record host keys not yet in known_hosts (a changed key is still refused).
+    #[arg(long)]
+    accept_new_host_keys: bool,
+    /// Also check the files each rank needs for this dataset (with --parts).
+    #[arg(long, requires = "parts")]
+    dataset: Option<String>,
+    /// Number of parts of the partitioning to check (rank r needs part r).
+    #[arg(long, requires = "dataset")]
+    parts: Option<usize>,
+    /// Partitioning method whose parts are checked.
+    #[arg(long, default_value = "metis")]
+    method: String,
+    /// Skip starting the workers (no ping job).
+    #[arg(long)]
+    no_workers: bool,
+    /// Seconds allowed for each SSH step and for the workers to start.
+    #[arg(long, default_value_t = 30)]
+    timeout: u64,
+}
+
+pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
+    match a.command {
+        Sub::Check(c) => check(g, c),
+    }
+}
+
+fn check(g: &Global, a: CheckArgs) -> anyhow::Result<()> {
+    let profile = Profile::load(&a.profile)?;
+    let data = match (a.dataset, a.parts) {
+        (Some(name), Some(parts)) => {
+            if parts != profile.world() && profile.world() > 0 {
+                return Err(leapgnn::BadInput::new(format!(
+                    "--parts {parts}: the profile {} has {} worker slots (rank r trains part r)",
+                    profile.name(),
+                    profile.world()
+                ))
+                .into());
+            }
+            let data = g.data();
+            let method = a.method;
+            Some(Arc::new(move |rank| rank_data_files(&data, &name, &method, parts, rank)) as _)
+        }
+        _ => None,
+    };
+    let opts = CheckOptions {
+        accept_new_host_keys: a.accept_new_host_keys,
+        data,
+        start_workers: !a.no_workers,
+        timeout: Duration::from_secs(a.timeout.max(1)),
+    };
+    let report = check_cluster(&profile, &opts).context("cluster check")?;
+    if g.json {
+        print_json(&report)?;
+    } else {
+        print_table(&report);
+    }
+    if report.ok {
+        Ok(())
+    } else {
+        let bad: Vec<String> =
+            report.hosts.iter().filter(|h| !h.ok).map(|h| format!("{}:{}", h.address, h.port)).collect();
+        anyhow::bail!("cluster check failed for {} of {} hosts: {}", bad.len(), report.hosts.len(), bad.join(", "))
+    }
+}
+
+fn print_table(r: &ClusterReport) {
+    let mark = |c: &Check| match c.ok {
+        Some(true) => "ok",
+        Some(false) => "FAIL",
+        None => "-",
+    };
+    println!(
+        "{:<28} {:<9} {:<8} {:<5} {:<6} {:<5} {:<5} result",
+        "host", "reachable", "host_key", "auth", "binary", "data", "ports"
+    );
+    for h in &r.hosts {
+        let name = format!("{}@{}:{}", h.user, h.address, h.port);
+        println!(
+            "{:<28} {:<9} {:<8} {:<5} {:<6} {:<5} {:<5} {}",
+            name,
+            mark(&h.reachable),
+            mark(&h.host_key),
+            mark(&h.auth),
+            mark(&h.binary),
+            mark(&h.data),
+            mark(&h.ports),
+            if h.ok { "ok" } else { "FAIL" }
+        );
+        for (what, c) in h.checks() {
+            if c.ok == Some(false) || (c.ok == Some(true) && matches!(what, "binary" | "data" | "ports")) {
+                println!("    {what}: {}", c.detail);
+            }
+        }
+    }
+    println!("{}: {}", r.profile, if r.ok { "all hosts ok" } else { "some hosts FAILED" });
+}

@@ -1,0 +1,168 @@
+//! Driver <-> worker control plane: length-prefixed JSON messages over TCP.
+//! Small and rare (job, metrics records, errors, heartbeats), so JSON keeps
+//! it debuggable; bulk data goes over the worker mesh (`comm`).
+
+use serde::{Deserialize, Serialize, de::DeserializeOwned};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+/// A control message larger than this is a protocol error, not an allocation.
+pub const MAX_CONTROL_FRAME: usize = 64 << 20;
+
+/// First message a worker sends after connecting.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Hello {
+    pub rank: usize,
+    pub pid: u32,
+    pub version: String,
+    /// Proof of the job token the driver handed the worker at launch.
+    pub token: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub enum ToWorker {
+    /// The job: an opaque config (the trainer's), the mesh peers and the mesh secret.
+    Job {
+        world: usize,
+        peers: Vec<SocketAddr>,
+        secret_hex: String,
+        config: serde_json::Value,
+    },
+    Shutdown,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub enum ToDriver {
+    Hello(Hello),
+    /// The worker's mesh listener address (sent before the job so peers can be told).
+    Listening(SocketAddr),
+    Metrics(serde_json::Value),
+    Log(String),
+    Heartbeat,
+    Done(serde_json::Value),
+    Error(String),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    #[error("control connection to {peer}: {what}: {source}")]
+    Io {
+        peer: String,
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("control connection to {peer}: frame of {len} bytes exceeds the {MAX_CONTROL_FRAME}-byte limit")]
+    TooLarge { peer: String, len: usize },
+    #[error("control connection to {peer}: malformed message: {detail}")]
+    Malformed { peer: String, detail: String },
+    #[error("control connection to {peer} closed")]
+    Closed { peer: String },
+}
+
+/// One end of a control connection.
+pub struct ControlConn {
+    stream: TcpStream,
+    peer: String,
+}
+
+impl ControlConn {
+    pub fn new(stream: TcpStream, peer: impl Into<String>) -> Self {
+        let _ = stream.set_nodelay(true);
+        ControlConn { stream, peer: peer.into() }
+    }
+
+    pub fn connect(addr: SocketAddr, timeout: Duration) -> Result<Self, ControlError> {
+        let stream = TcpStream::connect_timeout(&addr, timeout).map_err(|source| ControlError::Io {
+            peer: format!("driver {addr}"),
+            what: "connecting",
+            source,
+        })?;
+        Ok(Self::new(stream, format!("driver {addr}")))
+    }
+
+    pub fn rename(&mut self, peer: impl Into<String>) {
+        self.peer = peer.into();
+    }
+
+    pub fn peer(&self) -> &str {
+        &self.peer
+    }
+
+    pub fn try_clone(&self) -> Result<Self, ControlError> {
+        let stream = self.stream.try_clone().map_err(|e| self.io("cloning", e))?;
+        Ok(ControlConn { stream, peer: self.peer.clone() })
+    }
+
+    /// Bounds every subsequent read; `None` waits forever (only for a thread that is shut down by closing).
+    pub fn set_read_timeout(&self, t: Option<Duration>) -> Result<(), ControlError> {
+        self.stream.set_read_timeout(t).map_err(|e| self.io("setting a timeout", e))
+    }
+
+    pub fn send<T: Serialize>(&mut self, msg: &T) -> Result<(), ControlError> {
+        let body = serde_json::to_vec(msg)
+            .map_err(|e| ControlError::Malformed { peer: self.peer.clone(), detail: e.to_string() })?;
+        if body.len() > MAX_CONTROL_FRAME {
+            return Err(ControlError::TooLarge { peer: self.peer.clone(), len: body.len() });
+        }
+        let mut frame = Vec::with_capacity(4 + body.len());
+        frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        frame.extend_from_slice(&body);
+        self.stream.write_all(&frame).map_err(|e| self.io("sending", e))
+    }
+
+    pub fn recv<T: DeserializeOwned>(&mut self) -> Result<T, ControlError> {
+        let mut len = [0u8; 4];
+        if let Err(e) = self.stream.read_exact(&mut len) {
+            if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                return Err(ControlError::Closed { peer: self.peer.clone() });
+            }
+            return Err(self.io("waiting for a message", e));
+        }
+        let len = u32::from_le_bytes(len) as usize;
+        if len > MAX_CONTROL_FRAME {
+            return Err(ControlError::TooLarge { peer: self.peer.clone(), len });
+        }
+        let mut body = vec![0u8; len];
+        self.stream.read_exact(&mut body).map_err(|e| self.io("reading a message", e))?;
+        serde_json::from_slice(&body)
+            .map_err(|e| ControlError::Malformed { peer: self.peer.clone(), detail: e.to_string() })
+    }
+
+    pub fn shutdown(&self) {
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+    }
+
+    fn io(&self, what: &'static str, source: std::io::Error) -> ControlError {
+        ControlError::Io { peer: self.peer.clone(), what, source }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    #[test]
+    fn messages_roundtrip_and_garbage_is_refused() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let t = std::thread::spawn(move || {
+            let (s, _) = l.accept().unwrap();
+            let mut c = ControlConn::new(s, "worker 0");
+            let m: ToDriver = c.recv().unwrap();
+            c.send(&ToWorker::Shutdown).unwrap();
+            let r: Result<ToDriver, _> = c.recv();
+            (m, r.err().map(|e| e.to_string()))
+        });
+        let mut c = ControlConn::connect(addr, Duration::from_secs(5)).unwrap();
+        c.send(&ToDriver::Heartbeat).unwrap();
+        assert_eq!(c.recv::<ToWorker>().unwrap(), ToWorker::Shutdown);
+        // A length beyond the limit must be refused without allocating it.
+        c.stream.write_all(&u32::MAX.to_le_bytes()).unwrap();
+        let (m, err) = t.join().unwrap();
+        assert_eq!(m, ToDriver::Heartbeat);
+        assert!(err.unwrap().contains("exceeds"));
+    }
+}

@@ -1,0 +1,277 @@
+//! The driver's side of a job: start W workers, admit each one's control
+//! connection, hand out the job, then relay what they report until all are
+//! done, one fails, or the user interrupts. Workers are stopped on every exit
+//! path (their handles kill on drop).
+
+use super::control::{ControlConn, ControlError, Hello, ToDriver, ToWorker};
+use super::launcher::{Launcher, WorkerProcess, WorkerSpec};
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// How long a worker's exit may precede the delivery of its last messages.
+const EXIT_GRACE: Duration = Duration::from_secs(2);
+
+#[derive(Debug, Clone)]
+pub struct DriverOptions {
+    /// How long workers get to start and connect back.
+    pub start_timeout: Duration,
+    /// A worker silent for this long (no metrics, no heartbeat) is declared lost.
+    pub silence_timeout: Duration,
+    /// Address the control listener binds (127.0.0.1:0 for local workers).
+    pub bind: SocketAddr,
+}
+
+impl Default for DriverOptions {
+    fn default() -> Self {
+        DriverOptions {
+            start_timeout: Duration::from_secs(60),
+            silence_timeout: Duration::from_secs(120),
+            bind: SocketAddr::from(([127, 0, 0, 1], 0)),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    #[error("worker {rank} did not connect back within {secs}s (see its log lines above)")]
+    StartTimeout { rank: usize, secs: u64 },
+    #[error("worker {rank} exited with code {code} before finishing")]
+    Exited { rank: usize, code: i32 },
+    #[error("worker {rank} failed: {message}")]
+    WorkerFailed { rank: usize, message: String },
+    #[error("worker {rank} sent nothing for {secs}s (no heartbeat): presumed lost")]
+    Silent { rank: usize, secs: u64 },
+    #[error("interrupted: all workers stopped")]
+    Interrupted,
+    #[error(transparent)]
+    Control(#[from] ControlError),
+    #[error("control listener on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot start worker {rank}: {source}")]
+    Launch {
+        rank: usize,
+        #[source]
+        source: anyhow::Error,
+    },
+}
+
+/// An event a worker reported, with its rank.
+#[derive(Debug)]
+pub enum Event {
+    Metrics(usize, serde_json::Value),
+    Log(usize, String),
+    Done(usize, serde_json::Value),
+}
+
+enum Inbound {
+    Msg(usize, ToDriver),
+    Lost(usize, ControlError),
+}
+
+/// Runs one job on `world` workers. `config` is sent to every worker as is;
+/// `on_event` sees every record as it arrives. Returns each worker's Done value.
+pub fn run_job(
+    launcher: &dyn Launcher,
+    world: usize,
+    config: &serde_json::Value,
+    opts: &DriverOptions,
+    interrupted: &AtomicBool,
+    mut on_event: impl FnMut(Event),
+) -> Result<Vec<serde_json::Value>, DriverError> {
+    let listener = TcpListener::bind(opts.bind).map_err(|source| DriverError::Bind { addr: opts.bind, source })?;
+    let addr = listener.local_addr().map_err(|source| DriverError::Bind { addr: opts.bind, source })?;
+    let token = random_hex(16);
+    let mut procs: Vec<Box<dyn WorkerProcess>> = Vec::with_capacity(world);
+    for rank in 0..world {
+        let spec = WorkerSpec { rank, driver: addr, token: token.clone(), env: vec![] };
+        procs.push(launcher.launch(&spec).map_err(|source| DriverError::Launch { rank, source })?);
+    }
+    let mut conns = admit(&listener, &token, world, opts, &mut procs, interrupted)?;
+
+    // Mesh addresses, then the job with the full peer list.
+    let mut peers = vec![SocketAddr::from(([0, 0, 0, 0], 0)); world];
+    for (rank, c) in conns.iter_mut().enumerate() {
+        c.set_read_timeout(Some(opts.start_timeout))?;
+        match c.recv::<ToDriver>()? {
+            ToDriver::Listening(a) => peers[rank] = a,
+            ToDriver::Error(message) => return Err(DriverError::WorkerFailed { rank, message }),
+            other => return Err(unexpected(c, &other)),
+        }
+    }
+    let secret_hex = random_hex(32);
+    for c in conns.iter_mut() {
+        c.send(&ToWorker::Job { world, peers: peers.clone(), secret_hex: secret_hex.clone(), config: config.clone() })?;
+    }
+
+    // One reader thread per worker feeds a channel; the driver loop also watches
+    // exit codes, silence and Ctrl-C, so no failure mode leaves it waiting.
+    let (tx, rx) = mpsc::channel();
+    for (rank, c) in conns.iter().enumerate() {
+        let mut c = c.try_clone()?;
+        c.set_read_timeout(None)?;
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            loop {
+                match c.recv::<ToDriver>() {
+                    Ok(m) => {
+                        if tx.send(Inbound::Msg(rank, m)).is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Inbound::Lost(rank, e));
+                        return;
+                    }
+                }
+            }
+        });
+    }
+    drop(tx);
+    let mut done: Vec<Option<serde_json::Value>> = vec![None; world];
+    let mut last_heard = vec![Instant::now(); world];
+    let mut exited_at: Vec<Option<(Instant, i32)>> = vec![None; world];
+    let result = loop {
+        if interrupted.load(Ordering::SeqCst) {
+            break Err(DriverError::Interrupted);
+        }
+        if done.iter().all(Option::is_some) {
+            break Ok(done.into_iter().map(|d| d.expect("all done")).collect());
+        }
+        match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(Inbound::Msg(rank, m)) => {
+                last_heard[rank] = Instant::now();
+                match m {
+                    ToDriver::Metrics(v) => on_event(Event::Metrics(rank, v)),
+                    ToDriver::Log(s) => on_event(Event::Log(rank, s)),
+                    ToDriver::Done(v) => {
+                        on_event(Event::Done(rank, v.clone()));
+                        done[rank] = Some(v);
+                    }
+                    ToDriver::Error(message) => break Err(DriverError::WorkerFailed { rank, message }),
+                    ToDriver::Heartbeat | ToDriver::Hello(_) | ToDriver::Listening(_) => {}
+                }
+            }
+            Ok(Inbound::Lost(rank, e)) => {
+                if done[rank].is_none() {
+                    break Err(lost(rank, e, &mut procs[rank]));
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) | Err(mpsc::RecvTimeoutError::Disconnected) => {}
+        }
+        let pending = || (0..world).filter(|&r| done[r].is_none());
+        // A worker that sent Done and exited may be seen exiting before its Done is
+        // read: give its reader a moment to deliver (a crash also closes the control
+        // connection, which reports at once through `Lost`).
+        for r in 0..world {
+            if done[r].is_none() && exited_at[r].is_none() {
+                exited_at[r] = procs[r].try_exit_code().map(|code| (Instant::now(), code));
+            }
+        }
+        if let Some((rank, code)) =
+            pending().find_map(|r| exited_at[r].filter(|(t, _)| t.elapsed() > EXIT_GRACE).map(|(_, c)| (r, c)))
+        {
+            break Err(DriverError::Exited { rank, code });
+        }
+        if let Some(rank) = pending().find(|&r| last_heard[r].elapsed() > opts.silence_timeout) {
+            break Err(DriverError::Silent { rank, secs: opts.silence_timeout.as_secs() });
+        }
+    };
+    finish(&conns, procs, result)
+}
+
+fn finish<T>(
+    conns: &[ControlConn],
+    mut procs: Vec<Box<dyn WorkerProcess>>,
+    result: Result<T, DriverError>,
+) -> Result<T, DriverError> {
+    for c in conns {
+        let mut c2 = match c.try_clone() {
+            Ok(c) => c,
+            Err(_) => continue,
+        };
+        let _ = c2.send(&ToWorker::Shutdown);
+        c.shutdown();
+    }
+    for p in procs.iter_mut() {
+        p.kill();
+    }
+    result
+}
+
+fn lost(rank: usize, e: ControlError, p: &mut Box<dyn WorkerProcess>) -> DriverError {
+    // Prefer the exit code when the process is already gone: it says more than "closed".
+    for _ in 0..10 {
+        if let Some(code) = p.try_exit_code() {
+            return DriverError::Exited { rank, code };
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    DriverError::Control(e)
+}
+
+/// Accepts exactly one authenticated connection per rank before the deadline.
+fn admit(
+    listener: &TcpListener,
+    token: &str,
+    world: usize,
+    opts: &DriverOptions,
+    procs: &mut [Box<dyn WorkerProcess>],
+    interrupted: &AtomicBool,
+) -> Result<Vec<ControlConn>, DriverError> {
+    listener.set_nonblocking(true).map_err(|source| DriverError::Bind { addr: opts.bind, source })?;
+    let deadline = Instant::now() + opts.start_timeout;
+    let mut conns: Vec<Option<ControlConn>> = (0..world).map(|_| None).collect();
+    while conns.iter().any(Option::is_none) {
+        if interrupted.load(Ordering::SeqCst) {
+            return Err(DriverError::Interrupted);
+        }
+        if let Some((rank, code)) =
+            (0..world).filter(|&r| conns[r].is_none()).find_map(|r| procs[r].try_exit_code().map(|c| (r, c)))
+        {
+            return Err(DriverError::Exited { rank, code });
+        }
+        if Instant::now() > deadline {
+            let rank = conns.iter().position(Option::is_none).unwrap_or(0);
+            return Err(DriverError::StartTimeout { rank, secs: opts.start_timeout.as_secs() });
+        }
+        match listener.accept() {
+            Ok((stream, from)) => {
+                let _ = stream.set_nonblocking(false);
+                let mut c = ControlConn::new(stream, format!("worker at {from}"));
+                c.set_read_timeout(Some(Duration::from_secs(10)))?;
+                match c.recv::<ToDriver>() {
+                    Ok(ToDriver::Hello(Hello { rank, token: t, .. }))
+                        if t == token && rank < world && conns[rank].is_none() =>
+                    {
+                        c.rename(format!("worker {rank}"));
+                        conns[rank] = Some(c);
+                    }
+                    Ok(_) | Err(_) => tracing::warn!("refused a control connection from {from}: no valid hello"),
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(20)),
+            Err(source) => return Err(DriverError::Bind { addr: opts.bind, source }),
+        }
+    }
+    Ok(conns.into_iter().map(|c| c.expect("admitted")).collect())
+}
+
+fn unexpected(c: &ControlConn, m: &ToDriver) -> DriverError {
+    DriverError::Control(ControlError::Malformed {
+        peer: c.peer().to_string(),
+        detail: format!("unexpected message {m:?}"),
+    })
+}
+
+fn random_hex(bytes: usize) -> String {
+    use rand::RngCore;
+    let mut b = vec![0u8; bytes];
+    rand::rng().fill_bytes(&mut b);
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}

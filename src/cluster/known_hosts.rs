@@ -1,0 +1,144 @@
+//! Host-key checking against an OpenSSH known_hosts file: a known key
+//! passes, an unknown one is refused unless the profile allows recording new
+//! keys, and a changed one is always refused (that is what a
+//! man-in-the-middle looks like).
+
+use serde::Serialize;
+use ssh2::{CheckResult, KnownHostFileKind, KnownHosts, Session};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HostKeyStatus {
+    /// The key was already in known_hosts.
+    Known,
+    /// The key was unknown and has just been recorded (accept_new_host_keys).
+    Recorded,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum HostKeyError {
+    #[error(
+        "host key {fingerprint} is not in {file}: check it, then set accept_new_host_keys = true in the profile \
+         or pass --accept-new-host-keys to record it"
+    )]
+    Unknown { file: PathBuf, fingerprint: String },
+    #[error(
+        "HOST KEY CHANGED: the server offered {fingerprint}, which differs from the key recorded for {name} in {file} \
+         (a reinstalled host, or a man-in-the-middle); refused. If the change is expected, remove the old key with \
+         `ssh-keygen -R '{name}' -f {file}`"
+    )]
+    Changed { file: PathBuf, name: String, fingerprint: String },
+    #[error("the server sent no host key")]
+    NoKey,
+    #[error("cannot read known_hosts file {file}: {source}")]
+    Read {
+        file: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot record the host key in {file}: {detail}")]
+    Record { file: PathBuf, detail: String },
+    #[error("checking the host key against {file} failed inside libssh2")]
+    Failure { file: PathBuf },
+}
+
+/// Checks the session's host key for `address:port` against `file`,
+/// recording it when unknown and `accept_new` is set.
+pub fn verify(
+    sess: &Session,
+    address: &str,
+    port: u16,
+    file: &Path,
+    accept_new: bool,
+) -> Result<HostKeyStatus, HostKeyError> {
+    let (key, key_type) = sess.host_key().ok_or(HostKeyError::NoKey)?;
+    let fingerprint = fingerprint(sess);
+    match check(sess, file, address, port, key)? {
+        CheckResult::Match => return Ok(HostKeyStatus::Known),
+        CheckResult::Mismatch => {
+            return Err(HostKeyError::Changed { file: file.into(), name: entry_name(address, port), fingerprint });
+        }
+        CheckResult::NotFound if !accept_new => {
+            return Err(HostKeyError::Unknown { file: file.into(), fingerprint });
+        }
+        CheckResult::NotFound => {}
+        CheckResult::Failure => return Err(HostKeyError::Failure { file: file.into() }),
+    }
+    // Several workers may connect to the same new host at once: record under a
+    // lock, re-checking first so the key is written once.
+    static RECORD: Mutex<()> = Mutex::new(());
+    let _guard = RECORD.lock().unwrap_or_else(|e| e.into_inner());
+    match check(sess, file, address, port, key)? {
+        CheckResult::Match => return Ok(HostKeyStatus::Known),
+        CheckResult::Mismatch => {
+            return Err(HostKeyError::Changed { file: file.into(), name: entry_name(address, port), fingerprint });
+        }
+        _ => {}
+    }
+    let record = |detail: String| HostKeyError::Record { file: file.into(), detail };
+    let mut one = sess.known_hosts().map_err(|e| record(e.to_string()))?;
+    let name = entry_name(address, port);
+    one.add(&name, key, "added by leapgnn", key_type.into()).map_err(|e| record(e.to_string()))?;
+    let host = one
+        .hosts()
+        .map_err(|e| record(e.to_string()))?
+        .into_iter()
+        .next()
+        .ok_or_else(|| record("libssh2 returned no entry".into()))?;
+    let line = one.write_string(&host, KnownHostFileKind::OpenSSH).map_err(|e| record(e.to_string()))?;
+    let mut text = match std::fs::read_to_string(file) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(source) => return Err(HostKeyError::Read { file: file.into(), source }),
+    };
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push_str(line.trim_end());
+    text.push('\n');
+    crate::format::write_atomic(file, text.as_bytes()).map_err(|e| record(e.to_string()))?;
+    Ok(HostKeyStatus::Recorded)
+}
+
+/// The name OpenSSH uses for a host in known_hosts: `addr` on port 22, `[addr]:port` otherwise.
+pub fn entry_name(address: &str, port: u16) -> String {
+    if port == 22 { address.to_string() } else { format!("[{address}]:{port}") }
+}
+
+/// `SHA256:<hex>` of the server's host key, for messages.
+pub fn fingerprint(sess: &Session) -> String {
+    let hex: String = sess
+        .host_key_hash(ssh2::HashType::Sha256)
+        .map(|h| h.iter().map(|b| format!("{b:02x}")).collect())
+        .unwrap_or_else(|| "unknown".into());
+    format!("SHA256:{hex}")
+}
+
+fn check(sess: &Session, file: &Path, address: &str, port: u16, key: &[u8]) -> Result<CheckResult, HostKeyError> {
+    let kh = load(sess, file)?;
+    Ok(kh.check_port(address, port, key))
+}
+
+/// Reads the file line by line: libssh2 rejects a whole file over one line it
+/// cannot parse (a certificate authority, a security-key type), while such
+/// lines are simply not relevant to the keys it can check.
+fn load(sess: &Session, file: &Path) -> Result<KnownHosts, HostKeyError> {
+    let mut kh = sess.known_hosts().map_err(|_| HostKeyError::Failure { file: file.into() })?;
+    let text = match std::fs::read_to_string(file) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(kh),
+        Err(source) => return Err(HostKeyError::Read { file: file.into(), source }),
+    };
+    for (i, line) in text.lines().enumerate() {
+        let l = line.trim();
+        if l.is_empty() || l.starts_with('#') {
+            continue;
+        }
+        if let Err(e) = kh.read_str(l, KnownHostFileKind::OpenSSH) {
+            tracing::debug!("{}:{}: line skipped ({e})", file.display(), i + 1);
+        }
+    }
+    Ok(kh)
+}

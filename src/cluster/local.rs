@@ -1,0 +1,95 @@
+//! Workers as child processes of the driver on this machine.
+
+use super::launcher::{Launcher, WorkerProcess, WorkerSpec};
+use anyhow::Context;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+pub struct LocalLauncher {
+    /// The `leapgnn` binary to run (normally the driver's own executable).
+    pub binary: PathBuf,
+    /// Flags every worker gets before its own (e.g. `--data-dir`).
+    pub args: Vec<String>,
+}
+
+impl LocalLauncher {
+    pub fn current(args: Vec<String>) -> anyhow::Result<Self> {
+        let binary = std::env::current_exe().context("cannot find the leapgnn executable to start workers")?;
+        Ok(LocalLauncher { binary, args })
+    }
+}
+
+impl Launcher for LocalLauncher {
+    fn name(&self) -> &'static str {
+        "local"
+    }
+
+    fn launch(&self, spec: &WorkerSpec) -> anyhow::Result<Box<dyn WorkerProcess>> {
+        let mut cmd = Command::new(&self.binary);
+        cmd.args(&self.args)
+            .arg("worker")
+            .arg("--driver")
+            .arg(spec.driver.to_string())
+            .arg("--rank")
+            .arg(spec.rank.to_string())
+            .envs(spec.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            // Own process group: a terminal's Ctrl-C reaches the driver only, which
+            // then stops the workers in order instead of them dying mid-write.
+            .process_group(0);
+        let mut child =
+            cmd.spawn().with_context(|| format!("cannot start worker {} ({})", spec.rank, self.binary.display()))?;
+        let mut stdin = child.stdin.take().expect("piped stdin");
+        writeln!(stdin, "{}", spec.token)
+            .with_context(|| format!("cannot pass the job token to worker {}", spec.rank))?;
+        drop(stdin);
+        let stderr = child.stderr.take().expect("piped stderr");
+        let rank = spec.rank;
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                eprintln!("[worker {rank}] {line}");
+            }
+        });
+        Ok(Box::new(LocalWorker { rank, child, done: None }))
+    }
+}
+
+struct LocalWorker {
+    rank: usize,
+    child: Child,
+    done: Option<i32>,
+}
+
+impl WorkerProcess for LocalWorker {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn try_exit_code(&mut self) -> Option<i32> {
+        if self.done.is_none()
+            && let Ok(Some(status)) = self.child.try_wait()
+        {
+            self.done = Some(status.code().unwrap_or(-1));
+        }
+        self.done
+    }
+
+    fn kill(&mut self) {
+        if self.try_exit_code().is_none() {
+            let _ = self.child.kill();
+            if let Ok(status) = self.child.wait() {
+                self.done = Some(status.code().unwrap_or(-1));
+            }
+        }
+    }
+}
+
+impl Drop for LocalWorker {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

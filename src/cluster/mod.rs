@@ -1,0 +1,20 @@
+//! Starting and talking to workers: cluster profiles, launchers (local
+//! processes, SSH) and the driver <-> worker control protocol.
+
+pub mod check;
+pub mod control;
+pub mod driver;
+pub mod known_hosts;
+pub mod launcher;
+pub mod local;
+pub mod profile;
+pub mod ship;
+pub mod ssh;
+pub mod ssh_session;
+pub mod worker_session;
+
+pub use control::{ControlConn, ControlError, Hello, ToDriver, ToWorker};
+pub use launcher::{Launcher, WorkerProcess, WorkerSpec};
+pub use local::LocalLauncher;
+pub use profile::{HostSpec, LauncherKind, Profile, ProfileError};
+pub use ssh::SshLauncher;

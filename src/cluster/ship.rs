@@ -1,0 +1,266 @@
+//! Shipping files to a host over SFTP, only when missing or stale. A
+//! shipped file `F` gets a sidecar `F.sha256` (sha256sum format) written
+//! after it; a file whose size and sidecar match the driver's copy is left
+//! alone. Uploads go to a temporary name and are renamed into place on the
+//! remote side, so a worker never sees a half-written binary or partition,
+//! and the sidecar is renamed last, so an interrupted upload is re-sent.
+
+use super::ssh_session::{SshError, quote, run_ok};
+use crate::DataDir;
+use crate::format;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use ssh2::{OpenFlags, OpenType, Session, Sftp};
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::SystemTime;
+
+/// One file to put on a host: `local` -> `<remote root>/<remote>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShipItem {
+    pub local: PathBuf,
+    /// Relative to the remote root (the profile's remote_dir), or absolute.
+    pub remote: PathBuf,
+    pub executable: bool,
+}
+
+/// What happened to one item on one host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Shipped {
+    pub host: String,
+    /// Absolute remote path.
+    pub remote: PathBuf,
+    pub bytes: u64,
+    pub sha256: String,
+    /// False when the remote copy was already current (nothing sent).
+    pub sent: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RemoteState {
+    Missing,
+    /// Present, but its size or recorded hash differs from the driver's copy.
+    Stale,
+    Current,
+}
+
+/// The binary as shipped: named by its content hash, so a host can keep
+/// several versions and a different build is simply a different file.
+pub fn binary_item(binary: &Path) -> Result<ShipItem, SshError> {
+    let sha = local_sha256(binary)?;
+    Ok(ShipItem {
+        local: binary.into(),
+        remote: PathBuf::from(format!("bin/leapgnn-{}", &sha[..16])),
+        executable: true,
+    })
+}
+
+/// The files rank `rank` needs for part `rank` of a partitioned dataset:
+/// the topology, the manifest and its own part. Remote paths mirror the
+/// local layout under the data directory.
+pub fn rank_data_files(data: &DataDir, name: &str, method: &str, parts: usize, rank: usize) -> Vec<ShipItem> {
+    let dir = data.parts_dir(name, method, parts);
+    [data.dataset_path(name), format::manifest_path(&dir), format::part_path(&dir, rank as u32)]
+        .into_iter()
+        .map(|local| ShipItem {
+            remote: local.strip_prefix(&data.root).unwrap_or(&local).to_path_buf(),
+            local,
+            executable: false,
+        })
+        .collect()
+}
+
+/// sha256 (hex) of a local file, cached per (path, size, mtime): several
+/// workers ship the same binary and a partition may be gigabytes.
+pub fn local_sha256(path: &Path) -> Result<String, SshError> {
+    /// path -> (size, mtime, sha256)
+    type Cache = HashMap<PathBuf, (u64, SystemTime, String)>;
+    static CACHE: Mutex<Option<Cache>> = Mutex::new(None);
+    let local = |source| SshError::Local { path: path.into(), source };
+    let meta = std::fs::metadata(path).map_err(local)?;
+    let stamp = (meta.len(), meta.modified().map_err(local)?);
+    if let Some((_, _, sha)) = CACHE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_default()
+        .get(path)
+        .filter(|(len, mtime, _)| (*len, *mtime) == stamp)
+    {
+        return Ok(sha.clone());
+    }
+    let mut f = std::fs::File::open(path).map_err(local)?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).map_err(local)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    let sha: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    CACHE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_default()
+        .insert(path.into(), (stamp.0, stamp.1, sha.clone()));
+    Ok(sha)
+}
+
+/// Where `item` lives on the host.
+pub fn remote_path(root: &Path, item: &ShipItem) -> PathBuf {
+    root.join(&item.remote)
+}
+
+/// Compares the remote copy of `item` with the local one, without sending anything.
+pub fn remote_state(sftp: &Sftp, root: &Path, item: &ShipItem) -> Result<RemoteState, SshError> {
+    let sha = local_sha256(&item.local)?;
+    let len =
+        std::fs::metadata(&item.local).map_err(|source| SshError::Local { path: item.local.clone(), source })?.len();
+    let dst = remote_path(root, item);
+    let Ok(stat) = sftp.stat(&dst) else { return Ok(RemoteState::Missing) };
+    if stat.size != Some(len) || !stat.is_file() {
+        return Ok(RemoteState::Stale);
+    }
+    let mut recorded = String::new();
+    let Ok(f) = sftp.open(sidecar(&dst)) else { return Ok(RemoteState::Stale) };
+    if Read::take(f, 4096).read_to_string(&mut recorded).is_err() {
+        return Ok(RemoteState::Stale);
+    }
+    Ok(if recorded.split_whitespace().next() == Some(sha.as_str()) { RemoteState::Current } else { RemoteState::Stale })
+}
+
+/// Ships every item that is missing or stale on the host behind `sess`
+/// (`sftp` is a channel of that session).
+pub fn ship(
+    sess: &Session,
+    sftp: &Sftp,
+    host: &str,
+    root: &Path,
+    items: &[ShipItem],
+) -> Result<Vec<Shipped>, SshError> {
+    let mut report = Vec::with_capacity(items.len());
+    let mut todo = Vec::new();
+    for item in items {
+        let state = remote_state(sftp, root, item)?;
+        let bytes = std::fs::metadata(&item.local)
+            .map_err(|source| SshError::Local { path: item.local.clone(), source })?
+            .len();
+        let sent = state != RemoteState::Current;
+        report.push(Shipped {
+            host: host.into(),
+            remote: remote_path(root, item),
+            bytes,
+            sha256: local_sha256(&item.local)?,
+            sent,
+        });
+        if sent {
+            todo.push(item);
+        }
+    }
+    if todo.is_empty() {
+        return Ok(report);
+    }
+    let dirs: Vec<String> =
+        todo.iter().filter_map(|i| remote_path(root, i).parent().map(|d| quote(&d.to_string_lossy()))).collect();
+    run_ok(sess, host, &format!("mkdir -p -- {}", dirs.join(" ")))?;
+    let tag = temp_tag();
+    let mut moves = Vec::new();
+    for item in todo {
+        let dst = remote_path(root, item);
+        let tmp = temp_name(&dst, &tag);
+        let side_tmp = temp_name(&sidecar(&dst), &tag);
+        let sha = local_sha256(&item.local)?;
+        let name = dst.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let upload = upload(sftp, host, &item.local, &tmp, if item.executable { 0o755 } else { 0o644 })
+            .and_then(|_| write_small(sftp, host, &side_tmp, format!("{sha}  {name}\n").as_bytes()));
+        if let Err(e) = upload {
+            let _ = sftp.unlink(&tmp);
+            let _ = sftp.unlink(&side_tmp);
+            return Err(e);
+        }
+        // File first, sidecar last: an interrupted rename leaves a mismatch, which re-sends.
+        moves.push(format!("mv -f -- {} {}", quote(&tmp.to_string_lossy()), quote(&dst.to_string_lossy())));
+        moves.push(format!(
+            "mv -f -- {} {}",
+            quote(&side_tmp.to_string_lossy()),
+            quote(&sidecar(&dst).to_string_lossy())
+        ));
+    }
+    // SFTP v3 rename refuses to replace an existing file; mv is rename(2), atomic.
+    run_ok(sess, host, &moves.join(" && "))?;
+    Ok(report)
+}
+
+fn upload(sftp: &Sftp, host: &str, local: &Path, remote: &Path, mode: i32) -> Result<(), SshError> {
+    let what = format!("uploading {} to {}", local.display(), remote.display());
+    let mut src = std::fs::File::open(local).map_err(|source| SshError::Local { path: local.into(), source })?;
+    let mut dst = sftp
+        .open_mode(remote, OpenFlags::WRITE | OpenFlags::CREATE | OpenFlags::TRUNCATE, mode, OpenType::File)
+        .map_err(SshError::remote(host, what.clone()))?;
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = src.read(&mut buf).map_err(|source| SshError::Local { path: local.into(), source })?;
+        if n == 0 {
+            break;
+        }
+        dst.write_all(&buf[..n]).map_err(SshError::remote(host, what.clone()))?;
+    }
+    // fsync@openssh.com: the data is on the remote disk before the rename publishes it.
+    let _ = dst.fsync();
+    dst.close().map_err(SshError::remote(host, what))
+}
+
+fn write_small(sftp: &Sftp, host: &str, remote: &Path, bytes: &[u8]) -> Result<(), SshError> {
+    let what = format!("writing {}", remote.display());
+    let mut f = sftp.create(remote).map_err(SshError::remote(host, what.clone()))?;
+    f.write_all(bytes).map_err(SshError::remote(host, what.clone()))?;
+    f.close().map_err(SshError::remote(host, what))
+}
+
+fn sidecar(p: &Path) -> PathBuf {
+    let mut s = p.as_os_str().to_owned();
+    s.push(".sha256");
+    PathBuf::from(s)
+}
+
+fn temp_name(p: &Path, tag: &str) -> PathBuf {
+    let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    p.with_file_name(format!(".{name}.tmp.{tag}"))
+}
+
+/// Unique per upload (driver pid, time, counter): concurrent drivers never share a temp file.
+fn temp_tag() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    format!("{}-{nanos:x}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_hash_matches_sha256sum_and_follows_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("x.bin");
+        std::fs::write(&f, b"abc").unwrap();
+        // NIST test vector for "abc".
+        assert_eq!(local_sha256(&f).unwrap(), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+        std::fs::write(&f, b"abcd").unwrap();
+        assert_ne!(local_sha256(&f).unwrap(), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+        let item = binary_item(&f).unwrap();
+        assert!(item.executable);
+        assert_eq!(item.remote, PathBuf::from(format!("bin/leapgnn-{}", &local_sha256(&f).unwrap()[..16])));
+        assert_eq!(temp_name(Path::new("/r/bin/x"), "t"), Path::new("/r/bin/.x.tmp.t"));
+        assert_eq!(sidecar(Path::new("/r/x")), Path::new("/r/x.sha256"));
+        let files = rank_data_files(&DataDir::new("/d"), "cora", "metis", 4, 2);
+        let remote: Vec<_> = files.iter().map(|f| f.remote.to_string_lossy().into_owned()).collect();
+        assert_eq!(remote, ["cora/dataset.lgnn", "cora/parts/metis-4/manifest", "cora/parts/metis-4/part-2.lgnn"]);
+        assert_eq!(files[2].local, Path::new("/d/cora/parts/metis-4/part-2.lgnn"));
+    }
+}

@@ -1,0 +1,102 @@
+//! Which remote rows a worker keeps in its feature cache (`--cache-mb`,
+//! `--cache-policy`). The rows themselves are fetched once through the
+//! feature service (`FeatureClient::fill_cache`) and held in a `TableRows`.
+
+use crate::BadInput;
+use crate::graph::CsrView;
+use std::cmp::Reverse;
+use std::fmt;
+use std::str::FromStr;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CachePolicy {
+    /// The remote vertices that most edges point from (`by_degree`).
+    Degree,
+    /// The remote vertices most often drawn in a few pre-sampled epochs (`by_frequency`).
+    Presample,
+}
+
+impl FromStr for CachePolicy {
+    type Err = BadInput;
+    fn from_str(s: &str) -> Result<Self, BadInput> {
+        match s {
+            "degree" => Ok(CachePolicy::Degree),
+            "presample" => Ok(CachePolicy::Presample),
+            _ => Err(BadInput::new(format!("--cache-policy {s:?}: expected `degree` or `presample`"))),
+        }
+    }
+}
+
+impl fmt::Display for CachePolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CachePolicy::Degree => "degree",
+            CachePolicy::Presample => "presample",
+        })
+    }
+}
+
+/// How many rows of `dim` f32 features fit in `budget_bytes` (the id -> slot
+/// table, 4 bytes per node, is not counted: it is the size of the topology's
+/// own arrays, which every worker maps anyway).
+pub fn rows_within(budget_bytes: u64, dim: usize) -> usize {
+    if dim == 0 { 0 } else { (budget_bytes / (dim as u64 * 4)) as usize }
+}
+
+/// Up to `max_rows` remote vertices (owned by a part other than `rank`) in
+/// decreasing order of out-degree: the number of nodes that list them as an
+/// in-neighbour, i.e. how many neighbourhoods sampling can draw them from.
+/// Ties go to the lower id. The result is sorted by id.
+pub fn by_degree(graph: CsrView<'_>, owners: &[u16], rank: usize, max_rows: usize) -> Vec<u32> {
+    let mut score = vec![0u32; graph.num_nodes()];
+    for &u in graph.indices {
+        score[u as usize] = score[u as usize].saturating_add(1);
+    }
+    top_remote(&score, owners, rank, max_rows)
+}
+
+/// Up to `max_rows` remote vertices in decreasing order of how often they occur
+/// in `accesses` (the input rows of a few pre-sampled epochs).
+pub fn by_frequency(accesses: &[u32], owners: &[u16], rank: usize, max_rows: usize) -> Vec<u32> {
+    let mut score = vec![0u32; owners.len()];
+    for &v in accesses {
+        if let Some(s) = score.get_mut(v as usize) {
+            *s = s.saturating_add(1);
+        }
+    }
+    top_remote(&score, owners, rank, max_rows)
+}
+
+fn top_remote(score: &[u32], owners: &[u16], rank: usize, max_rows: usize) -> Vec<u32> {
+    let mut picked: Vec<u32> = (0..score.len().min(owners.len()) as u32)
+        .filter(|&v| owners[v as usize] as usize != rank && score[v as usize] > 0)
+        .collect();
+    if picked.len() > max_rows {
+        picked.select_nth_unstable_by_key(max_rows, |&v| (Reverse(score[v as usize]), v));
+        picked.truncate(max_rows);
+    }
+    picked.sort_unstable();
+    picked
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policies_parse_and_print() {
+        for p in [CachePolicy::Degree, CachePolicy::Presample] {
+            assert_eq!(p.to_string().parse::<CachePolicy>().unwrap(), p);
+        }
+        let e = "lru".parse::<CachePolicy>().unwrap_err();
+        assert!(e.to_string().contains("--cache-policy \"lru\""), "{e}");
+    }
+
+    #[test]
+    fn the_budget_counts_whole_rows() {
+        assert_eq!(rows_within(1 << 20, 128), 2048);
+        assert_eq!(rows_within(511, 128), 0);
+        assert_eq!(rows_within(1 << 20, 0), 0);
+    }
+}

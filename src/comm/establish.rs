@@ -1,0 +1,213 @@
+//! Building the mesh's connections: worker r dials every lower rank and
+//! accepts every higher one, each new connection authenticated in its own
+//! thread so a silent or slow stranger never delays the genuine workers.
+//! Strangers are logged and dropped; the listener keeps accepting until every
+//! peer has proved itself or the deadline passes.
+
+use super::auth::{self, Shook};
+use super::deadline::Deadline;
+use super::error::CommError;
+use super::mesh::{MeshConfig, lock};
+use std::collections::HashMap;
+use std::io;
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, mpsc};
+use std::thread::{self, Scope};
+use std::time::Duration;
+
+/// A connection refused during establishment, and why.
+#[derive(Debug, Clone)]
+pub struct Refusal {
+    pub from: SocketAddr,
+    pub reason: String,
+}
+
+/// One authenticated stream per peer rank (None at our own rank).
+pub(super) struct Established {
+    pub links: Vec<Option<(TcpStream, Shook)>>,
+    pub refused: Vec<Refusal>,
+}
+
+enum Event {
+    Ready(TcpStream, Shook),
+    Refused(Refusal),
+    Failed(CommError),
+}
+
+/// The listener has no blocking accept with a timeout in std, so it is polled;
+/// this only runs while the mesh is being built.
+const ACCEPT_POLL: Duration = Duration::from_millis(5);
+const MAX_DIAL_BACKOFF: Duration = Duration::from_millis(500);
+
+/// Handshakes in progress, shut down when establishment ends so their threads
+/// return at once instead of at their handshake deadline.
+struct Pending {
+    next: AtomicU64,
+    /// None once establishment has ended: later handshakes are not started.
+    streams: Mutex<Option<HashMap<u64, TcpStream>>>,
+}
+
+impl Pending {
+    fn new() -> Pending {
+        Pending { next: AtomicU64::new(0), streams: Mutex::new(Some(HashMap::new())) }
+    }
+
+    /// Runs `shake` on `stream`, registered so that `cut_all` can interrupt it.
+    fn shake(
+        &self,
+        stream: &TcpStream,
+        shake: impl FnOnce(&TcpStream) -> Result<Shook, String>,
+    ) -> Result<Shook, String> {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let clone = stream.try_clone().map_err(|e| e.to_string())?;
+        match lock(&self.streams).as_mut() {
+            Some(streams) => streams.insert(id, clone),
+            None => return Err("the mesh was already complete (or had failed)".into()),
+        };
+        let out = shake(stream);
+        if let Some(streams) = lock(&self.streams).as_mut() {
+            streams.remove(&id);
+        }
+        out
+    }
+
+    fn cut_all(&self) {
+        for s in lock(&self.streams).take().into_iter().flat_map(|m| m.into_values()) {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+pub(super) fn connect_all(listener: &TcpListener, cfg: &MeshConfig) -> Result<Established, CommError> {
+    let world = cfg.addrs.len();
+    let deadline = Deadline::after(cfg.connect_timeout);
+    let me = cfg.peer(cfg.rank);
+    listener.set_nonblocking(true).map_err(|source| CommError::Io {
+        what: "preparing the listener".into(),
+        addr: me.addr,
+        source,
+    })?;
+    let stop = AtomicBool::new(false);
+    let pending = Pending::new();
+    let (tx, rx) = mpsc::channel::<Event>();
+    let mut links: Vec<Option<(TcpStream, Shook)>> = (0..world).map(|_| None).collect();
+    let mut refused = Vec::new();
+
+    let outcome = thread::scope(|s| {
+        if cfg.rank + 1 < world {
+            let (tx, stop, pending) = (tx.clone(), &stop, &pending);
+            s.spawn(move || accept_loop(s, listener, cfg, stop, pending, tx));
+        }
+        for p in 0..cfg.rank {
+            let (tx, stop, pending, deadline) = (tx.clone(), &stop, &pending, &deadline);
+            s.spawn(move || {
+                if let Some(ev) = dial(p, cfg, deadline, stop, pending) {
+                    let _ = tx.send(ev);
+                }
+            });
+        }
+        let mut missing = world - 1;
+        let outcome = loop {
+            if missing == 0 {
+                break Ok(());
+            }
+            match rx.recv_timeout(deadline.remaining()) {
+                Ok(Event::Ready(stream, shook)) if links[shook.peer].is_none() => {
+                    links[shook.peer] = Some((stream, shook));
+                    missing -= 1;
+                }
+                Ok(Event::Ready(stream, shook)) => {
+                    let from = stream.peer_addr().unwrap_or(cfg.addrs[shook.peer]);
+                    let reason = format!("a second connection claiming to be worker {}", shook.peer);
+                    tracing::warn!(%from, %reason, "worker {}: refused a connection", cfg.rank);
+                    refused.push(Refusal { from, reason });
+                }
+                Ok(Event::Refused(r)) => refused.push(r),
+                Ok(Event::Failed(e)) => break Err(e),
+                Err(_) => {
+                    let missing = (0..world).filter(|&p| p != cfg.rank && links[p].is_none()).map(|p| cfg.peer(p));
+                    break Err(CommError::Incomplete { missing: missing.collect(), waited: deadline.timeout() });
+                }
+            }
+        };
+        stop.store(true, Ordering::SeqCst);
+        pending.cut_all();
+        outcome
+    });
+    outcome.map(|()| Established { links, refused })
+}
+
+fn accept_loop<'scope>(
+    s: &'scope Scope<'scope, '_>,
+    listener: &'scope TcpListener,
+    cfg: &'scope MeshConfig,
+    stop: &'scope AtomicBool,
+    pending: &'scope Pending,
+    tx: mpsc::Sender<Event>,
+) {
+    let world = cfg.addrs.len();
+    while !stop.load(Ordering::SeqCst) {
+        match listener.accept() {
+            Ok((stream, from)) => {
+                let tx = tx.clone();
+                s.spawn(move || {
+                    let shook = stream.set_nonblocking(false).map_err(|e| e.to_string()).and_then(|()| {
+                        let dl = Deadline::after(cfg.handshake_timeout);
+                        pending.shake(&stream, |st| auth::accept(st, &cfg.secret, world, cfg.rank, &dl))
+                    });
+                    // Report before the stream closes: whoever sees the refusal
+                    // (the stranger's EOF) can rely on it being recorded.
+                    let _ = tx.send(match shook {
+                        Ok(shook) => Event::Ready(stream, shook),
+                        Err(reason) => {
+                            tracing::warn!(%from, %reason, "worker {}: refused a connection", cfg.rank);
+                            Event::Refused(Refusal { from, reason })
+                        }
+                    });
+                });
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => thread::sleep(ACCEPT_POLL),
+            Err(e) if matches!(e.kind(), io::ErrorKind::ConnectionAborted | io::ErrorKind::Interrupted) => {}
+            Err(source) => {
+                let addr = cfg.addrs[cfg.rank];
+                let _ = tx.send(Event::Failed(CommError::Io { what: "accepting connections".into(), addr, source }));
+                return;
+            }
+        }
+    }
+}
+
+/// Dials worker `p` until it answers or the deadline passes (it may not be listening yet).
+fn dial(p: usize, cfg: &MeshConfig, deadline: &Deadline, stop: &AtomicBool, pending: &Pending) -> Option<Event> {
+    let peer = cfg.peer(p);
+    let world = cfg.addrs.len();
+    let mut backoff = Duration::from_millis(10);
+    let mut last = io::Error::new(io::ErrorKind::TimedOut, "no attempt finished in time");
+    loop {
+        if stop.load(Ordering::SeqCst) {
+            return None;
+        }
+        let left = deadline.remaining();
+        if left.is_zero() {
+            return Some(Event::Failed(CommError::Connect { peer, waited: deadline.timeout(), source: last }));
+        }
+        match TcpStream::connect_timeout(&peer.addr, left.min(Duration::from_secs(5))) {
+            Ok(stream) => {
+                // The dialled address is the peer's own, so wait for its answer as
+                // long as the mesh may take: it may still be busy starting up.
+                return Some(
+                    match pending.shake(&stream, |st| auth::connect(st, &cfg.secret, world, cfg.rank, p, deadline)) {
+                        Ok(shook) => Event::Ready(stream, shook),
+                        Err(reason) => Event::Failed(CommError::Handshake { peer, reason }),
+                    },
+                );
+            }
+            Err(e) => {
+                last = e;
+                thread::sleep(backoff.min(deadline.remaining()));
+                backoff = (backoff * 2).min(MAX_DIAL_BACKOFF);
+            }
+        }
+    }
+}

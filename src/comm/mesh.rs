@@ -1,0 +1,479 @@
+//! The running mesh: one sender thread per peer, fed by a channel, so a slow
+//! peer never blocks traffic to the others; one receiver thread per peer that
+//! reassembles messages and files them into per-(peer, tag) mailboxes, or
+//! hands them to a registered service. Every wait takes a deadline and fails
+//! with the peer's name and what was awaited.
+//!
+//! The job is synchronous, so a worker lost without saying goodbye dooms every
+//! wait: `recv` from any peer fails at once, naming the lost worker, instead of
+//! running into its timeout. A worker that closed its mesh on purpose (it sends
+//! a goodbye frame) only fails waits on itself.
+
+use super::counters::{ByteCounts, Category, Counters};
+use super::deadline::Deadline;
+use super::error::{CommError, PeerId};
+use super::establish::{self, Refusal};
+use super::frame::{self, FrameError, Kind};
+use super::{auth, tag};
+use std::collections::{HashMap, VecDeque};
+use std::io::{self, BufReader, BufWriter, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, mpsc};
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+/// How to build a mesh. `addrs[r]` is the address worker r listens on.
+#[derive(Clone, Debug)]
+pub struct MeshConfig {
+    pub rank: usize,
+    pub addrs: Vec<SocketAddr>,
+    /// The job secret (the driver makes 32 random bytes per job).
+    pub secret: Vec<u8>,
+    /// Deadline for the whole mesh to form.
+    pub connect_timeout: Duration,
+    /// How long an incoming connection may take to prove itself.
+    pub handshake_timeout: Duration,
+    /// A peer that takes no bytes for this long is declared lost.
+    pub write_timeout: Duration,
+    /// On drop, how long to wait for the peers' goodbyes before closing anyway.
+    pub linger: Duration,
+    /// Largest payload of one frame; longer messages are sent as chains.
+    pub max_frame: usize,
+}
+
+impl MeshConfig {
+    pub fn new(rank: usize, addrs: Vec<SocketAddr>, secret: impl Into<Vec<u8>>) -> Self {
+        MeshConfig {
+            rank,
+            addrs,
+            secret: secret.into(),
+            connect_timeout: Duration::from_secs(30),
+            handshake_timeout: Duration::from_secs(5),
+            write_timeout: Duration::from_secs(30),
+            linger: Duration::from_secs(2),
+            max_frame: frame::DEFAULT_MAX_FRAME,
+        }
+    }
+
+    pub(super) fn peer(&self, rank: usize) -> PeerId {
+        PeerId { rank, addr: self.addrs[rank] }
+    }
+
+    fn check(&self, listener: &TcpListener) -> Result<(), CommError> {
+        let usage = |m: String| Err(CommError::Usage(m));
+        if self.rank >= self.addrs.len() {
+            return usage(format!("rank {} but only {} worker addresses", self.rank, self.addrs.len()));
+        }
+        if self.secret.len() < auth::MIN_SECRET_LEN {
+            return usage(format!(
+                "the job secret has {} bytes, at least {} are needed",
+                self.secret.len(),
+                auth::MIN_SECRET_LEN
+            ));
+        }
+        if self.max_frame == 0 {
+            return usage("max_frame must be at least 1 byte".into());
+        }
+        let bound = listener.local_addr().map_err(|source| CommError::Io {
+            what: "reading the listener's address".into(),
+            addr: self.addrs[self.rank],
+            source,
+        })?;
+        let mine = self.addrs[self.rank];
+        if mine.port() != 0 && mine.port() != bound.port() {
+            return usage(format!(
+                "worker {} should listen on {mine}, but its listener is bound to {bound}",
+                self.rank
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A message to send; also what a service answers with.
+#[derive(Debug)]
+pub struct Message {
+    pub tag: u64,
+    pub category: Category,
+    pub payload: Vec<u8>,
+}
+
+/// Answers the messages of one tag space inside the receiver thread of the
+/// peer that sent them: `(peer, tag, payload) -> reply to that peer`.
+pub type Service = Arc<dyn Fn(usize, u64, Vec<u8>) -> Option<Message> + Send + Sync>;
+
+enum PeerState {
+    Open,
+    /// Said goodbye: closed its mesh on purpose.
+    Left,
+    /// Crashed, was killed, sent garbage or stopped reading.
+    Lost(String),
+}
+
+struct Inbox {
+    queues: HashMap<(usize, u64), VecDeque<Vec<u8>>>,
+    state: Vec<PeerState>,
+    /// The first peer lost without a goodbye.
+    first_loss: Option<usize>,
+    services: HashMap<u8, Service>,
+    receivers_running: usize,
+}
+
+struct Shared {
+    rank: usize,
+    peers: Vec<PeerId>,
+    counters: Counters,
+    max_frame: usize,
+    outboxes: Vec<Mutex<Option<mpsc::Sender<Message>>>>,
+    inbox: Mutex<Inbox>,
+    changed: Condvar,
+}
+
+/// Locks `m`; a panic elsewhere must not make the data plane unusable.
+pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+struct Link {
+    stream: TcpStream,
+    sender: Option<JoinHandle<()>>,
+    receiver: Option<JoinHandle<()>>,
+}
+
+/// A full, authenticated mesh between the workers of one job.
+pub struct Mesh {
+    shared: Arc<Shared>,
+    links: Vec<Link>,
+    refused: Vec<Refusal>,
+    linger: Duration,
+    collectives: AtomicU64,
+}
+
+impl Mesh {
+    /// Connects to every other worker. `listener` must already be bound to
+    /// `cfg.addrs[cfg.rank]` (bind first, publish the address, then call this).
+    pub fn establish(listener: TcpListener, cfg: &MeshConfig) -> Result<Mesh, CommError> {
+        cfg.check(&listener)?;
+        let world = cfg.addrs.len();
+        let est = if world > 1 {
+            establish::connect_all(&listener, cfg)?
+        } else {
+            establish::Established { links: vec![None], refused: Vec::new() }
+        };
+        drop(listener);
+        let shared = Arc::new(Shared {
+            rank: cfg.rank,
+            peers: (0..world).map(|r| cfg.peer(r)).collect(),
+            counters: Counters::default(),
+            max_frame: cfg.max_frame,
+            outboxes: (0..world).map(|_| Mutex::new(None)).collect(),
+            inbox: Mutex::new(Inbox {
+                queues: HashMap::new(),
+                state: (0..world).map(|_| PeerState::Open).collect(),
+                first_loss: None,
+                services: HashMap::new(),
+                receivers_running: 0,
+            }),
+            changed: Condvar::new(),
+        });
+        let mut mesh = Mesh {
+            shared,
+            links: Vec::with_capacity(world),
+            refused: est.refused,
+            linger: cfg.linger,
+            collectives: AtomicU64::new(0),
+        };
+        for (peer, link) in est.links.into_iter().enumerate() {
+            if let Some((stream, shook)) = link {
+                mesh.shared.counters.add_received(Category::Control, shook.wire_in);
+                mesh.shared.counters.add_sent(Category::Control, shook.wire_out);
+                // On error `mesh` drops here, which stops the threads already started.
+                mesh.start_link(peer, stream, cfg.write_timeout)?;
+            }
+        }
+        Ok(mesh)
+    }
+
+    fn start_link(&mut self, peer: usize, stream: TcpStream, write_timeout: Duration) -> Result<(), CommError> {
+        let who = self.shared.peers[peer];
+        let io_err = |what: &str| {
+            let what = format!("{what} for {who}");
+            move |source| CommError::Io { what, addr: who.addr, source }
+        };
+        stream.set_nodelay(true).map_err(io_err("setting up the connection"))?;
+        stream.set_read_timeout(None).map_err(io_err("setting up the connection"))?;
+        stream.set_write_timeout(Some(write_timeout)).map_err(io_err("setting up the connection"))?;
+        let for_sender = stream.try_clone().map_err(io_err("cloning the socket"))?;
+        let for_receiver = stream.try_clone().map_err(io_err("cloning the socket"))?;
+        let (tx, rx) = mpsc::channel();
+        let shared = self.shared.clone();
+        let sender = thread::Builder::new()
+            .name(format!("comm-send-{peer}"))
+            .spawn(move || send_loop(&shared, peer, for_sender, rx))
+            .map_err(io_err("starting a sender thread"))?;
+        *lock(&self.shared.outboxes[peer]) = Some(tx);
+        lock(&self.shared.inbox).receivers_running += 1;
+        let shared = self.shared.clone();
+        let receiver = thread::Builder::new()
+            .name(format!("comm-recv-{peer}"))
+            .spawn(move || receive_loop(&shared, peer, for_receiver));
+        if receiver.is_err() {
+            lock(&self.shared.inbox).receivers_running -= 1;
+        }
+        // Recorded either way, so that Drop stops the sender.
+        let (receiver, failed) = match receiver {
+            Ok(h) => (Some(h), None),
+            Err(e) => (None, Some(e)),
+        };
+        self.links.push(Link { stream, sender: Some(sender), receiver });
+        match failed {
+            Some(e) => Err(io_err("starting a receiver thread")(e)),
+            None => Ok(()),
+        }
+    }
+
+    pub fn rank(&self) -> usize {
+        self.shared.rank
+    }
+    pub fn world(&self) -> usize {
+        self.shared.peers.len()
+    }
+    pub fn peer(&self, rank: usize) -> PeerId {
+        self.shared.peers[rank]
+    }
+    /// Bytes sent and received so far, per category.
+    pub fn bytes(&self) -> ByteCounts {
+        self.shared.counters.snapshot()
+    }
+    /// Connections refused while the mesh was being built.
+    pub fn refused(&self) -> &[Refusal] {
+        &self.refused
+    }
+
+    /// A fresh sequence number for a collective: all workers call collectives
+    /// in the same order, so the n-th collective of every worker agrees on it.
+    pub(super) fn next_collective(&self) -> u64 {
+        self.collectives.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn check_peer(&self, peer: usize) -> Result<PeerId, CommError> {
+        if peer >= self.world() || peer == self.rank() {
+            return Err(CommError::Usage(format!(
+                "worker {} addressed worker {peer}, which is not one of its {} peers",
+                self.rank(),
+                self.world() - 1
+            )));
+        }
+        Ok(self.shared.peers[peer])
+    }
+
+    /// Queues `payload` for `peer`; returns at once (the peer's sender thread writes it).
+    pub fn send(&self, peer: usize, tag: u64, category: Category, payload: Vec<u8>) -> Result<(), CommError> {
+        self.check_peer(peer)?;
+        self.shared.send(peer, Message { tag, category, payload }).map_err(|_| {
+            let inbox = lock(&self.shared.inbox);
+            self.shared.lost(&inbox, peer, format!("sending message {tag:#x} to it"))
+        })
+    }
+
+    /// The next message from `peer` with `tag`, waiting at most `timeout`.
+    pub fn recv(&self, peer: usize, tag: u64, timeout: Duration) -> Result<Vec<u8>, CommError> {
+        self.recv_within(peer, tag, &Deadline::after(timeout), || format!("message {tag:#x}"))
+    }
+
+    /// Like `recv`, within an operation's deadline; `what` describes the
+    /// awaited message for the error.
+    pub fn recv_within(
+        &self,
+        peer: usize,
+        tag: u64,
+        deadline: &Deadline,
+        what: impl Fn() -> String,
+    ) -> Result<Vec<u8>, CommError> {
+        let from = self.check_peer(peer)?;
+        let mut inbox = lock(&self.shared.inbox);
+        loop {
+            if let Some(q) = inbox.queues.get_mut(&(peer, tag))
+                && let Some(payload) = q.pop_front()
+            {
+                if q.is_empty() {
+                    inbox.queues.remove(&(peer, tag));
+                }
+                return Ok(payload);
+            }
+            let gone = !matches!(inbox.state[peer], PeerState::Open);
+            if let Some(failed) = inbox.first_loss.or(gone.then_some(peer)) {
+                return Err(self.shared.lost(&inbox, failed, format!("waiting for {} from {from}", what())));
+            }
+            let left = deadline.remaining();
+            if left.is_zero() {
+                return Err(CommError::Timeout { peer: from, what: what(), waited: deadline.timeout() });
+            }
+            inbox = self.shared.changed.wait_timeout(inbox, left).unwrap_or_else(PoisonError::into_inner).0;
+        }
+    }
+
+    /// Hands every message whose tag is in `space` to `service`, including any
+    /// that arrived before this call. Services run in the receiver thread of the
+    /// sending peer, so requests from different peers are answered in parallel.
+    pub fn register_service(&self, space: u8, service: Service) {
+        let mut inbox = lock(&self.shared.inbox);
+        inbox.services.insert(space, service.clone());
+        let early: Vec<_> = inbox.queues.extract_if(|&(_, t), _| tag::space(t) == space).collect();
+        drop(inbox);
+        for ((peer, t), queue) in early {
+            for payload in queue {
+                self.shared.serve(&service, peer, t, payload);
+            }
+        }
+    }
+}
+
+impl Shared {
+    /// Queues `msg` for `peer`'s sender thread. Bytes are counted here, not when
+    /// written, so a snapshot taken after `send` returns includes them.
+    fn send(&self, peer: usize, msg: Message) -> Result<(), ()> {
+        let (category, wire) = (msg.category, frame::wire_len(msg.payload.len(), self.max_frame));
+        match lock(&self.outboxes[peer]).as_ref() {
+            Some(tx) => tx.send(msg).map_err(|_| ())?,
+            None => return Err(()),
+        }
+        self.counters.add_sent(category, wire);
+        Ok(())
+    }
+
+    fn serve(&self, service: &Service, peer: usize, tag: u64, payload: Vec<u8>) {
+        if let Some(reply) = service(peer, tag, payload) {
+            // A peer that cannot take the reply is reported by its own waits.
+            let _ = self.send(peer, reply);
+        }
+    }
+
+    fn deliver(&self, peer: usize, tag: u64, payload: Vec<u8>) {
+        let mut inbox = lock(&self.inbox);
+        if let Some(service) = inbox.services.get(&tag::space(tag)).cloned() {
+            drop(inbox);
+            self.serve(&service, peer, tag, payload);
+            return;
+        }
+        inbox.queues.entry((peer, tag)).or_default().push_back(payload);
+        drop(inbox);
+        self.changed.notify_all();
+    }
+
+    /// Records how `peer`'s connection ended (the first account wins).
+    fn ended(&self, peer: usize, how: PeerState, receiver_done: bool) {
+        let mut inbox = lock(&self.inbox);
+        if matches!(inbox.state[peer], PeerState::Open) {
+            if matches!(how, PeerState::Lost(_)) && inbox.first_loss.is_none() {
+                inbox.first_loss = Some(peer);
+            }
+            inbox.state[peer] = how;
+        }
+        if receiver_done {
+            inbox.receivers_running -= 1;
+        }
+        drop(inbox);
+        self.changed.notify_all();
+    }
+
+    fn lost(&self, inbox: &Inbox, peer: usize, doing: String) -> CommError {
+        let how = match &inbox.state[peer] {
+            PeerState::Lost(reason) => reason.clone(),
+            PeerState::Left => "left the job (closed its connections)".to_string(),
+            PeerState::Open => "is no longer connected (this worker's mesh is closing)".to_string(),
+        };
+        CommError::PeerLost { peer: self.peers[peer], how, doing }
+    }
+}
+
+fn send_loop(shared: &Shared, peer: usize, stream: TcpStream, rx: mpsc::Receiver<Message>) {
+    let mut w = BufWriter::with_capacity(64 << 10, &stream);
+    let put = |w: &mut BufWriter<&TcpStream>, m: &Message| {
+        frame::write_message(w, m.category, m.tag, &m.payload, shared.max_frame).map(|_| ())
+    };
+    let result = (|| -> io::Result<()> {
+        while let Ok(m) = rx.recv() {
+            put(&mut w, &m)?;
+            // Batch what is already queued into as few writes as possible.
+            while let Ok(m) = rx.try_recv() {
+                put(&mut w, &m)?;
+            }
+            w.flush()?;
+        }
+        // The mesh is closing: tell the peer this is no crash.
+        let wire = frame::write_frame(&mut w, Kind::Goodbye, Category::Control, 0, &[])?;
+        shared.counters.add_sent(Category::Control, wire);
+        w.flush()
+    })();
+    drop(w);
+    if let Err(e) = result {
+        let how = match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => "stopped reading this worker's data".to_string(),
+            _ => format!("could not be written to ({e})"),
+        };
+        shared.ended(peer, PeerState::Lost(how), false);
+    }
+    let _ = stream.shutdown(Shutdown::Write);
+}
+
+fn receive_loop(shared: &Shared, peer: usize, stream: TcpStream) {
+    let mut r = BufReader::with_capacity(64 << 10, stream);
+    let how = loop {
+        match frame::read_message(&mut r, shared.max_frame) {
+            Ok(m) => {
+                shared.counters.add_received(m.category, m.wire_bytes);
+                match m.kind {
+                    Kind::Data => shared.deliver(peer, m.tag, m.payload),
+                    Kind::Goodbye => break PeerState::Left,
+                    k => break PeerState::Lost(format!("sent an unexpected {k:?} frame")),
+                }
+            }
+            Err(FrameError::Io(e)) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                break PeerState::Lost("closed the connection without a goodbye (did it crash or get killed?)".into());
+            }
+            Err(FrameError::Io(e)) => break PeerState::Lost(format!("lost its connection ({e})")),
+            Err(e) => break PeerState::Lost(format!("sent a malformed frame ({e})")),
+        }
+    };
+    shared.ended(peer, how, true);
+}
+
+impl std::fmt::Debug for Mesh {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mesh").field("rank", &self.rank()).field("peers", &self.shared.peers).finish_non_exhaustive()
+    }
+}
+
+impl Drop for Mesh {
+    fn drop(&mut self) {
+        // Closing the channels lets each sender flush its queue and say goodbye.
+        for outbox in &self.shared.outboxes {
+            lock(outbox).take();
+        }
+        for link in &mut self.links {
+            if let Some(h) = link.sender.take() {
+                let _ = h.join();
+            }
+        }
+        // Closing a socket with unread bytes resets the connection and can destroy
+        // data the peer has not read yet (our goodbye among it), so give the peers
+        // a bounded time to say goodbye too.
+        let deadline = Deadline::after(self.linger);
+        let mut inbox = lock(&self.shared.inbox);
+        while inbox.receivers_running > 0 && !deadline.passed() {
+            inbox =
+                self.shared.changed.wait_timeout(inbox, deadline.remaining()).unwrap_or_else(PoisonError::into_inner).0;
+        }
+        drop(inbox);
+        for link in &self.links {
+            let _ = link.stream.shutdown(Shutdown::Both);
+        }
+        for link in &mut self.links {
+            if let Some(h) = link.receiver.take() {
+                let _ = h.join();
+            }
+        }
+    }
+}

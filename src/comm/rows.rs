@@ -1,0 +1,133 @@
+//! Where feature rows come from: a worker's own partition file, or a table in
+//! memory (the feature cache, tests). Lookups are by global node id through a
+//! dense id -> slot table: one array read per row (see benches/comm.rs,
+//! `cache_lookup`, for the comparison with hashing and binary search).
+
+use super::error::CommError;
+use crate::format::{FormatError, ManifestFile, PartFile, part_path};
+use std::path::Path;
+use std::sync::Arc;
+
+/// A row the source was asked for but does not hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("node {0} is not held here")]
+pub struct NotHeld(pub u32);
+
+/// Feature rows by global node id.
+pub trait RowSource: Send + Sync {
+    fn dim(&self) -> usize;
+    /// The row of node `id`, if this source holds it.
+    fn row(&self, id: u32) -> Option<&[f32]>;
+    /// Copies the rows of `ids` into `out` (`ids.len() * dim` floats), in order.
+    fn copy_rows(&self, ids: &[u32], out: &mut [f32]) -> Result<(), NotHeld> {
+        let d = self.dim();
+        assert_eq!(out.len(), ids.len() * d, "copy_rows: out must hold ids.len() * dim floats");
+        for (i, &id) in ids.iter().enumerate() {
+            out[i * d..(i + 1) * d].copy_from_slice(self.row(id).ok_or(NotHeld(id))?);
+        }
+        Ok(())
+    }
+}
+
+/// The rows of one part of a partitioning, read zero-copy from its mmapped file.
+pub struct PartRows {
+    part: u16,
+    file: PartFile,
+    manifest: Arc<ManifestFile>,
+}
+
+impl PartRows {
+    /// Opens `dir/part-<part>.lgnn` and checks it against the manifest.
+    pub fn open(dir: &Path, part: u32, manifest: Arc<ManifestFile>) -> Result<PartRows, FormatError> {
+        let path = part_path(dir, part);
+        if part as usize >= manifest.parts() {
+            return Err(FormatError::corrupt(path, format!("part {part} of a {}-part manifest", manifest.parts())));
+        }
+        let file = PartFile::open(dir, part)?;
+        let expected = manifest.part_nodes()[part as usize];
+        if file.owned().len() as u64 != expected {
+            return Err(FormatError::corrupt(
+                path,
+                format!("holds {} rows but the manifest gives the part {expected} nodes", file.owned().len()),
+            ));
+        }
+        Ok(PartRows { part: part as u16, file, manifest })
+    }
+}
+
+impl RowSource for PartRows {
+    fn dim(&self) -> usize {
+        self.file.feature_dim()
+    }
+    fn row(&self, id: u32) -> Option<&[f32]> {
+        if *self.manifest.node_part().get(id as usize)? != self.part {
+            return None;
+        }
+        let local = self.manifest.local_index()[id as usize];
+        // A manifest that disagrees with the part file must never yield another node's row.
+        (self.file.owned().get(local as usize) == Some(&id)).then(|| self.file.row(local))
+    }
+}
+
+const ABSENT: u32 = u32::MAX;
+
+/// Rows of some nodes, held in memory.
+#[derive(Debug, Clone)]
+pub struct TableRows {
+    dim: usize,
+    held: usize,
+    slot: Vec<u32>,
+    rows: Vec<f32>,
+}
+
+impl TableRows {
+    /// Row `i` of `rows` belongs to node `ids[i]`, in a graph of `num_nodes` nodes.
+    pub fn new(num_nodes: usize, dim: usize, ids: &[u32], rows: Vec<f32>) -> Result<TableRows, CommError> {
+        if rows.len() != ids.len() * dim {
+            return Err(CommError::Usage(format!("{} floats for {} rows of {dim} features", rows.len(), ids.len())));
+        }
+        if ids.len() >= ABSENT as usize {
+            return Err(CommError::Usage(format!("{} rows is more than a table holds", ids.len())));
+        }
+        let mut slot = vec![ABSENT; num_nodes];
+        for (i, &id) in ids.iter().enumerate() {
+            match slot.get_mut(id as usize) {
+                None => return Err(CommError::Usage(format!("node {id} in a graph of {num_nodes} nodes"))),
+                Some(s) if *s != ABSENT => return Err(CommError::Usage(format!("node {id} given twice"))),
+                Some(s) => *s = i as u32,
+            }
+        }
+        Ok(TableRows { dim, held: ids.len(), slot, rows })
+    }
+
+    /// Every node's row: row `v` of `rows` is node `v`.
+    pub fn all(num_nodes: usize, dim: usize, rows: Vec<f32>) -> Result<TableRows, CommError> {
+        let ids: Vec<u32> = (0..num_nodes as u32).collect();
+        TableRows::new(num_nodes, dim, &ids, rows)
+    }
+
+    /// Rows held.
+    pub fn len(&self) -> usize {
+        self.held
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Memory held: the rows plus the id -> slot table.
+    pub fn bytes(&self) -> usize {
+        self.rows.len() * 4 + self.slot.len() * 4
+    }
+}
+
+impl RowSource for TableRows {
+    fn dim(&self) -> usize {
+        self.dim
+    }
+    #[inline]
+    fn row(&self, id: u32) -> Option<&[f32]> {
+        match *self.slot.get(id as usize)? {
+            ABSENT => None,
+            s => Some(&self.rows[s as usize * self.dim..(s as usize + 1) * self.dim]),
+        }
+    }
+}

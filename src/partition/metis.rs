@@ -1,0 +1,67 @@
+//! METIS k-way (the vendored `metis` crate) on the symmetrised graph without
+//! self loops. Multi-constraint by default: one weight for the node and one for
+//! being a train vertex, so every part gets its share of both (ncon = 2);
+//! `--balance nodes` gives the classic single constraint.
+
+use super::{IMBALANCE, PartitionError, Problem};
+use crate::BadInput;
+use crate::util::rng::mix64;
+use metis::Idx;
+use std::sync::Mutex;
+
+/// METIS (GKlib) keeps its random generator in process globals: two calls at
+/// once would interleave their draws, and the same seed would stop giving the
+/// same partition. One METIS call at a time per process.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+pub fn assign(p: &Problem<'_>) -> Result<Vec<u16>, PartitionError> {
+    let n = p.graph.num_nodes();
+    let too_big = |entries: usize| {
+        BadInput::new(format!(
+            "--method metis: the graph has {n} nodes and {entries} symmetric adjacency entries, more than METIS' \
+             32-bit indices hold ({}); use --method ldg",
+            Idx::MAX
+        ))
+    };
+    // The symmetric graph has at least as many entries as there are distinct
+    // non-loop stored ones: past twice the limit it cannot fit, so refuse
+    // before spending memory on symmetrising.
+    if n >= Idx::MAX as usize || p.graph.num_edges() / 2 > Idx::MAX as usize {
+        return Err(too_big(p.graph.num_edges()).into());
+    }
+    let sym = p.graph.to_undirected();
+    let entries = sym.indices.len();
+    if entries > Idx::MAX as usize {
+        return Err(too_big(entries).into());
+    }
+    let xadj: Vec<Idx> = sym.indptr.iter().map(|&x| x as Idx).collect();
+    let adjncy: Vec<Idx> = sym.indices.into_iter().map(|u| u as Idx).collect();
+
+    // A train constraint over zero train vertices would divide by zero inside METIS.
+    let train = p.balance.train && p.num_train() > 0;
+    let nodes = p.balance.nodes || !train;
+    let ncon = nodes as usize + train as usize;
+    let mut vwgt: Vec<Idx> = Vec::with_capacity(n * ncon);
+    for &t in p.is_train {
+        if nodes {
+            vwgt.push(1);
+        }
+        if train {
+            vwgt.push(t as Idx);
+        }
+    }
+    let ubvec = vec![IMBALANCE as metis::Real; ncon];
+    let seed = (mix64(p.seed) & 0x3fff_ffff) as Idx;
+
+    let failed = |detail: String| PartitionError::Metis { nodes: n, entries, detail };
+    let mut part: Vec<Idx> = vec![0; n];
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    metis::Graph::new(ncon as Idx, p.parts as Idx, &xadj, &adjncy)
+        .map_err(|e| failed(format!("{e:?}")))?
+        .set_vwgt(&vwgt)
+        .set_ubvec(&ubvec)
+        .set_option(metis::option::Seed(seed))
+        .part_kway(&mut part)
+        .map_err(|e| failed(e.to_string()))?;
+    Ok(part.into_iter().map(|q| q as u16).collect())
+}

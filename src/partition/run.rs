@@ -1,0 +1,196 @@
+//! The `partition` job: open the dataset, reuse a matching partition or cut a
+//! new one, write it, report cut / balance / time / memory.
+
+use super::quality::Quality;
+use super::writer::{Grouping, write_dir};
+use super::{MAX_PARTS, PartitionError, PartitionOptions, Problem, assign, train_flags};
+use crate::format::{DatasetFile, ManifestFile, PartFile, PartManifest};
+use crate::{BadInput, DataDir};
+use anyhow::Context;
+use std::path::{Component, Path, PathBuf};
+use std::time::Instant;
+
+/// What `partition --json` prints (CLI.md), plus a few extras after `peak_rss_bytes`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct PartitionReport {
+    pub name: String,
+    pub parts: usize,
+    pub method: String,
+    pub path: String,
+    pub edge_cut: u64,
+    pub edge_cut_fraction: f64,
+    pub balance: BalanceFigures,
+    pub seconds: f64,
+    pub peak_rss_bytes: Option<u64>,
+    pub seed: u64,
+    pub constraints: String,
+    /// Stored CSR entries (the denominator of `edge_cut_fraction`).
+    pub edges: u64,
+    pub part_nodes: Vec<u64>,
+    pub part_train: Vec<u64>,
+    /// True when a matching partition already existed and was kept.
+    pub reused: bool,
+}
+
+/// max/avg per constraint (1.0 = perfect).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct BalanceFigures {
+    pub nodes: f64,
+    pub train: f64,
+}
+
+/// Partitions dataset `name` under `data` as `opts` says, or keeps an existing
+/// partition made with the same method, K, seed, constraints and dataset
+/// (unless `opts.force`).
+pub fn partition_dataset(
+    data: &DataDir,
+    name: &str,
+    opts: &PartitionOptions,
+) -> Result<PartitionReport, PartitionError> {
+    let started = Instant::now();
+    let job = Job::open(data, name, opts)?;
+    if !opts.force
+        && let Some(r) = job.existing(started)
+    {
+        return Ok(r);
+    }
+    job.run(started)
+}
+
+/// The directory of the `method`-`parts` partition of `name` (default
+/// constraints), created first when missing or stale; says so on stderr.
+pub fn ensure_partition(data: &DataDir, name: &str, method: &str, parts: usize, seed: u64) -> anyhow::Result<PathBuf> {
+    let started = Instant::now();
+    let opts = PartitionOptions { seed, ..PartitionOptions::new(method.parse()?, parts) };
+    let job = Job::open(data, name, &opts).with_context(|| format!("cannot partition {name}"))?;
+    if job.existing(started).is_some() {
+        return Ok(job.dir);
+    }
+    eprintln!("no up-to-date {method}-{parts} partition of {name}: creating {}", job.dir.display());
+    let r = job.run(started).with_context(|| format!("cannot partition {name}"))?;
+    eprintln!(
+        "partitioned {name} into {parts} parts with {method}: edge cut {:.1}%, balance nodes {:.3} train {:.3}, {:.1} s",
+        100.0 * r.edge_cut_fraction,
+        r.balance.nodes,
+        r.balance.train,
+        r.seconds
+    );
+    Ok(PathBuf::from(r.path))
+}
+
+struct Job<'a> {
+    name: &'a str,
+    opts: &'a PartitionOptions,
+    dir: PathBuf,
+    ds: DatasetFile,
+}
+
+impl<'a> Job<'a> {
+    /// Checks the options and opens the dataset (structure only: cheap).
+    fn open(data: &DataDir, name: &'a str, opts: &'a PartitionOptions) -> Result<Job<'a>, PartitionError> {
+        let k = opts.parts;
+        if k < 2 {
+            return Err(BadInput::new(format!("--parts {k}: need at least 2 parts")).into());
+        }
+        if k > MAX_PARTS {
+            return Err(BadInput::new(format!("--parts {k}: at most {MAX_PARTS} parts (part ids are 16-bit)")).into());
+        }
+        let mut parts = Path::new(name).components();
+        if !matches!((parts.next(), parts.next()), (Some(Component::Normal(_)), None)) {
+            return Err(BadInput::new(format!("dataset name `{name}` must be a plain name, not a path")).into());
+        }
+        let path = data.dataset_path(name);
+        if !path.is_file() {
+            return Err(BadInput::new(format!(
+                "no dataset `{name}` at {} (run `leapgnn download {name}` first, or check --data-dir)",
+                path.display()
+            ))
+            .into());
+        }
+        let ds = DatasetFile::open(&path)?;
+        if k > ds.num_nodes() {
+            return Err(
+                BadInput::new(format!("--parts {k}: more parts than the {} nodes of {name}", ds.num_nodes())).into()
+            );
+        }
+        Ok(Job { name, opts, dir: data.parts_dir(name, opts.method.name(), k), ds })
+    }
+
+    /// The report of a partition already on disk that matches this job, if any
+    /// (a corrupt or partial one does not match and is rewritten).
+    fn existing(&self, started: Instant) -> Option<PartitionReport> {
+        let m = ManifestFile::open(&self.dir).ok()?;
+        let same = m.method() == self.opts.method.name()
+            && m.parts() == self.opts.parts
+            && m.seed() == self.opts.seed
+            && m.constraints() == self.opts.balance.name()
+            && m.dataset_checksum() == self.ds.checksum()
+            && m.node_part().len() == self.ds.num_nodes();
+        if !same || !(0..self.opts.parts as u32).all(|i| PartFile::open(&self.dir, i).is_ok()) {
+            return None;
+        }
+        let q = Quality {
+            edge_cut: m.edge_cut(),
+            edges: m.edges(),
+            part_nodes: m.part_nodes().to_vec(),
+            part_train: m.part_train().to_vec(),
+        };
+        Some(self.report(&q, true, started))
+    }
+
+    fn run(self, started: Instant) -> Result<PartitionReport, PartitionError> {
+        self.ds.verify()?;
+        let (k, n) = (self.opts.parts, self.ds.num_nodes());
+        let is_train = train_flags(n, self.ds.train());
+        let problem = Problem {
+            graph: self.ds.graph(),
+            is_train: &is_train,
+            parts: k,
+            balance: self.opts.balance,
+            seed: self.opts.seed,
+        };
+        let node_part = assign(self.opts.method, &problem)?;
+        let q = Quality::measure(self.ds.graph(), &node_part, &is_train, k);
+        drop(is_train);
+        let mut groups = Grouping::new(&node_part, k);
+        let manifest = PartManifest {
+            dataset: self.name.to_string(),
+            dataset_checksum: self.ds.checksum(),
+            method: self.opts.method.name().to_string(),
+            parts: k as u32,
+            seed: self.opts.seed,
+            constraints: self.opts.balance.name().to_string(),
+            node_part,
+            local_index: std::mem::take(&mut groups.local_index),
+            part_nodes: q.part_nodes.clone(),
+            part_train: q.part_train.clone(),
+            edge_cut: q.edge_cut,
+            edges: q.edges,
+        };
+        write_dir(&self.dir, &self.ds, &groups, &manifest)?;
+        Ok(self.report(&q, false, started))
+    }
+
+    fn report(&self, q: &Quality, reused: bool, started: Instant) -> PartitionReport {
+        PartitionReport {
+            name: self.name.to_string(),
+            parts: self.opts.parts,
+            method: self.opts.method.name().to_string(),
+            path: self.dir.display().to_string(),
+            edge_cut: q.edge_cut,
+            edge_cut_fraction: q.edge_cut_fraction(),
+            balance: BalanceFigures {
+                nodes: PartManifest::balance(&q.part_nodes),
+                train: PartManifest::balance(&q.part_train),
+            },
+            seconds: started.elapsed().as_secs_f64(),
+            peak_rss_bytes: crate::util::peak_rss_bytes(),
+            seed: self.opts.seed,
+            constraints: self.opts.balance.name().to_string(),
+            edges: q.edges,
+            part_nodes: q.part_nodes.clone(),
+            part_train: q.part_train.clone(),
+            reused,
+        }
+    }
+}

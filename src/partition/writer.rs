@@ -1,0 +1,118 @@
+//! Writes a partition directory as a whole. Every file goes into a hidden
+//! sibling directory, which then takes the place of the old one: a reader sees
+//! the old partition or the new one, never a mix of part files from two runs.
+
+use crate::format::{DatasetFile, FormatError, PartFeatures, PartManifest};
+use rayon::prelude::*;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// The nodes of each part, sorted, and each node's row inside its part.
+pub struct Grouping {
+    /// Part i owns `members[offsets[i]..offsets[i + 1]]`.
+    pub offsets: Vec<usize>,
+    pub members: Vec<u32>,
+    pub local_index: Vec<u32>,
+}
+
+impl Grouping {
+    /// Counting sort by part; scanning nodes in id order keeps each part's ids sorted.
+    pub fn new(node_part: &[u16], parts: usize) -> Grouping {
+        let mut offsets = vec![0usize; parts + 1];
+        for &q in node_part {
+            offsets[q as usize + 1] += 1;
+        }
+        for i in 0..parts {
+            offsets[i + 1] += offsets[i];
+        }
+        let mut fill = offsets[..parts].to_vec();
+        let mut members = vec![0u32; node_part.len()];
+        let mut local_index = vec![0u32; node_part.len()];
+        for (v, &q) in node_part.iter().enumerate() {
+            let slot = &mut fill[q as usize];
+            members[*slot] = v as u32;
+            local_index[v] = (*slot - offsets[q as usize]) as u32;
+            *slot += 1;
+        }
+        Grouping { offsets, members, local_index }
+    }
+
+    pub fn owned(&self, part: usize) -> &[u32] {
+        &self.members[self.offsets[part]..self.offsets[part + 1]]
+    }
+}
+
+/// Writes `manifest` and one feature file per part (rows gathered from `ds`) as `dir`.
+pub fn write_dir(dir: &Path, ds: &DatasetFile, groups: &Grouping, manifest: &PartManifest) -> Result<(), FormatError> {
+    let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let parent = dir.parent().unwrap_or(Path::new("."));
+    let staging = Staging::create(parent.join(format!(".{name}.tmp.{}", std::process::id())))?;
+
+    let d = ds.feature_dim();
+    for part in 0..manifest.parts as usize {
+        let owned = groups.owned(part);
+        let mut features = vec![0f32; owned.len() * d];
+        if d > 0 {
+            features
+                .par_chunks_mut(d)
+                .zip(owned.par_iter())
+                .for_each(|(row, &v)| row.copy_from_slice(ds.feature_row(v)));
+        }
+        PartFeatures {
+            part: part as u32,
+            parts: manifest.parts,
+            feature_dim: d as u32,
+            owned: owned.to_vec(),
+            features,
+        }
+        .write(&staging.path)?;
+    }
+    manifest.write(&staging.path)?;
+    staging.replace(dir)
+}
+
+/// A directory being filled; removed on drop unless it replaced its target.
+struct Staging {
+    path: PathBuf,
+    done: bool,
+}
+
+impl Staging {
+    fn create(path: PathBuf) -> Result<Staging, FormatError> {
+        if path.exists() {
+            fs::remove_dir_all(&path).map_err(|e| FormatError::io(&path, e))?;
+        }
+        fs::create_dir_all(&path).map_err(|e| FormatError::io(&path, e))?;
+        Ok(Staging { path, done: false })
+    }
+
+    /// Renames over `target`, moving an existing directory aside first (a
+    /// non-empty directory cannot be renamed over) and deleting it afterwards.
+    fn replace(mut self, target: &Path) -> Result<(), FormatError> {
+        let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let old = target.with_file_name(format!(".{name}.old.{}", std::process::id()));
+        let had_old = target.exists();
+        if had_old {
+            fs::rename(target, &old).map_err(|e| FormatError::io(target, e))?;
+        }
+        fs::rename(&self.path, target).map_err(|e| FormatError::io(target, e))?;
+        self.done = true;
+        if had_old {
+            fs::remove_dir_all(&old).map_err(|e| FormatError::io(&old, e))?;
+        }
+        if let Some(parent) = target.parent()
+            && let Ok(d) = fs::File::open(parent)
+        {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = fs::remove_dir_all(&self.path);
+        }
+    }
+}

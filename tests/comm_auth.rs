@@ -1,0 +1,178 @@
+//! Who may join a mesh: strangers without the job secret are refused and
+//! logged and never disturb the genuine workers; misconfigured workers get
+//! errors that name the peer.
+
+mod comm_support;
+
+use comm_support::{listeners, secret};
+use leapgnn::comm::auth::{Hello, MAX_HANDSHAKE_FRAME};
+use leapgnn::comm::frame::{self, Header, Kind};
+use leapgnn::comm::{Category, CommError, Mesh, MeshConfig};
+use std::io::{ErrorKind, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread;
+use std::time::{Duration, Instant};
+
+const LONG: Duration = Duration::from_secs(10);
+
+#[derive(Clone)]
+struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Capture {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Everything logged by this test binary.
+fn logs() -> String {
+    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    let buf = LOGS.get_or_init(|| {
+        let buf = Arc::new(Mutex::new(Vec::new()));
+        let w = Capture(buf.clone());
+        tracing_subscriber::fmt().with_writer(move || w.clone()).with_ansi(false).init();
+        buf
+    });
+    String::from_utf8_lossy(&buf.lock().unwrap()).into_owned()
+}
+
+/// Waits until the worker drops `s`, and checks it sent nothing more.
+fn assert_dropped(mut s: TcpStream, who: &str) {
+    s.set_read_timeout(Some(LONG)).unwrap();
+    let mut buf = [0u8; 64];
+    match s.read(&mut buf) {
+        Ok(0) => {}
+        Err(e) if e.kind() == ErrorKind::ConnectionReset => {}
+        Ok(n) => panic!("{who}: the worker sent {n} more bytes instead of dropping it"),
+        Err(e) => panic!("{who}: not dropped: {e}"),
+    }
+}
+
+#[test]
+fn strangers_are_refused_and_logged_and_the_genuine_workers_connect_anyway() {
+    logs();
+    let (mut ls, addrs) = listeners(2);
+    let (l0, l1) = (ls.remove(0), ls.remove(0));
+    let config = |rank| {
+        let mut c = MeshConfig::new(rank, addrs.clone(), secret());
+        c.handshake_timeout = Duration::from_secs(20);
+        c
+    };
+    let (cfg0, cfg1) = (config(0), config(1));
+    thread::scope(|s| {
+        let worker0 = s.spawn(move || {
+            let m = Mesh::establish(l0, &cfg0).unwrap();
+            let hi = m.recv(1, 1, LONG).unwrap();
+            m.barrier(LONG).unwrap();
+            (m.refused().to_vec(), hi)
+        });
+
+        let garbage = TcpStream::connect(addrs[0]).unwrap();
+        (&garbage).write_all(b"GET / HTTP/1.1\r\nHost: leapgnn\r\n\r\n").unwrap();
+        let garbage_addr = garbage.local_addr().unwrap();
+        assert_dropped(garbage, "an HTTP request");
+
+        let huge = TcpStream::connect(addrs[0]).unwrap();
+        let header = Header { kind: Kind::Hello, category: Category::Control, tag: 0, len: u32::MAX };
+        (&huge).write_all(&header.encode()).unwrap();
+        let huge_addr = huge.local_addr().unwrap();
+        assert_dropped(huge, "a 4 GiB frame");
+
+        // Speaks the protocol and claims to be worker 1, but cannot prove the secret.
+        let mut forger = TcpStream::connect(addrs[0]).unwrap();
+        frame::write_frame(&mut forger, Kind::Hello, Category::Control, 0, &Hello::new(2, 1).encode()).unwrap();
+        let (h, _) = frame::read_frame(&mut forger, MAX_HANDSHAKE_FRAME).unwrap();
+        assert_eq!(h.kind, Kind::Hello);
+        let (h, _) = frame::read_frame(&mut forger, MAX_HANDSHAKE_FRAME).unwrap();
+        assert_eq!(h.kind, Kind::Proof);
+        frame::write_frame(&mut forger, Kind::Proof, Category::Control, 0, &[7u8; 32]).unwrap();
+        let forger_addr = forger.local_addr().unwrap();
+        assert_dropped(forger, "a forged proof");
+
+        // Says nothing at all, and is still connected when the real worker 1 arrives.
+        let silent = TcpStream::connect(addrs[0]).unwrap();
+        let started = Instant::now();
+        let worker1 = s.spawn(move || {
+            let m = Mesh::establish(l1, &cfg1).unwrap();
+            let ready = started.elapsed();
+            m.send(0, 1, Category::Control, b"hello from 1".to_vec()).unwrap();
+            m.barrier(LONG).unwrap();
+            ready
+        });
+        let ready = worker1.join().unwrap();
+        assert!(ready < Duration::from_secs(5), "a silent stranger held the mesh up for {ready:?}");
+        assert_dropped(silent, "a silent stranger");
+
+        let (refused, hi) = worker0.join().unwrap();
+        assert_eq!(hi, b"hello from 1");
+        let reason = |addr| refused.iter().find(|r| r.from == addr).map(|r| r.reason.clone()).unwrap_or_default();
+        assert!(reason(garbage_addr).contains("not a leapgnn frame"), "{refused:?}");
+        assert!(reason(huge_addr).contains("exceeds the limit of 64 bytes"), "{refused:?}");
+        assert!(reason(forger_addr).contains("proof of the job secret is wrong"), "{refused:?}");
+        let logged = logs();
+        for addr in [garbage_addr, huge_addr, forger_addr] {
+            assert!(logged.contains(&addr.to_string()) && logged.contains("refused a connection"), "{addr}: {logged}");
+        }
+    });
+}
+
+#[test]
+fn a_worker_with_another_secret_learns_which_peer_refused_it() {
+    let (mut ls, addrs) = listeners(2);
+    let (l0, l1) = (ls.remove(0), ls.remove(0));
+    let mut cfg0 = MeshConfig::new(0, addrs.clone(), secret());
+    cfg0.connect_timeout = Duration::from_secs(1);
+    let cfg1 = MeshConfig::new(1, addrs.clone(), b"an entirely different job secret".to_vec());
+    let (e0, e1) = thread::scope(|s| {
+        let w0 = s.spawn(move || Mesh::establish(l0, &cfg0).unwrap_err());
+        let w1 = s.spawn(move || Mesh::establish(l1, &cfg1).unwrap_err());
+        (w0.join().unwrap(), w1.join().unwrap())
+    });
+    assert!(matches!(e1, CommError::Handshake { .. }), "{e1:?}");
+    let (m0, m1) = (e0.to_string(), e1.to_string());
+    assert!(m1.contains(&format!("worker 0 ({})", addrs[0])) && m1.contains("secret"), "{m1}");
+    assert!(matches!(e0, CommError::Incomplete { .. }), "{e0:?}");
+    assert!(m0.contains(&format!("worker 1 ({})", addrs[1])) && m0.contains("1s"), "{m0}");
+}
+
+#[test]
+fn missing_or_unreachable_workers_are_named_when_the_deadline_passes() {
+    // Worker 2 never starts: workers 0 and 1 connect to each other and name it.
+    let (mut ls, addrs) = listeners(3);
+    ls.truncate(2);
+    let errors: Vec<String> = thread::scope(|s| {
+        let hs: Vec<_> = ls
+            .into_iter()
+            .enumerate()
+            .map(|(rank, l)| {
+                let mut cfg = MeshConfig::new(rank, addrs.clone(), secret());
+                cfg.connect_timeout = Duration::from_millis(500);
+                s.spawn(move || Mesh::establish(l, &cfg).unwrap_err().to_string())
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for e in &errors {
+        assert!(e.contains(&format!("no authenticated connection from worker 2 ({})", addrs[2])), "{e}");
+        assert!(!e.contains("worker 0 (") && !e.contains("worker 1 ("), "only the missing worker is blamed: {e}");
+    }
+
+    // Nobody listens where worker 0 should be.
+    let gone = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let (l1, a1) = {
+        let (mut ls, a) = listeners(1);
+        (ls.remove(0), a[0])
+    };
+    let mut cfg = MeshConfig::new(1, vec![gone, a1], secret());
+    cfg.connect_timeout = Duration::from_millis(400);
+    let t = Instant::now();
+    let e = Mesh::establish(l1, &cfg).unwrap_err();
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    assert!(matches!(e, CommError::Connect { .. } | CommError::Incomplete { .. }), "{e:?}");
+    assert!(e.to_string().contains(&format!("worker 0 ({gone})")), "{e}");
+}

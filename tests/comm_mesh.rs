@@ -1,0 +1,152 @@
+//! The mesh itself: delivery per (peer, tag) in order, frame chains, byte
+//! counting, timeouts and departures that name the peer, and misuse.
+
+mod comm_support;
+
+use comm_support::{listeners, no_tweak, secret, with_mesh};
+use leapgnn::comm::{Category, CommError, Mesh, MeshConfig, frame};
+use std::time::{Duration, Instant};
+
+const LONG: Duration = Duration::from_secs(10);
+
+fn payload(from: usize, to: usize, tag: u64, i: usize) -> Vec<u8> {
+    // Lengths vary (0..=40) so frames of many sizes are exercised.
+    (0..(from * 7 + to * 3 + tag as usize + i) % 41).map(|k| (k + from * 31 + i) as u8).collect()
+}
+
+#[test]
+fn messages_arrive_by_peer_and_tag_in_send_order_for_1_to_4_workers() {
+    for w in 1..=4 {
+        let per_rank = with_mesh(w, no_tweak, |m| {
+            let (r, n) = (m.rank(), 50);
+            let mut sent_bytes = 0u64;
+            for p in (0..w).filter(|&p| p != r) {
+                for i in 0..n {
+                    for tag in [1u64, 2] {
+                        let data = payload(r, p, tag, i);
+                        sent_bytes += (frame::HEADER_LEN + data.len()) as u64;
+                        m.send(p, tag, Category::Features, data).unwrap();
+                    }
+                }
+            }
+            // Read tag 2 first: tag 1 messages wait in their own mailbox.
+            for p in (0..w).filter(|&p| p != r) {
+                for tag in [2u64, 1] {
+                    for i in 0..n {
+                        assert_eq!(
+                            m.recv(p, tag, LONG).unwrap(),
+                            payload(p, r, tag, i),
+                            "w {w}: {p} -> {r} tag {tag} #{i}"
+                        );
+                    }
+                }
+            }
+            m.barrier(LONG).unwrap();
+            (sent_bytes, m.bytes())
+        });
+        for (r, (sent, bytes)) in per_rank.iter().enumerate() {
+            assert_eq!(bytes.sent.features, *sent, "w {w} rank {r}");
+        }
+        // After the barrier every data byte sent has been received. (Control bytes
+        // are not compared: a worker that finished early says goodbye, which
+        // others may count before their own snapshot.)
+        let total = |f: &dyn Fn(&leapgnn::comm::ByteCounts) -> u64| per_rank.iter().map(|(_, b)| f(b)).sum::<u64>();
+        assert_eq!(total(&|b| b.sent.features), total(&|b| b.received.features));
+        assert_eq!(total(&|b| b.sent.gradients + b.received.gradients), 0);
+        if w > 1 {
+            assert!(total(&|b| b.sent.control) > 0, "handshake and barrier bytes are control traffic");
+        }
+    }
+}
+
+#[test]
+fn messages_longer_than_a_frame_travel_as_chains() {
+    let big: Vec<u8> = (0..1_000_003u32).map(|i| (i % 251) as u8).collect();
+    let out = with_mesh(
+        2,
+        |c| c.max_frame = 1000,
+        |m| {
+            if m.rank() == 0 {
+                m.send(1, 5, Category::Migration, big.clone()).unwrap();
+                m.send(1, 5, Category::Migration, Vec::new()).unwrap();
+            } else {
+                assert_eq!(m.recv(0, 5, LONG).unwrap(), big);
+                assert!(m.recv(0, 5, LONG).unwrap().is_empty());
+            }
+            m.barrier(LONG).unwrap();
+            m.bytes()
+        },
+    );
+    let frames = big.len().div_ceil(1000) as u64 + 1;
+    assert_eq!(out[0].sent.migration, big.len() as u64 + frames * frame::HEADER_LEN as u64);
+    assert_eq!(out[1].received.migration, out[0].sent.migration);
+}
+
+#[test]
+fn a_silent_peer_times_out_with_its_name_and_what_was_awaited() {
+    let out = with_mesh(2, no_tweak, |m| {
+        let r = if m.rank() == 1 {
+            let t = Instant::now();
+            let e = m.recv(0, 7, Duration::from_millis(300)).unwrap_err();
+            Some((e, t.elapsed(), m.peer(0)))
+        } else {
+            None
+        };
+        m.barrier(LONG).unwrap();
+        r
+    });
+    let (e, took, peer) = out.into_iter().flatten().next().unwrap();
+    assert!(matches!(e, CommError::Timeout { .. }), "{e:?}");
+    let msg = e.to_string();
+    assert!(msg.contains(&format!("worker 0 ({})", peer.addr)), "{msg}");
+    assert!(msg.contains("300ms") && msg.contains("message 0x7"), "{msg}");
+    assert!(took >= Duration::from_millis(300) && took < Duration::from_secs(3), "{took:?}");
+}
+
+#[test]
+fn a_worker_that_leaves_fails_waits_on_it_at_once_but_not_on_the_others() {
+    let out = with_mesh(3, no_tweak, |m| {
+        m.barrier(LONG).unwrap();
+        match m.rank() {
+            // Closes its mesh (drop says goodbye) and is gone.
+            2 => None,
+            1 => {
+                m.send(0, 9, Category::Control, b"still here".to_vec()).unwrap();
+                None
+            }
+            _ => {
+                let t = Instant::now();
+                let e = m.recv(2, 9, LONG).unwrap_err();
+                let took = t.elapsed();
+                let from_1 = m.recv(1, 9, LONG).unwrap();
+                Some((e, took, from_1, m.peer(2)))
+            }
+        }
+    });
+    let (e, took, from_1, peer2) = out.into_iter().flatten().next().unwrap();
+    let msg = e.to_string();
+    assert!(matches!(e, CommError::PeerLost { .. }), "{e:?}");
+    assert!(msg.contains(&format!("worker 2 ({})", peer2.addr)) && msg.contains("left the job"), "{msg}");
+    assert!(took < Duration::from_secs(5), "noticed after {took:?}");
+    assert_eq!(from_1, b"still here");
+}
+
+#[test]
+fn misuse_is_an_error_not_a_panic() {
+    let out = with_mesh(2, no_tweak, |m| {
+        let to_self = m.send(m.rank(), 1, Category::Control, vec![]).unwrap_err();
+        let too_far = m.recv(5, 1, LONG).unwrap_err();
+        let bad_root = m.broadcast(2, &mut vec![], Category::Control, LONG).unwrap_err();
+        [to_self, too_far, bad_root].map(|e| matches!(e, CommError::Usage(_)))
+    });
+    assert!(out.iter().flatten().all(|&ok| ok));
+
+    let (mut ls, addrs) = listeners(2);
+    let short = Mesh::establish(ls.remove(0), &MeshConfig::new(0, addrs.clone(), b"short".to_vec())).unwrap_err();
+    assert!(short.to_string().contains("secret has 5 bytes"), "{short}");
+    let rank = Mesh::establish(ls.remove(0), &MeshConfig::new(2, addrs.clone(), secret())).unwrap_err();
+    assert!(rank.to_string().contains("rank 2 but only 2"), "{rank}");
+    let (ls, _) = listeners(1);
+    let wrong = Mesh::establish(ls.into_iter().next().unwrap(), &MeshConfig::new(0, addrs, secret())).unwrap_err();
+    assert!(wrong.to_string().contains("listener is bound to"), "{wrong}");
+}

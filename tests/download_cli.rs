@@ -1,0 +1,65 @@
+//! `download --list`, `info`, and the registry override (`--registry`, `LEAPGNN_REGISTRY`).
+
+mod import_support;
+
+use import_support::*;
+use std::process::Command;
+
+#[test]
+fn list_shows_the_registry_and_what_is_present() {
+    let d = tempfile::tempdir().unwrap();
+    let j = ok_json(d.path(), &["download", "--list", "--json"]);
+    let rows = j["datasets"].as_array().unwrap();
+    let row =
+        |name: &str| rows.iter().find(|r| r["name"] == name).unwrap_or_else(|| panic!("{name} not listed")).clone();
+    assert_eq!(row("ogbn-arxiv")["urls"][0], "http://snap.stanford.edu/ogb/data/nodeproppred/arxiv.zip");
+    assert_eq!(row("slashdot")["sha256"], "65072f0a2d98a444967bf3b8379a87e03292f2f9f8924f4fe470ddd047c95553");
+    assert_eq!(row("cora-planetoid")["present"], false);
+    ok_json(d.path(), &["download", "cora-planetoid", "--from", cora_text().to_str().unwrap(), "--json"]);
+    let j = ok_json(d.path(), &["download", "--list", "--json"]);
+    let present: Vec<&str> = j["datasets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["present"] == true)
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(present, ["cora-planetoid"]);
+    let human = leapgnn(d.path(), &["download", "--list"]);
+    assert!(human.code == 0 && human.stdout.lines().any(|l| l.starts_with("cora-planetoid") && l.contains("yes")));
+}
+
+#[test]
+fn info_prints_the_download_fields() {
+    let d = tempfile::tempdir().unwrap();
+    let dl = ok_json(d.path(), &["download", "cora-planetoid", "--from", cora_text().to_str().unwrap(), "--json"]);
+    let by_name = ok_json(d.path(), &["info", "cora-planetoid", "--json"]);
+    let by_path = ok_json(d.path(), &["info", dl["path"].as_str().unwrap(), "--json"]);
+    for key in ["name", "path", "nodes", "edges", "feature_dim", "classes", "train", "val", "test", "sha256"] {
+        assert_eq!(by_name[key], dl[key], "{key}");
+        assert_eq!(by_path[key], dl[key], "{key}");
+    }
+    assert!(by_name["seconds"].as_f64().is_some());
+    leapgnn(d.path(), &["info", "missing"]).assert_error(2, &["leapgnn download missing"]);
+}
+
+#[test]
+fn another_registry_from_the_environment() {
+    let d = tempfile::tempdir().unwrap();
+    let reg = d.path().join("mine.toml");
+    let prefix = cora_text();
+    std::fs::write(&reg, "[my-cora]\nformat = \"text\"\nexpect = { nodes = 9 }\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_leapgnn"))
+        .args(["--data-dir", d.path().to_str().unwrap(), "download", "my-cora", "--json", "--from"])
+        .arg(&prefix)
+        .env("LEAPGNN_REGISTRY", &reg)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    // The entry's expectation is checked and the difference reported, not fatal.
+    assert!(stderr.contains("warning: my-cora: expected 9 nodes, the conversion gave 2708"), "{stderr}");
+    // The built-in registry does not know the name.
+    leapgnn(d.path(), &["download", "my-cora", "--force", "--from", prefix.to_str().unwrap()])
+        .assert_error(2, &["--format"]);
+}

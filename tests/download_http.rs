@@ -1,0 +1,347 @@
+//! `download` against a real HTTP server on 127.0.0.1 started by the test,
+//! serving an OGB-layout zip built from the shared Cora data: HTTP errors,
+//! checksum mismatch, a connection cut mid-file (then resumed with Range),
+//! retries, and a full disk (tmpfs, when mounting is permitted).
+
+mod import_support;
+
+use import_support::*;
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Mode {
+    Ok,
+    Status(u16),
+    /// Send the headers for the whole (remaining) body, half of it, then close.
+    DropHalf,
+    /// Serve other bytes of the same length.
+    Wrong,
+}
+
+#[derive(Default)]
+struct State {
+    mode: Option<Mode>,
+    /// The next this-many requests drop halfway, whatever the mode.
+    drops_left: usize,
+    requests: usize,
+    ranges: Vec<Option<String>>,
+}
+
+struct Server {
+    port: u16,
+    state: Arc<Mutex<State>>,
+    stop: Arc<AtomicBool>,
+    accept: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Server {
+    fn start(files: HashMap<String, Vec<u8>>) -> Server {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let state = Arc::new(Mutex::new(State { mode: Some(Mode::Ok), ..Default::default() }));
+        let stop = Arc::new(AtomicBool::new(false));
+        let files = Arc::new(files);
+        let (st, sp) = (state.clone(), stop.clone());
+        let accept = std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                if sp.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(conn) = conn else { continue };
+                let (st, files) = (st.clone(), files.clone());
+                std::thread::spawn(move || {
+                    let _ = serve(conn, &st, &files);
+                });
+            }
+        });
+        Server { port, state, stop, accept: Some(accept) }
+    }
+    fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+    fn set(&self, mode: Mode) {
+        self.state.lock().unwrap().mode = Some(mode);
+    }
+    fn drop_next(&self, n: usize) {
+        self.state.lock().unwrap().drops_left = n;
+    }
+    fn requests(&self) -> usize {
+        self.state.lock().unwrap().requests
+    }
+    fn ranges(&self) -> Vec<Option<String>> {
+        self.state.lock().unwrap().ranges.clone()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(("127.0.0.1", self.port)); // wakes the accept loop
+        if let Some(h) = self.accept.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+fn serve(conn: TcpStream, state: &Mutex<State>, files: &HashMap<String, Vec<u8>>) -> std::io::Result<()> {
+    conn.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut reader = BufReader::new(conn.try_clone()?);
+    let mut request = String::new();
+    reader.read_line(&mut request)?;
+    let path = request.split_whitespace().nth(1).unwrap_or("/").to_owned();
+    let mut range = None;
+    loop {
+        let mut h = String::new();
+        if reader.read_line(&mut h)? == 0 || h == "\r\n" {
+            break;
+        }
+        if let Some((k, v)) = h.split_once(':')
+            && k.eq_ignore_ascii_case("range")
+        {
+            range = Some(v.trim().to_owned());
+        }
+    }
+    let mode = {
+        let mut s = state.lock().unwrap();
+        s.requests += 1;
+        s.ranges.push(range.clone());
+        if s.drops_left > 0 {
+            s.drops_left -= 1;
+            Mode::DropHalf
+        } else {
+            s.mode.unwrap()
+        }
+    };
+    let mut out = conn;
+    let Some(body) = files.get(&path) else {
+        return respond(&mut out, "404 Not Found", &[], b"no such file");
+    };
+    if let Mode::Status(code) = mode {
+        let reason = if code == 404 { "Not Found" } else { "Internal Server Error" };
+        return respond(&mut out, &format!("{code} {reason}"), &[], b"nope");
+    }
+    let wrong: Vec<u8>;
+    let body: &[u8] = if mode == Mode::Wrong {
+        wrong = body.iter().map(|b| b ^ 0x55).collect();
+        &wrong
+    } else {
+        body
+    };
+    let start: usize =
+        range.as_deref().and_then(|r| r.strip_prefix("bytes=")?.strip_suffix('-')?.parse().ok()).unwrap_or(0);
+    let (status, headers, part) = if start > 0 {
+        let cr = format!("Content-Range: bytes {start}-{}/{}", body.len() - 1, body.len());
+        ("206 Partial Content", vec![cr], &body[start..])
+    } else {
+        ("200 OK", vec![], body)
+    };
+    if mode == Mode::DropHalf {
+        write!(out, "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n", part.len())?;
+        for h in &headers {
+            write!(out, "{h}\r\n")?;
+        }
+        out.write_all(b"\r\n")?;
+        out.write_all(&part[..part.len() / 2])?;
+        out.flush()?;
+        return out.shutdown(Shutdown::Both);
+    }
+    respond(&mut out, status, &headers, part)
+}
+
+fn respond(out: &mut TcpStream, status: &str, headers: &[String], body: &[u8]) -> std::io::Result<()> {
+    write!(out, "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n", body.len())?;
+    for h in headers {
+        write!(out, "{h}\r\n")?;
+    }
+    out.write_all(b"\r\n")?;
+    out.write_all(body)?;
+    out.flush()
+}
+
+struct Fixture {
+    dir: tempfile::TempDir,
+    zip: PathBuf,
+    server: Server,
+    registry: PathBuf,
+}
+
+impl Fixture {
+    /// A server holding `/ogb/cora.zip` and a registry entry `ogb-cora` for it
+    /// (`with_sha`: with its sha256 and size, as a curated entry has).
+    fn new(with_sha: bool) -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let zip = dir.path().join("cora.zip");
+        write_zip(&zip, &ogb_files_from_text(&cora_text(), "cora"));
+        let bytes = std::fs::read(&zip).unwrap();
+        let sha = sha256_hex(&bytes);
+        let len = bytes.len();
+        let server = Server::start(HashMap::from([("/ogb/cora.zip".to_owned(), bytes)]));
+        let registry = dir.path().join("registry.toml");
+        let check = if with_sha { format!("sha256 = \"{sha}\"\nsize = {len}\n") } else { String::new() };
+        let url = server.url("/ogb/cora.zip");
+        std::fs::write(&registry, format!("[ogb-cora]\nformat = \"ogb\"\nurls = [\"{url}\"]\n{check}")).unwrap();
+        Fixture { dir, zip, server, registry }
+    }
+    fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+    fn download(&self, extra: &[&str]) -> Out {
+        let mut args = vec!["download", "ogb-cora", "--registry", self.registry.to_str().unwrap(), "--json"];
+        args.extend_from_slice(extra);
+        leapgnn(&self.data(), &args)
+    }
+    fn archive(&self) -> PathBuf {
+        self.data().join("ogb-cora/dataset.lgnn")
+    }
+    fn part(&self) -> PathBuf {
+        self.data().join("ogb-cora/download/cora.zip.part")
+    }
+    fn assert_nothing_in_place(&self) {
+        assert!(!self.archive().exists(), "a dataset archive exists after a failed download");
+        let dir = self.data().join("ogb-cora");
+        if let Ok(rd) = std::fs::read_dir(&dir) {
+            for e in rd {
+                let name = e.unwrap().file_name().to_string_lossy().into_owned();
+                assert!(!name.contains(".tmp"), "temp file {name} left in {}", dir.display());
+            }
+        }
+    }
+    /// The result equals a `--from` import of the same zip.
+    fn assert_matches_local_import(&self) {
+        let other = self.dir.path().join("other");
+        let j =
+            ok_json(&other, &["download", "local", "--from", self.zip.to_str().unwrap(), "--format", "ogb", "--json"]);
+        assert!(content(&self.archive()) == content(Path::new(j["path"].as_str().unwrap())));
+    }
+}
+
+#[test]
+fn http_errors_fail_cleanly_and_retries_are_bounded() {
+    let f = Fixture::new(true);
+    f.server.set(Mode::Status(404));
+    f.download(&["--retries", "3"]).assert_error(1, &["404", "cora.zip"]);
+    assert_eq!(f.server.requests(), 1, "a 404 is not retried");
+    f.assert_nothing_in_place();
+
+    f.server.set(Mode::Status(500));
+    f.download(&["--retries", "1"]).assert_error(1, &["500", "gave up after 2 attempts"]);
+    assert_eq!(f.server.requests(), 3, "a 500 is retried once");
+    f.assert_nothing_in_place();
+
+    f.server.set(Mode::Ok);
+    let j = f.download(&[]).json();
+    assert_eq!(
+        (j["action"].as_str(), j["nodes"].as_u64(), j["edges"].as_u64()),
+        (Some("downloaded"), Some(2708), Some(10556))
+    );
+    assert_eq!(j["source"], f.server.url("/ogb/cora.zip"));
+    f.assert_matches_local_import();
+    let n = f.server.requests();
+    let again = f.download(&[]).json();
+    assert_eq!(
+        (again["action"].as_str(), f.server.requests()),
+        (Some("present"), n),
+        "a present dataset is not fetched"
+    );
+}
+
+#[test]
+fn checksum_mismatch_deletes_the_partial_file() {
+    let f = Fixture::new(true);
+    f.server.set(Mode::Wrong);
+    f.download(&["--retries", "0"]).assert_error(1, &["sha256 mismatch", "cora.zip.part", "rerun"]);
+    assert!(!f.part().exists(), "the bad download was kept");
+    f.assert_nothing_in_place();
+    f.server.set(Mode::Ok);
+    assert_eq!(f.download(&[]).json()["action"], "downloaded");
+}
+
+#[test]
+fn a_cut_connection_is_resumed_by_the_rerun() {
+    let f = Fixture::new(true);
+    let total = std::fs::metadata(&f.zip).unwrap().len();
+    f.server.set(Mode::DropHalf);
+    f.download(&["--retries", "0"]).assert_error(1, &["rerun to resume"]);
+    f.assert_nothing_in_place();
+    let have = std::fs::metadata(f.part()).expect("the partial download is kept").len();
+    assert_eq!(have, total / 2);
+
+    f.server.set(Mode::Ok);
+    let j = f.download(&[]).json();
+    assert_eq!(j["action"], "downloaded");
+    assert_eq!(
+        f.server.ranges().last().unwrap().as_deref(),
+        Some(format!("bytes={have}-").as_str()),
+        "the rerun resumed"
+    );
+    assert!(!f.part().exists());
+    f.assert_matches_local_import();
+}
+
+#[test]
+fn cuts_within_one_run_are_resumed_by_the_retries() {
+    let f = Fixture::new(false);
+    f.server.drop_next(2);
+    let out = f.download(&["--retries", "2"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let ranges = f.server.ranges();
+    assert_eq!(ranges.len(), 3);
+    assert!(ranges[0].is_none() && ranges[1].is_some() && ranges[2].is_some(), "{ranges:?}");
+    // No checksum in the registry: the computed one is reported.
+    let sha = sha256_hex(&std::fs::read(&f.zip).unwrap());
+    assert!(out.stderr.contains("no sha256 in the registry") && out.stderr.contains(&sha), "{}", out.stderr);
+    f.assert_matches_local_import();
+}
+
+/// A tmpfs of `size` mounted on `dir` for the test's lifetime (root only).
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &Path, size: &str) -> Option<Tmpfs> {
+        std::fs::create_dir_all(dir).unwrap();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then(|| Tmpfs(dir.to_path_buf()))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_full_disk_leaves_no_dataset_and_a_rerun_recovers() {
+    let f = Fixture::new(true);
+    let zip_len = std::fs::metadata(&f.zip).unwrap().len();
+    assert!(zip_len > 256 << 10);
+    // No room for the download itself.
+    let Some(small) = Tmpfs::mount(&f.data(), "128k") else {
+        eprintln!("skipped: cannot mount a tmpfs here (needs root); the disk-full case is not covered");
+        return;
+    };
+    f.download(&["--retries", "0"]).assert_error(1, &["cora.zip.part", "No space left on device"]);
+    f.assert_nothing_in_place();
+    drop(small);
+    // Room for the download but not for the 15.6 MB archive.
+    let _fs = Tmpfs::mount(&f.data(), &format!("{}k", zip_len / 1024 + 2048)).expect("mounted before");
+    f.download(&[]).assert_error(1, &["No space left on device"]);
+    f.assert_nothing_in_place();
+    let kept = f.data().join("ogb-cora/download/cora.zip");
+    assert!(kept.is_file(), "the verified download is kept for the rerun");
+    drop(_fs);
+    // Disk freed (unmounted): the rerun downloads and converts.
+    let j = f.download(&[]).json();
+    assert_eq!(j["nodes"], 2708);
+}

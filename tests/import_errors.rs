@@ -1,0 +1,147 @@
+//! Malformed sources: each gives exit code 2 and one `error:` line naming the
+//! file (and line) and what is wrong; nothing is left at the archive path.
+
+mod import_support;
+
+use import_support::*;
+use leapgnn::datasets::convert::{ConvertOptions, Format, convert};
+use std::path::Path;
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p.to_str().unwrap().to_owned()
+}
+
+/// Imports `from` as `format` and expects exit 2 with `needles` in the error line.
+fn rejects(from: &str, format: &str, needles: &[&str]) {
+    let d = tempfile::tempdir().unwrap();
+    let out = leapgnn(d.path(), &["download", "bad", "--from", from, "--format", format]);
+    out.assert_error(2, needles);
+    assert!(!d.path().join("bad/dataset.lgnn").exists(), "an archive was written for bad input");
+}
+
+#[test]
+fn bad_edge_list_lines_name_file_and_line() {
+    let d = tempfile::tempdir().unwrap();
+    let f = write(d.path(), "e.txt", "# comment\n0 1\n2 x\n");
+    rejects(&f, "edgelist", &[&format!("{f}:3:"), "`x` is not a non-negative integer"]);
+    let f = write(d.path(), "n.txt", "0 1\n\n0 -4\n");
+    rejects(&f, "edgelist", &[&format!("{f}:3:"), "negative node id -4"]);
+    let f = write(d.path(), "one.txt", "0 1\n5\n");
+    rejects(&f, "edgelist", &[&format!("{f}:2:"), "expected an edge"]);
+    let f = write(d.path(), "big.txt", "0 99999999999\n");
+    rejects(&f, "edgelist", &[&format!("{f}:1:"), "too large"]);
+}
+
+#[test]
+fn text_ids_beyond_the_node_count_and_bad_rows_are_caught() {
+    let d = tempfile::tempdir().unwrap();
+    write(d.path(), "g.labels.txt", "0\n1\n-1\n");
+    let edges = write(d.path(), "g.edges.txt", "0 1\n1 7\n");
+    let prefix = d.path().join("g");
+    let prefix = prefix.to_str().unwrap();
+    rejects(prefix, "text", &[&format!("{edges}:2:"), "node id 7 is beyond the node count 3"]);
+    write(d.path(), "g.edges.txt", "0 1\n1 2\n");
+    let feats = write(d.path(), "g.features.txt", "# dim=4\n1 2\n9\n\n");
+    rejects(prefix, "text", &[&format!("{feats}:3:"), "feature column 9 is beyond the header's dim=4"]);
+    write(d.path(), "g.features.txt", "# dim=4\n1 2\n3\n");
+    rejects(prefix, "text", &["2 feature rows", "3 labels"]);
+    std::fs::remove_file(d.path().join("g.features.txt")).unwrap();
+    let labels = write(d.path(), "g.labels.txt", "0\nfoo\n1\n");
+    rejects(prefix, "text", &[&format!("{labels}:2:"), "label `foo`"]);
+    write(d.path(), "g.labels.txt", "0\n1\n1\n");
+    let train = write(d.path(), "g.train.txt", "0\n3\n");
+    rejects(prefix, "text", &[&format!("{train}:2:"), "beyond the node count 3"]);
+}
+
+#[test]
+fn musae_csv_and_json_errors_name_the_file() {
+    let d = tempfile::tempdir().unwrap();
+    write(d.path(), "x_target.csv", "id,name,page_type\n0,a,tv\n1,\"b, c\",gov\n2,d,tv\n");
+    write(d.path(), "x_features.json", "{\"0\": [1, 2], \"2\": [0]}");
+    let edges = write(d.path(), "x_edges.csv", "id_1,id_2\n0,1\n1,3\n");
+    let dir = d.path().to_str().unwrap();
+    rejects(dir, "musae", &[&format!("{edges}:3:"), "node id 3 is beyond the node count 3"]);
+    write(d.path(), "x_edges.csv", "id_1,id_2\n0,1\n1,2\n");
+    let feats = write(d.path(), "x_features.json", "{\"0\": [1, 2], \"2\": [0]");
+    rejects(dir, "musae", &[&feats, "JSON"]);
+    write(d.path(), "x_features.json", "{\"0\": [1, 2], \"2\": [0]}");
+    let target = write(d.path(), "x_target.csv", "id,name,page_type\n0,a,tv\n1,b,c,gov\n2,d,tv\n");
+    rejects(dir, "musae", &[&format!("{target}:3:"), "4 fields, the header has 3"]);
+    // And the fixed files import: 3 nodes, classes gov=0, tv=1.
+    write(d.path(), "x_target.csv", "id,name,page_type\n0,a,tv\n1,\"b, c\",gov\n2,d,tv\n");
+    let j = ok_json(d.path(), &["download", "ok", "--from", dir, "--format", "musae", "--json"]);
+    assert_eq!((j["nodes"].as_u64(), j["edges"].as_u64(), j["classes"].as_u64()), (Some(3), Some(4), Some(2)));
+}
+
+#[test]
+fn ogb_errors_point_into_the_zip() {
+    let d = tempfile::tempdir().unwrap();
+    let mut files = ogb_files_from_text(&cora_text(), "cora");
+    let edge = files.iter_mut().find(|(n, _)| n.ends_with("edge.csv.gz")).unwrap();
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut gz, b"0,633\n0,1862\n5,oops\n").unwrap();
+    edge.1 = gz.finish().unwrap();
+    let zip = d.path().join("c.zip");
+    write_zip(&zip, &files);
+    let z = zip.to_str().unwrap();
+    rejects(z, "ogb", &[&format!("{z}/cora/raw/edge.csv.gz:3:"), "`oops`"]);
+    let z2 = d.path().join("no-edges.zip");
+    write_zip(&z2, &files[1..]);
+    rejects(z2.to_str().unwrap(), "ogb", &["raw/edge.csv.gz", "right format"]);
+}
+
+#[test]
+fn truncated_and_flipped_sources_never_panic() {
+    // gzip cut short: an error naming the file, at the line reached.
+    let d = tempfile::tempdir().unwrap();
+    let gz = std::fs::read(shared("snap/soc-Slashdot0902.txt.gz")).unwrap();
+    let cut = d.path().join("cut.txt.gz");
+    std::fs::write(&cut, &gz[..gz.len() / 2]).unwrap();
+    let c = cut.to_str().unwrap();
+    rejects(c, "edgelist", &[c, "corrupt"]);
+
+    // npz (a zip) cut anywhere or with bytes flipped: an error or, when the
+    // damage hits bytes nothing reads, a valid dataset; never a panic.
+    let npz = std::fs::read(shared("gnn-benchmark/cora.npz")).unwrap();
+    let p = d.path().join("x.npz");
+    let opts = ConvertOptions::default();
+    for i in 0..16 {
+        std::fs::write(&p, &npz[..npz.len() * i / 16]).unwrap();
+        let e = convert(Format::Npz, &p, "x", 0, &opts).unwrap_err();
+        assert!(e.is_bad_input(), "cut at {i}/16: {e}");
+        assert!(e.to_string().contains("x.npz"), "{e}");
+    }
+    let mut rng = leapgnn::util::rng::stream(7, "flips");
+    let mut failed = 0;
+    for _ in 0..40 {
+        let mut b = npz.clone();
+        let at = rand::Rng::random_range(&mut rng, 0..b.len());
+        b[at] ^= 1 << rand::Rng::random_range(&mut rng, 0..8);
+        std::fs::write(&p, &b).unwrap();
+        if let Err(e) = convert(Format::Npz, &p, "x", 0, &opts) {
+            assert!(e.is_bad_input(), "flip at {at}: {e}");
+            failed += 1;
+        }
+    }
+    assert!(failed > 30, "CRC checks should catch most flips, caught {failed}/40");
+}
+
+#[test]
+fn unknown_names_formats_and_paths_are_usage_errors() {
+    let d = tempfile::tempdir().unwrap();
+    leapgnn(d.path(), &["download", "no-such-set"]).assert_error(2, &["no-such-set", "--list"]);
+    let cora = cora_text();
+    let c = cora.to_str().unwrap();
+    leapgnn(d.path(), &["download", "new-set", "--from", c]).assert_error(2, &["--format"]);
+    leapgnn(d.path(), &["download", "../up", "--from", c, "--format", "text"]).assert_error(2, &["../up"]);
+    leapgnn(d.path(), &["download", "x", "--from", "/no/such/file", "--format", "edgelist"])
+        .assert_error(2, &["/no/such/file"]);
+    leapgnn(d.path(), &["download", "cora-planetoid"]).assert_error(2, &["no download URL", "--from"]);
+    let out = leapgnn(d.path(), &["download", "x", "--from", c, "--format", "csv"]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    let reg = d.path().join("bad.toml");
+    std::fs::write(&reg, "[a]\nformat = \"text\"\nurls = 3\n").unwrap();
+    leapgnn(d.path(), &["download", "a", "--registry", reg.to_str().unwrap()]).assert_error(2, &["bad.toml", "[a]"]);
+}

@@ -1,0 +1,156 @@
+//! Every converter on real data: the counts the issue demands, and the
+//! structure (symmetry, no self loops, split sizes) checked on the archive.
+
+mod import_support;
+
+use import_support::*;
+use leapgnn::format::DatasetFile;
+use std::path::Path;
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+fn counts(j: &serde_json::Value) -> [u64; 7] {
+    ["nodes", "edges", "feature_dim", "classes", "train", "val", "test"].map(|k| j[k].as_u64().unwrap())
+}
+
+fn assert_symmetric_without_self_loops(f: &DatasetFile) {
+    let g = f.graph();
+    for v in 0..f.num_nodes() as u32 {
+        for &u in g.in_neighbors(v) {
+            assert_ne!(u, v, "self loop at {v}");
+            assert!(g.in_neighbors(u).binary_search(&v).is_ok(), "{u}->{v} without {v}->{u}");
+        }
+    }
+}
+
+#[test]
+fn text_cora_has_the_planetoid_counts_and_split() {
+    let d = tempfile::tempdir().unwrap();
+    let j = ok_json(d.path(), &["download", "cora-planetoid", "--from", p(&cora_text()), "--json"]);
+    assert_eq!(counts(&j), [2708, 10556, 1433, 7, 140, 500, 1000]);
+    assert_eq!(j["action"], "imported");
+    let f = DatasetFile::open_verified(j["path"].as_str().unwrap()).unwrap();
+    assert_symmetric_without_self_loops(&f);
+    assert_eq!(f.train(), (0..140).collect::<Vec<u32>>(), "public split: the first 140 nodes");
+    // Row 0 of the features file lists the columns that are 1.
+    let row0: Vec<usize> = f.feature_row(0).iter().enumerate().filter(|(_, x)| **x == 1.0).map(|(i, _)| i).collect();
+    assert_eq!(row0, [19, 81, 146, 315, 774, 877, 1194, 1247, 1274]);
+    assert_eq!(f.features().iter().filter(|x| **x != 0.0).count(), 49_216);
+    // A second run finds the valid archive and leaves it alone.
+    let again = ok_json(d.path(), &["download", "cora-planetoid", "--from", p(&cora_text()), "--json"]);
+    assert_eq!((again["action"].as_str(), &again["sha256"]), (Some("present"), &j["sha256"]));
+}
+
+#[test]
+fn text_citeseer_keeps_unlabelled_featureless_nodes() {
+    let d = tempfile::tempdir().unwrap();
+    let prefix = shared("planetoid/converted/citeseer");
+    let j = ok_json(d.path(), &["download", "citeseer-planetoid", "--from", p(&prefix), "--json"]);
+    assert_eq!(counts(&j), [3327, 9104, 3703, 6, 120, 500, 1000]);
+    let f = DatasetFile::open_verified(j["path"].as_str().unwrap()).unwrap();
+    let unlabelled: Vec<u32> = (0..3327).filter(|&v| f.labels()[v as usize] == -1).collect();
+    assert_eq!(unlabelled.len(), 15);
+    assert!(unlabelled.iter().all(|&v| f.feature_row(v).iter().all(|&x| x == 0.0)));
+}
+
+#[test]
+fn musae_facebook_has_4_classes_and_a_seeded_60_20_20_split() {
+    let d = tempfile::tempdir().unwrap();
+    let j = ok_json(d.path(), &["download", "facebook", "--from", p(&shared("musae-facebook")), "--json"]);
+    // 170,823 undirected pairs after dropping 179 self loops, stored both ways.
+    assert_eq!(counts(&j), [22_470, 341_646, 4_714, 4, 13_482, 4_494, 4_494]);
+    let f = DatasetFile::open_verified(j["path"].as_str().unwrap()).unwrap();
+    assert_symmetric_without_self_loops(&f);
+    let mut all: Vec<u32> = [f.train(), f.val(), f.test()].concat();
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), 22_470, "the split covers every node once");
+    // Sorted page types: company, government, politician, tvshow (README counts).
+    let per_class: Vec<usize> = (0..4).map(|c| f.labels().iter().filter(|&&l| l == c).count()).collect();
+    assert_eq!(per_class, [6_495, 6_880, 5_768, 3_327]);
+}
+
+#[test]
+fn edgelist_slashdot_symmetrised_without_self_loops() {
+    let d = tempfile::tempdir().unwrap();
+    let src = shared("snap/soc-Slashdot0902.txt.gz");
+    let j = ok_json(d.path(), &["download", "slashdot", "--from", p(&src), "--json"]);
+    assert_eq!(j["nodes"], 82_168);
+    assert_eq!(j["edges"], 1_008_460);
+    assert_eq!((j["feature_dim"].as_u64(), j["classes"].as_u64()), (Some(128), Some(60)));
+    assert_eq!(j["generated_features"], true);
+    let f = DatasetFile::open_verified(j["path"].as_str().unwrap()).unwrap();
+    assert_symmetric_without_self_loops(&f);
+    assert!(f.features().iter().all(|x| (0.0..1.0).contains(x)));
+    // The same file as a plain directed import keeps 948,464 - 78,303 self loops.
+    let j = ok_json(d.path(), &["download", "sd-directed", "--from", p(&src), "--format", "edgelist", "--json"]);
+    assert_eq!(
+        (j["edges"].as_u64(), j["directed"].as_bool(), j["classes"].as_u64()),
+        (Some(870_161), Some(true), Some(0))
+    );
+}
+
+#[test]
+fn npz_cora_gets_a_seeded_planetoid_style_split() {
+    let d = tempfile::tempdir().unwrap();
+    let src = shared("gnn-benchmark/cora.npz");
+    let j = ok_json(d.path(), &["download", "cora", "--from", p(&src), "--json"]);
+    assert_eq!(counts(&j), [2708, 10556, 1433, 7, 140, 500, 1000]);
+    let f = DatasetFile::open_verified(j["path"].as_str().unwrap()).unwrap();
+    for c in 0..7 {
+        assert_eq!(f.train().iter().filter(|&&v| f.labels()[v as usize] == c).count(), 20);
+    }
+    let split = |f: &DatasetFile| [f.train().to_vec(), f.val().to_vec(), f.test().to_vec()];
+    let s0 = split(&f);
+    let j1 = ok_json(d.path(), &["download", "cora", "--from", p(&src), "--json", "--force", "--seed", "1"]);
+    let s1 = split(&DatasetFile::open_verified(j1["path"].as_str().unwrap()).unwrap());
+    assert_ne!(s0, s1, "another seed, another split");
+    let j0 = ok_json(d.path(), &["download", "cora", "--from", p(&src), "--json", "--force", "--seed", "0"]);
+    assert_eq!(j0["sha256"], j["sha256"], "same seed, same bytes");
+    // CiteSeer's npz has 124 self loops: dropped unless asked for.
+    let cs = shared("gnn-benchmark/citeseer.npz");
+    let j = ok_json(d.path(), &["download", "citeseer", "--from", p(&cs), "--json"]);
+    assert_eq!((j["nodes"].as_u64(), j["edges"].as_u64()), (Some(3312), Some(9072)));
+    let j = ok_json(d.path(), &["download", "citeseer", "--from", p(&cs), "--json", "--force", "--self-loops"]);
+    assert_eq!(j["edges"], 9072 + 124);
+}
+
+#[test]
+fn ogb_zip_and_directory_match_the_text_import() {
+    let d = tempfile::tempdir().unwrap();
+    let files = ogb_files_from_text(&cora_text(), "cora");
+    let zip = d.path().join("cora-ogb.zip");
+    write_zip(&zip, &files);
+    let tree = d.path().join("extracted");
+    write_tree(&tree, &files);
+    let text = ok_json(d.path(), &["download", "t", "--from", p(&cora_text()), "--format", "text", "--json"]);
+    let from_zip = ok_json(d.path(), &["download", "z", "--from", p(&zip), "--format", "ogb", "--json"]);
+    let from_dir = ok_json(d.path(), &["download", "x", "--from", p(&tree), "--format", "ogb", "--json"]);
+    assert_eq!(counts(&from_zip), [2708, 10556, 1433, 7, 140, 500, 1000]);
+    let want = content(Path::new(text["path"].as_str().unwrap()));
+    assert!(content(Path::new(from_zip["path"].as_str().unwrap())) == want, "zip import differs from text import");
+    assert!(content(Path::new(from_dir["path"].as_str().unwrap())) == want, "dir import differs from text import");
+}
+
+#[test]
+fn split_and_feature_dim_flags_override_the_format() {
+    let d = tempfile::tempdir().unwrap();
+    let cora = cora_text();
+    let args = ["download", "c", "--from", p(&cora), "--format", "text", "--split", "50,25,25", "--json"];
+    let j = ok_json(d.path(), &args);
+    assert_eq!([j["train"].as_u64(), j["val"].as_u64(), j["test"].as_u64()], [Some(1354), Some(677), Some(677)]);
+    let e =
+        leapgnn(d.path(), &["download", "c2", "--from", p(&cora_text()), "--format", "text", "--feature-dim", "16"]);
+    e.assert_error(2, &["--feature-dim", "1433"]);
+    let sd = shared("snap/facebook_combined.txt.gz");
+    let j = ok_json(
+        d.path(),
+        &["download", "ego", "--from", p(&sd), "--format", "edgelist", "--symmetrize", "--feature-dim", "8", "--json"],
+    );
+    assert_eq!(
+        (j["nodes"].as_u64(), j["edges"].as_u64(), j["feature_dim"].as_u64()),
+        (Some(4039), Some(176_468), Some(8))
+    );
+}

@@ -1,0 +1,199 @@
+//! `leapgnn partition` end to end: the real binary on a generated dataset.
+
+mod common;
+
+use leapgnn::format::{DatasetFile, ManifestFile, PartFile};
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn leapgnn(data: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_leapgnn")).arg("--data-dir").arg(data).args(args).output().expect("run leapgnn")
+}
+
+fn partition_json(data: &Path, extra: &[&str]) -> Value {
+    let mut args = vec!["partition", "synthetic-small", "--json"];
+    args.extend_from_slice(extra);
+    let out = leapgnn(data, &args);
+    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}): {:?}", out.stdout))
+}
+
+#[test]
+fn metis_cuts_at_most_half_as_many_edges_as_random() {
+    let dir = tempfile::tempdir().unwrap();
+    common::write_synthetic_small(dir.path());
+    let metis = partition_json(dir.path(), &["--parts", "4"]);
+    let random = partition_json(dir.path(), &["--parts", "4", "--method", "random"]);
+    for (r, method) in [(&metis, "metis"), (&random, "random")] {
+        assert_eq!(r["name"], "synthetic-small");
+        assert_eq!(r["parts"], 4);
+        assert_eq!(r["method"], method);
+        assert!(r["path"].as_str().unwrap().ends_with(&format!("parts/{method}-4")));
+        let frac = r["edge_cut_fraction"].as_f64().unwrap();
+        assert!((frac - r["edge_cut"].as_f64().unwrap() / 200_000.0).abs() < 1e-9);
+        assert!(r["balance"]["nodes"].as_f64().unwrap() >= 1.0 && r["balance"]["train"].as_f64().unwrap() >= 1.0);
+        assert!(r["seconds"].as_f64().unwrap() > 0.0);
+        assert!(r["peak_rss_bytes"].as_u64().unwrap() > 1 << 20);
+    }
+    let (m, r) = (metis["edge_cut"].as_u64().unwrap(), random["edge_cut"].as_u64().unwrap());
+    assert!(m * 2 <= r, "METIS cut {m} vs random {r}");
+    // Both constraints held (METIS is given 5 % slack; allow rounding on small parts).
+    assert!(metis["balance"]["nodes"].as_f64().unwrap() <= 1.06, "{metis}");
+    assert!(metis["balance"]["train"].as_f64().unwrap() <= 1.06, "{metis}");
+}
+
+#[test]
+fn partition_files_agree_with_the_dataset() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = common::write_synthetic_small(dir.path());
+    for method in ["metis", "ldg"] {
+        let r = partition_json(dir.path(), &["--parts", "3", "--method", method]);
+        let pdir = Path::new(r["path"].as_str().unwrap());
+        let m = ManifestFile::open(pdir).unwrap();
+        m.verify().unwrap();
+        let dsf = DatasetFile::open(dir.path().join("synthetic-small/dataset.lgnn")).unwrap();
+        assert_eq!(m.dataset_checksum(), dsf.checksum());
+        assert_eq!((m.parts(), m.method(), m.seed(), m.constraints()), (3, method, 0, "nodes,train"));
+
+        let n = ds.meta.num_nodes as usize;
+        let d = ds.meta.feature_dim as usize;
+        let mut seen = vec![false; n];
+        for part in 0..3u32 {
+            let f = PartFile::open(pdir, part).unwrap();
+            f.verify().unwrap();
+            assert_eq!(f.owned().len() as u64, m.part_nodes()[part as usize]);
+            assert!(f.owned().windows(2).all(|w| w[0] < w[1]), "owned ids not sorted");
+            for (row, &v) in f.owned().iter().enumerate() {
+                assert!(!seen[v as usize], "node {v} owned twice");
+                seen[v as usize] = true;
+                assert_eq!(m.node_part()[v as usize] as u32, part);
+                assert_eq!(m.local_index()[v as usize] as usize, row);
+                assert_eq!(f.row(row as u32), &ds.features[v as usize * d..(v as usize + 1) * d]);
+            }
+        }
+        assert!(seen.iter().all(|&s| s), "a node is in no part");
+        let cut: u64 = (0..n)
+            .map(|v| {
+                let nb = &ds.indices[ds.indptr[v] as usize..ds.indptr[v + 1] as usize];
+                nb.iter().filter(|&&u| m.node_part()[u as usize] != m.node_part()[v]).count() as u64
+            })
+            .sum();
+        assert_eq!(cut, r["edge_cut"].as_u64().unwrap());
+        assert_eq!(cut, m.edge_cut());
+    }
+}
+
+#[test]
+fn existing_partition_is_kept_unless_forced_or_stale() {
+    let dir = tempfile::tempdir().unwrap();
+    common::write_synthetic_small(dir.path());
+    let first = partition_json(dir.path(), &["--parts", "2", "--method", "ldg"]);
+    assert_eq!(first["reused"], false);
+    let again = leapgnn(dir.path(), &["partition", "synthetic-small", "--parts", "2", "--method", "ldg", "--json"]);
+    assert!(String::from_utf8_lossy(&again.stderr).contains("--force"), "no word about the kept partition");
+    let again: Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(again["reused"], true);
+    assert_eq!(again["edge_cut"], first["edge_cut"]);
+    assert_eq!(partition_json(dir.path(), &["--parts", "2", "--method", "ldg", "--force"])["reused"], false);
+    let reseeded = partition_json(dir.path(), &["--parts", "2", "--method", "ldg", "--seed", "5"]);
+    assert_eq!(reseeded["reused"], false);
+    assert_ne!(reseeded["edge_cut"], first["edge_cut"], "seed did not change the LDG stream order");
+    assert_eq!(
+        partition_json(dir.path(), &["--parts", "2", "--method", "ldg", "--seed", "5", "--balance", "nodes"])["reused"],
+        false
+    );
+
+    // A regenerated dataset (other seed) makes the partition stale.
+    let spec = leapgnn::datasets::synthetic::preset("synthetic-small").unwrap();
+    let other = leapgnn::datasets::synthetic::generate("synthetic-small", &spec, 9).unwrap();
+    other.write(&dir.path().join("synthetic-small/dataset.lgnn")).unwrap();
+    let stale = partition_json(dir.path(), &["--parts", "2", "--method", "ldg", "--seed", "5", "--balance", "nodes"]);
+    assert_eq!(stale["reused"], false);
+
+    // A damaged manifest is rewritten, not trusted.
+    let manifest = Path::new(stale["path"].as_str().unwrap()).join("manifest");
+    std::fs::write(&manifest, b"LEAPGNN\0garbage").unwrap();
+    let repaired =
+        partition_json(dir.path(), &["--parts", "2", "--method", "ldg", "--seed", "5", "--balance", "nodes"]);
+    assert_eq!(repaired["reused"], false);
+    ManifestFile::open(repaired["path"].as_str().unwrap()).unwrap().verify().unwrap();
+
+    let mut left: Vec<String> = std::fs::read_dir(dir.path().join("synthetic-small/parts"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["ldg-2"], "staging directories left behind");
+}
+
+#[test]
+fn bad_parts_methods_and_names_exit_2_with_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    common::write_synthetic_small(dir.path());
+    let cases: [(&[&str], &str); 9] = [
+        (&["synthetic-small", "--parts", "1"], "--parts 1"),
+        (&["synthetic-small", "--parts", "0"], "--parts 0"),
+        (&["synthetic-small", "--parts", "-2"], "--parts -2"),
+        (&["synthetic-small", "--parts", "70000"], "--parts 70000"),
+        (&["synthetic-small", "--parts", "20001"], "20000 nodes"),
+        (&["synthetic-small", "--parts", "4", "--method", "spectral"], "--method spectral"),
+        (&["synthetic-small", "--parts", "4", "--balance", "edges"], "--balance edges"),
+        (&["no-such-dataset", "--parts", "4"], "leapgnn download no-such-dataset"),
+        (&["../synthetic-small", "--parts", "4"], "plain name"),
+    ];
+    for (args, says) in cases {
+        let mut full = vec!["partition"];
+        full.extend_from_slice(args);
+        let out = leapgnn(dir.path(), &full);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{full:?}: {err}");
+        assert!(err.starts_with("error: ") && err.trim_end().lines().count() == 1, "{full:?}: {err}");
+        assert!(err.contains(says), "{full:?}: {err}");
+        assert!(out.stdout.is_empty());
+    }
+    assert!(!dir.path().join("synthetic-small/parts").exists(), "a refused run wrote something");
+}
+
+#[test]
+fn corrupt_dataset_is_refused_with_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    common::write_synthetic_small(dir.path());
+    let path = dir.path().join("synthetic-small/dataset.lgnn");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x55; // inside the feature block: structure still valid, checksum not
+    std::fs::write(&path, &bytes).unwrap();
+    let out = leapgnn(dir.path(), &["partition", "synthetic-small", "--parts", "2", "--method", "hash"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("checksum") && err.contains("dataset.lgnn"), "{err}");
+}
+
+#[test]
+fn hash_and_human_output() {
+    let dir = tempfile::tempdir().unwrap();
+    common::write_synthetic_small(dir.path());
+    let r = partition_json(dir.path(), &["--parts", "5", "--method", "hash"]);
+    let nodes: u64 = r["part_nodes"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).sum();
+    assert_eq!(nodes, 20_000);
+    let out = leapgnn(dir.path(), &["partition", "synthetic-small", "--parts", "5", "--method", "random"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains("edge cut") && text.contains("random-5"), "{text}");
+}
+
+#[test]
+fn ensure_partition_creates_once_then_reuses() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    common::write_synthetic_small(dir.path());
+    let data = leapgnn::DataDir::new(dir.path());
+    let p = leapgnn::partition::ensure_partition(&data, "synthetic-small", "metis", 2, 0).unwrap();
+    assert_eq!(p, data.parts_dir("synthetic-small", "metis", 2));
+    let inode = std::fs::metadata(p.join("manifest")).unwrap().ino();
+    let again = leapgnn::partition::ensure_partition(&data, "synthetic-small", "metis", 2, 0).unwrap();
+    assert_eq!(again, p);
+    assert_eq!(std::fs::metadata(p.join("manifest")).unwrap().ino(), inode, "a matching partition was rewritten");
+    let e = leapgnn::partition::ensure_partition(&data, "synthetic-small", "kmeans", 2, 0).unwrap_err();
+    assert!(e.chain().any(leapgnn::error::is_bad_input), "{e:#}");
+}

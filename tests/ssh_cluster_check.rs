@@ -1,0 +1,136 @@
+//! `leapgnn cluster check` as a process, against a real sshd and a dead port.
+
+#[path = "support/sshd.rs"]
+mod sshd;
+
+use sshd::Sshd;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+fn leapgnn(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_leapgnn")).args(args).output().unwrap()
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!("{e}: {}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    })
+}
+
+#[test]
+fn check_reports_every_host_and_fails_on_a_bad_one() {
+    let mut sshd = Sshd::start();
+    let dead = sshd::free_port();
+    let bad_host = sshd.host_entry(1).replace(&format!("port = {}", sshd.port), &format!("port = {dead}"));
+    let profile = sshd.profile_with_hosts(&format!("{}{bad_host}", sshd.host_entry(2)), "");
+    let p = profile.to_str().unwrap();
+
+    let out = leapgnn(&["--json", "cluster", "check", p, "--timeout", "5"]);
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = json(&out);
+    let hosts = v["hosts"].as_array().unwrap();
+    assert_eq!(hosts.len(), 2);
+    for h in hosts {
+        for field in ["address", "port", "reachable", "auth", "host_key", "binary", "data", "ok"] {
+            assert!(h.get(field).is_some(), "{field} missing in {h}");
+        }
+    }
+    let (good, bad) = (&hosts[0], &hosts[1]);
+    assert_eq!(good["port"], sshd.port);
+    assert_eq!(good["ranks"], serde_json::json!([0, 1]));
+    for field in ["reachable", "host_key", "auth", "binary"] {
+        assert_eq!(good[field]["ok"], true, "{field}: {good}");
+    }
+    assert!(good["binary"]["detail"].as_str().unwrap().contains(env!("CARGO_PKG_VERSION")));
+    assert_eq!(good["ok"], true);
+    assert_eq!(bad["ok"], false);
+    assert_eq!(bad["reachable"]["ok"], false);
+    assert!(bad["reachable"]["detail"].as_str().unwrap().contains(&format!("127.0.0.1:{dead}")), "{bad}");
+    assert_eq!(bad["auth"]["ok"], serde_json::Value::Null, "not run after an unreachable host");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with("error: ") && err.contains(&format!("127.0.0.1:{dead}")), "{err}");
+
+    // Human table, same verdicts.
+    let out = leapgnn(&["cluster", "check", p, "--timeout", "5"]);
+    assert_eq!(out.status.code(), Some(1));
+    let table = String::from_utf8_lossy(&out.stdout);
+    let row = |port: u16| table.lines().find(|l| l.contains(&format!("@127.0.0.1:{port} "))).unwrap_or("").to_string();
+    assert!(row(sshd.port).trim_end().ends_with(" ok"), "{table}");
+    assert!(row(dead).contains("FAIL"), "{table}");
+    assert!(table.contains("reachable: host"), "the reason is printed under the row:\n{table}");
+    assert_eq!(sshd.wait_sessions_closed(Duration::from_secs(5)), Vec::<u32>::new());
+    sshd.stop();
+}
+
+#[test]
+fn check_starts_every_worker_and_reports_data_to_ship() {
+    let mut sshd = Sshd::start();
+    let profile = sshd.profile(2, "");
+    let data = tempfile::tempdir().unwrap();
+    // Rank r needs the topology, the manifest and part r: all present locally, none remotely.
+    let parts = data.path().join("tiny/parts/metis-2");
+    std::fs::create_dir_all(&parts).unwrap();
+    for f in ["manifest", "part-0.lgnn", "part-1.lgnn"] {
+        std::fs::write(parts.join(f), f.as_bytes()).unwrap();
+    }
+    std::fs::write(data.path().join("tiny/dataset.lgnn"), b"topology").unwrap();
+    let args = |extra: &[&'static str]| {
+        let mut a = vec!["--json", "--data-dir", data.path().to_str().unwrap(), "cluster", "check"];
+        a.push(profile.to_str().unwrap());
+        a.extend_from_slice(extra);
+        a.iter().map(|s| s.to_string()).collect::<Vec<_>>()
+    };
+    let run = |extra: &[&'static str]| {
+        let a = args(extra);
+        leapgnn(&a.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let out = run(&["--dataset", "tiny", "--parts", "2"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = json(&out);
+    assert_eq!(v["ok"], true);
+    let h = &v["hosts"][0];
+    assert_eq!(h["ports"]["ok"], true, "{h}");
+    let ports = h["ports"]["detail"].as_str().unwrap();
+    assert!(ports.contains("rank 0 started") && ports.contains("rank 1 started"), "{ports}");
+    let d = h["data"]["detail"].as_str().unwrap();
+    // 4 distinct files (topology and manifest shared by both ranks); a check sends none.
+    assert!(d.contains("0 present and matching, 4 missing or stale"), "{d}");
+    assert!(!sshd.remote.join("data").exists(), "a check must not ship data");
+
+    // A partitioning the data dir does not have: refused with the file named.
+    let out = run(&["--dataset", "tiny", "--parts", "2", "--method", "random"]);
+    assert_eq!(out.status.code(), Some(1));
+    let d = json(&out)["hosts"][0]["data"]["detail"].as_str().unwrap().to_string();
+    assert!(d.contains("random-2") && d.contains("does not exist"), "{d}");
+
+    // --parts must match the profile's worker slots (bad input: exit 2).
+    let out = run(&["--dataset", "tiny", "--parts", "3"]);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(sshd.wait_sessions_closed(Duration::from_secs(5)), Vec::<u32>::new());
+    sshd.stop();
+}
+
+#[test]
+fn local_profile_checks_a_local_worker_and_bad_profiles_exit_2() {
+    let local = concat!(env!("CARGO_MANIFEST_DIR"), "/profiles/local.toml");
+    let out = leapgnn(&["--json", "cluster", "check", local]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = json(&out);
+    assert_eq!(v["launcher"], "local");
+    assert_eq!(v["hosts"][0]["ports"]["ok"], true, "{v}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("lab.toml");
+    std::fs::write(
+        &p,
+        "[cluster]\nlauncher = \"ssh\"\n[[host]]\naddress = \"h\"\nuser = \"u\"\npassword = \"hunter2\"\n",
+    )
+    .unwrap();
+    let out = leapgnn(&["cluster", "check", p.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("lab.toml") && err.contains("host[0].password") && !err.contains("hunter2"), "{err}");
+    let out = leapgnn(&["cluster", "check", "/no/such/profile.toml"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/no/such/profile.toml"));
+}

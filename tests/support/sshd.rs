@@ -1,0 +1,254 @@
+//! A real OpenSSH server for tests: `sshd -D` on a free 127.0.0.1 port with
+//! a fresh host key and one authorized client key, run as this test's own
+//! child and stopped by its PID (with every session process it forked).
+//! Needs /usr/sbin/sshd (`.ci/run` installs openssh-server).
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Sshd {
+    pub dir: tempfile::TempDir,
+    pub port: u16,
+    /// The authorized client key (private half).
+    pub key: PathBuf,
+    /// A known_hosts file that already holds this server's key.
+    pub known_hosts: PathBuf,
+    /// The remote working directory: starts empty.
+    pub remote: PathBuf,
+    pub user: String,
+    child: Option<Child>,
+}
+
+pub fn keygen(path: &Path) {
+    let st = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", "leapgnn-test", "-f"])
+        .arg(path)
+        .status()
+        .expect("ssh-keygen (openssh-client) must be installed");
+    assert!(st.success(), "ssh-keygen failed for {}", path.display());
+}
+
+/// A port nothing listens on (bound then released).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+pub fn current_user() -> String {
+    let out = Command::new("id").arg("-un").output().unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+impl Sshd {
+    pub fn start() -> Sshd {
+        let sshd = Path::new("/usr/sbin/sshd");
+        assert!(sshd.exists(), "/usr/sbin/sshd is missing: apt-get install openssh-server (.ci/run does)");
+        // Privilege-separation directory sshd insists on.
+        let _ = std::fs::create_dir_all("/run/sshd");
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        keygen(&d.join("hostkey"));
+        keygen(&d.join("id_test"));
+        std::fs::copy(d.join("id_test.pub"), d.join("authorized_keys")).unwrap();
+        let remote = d.join("remote");
+        std::fs::create_dir(&remote).unwrap();
+        let port = free_port();
+        let cfg = d.join("sshd_config");
+        std::fs::write(
+            &cfg,
+            format!(
+                "Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/hostkey\nPidFile {d}/sshd.pid\n\
+                 AuthorizedKeysFile {d}/authorized_keys\nPubkeyAuthentication yes\nPasswordAuthentication no\n\
+                 KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nPermitRootLogin prohibit-password\n\
+                 UseDNS no\nMaxStartups 64\nSubsystem sftp internal-sftp\nLogLevel VERBOSE\n",
+                d = d.display()
+            ),
+        )
+        .unwrap();
+        let log = std::fs::File::create(d.join("sshd.log")).unwrap();
+        let child = Command::new(sshd)
+            .args(["-D", "-e", "-f"])
+            .arg(&cfg)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("cannot start sshd");
+        let host_pub = std::fs::read_to_string(d.join("hostkey.pub")).unwrap();
+        let mut parts = host_pub.split_whitespace();
+        let (kind, b64) = (parts.next().unwrap(), parts.next().unwrap());
+        let known_hosts = d.join("known_hosts");
+        std::fs::write(&known_hosts, format!("[127.0.0.1]:{port} {kind} {b64}\n")).unwrap();
+        let mut s =
+            Sshd { port, key: d.join("id_test"), known_hosts, remote, user: current_user(), child: Some(child), dir };
+        s.wait_ready();
+        s
+    }
+
+    /// Readiness: poll until the port accepts, bounded; a dead sshd fails at once with its log.
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(st) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("sshd exited ({st}) at start:\n{}", self.log());
+            }
+            if TcpStream::connect_timeout(&([127, 0, 0, 1], self.port).into(), Duration::from_millis(200)).is_ok() {
+                return;
+            }
+            assert!(Instant::now() < deadline, "sshd did not listen on {} within 10 s:\n{}", self.port, self.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The sshd listener's pid (0 once stopped).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("sshd.log")).unwrap_or_default()
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// A `[[host]]` entry for this server.
+    pub fn host_entry(&self, workers: usize) -> String {
+        format!(
+            "[[host]]\naddress = \"127.0.0.1\"\nport = {}\nuser = \"{}\"\nidentity = \"{}\"\nworkers = {workers}\n",
+            self.port,
+            self.user,
+            self.key.display()
+        )
+    }
+
+    /// Writes an ssh profile for this server (`extra` goes into [cluster]) and returns its path.
+    pub fn profile(&self, workers: usize, extra: &str) -> PathBuf {
+        self.profile_with_hosts(&self.host_entry(workers), extra)
+    }
+
+    pub fn profile_with_hosts(&self, hosts: &str, extra: &str) -> PathBuf {
+        let p = self.dir.path().join(format!("profile-{}.toml", rand_suffix()));
+        let mut f = std::fs::File::create(&p).unwrap();
+        write!(
+            f,
+            "[cluster]\nlauncher = \"ssh\"\nremote_dir = \"{}\"\nknown_hosts = \"{}\"\nconnect_timeout = 5\n{extra}\n{hosts}",
+            self.remote.display(),
+            self.known_hosts.display()
+        )
+        .unwrap();
+        p
+    }
+
+    /// Processes forked by sshd (sessions, and anything they started) still alive.
+    pub fn descendants(&self) -> Vec<u32> {
+        descendants_of(self.pid())
+    }
+
+    /// Waits (bounded) until every session has ended; returns what is left.
+    pub fn wait_sessions_closed(&self, within: Duration) -> Vec<u32> {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = self.descendants();
+            if left.is_empty() || Instant::now() > deadline {
+                return left;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Stops sshd and any session it left; asserts every one of them is gone.
+    pub fn stop(&mut self) {
+        let left = self.descendants();
+        let Some(mut child) = self.child.take() else { return };
+        let _ = child.kill();
+        let _ = child.wait();
+        for pid in &left {
+            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while left.iter().any(|p| alive(*p)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let still: Vec<u32> = left.iter().copied().filter(|p| alive(*p)).collect();
+        assert!(still.is_empty(), "processes left behind by sshd: {still:?}");
+        assert!(!alive(child.id()), "sshd {} still running", child.id());
+    }
+}
+
+impl Drop for Sshd {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let left = descendants_of(c.id());
+            let _ = c.kill();
+            let _ = c.wait();
+            for pid in left {
+                let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+            }
+        }
+    }
+}
+
+/// True while `/proc/<pid>` exists and is not a zombie.
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat.rsplit_once(')').map(|(_, rest)| !rest.trim_start().starts_with('Z')).unwrap_or(false),
+        Err(_) => false,
+    }
+}
+
+/// Waits (bounded) for every pid to be gone; returns those still alive.
+pub fn wait_gone(pids: &[u32], within: Duration) -> Vec<u32> {
+    let deadline = Instant::now() + within;
+    loop {
+        let left: Vec<u32> = pids.iter().copied().filter(|p| alive(*p)).collect();
+        if left.is_empty() || Instant::now() > deadline {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn descendants_of(root: u32) -> Vec<u32> {
+    // pid 0 would make every process a descendant (init's parent is 0).
+    if root <= 1 {
+        return vec![];
+    }
+    let mut parent = Vec::new();
+    if let Ok(rd) = std::fs::read_dir("/proc") {
+        for e in rd.flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+            // Fields after the ")" of the command name: state, ppid, ...
+            let Some((_, rest)) = stat.rsplit_once(')') else { continue };
+            let mut f = rest.split_whitespace();
+            let state = f.next().unwrap_or("");
+            if let Some(ppid) = f.next().and_then(|s| s.parse::<u32>().ok())
+                && state != "Z"
+            {
+                parent.push((pid, ppid));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let mut frontier = vec![root];
+    while let Some(p) = frontier.pop() {
+        for &(c, pp) in &parent {
+            if pp == p && !out.contains(&c) {
+                out.push(c);
+                frontier.push(c);
+            }
+        }
+    }
+    out
+}
+
+fn rand_suffix() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    N.fetch_add(1, Ordering::Relaxed).to_string()
+}
