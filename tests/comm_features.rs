@@ -160,6 +160,7 @@ fn partition_files_serve_their_rows_zero_copy() {
         method: "random".into(),
         parts: w as u32,
         seed: 0,
+        constraints: "nodes".into(),
         node_part: owners.to_vec(),
         local_index,
         part_nodes,
