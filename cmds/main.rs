@@ -58,7 +58,7 @@ enum Command {
     /// Estimate, before training, how local micrographs are and what each strategy would fetch.
     AnalyzeLocality(analyze_locality::Args),
     /// Train a GNN (local worker processes or over SSH).
-    Train(train::Args),
+    Train(Box<train::Args>),
     /// Predict iteration time per strategy and number of time steps; pick a merge plan.
     TuneMerge(tune_merge::Args),
     /// Cluster profiles: check every host before training on it.
@@ -86,7 +86,7 @@ fn main() -> ExitCode {
         Command::Info(a) => info::run(&g, a),
         Command::Partition(a) => partition::run(&g, a),
         Command::AnalyzeLocality(a) => analyze_locality::run(&g, a),
-        Command::Train(a) => train::run(&g, a),
+        Command::Train(a) => train::run(&g, *a),
         Command::TuneMerge(a) => tune_merge::run(&g, a),
         Command::Cluster(a) => cluster::run(&g, a),
         Command::Worker(a) => worker::run(&g, a),

@@ -1,11 +1,246 @@
 use crate::Global;
+use crate::output::print_json;
+use anyhow::Context;
+use leapgnn::BadInput;
+use leapgnn::metrics::{EpochRecord, RunSummary};
+use leapgnn::sample::Fanouts;
+use leapgnn::train::{self, Observer, ResumeOverrides, RunOptions, TrainConfig};
+use std::path::PathBuf;
 
+/// Train a GNN with sampled mini-batches. The model has one layer per --fanout
+/// entry (the LeapGNN artifact uses one more; we do not).
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
-    rest: Vec<String>,
+    /// Dataset name (registry or --data-dir), dataset directory or archive path [default: synthetic-small].
+    pub dataset: Option<String>,
+    /// Worker processes; --batch-size is per worker (global batch = W x B).
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// Partitions of the features (one per worker).
+    #[arg(long)]
+    pub parts: Option<usize>,
+    /// model-centric, micrograph, pregather, leapgnn or p3.
+    #[arg(long)]
+    pub strategy: Option<String>,
+    /// sage (mean), sage-max, gcn or gat.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Neighbours per layer, input layer first; the number of entries is the number of layers [default: 10,10].
+    #[arg(long)]
+    pub fanout: Option<String>,
+    /// Number of layers (optional; must match the --fanout entries).
+    #[arg(long)]
+    pub layers: Option<usize>,
+    /// Fanouts for validation and test, or `all` for the full neighbourhood [default: the training ones].
+    #[arg(long)]
+    pub eval_fanout: Option<String>,
+    /// Roots per worker per iteration [default: 1024].
+    #[arg(long)]
+    pub batch_size: Option<usize>,
+    /// Roots per evaluation batch [default: 1024].
+    #[arg(long)]
+    pub eval_batch_size: Option<usize>,
+    /// Hidden size [default: 128].
+    #[arg(long)]
+    pub hidden: Option<usize>,
+    /// GAT attention heads in hidden layers; must divide --hidden [default: 4].
+    #[arg(long)]
+    pub heads: Option<usize>,
+    /// Epochs [default: 10].
+    #[arg(long)]
+    pub epochs: Option<u64>,
+    /// Learning rate [default: 0.01].
+    #[arg(long)]
+    pub lr: Option<f32>,
+    /// Weight decay [default: 5e-4].
+    #[arg(long)]
+    pub weight_decay: Option<f32>,
+    /// Dropout on hidden layers (also input features for gcn/gat; GAT attention too) [default: 0.5].
+    #[arg(long)]
+    pub dropout: Option<f32>,
+    /// adam (L2 decay, as PyG/DGL examples), adamw (decoupled decay) or sgd [default: adam].
+    #[arg(long)]
+    pub optimizer: Option<String>,
+    /// Seed of every random choice (init, shuffles, sampling, dropout) [default: 0].
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Input feature normalisation: none, or l1 (rows sum to 1, PyG's NormalizeFeatures) [default: none].
+    #[arg(long)]
+    pub normalize: Option<String>,
+    /// Feature cache per worker in MB.
+    #[arg(long)]
+    pub cache_mb: Option<u64>,
+    /// Time steps per iteration (leapgnn strategy): a number or `auto`.
+    #[arg(long)]
+    pub time_steps: Option<String>,
+    /// Merge plan written by `tune-merge`.
+    #[arg(long)]
+    pub merge_plan: Option<PathBuf>,
+    /// fused or ring.
+    #[arg(long)]
+    pub migration: Option<String>,
+    /// Cluster profile (TOML).
+    #[arg(long)]
+    pub cluster: Option<PathBuf>,
+    /// cpu or cuda (needs a build with `--features cuda`) [default: cpu].
+    #[arg(long)]
+    pub device: Option<String>,
+    /// Checkpoint every N iterations (always at the end).
+    #[arg(long)]
+    pub checkpoint_every: Option<u64>,
+    /// Name of the new run under <data-dir>/runs/ [default: <dataset>-<model>-<unix time>].
+    #[arg(long, conflicts_with = "resume")]
+    pub run: Option<String>,
+    /// Continue run RUN from its last checkpoint (only --epochs and --checkpoint-every may change).
+    #[arg(long, value_name = "RUN")]
+    pub resume: Option<String>,
+    /// Plain progress lines instead of the dashboard.
+    #[arg(long)]
+    pub no_tui: bool,
+    /// Stop after N iterations in total, as if interrupted (after checkpointing).
+    #[arg(long, hide = true)]
+    pub stop_after: Option<u64>,
 }
 
-pub fn run(_g: &Global, _a: Args) -> anyhow::Result<()> {
-    Err(leapgnn::NotImplemented.into())
+/// Progress lines on stderr.
+struct Lines;
+
+impl Observer for Lines {
+    fn epoch(&mut self, e: &EpochRecord, epochs: u64) {
+        eprintln!(
+            "epoch {:>3}/{epochs}  loss {:.4}  val {:.4}  test {:.4}  {:.2} s (+{:.2} s eval)",
+            e.epoch + 1,
+            e.loss,
+            e.val_accuracy,
+            e.test_accuracy,
+            e.seconds,
+            e.eval_seconds
+        );
+    }
+}
+
+pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
+    let data = g.data();
+    let opts = RunOptions { run: a.run.clone(), stop_after: a.stop_after };
+    let mut lines = Lines;
+    let mut quiet = train::Quiet;
+    let obs: &mut dyn Observer = if g.json { &mut quiet } else { &mut lines };
+    let summary = if let Some(run) = &a.resume {
+        reject_on_resume(&a)?;
+        let over = ResumeOverrides { epochs: a.epochs, checkpoint_every: a.checkpoint_every };
+        train::resume(&data, run, &over, &opts, obs).with_context(|| format!("cannot resume run {run}"))?
+    } else {
+        let cfg = config(&a)?;
+        let name = cfg.dataset.clone();
+        train::train(&data, cfg, &opts, obs).with_context(|| format!("training on {name} failed"))?
+    };
+    if g.json {
+        return print_json(&summary);
+    }
+    report(&summary, &data.run_dir(&summary.run));
+    Ok(())
+}
+
+fn report(s: &RunSummary, dir: &std::path::Path) {
+    eprintln!(
+        "run {}: test accuracy {:.4} at best validation {:.4} (epoch {}), final loss {:.4}; {}",
+        s.run,
+        s.test_accuracy,
+        s.best_val_accuracy,
+        s.best_epoch + 1,
+        s.final_loss,
+        dir.display()
+    );
+}
+
+/// A resumed run keeps its config: flags that would change it are refused.
+fn reject_on_resume(a: &Args) -> Result<(), BadInput> {
+    let given = [
+        ("NAME", a.dataset.is_some()),
+        ("--workers", a.workers.is_some()),
+        ("--parts", a.parts.is_some()),
+        ("--strategy", a.strategy.is_some()),
+        ("--model", a.model.is_some()),
+        ("--fanout", a.fanout.is_some()),
+        ("--layers", a.layers.is_some()),
+        ("--eval-fanout", a.eval_fanout.is_some()),
+        ("--batch-size", a.batch_size.is_some()),
+        ("--eval-batch-size", a.eval_batch_size.is_some()),
+        ("--hidden", a.hidden.is_some()),
+        ("--heads", a.heads.is_some()),
+        ("--lr", a.lr.is_some()),
+        ("--weight-decay", a.weight_decay.is_some()),
+        ("--dropout", a.dropout.is_some()),
+        ("--optimizer", a.optimizer.is_some()),
+        ("--seed", a.seed.is_some()),
+        ("--cache-mb", a.cache_mb.is_some()),
+        ("--time-steps", a.time_steps.is_some()),
+        ("--merge-plan", a.merge_plan.is_some()),
+        ("--migration", a.migration.is_some()),
+        ("--cluster", a.cluster.is_some()),
+        ("--device", a.device.is_some()),
+        ("--normalize", a.normalize.is_some()),
+    ];
+    match given.iter().find(|(_, set)| *set) {
+        Some((flag, _)) => Err(BadInput::new(format!(
+            "{flag} cannot be given with --resume: a resumed run keeps its saved config (only --epochs and --checkpoint-every may change)"
+        ))),
+        None => Ok(()),
+    }
+}
+
+fn config(a: &Args) -> Result<TrainConfig, BadInput> {
+    let d = TrainConfig::default();
+    // Values are parsed here rather than by clap so a bad one is a one-line error.
+    fn parse<T: std::str::FromStr<Err = BadInput>>(v: &Option<String>, default: T) -> Result<T, BadInput> {
+        v.as_deref().map_or(Ok(default), str::parse)
+    }
+    let fanouts = parse(&a.fanout, d.fanouts)?;
+    if let Some(l) = a.layers
+        && l != fanouts.layers()
+    {
+        return Err(BadInput::new(format!(
+            "--layers {l} does not match --fanout {fanouts} ({} layers): give one fanout per layer",
+            fanouts.layers()
+        )));
+    }
+    let eval_fanouts = match a.eval_fanout.as_deref() {
+        None => fanouts.clone(),
+        Some(s) if s.eq_ignore_ascii_case("all") => Fanouts::all(fanouts.layers()),
+        Some(s) => s.parse()?,
+    };
+    let time_steps = match a.time_steps.as_deref() {
+        None => d.time_steps,
+        Some("auto") => None,
+        Some(s) => {
+            Some(s.parse().map_err(|_| BadInput::new(format!("--time-steps `{s}`: expected a number or `auto`")))?)
+        }
+    };
+    Ok(TrainConfig {
+        dataset: a.dataset.clone().unwrap_or(d.dataset),
+        strategy: parse(&a.strategy, d.strategy)?,
+        workers: a.workers.unwrap_or(d.workers),
+        parts: a.parts.unwrap_or(d.parts),
+        model: parse(&a.model, d.model)?,
+        fanouts,
+        eval_fanouts,
+        batch_size: a.batch_size.unwrap_or(d.batch_size),
+        eval_batch_size: a.eval_batch_size.unwrap_or(d.eval_batch_size),
+        hidden: a.hidden.unwrap_or(d.hidden),
+        heads: a.heads.unwrap_or(d.heads),
+        epochs: a.epochs.unwrap_or(d.epochs),
+        lr: a.lr.unwrap_or(d.lr),
+        weight_decay: a.weight_decay.unwrap_or(d.weight_decay),
+        dropout: a.dropout.unwrap_or(d.dropout),
+        optimizer: parse(&a.optimizer, d.optimizer)?,
+        seed: a.seed.unwrap_or(d.seed),
+        checkpoint_every: a.checkpoint_every.unwrap_or(d.checkpoint_every),
+        device: parse(&a.device, d.device)?,
+        normalize: parse(&a.normalize, d.normalize)?,
+        cache_mb: a.cache_mb.unwrap_or(d.cache_mb),
+        time_steps,
+        merge_plan: a.merge_plan.clone(),
+        migration: parse(&a.migration, d.migration)?,
+        cluster: a.cluster.clone(),
+    })
 }

@@ -7,9 +7,15 @@ pub mod comm;
 pub mod datasets;
 pub mod error;
 pub mod format;
+pub mod gather;
 pub mod graph;
+pub mod metrics;
+pub mod model;
+pub mod optim;
 pub mod partition;
 pub mod paths;
+pub mod sample;
+pub mod train;
 pub mod util;
 
 pub use error::{BadInput, NotImplemented};

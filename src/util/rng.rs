@@ -31,6 +31,24 @@ pub fn stream(seed: u64, what: &str) -> Rng {
     Rng::seed_from_u64(hash_of(seed, &[tag]))
 }
 
+/// A SplitMix64 stream: a single u64 of state, for hot loops that seed one
+/// tiny generator per vertex or per row from `hash_of`.
+#[derive(Clone, Copy, Debug)]
+pub struct SplitMix(pub u64);
+
+impl SplitMix {
+    #[inline]
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        mix64(self.0)
+    }
+    /// Uniform in `0..n` (Lemire's multiply-shift; bias below n / 2^64).
+    #[inline]
+    pub fn below(&mut self, n: usize) -> usize {
+        ((self.next_u64() as u128 * n as u128) >> 64) as usize
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

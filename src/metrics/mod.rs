@@ -1,0 +1,9 @@
+//! Per-time-step records, the `metrics.jsonl` sink and the run summary.
+
+mod record;
+mod sink;
+mod summary;
+
+pub use record::{ByteCounts, RowCounts, StepRecord};
+pub use sink::JsonlSink;
+pub use summary::{EpochRecord, RunSummary};

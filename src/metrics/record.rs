@@ -1,0 +1,70 @@
+use std::ops::AddAssign;
+
+/// Feature rows a step needed, by where they came from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RowCounts {
+    pub requested: u64,
+    pub local: u64,
+    pub cache_hit: u64,
+    pub remote: u64,
+}
+
+impl RowCounts {
+    /// Remote rows / requested rows (0 when nothing was requested).
+    pub fn miss_rate(&self) -> f64 {
+        if self.requested == 0 { 0.0 } else { self.remote as f64 / self.requested as f64 }
+    }
+}
+
+impl AddAssign for RowCounts {
+    fn add_assign(&mut self, o: Self) {
+        self.requested += o.requested;
+        self.local += o.local;
+        self.cache_hit += o.cache_hit;
+        self.remote += o.remote;
+    }
+}
+
+/// Bytes that crossed a socket, by category.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ByteCounts {
+    pub features: u64,
+    pub gradients: u64,
+    pub migration: u64,
+    pub activations: u64,
+    pub control: u64,
+}
+
+impl AddAssign for ByteCounts {
+    fn add_assign(&mut self, o: Self) {
+        self.features += o.features;
+        self.gradients += o.gradients;
+        self.migration += o.migration;
+        self.activations += o.activations;
+        self.control += o.control;
+    }
+}
+
+/// One record per (epoch, iteration, time step, worker): one line of `metrics.jsonl`.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct StepRecord {
+    pub epoch: u64,
+    /// Iteration within the epoch.
+    pub iteration: u64,
+    pub time_step: u32,
+    pub worker: u32,
+    /// Roots (micrographs) computed in this step.
+    pub roots: u64,
+    /// Sampled edges over all layers.
+    pub edges: u64,
+    pub rows: RowCounts,
+    pub miss_rate: f64,
+    pub bytes_in: ByteCounts,
+    pub bytes_out: ByteCounts,
+    pub sample_seconds: f64,
+    pub gather_seconds: f64,
+    pub compute_seconds: f64,
+    pub sync_seconds: f64,
+    /// This step's share of the iteration loss (sum over its roots / global batch size).
+    pub loss: f64,
+}

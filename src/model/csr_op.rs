@@ -1,0 +1,501 @@
+//! Sparse aggregation over sampled blocks. candle has no sparse type, so the
+//! fast path is a set of custom ops over `AggGraph` (rayon over rows, backward
+//! through the transposed CSR); `Kernel::Reference` computes the same with
+//! index_select + index_add, candle's own differentiable ops (never
+//! scatter_add: its backward is broken for this shape). Both exist so tests
+//! can hold the fast path to the reference, and so devices without the CPU
+//! kernels (cuda) still train.
+
+use super::AggGraph;
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Layout, Result, Shape, Tensor};
+use rayon::prelude::*;
+use std::sync::Arc;
+
+/// Which implementation of an aggregation to use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kernel {
+    Fast,
+    Reference,
+}
+
+/// out[d] = sum over d's edges e of w_e * x[src_e] (w_e = the graph's weights, or 1).
+pub fn weighted_sum(x: &Tensor, g: &Arc<AggGraph>, k: Kernel) -> Result<Tensor> {
+    match k {
+        Kernel::Fast => x.contiguous()?.apply_op1(Spmm { g: g.clone(), transpose: false }),
+        Kernel::Reference => {
+            let mut msgs = x.index_select(&index(g.edge_src(), x)?, 0)?;
+            if let Some(w) = g.weights() {
+                msgs = msgs.broadcast_mul(&Tensor::from_slice(w, (w.len(), 1), x.device())?)?;
+            }
+            scatter_rows(&msgs, g)
+        }
+    }
+}
+
+/// Sums a per-edge tensor `[E, k]` into its destinations: `[num_dst, k]`.
+pub fn edge_sum(vals: &Tensor, g: &Arc<AggGraph>, k: Kernel) -> Result<Tensor> {
+    weighted_sum(vals, g.edge_rows(), k)
+}
+
+/// Multi-head edge-weighted sum: `x` is `[num_src, heads * f]`, `w` is `[E, heads]`;
+/// out[d, h*f..(h+1)*f] = sum over d's edges e of w[e, h] * x[src_e, h*f..(h+1)*f].
+/// Differentiable in both `x` and `w` (attention).
+pub fn edge_weighted_sum(x: &Tensor, w: &Tensor, g: &Arc<AggGraph>, k: Kernel) -> Result<Tensor> {
+    let (e, heads) = w.dims2()?;
+    let (_, dim) = x.dims2()?;
+    if e != g.num_edges() || heads == 0 || !dim.is_multiple_of(heads) {
+        candle_core::bail!("edge weights {:?} do not fit {} edges and {dim} columns", w.dims(), g.num_edges());
+    }
+    match k {
+        Kernel::Fast => x.contiguous()?.apply_op2(&w.contiguous()?, EdgeSpmm { g: g.clone(), heads, transpose: false }),
+        Kernel::Reference => {
+            let msgs = x.index_select(&index(g.edge_src(), x)?, 0)?.reshape((e, heads, dim / heads))?;
+            let msgs = msgs.broadcast_mul(&w.reshape((e, heads, 1))?)?.reshape((e, dim))?;
+            scatter_rows(&msgs, g)
+        }
+    }
+}
+
+/// Element-wise max over each destination's sources; 0 for a destination without edges.
+pub fn max(x: &Tensor, g: &Arc<AggGraph>, k: Kernel) -> Result<Tensor> {
+    match k {
+        Kernel::Fast => x.contiguous()?.apply_op1(SpmmMax { g: g.clone() }),
+        Kernel::Reference => {
+            // Pad every row to the maximum degree with a row of -1e30 (never the max
+            // of a non-empty row), reduce over the padded axis, zero empty rows.
+            let (n_src, dim) = x.dims2()?;
+            let width = g.max_degree().max(1);
+            let mut idx = Vec::with_capacity(g.num_dst() * width);
+            let mut nonempty = Vec::with_capacity(g.num_dst());
+            for d in 0..g.num_dst() {
+                let row = g.row(d);
+                idx.extend_from_slice(row);
+                idx.extend(std::iter::repeat_n(n_src as u32, width - row.len()));
+                nonempty.push(if row.is_empty() { 0f32 } else { 1.0 });
+            }
+            let pad = Tensor::full(-1e30f32, (1, dim), x.device())?;
+            let xp = Tensor::cat(&[x, &pad], 0)?;
+            let m = xp.index_select(&index(&idx, x)?, 0)?.reshape((g.num_dst(), width, dim))?.max(1)?;
+            m.broadcast_mul(&Tensor::from_vec(nonempty, (g.num_dst(), 1), x.device())?)
+        }
+    }
+}
+
+fn index(ids: &[u32], like: &Tensor) -> Result<Tensor> {
+    Tensor::from_slice(ids, ids.len(), like.device())
+}
+
+/// Reference reduction of per-edge rows into destinations.
+fn scatter_rows(msgs: &Tensor, g: &AggGraph) -> Result<Tensor> {
+    let zeros = Tensor::zeros((g.num_dst(), msgs.dim(1)?), DType::F32, msgs.device())?;
+    zeros.index_add(&index(g.edge_dst(), msgs)?, msgs, 0)
+}
+
+// ---------------------------------------------------------------- kernels
+
+/// One direction of the graph: rows, their neighbours and (transposed) edge ids.
+#[derive(Clone, Copy)]
+struct Rows<'a> {
+    indptr: &'a [u32],
+    nbr: &'a [u32],
+    eid: Option<&'a [u32]>,
+}
+
+impl<'a> Rows<'a> {
+    fn of(g: &'a AggGraph, transpose: bool) -> Self {
+        if transpose {
+            let t = g.transposed();
+            Rows { indptr: &t.indptr, nbr: &t.dst, eid: Some(&t.eid) }
+        } else {
+            Rows { indptr: g.indptr(), nbr: g.edge_src(), eid: None }
+        }
+    }
+    fn len(&self) -> usize {
+        self.indptr.len() - 1
+    }
+    /// (neighbour, edge id) pairs of row `r`.
+    #[inline]
+    fn edges(&self, r: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
+        (self.indptr[r] as usize..self.indptr[r + 1] as usize)
+            .map(|e| (self.nbr[e] as usize, self.eid.map_or(e, |m| m[e] as usize)))
+    }
+}
+
+/// Below this many output values a kernel runs on the calling thread.
+const PAR_MIN_VALUES: usize = 1 << 15;
+
+/// Runs `f(row, out_row)` over the `dim`-wide rows of `out`, in parallel when large.
+fn for_rows(out: &mut [f32], dim: usize, f: impl Fn(usize, &mut [f32]) + Sync) {
+    if dim == 0 {
+        return;
+    }
+    if out.len() < PAR_MIN_VALUES {
+        out.chunks_mut(dim).enumerate().for_each(|(r, o)| f(r, o));
+    } else {
+        out.par_chunks_mut(dim).enumerate().with_min_len(16).for_each(|(r, o)| f(r, o));
+    }
+}
+
+#[inline]
+fn axpy(out: &mut [f32], a: f32, x: &[f32]) {
+    for (o, v) in out.iter_mut().zip(x) {
+        *o += a * v;
+    }
+}
+
+/// out[r] = sum over r's edges of w[eid, h] * x[nbr] per head block; w = None means 1.
+fn spmm(rows: Rows<'_>, w: Option<&[f32]>, heads: usize, x: &[f32], dim: usize) -> Vec<f32> {
+    let mut out = vec![0f32; rows.len() * dim];
+    let hd = dim / heads;
+    for_rows(&mut out, dim, |r, o| {
+        for (s, e) in rows.edges(r) {
+            let xs = &x[s * dim..(s + 1) * dim];
+            match w {
+                None => o.iter_mut().zip(xs).for_each(|(a, b)| *a += b),
+                Some(w) if heads == 1 => axpy(o, w[e], xs),
+                Some(w) => {
+                    for h in 0..heads {
+                        axpy(&mut o[h * hd..(h + 1) * hd], w[e * heads + h], &xs[h * hd..(h + 1) * hd]);
+                    }
+                }
+            }
+        }
+    });
+    out
+}
+
+/// For each edge e = (d, s): out[e, h] = <a[d, head h], b[s, head h]>.
+fn sddmm(g: &AggGraph, heads: usize, a: &[f32], b: &[f32], dim: usize) -> Vec<f32> {
+    let (dst, src) = (g.edge_dst(), g.edge_src());
+    let hd = dim / heads;
+    let mut out = vec![0f32; g.num_edges() * heads];
+    for_rows(&mut out, heads, |e, o| {
+        let (d, s) = (dst[e] as usize, src[e] as usize);
+        for (h, oh) in o.iter_mut().enumerate() {
+            let ar = &a[d * dim + h * hd..d * dim + (h + 1) * hd];
+            let br = &b[s * dim + h * hd..s * dim + (h + 1) * hd];
+            *oh = ar.iter().zip(br).map(|(p, q)| p * q).sum();
+        }
+    });
+    out
+}
+
+/// Index of the source that wins each (destination, column) max: the first one on ties.
+fn argmax(g: &AggGraph, x: &[f32], dim: usize) -> Vec<u32> {
+    let mut arg = vec![0u32; g.num_dst() * dim];
+    let fill = |d: usize, o: &mut [u32]| {
+        let row = g.row(d);
+        let Some((&first, rest)) = row.split_first() else { return };
+        o.fill(first);
+        let mut best = x[first as usize * dim..(first as usize + 1) * dim].to_vec();
+        for &s in rest {
+            let xs = &x[s as usize * dim..(s as usize + 1) * dim];
+            for c in 0..dim {
+                if xs[c] > best[c] {
+                    best[c] = xs[c];
+                    o[c] = s;
+                }
+            }
+        }
+    };
+    if dim > 0 {
+        arg.par_chunks_mut(dim).enumerate().with_min_len(64).for_each(|(d, o)| fill(d, o));
+    }
+    arg
+}
+
+// --------------------------------------------------------------- custom ops
+
+fn f32s<'a>(s: &'a CpuStorage, l: &Layout, op: &str) -> Result<&'a [f32]> {
+    let CpuStorage::F32(v) = s else { candle_core::bail!("{op}: expects f32 tensors") };
+    let Some((a, b)) = l.contiguous_offsets() else { candle_core::bail!("{op}: expects a contiguous tensor") };
+    Ok(&v[a..b])
+}
+
+/// Checks `l` is `[rows, _]` and returns the row width.
+fn width(l: &Layout, rows: usize, op: &str) -> Result<usize> {
+    match l.dims() {
+        &[r, d] if r == rows => Ok(d),
+        dims => candle_core::bail!("{op}: input is {dims:?}, expected {rows} rows"),
+    }
+}
+
+/// Constant-weight sum (weights from the graph); backward is the transposed op.
+struct Spmm {
+    g: Arc<AggGraph>,
+    transpose: bool,
+}
+
+impl CustomOp1 for Spmm {
+    fn name(&self) -> &'static str {
+        "csr-weighted-sum"
+    }
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let (rows_in, rows_out) = direction(&self.g, self.transpose);
+        let dim = width(l, rows_in, self.name())?;
+        let out = spmm(Rows::of(&self.g, self.transpose), self.g.weights(), 1, f32s(s, l, self.name())?, dim);
+        Ok((CpuStorage::F32(out), Shape::from((rows_out, dim))))
+    }
+    fn bwd(&self, _x: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
+        let op = Spmm { g: self.g.clone(), transpose: !self.transpose };
+        Ok(Some(grad.contiguous()?.apply_op1_no_bwd(&op)?))
+    }
+}
+
+/// (rows read, rows written) of an op over `g` in the given direction.
+fn direction(g: &AggGraph, transpose: bool) -> (usize, usize) {
+    if transpose { (g.num_dst(), g.num_src()) } else { (g.num_src(), g.num_dst()) }
+}
+
+/// Multi-head sum weighted by a tensor of per-edge weights.
+struct EdgeSpmm {
+    g: Arc<AggGraph>,
+    heads: usize,
+    transpose: bool,
+}
+
+impl CustomOp2 for EdgeSpmm {
+    fn name(&self) -> &'static str {
+        "csr-edge-weighted-sum"
+    }
+    fn cpu_fwd(&self, sx: &CpuStorage, lx: &Layout, sw: &CpuStorage, lw: &Layout) -> Result<(CpuStorage, Shape)> {
+        let (rows_in, rows_out) = direction(&self.g, self.transpose);
+        let dim = width(lx, rows_in, self.name())?;
+        width(lw, self.g.num_edges(), self.name())?;
+        let w = f32s(sw, lw, self.name())?;
+        let out = spmm(Rows::of(&self.g, self.transpose), Some(w), self.heads, f32s(sx, lx, self.name())?, dim);
+        Ok((CpuStorage::F32(out), Shape::from((rows_out, dim))))
+    }
+    fn bwd(&self, x: &Tensor, w: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let grad = grad.contiguous()?;
+        let back = EdgeSpmm { g: self.g.clone(), heads: self.heads, transpose: !self.transpose };
+        let dx = grad.apply_op2_no_bwd(w, &back)?;
+        // dw[e, h] = <grad[out row of e], x[in row of e]> over head h's columns.
+        let dw = if self.transpose {
+            x.apply_op2_no_bwd(&grad, &Sddmm { g: self.g.clone(), heads: self.heads })?
+        } else {
+            grad.apply_op2_no_bwd(x, &Sddmm { g: self.g.clone(), heads: self.heads })?
+        };
+        Ok((Some(dx), Some(dw)))
+    }
+}
+
+/// (destination-side rows, source-side rows) -> per-edge, per-head dot products.
+struct Sddmm {
+    g: Arc<AggGraph>,
+    heads: usize,
+}
+
+impl CustomOp2 for Sddmm {
+    fn name(&self) -> &'static str {
+        "csr-sddmm"
+    }
+    fn cpu_fwd(&self, sa: &CpuStorage, la: &Layout, sb: &CpuStorage, lb: &Layout) -> Result<(CpuStorage, Shape)> {
+        let dim = width(la, self.g.num_dst(), self.name())?;
+        if width(lb, self.g.num_src(), self.name())? != dim {
+            candle_core::bail!("{}: operands differ in width", self.name());
+        }
+        let out = sddmm(&self.g, self.heads, f32s(sa, la, self.name())?, f32s(sb, lb, self.name())?, dim);
+        Ok((CpuStorage::F32(out), Shape::from((self.g.num_edges(), self.heads))))
+    }
+}
+
+/// Element-wise max; backward routes each output gradient to its argmax source.
+struct SpmmMax {
+    g: Arc<AggGraph>,
+}
+
+impl CustomOp1 for SpmmMax {
+    fn name(&self) -> &'static str {
+        "csr-max"
+    }
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let dim = width(l, self.g.num_src(), self.name())?;
+        let x = f32s(s, l, self.name())?;
+        let mut out = vec![0f32; self.g.num_dst() * dim];
+        for_rows(&mut out, dim, |d, o| {
+            let row = self.g.row(d);
+            if let Some((&first, rest)) = row.split_first() {
+                o.copy_from_slice(&x[first as usize * dim..(first as usize + 1) * dim]);
+                for &s in rest {
+                    o.iter_mut().zip(&x[s as usize * dim..(s as usize + 1) * dim]).for_each(|(a, &b)| *a = a.max(b));
+                }
+            }
+        });
+        Ok((CpuStorage::F32(out), Shape::from((self.g.num_dst(), dim))))
+    }
+    fn bwd(&self, x: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
+        Ok(Some(x.contiguous()?.apply_op2_no_bwd(&grad.contiguous()?, &MaxBwd { g: self.g.clone() })?))
+    }
+}
+
+/// (x, grad of the max) -> grad of x.
+struct MaxBwd {
+    g: Arc<AggGraph>,
+}
+
+impl CustomOp2 for MaxBwd {
+    fn name(&self) -> &'static str {
+        "csr-max-backward"
+    }
+    fn cpu_fwd(&self, sx: &CpuStorage, lx: &Layout, sg: &CpuStorage, lg: &Layout) -> Result<(CpuStorage, Shape)> {
+        let dim = width(lx, self.g.num_src(), self.name())?;
+        width(lg, self.g.num_dst(), self.name())?;
+        let (x, grad) = (f32s(sx, lx, self.name())?, f32s(sg, lg, self.name())?);
+        let arg = argmax(&self.g, x, dim);
+        let t = Rows::of(&self.g, true);
+        let mut out = vec![0f32; self.g.num_src() * dim];
+        for_rows(&mut out, dim, |s, o| {
+            for (d, _) in t.edges(s) {
+                for c in 0..dim {
+                    if arg[d * dim + c] as usize == s {
+                        o[c] += grad[d * dim + c];
+                    }
+                }
+            }
+        });
+        Ok((CpuStorage::F32(out), Shape::from((self.g.num_src(), dim))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::util::rng::hash_of;
+    use candle_core::{Device, Var};
+
+    /// 40 destinations over 90 sources, degrees 0..=9, no duplicate edges.
+    fn graph(weighted: bool) -> Arc<AggGraph> {
+        let (nd, ns) = (40usize, 90usize);
+        let mut indptr = vec![0u32];
+        let mut indices = Vec::new();
+        for d in 0..nd {
+            let deg = d % 10;
+            let mut row: Vec<u32> = (0..deg).map(|j| ((d * 7 + j * 11) % ns) as u32).collect();
+            row.sort_unstable();
+            row.dedup();
+            indices.extend(row);
+            indptr.push(indices.len() as u32);
+        }
+        let g = AggGraph::new(nd, ns, indptr, indices, None);
+        Arc::new(if weighted { g.with_weights(|d, s| 0.1 + ((d * 3 + s) % 7) as f32 * 0.2) } else { g })
+    }
+
+    /// Distinct values spaced 0.01 apart in a seeded order (so a max never ties
+    /// and finite differences never flip it).
+    fn distinct(rows: usize, cols: usize, seed: u64) -> Tensor {
+        let n = rows * cols;
+        let mut v: Vec<(u64, usize)> = (0..n).map(|i| (hash_of(seed, &[i as u64]), i)).collect();
+        v.sort_unstable();
+        let mut vals = vec![0f32; n];
+        for (rank, &(_, i)) in v.iter().enumerate() {
+            vals[i] = (rank as f32 - n as f32 / 2.0) * 0.01;
+        }
+        Tensor::from_vec(vals, (rows, cols), &Device::Cpu).unwrap()
+    }
+
+    fn close(a: &Tensor, b: &Tensor, tol: f32) {
+        let (a, b) =
+            (a.flatten_all().unwrap().to_vec1::<f32>().unwrap(), b.flatten_all().unwrap().to_vec1::<f32>().unwrap());
+        assert_eq!(a.len(), b.len());
+        for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+            assert!((x - y).abs() <= tol * (1.0 + x.abs().max(y.abs())), "element {i}: {x} vs {y}");
+        }
+    }
+
+    /// Forward values and gradients (w.r.t. every input) of `f` on both kernels agree.
+    fn agree(inputs: &[Tensor], f: impl Fn(&[Tensor], Kernel) -> Result<Tensor>) {
+        let run = |k: Kernel| {
+            let vars: Vec<Var> = inputs.iter().map(|t| Var::from_tensor(t).unwrap()).collect();
+            let ts: Vec<Tensor> = vars.iter().map(|v| v.as_tensor().clone()).collect();
+            let out = f(&ts, k).unwrap();
+            let probe = distinct(out.dim(0).unwrap(), out.dim(1).unwrap(), 99);
+            let loss = (&out * &probe).unwrap().sum_all().unwrap();
+            let grads = loss.backward().unwrap();
+            let gs: Vec<Tensor> = ts.iter().map(|t| grads.get(t).unwrap().clone()).collect();
+            (out, gs)
+        };
+        let (of, gf) = run(Kernel::Fast);
+        let (or, gr) = run(Kernel::Reference);
+        close(&of, &or, 1e-5);
+        for (a, b) in gf.iter().zip(&gr) {
+            close(a, b, 1e-5);
+        }
+    }
+
+    /// Analytic gradients of the fast kernel match central finite differences.
+    fn finite_differences(inputs: &[Tensor], f: impl Fn(&[Tensor], Kernel) -> Result<Tensor>) {
+        let loss_of = |ts: &[Tensor]| -> (Tensor, f32) {
+            let out = f(ts, Kernel::Fast).unwrap();
+            let probe = distinct(out.dim(0).unwrap(), out.dim(1).unwrap(), 99);
+            let l = (&out * &probe).unwrap().sum_all().unwrap();
+            let v = l.to_scalar::<f32>().unwrap();
+            (l, v)
+        };
+        let vars: Vec<Var> = inputs.iter().map(|t| Var::from_tensor(t).unwrap()).collect();
+        let ts: Vec<Tensor> = vars.iter().map(|v| v.as_tensor().clone()).collect();
+        let grads = loss_of(&ts).0.backward().unwrap();
+        let eps = 1e-3f32;
+        for (which, t) in inputs.iter().enumerate() {
+            let analytic = grads.get(&ts[which]).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            let base = t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            for i in (0..base.len()).step_by(7) {
+                let at = |delta: f32| {
+                    let mut v = base.clone();
+                    v[i] += delta;
+                    let mut args = inputs.to_vec();
+                    args[which] = Tensor::from_vec(v, t.shape(), &Device::Cpu).unwrap();
+                    loss_of(&args).1
+                };
+                let numeric = (at(eps) - at(-eps)) / (2.0 * eps);
+                assert!(
+                    (numeric - analytic[i]).abs() < 2e-2 * (1.0 + analytic[i].abs()),
+                    "input {which} element {i}: finite difference {numeric} vs backward {}",
+                    analytic[i]
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn weighted_sum_matches_reference_and_finite_differences() {
+        for weighted in [false, true] {
+            let g = graph(weighted);
+            let x = distinct(g.num_src(), 5, 1);
+            agree(std::slice::from_ref(&x), |t, k| weighted_sum(&t[0], &g, k));
+            finite_differences(&[x], |t, k| weighted_sum(&t[0], &g, k));
+        }
+    }
+
+    #[test]
+    fn edge_sum_and_edge_weighted_sum_match_reference_and_finite_differences() {
+        let g = graph(false);
+        let heads = 3;
+        let x = distinct(g.num_src(), heads * 2, 2);
+        let w = distinct(g.num_edges(), heads, 3);
+        agree(&[x.clone(), w.clone()], |t, k| edge_weighted_sum(&t[0], &t[1], &g, k));
+        finite_differences(&[x, w.clone()], |t, k| edge_weighted_sum(&t[0], &t[1], &g, k));
+        agree(std::slice::from_ref(&w), |t, k| edge_sum(&t[0], &g, k));
+    }
+
+    #[test]
+    fn max_matches_reference_and_finite_differences() {
+        let g = graph(false);
+        let x = distinct(g.num_src(), 6, 4);
+        agree(std::slice::from_ref(&x), |t, k| max(&t[0], &g, k));
+        finite_differences(&[x], |t, k| max(&t[0], &g, k));
+        // A destination without edges aggregates to 0.
+        let out = max(&distinct(g.num_src(), 6, 4), &g, Kernel::Fast).unwrap().to_vec2::<f32>().unwrap();
+        assert_eq!(out[0], vec![0.0; 6]);
+    }
+
+    #[test]
+    fn large_inputs_take_the_parallel_path_and_agree() {
+        let n = 3000usize;
+        let indptr: Vec<u32> = (0..=n as u32).map(|d| d * 8).collect();
+        let indices: Vec<u32> = (0..n * 8).map(|e| ((e * 7919) % n) as u32).collect();
+        let g = Arc::new(AggGraph::new(n, n, indptr, indices, None).with_mean_weights());
+        let x = distinct(n, 32, 5);
+        agree(std::slice::from_ref(&x), |t, k| weighted_sum(&t[0], &g, k));
+    }
+}

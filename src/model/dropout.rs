@@ -1,0 +1,85 @@
+//! Seeded dropout. candle's dropout draws from an unseeded thread RNG; here the
+//! mask of a row is a pure function of (key, the row's global id), so the same
+//! seed gives the same run, a resumed run is exact, and a vertex gets the same
+//! mask whichever batch or worker computes it.
+
+use crate::util::rng::{SplitMix, mix64};
+use candle_core::{Result, Tensor};
+use rayon::prelude::*;
+
+/// Inverted dropout with probability `p`, in place, on the `cols`-wide rows of
+/// `buf`; row `i`'s mask is seeded by `row_key(i)`.
+pub fn dropout_in_place(buf: &mut [f32], cols: usize, p: f32, row_key: impl Fn(usize) -> u64 + Sync) {
+    if p <= 0.0 || cols == 0 {
+        return;
+    }
+    // Keep when a 16-bit uniform is at or above the threshold (four per random
+    // word); the scale uses the exact keep probability, so the mask is unbiased.
+    let threshold = (p as f64 * 65536.0).round().min(65535.0) as u16;
+    let scale = (65536.0 / (65536.0 - threshold as f64)) as f32;
+    let apply = |v: &mut [f32], r: u64| {
+        for (j, x) in v.iter_mut().enumerate() {
+            // Branch-free: a random keep/drop branch mispredicts half the time.
+            let keep = ((r >> (16 * j)) as u16 >= threshold) as u32 as f32;
+            *x *= keep * scale;
+        }
+    };
+    buf.par_chunks_mut(cols).enumerate().with_min_len(64).for_each(|(i, row)| {
+        let mut rng = SplitMix(row_key(i));
+        let mut quads = row.chunks_exact_mut(4);
+        for quad in &mut quads {
+            apply(quad, rng.next_u64());
+        }
+        apply(quads.into_remainder(), rng.next_u64());
+    });
+}
+
+/// `dropout_in_place` as a differentiable op on the 2-D `x` (x times a mask).
+pub fn dropout_rows(x: &Tensor, p: f32, row_key: impl Fn(usize) -> u64 + Sync) -> Result<Tensor> {
+    if p <= 0.0 {
+        return Ok(x.clone());
+    }
+    let (rows, cols) = x.dims2()?;
+    let mut mask = vec![1f32; rows * cols];
+    dropout_in_place(&mut mask, cols, p, row_key);
+    x.mul(&Tensor::from_vec(mask, (rows, cols), x.device())?)
+}
+
+/// Key of the row of vertex `v` under a dropout site key.
+#[inline]
+pub fn vertex_row_key(site: u64, v: u32) -> u64 {
+    mix64(site ^ v as u64)
+}
+
+/// Key of the row of edge (dst, src) under a dropout site key.
+#[inline]
+pub fn edge_row_key(site: u64, dst: u32, src: u32) -> u64 {
+    mix64(mix64(site ^ dst as u64) ^ src as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::Device;
+
+    #[test]
+    fn masks_are_seeded_per_row_and_keep_the_right_fraction() {
+        let x = Tensor::ones((2000, 64), candle_core::DType::F32, &Device::Cpu).unwrap();
+        let ids: Vec<u32> = (0..2000).map(|i| i * 3).collect();
+        let a = dropout_rows(&x, 0.3, |i| vertex_row_key(5, ids[i])).unwrap().to_vec2::<f32>().unwrap();
+        // Rows of the same vertices in another order get the same masks.
+        let rev: Vec<u32> = ids.iter().rev().copied().collect();
+        let b = dropout_rows(&x, 0.3, |i| vertex_row_key(5, rev[i])).unwrap().to_vec2::<f32>().unwrap();
+        assert_eq!(a[0], b[1999]);
+        assert_eq!(a[17], b[1999 - 17]);
+        let c = dropout_rows(&x, 0.3, |i| vertex_row_key(6, ids[i])).unwrap().to_vec2::<f32>().unwrap();
+        assert_ne!(a, c);
+        let kept = a.iter().flatten().filter(|&&v| v > 0.0).count() as f64 / (2000.0 * 64.0);
+        assert!((kept - 0.7).abs() < 0.01, "kept {kept}");
+        assert!(a.iter().flatten().all(|&v| v == 0.0 || (v - 1.0 / 0.7).abs() < 1e-4));
+        // The in-place form applies the same masks.
+        let mut buf = vec![2f32; 2000 * 64];
+        dropout_in_place(&mut buf, 64, 0.3, |i| vertex_row_key(5, ids[i]));
+        assert!(buf.iter().zip(a.iter().flatten()).all(|(b, m)| (b - 2.0 * m).abs() < 1e-6));
+    }
+}

@@ -1,0 +1,89 @@
+//! GAT (Velickovic et al. 2018), PyG's `GATConv`: multi-head attention over each
+//! destination's sampled neighbours plus itself; leaky ReLU 0.2, edge softmax,
+//! attention dropout; heads concatenated in hidden layers, averaged in the last.
+
+use super::dropout::{dropout_rows, edge_row_key};
+use super::{AggGraph, LayerInput, Linear, Params, csr_op};
+use crate::sample::Block;
+use candle_core::{D, Device, Result, Tensor};
+
+pub struct GatLayer {
+    lin: Linear,
+    att_src: Tensor,
+    att_dst: Tensor,
+    bias: Tensor,
+    heads: usize,
+    per_head: usize,
+    concat: bool,
+}
+
+impl GatLayer {
+    pub fn new(
+        p: &mut Params,
+        prefix: &str,
+        d_in: usize,
+        heads: usize,
+        per_head: usize,
+        concat: bool,
+        dev: &Device,
+    ) -> Result<Self> {
+        let hf = heads * per_head;
+        let w = p.glorot(&format!("{prefix}.lin.weight"), (hf, d_in), d_in, hf, dev)?;
+        let att_src = p.glorot(&format!("{prefix}.att_src"), (1, heads, per_head), heads, per_head, dev)?;
+        let att_dst = p.glorot(&format!("{prefix}.att_dst"), (1, heads, per_head), heads, per_head, dev)?;
+        let bias = p.zeros(&format!("{prefix}.bias"), if concat { hf } else { per_head }, dev)?;
+        Ok(GatLayer { lin: Linear::new(w, None), att_src, att_dst, bias, heads, per_head, concat })
+    }
+
+    pub fn graph(&self, b: &Block) -> AggGraph {
+        AggGraph::from_block(b, true)
+    }
+
+    pub fn forward(&self, inp: &LayerInput<'_>) -> Result<Tensor> {
+        let g = inp.graph;
+        let (h, f) = (self.heads, self.per_head);
+        let n_src = inp.x.dim(0)?;
+        let wh = self.lin.forward(inp.x)?; // [n_src, h*f]
+        let wh3 = wh.reshape((n_src, h, f))?;
+        let s_src = wh3.broadcast_mul(&self.att_src)?.sum(D::Minus1)?; // [n_src, h]
+        let s_dst = wh3.narrow(0, 0, g.num_dst())?.broadcast_mul(&self.att_dst)?.sum(D::Minus1)?;
+        let dev = inp.x.device();
+        let src_idx = Tensor::from_slice(g.edge_src(), g.num_edges(), dev)?;
+        let dst_idx = Tensor::from_slice(g.edge_dst(), g.num_edges(), dev)?;
+        let e = (s_src.index_select(&src_idx, 0)? + s_dst.index_select(&dst_idx, 0)?)?;
+        let e = candle_nn::ops::leaky_relu(&e, 0.2)?; // [E, h]
+        // Softmax over each destination's edges, stabilised by the per-destination
+        // max (a constant: it cancels in the ratio, so no gradient flows through it).
+        let row_max = per_row_max(g, &e.to_vec2::<f32>()?, h);
+        let p = e.sub(&Tensor::from_vec(row_max, (g.num_edges(), h), dev)?)?.exp()?;
+        let denom = csr_op::edge_sum(&p, g, inp.kernel)?.index_select(&dst_idx, 0)?;
+        let mut alpha = p.div(&denom)?;
+        if let Some((rate, site)) = inp.attention_dropout {
+            let (ed, es) = (g.edge_dst(), g.edge_src());
+            alpha =
+                dropout_rows(&alpha, rate, |i| edge_row_key(site, inp.ids[ed[i] as usize], inp.ids[es[i] as usize]))?;
+        }
+        let out = csr_op::edge_weighted_sum(&wh, &alpha, g, inp.kernel)?; // [n_dst, h*f]
+        let out = if self.concat { out } else { out.reshape((g.num_dst(), h, f))?.mean(1)? };
+        out.broadcast_add(&self.bias)
+    }
+}
+
+/// For each edge, the max score over its destination's edges (per head).
+fn per_row_max(g: &AggGraph, e: &[Vec<f32>], heads: usize) -> Vec<f32> {
+    let mut out = Vec::with_capacity(g.num_edges() * heads);
+    let indptr = g.indptr();
+    for d in 0..g.num_dst() {
+        let (lo, hi) = (indptr[d] as usize, indptr[d + 1] as usize);
+        let mut m = vec![f32::NEG_INFINITY; heads];
+        for row in &e[lo..hi] {
+            for (mh, &v) in m.iter_mut().zip(row) {
+                *mh = mh.max(v);
+            }
+        }
+        for _ in lo..hi {
+            out.extend_from_slice(&m);
+        }
+    }
+    out
+}

@@ -1,0 +1,34 @@
+//! GCN (Kipf & Welling 2017) on sampled blocks: a self loop per destination
+//! and symmetric normalisation 1/sqrt(d_u d_v), where d_x is the number of
+//! neighbours x gets in this layer (in-degree capped at the fanout) plus its
+//! self loop. With the full neighbourhood (`--eval-fanout all`) this is
+//! exactly the GCN propagation rule.
+
+use super::{AggGraph, LayerInput, Linear, Params, csr_op};
+use crate::graph::CsrView;
+use crate::sample::{Block, Fanout};
+use candle_core::{Device, Result, Tensor};
+
+pub struct GcnLayer {
+    lin: Linear,
+    bias: Tensor,
+}
+
+impl GcnLayer {
+    pub fn new(p: &mut Params, prefix: &str, d_in: usize, d_out: usize, dev: &Device) -> Result<Self> {
+        let w = p.glorot(&format!("{prefix}.lin.weight"), (d_out, d_in), d_in, d_out, dev)?;
+        let bias = p.zeros(&format!("{prefix}.bias"), d_out, dev)?;
+        Ok(GcnLayer { lin: Linear::new(w, None), bias })
+    }
+
+    pub fn graph(&self, b: &Block, g: CsrView<'_>, fanout: Fanout) -> AggGraph {
+        let norm: Vec<f32> = b.src.iter().map(|&v| 1.0 / ((fanout.take(g.in_degree(v)) + 1) as f32).sqrt()).collect();
+        AggGraph::from_block(b, true).with_weights(|d, s| norm[d] * norm[s])
+    }
+
+    /// Aggregate first, then transform: the aggregate has only the destination rows.
+    pub fn forward(&self, inp: &LayerInput<'_>) -> Result<Tensor> {
+        let agg = csr_op::weighted_sum(inp.x, inp.graph, inp.kernel)?;
+        self.lin.forward(&agg)?.broadcast_add(&self.bias)
+    }
+}

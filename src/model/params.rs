@@ -1,0 +1,145 @@
+//! The model's parameters in a fixed order, with PyTorch-style names
+//! (`layers.0.lin_l.weight`, weights `[out, in]`), seeded initialisation and
+//! flat views for all-reduce and the optimizer.
+
+use crate::util::rng::stream;
+use candle_core::backprop::GradStore;
+use candle_core::{DType, Device, Result, Shape, Tensor, Var};
+use rand::Rng as _;
+use std::collections::HashMap;
+
+pub struct Param {
+    pub name: String,
+    pub var: Var,
+}
+
+/// Parameters in creation order (a `VarMap` is a hash map: its order, and so any
+/// flat buffer built from it, would differ from run to run).
+#[derive(Default)]
+pub struct Params {
+    entries: Vec<Param>,
+    seed: u64,
+}
+
+impl Params {
+    pub fn new(seed: u64) -> Self {
+        Params { entries: Vec::new(), seed }
+    }
+
+    fn add(&mut self, name: &str, t: Tensor) -> Result<Tensor> {
+        assert!(self.entries.iter().all(|p| p.name != name), "parameter {name} added twice");
+        let var = Var::from_tensor(&t)?;
+        let out = var.as_tensor().clone();
+        self.entries.push(Param { name: name.to_string(), var });
+        Ok(out)
+    }
+
+    /// Glorot-uniform values drawn from the stream named after the parameter, so
+    /// a parameter's initial value depends on (seed, name) only.
+    pub fn glorot(
+        &mut self,
+        name: &str,
+        shape: impl Into<Shape>,
+        fan_in: usize,
+        fan_out: usize,
+        dev: &Device,
+    ) -> Result<Tensor> {
+        let shape: Shape = shape.into();
+        let limit = (6.0 / (fan_in + fan_out) as f64).sqrt() as f32;
+        let mut rng = stream(self.seed, &format!("init:{name}"));
+        let vals: Vec<f32> = (0..shape.elem_count()).map(|_| (rng.random::<f32>() * 2.0 - 1.0) * limit).collect();
+        self.add(name, Tensor::from_vec(vals, shape, dev)?)
+    }
+
+    pub fn zeros(&mut self, name: &str, shape: impl Into<Shape>, dev: &Device) -> Result<Tensor> {
+        self.add(name, Tensor::zeros(shape, DType::F32, dev)?)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Param> {
+        self.entries.iter()
+    }
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+    /// Total number of scalars.
+    pub fn numel(&self) -> usize {
+        self.entries.iter().map(|p| p.var.elem_count()).sum()
+    }
+
+    /// (name, shape) of each parameter, in flat-buffer order.
+    pub fn layout(&self) -> Vec<(String, Vec<usize>)> {
+        self.entries.iter().map(|p| (p.name.clone(), p.var.dims().to_vec())).collect()
+    }
+
+    /// All values concatenated in order.
+    pub fn flat_values(&self) -> Result<Vec<f32>> {
+        let mut out = Vec::with_capacity(self.numel());
+        for p in &self.entries {
+            out.extend(p.var.flatten_all()?.to_vec1::<f32>()?);
+        }
+        Ok(out)
+    }
+
+    /// Overwrites every parameter from a flat buffer (as `flat_values` lays it out).
+    pub fn set_flat(&self, flat: &[f32]) -> Result<()> {
+        if flat.len() != self.numel() {
+            candle_core::bail!("flat parameter buffer has {} values, the model has {}", flat.len(), self.numel());
+        }
+        let mut off = 0;
+        for p in &self.entries {
+            let n = p.var.elem_count();
+            p.var.set(&Tensor::from_slice(&flat[off..off + n], p.var.shape(), p.var.device())?)?;
+            off += n;
+        }
+        Ok(())
+    }
+
+    /// Gradients concatenated in parameter order; zeros for parameters the loss did not reach.
+    pub fn flat_grads(&self, grads: &GradStore) -> Result<Vec<f32>> {
+        let mut out = Vec::with_capacity(self.numel());
+        for p in &self.entries {
+            match grads.get(p.var.as_tensor()) {
+                Some(g) => out.extend(g.flatten_all()?.to_vec1::<f32>()?),
+                None => out.extend(std::iter::repeat_n(0.0, p.var.elem_count())),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Named tensors for safetensors files (weights, or optimizer slots of the same shapes).
+    pub fn named(&self, flat: &[f32], prefix: &str) -> Result<Vec<(String, Tensor)>> {
+        let mut off = 0;
+        let mut out = Vec::with_capacity(self.entries.len());
+        for p in &self.entries {
+            let n = p.var.elem_count();
+            out.push((
+                format!("{prefix}{}", p.name),
+                Tensor::from_slice(&flat[off..off + n], p.var.shape(), &Device::Cpu)?,
+            ));
+            off += n;
+        }
+        Ok(out)
+    }
+
+    /// A flat buffer from named tensors: every parameter must be present with its shape.
+    pub fn flat_from(&self, tensors: &HashMap<String, Tensor>, prefix: &str) -> std::result::Result<Vec<f32>, String> {
+        let mut out = Vec::with_capacity(self.numel());
+        for p in &self.entries {
+            let key = format!("{prefix}{}", p.name);
+            let t = tensors.get(&key).ok_or_else(|| format!("tensor `{key}` is missing"))?;
+            if t.dims() != p.var.dims() {
+                return Err(format!("tensor `{key}` has shape {:?}, the model needs {:?}", t.dims(), p.var.dims()));
+            }
+            let vals =
+                t.to_dtype(DType::F32).and_then(|t| t.flatten_all()?.to_vec1::<f32>()).map_err(|e| e.to_string())?;
+            out.extend(vals);
+        }
+        if tensors.keys().filter(|k| k.starts_with(prefix)).count() != self.entries.len() {
+            return Err(format!("the file holds tensors this model does not have (expected {:?})", self.layout()));
+        }
+        Ok(out)
+    }
+}

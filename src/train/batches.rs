@@ -1,0 +1,80 @@
+//! The epoch's iterations: a seeded shuffle of the train ids cut into global
+//! batches of W x B roots, each split into W worker batches exactly as a
+//! W-worker DGL job would. No root is dropped and no iteration is empty.
+
+use crate::util::rng::{Rng, hash_of};
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+
+/// The train ids in the order epoch `epoch` visits them.
+pub fn epoch_order(train: &[u32], seed: u64, epoch: u64) -> Vec<u32> {
+    let mut order = train.to_vec();
+    order.shuffle(&mut Rng::seed_from_u64(hash_of(seed, &[0x5348_5546, epoch])));
+    order
+}
+
+pub struct Schedule<'a> {
+    order: &'a [u32],
+    workers: usize,
+    batch: usize,
+}
+
+impl<'a> Schedule<'a> {
+    pub fn new(order: &'a [u32], workers: usize, batch: usize) -> Self {
+        assert!(workers > 0 && batch > 0);
+        Schedule { order, workers, batch }
+    }
+
+    pub fn iterations(&self) -> usize {
+        self.order.len().div_ceil(self.workers * self.batch)
+    }
+
+    /// The roots of iteration `i` over all workers.
+    pub fn global(&self, i: usize) -> &'a [u32] {
+        let g = self.workers * self.batch;
+        &self.order[i * g..((i + 1) * g).min(self.order.len())]
+    }
+
+    /// Worker `w`'s batch b(i, w): B roots each in a full iteration; the last
+    /// iteration's remainder is split as evenly as possible (earlier workers get
+    /// the extra root).
+    pub fn worker(&self, i: usize, w: usize) -> &'a [u32] {
+        let all = self.global(i);
+        let (base, extra) = (all.len() / self.workers, all.len() % self.workers);
+        let start = w * base + w.min(extra);
+        &all[start..start + base + usize::from(w < extra)]
+    }
+
+    pub fn workers(&self, i: usize) -> Vec<&'a [u32]> {
+        (0..self.workers).map(|w| self.worker(i, w)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn covers_every_root_once_with_full_batches_first() {
+        let train: Vec<u32> = (100..1103).collect(); // 1003 roots
+        let order = epoch_order(&train, 1, 0);
+        assert_ne!(order, train);
+        assert_eq!(order, epoch_order(&train, 1, 0));
+        assert_ne!(order, epoch_order(&train, 1, 1));
+        let s = Schedule::new(&order, 3, 64);
+        assert_eq!(s.iterations(), 6); // 5 x 192 + 43
+        let mut seen: Vec<u32> = Vec::new();
+        for i in 0..s.iterations() {
+            let parts = s.workers(i);
+            assert_eq!(parts.concat(), s.global(i));
+            if i < 5 {
+                assert!(parts.iter().all(|p| p.len() == 64));
+            } else {
+                assert_eq!(parts.iter().map(|p| p.len()).collect::<Vec<_>>(), vec![15, 14, 14]);
+            }
+            seen.extend(s.global(i));
+        }
+        seen.sort_unstable();
+        assert_eq!(seen, train);
+    }
+}

@@ -1,0 +1,132 @@
+//! `runs/<run>/checkpoint/`: the weights (safetensors, PyTorch names and
+//! layouts, loadable with `safetensors.torch.load_file`), the optimizer state
+//! (safetensors, `exp_avg.<param>` ...), and `state.json` (config, position,
+//! history). The tensor files carry the global iteration in their names and
+//! `state.json`, written last and atomically, names the pair that belongs to
+//! it: a crash at any point leaves the previous checkpoint whole.
+//!
+//! Every random draw is a pure function of (seed, epoch, iteration, ...), so
+//! the RNG position is the (epoch, iteration) position itself.
+
+use super::{TrainConfig, TrainError};
+use crate::BadInput;
+use crate::format::write_atomic;
+use crate::metrics::{ByteCounts, EpochRecord, RowCounts};
+use crate::model::Params;
+use crate::optim::{OptimState, Optimizer};
+use candle_core::Device;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+const STATE: &str = "state.json";
+const VERSION: u32 = 1;
+
+/// Where a run is and what it has done so far.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Progress {
+    /// The epoch to run next (== epochs when the run is complete).
+    pub epoch: u64,
+    /// The first iteration of `epoch` not done yet.
+    pub iteration: u64,
+    /// Iterations done over the whole run.
+    pub global_iteration: u64,
+    pub history: Vec<EpochRecord>,
+    /// The current epoch's iterations so far: loss sum, count and seconds.
+    pub epoch_loss_sum: f64,
+    pub epoch_iterations: u64,
+    pub epoch_seconds: f64,
+    pub rows: RowCounts,
+    pub bytes: ByteCounts,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct StateFile {
+    version: u32,
+    config: TrainConfig,
+    progress: Progress,
+    /// File names (in the checkpoint directory).
+    weights: String,
+    optimizer: String,
+    /// How the RNG position is encoded.
+    rng: String,
+}
+
+pub fn dir(run_dir: &Path) -> PathBuf {
+    run_dir.join("checkpoint")
+}
+
+/// Writes a checkpoint of `params`, `opt` and `progress` into `dir`.
+pub fn save(
+    dir: &Path,
+    cfg: &TrainConfig,
+    progress: &Progress,
+    params: &Params,
+    opt: &dyn Optimizer,
+) -> Result<(), TrainError> {
+    let weights = format!("model-{:09}.safetensors", progress.global_iteration);
+    let optimizer = format!("optimizer-{:09}.safetensors", progress.global_iteration);
+    let named = params.named(&params.flat_values()?, "")?;
+    let meta = HashMap::from([("format".to_string(), "pt".to_string())]);
+    let bytes = safetensors::tensor::serialize(named.iter().map(|(k, v)| (k.as_str(), v)), Some(meta))
+        .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+    write_atomic(dir.join(&weights), &bytes)?;
+    write_atomic(dir.join(&optimizer), &opt.state().to_safetensors(params)?)?;
+    let state = StateFile {
+        version: VERSION,
+        config: cfg.clone(),
+        progress: progress.clone(),
+        weights: weights.clone(),
+        optimizer: optimizer.clone(),
+        rng: "counter-based: every draw is a hash of (seed, epoch, iteration, ...); position = (epoch, iteration)"
+            .into(),
+    };
+    let json = serde_json::to_vec_pretty(&state).expect("state serialises");
+    write_atomic(dir.join(STATE), &json)?;
+    // Older tensor files are no longer referenced.
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let ours = name.ends_with(".safetensors") && (name.starts_with("model-") || name.starts_with("optimizer-"));
+            if ours && name != weights && name != optimizer {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+    Ok(())
+}
+
+fn unusable(path: &Path, why: impl std::fmt::Display) -> TrainError {
+    BadInput::new(format!("checkpoint {} cannot be used: {why}", path.display())).into()
+}
+
+/// The config saved with the checkpoint in `dir`.
+pub fn load_config(dir: &Path) -> Result<(TrainConfig, Progress), TrainError> {
+    let s = read_state(dir)?;
+    Ok((s.config, s.progress))
+}
+
+fn read_state(dir: &Path) -> Result<StateFile, TrainError> {
+    let path = dir.join(STATE);
+    let text = std::fs::read(&path).map_err(|e| unusable(&path, e))?;
+    let s: StateFile = serde_json::from_slice(&text).map_err(|e| unusable(&path, e))?;
+    if s.version != VERSION {
+        return Err(unusable(&path, format!("version {} (this binary reads {VERSION})", s.version)));
+    }
+    Ok(s)
+}
+
+/// Loads the weights and optimizer state of the checkpoint in `dir` into
+/// `params` and `opt` (built from the saved config) and returns its progress.
+pub fn restore(dir: &Path, params: &Params, opt: &mut dyn Optimizer) -> Result<Progress, TrainError> {
+    let s = read_state(dir)?;
+    let wpath = dir.join(&s.weights);
+    let bytes = std::fs::read(&wpath).map_err(|e| unusable(&wpath, e))?;
+    let tensors = candle_core::safetensors::load_buffer(&bytes, &Device::Cpu).map_err(|e| unusable(&wpath, e))?;
+    params.set_flat(&params.flat_from(&tensors, "").map_err(|e| unusable(&wpath, e))?)?;
+    let opath = dir.join(&s.optimizer);
+    let bytes = std::fs::read(&opath).map_err(|e| unusable(&opath, e))?;
+    let state =
+        OptimState::from_safetensors(&bytes, params, s.config.optimizer.slots()).map_err(|e| unusable(&opath, e))?;
+    opt.load_state(state).map_err(|e| unusable(&opath, e))?;
+    Ok(s.progress)
+}

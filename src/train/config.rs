@@ -1,0 +1,202 @@
+//! Everything that defines a training run; saved as `runs/<run>/config.json`.
+
+use super::StrategyKind;
+use crate::BadInput;
+use crate::gather::RowNorm;
+use crate::model::ModelKind;
+use crate::optim::OptimizerKind;
+use crate::sample::Fanouts;
+use candle_core::Device;
+use std::path::PathBuf;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceKind {
+    Cpu,
+    Cuda,
+}
+
+impl std::str::FromStr for DeviceKind {
+    type Err = BadInput;
+    fn from_str(s: &str) -> Result<Self, BadInput> {
+        match s {
+            "cpu" => Ok(DeviceKind::Cpu),
+            "cuda" => Ok(DeviceKind::Cuda),
+            _ => Err(BadInput::new(format!("unknown --device `{s}`: expected cpu or cuda"))),
+        }
+    }
+}
+
+impl DeviceKind {
+    pub fn open(self) -> Result<Device, BadInput> {
+        match self {
+            DeviceKind::Cpu => Ok(Device::Cpu),
+            DeviceKind::Cuda => Device::new_cuda(0).map_err(|e| {
+                BadInput::new(format!(
+                    "--device cuda: {e} (CUDA needs a binary built with `--features cuda` on a host with the CUDA toolkit and driver)"
+                ))
+            }),
+        }
+    }
+}
+
+/// How gradient accumulators move between workers in micrograph strategies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Migration {
+    Fused,
+    Ring,
+}
+
+impl std::str::FromStr for Migration {
+    type Err = BadInput;
+    fn from_str(s: &str) -> Result<Self, BadInput> {
+        match s {
+            "fused" => Ok(Migration::Fused),
+            "ring" => Ok(Migration::Ring),
+            _ => Err(BadInput::new(format!("unknown --migration `{s}`: expected fused or ring"))),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TrainConfig {
+    /// Dataset name, directory or archive path, as given.
+    pub dataset: String,
+    pub strategy: StrategyKind,
+    pub workers: usize,
+    /// Partitions (features are split by owner); 1 = every worker sees all rows.
+    pub parts: usize,
+    pub model: ModelKind,
+    /// One entry per layer, input layer first.
+    pub fanouts: Fanouts,
+    /// Fanouts used for validation and test (default: the training ones).
+    pub eval_fanouts: Fanouts,
+    /// Roots per worker per iteration (the global batch is workers x batch_size).
+    pub batch_size: usize,
+    pub eval_batch_size: usize,
+    pub hidden: usize,
+    /// GAT attention heads.
+    pub heads: usize,
+    pub epochs: u64,
+    pub lr: f32,
+    pub weight_decay: f32,
+    pub dropout: f32,
+    pub optimizer: OptimizerKind,
+    pub seed: u64,
+    /// Checkpoint every this many iterations (0: only at the end).
+    pub checkpoint_every: u64,
+    pub device: DeviceKind,
+    /// Input feature normalisation, applied as rows are gathered.
+    #[serde(default)]
+    pub normalize: RowNorm,
+    pub cache_mb: u64,
+    /// Time steps per iteration (leapgnn strategy); None = chosen by the cost model.
+    pub time_steps: Option<u32>,
+    pub merge_plan: Option<PathBuf>,
+    pub migration: Migration,
+    pub cluster: Option<PathBuf>,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        let fanouts: Fanouts = "10,10".parse().expect("valid");
+        TrainConfig {
+            dataset: "synthetic-small".into(),
+            strategy: StrategyKind::ModelCentric,
+            workers: 1,
+            parts: 1,
+            model: ModelKind::SageMean,
+            eval_fanouts: fanouts.clone(),
+            fanouts,
+            batch_size: 1024,
+            eval_batch_size: 1024,
+            hidden: 128,
+            heads: 4,
+            epochs: 10,
+            lr: 0.01,
+            weight_decay: 5e-4,
+            dropout: 0.5,
+            optimizer: OptimizerKind::Adam,
+            seed: 0,
+            checkpoint_every: 0,
+            device: DeviceKind::Cpu,
+            normalize: RowNorm::None,
+            cache_mb: 0,
+            time_steps: Some(1),
+            merge_plan: None,
+            migration: Migration::Fused,
+            cluster: None,
+        }
+    }
+}
+
+impl TrainConfig {
+    /// Rejects values that cannot work, naming the flag, and asks for features
+    /// that later issues build with a clear "not implemented yet".
+    pub fn check(&self) -> Result<(), BadInput> {
+        let bad = |m: String| Err(BadInput::new(m));
+        if self.batch_size == 0 {
+            return bad("--batch-size must be at least 1".into());
+        }
+        if self.eval_batch_size == 0 {
+            return bad("--eval-batch-size must be at least 1".into());
+        }
+        if self.workers == 0 {
+            return bad("--workers must be at least 1".into());
+        }
+        if self.epochs == 0 {
+            return bad("--epochs must be at least 1".into());
+        }
+        if self.fanouts.layers() == 0 {
+            return bad("--fanout needs one entry per layer, e.g. 10,10".into());
+        }
+        if self.eval_fanouts.layers() != self.fanouts.layers() {
+            return bad(format!(
+                "--eval-fanout {} has {} layers but the model has {} (--fanout {}); give one entry per layer or `all`",
+                self.eval_fanouts,
+                self.eval_fanouts.layers(),
+                self.fanouts.layers(),
+                self.fanouts
+            ));
+        }
+        if !(self.lr.is_finite() && self.lr > 0.0) {
+            return bad(format!("--lr {} must be a positive number", self.lr));
+        }
+        if !(self.weight_decay.is_finite() && self.weight_decay >= 0.0) {
+            return bad(format!("--weight-decay {} must be zero or positive", self.weight_decay));
+        }
+        let later = |what: String| {
+            Err(BadInput::new(format!(
+                "{what} is not implemented yet (this build trains model-centric with one worker)"
+            )))
+        };
+        if self.strategy != StrategyKind::ModelCentric {
+            return later(format!("--strategy {}", self.strategy));
+        }
+        if self.workers > 1 {
+            return later(format!("--workers {}", self.workers));
+        }
+        if self.parts > 1 {
+            return later(format!("--parts {}", self.parts));
+        }
+        if self.cache_mb > 0 {
+            return later(format!("--cache-mb {}", self.cache_mb));
+        }
+        match self.time_steps {
+            Some(1) => {}
+            Some(t) => return later(format!("--time-steps {t}")),
+            None => return later("--time-steps auto".into()),
+        }
+        if self.migration != Migration::Fused {
+            return later("--migration ring".into());
+        }
+        if let Some(p) = &self.merge_plan {
+            return later(format!("--merge-plan {}", p.display()));
+        }
+        if let Some(p) = &self.cluster {
+            return later(format!("--cluster {}", p.display()));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,284 @@
+//! `leapgnn train`: the training loop and its strategies.
+//!
+//! One code path for any number of workers: a `Worker` (sampler, features,
+//! model, parameters) runs `trainer::run_loop` with a `Collective` (here
+//! `Solo`, W = 1) and a `Strategy` (here `model-centric`). Runs live under
+//! `<data-dir>/runs/<run>/`: `config.json`, `metrics.jsonl`, `summary.json`
+//! and `checkpoint/`.
+
+mod batches;
+pub mod checkpoint;
+mod collective;
+mod config;
+mod evaluate;
+pub mod strategy;
+mod trainer;
+mod worker;
+
+pub use batches::{Schedule, epoch_order};
+pub use checkpoint::Progress;
+pub use collective::{Collective, CommError, Solo};
+pub use config::{DeviceKind, Migration, TrainConfig};
+pub use evaluate::accuracies;
+pub use strategy::{Iteration, Strategy, StrategyKind};
+pub use trainer::{LoopInput, run_loop};
+pub use worker::{GraphData, StepStats, Worker};
+
+use crate::format::{DatasetFile, FormatError, write_atomic};
+use crate::metrics::{EpochRecord, JsonlSink, RunSummary, StepRecord};
+use crate::model::{Model, ModelSpec, Params};
+use crate::{BadInput, DataDir};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    #[error("{0}")]
+    Input(#[from] BadInput),
+    /// `epoch` and `iteration` count from 0; the message counts from 1, as the progress lines do.
+    #[error(
+        "loss became {value} at epoch {}, iteration {}: training diverged; lower --lr or check the dataset's features for NaN/inf",
+        .epoch + 1,
+        .iteration + 1
+    )]
+    NonFiniteLoss { epoch: u64, iteration: u64, value: f64 },
+    #[error("model computation failed: {0}")]
+    Candle(#[from] candle_core::Error),
+    #[error("{0}")]
+    Format(#[from] FormatError),
+    #[error("{0}")]
+    Dataset(#[source] anyhow::Error),
+    #[error("collective operation failed: {0}")]
+    Comm(#[source] CommError),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Receives what the loop produces (progress lines, the TUI, the driver).
+pub trait Observer {
+    fn step(&mut self, _r: &StepRecord) -> Result<(), TrainError> {
+        Ok(())
+    }
+    fn epoch(&mut self, _e: &EpochRecord, _epochs: u64) {}
+}
+
+/// Observes nothing.
+pub struct Quiet;
+impl Observer for Quiet {}
+
+/// Flags that are not part of a run's config.
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    /// Name of a new run (default: `<dataset>-<model>-<unix time>`).
+    pub run: Option<String>,
+    /// Stop after this many iterations in total, checkpointing first (tests
+    /// use it to interrupt a run at a known point).
+    pub stop_after: Option<u64>,
+}
+
+/// What `--resume` may change.
+#[derive(Clone, Debug, Default)]
+pub struct ResumeOverrides {
+    pub epochs: Option<u64>,
+    pub checkpoint_every: Option<u64>,
+}
+
+/// Starts a new run of `cfg`.
+pub fn train(
+    data: &DataDir,
+    cfg: TrainConfig,
+    opts: &RunOptions,
+    obs: &mut dyn Observer,
+) -> Result<RunSummary, TrainError> {
+    cfg.check()?;
+    let (run, run_dir) = new_run_dir(data, opts.run.as_deref(), &cfg)?;
+    execute(data, cfg, &run, &run_dir, false, opts.stop_after, obs)
+}
+
+/// Continues run `run` from its last checkpoint.
+pub fn resume(
+    data: &DataDir,
+    run: &str,
+    over: &ResumeOverrides,
+    opts: &RunOptions,
+    obs: &mut dyn Observer,
+) -> Result<RunSummary, TrainError> {
+    check_name(run, "--resume")?;
+    let run_dir = data.run_dir(run);
+    let ck = checkpoint::dir(&run_dir);
+    if !ck.join("state.json").is_file() {
+        return Err(BadInput::new(format!(
+            "run `{run}` has no checkpoint in {} (it never existed, or stopped before its first checkpoint); start a new run",
+            ck.display()
+        ))
+        .into());
+    }
+    let (mut cfg, _) = checkpoint::load_config(&ck)?;
+    if let Some(e) = over.epochs {
+        cfg.epochs = e;
+    }
+    if let Some(c) = over.checkpoint_every {
+        cfg.checkpoint_every = c;
+    }
+    cfg.check()?;
+    execute(data, cfg, run, &run_dir, true, opts.stop_after, obs)
+}
+
+/// Train, validation and test ids that have a label, checked.
+fn splits(ds: &DatasetFile, name: &str) -> Result<[Vec<u32>; 3], BadInput> {
+    if ds.num_classes() == 0 {
+        return Err(BadInput::new(format!(
+            "dataset `{name}` has no labels (0 classes); import it with labels, or generate some (`leapgnn download ... --generated-classes K`)"
+        )));
+    }
+    let labels = ds.labels();
+    let mut out: [Vec<u32>; 3] = Default::default();
+    for ((split, ids), o) in ["train", "val", "test"].iter().zip([ds.train(), ds.val(), ds.test()]).zip(&mut out) {
+        *o = ids.iter().copied().filter(|&v| labels[v as usize] >= 0).collect();
+        if o.is_empty() {
+            return Err(BadInput::new(format!(
+                "dataset `{name}` has no labelled {split} nodes; re-import it with a split (`leapgnn download ... --split 60,20,20`)"
+            )));
+        }
+        let mut sorted = o.clone();
+        sorted.sort_unstable();
+        if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
+            return Err(BadInput::new(format!("dataset `{name}`: node {} is listed twice in the {split} split", w[0])));
+        }
+    }
+    Ok(out)
+}
+
+fn execute(
+    data: &DataDir,
+    cfg: TrainConfig,
+    run: &str,
+    run_dir: &Path,
+    resuming: bool,
+    stop_after: Option<u64>,
+    obs: &mut dyn Observer,
+) -> Result<RunSummary, TrainError> {
+    let device = cfg.device.open()?;
+    let path = crate::datasets::ensure_dataset(data, &cfg.dataset).map_err(TrainError::Dataset)?;
+    let ds = DatasetFile::open_verified(&path)?;
+    let [train, val, test] = splits(&ds, &cfg.dataset)?;
+    let spec = ModelSpec {
+        kind: cfg.model,
+        in_dim: ds.feature_dim(),
+        hidden: cfg.hidden,
+        classes: ds.num_classes(),
+        layers: cfg.fanouts.layers(),
+        heads: cfg.heads,
+        dropout: cfg.dropout,
+    };
+    spec.check()?;
+    let mut params = Params::new(cfg.seed);
+    let model = Model::new(&spec, &mut params, &device)?;
+    let mut opt = cfg.optimizer.build(params.numel(), cfg.lr, cfg.weight_decay);
+    let ck = checkpoint::dir(run_dir);
+    let progress = if resuming { checkpoint::restore(&ck, &params, opt.as_mut())? } else { Progress::default() };
+    write_atomic(run_dir.join("config.json"), &serde_json::to_vec_pretty(&cfg).expect("config serialises"))?;
+
+    let metrics = run_dir.join("metrics.jsonl");
+    let at = (progress.epoch, progress.iteration);
+    let sink = JsonlSink::append_after_filter(&metrics, |r| (r.epoch, r.iteration) < at)?;
+    let mut obs = Recording { sink, inner: obs };
+
+    let data_view = GraphData { graph: ds.graph(), features: &ds, labels: ds.labels() };
+    let mut worker =
+        Worker::new((0, 1), data_view, (&cfg.fanouts, &cfg.eval_fanouts), cfg.seed, (model, params), device);
+    worker.norm = cfg.normalize;
+    let mut strategy = strategy::build(cfg.strategy)?;
+    let inp = LoopInput { cfg: &cfg, train: &train, val: &val, test: &test, checkpoint_dir: Some(&ck), stop_after };
+    let result = run_loop(&inp, &mut worker, &mut Solo, strategy.as_mut(), opt.as_mut(), progress, &mut obs);
+    obs.sink.flush()?;
+    let p = result?;
+
+    let summary = RunSummary {
+        run: run.to_string(),
+        strategy: cfg.strategy.to_string(),
+        workers: cfg.workers,
+        rows: p.rows,
+        bytes: p.bytes,
+        time_steps: strategy.time_steps(),
+        dataset: cfg.dataset.clone(),
+        model: cfg.model.to_string(),
+        iterations: p.global_iteration,
+        ..Default::default()
+    }
+    .from_history(p.history);
+    write_atomic(run_dir.join("summary.json"), &serde_json::to_vec_pretty(&summary).expect("summary serialises"))?;
+    Ok(summary)
+}
+
+/// Appends every step record to `metrics.jsonl`, then passes it on.
+struct Recording<'a> {
+    sink: JsonlSink,
+    inner: &'a mut dyn Observer,
+}
+
+impl Observer for Recording<'_> {
+    fn step(&mut self, r: &StepRecord) -> Result<(), TrainError> {
+        self.sink.write(r)?;
+        self.inner.step(r)
+    }
+    fn epoch(&mut self, e: &EpochRecord, epochs: u64) {
+        let _ = self.sink.flush();
+        self.inner.epoch(e, epochs);
+    }
+}
+
+/// A run name becomes a directory under `runs/`: one plain path component.
+fn check_name(name: &str, flag: &str) -> Result<(), BadInput> {
+    let ok = !name.is_empty()
+        && !name.starts_with('.')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(BadInput::new(format!("{flag} `{name}`: a run name is letters, digits, `-`, `_` or `.`")))
+    }
+}
+
+/// Creates `runs/<run>/`: the requested name (which must be new), or
+/// `<dataset>-<model>-<unix time>[-n]`.
+fn new_run_dir(data: &DataDir, requested: Option<&str>, cfg: &TrainConfig) -> Result<(String, PathBuf), TrainError> {
+    let runs = data.runs_dir();
+    std::fs::create_dir_all(&runs).map_err(|e| TrainError::Io { path: runs.clone(), source: e })?;
+    if let Some(name) = requested {
+        check_name(name, "--run")?;
+        let dir = data.run_dir(name);
+        return match std::fs::create_dir(&dir) {
+            Ok(()) => Ok((name.to_string(), dir)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(BadInput::new(format!(
+                "run `{name}` already exists in {}; continue it with --resume {name} or choose another --run",
+                runs.display()
+            ))
+            .into()),
+            Err(e) => Err(TrainError::Io { path: dir, source: e }),
+        };
+    }
+    let stem: String = Path::new(&cfg.dataset)
+        .components()
+        .filter_map(|c| c.as_os_str().to_str())
+        .rfind(|s| *s != "dataset.lgnn" && !s.is_empty() && *s != "." && *s != "..")
+        .unwrap_or("run")
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_') { c } else { '_' })
+        .collect();
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let base = format!("{stem}-{}-{secs}", cfg.model);
+    for n in 0.. {
+        let name = if n == 0 { base.clone() } else { format!("{base}-{n}") };
+        let dir = data.run_dir(&name);
+        match std::fs::create_dir(&dir) {
+            Ok(()) => return Ok((name, dir)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(TrainError::Io { path: dir, source: e }),
+        }
+    }
+    unreachable!("an unbounded range always yields a fresh name")
+}

@@ -1,0 +1,133 @@
+//! The training loop every worker runs, whatever the number of workers or the
+//! strategy: iterate over the epoch's global batches, let the strategy compute
+//! this worker's share of the gradient, all-reduce, step the optimizer,
+//! checkpoint, evaluate at the end of each epoch.
+
+use super::checkpoint::{self, Progress};
+use super::evaluate::accuracies;
+use super::strategy::{Iteration, Strategy};
+use super::{Collective, Observer, TrainConfig, TrainError, Worker, batches};
+use crate::metrics::{ByteCounts, EpochRecord, StepRecord};
+use crate::optim::Optimizer;
+use crate::util::rng::hash_of;
+use std::path::Path;
+use std::time::Instant;
+
+const DROPOUT_TAG: u64 = 0x4452_4f50;
+
+/// The fixed inputs of one worker's loop.
+pub struct LoopInput<'a> {
+    pub cfg: &'a TrainConfig,
+    /// Labelled, distinct ids of each split.
+    pub train: &'a [u32],
+    pub val: &'a [u32],
+    pub test: &'a [u32],
+    /// Where this worker writes checkpoints (rank 0 only).
+    pub checkpoint_dir: Option<&'a Path>,
+    /// Stop (after checkpointing) once this many iterations are done in total.
+    pub stop_after: Option<u64>,
+}
+
+fn minus(a: ByteCounts, b: ByteCounts) -> ByteCounts {
+    ByteCounts {
+        features: a.features - b.features,
+        gradients: a.gradients - b.gradients,
+        migration: a.migration - b.migration,
+        activations: a.activations - b.activations,
+        control: a.control - b.control,
+    }
+}
+
+/// Runs from `progress` to the end of the last epoch (or `stop_after`) and
+/// returns the final progress.
+pub fn run_loop(
+    inp: &LoopInput<'_>,
+    w: &mut Worker<'_>,
+    coll: &mut dyn Collective,
+    strategy: &mut dyn Strategy,
+    opt: &mut dyn Optimizer,
+    mut p: Progress,
+    obs: &mut dyn Observer,
+) -> Result<Progress, TrainError> {
+    let cfg = inp.cfg;
+    let save = |p: &Progress, w: &Worker<'_>, opt: &dyn Optimizer| match inp.checkpoint_dir {
+        Some(dir) => checkpoint::save(dir, cfg, p, &w.params, opt),
+        None => Ok(()),
+    };
+    let mut records: Vec<StepRecord> = Vec::new();
+    while p.epoch < cfg.epochs {
+        let order = batches::epoch_order(inp.train, cfg.seed, p.epoch);
+        let sched = batches::Schedule::new(&order, coll.world(), cfg.batch_size);
+        while (p.iteration as usize) < sched.iterations() {
+            let t0 = Instant::now();
+            let it = Iteration {
+                epoch: p.epoch,
+                index: p.iteration,
+                global_index: p.global_iteration,
+                batches: sched.workers(p.iteration as usize),
+                global_size: sched.global(p.iteration as usize).len(),
+                dropout_key: hash_of(cfg.seed, &[DROPOUT_TAG, p.epoch, p.iteration]),
+            };
+            let (sent0, recv0) = (coll.bytes_sent(), coll.bytes_received());
+            let mut grad = vec![0f32; w.params.numel() + 1];
+            records.clear();
+            let n = grad.len() - 1;
+            let loss_share = strategy.iteration(w, &it, &mut grad[..n], &mut records)?;
+
+            let ts = Instant::now();
+            grad[n] = loss_share as f32;
+            coll.all_reduce_sum(&mut grad).map_err(TrainError::Comm)?;
+            let loss = grad[n] as f64;
+            if !loss.is_finite() {
+                return Err(TrainError::NonFiniteLoss { epoch: p.epoch, iteration: p.iteration, value: loss });
+            }
+            let mut weights = w.params.flat_values()?;
+            opt.step(&mut weights, &grad[..n]);
+            w.params.set_flat(&weights)?;
+            let (sent, recv) = (minus(coll.bytes_sent(), sent0), minus(coll.bytes_received(), recv0));
+            if let Some(last) = records.last_mut() {
+                last.sync_seconds = ts.elapsed().as_secs_f64();
+                last.bytes_out += sent;
+                last.bytes_in += recv;
+            }
+            for r in &records {
+                p.rows += r.rows;
+                obs.step(r)?;
+            }
+            p.bytes += sent;
+            p.epoch_loss_sum += loss;
+            p.epoch_iterations += 1;
+            p.epoch_seconds += t0.elapsed().as_secs_f64();
+            p.iteration += 1;
+            p.global_iteration += 1;
+            let stop = inp.stop_after == Some(p.global_iteration);
+            if stop || (cfg.checkpoint_every > 0 && p.global_iteration.is_multiple_of(cfg.checkpoint_every)) {
+                save(&p, w, opt)?;
+            }
+            if stop {
+                return Ok(p);
+            }
+        }
+        let te = Instant::now();
+        let acc = accuracies(w, coll, &[inp.val, inp.test], p.epoch, cfg.eval_batch_size)?;
+        let rec = EpochRecord {
+            epoch: p.epoch,
+            loss: p.epoch_loss_sum / p.epoch_iterations.max(1) as f64,
+            val_accuracy: acc[0],
+            test_accuracy: acc[1],
+            seconds: p.epoch_seconds,
+            eval_seconds: te.elapsed().as_secs_f64(),
+            iterations: p.epoch_iterations,
+        };
+        obs.epoch(&rec, cfg.epochs);
+        p.history.push(rec);
+        p.epoch += 1;
+        p.iteration = 0;
+        p.epoch_loss_sum = 0.0;
+        p.epoch_iterations = 0;
+        p.epoch_seconds = 0.0;
+    }
+    // The final state (a periodic checkpoint at the last iteration predates the last evaluation).
+    save(&p, w, opt)?;
+    Ok(p)
+}

@@ -1,0 +1,142 @@
+//! What one worker holds and the work every strategy is built from: sample a
+//! set of roots, gather their input rows, run the model forward and backward.
+
+use super::TrainError;
+use crate::gather::{FeatureSource, RowNorm, gather, normalize_rows};
+use crate::graph::CsrView;
+use crate::metrics::RowCounts;
+use crate::model::{Mode, Model, Params, count_correct, cross_entropy_sum};
+use crate::sample::{EVAL_EPOCH_SALT, Fanouts, NeighborSampler, NodeMap};
+use candle_core::Device;
+use std::time::Instant;
+
+pub struct Worker<'d> {
+    pub rank: usize,
+    pub world: usize,
+    pub graph: CsrView<'d>,
+    pub features: &'d dyn FeatureSource,
+    /// Class of every vertex (-1 = unlabelled).
+    pub labels: &'d [i32],
+    pub sampler: NeighborSampler<'d>,
+    pub eval_sampler: NeighborSampler<'d>,
+    pub model: Model,
+    pub params: Params,
+    pub device: Device,
+    /// Applied to input rows as they are gathered.
+    pub norm: RowNorm,
+    map: NodeMap,
+}
+
+/// What the worker reads: topology, features and labels of every vertex.
+#[derive(Clone, Copy)]
+pub struct GraphData<'d> {
+    pub graph: CsrView<'d>,
+    pub features: &'d dyn FeatureSource,
+    pub labels: &'d [i32],
+}
+
+/// What one `compute` did, for the metrics record.
+#[derive(Clone, Debug, Default)]
+pub struct StepStats {
+    /// Sum over the roots of their loss, divided by the global batch size.
+    pub loss: f64,
+    pub roots: u64,
+    pub edges: u64,
+    pub rows: RowCounts,
+    pub sample_seconds: f64,
+    pub gather_seconds: f64,
+    pub compute_seconds: f64,
+}
+
+impl<'d> Worker<'d> {
+    /// `fanouts` = (training, evaluation).
+    pub fn new(
+        (rank, world): (usize, usize),
+        data: GraphData<'d>,
+        fanouts: (&Fanouts, &Fanouts),
+        seed: u64,
+        (model, params): (Model, Params),
+        device: Device,
+    ) -> Self {
+        Worker {
+            rank,
+            world,
+            graph: data.graph,
+            features: data.features,
+            labels: data.labels,
+            sampler: NeighborSampler::new(data.graph, fanouts.0.clone(), seed),
+            eval_sampler: NeighborSampler::new(data.graph, fanouts.1.clone(), seed),
+            model,
+            params,
+            device,
+            norm: RowNorm::None,
+            map: NodeMap::new(data.graph.num_nodes()),
+        }
+    }
+
+    /// Input rows of `ids`, normalised as configured.
+    fn gather(&self, ids: &[u32]) -> Vec<f32> {
+        let mut rows = gather(self.features, ids);
+        normalize_rows(&mut rows, self.features.dim(), self.norm);
+        rows
+    }
+
+    fn labels_of(&self, roots: &[u32]) -> Vec<u32> {
+        roots.iter().map(|&r| self.labels[r as usize] as u32).collect()
+    }
+
+    /// Samples `roots` (labelled, distinct) for `epoch`, runs forward and backward,
+    /// and adds d(sum of root losses / `global_batch`)/d(params) into `grad`.
+    pub fn compute(
+        &mut self,
+        roots: &[u32],
+        epoch: u64,
+        dropout_key: u64,
+        global_batch: usize,
+        grad: &mut [f32],
+    ) -> Result<StepStats, TrainError> {
+        let mut s = StepStats { roots: roots.len() as u64, ..Default::default() };
+        if roots.is_empty() {
+            return Ok(s);
+        }
+        let t = Instant::now();
+        let blocks = self.sampler.sample(roots, epoch, &mut self.map);
+        s.edges = blocks.num_edges() as u64;
+        s.sample_seconds = t.elapsed().as_secs_f64();
+
+        let t = Instant::now();
+        let rows = self.gather(blocks.input_nodes());
+        let n = blocks.input_nodes().len() as u64;
+        s.rows = RowCounts { requested: n, local: n, ..Default::default() };
+        s.gather_seconds = t.elapsed().as_secs_f64();
+
+        let t = Instant::now();
+        let mode = Mode::Train { key: dropout_key };
+        let prepared = self.model.prepare(blocks, self.graph, self.sampler.fanouts());
+        let x = self.model.input(&prepared, rows, mode, &self.device)?;
+        let logits = self.model.forward(&prepared, &x, mode)?;
+        let loss = (cross_entropy_sum(&logits, &self.labels_of(roots))? / global_batch as f64)?;
+        s.loss = loss.to_scalar::<f32>()? as f64;
+        let g = self.params.flat_grads(&loss.backward()?)?;
+        for (a, b) in grad.iter_mut().zip(&g) {
+            *a += b;
+        }
+        s.compute_seconds = t.elapsed().as_secs_f64();
+        Ok(s)
+    }
+
+    /// Correct predictions among `ids` (labelled), sampled with the evaluation
+    /// fanouts, in batches of `batch`.
+    pub fn count_correct(&mut self, ids: &[u32], epoch: u64, batch: usize) -> Result<u64, TrainError> {
+        let mut correct = 0;
+        for chunk in ids.chunks(batch) {
+            let blocks = self.eval_sampler.sample(chunk, EVAL_EPOCH_SALT | epoch, &mut self.map);
+            let rows = self.gather(blocks.input_nodes());
+            let prepared = self.model.prepare(blocks, self.graph, self.eval_sampler.fanouts());
+            let x = self.model.input(&prepared, rows, Mode::Eval, &self.device)?;
+            let logits = self.model.forward(&prepared, &x, Mode::Eval)?;
+            correct += count_correct(&logits, &self.labels_of(chunk))? as u64;
+        }
+        Ok(correct)
+    }
+}
