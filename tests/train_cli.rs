@@ -189,3 +189,12 @@ fn nan_loss_stops_the_run_naming_epoch_and_iteration() {
     let out = leapgnn(d, &["train", "poisoned", "--fanout", "5", "--epochs", "1", "--json"]);
     assert!(out.stdout.is_empty(), "a failed run printed a summary");
 }
+
+#[test]
+fn train_without_a_name_generates_and_learns_the_built_in_synthetic_dataset() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = json(tmp.path(), &["train", "--epochs", "1"]);
+    assert!(s["run"].as_str().unwrap().starts_with("synthetic-small-sage-"), "{s}");
+    assert!(s["test_accuracy"].as_f64().unwrap() > 0.8, "{s}");
+    assert!(tmp.path().join("synthetic-small/dataset.lgnn").is_file());
+}

@@ -4,6 +4,6 @@ mod record;
 mod sink;
 mod summary;
 
-pub use record::{ByteCounts, RowCounts, StepRecord};
+pub use record::{ByteCounts, RowCounts, StepRecord, add_bytes};
 pub use sink::JsonlSink;
 pub use summary::{EpochRecord, RunSummary};

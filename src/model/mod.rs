@@ -258,7 +258,8 @@ impl Model {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gather::{DenseRows, gather};
+    use crate::comm::TableRows;
+    use crate::gather::gather;
     use crate::graph::Csr;
     use crate::optim::OptimizerKind;
     use crate::sample::{NeighborSampler, NodeMap};
@@ -314,7 +315,7 @@ mod tests {
                 let mut params = Params::new(5);
                 let model = Model::new(&spec(kind, t.dim), &mut params, &dev).unwrap().with_kernel(k);
                 let blocks = sampler.sample(&roots, 0, &mut NodeMap::new(400));
-                let rows = gather(&DenseRows { data: &t.feats, dim: t.dim }, blocks.input_nodes());
+                let rows = gather(&TableRows::all(400, t.dim, t.feats.clone()).unwrap(), blocks.input_nodes()).unwrap();
                 let p = model.prepare(blocks, t.csr.view(), &fan);
                 let x = model.input(&p, rows, Mode::Train { key: 9 }, &dev).unwrap();
                 let logits = model.forward(&p, &x, Mode::Train { key: 9 }).unwrap();
@@ -341,7 +342,7 @@ mod tests {
         let train: Vec<u32> = (0..400).collect();
         let test: Vec<u32> = (400..600).collect();
         let mut map = NodeMap::new(600);
-        let feats = DenseRows { data: &t.feats, dim: t.dim };
+        let feats = TableRows::all(600, t.dim, t.feats.clone()).unwrap();
         for kind in KINDS {
             let mut params = Params::new(7);
             let model = Model::new(&spec(kind, t.dim), &mut params, &dev).unwrap();
@@ -349,7 +350,7 @@ mod tests {
             for epoch in 0..15u64 {
                 for (i, batch) in train.chunks(50).enumerate() {
                     let blocks = sampler.sample(batch, epoch, &mut map);
-                    let rows = gather(&feats, blocks.input_nodes());
+                    let rows = gather(&feats, blocks.input_nodes()).unwrap();
                     let p = model.prepare(blocks, t.csr.view(), &fan);
                     let mode = Mode::Train { key: hash_of(epoch, &[i as u64]) };
                     let x = model.input(&p, rows, mode, &dev).unwrap();
@@ -363,7 +364,7 @@ mod tests {
                 }
             }
             let blocks = sampler.sample(&test, 99, &mut map);
-            let rows = gather(&feats, blocks.input_nodes());
+            let rows = gather(&feats, blocks.input_nodes()).unwrap();
             let p = model.prepare(blocks, t.csr.view(), &fan);
             let x = model.input(&p, rows, Mode::Eval, &dev).unwrap();
             let logits = model.forward(&p, &x, Mode::Eval).unwrap();

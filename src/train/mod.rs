@@ -47,6 +47,9 @@ pub enum TrainError {
     Format(#[from] FormatError),
     #[error("{0}")]
     Dataset(#[source] anyhow::Error),
+    /// A feature row the worker needed is in none of its sources.
+    #[error("feature rows unavailable: {0}")]
+    Rows(String),
     #[error("collective operation failed: {0}")]
     Comm(#[source] CommError),
     #[error("{path}: {source}")]

@@ -2,7 +2,8 @@
 //! set of roots, gather their input rows, run the model forward and backward.
 
 use super::TrainError;
-use crate::gather::{FeatureSource, RowNorm, gather, normalize_rows};
+use crate::comm::RowSource;
+use crate::gather::{RowNorm, gather, normalize_rows};
 use crate::graph::CsrView;
 use crate::metrics::RowCounts;
 use crate::model::{Mode, Model, Params, count_correct, cross_entropy_sum};
@@ -14,7 +15,7 @@ pub struct Worker<'d> {
     pub rank: usize,
     pub world: usize,
     pub graph: CsrView<'d>,
-    pub features: &'d dyn FeatureSource,
+    pub features: &'d dyn RowSource,
     /// Class of every vertex (-1 = unlabelled).
     pub labels: &'d [i32],
     pub sampler: NeighborSampler<'d>,
@@ -31,7 +32,7 @@ pub struct Worker<'d> {
 #[derive(Clone, Copy)]
 pub struct GraphData<'d> {
     pub graph: CsrView<'d>,
-    pub features: &'d dyn FeatureSource,
+    pub features: &'d dyn RowSource,
     pub labels: &'d [i32],
 }
 
@@ -75,10 +76,10 @@ impl<'d> Worker<'d> {
     }
 
     /// Input rows of `ids`, normalised as configured.
-    fn gather(&self, ids: &[u32]) -> Vec<f32> {
-        let mut rows = gather(self.features, ids);
+    fn gather(&self, ids: &[u32]) -> Result<Vec<f32>, TrainError> {
+        let mut rows = gather(self.features, ids).map_err(|e| TrainError::Rows(e.to_string()))?;
         normalize_rows(&mut rows, self.features.dim(), self.norm);
-        rows
+        Ok(rows)
     }
 
     fn labels_of(&self, roots: &[u32]) -> Vec<u32> {
@@ -105,7 +106,7 @@ impl<'d> Worker<'d> {
         s.sample_seconds = t.elapsed().as_secs_f64();
 
         let t = Instant::now();
-        let rows = self.gather(blocks.input_nodes());
+        let rows = self.gather(blocks.input_nodes())?;
         let n = blocks.input_nodes().len() as u64;
         s.rows = RowCounts { requested: n, local: n, ..Default::default() };
         s.gather_seconds = t.elapsed().as_secs_f64();
@@ -131,7 +132,7 @@ impl<'d> Worker<'d> {
         let mut correct = 0;
         for chunk in ids.chunks(batch) {
             let blocks = self.eval_sampler.sample(chunk, EVAL_EPOCH_SALT | epoch, &mut self.map);
-            let rows = self.gather(blocks.input_nodes());
+            let rows = self.gather(blocks.input_nodes())?;
             let prepared = self.model.prepare(blocks, self.graph, self.eval_sampler.fanouts());
             let x = self.model.input(&prepared, rows, Mode::Eval, &self.device)?;
             let logits = self.model.forward(&prepared, &x, Mode::Eval)?;
