@@ -1,0 +1,43 @@
+use super::ProgressSink;
+use crate::metrics::{EpochRecord, StepRecord};
+use std::io::Write;
+
+/// Every step record as one JSON line, flushed at once so a pipeline sees it
+/// live. A closed reader (`| head`) ends the stream, not the run.
+pub struct JsonStream<W: Write> {
+    out: W,
+    closed: bool,
+}
+
+impl JsonStream<std::io::Stdout> {
+    pub fn stdout() -> Self {
+        JsonStream::new(std::io::stdout())
+    }
+}
+
+impl<W: Write> JsonStream<W> {
+    pub fn new(out: W) -> Self {
+        JsonStream { out, closed: false }
+    }
+
+    pub fn into_inner(self) -> W {
+        self.out
+    }
+}
+
+impl<W: Write> ProgressSink for JsonStream<W> {
+    fn record(&mut self, r: &StepRecord) {
+        if self.closed {
+            return;
+        }
+        let ok = serde_json::to_writer(&mut self.out, r).is_ok()
+            && self.out.write_all(b"\n").is_ok()
+            && self.out.flush().is_ok();
+        self.closed = !ok;
+    }
+    fn epoch(&mut self, _: &EpochRecord) {}
+    fn event(&mut self, _: &str) {}
+    fn finish(&mut self) {
+        let _ = self.out.flush();
+    }
+}
