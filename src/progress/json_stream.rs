@@ -6,6 +6,8 @@ use std::io::Write;
 /// live. A closed reader (`| head`) ends the stream, not the run.
 pub struct JsonStream<W: Write> {
     out: W,
+    /// One record's line, reused: a record goes out in one write.
+    line: Vec<u8>,
     closed: bool,
 }
 
@@ -17,7 +19,7 @@ impl JsonStream<std::io::Stdout> {
 
 impl<W: Write> JsonStream<W> {
     pub fn new(out: W) -> Self {
-        JsonStream { out, closed: false }
+        JsonStream { out, line: Vec::new(), closed: false }
     }
 
     pub fn into_inner(self) -> W {
@@ -30,10 +32,10 @@ impl<W: Write> ProgressSink for JsonStream<W> {
         if self.closed {
             return;
         }
-        let ok = serde_json::to_writer(&mut self.out, r).is_ok()
-            && self.out.write_all(b"\n").is_ok()
-            && self.out.flush().is_ok();
-        self.closed = !ok;
+        self.line.clear();
+        serde_json::to_writer(&mut self.line, r).expect("a record always serialises");
+        self.line.push(b'\n');
+        self.closed = self.out.write_all(&self.line).and_then(|()| self.out.flush()).is_err();
     }
     fn epoch(&mut self, _: &EpochRecord) {}
     fn event(&mut self, _: &str) {}

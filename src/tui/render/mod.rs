@@ -35,14 +35,17 @@ pub fn draw(frame: &mut Frame, state: &DashboardState, ui: &Ui) {
 /// Everything at a glance; at 80x24 the worker table yields rows to the
 /// charts and log before they disappear.
 fn overview(frame: &mut Frame, area: Rect, state: &DashboardState) {
-    const CHARTS: u16 = 4;
+    const MIN_CHART: u16 = 3;
     const MIN_LOG: u16 = 3;
     let wanted = state.workers().len().max(1) as u16 + 3;
-    let table = wanted.min(area.height.saturating_sub(2 * CHARTS + MIN_LOG).max(4));
+    let table = wanted.min(area.height.saturating_sub(2 * MIN_CHART + MIN_LOG).max(4));
+    // What the table leaves goes to the two chart rows (up to 6 bar lines each), then the log.
+    let rest = area.height.saturating_sub(table);
+    let chart = (rest.saturating_sub(MIN_LOG + 3) / 2).clamp(MIN_CHART, 8);
     let [t, comm, curves, events] = Layout::vertical([
         Constraint::Length(table),
-        Constraint::Length(CHARTS),
-        Constraint::Length(CHARTS),
+        Constraint::Length(chart),
+        Constraint::Length(chart),
         Constraint::Fill(1),
     ])
     .areas(area);
