@@ -25,6 +25,30 @@ fn labels([lo, hi]: [f64; 2], fmt: fn(f64) -> String) -> Vec<Line<'static>> {
     vec![Line::from(fmt(lo)), Line::from(fmt((lo + hi) / 2.0)), Line::from(fmt(hi))]
 }
 
+fn line<'a>(name: &'a str, color: Color, data: &'a [(f64, f64)]) -> Dataset<'a> {
+    Dataset::default()
+        .name(name)
+        .marker(Marker::Braille)
+        .graph_type(GraphType::Line)
+        .style(Style::new().fg(color))
+        .data(data)
+}
+
+/// A line chart over `x`, its y axis spanning `yb`.
+fn chart<'a>(
+    title: &'a str,
+    x: &'a str,
+    lines: Vec<Dataset<'a>>,
+    xb: [f64; 2],
+    yb: [f64; 2],
+    y: fn(f64) -> String,
+) -> Chart<'a> {
+    Chart::new(lines)
+        .block(Block::bordered().title(title))
+        .x_axis(Axis::default().title(x).bounds(xb).labels(labels(xb, |x| format!("{x:.0}"))))
+        .y_axis(Axis::default().bounds(yb).labels(labels(yb, y)))
+}
+
 pub fn draw(frame: &mut Frame, area: Rect, s: &DashboardState) {
     let [top, bottom] = Layout::vertical([Constraint::Fill(1), Constraint::Fill(1)]).areas(area);
     let [acc, table] = Layout::horizontal([Constraint::Fill(1), Constraint::Length(46)]).areas(bottom);
@@ -33,40 +57,15 @@ pub fn draw(frame: &mut Frame, area: Rect, s: &DashboardState) {
     let loss: Vec<(f64, f64)> =
         s.iterations().iter().map(|i| ((i.epoch * ipe + i.iteration + 1) as f64, i.loss)).collect();
     let (xb, yb) = (bounds(&loss, |p| p.0), bounds(&loss, |p| p.1));
-    let chart = Chart::new(vec![
-        Dataset::default()
-            .name("loss")
-            .marker(Marker::Braille)
-            .graph_type(GraphType::Line)
-            .style(Style::new().fg(Color::Magenta))
-            .data(&loss),
-    ])
-    .block(Block::bordered().title(" loss per iteration "))
-    .x_axis(Axis::default().title("iteration").bounds(xb).labels(labels(xb, |x| format!("{x:.0}"))))
-    .y_axis(Axis::default().bounds(yb).labels(labels(yb, |y| format!("{y:.3}"))));
-    frame.render_widget(chart, top);
+    let lines = vec![line("loss", Color::Magenta, &loss)];
+    frame.render_widget(chart(" loss per iteration ", "iteration", lines, xb, yb, |y| format!("{y:.3}")), top);
 
     let val: Vec<(f64, f64)> = s.epochs().iter().map(|e| ((e.epoch + 1) as f64, e.val_accuracy)).collect();
     let test: Vec<(f64, f64)> = s.epochs().iter().map(|e| ((e.epoch + 1) as f64, e.test_accuracy)).collect();
     let xb = bounds(&val, |p| p.0);
-    let chart = Chart::new(vec![
-        Dataset::default()
-            .name("val")
-            .marker(Marker::Braille)
-            .graph_type(GraphType::Line)
-            .style(Style::new().fg(Color::Green))
-            .data(&val),
-        Dataset::default()
-            .name("test")
-            .marker(Marker::Braille)
-            .graph_type(GraphType::Line)
-            .style(Style::new().fg(Color::Cyan))
-            .data(&test),
-    ])
-    .block(Block::bordered().title(" accuracy per epoch "))
-    .x_axis(Axis::default().title("epoch").bounds(xb).labels(labels(xb, |x| format!("{x:.0}"))))
-    .y_axis(Axis::default().bounds([0.0, 1.0]).labels(labels([0.0, 1.0], |y| format!("{:.0}%", 100.0 * y))));
-    frame.render_widget(chart, acc);
+    let lines = vec![line("val", Color::Green, &val), line("test", Color::Cyan, &test)];
+    let pct_axis = |y: f64| format!("{:.0}%", 100.0 * y);
+    frame.render_widget(chart(" accuracy per epoch ", "epoch", lines, xb, [0.0, 1.0], pct_axis), acc);
 
     let block = Block::bordered().title(" epochs ");
     let fit = block.inner(table).height.saturating_sub(1) as usize;
