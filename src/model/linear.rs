@@ -22,15 +22,20 @@ impl Linear {
     }
 
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let y = if self.fast && !x.track_op() {
-            self.w.apply_op1(ConstInputMatmul { x: x.contiguous()? })?
-        } else {
-            x.matmul(&self.w.t()?)?
-        };
-        match &self.b {
-            Some(b) => y.broadcast_add(b),
-            None => Ok(y),
-        }
+        linear(x, &self.w, self.b.as_ref(), self.fast)
+    }
+}
+
+/// x W^T + b; `fast` allows the custom op for a constant `x` (CPU tensors only).
+pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>, fast: bool) -> Result<Tensor> {
+    let y = if fast && !x.track_op() {
+        w.contiguous()?.apply_op1(ConstInputMatmul { x: x.contiguous()? })?
+    } else {
+        x.matmul(&w.t()?)?
+    };
+    match b {
+        Some(b) => y.broadcast_add(b),
+        None => Ok(y),
     }
 }
 

@@ -24,7 +24,7 @@ use crate::graph::CsrView;
 use crate::sample::{Blocks, Fanouts};
 use crate::util::rng::hash_of;
 use candle_core::{Device, Result, Tensor};
-use dropout::{dropout_in_place, dropout_rows, vertex_row_key};
+use dropout::{dropout_in_place, dropout_rows, relu_dropout, vertex_row_key};
 use gat::GatLayer;
 use gcn::GcnLayer;
 use sage::{SageAggr, SageLayer};
@@ -156,6 +156,7 @@ pub struct Model {
 impl Model {
     /// Builds the layers, registering their parameters (seeded from `params`'s seed).
     pub fn new(spec: &ModelSpec, params: &mut Params, dev: &Device) -> Result<Self> {
+        spec.check().map_err(|e| candle_core::Error::Msg(e.0))?;
         let l = spec.layers;
         let mut layers = Vec::with_capacity(l);
         for i in 0..l {
@@ -229,29 +230,35 @@ impl Model {
         let mut h = x.clone();
         for (i, layer) in self.layers.iter().enumerate() {
             let ids = &p.blocks.layers[i].src[..];
-            let mut attention_dropout = None;
-            if let Mode::Train { key } = mode {
-                if i > 0 {
-                    let site = Self::feature_site(key, i);
-                    h = dropout_rows(&h, self.spec.dropout, |r| vertex_row_key(site, ids[r]))?;
+            let attention_dropout = match (mode, layer) {
+                (Mode::Train { key }, Layer::Gat(_)) if self.spec.dropout > 0.0 => {
+                    Some((self.spec.dropout, hash_of(key, &[i as u64, 1])))
                 }
-                if matches!(layer, Layer::Gat(_)) && self.spec.dropout > 0.0 {
-                    attention_dropout = Some((self.spec.dropout, hash_of(key, &[i as u64, 1])));
-                }
-            }
+                _ => None,
+            };
             let inp = LayerInput { x: &h, graph: &p.graphs[i], ids, kernel: self.kernel, attention_dropout };
             let out = match layer {
                 Layer::Sage(s) => s.forward(&inp)?,
                 Layer::Gcn(c) => c.forward(&inp)?,
                 Layer::Gat(a) => a.forward(&inp)?,
             };
-            h = match (i == last, layer) {
-                (true, _) => out,
-                (false, Layer::Gat(_)) => out.elu(1.0)?,
-                (false, _) => out.relu()?,
+            if i == last {
+                return Ok(out);
+            }
+            // The non-linearity, then the dropout of the next layer's input (its
+            // rows are this layer's destinations, the next layer's sources).
+            let next = &p.blocks.layers[i + 1].src[..];
+            let (rate, site) = match mode {
+                Mode::Train { key } => (self.spec.dropout, Self::feature_site(key, i + 1)),
+                Mode::Eval => (0.0, 0),
+            };
+            let key = |r: usize| vertex_row_key(site, next[r]);
+            h = match layer {
+                Layer::Gat(_) => dropout_rows(&out.elu(1.0)?, rate, key)?,
+                _ => relu_dropout(&out, rate, key)?,
             };
         }
-        Ok(h)
+        unreachable!("a model has at least one layer")
     }
 }
 

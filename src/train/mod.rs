@@ -236,10 +236,7 @@ impl Observer for Recording<'_> {
 
 /// A run name becomes a directory under `runs/`: one plain path component.
 fn check_name(name: &str, flag: &str) -> Result<(), BadInput> {
-    let ok = !name.is_empty()
-        && !name.starts_with('.')
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if ok {
+    if crate::paths::is_plain_name(name) {
         Ok(())
     } else {
         Err(BadInput::new(format!("{flag} `{name}`: a run name is letters, digits, `-`, `_` or `.`")))
