@@ -48,7 +48,7 @@ impl Bars {
         let iterations = multi.add(
             ProgressBar::new(0)
                 .with_prefix("iter")
-                .with_style(style("{prefix:>5} [{bar:30}] {pos}/{len} {per_sec} eta {eta} {msg}")),
+                .with_style(style("{prefix:>5} [{bar:30}] {pos}/{len} eta {eta} {msg}")),
         );
         Bars { multi, epochs, iterations, state: DashboardState::default(), shown: None }
     }

@@ -1,4 +1,4 @@
-use super::ProgressSink;
+use super::{Bars, ProgressSink};
 use crate::metrics::{EpochRecord, RunInfo, StepRecord};
 use crate::tui::app::{Crossterm, Msg, run_terminal};
 use crate::tui::fmt::duration;
@@ -12,23 +12,41 @@ use std::time::{Duration, Instant};
 /// Redraw (and key poll) period: 10 frames per second at most.
 const TICK: Duration = Duration::from_millis(100);
 
-/// The live dashboard, drawn by its own thread from what the run sends.
-/// The terminal is restored when the run finishes, when this is dropped
-/// (any exit path, unwinding included) and by ratatui's panic hook.
+/// The drawing thread and its channel.
+struct Live {
+    tx: Sender<Msg>,
+    thread: JoinHandle<()>,
+}
+
+/// The live dashboard, drawn by its own thread from what the run sends. It
+/// takes the terminal over when the run starts, so whatever is printed before
+/// (a dataset being generated) stays readable. The terminal is restored when
+/// the run finishes, when this is dropped (any exit path, unwinding
+/// included) and by ratatui's panic hook.
 pub struct Dashboard {
-    tx: Option<Sender<Msg>>,
-    thread: Option<JoinHandle<()>>,
+    live: Option<Live>,
+    /// Bars, if the terminal could not be taken over.
+    fallback: Option<Bars>,
     stop: Arc<AtomicBool>,
     started: Instant,
 }
 
+impl Default for Dashboard {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Dashboard {
-    /// Takes over the terminal (raw mode, alternate screen) and starts drawing.
-    pub fn start() -> io::Result<Dashboard> {
+    pub fn new() -> Self {
+        Dashboard { live: None, fallback: None, stop: Arc::new(AtomicBool::new(false)), started: Instant::now() }
+    }
+
+    /// Raw mode and the alternate screen, then the drawing thread.
+    fn open(&self) -> io::Result<Live> {
         let terminal = ratatui::try_init().inspect_err(|_| ratatui::restore())?;
         let (tx, rx) = mpsc::channel();
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
+        let flag = self.stop.clone();
         let spawned = std::thread::Builder::new().name("leapgnn-tui".into()).spawn(move || {
             let mut terminal = terminal;
             let result = run_terminal(&mut terminal, &rx, &mut Crossterm, &flag, TICK);
@@ -39,39 +57,69 @@ impl Dashboard {
             }
         });
         let thread = spawned.inspect_err(|_| ratatui::restore())?;
-        Ok(Dashboard { tx: Some(tx), thread: Some(thread), stop, started: Instant::now() })
+        Ok(Live { tx, thread })
     }
 
     fn send(&self, m: Msg) {
         // A dashboard that stopped drawing must not stop the run.
-        if let Some(tx) = &self.tx {
-            let _ = tx.send(m);
+        if let Some(live) = &self.live {
+            let _ = live.tx.send(m);
         }
     }
 }
 
 impl ProgressSink for Dashboard {
     fn start(&mut self, info: &RunInfo) {
-        self.send(Msg::Start(info.clone()));
+        if self.live.is_some() || self.fallback.is_some() {
+            return;
+        }
+        match self.open() {
+            Ok(live) => {
+                self.live = Some(live);
+                self.send(Msg::Start(info.clone()));
+                let at = match (info.start_epoch, info.start_iteration) {
+                    (0, 0) => "started".to_string(),
+                    (e, i) => format!("resumed at epoch {}, iteration {}", e + 1, i + 1),
+                };
+                let shape = format!("{} epochs of {} iterations", info.epochs, info.iterations_per_epoch);
+                self.event(&format!("run {} {at}: {shape}", info.run));
+            }
+            Err(e) => {
+                tracing::warn!("cannot draw the dashboard ({e}); showing progress bars instead");
+                let mut bars = Bars::stderr();
+                bars.start(info);
+                self.fallback = Some(bars);
+            }
+        }
     }
     fn record(&mut self, r: &StepRecord) {
-        self.send(Msg::Record(r.clone()));
+        match &mut self.fallback {
+            Some(b) => b.record(r),
+            None => self.send(Msg::Record(r.clone())),
+        }
     }
     fn epoch(&mut self, e: &EpochRecord) {
-        self.send(Msg::Epoch(e.clone()));
+        match &mut self.fallback {
+            Some(b) => b.epoch(e),
+            None => self.send(Msg::Epoch(e.clone())),
+        }
     }
     fn event(&mut self, msg: &str) {
-        self.send(Msg::Event(format!("[{}] {msg}", duration(self.started.elapsed().as_secs_f64()))));
+        match &mut self.fallback {
+            Some(b) => b.event(msg),
+            None => self.send(Msg::Event(format!("[{}] {msg}", duration(self.started.elapsed().as_secs_f64())))),
+        }
     }
     fn stop_requested(&self) -> bool {
         self.stop.load(Ordering::SeqCst)
     }
     fn finish(&mut self) {
-        if let Some(tx) = self.tx.take() {
-            let _ = tx.send(Msg::Finish);
+        if let Some(b) = &mut self.fallback {
+            b.finish();
         }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
+        if let Some(live) = self.live.take() {
+            let _ = live.tx.send(Msg::Finish);
+            let _ = live.thread.join();
         }
     }
 }

@@ -56,10 +56,7 @@ pub fn choose(is_tty: bool, no_tui: bool, json: bool, json_stream: bool) -> Box<
         return Box::new(Silent);
     }
     if is_tty && !no_tui {
-        match Dashboard::start() {
-            Ok(d) => return Box::new(d),
-            Err(e) => tracing::warn!("cannot start the dashboard ({e}); showing progress bars instead"),
-        }
+        return Box::new(Dashboard::new());
     }
     Box::new(Bars::stderr())
 }

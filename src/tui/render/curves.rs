@@ -7,7 +7,7 @@ use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::symbols::Marker;
 use ratatui::text::Line;
-use ratatui::widgets::{Axis, Block, Cell, Chart, Dataset, GraphType, Row, Table};
+use ratatui::widgets::{Axis, Block, Cell, Chart, Dataset, GraphType, LegendPosition, Row, Table};
 
 fn bounds(pts: &[(f64, f64)], f: fn(&(f64, f64)) -> f64) -> [f64; 2] {
     let lo = pts.iter().map(f).fold(f64::INFINITY, f64::min);
@@ -43,7 +43,10 @@ fn chart<'a>(
     yb: [f64; 2],
     y: fn(f64) -> String,
 ) -> Chart<'a> {
+    // One line needs no legend; accuracies sit high, so theirs goes bottom right.
+    let legend = (lines.len() > 1).then_some(LegendPosition::BottomRight);
     Chart::new(lines)
+        .legend_position(legend)
         .block(Block::bordered().title(title))
         .x_axis(Axis::default().title(x).bounds(xb).labels(labels(xb, |x| format!("{x:.0}"))))
         .y_axis(Axis::default().bounds(yb).labels(labels(yb, y)))
