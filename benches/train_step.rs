@@ -41,19 +41,43 @@ fn bench(c: &mut Criterion) {
     let data = GraphData { graph: csr.view(), features: &feats, labels: &labels };
     let mut w = Worker::new((0, 1), data, (&fanouts, &fanouts), 0, (model, params), dev);
 
+    // The machine is shared: also report the fastest of 40 steps, which
+    // contention cannot make faster than the code is.
+    let mut step = |i: usize| {
+        let roots = &batches[i % batches.len()];
+        let mut grad = vec![0f32; w.params.numel()];
+        let s = w.compute(roots, i as u64, i as u64, roots.len(), &mut grad).unwrap();
+        let mut weights = w.params.flat_values().unwrap();
+        opt.step(&mut weights, &grad);
+        w.params.set_flat(&weights).unwrap();
+        s
+    };
+    let mut best = f64::INFINITY;
+    let mut parts = (0.0, 0.0, 0.0);
+    for i in 0..40 {
+        let t = std::time::Instant::now();
+        let s = step(i);
+        let e = t.elapsed().as_secs_f64();
+        if e < best {
+            best = e;
+            parts = (s.sample_seconds, s.gather_seconds, s.compute_seconds);
+        }
+    }
+    println!(
+        "fastest of 40 steps: {:.1} ms (sample {:.1}, gather {:.1}, forward+backward {:.1})",
+        best * 1e3,
+        parts.0 * 1e3,
+        parts.1 * 1e3,
+        parts.2 * 1e3
+    );
+
     let mut group = c.benchmark_group("train_step");
     group.sample_size(20).measurement_time(Duration::from_secs(15));
     let mut i = 0usize;
     group.bench_function("sage_mean_1024_roots_10x10_128d", |b| {
         b.iter(|| {
             i += 1;
-            let roots = &batches[i % batches.len()];
-            let mut grad = vec![0f32; w.params.numel()];
-            let s = w.compute(roots, i as u64, i as u64, roots.len(), &mut grad).unwrap();
-            let mut weights = w.params.flat_values().unwrap();
-            opt.step(&mut weights, &grad);
-            w.params.set_flat(&weights).unwrap();
-            black_box(s.loss)
+            black_box(step(i).loss)
         })
     });
 
