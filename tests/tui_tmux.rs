@@ -63,18 +63,23 @@ fn quote(p: &Path) -> String {
     format!("'{}'", p.display().to_string().replace('\'', r"'\''"))
 }
 
+/// `leapgnn train` on synthetic-small in a 100x30 pane, for far more epochs
+/// than a test waits for. The shell stays after it so the pane shows the
+/// exit status.
+fn train_in_tmux(data: &Path, extra: &str) -> Tmux {
+    let cmd = format!(
+        "{} --data-dir {} train synthetic-small --epochs 1000 {extra}; echo \"leapgnn exited $?\"; exec sleep 600",
+        quote(Path::new(env!("CARGO_BIN_EXE_leapgnn"))),
+        quote(data)
+    );
+    Tmux::start(data, 100, 30, &cmd)
+}
+
 #[test]
 fn q_stops_the_run_with_a_checkpoint_and_gives_the_terminal_back() {
     let tmp = tempfile::tempdir().unwrap();
-    let bin = Path::new(env!("CARGO_BIN_EXE_leapgnn"));
-    // Far more epochs than the test waits for: only `q` ends this run. The
-    // shell stays after it so the pane shows the exit status.
-    let cmd = format!(
-        "{} --data-dir {} train synthetic-small --epochs 1000 --run tmux; echo \"leapgnn exited $?\"; exec sleep 600",
-        quote(bin),
-        quote(tmp.path())
-    );
-    let tmux = Tmux::start(tmp.path(), 100, 30, &cmd);
+    // Only `q` ends this run.
+    let tmux = train_in_tmux(tmp.path(), "--run tmux");
 
     let live = tmux.wait("dashboard with a finished epoch", Duration::from_secs(90), |s| {
         s.contains("workers, epoch") && s.contains("val ") && s.contains("q stop")
@@ -109,7 +114,7 @@ fn q_stops_the_run_with_a_checkpoint_and_gives_the_terminal_back() {
 
     // The checkpoint is a real resume point: finishing the current epoch continues from it.
     let epoch = progress["epoch"].as_u64().unwrap();
-    let out = Command::new(bin)
+    let out = Command::new(env!("CARGO_BIN_EXE_leapgnn"))
         .arg("--data-dir")
         .arg(tmp.path())
         .args(["train", "--resume", "tmux", "--json", "--epochs", &(epoch + 1).to_string()])
@@ -124,13 +129,7 @@ fn q_stops_the_run_with_a_checkpoint_and_gives_the_terminal_back() {
 #[test]
 fn no_tui_on_a_terminal_draws_bars_with_epoch_lines_above_them() {
     let tmp = tempfile::tempdir().unwrap();
-    let bin = Path::new(env!("CARGO_BIN_EXE_leapgnn"));
-    let cmd = format!(
-        "{} --data-dir {} train synthetic-small --epochs 1000 --run bars --no-tui; echo \"leapgnn exited $?\"; exec sleep 600",
-        quote(bin),
-        quote(tmp.path())
-    );
-    let tmux = Tmux::start(tmp.path(), 100, 30, &cmd);
+    let tmux = train_in_tmux(tmp.path(), "--run bars --no-tui");
     let s = tmux.wait("bars after two epochs", Duration::from_secs(90), |s| s.contains("epoch   2/1000  loss"));
     let bar = s.lines().find(|l| l.trim_start().starts_with("epoch [")).unwrap_or_else(|| panic!("no epoch bar:\n{s}"));
     assert!(bar.contains("/1000") && bar.contains("val "), "{s}");
