@@ -2,10 +2,14 @@ use crate::Global;
 use crate::output::print_json;
 use anyhow::Context;
 use leapgnn::BadInput;
+use leapgnn::cluster::LocalLauncher;
 use leapgnn::metrics::{EpochRecord, RunSummary};
 use leapgnn::sample::Fanouts;
+use leapgnn::train::distributed::{DistOptions, GradDump, train_distributed};
 use leapgnn::train::{self, Observer, ResumeOverrides, RunOptions, TrainConfig};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 /// Train a GNN with sampled mini-batches. The model has one layer per --fanout
 /// entry (the LeapGNN artifact uses one more; we do not).
@@ -100,6 +104,18 @@ pub struct Args {
     /// Stop after N iterations in total, as if interrupted (after checkpointing).
     #[arg(long, hide = true)]
     pub stop_after: Option<u64>,
+    /// Which remote rows fill the --cache-mb cache: degree or presample [default: degree].
+    #[arg(long)]
+    pub cache_policy: Option<String>,
+    /// Seconds any worker waits for another before failing with that worker's name.
+    #[arg(long, default_value_t = 30.0)]
+    pub comm_timeout: f64,
+    /// With several workers, check every N iterations that all replicas hold the same weights (0: never).
+    #[arg(long, default_value_t = 0)]
+    pub check_replicas: u64,
+    /// Write the first iteration's summed gradient to FILE (raw little-endian f32; for tests).
+    #[arg(long, hide = true, value_name = "FILE")]
+    pub dump_grad: Option<PathBuf>,
 }
 
 /// Progress lines on stderr.
@@ -125,20 +141,62 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     let mut lines = Lines;
     let mut quiet = train::Quiet;
     let obs: &mut dyn Observer = if g.json { &mut quiet } else { &mut lines };
+    let mut obs = GradDump { path: a.dump_grad.clone(), inner: obs };
     let summary = if let Some(run) = &a.resume {
         reject_on_resume(&a)?;
+        let ck = train::checkpoint::dir(&data.run_dir(run));
+        if let Ok((cfg, _)) = train::checkpoint::load_config(&ck)
+            && cfg.workers > 1
+        {
+            return Err(BadInput::new(format!(
+                "--resume {run}: the run used {} workers; resuming multi-worker runs is not supported yet, start a new run",
+                cfg.workers
+            ))
+            .into());
+        }
         let over = ResumeOverrides { epochs: a.epochs, checkpoint_every: a.checkpoint_every };
-        train::resume(&data, run, &over, &opts, obs).with_context(|| format!("cannot resume run {run}"))?
+        train::resume(&data, run, &over, &opts, &mut obs).with_context(|| format!("cannot resume run {run}"))?
     } else {
         let cfg = config(&a)?;
         let name = cfg.dataset.clone();
-        train::train(&data, cfg, &opts, obs).with_context(|| format!("training on {name} failed"))?
+        if cfg.workers > 1 {
+            distributed(&data, cfg, &a, &opts, &mut obs)?
+        } else {
+            train::train(&data, cfg, &opts, &mut obs).with_context(|| format!("training on {name} failed"))?
+        }
     };
     if g.json {
         return print_json(&summary);
     }
     report(&summary, &data.run_dir(&summary.run));
     Ok(())
+}
+
+/// W > 1: the driver starts local worker processes (in their own process
+/// group, so Ctrl-C reaches only the driver, which then stops them).
+fn distributed(
+    data: &leapgnn::DataDir,
+    cfg: TrainConfig,
+    a: &Args,
+    opts: &RunOptions,
+    obs: &mut dyn Observer,
+) -> anyhow::Result<RunSummary> {
+    if !(a.comm_timeout.is_finite() && a.comm_timeout > 0.0 && a.comm_timeout <= 86_400.0) {
+        return Err(BadInput::new(format!("--comm-timeout {}: expected seconds in (0, 86400]", a.comm_timeout)).into());
+    }
+    let interrupted: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
+    ctrlc::set_handler(move || interrupted.store(true, Ordering::SeqCst))
+        .context("cannot install the Ctrl-C handler")?;
+    let launcher = LocalLauncher::current(vec!["--data-dir".into(), data.root.display().to_string()])?;
+    let dist = DistOptions {
+        launcher: &launcher,
+        interrupted,
+        comm_timeout: Duration::from_secs_f64(a.comm_timeout),
+        check_replicas: a.check_replicas,
+        dump_grad: a.dump_grad.clone(),
+    };
+    let name = cfg.dataset.clone();
+    train_distributed(data, cfg, opts, &dist, obs).with_context(|| format!("training on {name} failed"))
 }
 
 fn report(s: &RunSummary, dir: &std::path::Path) {
@@ -174,6 +232,7 @@ fn reject_on_resume(a: &Args) -> Result<(), BadInput> {
         ("--optimizer", a.optimizer.is_some()),
         ("--seed", a.seed.is_some()),
         ("--cache-mb", a.cache_mb.is_some()),
+        ("--cache-policy", a.cache_policy.is_some()),
         ("--time-steps", a.time_steps.is_some()),
         ("--merge-plan", a.merge_plan.is_some()),
         ("--migration", a.migration.is_some()),
@@ -220,7 +279,8 @@ fn config(a: &Args) -> Result<TrainConfig, BadInput> {
         dataset: a.dataset.clone().unwrap_or(d.dataset),
         strategy: parse(&a.strategy, d.strategy)?,
         workers: a.workers.unwrap_or(d.workers),
-        parts: a.parts.unwrap_or(d.parts),
+        // One part per worker unless told otherwise.
+        parts: a.parts.or(a.workers).unwrap_or(d.parts),
         model: parse(&a.model, d.model)?,
         fanouts,
         eval_fanouts,
@@ -238,6 +298,7 @@ fn config(a: &Args) -> Result<TrainConfig, BadInput> {
         device: parse(&a.device, d.device)?,
         normalize: parse(&a.normalize, d.normalize)?,
         cache_mb: a.cache_mb.unwrap_or(d.cache_mb),
+        cache_policy: parse(&a.cache_policy, d.cache_policy)?,
         time_steps,
         merge_plan: a.merge_plan.clone(),
         migration: parse(&a.migration, d.migration)?,
