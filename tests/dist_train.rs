@@ -53,3 +53,58 @@ fn four_workers_give_the_single_worker_gradient_and_accuracy() {
         assert!(recs.iter().any(|r| r["worker"] == w && r["bytes_in"]["features"].as_u64().unwrap() > 0));
     }
 }
+
+fn workers_json(d: &std::path::Path, s: &serde_json::Value) -> Vec<serde_json::Value> {
+    let path = d.join("runs").join(s["run"].as_str().unwrap()).join("workers.json");
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+/// Framing of the feature service (documented in comm::features and comm::frame):
+/// a request is a 16-byte frame header + 4 bytes per id; its reply a 16-byte
+/// header + a 4-byte status + the rows. With two workers every fetch that needs
+/// a remote row sends exactly one request.
+const PER_FETCH: u64 = 16 + 16 + 4;
+const DIM: u64 = 1433;
+
+#[test]
+fn feature_bytes_on_the_socket_match_the_remote_rows() {
+    let tmp = cora();
+    let d = tmp.path();
+    let s = train(d, &["--epochs", "2", "--batch-size", "16", "--workers", "2"]);
+    let done = workers_json(d, &s);
+    assert_eq!(done.len(), 2);
+    let field = |v: &serde_json::Value, path: &[&str]| path.iter().fold(v, |v, k| &v[k]).as_u64().unwrap();
+    let (mut sent, mut received, mut expected) = (0, 0, 0);
+    for w in &done {
+        let remote = field(w, &["fetch", "remote"]);
+        assert!(remote > 0);
+        sent += field(w, &["bytes", "sent", "features"]);
+        received += field(w, &["bytes", "received", "features"]);
+        expected += remote * (DIM * 4 + 4) + field(w, &["remote_fetches"]) * PER_FETCH;
+    }
+    assert_eq!(received, expected, "feature bytes counted on the sockets = remote rows x dim x 4 + framing");
+    assert_eq!(sent, received);
+    assert_eq!(s["bytes"]["features"].as_u64().unwrap(), sent, "the summary sums what the workers sent");
+    let rows = &s["rows"];
+    assert!(rows["remote"].as_u64().unwrap() > 0);
+    assert!(s["miss_rate"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn a_cache_holding_every_remote_row_makes_the_miss_rate_zero() {
+    let tmp = cora();
+    let d = tmp.path();
+    // Cora's 2708 rows x 1433 floats = 15.5 MB: 16 MB holds every remote row.
+    for policy in ["degree", "presample"] {
+        let s = train(
+            d,
+            &["--epochs", "2", "--batch-size", "16", "--workers", "2", "--cache-mb", "16", "--cache-policy", policy],
+        );
+        assert_eq!(s["rows"]["remote"], 0, "{policy}: {s}");
+        assert_eq!(s["miss_rate"], 0.0, "{policy}");
+        assert!(s["rows"]["cache_hit"].as_u64().unwrap() > 0, "{policy}");
+    }
+    // A small cache serves some rows and misses others.
+    let s = train(d, &["--epochs", "1", "--batch-size", "16", "--workers", "2", "--cache-mb", "1"]);
+    assert!(s["rows"]["cache_hit"].as_u64().unwrap() > 0 && s["rows"]["remote"].as_u64().unwrap() > 0, "{s}");
+}
