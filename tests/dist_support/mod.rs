@@ -4,25 +4,20 @@
 
 #![allow(dead_code)]
 
+#[path = "../support/sshd.rs"]
+mod sshd;
+#[path = "../train_support/mod.rs"]
+mod train_support;
+
+#[allow(unused_imports)] // dist_train does not watch processes
+pub use sshd::wait_gone;
+pub use train_support::json;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-
-pub fn leapgnn(data: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_leapgnn")).arg("--data-dir").arg(data).args(args).output().expect("leapgnn runs")
-}
-
-/// Runs `leapgnn ... --json`, asserts success and parses the summary.
-pub fn json(data: &Path, args: &[&str]) -> serde_json::Value {
-    let mut all = args.to_vec();
-    all.push("--json");
-    let out = leapgnn(data, &all);
-    assert!(out.status.success(), "leapgnn {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("bad JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
-}
 
 /// A temp data dir holding Cora (public Planetoid split) as `cora`.
 pub fn cora() -> tempfile::TempDir {
@@ -125,26 +120,6 @@ impl Drop for Driver {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-/// True while `/proc/<pid>` exists and is not a zombie.
-pub fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat.rsplit_once(')').map(|(_, rest)| !rest.trim_start().starts_with('Z')).unwrap_or(false),
-        Err(_) => false,
-    }
-}
-
-/// Waits (bounded) for every pid to be gone; returns those still alive.
-pub fn wait_gone(pids: &[u32], within: Duration) -> Vec<u32> {
-    let deadline = Instant::now() + within;
-    loop {
-        let left: Vec<u32> = pids.iter().copied().filter(|p| alive(*p)).collect();
-        if left.is_empty() || Instant::now() > deadline {
-            return left;
-        }
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
