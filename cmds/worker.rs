@@ -37,7 +37,7 @@ pub fn run(_g: &Global, a: Args) -> anyhow::Result<()> {
     };
     let msg = match &result {
         Ok(v) => ToDriver::Done(v.clone()),
-        Err(e) => ToDriver::Error(format!("{e:#}")),
+        Err(e) => ToDriver::Error(crate::output::one_line(e)),
     };
     reporter.send(&msg)?;
     result.map(|_| ())
