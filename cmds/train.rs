@@ -2,11 +2,15 @@ use crate::Global;
 use crate::output::print_json;
 use anyhow::Context;
 use leapgnn::BadInput;
+use leapgnn::cluster::LocalLauncher;
 use leapgnn::metrics::{EpochRecord, RunInfo, RunSummary, StepRecord};
 use leapgnn::progress::{self, ProgressSink};
 use leapgnn::sample::Fanouts;
+use leapgnn::train::distributed::{DistOptions, GradDump, train_distributed};
 use leapgnn::train::{self, Observer, ResumeOverrides, RunOptions, TrainConfig, TrainError};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 /// Train a GNN with sampled mini-batches. The model has one layer per --fanout
 /// entry (the LeapGNN artifact uses one more; we do not).
@@ -104,6 +108,18 @@ pub struct Args {
     /// Stop after N iterations in total, as if interrupted (after checkpointing).
     #[arg(long, hide = true)]
     pub stop_after: Option<u64>,
+    /// Which remote rows fill the --cache-mb cache: degree or presample [default: degree].
+    #[arg(long)]
+    pub cache_policy: Option<String>,
+    /// Seconds any worker waits for another before failing with that worker's name.
+    #[arg(long, default_value_t = 30.0)]
+    pub comm_timeout: f64,
+    /// With several workers, check every N iterations that all replicas hold the same weights (0: never).
+    #[arg(long, default_value_t = 0)]
+    pub check_replicas: u64,
+    /// Write the first iteration's summed gradient to FILE (raw little-endian f32; for tests).
+    #[arg(long, hide = true, value_name = "FILE")]
+    pub dump_grad: Option<PathBuf>,
 }
 
 /// Hands the run's progress to the chosen display.
@@ -133,21 +149,24 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     let opts = RunOptions { run: a.run.clone(), stop_after: a.stop_after };
     // Bad flags are reported before the dashboard takes the terminal.
     let cfg = match &a.resume {
-        Some(_) => {
+        Some(run) => {
             reject_on_resume(&a)?;
+            reject_multi_worker_resume(&data, run)?;
             None
         }
         None => Some(config(&a)?),
     };
     let mut watch = Watch(progress::choose(progress::interactive(), a.no_tui, g.json, a.json_stream));
+    let mut obs = GradDump { path: a.dump_grad.clone(), inner: &mut watch };
     let result = match (cfg, &a.resume) {
+        (Some(cfg), _) if cfg.workers > 1 => distributed(&data, cfg, &a, &opts, &mut obs),
         (Some(cfg), _) => {
             let name = cfg.dataset.clone();
-            train::train(&data, cfg, &opts, &mut watch).with_context(|| format!("training on {name} failed"))
+            train::train(&data, cfg, &opts, &mut obs).with_context(|| format!("training on {name} failed"))
         }
         (None, Some(run)) => {
             let over = ResumeOverrides { epochs: a.epochs, checkpoint_every: a.checkpoint_every };
-            train::resume(&data, run, &over, &opts, &mut watch).with_context(|| format!("cannot resume run {run}"))
+            train::resume(&data, run, &over, &opts, &mut obs).with_context(|| format!("cannot resume run {run}"))
         }
         (None, None) => unreachable!("a config is built unless resuming"),
     };
@@ -167,6 +186,33 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// W > 1: the driver starts local worker processes (in their own process
+/// group, so Ctrl-C reaches only the driver, which then stops them).
+fn distributed(
+    data: &leapgnn::DataDir,
+    cfg: TrainConfig,
+    a: &Args,
+    opts: &RunOptions,
+    obs: &mut dyn Observer,
+) -> anyhow::Result<RunSummary> {
+    if !(a.comm_timeout.is_finite() && a.comm_timeout > 0.0 && a.comm_timeout <= 86_400.0) {
+        return Err(BadInput::new(format!("--comm-timeout {}: expected seconds in (0, 86400]", a.comm_timeout)).into());
+    }
+    let interrupted: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
+    ctrlc::set_handler(move || interrupted.store(true, Ordering::SeqCst))
+        .context("cannot install the Ctrl-C handler")?;
+    let launcher = LocalLauncher::current(vec!["--data-dir".into(), data.root.display().to_string()])?;
+    let dist = DistOptions {
+        launcher: &launcher,
+        interrupted,
+        comm_timeout: Duration::from_secs_f64(a.comm_timeout),
+        check_replicas: a.check_replicas,
+        dump_grad: a.dump_grad.clone(),
+    };
+    let name = cfg.dataset.clone();
+    train_distributed(data, cfg, opts, &dist, obs).with_context(|| format!("training on {name} failed"))
+}
+
 fn report(s: &RunSummary, dir: &std::path::Path) {
     eprintln!(
         "run {}: test accuracy {:.4} at best validation {:.4} (epoch {}), final loss {:.4}; {}",
@@ -177,6 +223,18 @@ fn report(s: &RunSummary, dir: &std::path::Path) {
         s.final_loss,
         dir.display()
     );
+}
+
+/// Only single-worker runs can be resumed so far.
+fn reject_multi_worker_resume(data: &leapgnn::DataDir, run: &str) -> Result<(), BadInput> {
+    let ck = train::checkpoint::dir(&data.run_dir(run));
+    match train::checkpoint::load_config(&ck) {
+        Ok((cfg, _)) if cfg.workers > 1 => Err(BadInput::new(format!(
+            "--resume {run}: the run used {} workers; resuming multi-worker runs is not supported yet, start a new run",
+            cfg.workers
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// A resumed run keeps its config: flags that would change it are refused.
@@ -200,6 +258,7 @@ fn reject_on_resume(a: &Args) -> Result<(), BadInput> {
         ("--optimizer", a.optimizer.is_some()),
         ("--seed", a.seed.is_some()),
         ("--cache-mb", a.cache_mb.is_some()),
+        ("--cache-policy", a.cache_policy.is_some()),
         ("--time-steps", a.time_steps.is_some()),
         ("--merge-plan", a.merge_plan.is_some()),
         ("--migration", a.migration.is_some()),
@@ -246,7 +305,8 @@ fn config(a: &Args) -> Result<TrainConfig, BadInput> {
         dataset: a.dataset.clone().unwrap_or(d.dataset),
         strategy: parse(&a.strategy, d.strategy)?,
         workers: a.workers.unwrap_or(d.workers),
-        parts: a.parts.unwrap_or(d.parts),
+        // One part per worker unless told otherwise.
+        parts: a.parts.or(a.workers).unwrap_or(d.parts),
         model: parse(&a.model, d.model)?,
         fanouts,
         eval_fanouts,
@@ -264,6 +324,7 @@ fn config(a: &Args) -> Result<TrainConfig, BadInput> {
         device: parse(&a.device, d.device)?,
         normalize: parse(&a.normalize, d.normalize)?,
         cache_mb: a.cache_mb.unwrap_or(d.cache_mb),
+        cache_policy: parse(&a.cache_policy, d.cache_policy)?,
         time_steps,
         merge_plan: a.merge_plan.clone(),
         migration: parse(&a.migration, d.migration)?,

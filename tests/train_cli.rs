@@ -146,10 +146,9 @@ fn bad_input_fails_with_one_error_line_and_exit_2() {
         (&["--model", "gat", "--heads", "5"], "--heads"),
         (&["--dropout", "1.5"], "--dropout"),
         (&["--lr", "0"], "--lr"),
-        (&["--workers", "2"], "not implemented yet"),
+        (&["--workers", "2", "--parts", "3"], "--parts 3 with --workers 2"),
         (&["--strategy", "leapgnn"], "not implemented yet"),
         (&["--time-steps", "auto"], "not implemented yet"),
-        (&["--cache-mb", "64"], "not implemented yet"),
         (&["--device", "cuda"], "--device cuda"),
     ];
     for (extra, needle) in cases {

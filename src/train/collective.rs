@@ -41,3 +41,31 @@ impl Collective for Solo {
         ByteCounts::default()
     }
 }
+
+/// The workers of a distributed job, over their TCP mesh. Every wait is
+/// bounded by `timeout`; gradients are billed as such, the rest as control.
+pub struct MeshCollective<'m> {
+    pub mesh: &'m crate::comm::Mesh,
+    pub timeout: std::time::Duration,
+}
+
+impl Collective for MeshCollective<'_> {
+    fn rank(&self) -> usize {
+        self.mesh.rank()
+    }
+    fn world(&self) -> usize {
+        self.mesh.world()
+    }
+    fn all_reduce_sum(&mut self, buf: &mut [f32]) -> Result<(), CommError> {
+        Ok(self.mesh.all_reduce_sum(buf, crate::comm::Category::Gradients, self.timeout)?)
+    }
+    fn barrier(&mut self) -> Result<(), CommError> {
+        Ok(self.mesh.barrier(self.timeout)?)
+    }
+    fn broadcast(&mut self, buf: &mut Vec<u8>, root: usize) -> Result<(), CommError> {
+        Ok(self.mesh.broadcast(root, buf, crate::comm::Category::Control, self.timeout)?)
+    }
+    fn bytes(&self) -> ByteCounts {
+        self.mesh.bytes()
+    }
+}

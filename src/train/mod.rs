@@ -10,6 +10,7 @@ mod batches;
 pub mod checkpoint;
 mod collective;
 mod config;
+pub mod distributed;
 mod evaluate;
 pub mod strategy;
 mod trainer;
@@ -17,12 +18,12 @@ mod worker;
 
 pub use batches::{Schedule, epoch_order};
 pub use checkpoint::Progress;
-pub use collective::{Collective, CommError, Solo};
+pub use collective::{Collective, CommError, MeshCollective, Solo};
 pub use config::{DeviceKind, Migration, TrainConfig};
 pub use evaluate::accuracies;
 pub use strategy::{Iteration, Strategy, StrategyKind};
 pub use trainer::{LoopInput, run_loop};
-pub use worker::{GraphData, StepStats, Worker};
+pub use worker::{FeatureSource, GraphData, StepStats, Worker};
 
 use crate::format::{DatasetFile, FormatError, write_atomic};
 use crate::metrics::{EpochRecord, JsonlSink, RunInfo, RunSummary, StepRecord};
@@ -74,6 +75,8 @@ pub trait Observer {
     fn stop_requested(&self) -> bool {
         false
     }
+    /// The iteration's summed gradient (all workers), before the optimizer step.
+    fn gradient(&mut self, _global_iteration: u64, _grad: &[f32]) {}
 }
 
 /// Observes nothing.
@@ -139,7 +142,7 @@ pub fn resume(
 }
 
 /// Train, validation and test ids that have a label, checked.
-fn splits(ds: &DatasetFile, name: &str) -> Result<[Vec<u32>; 3], BadInput> {
+pub(crate) fn splits(ds: &DatasetFile, name: &str) -> Result<[Vec<u32>; 3], BadInput> {
     if ds.num_classes() == 0 {
         return Err(BadInput::new(format!(
             "dataset `{name}` has no labels (0 classes); import it with labels, or generate some (`leapgnn download ... --generated-classes K`)"
@@ -172,23 +175,10 @@ fn execute(
     stop_after: Option<u64>,
     obs: &mut dyn Observer,
 ) -> Result<RunSummary, TrainError> {
-    let device = cfg.device.open()?;
     let path = crate::datasets::ensure_dataset(data, &cfg.dataset).map_err(TrainError::Dataset)?;
     let ds = DatasetFile::open_verified(&path)?;
     let [train, val, test] = splits(&ds, &cfg.dataset)?;
-    let spec = ModelSpec {
-        kind: cfg.model,
-        in_dim: ds.feature_dim(),
-        hidden: cfg.hidden,
-        classes: ds.num_classes(),
-        layers: cfg.fanouts.layers(),
-        heads: cfg.heads,
-        dropout: cfg.dropout,
-    };
-    spec.check()?;
-    let mut params = Params::new(cfg.seed);
-    let model = Model::new(&spec, &mut params, &device)?;
-    let mut opt = cfg.optimizer.build(params.numel(), cfg.lr, cfg.weight_decay);
+    let (model, params, mut opt, device) = build_model(&cfg, &ds)?;
     let ck = checkpoint::dir(run_dir);
     let progress = if resuming { checkpoint::restore(&ck, &params, opt.as_mut())? } else { Progress::default() };
     write_atomic(run_dir.join("config.json"), &serde_json::to_vec_pretty(&cfg).expect("config serialises"))?;
@@ -238,6 +228,28 @@ fn execute(
     Ok(summary)
 }
 
+/// The model of `cfg` for `ds` (seeded initial weights), its optimizer, and the device.
+pub(crate) fn build_model(
+    cfg: &TrainConfig,
+    ds: &DatasetFile,
+) -> Result<(Model, Params, Box<dyn crate::optim::Optimizer>, candle_core::Device), TrainError> {
+    let device = cfg.device.open()?;
+    let spec = ModelSpec {
+        kind: cfg.model,
+        in_dim: ds.feature_dim(),
+        hidden: cfg.hidden,
+        classes: ds.num_classes(),
+        layers: cfg.fanouts.layers(),
+        heads: cfg.heads,
+        dropout: cfg.dropout,
+    };
+    spec.check()?;
+    let mut params = Params::new(cfg.seed);
+    let model = Model::new(&spec, &mut params, &device)?;
+    let opt = cfg.optimizer.build(params.numel(), cfg.lr, cfg.weight_decay);
+    Ok((model, params, opt, device))
+}
+
 /// Appends every step record to `metrics.jsonl`, then passes it on.
 struct Recording<'a> {
     sink: JsonlSink,
@@ -262,6 +274,9 @@ impl Observer for Recording<'_> {
     fn stop_requested(&self) -> bool {
         self.inner.stop_requested()
     }
+    fn gradient(&mut self, i: u64, g: &[f32]) {
+        self.inner.gradient(i, g);
+    }
 }
 
 /// A run name becomes a directory under `runs/`: one plain path component.
@@ -275,7 +290,11 @@ fn check_name(name: &str, flag: &str) -> Result<(), BadInput> {
 
 /// Creates `runs/<run>/`: the requested name (which must be new), or
 /// `<dataset>-<model>-<unix time>[-n]`.
-fn new_run_dir(data: &DataDir, requested: Option<&str>, cfg: &TrainConfig) -> Result<(String, PathBuf), TrainError> {
+pub(crate) fn new_run_dir(
+    data: &DataDir,
+    requested: Option<&str>,
+    cfg: &TrainConfig,
+) -> Result<(String, PathBuf), TrainError> {
     let runs = data.runs_dir();
     std::fs::create_dir_all(&runs).map_err(|e| TrainError::Io { path: runs.clone(), source: e })?;
     if let Some(name) = requested {

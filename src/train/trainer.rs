@@ -7,6 +7,7 @@ use super::checkpoint::{self, Progress};
 use super::evaluate::accuracies;
 use super::strategy::{Iteration, Strategy};
 use super::{Collective, Observer, TrainConfig, TrainError, Worker, batches};
+use crate::comm::ByteCounts;
 use crate::metrics::{EpochRecord, StepRecord, add_bytes};
 use crate::optim::Optimizer;
 use crate::util::rng::hash_of;
@@ -50,6 +51,7 @@ pub fn run_loop(
         let sched = batches::Schedule::new(&order, coll.world(), cfg.batch_size);
         while (p.iteration as usize) < sched.iterations() {
             let t0 = Instant::now();
+            let bytes0 = coll.bytes();
             let it = Iteration {
                 epoch: p.epoch,
                 index: p.iteration,
@@ -63,12 +65,13 @@ pub fn run_loop(
             let n = grad.len() - 1;
             let loss_share = strategy.iteration(w, &it, &mut grad[..n], &mut records)?;
 
-            // Strategies record their own traffic per time step; the gradient
-            // all-reduce is billed to the iteration's last record.
+            // Strategies may record their own traffic per time step; whatever the
+            // iteration moved beyond that (the gradient all-reduce, model-centric's
+            // feature fetches) is billed to its last record.
             let ts = Instant::now();
-            let bytes0 = coll.bytes();
             grad[n] = loss_share as f32;
             coll.all_reduce_sum(&mut grad).map_err(TrainError::Comm)?;
+            obs.gradient(p.global_iteration, &grad[..n]);
             let loss = grad[n] as f64;
             if !loss.is_finite() {
                 return Err(TrainError::NonFiniteLoss { epoch: p.epoch, iteration: p.iteration, value: loss });
@@ -76,7 +79,12 @@ pub fn run_loop(
             let mut weights = w.params.flat_values()?;
             opt.step(&mut weights, &grad[..n]);
             w.params.set_flat(&weights)?;
-            let moved = coll.bytes().since(&bytes0);
+            let mut recorded = ByteCounts::default();
+            for r in &records {
+                add_bytes(&mut recorded.sent, &r.bytes_out);
+                add_bytes(&mut recorded.received, &r.bytes_in);
+            }
+            let moved = coll.bytes().since(&bytes0).since(&recorded);
             if let Some(last) = records.last_mut() {
                 last.sync_seconds = ts.elapsed().as_secs_f64();
                 add_bytes(&mut last.bytes_out, &moved.sent);
