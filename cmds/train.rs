@@ -2,9 +2,10 @@ use crate::Global;
 use crate::output::print_json;
 use anyhow::Context;
 use leapgnn::BadInput;
-use leapgnn::metrics::{EpochRecord, RunSummary};
+use leapgnn::metrics::{EpochRecord, RunInfo, RunSummary, StepRecord};
+use leapgnn::progress::{self, ProgressSink};
 use leapgnn::sample::Fanouts;
-use leapgnn::train::{self, Observer, ResumeOverrides, RunOptions, TrainConfig};
+use leapgnn::train::{self, Observer, ResumeOverrides, RunOptions, TrainConfig, TrainError};
 use std::path::PathBuf;
 
 /// Train a GNN with sampled mini-batches. The model has one layer per --fanout
@@ -94,46 +95,71 @@ pub struct Args {
     /// Continue run RUN from its last checkpoint (only --epochs and --checkpoint-every may change).
     #[arg(long, value_name = "RUN")]
     pub resume: Option<String>,
-    /// Plain progress lines instead of the dashboard.
+    /// Progress bars on stderr (plain lines when stderr is not a terminal) instead of the dashboard.
     #[arg(long)]
     pub no_tui: bool,
+    /// Every metrics record as a JSON line on stdout, as it happens (for pipelines; no dashboard).
+    #[arg(long)]
+    pub json_stream: bool,
     /// Stop after N iterations in total, as if interrupted (after checkpointing).
     #[arg(long, hide = true)]
     pub stop_after: Option<u64>,
 }
 
-/// Progress lines on stderr.
-struct Lines;
+/// Hands the run's progress to the chosen display.
+struct Watch(Box<dyn ProgressSink>);
 
-impl Observer for Lines {
-    fn epoch(&mut self, e: &EpochRecord, epochs: u64) {
-        eprintln!(
-            "epoch {:>3}/{epochs}  loss {:.4}  val {:.4}  test {:.4}  {:.2} s (+{:.2} s eval)",
-            e.epoch + 1,
-            e.loss,
-            e.val_accuracy,
-            e.test_accuracy,
-            e.seconds,
-            e.eval_seconds
-        );
+impl Observer for Watch {
+    fn start(&mut self, info: &RunInfo) {
+        self.0.start(info);
+    }
+    fn step(&mut self, r: &StepRecord) -> Result<(), TrainError> {
+        self.0.record(r);
+        Ok(())
+    }
+    fn epoch(&mut self, e: &EpochRecord, _epochs: u64) {
+        self.0.epoch(e);
+    }
+    fn event(&mut self, msg: &str) {
+        self.0.event(msg);
+    }
+    fn stop_requested(&self) -> bool {
+        self.0.stop_requested()
     }
 }
 
 pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     let data = g.data();
     let opts = RunOptions { run: a.run.clone(), stop_after: a.stop_after };
-    let mut lines = Lines;
-    let mut quiet = train::Quiet;
-    let obs: &mut dyn Observer = if g.json { &mut quiet } else { &mut lines };
-    let summary = if let Some(run) = &a.resume {
-        reject_on_resume(&a)?;
-        let over = ResumeOverrides { epochs: a.epochs, checkpoint_every: a.checkpoint_every };
-        train::resume(&data, run, &over, &opts, obs).with_context(|| format!("cannot resume run {run}"))?
-    } else {
-        let cfg = config(&a)?;
-        let name = cfg.dataset.clone();
-        train::train(&data, cfg, &opts, obs).with_context(|| format!("training on {name} failed"))?
+    // Bad flags are reported before the dashboard takes the terminal.
+    let cfg = match &a.resume {
+        Some(_) => {
+            reject_on_resume(&a)?;
+            None
+        }
+        None => Some(config(&a)?),
     };
+    let mut watch = Watch(progress::choose(progress::interactive(), a.no_tui, g.json, a.json_stream));
+    let result = match (cfg, &a.resume) {
+        (Some(cfg), _) => {
+            let name = cfg.dataset.clone();
+            train::train(&data, cfg, &opts, &mut watch).with_context(|| format!("training on {name} failed"))
+        }
+        (None, Some(run)) => {
+            let over = ResumeOverrides { epochs: a.epochs, checkpoint_every: a.checkpoint_every };
+            train::resume(&data, run, &over, &opts, &mut watch).with_context(|| format!("cannot resume run {run}"))
+        }
+        (None, None) => unreachable!("a config is built unless resuming"),
+    };
+    // The terminal is back before anything else is printed.
+    watch.0.finish();
+    let summary = result?;
+    if watch.0.stop_requested() {
+        eprintln!(
+            "stopped on request after iteration {}, checkpoint written; continue with `leapgnn train --resume {}`",
+            summary.iterations, summary.run
+        );
+    }
     if g.json {
         return print_json(&summary);
     }

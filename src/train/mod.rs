@@ -25,7 +25,7 @@ pub use trainer::{LoopInput, run_loop};
 pub use worker::{GraphData, StepStats, Worker};
 
 use crate::format::{DatasetFile, FormatError, write_atomic};
-use crate::metrics::{EpochRecord, JsonlSink, RunSummary, StepRecord};
+use crate::metrics::{EpochRecord, JsonlSink, RunInfo, RunSummary, StepRecord};
 use crate::model::{Model, ModelSpec, Params};
 use crate::{BadInput, DataDir};
 use std::path::{Path, PathBuf};
@@ -62,10 +62,18 @@ pub enum TrainError {
 
 /// Receives what the loop produces (progress lines, the TUI, the driver).
 pub trait Observer {
+    /// Before the first iteration: what runs, and from where.
+    fn start(&mut self, _info: &RunInfo) {}
     fn step(&mut self, _r: &StepRecord) -> Result<(), TrainError> {
         Ok(())
     }
     fn epoch(&mut self, _e: &EpochRecord, _epochs: u64) {}
+    /// Something worth a log line (a checkpoint was written).
+    fn event(&mut self, _msg: &str) {}
+    /// Polled after every iteration: true stops the run after a checkpoint.
+    fn stop_requested(&self) -> bool {
+        false
+    }
 }
 
 /// Observes nothing.
@@ -196,6 +204,19 @@ fn execute(
     worker.norm = cfg.normalize;
     let mut strategy = strategy::build(cfg.strategy)?;
     let inp = LoopInput { cfg: &cfg, train: &train, val: &val, test: &test, checkpoint_dir: Some(&ck), stop_after };
+    obs.start(&RunInfo {
+        run: run.to_string(),
+        dataset: cfg.dataset.clone(),
+        strategy: cfg.strategy.to_string(),
+        model: cfg.model.to_string(),
+        workers: Solo.world() as u32,
+        time_steps: strategy.time_steps(),
+        epochs: cfg.epochs,
+        iterations_per_epoch: batches::Schedule::new(&train, Solo.world(), cfg.batch_size).iterations() as u64,
+        start_epoch: progress.epoch,
+        start_iteration: progress.iteration,
+    });
+    obs.event("worker 0 started in this process");
     let result = run_loop(&inp, &mut worker, &mut Solo, strategy.as_mut(), opt.as_mut(), progress, &mut obs);
     obs.sink.flush()?;
     let p = result?;
@@ -231,6 +252,15 @@ impl Observer for Recording<'_> {
     fn epoch(&mut self, e: &EpochRecord, epochs: u64) {
         let _ = self.sink.flush();
         self.inner.epoch(e, epochs);
+    }
+    fn start(&mut self, info: &RunInfo) {
+        self.inner.start(info);
+    }
+    fn event(&mut self, msg: &str) {
+        self.inner.event(msg);
+    }
+    fn stop_requested(&self) -> bool {
+        self.inner.stop_requested()
     }
 }
 

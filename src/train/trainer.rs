@@ -92,9 +92,10 @@ pub fn run_loop(
             p.epoch_seconds += t0.elapsed().as_secs_f64();
             p.iteration += 1;
             p.global_iteration += 1;
-            let stop = inp.stop_after == Some(p.global_iteration);
+            let stop = inp.stop_after == Some(p.global_iteration) || obs.stop_requested();
             if stop || (cfg.checkpoint_every > 0 && p.global_iteration.is_multiple_of(cfg.checkpoint_every)) {
                 save(&p, w, opt)?;
+                obs.event(&format!("checkpoint written after iteration {}", p.global_iteration));
             }
             if stop {
                 return Ok(p);
@@ -121,5 +122,6 @@ pub fn run_loop(
     }
     // The final state (a periodic checkpoint at the last iteration predates the last evaluation).
     save(&p, w, opt)?;
+    obs.event("final checkpoint written");
     Ok(p)
 }
