@@ -51,16 +51,58 @@ pub fn dropout_rows(x: &Tensor, p: f32, row_key: impl Fn(usize) -> u64 + Sync) -
 /// gradient flows where the output is positive), where candle's relu and mul
 /// take a dozen passes over the tensor in backward.
 pub fn relu_dropout(x: &Tensor, p: f32, row_key: impl Fn(usize) -> u64 + Sync) -> Result<Tensor> {
-    if !x.device().is_cpu() {
-        return dropout_rows(&x.relu()?, p, row_key);
-    }
     let (rows, cols) = x.dims2()?;
-    let mask = (p > 0.0).then(|| {
-        let mut m = vec![1f32; rows * cols];
-        dropout_in_place(&mut m, cols, p, row_key);
-        Arc::new(m)
-    });
-    x.contiguous()?.apply_op1(ReluMask { mask })
+    ReluDropout::new(rows, cols, p, row_key).apply(x)
+}
+
+/// relu followed by dropout, with the mask drawn up front so that the op can
+/// run on its own (`apply`) or as the epilogue of the op that produces its
+/// input (`linear::linear` fuses it into the first layer's matmul).
+#[derive(Clone, Debug)]
+pub struct ReluDropout {
+    /// Inverted-dropout scale or 0 per element; None without dropout.
+    mask: Option<Arc<Vec<f32>>>,
+}
+
+impl ReluDropout {
+    pub fn new(rows: usize, cols: usize, p: f32, row_key: impl Fn(usize) -> u64 + Sync) -> Self {
+        let mask = (p > 0.0).then(|| {
+            let mut m = vec![1f32; rows * cols];
+            dropout_in_place(&mut m, cols, p, row_key);
+            Arc::new(m)
+        });
+        ReluDropout { mask }
+    }
+
+    pub fn apply(&self, x: &Tensor) -> Result<Tensor> {
+        if !x.device().is_cpu() {
+            let h = x.relu()?;
+            return match &self.mask {
+                Some(m) => h.mul(&Tensor::from_slice(m, h.shape(), h.device())?),
+                None => Ok(h),
+            };
+        }
+        x.contiguous()?.apply_op1(ReluMask(self.clone()))
+    }
+
+    /// y <- relu(y) * mask, in place (`y` is the whole tensor).
+    pub(crate) fn forward_in_place(&self, y: &mut [f32]) {
+        const CHUNK: usize = 1 << 14;
+        match &self.mask {
+            Some(m) => {
+                assert_eq!(m.len(), y.len(), "relu-dropout mask does not fit its input");
+                y.par_chunks_mut(CHUNK)
+                    .zip(m.par_chunks(CHUNK))
+                    .for_each(|(y, m)| y.iter_mut().zip(m).for_each(|(v, &k)| *v = v.max(0.0) * k));
+            }
+            None => y.par_chunks_mut(CHUNK).for_each(|y| y.iter_mut().for_each(|v| *v = v.max(0.0))),
+        }
+    }
+
+    /// The gradient of the input from the output `y` and its gradient.
+    pub(crate) fn input_grad(&self, y: &Tensor, grad: &Tensor) -> Result<Tensor> {
+        y.contiguous()?.apply_op2_no_bwd(&grad.contiguous()?, &ReluMaskBwd(self.clone()))
+    }
 }
 
 fn f32s<'a>(s: &'a CpuStorage, l: &Layout) -> Result<&'a [f32]> {
@@ -70,45 +112,42 @@ fn f32s<'a>(s: &'a CpuStorage, l: &Layout) -> Result<&'a [f32]> {
     }
 }
 
-/// y = max(x, 0) * mask (mask = inverted-dropout scale or 0, or all ones).
-struct ReluMask {
-    mask: Option<Arc<Vec<f32>>>,
-}
+struct ReluMask(ReluDropout);
 
 impl CustomOp1 for ReluMask {
     fn name(&self) -> &'static str {
         "relu-dropout"
     }
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
-        let x = f32s(s, l)?;
-        let out = match &self.mask {
-            Some(m) => x.iter().zip(m.iter()).map(|(&v, &k)| v.max(0.0) * k).collect(),
-            None => x.iter().map(|&v| v.max(0.0)).collect(),
-        };
+        let mut out = f32s(s, l)?.to_vec();
+        self.0.forward_in_place(&mut out);
         Ok((CpuStorage::F32(out), l.shape().clone()))
     }
     fn bwd(&self, _x: &Tensor, res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
-        let op = ReluMaskBwd { mask: self.mask.clone() };
-        Ok(Some(res.contiguous()?.apply_op2_no_bwd(&grad.contiguous()?, &op)?))
+        Ok(Some(self.0.input_grad(res, grad)?))
     }
 }
 
 /// (output, grad of output) -> grad of input: grad * mask where the output is positive.
-struct ReluMaskBwd {
-    mask: Option<Arc<Vec<f32>>>,
-}
+struct ReluMaskBwd(ReluDropout);
 
 impl CustomOp2 for ReluMaskBwd {
     fn name(&self) -> &'static str {
         "relu-dropout-backward"
     }
     fn cpu_fwd(&self, sy: &CpuStorage, ly: &Layout, sg: &CpuStorage, lg: &Layout) -> Result<(CpuStorage, Shape)> {
+        const CHUNK: usize = 1 << 14;
         let (y, g) = (f32s(sy, ly)?, f32s(sg, lg)?);
-        let pass = |&y: &f32| (y > 0.0) as u32 as f32;
-        let out = match &self.mask {
-            Some(m) => y.iter().zip(g).zip(m.iter()).map(|((y, &g), &k)| pass(y) * g * k).collect(),
-            None => y.iter().zip(g).map(|(y, &g)| pass(y) * g).collect(),
-        };
+        let mut out = vec![0f32; y.len()];
+        out.par_chunks_mut(CHUNK).zip(y.par_chunks(CHUNK)).zip(g.par_chunks(CHUNK)).enumerate().for_each(
+            |(c, ((o, y), g))| {
+                let m = self.0.mask.as_ref().map(|m| &m[c * CHUNK..c * CHUNK + o.len()]);
+                for (i, (o, (&y, &g))) in o.iter_mut().zip(y.iter().zip(g)).enumerate() {
+                    // Where the output is positive the input was, and the mask kept it.
+                    *o = ((y > 0.0) as u32 as f32) * g * m.map_or(1.0, |m| m[i]);
+                }
+            },
+        );
         Ok((CpuStorage::F32(out), ly.shape().clone()))
     }
 }

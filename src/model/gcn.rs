@@ -28,6 +28,6 @@ impl GcnLayer {
     /// Aggregate first, then transform: the aggregate has only the destination rows.
     pub fn forward(&self, inp: &LayerInput<'_>) -> Result<Tensor> {
         let agg = csr_op::weighted_sum(inp.x, inp.graph, inp.kernel)?;
-        self.lin.forward(&agg)
+        self.lin.forward(&agg, inp.activation)
     }
 }

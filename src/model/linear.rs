@@ -7,6 +7,7 @@
 //! only dW = grad^T x (and db = column sums of grad, which candle's
 //! broadcast-add backward computes with a slow strided reduction).
 
+use super::dropout::ReluDropout;
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, Device, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
@@ -23,23 +24,29 @@ impl Linear {
         Linear { w, b, fast }
     }
 
-    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        linear(x, &self.w, self.b.as_ref(), self.fast)
+    /// `act(x W^T + b)`, `act` = identity when None.
+    pub fn forward(&self, x: &Tensor, act: Option<&ReluDropout>) -> Result<Tensor> {
+        linear(x, &self.w, self.b.as_ref(), self.fast, act)
     }
 }
 
-/// x W^T + b; `fast` allows the custom op for a constant `x` (CPU tensors only).
-pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>, fast: bool) -> Result<Tensor> {
+/// `act(x W^T + b)`; `fast` allows the custom op for a constant `x` (CPU
+/// tensors only), which also runs `act` as its epilogue.
+pub fn linear(x: &Tensor, w: &Tensor, b: Option<&Tensor>, fast: bool, act: Option<&ReluDropout>) -> Result<Tensor> {
     if fast && !x.track_op() {
-        let op = ConstInput { x: x.contiguous()? };
+        let op = ConstInput { x: x.contiguous()?, act: act.cloned() };
         return match b {
             Some(b) => w.contiguous()?.apply_op2(&b.contiguous()?, op),
             None => w.contiguous()?.apply_op1(op),
         };
     }
     let y = x.matmul(&w.t()?)?;
-    match b {
-        Some(b) => y.broadcast_add(b),
+    let y = match b {
+        Some(b) => y.broadcast_add(b)?,
+        None => y,
+    };
+    match act {
+        Some(a) => a.apply(&y),
         None => Ok(y),
     }
 }
@@ -51,17 +58,39 @@ fn f32s<'a>(s: &'a CpuStorage, l: &Layout) -> Result<&'a [f32]> {
     }
 }
 
-/// (W) -> x W^T, or (W, b) -> x W^T + b, for a constant x.
+/// (W) -> act(x W^T), or (W, b) -> act(x W^T + b), for a constant x.
 struct ConstInput {
     x: Tensor,
+    act: Option<ReluDropout>,
 }
 
 impl ConstInput {
-    fn product(&self, w: &[f32], wl: &Layout) -> Result<(Vec<f32>, Shape)> {
+    fn product(&self, w: &[f32], wl: &Layout, b: Option<&[f32]>) -> Result<(Vec<f32>, Shape)> {
         let w = Tensor::from_slice(w, wl.shape(), &Device::Cpu)?;
         let y = self.x.matmul(&w.t()?)?;
         let shape = y.shape().clone();
-        Ok((y.flatten_all()?.to_vec1::<f32>()?, shape))
+        let mut y = y.flatten_all()?.to_vec1::<f32>()?;
+        let d = wl.dims()[0].max(1);
+        if let Some(b) = b
+            && b.len() != d
+        {
+            candle_core::bail!("const-input-affine: bias has {} values for {d} outputs", b.len());
+        }
+        if let Some(b) = b {
+            y.par_chunks_mut(d).with_min_len(256).for_each(|row| row.iter_mut().zip(b).for_each(|(v, c)| *v += c));
+        }
+        if let Some(a) = &self.act {
+            a.forward_in_place(&mut y);
+        }
+        Ok((y, shape))
+    }
+
+    /// The gradient of the pre-activation output.
+    fn pre_grad(&self, res: &Tensor, grad: &Tensor) -> Result<Tensor> {
+        match &self.act {
+            Some(a) => a.input_grad(res, grad),
+            None => grad.contiguous(),
+        }
     }
 }
 
@@ -70,11 +99,11 @@ impl CustomOp1 for ConstInput {
         "const-input-matmul"
     }
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
-        let (y, shape) = self.product(f32s(s, l)?, l)?;
+        let (y, shape) = self.product(f32s(s, l)?, l, None)?;
         Ok((CpuStorage::F32(y), shape))
     }
-    fn bwd(&self, _w: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
-        Ok(Some(grad.t()?.matmul(&self.x)?))
+    fn bwd(&self, _w: &Tensor, res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
+        Ok(Some(self.pre_grad(res, grad)?.t()?.matmul(&self.x)?))
     }
 }
 
@@ -83,19 +112,12 @@ impl CustomOp2 for ConstInput {
         "const-input-affine"
     }
     fn cpu_fwd(&self, sw: &CpuStorage, lw: &Layout, sb: &CpuStorage, lb: &Layout) -> Result<(CpuStorage, Shape)> {
-        let (mut y, shape) = self.product(f32s(sw, lw)?, lw)?;
-        let b = f32s(sb, lb)?;
-        if b.len() != lw.dims()[0] {
-            candle_core::bail!("const-input-affine: bias has {} values for {} outputs", b.len(), lw.dims()[0]);
-        }
-        y.par_chunks_mut(b.len().max(1))
-            .with_min_len(256)
-            .for_each(|row| row.iter_mut().zip(b).for_each(|(v, c)| *v += c));
+        let (y, shape) = self.product(f32s(sw, lw)?, lw, Some(f32s(sb, lb)?))?;
         Ok((CpuStorage::F32(y), shape))
     }
-    fn bwd(&self, _w: &Tensor, _b: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<(Option<Tensor>, Option<Tensor>)> {
-        let grad = grad.contiguous()?;
-        Ok((Some(grad.t()?.matmul(&self.x)?), Some(grad.apply_op1_no_bwd(&ColumnSum)?)))
+    fn bwd(&self, _w: &Tensor, _b: &Tensor, res: &Tensor, grad: &Tensor) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let g = self.pre_grad(res, grad)?;
+        Ok((Some(g.t()?.matmul(&self.x)?), Some(g.apply_op1_no_bwd(&ColumnSum)?)))
     }
 }
 
@@ -141,11 +163,12 @@ mod tests {
         let w0 = Tensor::arange(0f32, 15.0, &dev).unwrap().reshape((3, 5)).unwrap().affine(0.05, -0.3).unwrap();
         let b0 = Tensor::new(&[0.1f32, -0.2, 0.3], &dev).unwrap();
         let probe = Tensor::arange(0f32, 3300.0, &dev).unwrap().reshape((1100, 3)).unwrap().sin().unwrap();
-        for with_bias in [false, true] {
+        let act = ReluDropout::new(1100, 3, 0.3, |i| i as u64);
+        for (with_bias, act) in [(false, None), (true, None), (false, Some(&act)), (true, Some(&act))] {
             let run = |fast: bool| {
                 let (w, b) = (Var::from_tensor(&w0).unwrap(), Var::from_tensor(&b0).unwrap());
                 let lin = Linear { w: w.as_tensor().clone(), b: with_bias.then(|| b.as_tensor().clone()), fast };
-                let y = lin.forward(&x).unwrap();
+                let y = lin.forward(&x, act).unwrap();
                 let g = (&y * &probe).unwrap().sum_all().unwrap().backward().unwrap();
                 let mut out = vec![y.flatten_all().unwrap().to_vec1::<f32>().unwrap()];
                 out.push(g.get(w.as_tensor()).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap());

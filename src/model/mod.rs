@@ -24,7 +24,7 @@ use crate::graph::CsrView;
 use crate::sample::{Blocks, Fanouts};
 use crate::util::rng::hash_of;
 use candle_core::{Device, Result, Tensor};
-use dropout::{dropout_in_place, dropout_rows, relu_dropout, vertex_row_key};
+use dropout::{ReluDropout, dropout_in_place, dropout_rows, vertex_row_key};
 use gat::GatLayer;
 use gcn::GcnLayer;
 use sage::{SageAggr, SageLayer};
@@ -132,6 +132,9 @@ pub struct LayerInput<'a> {
     pub kernel: Kernel,
     /// (rate, site key) when attention dropout is on.
     pub attention_dropout: Option<(f32, u64)>,
+    /// Applied to the layer's output (fused when the layer can): relu and the
+    /// next layer's dropout. Never set for GAT, whose activation is ELU.
+    pub activation: Option<&'a ReluDropout>,
 }
 
 /// Training (seeded dropout under `key`) or evaluation.
@@ -236,7 +239,24 @@ impl Model {
                 }
                 _ => None,
             };
-            let inp = LayerInput { x: &h, graph: &p.graphs[i], ids, kernel: self.kernel, attention_dropout };
+            // After a hidden layer: the non-linearity, then the dropout of the
+            // next layer's input (its rows are this layer's destinations).
+            let next = p.blocks.layers.get(i + 1).map(|b| &b.src[..]).unwrap_or(&[]);
+            let (rate, site) = match mode {
+                Mode::Train { key } => (self.spec.dropout, Self::feature_site(key, i + 1)),
+                Mode::Eval => (0.0, 0),
+            };
+            let key = |r: usize| vertex_row_key(site, next[r]);
+            let relu = (i < last && !matches!(layer, Layer::Gat(_)))
+                .then(|| ReluDropout::new(next.len(), self.spec.hidden, rate, key));
+            let inp = LayerInput {
+                x: &h,
+                graph: &p.graphs[i],
+                ids,
+                kernel: self.kernel,
+                attention_dropout,
+                activation: relu.as_ref(),
+            };
             let out = match layer {
                 Layer::Sage(s) => s.forward(&inp)?,
                 Layer::Gcn(c) => c.forward(&inp)?,
@@ -245,17 +265,9 @@ impl Model {
             if i == last {
                 return Ok(out);
             }
-            // The non-linearity, then the dropout of the next layer's input (its
-            // rows are this layer's destinations, the next layer's sources).
-            let next = &p.blocks.layers[i + 1].src[..];
-            let (rate, site) = match mode {
-                Mode::Train { key } => (self.spec.dropout, Self::feature_site(key, i + 1)),
-                Mode::Eval => (0.0, 0),
-            };
-            let key = |r: usize| vertex_row_key(site, next[r]);
             h = match layer {
                 Layer::Gat(_) => dropout_rows(&out.elu(1.0)?, rate, key)?,
-                _ => relu_dropout(&out, rate, key)?,
+                _ => out,
             };
         }
         unreachable!("a model has at least one layer")

@@ -44,6 +44,6 @@ impl SageLayer {
         };
         let both = csr_op::aggregate_with_self(inp.x, inp.graph, reduce, inp.kernel)?;
         let w = Tensor::cat(&[&self.w_l, &self.w_r], 1)?;
-        linear(&both, &w, Some(&self.b_l), inp.kernel == csr_op::Kernel::Fast)
+        linear(&both, &w, Some(&self.b_l), inp.kernel == csr_op::Kernel::Fast, inp.activation)
     }
 }
