@@ -9,6 +9,7 @@ pub mod error;
 pub mod format;
 pub mod gather;
 pub mod graph;
+pub mod locality;
 pub mod metrics;
 pub mod model;
 pub mod optim;

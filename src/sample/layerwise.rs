@@ -22,6 +22,15 @@ impl<'g> LayerSampler<'g> {
     pub fn layers(&self) -> usize {
         self.budgets.len()
     }
+    pub fn graph(&self) -> CsrView<'g> {
+        self.graph
+    }
+    pub fn budgets(&self) -> &[usize] {
+        &self.budgets
+    }
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
 
     /// Blocks for `roots` (distinct). Weighted sampling without replacement by
     /// exponential keys (Efraimidis-Spirakis): candidate v with weight w gets
@@ -33,6 +42,7 @@ impl<'g> LayerSampler<'g> {
         let mut out: Vec<Block> = Vec::with_capacity(self.layers());
         let mut cand: Vec<u32> = Vec::new();
         let mut weight: Vec<u32> = Vec::new();
+        let (mut keyed, mut keep) = (Vec::new(), Vec::new());
         for layer in (0..self.layers()).rev() {
             let dst = out.last().map(|b| &b.src[..]).unwrap_or(roots);
             cand.clear();
@@ -46,26 +56,8 @@ impl<'g> LayerSampler<'g> {
                     weight[p] += 1;
                 }
             }
-            let budget = self.budgets[layer];
-            let mut keep = vec![true; cand.len()];
-            if cand.len() > budget {
-                let lk = layer_key(self.seed, epoch, layer as u64);
-                let mut keyed: Vec<(f64, u32)> = cand
-                    .iter()
-                    .zip(&weight)
-                    .enumerate()
-                    .map(|(p, (&v, &w))| {
-                        // Top 53 bits as a uniform in (0, 1].
-                        let u = ((vertex_key(lk, v) >> 11) + 1) as f64 / (1u64 << 53) as f64;
-                        (-u.ln() / w as f64, p as u32)
-                    })
-                    .collect();
-                keyed.select_nth_unstable_by(budget, |a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-                keep.iter_mut().for_each(|k| *k = false);
-                for &(_, p) in &keyed[..budget] {
-                    keep[p as usize] = true;
-                }
-            }
+            let lk = layer_key(self.seed, epoch, layer as u64);
+            keep_by_importance(&cand, &weight, lk, self.budgets[layer], &mut keyed, &mut keep);
             let mut indptr = Vec::with_capacity(dst.len() + 1);
             let mut nbrs = Vec::new();
             indptr.push(0u32);
@@ -82,6 +74,35 @@ impl<'g> LayerSampler<'g> {
         }
         out.reverse();
         Blocks { layers: out }
+    }
+}
+
+/// Which candidates a layer keeps: all when they fit the budget, else the
+/// `budget` smallest exponential keys -ln(u_v)/w_v (Efraimidis-Spirakis), ties
+/// broken by position. `keep[p]` answers for `cand[p]`; both buffers are reused.
+pub(super) fn keep_by_importance(
+    cand: &[u32],
+    weight: &[u32],
+    layer_key: u64,
+    budget: usize,
+    keyed: &mut Vec<(f64, u32)>,
+    keep: &mut Vec<bool>,
+) {
+    keep.clear();
+    if cand.len() <= budget {
+        keep.resize(cand.len(), true);
+        return;
+    }
+    keep.resize(cand.len(), false);
+    keyed.clear();
+    keyed.extend(cand.iter().zip(weight).enumerate().map(|(p, (&v, &w))| {
+        // Top 53 bits as a uniform in (0, 1].
+        let u = ((vertex_key(layer_key, v) >> 11) + 1) as f64 / (1u64 << 53) as f64;
+        (-u.ln() / w as f64, p as u32)
+    }));
+    keyed.select_nth_unstable_by(budget, |a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    for &(_, p) in &keyed[..budget] {
+        keep[p as usize] = true;
     }
 }
 

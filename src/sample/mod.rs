@@ -10,6 +10,7 @@
 mod block;
 mod draw;
 mod fanout;
+mod layer_nodes;
 mod layerwise;
 mod micrograph;
 mod node_map;
@@ -18,6 +19,7 @@ mod nodewise;
 pub use block::{Block, Blocks};
 pub use draw::{draw_neighbors, layer_key, vertex_key};
 pub use fanout::{Fanout, Fanouts};
+pub use layer_nodes::{LayerNodes, VertexSet};
 pub use layerwise::LayerSampler;
 pub use micrograph::{micrograph, micrographs};
 pub use node_map::{Interner, NodeMap, SmallMap};

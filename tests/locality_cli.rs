@@ -1,0 +1,139 @@
+//! `leapgnn analyze-locality` end to end: the real binary on the shared graphs.
+
+mod import_support;
+mod locality_support;
+
+use import_support::leapgnn;
+use locality_support::*;
+
+#[test]
+fn facebook_metis_micrographs_are_local_and_outputs_are_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path();
+    facebook(data);
+    let csv = data.join("out/locality.csv");
+    let svg = data.join("out/locality.svg");
+    let args = [
+        "--parts",
+        "4",
+        "--method",
+        "metis,random",
+        "--sampling",
+        "node",
+        "--layers",
+        "2",
+        "--fanout",
+        "10",
+        "--csv",
+        csv.to_str().unwrap(),
+        "--plot",
+        svg.to_str().unwrap(),
+    ];
+    let report = analyze(data, "facebook", &args);
+    assert_eq!(report["rows"].as_array().unwrap().len(), 2);
+    let metis = row(&report, "metis", 4, "node", 2);
+    let f = |k: &str| metis[k].as_f64().unwrap_or_else(|| panic!("{k} missing in {metis}"));
+    assert_eq!(f("r_sub_pct"), 25.0);
+    assert!(f("locality_pct") > 2.0 * f("r_sub_pct"), "{metis}");
+    assert!(f("miss_micrograph") < 0.5 * f("miss_model_centric"), "{metis}");
+    // Model-centric roots land on random servers: about (S-1)/S of their rows are remote.
+    assert!((f("miss_model_centric") - 0.75).abs() < 0.02, "{metis}");
+    assert!(f("rows_pregather") <= f("rows_micrograph"), "{metis}");
+    assert_eq!(f("bytes_model_centric"), f("rows_model_centric") * 4714.0 * 4.0);
+    assert!(f("bytes_naive_migration") > 0.0 && f("seconds") >= 0.0);
+    let random = row(&report, "random", 4, "node", 2);
+    let locality = random["locality_pct"].as_f64().unwrap();
+    assert!((locality - 25.0).abs() < 1.5, "{random}");
+    // Partitions made on the fly are kept.
+    assert!(data.join("facebook/parts/metis-4/manifest").is_file());
+    assert!(data.join("facebook/parts/random-4/manifest").is_file());
+
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    let header: Vec<&str> = lines[0].split(',').collect();
+    assert_eq!(&header[..4], ["method", "parts", "sampling", "layers"]);
+    let cells: Vec<&str> = lines[1].split(',').collect();
+    let at = |k: &str| cells[header.iter().position(|h| *h == k).unwrap()];
+    assert_eq!(at("method"), "metis");
+    assert_eq!(at("locality_pct").parse::<f64>().unwrap(), f("locality_pct"));
+
+    let plot = std::fs::read_to_string(&svg).unwrap();
+    assert!(plot.starts_with("<svg"), "{}", &plot[..plot.len().min(100)]);
+    for needle in
+        ["Data locality in micrographs: facebook", "S = 4", "R_sub", "metis node-wise 2L: miss rate", "pregather"]
+    {
+        assert!(plot.contains(needle), "`{needle}` not in the SVG");
+    }
+}
+
+#[test]
+fn the_same_seed_gives_the_same_json_and_the_terminal_table_is_the_papers() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path();
+    cora(data);
+    let args = ["--parts", "2,4", "--method", "metis", "--batch-size", "16", "--batches", "8", "--seed", "3"];
+    let a = analyze(data, "cora-planetoid", &args);
+    let b = analyze(data, "cora-planetoid", &args);
+    assert_eq!(without_seconds(a.clone()), without_seconds(b));
+    let mut other = args.to_vec();
+    *other.last_mut().unwrap() = "4";
+    let c = analyze(data, "cora-planetoid", &other);
+    assert_ne!(without_seconds(a.clone()), without_seconds(c));
+    assert_eq!(a["rows"].as_array().unwrap().len(), 2 * 2 * 2);
+    for key in [
+        "locality_pct",
+        "r_sub_pct",
+        "miss_model_centric",
+        "miss_micrograph",
+        "miss_pregather",
+        "rows_model_centric",
+        "rows_micrograph",
+        "rows_pregather",
+        "bytes_naive_migration",
+        "seconds",
+    ] {
+        assert!(a["rows"][0][key].is_number(), "{key} missing in {}", a["rows"][0]);
+    }
+    assert_eq!(row(&a, "metis", 4, "layer", 10)["fanout"], 2);
+
+    let human = leapgnn(data, &["analyze-locality", "cora-planetoid", "--parts", "2,4", "--method", "metis"]);
+    assert_eq!(human.code, 0, "{}", human.stderr);
+    let lines: Vec<&str> = human.stdout.lines().collect();
+    assert!(lines[0].starts_with("Data locality in micrographs (%): cora-planetoid"), "{}", human.stdout);
+    let header: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(header, ["sampling", "S", "metis", "2L", "metis", "10L", "R_sub"]);
+    assert!(lines[2].starts_with("node") && lines[2].trim_end().ends_with("50.0"), "{}", lines[2]);
+    assert!(lines[4].starts_with("layer"), "{}", human.stdout);
+}
+
+#[test]
+fn bad_input_is_one_error_line_and_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path();
+    cora(data);
+    let blocker = data.join("not-a-dir");
+    std::fs::write(&blocker, b"x").unwrap();
+    let under_file = blocker.join("plot.svg");
+    let cases: Vec<(Vec<&str>, Vec<&str>)> = vec![
+        (vec!["no-such-graph"], vec!["no-such-graph"]),
+        (vec!["cora-planetoid", "--parts", "5000"], vec!["--parts 5000", "2708 nodes"]),
+        (vec!["cora-planetoid", "--fanout", "0"], vec!["--fanout 0"]),
+        (vec!["cora-planetoid", "--plot", under_file.to_str().unwrap()], vec!["--plot", "cannot write"]),
+        (vec!["cora-planetoid", "--plot", "figure.png"], vec!["--plot figure.png", "svg"]),
+        (vec!["cora-planetoid", "--sampling", "node,edge"], vec!["--sampling edge"]),
+        (vec!["cora-planetoid", "--method", "metis,magic"], vec!["--method magic"]),
+        (vec!["cora-planetoid", "--batch-size", "0"], vec!["--batch-size"]),
+        (vec!["cora-planetoid", "--layers", "2,x"], vec!["--layers 2,x"]),
+    ];
+    for (args, needles) in cases {
+        let mut all = vec!["analyze-locality"];
+        all.extend(args.iter());
+        let out = leapgnn(data, &all);
+        out.assert_error(2, &needles);
+        assert_eq!(out.stderr.lines().filter(|l| l.starts_with("error:")).count(), 1, "{}", out.stderr);
+        assert!(out.stdout.is_empty(), "{args:?}: {}", out.stdout);
+    }
+    // Nothing was partitioned for the rejected runs.
+    assert!(!data.join("cora-planetoid/parts").exists());
+}
