@@ -43,7 +43,7 @@ fn all_reduce(c: &mut Criterion) {
     g.sample_size(10).warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(12));
     for w in [2, 4] {
         let ms = meshes(w);
-        for (label, n) in [("45k", 45_000), ("16M", 16 << 20)] {
+        for (label, n) in [("45k", 45_000), ("1MB", 1 << 18), ("16M", 16 << 20)] {
             let mut bufs: Vec<Vec<f32>> = (0..w).map(|r| vec![r as f32 * 1e-6; n]).collect();
             g.throughput(Throughput::Bytes(n as u64 * 4));
             g.bench_function(BenchmarkId::new(format!("w{w}"), label), |b| {
@@ -72,31 +72,35 @@ fn all_reduce(c: &mut Criterion) {
 }
 
 fn feature_fetch(c: &mut Criterion) {
-    let (n, d, rows) = (240_000usize, 128usize, 100_000usize);
-    // Worker 0 owns nothing: every row comes from one of three peers.
-    let mut g = rng::stream(1, "bench-owners");
-    let owners: Arc<[u16]> = (0..n).map(|_| g.random_range(1..4u16)).collect();
-    let ms = meshes(4);
-    for (r, m) in ms.iter().enumerate().skip(1) {
-        let ids: Vec<u32> = (0..n as u32).filter(|&v| owners[v as usize] as usize == r).collect();
-        let table = ids.iter().flat_map(|&v| (0..d).map(move |j| (v as usize * d + j) as f32)).collect();
-        serve_features(m, Arc::new(TableRows::new(n, d, &ids, table).unwrap()));
-    }
-    let nothing: Arc<dyn RowSource> = Arc::new(TableRows::new(n, d, &[], Vec::new()).unwrap());
-    let client = FeatureClient::new(Owners::Table(owners), nothing, TIMEOUT);
-    let ids: Vec<u32> = (0..rows).map(|_| g.random_range(0..n as u32)).collect();
-    let mut out = vec![0f32; rows * d];
-    client.fetch(&ms[0], &ids, &mut out).unwrap();
-    assert_eq!(out[d + 5], (ids[1] as usize * d + 5) as f32, "rows in request order");
-
     let mut grp = c.benchmark_group("feature_fetch");
     grp.sample_size(20).measurement_time(Duration::from_secs(8));
-    for (unit, tp) in [("rows", Throughput::Elements(rows as u64)), ("bytes", Throughput::Bytes((rows * d * 4) as u64))]
-    {
-        grp.throughput(tp);
-        grp.bench_function(BenchmarkId::new("100k_rows_128d_3_peers", unit), |b| {
-            b.iter(|| client.fetch(&ms[0], black_box(&ids), &mut out).unwrap())
-        });
+    // 1 peer = two workers (the loopback figure); 3 peers = four workers.
+    for peers in [1usize, 3] {
+        let (n, d, rows) = (240_000usize, 128usize, 100_000usize);
+        // Worker 0 owns nothing: every row comes from one of its peers.
+        let mut g = rng::stream(1, "bench-owners");
+        let owners: Arc<[u16]> = (0..n).map(|_| g.random_range(1..=peers as u16)).collect();
+        let ms = meshes(peers + 1);
+        for (r, m) in ms.iter().enumerate().skip(1) {
+            let ids: Vec<u32> = (0..n as u32).filter(|&v| owners[v as usize] as usize == r).collect();
+            let table = ids.iter().flat_map(|&v| (0..d).map(move |j| (v as usize * d + j) as f32)).collect();
+            serve_features(m, Arc::new(TableRows::new(n, d, &ids, table).unwrap()));
+        }
+        let nothing: Arc<dyn RowSource> = Arc::new(TableRows::new(n, d, &[], Vec::new()).unwrap());
+        let client = FeatureClient::new(Owners::Table(owners), nothing, TIMEOUT);
+        let ids: Vec<u32> = (0..rows).map(|_| g.random_range(0..n as u32)).collect();
+        let mut out = vec![0f32; rows * d];
+        client.fetch(&ms[0], &ids, &mut out).unwrap();
+        assert_eq!(out[d + 5], (ids[1] as usize * d + 5) as f32, "rows in request order");
+
+        for (unit, tp) in
+            [("rows", Throughput::Elements(rows as u64)), ("bytes", Throughput::Bytes((rows * d * 4) as u64))]
+        {
+            grp.throughput(tp);
+            grp.bench_function(BenchmarkId::new(format!("100k_rows_128d_{peers}_peers"), unit), |b| {
+                b.iter(|| client.fetch(&ms[0], black_box(&ids), &mut out).unwrap())
+            });
+        }
     }
     grp.finish();
 }

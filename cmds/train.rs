@@ -2,13 +2,15 @@ use crate::Global;
 use crate::output::print_json;
 use anyhow::Context;
 use leapgnn::BadInput;
-use leapgnn::gather::RowNorm;
-use leapgnn::metrics::{EpochRecord, RunSummary};
-use leapgnn::model::ModelKind;
-use leapgnn::optim::OptimizerKind;
+use leapgnn::cluster::LocalLauncher;
+use leapgnn::metrics::{EpochRecord, RunInfo, RunSummary, StepRecord};
+use leapgnn::progress::{self, ProgressSink};
 use leapgnn::sample::Fanouts;
-use leapgnn::train::{self, DeviceKind, Migration, Observer, ResumeOverrides, RunOptions, StrategyKind, TrainConfig};
+use leapgnn::train::distributed::{DistOptions, GradDump, train_distributed};
+use leapgnn::train::{self, Observer, ResumeOverrides, RunOptions, TrainConfig, TrainError};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 /// Train a GNN with sampled mini-batches. The model has one layer per --fanout
 /// entry (the LeapGNN artifact uses one more; we do not).
@@ -24,13 +26,13 @@ pub struct Args {
     pub parts: Option<usize>,
     /// model-centric, micrograph, pregather, leapgnn or p3.
     #[arg(long)]
-    pub strategy: Option<StrategyKind>,
+    pub strategy: Option<String>,
     /// sage (mean), sage-max, gcn or gat.
     #[arg(long)]
-    pub model: Option<ModelKind>,
+    pub model: Option<String>,
     /// Neighbours per layer, input layer first; the number of entries is the number of layers [default: 10,10].
     #[arg(long)]
-    pub fanout: Option<Fanouts>,
+    pub fanout: Option<String>,
     /// Number of layers (optional; must match the --fanout entries).
     #[arg(long)]
     pub layers: Option<usize>,
@@ -58,18 +60,18 @@ pub struct Args {
     /// Weight decay [default: 5e-4].
     #[arg(long)]
     pub weight_decay: Option<f32>,
-    /// Dropout on every layer's input (and GAT attention) [default: 0.5].
+    /// Dropout on hidden layers (also input features for gcn/gat; GAT attention too) [default: 0.5].
     #[arg(long)]
     pub dropout: Option<f32>,
     /// adam (L2 decay, as PyG/DGL examples), adamw (decoupled decay) or sgd [default: adam].
     #[arg(long)]
-    pub optimizer: Option<OptimizerKind>,
+    pub optimizer: Option<String>,
     /// Seed of every random choice (init, shuffles, sampling, dropout) [default: 0].
     #[arg(long)]
     pub seed: Option<u64>,
     /// Input feature normalisation: none, or l1 (rows sum to 1, PyG's NormalizeFeatures) [default: none].
     #[arg(long)]
-    pub normalize: Option<RowNorm>,
+    pub normalize: Option<String>,
     /// Feature cache per worker in MB.
     #[arg(long)]
     pub cache_mb: Option<u64>,
@@ -81,13 +83,13 @@ pub struct Args {
     pub merge_plan: Option<PathBuf>,
     /// fused or ring.
     #[arg(long)]
-    pub migration: Option<Migration>,
+    pub migration: Option<String>,
     /// Cluster profile (TOML).
     #[arg(long)]
     pub cluster: Option<PathBuf>,
     /// cpu or cuda (needs a build with `--features cuda`) [default: cpu].
     #[arg(long)]
-    pub device: Option<DeviceKind>,
+    pub device: Option<String>,
     /// Checkpoint every N iterations (always at the end).
     #[arg(long)]
     pub checkpoint_every: Option<u64>,
@@ -97,51 +99,118 @@ pub struct Args {
     /// Continue run RUN from its last checkpoint (only --epochs and --checkpoint-every may change).
     #[arg(long, value_name = "RUN")]
     pub resume: Option<String>,
-    /// Plain progress lines instead of the dashboard.
+    /// Progress bars on stderr (plain lines when stderr is not a terminal) instead of the dashboard.
     #[arg(long)]
     pub no_tui: bool,
+    /// Every metrics record as a JSON line on stdout, as it happens (for pipelines; no dashboard).
+    #[arg(long)]
+    pub json_stream: bool,
     /// Stop after N iterations in total, as if interrupted (after checkpointing).
     #[arg(long, hide = true)]
     pub stop_after: Option<u64>,
+    /// Which remote rows fill the --cache-mb cache: degree or presample [default: degree].
+    #[arg(long)]
+    pub cache_policy: Option<String>,
+    /// Seconds any worker waits for another before failing with that worker's name.
+    #[arg(long, default_value_t = 30.0)]
+    pub comm_timeout: f64,
+    /// With several workers, check every N iterations that all replicas hold the same weights (0: never).
+    #[arg(long, default_value_t = 0)]
+    pub check_replicas: u64,
+    /// Write the first iteration's summed gradient to FILE (raw little-endian f32; for tests).
+    #[arg(long, hide = true, value_name = "FILE")]
+    pub dump_grad: Option<PathBuf>,
 }
 
-/// Progress lines on stderr.
-struct Lines;
+/// Hands the run's progress to the chosen display.
+struct Watch(Box<dyn ProgressSink>);
 
-impl Observer for Lines {
-    fn epoch(&mut self, e: &EpochRecord, epochs: u64) {
-        eprintln!(
-            "epoch {:>3}/{epochs}  loss {:.4}  val {:.4}  test {:.4}  {:.2} s (+{:.2} s eval)",
-            e.epoch + 1,
-            e.loss,
-            e.val_accuracy,
-            e.test_accuracy,
-            e.seconds,
-            e.eval_seconds
-        );
+impl Observer for Watch {
+    fn start(&mut self, info: &RunInfo) {
+        self.0.start(info);
+    }
+    fn step(&mut self, r: &StepRecord) -> Result<(), TrainError> {
+        self.0.record(r);
+        Ok(())
+    }
+    fn epoch(&mut self, e: &EpochRecord, _epochs: u64) {
+        self.0.epoch(e);
+    }
+    fn event(&mut self, msg: &str) {
+        self.0.event(msg);
+    }
+    fn stop_requested(&self) -> bool {
+        self.0.stop_requested()
     }
 }
 
 pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     let data = g.data();
     let opts = RunOptions { run: a.run.clone(), stop_after: a.stop_after };
-    let mut lines = Lines;
-    let mut quiet = train::Quiet;
-    let obs: &mut dyn Observer = if g.json { &mut quiet } else { &mut lines };
-    let summary = if let Some(run) = &a.resume {
-        reject_on_resume(&a)?;
-        let over = ResumeOverrides { epochs: a.epochs, checkpoint_every: a.checkpoint_every };
-        train::resume(&data, run, &over, &opts, obs).with_context(|| format!("cannot resume run {run}"))?
-    } else {
-        let cfg = config(&a)?;
-        let name = cfg.dataset.clone();
-        train::train(&data, cfg, &opts, obs).with_context(|| format!("training on {name} failed"))?
+    // Bad flags are reported before the dashboard takes the terminal.
+    let cfg = match &a.resume {
+        Some(run) => {
+            reject_on_resume(&a)?;
+            reject_multi_worker_resume(&data, run)?;
+            None
+        }
+        None => Some(config(&a)?),
     };
+    let mut watch = Watch(progress::choose(progress::interactive(), a.no_tui, g.json, a.json_stream));
+    let mut obs = GradDump { path: a.dump_grad.clone(), inner: &mut watch };
+    let result = match (cfg, &a.resume) {
+        (Some(cfg), _) if cfg.workers > 1 => distributed(&data, cfg, &a, &opts, &mut obs),
+        (Some(cfg), _) => {
+            let name = cfg.dataset.clone();
+            train::train(&data, cfg, &opts, &mut obs).with_context(|| format!("training on {name} failed"))
+        }
+        (None, Some(run)) => {
+            let over = ResumeOverrides { epochs: a.epochs, checkpoint_every: a.checkpoint_every };
+            train::resume(&data, run, &over, &opts, &mut obs).with_context(|| format!("cannot resume run {run}"))
+        }
+        (None, None) => unreachable!("a config is built unless resuming"),
+    };
+    // The terminal is back before anything else is printed.
+    watch.0.finish();
+    let summary = result?;
+    if watch.0.stop_requested() {
+        eprintln!(
+            "stopped on request after iteration {}, checkpoint written; continue with `leapgnn train --resume {}`",
+            summary.iterations, summary.run
+        );
+    }
     if g.json {
         return print_json(&summary);
     }
     report(&summary, &data.run_dir(&summary.run));
     Ok(())
+}
+
+/// W > 1: the driver starts local worker processes (in their own process
+/// group, so Ctrl-C reaches only the driver, which then stops them).
+fn distributed(
+    data: &leapgnn::DataDir,
+    cfg: TrainConfig,
+    a: &Args,
+    opts: &RunOptions,
+    obs: &mut dyn Observer,
+) -> anyhow::Result<RunSummary> {
+    if !(a.comm_timeout.is_finite() && a.comm_timeout > 0.0 && a.comm_timeout <= 86_400.0) {
+        return Err(BadInput::new(format!("--comm-timeout {}: expected seconds in (0, 86400]", a.comm_timeout)).into());
+    }
+    let interrupted: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
+    ctrlc::set_handler(move || interrupted.store(true, Ordering::SeqCst))
+        .context("cannot install the Ctrl-C handler")?;
+    let launcher = LocalLauncher::current(vec!["--data-dir".into(), data.root.display().to_string()])?;
+    let dist = DistOptions {
+        launcher: &launcher,
+        interrupted,
+        comm_timeout: Duration::from_secs_f64(a.comm_timeout),
+        check_replicas: a.check_replicas,
+        dump_grad: a.dump_grad.clone(),
+    };
+    let name = cfg.dataset.clone();
+    train_distributed(data, cfg, opts, &dist, obs).with_context(|| format!("training on {name} failed"))
 }
 
 fn report(s: &RunSummary, dir: &std::path::Path) {
@@ -154,6 +223,18 @@ fn report(s: &RunSummary, dir: &std::path::Path) {
         s.final_loss,
         dir.display()
     );
+}
+
+/// Only single-worker runs can be resumed so far.
+fn reject_multi_worker_resume(data: &leapgnn::DataDir, run: &str) -> Result<(), BadInput> {
+    let ck = train::checkpoint::dir(&data.run_dir(run));
+    match train::checkpoint::load_config(&ck) {
+        Ok((cfg, _)) if cfg.workers > 1 => Err(BadInput::new(format!(
+            "--resume {run}: the run used {} workers; resuming multi-worker runs is not supported yet, start a new run",
+            cfg.workers
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// A resumed run keeps its config: flags that would change it are refused.
@@ -177,6 +258,7 @@ fn reject_on_resume(a: &Args) -> Result<(), BadInput> {
         ("--optimizer", a.optimizer.is_some()),
         ("--seed", a.seed.is_some()),
         ("--cache-mb", a.cache_mb.is_some()),
+        ("--cache-policy", a.cache_policy.is_some()),
         ("--time-steps", a.time_steps.is_some()),
         ("--merge-plan", a.merge_plan.is_some()),
         ("--migration", a.migration.is_some()),
@@ -194,7 +276,11 @@ fn reject_on_resume(a: &Args) -> Result<(), BadInput> {
 
 fn config(a: &Args) -> Result<TrainConfig, BadInput> {
     let d = TrainConfig::default();
-    let fanouts = a.fanout.clone().unwrap_or(d.fanouts);
+    // Values are parsed here rather than by clap so a bad one is a one-line error.
+    fn parse<T: std::str::FromStr<Err = BadInput>>(v: &Option<String>, default: T) -> Result<T, BadInput> {
+        v.as_deref().map_or(Ok(default), str::parse)
+    }
+    let fanouts = parse(&a.fanout, d.fanouts)?;
     if let Some(l) = a.layers
         && l != fanouts.layers()
     {
@@ -217,10 +303,11 @@ fn config(a: &Args) -> Result<TrainConfig, BadInput> {
     };
     Ok(TrainConfig {
         dataset: a.dataset.clone().unwrap_or(d.dataset),
-        strategy: a.strategy.unwrap_or(d.strategy),
+        strategy: parse(&a.strategy, d.strategy)?,
         workers: a.workers.unwrap_or(d.workers),
-        parts: a.parts.unwrap_or(d.parts),
-        model: a.model.unwrap_or(d.model),
+        // One part per worker unless told otherwise.
+        parts: a.parts.or(a.workers).unwrap_or(d.parts),
+        model: parse(&a.model, d.model)?,
         fanouts,
         eval_fanouts,
         batch_size: a.batch_size.unwrap_or(d.batch_size),
@@ -231,15 +318,16 @@ fn config(a: &Args) -> Result<TrainConfig, BadInput> {
         lr: a.lr.unwrap_or(d.lr),
         weight_decay: a.weight_decay.unwrap_or(d.weight_decay),
         dropout: a.dropout.unwrap_or(d.dropout),
-        optimizer: a.optimizer.unwrap_or(d.optimizer),
+        optimizer: parse(&a.optimizer, d.optimizer)?,
         seed: a.seed.unwrap_or(d.seed),
         checkpoint_every: a.checkpoint_every.unwrap_or(d.checkpoint_every),
-        device: a.device.unwrap_or(d.device),
-        normalize: a.normalize.unwrap_or(d.normalize),
+        device: parse(&a.device, d.device)?,
+        normalize: parse(&a.normalize, d.normalize)?,
         cache_mb: a.cache_mb.unwrap_or(d.cache_mb),
+        cache_policy: parse(&a.cache_policy, d.cache_policy)?,
         time_steps,
         merge_plan: a.merge_plan.clone(),
-        migration: a.migration.unwrap_or(d.migration),
+        migration: parse(&a.migration, d.migration)?,
         cluster: a.cluster.clone(),
     })
 }

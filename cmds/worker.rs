@@ -27,11 +27,17 @@ pub fn run(_g: &Global, a: Args) -> anyhow::Result<()> {
     let mut token = String::new();
     std::io::stdin().read_line(&mut token).context("worker: cannot read the job token from stdin")?;
     let (job, reporter) = worker_session::join(a.driver, a.rank, token.trim(), a.bind, Duration::from_secs(a.timeout))?;
+    // The test harness and operators find a worker by these (the driver prefixes `[worker r]`).
+    eprintln!("pid {}, mesh listening on {}", std::process::id(), job.peers[job.rank]);
     tracing::info!("worker {} of {}: joined, job {}", job.rank, job.world, job.config);
-    let result = run_job(&job, &reporter);
+    let result = match job.config.get("task").and_then(|t| t.as_str()) {
+        // Takes the job: the worker's mesh listener is closed once the mesh is built.
+        Some("train") => leapgnn::train::distributed::run_worker(job, &reporter),
+        _ => run_job(&job, &reporter),
+    };
     let msg = match &result {
         Ok(v) => ToDriver::Done(v.clone()),
-        Err(e) => ToDriver::Error(format!("{e:#}")),
+        Err(e) => ToDriver::Error(crate::output::one_line(e)),
     };
     reporter.send(&msg)?;
     result.map(|_| ())

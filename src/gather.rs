@@ -3,6 +3,7 @@
 //! from remote owners) straight into the buffer that becomes the input tensor
 //! (`model::Model::input` moves it into the tensor without a copy).
 
+use crate::comm::{NotHeld, RowSource};
 use crate::format::DatasetFile;
 use rayon::prelude::*;
 use std::mem::MaybeUninit;
@@ -10,67 +11,47 @@ use std::mem::MaybeUninit;
 /// Below this many values a gather runs on the calling thread.
 const PAR_MIN_VALUES: usize = 1 << 16;
 
-/// Feature rows addressed by global vertex id.
-pub trait FeatureSource: Sync {
-    fn dim(&self) -> usize;
-    fn row(&self, v: u32) -> &[f32];
-}
-
-/// A row-major table of every vertex's features (e.g. an archive's feature array).
-#[derive(Clone, Copy, Debug)]
-pub struct DenseRows<'a> {
-    pub data: &'a [f32],
-    pub dim: usize,
-}
-
-impl FeatureSource for DenseRows<'_> {
-    fn dim(&self) -> usize {
-        self.dim
-    }
-    #[inline]
-    fn row(&self, v: u32) -> &[f32] {
-        &self.data[v as usize * self.dim..(v as usize + 1) * self.dim]
-    }
-}
-
-impl FeatureSource for DatasetFile {
+/// A whole dataset holds every row.
+impl RowSource for DatasetFile {
     fn dim(&self) -> usize {
         self.feature_dim()
     }
     #[inline]
-    fn row(&self, v: u32) -> &[f32] {
-        self.feature_row(v)
+    fn row(&self, id: u32) -> Option<&[f32]> {
+        ((id as usize) < self.num_nodes()).then(|| self.feature_row(id))
     }
 }
 
 /// Copies the rows of `ids` into `out` (`ids.len() * dim` values), in parallel when large.
-pub fn gather_into<S: FeatureSource + ?Sized>(src: &S, ids: &[u32], out: &mut [MaybeUninit<f32>]) {
+pub fn gather_into<S: RowSource + ?Sized>(src: &S, ids: &[u32], out: &mut [MaybeUninit<f32>]) -> Result<(), NotHeld> {
     let dim = src.dim();
     assert_eq!(out.len(), ids.len() * dim, "gather output has the wrong length");
     if dim == 0 {
-        return;
+        return Ok(());
     }
-    let copy = |(dst, &v): (&mut [MaybeUninit<f32>], &u32)| {
-        dst.write_copy_of_slice(src.row(v));
+    let copy = |(dst, &v): (&mut [MaybeUninit<f32>], &u32)| -> Result<(), NotHeld> {
+        dst.write_copy_of_slice(src.row(v).ok_or(NotHeld(v))?);
+        Ok(())
     };
     if out.len() < PAR_MIN_VALUES {
-        out.chunks_mut(dim).zip(ids).for_each(copy);
+        out.chunks_mut(dim).zip(ids).try_for_each(copy)
     } else {
-        out.par_chunks_mut(dim).zip(ids.par_iter()).with_min_len(256).for_each(copy);
+        out.par_chunks_mut(dim).zip(ids.par_iter()).with_min_len(256).try_for_each(copy)
     }
 }
 
 /// The rows of `ids`, row-major, without zero-filling the buffer first.
-pub fn gather<S: FeatureSource + ?Sized>(src: &S, ids: &[u32]) -> Vec<f32> {
+pub fn gather<S: RowSource + ?Sized>(src: &S, ids: &[u32]) -> Result<Vec<f32>, NotHeld> {
     let n = ids.len() * src.dim();
     let mut out = Vec::with_capacity(n);
-    gather_into(src, ids, &mut out.spare_capacity_mut()[..n]);
+    gather_into(src, ids, &mut out.spare_capacity_mut()[..n])?;
     // SAFETY: `gather_into` asserted that its output covers exactly `n` values
-    // and wrote every one of them (each of the `ids.len()` chunks of `dim`
-    // values is written by `write_copy_of_slice`; a panic there unwinds before
-    // this line), so the first `n` elements are initialised.
+    // and returned Ok only after writing every one of them (each of the
+    // `ids.len()` chunks of `dim` values is written by `write_copy_of_slice`; an
+    // error or a panic leaves before this line), so the first `n` elements are
+    // initialised.
     unsafe { out.set_len(n) };
-    out
+    Ok(out)
 }
 
 /// How gathered rows are scaled before they enter the model.
@@ -110,23 +91,26 @@ pub fn normalize_rows(buf: &mut [f32], dim: usize, norm: RowNorm) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::comm::TableRows;
 
     #[test]
     fn gathers_the_right_rows_small_and_large() {
         let dim = 7;
         let n = 20_000u32;
         let table: Vec<f32> = (0..n as usize * dim).map(|i| i as f32).collect();
-        let src = DenseRows { data: &table, dim };
+        let src = TableRows::all(n as usize, dim, table).unwrap();
         for count in [3usize, 15_000] {
             let ids: Vec<u32> = (0..count as u32).map(|i| (i * 7919) % n).collect();
-            let got = gather(&src, &ids);
+            let got = gather(&src, &ids).unwrap();
             assert_eq!(got.len(), count * dim);
             for (i, &v) in ids.iter().enumerate() {
-                assert_eq!(&got[i * dim..(i + 1) * dim], src.row(v));
+                assert_eq!(&got[i * dim..(i + 1) * dim], src.row(v).unwrap());
             }
         }
-        let small = [1.0f32, -3.0, 0.0, 0.0];
-        let mut t = gather(&DenseRows { data: &small, dim: 2 }, &[0, 1]);
+        let part = TableRows::new(n as usize, dim, &[5, 9], vec![0.0; 2 * dim]).unwrap();
+        assert_eq!(gather(&part, &[9, 4, 5]), Err(NotHeld(4)));
+        let small = TableRows::all(2, 2, vec![1.0, -3.0, 0.0, 0.0]).unwrap();
+        let mut t = gather(&small, &[0, 1]).unwrap();
         normalize_rows(&mut t, 2, RowNorm::L1);
         assert_eq!(t, vec![0.25, -0.75, 0.0, 0.0], "rows scaled to unit L1 norm; a zero row stays zero");
     }

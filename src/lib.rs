@@ -15,8 +15,10 @@ pub mod model;
 pub mod optim;
 pub mod partition;
 pub mod paths;
+pub mod progress;
 pub mod sample;
 pub mod train;
+pub mod tui;
 pub mod util;
 
 pub use error::{BadInput, NotImplemented};

@@ -34,6 +34,14 @@ impl DataDir {
     }
 }
 
+/// True when `name` can name a directory under --data-dir (a dataset, a run):
+/// one plain path component of letters, digits, `-`, `_` or `.`, not hidden.
+pub fn is_plain_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with('.')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
 /// A dataset argument is either a registry/dataset name or a path to an archive.
 pub fn resolve_archive(data: &DataDir, name_or_path: &str) -> PathBuf {
     let p = Path::new(name_or_path);

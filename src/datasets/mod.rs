@@ -156,10 +156,7 @@ fn merge(base: &ConvertOptions, over: &ConvertOptions) -> ConvertOptions {
 
 /// A dataset name becomes a directory under --data-dir: keep it one plain component.
 fn check_name(name: &str) -> Result<(), DatasetError> {
-    let ok = !name.is_empty()
-        && !name.starts_with('.')
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if ok {
+    if crate::paths::is_plain_name(name) {
         Ok(())
     } else {
         Err(DatasetError::input(format!(

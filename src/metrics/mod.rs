@@ -1,9 +1,11 @@
 //! Per-time-step records, the `metrics.jsonl` sink and the run summary.
 
 mod record;
+mod run_info;
 mod sink;
 mod summary;
 
-pub use record::{ByteCounts, RowCounts, StepRecord};
+pub use record::{ByteCounts, RowCounts, StepRecord, add_bytes};
+pub use run_info::RunInfo;
 pub use sink::JsonlSink;
 pub use summary::{EpochRecord, RunSummary};

@@ -25,24 +25,16 @@ impl AddAssign for RowCounts {
     }
 }
 
-/// Bytes that crossed a socket, by category.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct ByteCounts {
-    pub features: u64,
-    pub gradients: u64,
-    pub migration: u64,
-    pub activations: u64,
-    pub control: u64,
-}
+/// Bytes that crossed a socket, by category (the comm layer's counters).
+pub use crate::comm::PerCategory as ByteCounts;
 
-impl AddAssign for ByteCounts {
-    fn add_assign(&mut self, o: Self) {
-        self.features += o.features;
-        self.gradients += o.gradients;
-        self.migration += o.migration;
-        self.activations += o.activations;
-        self.control += o.control;
-    }
+/// `acc += d`, category by category.
+pub fn add_bytes(acc: &mut ByteCounts, d: &ByteCounts) {
+    acc.features += d.features;
+    acc.gradients += d.gradients;
+    acc.migration += d.migration;
+    acc.activations += d.activations;
+    acc.control += d.control;
 }
 
 /// One record per (epoch, iteration, time step, worker): one line of `metrics.jsonl`.

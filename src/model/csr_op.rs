@@ -18,10 +18,19 @@ pub enum Kernel {
     Reference,
 }
 
+/// How a destination combines its sources' rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reduce {
+    /// Weighted by the graph's edge weights (a mean with `with_mean_weights`), or summed.
+    Sum,
+    /// Element-wise max; 0 for a destination without edges.
+    Max,
+}
+
 /// out[d] = sum over d's edges e of w_e * x[src_e] (w_e = the graph's weights, or 1).
 pub fn weighted_sum(x: &Tensor, g: &Arc<AggGraph>, k: Kernel) -> Result<Tensor> {
     match k {
-        Kernel::Fast => x.contiguous()?.apply_op1(Spmm { g: g.clone(), transpose: false }),
+        Kernel::Fast => x.contiguous()?.apply_op1(Agg { g: g.clone(), reduce: Reduce::Sum, with_self: false }),
         Kernel::Reference => {
             let mut msgs = x.index_select(&index(g.edge_src(), x)?, 0)?;
             if let Some(w) = g.weights() {
@@ -56,10 +65,26 @@ pub fn edge_weighted_sum(x: &Tensor, w: &Tensor, g: &Arc<AggGraph>, k: Kernel) -
     }
 }
 
+/// `[reduce(sources of d) | x[d]]` for each destination d: `[num_dst, 2 * width]`,
+/// GraphSAGE's neighbour aggregate and self row side by side, so one matmul
+/// with `[W_l | W_r]` applies both of its linear maps (one op, one backward).
+pub fn aggregate_with_self(x: &Tensor, g: &Arc<AggGraph>, reduce: Reduce, k: Kernel) -> Result<Tensor> {
+    match k {
+        Kernel::Fast => x.contiguous()?.apply_op1(Agg { g: g.clone(), reduce, with_self: true }),
+        Kernel::Reference => {
+            let agg = match reduce {
+                Reduce::Sum => weighted_sum(x, g, k)?,
+                Reduce::Max => max(x, g, k)?,
+            };
+            Tensor::cat(&[&agg, &x.narrow(0, 0, g.num_dst())?], 1)
+        }
+    }
+}
+
 /// Element-wise max over each destination's sources; 0 for a destination without edges.
 pub fn max(x: &Tensor, g: &Arc<AggGraph>, k: Kernel) -> Result<Tensor> {
     match k {
-        Kernel::Fast => x.contiguous()?.apply_op1(SpmmMax { g: g.clone() }),
+        Kernel::Fast => x.contiguous()?.apply_op1(Agg { g: g.clone(), reduce: Reduce::Max, with_self: false }),
         Kernel::Reference => {
             // Pad every row to the maximum degree with a row of -1e30 (never the max
             // of a non-empty row), reduce over the padded axis, zero empty rows.
@@ -143,24 +168,57 @@ fn axpy(out: &mut [f32], a: f32, x: &[f32]) {
     }
 }
 
-/// out[r] = sum over r's edges of w[eid, h] * x[nbr] per head block; w = None means 1.
-fn spmm(rows: Rows<'_>, w: Option<&[f32]>, heads: usize, x: &[f32], dim: usize) -> Vec<f32> {
-    let mut out = vec![0f32; rows.len() * dim];
-    let hd = dim / heads;
-    for_rows(&mut out, dim, |r, o| {
-        for (s, e) in rows.edges(r) {
-            let xs = &x[s * dim..(s + 1) * dim];
-            match w {
-                None => o.iter_mut().zip(xs).for_each(|(a, b)| *a += b),
-                Some(w) if heads == 1 => axpy(o, w[e], xs),
-                Some(w) => {
-                    for h in 0..heads {
-                        axpy(&mut o[h * hd..(h + 1) * hd], w[e * heads + h], &xs[h * hd..(h + 1) * hd]);
-                    }
+/// Rows of `width` values, `stride` apart, in `data` (a column block of a wider matrix).
+#[derive(Clone, Copy)]
+struct View<'a> {
+    data: &'a [f32],
+    stride: usize,
+    width: usize,
+}
+
+impl<'a> View<'a> {
+    fn full(data: &'a [f32], width: usize) -> Self {
+        View { data, stride: width, width }
+    }
+    #[inline]
+    fn row(&self, r: usize) -> &'a [f32] {
+        &self.data[r * self.stride..r * self.stride + self.width]
+    }
+}
+
+/// o += sum over r's edges of w[eid, h] * x[nbr] per head block (w = None means 1).
+#[inline]
+fn sum_row(rows: Rows<'_>, w: Option<&[f32]>, heads: usize, x: View<'_>, r: usize, o: &mut [f32]) {
+    let hd = x.width / heads;
+    for (s, e) in rows.edges(r) {
+        let xs = x.row(s);
+        match w {
+            None => o.iter_mut().zip(xs).for_each(|(a, b)| *a += b),
+            Some(w) if heads == 1 => axpy(o, w[e], xs),
+            Some(w) => {
+                for h in 0..heads {
+                    axpy(&mut o[h * hd..(h + 1) * hd], w[e * heads + h], &xs[h * hd..(h + 1) * hd]);
                 }
             }
         }
-    });
+    }
+}
+
+/// o = element-wise max over d's sources (left as is, zero, when d has none).
+#[inline]
+fn max_row(g: &AggGraph, x: View<'_>, d: usize, o: &mut [f32]) {
+    if let Some((&first, rest)) = g.row(d).split_first() {
+        o.copy_from_slice(x.row(first as usize));
+        for &s in rest {
+            o.iter_mut().zip(x.row(s as usize)).for_each(|(a, &b)| *a = a.max(b));
+        }
+    }
+}
+
+/// out[r] = sum over r's edges of w[eid, h] * x[nbr] per head block.
+fn spmm(rows: Rows<'_>, w: Option<&[f32]>, heads: usize, x: &[f32], dim: usize) -> Vec<f32> {
+    let mut out = vec![0f32; rows.len() * dim];
+    for_rows(&mut out, dim, |r, o| sum_row(rows, w, heads, View::full(x, dim), r, o));
     out
 }
 
@@ -181,25 +239,21 @@ fn sddmm(g: &AggGraph, heads: usize, a: &[f32], b: &[f32], dim: usize) -> Vec<f3
 }
 
 /// Index of the source that wins each (destination, column) max: the first one on ties.
-fn argmax(g: &AggGraph, x: &[f32], dim: usize) -> Vec<u32> {
+fn argmax(g: &AggGraph, x: View<'_>) -> Vec<u32> {
+    let dim = x.width;
     let mut arg = vec![0u32; g.num_dst() * dim];
-    let fill = |d: usize, o: &mut [u32]| {
-        let row = g.row(d);
-        let Some((&first, rest)) = row.split_first() else { return };
-        o.fill(first);
-        let mut best = x[first as usize * dim..(first as usize + 1) * dim].to_vec();
-        for &s in rest {
-            let xs = &x[s as usize * dim..(s as usize + 1) * dim];
-            for c in 0..dim {
-                if xs[c] > best[c] {
-                    best[c] = xs[c];
-                    o[c] = s;
+    if dim > 0 {
+        arg.par_chunks_mut(dim).enumerate().with_min_len(64).for_each(|(d, o)| {
+            let Some((&first, rest)) = g.row(d).split_first() else { return };
+            o.fill(first);
+            for &s in rest {
+                for (c, (&v, best)) in x.row(s as usize).iter().zip(o.iter_mut()).enumerate() {
+                    if v > x.row(*best as usize)[c] {
+                        *best = s;
+                    }
                 }
             }
-        }
-    };
-    if dim > 0 {
-        arg.par_chunks_mut(dim).enumerate().with_min_len(64).for_each(|(d, o)| fill(d, o));
+        });
     }
     arg
 }
@@ -220,25 +274,93 @@ fn width(l: &Layout, rows: usize, op: &str) -> Result<usize> {
     }
 }
 
-/// Constant-weight sum (weights from the graph); backward is the transposed op.
-struct Spmm {
+/// Aggregation with constant weights (or max), optionally followed by each
+/// destination's own row; backward through the transposed CSR.
+struct Agg {
     g: Arc<AggGraph>,
-    transpose: bool,
+    reduce: Reduce,
+    with_self: bool,
 }
 
-impl CustomOp1 for Spmm {
+impl Agg {
+    fn out_width(&self, d: usize) -> usize {
+        if self.with_self { 2 * d } else { d }
+    }
+}
+
+impl CustomOp1 for Agg {
     fn name(&self) -> &'static str {
-        "csr-weighted-sum"
+        "csr-aggregate"
     }
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
-        let (rows_in, rows_out) = direction(&self.g, self.transpose);
-        let dim = width(l, rows_in, self.name())?;
-        let out = spmm(Rows::of(&self.g, self.transpose), self.g.weights(), 1, f32s(s, l, self.name())?, dim);
-        Ok((CpuStorage::F32(out), Shape::from((rows_out, dim))))
+        let d = width(l, self.g.num_src(), self.name())?;
+        let x = View::full(f32s(s, l, self.name())?, d);
+        let w = self.out_width(d);
+        let rows = Rows::of(&self.g, false);
+        let mut out = vec![0f32; self.g.num_dst() * w];
+        for_rows(&mut out, w, |r, o| {
+            let (agg, own) = o.split_at_mut(d);
+            match self.reduce {
+                Reduce::Sum => sum_row(rows, self.g.weights(), 1, x, r, agg),
+                Reduce::Max => max_row(&self.g, x, r, agg),
+            }
+            if self.with_self {
+                own.copy_from_slice(x.row(r));
+            }
+        });
+        Ok((CpuStorage::F32(out), Shape::from((self.g.num_dst(), w))))
     }
-    fn bwd(&self, _x: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
-        let op = Spmm { g: self.g.clone(), transpose: !self.transpose };
-        Ok(Some(grad.contiguous()?.apply_op1_no_bwd(&op)?))
+    fn bwd(&self, x: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
+        let op = AggBwd { g: self.g.clone(), reduce: self.reduce, with_self: self.with_self };
+        Ok(Some(x.contiguous()?.apply_op2_no_bwd(&grad.contiguous()?, &op)?))
+    }
+}
+
+/// (x, grad of `Agg`'s output) -> grad of x.
+struct AggBwd {
+    g: Arc<AggGraph>,
+    reduce: Reduce,
+    with_self: bool,
+}
+
+impl CustomOp2 for AggBwd {
+    fn name(&self) -> &'static str {
+        "csr-aggregate-backward"
+    }
+    fn cpu_fwd(&self, sx: &CpuStorage, lx: &Layout, sg: &CpuStorage, lg: &Layout) -> Result<(CpuStorage, Shape)> {
+        let (n_src, n_dst) = (self.g.num_src(), self.g.num_dst());
+        let d = width(lx, n_src, self.name())?;
+        let w = width(lg, n_dst, self.name())?;
+        if w != if self.with_self { 2 * d } else { d } {
+            candle_core::bail!("{}: gradient width {w} does not fit input width {d}", self.name());
+        }
+        let grad = f32s(sg, lg, self.name())?;
+        let g_agg = View { data: grad, stride: w, width: d };
+        let t = Rows::of(&self.g, true);
+        let arg = match self.reduce {
+            Reduce::Max => argmax(&self.g, View::full(f32s(sx, lx, self.name())?, d)),
+            Reduce::Sum => Vec::new(),
+        };
+        let mut out = vec![0f32; n_src * d];
+        for_rows(&mut out, d, |s, o| {
+            match self.reduce {
+                Reduce::Sum => sum_row(t, self.g.weights(), 1, g_agg, s, o),
+                Reduce::Max => {
+                    for (dst, _) in t.edges(s) {
+                        let won = &arg[dst * d..(dst + 1) * d];
+                        for ((o, &a), &gv) in o.iter_mut().zip(won).zip(g_agg.row(dst)) {
+                            if a as usize == s {
+                                *o += gv;
+                            }
+                        }
+                    }
+                }
+            }
+            if self.with_self && s < n_dst {
+                o.iter_mut().zip(&grad[s * w + d..(s + 1) * w]).for_each(|(a, b)| *a += b);
+            }
+        });
+        Ok((CpuStorage::F32(out), Shape::from((n_src, d))))
     }
 }
 
@@ -297,64 +419,6 @@ impl CustomOp2 for Sddmm {
         }
         let out = sddmm(&self.g, self.heads, f32s(sa, la, self.name())?, f32s(sb, lb, self.name())?, dim);
         Ok((CpuStorage::F32(out), Shape::from((self.g.num_edges(), self.heads))))
-    }
-}
-
-/// Element-wise max; backward routes each output gradient to its argmax source.
-struct SpmmMax {
-    g: Arc<AggGraph>,
-}
-
-impl CustomOp1 for SpmmMax {
-    fn name(&self) -> &'static str {
-        "csr-max"
-    }
-    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
-        let dim = width(l, self.g.num_src(), self.name())?;
-        let x = f32s(s, l, self.name())?;
-        let mut out = vec![0f32; self.g.num_dst() * dim];
-        for_rows(&mut out, dim, |d, o| {
-            let row = self.g.row(d);
-            if let Some((&first, rest)) = row.split_first() {
-                o.copy_from_slice(&x[first as usize * dim..(first as usize + 1) * dim]);
-                for &s in rest {
-                    o.iter_mut().zip(&x[s as usize * dim..(s as usize + 1) * dim]).for_each(|(a, &b)| *a = a.max(b));
-                }
-            }
-        });
-        Ok((CpuStorage::F32(out), Shape::from((self.g.num_dst(), dim))))
-    }
-    fn bwd(&self, x: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
-        Ok(Some(x.contiguous()?.apply_op2_no_bwd(&grad.contiguous()?, &MaxBwd { g: self.g.clone() })?))
-    }
-}
-
-/// (x, grad of the max) -> grad of x.
-struct MaxBwd {
-    g: Arc<AggGraph>,
-}
-
-impl CustomOp2 for MaxBwd {
-    fn name(&self) -> &'static str {
-        "csr-max-backward"
-    }
-    fn cpu_fwd(&self, sx: &CpuStorage, lx: &Layout, sg: &CpuStorage, lg: &Layout) -> Result<(CpuStorage, Shape)> {
-        let dim = width(lx, self.g.num_src(), self.name())?;
-        width(lg, self.g.num_dst(), self.name())?;
-        let (x, grad) = (f32s(sx, lx, self.name())?, f32s(sg, lg, self.name())?);
-        let arg = argmax(&self.g, x, dim);
-        let t = Rows::of(&self.g, true);
-        let mut out = vec![0f32; self.g.num_src() * dim];
-        for_rows(&mut out, dim, |s, o| {
-            for (d, _) in t.edges(s) {
-                for c in 0..dim {
-                    if arg[d * dim + c] as usize == s {
-                        o[c] += grad[d * dim + c];
-                    }
-                }
-            }
-        });
-        Ok((CpuStorage::F32(out), Shape::from((self.g.num_src(), dim))))
     }
 }
 
@@ -487,6 +551,16 @@ mod tests {
         // A destination without edges aggregates to 0.
         let out = max(&distinct(g.num_src(), 6, 4), &g, Kernel::Fast).unwrap().to_vec2::<f32>().unwrap();
         assert_eq!(out[0], vec![0.0; 6]);
+    }
+
+    #[test]
+    fn aggregate_with_self_matches_reference_and_finite_differences() {
+        for (reduce, weighted) in [(Reduce::Sum, true), (Reduce::Max, false)] {
+            let g = graph(weighted);
+            let x = distinct(g.num_src(), 4, 6);
+            agree(std::slice::from_ref(&x), |t, k| aggregate_with_self(&t[0], &g, reduce, k));
+            finite_differences(&[x], |t, k| aggregate_with_self(&t[0], &g, reduce, k));
+        }
     }
 
     #[test]

@@ -4,8 +4,9 @@
 //! mask whichever batch or worker computes it.
 
 use crate::util::rng::{SplitMix, mix64};
-use candle_core::{Result, Tensor};
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
+use std::sync::Arc;
 
 /// Inverted dropout with probability `p`, in place, on the `cols`-wide rows of
 /// `buf`; row `i`'s mask is seeded by `row_key(i)`.
@@ -45,6 +46,112 @@ pub fn dropout_rows(x: &Tensor, p: f32, row_key: impl Fn(usize) -> u64 + Sync) -
     x.mul(&Tensor::from_vec(mask, (rows, cols), x.device())?)
 }
 
+/// relu(x), then dropout with probability `p` (0: none) keyed per row as in
+/// `dropout_rows`, as one op: one pass forward and one backward (the
+/// gradient flows where the output is positive), where candle's relu and mul
+/// take a dozen passes over the tensor in backward.
+pub fn relu_dropout(x: &Tensor, p: f32, row_key: impl Fn(usize) -> u64 + Sync) -> Result<Tensor> {
+    let (rows, cols) = x.dims2()?;
+    ReluDropout::new(rows, cols, p, row_key).apply(x)
+}
+
+/// relu followed by dropout, with the mask drawn up front so that the op can
+/// run on its own (`apply`) or as the epilogue of the op that produces its
+/// input (`linear::linear` fuses it into the first layer's matmul).
+#[derive(Clone, Debug)]
+pub struct ReluDropout {
+    /// Inverted-dropout scale or 0 per element; None without dropout.
+    mask: Option<Arc<Vec<f32>>>,
+}
+
+impl ReluDropout {
+    pub fn new(rows: usize, cols: usize, p: f32, row_key: impl Fn(usize) -> u64 + Sync) -> Self {
+        let mask = (p > 0.0).then(|| {
+            let mut m = vec![1f32; rows * cols];
+            dropout_in_place(&mut m, cols, p, row_key);
+            Arc::new(m)
+        });
+        ReluDropout { mask }
+    }
+
+    pub fn apply(&self, x: &Tensor) -> Result<Tensor> {
+        if !x.device().is_cpu() {
+            let h = x.relu()?;
+            return match &self.mask {
+                Some(m) => h.mul(&Tensor::from_slice(m, h.shape(), h.device())?),
+                None => Ok(h),
+            };
+        }
+        x.contiguous()?.apply_op1(ReluMask(self.clone()))
+    }
+
+    /// y <- relu(y) * mask, in place (`y` is the whole tensor).
+    pub(crate) fn forward_in_place(&self, y: &mut [f32]) {
+        const CHUNK: usize = 1 << 14;
+        match &self.mask {
+            Some(m) => {
+                assert_eq!(m.len(), y.len(), "relu-dropout mask does not fit its input");
+                y.par_chunks_mut(CHUNK)
+                    .zip(m.par_chunks(CHUNK))
+                    .for_each(|(y, m)| y.iter_mut().zip(m).for_each(|(v, &k)| *v = v.max(0.0) * k));
+            }
+            None => y.par_chunks_mut(CHUNK).for_each(|y| y.iter_mut().for_each(|v| *v = v.max(0.0))),
+        }
+    }
+
+    /// The gradient of the input from the output `y` and its gradient.
+    pub(crate) fn input_grad(&self, y: &Tensor, grad: &Tensor) -> Result<Tensor> {
+        y.contiguous()?.apply_op2_no_bwd(&grad.contiguous()?, &ReluMaskBwd(self.clone()))
+    }
+}
+
+fn f32s<'a>(s: &'a CpuStorage, l: &Layout) -> Result<&'a [f32]> {
+    match (s, l.contiguous_offsets()) {
+        (CpuStorage::F32(v), Some((a, b))) => Ok(&v[a..b]),
+        _ => candle_core::bail!("relu-dropout: expects a contiguous f32 tensor"),
+    }
+}
+
+struct ReluMask(ReluDropout);
+
+impl CustomOp1 for ReluMask {
+    fn name(&self) -> &'static str {
+        "relu-dropout"
+    }
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
+        let mut out = f32s(s, l)?.to_vec();
+        self.0.forward_in_place(&mut out);
+        Ok((CpuStorage::F32(out), l.shape().clone()))
+    }
+    fn bwd(&self, _x: &Tensor, res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
+        Ok(Some(self.0.input_grad(res, grad)?))
+    }
+}
+
+/// (output, grad of output) -> grad of input: grad * mask where the output is positive.
+struct ReluMaskBwd(ReluDropout);
+
+impl CustomOp2 for ReluMaskBwd {
+    fn name(&self) -> &'static str {
+        "relu-dropout-backward"
+    }
+    fn cpu_fwd(&self, sy: &CpuStorage, ly: &Layout, sg: &CpuStorage, lg: &Layout) -> Result<(CpuStorage, Shape)> {
+        const CHUNK: usize = 1 << 14;
+        let (y, g) = (f32s(sy, ly)?, f32s(sg, lg)?);
+        let mut out = vec![0f32; y.len()];
+        out.par_chunks_mut(CHUNK).zip(y.par_chunks(CHUNK)).zip(g.par_chunks(CHUNK)).enumerate().for_each(
+            |(c, ((o, y), g))| {
+                let m = self.0.mask.as_ref().map(|m| &m[c * CHUNK..c * CHUNK + o.len()]);
+                for (i, (o, (&y, &g))) in o.iter_mut().zip(y.iter().zip(g)).enumerate() {
+                    // Where the output is positive the input was, and the mask kept it.
+                    *o = ((y > 0.0) as u32 as f32) * g * m.map_or(1.0, |m| m[i]);
+                }
+            },
+        );
+        Ok((CpuStorage::F32(out), ly.shape().clone()))
+    }
+}
+
 /// Key of the row of vertex `v` under a dropout site key.
 #[inline]
 pub fn vertex_row_key(site: u64, v: u32) -> u64 {
@@ -61,6 +168,36 @@ pub fn edge_row_key(site: u64, dst: u32, src: u32) -> u64 {
 mod tests {
     use super::*;
     use candle_core::Device;
+
+    #[test]
+    fn fused_relu_dropout_matches_relu_then_dropout_with_gradients() {
+        // No input is exactly 0, where candle's relu passes the gradient and
+        // ours (as PyTorch's) does not.
+        let dev = Device::Cpu;
+        let x0 = Tensor::arange(0f32, 600.0, &dev)
+            .unwrap()
+            .reshape((40, 15))
+            .unwrap()
+            .affine(0.01, -3.005)
+            .unwrap()
+            .sin()
+            .unwrap();
+        let probe = Tensor::arange(0f32, 600.0, &dev).unwrap().reshape((40, 15)).unwrap().cos().unwrap();
+        for p in [0.0, 0.4] {
+            let run = |fused: bool| {
+                let x = candle_core::Var::from_tensor(&x0).unwrap();
+                let y = if fused {
+                    relu_dropout(x.as_tensor(), p, |i| vertex_row_key(3, i as u32)).unwrap()
+                } else {
+                    dropout_rows(&x.as_tensor().relu().unwrap(), p, |i| vertex_row_key(3, i as u32)).unwrap()
+                };
+                let g = (&y * &probe).unwrap().sum_all().unwrap().backward().unwrap();
+                let gx = g.get(x.as_tensor()).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+                (y.flatten_all().unwrap().to_vec1::<f32>().unwrap(), gx)
+            };
+            assert_eq!(run(true), run(false), "p = {p}");
+        }
+    }
 
     #[test]
     fn masks_are_seeded_per_row_and_keep_the_right_fraction() {

@@ -43,7 +43,7 @@ impl GatLayer {
         let g = inp.graph;
         let (h, f) = (self.heads, self.per_head);
         let n_src = inp.x.dim(0)?;
-        let wh = self.lin.forward(inp.x)?; // [n_src, h*f]
+        let wh = self.lin.forward(inp.x, None)?; // [n_src, h*f]
         let wh3 = wh.reshape((n_src, h, f))?;
         let s_src = wh3.broadcast_mul(&self.att_src)?.sum(D::Minus1)?; // [n_src, h]
         let s_dst = wh3.narrow(0, 0, g.num_dst())?.broadcast_mul(&self.att_dst)?.sum(D::Minus1)?;

@@ -11,14 +11,13 @@ use candle_core::{Device, Result, Tensor};
 
 pub struct GcnLayer {
     lin: Linear,
-    bias: Tensor,
 }
 
 impl GcnLayer {
     pub fn new(p: &mut Params, prefix: &str, d_in: usize, d_out: usize, dev: &Device) -> Result<Self> {
         let w = p.glorot(&format!("{prefix}.lin.weight"), (d_out, d_in), d_in, d_out, dev)?;
         let bias = p.zeros(&format!("{prefix}.bias"), d_out, dev)?;
-        Ok(GcnLayer { lin: Linear::new(w, None), bias })
+        Ok(GcnLayer { lin: Linear::new(w, Some(bias)) })
     }
 
     pub fn graph(&self, b: &Block, g: CsrView<'_>, fanout: Fanout) -> AggGraph {
@@ -29,6 +28,6 @@ impl GcnLayer {
     /// Aggregate first, then transform: the aggregate has only the destination rows.
     pub fn forward(&self, inp: &LayerInput<'_>) -> Result<Tensor> {
         let agg = csr_op::weighted_sum(inp.x, inp.graph, inp.kernel)?;
-        self.lin.forward(&agg)?.broadcast_add(&self.bias)
+        self.lin.forward(&agg, inp.activation)
     }
 }

@@ -1,6 +1,7 @@
 //! GNN models in candle over sampled blocks: GraphSAGE (mean, max), GCN, GAT.
 //! A model has one layer per fanout; hidden layers are followed by a
-//! non-linearity, and seeded dropout is applied to every layer's input.
+//! non-linearity, and seeded dropout is applied to every hidden layer's input
+//! (and to the input features for GCN and GAT: `ModelKind::drops_input`).
 
 mod agg_graph;
 pub mod csr_op;
@@ -23,7 +24,7 @@ use crate::graph::CsrView;
 use crate::sample::{Blocks, Fanouts};
 use crate::util::rng::hash_of;
 use candle_core::{Device, Result, Tensor};
-use dropout::{dropout_in_place, dropout_rows, vertex_row_key};
+use dropout::{ReluDropout, dropout_in_place, dropout_rows, vertex_row_key};
 use gat::GatLayer;
 use gcn::GcnLayer;
 use sage::{SageAggr, SageLayer};
@@ -39,6 +40,15 @@ pub enum ModelKind {
     SageMax,
     Gcn,
     Gat,
+}
+
+impl ModelKind {
+    /// Whether dropout also applies to the input features. GCN and GAT drop
+    /// them, as their papers do; GraphSAGE only drops hidden layers, as the
+    /// PyG and DGL GraphSAGE examples do (and it measures better on Cora).
+    pub fn drops_input(self) -> bool {
+        matches!(self, ModelKind::Gcn | ModelKind::Gat)
+    }
 }
 
 impl FromStr for ModelKind {
@@ -75,7 +85,8 @@ pub struct ModelSpec {
     pub layers: usize,
     /// Attention heads of GAT's hidden layers (its output layer has one).
     pub heads: usize,
-    /// Dropout on every layer's input (and on GAT's attention coefficients).
+    /// Dropout on hidden layers' inputs (see `ModelKind::drops_input`) and on
+    /// GAT's attention coefficients.
     pub dropout: f32,
 }
 
@@ -121,6 +132,9 @@ pub struct LayerInput<'a> {
     pub kernel: Kernel,
     /// (rate, site key) when attention dropout is on.
     pub attention_dropout: Option<(f32, u64)>,
+    /// Applied to the layer's output (fused when the layer can): relu and the
+    /// next layer's dropout. Never set for GAT, whose activation is ELU.
+    pub activation: Option<&'a ReluDropout>,
 }
 
 /// Training (seeded dropout under `key`) or evaluation.
@@ -145,6 +159,7 @@ pub struct Model {
 impl Model {
     /// Builds the layers, registering their parameters (seeded from `params`'s seed).
     pub fn new(spec: &ModelSpec, params: &mut Params, dev: &Device) -> Result<Self> {
+        spec.check().map_err(|e| candle_core::Error::Msg(e.0))?;
         let l = spec.layers;
         let mut layers = Vec::with_capacity(l);
         for i in 0..l {
@@ -205,7 +220,7 @@ impl Model {
     /// features are constants.
     pub fn input(&self, p: &Prepared, mut rows: Vec<f32>, mode: Mode, dev: &Device) -> Result<Tensor> {
         let ids = p.blocks.input_nodes();
-        if let Mode::Train { key } = mode {
+        if let (Mode::Train { key }, true) = (mode, self.spec.kind.drops_input()) {
             let site = Self::feature_site(key, 0);
             dropout_in_place(&mut rows, self.spec.in_dim, self.spec.dropout, |r| vertex_row_key(site, ids[r]));
         }
@@ -218,36 +233,52 @@ impl Model {
         let mut h = x.clone();
         for (i, layer) in self.layers.iter().enumerate() {
             let ids = &p.blocks.layers[i].src[..];
-            let mut attention_dropout = None;
-            if let Mode::Train { key } = mode {
-                if i > 0 {
-                    let site = Self::feature_site(key, i);
-                    h = dropout_rows(&h, self.spec.dropout, |r| vertex_row_key(site, ids[r]))?;
+            let attention_dropout = match (mode, layer) {
+                (Mode::Train { key }, Layer::Gat(_)) if self.spec.dropout > 0.0 => {
+                    Some((self.spec.dropout, hash_of(key, &[i as u64, 1])))
                 }
-                if matches!(layer, Layer::Gat(_)) && self.spec.dropout > 0.0 {
-                    attention_dropout = Some((self.spec.dropout, hash_of(key, &[i as u64, 1])));
-                }
-            }
-            let inp = LayerInput { x: &h, graph: &p.graphs[i], ids, kernel: self.kernel, attention_dropout };
+                _ => None,
+            };
+            // After a hidden layer: the non-linearity, then the dropout of the
+            // next layer's input (its rows are this layer's destinations).
+            let next = p.blocks.layers.get(i + 1).map(|b| &b.src[..]).unwrap_or(&[]);
+            let (rate, site) = match mode {
+                Mode::Train { key } => (self.spec.dropout, Self::feature_site(key, i + 1)),
+                Mode::Eval => (0.0, 0),
+            };
+            let key = |r: usize| vertex_row_key(site, next[r]);
+            let relu = (i < last && !matches!(layer, Layer::Gat(_)))
+                .then(|| ReluDropout::new(next.len(), self.spec.hidden, rate, key));
+            let inp = LayerInput {
+                x: &h,
+                graph: &p.graphs[i],
+                ids,
+                kernel: self.kernel,
+                attention_dropout,
+                activation: relu.as_ref(),
+            };
             let out = match layer {
                 Layer::Sage(s) => s.forward(&inp)?,
                 Layer::Gcn(c) => c.forward(&inp)?,
                 Layer::Gat(a) => a.forward(&inp)?,
             };
-            h = match (i == last, layer) {
-                (true, _) => out,
-                (false, Layer::Gat(_)) => out.elu(1.0)?,
-                (false, _) => out.relu()?,
+            if i == last {
+                return Ok(out);
+            }
+            h = match layer {
+                Layer::Gat(_) => dropout_rows(&out.elu(1.0)?, rate, key)?,
+                _ => out,
             };
         }
-        Ok(h)
+        unreachable!("a model has at least one layer")
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gather::{DenseRows, gather};
+    use crate::comm::TableRows;
+    use crate::gather::gather;
     use crate::graph::Csr;
     use crate::optim::OptimizerKind;
     use crate::sample::{NeighborSampler, NodeMap};
@@ -303,7 +334,7 @@ mod tests {
                 let mut params = Params::new(5);
                 let model = Model::new(&spec(kind, t.dim), &mut params, &dev).unwrap().with_kernel(k);
                 let blocks = sampler.sample(&roots, 0, &mut NodeMap::new(400));
-                let rows = gather(&DenseRows { data: &t.feats, dim: t.dim }, blocks.input_nodes());
+                let rows = gather(&TableRows::all(400, t.dim, t.feats.clone()).unwrap(), blocks.input_nodes()).unwrap();
                 let p = model.prepare(blocks, t.csr.view(), &fan);
                 let x = model.input(&p, rows, Mode::Train { key: 9 }, &dev).unwrap();
                 let logits = model.forward(&p, &x, Mode::Train { key: 9 }).unwrap();
@@ -330,7 +361,7 @@ mod tests {
         let train: Vec<u32> = (0..400).collect();
         let test: Vec<u32> = (400..600).collect();
         let mut map = NodeMap::new(600);
-        let feats = DenseRows { data: &t.feats, dim: t.dim };
+        let feats = TableRows::all(600, t.dim, t.feats.clone()).unwrap();
         for kind in KINDS {
             let mut params = Params::new(7);
             let model = Model::new(&spec(kind, t.dim), &mut params, &dev).unwrap();
@@ -338,7 +369,7 @@ mod tests {
             for epoch in 0..15u64 {
                 for (i, batch) in train.chunks(50).enumerate() {
                     let blocks = sampler.sample(batch, epoch, &mut map);
-                    let rows = gather(&feats, blocks.input_nodes());
+                    let rows = gather(&feats, blocks.input_nodes()).unwrap();
                     let p = model.prepare(blocks, t.csr.view(), &fan);
                     let mode = Mode::Train { key: hash_of(epoch, &[i as u64]) };
                     let x = model.input(&p, rows, mode, &dev).unwrap();
@@ -352,7 +383,7 @@ mod tests {
                 }
             }
             let blocks = sampler.sample(&test, 99, &mut map);
-            let rows = gather(&feats, blocks.input_nodes());
+            let rows = gather(&feats, blocks.input_nodes()).unwrap();
             let p = model.prepare(blocks, t.csr.view(), &fan);
             let x = model.input(&p, rows, Mode::Eval, &dev).unwrap();
             let logits = model.forward(&p, &x, Mode::Eval).unwrap();

@@ -1,7 +1,10 @@
 //! GraphSAGE (Hamilton et al. 2017), PyG's `SAGEConv`:
-//! out = lin_l(aggregate(neighbours)) + lin_r(self).
+//! out = lin_l(aggregate(neighbours)) + lin_r(self), computed as one matmul of
+//! `[aggregate | self]` with `[W_l | W_r]`.
 
-use super::{AggGraph, LayerInput, Linear, Params, csr_op};
+use super::csr_op::{self, Reduce};
+use super::linear::linear;
+use super::{AggGraph, LayerInput, Params};
 use crate::sample::Block;
 use candle_core::{Device, Result, Tensor};
 
@@ -12,8 +15,9 @@ pub enum SageAggr {
 }
 
 pub struct SageLayer {
-    lin_l: Linear,
-    lin_r: Linear,
+    w_l: Tensor,
+    b_l: Tensor,
+    w_r: Tensor,
     aggr: SageAggr,
 }
 
@@ -22,7 +26,7 @@ impl SageLayer {
         let wl = p.glorot(&format!("{prefix}.lin_l.weight"), (d_out, d_in), d_in, d_out, dev)?;
         let bl = p.zeros(&format!("{prefix}.lin_l.bias"), d_out, dev)?;
         let wr = p.glorot(&format!("{prefix}.lin_r.weight"), (d_out, d_in), d_in, d_out, dev)?;
-        Ok(SageLayer { lin_l: Linear::new(wl, Some(bl)), lin_r: Linear::new(wr, None), aggr })
+        Ok(SageLayer { w_l: wl, b_l: bl, w_r: wr, aggr })
     }
 
     pub fn graph(&self, b: &Block) -> AggGraph {
@@ -34,11 +38,12 @@ impl SageLayer {
     }
 
     pub fn forward(&self, inp: &LayerInput<'_>) -> Result<Tensor> {
-        let agg = match self.aggr {
-            SageAggr::Mean => csr_op::weighted_sum(inp.x, inp.graph, inp.kernel)?,
-            SageAggr::Max => csr_op::max(inp.x, inp.graph, inp.kernel)?,
+        let reduce = match self.aggr {
+            SageAggr::Mean => Reduce::Sum,
+            SageAggr::Max => Reduce::Max,
         };
-        let own = inp.x.narrow(0, 0, inp.graph.num_dst())?;
-        self.lin_l.forward(&agg)? + self.lin_r.forward(&own)?
+        let both = csr_op::aggregate_with_self(inp.x, inp.graph, reduce, inp.kernel)?;
+        let w = Tensor::cat(&[&self.w_l, &self.w_r], 1)?;
+        linear(&both, &w, Some(&self.b_l), inp.kernel == csr_op::Kernel::Fast, inp.activation)
     }
 }

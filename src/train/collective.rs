@@ -1,7 +1,7 @@
 //! What the training loop needs from the other workers. The distributed
 //! runtime implements it over TCP; `Solo` is the single worker (W = 1).
 
-use crate::metrics::ByteCounts;
+use crate::comm::ByteCounts;
 
 pub type CommError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -13,10 +13,8 @@ pub trait Collective {
     fn barrier(&mut self) -> Result<(), CommError>;
     /// Replaces `buf` on every worker with `root`'s.
     fn broadcast(&mut self, buf: &mut Vec<u8>, root: usize) -> Result<(), CommError>;
-    /// Bytes this worker has sent so far, by category (cumulative).
-    fn bytes_sent(&self) -> ByteCounts;
-    /// Bytes this worker has received so far, by category (cumulative).
-    fn bytes_received(&self) -> ByteCounts;
+    /// Bytes this worker has sent and received so far, by category (cumulative).
+    fn bytes(&self) -> ByteCounts;
 }
 
 /// The only worker: every collective is the identity and nothing crosses a socket.
@@ -39,10 +37,35 @@ impl Collective for Solo {
     fn broadcast(&mut self, _buf: &mut Vec<u8>, _root: usize) -> Result<(), CommError> {
         Ok(())
     }
-    fn bytes_sent(&self) -> ByteCounts {
+    fn bytes(&self) -> ByteCounts {
         ByteCounts::default()
     }
-    fn bytes_received(&self) -> ByteCounts {
-        ByteCounts::default()
+}
+
+/// The workers of a distributed job, over their TCP mesh. Every wait is
+/// bounded by `timeout`; gradients are billed as such, the rest as control.
+pub struct MeshCollective<'m> {
+    pub mesh: &'m crate::comm::Mesh,
+    pub timeout: std::time::Duration,
+}
+
+impl Collective for MeshCollective<'_> {
+    fn rank(&self) -> usize {
+        self.mesh.rank()
+    }
+    fn world(&self) -> usize {
+        self.mesh.world()
+    }
+    fn all_reduce_sum(&mut self, buf: &mut [f32]) -> Result<(), CommError> {
+        Ok(self.mesh.all_reduce_sum(buf, crate::comm::Category::Gradients, self.timeout)?)
+    }
+    fn barrier(&mut self) -> Result<(), CommError> {
+        Ok(self.mesh.barrier(self.timeout)?)
+    }
+    fn broadcast(&mut self, buf: &mut Vec<u8>, root: usize) -> Result<(), CommError> {
+        Ok(self.mesh.broadcast(root, buf, crate::comm::Category::Control, self.timeout)?)
+    }
+    fn bytes(&self) -> ByteCounts {
+        self.mesh.bytes()
     }
 }

@@ -2,6 +2,7 @@
 
 use super::StrategyKind;
 use crate::BadInput;
+use crate::comm::CachePolicy;
 use crate::gather::RowNorm;
 use crate::model::ModelKind;
 use crate::optim::OptimizerKind;
@@ -91,6 +92,9 @@ pub struct TrainConfig {
     #[serde(default)]
     pub normalize: RowNorm,
     pub cache_mb: u64,
+    /// Which remote rows fill the cache.
+    #[serde(default = "default_cache_policy")]
+    pub cache_policy: CachePolicy,
     /// Time steps per iteration (leapgnn strategy); None = chosen by the cost model.
     pub time_steps: Option<u32>,
     pub merge_plan: Option<PathBuf>,
@@ -123,12 +127,17 @@ impl Default for TrainConfig {
             device: DeviceKind::Cpu,
             normalize: RowNorm::None,
             cache_mb: 0,
+            cache_policy: CachePolicy::Degree,
             time_steps: Some(1),
             merge_plan: None,
             migration: Migration::Fused,
             cluster: None,
         }
     }
+}
+
+fn default_cache_policy() -> CachePolicy {
+    CachePolicy::Degree
 }
 
 impl TrainConfig {
@@ -167,21 +176,16 @@ impl TrainConfig {
             return bad(format!("--weight-decay {} must be zero or positive", self.weight_decay));
         }
         let later = |what: String| {
-            Err(BadInput::new(format!(
-                "{what} is not implemented yet (this build trains model-centric with one worker)"
-            )))
+            Err(BadInput::new(format!("{what} is not implemented yet (this build trains model-centric)")))
         };
         if self.strategy != StrategyKind::ModelCentric {
             return later(format!("--strategy {}", self.strategy));
         }
-        if self.workers > 1 {
-            return later(format!("--workers {}", self.workers));
-        }
-        if self.parts > 1 {
-            return later(format!("--parts {}", self.parts));
-        }
-        if self.cache_mb > 0 {
-            return later(format!("--cache-mb {}", self.cache_mb));
+        if self.parts != self.workers && (self.parts > 1 || self.workers > 1) {
+            return bad(format!(
+                "--parts {} with --workers {}: each worker owns one part, so give the same number (or omit --parts)",
+                self.parts, self.workers
+            ));
         }
         match self.time_steps {
             Some(1) => {}

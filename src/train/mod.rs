@@ -10,6 +10,7 @@ mod batches;
 pub mod checkpoint;
 mod collective;
 mod config;
+pub mod distributed;
 mod evaluate;
 pub mod strategy;
 mod trainer;
@@ -17,15 +18,15 @@ mod worker;
 
 pub use batches::{Schedule, epoch_order};
 pub use checkpoint::Progress;
-pub use collective::{Collective, CommError, Solo};
+pub use collective::{Collective, CommError, MeshCollective, Solo};
 pub use config::{DeviceKind, Migration, TrainConfig};
 pub use evaluate::accuracies;
 pub use strategy::{Iteration, Strategy, StrategyKind};
 pub use trainer::{LoopInput, run_loop};
-pub use worker::{GraphData, StepStats, Worker};
+pub use worker::{FeatureSource, GraphData, StepStats, Worker};
 
 use crate::format::{DatasetFile, FormatError, write_atomic};
-use crate::metrics::{EpochRecord, JsonlSink, RunSummary, StepRecord};
+use crate::metrics::{EpochRecord, JsonlSink, RunInfo, RunSummary, StepRecord};
 use crate::model::{Model, ModelSpec, Params};
 use crate::{BadInput, DataDir};
 use std::path::{Path, PathBuf};
@@ -34,8 +35,11 @@ use std::path::{Path, PathBuf};
 pub enum TrainError {
     #[error("{0}")]
     Input(#[from] BadInput),
+    /// `epoch` and `iteration` count from 0; the message counts from 1, as the progress lines do.
     #[error(
-        "loss became {value} at epoch {epoch}, iteration {iteration}: training diverged; lower --lr or check the dataset's features for NaN/inf"
+        "loss became {value} at epoch {}, iteration {}: training diverged; lower --lr or check the dataset's features for NaN/inf",
+        .epoch + 1,
+        .iteration + 1
     )]
     NonFiniteLoss { epoch: u64, iteration: u64, value: f64 },
     #[error("model computation failed: {0}")]
@@ -43,7 +47,10 @@ pub enum TrainError {
     #[error("{0}")]
     Format(#[from] FormatError),
     #[error("{0}")]
-    Dataset(#[source] Box<dyn std::error::Error + Send + Sync>),
+    Dataset(#[source] anyhow::Error),
+    /// A feature row the worker needed is in none of its sources.
+    #[error("feature rows unavailable: {0}")]
+    Rows(String),
     #[error("collective operation failed: {0}")]
     Comm(#[source] CommError),
     #[error("{path}: {source}")]
@@ -56,10 +63,20 @@ pub enum TrainError {
 
 /// Receives what the loop produces (progress lines, the TUI, the driver).
 pub trait Observer {
+    /// Before the first iteration: what runs, and from where.
+    fn start(&mut self, _info: &RunInfo) {}
     fn step(&mut self, _r: &StepRecord) -> Result<(), TrainError> {
         Ok(())
     }
     fn epoch(&mut self, _e: &EpochRecord, _epochs: u64) {}
+    /// Something worth a log line (a checkpoint was written).
+    fn event(&mut self, _msg: &str) {}
+    /// Polled after every iteration: true stops the run after a checkpoint.
+    fn stop_requested(&self) -> bool {
+        false
+    }
+    /// The iteration's summed gradient (all workers), before the optimizer step.
+    fn gradient(&mut self, _global_iteration: u64, _grad: &[f32]) {}
 }
 
 /// Observes nothing.
@@ -125,7 +142,7 @@ pub fn resume(
 }
 
 /// Train, validation and test ids that have a label, checked.
-fn splits(ds: &DatasetFile, name: &str) -> Result<[Vec<u32>; 3], BadInput> {
+pub(crate) fn splits(ds: &DatasetFile, name: &str) -> Result<[Vec<u32>; 3], BadInput> {
     if ds.num_classes() == 0 {
         return Err(BadInput::new(format!(
             "dataset `{name}` has no labels (0 classes); import it with labels, or generate some (`leapgnn download ... --generated-classes K`)"
@@ -158,23 +175,10 @@ fn execute(
     stop_after: Option<u64>,
     obs: &mut dyn Observer,
 ) -> Result<RunSummary, TrainError> {
-    let device = cfg.device.open()?;
-    let path = crate::datasets::ensure_dataset(data, &cfg.dataset).map_err(|e| TrainError::Dataset(e.into()))?;
+    let path = crate::datasets::ensure_dataset(data, &cfg.dataset).map_err(TrainError::Dataset)?;
     let ds = DatasetFile::open_verified(&path)?;
     let [train, val, test] = splits(&ds, &cfg.dataset)?;
-    let spec = ModelSpec {
-        kind: cfg.model,
-        in_dim: ds.feature_dim(),
-        hidden: cfg.hidden,
-        classes: ds.num_classes(),
-        layers: cfg.fanouts.layers(),
-        heads: cfg.heads,
-        dropout: cfg.dropout,
-    };
-    spec.check()?;
-    let mut params = Params::new(cfg.seed);
-    let model = Model::new(&spec, &mut params, &device)?;
-    let mut opt = cfg.optimizer.build(params.numel(), cfg.lr, cfg.weight_decay);
+    let (model, params, mut opt, device) = build_model(&cfg, &ds)?;
     let ck = checkpoint::dir(run_dir);
     let progress = if resuming { checkpoint::restore(&ck, &params, opt.as_mut())? } else { Progress::default() };
     write_atomic(run_dir.join("config.json"), &serde_json::to_vec_pretty(&cfg).expect("config serialises"))?;
@@ -190,6 +194,19 @@ fn execute(
     worker.norm = cfg.normalize;
     let mut strategy = strategy::build(cfg.strategy)?;
     let inp = LoopInput { cfg: &cfg, train: &train, val: &val, test: &test, checkpoint_dir: Some(&ck), stop_after };
+    obs.start(&RunInfo {
+        run: run.to_string(),
+        dataset: cfg.dataset.clone(),
+        strategy: cfg.strategy.to_string(),
+        model: cfg.model.to_string(),
+        workers: Solo.world() as u32,
+        time_steps: strategy.time_steps(),
+        epochs: cfg.epochs,
+        iterations_per_epoch: batches::Schedule::new(&train, Solo.world(), cfg.batch_size).iterations() as u64,
+        start_epoch: progress.epoch,
+        start_iteration: progress.iteration,
+    });
+    obs.event("worker 0 started in this process");
     let result = run_loop(&inp, &mut worker, &mut Solo, strategy.as_mut(), opt.as_mut(), progress, &mut obs);
     obs.sink.flush()?;
     let p = result?;
@@ -211,6 +228,28 @@ fn execute(
     Ok(summary)
 }
 
+/// The model of `cfg` for `ds` (seeded initial weights), its optimizer, and the device.
+pub(crate) fn build_model(
+    cfg: &TrainConfig,
+    ds: &DatasetFile,
+) -> Result<(Model, Params, Box<dyn crate::optim::Optimizer>, candle_core::Device), TrainError> {
+    let device = cfg.device.open()?;
+    let spec = ModelSpec {
+        kind: cfg.model,
+        in_dim: ds.feature_dim(),
+        hidden: cfg.hidden,
+        classes: ds.num_classes(),
+        layers: cfg.fanouts.layers(),
+        heads: cfg.heads,
+        dropout: cfg.dropout,
+    };
+    spec.check()?;
+    let mut params = Params::new(cfg.seed);
+    let model = Model::new(&spec, &mut params, &device)?;
+    let opt = cfg.optimizer.build(params.numel(), cfg.lr, cfg.weight_decay);
+    Ok((model, params, opt, device))
+}
+
 /// Appends every step record to `metrics.jsonl`, then passes it on.
 struct Recording<'a> {
     sink: JsonlSink,
@@ -226,14 +265,23 @@ impl Observer for Recording<'_> {
         let _ = self.sink.flush();
         self.inner.epoch(e, epochs);
     }
+    fn start(&mut self, info: &RunInfo) {
+        self.inner.start(info);
+    }
+    fn event(&mut self, msg: &str) {
+        self.inner.event(msg);
+    }
+    fn stop_requested(&self) -> bool {
+        self.inner.stop_requested()
+    }
+    fn gradient(&mut self, i: u64, g: &[f32]) {
+        self.inner.gradient(i, g);
+    }
 }
 
 /// A run name becomes a directory under `runs/`: one plain path component.
 fn check_name(name: &str, flag: &str) -> Result<(), BadInput> {
-    let ok = !name.is_empty()
-        && !name.starts_with('.')
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if ok {
+    if crate::paths::is_plain_name(name) {
         Ok(())
     } else {
         Err(BadInput::new(format!("{flag} `{name}`: a run name is letters, digits, `-`, `_` or `.`")))
@@ -242,7 +290,11 @@ fn check_name(name: &str, flag: &str) -> Result<(), BadInput> {
 
 /// Creates `runs/<run>/`: the requested name (which must be new), or
 /// `<dataset>-<model>-<unix time>[-n]`.
-fn new_run_dir(data: &DataDir, requested: Option<&str>, cfg: &TrainConfig) -> Result<(String, PathBuf), TrainError> {
+pub(crate) fn new_run_dir(
+    data: &DataDir,
+    requested: Option<&str>,
+    cfg: &TrainConfig,
+) -> Result<(String, PathBuf), TrainError> {
     let runs = data.runs_dir();
     std::fs::create_dir_all(&runs).map_err(|e| TrainError::Io { path: runs.clone(), source: e })?;
     if let Some(name) = requested {

@@ -7,7 +7,8 @@ use super::checkpoint::{self, Progress};
 use super::evaluate::accuracies;
 use super::strategy::{Iteration, Strategy};
 use super::{Collective, Observer, TrainConfig, TrainError, Worker, batches};
-use crate::metrics::{ByteCounts, EpochRecord, StepRecord};
+use crate::comm::ByteCounts;
+use crate::metrics::{EpochRecord, StepRecord, add_bytes};
 use crate::optim::Optimizer;
 use crate::util::rng::hash_of;
 use std::path::Path;
@@ -26,16 +27,6 @@ pub struct LoopInput<'a> {
     pub checkpoint_dir: Option<&'a Path>,
     /// Stop (after checkpointing) once this many iterations are done in total.
     pub stop_after: Option<u64>,
-}
-
-fn minus(a: ByteCounts, b: ByteCounts) -> ByteCounts {
-    ByteCounts {
-        features: a.features - b.features,
-        gradients: a.gradients - b.gradients,
-        migration: a.migration - b.migration,
-        activations: a.activations - b.activations,
-        control: a.control - b.control,
-    }
 }
 
 /// Runs from `progress` to the end of the last epoch (or `stop_after`) and
@@ -60,6 +51,7 @@ pub fn run_loop(
         let sched = batches::Schedule::new(&order, coll.world(), cfg.batch_size);
         while (p.iteration as usize) < sched.iterations() {
             let t0 = Instant::now();
+            let bytes0 = coll.bytes();
             let it = Iteration {
                 epoch: p.epoch,
                 index: p.iteration,
@@ -68,15 +60,18 @@ pub fn run_loop(
                 global_size: sched.global(p.iteration as usize).len(),
                 dropout_key: hash_of(cfg.seed, &[DROPOUT_TAG, p.epoch, p.iteration]),
             };
-            let (sent0, recv0) = (coll.bytes_sent(), coll.bytes_received());
             let mut grad = vec![0f32; w.params.numel() + 1];
             records.clear();
             let n = grad.len() - 1;
             let loss_share = strategy.iteration(w, &it, &mut grad[..n], &mut records)?;
 
+            // Strategies may record their own traffic per time step; whatever the
+            // iteration moved beyond that (the gradient all-reduce, model-centric's
+            // feature fetches) is billed to its last record.
             let ts = Instant::now();
             grad[n] = loss_share as f32;
             coll.all_reduce_sum(&mut grad).map_err(TrainError::Comm)?;
+            obs.gradient(p.global_iteration, &grad[..n]);
             let loss = grad[n] as f64;
             if !loss.is_finite() {
                 return Err(TrainError::NonFiniteLoss { epoch: p.epoch, iteration: p.iteration, value: loss });
@@ -84,25 +79,31 @@ pub fn run_loop(
             let mut weights = w.params.flat_values()?;
             opt.step(&mut weights, &grad[..n]);
             w.params.set_flat(&weights)?;
-            let (sent, recv) = (minus(coll.bytes_sent(), sent0), minus(coll.bytes_received(), recv0));
+            let mut recorded = ByteCounts::default();
+            for r in &records {
+                add_bytes(&mut recorded.sent, &r.bytes_out);
+                add_bytes(&mut recorded.received, &r.bytes_in);
+            }
+            let moved = coll.bytes().since(&bytes0).since(&recorded);
             if let Some(last) = records.last_mut() {
                 last.sync_seconds = ts.elapsed().as_secs_f64();
-                last.bytes_out += sent;
-                last.bytes_in += recv;
+                add_bytes(&mut last.bytes_out, &moved.sent);
+                add_bytes(&mut last.bytes_in, &moved.received);
             }
             for r in &records {
                 p.rows += r.rows;
+                add_bytes(&mut p.bytes, &r.bytes_out);
                 obs.step(r)?;
             }
-            p.bytes += sent;
             p.epoch_loss_sum += loss;
             p.epoch_iterations += 1;
             p.epoch_seconds += t0.elapsed().as_secs_f64();
             p.iteration += 1;
             p.global_iteration += 1;
-            let stop = inp.stop_after == Some(p.global_iteration);
+            let stop = inp.stop_after == Some(p.global_iteration) || obs.stop_requested();
             if stop || (cfg.checkpoint_every > 0 && p.global_iteration.is_multiple_of(cfg.checkpoint_every)) {
                 save(&p, w, opt)?;
+                obs.event(&format!("checkpoint written after iteration {}", p.global_iteration));
             }
             if stop {
                 return Ok(p);
@@ -129,5 +130,6 @@ pub fn run_loop(
     }
     // The final state (a periodic checkpoint at the last iteration predates the last evaluation).
     save(&p, w, opt)?;
+    obs.event("final checkpoint written");
     Ok(p)
 }

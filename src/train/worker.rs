@@ -2,7 +2,8 @@
 //! set of roots, gather their input rows, run the model forward and backward.
 
 use super::TrainError;
-use crate::gather::{FeatureSource, RowNorm, gather, normalize_rows};
+use crate::comm::RowSource;
+use crate::gather::{RowNorm, gather, normalize_rows};
 use crate::graph::CsrView;
 use crate::metrics::RowCounts;
 use crate::model::{Mode, Model, Params, count_correct, cross_entropy_sum};
@@ -33,6 +34,25 @@ pub struct GraphData<'d> {
     pub graph: CsrView<'d>,
     pub features: &'d dyn FeatureSource,
     pub labels: &'d [i32],
+}
+
+/// Where a worker's input rows come from: any `RowSource` (every row at hand),
+/// or, with several workers, the worker's part + cache + remote owners.
+pub trait FeatureSource: Sync {
+    fn dim(&self) -> usize;
+    /// The rows of `ids`, row-major in the order given, and where they came from.
+    fn rows(&self, ids: &[u32]) -> Result<(Vec<f32>, RowCounts), TrainError>;
+}
+
+impl<T: RowSource + ?Sized> FeatureSource for T {
+    fn dim(&self) -> usize {
+        RowSource::dim(self)
+    }
+    fn rows(&self, ids: &[u32]) -> Result<(Vec<f32>, RowCounts), TrainError> {
+        let rows = gather(self, ids).map_err(|e| TrainError::Rows(e.to_string()))?;
+        let n = ids.len() as u64;
+        Ok((rows, RowCounts { requested: n, local: n, ..Default::default() }))
+    }
 }
 
 /// What one `compute` did, for the metrics record.
@@ -74,11 +94,11 @@ impl<'d> Worker<'d> {
         }
     }
 
-    /// Input rows of `ids`, normalised as configured.
-    fn gather(&self, ids: &[u32]) -> Vec<f32> {
-        let mut rows = gather(self.features, ids);
+    /// Input rows of `ids`, normalised as configured, and where they came from.
+    fn gather(&self, ids: &[u32]) -> Result<(Vec<f32>, RowCounts), TrainError> {
+        let (mut rows, counts) = self.features.rows(ids)?;
         normalize_rows(&mut rows, self.features.dim(), self.norm);
-        rows
+        Ok((rows, counts))
     }
 
     fn labels_of(&self, roots: &[u32]) -> Vec<u32> {
@@ -105,9 +125,8 @@ impl<'d> Worker<'d> {
         s.sample_seconds = t.elapsed().as_secs_f64();
 
         let t = Instant::now();
-        let rows = self.gather(blocks.input_nodes());
-        let n = blocks.input_nodes().len() as u64;
-        s.rows = RowCounts { requested: n, local: n, ..Default::default() };
+        let (rows, counts) = self.gather(blocks.input_nodes())?;
+        s.rows = counts;
         s.gather_seconds = t.elapsed().as_secs_f64();
 
         let t = Instant::now();
@@ -131,7 +150,7 @@ impl<'d> Worker<'d> {
         let mut correct = 0;
         for chunk in ids.chunks(batch) {
             let blocks = self.eval_sampler.sample(chunk, EVAL_EPOCH_SALT | epoch, &mut self.map);
-            let rows = self.gather(blocks.input_nodes());
+            let (rows, _) = self.gather(blocks.input_nodes())?;
             let prepared = self.model.prepare(blocks, self.graph, self.eval_sampler.fanouts());
             let x = self.model.input(&prepared, rows, Mode::Eval, &self.device)?;
             let logits = self.model.forward(&prepared, &x, Mode::Eval)?;

@@ -1,0 +1,112 @@
+use super::ProgressSink;
+use crate::metrics::{EpochRecord, RunInfo, StepRecord};
+use crate::tui::DashboardState;
+use crate::tui::fmt::pct;
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+/// Progress bars on stderr (epochs, iterations of the current epoch); where
+/// stderr is not a terminal, one plain line per epoch instead.
+pub struct Bars {
+    multi: MultiProgress,
+    epochs: ProgressBar,
+    iterations: ProgressBar,
+    /// Adds the records up (iteration loss, epoch miss rate) as the dashboard does.
+    state: DashboardState,
+    /// Shown iteration, to update the bar once per iteration rather than per record.
+    shown: Option<(u64, u64)>,
+}
+
+fn style(template: &str) -> ProgressStyle {
+    ProgressStyle::with_template(template).expect("the templates are valid").progress_chars("=> ")
+}
+
+/// The line printed when an epoch ends.
+pub fn epoch_line(e: &EpochRecord, epochs: u64) -> String {
+    format!(
+        "epoch {:>3}/{epochs}  loss {:.4}  val {:.4}  test {:.4}  {:.2} s (+{:.2} s eval)",
+        e.epoch + 1,
+        e.loss,
+        e.val_accuracy,
+        e.test_accuracy,
+        e.seconds,
+        e.eval_seconds
+    )
+}
+
+impl Bars {
+    pub fn stderr() -> Self {
+        Self::with_target(ProgressDrawTarget::stderr())
+    }
+
+    pub fn with_target(target: ProgressDrawTarget) -> Self {
+        let multi = MultiProgress::with_draw_target(target);
+        let epochs = multi.add(
+            ProgressBar::new(0)
+                .with_prefix("epoch")
+                .with_style(style("{prefix:>5} [{bar:30.cyan/blue}] {pos}/{len} {msg}")),
+        );
+        let iterations = multi.add(
+            ProgressBar::new(0)
+                .with_prefix("iter")
+                .with_style(style("{prefix:>5} [{bar:30}] {pos}/{len} eta {eta} {msg}")),
+        );
+        Bars { multi, epochs, iterations, state: DashboardState::default(), shown: None }
+    }
+
+    /// Whether bars are drawn (stderr is a terminal).
+    pub fn visible(&self) -> bool {
+        !self.multi.is_hidden()
+    }
+
+    fn line(&self, s: &str) {
+        if self.visible() {
+            let _ = self.multi.println(s);
+        } else {
+            eprintln!("{s}");
+        }
+    }
+}
+
+impl ProgressSink for Bars {
+    fn start(&mut self, info: &RunInfo) {
+        self.state.start(info.clone());
+        self.epochs.set_length(info.epochs);
+        self.epochs.set_position(info.start_epoch);
+        self.iterations.set_length(info.iterations_per_epoch);
+        self.iterations.set_position(info.start_iteration);
+    }
+
+    fn record(&mut self, r: &StepRecord) {
+        self.state.apply_record(r);
+        let Some((epoch, it)) = self.state.position() else { return };
+        if !self.visible() || self.shown == Some((epoch, it)) {
+            return;
+        }
+        // The previous iteration is complete now: show its loss.
+        self.shown = Some((epoch, it));
+        self.iterations.set_position(it + 1);
+        let loss =
+            self.state.iterations().iter().rev().nth(1).map_or(String::new(), |i| format!("loss {:.4}  ", i.loss));
+        self.iterations.set_message(format!("{loss}miss {}", pct(self.state.epoch_rows().miss_rate())));
+    }
+
+    fn epoch(&mut self, e: &EpochRecord) {
+        self.state.apply_epoch(e);
+        self.line(&epoch_line(e, self.state.info.epochs));
+        self.epochs.set_position(e.epoch + 1);
+        self.epochs.set_message(format!("val {}  test {}", pct(e.val_accuracy), pct(e.test_accuracy)));
+        self.iterations.set_position(0);
+    }
+
+    /// Shown above the bars; dropped without a terminal, where stderr keeps to epoch lines.
+    fn event(&mut self, msg: &str) {
+        if self.visible() {
+            let _ = self.multi.println(msg);
+        }
+    }
+
+    fn finish(&mut self) {
+        self.iterations.finish_and_clear();
+        self.epochs.finish_and_clear();
+    }
+}

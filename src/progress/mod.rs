@@ -1,0 +1,62 @@
+//! Where a run's progress goes: the live dashboard on a terminal, progress
+//! bars (or plain lines) on stderr otherwise, or JSON lines on stdout for
+//! pipelines. The trainer talks to one `ProgressSink` and does not care which.
+
+mod bars;
+mod dashboard;
+mod json_stream;
+
+pub use bars::Bars;
+pub use dashboard::Dashboard;
+pub use json_stream::JsonStream;
+
+use crate::metrics::{EpochRecord, RunInfo, StepRecord};
+use std::io::IsTerminal;
+
+pub trait ProgressSink {
+    /// The run starts (or resumes); comes before any record.
+    fn start(&mut self, _info: &RunInfo) {}
+    /// One (epoch, iteration, time step, worker) record.
+    fn record(&mut self, r: &StepRecord);
+    /// An epoch ended (after evaluation).
+    fn epoch(&mut self, e: &EpochRecord);
+    /// Something worth a log line: a worker started, a checkpoint was written.
+    fn event(&mut self, msg: &str);
+    /// Whether the user asked to stop (the trainer checkpoints, then ends).
+    fn stop_requested(&self) -> bool {
+        false
+    }
+    /// The run ended: release the terminal, clear the bars. Idempotent.
+    fn finish(&mut self);
+}
+
+/// Shows nothing (`--json`: stdout holds the summary alone).
+pub struct Silent;
+
+impl ProgressSink for Silent {
+    fn record(&mut self, _: &StepRecord) {}
+    fn epoch(&mut self, _: &EpochRecord) {}
+    fn event(&mut self, _: &str) {}
+    fn finish(&mut self) {}
+}
+
+/// Whether the dashboard can run here: it draws on stdout and reads keys from stdin.
+pub fn interactive() -> bool {
+    std::io::stdout().is_terminal() && std::io::stdin().is_terminal()
+}
+
+/// The sink for these flags: `--json-stream` wins (stdout carries records),
+/// then `--json` (stdout carries the summary), then the dashboard on a
+/// terminal unless `--no-tui`, else bars or plain lines on stderr.
+pub fn choose(is_tty: bool, no_tui: bool, json: bool, json_stream: bool) -> Box<dyn ProgressSink> {
+    if json_stream {
+        return Box::new(JsonStream::stdout());
+    }
+    if json {
+        return Box::new(Silent);
+    }
+    if is_tty && !no_tui {
+        return Box::new(Dashboard::new());
+    }
+    Box::new(Bars::stderr())
+}

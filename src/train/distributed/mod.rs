@@ -1,0 +1,74 @@
+//! Training with W > 1 worker processes. The driver (`driver.rs`) partitions
+//! the dataset if needed, starts the workers through a `cluster::Launcher`,
+//! sends each the job (`DistJob`), and turns what they report into
+//! `metrics.jsonl`, progress and the run summary. Each worker (`worker.rs`)
+//! joins the TCP mesh, serves its part's feature rows, and runs the same
+//! `run_loop` as a single worker: only the `Collective` (`MeshCollective`) and
+//! the row source (`FetchingRows`: own part, cache, remote owners) differ.
+//!
+//! Checkpoints: rank 0 writes them straight into the run directory named in
+//! the job, so they need a filesystem the driver shares (true of the `local`
+//! launcher).
+
+mod driver;
+mod grad_dump;
+mod replicas;
+mod rows;
+mod worker;
+
+pub use driver::{DistOptions, train_distributed};
+pub use grad_dump::GradDump;
+pub use replicas::ReplicaCheck;
+pub use rows::FetchingRows;
+pub use worker::run_worker;
+
+use super::TrainConfig;
+use crate::comm::{ByteCounts, FetchStats};
+use crate::metrics::{EpochRecord, StepRecord};
+use std::path::PathBuf;
+
+/// The `train` task of a job, as every worker receives it.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct DistJob {
+    pub config: TrainConfig,
+    /// Absolute paths on the worker's host.
+    pub dataset: PathBuf,
+    pub parts_dir: PathBuf,
+    pub run_dir: PathBuf,
+    /// Continue from the checkpoint in `run_dir`.
+    pub resume: bool,
+    pub stop_after: Option<u64>,
+    /// Rank 0 writes the first iteration's summed gradient here (tests).
+    pub dump_grad: Option<PathBuf>,
+    /// Compare the replicas' weights every this many iterations (0: never).
+    pub check_replicas: u64,
+    /// Bound of every wait on another worker.
+    pub comm_timeout_ms: u64,
+}
+
+/// What a worker sends as `ToDriver::Metrics`.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub enum Report {
+    Step(StepRecord),
+    /// Rank 0 only: the epoch's evaluation (the same on every worker).
+    Epoch {
+        record: EpochRecord,
+        epochs: u64,
+    },
+}
+
+/// What a worker sends as `ToDriver::Done`.
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct WorkerDone {
+    pub rank: usize,
+    /// Iterations done over the whole run.
+    pub iterations: u64,
+    pub history: Vec<EpochRecord>,
+    /// Everything this worker's mesh moved, for the whole run (socket counts).
+    pub bytes: ByteCounts,
+    /// Every row this worker read through its fetching source (training,
+    /// evaluation and the cache fill).
+    pub fetch: FetchStats,
+    /// Fetches that needed at least one remote row.
+    pub remote_fetches: u64,
+}

@@ -1,0 +1,66 @@
+//! `--check-replicas N`: every N iterations the workers compare a hash of
+//! their weights (one tiny all-reduce), so a replica that drifted from the
+//! others stops the run at once instead of silently training a different model.
+
+use super::super::strategy::{Iteration, Strategy, StrategyKind};
+use super::super::{TrainError, Worker};
+use crate::comm::{Category, Mesh};
+use crate::metrics::StepRecord;
+use std::time::Duration;
+
+pub struct ReplicaCheck<'m> {
+    pub inner: Box<dyn Strategy>,
+    pub mesh: &'m Mesh,
+    pub every: u64,
+    pub timeout: Duration,
+}
+
+/// A u64 hash travels as four 16-bit pieces: exact in f32, and each worker
+/// writes only its own slots, so the sum is a gather.
+const PIECES: usize = 4;
+
+impl ReplicaCheck<'_> {
+    fn check(&self, w: &Worker<'_>, it: &Iteration<'_>) -> Result<(), TrainError> {
+        let weights = w.params.flat_values()?;
+        let h = xxhash_rust::xxh3::xxh3_64(bytemuck::cast_slice(&weights));
+        let (rank, world) = (self.mesh.rank(), self.mesh.world());
+        let mut all = vec![0f32; world * PIECES];
+        for (k, slot) in all[rank * PIECES..(rank + 1) * PIECES].iter_mut().enumerate() {
+            *slot = ((h >> (16 * k)) & 0xffff) as f32;
+        }
+        self.mesh.all_reduce_sum(&mut all, Category::Control, self.timeout).map_err(|e| TrainError::Comm(e.into()))?;
+        let mine = &all[rank * PIECES..(rank + 1) * PIECES];
+        match (0..world).find(|&r| &all[r * PIECES..(r + 1) * PIECES] != mine) {
+            None => Ok(()),
+            Some(r) => Err(TrainError::Comm(
+                format!(
+                    "replicas diverged: worker {r}'s weights differ from worker {rank}'s before epoch {}, iteration {}",
+                    it.epoch + 1,
+                    it.index + 1
+                )
+                .into(),
+            )),
+        }
+    }
+}
+
+impl Strategy for ReplicaCheck<'_> {
+    fn kind(&self) -> StrategyKind {
+        self.inner.kind()
+    }
+    fn time_steps(&self) -> u32 {
+        self.inner.time_steps()
+    }
+    fn iteration(
+        &mut self,
+        w: &mut Worker<'_>,
+        it: &Iteration<'_>,
+        grad: &mut [f32],
+        records: &mut Vec<StepRecord>,
+    ) -> Result<f64, TrainError> {
+        if self.every > 0 && it.global_index.is_multiple_of(self.every) {
+            self.check(w, it)?;
+        }
+        self.inner.iteration(w, it, grad, records)
+    }
+}

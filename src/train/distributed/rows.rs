@@ -1,0 +1,42 @@
+//! A distributed worker's feature rows: its own part, its cache, and the
+//! remote owners (one request per owner, all in flight at once), behind the
+//! `FeatureSource` the worker gathers from.
+
+use super::super::{FeatureSource, TrainError};
+use crate::comm::{FeatureClient, FetchStats, Mesh};
+use crate::metrics::RowCounts;
+use std::sync::Mutex;
+
+pub struct FetchingRows<'m> {
+    client: FeatureClient,
+    mesh: &'m Mesh,
+    /// (rows by origin, fetches that needed a remote row), for the whole run.
+    totals: Mutex<(FetchStats, u64)>,
+}
+
+impl<'m> FetchingRows<'m> {
+    /// `client` with its cache already filled; `filled` = what filling it fetched.
+    pub fn new(client: FeatureClient, mesh: &'m Mesh, filled: FetchStats) -> Self {
+        let fetches = u64::from(filled.remote > 0);
+        FetchingRows { client, mesh, totals: Mutex::new((filled, fetches)) }
+    }
+
+    pub fn totals(&self) -> (FetchStats, u64) {
+        *self.totals.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl FeatureSource for FetchingRows<'_> {
+    fn dim(&self) -> usize {
+        self.client.dim()
+    }
+
+    fn rows(&self, ids: &[u32]) -> Result<(Vec<f32>, RowCounts), TrainError> {
+        let mut out = vec![0f32; ids.len() * self.client.dim()];
+        let s = self.client.fetch(self.mesh, ids, &mut out).map_err(|e| TrainError::Comm(e.into()))?;
+        let mut t = self.totals.lock().unwrap_or_else(|e| e.into_inner());
+        t.0 += s;
+        t.1 += u64::from(s.remote > 0);
+        Ok((out, RowCounts { requested: s.requested, local: s.local, cache_hit: s.cache_hit, remote: s.remote }))
+    }
+}

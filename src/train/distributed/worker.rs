@@ -1,0 +1,152 @@
+//! One worker of a distributed run: open the dataset's topology and labels,
+//! its own part's rows and the partition map, join the mesh, serve features,
+//! fill the cache, then run the common training loop.
+
+use super::{DistJob, FetchingRows, GradDump, ReplicaCheck, Report, WorkerDone};
+use crate::cluster::ToDriver;
+use crate::cluster::worker_session::{Job, Reporter};
+use crate::comm::{
+    CachePolicy, Category, FeatureClient, FetchStats, Mesh, MeshConfig, Owners, PartRows, RowSource, cache,
+    serve_features,
+};
+use crate::format::{DatasetFile, ManifestFile};
+use crate::metrics::{EpochRecord, StepRecord};
+use crate::sample::{NeighborSampler, NodeMap};
+use crate::train::{
+    GraphData, LoopInput, MeshCollective, Observer, Progress, TrainError, Worker, batches, checkpoint, strategy,
+};
+use anyhow::Context;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Epochs sampled to rank vertices for `--cache-policy presample`.
+const PRESAMPLE_EPOCHS: u64 = 2;
+
+/// Runs the `train` task of `job`; returns the `WorkerDone` value for the driver.
+pub fn run_worker(job: Job, reporter: &Reporter) -> anyhow::Result<serde_json::Value> {
+    let spec: DistJob = serde_json::from_value(job.config.get("train").cloned().unwrap_or_default())
+        .context("the driver sent a malformed train job (are driver and worker the same version?)")?;
+    let (rank, world) = (job.rank, job.world);
+    let cfg = &spec.config;
+    let timeout = Duration::from_millis(spec.comm_timeout_ms.max(1));
+
+    let ds = DatasetFile::open_verified(&spec.dataset)?;
+    let [train, val, test] = crate::train::splits(&ds, &cfg.dataset)?;
+    let manifest = Arc::new(ManifestFile::open(&spec.parts_dir)?);
+    if manifest.parts() != world || manifest.node_part().len() != ds.num_nodes() {
+        anyhow::bail!(
+            "partition {} has {} parts over {} nodes, but the job has {world} workers and the dataset {} nodes",
+            spec.parts_dir.display(),
+            manifest.parts(),
+            manifest.node_part().len(),
+            ds.num_nodes()
+        );
+    }
+    let local: Arc<dyn RowSource> = Arc::new(PartRows::open(&spec.parts_dir, rank as u32, manifest.clone())?);
+
+    let mut mc = MeshConfig::new(rank, job.peers, job.secret);
+    mc.write_timeout = timeout;
+    mc.connect_timeout = mc.connect_timeout.max(timeout);
+    // Sole owner: once the mesh is built the port closes, so a late stranger is refused by the kernel.
+    let listener =
+        Arc::try_unwrap(job.listener).or_else(|shared| shared.try_clone()).context("cannot use the mesh listener")?;
+    let mesh = Mesh::establish(listener, &mc)?;
+    for r in mesh.refused() {
+        reporter.send(&ToDriver::Log(format!("refused a mesh connection from {}: {}", r.from, r.reason)))?;
+    }
+    serve_features(&mesh, local.clone());
+
+    let mut client = FeatureClient::new(Owners::Manifest(manifest.clone()), local, timeout);
+    let budget = cache::rows_within(cfg.cache_mb << 20, ds.feature_dim());
+    let filled = if budget > 0 {
+        let ids = match cfg.cache_policy {
+            CachePolicy::Degree => cache::by_degree(ds.graph(), manifest.node_part(), rank, budget),
+            CachePolicy::Presample => {
+                let accesses = presample(&ds, cfg, &train, rank, world);
+                cache::by_frequency(&accesses, manifest.node_part(), rank, budget)
+            }
+        };
+        client.fill_cache(&mesh, &ids)?
+    } else {
+        FetchStats::default()
+    };
+    let rows = FetchingRows::new(client, &mesh, filled);
+
+    let (model, params, mut opt, device) = crate::train::build_model(cfg, &ds)?;
+    // Replicas start from rank 0's weights (the seeded init already agrees; this makes it so).
+    let mut weights = params.flat_values()?;
+    mesh.broadcast_f32(0, &mut weights, Category::Control, timeout)?;
+    params.set_flat(&weights)?;
+
+    let data = GraphData { graph: ds.graph(), features: &rows, labels: ds.labels() };
+    let mut worker =
+        Worker::new((rank, world), data, (&cfg.fanouts, &cfg.eval_fanouts), cfg.seed, (model, params), device);
+    worker.norm = cfg.normalize;
+    let mut strat =
+        ReplicaCheck { inner: strategy::build(cfg.strategy)?, mesh: &mesh, every: spec.check_replicas, timeout };
+    let ck = checkpoint::dir(&spec.run_dir);
+    let progress =
+        if spec.resume { checkpoint::restore(&ck, &worker.params, opt.as_mut())? } else { Progress::default() };
+    let inp = LoopInput {
+        cfg,
+        train: &train,
+        val: &val,
+        test: &test,
+        checkpoint_dir: (rank == 0).then_some(ck.as_path()),
+        stop_after: spec.stop_after,
+    };
+    let mut reporting = Reporting { reporter, rank };
+    let mut obs = GradDump { path: spec.dump_grad.clone().filter(|_| rank == 0), inner: &mut reporting };
+    let mut coll = MeshCollective { mesh: &mesh, timeout };
+    let p = crate::train::run_loop(&inp, &mut worker, &mut coll, &mut strat, opt.as_mut(), progress, &mut obs)?;
+
+    let (fetch, remote_fetches) = rows.totals();
+    let done = WorkerDone {
+        rank,
+        iterations: p.global_iteration,
+        history: p.history,
+        bytes: mesh.bytes(),
+        fetch,
+        remote_fetches,
+    };
+    Ok(serde_json::to_value(done)?)
+}
+
+/// The input rows this worker's own batches draw in the first epochs.
+fn presample(ds: &DatasetFile, cfg: &crate::train::TrainConfig, train: &[u32], rank: usize, world: usize) -> Vec<u32> {
+    let sampler = NeighborSampler::new(ds.graph(), cfg.fanouts.clone(), cfg.seed);
+    let mut map = NodeMap::new(ds.num_nodes());
+    let mut accesses = Vec::new();
+    for epoch in 0..PRESAMPLE_EPOCHS.min(cfg.epochs) {
+        let order = batches::epoch_order(train, cfg.seed, epoch);
+        let sched = batches::Schedule::new(&order, world, cfg.batch_size);
+        for i in 0..sched.iterations() {
+            accesses.extend_from_slice(sampler.sample(sched.worker(i, rank), epoch, &mut map).input_nodes());
+        }
+    }
+    accesses
+}
+
+/// Sends every step record (and rank 0's epoch records) to the driver.
+struct Reporting<'a> {
+    reporter: &'a Reporter,
+    rank: usize,
+}
+
+impl Reporting<'_> {
+    fn send(&self, r: Report) -> Result<(), TrainError> {
+        let v = serde_json::to_value(r).expect("reports serialise");
+        self.reporter.send(&ToDriver::Metrics(v)).map_err(|e| TrainError::Comm(e.into()))
+    }
+}
+
+impl Observer for Reporting<'_> {
+    fn step(&mut self, r: &StepRecord) -> Result<(), TrainError> {
+        self.send(Report::Step(r.clone()))
+    }
+    fn epoch(&mut self, e: &EpochRecord, epochs: u64) {
+        if self.rank == 0 {
+            let _ = self.send(Report::Epoch { record: e.clone(), epochs });
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! The terminal loop: apply what the run sends, draw, answer keys. Generic
+//! over the backend and the key source so tests drive it without a terminal.
+
+use super::render::draw;
+use super::state::DashboardState;
+use super::view::{Action, Ui};
+use crate::metrics::{EpochRecord, RunInfo, StepRecord};
+use ratatui::Terminal;
+use ratatui::backend::Backend;
+use ratatui::crossterm::event::{self, Event};
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::time::Duration;
+
+/// What the run tells the dashboard.
+#[derive(Clone, Debug)]
+pub enum Msg {
+    Start(RunInfo),
+    Record(StepRecord),
+    Epoch(EpochRecord),
+    Event(String),
+    /// The run ended: draw once more and return.
+    Finish,
+}
+
+/// Where key presses come from.
+pub trait Input {
+    /// The next event, waiting at most `wait`.
+    fn next(&mut self, wait: Duration) -> io::Result<Option<Event>>;
+}
+
+/// The real terminal's events.
+pub struct Crossterm;
+
+impl Input for Crossterm {
+    fn next(&mut self, wait: Duration) -> io::Result<Option<Event>> {
+        if event::poll(wait)? { event::read().map(Some) } else { Ok(None) }
+    }
+}
+
+/// Runs until `Msg::Finish` arrives or every sender is gone; returns the final
+/// state. `q` sets `stop` (the run checkpoints, then finishes) and the loop
+/// keeps drawing until then. Redraws happen only when something changed,
+/// at most once per `tick`.
+pub fn run_terminal<B: Backend>(
+    terminal: &mut Terminal<B>,
+    rx: &Receiver<Msg>,
+    input: &mut dyn Input,
+    stop: &AtomicBool,
+    tick: Duration,
+) -> io::Result<DashboardState> {
+    let mut state = DashboardState::default();
+    let mut ui = Ui::default();
+    let mut dirty = true;
+    loop {
+        let done = loop {
+            match rx.try_recv() {
+                Ok(Msg::Finish) | Err(TryRecvError::Disconnected) => break true,
+                Ok(m) => {
+                    apply(&mut state, m);
+                    dirty = true;
+                }
+                Err(TryRecvError::Empty) => break false,
+            }
+        };
+        if done {
+            state.finished = true;
+            dirty = true;
+        }
+        if dirty {
+            terminal.draw(|f| draw(f, &state, &ui)).map_err(|e| io::Error::other(e.to_string()))?;
+            dirty = false;
+        }
+        if done {
+            return Ok(state);
+        }
+        match input.next(tick)? {
+            Some(Event::Key(k)) => match ui.on_key(k) {
+                Action::Stop => {
+                    if !stop.swap(true, Ordering::SeqCst) {
+                        state.stopping = true;
+                        state.push_event("stop requested: checkpoint, then exit");
+                    }
+                    dirty = true;
+                }
+                Action::Redraw => dirty = true,
+                Action::Nothing => {}
+            },
+            Some(Event::Resize(..)) => dirty = true,
+            _ => {}
+        }
+    }
+}
+
+fn apply(state: &mut DashboardState, m: Msg) {
+    match m {
+        Msg::Start(info) => state.start(info),
+        Msg::Record(r) => state.apply_record(&r),
+        Msg::Epoch(e) => state.apply_epoch(&e),
+        Msg::Event(e) => state.push_event(e),
+        Msg::Finish => {}
+    }
+}

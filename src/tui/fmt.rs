@@ -1,0 +1,67 @@
+//! Compact number formats for narrow table cells.
+
+/// Three significant digits with an SI suffix: `999`, `1.20k`, `45.6M`, `123G`.
+pub fn si(x: f64) -> String {
+    if !x.is_finite() {
+        return "-".into();
+    }
+    if x.abs() < 1000.0 {
+        return format!("{x:.0}");
+    }
+    let mut v = x;
+    for unit in ["k", "M", "G", "T", "P"] {
+        v /= 1000.0;
+        // Rounding may carry into the next unit (999.96k -> 1000k): move on then.
+        if v.abs() < 999.95 || unit == "P" {
+            return match v.abs() {
+                a if a < 9.995 => format!("{v:.2}{unit}"),
+                a if a < 99.95 => format!("{v:.1}{unit}"),
+                _ => format!("{v:.0}{unit}"),
+            };
+        }
+    }
+    unreachable!("the last unit always returns")
+}
+
+/// A row count: exact below 1000, else [`si`].
+pub fn count(n: u64) -> String {
+    si(n as f64)
+}
+
+/// Bytes (or bytes per second): `512B`, `5.00MB`.
+pub fn bytes(x: f64) -> String {
+    format!("{}B", si(x))
+}
+
+/// A fraction as a percentage with one decimal: `25.0%`.
+pub fn pct(f: f64) -> String {
+    format!("{:.1}%", 100.0 * f)
+}
+
+/// Seconds as `m:ss` or `h:mm:ss`.
+pub fn duration(secs: f64) -> String {
+    if !secs.is_finite() || secs < 0.0 {
+        return "--".into();
+    }
+    let s = secs.round() as u64;
+    let (h, m, s) = (s / 3600, s / 60 % 60, s % 60);
+    if h > 0 { format!("{h}:{m:02}:{s:02}") } else { format!("{m}:{s:02}") }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_fit_their_cells() {
+        assert_eq!(si(999.0), "999");
+        assert_eq!(si(1200.0), "1.20k");
+        assert_eq!(si(999_960.0), "1.00M");
+        assert_eq!(si(45_600_000.0), "45.6M");
+        assert_eq!(bytes(5e6), "5.00MB");
+        assert_eq!(pct(0.25), "25.0%");
+        assert_eq!(duration(20.0), "0:20");
+        assert_eq!(duration(3723.4), "1:02:03");
+        assert_eq!(duration(f64::NAN), "--");
+    }
+}

@@ -1,0 +1,74 @@
+//! Sparklines: communication and miss rate per time step, loss per iteration,
+//! validation accuracy per epoch. Each shows its newest points that fit.
+
+use crate::tui::fmt::{bytes, pct};
+use crate::tui::state::DashboardState;
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Color, Style};
+use ratatui::widgets::{Block, Sparkline};
+
+fn spark(frame: &mut Frame, area: Rect, title: String, data: Vec<u64>, max: Option<u64>, color: Color) {
+    let block = Block::bordered().title(title);
+    let keep = block.inner(area).width as usize;
+    let tail = data[data.len().saturating_sub(keep)..].to_vec();
+    let mut s = Sparkline::default().block(block).data(tail).style(Style::new().fg(color));
+    if let Some(m) = max {
+        s = s.max(m);
+    }
+    frame.render_widget(s, area);
+}
+
+fn halves(area: Rect) -> [Rect; 2] {
+    Layout::horizontal([Constraint::Fill(1), Constraint::Fill(1)]).areas(area)
+}
+
+/// Bytes sent and miss rate, per (iteration, time step).
+pub fn per_step(frame: &mut Frame, area: Rect, s: &DashboardState) {
+    let [left, right] = halves(area);
+    let steps = s.steps();
+    let comm: Vec<u64> = steps.iter().map(|p| p.bytes.total()).collect();
+    let title = match steps.last() {
+        Some(p) => format!(
+            " comm/step {} (max {}) ",
+            bytes(p.bytes.total() as f64),
+            bytes(comm.iter().copied().max().unwrap_or(0) as f64)
+        ),
+        None => " comm/step ".into(),
+    };
+    spark(frame, left, title, comm, None, Color::Cyan);
+
+    // Per mille against a fixed 100 % so the bars read as rates.
+    let miss: Vec<u64> = steps.iter().map(|p| (p.miss_rate() * 1000.0).round() as u64).collect();
+    let title = match steps.last() {
+        Some(p) => format!(" miss/step {} · epoch {} ", pct(p.miss_rate()), pct(s.epoch_rows().miss_rate())),
+        None => " miss/step ".into(),
+    };
+    spark(frame, right, title, miss, Some(1000), Color::Yellow);
+}
+
+/// Loss per iteration and validation accuracy per epoch.
+pub fn training(frame: &mut Frame, area: Rect, s: &DashboardState) {
+    let [left, right] = halves(area);
+    let its = s.iterations();
+    let loss: Vec<u64> = its.iter().map(|i| (i.loss.max(0.0) * 1e4) as u64).collect();
+    let title = match its.last() {
+        Some(last) => {
+            let min = its.iter().map(|i| i.loss).fold(f64::INFINITY, f64::min);
+            format!(" loss {:.4} (min {min:.4}) ", last.loss)
+        }
+        None => " loss ".into(),
+    };
+    spark(frame, left, title, loss, None, Color::Magenta);
+
+    let eps = s.epochs();
+    let val: Vec<u64> = eps.iter().map(|e| (e.val_accuracy * 1000.0).round() as u64).collect();
+    let title = match eps.last() {
+        Some(e) => {
+            let best = eps.iter().map(|e| e.val_accuracy).fold(0.0, f64::max);
+            format!(" val {} (best {}) test {} ", pct(e.val_accuracy), pct(best), pct(e.test_accuracy))
+        }
+        None => " accuracy: after the first epoch ".into(),
+    };
+    spark(frame, right, title, val, Some(1000), Color::Green);
+}

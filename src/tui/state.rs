@@ -1,0 +1,319 @@
+//! The dashboard's live state: what the records of a run add up to, with
+//! bounded history so memory stays flat however long the run is.
+
+use super::ring::Ring;
+use crate::comm::Category;
+use crate::metrics::{ByteCounts, EpochRecord, RowCounts, RunInfo, StepRecord, add_bytes};
+
+/// (iteration, time step) points kept for the per-step charts.
+pub const STEP_HISTORY: usize = 512;
+/// Iterations kept for the loss curve and the ETA.
+pub const ITERATION_HISTORY: usize = 1024;
+/// Epochs kept for the accuracy curves.
+pub const EPOCH_HISTORY: usize = 1024;
+/// Lines kept in the event log.
+pub const EVENT_HISTORY: usize = 200;
+/// Steps per worker over which bytes/s are averaged.
+const RATE_WINDOW: usize = 32;
+/// Iterations over which the iteration time (and so the ETA) is averaged.
+const ETA_WINDOW: usize = 50;
+/// A worker id beyond this is a corrupt record, not a cluster.
+const MAX_WORKERS: usize = 1 << 16;
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Traffic {
+    bytes_in: ByteCounts,
+    bytes_out: ByteCounts,
+    seconds: f64,
+}
+
+/// One worker's line of the table.
+#[derive(Clone, Debug)]
+pub struct WorkerRow {
+    pub worker: u32,
+    /// Whether any record of this worker arrived yet.
+    pub seen: bool,
+    /// The epoch `rows` belong to.
+    pub epoch: u64,
+    /// Time step of the latest record.
+    pub time_step: u32,
+    /// Model whose micrographs the latest step computed: (worker + t) mod W.
+    pub model: u32,
+    /// This epoch's feature rows so far (reset when an epoch starts).
+    pub rows: RowCounts,
+    /// Miss rate of the latest time step.
+    pub step_miss_rate: f64,
+    recent: Ring<Traffic>,
+}
+
+impl WorkerRow {
+    fn new(worker: u32) -> Self {
+        WorkerRow {
+            worker,
+            seen: false,
+            epoch: 0,
+            time_step: 0,
+            model: worker,
+            rows: RowCounts::default(),
+            step_miss_rate: 0.0,
+            recent: Ring::new(RATE_WINDOW),
+        }
+    }
+
+    /// This epoch's miss rate: remote rows / requested rows.
+    pub fn miss_rate(&self) -> f64 {
+        self.rows.miss_rate()
+    }
+
+    /// Bytes per second (received, sent) in category `c` over the latest steps.
+    pub fn rate(&self, c: Category) -> (f64, f64) {
+        let secs: f64 = self.recent.iter().map(|t| t.seconds).sum();
+        if secs <= 0.0 {
+            return (0.0, 0.0);
+        }
+        let sum = |f: fn(&Traffic) -> &ByteCounts| self.recent.iter().map(|t| f(t).get(c)).sum::<u64>() as f64 / secs;
+        (sum(|t| &t.bytes_in), sum(|t| &t.bytes_out))
+    }
+
+    /// Bytes per second received plus sent in category `c`.
+    pub fn traffic(&self, c: Category) -> f64 {
+        let (i, o) = self.rate(c);
+        i + o
+    }
+}
+
+/// One (iteration, time step), all workers together.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StepPoint {
+    pub epoch: u64,
+    pub iteration: u64,
+    pub time_step: u32,
+    /// Bytes sent by all workers (each byte on the wire counted once).
+    pub bytes: ByteCounts,
+    pub rows: RowCounts,
+}
+
+impl StepPoint {
+    pub fn miss_rate(&self) -> f64 {
+        self.rows.miss_rate()
+    }
+}
+
+/// One iteration, all workers together.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct IterPoint {
+    pub epoch: u64,
+    pub iteration: u64,
+    /// The iteration loss: the sum of its records' shares.
+    pub loss: f64,
+    pub roots: u64,
+    /// Each worker's sample + gather + compute + sync seconds.
+    worker_seconds: Vec<f64>,
+}
+
+impl IterPoint {
+    /// Workers wait for each other at the all-reduce: the slowest sets the pace.
+    pub fn seconds(&self) -> f64 {
+        self.worker_seconds.iter().copied().fold(0.0, f64::max)
+    }
+}
+
+/// Everything the dashboard shows.
+#[derive(Clone, Debug)]
+pub struct DashboardState {
+    pub info: RunInfo,
+    workers: Vec<WorkerRow>,
+    steps: Ring<StepPoint>,
+    iterations: Ring<IterPoint>,
+    epochs: Ring<EpochRecord>,
+    events: Ring<String>,
+    /// Latest (epoch, iteration) a record arrived for.
+    position: Option<(u64, u64)>,
+    /// All workers' rows in the epoch of `position`.
+    epoch_rows: RowCounts,
+    /// The user asked to stop; the run is checkpointing.
+    pub stopping: bool,
+    /// The run ended.
+    pub finished: bool,
+}
+
+impl Default for DashboardState {
+    fn default() -> Self {
+        DashboardState {
+            info: RunInfo::default(),
+            workers: Vec::new(),
+            steps: Ring::new(STEP_HISTORY),
+            iterations: Ring::new(ITERATION_HISTORY),
+            epochs: Ring::new(EPOCH_HISTORY),
+            events: Ring::new(EVENT_HISTORY),
+            position: None,
+            epoch_rows: RowCounts::default(),
+            stopping: false,
+            finished: false,
+        }
+    }
+}
+
+impl DashboardState {
+    pub fn new(info: RunInfo) -> Self {
+        let mut s = DashboardState::default();
+        s.start(info);
+        s
+    }
+
+    /// A run starts (or resumes): one empty row per worker.
+    pub fn start(&mut self, info: RunInfo) {
+        self.workers = (0..info.workers.min(MAX_WORKERS as u32)).map(WorkerRow::new).collect();
+        self.info = info;
+    }
+
+    pub fn apply_record(&mut self, r: &StepRecord) {
+        let w = r.worker as usize;
+        if w >= MAX_WORKERS {
+            return;
+        }
+        if w >= self.workers.len() {
+            self.workers.extend((self.workers.len() as u32..=r.worker).map(WorkerRow::new));
+        }
+        let world = (self.info.workers.max(1)).max(self.workers.len() as u32);
+        let row = &mut self.workers[w];
+        if !row.seen || r.epoch != row.epoch {
+            row.rows = RowCounts::default();
+            row.epoch = r.epoch;
+        }
+        row.seen = true;
+        row.time_step = r.time_step;
+        row.model = (r.worker + r.time_step) % world;
+        row.rows += r.rows;
+        row.step_miss_rate = r.rows.miss_rate();
+        let seconds = r.sample_seconds + r.gather_seconds + r.compute_seconds + r.sync_seconds;
+        row.recent.push(Traffic { bytes_in: r.bytes_in, bytes_out: r.bytes_out, seconds });
+
+        let here = (r.epoch, r.iteration);
+        match self.position {
+            Some(p) if here <= p => {} // a late record of an iteration already shown
+            Some(p) if p.0 == r.epoch => self.position = Some(here),
+            _ => {
+                // A new epoch: its miss rate starts from zero.
+                self.position = Some(here);
+                self.epoch_rows = RowCounts::default();
+            }
+        }
+        if self.position.map(|p| p.0) == Some(r.epoch) {
+            self.epoch_rows += r.rows;
+        }
+
+        // Records of one step or iteration arrive together, give or take
+        // other workers' interleaving: look back a little, not through history.
+        let depth = 4 * world as usize;
+        let key = (r.epoch, r.iteration, r.time_step);
+        match self.steps.recent_mut(depth, |s| (s.epoch, s.iteration, s.time_step) == key) {
+            Some(s) => {
+                add_bytes(&mut s.bytes, &r.bytes_out);
+                s.rows += r.rows;
+            }
+            None => self.steps.push(StepPoint {
+                epoch: r.epoch,
+                iteration: r.iteration,
+                time_step: r.time_step,
+                bytes: r.bytes_out,
+                rows: r.rows,
+            }),
+        }
+        if self.iterations.recent_mut(depth, |i| (i.epoch, i.iteration) == here).is_none() {
+            self.iterations.push(IterPoint {
+                epoch: r.epoch,
+                iteration: r.iteration,
+                worker_seconds: vec![0.0; world as usize],
+                ..Default::default()
+            });
+        }
+        let it = self.iterations.recent_mut(depth, |i| (i.epoch, i.iteration) == here).expect("present or just pushed");
+        it.loss += r.loss;
+        it.roots += r.roots;
+        if it.worker_seconds.len() <= w {
+            it.worker_seconds.resize(w + 1, 0.0);
+        }
+        it.worker_seconds[w] += seconds;
+    }
+
+    /// An epoch ended (training and evaluation).
+    pub fn apply_epoch(&mut self, e: &EpochRecord) {
+        self.epochs.push(e.clone());
+    }
+
+    pub fn push_event(&mut self, msg: impl Into<String>) {
+        self.events.push(msg.into());
+    }
+
+    pub fn workers(&self) -> &[WorkerRow] {
+        &self.workers
+    }
+
+    pub fn steps(&self) -> &Ring<StepPoint> {
+        &self.steps
+    }
+
+    pub fn iterations(&self) -> &Ring<IterPoint> {
+        &self.iterations
+    }
+
+    pub fn epochs(&self) -> &Ring<EpochRecord> {
+        &self.epochs
+    }
+
+    pub fn events(&self) -> &Ring<String> {
+        &self.events
+    }
+
+    /// Latest (epoch, iteration) with a record, counting from 0.
+    pub fn position(&self) -> Option<(u64, u64)> {
+        self.position
+    }
+
+    /// All workers' rows so far in the current epoch.
+    pub fn epoch_rows(&self) -> RowCounts {
+        self.epoch_rows
+    }
+
+    /// Iterations done (whole run, including those before a resume).
+    pub fn iterations_done(&self) -> u64 {
+        match self.position {
+            Some((e, i)) => e * self.info.iterations_per_epoch + i + 1,
+            None => self.info.start_epoch * self.info.iterations_per_epoch + self.info.start_iteration,
+        }
+    }
+
+    /// Mean seconds per iteration over the latest iterations.
+    pub fn iteration_seconds(&self) -> Option<f64> {
+        let recent: Vec<f64> = self.iterations.tail(ETA_WINDOW).map(IterPoint::seconds).collect();
+        let mean = recent.iter().sum::<f64>() / recent.len().max(1) as f64;
+        (!recent.is_empty() && mean > 0.0).then_some(mean)
+    }
+
+    /// Roots trained per second over the latest iterations.
+    pub fn roots_per_second(&self) -> Option<f64> {
+        let (roots, secs) =
+            self.iterations.tail(ETA_WINDOW).fold((0u64, 0.0), |(r, s), i| (r + i.roots, s + i.seconds()));
+        (secs > 0.0).then(|| roots as f64 / secs)
+    }
+
+    /// Seconds left: the remaining iterations at the recent pace, plus one
+    /// evaluation per epoch not yet evaluated at the mean evaluation time.
+    pub fn eta_seconds(&self) -> Option<f64> {
+        if self.finished {
+            return Some(0.0);
+        }
+        let per_iteration = self.iteration_seconds()?;
+        let left = self.info.total_iterations().saturating_sub(self.iterations_done());
+        let evaluated = self.epochs.last().map_or(self.info.start_epoch, |e| (e.epoch + 1).max(self.info.start_epoch));
+        let evals_left = self.info.epochs.saturating_sub(evaluated);
+        let eval = self.epochs.iter().map(|e| e.eval_seconds).sum::<f64>() / self.epochs.len().max(1) as f64;
+        Some(left as f64 * per_iteration + evals_left as f64 * eval)
+    }
+
+    /// Loss of the latest iteration.
+    pub fn last_loss(&self) -> Option<f64> {
+        self.iterations.last().map(|i| i.loss)
+    }
+}

@@ -1,0 +1,108 @@
+//! Faults in a distributed run, with real processes on 127.0.0.1: a worker
+//! killed, the driver interrupted, a stranger on a worker's port, a worker
+//! that stops answering. No leapgnn process may outlive the driver.
+
+mod dist_support;
+
+use dist_support::{Driver, cora, signal, wait_gone};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+/// Long enough never to finish before the test acts on it.
+const LONG_RUN: &[&str] = &["--epochs", "1000", "--batch-size", "8", "--hidden", "16", "--fanout", "5,5", "--no-tui"];
+
+fn start(d: &std::path::Path, workers: &str, extra: &[&str]) -> Driver {
+    Driver::start(d, &[&["train", "cora", "--workers", workers], LONG_RUN, extra].concat())
+}
+
+fn first_epoch(l: &str) -> bool {
+    l.starts_with("epoch") && l.contains("/1000")
+}
+
+fn error_line(stderr: &str) -> &str {
+    stderr.lines().rfind(|l| l.starts_with("error:")).unwrap_or_else(|| panic!("no error line in:\n{stderr}"))
+}
+
+#[test]
+fn a_killed_worker_stops_the_run_with_its_name_and_no_process_is_left() {
+    let tmp = cora();
+    let mut drv = start(tmp.path(), "3", &[]);
+    let ws = drv.workers(3);
+    drv.wait_line(Duration::from_secs(60), first_epoch);
+    signal(ws[2].pid, "KILL");
+    let (code, stderr) = drv.wait_exit(Duration::from_secs(10));
+    assert!(matches!(code, Some(c) if c != 0), "{code:?}");
+    let line = error_line(&stderr);
+    assert!(line.contains("worker 2"), "{line}");
+    let pids: Vec<u32> = ws.iter().map(|w| w.pid).collect();
+    assert_eq!(wait_gone(&pids, Duration::from_secs(5)), Vec::<u32>::new(), "workers left behind");
+}
+
+#[test]
+fn ctrl_c_stops_every_worker_and_keeps_the_last_checkpoint() {
+    let tmp = cora();
+    let d = tmp.path();
+    let mut drv = start(d, "3", &["--checkpoint-every", "1", "--run", "interrupted"]);
+    let ws = drv.workers(3);
+    drv.wait_line(Duration::from_secs(60), first_epoch);
+    signal(drv.child.id(), "INT");
+    let pids: Vec<u32> = ws.iter().map(|w| w.pid).collect();
+    assert_eq!(wait_gone(&pids, Duration::from_secs(5)), Vec::<u32>::new(), "workers alive 5 s after Ctrl-C");
+    let (code, stderr) = drv.wait_exit(Duration::from_secs(5));
+    assert!(matches!(code, Some(c) if c != 0), "{code:?}");
+    assert!(error_line(&stderr).contains("interrupted"), "{stderr}");
+
+    let ck = d.join("runs/interrupted/checkpoint");
+    let state: serde_json::Value = serde_json::from_slice(&std::fs::read(ck.join("state.json")).unwrap()).unwrap();
+    assert!(state["progress"]["global_iteration"].as_u64().unwrap() >= 1);
+    for file in ["weights", "optimizer"] {
+        let bytes = std::fs::read(ck.join(state[file].as_str().unwrap())).unwrap();
+        let t = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+        assert!(!t.is_empty(), "{file} checkpoint holds tensors");
+    }
+}
+
+#[test]
+fn a_stranger_on_a_worker_port_is_dropped_and_training_goes_on() {
+    let tmp = cora();
+    let mut drv = Driver::start(
+        tmp.path(),
+        &["train", "cora", "--workers", "2", "--epochs", "2", "--batch-size", "16", "--no-tui"],
+    );
+    let ws = drv.workers(2);
+    // Knows the frame format but not the secret: a Hello then a made-up proof.
+    if let Ok(mut s) = TcpStream::connect(&ws[1].mesh) {
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut hello = vec![b'L', b'G', 3, 4];
+        hello.extend_from_slice(&0u64.to_le_bytes());
+        hello.extend_from_slice(&0u32.to_le_bytes());
+        let _ = s.write_all(&hello);
+        let _ = s.write_all(&[7u8; 64]);
+        let mut sink = Vec::new();
+        match s.read_to_end(&mut sink) {
+            Ok(_) => {}
+            Err(e) => assert!(
+                !matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut),
+                "the stranger was left connected: {e}"
+            ),
+        }
+    }
+    let (code, stderr) = drv.wait_exit(Duration::from_secs(60));
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+#[test]
+fn a_worker_that_stops_answering_is_named_in_a_timeout_error() {
+    let tmp = cora();
+    let mut drv = start(tmp.path(), "2", &["--comm-timeout", "2"]);
+    let ws = drv.workers(2);
+    drv.wait_line(Duration::from_secs(60), first_epoch);
+    signal(ws[1].pid, "STOP");
+    let (code, stderr) = drv.wait_exit(Duration::from_secs(15));
+    assert!(matches!(code, Some(c) if c != 0), "{code:?}");
+    let line = error_line(&stderr);
+    assert!(line.contains("worker 1") && line.contains("timed out"), "{line}");
+    let pids: Vec<u32> = ws.iter().map(|w| w.pid).collect();
+    assert_eq!(wait_gone(&pids, Duration::from_secs(5)), Vec::<u32>::new(), "workers left behind");
+}

@@ -1,0 +1,134 @@
+//! Helpers shared by the `dist_*` tests: Cora in a temp data dir, a driver
+//! process whose stderr is read line by line (workers announce their pid and
+//! mesh address there), process liveness by pid.
+
+#![allow(dead_code)]
+
+#[path = "../support/sshd.rs"]
+mod sshd;
+#[path = "../train_support/mod.rs"]
+mod train_support;
+
+#[allow(unused_imports)] // dist_train does not watch processes
+pub use sshd::wait_gone;
+pub use train_support::json;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// A temp data dir holding Cora (public Planetoid split) as `cora`.
+pub fn cora() -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets/planetoid/converted/cora");
+    let s = json(tmp.path(), &["download", "cora", "--from", from.to_str().unwrap(), "--format", "text"]);
+    assert_eq!(s["nodes"], 2708);
+    tmp
+}
+
+/// A worker as announced on the driver's stderr.
+#[derive(Debug, Clone)]
+pub struct Announced {
+    pub rank: usize,
+    pub pid: u32,
+    pub mesh: String,
+}
+
+/// A running `leapgnn train` whose stderr lines arrive on a channel.
+pub struct Driver {
+    pub child: Child,
+    lines: mpsc::Receiver<String>,
+    pub seen: Vec<String>,
+}
+
+impl Driver {
+    pub fn start(data: &Path, args: &[&str]) -> Driver {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_leapgnn"))
+            .arg("--data-dir")
+            .arg(data)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("driver starts");
+        let err = child.stderr.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for l in BufReader::new(err).lines().map_while(Result::ok) {
+                if tx.send(l).is_err() {
+                    return;
+                }
+            }
+        });
+        Driver { child, lines, seen: Vec::new() }
+    }
+
+    /// Reads lines until one satisfies `pred` (panics at the deadline or on EOF).
+    pub fn wait_line(&mut self, within: Duration, pred: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) => {
+                    self.seen.push(l.clone());
+                    if pred(&l) {
+                        return l;
+                    }
+                }
+                Err(e) => {
+                    panic!("no expected line within {within:?} ({e:?}); stderr so far:\n{}", self.seen.join("\n"))
+                }
+            }
+        }
+    }
+
+    /// Waits until all `world` workers have announced themselves.
+    pub fn workers(&mut self, world: usize) -> Vec<Announced> {
+        let mut out: Vec<Announced> = Vec::new();
+        while out.len() < world {
+            let l =
+                self.wait_line(Duration::from_secs(30), |l| l.contains("] pid ") && l.contains("mesh listening on"));
+            let rank = l["[worker ".len()..l.find(']').unwrap()].parse().unwrap();
+            let pid = l.split("pid ").nth(1).unwrap().split(',').next().unwrap().parse().unwrap();
+            let mesh = l.rsplit(' ').next().unwrap().to_string();
+            out.push(Announced { rank, pid, mesh });
+        }
+        out.sort_by_key(|a| a.rank);
+        out
+    }
+
+    /// Waits (bounded) for the driver to exit; returns its exit code and the rest of its stderr.
+    pub fn wait_exit(&mut self, within: Duration) -> (Option<i32>, String) {
+        let deadline = Instant::now() + within;
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(Instant::now() < deadline, "driver still running after {within:?}:\n{}", self.seen.join("\n"));
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(2)) {
+            self.seen.push(l);
+        }
+        (status.code(), self.seen.join("\n"))
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill").args([&format!("-{sig}"), &pid.to_string()]).status().unwrap().success();
+    assert!(ok, "kill -{sig} {pid}");
+}
+
+pub fn read_f32(path: &PathBuf) -> Vec<f32> {
+    let b = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}

@@ -1,0 +1,110 @@
+//! Distributed model-centric training with real worker processes on
+//! 127.0.0.1, against the single worker on Cora.
+
+mod dist_support;
+
+use dist_support::{cora, json, read_f32};
+
+const COMMON: &[&str] = &["--normalize", "l1", "--fanout", "10,10", "--hidden", "64", "--seed", "3"];
+
+fn train(d: &std::path::Path, extra: &[&str]) -> serde_json::Value {
+    json(d, &[&["train", "cora", "--no-tui"], COMMON, extra].concat())
+}
+
+#[test]
+fn four_workers_give_the_single_worker_gradient_and_accuracy() {
+    let tmp = cora();
+    let d = tmp.path();
+    // One global batch of 140 roots: W = 1 x 140 and W = 4 x 35 cut the same shuffle.
+    let (g1, g4) = (d.join("g1.f32"), d.join("g4.f32"));
+    let one = ["--stop-after", "1", "--epochs", "1", "--dump-grad"];
+    train(d, &[&one[..], &[g1.to_str().unwrap(), "--batch-size", "140"]].concat());
+    train(d, &[&one[..], &[g4.to_str().unwrap(), "--batch-size", "35", "--workers", "4"]].concat());
+    let (a, b) = (read_f32(&g1), read_f32(&g4));
+    assert_eq!(a.len(), b.len());
+    let norm = |v: &mut dyn Iterator<Item = f64>| v.map(|x| x * x).sum::<f64>().sqrt();
+    let diff = norm(&mut a.iter().zip(&b).map(|(x, y)| (*x - *y) as f64));
+    let base = norm(&mut a.iter().map(|x| *x as f64));
+    assert!(base > 0.0);
+    assert!(diff / base <= 1e-5, "relative gradient difference {} (|g| = {base})", diff / base);
+
+    // Training: the same global batches, so the same model up to float summation order.
+    let epochs = ["--epochs", "8"];
+    let s1 = train(d, &[&epochs[..], &["--batch-size", "32"]].concat());
+    let s4 = train(d, &[&epochs[..], &["--batch-size", "8", "--workers", "4", "--check-replicas", "3"]].concat());
+    assert_eq!(s4["workers"], 4);
+    assert_eq!(s1["iterations"], s4["iterations"], "the same grid of global batches");
+    let (a1, a4) = (s1["test_accuracy"].as_f64().unwrap(), s4["test_accuracy"].as_f64().unwrap());
+    assert!(a1 > 0.6, "single worker learns Cora: {a1}");
+    assert!((a1 - a4).abs() <= 0.01, "W = 1 accuracy {a1}, W = 4 accuracy {a4}");
+    // Model-centric with random roots reads most rows from the other three parts.
+    let rows = &s4["rows"];
+    let (req, local, remote) =
+        (rows["requested"].as_u64().unwrap(), rows["local"].as_u64().unwrap(), rows["remote"].as_u64().unwrap());
+    assert_eq!(req, local + remote);
+    assert!(remote > 0 && local > 0);
+    assert!(s4["bytes"]["features"].as_u64().unwrap() > remote * 1433 * 4);
+    assert!(s4["bytes"]["gradients"].as_u64().unwrap() > 0);
+    let run = s4["run"].as_str().unwrap();
+    let lines = std::fs::read_to_string(d.join("runs").join(run).join("metrics.jsonl")).unwrap();
+    let recs: Vec<serde_json::Value> = lines.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(recs.len() as u64, 4 * s4["iterations"].as_u64().unwrap(), "one record per (iteration, worker)");
+    for w in 0..4 {
+        assert!(recs.iter().any(|r| r["worker"] == w && r["bytes_in"]["features"].as_u64().unwrap() > 0));
+    }
+}
+
+fn workers_json(d: &std::path::Path, s: &serde_json::Value) -> Vec<serde_json::Value> {
+    let path = d.join("runs").join(s["run"].as_str().unwrap()).join("workers.json");
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+/// Framing of the feature service (documented in comm::features and comm::frame):
+/// a request is a 16-byte frame header + 4 bytes per id; its reply a 16-byte
+/// header + a 4-byte status + the rows. With two workers every fetch that needs
+/// a remote row sends exactly one request.
+const PER_FETCH: u64 = 16 + 16 + 4;
+const DIM: u64 = 1433;
+
+#[test]
+fn feature_bytes_on_the_socket_match_the_remote_rows() {
+    let tmp = cora();
+    let d = tmp.path();
+    let s = train(d, &["--epochs", "2", "--batch-size", "16", "--workers", "2"]);
+    let done = workers_json(d, &s);
+    assert_eq!(done.len(), 2);
+    let field = |v: &serde_json::Value, path: &[&str]| path.iter().fold(v, |v, k| &v[k]).as_u64().unwrap();
+    let (mut sent, mut received, mut expected) = (0, 0, 0);
+    for w in &done {
+        let remote = field(w, &["fetch", "remote"]);
+        assert!(remote > 0);
+        sent += field(w, &["bytes", "sent", "features"]);
+        received += field(w, &["bytes", "received", "features"]);
+        expected += remote * (DIM * 4 + 4) + field(w, &["remote_fetches"]) * PER_FETCH;
+    }
+    assert_eq!(received, expected, "feature bytes counted on the sockets = remote rows x dim x 4 + framing");
+    assert_eq!(sent, received);
+    assert_eq!(s["bytes"]["features"].as_u64().unwrap(), sent, "the summary sums what the workers sent");
+    let rows = &s["rows"];
+    assert!(rows["remote"].as_u64().unwrap() > 0);
+    assert!(s["miss_rate"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn a_cache_holding_every_remote_row_makes_the_miss_rate_zero() {
+    let tmp = cora();
+    let d = tmp.path();
+    // Cora's 2708 rows x 1433 floats = 15.5 MB: 16 MB holds every remote row.
+    for policy in ["degree", "presample"] {
+        let s = train(
+            d,
+            &["--epochs", "2", "--batch-size", "16", "--workers", "2", "--cache-mb", "16", "--cache-policy", policy],
+        );
+        assert_eq!(s["rows"]["remote"], 0, "{policy}: {s}");
+        assert_eq!(s["miss_rate"], 0.0, "{policy}");
+        assert!(s["rows"]["cache_hit"].as_u64().unwrap() > 0, "{policy}");
+    }
+    // A small cache serves some rows and misses others.
+    let s = train(d, &["--epochs", "1", "--batch-size", "16", "--workers", "2", "--cache-mb", "1"]);
+    assert!(s["rows"]["cache_hit"].as_u64().unwrap() > 0 && s["rows"]["remote"].as_u64().unwrap() > 0, "{s}");
+}

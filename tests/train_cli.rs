@@ -1,0 +1,199 @@
+//! `leapgnn train` end to end on small generated datasets: determinism,
+//! checkpoint/resume exactness, the JSON contract, bad input.
+
+mod train_support;
+
+use std::collections::HashSet;
+use train_support::{Tiny, fails, json, leapgnn, losses, weights, write_tiny};
+
+const BASE: &[&str] = &["train", "tiny", "--batch-size", "64", "--fanout", "5,5", "--hidden", "32"];
+
+fn args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+    BASE.iter().copied().chain(extra.iter().copied()).collect()
+}
+
+#[test]
+fn same_seed_gives_identical_loss_curves_and_weights() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    write_tiny(d, "tiny", Tiny::default());
+    for run in ["a", "b"] {
+        json(d, &args(&["--epochs", "3", "--seed", "5", "--run", run]));
+    }
+    json(d, &args(&["--epochs", "3", "--seed", "6", "--run", "c"]));
+    let (a, b, c) = (losses(d, "a"), losses(d, "b"), losses(d, "c"));
+    assert_eq!(a.len(), 15, "3 epochs x 5 iterations (300 roots / 64)");
+    assert_eq!(a, b, "same seed, different loss curve");
+    assert_ne!(a, c, "another seed gave the same loss curve");
+    assert_eq!(weights(d, "a"), weights(d, "b"));
+    assert!(a.last() < a.first(), "loss did not go down: {a:?}");
+}
+
+#[test]
+fn resumed_runs_end_with_the_weights_of_an_uninterrupted_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    write_tiny(d, "tiny", Tiny::default());
+    let straight = json(d, &args(&["--epochs", "4", "--model", "gat", "--run", "straight"]));
+    // Stopped at an epoch boundary, then continued with more epochs.
+    json(d, &args(&["--epochs", "2", "--model", "gat", "--run", "halves"]));
+    let resumed = json(d, &["train", "--resume", "halves", "--epochs", "4"]);
+    // Interrupted mid-epoch (iteration 7 of 20, checkpoints every 3), then resumed.
+    json(
+        d,
+        &args(&["--epochs", "4", "--model", "gat", "--checkpoint-every", "3", "--run", "mid", "--stop-after", "7"]),
+    );
+    let mid = json(d, &["train", "--resume", "mid"]);
+    assert_eq!(weights(d, "halves"), weights(d, "straight"));
+    assert_eq!(weights(d, "mid"), weights(d, "straight"));
+    for s in [&resumed, &mid] {
+        assert_eq!(s["final_loss"], straight["final_loss"]);
+        assert_eq!(s["test_accuracy"], straight["test_accuracy"]);
+        assert_eq!(s["epochs"], 4);
+    }
+    // The resumed run's metrics hold each iteration once, with the same losses.
+    assert_eq!(losses(d, "mid"), losses(d, "straight"));
+    let ck: Vec<String> = std::fs::read_dir(d.join("runs/mid/checkpoint"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(ck.len(), 3, "old checkpoint files were not cleaned up: {ck:?}");
+}
+
+#[test]
+fn json_summary_follows_the_contract_and_metrics_have_one_record_per_iteration() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    write_tiny(d, "tiny", Tiny::default());
+    let s = json(d, &args(&["--epochs", "2", "--model", "sage-max", "--eval-fanout", "all", "--run", "r1"]));
+    for key in [
+        "run",
+        "strategy",
+        "workers",
+        "epochs",
+        "test_accuracy",
+        "best_val_accuracy",
+        "final_loss",
+        "epoch_seconds",
+        "rows",
+        "miss_rate",
+        "bytes",
+        "time_steps",
+    ] {
+        assert!(s.get(key).is_some(), "summary lacks `{key}`: {s}");
+    }
+    assert_eq!(s["run"], "r1");
+    assert_eq!(s["strategy"], "model-centric");
+    assert_eq!(s["workers"], 1);
+    assert_eq!(s["epoch_seconds"].as_array().unwrap().len(), 2);
+    assert_eq!(s["miss_rate"], 0.0);
+    for cat in ["features", "gradients", "migration", "activations", "control"] {
+        assert_eq!(s["bytes"][cat], 0, "one worker sends nothing over a socket");
+    }
+    let rows = &s["rows"];
+    assert!(rows["requested"].as_u64().unwrap() > 0);
+    assert_eq!(rows["requested"], rows["local"]);
+    assert!(s["test_accuracy"].as_f64().unwrap() > 0.6, "tiny planted classes not learned: {s}");
+
+    let text = std::fs::read_to_string(d.join("runs/r1/metrics.jsonl")).unwrap();
+    let recs: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(recs.len(), 10);
+    let keys: HashSet<(u64, u64)> =
+        recs.iter().map(|r| (r["epoch"].as_u64().unwrap(), r["iteration"].as_u64().unwrap())).collect();
+    assert_eq!(keys.len(), 10, "duplicate (epoch, iteration) records");
+    let roots: u64 = recs.iter().filter(|r| r["epoch"] == 0).map(|r| r["roots"].as_u64().unwrap()).sum();
+    assert_eq!(roots, 300, "an epoch covers every train root once");
+    let requested: u64 = recs.iter().map(|r| r["rows"]["requested"].as_u64().unwrap()).sum();
+    assert_eq!(requested, rows["requested"].as_u64().unwrap());
+    assert!(recs.iter().all(|r| r["time_step"] == 0 && r["worker"] == 0));
+    for f in ["config.json", "summary.json", "checkpoint/state.json"] {
+        assert!(d.join("runs/r1").join(f).is_file(), "{f} missing");
+    }
+}
+
+#[test]
+fn checkpoint_weights_are_safetensors_with_pytorch_names_and_layouts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    write_tiny(d, "tiny", Tiny::default());
+    json(d, &args(&["--epochs", "1", "--model", "gcn", "--run", "g"]));
+    let bytes = weights(d, "g");
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut names: Vec<(String, Vec<usize>)> = st.tensors().into_iter().map(|(n, v)| (n, v.shape().to_vec())).collect();
+    names.sort();
+    assert_eq!(
+        names,
+        vec![
+            ("layers.0.bias".to_string(), vec![32]),
+            ("layers.0.lin.weight".to_string(), vec![32, 16]),
+            ("layers.1.bias".to_string(), vec![3]),
+            ("layers.1.lin.weight".to_string(), vec![3, 32]),
+        ]
+    );
+    assert!(st.tensors().iter().all(|(_, v)| v.dtype() == safetensors::Dtype::F32));
+}
+
+#[test]
+fn bad_input_fails_with_one_error_line_and_exit_2() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    write_tiny(d, "tiny", Tiny::default());
+    write_tiny(d, "unlabelled", Tiny { classes: 0, ..Tiny::default() });
+    write_tiny(d, "nosplit", Tiny { with_splits: false, ..Tiny::default() });
+    let cases: &[(&[&str], &str)] = &[
+        (&["--layers", "3"], "--layers 3"),
+        (&["--eval-fanout", "5,5,5"], "--eval-fanout"),
+        (&["--model", "gat", "--heads", "5"], "--heads"),
+        (&["--dropout", "1.5"], "--dropout"),
+        (&["--lr", "0"], "--lr"),
+        (&["--workers", "2", "--parts", "3"], "--parts 3 with --workers 2"),
+        (&["--strategy", "leapgnn"], "not implemented yet"),
+        (&["--time-steps", "auto"], "not implemented yet"),
+        (&["--device", "cuda"], "--device cuda"),
+    ];
+    for (extra, needle) in cases {
+        let line = fails(d, &args(extra), 2);
+        assert!(line.contains(needle), "{extra:?}: {line}");
+    }
+    let line = fails(d, &["train", "tiny", "--fanout", "5,0"], 2);
+    assert!(line.contains("bad fanout `0`"), "{line}");
+    let line = fails(d, &["train", "tiny", "--model", "gin"], 2);
+    assert!(line.contains("unknown model `gin`"), "{line}");
+    let line = fails(d, &["train", "tiny", "--batch-size", "0"], 2);
+    assert!(line.contains("--batch-size"), "{line}");
+    let line = fails(d, &["train", "unlabelled", "--epochs", "1"], 2);
+    assert!(line.contains("no labels"), "{line}");
+    let line = fails(d, &["train", "nosplit", "--epochs", "1"], 2);
+    assert!(line.contains("no labelled train nodes"), "{line}");
+    let line = fails(d, &["train", "no-such-dataset"], 2);
+    assert!(line.contains("no-such-dataset"), "{line}");
+    let line = fails(d, &["train", "--resume", "never-ran"], 2);
+    assert!(line.contains("never-ran"), "{line}");
+    json(d, &args(&["--epochs", "1", "--run", "once"]));
+    let line = fails(d, &args(&["--epochs", "1", "--run", "once"]), 2);
+    assert!(line.contains("already exists"), "{line}");
+    let line = fails(d, &["train", "--resume", "once", "--lr", "0.1"], 2);
+    assert!(line.contains("--lr"), "{line}");
+}
+
+#[test]
+fn nan_loss_stops_the_run_naming_epoch_and_iteration() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    write_tiny(d, "poisoned", Tiny { poisoned: true, ..Tiny::default() });
+    // One layer: a hidden ReLU would turn NaN into 0 (candle's relu is max(x, 0)).
+    let line = fails(d, &["train", "poisoned", "--fanout", "5", "--batch-size", "64", "--epochs", "2"], 1);
+    assert!(line.contains("epoch 1, iteration 1"), "{line}");
+    assert!(line.contains("NaN"), "{line}");
+    let out = leapgnn(d, &["train", "poisoned", "--fanout", "5", "--epochs", "1", "--json"]);
+    assert!(out.stdout.is_empty(), "a failed run printed a summary");
+}
+
+#[test]
+fn train_without_a_name_generates_and_learns_the_built_in_synthetic_dataset() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = json(tmp.path(), &["train", "--epochs", "1"]);
+    assert!(s["run"].as_str().unwrap().starts_with("synthetic-small-sage-"), "{s}");
+    assert!(s["test_accuracy"].as_f64().unwrap() > 0.8, "{s}");
+    assert!(tmp.path().join("synthetic-small/dataset.lgnn").is_file());
+}

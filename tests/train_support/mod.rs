@@ -1,0 +1,125 @@
+//! Helpers shared by the `train_*` integration tests: run the real binary,
+//! write small datasets with a planted class structure.
+
+#![allow(dead_code)]
+
+use leapgnn::format::{Dataset, DatasetMeta};
+use leapgnn::graph::Csr;
+use leapgnn::util::rng::hash_of;
+use std::path::Path;
+use std::process::{Command, Output};
+
+pub fn leapgnn(data: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_leapgnn")).arg("--data-dir").arg(data).args(args).output().expect("leapgnn runs")
+}
+
+/// Runs `leapgnn ... --json`, asserts success and parses the summary.
+pub fn json(data: &Path, args: &[&str]) -> serde_json::Value {
+    let mut all = args.to_vec();
+    all.push("--json");
+    let out = leapgnn(data, &all);
+    assert!(out.status.success(), "leapgnn {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("bad JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+/// Asserts the command failed with exit code `code` and exactly one stderr line
+/// starting `error:`; returns that line.
+pub fn fails(data: &Path, args: &[&str], code: i32) -> String {
+    let out = leapgnn(data, args);
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(code), "leapgnn {args:?}: stderr {err}");
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "leapgnn {args:?}: expected one error line, got {err}");
+    assert!(lines[0].starts_with("error: "), "{err}");
+    lines[0].to_string()
+}
+
+#[derive(Clone, Copy)]
+pub struct Tiny {
+    pub nodes: u32,
+    pub classes: u32,
+    pub dim: u32,
+    pub with_splits: bool,
+    /// Every feature value NaN.
+    pub poisoned: bool,
+}
+
+impl Default for Tiny {
+    fn default() -> Self {
+        Tiny { nodes: 600, classes: 3, dim: 16, with_splits: true, poisoned: false }
+    }
+}
+
+/// Writes `<data>/<name>/dataset.lgnn`: `classes` planted communities (most
+/// edges inside a class), features = a class signal plus seeded noise.
+pub fn write_tiny(data: &Path, name: &str, t: Tiny) {
+    let n = t.nodes;
+    let label = |v: u32| if t.classes == 0 { -1 } else { (v % t.classes) as i32 };
+    let mut edges = Vec::new();
+    for v in 0..n {
+        for j in 0..5u64 {
+            let h = hash_of(7, &[v as u64, j]);
+            let mut u = (h % n as u64) as u32;
+            if h % 10 < 8 && t.classes > 0 {
+                u -= u % t.classes;
+                u = (u + v % t.classes) % n;
+            }
+            edges.push((u, v));
+            edges.push((v, u));
+        }
+    }
+    let csr = Csr::from_edges(n as usize, &edges, true);
+    let d = t.dim as usize;
+    let features = (0..n as usize * d)
+        .map(|i| {
+            if t.poisoned {
+                return f32::NAN;
+            }
+            let (v, c) = (i / d, i % d);
+            let noise = (hash_of(3, &[i as u64]) % 1000) as f32 / 1000.0 - 0.5;
+            noise + if t.classes > 0 && c % t.classes as usize == label(v as u32) as usize { 0.4 } else { 0.0 }
+        })
+        .collect();
+    let ids: Vec<u32> = (0..n).collect();
+    let (train, rest) = ids.split_at(n as usize / 2);
+    let (val, test) = rest.split_at(rest.len() / 2);
+    let split = |s: &[u32]| if t.with_splits { s.to_vec() } else { Vec::new() };
+    let ds = Dataset {
+        meta: DatasetMeta {
+            name: name.into(),
+            source: "test".into(),
+            num_nodes: n as u64,
+            num_edges: csr.indices.len() as u64,
+            feature_dim: t.dim,
+            num_classes: t.classes,
+            directed: false,
+            generated_features: true,
+            seed: 0,
+        },
+        indptr: csr.indptr,
+        indices: csr.indices,
+        features,
+        labels: (0..n).map(label).collect(),
+        train: split(train),
+        val: split(val),
+        test: split(test),
+    };
+    ds.write(&data.join(name).join("dataset.lgnn")).expect("dataset writes");
+}
+
+/// The `loss` of every record in a run's metrics.jsonl, in order.
+pub fn losses(data: &Path, run: &str) -> Vec<f64> {
+    std::fs::read_to_string(data.join("runs").join(run).join("metrics.jsonl"))
+        .expect("metrics.jsonl exists")
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["loss"].as_f64().unwrap())
+        .collect()
+}
+
+/// The bytes of the weights file of a run's checkpoint.
+pub fn weights(data: &Path, run: &str) -> Vec<u8> {
+    let dir = data.join("runs").join(run).join("checkpoint");
+    let state: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("state.json")).unwrap()).unwrap();
+    std::fs::read(dir.join(state["weights"].as_str().unwrap())).unwrap()
+}

@@ -1,0 +1,88 @@
+//! The terminal loop on a TestBackend: records arrive over the channel, keys
+//! come from a script, and `q` raises the stop flag the trainer polls.
+
+mod tui_support;
+
+use leapgnn::tui::app::{Input, Msg, run_terminal};
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+use ratatui::crossterm::event::{Event, KeyCode, KeyEvent, KeyModifiers};
+use std::collections::VecDeque;
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Sender};
+use std::time::Duration;
+use tui_support::{epoch0, info, iterations, line_with, screen};
+
+/// Plays keys, then hangs up the run's channel (as a finished run does).
+struct Script {
+    keys: VecDeque<KeyCode>,
+    run: Option<Sender<Msg>>,
+    polls: usize,
+}
+
+impl Input for Script {
+    fn next(&mut self, _wait: Duration) -> io::Result<Option<Event>> {
+        self.polls += 1;
+        match self.keys.pop_front() {
+            Some(k) => Ok(Some(Event::Key(KeyEvent::new(k, KeyModifiers::NONE)))),
+            None => {
+                self.run = None;
+                Ok(None)
+            }
+        }
+    }
+}
+
+fn play(keys: &[KeyCode], msgs: Vec<Msg>) -> (Terminal<TestBackend>, leapgnn::tui::DashboardState, bool, usize) {
+    let (tx, rx) = mpsc::channel();
+    for m in msgs {
+        tx.send(m).unwrap();
+    }
+    let mut script = Script { keys: keys.iter().copied().collect(), run: Some(tx), polls: 0 };
+    let stop = AtomicBool::new(false);
+    let mut t = Terminal::new(TestBackend::new(80, 24)).unwrap();
+    let state = run_terminal(&mut t, &rx, &mut script, &stop, Duration::ZERO).expect("the loop ends cleanly");
+    (t, state, stop.load(Ordering::SeqCst), script.polls)
+}
+
+fn run_messages() -> Vec<Msg> {
+    let mut msgs = vec![Msg::Start(info()), Msg::Event("worker 0 started".into())];
+    msgs.extend(iterations(0, 0..10).into_iter().map(Msg::Record));
+    msgs.push(Msg::Epoch(epoch0()));
+    msgs.extend(iterations(1, 0..4).into_iter().map(Msg::Record));
+    msgs
+}
+
+#[test]
+fn q_raises_the_stop_flag_and_the_screen_says_so_until_the_run_ends() {
+    let (t, state, stop, _) =
+        play(&[KeyCode::Char('?'), KeyCode::Char('?'), KeyCode::Tab, KeyCode::Char('q')], run_messages());
+    assert!(stop, "q did not raise the stop flag");
+    assert!(state.stopping && state.finished);
+    assert_eq!(state.events().last().unwrap(), "stop requested: checkpoint, then exit");
+    // Everything sent before the keys was applied.
+    assert_eq!(state.position(), Some((1, 3)));
+    let s = screen(&t);
+    // The last frame: the workers view (after tab), help closed again, the run done.
+    assert!(s.contains("bytes/s in/out") && !s.contains("help: keys"), "{s}");
+    assert!(line_with(&s, "epoch 2/3").contains("DONE"), "{s}");
+}
+
+#[test]
+fn a_finish_message_ends_the_loop_without_any_key() {
+    let mut msgs = run_messages();
+    msgs.push(Msg::Finish);
+    let (t, state, stop, polls) = play(&[], msgs);
+    assert!(!stop && !state.stopping && state.finished);
+    assert_eq!(polls, 0, "the loop waited for a key after the run finished");
+    assert!(screen(&t).contains("ETA 0:00"));
+}
+
+#[test]
+fn a_second_q_does_not_log_a_second_request() {
+    let (_, state, stop, _) = play(&[KeyCode::Char('q'), KeyCode::Char('q')], run_messages());
+    assert!(stop);
+    let requests = state.events().iter().filter(|e| e.starts_with("stop requested")).count();
+    assert_eq!(requests, 1);
+}

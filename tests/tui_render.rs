@@ -1,0 +1,158 @@
+//! The dashboard rendered with ratatui's TestBackend from a scripted run:
+//! the numbers a user reads must be the ones the records add up to.
+
+mod tui_support;
+
+use leapgnn::tui::{DashboardState, Ui, View};
+use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use tui_support::{epoch0, info, iterations, line_with, record, render, scripted, worker_cells};
+
+fn key(c: KeyCode) -> KeyEvent {
+    KeyEvent::new(c, KeyModifiers::NONE)
+}
+
+#[test]
+fn overview_at_80x24_shows_progress_rows_miss_rates_and_traffic() {
+    let s = scripted();
+    let screen = render(&s, &Ui::default(), 80, 24);
+    let head = line_with(&screen, "epoch 2/3");
+    assert!(head.contains("iter 4/10"), "{screen}");
+    // 16 iterations left at 1 s (2 steps x 0.5 s, workers in parallel) + 2 evaluations at 2 s.
+    assert!(head.contains("ETA 0:20"), "{screen}");
+    assert!(head.contains("loss 0.4000"), "{screen}");
+    assert!(head.contains("val 71.2%") && head.contains("test 70.1%"), "{screen}");
+    let what = line_with(&screen, "leapgnn");
+    for part in ["synthetic-small", "micrograph", "sage", "W 2", "T 2", "run demo"] {
+        assert!(what.contains(part), "{part} missing: {screen}");
+    }
+
+    // Epoch 1 so far: 4 iterations x 2 steps. Worker 0's last step is t 1, so it
+    // visits model (0 + 1) mod 2 = 1. Rates: (1 MB in + 1.5 MB out) / 0.5 s.
+    assert_eq!(
+        worker_cells(&screen, 0),
+        ["0", "1", "1", "800", "400", "200", "200", "25.0%", "5.00MB", "400kB", "0B"],
+        "{screen}"
+    );
+    assert_eq!(
+        worker_cells(&screen, 1),
+        ["1", "1", "0", "1.60k", "1.20k", "240", "160", "10.0%", "1.00MB", "0B", "0B"]
+    );
+    // Only the columns that fit 80 columns: activations and control wait for a wider screen.
+    assert!(screen.contains("migr/s") && !screen.contains("act/s"), "{screen}");
+
+    // Miss rate of this epoch: (200 + 160) / (800 + 1600); epoch 0's 23.3 % is not mixed in.
+    assert!(line_with(&screen, "workers, epoch 2").contains("miss 15.0%"), "{screen}");
+    assert!(!screen.contains("23.3%") && !screen.contains("50.0%"), "{screen}");
+    // Last time step: worker 0 sent 1.6 MB; (25 + 20) remote of (100 + 200) requested.
+    assert!(screen.contains("comm/step 1.60MB (max 1.60MB)"), "{screen}");
+    assert!(screen.contains("miss/step 15.0% · epoch 15.0%"), "{screen}");
+    assert!(screen.contains("val 71.2% (best 71.2%) test 70.1%"), "{screen}");
+    assert!(screen.contains("checkpoint written at iteration 12"), "{screen}");
+    assert!(screen.contains("q stop") && screen.contains("? help"), "{screen}");
+}
+
+#[test]
+fn a_larger_screen_shows_every_category_and_the_whole_log() {
+    let mut s = scripted();
+    s.push_event("worker 1 is slow");
+    let screen = render(&s, &Ui::default(), 140, 40);
+    for col in ["feat/s", "grad/s", "migr/s", "act/s", "ctrl/s"] {
+        assert!(screen.contains(col), "{col} missing: {screen}");
+    }
+    for e in ["worker 0 started on 127.0.0.1", "worker 1 started", "checkpoint written", "worker 1 is slow"] {
+        assert!(screen.contains(e), "{e} missing: {screen}");
+    }
+    assert!(screen.contains("events (4)"), "{screen}");
+    assert!(screen.contains("it/s 1.00"), "{screen}");
+}
+
+#[test]
+fn tab_switches_views_and_question_mark_opens_the_help() {
+    let s = scripted();
+    let mut ui = Ui::default();
+    ui.on_key(key(KeyCode::Tab));
+    assert_eq!(ui.view, View::Workers);
+    let screen = render(&s, &ui, 80, 24);
+    // Worker 0 per step: 1 MB in and 1.5 MB out of features in 0.5 s.
+    assert!(line_with(&screen, "bytes/s in/out").contains("bytes/s"), "{screen}");
+    assert!(screen.contains("2.00MB/3.00MB"), "{screen}");
+    assert!(screen.contains("step miss"), "{screen}");
+
+    ui.on_key(key(KeyCode::Tab));
+    assert_eq!(ui.view, View::Curves);
+    let screen = render(&s, &ui, 80, 24);
+    assert!(screen.contains("loss per iteration") && screen.contains("accuracy per epoch"), "{screen}");
+    let row: Vec<&str> = line_with(&screen, "1.2345").split_whitespace().filter(|c| *c != "│").collect();
+    assert!(row.ends_with(&["1", "1.2345", "71.2%", "70.1%", "10.0", "2.0"]), "{row:?}");
+
+    ui.on_key(key(KeyCode::Tab));
+    assert_eq!(ui.view, View::Log);
+    assert!(render(&s, &ui, 80, 24).contains("worker 0 started on 127.0.0.1"));
+    ui.on_key(key(KeyCode::Tab));
+    assert_eq!(ui.view, View::Overview);
+    ui.on_key(key(KeyCode::BackTab));
+    assert_eq!(ui.view, View::Log);
+
+    ui.on_key(key(KeyCode::Char('?')));
+    let screen = render(&s, &ui, 80, 24);
+    assert!(screen.contains("help: keys"), "{screen}");
+    assert!(screen.contains("stop: checkpoint, then exit"), "{screen}");
+    ui.on_key(key(KeyCode::Esc));
+    assert!(!render(&s, &ui, 80, 24).contains("help: keys"));
+}
+
+#[test]
+fn q_and_ctrl_c_ask_to_stop_other_keys_do_not() {
+    let mut ui = Ui::default();
+    assert_eq!(ui.on_key(key(KeyCode::Char('q'))), leapgnn::tui::Action::Stop);
+    assert_eq!(ui.on_key(KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL)), leapgnn::tui::Action::Stop);
+    assert_eq!(ui.on_key(key(KeyCode::Char('c'))), leapgnn::tui::Action::Nothing);
+    assert_eq!(ui.on_key(key(KeyCode::Char('x'))), leapgnn::tui::Action::Nothing);
+}
+
+#[test]
+fn the_stopping_and_finished_states_are_shown() {
+    let mut s = scripted();
+    s.stopping = true;
+    assert!(render(&s, &Ui::default(), 80, 24).contains("STOPPING: checkpoint, then exit"));
+    s.finished = true;
+    let screen = render(&s, &Ui::default(), 80, 24);
+    assert!(screen.contains("DONE") && screen.contains("ETA 0:00"), "{screen}");
+}
+
+#[test]
+fn before_the_first_record_the_screen_waits_without_inventing_numbers() {
+    let s = DashboardState::new(info());
+    let screen = render(&s, &Ui::default(), 80, 24);
+    assert!(line_with(&screen, "epoch 1/3").contains("ETA --"), "{screen}");
+    assert_eq!(worker_cells(&screen, 0).iter().filter(|c| *c == "-").count(), 10, "{screen}");
+    assert!(screen.contains("accuracy: after the first epoch"), "{screen}");
+}
+
+#[test]
+fn history_stays_bounded_over_a_long_run() {
+    let mut s = DashboardState::new(info());
+    for e in 0..40u64 {
+        for r in iterations(e, 0..1000) {
+            s.apply_record(&r);
+        }
+        s.apply_epoch(&leapgnn::metrics::EpochRecord { epoch: e, ..epoch0() });
+        s.push_event(format!("epoch {e} done"));
+    }
+    for i in 0..5000 {
+        s.push_event(format!("event {i}"));
+    }
+    assert_eq!(s.steps().len(), s.steps().capacity());
+    assert_eq!(s.iterations().len(), s.iterations().capacity());
+    assert_eq!(s.events().len(), s.events().capacity());
+    assert!(s.epochs().len() <= s.epochs().capacity());
+    // The newest entries are the ones kept.
+    let last = s.iterations().last().unwrap();
+    assert_eq!((last.epoch, last.iteration), (39, 999));
+    assert_eq!(s.events().last().unwrap(), "event 4999");
+    assert!((last.loss - 0.4).abs() < 1e-9, "an iteration's loss is the sum of its 4 records");
+    // A record from a finished epoch arriving late does not reopen that epoch.
+    s.apply_record(&record(38, 999, 1, 0));
+    assert_eq!(s.position(), Some((39, 999)));
+    assert_eq!(s.epoch_rows().requested, 1000 * 2 * 300);
+}
