@@ -138,6 +138,39 @@ impl Mesh {
         Ok(())
     }
 
+    /// Personalised exchange: `out[p]` goes to worker `p` (`out[rank]` stays
+    /// here) and the result's entry `p` is what worker `p` sent this one. Empty
+    /// messages are sent too, so every worker knows when the exchange is over.
+    pub fn all_to_all(
+        &self,
+        mut out: Vec<Vec<u8>>,
+        category: Category,
+        timeout: Duration,
+    ) -> Result<Vec<Vec<u8>>, CommError> {
+        let w = self.world();
+        if out.len() != w {
+            return Err(CommError::Usage(format!(
+                "all-to-all with {} messages, but the job has {w} workers",
+                out.len()
+            )));
+        }
+        let r = self.rank();
+        let mut got: Vec<Vec<u8>> = vec![Vec::new(); w];
+        got[r] = std::mem::take(&mut out[r]);
+        if w == 1 {
+            return Ok(got);
+        }
+        let t = step_tag(tag::ALL_TO_ALL, self.next_collective(), 0);
+        for (p, m) in out.into_iter().enumerate().filter(|&(p, _)| p != r) {
+            self.send(p, t, category, m)?;
+        }
+        let dl = Deadline::after(timeout);
+        for (p, slot) in got.iter_mut().enumerate().filter(|&(p, _)| p != r) {
+            *slot = self.recv_within(p, t, &dl, || "its part of an all-to-all exchange".to_string())?;
+        }
+        Ok(got)
+    }
+
     /// `broadcast` of an f32 buffer whose length every worker already knows
     /// (e.g. the initial model weights from rank 0).
     pub fn broadcast_f32(

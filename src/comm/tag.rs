@@ -9,6 +9,7 @@ pub const BARRIER: u8 = 2;
 pub const BROADCAST: u8 = 3;
 pub const FEATURE_REQUEST: u8 = 4;
 pub const FEATURE_REPLY: u8 = 5;
+pub const ALL_TO_ALL: u8 = 6;
 
 pub const LOW_BITS: u32 = 56;
 const LOW_MASK: u64 = (1 << LOW_BITS) - 1;

@@ -13,6 +13,9 @@ pub trait Collective {
     fn barrier(&mut self) -> Result<(), CommError>;
     /// Replaces `buf` on every worker with `root`'s.
     fn broadcast(&mut self, buf: &mut Vec<u8>, root: usize) -> Result<(), CommError>;
+    /// `out[p]` goes to worker `p`; returns what each worker sent this one
+    /// (entry `rank` is `out[rank]`). Billed to `category`.
+    fn all_to_all(&mut self, out: Vec<Vec<u8>>, category: crate::comm::Category) -> Result<Vec<Vec<u8>>, CommError>;
     /// Bytes this worker has sent and received so far, by category (cumulative).
     fn bytes(&self) -> ByteCounts;
 }
@@ -36,6 +39,12 @@ impl Collective for Solo {
     }
     fn broadcast(&mut self, _buf: &mut Vec<u8>, _root: usize) -> Result<(), CommError> {
         Ok(())
+    }
+    fn all_to_all(&mut self, out: Vec<Vec<u8>>, _category: crate::comm::Category) -> Result<Vec<Vec<u8>>, CommError> {
+        if out.len() != 1 {
+            return Err(format!("all-to-all with {} messages, but there is one worker", out.len()).into());
+        }
+        Ok(out)
     }
     fn bytes(&self) -> ByteCounts {
         ByteCounts::default()
@@ -64,6 +73,9 @@ impl Collective for MeshCollective<'_> {
     }
     fn broadcast(&mut self, buf: &mut Vec<u8>, root: usize) -> Result<(), CommError> {
         Ok(self.mesh.broadcast(root, buf, crate::comm::Category::Control, self.timeout)?)
+    }
+    fn all_to_all(&mut self, out: Vec<Vec<u8>>, category: crate::comm::Category) -> Result<Vec<Vec<u8>>, CommError> {
+        Ok(self.mesh.all_to_all(out, category, self.timeout)?)
     }
     fn bytes(&self) -> ByteCounts {
         self.mesh.bytes()

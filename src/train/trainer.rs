@@ -63,7 +63,7 @@ pub fn run_loop(
             let mut grad = vec![0f32; w.params.numel() + 1];
             records.clear();
             let n = grad.len() - 1;
-            let loss_share = strategy.iteration(w, &it, &mut grad[..n], &mut records)?;
+            let loss_share = strategy.iteration(w, coll, &it, &mut grad[..n], &mut records)?;
 
             // Strategies may record their own traffic per time step; whatever the
             // iteration moved beyond that (the gradient all-reduce, model-centric's

@@ -3,7 +3,7 @@
 //! others stops the run at once instead of silently training a different model.
 
 use super::super::strategy::{Iteration, Strategy, StrategyKind};
-use super::super::{TrainError, Worker};
+use super::super::{Collective, TrainError, Worker};
 use crate::comm::{Category, Mesh};
 use crate::metrics::StepRecord;
 use std::time::Duration;
@@ -54,6 +54,7 @@ impl Strategy for ReplicaCheck<'_> {
     fn iteration(
         &mut self,
         w: &mut Worker<'_>,
+        coll: &mut dyn Collective,
         it: &Iteration<'_>,
         grad: &mut [f32],
         records: &mut Vec<StepRecord>,
@@ -61,6 +62,6 @@ impl Strategy for ReplicaCheck<'_> {
         if self.every > 0 && it.global_index.is_multiple_of(self.every) {
             self.check(w, it)?;
         }
-        self.inner.iteration(w, it, grad, records)
+        self.inner.iteration(w, coll, it, grad, records)
     }
 }

@@ -4,7 +4,7 @@ mod model_centric;
 
 pub use model_centric::ModelCentric;
 
-use super::{TrainError, Worker};
+use super::{Collective, TrainError, Worker};
 use crate::BadInput;
 use crate::metrics::StepRecord;
 use std::fmt;
@@ -76,10 +76,14 @@ pub trait Strategy {
     }
     /// Adds this worker's share of the iteration's gradient into `grad` and
     /// returns its share of the loss; pushes one record per time step (epoch,
-    /// iteration, worker and timings filled).
+    /// iteration, worker and timings filled). `coll` reaches the other workers
+    /// (every worker calls the same collectives in the same order); the loop
+    /// all-reduces `grad` afterwards and bills traffic a record does not claim
+    /// to the last record.
     fn iteration(
         &mut self,
         w: &mut Worker<'_>,
+        coll: &mut dyn Collective,
         it: &Iteration<'_>,
         grad: &mut [f32],
         records: &mut Vec<StepRecord>,

@@ -3,7 +3,7 @@
 
 use super::{Iteration, Strategy, StrategyKind};
 use crate::metrics::StepRecord;
-use crate::train::{TrainError, Worker};
+use crate::train::{Collective, TrainError, Worker};
 
 pub struct ModelCentric;
 
@@ -15,6 +15,7 @@ impl Strategy for ModelCentric {
     fn iteration(
         &mut self,
         w: &mut Worker<'_>,
+        _coll: &mut dyn Collective,
         it: &Iteration<'_>,
         grad: &mut [f32],
         records: &mut Vec<StepRecord>,
