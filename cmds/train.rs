@@ -7,7 +7,7 @@ use leapgnn::metrics::{EpochRecord, RunInfo, RunSummary, StepRecord};
 use leapgnn::progress::{self, ProgressSink};
 use leapgnn::sample::Fanouts;
 use leapgnn::train::distributed::{DistOptions, GradDump, train_distributed};
-use leapgnn::train::{self, Observer, ResumeOverrides, RunOptions, TrainConfig, TrainError};
+use leapgnn::train::{self, MergePlan, Observer, ResumeOverrides, RunOptions, StrategyKind, TrainConfig, TrainError};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -75,15 +75,20 @@ pub struct Args {
     /// Feature cache per worker in MB.
     #[arg(long)]
     pub cache_mb: Option<u64>,
-    /// Time steps per iteration (leapgnn strategy): a number or `auto`.
+    /// Time steps per iteration, 1..=W, or `auto` (tuned while training) [leapgnn only; default: the
+    /// --merge-plan's, else auto]. micrograph and pregather always take W, model-centric 1.
     #[arg(long)]
     pub time_steps: Option<String>,
-    /// Merge plan written by `tune-merge`.
+    /// Merge plan written by `tune-merge` (leapgnn): time steps and per-step shares of each worker's roots.
     #[arg(long)]
     pub merge_plan: Option<PathBuf>,
-    /// fused or ring.
+    /// How micrograph strategies move gradient accumulators between time steps: fused (one per worker,
+    /// nothing moves) or ring (each follows its model, as the paper) [default: fused].
     #[arg(long)]
     pub migration: Option<String>,
+    /// pregather / leapgnn: fetch iteration i+1's remote rows while computing iteration i.
+    #[arg(long)]
+    pub prefetch: bool,
     /// Cluster profile (TOML).
     #[arg(long)]
     pub cluster: Option<PathBuf>,
@@ -262,6 +267,7 @@ fn reject_on_resume(a: &Args) -> Result<(), BadInput> {
         ("--time-steps", a.time_steps.is_some()),
         ("--merge-plan", a.merge_plan.is_some()),
         ("--migration", a.migration.is_some()),
+        ("--prefetch", a.prefetch),
         ("--cluster", a.cluster.is_some()),
         ("--device", a.device.is_some()),
         ("--normalize", a.normalize.is_some()),
@@ -294,17 +300,31 @@ fn config(a: &Args) -> Result<TrainConfig, BadInput> {
         Some(s) if s.eq_ignore_ascii_case("all") => Fanouts::all(fanouts.layers()),
         Some(s) => s.parse()?,
     };
+    let strategy = parse(&a.strategy, d.strategy)?;
+    let workers = a.workers.unwrap_or(d.workers);
     let time_steps = match a.time_steps.as_deref() {
-        None => d.time_steps,
+        // Each strategy's own count; leapgnn follows its plan, else tunes.
+        None => match strategy {
+            StrategyKind::Micrograph | StrategyKind::Pregather => Some(workers as u32),
+            StrategyKind::Leapgnn => a.merge_plan.as_deref().map(MergePlan::load).transpose()?.map(|p| p.time_steps),
+            _ => d.time_steps,
+        },
         Some("auto") => None,
         Some(s) => {
-            Some(s.parse().map_err(|_| BadInput::new(format!("--time-steps `{s}`: expected a number or `auto`")))?)
+            let t = s.parse().map_err(|_| BadInput::new(format!("--time-steps `{s}`: expected a number or `auto`")))?;
+            if matches!(strategy, StrategyKind::Micrograph | StrategyKind::Pregather) && t as usize != workers {
+                return Err(BadInput::new(format!(
+                    "--time-steps {t} does not apply to --strategy {strategy}, which always takes one time step per \
+                     worker ({workers}); use --strategy leapgnn to choose the number of time steps"
+                )));
+            }
+            Some(t)
         }
     };
     Ok(TrainConfig {
         dataset: a.dataset.clone().unwrap_or(d.dataset),
-        strategy: parse(&a.strategy, d.strategy)?,
-        workers: a.workers.unwrap_or(d.workers),
+        strategy,
+        workers,
         // One part per worker unless told otherwise.
         parts: a.parts.or(a.workers).unwrap_or(d.parts),
         model: parse(&a.model, d.model)?,
@@ -329,5 +349,6 @@ fn config(a: &Args) -> Result<TrainConfig, BadInput> {
         merge_plan: a.merge_plan.clone(),
         migration: parse(&a.migration, d.migration)?,
         cluster: a.cluster.clone(),
+        prefetch: a.prefetch,
     })
 }

@@ -45,6 +45,11 @@ pub struct StepRecord {
     pub iteration: u64,
     pub time_step: u32,
     pub worker: u32,
+    /// The model (replica) this step trained: the worker itself for
+    /// model-centric, the visiting model (worker + time step) mod W for the
+    /// micrograph strategies.
+    #[serde(default)]
+    pub model: u32,
     /// Roots (micrographs) computed in this step.
     pub roots: u64,
     /// Sampled edges over all layers.

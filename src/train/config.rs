@@ -100,6 +100,9 @@ pub struct TrainConfig {
     pub merge_plan: Option<PathBuf>,
     pub migration: Migration,
     pub cluster: Option<PathBuf>,
+    /// pregather / leapgnn: fetch iteration i+1's rows while computing i.
+    #[serde(default)]
+    pub prefetch: bool,
 }
 
 impl Default for TrainConfig {
@@ -132,6 +135,7 @@ impl Default for TrainConfig {
             merge_plan: None,
             migration: Migration::Fused,
             cluster: None,
+            prefetch: false,
         }
     }
 }
@@ -175,10 +179,8 @@ impl TrainConfig {
         if !(self.weight_decay.is_finite() && self.weight_decay >= 0.0) {
             return bad(format!("--weight-decay {} must be zero or positive", self.weight_decay));
         }
-        let later = |what: String| {
-            Err(BadInput::new(format!("{what} is not implemented yet (this build trains model-centric)")))
-        };
-        if self.strategy != StrategyKind::ModelCentric {
+        let later = |what: String| Err(BadInput::new(format!("{what} is not implemented yet in this build")));
+        if self.strategy == StrategyKind::P3 {
             return later(format!("--strategy {}", self.strategy));
         }
         if self.parts != self.workers && (self.parts > 1 || self.workers > 1) {
@@ -187,19 +189,61 @@ impl TrainConfig {
                 self.parts, self.workers
             ));
         }
-        match self.time_steps {
-            Some(1) => {}
-            Some(t) => return later(format!("--time-steps {t}")),
-            None => return later("--time-steps auto".into()),
-        }
-        if self.migration != Migration::Fused {
-            return later("--migration ring".into());
-        }
-        if let Some(p) = &self.merge_plan {
-            return later(format!("--merge-plan {}", p.display()));
-        }
+        self.check_strategy_flags()?;
         if let Some(p) = &self.cluster {
             return later(format!("--cluster {}", p.display()));
+        }
+        Ok(())
+    }
+
+    /// --time-steps, --merge-plan, --migration and --prefetch against the
+    /// strategy: each applies to some strategies only.
+    fn check_strategy_flags(&self) -> Result<(), BadInput> {
+        let bad = |m: String| Err(BadInput::new(m));
+        let (s, w) = (self.strategy, self.workers);
+        let micro = matches!(s, StrategyKind::Micrograph | StrategyKind::Pregather | StrategyKind::Leapgnn);
+        match (s, self.time_steps) {
+            (_, Some(0)) => return bad("--time-steps 0: an iteration takes at least 1 time step".into()),
+            (StrategyKind::Leapgnn, Some(t)) if t as usize > w => {
+                return bad(format!(
+                    "--time-steps {t} with --workers {w}: an iteration has at most one time step per worker; give 1..={w} or `auto`"
+                ));
+            }
+            (StrategyKind::Leapgnn, _) => {}
+            // 1 is the default of every strategy; micrograph and pregather always take W steps.
+            (StrategyKind::Micrograph | StrategyKind::Pregather, Some(t)) if t == 1 || t as usize == w => {}
+            (_, Some(1)) => {}
+            (_, t) => {
+                let t = t.map_or("auto".to_string(), |t| t.to_string());
+                let steps = if micro { format!("{w} (one per worker)") } else { "1".into() };
+                return bad(format!(
+                    "--time-steps {t} does not apply to --strategy {s}, which always takes {steps} time step(s) per iteration; \
+                     use --strategy leapgnn to choose the number of time steps"
+                ));
+            }
+        }
+        if let Some(p) = &self.merge_plan {
+            if s != StrategyKind::Leapgnn {
+                return bad(format!("--merge-plan {} applies to --strategy leapgnn only (not {s})", p.display()));
+            }
+            let plan = super::MergePlan::load(p)?;
+            plan.check(w, &p.display().to_string())?;
+            if let Some(t) = self.time_steps.filter(|&t| t != plan.time_steps) {
+                return bad(format!(
+                    "--time-steps {t} disagrees with --merge-plan {} (time_steps = {}); give one of them",
+                    p.display(),
+                    plan.time_steps
+                ));
+            }
+        }
+        if self.migration == Migration::Ring && !micro {
+            return bad(format!(
+                "--migration ring moves the gradient accumulators of micrograph strategies; --strategy {s} has none \
+                 (use micrograph, pregather or leapgnn)"
+            ));
+        }
+        if self.prefetch && !matches!(s, StrategyKind::Pregather | StrategyKind::Leapgnn) {
+            return bad(format!("--prefetch applies to --strategy pregather and leapgnn (not {s})"));
         }
         Ok(())
     }

@@ -59,6 +59,7 @@ pub fn run_loop(
                 batches: sched.workers(p.iteration as usize),
                 global_size: sched.global(p.iteration as usize).len(),
                 dropout_key: hash_of(cfg.seed, &[DROPOUT_TAG, p.epoch, p.iteration]),
+                next: (p.iteration as usize + 1 < sched.iterations()).then(|| sched.workers(p.iteration as usize + 1)),
             };
             let mut grad = vec![0f32; w.params.numel() + 1];
             records.clear();

@@ -7,7 +7,7 @@ use crate::gather::{RowNorm, gather, normalize_rows};
 use crate::graph::CsrView;
 use crate::metrics::RowCounts;
 use crate::model::{Mode, Model, Params, count_correct, cross_entropy_sum};
-use crate::sample::{EVAL_EPOCH_SALT, Fanouts, NeighborSampler, NodeMap};
+use crate::sample::{Blocks, EVAL_EPOCH_SALT, Fanouts, NeighborSampler, NodeMap};
 use candle_core::Device;
 use std::time::Instant;
 
@@ -120,28 +120,49 @@ impl<'d> Worker<'d> {
             return Ok(s);
         }
         let t = Instant::now();
-        let blocks = self.sampler.sample(roots, epoch, &mut self.map);
-        s.edges = blocks.num_edges() as u64;
+        let blocks = self.sample(roots, epoch);
         s.sample_seconds = t.elapsed().as_secs_f64();
 
         let t = Instant::now();
         let (rows, counts) = self.gather(blocks.input_nodes())?;
         s.rows = counts;
         s.gather_seconds = t.elapsed().as_secs_f64();
+        self.learn(blocks, rows, dropout_key, global_batch, grad, &mut s)?;
+        Ok(s)
+    }
 
+    /// The training blocks of `roots` for `epoch`.
+    pub fn sample(&mut self, roots: &[u32], epoch: u64) -> Blocks {
+        self.sampler.sample(roots, epoch, &mut self.map)
+    }
+
+    /// Forward and backward over blocks sampled already, given their input rows
+    /// (normalised); adds the gradient into `grad` and fills `s`'s edges, loss and
+    /// compute time.
+    pub fn learn(
+        &mut self,
+        blocks: Blocks,
+        rows: Vec<f32>,
+        dropout_key: u64,
+        global_batch: usize,
+        grad: &mut [f32],
+        s: &mut StepStats,
+    ) -> Result<(), TrainError> {
         let t = Instant::now();
+        s.edges = blocks.num_edges() as u64;
+        let labels = self.labels_of(blocks.roots());
         let mode = Mode::Train { key: dropout_key };
         let prepared = self.model.prepare(blocks, self.graph, self.sampler.fanouts());
         let x = self.model.input(&prepared, rows, mode, &self.device)?;
         let logits = self.model.forward(&prepared, &x, mode)?;
-        let loss = (cross_entropy_sum(&logits, &self.labels_of(roots))? / global_batch as f64)?;
+        let loss = (cross_entropy_sum(&logits, &labels)? / global_batch as f64)?;
         s.loss = loss.to_scalar::<f32>()? as f64;
         let g = self.params.flat_grads(&loss.backward()?)?;
         for (a, b) in grad.iter_mut().zip(&g) {
             *a += b;
         }
         s.compute_seconds = t.elapsed().as_secs_f64();
-        Ok(s)
+        Ok(())
     }
 
     /// Correct predictions among `ids` (labelled), sampled with the evaluation

@@ -47,6 +47,7 @@ pub fn record(epoch: u64, iteration: u64, time_step: u32, worker: u32) -> StepRe
         iteration,
         time_step,
         worker,
+        model: (worker + time_step) % 2,
         roots: 64,
         edges: 640,
         rows,

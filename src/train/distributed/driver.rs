@@ -6,6 +6,7 @@ use crate::cluster::Launcher;
 use crate::cluster::driver::{DriverOptions, Event, run_job};
 use crate::format::write_atomic;
 use crate::metrics::{JsonlSink, RunSummary, add_bytes};
+use crate::train::strategy::StrategyEnv;
 use crate::train::{Observer, RunOptions, TrainConfig, TrainError, new_run_dir};
 use crate::{BadInput, DataDir};
 use anyhow::Context;
@@ -36,6 +37,7 @@ pub fn train_distributed(
 ) -> anyhow::Result<RunSummary> {
     cfg.check()?;
     let world = cfg.workers;
+    let time_steps = crate::train::strategy::build(cfg.strategy, &StrategyEnv::new(&cfg, None)?)?.time_steps();
     let dataset = absolute(&crate::datasets::ensure_dataset(data, &cfg.dataset)?)?;
     let parts_dir = absolute(&crate::partition::ensure_partition(data, &cfg.dataset, "metis", cfg.parts, cfg.seed)?)?;
     let (name, run_dir) = new_run_dir(data, run.run.as_deref(), &cfg)?;
@@ -61,7 +63,7 @@ pub fn train_distributed(
         strategy: cfg.strategy.to_string(),
         model: cfg.model.to_string(),
         workers: world as u32,
-        time_steps: crate::train::strategy::build(cfg.strategy)?.time_steps(),
+        time_steps,
         epochs: cfg.epochs,
         iterations_per_epoch: crate::train::Schedule::new(&vec![0; train_ids], world, cfg.batch_size).iterations()
             as u64,
@@ -76,7 +78,7 @@ pub fn train_distributed(
         workers: world,
         dataset: cfg.dataset.clone(),
         model: cfg.model.to_string(),
-        time_steps: crate::train::strategy::build(cfg.strategy)?.time_steps(),
+        time_steps,
         ..Default::default()
     };
     let mut failure: Option<TrainError> = None;
@@ -129,6 +131,8 @@ pub fn train_distributed(
     }
     let first = done.iter().find(|d| d.rank == 0).context("worker 0 sent no final report")?;
     summary.iterations = first.iterations;
+    // auto: the T the workers settled on.
+    summary.time_steps = first.time_steps.unwrap_or(time_steps);
     let summary = summary.from_history(first.history.clone());
     write_atomic(run_dir.join("workers.json"), &serde_json::to_vec_pretty(&done).expect("reports serialise"))?;
     write_atomic(run_dir.join("summary.json"), &serde_json::to_vec_pretty(&summary).expect("summary serialises"))?;

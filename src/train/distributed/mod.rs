@@ -71,4 +71,7 @@ pub struct WorkerDone {
     pub fetch: FetchStats,
     /// Fetches that needed at least one remote row.
     pub remote_fetches: u64,
+    /// Time steps per iteration at the end of the run (what `auto` chose).
+    #[serde(default)]
+    pub time_steps: Option<u32>,
 }

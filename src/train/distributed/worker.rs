@@ -82,8 +82,9 @@ pub fn run_worker(job: Job, reporter: &Reporter) -> anyhow::Result<serde_json::V
     let mut worker =
         Worker::new((rank, world), data, (&cfg.fanouts, &cfg.eval_fanouts), cfg.seed, (model, params), device);
     worker.norm = cfg.normalize;
+    let env = strategy::StrategyEnv::new(cfg, Some(Owners::Manifest(manifest.clone())))?;
     let mut strat =
-        ReplicaCheck { inner: strategy::build(cfg.strategy)?, mesh: &mesh, every: spec.check_replicas, timeout };
+        ReplicaCheck { inner: strategy::build(cfg.strategy, &env)?, mesh: &mesh, every: spec.check_replicas, timeout };
     let ck = checkpoint::dir(&spec.run_dir);
     let progress =
         if spec.resume { checkpoint::restore(&ck, &worker.params, opt.as_mut())? } else { Progress::default() };
@@ -108,6 +109,7 @@ pub fn run_worker(job: Job, reporter: &Reporter) -> anyhow::Result<serde_json::V
         bytes: mesh.bytes(),
         fetch,
         remote_fetches,
+        time_steps: Some(strategy::Strategy::time_steps(&strat)),
     };
     Ok(serde_json::to_value(done)?)
 }

@@ -1,11 +1,20 @@
 //! How the workers split an iteration's work: one file per strategy.
 
+mod auto_steps;
+mod leapgnn;
+mod micrograph;
 mod model_centric;
+mod pregather;
+mod routing;
+mod steps;
+mod store;
 
 pub use model_centric::ModelCentric;
+pub use steps::MicroSteps;
 
-use super::{Collective, TrainError, Worker};
+use super::{Collective, MergePlan, Migration, StepStats, TrainConfig, TrainError, Worker};
 use crate::BadInput;
+use crate::comm::{ByteCounts, Owners};
 use crate::metrics::StepRecord;
 use std::fmt;
 use std::str::FromStr;
@@ -66,6 +75,9 @@ pub struct Iteration<'a> {
     pub global_size: usize,
     /// Seeds this iteration's dropout masks (the same on every worker).
     pub dropout_key: u64,
+    /// b(i + 1, w) for every worker, when the next iteration is in the same
+    /// epoch (what `--prefetch` gathers ahead).
+    pub next: Option<Vec<&'a [u32]>>,
 }
 
 pub trait Strategy {
@@ -90,10 +102,78 @@ pub trait Strategy {
     ) -> Result<f64, TrainError>;
 }
 
+/// What a strategy needs beyond its kind: who owns each vertex and the
+/// time-step flags.
+#[derive(Clone)]
+pub struct StrategyEnv {
+    pub world: usize,
+    /// The partition's vertex -> worker map; None: worker 0 owns every vertex (W = 1).
+    pub owners: Option<Owners>,
+    /// leapgnn's time steps per iteration; None = tuned while training (`auto`).
+    pub time_steps: Option<u32>,
+    /// leapgnn's merge plan (overrides `time_steps`).
+    pub plan: Option<MergePlan>,
+    pub migration: Migration,
+    pub prefetch: bool,
+}
+
+impl StrategyEnv {
+    /// The environment of `cfg` (checked) with `owners`; loads the merge plan.
+    pub fn new(cfg: &TrainConfig, owners: Option<Owners>) -> Result<Self, BadInput> {
+        let plan = match &cfg.merge_plan {
+            Some(p) => {
+                let plan = MergePlan::load(p)?;
+                plan.check(cfg.workers, &p.display().to_string())?;
+                Some(plan)
+            }
+            None => None,
+        };
+        Ok(StrategyEnv {
+            world: cfg.workers,
+            owners,
+            time_steps: cfg.time_steps,
+            plan,
+            migration: cfg.migration,
+            prefetch: cfg.prefetch,
+        })
+    }
+}
+
 /// The strategy `kind`, if this build has it.
-pub fn build(kind: StrategyKind) -> Result<Box<dyn Strategy>, TrainError> {
+pub fn build(kind: StrategyKind, env: &StrategyEnv) -> Result<Box<dyn Strategy>, TrainError> {
     match kind {
         StrategyKind::ModelCentric => Ok(Box::new(ModelCentric)),
+        StrategyKind::Micrograph => Ok(Box::new(micrograph::build(env))),
+        StrategyKind::Pregather => Ok(Box::new(pregather::build(env))),
+        StrategyKind::Leapgnn => Ok(Box::new(leapgnn::build(env))),
         other => Err(BadInput::new(format!("--strategy {other} is not implemented yet")).into()),
+    }
+}
+
+/// The record of one time step: what `s` did and what crossed this worker's
+/// sockets during it (`moved`).
+pub(crate) fn step_record(
+    it: &Iteration<'_>,
+    (time_step, worker, model): (u32, usize, usize),
+    s: &StepStats,
+    moved: &ByteCounts,
+) -> StepRecord {
+    StepRecord {
+        epoch: it.epoch,
+        iteration: it.index,
+        time_step,
+        worker: worker as u32,
+        model: model as u32,
+        roots: s.roots,
+        edges: s.edges,
+        rows: s.rows,
+        miss_rate: s.rows.miss_rate(),
+        bytes_in: moved.received,
+        bytes_out: moved.sent,
+        sample_seconds: s.sample_seconds,
+        gather_seconds: s.gather_seconds,
+        compute_seconds: s.compute_seconds,
+        sync_seconds: 0.0,
+        loss: s.loss,
     }
 }

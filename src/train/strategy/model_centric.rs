@@ -1,7 +1,7 @@
 //! Model-centric training (DGL): worker w samples and trains its own batch
 //! b(i, w), reading whatever input rows it needs; one time step per iteration.
 
-use super::{Iteration, Strategy, StrategyKind};
+use super::{Iteration, Strategy, StrategyKind, step_record};
 use crate::metrics::StepRecord;
 use crate::train::{Collective, TrainError, Worker};
 
@@ -15,28 +15,15 @@ impl Strategy for ModelCentric {
     fn iteration(
         &mut self,
         w: &mut Worker<'_>,
-        _coll: &mut dyn Collective,
+        coll: &mut dyn Collective,
         it: &Iteration<'_>,
         grad: &mut [f32],
         records: &mut Vec<StepRecord>,
     ) -> Result<f64, TrainError> {
         let roots = it.batches[w.rank];
+        let b0 = coll.bytes();
         let s = w.compute(roots, it.epoch, it.dropout_key, it.global_size, grad)?;
-        records.push(StepRecord {
-            epoch: it.epoch,
-            iteration: it.index,
-            time_step: 0,
-            worker: w.rank as u32,
-            roots: s.roots,
-            edges: s.edges,
-            rows: s.rows,
-            miss_rate: s.rows.miss_rate(),
-            sample_seconds: s.sample_seconds,
-            gather_seconds: s.gather_seconds,
-            compute_seconds: s.compute_seconds,
-            loss: s.loss,
-            ..Default::default()
-        });
+        records.push(step_record(it, (0, w.rank, w.rank), &s, &coll.bytes().since(&b0)));
         Ok(s.loss)
     }
 }

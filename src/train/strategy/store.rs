@@ -1,0 +1,142 @@
+//! +PG: an iteration's remote input rows, fetched before its first time step.
+//! All the worker's time steps are sampled first; the de-duplicated union of
+//! their input vertices that other workers own goes out as one
+//! `FeatureSource::rows` call (one request per owner); each step then reads
+//! its own part's rows locally and the rest from this store, with no network.
+
+use crate::gather::{RowNorm, normalize_rows};
+use crate::metrics::RowCounts;
+use crate::sample::{Blocks, Interner, NeighborSampler, NodeMap};
+use crate::train::{FeatureSource, TrainError};
+use std::time::Instant;
+
+/// Dense per-vertex maps, reused from iteration to iteration (two of them
+/// with `--prefetch`: one being filled while the other is read).
+pub(super) struct Scratch {
+    /// Sampling's vertex -> block position map.
+    sample: NodeMap,
+    /// Vertex -> row of the store.
+    index: NodeMap,
+}
+
+impl Scratch {
+    pub fn new(num_nodes: usize) -> Self {
+        Scratch { sample: NodeMap::new(num_nodes), index: NodeMap::new(num_nodes) }
+    }
+}
+
+/// Who owns what, from one worker's point of view.
+#[derive(Clone, Copy)]
+pub(super) struct Locality<'a> {
+    /// None: this worker owns every vertex.
+    pub owners: Option<&'a [u16]>,
+    pub rank: usize,
+}
+
+impl Locality<'_> {
+    #[inline]
+    pub fn is_local(&self, v: u32) -> bool {
+        self.owners.is_none_or(|o| o[v as usize] as usize == self.rank)
+    }
+}
+
+/// One iteration's sampled steps and pre-gathered remote rows.
+pub(super) struct Pregathered {
+    /// The roots of each step this was built for (a prefetched store is used
+    /// only if the iteration routes its roots the same way).
+    pub roots: Vec<Vec<u32>>,
+    blocks: Vec<Option<Blocks>>,
+    sample_seconds: Vec<f64>,
+    /// The union's remote ids, in store order, and their rows (as fetched).
+    ids: Vec<u32>,
+    rows: Vec<f32>,
+    /// Where the union's rows came from, and how long fetching them took.
+    pub fetched: RowCounts,
+    pub fetch_seconds: f64,
+    scratch: Scratch,
+}
+
+/// One step's share of a store: its blocks and their input rows.
+pub(super) struct StepInput {
+    pub blocks: Blocks,
+    pub rows: Vec<f32>,
+    /// The rows read from this worker's own part for the step.
+    pub local: RowCounts,
+    pub sample_seconds: f64,
+    pub gather_seconds: f64,
+}
+
+impl Pregathered {
+    /// Samples every step of `roots` for `epoch` and fetches the union of
+    /// their remote input rows in one call.
+    pub fn build(
+        sampler: &NeighborSampler<'_>,
+        features: &dyn FeatureSource,
+        loc: Locality<'_>,
+        roots: Vec<Vec<u32>>,
+        epoch: u64,
+        mut scratch: Scratch,
+    ) -> Result<Self, TrainError> {
+        let mut blocks = Vec::with_capacity(roots.len());
+        let mut sample_seconds = Vec::with_capacity(roots.len());
+        let mut ids = Vec::new();
+        for r in &roots {
+            let t = Instant::now();
+            let b = (!r.is_empty()).then(|| sampler.sample(r, epoch, &mut scratch.sample));
+            sample_seconds.push(t.elapsed().as_secs_f64());
+            if let Some(b) = &b {
+                for &v in b.input_nodes().iter().filter(|&&v| !loc.is_local(v)) {
+                    scratch.index.intern(v, &mut ids);
+                }
+            }
+            blocks.push(b);
+        }
+        let t = Instant::now();
+        let (rows, fetched) = if ids.is_empty() { (Vec::new(), RowCounts::default()) } else { features.rows(&ids)? };
+        let fetch_seconds = t.elapsed().as_secs_f64();
+        Ok(Pregathered { roots, blocks, sample_seconds, ids, rows, fetched, fetch_seconds, scratch })
+    }
+
+    /// Step `t`'s blocks and input rows (normalised by `norm`); None when the
+    /// step has no roots. Reads this worker's part and the store only.
+    pub fn take_step(
+        &mut self,
+        t: usize,
+        features: &dyn FeatureSource,
+        loc: Locality<'_>,
+        norm: RowNorm,
+    ) -> Result<Option<StepInput>, TrainError> {
+        let Some(blocks) = self.blocks[t].take() else { return Ok(None) };
+        let start = Instant::now();
+        let input = blocks.input_nodes();
+        let local_ids: Vec<u32> = input.iter().copied().filter(|&v| loc.is_local(v)).collect();
+        let (local_rows, local) =
+            if local_ids.is_empty() { (Vec::new(), RowCounts::default()) } else { features.rows(&local_ids)? };
+        let d = features.dim();
+        let mut rows = vec![0f32; input.len() * d];
+        let mut next_local = local_rows.chunks_exact(d.max(1));
+        for (dst, &v) in rows.chunks_exact_mut(d.max(1)).zip(input) {
+            let src = if loc.is_local(v) {
+                next_local.next()
+            } else {
+                self.scratch.index.get(v).map(|s| &self.rows[s as usize * d..(s as usize + 1) * d])
+            };
+            let src = src.ok_or_else(|| TrainError::Rows(format!("node {v} is missing from the pre-gathered rows")))?;
+            dst.copy_from_slice(src);
+        }
+        normalize_rows(&mut rows, d, norm);
+        Ok(Some(StepInput {
+            blocks,
+            rows,
+            local,
+            sample_seconds: self.sample_seconds[t],
+            gather_seconds: start.elapsed().as_secs_f64(),
+        }))
+    }
+
+    /// The maps, emptied for the next iteration.
+    pub fn recycle(mut self) -> Scratch {
+        self.scratch.index.clear(&self.ids);
+        self.scratch
+    }
+}
