@@ -28,6 +28,25 @@ pub fn cora() -> tempfile::TempDir {
     tmp
 }
 
+/// A temp data dir holding the MUSAE Facebook page-page graph as `facebook`
+/// (22,470 nodes, 4,714-d features, seeded 60/20/20 split).
+pub fn facebook() -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets/musae-facebook");
+    let s = json(tmp.path(), &["download", "facebook", "--from", from.to_str().unwrap()]);
+    assert_eq!(s["nodes"], 22470);
+    tmp
+}
+
+/// |a - b| / |a| (Euclidean norms, in f64); panics if the lengths differ or a is zero.
+pub fn rel_diff(a: &[f32], b: &[f32]) -> f64 {
+    assert_eq!(a.len(), b.len(), "gradients of different lengths");
+    let norm = |v: &mut dyn Iterator<Item = f64>| v.map(|x| x * x).sum::<f64>().sqrt();
+    let base = norm(&mut a.iter().map(|x| *x as f64));
+    assert!(base > 0.0, "the reference gradient is zero");
+    norm(&mut a.iter().zip(b).map(|(x, y)| (*x - *y) as f64)) / base
+}
+
 /// A worker as announced on the driver's stderr.
 #[derive(Debug, Clone)]
 pub struct Announced {
