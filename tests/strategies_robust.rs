@@ -139,7 +139,7 @@ fn iterations_whose_roots_sit_on_one_worker_or_skip_one() {
         let runs = all_give_model_centric(d, "islands", &common, variants);
 
         // The premise: METIS kept each island whole, so iteration 0's roots are on `islands` workers.
-        let m = ManifestFile::open(&d.join("islands/parts/metis-4")).unwrap();
+        let m = ManifestFile::open(d.join("islands/parts/metis-4")).unwrap();
         let part = m.node_part();
         for i in 0..ISLANDS {
             let p = part[(i * ISLAND) as usize];

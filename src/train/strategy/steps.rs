@@ -166,7 +166,7 @@ impl Strategy for MicroSteps {
         let mut store = None;
         if self.pregather {
             store = match self.ahead.take() {
-                Some(s) if s.roots == roots => Some(s),
+                Some(s) if s.epoch == it.epoch && s.roots == roots => Some(s),
                 stale => {
                     if let Some(s) = stale {
                         self.spare.push(s.recycle());

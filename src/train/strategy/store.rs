@@ -42,8 +42,9 @@ impl Locality<'_> {
 
 /// One iteration's sampled steps and pre-gathered remote rows.
 pub(super) struct Pregathered {
-    /// The roots of each step this was built for (a prefetched store is used
-    /// only if the iteration routes its roots the same way).
+    /// The epoch and the roots of each step this was built for (a prefetched
+    /// store is used only if the iteration routes its roots the same way).
+    pub epoch: u64,
     pub roots: Vec<Vec<u32>>,
     blocks: Vec<Option<Blocks>>,
     sample_seconds: Vec<f64>,
@@ -94,7 +95,7 @@ impl Pregathered {
         let t = Instant::now();
         let (rows, fetched) = if ids.is_empty() { (Vec::new(), RowCounts::default()) } else { features.rows(&ids)? };
         let fetch_seconds = t.elapsed().as_secs_f64();
-        Ok(Pregathered { roots, blocks, sample_seconds, ids, rows, fetched, fetch_seconds, scratch })
+        Ok(Pregathered { epoch, roots, blocks, sample_seconds, ids, rows, fetched, fetch_seconds, scratch })
     }
 
     /// Step `t`'s blocks and input rows (normalised by `norm`); None when the
