@@ -6,7 +6,7 @@
 
 mod dist_support;
 
-use dist_support::{cora, facebook, json, read_f32, rel_diff};
+use dist_support::{cora, count, facebook, first_gradient, json, records, rel_diff};
 use serde_json::Value;
 use std::path::Path;
 
@@ -30,43 +30,27 @@ fn train(d: &Path, dataset: &str, common: &[&str], extra: &[&str]) -> Value {
     json(d, &[&["train", dataset, "--no-tui", "--workers", "4"], common, extra].concat())
 }
 
-/// The first iteration's summed gradient of `extra`, and the run summary.
-fn first_gradient(d: &Path, dataset: &str, common: &[&str], extra: &[&str]) -> (Vec<f32>, Value) {
-    let path = d.join(format!("{}.f32", extra.join("_").replace('-', "")));
-    let dump = ["--stop-after", "1", "--epochs", "1", "--dump-grad", path.to_str().unwrap()];
-    let s = train(d, dataset, common, &[&dump[..], extra].concat());
-    (read_f32(&path), s)
-}
-
-fn records(d: &Path, s: &Value) -> Vec<Value> {
-    let path = d.join("runs").join(s["run"].as_str().unwrap()).join("metrics.jsonl");
-    std::fs::read_to_string(path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
-}
-
-fn u(v: &Value) -> u64 {
-    v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
-}
-
 /// Checks every variant against model-centric on `dataset` with `batch` roots per worker.
 fn gradients_match(d: &Path, dataset: &str, common: &[&str], batch: &str) {
     let size = ["--batch-size", batch];
-    let (reference, mc) = first_gradient(d, dataset, common, &[&["--strategy", "model-centric"], &size[..]].concat());
-    let mc_remote = u(&mc["rows"]["remote"]);
+    let four = [&["--workers", "4"], common, &size[..]].concat();
+    let (reference, mc) = first_gradient(d, dataset, &[&four[..], &["--strategy", "model-centric"]].concat());
+    let mc_remote = count(&mc["rows"]["remote"]);
     let mut fused_ring: Vec<(String, Vec<f32>)> = Vec::new();
     for v in VARIANTS {
-        let (g, s) = first_gradient(d, dataset, common, &[*v, &size[..]].concat());
+        let (g, s) = first_gradient(d, dataset, &[&four[..], v].concat());
         let e = rel_diff(&reference, &g);
         assert!(e <= 1e-5, "{dataset} {v:?}: relative difference from model-centric {e}");
         let ring = v.contains(&"ring");
-        let migration = u(&s["bytes"]["migration"]);
+        let migration = count(&s["bytes"]["migration"]);
         assert_eq!(migration > 0, ring, "{dataset} {v:?}: migration bytes {migration}");
         if ring {
             // T - 1 passes of the whole accumulator per worker, 4 workers.
-            let steps = u(&s["time_steps"]);
+            let steps = count(&s["time_steps"]);
             assert!(migration >= (steps - 1) * 4 * reference.len() as u64 * 4, "{v:?}: {migration}");
         }
         // Routing roots to their owners reads fewer remote rows than model-centric.
-        assert!(u(&s["rows"]["remote"]) < mc_remote, "{dataset} {v:?}: {} >= {mc_remote}", s["rows"]["remote"]);
+        assert!(count(&s["rows"]["remote"]) < mc_remote, "{dataset} {v:?}: {} >= {mc_remote}", s["rows"]["remote"]);
         fused_ring.push((v.join(" "), g));
     }
     // --migration ring moves the same sums around: the same gradient as fused.
@@ -110,22 +94,22 @@ fn cora_accuracy_after_three_epochs_matches_model_centric() {
         let s = train(d, "cora", CORA, &[&run[..], v].concat());
         assert!((acc(&s) - acc(&mc)).abs() <= 0.005, "{v:?}: test accuracy {} vs model-centric {}", acc(&s), acc(&mc));
         assert_eq!(s["iterations"], mc["iterations"]);
-        assert_eq!(u(&s["time_steps"]), steps, "{v:?}");
-        assert!(u(&s["bytes"]["features"]) < u(&mc["bytes"]["features"]), "{v:?}");
+        assert_eq!(count(&s["time_steps"]), steps, "{v:?}");
+        assert!(count(&s["bytes"]["features"]) < count(&mc["bytes"]["features"]), "{v:?}");
 
         // One record per (iteration, time step, worker), the visiting model named.
         let recs = records(d, &s);
-        assert_eq!(recs.len() as u64, u(&s["iterations"]) * steps * 4, "{v:?}");
+        assert_eq!(recs.len() as u64, count(&s["iterations"]) * steps * 4, "{v:?}");
         for r in &recs {
-            let (t, w, m) = (u(&r["time_step"]), u(&r["worker"]), u(&r["model"]));
+            let (t, w, m) = (count(&r["time_step"]), count(&r["worker"]), count(&r["model"]));
             assert!(t < steps, "{r}");
             assert_eq!(m, (w + t) % 4, "{v:?}: {r}");
             if v[1] != "micrograph" && t > 0 {
                 // Pre-gathered: later steps read only the worker's own part.
-                assert_eq!(u(&r["rows"]["remote"]), 0, "{v:?}: {r}");
+                assert_eq!(count(&r["rows"]["remote"]), 0, "{v:?}: {r}");
             }
         }
-        let roots: u64 = recs.iter().map(|r| u(&r["roots"])).sum();
+        let roots: u64 = recs.iter().map(|r| count(&r["roots"])).sum();
         assert_eq!(roots, 3 * 140, "{v:?}: every train root once per epoch");
     }
 }

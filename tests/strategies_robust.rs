@@ -5,7 +5,7 @@
 
 mod dist_support;
 
-use dist_support::{cora, fails, json, read_f32, rel_diff};
+use dist_support::{cora, count, fails, first_gradient, json, records, rel_diff};
 use leapgnn::format::{Dataset, DatasetMeta, ManifestFile};
 use leapgnn::graph::Csr;
 use leapgnn::util::rng::hash_of;
@@ -16,23 +16,6 @@ const CORA: &[&str] = &["--normalize", "l1", "--fanout", "10,10", "--hidden", "6
 
 fn train(d: &Path, dataset: &str, args: &[&str]) -> Value {
     json(d, &[&["train", dataset, "--no-tui"], args].concat())
-}
-
-/// The first iteration's summed gradient and the summary.
-fn first_gradient(d: &Path, dataset: &str, args: &[&str]) -> (Vec<f32>, Value) {
-    let path = d.join(format!("{}.f32", args.join("_").replace('-', "")));
-    let dump = ["--stop-after", "1", "--epochs", "1", "--dump-grad", path.to_str().unwrap()];
-    let s = train(d, dataset, &[args, &dump[..]].concat());
-    (read_f32(&path), s)
-}
-
-fn records(d: &Path, s: &Value) -> Vec<Value> {
-    let path = d.join("runs").join(s["run"].as_str().unwrap()).join("metrics.jsonl");
-    std::fs::read_to_string(path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
-}
-
-fn u(v: &Value) -> u64 {
-    v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
 }
 
 /// Runs model-centric and each of `variants` for one iteration with `common`
@@ -154,11 +137,11 @@ fn iterations_whose_roots_sit_on_one_worker_or_skip_one() {
         for (v, s) in variants.iter().zip(&runs) {
             let recs = records(d, s);
             for w in 0..4u64 {
-                let roots: u64 = recs.iter().filter(|r| u(&r["worker"]) == w).map(|r| u(&r["roots"])).sum();
+                let roots: u64 = recs.iter().filter(|r| count(&r["worker"]) == w).map(|r| count(&r["roots"])).sum();
                 let owns = order[..4 * batch].iter().filter(|&&x| part[x as usize] as u64 == w).count() as u64;
                 assert_eq!(roots, owns, "{v:?}: worker {w} trains exactly the roots it owns");
-                let steps = recs.iter().filter(|r| u(&r["worker"]) == w).count() as u64;
-                assert_eq!(steps, u(&s["time_steps"]), "{v:?}: worker {w} records every step, empty or not");
+                let steps = recs.iter().filter(|r| count(&r["worker"]) == w).count() as u64;
+                assert_eq!(steps, count(&s["time_steps"]), "{v:?}: worker {w} records every step, empty or not");
             }
         }
     }
@@ -191,7 +174,7 @@ fn one_worker_and_two_workers_with_one_time_step() {
     let runs = all_give_model_centric(d, "cora", &common, pair);
     assert_eq!(runs[0]["time_steps"], 1);
     assert_eq!(runs[1]["bytes"]["migration"], 0, "T = 1: no accumulator moves");
-    assert!(u(&runs[2]["bytes"]["migration"]) > 0);
+    assert!(count(&runs[2]["bytes"]["migration"]) > 0);
 }
 
 #[test]
@@ -209,7 +192,7 @@ fn a_merge_plan_sets_the_steps_and_their_shares() {
     assert_eq!(recs.len(), 2 * 4);
     // Worker 0 puts about 70 % of its roots in step 0 (its own model's roots may exceed that share).
     let roots = |w: u64, t: u64| {
-        u(&recs.iter().find(|r| u(&r["worker"]) == w && u(&r["time_step"]) == t).unwrap()["roots"]) as f64
+        count(&recs.iter().find(|r| count(&r["worker"]) == w && count(&r["time_step"]) == t).unwrap()["roots"]) as f64
     };
     assert!(roots(0, 0) >= 0.7 * (roots(0, 0) + roots(0, 1)) - 1.0, "{recs:?}");
 }
@@ -224,23 +207,26 @@ fn auto_time_steps_are_decided_once_for_every_worker() {
         "cora",
         &[CORA, &["--workers", "4", "--batch-size", "8", "--epochs", "3", "--strategy", "leapgnn"]].concat(),
     );
-    let t = u(&s["time_steps"]);
+    let t = count(&s["time_steps"]);
     assert!((1..=4).contains(&t), "{s}");
     let recs = records(d, &s);
     // From the decision on (global iteration 6), every worker takes exactly T steps.
     for g in 6..15u64 {
         let (e, i) = (g / 5, g % 5);
         for w in 0..4u64 {
-            let n =
-                recs.iter().filter(|r| u(&r["epoch"]) == e && u(&r["iteration"]) == i && u(&r["worker"]) == w).count();
+            let n = recs
+                .iter()
+                .filter(|r| count(&r["epoch"]) == e && count(&r["iteration"]) == i && count(&r["worker"]) == w)
+                .count();
             assert_eq!(n as u64, t, "epoch {e} iteration {i} worker {w}");
         }
     }
     // The tuning iterations tried every T.
     let mut tried: Vec<u64> = (1..6u64)
         .map(|g| {
-            recs.iter().filter(|r| u(&r["epoch"]) == g / 5 && u(&r["iteration"]) == g % 5 && r["worker"] == 0).count()
-                as u64
+            recs.iter()
+                .filter(|r| count(&r["epoch"]) == g / 5 && count(&r["iteration"]) == g % 5 && r["worker"] == 0)
+                .count() as u64
         })
         .collect();
     tried.sort_unstable();

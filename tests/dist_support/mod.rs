@@ -49,6 +49,26 @@ pub fn rel_diff(a: &[f32], b: &[f32]) -> f64 {
     norm(&mut a.iter().zip(b).map(|(x, y)| (*x - *y) as f64)) / base
 }
 
+/// Runs `leapgnn train DATASET --no-tui ARGS` for one iteration, dumping its
+/// summed gradient; returns the gradient and the run summary.
+pub fn first_gradient(d: &Path, dataset: &str, args: &[&str]) -> (Vec<f32>, serde_json::Value) {
+    let path = d.join(format!("{}.f32", args.join("_").replace(['-', '/', '.'], "")));
+    let dump = ["--stop-after", "1", "--epochs", "1", "--dump-grad", path.to_str().unwrap()];
+    let s = json(d, &[&["train", dataset, "--no-tui"], args, &dump[..]].concat());
+    (read_f32(&path), s)
+}
+
+/// Every line of a run's metrics.jsonl.
+pub fn records(d: &Path, summary: &serde_json::Value) -> Vec<serde_json::Value> {
+    let path = d.join("runs").join(summary["run"].as_str().unwrap()).join("metrics.jsonl");
+    std::fs::read_to_string(path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// A JSON count.
+pub fn count(v: &serde_json::Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
+}
+
 /// A worker as announced on the driver's stderr.
 #[derive(Debug, Clone)]
 pub struct Announced {
