@@ -178,8 +178,15 @@ impl TrainConfig {
         let later = |what: String| {
             Err(BadInput::new(format!("{what} is not implemented yet (this build trains model-centric)")))
         };
-        if self.strategy != StrategyKind::ModelCentric {
-            return later(format!("--strategy {}", self.strategy));
+        match self.strategy {
+            StrategyKind::ModelCentric => {}
+            StrategyKind::P3 if self.model == ModelKind::Gat => {
+                return bad(
+                    "--strategy p3 splits the first layer by feature column, which --model gat cannot do (its attention scores read whole rows); use --model sage, sage-max or gcn with p3, or another --strategy".into(),
+                );
+            }
+            StrategyKind::P3 => {}
+            other => return later(format!("--strategy {other}")),
         }
         if self.parts != self.workers && (self.parts > 1 || self.workers > 1) {
             return bad(format!(

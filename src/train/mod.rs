@@ -194,6 +194,7 @@ fn execute(
     let mut worker =
         Worker::new((0, 1), data_view, (&cfg.fanouts, &cfg.eval_fanouts), cfg.seed, (model, params), device);
     worker.norm = cfg.normalize;
+    worker.all_rows = Some(&ds);
     let mut strategy = strategy::build(cfg.strategy)?;
     let inp = LoopInput { cfg: &cfg, train: &train, val: &val, test: &test, checkpoint_dir: Some(&ck), stop_after };
     obs.start(&RunInfo {

@@ -11,7 +11,8 @@ mod train_support;
 
 #[allow(unused_imports)] // dist_train does not watch processes
 pub use sshd::wait_gone;
-pub use train_support::json;
+#[allow(unused_imports)] // only some tests check failures
+pub use train_support::{fails, json};
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -26,6 +27,24 @@ pub fn cora() -> tempfile::TempDir {
     let s = json(tmp.path(), &["download", "cora", "--from", from.to_str().unwrap(), "--format", "text"]);
     assert_eq!(s["nodes"], 2708);
     tmp
+}
+
+/// A temp data dir holding the MUSAE Facebook page-page graph (4,714-d features) as `facebook`.
+pub fn facebook() -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets/musae-facebook");
+    let s = json(tmp.path(), &["download", "facebook", "--from", from.to_str().unwrap()]);
+    assert_eq!(s["nodes"], 22470);
+    tmp
+}
+
+/// |a - b| / |a| (Euclidean norms), for comparing gradients; panics unless |a| > 0.
+pub fn relative_diff(a: &[f32], b: &[f32]) -> f64 {
+    assert_eq!(a.len(), b.len(), "gradients of different lengths");
+    let norm = |v: &mut dyn Iterator<Item = f64>| v.map(|x| x * x).sum::<f64>().sqrt();
+    let base = norm(&mut a.iter().map(|x| *x as f64));
+    assert!(base > 0.0, "the reference gradient is zero");
+    norm(&mut a.iter().zip(b).map(|(x, y)| (*x - *y) as f64)) / base
 }
 
 /// A worker as announced on the driver's stderr.

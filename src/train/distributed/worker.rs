@@ -82,6 +82,8 @@ pub fn run_worker(job: Job, reporter: &Reporter) -> anyhow::Result<serde_json::V
     let mut worker =
         Worker::new((rank, world), data, (&cfg.fanouts, &cfg.eval_fanouts), cfg.seed, (model, params), device);
     worker.norm = cfg.normalize;
+    // p3 reads its column slice of every row from the archive this process already maps.
+    worker.all_rows = Some(&ds);
     let mut strat =
         ReplicaCheck { inner: strategy::build(cfg.strategy)?, mesh: &mesh, every: spec.check_replicas, timeout };
     let ck = checkpoint::dir(&spec.run_dir);

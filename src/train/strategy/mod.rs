@@ -1,8 +1,10 @@
 //! How the workers split an iteration's work: one file per strategy.
 
 mod model_centric;
+mod p3;
 
 pub use model_centric::ModelCentric;
+pub use p3::P3;
 
 use super::{Collective, TrainError, Worker};
 use crate::BadInput;
@@ -94,6 +96,7 @@ pub trait Strategy {
 pub fn build(kind: StrategyKind) -> Result<Box<dyn Strategy>, TrainError> {
     match kind {
         StrategyKind::ModelCentric => Ok(Box::new(ModelCentric)),
+        StrategyKind::P3 => Ok(Box::new(P3::default())),
         other => Err(BadInput::new(format!("--strategy {other} is not implemented yet")).into()),
     }
 }
