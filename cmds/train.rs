@@ -24,9 +24,13 @@ pub struct Args {
     /// Partitions of the features (one per worker).
     #[arg(long)]
     pub parts: Option<usize>,
-    /// model-centric, micrograph, pregather, leapgnn or p3.
+    /// model-centric, micrograph, pregather, leapgnn or p3; `naive` (per-layer model migration) with --dry-run.
     #[arg(long)]
     pub strategy: Option<String>,
+    /// With --strategy naive: report the bytes naive per-layer model migration would move per epoch for
+    /// this run's batches, then exit (nothing is trained).
+    #[arg(long)]
+    pub dry_run: bool,
     /// sage (mean), sage-max, gcn or gat.
     #[arg(long)]
     pub model: Option<String>,
@@ -150,6 +154,9 @@ impl Observer for Watch {
 }
 
 pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
+    if a.dry_run || a.strategy.as_deref() == Some(NAIVE) {
+        return naive(g, &a);
+    }
     let data = g.data();
     let opts = RunOptions { run: a.run.clone(), stop_after: a.stop_after };
     // Bad flags are reported before the dashboard takes the terminal.
@@ -216,6 +223,56 @@ fn distributed(
     };
     let name = cfg.dataset.clone();
     train_distributed(data, cfg, opts, &dist, obs).with_context(|| format!("training on {name} failed"))
+}
+
+/// Costed, never trained: the paper's strawman of moving the model to every vertex's owner at every layer.
+const NAIVE: &str = "naive";
+
+/// `--strategy naive --dry-run`: the bytes naive migration would move, per epoch.
+fn naive(g: &Global, a: &Args) -> anyhow::Result<()> {
+    if a.strategy.as_deref() != Some(NAIVE) {
+        return Err(BadInput::new("--dry-run costs naive model migration only: give it with --strategy naive").into());
+    }
+    if !a.dry_run {
+        return Err(BadInput::new(
+            "--strategy naive cannot be trained (it is the per-layer model migration strawman, costed from the sampled batches); add --dry-run to report the bytes it would move per epoch",
+        )
+        .into());
+    }
+    if a.resume.is_some() {
+        return Err(BadInput::new("--dry-run cannot be combined with --resume: give the run's flags instead").into());
+    }
+    let cfg = config(a)?;
+    let name = cfg.dataset.clone();
+    let r = train::naive_dry_run(&g.data(), &cfg).with_context(|| format!("cannot cost naive migration on {name}"))?;
+    if g.json {
+        return print_json(&r);
+    }
+    let mb = |b: f64| b / 1e6;
+    println!(
+        "naive per-layer model migration: {} on {} workers ({}), batch {} per worker, fanout {}, {} params",
+        r.dataset, r.workers, r.partition, r.batch_size, r.fanouts, r.params
+    );
+    println!("epoch  iters      hops   MB total  MB params  MB partial  MB interm.  MB model-centric features");
+    for e in &r.epochs {
+        println!(
+            "{:>5}  {:>5}  {:>8}  {:>9.2}  {:>9.2}  {:>10.2}  {:>10.2}  {:>26.2}",
+            e.epoch + 1,
+            e.iterations,
+            e.hops,
+            mb(e.bytes as f64),
+            mb(e.bytes_params as f64),
+            mb(e.bytes_partial as f64),
+            mb(e.bytes_intermediate as f64),
+            mb(e.bytes_features_model_centric as f64)
+        );
+    }
+    println!(
+        "per epoch: naive {:.2} MB vs model-centric remote features {:.2} MB (not trained: a dry run)",
+        mb(r.bytes_per_epoch),
+        mb(r.bytes_features_model_centric_per_epoch)
+    );
+    Ok(())
 }
 
 fn report(s: &RunSummary, dir: &std::path::Path) {
@@ -323,7 +380,8 @@ fn config(a: &Args) -> Result<TrainConfig, BadInput> {
     };
     Ok(TrainConfig {
         dataset: a.dataset.clone().unwrap_or(d.dataset),
-        strategy,
+        // Naive migration is costed over model-centric's batches.
+        strategy: if a.strategy.as_deref() == Some(NAIVE) { d.strategy } else { strategy },
         workers,
         // One part per worker unless told otherwise.
         parts: a.parts.or(a.workers).unwrap_or(d.parts),

@@ -141,3 +141,59 @@ fn collectives_and_messages_interleave_without_mixing_up() {
         assert_eq!(sums, (0..20).map(|it| (6 + 4 * it) as f32).collect::<Vec<_>>());
     }
 }
+
+/// Worker r's message to worker p in the all-to-all tests; some are empty.
+fn a2a_message(r: usize, p: usize) -> Vec<u8> {
+    if (r + p) % 3 == 1 { Vec::new() } else { format!("{r} to {p}: {}", "x".repeat(r * 100 + p)).into_bytes() }
+}
+
+#[test]
+fn all_to_all_delivers_distinct_and_empty_messages_to_their_workers() {
+    for w in 1..=3 {
+        let out = with_mesh(w, no_tweak, |m| {
+            let r = m.rank();
+            let mut got = Vec::new();
+            // Twice: the second exchange must not see the first one's messages.
+            for _ in 0..2 {
+                got = m.all_to_all((0..w).map(|p| a2a_message(r, p)).collect(), Category::Activations, LONG).unwrap();
+            }
+            (got, m.bytes())
+        });
+        for (r, (got, bytes)) in out.iter().enumerate() {
+            let want: Vec<Vec<u8>> = (0..w).map(|p| a2a_message(p, r)).collect();
+            assert_eq!(got, &want, "w {w} rank {r}");
+            // Every message but the one to itself is framed and sent, empty ones too.
+            let sent: u64 =
+                (0..w).filter(|&p| p != r).map(|p| (a2a_message(r, p).len() + frame::HEADER_LEN) as u64).sum();
+            assert_eq!(bytes.sent.activations, 2 * sent, "w {w} rank {r}");
+            assert_eq!(bytes.sent.gradients, 0);
+        }
+    }
+    // One message per worker, or a usage error naming the counts.
+    let out = with_mesh(2, no_tweak, |m| m.all_to_all(vec![Vec::new()], Category::Activations, LONG).unwrap_err());
+    for e in out {
+        assert!(matches!(e, CommError::Usage(_)) && e.to_string().contains("2 workers"), "{e}");
+    }
+}
+
+#[test]
+fn all_to_all_times_out_naming_the_worker_that_did_not_take_part() {
+    const DONE: u64 = 99;
+    let out = with_mesh(3, no_tweak, |m| {
+        if m.rank() == 2 {
+            // Stays connected, outside the exchange, until the others have failed.
+            for p in 0..2 {
+                m.recv(p, DONE, LONG).unwrap();
+            }
+            return None;
+        }
+        let e = m.all_to_all(vec![b"a".to_vec(); 3], Category::Activations, Duration::from_millis(300)).unwrap_err();
+        m.send(2, DONE, Category::Control, Vec::new()).unwrap();
+        Some((e, m.peer(2)))
+    });
+    for (e, peer) in out.into_iter().flatten() {
+        assert!(matches!(e, CommError::Timeout { .. }), "{e:?}");
+        let msg = e.to_string();
+        assert!(msg.contains(&format!("worker 2 ({})", peer.addr)) && msg.contains("all-to-all"), "{msg}");
+    }
+}

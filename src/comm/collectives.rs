@@ -17,19 +17,20 @@ fn step_tag(space: u8, seq: u64, step: usize) -> u64 {
 }
 
 /// Chunk `i` of `n` items split into `w` near-equal chunks (the first `n % w` get one more).
-fn chunk(n: usize, w: usize, i: usize) -> Range<usize> {
+pub fn chunk(n: usize, w: usize, i: usize) -> Range<usize> {
     let (base, extra) = (n / w, n % w);
     let start = i * base + i.min(extra);
     start..start + base + usize::from(i < extra)
 }
 
-fn le_bytes(xs: &[f32]) -> Vec<u8> {
+/// `xs` as little-endian bytes (the wire form of every f32 buffer).
+pub fn le_bytes(xs: &[f32]) -> Vec<u8> {
     bytemuck::cast_slice::<f32, u8>(xs).to_vec()
 }
 
 /// `dst += src`, where `src` holds little-endian f32s (the byte order of every
 /// host leapgnn builds for).
-fn add_from_le(dst: &mut [f32], src: &[u8]) {
+pub fn add_from_le(dst: &mut [f32], src: &[u8]) {
     match bytemuck::try_cast_slice::<u8, f32>(src) {
         Ok(xs) => dst.iter_mut().zip(xs).for_each(|(d, s)| *d += s),
         // Heap buffers are aligned in practice; this is the portable fallback.

@@ -22,6 +22,7 @@
 pub mod auth;
 pub mod cache;
 mod collectives;
+pub use collectives::{add_from_le, chunk, le_bytes};
 mod counters;
 mod deadline;
 mod error;

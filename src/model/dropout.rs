@@ -6,16 +6,26 @@
 use crate::util::rng::{SplitMix, mix64};
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
+use std::ops::Range;
 use std::sync::Arc;
 
 /// Inverted dropout with probability `p`, in place, on the `cols`-wide rows of
 /// `buf`; row `i`'s mask is seeded by `row_key(i)`.
 pub fn dropout_in_place(buf: &mut [f32], cols: usize, p: f32, row_key: impl Fn(usize) -> u64 + Sync) {
+    dropout_columns(buf, 0..cols, p, row_key)
+}
+
+/// `dropout_in_place` on a window of columns: `buf` holds columns `window` of
+/// every row, and each value gets the mask bit its column has in the full row
+/// (a worker holding a column slice drops exactly what a full-row worker drops).
+pub fn dropout_columns(buf: &mut [f32], window: Range<usize>, p: f32, row_key: impl Fn(usize) -> u64 + Sync) {
+    let cols = window.len();
     if p <= 0.0 || cols == 0 {
         return;
     }
     // Keep when a 16-bit uniform is at or above the threshold (four per random
-    // word); the scale uses the exact keep probability, so the mask is unbiased.
+    // word, column c from word c / 4); the scale uses the exact keep
+    // probability, so the mask is unbiased.
     let threshold = (p as f64 * 65536.0).round().min(65535.0) as u16;
     let scale = (65536.0 / (65536.0 - threshold as f64)) as f32;
     let apply = |v: &mut [f32], r: u64| {
@@ -25,9 +35,15 @@ pub fn dropout_in_place(buf: &mut [f32], cols: usize, p: f32, row_key: impl Fn(u
             *x *= keep * scale;
         }
     };
+    let lead = window.start % 4;
     buf.par_chunks_mut(cols).enumerate().with_min_len(64).for_each(|(i, row)| {
         let mut rng = SplitMix(row_key(i));
-        let mut quads = row.chunks_exact_mut(4);
+        rng.skip((window.start / 4) as u64);
+        let (head, rest) = row.split_at_mut(if lead > 0 { (4 - lead).min(row.len()) } else { 0 });
+        if lead > 0 {
+            apply(head, rng.next_u64() >> (16 * lead));
+        }
+        let mut quads = rest.chunks_exact_mut(4);
         for quad in &mut quads {
             apply(quad, rng.next_u64());
         }
@@ -218,5 +234,19 @@ mod tests {
         let mut buf = vec![2f32; 2000 * 64];
         dropout_in_place(&mut buf, 64, 0.3, |i| vertex_row_key(5, ids[i]));
         assert!(buf.iter().zip(a.iter().flatten()).all(|(b, m)| (b - 2.0 * m).abs() < 1e-6));
+    }
+
+    #[test]
+    fn column_windows_get_the_full_rows_mask_bits() {
+        let (rows, cols) = (50, 23);
+        let full: Vec<f32> = (0..rows * cols).map(|i| 1.0 + i as f32).collect();
+        let mut want = full.clone();
+        dropout_in_place(&mut want, cols, 0.5, |i| vertex_row_key(9, i as u32 * 7));
+        for window in [0..23, 0..5, 1..2, 3..11, 4..8, 5..23, 22..23, 6..6] {
+            let mut part: Vec<f32> = full.chunks(cols).flat_map(|r| r[window.clone()].to_vec()).collect();
+            dropout_columns(&mut part, window.clone(), 0.5, |i| vertex_row_key(9, i as u32 * 7));
+            let expect: Vec<f32> = want.chunks(cols).flat_map(|r| r[window.clone()].to_vec()).collect();
+            assert_eq!(part, expect, "window {window:?}");
+        }
     }
 }

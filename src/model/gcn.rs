@@ -8,6 +8,7 @@ use super::{AggGraph, LayerInput, Linear, Params, csr_op};
 use crate::graph::CsrView;
 use crate::sample::{Block, Fanout};
 use candle_core::{Device, Result, Tensor};
+use std::ops::Range;
 
 pub struct GcnLayer {
     lin: Linear,
@@ -29,5 +30,15 @@ impl GcnLayer {
     pub fn forward(&self, inp: &LayerInput<'_>) -> Result<Tensor> {
         let agg = csr_op::weighted_sum(inp.x, inp.graph, inp.kernel)?;
         self.lin.forward(&agg, inp.activation)
+    }
+
+    /// `forward` before bias and activation, from input columns `cols` only.
+    pub fn partial(&self, inp: &LayerInput<'_>, cols: Range<usize>) -> Result<Tensor> {
+        let agg = csr_op::weighted_sum(inp.x, inp.graph, inp.kernel)?;
+        self.lin.columns(&agg, cols)
+    }
+
+    pub fn bias(&self) -> Option<&Tensor> {
+        self.lin.bias()
     }
 }

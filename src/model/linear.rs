@@ -28,6 +28,16 @@ impl Linear {
     pub fn forward(&self, x: &Tensor, act: Option<&ReluDropout>) -> Result<Tensor> {
         linear(x, &self.w, self.b.as_ref(), self.fast, act)
     }
+
+    /// `x W[:, cols]^T` for `x` holding only input columns `cols`: no bias, no
+    /// activation (a column partition's products sum to the full product).
+    pub fn columns(&self, x: &Tensor, cols: std::ops::Range<usize>) -> Result<Tensor> {
+        linear(x, &self.w.narrow(1, cols.start, cols.len())?, None, self.fast, None)
+    }
+
+    pub fn bias(&self) -> Option<&Tensor> {
+        self.b.as_ref()
+    }
 }
 
 /// `act(x W^T + b)`; `fast` allows the custom op for a constant `x` (CPU

@@ -12,6 +12,7 @@ mod linear;
 mod loss;
 mod params;
 mod sage;
+mod split;
 
 pub use agg_graph::AggGraph;
 pub use csr_op::Kernel;
@@ -229,9 +230,21 @@ impl Model {
 
     /// Logits `[roots, classes]` from the first layer's input `x` (made by `input`).
     pub fn forward(&self, p: &Prepared, x: &Tensor, mode: Mode) -> Result<Tensor> {
+        self.forward_layers(p, 0, x.clone(), mode)
+    }
+
+    /// (rate, site key) of the dropout on layer `i`'s output rows, i.e. on layer i + 1's input.
+    fn output_dropout(&self, i: usize, mode: Mode) -> (f32, u64) {
+        match mode {
+            Mode::Train { key } => (self.spec.dropout, Self::feature_site(key, i + 1)),
+            Mode::Eval => (0.0, 0),
+        }
+    }
+
+    /// Layers `start..` on `h`, the input of layer `start`; the logits.
+    fn forward_layers(&self, p: &Prepared, start: usize, mut h: Tensor, mode: Mode) -> Result<Tensor> {
         let last = self.layers.len() - 1;
-        let mut h = x.clone();
-        for (i, layer) in self.layers.iter().enumerate() {
+        for (i, layer) in self.layers.iter().enumerate().skip(start) {
             let ids = &p.blocks.layers[i].src[..];
             let attention_dropout = match (mode, layer) {
                 (Mode::Train { key }, Layer::Gat(_)) if self.spec.dropout > 0.0 => {
@@ -242,10 +255,7 @@ impl Model {
             // After a hidden layer: the non-linearity, then the dropout of the
             // next layer's input (its rows are this layer's destinations).
             let next = p.blocks.layers.get(i + 1).map(|b| &b.src[..]).unwrap_or(&[]);
-            let (rate, site) = match mode {
-                Mode::Train { key } => (self.spec.dropout, Self::feature_site(key, i + 1)),
-                Mode::Eval => (0.0, 0),
-            };
+            let (rate, site) = self.output_dropout(i, mode);
             let key = |r: usize| vertex_row_key(site, next[r]);
             let relu = (i < last && !matches!(layer, Layer::Gat(_)))
                 .then(|| ReluDropout::new(next.len(), self.spec.hidden, rate, key));
@@ -270,7 +280,7 @@ impl Model {
                 _ => out,
             };
         }
-        unreachable!("a model has at least one layer")
+        Ok(h)
     }
 }
 

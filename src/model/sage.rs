@@ -7,6 +7,7 @@ use super::linear::linear;
 use super::{AggGraph, LayerInput, Params};
 use crate::sample::Block;
 use candle_core::{Device, Result, Tensor};
+use std::ops::Range;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SageAggr {
@@ -37,13 +38,33 @@ impl SageLayer {
         }
     }
 
-    pub fn forward(&self, inp: &LayerInput<'_>) -> Result<Tensor> {
+    /// `[aggregate of the neighbours | self row]` per destination.
+    fn aggregate(&self, inp: &LayerInput<'_>) -> Result<Tensor> {
         let reduce = match self.aggr {
             SageAggr::Mean => Reduce::Sum,
             SageAggr::Max => Reduce::Max,
         };
-        let both = csr_op::aggregate_with_self(inp.x, inp.graph, reduce, inp.kernel)?;
+        csr_op::aggregate_with_self(inp.x, inp.graph, reduce, inp.kernel)
+    }
+
+    pub fn forward(&self, inp: &LayerInput<'_>) -> Result<Tensor> {
+        let both = self.aggregate(inp)?;
         let w = Tensor::cat(&[&self.w_l, &self.w_r], 1)?;
         linear(&both, &w, Some(&self.b_l), inp.kernel == csr_op::Kernel::Fast, inp.activation)
+    }
+
+    /// `forward` before bias and activation, from input columns `cols` only.
+    /// Both aggregations act column by column, so the aggregate of a column
+    /// slice is that slice of the aggregate, and the products of a column
+    /// partition sum to the whole.
+    pub fn partial(&self, inp: &LayerInput<'_>, cols: Range<usize>) -> Result<Tensor> {
+        let both = self.aggregate(inp)?;
+        let (c, n) = (cols.start, cols.len());
+        let w = Tensor::cat(&[&self.w_l.narrow(1, c, n)?, &self.w_r.narrow(1, c, n)?], 1)?;
+        linear(&both, &w, None, inp.kernel == csr_op::Kernel::Fast, None)
+    }
+
+    pub fn bias(&self) -> &Tensor {
+        &self.b_l
     }
 }

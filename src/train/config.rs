@@ -180,8 +180,10 @@ impl TrainConfig {
             return bad(format!("--weight-decay {} must be zero or positive", self.weight_decay));
         }
         let later = |what: String| Err(BadInput::new(format!("{what} is not implemented yet in this build")));
-        if self.strategy == StrategyKind::P3 {
-            return later(format!("--strategy {}", self.strategy));
+        if self.strategy == StrategyKind::P3 && self.model == ModelKind::Gat {
+            return bad(
+                "--strategy p3 splits the first layer by feature column, which --model gat cannot do (its attention scores read whole rows); use --model sage, sage-max or gcn with p3, or another --strategy".into(),
+            );
         }
         if self.parts != self.workers && (self.parts > 1 || self.workers > 1) {
             return bad(format!(

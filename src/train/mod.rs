@@ -12,6 +12,7 @@ mod collective;
 mod config;
 pub mod distributed;
 mod evaluate;
+mod naive;
 pub mod plan;
 pub mod strategy;
 mod trainer;
@@ -22,6 +23,7 @@ pub use checkpoint::Progress;
 pub use collective::{Collective, CommError, MeshCollective, Solo};
 pub use config::{DeviceKind, Migration, TrainConfig};
 pub use evaluate::accuracies;
+pub use naive::{NaiveEpoch, NaiveReport, naive_dry_run};
 pub use plan::MergePlan;
 pub use strategy::{Iteration, Strategy, StrategyKind};
 pub use trainer::{LoopInput, run_loop};
@@ -194,6 +196,7 @@ fn execute(
     let mut worker =
         Worker::new((0, 1), data_view, (&cfg.fanouts, &cfg.eval_fanouts), cfg.seed, (model, params), device);
     worker.norm = cfg.normalize;
+    worker.all_rows = Some(&ds);
     let mut strategy = strategy::build(cfg.strategy, &strategy::StrategyEnv::new(&cfg, None)?)?;
     let inp = LoopInput { cfg: &cfg, train: &train, val: &val, test: &test, checkpoint_dir: Some(&ck), stop_after };
     obs.start(&RunInfo {

@@ -110,6 +110,10 @@ pub fn run_loop(
                 return Ok(p);
             }
         }
+        // Evaluation fetches rows from the other workers: wait until every
+        // worker has billed its last iteration, so serving those fetches is
+        // not counted as training traffic.
+        coll.barrier().map_err(TrainError::Comm)?;
         let te = Instant::now();
         let acc = accuracies(w, coll, &[inp.val, inp.test], p.epoch, cfg.eval_batch_size)?;
         let rec = EpochRecord {

@@ -25,6 +25,10 @@ pub struct Worker<'d> {
     pub device: Device,
     /// Applied to input rows as they are gathered.
     pub norm: RowNorm,
+    /// Every vertex's full input row, read in place (the mmapped dataset
+    /// archive), for strategies that split features by column instead of by
+    /// owner (p3); None where the worker has no such view.
+    pub all_rows: Option<&'d dyn RowSource>,
     map: NodeMap,
 }
 
@@ -90,6 +94,7 @@ impl<'d> Worker<'d> {
             params,
             device,
             norm: RowNorm::None,
+            all_rows: None,
             map: NodeMap::new(data.graph.num_nodes()),
         }
     }

@@ -42,6 +42,11 @@ impl SplitMix {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         mix64(self.0)
     }
+    /// Jumps over the next `n` values in O(1): the state advances by a constant per draw.
+    #[inline]
+    pub fn skip(&mut self, n: u64) {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15u64.wrapping_mul(n));
+    }
     /// Uniform in `0..n` (Lemire's multiply-shift; bias below n / 2^64).
     #[inline]
     pub fn below(&mut self, n: usize) -> usize {

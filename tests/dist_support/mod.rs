@@ -11,9 +11,8 @@ mod train_support;
 
 #[allow(unused_imports)] // dist_train does not watch processes
 pub use sshd::wait_gone;
-#[allow(unused_imports)] // only the strategy tests check refusals
-pub use train_support::fails;
-pub use train_support::json;
+#[allow(unused_imports)] // only some tests check failures
+pub use train_support::{fails, json};
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

@@ -83,6 +83,8 @@ pub fn run_worker(job: Job, reporter: &Reporter) -> anyhow::Result<serde_json::V
         Worker::new((rank, world), data, (&cfg.fanouts, &cfg.eval_fanouts), cfg.seed, (model, params), device);
     worker.norm = cfg.normalize;
     let env = strategy::StrategyEnv::new(cfg, Some(Owners::Manifest(manifest.clone())))?;
+    // p3 reads its column slice of every row from the archive this process already maps.
+    worker.all_rows = Some(&ds);
     let mut strat =
         ReplicaCheck { inner: strategy::build(cfg.strategy, &env)?, mesh: &mesh, every: spec.check_replicas, timeout };
     let ck = checkpoint::dir(&spec.run_dir);

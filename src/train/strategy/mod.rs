@@ -4,12 +4,14 @@ mod auto_steps;
 mod leapgnn;
 mod micrograph;
 mod model_centric;
+mod p3;
 mod pregather;
 mod routing;
 mod steps;
 mod store;
 
 pub use model_centric::ModelCentric;
+pub use p3::P3;
 pub use steps::MicroSteps;
 
 use super::{Collective, MergePlan, Migration, StepStats, TrainConfig, TrainError, Worker};
@@ -139,14 +141,14 @@ impl StrategyEnv {
     }
 }
 
-/// The strategy `kind`, if this build has it.
+/// The strategy `kind` in `env`.
 pub fn build(kind: StrategyKind, env: &StrategyEnv) -> Result<Box<dyn Strategy>, TrainError> {
     match kind {
         StrategyKind::ModelCentric => Ok(Box::new(ModelCentric)),
         StrategyKind::Micrograph => Ok(Box::new(micrograph::build(env))),
         StrategyKind::Pregather => Ok(Box::new(pregather::build(env))),
         StrategyKind::Leapgnn => Ok(Box::new(leapgnn::build(env))),
-        other => Err(BadInput::new(format!("--strategy {other} is not implemented yet")).into()),
+        StrategyKind::P3 => Ok(Box::new(P3::default())),
     }
 }
 
