@@ -10,7 +10,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 fn launcher() -> LocalLauncher {
-    LocalLauncher { binary: env!("CARGO_BIN_EXE_leapgnn").into(), args: vec![] }
+    LocalLauncher::new(env!("CARGO_BIN_EXE_leapgnn"), vec![])
 }
 
 fn opts() -> DriverOptions {

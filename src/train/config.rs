@@ -198,9 +198,6 @@ impl TrainConfig {
         if let Some(p) = &self.merge_plan {
             return later(format!("--merge-plan {}", p.display()));
         }
-        if let Some(p) = &self.cluster {
-            return later(format!("--cluster {}", p.display()));
-        }
         Ok(())
     }
 }
