@@ -7,9 +7,10 @@ mod dist_support;
 #[path = "support/sshd.rs"]
 mod sshd;
 
-use dist_support::{cora, json};
+use dist_support::{Driver, cora, json, signal, wait_gone};
 use sshd::{Sshd, wait_none_mentioning};
 use std::path::Path;
+use std::process::Command;
 use std::time::Duration;
 
 const SMALL: &[&str] =
@@ -96,6 +97,89 @@ fn ssh_training_matches_local_workers_ships_once_and_fetches_the_checkpoint() {
     assert_eq!(shipped.as_array().unwrap().len(), 9, "{shipped}");
     assert!(shipped.as_array().unwrap().iter().all(|s| s["sent"] == false), "re-sent: {shipped}");
     assert_eq!(losses(&again), b, "same seed, same curve");
+    assert_nothing_left(&sshd);
+    sshd.stop();
+}
+
+fn error_line(stderr: &str) -> &str {
+    stderr.lines().rfind(|l| l.starts_with("error:")).unwrap_or_else(|| panic!("no error line in:\n{stderr}"))
+}
+
+#[test]
+fn a_worker_killed_remotely_fails_the_run_within_10s_naming_host_and_rank() {
+    let mut sshd = Sshd::start();
+    let profile = sshd.profile(2, "");
+    let tmp = cora();
+    let long = ["--epochs", "1000", "--batch-size", "8", "--hidden", "16", "--fanout", "5,5", "--no-tui"];
+    let mut drv =
+        Driver::start(tmp.path(), &[&["train", "cora", "--cluster", profile.to_str().unwrap()], &long[..]].concat());
+    // Each remote worker's stderr reaches the driver's as "[127.0.0.1:PORT rank R] pid P, mesh listening on A".
+    let mut pids = [0u32; 2];
+    for _ in 0..2 {
+        let l = drv.wait_line(Duration::from_secs(60), |l| l.contains("] pid ") && l.contains("mesh listening on"));
+        let rank: usize = l.split(" rank ").nth(1).unwrap().split(']').next().unwrap().parse().unwrap();
+        pids[rank] = l.split("] pid ").nth(1).unwrap().split(',').next().unwrap().parse().unwrap();
+    }
+    assert!(pids.iter().all(|&p| p != 0), "{pids:?}");
+    drv.wait_line(Duration::from_secs(60), |l| l.starts_with("epoch") && l.contains("/1000"));
+    signal(pids[1], "KILL");
+    let (code, stderr) = drv.wait_exit(Duration::from_secs(10));
+    assert!(matches!(code, Some(c) if c != 0), "{code:?}");
+    let line = error_line(&stderr);
+    let host = format!("{}@127.0.0.1:{}", sshd.user, sshd.port);
+    // Whoever notices first (the driver: rank 1's exit; rank 0: its peer gone), rank 1 and its host are named.
+    assert!(line.contains(&host) && (line.contains("rank 1") || line.contains("worker 1")), "{line}");
+    assert_eq!(wait_gone(&pids, Duration::from_secs(5)), Vec::<u32>::new(), "the surviving worker was left running");
+    assert_nothing_left(&sshd);
+    sshd.stop();
+}
+
+#[test]
+fn train_refuses_an_unknown_host_key_a_dead_port_and_a_wrong_worker_count() {
+    let mut sshd = Sshd::start();
+    let tmp = cora();
+    let d = tmp.path();
+    let run = |profile: &Path, extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_leapgnn"))
+            .arg("--data-dir")
+            .arg(d)
+            .args([&["train", "cora", "--cluster", profile.to_str().unwrap()], SMALL, extra].concat())
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).to_string())
+    };
+    let host = format!("127.0.0.1:{}", sshd.port);
+
+    // --workers must agree with the profile's slots: bad input, before any connection.
+    let profile = sshd.profile(2, "");
+    let (code, err) = run(&profile, &["--workers", "3"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(error_line(&err).contains("--workers 3") && err.contains("2 worker slots"), "{err}");
+
+    // An unknown host key: refused by the preflight, host named, nothing shipped, nothing recorded.
+    std::fs::remove_file(&sshd.known_hosts).unwrap();
+    let (code, err) = run(&profile, &[]);
+    assert_eq!(code, Some(1), "{err}");
+    let line = error_line(&err);
+    assert!(line.contains(&host) && line.contains("host_key") && line.contains("--accept-new-host-keys"), "{line}");
+    assert!(std::fs::read_dir(&sshd.remote).unwrap().next().is_none(), "nothing may be shipped to an unknown host");
+    assert!(!sshd.known_hosts.exists());
+    assert!(!d.join("runs").exists() || std::fs::read_dir(d.join("runs")).unwrap().next().is_none(), "no run begun");
+
+    // Nothing listens on the port: refused fast, the address named.
+    let dead = sshd::free_port();
+    let text =
+        std::fs::read_to_string(&profile).unwrap().replace(&format!("port = {}", sshd.port), &format!("port = {dead}"));
+    let dead_profile = sshd.path("dead.toml");
+    std::fs::write(&dead_profile, text).unwrap();
+    let (code, err) = run(&dead_profile, &[]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(error_line(&err).contains(&format!("127.0.0.1:{dead}")) && err.contains("reachable"), "{err}");
+
+    // --accept-new-host-keys records the key and trains.
+    let (code, err) = run(&profile, &["--accept-new-host-keys"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(std::fs::read_to_string(&sshd.known_hosts).unwrap().starts_with(&format!("[127.0.0.1]:{} ", sshd.port)));
     assert_nothing_left(&sshd);
     sshd.stop();
 }
