@@ -183,3 +183,25 @@ fn train_refuses_an_unknown_host_key_a_dead_port_and_a_wrong_worker_count() {
     assert_nothing_left(&sshd);
     sshd.stop();
 }
+
+#[test]
+fn four_workers_on_two_host_entries_match_four_local_workers() {
+    let mut sshd = Sshd::start();
+    // Two [[host]] entries (the same server): ranks 0-1 on the first, 2-3 on the second.
+    let profile = sshd.profile_with_hosts(&format!("{}{}", sshd.host_entry(2), sshd.host_entry(2)), "");
+    let tmp = cora();
+    let d = tmp.path();
+    let local = train(d, &["--workers", "4"]);
+    let remote = train(d, &["--cluster", profile.to_str().unwrap()]);
+    assert_eq!(remote["workers"], 4);
+    let (a, b) = (losses(&local), losses(&remote));
+    assert_eq!(a.len(), 2);
+    for (x, y) in a.iter().zip(&b) {
+        assert!((x - y).abs() <= 1e-6 * x.abs().max(1.0), "local {a:?} vs ssh {b:?}");
+    }
+    for r in 0..4 {
+        assert!(sshd.remote.join(format!("data/cora/parts/metis-4/part-{r}.lgnn")).is_file(), "part {r} not shipped");
+    }
+    assert_nothing_left(&sshd);
+    sshd.stop();
+}
