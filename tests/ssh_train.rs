@@ -4,11 +4,9 @@
 //! fetched back, clear refusals, and no process left behind.
 
 mod dist_support;
-#[path = "support/sshd.rs"]
-mod sshd;
 
+use dist_support::sshd::{self, Sshd, wait_none_mentioning};
 use dist_support::{Driver, cora, json, signal, wait_gone};
-use sshd::{Sshd, wait_none_mentioning};
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -26,6 +24,17 @@ fn read_json(p: &Path) -> serde_json::Value {
 
 fn losses(s: &serde_json::Value) -> Vec<f64> {
     s["history"].as_array().unwrap().iter().map(|e| e["loss"].as_f64().unwrap()).collect()
+}
+
+/// The per-epoch losses of two runs of SMALL agree (float summation order aside); returns the second's.
+fn same_curve(local: &serde_json::Value, remote: &serde_json::Value) -> Vec<f64> {
+    let (a, b) = (losses(local), losses(remote));
+    assert_eq!(a.len(), 2);
+    assert_eq!(a.len(), b.len());
+    for (x, y) in a.iter().zip(&b) {
+        assert!((x - y).abs() <= 1e-6 * x.abs().max(1.0), "local {a:?} vs ssh {b:?}");
+    }
+    b
 }
 
 /// Nothing the test started is left: no process mentions the remote
@@ -49,11 +58,7 @@ fn ssh_training_matches_local_workers_ships_once_and_fetches_the_checkpoint() {
     let remote = train(d, &["--cluster", p]);
     assert_eq!(remote["workers"], 2);
     assert_eq!(local["iterations"], remote["iterations"]);
-    let (a, b) = (losses(&local), losses(&remote));
-    assert_eq!(a.len(), 2);
-    for (x, y) in a.iter().zip(&b) {
-        assert!((x - y).abs() <= 1e-6 * x.abs().max(1.0), "local {a:?} vs ssh {b:?}");
-    }
+    let b = same_curve(&local, &remote);
     assert_eq!(local["test_accuracy"], remote["test_accuracy"]);
 
     // Shipped once: the binary (checked for both ranks, sent for the first),
@@ -194,11 +199,7 @@ fn four_workers_on_two_host_entries_match_four_local_workers() {
     let local = train(d, &["--workers", "4"]);
     let remote = train(d, &["--cluster", profile.to_str().unwrap()]);
     assert_eq!(remote["workers"], 4);
-    let (a, b) = (losses(&local), losses(&remote));
-    assert_eq!(a.len(), 2);
-    for (x, y) in a.iter().zip(&b) {
-        assert!((x - y).abs() <= 1e-6 * x.abs().max(1.0), "local {a:?} vs ssh {b:?}");
-    }
+    same_curve(&local, &remote);
     for r in 0..4 {
         assert!(sshd.remote.join(format!("data/cora/parts/metis-4/part-{r}.lgnn")).is_file(), "part {r} not shipped");
     }
