@@ -140,7 +140,7 @@ fn a_worker_killed_remotely_fails_the_run_within_10s_naming_host_and_rank() {
 }
 
 #[test]
-fn train_refuses_an_unknown_host_key_a_dead_port_and_a_wrong_worker_count() {
+fn train_refuses_an_unknown_host_key_a_wrong_key_a_dead_port_and_a_wrong_worker_count() {
     let mut sshd = Sshd::start();
     let tmp = cora();
     let d = tmp.path();
@@ -180,6 +180,16 @@ fn train_refuses_an_unknown_host_key_a_dead_port_and_a_wrong_worker_count() {
     let (code, err) = run(&dead_profile, &[]);
     assert_eq!(code, Some(1), "{err}");
     assert!(error_line(&err).contains(&format!("127.0.0.1:{dead}")) && err.contains("reachable"), "{err}");
+
+    // A key the server does not authorize: refused with the user and the key named.
+    sshd::keygen(&sshd.path("stranger"));
+    let stranger = sshd.path("stranger.toml");
+    std::fs::write(&stranger, std::fs::read_to_string(&profile).unwrap().replace("id_test", "stranger")).unwrap();
+    let (code, err) = run(&stranger, &["--accept-new-host-keys"]);
+    assert_eq!(code, Some(1), "{err}");
+    let line = error_line(&err);
+    assert!(line.contains(&host) && line.contains("auth") && line.contains("stranger"), "{line}");
+    assert!(std::fs::read_dir(&sshd.remote).unwrap().next().is_none(), "nothing may be shipped before auth");
 
     // --accept-new-host-keys records the key and trains.
     let (code, err) = run(&profile, &["--accept-new-host-keys"]);
