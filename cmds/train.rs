@@ -2,7 +2,12 @@ use crate::Global;
 use crate::output::print_json;
 use anyhow::Context;
 use leapgnn::BadInput;
-use leapgnn::cluster::LocalLauncher;
+use leapgnn::DataDir;
+use leapgnn::cluster::check::preflight_with;
+use leapgnn::cluster::driver::DriverError;
+use leapgnn::cluster::ship::rank_files;
+use leapgnn::cluster::{Launcher, LauncherKind, LocalLauncher, LogSink, Profile, SshLauncher};
+use leapgnn::format::write_atomic;
 use leapgnn::metrics::{EpochRecord, RunInfo, RunSummary, StepRecord};
 use leapgnn::progress::{self, ProgressSink};
 use leapgnn::sample::Fanouts;
@@ -10,6 +15,7 @@ use leapgnn::train::distributed::{DistOptions, GradDump, train_distributed};
 use leapgnn::train::{self, MergePlan, Observer, ResumeOverrides, RunOptions, StrategyKind, TrainConfig, TrainError};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
 /// Train a GNN with sampled mini-batches. The model has one layer per --fanout
@@ -93,9 +99,13 @@ pub struct Args {
     /// pregather / leapgnn: fetch iteration i+1's remote rows while computing iteration i.
     #[arg(long)]
     pub prefetch: bool,
-    /// Cluster profile (TOML).
+    /// Cluster profile (TOML): `launcher = "local"` runs --workers local processes; `launcher = "ssh"` runs
+    /// one worker per slot of its hosts (W = the sum of their `workers`), shipping binary and data over SFTP.
     #[arg(long)]
     pub cluster: Option<PathBuf>,
+    /// With an ssh profile: record host keys not yet in known_hosts (a changed key is still refused).
+    #[arg(long, requires = "cluster")]
+    pub accept_new_host_keys: bool,
     /// cpu or cuda (needs a build with `--features cuda`) [default: cpu].
     #[arg(long)]
     pub device: Option<String>,
@@ -160,18 +170,25 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     let data = g.data();
     let opts = RunOptions { run: a.run.clone(), stop_after: a.stop_after };
     // Bad flags are reported before the dashboard takes the terminal.
-    let cfg = match &a.resume {
+    let (cfg, profile) = match &a.resume {
         Some(run) => {
             reject_on_resume(&a)?;
             reject_multi_worker_resume(&data, run)?;
-            None
+            (None, None)
         }
-        None => Some(config(&a)?),
+        None => {
+            let (cfg, profile) = with_profile(config(&a)?, &a)?;
+            (Some(cfg), profile)
+        }
     };
-    let mut watch = Watch(progress::choose(progress::interactive(), a.no_tui, g.json, a.json_stream));
+    let tty = progress::interactive();
+    let dashboard = progress::uses_dashboard(tty, a.no_tui, g.json, a.json_stream);
+    let mut watch = Watch(progress::choose(tty, a.no_tui, g.json, a.json_stream));
     let mut obs = GradDump { path: a.dump_grad.clone(), inner: &mut watch };
     let result = match (cfg, &a.resume) {
-        (Some(cfg), _) if cfg.workers > 1 => distributed(&data, cfg, &a, &opts, &mut obs),
+        (Some(cfg), _) if cfg.workers > 1 || profile.is_some() => {
+            distributed(g, cfg, profile, &a, &opts, dashboard, &mut obs)
+        }
         (Some(cfg), _) => {
             let name = cfg.dataset.clone();
             train::train(&data, cfg, &opts, &mut obs).with_context(|| format!("training on {name} failed"))
@@ -186,10 +203,19 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     watch.0.finish();
     let summary = result?;
     if watch.0.stop_requested() {
-        eprintln!(
-            "stopped on request after iteration {}, checkpoint written; continue with `leapgnn train --resume {}`",
-            summary.iterations, summary.run
-        );
+        let ck = train::checkpoint::dir(&data.run_dir(&summary.run));
+        if summary.workers > 1 {
+            eprintln!(
+                "stopped on request after iteration {}, checkpoint written to {}",
+                summary.iterations,
+                ck.display()
+            );
+        } else {
+            eprintln!(
+                "stopped on request after iteration {}, checkpoint written; continue with `leapgnn train --resume {}`",
+                summary.iterations, summary.run
+            );
+        }
     }
     if g.json {
         return print_json(&summary);
@@ -198,31 +224,128 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// W > 1: the driver starts local worker processes (in their own process
-/// group, so Ctrl-C reaches only the driver, which then stops them).
+/// `--cluster`: an ssh profile sets the number of workers (the sum of its
+/// hosts' slots); a local one leaves it to `--workers`.
+fn with_profile(mut cfg: TrainConfig, a: &Args) -> anyhow::Result<(TrainConfig, Option<Profile>)> {
+    let Some(path) = &a.cluster else { return Ok((cfg, None)) };
+    let profile = Profile::load(path)?;
+    if profile.launcher == LauncherKind::Local {
+        return Ok((cfg, None));
+    }
+    let slots = profile.world();
+    if let Some(w) = a.workers.filter(|&w| w != slots) {
+        return Err(BadInput::new(format!(
+            "--workers {w}, but the cluster profile {} has {slots} worker slots (the sum of its hosts' `workers`): \
+             omit --workers or change the profile",
+            profile.name()
+        ))
+        .into());
+    }
+    if slots < 2 {
+        return Err(BadInput::new(format!(
+            "the cluster profile {} has {slots} worker slot: training over ssh needs at least 2 (set workers = 2 \
+             on a host, or add a host)",
+            profile.name()
+        ))
+        .into());
+    }
+    cfg.workers = slots;
+    cfg.parts = a.parts.unwrap_or(slots);
+    Ok((cfg, Some(profile)))
+}
+
+/// W > 1: the driver starts the workers, as local processes (in their own
+/// process group, so Ctrl-C reaches only the driver, which then stops them)
+/// or over ssh (`profile`). While the dashboard owns the terminal, what the
+/// workers print goes to its event log.
 fn distributed(
-    data: &leapgnn::DataDir,
+    g: &Global,
     cfg: TrainConfig,
+    profile: Option<Profile>,
     a: &Args,
     opts: &RunOptions,
+    dashboard: bool,
     obs: &mut dyn Observer,
 ) -> anyhow::Result<RunSummary> {
     if !(a.comm_timeout.is_finite() && a.comm_timeout > 0.0 && a.comm_timeout <= 86_400.0) {
         return Err(BadInput::new(format!("--comm-timeout {}: expected seconds in (0, 86400]", a.comm_timeout)).into());
     }
+    let data = g.data();
     let interrupted: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
     ctrlc::set_handler(move || interrupted.store(true, Ordering::SeqCst))
         .context("cannot install the Ctrl-C handler")?;
-    let launcher = LocalLauncher::current(vec!["--data-dir".into(), data.root.display().to_string()])?;
+    let (tx, rx) = mpsc::channel::<String>();
+    let log: LogSink = if dashboard {
+        let tx = Mutex::new(tx);
+        Arc::new(move |l| {
+            let _ = tx.lock().unwrap_or_else(|e| e.into_inner()).send(l);
+        })
+    } else {
+        Arc::new(|l| eprintln!("{l}"))
+    };
+    let ssh = match profile {
+        Some(p) => Some(ssh_launcher(&data, &cfg, p, a.accept_new_host_keys)?.with_log(log.clone())),
+        None => None,
+    };
+    let local;
+    let launcher: &dyn Launcher = match &ssh {
+        Some(l) => l,
+        None => {
+            local = LocalLauncher::current(vec!["--data-dir".into(), data.root.display().to_string()])?.with_log(log);
+            &local
+        }
+    };
     let dist = DistOptions {
-        launcher: &launcher,
+        launcher,
         interrupted,
         comm_timeout: Duration::from_secs_f64(a.comm_timeout),
         check_replicas: a.check_replicas,
         dump_grad: a.dump_grad.clone(),
+        worker_lines: dashboard.then_some(&rx),
+        driver_bind: ssh.as_ref().map_or_else(|| Profile::local().driver_bind(), |l| l.profile().driver_bind()),
     };
     let name = cfg.dataset.clone();
-    train_distributed(data, cfg, opts, &dist, obs).with_context(|| format!("training on {name} failed"))
+    let result = train_distributed(&data, cfg, opts, &dist, obs);
+    let Some(ssh) = &ssh else { return result.with_context(|| format!("training on {name} failed")) };
+    let summary = result
+        .map_err(|e| name_host(ssh.profile(), e))
+        .with_context(|| format!("training on {name} over ssh failed"))?;
+    let shipped = ssh.shipped();
+    let path = data.run_dir(&summary.run).join("shipped.json");
+    write_atomic(&path, &serde_json::to_vec_pretty(&shipped).expect("shipped serialises"))?;
+    let sent: Vec<_> = shipped.iter().filter(|s| s.sent).collect();
+    if !g.json {
+        eprintln!(
+            "ssh: sent {} files ({:.1} MB), {} were already current on the hosts (see {})",
+            sent.len(),
+            sent.iter().map(|s| s.bytes).sum::<u64>() as f64 / 1e6,
+            shipped.len() - sent.len(),
+            path.display()
+        );
+    }
+    Ok(summary)
+}
+
+/// Checks every host first (the same checks as `cluster check`, failing on
+/// the first bad host), partitions here if needed, and ships each rank the
+/// dataset archive, the partition manifest and its own part.
+fn ssh_launcher(data: &DataDir, cfg: &TrainConfig, profile: Profile, accept_new: bool) -> anyhow::Result<SshLauncher> {
+    let launcher = SshLauncher::new(profile)?.accept_new_host_keys(accept_new);
+    preflight_with(&launcher)?;
+    let dataset = std::path::absolute(leapgnn::datasets::ensure_dataset(data, &cfg.dataset)?)?;
+    let parts = leapgnn::partition::ensure_partition(data, &cfg.dataset, "metis", cfg.parts, cfg.seed)?;
+    let parts = std::path::absolute(parts)?;
+    let root = std::path::absolute(&data.root)?;
+    let files = Arc::new(move |rank| rank_files(&root, &dataset, &parts, rank));
+    Ok(launcher.with_rank_files(files))
+}
+
+/// Adds "rank R on user@host:port" to a failure that one worker caused.
+fn name_host(profile: &Profile, e: anyhow::Error) -> anyhow::Error {
+    match e.chain().find_map(|c| c.downcast_ref::<DriverError>()).and_then(DriverError::rank) {
+        Some(rank) => e.context(profile.describe_rank(rank)),
+        None => e,
+    }
 }
 
 /// Costed, never trained: the paper's strawman of moving the model to every vertex's owner at every layer.

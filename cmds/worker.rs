@@ -23,7 +23,7 @@ pub struct Args {
     pub timeout: u64,
 }
 
-pub fn run(_g: &Global, a: Args) -> anyhow::Result<()> {
+pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     let mut token = String::new();
     std::io::stdin().read_line(&mut token).context("worker: cannot read the job token from stdin")?;
     let (job, reporter) = worker_session::join(a.driver, a.rank, token.trim(), a.bind, Duration::from_secs(a.timeout))?;
@@ -32,7 +32,7 @@ pub fn run(_g: &Global, a: Args) -> anyhow::Result<()> {
     tracing::info!("worker {} of {}: joined, job {}", job.rank, job.world, job.config);
     let result = match job.config.get("task").and_then(|t| t.as_str()) {
         // Takes the job: the worker's mesh listener is closed once the mesh is built.
-        Some("train") => leapgnn::train::distributed::run_worker(job, &reporter),
+        Some("train") => leapgnn::train::distributed::run_worker(job, &reporter, &g.data()),
         _ => run_job(&job, &reporter),
     };
     let msg = match &result {

@@ -1,6 +1,6 @@
 //! The control plane with real worker processes on this machine.
 
-use leapgnn::cluster::driver::{DriverError, DriverOptions, run_job};
+use leapgnn::cluster::driver::{DriverError, DriverOptions, Event, run_job};
 use leapgnn::cluster::{ControlConn, LocalLauncher, ToDriver};
 use std::io::Write;
 use std::net::TcpListener;
@@ -10,7 +10,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 fn launcher() -> LocalLauncher {
-    LocalLauncher { binary: env!("CARGO_BIN_EXE_leapgnn").into(), args: vec![] }
+    LocalLauncher::new(env!("CARGO_BIN_EXE_leapgnn"), vec![])
 }
 
 fn opts() -> DriverOptions {
@@ -25,7 +25,10 @@ fn opts() -> DriverOptions {
 fn three_local_workers_report_and_are_gone_afterwards() {
     let stop = AtomicBool::new(false);
     let mut events = 0;
-    let done = run_job(&launcher(), 3, &serde_json::json!({"task": "ping"}), &opts(), &stop, |_| events += 1).unwrap();
+    let done = run_job(&launcher(), 3, &serde_json::json!({"task": "ping"}), &opts(), &stop, |e| {
+        events += !matches!(e, Event::Idle) as usize
+    })
+    .unwrap();
     assert_eq!(events, 3);
     let mut ranks: Vec<u64> = done.iter().map(|d| d["rank"].as_u64().unwrap()).collect();
     ranks.sort();

@@ -147,7 +147,7 @@ fn bad_input_fails_with_one_error_line_and_exit_2() {
         (&["--dropout", "1.5"], "--dropout"),
         (&["--lr", "0"], "--lr"),
         (&["--workers", "2", "--parts", "3"], "--parts 3 with --workers 2"),
-        (&["--strategy", "p3"], "not implemented yet"),
+        (&["--strategy", "p3", "--model", "gat"], "--model gat cannot"),
         (&["--time-steps", "auto"], "does not apply to --strategy model-centric"),
         (&["--device", "cuda"], "--device cuda"),
     ];

@@ -105,24 +105,7 @@ impl Default for CheckOptions {
 pub fn check_cluster(profile: &Profile, opts: &CheckOptions) -> anyhow::Result<ClusterReport> {
     let mut hosts = match profile.launcher {
         LauncherKind::Local => vec![local_row(opts)],
-        LauncherKind::Ssh => {
-            let launcher = ssh_launcher(profile, opts)?;
-            let assignment = profile.assignment();
-            std::thread::scope(|s| {
-                let handles: Vec<_> = profile
-                    .hosts
-                    .iter()
-                    .enumerate()
-                    .map(|(i, h)| {
-                        let ranks: Vec<usize> = (0..assignment.len()).filter(|&r| assignment[r] == i).collect();
-                        let launcher = &launcher;
-                        let data = opts.data.clone();
-                        s.spawn(move || check_host(launcher, h, ranks, data))
-                    })
-                    .collect();
-                handles.into_iter().map(|t| t.join().expect("host check panicked")).collect::<Vec<_>>()
-            })
-        }
+        LauncherKind::Ssh => check_hosts(&ssh_launcher(profile, opts)?, opts.data.as_ref()),
     };
     if opts.start_workers {
         if hosts.iter().all(|h| h.first_failure().is_none()) {
@@ -140,9 +123,44 @@ pub fn check_cluster(profile: &Profile, opts: &CheckOptions) -> anyhow::Result<C
     Ok(ClusterReport { profile: profile.name(), launcher: profile.launcher, hosts, ok })
 }
 
+/// Every host of the launcher's profile, in parallel (no worker started).
+fn check_hosts(launcher: &SshLauncher, data: Option<&RankFiles>) -> Vec<HostReport> {
+    let profile = launcher.profile();
+    let assignment = profile.assignment();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = profile
+            .hosts
+            .iter()
+            .enumerate()
+            .map(|(i, h)| {
+                let ranks: Vec<usize> = (0..assignment.len()).filter(|&r| assignment[r] == i).collect();
+                let data = data.cloned();
+                s.spawn(move || check_host(launcher, h, ranks, data))
+            })
+            .collect();
+        handles.into_iter().map(|t| t.join().expect("host check panicked")).collect::<Vec<_>>()
+    })
+}
+
 /// The checks `train` runs before starting workers: an error naming the first bad host.
 pub fn preflight(profile: &Profile, opts: &CheckOptions) -> anyhow::Result<ClusterReport> {
     let report = check_cluster(profile, &CheckOptions { start_workers: false, data: opts.data.clone(), ..*opts })?;
+    first_bad_host(report)
+}
+
+/// `preflight` with the launcher that will start the workers: what the checks
+/// ship (the binary) shows in its `shipped()` report.
+pub fn preflight_with(launcher: &SshLauncher) -> anyhow::Result<ClusterReport> {
+    let mut hosts = check_hosts(launcher, None);
+    for h in &mut hosts {
+        h.settle();
+    }
+    let profile = launcher.profile();
+    first_bad_host(ClusterReport { profile: profile.name(), launcher: profile.launcher, ok: false, hosts })
+}
+
+fn first_bad_host(mut report: ClusterReport) -> anyhow::Result<ClusterReport> {
+    report.ok = report.hosts.iter().all(|h| h.ok);
     if let Some(h) = report.hosts.iter().find(|h| !h.ok) {
         anyhow::bail!(
             "host {}@{}:{} (ranks {:?}) failed the cluster check: {} (run `leapgnn cluster check {}` for every host)",
@@ -160,7 +178,7 @@ pub fn preflight(profile: &Profile, opts: &CheckOptions) -> anyhow::Result<Clust
 /// Wraps a driver error with the host of the rank at fault, e.g.
 /// "rank 1 on gnn@10.0.0.2:22: worker 1 exited with code 137 before finishing".
 pub fn name_host(profile: &Profile, e: DriverError) -> anyhow::Error {
-    match failed_rank(&e) {
+    match e.rank() {
         Some(r) => anyhow::Error::new(e).context(profile.describe_rank(r)),
         None => anyhow::Error::new(e),
     }
@@ -325,7 +343,7 @@ fn start_workers(profile: &Profile, opts: &CheckOptions, hosts: &mut [HostReport
         }
         Err(e) => {
             let msg = name_host(profile, e);
-            let failed = msg.downcast_ref::<DriverError>().and_then(failed_rank).and_then(host_index);
+            let failed = msg.downcast_ref::<DriverError>().and_then(DriverError::rank).and_then(host_index);
             for (i, h) in hosts.iter_mut().enumerate() {
                 h.ports = if Some(i) == failed || failed.is_none() {
                     Check::fail(format!("{msg:#}"))
@@ -336,15 +354,4 @@ fn start_workers(profile: &Profile, opts: &CheckOptions, hosts: &mut [HostReport
         }
     }
     Ok(())
-}
-
-fn failed_rank(e: &DriverError) -> Option<usize> {
-    match e {
-        DriverError::StartTimeout { rank, .. }
-        | DriverError::Exited { rank, .. }
-        | DriverError::WorkerFailed { rank, .. }
-        | DriverError::Silent { rank, .. }
-        | DriverError::Launch { rank, .. } => Some(*rank),
-        _ => None,
-    }
 }

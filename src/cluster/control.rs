@@ -29,6 +29,9 @@ pub enum ToWorker {
         secret_hex: String,
         config: serde_json::Value,
     },
+    /// Stop gracefully: finish the current iteration, checkpoint, report Done.
+    /// The workers agree on the iteration among themselves (the trainer's stop vote).
+    Stop,
     Shutdown,
 }
 

@@ -61,12 +61,28 @@ pub enum DriverError {
     },
 }
 
+impl DriverError {
+    /// The rank at fault, when one is.
+    pub fn rank(&self) -> Option<usize> {
+        match self {
+            DriverError::StartTimeout { rank, .. }
+            | DriverError::Exited { rank, .. }
+            | DriverError::WorkerFailed { rank, .. }
+            | DriverError::Silent { rank, .. }
+            | DriverError::Launch { rank, .. } => Some(*rank),
+            DriverError::Interrupted | DriverError::Control(_) | DriverError::Bind { .. } => None,
+        }
+    }
+}
+
 /// An event a worker reported, with its rank.
 #[derive(Debug)]
 pub enum Event {
     Metrics(usize, serde_json::Value),
     Log(usize, String),
     Done(usize, serde_json::Value),
+    /// Nothing arrived for a moment (a chance to poll the user, drain logs).
+    Idle,
 }
 
 enum Inbound {
@@ -82,6 +98,20 @@ pub fn run_job(
     config: &serde_json::Value,
     opts: &DriverOptions,
     interrupted: &AtomicBool,
+    on_event: impl FnMut(Event),
+) -> Result<Vec<serde_json::Value>, DriverError> {
+    run_job_stoppable(launcher, world, config, opts, interrupted, &AtomicBool::new(false), on_event)
+}
+
+/// `run_job`, plus a graceful stop: once `stop` is set, every worker is sent
+/// `ToWorker::Stop` (once) and the job goes on until they report Done.
+pub fn run_job_stoppable(
+    launcher: &dyn Launcher,
+    world: usize,
+    config: &serde_json::Value,
+    opts: &DriverOptions,
+    interrupted: &AtomicBool,
+    stop: &AtomicBool,
     mut on_event: impl FnMut(Event),
 ) -> Result<Vec<serde_json::Value>, DriverError> {
     let listener = TcpListener::bind(opts.bind).map_err(|source| DriverError::Bind { addr: opts.bind, source })?;
@@ -136,9 +166,17 @@ pub fn run_job(
     let mut done: Vec<Option<serde_json::Value>> = vec![None; world];
     let mut last_heard = vec![Instant::now(); world];
     let mut exited_at: Vec<Option<(Instant, i32)>> = vec![None; world];
+    let mut stop_sent = false;
     let result = loop {
         if interrupted.load(Ordering::SeqCst) {
             break Err(DriverError::Interrupted);
+        }
+        if !stop_sent && stop.load(Ordering::SeqCst) {
+            stop_sent = true;
+            // A worker that cannot be told will be noticed (closed or silent) below.
+            for c in conns.iter_mut() {
+                let _ = c.send(&ToWorker::Stop);
+            }
         }
         if done.iter().all(Option::is_some) {
             break Ok(done.into_iter().map(|d| d.expect("all done")).collect());
@@ -162,7 +200,12 @@ pub fn run_job(
                     break Err(lost(rank, e, &mut procs[rank]));
                 }
             }
-            Err(mpsc::RecvTimeoutError::Timeout) | Err(mpsc::RecvTimeoutError::Disconnected) => {}
+            Err(mpsc::RecvTimeoutError::Timeout) => on_event(Event::Idle),
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                // Every reader is gone: the exit codes below decide, polled at a calm pace.
+                on_event(Event::Idle);
+                std::thread::sleep(Duration::from_millis(50));
+            }
         }
         let pending = || (0..world).filter(|&r| done[r].is_none());
         // A worker that sent Done and exited may be seen exiting before its Done is

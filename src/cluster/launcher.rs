@@ -2,6 +2,11 @@
 //! launchers are interchangeable.
 
 use std::net::SocketAddr;
+use std::path::Path;
+
+/// Where a worker's output lines go (default: the driver's stderr), already
+/// prefixed with the worker's name.
+pub type LogSink = std::sync::Arc<dyn Fn(String) + Send + Sync>;
 
 /// What a launcher needs to start one worker.
 #[derive(Debug, Clone)]
@@ -28,4 +33,21 @@ pub trait WorkerProcess: Send {
 pub trait Launcher {
     fn name(&self) -> &'static str;
     fn launch(&self, spec: &WorkerSpec) -> anyhow::Result<Box<dyn WorkerProcess>>;
+    /// True when workers see the driver's files at the driver's paths (local
+    /// processes). Otherwise a job names files relative to each worker's data
+    /// directory, and results are read back with `open_dir`.
+    fn shares_files(&self) -> bool {
+        true
+    }
+    /// The directory `rel` (relative to the data directory) on the host of
+    /// `rank`, for reading results back; `None` when files are shared.
+    fn open_dir(&self, _rank: usize, _rel: &Path) -> Option<anyhow::Result<Box<dyn RemoteDir>>> {
+        None
+    }
+}
+
+/// A directory on a worker's host, read file by file.
+pub trait RemoteDir {
+    /// The whole file `name` in this directory.
+    fn read(&mut self, name: &str) -> anyhow::Result<Vec<u8>>;
 }

@@ -1,23 +1,37 @@
 //! Workers as child processes of the driver on this machine.
 
-use super::launcher::{Launcher, WorkerProcess, WorkerSpec};
+use super::launcher::{Launcher, LogSink, WorkerProcess, WorkerSpec};
 use anyhow::Context;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 
 pub struct LocalLauncher {
     /// The `leapgnn` binary to run (normally the driver's own executable).
     pub binary: PathBuf,
     /// Flags every worker gets before its own (e.g. `--data-dir`).
     pub args: Vec<String>,
+    /// Where the workers' stderr lines go (`[worker r] line`).
+    pub log: LogSink,
 }
 
 impl LocalLauncher {
+    pub fn new(binary: impl Into<PathBuf>, args: Vec<String>) -> Self {
+        LocalLauncher { binary: binary.into(), args, log: Arc::new(|l| eprintln!("{l}")) }
+    }
+
+    /// Runs this executable.
     pub fn current(args: Vec<String>) -> anyhow::Result<Self> {
         let binary = std::env::current_exe().context("cannot find the leapgnn executable to start workers")?;
-        Ok(LocalLauncher { binary, args })
+        Ok(Self::new(binary, args))
+    }
+
+    /// Sends worker output to `log` instead of stderr (e.g. a dashboard's event log).
+    pub fn with_log(mut self, log: LogSink) -> Self {
+        self.log = log;
+        self
     }
 }
 
@@ -49,9 +63,10 @@ impl Launcher for LocalLauncher {
         drop(stdin);
         let stderr = child.stderr.take().expect("piped stderr");
         let rank = spec.rank;
+        let log = self.log.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                eprintln!("[worker {rank}] {line}");
+                log(format!("[worker {rank}] {line}"));
             }
         });
         Ok(Box::new(LocalWorker { rank, child, done: None }))

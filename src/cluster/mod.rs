@@ -8,13 +8,14 @@ pub mod known_hosts;
 pub mod launcher;
 pub mod local;
 pub mod profile;
+pub mod remote_dir;
 pub mod ship;
 pub mod ssh;
 pub mod ssh_session;
 pub mod worker_session;
 
 pub use control::{ControlConn, ControlError, Hello, ToDriver, ToWorker};
-pub use launcher::{Launcher, WorkerProcess, WorkerSpec};
+pub use launcher::{Launcher, LogSink, RemoteDir, WorkerProcess, WorkerSpec};
 pub use local::LocalLauncher;
 pub use profile::{HostSpec, LauncherKind, Profile, ProfileError};
 pub use ssh::SshLauncher;

@@ -62,11 +62,16 @@ pub fn binary_item(binary: &Path) -> Result<ShipItem, SshError> {
 /// the topology, the manifest and its own part. Remote paths mirror the
 /// local layout under the data directory.
 pub fn rank_data_files(data: &DataDir, name: &str, method: &str, parts: usize, rank: usize) -> Vec<ShipItem> {
-    let dir = data.parts_dir(name, method, parts);
-    [data.dataset_path(name), format::manifest_path(&dir), format::part_path(&dir, rank as u32)]
+    rank_files(&data.root, &data.dataset_path(name), &data.parts_dir(name, method, parts), rank)
+}
+
+/// The same for a dataset archive and partition directory under `root` (the
+/// data directory; all three absolute, or all relative alike).
+pub fn rank_files(root: &Path, dataset: &Path, parts_dir: &Path, rank: usize) -> Vec<ShipItem> {
+    [dataset.to_path_buf(), format::manifest_path(parts_dir), format::part_path(parts_dir, rank as u32)]
         .into_iter()
         .map(|local| ShipItem {
-            remote: local.strip_prefix(&data.root).unwrap_or(&local).to_path_buf(),
+            remote: local.strip_prefix(root).unwrap_or(&local).to_path_buf(),
             local,
             executable: false,
         })

@@ -7,8 +7,9 @@
 //! the remote process group (TERM, then KILL), so nothing is left behind.
 
 use super::known_hosts::HostKeyStatus;
-use super::launcher::{Launcher, WorkerProcess, WorkerSpec};
+use super::launcher::{Launcher, RemoteDir, WorkerProcess, WorkerSpec};
 use super::profile::{HostSpec, Profile, resolve_remote};
+use super::remote_dir::SftpDir;
 use super::ship::{self, ShipItem, Shipped};
 use super::ssh_session::{self, SessionOptions, SshError, millis, quote};
 use anyhow::Context;
@@ -22,8 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// Where remote output lines go (default: the driver's stderr).
-pub type LogSink = Arc<dyn Fn(String) + Send + Sync>;
+pub use super::launcher::LogSink;
 
 /// The files a rank needs besides the binary (its partition, the topology...).
 pub type RankFiles = Arc<dyn Fn(usize) -> Vec<ShipItem> + Send + Sync>;
@@ -260,6 +260,14 @@ impl Launcher for SshLauncher {
                 .context("cannot start a thread for the remote worker")?
         };
         Ok(Box::new(SshWorker { rank: spec.rank, shared, pump: Some(pump) }))
+    }
+
+    fn shares_files(&self) -> bool {
+        false
+    }
+
+    fn open_dir(&self, rank: usize, rel: &Path) -> Option<anyhow::Result<Box<dyn RemoteDir>>> {
+        Some(SftpDir::open(self, rank, rel).map(|d| Box::new(d) as Box<dyn RemoteDir>).map_err(Into::into))
     }
 }
 

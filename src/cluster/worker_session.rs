@@ -4,6 +4,7 @@
 
 use super::control::{ControlConn, ControlError, Hello, ToDriver, ToWorker};
 use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,9 +26,15 @@ pub struct Job {
 #[derive(Clone)]
 pub struct Reporter {
     conn: Arc<Mutex<ControlConn>>,
+    stop: Arc<AtomicBool>,
 }
 
 impl Reporter {
+    /// The driver asked this worker to stop gracefully (`ToWorker::Stop`).
+    pub fn stop_requested(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
     pub fn send(&self, m: &ToDriver) -> Result<(), ControlError> {
         self.conn.lock().unwrap_or_else(|e| e.into_inner()).send(m)
     }
@@ -55,25 +62,31 @@ pub fn join(
     conn.set_read_timeout(Some(timeout))?;
     let (world, peers, secret_hex, config) = match conn.recv::<ToWorker>()? {
         ToWorker::Job { world, peers, secret_hex, config } => (world, peers, secret_hex, config),
-        ToWorker::Shutdown => std::process::exit(0),
+        ToWorker::Stop | ToWorker::Shutdown => std::process::exit(0),
     };
     let secret = (0..secret_hex.len() / 2)
         .map(|i| u8::from_str_radix(&secret_hex[2 * i..2 * i + 2], 16))
         .collect::<Result<Vec<u8>, _>>()
         .map_err(|_| anyhow::anyhow!("driver sent a malformed job secret"))?;
 
-    // Watchdog: any Shutdown, close or error on the control connection ends the process.
+    // Watchdog: Stop raises the flag the training loop polls; any Shutdown, close
+    // or error on the control connection ends the process.
     let mut watch = conn.try_clone()?;
     watch.set_read_timeout(None)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
     std::thread::spawn(move || {
-        let why = match watch.recv::<ToWorker>() {
-            Ok(_) => "driver asked to shut down".to_string(),
-            Err(e) => format!("lost the driver ({e})"),
+        let (why, code) = loop {
+            match watch.recv::<ToWorker>() {
+                Ok(ToWorker::Stop) => flag.store(true, Ordering::SeqCst),
+                Ok(_) => break ("driver asked to shut down".to_string(), 0),
+                Err(e) => break (format!("lost the driver ({e})"), 3),
+            }
         };
         tracing::info!("worker {rank}: {why}; exiting");
-        std::process::exit(if why.starts_with("driver asked") { 0 } else { 3 });
+        std::process::exit(code);
     });
-    let reporter = Reporter { conn: Arc::new(Mutex::new(conn)) };
+    let reporter = Reporter { conn: Arc::new(Mutex::new(conn)), stop };
     let hb = reporter.clone();
     std::thread::spawn(move || {
         while hb.send(&ToDriver::Heartbeat).is_ok() {

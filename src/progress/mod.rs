@@ -55,8 +55,14 @@ pub fn choose(is_tty: bool, no_tui: bool, json: bool, json_stream: bool) -> Box<
     if json {
         return Box::new(Silent);
     }
-    if is_tty && !no_tui {
+    if uses_dashboard(is_tty, no_tui, json, json_stream) {
         return Box::new(Dashboard::new());
     }
     Box::new(Bars::stderr())
+}
+
+/// Whether `choose` picks the dashboard (which owns the terminal: nothing
+/// else may print on it while it runs).
+pub fn uses_dashboard(is_tty: bool, no_tui: bool, json: bool, json_stream: bool) -> bool {
+    is_tty && !no_tui && !json && !json_stream
 }

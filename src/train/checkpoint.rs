@@ -82,7 +82,12 @@ pub fn save(
     };
     let json = serde_json::to_vec_pretty(&state).expect("state serialises");
     write_atomic(dir.join(STATE), &json)?;
-    // Older tensor files are no longer referenced.
+    prune(dir, &weights, &optimizer);
+    Ok(())
+}
+
+/// Removes the tensor files of older checkpoints (no longer referenced).
+fn prune(dir: &Path, weights: &str, optimizer: &str) {
     if let Ok(entries) = std::fs::read_dir(dir) {
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
@@ -92,7 +97,24 @@ pub fn save(
             }
         }
     }
-    Ok(())
+}
+
+/// Copies a checkpoint that `read` (file name -> contents; e.g. from a
+/// worker's host) serves into `dir`, in the order `save` writes it: the
+/// tensor files, then `state.json`, each atomically. Returns its progress.
+pub fn copy_into(dir: &Path, read: &mut dyn FnMut(&str) -> anyhow::Result<Vec<u8>>) -> anyhow::Result<Progress> {
+    let json = read(STATE)?;
+    let s: StateFile = serde_json::from_slice(&json).map_err(|e| unusable(&dir.join(STATE), e))?;
+    for name in [&s.weights, &s.optimizer] {
+        // Names come from another host: plain file names only, never a path.
+        if !crate::paths::is_plain_name(name) {
+            return Err(unusable(&dir.join(STATE), format!("file name {name:?} is not a plain name")).into());
+        }
+        write_atomic(dir.join(name), &read(name)?)?;
+    }
+    write_atomic(dir.join(STATE), &json)?;
+    prune(dir, &s.weights, &s.optimizer);
+    Ok(s.progress)
 }
 
 fn unusable(path: &Path, why: impl std::fmt::Display) -> TrainError {

@@ -145,8 +145,7 @@ fn default_cache_policy() -> CachePolicy {
 }
 
 impl TrainConfig {
-    /// Rejects values that cannot work, naming the flag, and asks for features
-    /// that later issues build with a clear "not implemented yet".
+    /// Rejects values that cannot work, naming the flag and what to give instead.
     pub fn check(&self) -> Result<(), BadInput> {
         let bad = |m: String| Err(BadInput::new(m));
         if self.batch_size == 0 {
@@ -179,7 +178,6 @@ impl TrainConfig {
         if !(self.weight_decay.is_finite() && self.weight_decay >= 0.0) {
             return bad(format!("--weight-decay {} must be zero or positive", self.weight_decay));
         }
-        let later = |what: String| Err(BadInput::new(format!("{what} is not implemented yet in this build")));
         if self.strategy == StrategyKind::P3 && self.model == ModelKind::Gat {
             return bad(
                 "--strategy p3 splits the first layer by feature column, which --model gat cannot do (its attention scores read whole rows); use --model sage, sage-max or gcn with p3, or another --strategy".into(),
@@ -192,9 +190,6 @@ impl TrainConfig {
             ));
         }
         self.check_strategy_flags()?;
-        if let Some(p) = &self.cluster {
-            return later(format!("--cluster {}", p.display()));
-        }
         Ok(())
     }
 

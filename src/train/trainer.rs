@@ -61,9 +61,10 @@ pub fn run_loop(
                 dropout_key: hash_of(cfg.seed, &[DROPOUT_TAG, p.epoch, p.iteration]),
                 next: (p.iteration as usize + 1 < sched.iterations()).then(|| sched.workers(p.iteration as usize + 1)),
             };
-            let mut grad = vec![0f32; w.params.numel() + 1];
+            // The gradient, then two slots summed with it: the loss, and the stop vote.
+            let mut grad = vec![0f32; w.params.numel() + 2];
             records.clear();
-            let n = grad.len() - 1;
+            let n = grad.len() - 2;
             let loss_share = strategy.iteration(w, coll, &it, &mut grad[..n], &mut records)?;
 
             // Strategies may record their own traffic per time step; whatever the
@@ -71,7 +72,11 @@ pub fn run_loop(
             // feature fetches) is billed to its last record.
             let ts = Instant::now();
             grad[n] = loss_share as f32;
+            // A stop request (`q`) reaches one worker; voting in the all-reduce makes
+            // every worker stop after this same iteration.
+            grad[n + 1] = if obs.stop_requested() { 1.0 } else { 0.0 };
             coll.all_reduce_sum(&mut grad).map_err(TrainError::Comm)?;
+            let stop_voted = grad[n + 1] > 0.0;
             obs.gradient(p.global_iteration, &grad[..n]);
             let loss = grad[n] as f64;
             if !loss.is_finite() {
@@ -101,7 +106,7 @@ pub fn run_loop(
             p.epoch_seconds += t0.elapsed().as_secs_f64();
             p.iteration += 1;
             p.global_iteration += 1;
-            let stop = inp.stop_after == Some(p.global_iteration) || obs.stop_requested();
+            let stop = inp.stop_after == Some(p.global_iteration) || stop_voted;
             if stop || (cfg.checkpoint_every > 0 && p.global_iteration.is_multiple_of(cfg.checkpoint_every)) {
                 save(&p, w, opt)?;
                 obs.event(&format!("checkpoint written after iteration {}", p.global_iteration));

@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 #[path = "../support/sshd.rs"]
-mod sshd;
+pub mod sshd;
 #[path = "../train_support/mod.rs"]
 mod train_support;
 

@@ -252,3 +252,33 @@ fn rand_suffix() -> String {
     static N: AtomicU32 = AtomicU32::new(0);
     N.fetch_add(1, Ordering::Relaxed).to_string()
 }
+
+/// Live processes whose command line mentions `marker` (e.g. a test's unique
+/// remote directory): what a test started and must not leave behind.
+pub fn processes_mentioning(marker: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir("/proc") else { return out };
+    for e in rd.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        if pid == std::process::id() {
+            continue;
+        }
+        let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
+        if String::from_utf8_lossy(&cmd).contains(marker) && alive(pid) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// Waits (bounded) until no process mentions `marker`; returns those left.
+pub fn wait_none_mentioning(marker: &str, within: Duration) -> Vec<u32> {
+    let deadline = Instant::now() + within;
+    loop {
+        let left = processes_mentioning(marker);
+        if left.is_empty() || Instant::now() > deadline {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

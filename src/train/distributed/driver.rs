@@ -3,15 +3,16 @@
 
 use super::{DistJob, Report, WorkerDone};
 use crate::cluster::Launcher;
-use crate::cluster::driver::{DriverOptions, Event, run_job};
+use crate::cluster::driver::{DriverOptions, Event, run_job_stoppable};
 use crate::format::write_atomic;
 use crate::metrics::{JsonlSink, RunSummary, add_bytes};
 use crate::train::strategy::StrategyEnv;
-use crate::train::{Observer, RunOptions, TrainConfig, TrainError, new_run_dir};
+use crate::train::{Observer, RunOptions, TrainConfig, TrainError, checkpoint, new_run_dir};
 use crate::{BadInput, DataDir};
 use anyhow::Context;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
 use std::time::Duration;
 
 /// How the workers are started and watched.
@@ -25,6 +26,11 @@ pub struct DistOptions<'a> {
     pub check_replicas: u64,
     /// Write the first iteration's summed gradient here (tests).
     pub dump_grad: Option<PathBuf>,
+    /// Lines the workers print, to show in the event log (when a dashboard
+    /// owns the terminal, the launcher's log sink feeds this instead of stderr).
+    pub worker_lines: Option<&'a mpsc::Receiver<String>>,
+    /// Where the control listener binds (the profile's `driver_bind`).
+    pub driver_bind: std::net::SocketAddr,
 }
 
 /// Starts a new run of `cfg` on `cfg.workers` workers, one partition each.
@@ -43,12 +49,13 @@ pub fn train_distributed(
     let (name, run_dir) = new_run_dir(data, run.run.as_deref(), &cfg)?;
     let run_dir = absolute(&run_dir)?;
     write_atomic(run_dir.join("config.json"), &serde_json::to_vec_pretty(&cfg).expect("config serialises"))?;
-    let job_dataset = dataset.clone();
+    let root = absolute(&data.root)?;
+    let on_worker = |p: &Path| worker_path(opts.launcher, &root, p);
     let job = DistJob {
         config: cfg.clone(),
-        dataset,
-        parts_dir,
-        run_dir: run_dir.clone(),
+        dataset: on_worker(&dataset)?,
+        parts_dir: on_worker(&parts_dir)?,
+        run_dir: on_worker(&run_dir)?,
         resume: false,
         stop_after: run.stop_after,
         dump_grad: opts.dump_grad.as_deref().map(absolute).transpose()?,
@@ -56,7 +63,7 @@ pub fn train_distributed(
         comm_timeout_ms: opts.comm_timeout.as_millis() as u64,
     };
     let task = serde_json::json!({ "task": "train", "train": job });
-    let train_ids = crate::format::DatasetFile::open(&job_dataset)?.train().len();
+    let train_ids = crate::format::DatasetFile::open(&dataset)?.train().len();
     obs.start(&crate::metrics::RunInfo {
         run: name.clone(),
         dataset: cfg.dataset.clone(),
@@ -84,9 +91,15 @@ pub fn train_distributed(
     let mut failure: Option<TrainError> = None;
     let driver_opts = DriverOptions {
         silence_timeout: (opts.comm_timeout * 2).max(Duration::from_secs(10)),
+        bind: opts.driver_bind,
         ..DriverOptions::default()
     };
-    let result = run_job(opts.launcher, world, &task, &driver_opts, opts.interrupted, |ev| {
+    let stop = AtomicBool::new(false);
+    let remote_run_dir = job.run_dir.clone();
+    let result = run_job_stoppable(opts.launcher, world, &task, &driver_opts, opts.interrupted, &stop, |ev| {
+        for line in opts.worker_lines.iter().flat_map(|rx| rx.try_iter()) {
+            obs.event(&line);
+        }
         let outcome = match ev {
             Event::Metrics(rank, v) => match serde_json::from_value::<Report>(v) {
                 Ok(Report::Step(r)) => {
@@ -105,16 +118,19 @@ pub fn train_distributed(
                 obs.event(&format!("[worker {rank}] {line}"));
                 Ok(())
             }
-            Event::Done(..) => Ok(()),
+            Event::Done(..) | Event::Idle => Ok(()),
         };
         if let Err(e) = outcome {
             failure.get_or_insert(e);
         }
-        // `q` in the dashboard: stop the workers (the last checkpoint stays as written).
+        // `q` in the dashboard: the workers finish the iteration, checkpoint and report.
         if obs.stop_requested() {
-            opts.interrupted.store(true, std::sync::atomic::Ordering::SeqCst);
+            stop.store(true, Ordering::SeqCst);
         }
     });
+    for line in opts.worker_lines.iter().flat_map(|rx| rx.try_iter()) {
+        obs.event(&line);
+    }
     sink.flush()?;
     let values =
         result.with_context(|| format!("distributed training of {} on {world} workers failed", cfg.dataset))?;
@@ -129,6 +145,7 @@ pub fn train_distributed(
     for d in &done {
         add_bytes(&mut summary.bytes, &d.bytes.sent);
     }
+    fetch_checkpoint(opts.launcher, &remote_run_dir, &run_dir, obs)?;
     let first = done.iter().find(|d| d.rank == 0).context("worker 0 sent no final report")?;
     summary.iterations = first.iterations;
     // auto: the T the workers settled on.
@@ -137,6 +154,48 @@ pub fn train_distributed(
     write_atomic(run_dir.join("workers.json"), &serde_json::to_vec_pretty(&done).expect("reports serialise"))?;
     write_atomic(run_dir.join("summary.json"), &serde_json::to_vec_pretty(&summary).expect("summary serialises"))?;
     Ok(summary)
+}
+
+/// Where a worker finds `local`: the same path when it shares this machine's
+/// files, else the path relative to the data directory (each worker resolves
+/// it against its own `--data-dir`, where the launcher shipped it).
+fn worker_path(launcher: &dyn Launcher, root: &Path, local: &Path) -> anyhow::Result<PathBuf> {
+    if launcher.shares_files() {
+        return Ok(local.to_path_buf());
+    }
+    match local.strip_prefix(root) {
+        Ok(rel) => Ok(rel.to_path_buf()),
+        Err(_) => Err(BadInput::new(format!(
+            "{} is outside the data directory {}: the {} launcher ships files from the data directory only; import \
+             the dataset there first (`leapgnn download NAME --from ...`)",
+            local.display(),
+            root.display(),
+            launcher.name()
+        ))
+        .into()),
+    }
+}
+
+/// Without a shared filesystem rank 0 checkpoints on its own host: copy that
+/// checkpoint into the driver's run directory (atomically, state last).
+fn fetch_checkpoint(
+    launcher: &dyn Launcher,
+    remote_run_dir: &Path,
+    run_dir: &Path,
+    obs: &mut dyn Observer,
+) -> anyhow::Result<()> {
+    let remote = checkpoint::dir(remote_run_dir);
+    let Some(dir) = launcher.open_dir(0, &remote) else { return Ok(()) };
+    let what = || format!("cannot fetch the checkpoint {} from rank 0's host", remote.display());
+    let mut dir = dir.with_context(what)?;
+    let local = checkpoint::dir(run_dir);
+    let p = checkpoint::copy_into(&local, &mut |name| dir.read(name)).with_context(what)?;
+    obs.event(&format!(
+        "checkpoint after iteration {} fetched from rank 0 into {}",
+        p.global_iteration,
+        local.display()
+    ));
+    Ok(())
 }
 
 fn absolute(p: &Path) -> anyhow::Result<PathBuf> {

@@ -6,9 +6,11 @@
 //! `run_loop` as a single worker: only the `Collective` (`MeshCollective`) and
 //! the row source (`FetchingRows`: own part, cache, remote owners) differ.
 //!
-//! Checkpoints: rank 0 writes them straight into the run directory named in
-//! the job, so they need a filesystem the driver shares (true of the `local`
-//! launcher).
+//! Checkpoints: rank 0 writes them into the run directory named in the job.
+//! With the `local` launcher that is the driver's own run directory; a
+//! launcher without a shared filesystem (`ssh`) gets job paths relative to
+//! each worker's data directory, and the driver copies rank 0's final
+//! checkpoint back (`Launcher::open_dir`).
 
 mod driver;
 mod grad_dump;
@@ -31,7 +33,8 @@ use std::path::PathBuf;
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct DistJob {
     pub config: TrainConfig,
-    /// Absolute paths on the worker's host.
+    /// Paths on the worker's host: absolute (shared filesystem), or relative
+    /// to the worker's `--data-dir` (where the launcher shipped the files).
     pub dataset: PathBuf,
     pub parts_dir: PathBuf,
     pub run_dir: PathBuf,

@@ -3,6 +3,7 @@
 //! fill the cache, then run the common training loop.
 
 use super::{DistJob, FetchingRows, GradDump, ReplicaCheck, Report, WorkerDone};
+use crate::DataDir;
 use crate::cluster::ToDriver;
 use crate::cluster::worker_session::{Job, Reporter};
 use crate::comm::{
@@ -23,9 +24,16 @@ use std::time::Duration;
 const PRESAMPLE_EPOCHS: u64 = 2;
 
 /// Runs the `train` task of `job`; returns the `WorkerDone` value for the driver.
-pub fn run_worker(job: Job, reporter: &Reporter) -> anyhow::Result<serde_json::Value> {
-    let spec: DistJob = serde_json::from_value(job.config.get("train").cloned().unwrap_or_default())
+/// Relative paths in the job are taken from this worker's data directory
+/// (where a launcher without a shared filesystem shipped the files).
+pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Result<serde_json::Value> {
+    let mut spec: DistJob = serde_json::from_value(job.config.get("train").cloned().unwrap_or_default())
         .context("the driver sent a malformed train job (are driver and worker the same version?)")?;
+    for p in [&mut spec.dataset, &mut spec.parts_dir, &mut spec.run_dir] {
+        if p.is_relative() {
+            *p = data.root.join(&*p);
+        }
+    }
     let (rank, world) = (job.rank, job.world);
     let cfg = &spec.config;
     let timeout = Duration::from_millis(spec.comm_timeout_ms.max(1));
@@ -152,5 +160,14 @@ impl Observer for Reporting<'_> {
         if self.rank == 0 {
             let _ = self.send(Report::Epoch { record: e.clone(), epochs });
         }
+    }
+    /// Rank 0's events (checkpoints written) go to the driver's event log.
+    fn event(&mut self, msg: &str) {
+        if self.rank == 0 {
+            let _ = self.reporter.send(&ToDriver::Log(msg.to_string()));
+        }
+    }
+    fn stop_requested(&self) -> bool {
+        self.reporter.stop_requested()
     }
 }

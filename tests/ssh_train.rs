@@ -1,0 +1,218 @@
+//! `leapgnn train --cluster PROFILE` with the ssh launcher, against a real
+//! OpenSSH server on 127.0.0.1 whose remote directory starts empty: the same
+//! loss curve as local worker processes, files shipped once, the checkpoint
+//! fetched back, clear refusals, and no process left behind.
+
+mod dist_support;
+
+use dist_support::sshd::{self, Sshd, wait_none_mentioning};
+use dist_support::{Driver, cora, json, signal, wait_gone};
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+const SMALL: &[&str] =
+    &["--no-tui", "--epochs", "2", "--batch-size", "16", "--hidden", "16", "--fanout", "5,5", "--seed", "5"];
+
+fn train(d: &Path, extra: &[&str]) -> serde_json::Value {
+    json(d, &[&["train", "cora"], SMALL, extra].concat())
+}
+
+fn read_json(p: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))).unwrap()
+}
+
+fn losses(s: &serde_json::Value) -> Vec<f64> {
+    s["history"].as_array().unwrap().iter().map(|e| e["loss"].as_f64().unwrap()).collect()
+}
+
+/// The per-epoch losses of two runs of SMALL agree (float summation order aside); returns the second's.
+fn same_curve(local: &serde_json::Value, remote: &serde_json::Value) -> Vec<f64> {
+    let (a, b) = (losses(local), losses(remote));
+    assert_eq!(a.len(), 2);
+    assert_eq!(a.len(), b.len());
+    for (x, y) in a.iter().zip(&b) {
+        assert!((x - y).abs() <= 1e-6 * x.abs().max(1.0), "local {a:?} vs ssh {b:?}");
+    }
+    b
+}
+
+/// Nothing the test started is left: no process mentions the remote
+/// directory (workers run from it) and every ssh session has closed.
+fn assert_nothing_left(sshd: &Sshd) {
+    let marker = sshd.remote.display().to_string();
+    assert_eq!(wait_none_mentioning(&marker, Duration::from_secs(5)), Vec::<u32>::new(), "processes left");
+    assert_eq!(sshd.wait_sessions_closed(Duration::from_secs(5)), Vec::<u32>::new(), "ssh sessions left open");
+}
+
+#[test]
+fn ssh_training_matches_local_workers_ships_once_and_fetches_the_checkpoint() {
+    let mut sshd = Sshd::start();
+    let profile = sshd.profile(2, "");
+    let p = profile.to_str().unwrap();
+    let tmp = cora();
+    let d = tmp.path();
+    assert!(std::fs::read_dir(&sshd.remote).unwrap().next().is_none(), "the remote directory starts empty");
+
+    let local = train(d, &["--workers", "2"]);
+    let remote = train(d, &["--cluster", p]);
+    assert_eq!(remote["workers"], 2);
+    assert_eq!(local["iterations"], remote["iterations"]);
+    let b = same_curve(&local, &remote);
+    assert_eq!(local["test_accuracy"], remote["test_accuracy"]);
+
+    // Shipped once: the binary (checked for both ranks, sent for the first),
+    // the archive and manifest (shared), and each rank's own part.
+    let run = d.join("runs").join(remote["run"].as_str().unwrap());
+    let shipped = read_json(&run.join("shipped.json"));
+    let shipped = shipped.as_array().unwrap();
+    let sent: Vec<String> = shipped
+        .iter()
+        .filter(|s| s["sent"] == true)
+        .map(|s| s["remote"].as_str().unwrap().strip_prefix(&sshd.remote.display().to_string()).unwrap().to_string())
+        .collect();
+    assert_eq!(sent.len(), 5, "{sent:?}");
+    assert!(sent[0].starts_with("/bin/leapgnn-"), "{sent:?}");
+    for f in ["/data/cora/dataset.lgnn", "/data/cora/parts/metis-2/manifest", "/data/cora/parts/metis-2/part-0.lgnn"] {
+        assert!(sent.contains(&f.to_string()), "{f} not in {sent:?}");
+    }
+    assert!(sent.contains(&"/data/cora/parts/metis-2/part-1.lgnn".to_string()), "{sent:?}");
+    let part = "cora/parts/metis-2/part-1.lgnn";
+    assert_eq!(std::fs::read(sshd.remote.join("data").join(part)).unwrap(), std::fs::read(d.join(part)).unwrap());
+
+    // Rank 0 checkpointed on its host; the driver has the same checkpoint.
+    let ck = run.join("checkpoint");
+    let state = read_json(&ck.join("state.json"));
+    assert_eq!(state["progress"]["global_iteration"], remote["iterations"]);
+    let remote_ck = sshd.remote.join("data/runs").join(remote["run"].as_str().unwrap()).join("checkpoint");
+    for f in ["weights", "optimizer"] {
+        let name = state[f].as_str().unwrap();
+        assert_eq!(std::fs::read(ck.join(name)).unwrap(), std::fs::read(remote_ck.join(name)).unwrap(), "{f}");
+    }
+    assert_eq!(std::fs::read(ck.join("state.json")).unwrap(), std::fs::read(remote_ck.join("state.json")).unwrap());
+    for f in ["config.json", "metrics.jsonl", "summary.json"] {
+        assert!(run.join(f).is_file(), "{f} missing in the driver's run directory");
+    }
+    assert_nothing_left(&sshd);
+
+    // Second run: everything is current on the host, nothing is re-sent (the
+    // binary is compared by the preflight and by each rank, the data by each rank).
+    let again = train(d, &["--cluster", p]);
+    let shipped = read_json(&d.join("runs").join(again["run"].as_str().unwrap()).join("shipped.json"));
+    assert_eq!(shipped.as_array().unwrap().len(), 9, "{shipped}");
+    assert!(shipped.as_array().unwrap().iter().all(|s| s["sent"] == false), "re-sent: {shipped}");
+    assert_eq!(losses(&again), b, "same seed, same curve");
+    assert_nothing_left(&sshd);
+    sshd.stop();
+}
+
+fn error_line(stderr: &str) -> &str {
+    stderr.lines().rfind(|l| l.starts_with("error:")).unwrap_or_else(|| panic!("no error line in:\n{stderr}"))
+}
+
+#[test]
+fn a_worker_killed_remotely_fails_the_run_within_10s_naming_host_and_rank() {
+    let mut sshd = Sshd::start();
+    let profile = sshd.profile(2, "");
+    let tmp = cora();
+    let long = ["--epochs", "1000", "--batch-size", "8", "--hidden", "16", "--fanout", "5,5", "--no-tui"];
+    let mut drv =
+        Driver::start(tmp.path(), &[&["train", "cora", "--cluster", profile.to_str().unwrap()], &long[..]].concat());
+    // Each remote worker's stderr reaches the driver's as "[127.0.0.1:PORT rank R] pid P, mesh listening on A".
+    let mut pids = [0u32; 2];
+    for _ in 0..2 {
+        let l = drv.wait_line(Duration::from_secs(60), |l| l.contains("] pid ") && l.contains("mesh listening on"));
+        let rank: usize = l.split(" rank ").nth(1).unwrap().split(']').next().unwrap().parse().unwrap();
+        pids[rank] = l.split("] pid ").nth(1).unwrap().split(',').next().unwrap().parse().unwrap();
+    }
+    assert!(pids.iter().all(|&p| p != 0), "{pids:?}");
+    drv.wait_line(Duration::from_secs(60), |l| l.starts_with("epoch") && l.contains("/1000"));
+    signal(pids[1], "KILL");
+    let (code, stderr) = drv.wait_exit(Duration::from_secs(10));
+    assert!(matches!(code, Some(c) if c != 0), "{code:?}");
+    let line = error_line(&stderr);
+    let host = format!("{}@127.0.0.1:{}", sshd.user, sshd.port);
+    // Whoever notices first (the driver: rank 1's exit; rank 0: its peer gone), rank 1 and its host are named.
+    assert!(line.contains(&host) && (line.contains("rank 1") || line.contains("worker 1")), "{line}");
+    assert_eq!(wait_gone(&pids, Duration::from_secs(5)), Vec::<u32>::new(), "the surviving worker was left running");
+    assert_nothing_left(&sshd);
+    sshd.stop();
+}
+
+#[test]
+fn train_refuses_an_unknown_host_key_a_wrong_key_a_dead_port_and_a_wrong_worker_count() {
+    let mut sshd = Sshd::start();
+    let tmp = cora();
+    let d = tmp.path();
+    let run = |profile: &Path, extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_leapgnn"))
+            .arg("--data-dir")
+            .arg(d)
+            .args([&["train", "cora", "--cluster", profile.to_str().unwrap()], SMALL, extra].concat())
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).to_string())
+    };
+    let host = format!("127.0.0.1:{}", sshd.port);
+
+    // --workers must agree with the profile's slots: bad input, before any connection.
+    let profile = sshd.profile(2, "");
+    let (code, err) = run(&profile, &["--workers", "3"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(error_line(&err).contains("--workers 3") && err.contains("2 worker slots"), "{err}");
+
+    // An unknown host key: refused by the preflight, host named, nothing shipped, nothing recorded.
+    std::fs::remove_file(&sshd.known_hosts).unwrap();
+    let (code, err) = run(&profile, &[]);
+    assert_eq!(code, Some(1), "{err}");
+    let line = error_line(&err);
+    assert!(line.contains(&host) && line.contains("host_key") && line.contains("--accept-new-host-keys"), "{line}");
+    assert!(std::fs::read_dir(&sshd.remote).unwrap().next().is_none(), "nothing may be shipped to an unknown host");
+    assert!(!sshd.known_hosts.exists());
+    assert!(!d.join("runs").exists() || std::fs::read_dir(d.join("runs")).unwrap().next().is_none(), "no run begun");
+
+    // Nothing listens on the port: refused fast, the address named.
+    let dead = sshd::free_port();
+    let text =
+        std::fs::read_to_string(&profile).unwrap().replace(&format!("port = {}", sshd.port), &format!("port = {dead}"));
+    let dead_profile = sshd.path("dead.toml");
+    std::fs::write(&dead_profile, text).unwrap();
+    let (code, err) = run(&dead_profile, &[]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(error_line(&err).contains(&format!("127.0.0.1:{dead}")) && err.contains("reachable"), "{err}");
+
+    // A key the server does not authorize: refused with the user and the key named.
+    sshd::keygen(&sshd.path("stranger"));
+    let stranger = sshd.path("stranger.toml");
+    std::fs::write(&stranger, std::fs::read_to_string(&profile).unwrap().replace("id_test", "stranger")).unwrap();
+    let (code, err) = run(&stranger, &["--accept-new-host-keys"]);
+    assert_eq!(code, Some(1), "{err}");
+    let line = error_line(&err);
+    assert!(line.contains(&host) && line.contains("auth") && line.contains("stranger"), "{line}");
+    assert!(std::fs::read_dir(&sshd.remote).unwrap().next().is_none(), "nothing may be shipped before auth");
+
+    // --accept-new-host-keys records the key and trains.
+    let (code, err) = run(&profile, &["--accept-new-host-keys"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(std::fs::read_to_string(&sshd.known_hosts).unwrap().starts_with(&format!("[127.0.0.1]:{} ", sshd.port)));
+    assert_nothing_left(&sshd);
+    sshd.stop();
+}
+
+#[test]
+fn four_workers_on_two_host_entries_match_four_local_workers() {
+    let mut sshd = Sshd::start();
+    // Two [[host]] entries (the same server): ranks 0-1 on the first, 2-3 on the second.
+    let profile = sshd.profile_with_hosts(&format!("{}{}", sshd.host_entry(2), sshd.host_entry(2)), "");
+    let tmp = cora();
+    let d = tmp.path();
+    let local = train(d, &["--workers", "4"]);
+    let remote = train(d, &["--cluster", profile.to_str().unwrap()]);
+    assert_eq!(remote["workers"], 4);
+    same_curve(&local, &remote);
+    for r in 0..4 {
+        assert!(sshd.remote.join(format!("data/cora/parts/metis-4/part-{r}.lgnn")).is_file(), "part {r} not shipped");
+    }
+    assert_nothing_left(&sshd);
+    sshd.stop();
+}
