@@ -34,7 +34,7 @@ pub struct Args {
     #[arg(long)]
     pub calibrate: bool,
     /// Iterations of each calibration run (the first is warm-up).
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 30)]
     pub calibrate_iterations: u64,
     /// Where to write the merge plan [default: <data-dir>/<dataset>/plans/leapgnn-<K>.toml].
     #[arg(long)]
@@ -114,7 +114,17 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
             .into());
         }
     };
-    let (profile_path, profile) = profile(&data, a.cluster.as_deref())?;
+    if let Some(run) = &a.validate {
+        let dir = data.run_dir(run);
+        if !leapgnn::paths::is_plain_name(run) || !dir.join("config.json").is_file() {
+            return Err(BadInput::new(format!(
+                "--validate {run}: no run of that name in {} (give the name of a finished `leapgnn train` run)",
+                data.runs_dir().display()
+            ))
+            .into());
+        }
+    }
+    let (profile_path, profile) = profile(&data, a.cluster.as_deref(), a.calibrate)?;
     let mut figures = Figures::of_profile(&profile)?;
     if let Some(mb) = a.memory_mb {
         figures.memory_bytes = mb << 20;
@@ -172,8 +182,13 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
 
 /// The profile named by --cluster, else `<data-dir>/profiles/local.toml`
 /// (where an uncalibrated local setup's figures go), else the built-in one.
-fn profile(data: &leapgnn::DataDir, given: Option<&Path>) -> anyhow::Result<(PathBuf, Profile)> {
+/// `--calibrate` may name a profile file that does not exist yet: it is
+/// created as a local profile holding the figures.
+fn profile(data: &leapgnn::DataDir, given: Option<&Path>, calibrate: bool) -> anyhow::Result<(PathBuf, Profile)> {
     if let Some(p) = given {
+        if calibrate && !p.exists() {
+            return Ok((p.to_path_buf(), Profile::local()));
+        }
         return Ok((p.to_path_buf(), Profile::load(p)?));
     }
     let p = data.root.join("profiles").join("local.toml");

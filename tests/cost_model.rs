@@ -49,7 +49,9 @@ fn more_bandwidth_never_predicts_a_slower_run() {
             let base = Figures { bandwidth: 1e8, ..Figures::default() };
             let mut one = base.clone();
             one.links.push(leapgnn::cost::Link { from: 1, to: 2, bandwidth: 1e10, latency: base.latency });
-            assert!(predict(&counts, &one, &shape).iteration_seconds <= predict(&counts, &base, &shape).iteration_seconds);
+            assert!(
+                predict(&counts, &one, &shape).iteration_seconds <= predict(&counts, &base, &shape).iteration_seconds
+            );
         }
     }
 }

@@ -17,7 +17,7 @@
 use super::counts::IterationCounts;
 use super::figures::Figures;
 use super::fit::nnls;
-use super::model::{Shape, compute_units, fetch_seconds};
+use super::model::{Shape, compute_units, fetch_seconds, predict_iteration};
 use super::probe::{ProbeTask, probe_links};
 use super::setup::Setup;
 use super::validate::{measure, read_metrics};
@@ -46,6 +46,7 @@ pub struct CalibrateOptions<'a> {
 pub struct CalibrationRun {
     pub strategy: StrategyKind,
     pub time_steps: u32,
+    pub batch_size: usize,
     pub run: String,
     pub measured_iteration_seconds: f64,
 }
@@ -87,20 +88,30 @@ pub fn calibrate(
     }
     let setup = Setup::open(data, base)?;
     let shape = setup.shape(false);
-    let mut kinds = vec![(StrategyKind::ModelCentric, 1)];
+    // Model-centric at the job's batch and at a quarter of it: blocks of both
+    // sizes (a micrograph group is about B / W roots) separate the per-block
+    // costs from the per-unit ones.
+    let b = base.batch_size;
+    let mut kinds = vec![(StrategyKind::ModelCentric, 1, b)];
+    if b.div_ceil(4) < b {
+        kinds.push((StrategyKind::ModelCentric, 1, b.div_ceil(4)));
+    }
     if w > 1 {
         kinds.extend([
-            (StrategyKind::Micrograph, w as u32),
-            (StrategyKind::Pregather, w as u32),
-            (StrategyKind::Leapgnn, w.div_ceil(2) as u32),
+            (StrategyKind::Micrograph, w as u32, b),
+            (StrategyKind::Pregather, w as u32, b),
+            (StrategyKind::Leapgnn, w.div_ceil(2) as u32, b),
         ]);
     }
     let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let mut samples = Samples::default();
     let mut runs = Vec::new();
+    // Per run: its counts and measured seconds, to calibrate the jitter once the rest is fitted.
+    let mut measured_runs: Vec<(Vec<IterationCounts>, f64)> = Vec::new();
     let mut skipped = Vec::new();
-    for (strategy, t) in kinds {
+    for (strategy, t, batch) in kinds {
         let mut cfg = base.clone();
+        cfg.batch_size = batch;
         cfg.strategy = strategy;
         cfg.time_steps = Some(t);
         cfg.epochs = o.iterations.max(2);
@@ -109,7 +120,7 @@ pub fn calibrate(
             skipped.push(format!("{strategy}: {e}"));
             continue;
         }
-        let name = format!("calibrate-{strategy}-t{t}-{stamp}");
+        let name = format!("calibrate-{strategy}-t{t}-b{batch}-{stamp}");
         let opts = RunOptions { run: Some(name.clone()), stop_after: Some(o.iterations.max(2)) };
         let dist = DistOptions {
             launcher: o.launcher,
@@ -127,16 +138,23 @@ pub fn calibrate(
         let records = read_metrics(&data.run_dir(&summary.run).join("metrics.jsonl"))?;
         let measured = measure(&records)?;
         let layout = layout_of_run(&cfg, measured.time_steps)?;
-        let counts = setup.job().count(&layout, &measured.iterations);
+        let job = super::CountJob { batch_size: batch, ..setup.job() };
+        let counts = job.count(&layout, &measured.iterations);
         collect(&mut samples, &records, &counts, &f, &shape);
+        // The jitter is the job's own: runs at its batch size only.
+        if batch == b {
+            measured_runs.push((counts, measured.iteration_seconds));
+        }
         runs.push(CalibrationRun {
             strategy,
+            batch_size: batch,
             time_steps: layout.time_steps(w) as u32,
             run: summary.run,
             measured_iteration_seconds: measured.iteration_seconds,
         });
     }
     fit(&mut f, &samples, &shape, w);
+    f.jitter = fit_jitter(&f, &measured_runs, &shape);
     f.source = format!(
         "calibrated at unix time {stamp} on {w} {} worker(s), {} ({}, batch {}, fanout {}, hidden {}), runs: {}",
         o.launcher.name(),
@@ -145,7 +163,10 @@ pub fn calibrate(
         base.batch_size,
         base.fanouts,
         base.hidden,
-        runs.iter().map(|r| format!("{} T={}", r.strategy, r.time_steps)).collect::<Vec<_>>().join(", ")
+        runs.iter()
+            .map(|r| format!("{} T={} B={}", r.strategy, r.time_steps, r.batch_size))
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     Ok(Calibration { figures: f, runs, skipped })
 }
@@ -213,6 +234,31 @@ fn fit(f: &mut Figures, s: &Samples, shape: &Shape, workers: usize) {
         f.sync_seconds = fixed;
         f.sync_param_seconds = (m - fixed).max(0.0) / shape.params.max(1) as f64;
     }
+}
+
+/// The jitter that makes the fitted model meet each run's measured iteration
+/// time (median over runs, within 0..=2): steps' slowest work scaled by
+/// (1 + jitter) plus what does not scale (step ends, sync) = measured.
+fn fit_jitter(f: &Figures, runs: &[(Vec<IterationCounts>, f64)], shape: &Shape) -> f64 {
+    let flat = Figures { jitter: 0.0, ..f.clone() };
+    let mut js: Vec<f64> = runs
+        .iter()
+        .filter(|(c, _)| !c.is_empty())
+        .filter_map(|(counts, measured)| {
+            let mut work = 0.0;
+            let mut rest = 0.0;
+            for c in counts {
+                let p = predict_iteration(c, &flat, shape);
+                let ends = flat.step_seconds * p.steps.len().saturating_sub(1) as f64;
+                let sync = p.seconds - p.steps.iter().sum::<f64>();
+                work += p.steps.iter().sum::<f64>() - ends;
+                rest += ends + sync;
+            }
+            let n = counts.len() as f64;
+            (work > 0.0).then(|| ((measured - rest / n) / (work / n) - 1.0).clamp(0.0, 2.0))
+        })
+        .collect();
+    median(&mut js).unwrap_or(f.jitter)
 }
 
 fn median(v: &mut [f64]) -> Option<f64> {

@@ -70,6 +70,10 @@ pub struct Figures {
     pub sync_param_seconds: f64,
     /// Cost of ending a time step (the workers meet before the next one).
     pub step_seconds: f64,
+    /// Workers' times fluctuate, and a step waits for the slowest: the
+    /// expected maximum exceeds the maximum of the expectations. A step lasts
+    /// its slowest worker's predicted work x (1 + jitter).
+    pub jitter: f64,
     /// Memory a worker may use for one time step's blocks and rows (bytes; 0 = unbounded).
     pub memory_bytes: u64,
 }
@@ -92,6 +96,7 @@ impl Default for Figures {
             sync_seconds: 0.5e-3,
             sync_param_seconds: 5e-9,
             step_seconds: 100e-6,
+            jitter: 0.1,
             memory_bytes: 0,
         }
     }
@@ -137,6 +142,7 @@ impl Figures {
             ("sync_seconds", self.sync_seconds),
             ("sync_param_seconds", self.sync_param_seconds),
             ("step_seconds", self.step_seconds),
+            ("jitter", self.jitter),
         ];
         for (k, v) in times {
             if !(v.is_finite() && v >= 0.0) {

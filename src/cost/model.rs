@@ -16,7 +16,9 @@
 //! step 0 (the same gather formula) and then copy each step's rows locally;
 //! with prefetch the fetch overlaps the previous iteration's compute, so only
 //! what exceeds that compute is paid. A time step lasts as long as its
-//! slowest worker, plus `step_seconds` between steps; the iteration ends with
+//! slowest worker (times 1 + `jitter`: workers fluctuate, and the expected
+//! maximum of several exceeds the maximum of their expectations), plus
+//! `step_seconds` between steps; the iteration ends with
 //! the all-reduce and optimizer step (`sync_seconds` + parameters x
 //! `sync_param_seconds`).
 
@@ -194,7 +196,7 @@ pub fn predict_iteration(c: &IterationCounts, f: &Figures, s: &Shape) -> Iterati
     let steps: Vec<f64> = (0..t_steps)
         .map(|t| {
             let slowest = work.iter().map(|w| w[t]).fold(0.0, f64::max);
-            slowest + if t + 1 < t_steps { f.step_seconds } else { 0.0 }
+            slowest * (1.0 + f.jitter) + if t + 1 < t_steps { f.step_seconds } else { 0.0 }
         })
         .collect();
     let sync = f.sync_seconds + s.params as f64 * f.sync_param_seconds;

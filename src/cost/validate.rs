@@ -3,9 +3,10 @@
 //! compute and sync seconds. An iteration's measured time is, per worker, the
 //! sum over its steps; every worker waits for the others in the all-reduce,
 //! so the slowest worker's sum is the iteration's wall time. Components are
-//! the mean over workers, as the model reports them. The first iteration of
-//! the run (warm-up: first allocations, page faults, connections) is left out
-//! when there are others.
+//! the mean over workers, as the model reports them. The run's first
+//! iterations are warm-up (first allocations, page faults, connections,
+//! allocator growth) and are left out: one, or two when there are more than
+//! four.
 
 use super::model::Components;
 use crate::BadInput;
@@ -65,9 +66,12 @@ pub fn measure(records: &[StepRecord]) -> Result<Measured, BadInput> {
     // Only iterations every worker reported (an interrupted run may end mid-iteration).
     let mut complete: Vec<(&(u64, u64), &BTreeMap<u32, Components>)> =
         by_it.iter().filter(|(_, w)| w.len() == workers).collect();
-    if complete.len() > 1 {
-        complete.remove(0);
-    }
+    let warm_up = match complete.len() {
+        0 | 1 => 0,
+        2..=4 => 1,
+        _ => 2,
+    };
+    complete.drain(..warm_up);
     let mut m = Measured { workers, time_steps, ..Default::default() };
     for (&key, per) in complete {
         let seconds = per.values().map(Components::total).fold(0.0, f64::max);
