@@ -10,7 +10,7 @@ use leapgnn::BadInput;
 use leapgnn::cluster::{LauncherKind, LocalLauncher, Profile};
 use leapgnn::cost::calibrate::{CalibrateOptions, Calibration, calibrate};
 use leapgnn::cost::probe::ProbeTask;
-use leapgnn::cost::{Candidate, Figures, PlanInput, Setup, Tuning, Validation, tune, validate_run};
+use leapgnn::cost::{Candidate, Figures, Tuning, Validation, plan_for, validate_run};
 use leapgnn::train::TrainConfig;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -146,11 +146,7 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
         calibration = Some(c);
     }
 
-    let setup = Setup::open(&data, &cfg).with_context(|| format!("cannot read {} for the prediction", cfg.dataset))?;
-    let job = setup.job();
-    let iterations = job.first_iterations(a.iterations);
-    let shape = setup.shape(a.prefetch);
-    let tuning = tune(&PlanInput { job: &job, shape: &shape, figures: &figures, iterations: &iterations })?;
+    let tuning = plan_for(&data, &cfg, &figures, a.iterations, a.prefetch)?;
     tuning.plan.save(&out).with_context(|| format!("cannot write the merge plan {}", out.display()))?;
     let validation = match &a.validate {
         Some(run) => Some(

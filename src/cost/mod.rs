@@ -35,6 +35,34 @@ use crate::train::{MergePlan, StrategyKind, TrainConfig};
 use crate::{BadInput, DataDir};
 use anyhow::Context;
 
+/// The prediction table and the `leapgnn` plan for jobs like `cfg` (its
+/// dataset, workers, model, batch size, fanouts, cache), averaged over the
+/// first `iterations` iterations. What `tune-merge` prints and what `train
+/// --time-steps auto` asks at start (then `next_time_steps` with measured
+/// times at epoch boundaries).
+pub fn plan_for(
+    data: &DataDir,
+    cfg: &TrainConfig,
+    figures: &Figures,
+    iterations: usize,
+    prefetch: bool,
+) -> anyhow::Result<Tuning> {
+    let setup = Setup::open(data, cfg).with_context(|| format!("cannot read {} for the prediction", cfg.dataset))?;
+    let job = setup.job();
+    let its = job.first_iterations(iterations.max(1));
+    let shape = setup.shape(prefetch);
+    Ok(tune(&PlanInput { job: &job, shape: &shape, figures, iterations: &its })?)
+}
+
+/// The cost figures of the profile at `path` (`None`: the built-in local profile's rough defaults).
+pub fn figures_of(path: Option<&std::path::Path>) -> anyhow::Result<Figures> {
+    let profile = match path {
+        Some(p) => crate::cluster::Profile::load(p)?,
+        None => crate::cluster::Profile::local(),
+    };
+    Ok(Figures::of_profile(&profile)?)
+}
+
 /// The layout a run of `cfg` trained with; `seen_steps` = time steps in its records.
 pub fn layout_of_run(cfg: &TrainConfig, seen_steps: u32) -> Result<Layout, BadInput> {
     let mut shares = Vec::new();
