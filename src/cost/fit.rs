@@ -61,12 +61,11 @@ fn solve(mut a: Vec<Vec<f64>>) -> Option<Vec<f64>> {
             return None;
         }
         a.swap(col, piv);
-        for row in 0..n {
-            if row != col {
-                let f = a[row][col] / a[col][col];
-                for j in col..=n {
-                    a[row][j] -= f * a[col][j];
-                }
+        let pivot = a[col].clone();
+        for (_, r) in a.iter_mut().enumerate().filter(|(row, _)| *row != col) {
+            let f = r[col] / pivot[col];
+            for (x, p) in r[col..].iter_mut().zip(&pivot[col..]) {
+                *x -= f * p;
             }
         }
     }

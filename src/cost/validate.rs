@@ -14,6 +14,8 @@ use crate::metrics::StepRecord;
 use std::collections::BTreeMap;
 use std::path::Path;
 
+type PerWorker = BTreeMap<u32, Components>;
+
 /// What a run measured, per iteration and on average.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct Measured {
@@ -47,7 +49,7 @@ pub fn read_metrics(path: &Path) -> Result<Vec<StepRecord>, BadInput> {
 /// The measured figures of `records`.
 pub fn measure(records: &[StepRecord]) -> Result<Measured, BadInput> {
     // (epoch, iteration) -> worker -> components.
-    let mut by_it: BTreeMap<(u64, u64), BTreeMap<u32, Components>> = BTreeMap::new();
+    let mut by_it: BTreeMap<(u64, u64), PerWorker> = BTreeMap::new();
     let mut time_steps = 0;
     for r in records {
         time_steps = time_steps.max(r.time_step + 1);
@@ -64,8 +66,7 @@ pub fn measure(records: &[StepRecord]) -> Result<Measured, BadInput> {
         return Err(BadInput::new("the run has no step records: nothing to compare with".to_string()));
     }
     // Only iterations every worker reported (an interrupted run may end mid-iteration).
-    let mut complete: Vec<(&(u64, u64), &BTreeMap<u32, Components>)> =
-        by_it.iter().filter(|(_, w)| w.len() == workers).collect();
+    let mut complete: Vec<(&(u64, u64), &PerWorker)> = by_it.iter().filter(|(_, w)| w.len() == workers).collect();
     let warm_up = match complete.len() {
         0 | 1 => 0,
         2..=4 => 1,
