@@ -1,11 +1,325 @@
-use crate::Global;
+//! `leapgnn tune-merge`: predicted iteration time per strategy and number of
+//! time steps, the chosen merge plan (written for `train --merge-plan`), the
+//! calibration of the cost figures and the check of a prediction against a
+//! measured run.
 
+use crate::Global;
+use crate::output::print_json;
+use anyhow::Context;
+use leapgnn::BadInput;
+use leapgnn::cluster::{LauncherKind, LocalLauncher, Profile};
+use leapgnn::cost::calibrate::{CalibrateOptions, Calibration, calibrate};
+use leapgnn::cost::probe::ProbeTask;
+use leapgnn::cost::{Candidate, Figures, Tuning, Validation, plan_for, validate_run};
+use leapgnn::train::TrainConfig;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// Predict iteration time per strategy and T = 1..W from exact counts of
+/// sampled iterations and the cluster's cost figures; choose and write the
+/// leapgnn merge plan.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
-    rest: Vec<String>,
+    /// Dataset name (registry or --data-dir), dataset directory or archive path.
+    pub dataset: String,
+    /// Workers (one partition each), as `train --parts`.
+    #[arg(long)]
+    pub parts: usize,
+    /// Cluster profile whose [cost] table holds the figures
+    /// [default: <data-dir>/profiles/local.toml when present, else rough built-in figures].
+    #[arg(long)]
+    pub cluster: Option<PathBuf>,
+    /// Measure the figures on the cluster first (probe + a few real iterations of each strategy) and write them into the profile.
+    #[arg(long)]
+    pub calibrate: bool,
+    /// Iterations of each calibration run (the first is warm-up).
+    #[arg(long, default_value_t = 30)]
+    pub calibrate_iterations: u64,
+    /// Where to write the merge plan [default: <data-dir>/<dataset>/plans/leapgnn-<K>.toml].
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Compare the prediction with run RUN (under <data-dir>/runs/): error per component.
+    #[arg(long, value_name = "RUN")]
+    pub validate: Option<String>,
+    /// sage, sage-max, gcn or gat [default: sage].
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Neighbours per layer, input layer first [default: 10,10].
+    #[arg(long)]
+    pub fanout: Option<String>,
+    /// Roots per worker per iteration [default: 1024].
+    #[arg(long)]
+    pub batch_size: Option<usize>,
+    /// Hidden size [default: 128].
+    #[arg(long)]
+    pub hidden: Option<usize>,
+    /// Feature cache per worker in MB (filled by degree) [default: 0].
+    #[arg(long)]
+    pub cache_mb: Option<u64>,
+    /// Seed of the shuffles and the sampler [default: 0].
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Sampled iterations the prediction averages over.
+    #[arg(long, default_value_t = 8)]
+    pub iterations: usize,
+    /// Model pre-gathering as overlapped with the previous iteration's compute.
+    #[arg(long)]
+    pub prefetch: bool,
+    /// Memory bound per worker in MB for one time step (overrides cost.memory_bytes; 0 = none).
+    #[arg(long)]
+    pub memory_mb: Option<u64>,
+    /// Seconds any worker waits for another during calibration.
+    #[arg(long, default_value_t = 30.0)]
+    pub comm_timeout: f64,
 }
 
-pub fn run(_g: &Global, _a: Args) -> anyhow::Result<()> {
-    Err(leapgnn::NotImplemented.into())
+#[derive(serde::Serialize)]
+struct Output<'a> {
+    dataset: &'a str,
+    workers: usize,
+    figures: &'a str,
+    predictions: &'a [Candidate],
+    chosen: &'a Candidate,
+    plan: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    calibration: Option<&'a Calibration>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    validation: Option<&'a Validation>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    measured_iteration_seconds: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a leapgnn::cost::Errors>,
+}
+
+pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
+    let data = g.data();
+    let cfg = config(&a)?;
+    if a.iterations == 0 {
+        return Err(BadInput::new("--iterations must be at least 1").into());
+    }
+    if a.calibrate && a.calibrate_iterations < 2 {
+        return Err(BadInput::new("--calibrate-iterations must be at least 2 (the first is warm-up)").into());
+    }
+    let out = match &a.out {
+        Some(p) => p.clone(),
+        None if leapgnn::paths::is_plain_name(&a.dataset) => {
+            data.dataset_dir(&a.dataset).join("plans").join(format!("leapgnn-{}.toml", a.parts))
+        }
+        None => {
+            return Err(BadInput::new(format!(
+                "{} is a path, not a dataset name: give --out PLAN.toml for the merge plan",
+                a.dataset
+            ))
+            .into());
+        }
+    };
+    if let Some(run) = &a.validate {
+        let dir = data.run_dir(run);
+        if !leapgnn::paths::is_plain_name(run) || !dir.join("config.json").is_file() {
+            return Err(BadInput::new(format!(
+                "--validate {run}: no run of that name in {} (give the name of a finished `leapgnn train` run)",
+                data.runs_dir().display()
+            ))
+            .into());
+        }
+    }
+    let (profile_path, profile) = profile(&data, a.cluster.as_deref(), a.calibrate)?;
+    let mut figures = Figures::of_profile(&profile)?;
+    if let Some(mb) = a.memory_mb {
+        figures.memory_bytes = mb << 20;
+    }
+
+    let mut calibration = None;
+    if a.calibrate {
+        let c = run_calibration(&data, &cfg, &figures, &profile, &a)?;
+        c.figures
+            .write_into_profile(&profile_path)
+            .with_context(|| format!("cannot write the calibrated figures into {}", profile_path.display()))?;
+        if !g.json {
+            eprintln!("calibrated figures written into {}", profile_path.display());
+            for s in &c.skipped {
+                eprintln!("calibration skipped {s}");
+            }
+        }
+        figures = c.figures.clone();
+        calibration = Some(c);
+    }
+
+    let tuning = plan_for(&data, &cfg, &figures, a.iterations, a.prefetch)?;
+    tuning.plan.save(&out).with_context(|| format!("cannot write the merge plan {}", out.display()))?;
+    let validation = match &a.validate {
+        Some(run) => Some(
+            validate_run(&data, run, &figures, a.prefetch)
+                .with_context(|| format!("cannot validate against run {run}"))?,
+        ),
+        None => None,
+    };
+    if g.json {
+        return print_json(&Output {
+            dataset: &cfg.dataset,
+            workers: cfg.workers,
+            figures: &figures.source,
+            predictions: &tuning.candidates,
+            chosen: tuning.chosen(),
+            plan: out.display().to_string(),
+            calibration: calibration.as_ref(),
+            validation: validation.as_ref(),
+            measured_iteration_seconds: validation.as_ref().map(|v| v.measured_iteration_seconds),
+            error: validation.as_ref().map(|v| &v.error),
+        });
+    }
+    print_table(&cfg, &figures, &tuning, &out);
+    if let Some(v) = &validation {
+        print_validation(v);
+    }
+    Ok(())
+}
+
+/// The profile named by --cluster, else `<data-dir>/profiles/local.toml`
+/// (where an uncalibrated local setup's figures go), else the built-in one.
+/// `--calibrate` may name a profile file that does not exist yet: it is
+/// created as a local profile holding the figures.
+fn profile(data: &leapgnn::DataDir, given: Option<&Path>, calibrate: bool) -> anyhow::Result<(PathBuf, Profile)> {
+    if let Some(p) = given {
+        if calibrate && !p.exists() {
+            return Ok((p.to_path_buf(), Profile::local()));
+        }
+        return Ok((p.to_path_buf(), Profile::load(p)?));
+    }
+    let p = data.root.join("profiles").join("local.toml");
+    if p.is_file() {
+        return Ok((p.clone(), Profile::load(&p)?));
+    }
+    Ok((p, Profile::local()))
+}
+
+fn run_calibration(
+    data: &leapgnn::DataDir,
+    cfg: &TrainConfig,
+    figures: &Figures,
+    profile: &Profile,
+    a: &Args,
+) -> anyhow::Result<Calibration> {
+    if profile.launcher != LauncherKind::Local {
+        return Err(BadInput::new(format!(
+            "--calibrate with the {:?} launcher of {}: only local workers can be calibrated in this build (training over ssh is not built yet)",
+            profile.launcher,
+            profile.path.as_ref().map_or("the profile".into(), |p| p.display().to_string())
+        ))
+        .into());
+    }
+    if !(a.comm_timeout.is_finite() && a.comm_timeout > 0.0 && a.comm_timeout <= 86_400.0) {
+        return Err(BadInput::new(format!("--comm-timeout {}: expected seconds in (0, 86400]", a.comm_timeout)).into());
+    }
+    let interrupted: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
+    ctrlc::set_handler(move || interrupted.store(true, Ordering::SeqCst))
+        .context("cannot install the Ctrl-C handler")?;
+    let launcher = LocalLauncher::current(vec!["--data-dir".into(), data.root.display().to_string()])?;
+    let opts = CalibrateOptions {
+        launcher: &launcher,
+        interrupted,
+        iterations: a.calibrate_iterations,
+        probe: ProbeTask::default(),
+        comm_timeout: Duration::from_secs_f64(a.comm_timeout),
+    };
+    calibrate(data, cfg, figures, &opts).context("calibration failed")
+}
+
+fn config(a: &Args) -> Result<TrainConfig, BadInput> {
+    let d = TrainConfig::default();
+    if a.parts == 0 {
+        return Err(BadInput::new("--parts must be at least 1"));
+    }
+    let fanouts = match &a.fanout {
+        Some(f) => f.parse()?,
+        None => d.fanouts.clone(),
+    };
+    let cfg = TrainConfig {
+        dataset: a.dataset.clone(),
+        workers: a.parts,
+        parts: a.parts,
+        model: match &a.model {
+            Some(m) => m.parse()?,
+            None => d.model,
+        },
+        eval_fanouts: fanouts.clone(),
+        fanouts,
+        batch_size: a.batch_size.unwrap_or(d.batch_size),
+        hidden: a.hidden.unwrap_or(d.hidden),
+        seed: a.seed.unwrap_or(d.seed),
+        cache_mb: a.cache_mb.unwrap_or(d.cache_mb),
+        ..d
+    };
+    if cfg.batch_size == 0 {
+        return Err(BadInput::new("--batch-size must be at least 1"));
+    }
+    if cfg.fanouts.layers() == 0 {
+        return Err(BadInput::new("--fanout needs one entry per layer, e.g. 10,10"));
+    }
+    Ok(cfg)
+}
+
+fn ms(s: f64) -> String {
+    format!("{:.2}", s * 1e3)
+}
+
+fn print_table(cfg: &TrainConfig, f: &Figures, t: &Tuning, out: &Path) {
+    println!(
+        "Predicted iteration time (ms): {}, {} workers, {}, batch {} per worker, fanout {}, hidden {}",
+        cfg.dataset, cfg.workers, cfg.model, cfg.batch_size, cfg.fanouts, cfg.hidden
+    );
+    println!("figures: {}", f.source);
+    println!(
+        "{:<14} {:>2} {:>10} {:>9} {:>9} {:>9} {:>9} {:>10}",
+        "strategy", "T", "iteration", "sample", "gather", "compute", "sync", "memory MB"
+    );
+    for (i, c) in t.candidates.iter().enumerate() {
+        let mark = if i == t.chosen {
+            "  <- chosen"
+        } else if c.fits_memory {
+            ""
+        } else {
+            "  (over the memory bound)"
+        };
+        println!(
+            "{:<14} {:>2} {:>10} {:>9} {:>9} {:>9} {:>9} {:>10.1}{mark}",
+            c.strategy.to_string(),
+            c.time_steps,
+            ms(c.iteration_seconds),
+            ms(c.components.sample),
+            ms(c.components.gather),
+            ms(c.components.compute),
+            ms(c.components.sync),
+            c.peak_memory_bytes as f64 / (1 << 20) as f64,
+        );
+    }
+    let c = t.chosen();
+    let shares = if c.balance.is_empty() { "even shares".to_string() } else { "balanced shares".to_string() };
+    println!(
+        "chosen: leapgnn with {} time steps ({shares}), {} ms per iteration; plan written to {}",
+        c.time_steps,
+        ms(c.iteration_seconds),
+        out.display()
+    );
+}
+
+fn print_validation(v: &Validation) {
+    println!(
+        "\nrun {} ({}, {} workers, T = {}, {} iterations): predicted vs measured (ms, mean over workers)",
+        v.run, v.strategy, v.workers, v.time_steps, v.iterations
+    );
+    println!("{:<10} {:>10} {:>10} {:>8}", "component", "predicted", "measured", "error");
+    let p = &v.predicted.components;
+    let m = &v.measured;
+    let e = &v.error;
+    for (name, pv, mv, ev) in [
+        ("sample", p.sample, m.sample, e.sample),
+        ("gather", p.gather, m.gather, e.gather),
+        ("compute", p.compute, m.compute, e.compute),
+        ("sync", p.sync, m.sync, e.sync),
+        ("iteration", v.predicted.iteration_seconds, v.measured_iteration_seconds, e.iteration),
+    ] {
+        println!("{name:<10} {:>10} {:>10} {:>+7.1}%", ms(pv), ms(mv), ev * 100.0);
+    }
 }

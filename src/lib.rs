@@ -4,6 +4,7 @@
 
 pub mod cluster;
 pub mod comm;
+pub mod cost;
 pub mod datasets;
 pub mod error;
 pub mod format;

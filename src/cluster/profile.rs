@@ -76,6 +76,8 @@ pub struct Profile {
     /// Extra environment for every worker (set explicitly, not via the remote login shell).
     pub env: Vec<(String, String)>,
     pub hosts: Vec<HostSpec>,
+    /// The `[cost]` table (cost-model figures, see `crate::cost::Figures`), as written.
+    pub cost: Option<toml::Table>,
 }
 
 #[derive(Deserialize)]
@@ -84,6 +86,7 @@ struct RawProfile {
     cluster: Option<RawCluster>,
     #[serde(default)]
     host: Vec<RawHost>,
+    cost: Option<toml::Table>,
 }
 
 #[derive(Deserialize, Default)]
@@ -132,6 +135,7 @@ impl Profile {
             connect_timeout: Duration::from_secs(10),
             env: vec![],
             hosts: vec![],
+            cost: None,
         }
     }
 
@@ -155,6 +159,7 @@ impl Profile {
         let c = raw.cluster.unwrap_or_default();
         let mut p = Profile::local();
         p.path = Some(path.to_path_buf());
+        p.cost = raw.cost;
         p.launcher = c.launcher.unwrap_or(LauncherKind::Local);
         if let Some(d) = c.remote_dir {
             if d.trim().is_empty() {

@@ -1,0 +1,270 @@
+//! `tune-merge --calibrate`: measure the figures on the real cluster.
+//!
+//! 1. The probe (`probe.rs`) measures bandwidth and latency of every ordered
+//!    pair of workers.
+//! 2. A few real iterations of every strategy this build trains (model-centric,
+//!    micrograph, pregather, leapgnn at T = ceil(W/2)) run through the normal
+//!    `train` path (`--stop-after N`); a strategy the build refuses is skipped
+//!    and reported.
+//! 3. Each record (worker, time step) of those runs is paired with the exact
+//!    counts of its block (`counts.rs`, the same iterations), and the per-unit
+//!    figures are fitted by non-negative least squares: sampling against
+//!    edges and blocks, gathering (after the probe's network time) against
+//!    copied bytes, remote rows and requests, compute against the model's
+//!    units. The all-reduce is the slowest worker's sync (it waits for no one).
+//!    The run's first iteration is left out (warm-up).
+
+use super::counts::IterationCounts;
+use super::figures::Figures;
+use super::fit::nnls;
+use super::model::{Shape, compute_units, fetch_seconds, predict_iteration};
+use super::probe::{ProbeTask, probe_links};
+use super::setup::Setup;
+use super::validate::{measure, read_metrics};
+use super::{ComputeRate, RowSources, layout_of_run};
+use crate::DataDir;
+use crate::cluster::Launcher;
+use crate::metrics::StepRecord;
+use crate::train::distributed::{DistOptions, train_distributed};
+use crate::train::{Quiet, RunOptions, StrategyKind, TrainConfig};
+use anyhow::Context;
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+pub struct CalibrateOptions<'a> {
+    pub launcher: &'a dyn Launcher,
+    pub interrupted: &'a AtomicBool,
+    /// Iterations per strategy run (the first is warm-up).
+    pub iterations: u64,
+    pub probe: ProbeTask,
+    pub comm_timeout: Duration,
+}
+
+/// One real run used by the calibration.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct CalibrationRun {
+    pub strategy: StrategyKind,
+    pub time_steps: u32,
+    pub batch_size: usize,
+    pub run: String,
+    pub measured_iteration_seconds: f64,
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Calibration {
+    pub figures: Figures,
+    pub runs: Vec<CalibrationRun>,
+    /// Strategies this build refused, with the reason.
+    pub skipped: Vec<String>,
+}
+
+/// What one fitted quantity sees: unknowns' units per record, and seconds.
+#[derive(Default)]
+struct Samples {
+    sample: (Vec<Vec<f64>>, Vec<f64>),
+    gather: (Vec<Vec<f64>>, Vec<f64>),
+    compute: (Vec<Vec<f64>>, Vec<f64>),
+    sync: Vec<f64>,
+}
+
+/// Measures the figures for jobs like `base` (dataset, workers, model,
+/// batch size, fanouts); `start` supplies what is not measured (memory bound).
+pub fn calibrate(
+    data: &DataDir,
+    base: &TrainConfig,
+    start: &Figures,
+    o: &CalibrateOptions<'_>,
+) -> anyhow::Result<Calibration> {
+    let w = base.workers;
+    let mut f = start.clone();
+    if w > 1 {
+        let links = probe_links(o.launcher, w, &o.probe, o.interrupted)?;
+        let mut bw: Vec<f64> = links.iter().map(|l| l.bandwidth).collect();
+        let mut lat: Vec<f64> = links.iter().map(|l| l.latency).collect();
+        f.bandwidth = median(&mut bw).unwrap_or(f.bandwidth);
+        f.latency = median(&mut lat).unwrap_or(f.latency);
+        f.links = links;
+    }
+    let setup = Setup::open(data, base)?;
+    let shape = setup.shape(false);
+    // Model-centric at the job's batch and at a quarter of it: blocks of both
+    // sizes (a micrograph group is about B / W roots) separate the per-block
+    // costs from the per-unit ones.
+    let b = base.batch_size;
+    let mut kinds = vec![(StrategyKind::ModelCentric, 1, b)];
+    if b.div_ceil(4) < b {
+        kinds.push((StrategyKind::ModelCentric, 1, b.div_ceil(4)));
+    }
+    if w > 1 {
+        kinds.extend([
+            (StrategyKind::Micrograph, w as u32, b),
+            (StrategyKind::Pregather, w as u32, b),
+            (StrategyKind::Leapgnn, w.div_ceil(2) as u32, b),
+        ]);
+    }
+    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let mut samples = Samples::default();
+    let mut runs = Vec::new();
+    // Per run: its counts and measured seconds, to calibrate the jitter once the rest is fitted.
+    let mut measured_runs: Vec<(Vec<IterationCounts>, f64)> = Vec::new();
+    let mut skipped = Vec::new();
+    for (strategy, t, batch) in kinds {
+        let mut cfg = base.clone();
+        cfg.batch_size = batch;
+        cfg.strategy = strategy;
+        cfg.time_steps = Some(t);
+        cfg.epochs = o.iterations.max(2);
+        cfg.checkpoint_every = 0;
+        if let Err(e) = cfg.check() {
+            skipped.push(format!("{strategy}: {e}"));
+            continue;
+        }
+        let name = format!("calibrate-{strategy}-t{t}-b{batch}-{stamp}");
+        let opts = RunOptions { run: Some(name.clone()), stop_after: Some(o.iterations.max(2)) };
+        let dist = DistOptions {
+            launcher: o.launcher,
+            interrupted: o.interrupted,
+            comm_timeout: o.comm_timeout,
+            check_replicas: 0,
+            dump_grad: None,
+        };
+        let summary = if w > 1 {
+            train_distributed(data, cfg.clone(), &opts, &dist, &mut Quiet)
+        } else {
+            crate::train::train(data, cfg.clone(), &opts, &mut Quiet).map_err(anyhow::Error::from)
+        }
+        .with_context(|| format!("calibration run of {strategy} (T = {t}) failed"))?;
+        let records = read_metrics(&data.run_dir(&summary.run).join("metrics.jsonl"))?;
+        let measured = measure(&records)?;
+        let layout = layout_of_run(&cfg, measured.time_steps)?;
+        let job = super::CountJob { batch_size: batch, ..setup.job() };
+        let counts = job.count(&layout, &measured.iterations);
+        collect(&mut samples, &records, &counts, &f, &shape);
+        // The jitter is the job's own: runs at its batch size only.
+        if batch == b {
+            measured_runs.push((counts, measured.iteration_seconds));
+        }
+        runs.push(CalibrationRun {
+            strategy,
+            batch_size: batch,
+            time_steps: layout.time_steps(w) as u32,
+            run: summary.run,
+            measured_iteration_seconds: measured.iteration_seconds,
+        });
+    }
+    fit(&mut f, &samples, &shape, w);
+    f.jitter = fit_jitter(&f, &measured_runs, &shape);
+    f.source = format!(
+        "calibrated at unix time {stamp} on {w} {} worker(s), {} ({}, batch {}, fanout {}, hidden {}), runs: {}",
+        o.launcher.name(),
+        base.dataset,
+        base.model,
+        base.batch_size,
+        base.fanouts,
+        base.hidden,
+        runs.iter()
+            .map(|r| format!("{} T={} B={}", r.strategy, r.time_steps, r.batch_size))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok(Calibration { figures: f, runs, skipped })
+}
+
+/// Pairs each record of the measured iterations with its block's counts.
+fn collect(s: &mut Samples, records: &[StepRecord], counts: &[IterationCounts], f: &Figures, shape: &Shape) {
+    let index: BTreeMap<(u64, u64), &IterationCounts> = counts.iter().map(|c| ((c.epoch, c.iteration), c)).collect();
+    let row_bytes = shape.feature_dim as f64 * 4.0;
+    // The probe's network time only: request and per-row costs are what the fit finds.
+    let net = Figures { request_seconds: 0.0, remote_row_seconds: 0.0, ..f.clone() };
+    let mut last_sync: BTreeMap<(u64, u64), Vec<f64>> = BTreeMap::new();
+    let last_step = records.iter().map(|r| r.time_step).max().unwrap_or(0);
+    for r in records {
+        let Some(c) = index.get(&(r.epoch, r.iteration)) else { continue };
+        let Some(wc) = c.workers.get(r.worker as usize) else { continue };
+        let Some(b) = wc.steps.get(r.time_step as usize) else { continue };
+        if r.time_step == last_step {
+            last_sync.entry((r.epoch, r.iteration)).or_default().push(r.sync_seconds);
+        }
+        if b.is_empty() {
+            continue;
+        }
+        let me = r.worker as usize;
+        s.sample.0.push(vec![b.total_edges() as f64, 1.0]);
+        s.sample.1.push(r.sample_seconds);
+        let [e, rw, i] = compute_units(b, shape);
+        s.compute.0.push(vec![e, rw, i, 1.0]);
+        s.compute.1.push(r.compute_seconds);
+        let mut parts: Vec<&RowSources> = vec![&b.rows];
+        if r.time_step == 0
+            && let Some(u) = &wc.pregather
+        {
+            parts.push(u);
+        }
+        let copied: f64 = parts.iter().map(|p| (p.local + p.cache) as f64 * row_bytes).sum();
+        let remote: f64 = parts.iter().map(|p| p.remote_rows() as f64).sum();
+        let requests: f64 = parts.iter().filter(|p| p.remote_rows() > 0).count() as f64;
+        let network: f64 = parts.iter().map(|p| fetch_seconds(p, me, &net, shape)).sum();
+        s.gather.0.push(vec![copied, remote, requests]);
+        s.gather.1.push(r.gather_seconds - network);
+    }
+    // The slowest worker arrives last at the all-reduce: its sync is the all-reduce itself.
+    s.sync.extend(last_sync.values().filter_map(|v| v.iter().copied().min_by(f64::total_cmp)));
+}
+
+fn fit(f: &mut Figures, s: &Samples, shape: &Shape, workers: usize) {
+    if !s.sample.1.is_empty() {
+        let c = nnls(&s.sample.0, &s.sample.1);
+        (f.sample_edge_seconds, f.sample_block_seconds) = (c[0], c[1]);
+    }
+    if !s.gather.1.is_empty() {
+        let c = nnls(&s.gather.0, &s.gather.1);
+        (f.local_byte_seconds, f.remote_row_seconds, f.request_seconds) = (c[0], c[1], c[2]);
+    }
+    if !s.compute.1.is_empty() {
+        let c = nnls(&s.compute.0, &s.compute.1);
+        let rate = ComputeRate { edge_seconds: c[0], row_seconds: c[1], input_seconds: c[2], block_seconds: c[3] };
+        f.compute.insert(shape.model.clone(), rate);
+    }
+    let max_latency = f.links.iter().map(|l| l.latency).fold(f.latency, f64::max);
+    f.step_seconds = if workers > 1 { 2.0 * max_latency } else { 0.0 };
+    let mut sync = s.sync.clone();
+    if let Some(m) = median(&mut sync) {
+        let fixed = if workers > 1 { (2.0 * (workers - 1) as f64 * f.latency).min(m) } else { 0.0 };
+        f.sync_seconds = fixed;
+        f.sync_param_seconds = (m - fixed).max(0.0) / shape.params.max(1) as f64;
+    }
+}
+
+/// The jitter that makes the fitted model meet each run's measured iteration
+/// time (median over runs, within 0..=2): steps' slowest work scaled by
+/// (1 + jitter) plus what does not scale (step ends, sync) = measured.
+fn fit_jitter(f: &Figures, runs: &[(Vec<IterationCounts>, f64)], shape: &Shape) -> f64 {
+    let flat = Figures { jitter: 0.0, ..f.clone() };
+    let mut js: Vec<f64> = runs
+        .iter()
+        .filter(|(c, _)| !c.is_empty())
+        .filter_map(|(counts, measured)| {
+            let mut work = 0.0;
+            let mut rest = 0.0;
+            for c in counts {
+                let p = predict_iteration(c, &flat, shape);
+                let ends = flat.step_seconds * p.steps.len().saturating_sub(1) as f64;
+                let sync = p.seconds - p.steps.iter().sum::<f64>();
+                work += p.steps.iter().sum::<f64>() - ends;
+                rest += ends + sync;
+            }
+            let n = counts.len() as f64;
+            (work > 0.0).then(|| ((measured - rest / n) / (work / n) - 1.0).clamp(0.0, 2.0))
+        })
+        .collect();
+    median(&mut js).unwrap_or(f.jitter)
+}
+
+fn median(v: &mut [f64]) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    Some(v[v.len() / 2])
+}

@@ -1,0 +1,278 @@
+//! The cost model's figures: what one unit of each kind of work costs on a
+//! cluster. They live in the `[cost]` table of a cluster profile; `tune-merge
+//! --calibrate` measures them and writes the table back. Without a
+//! calibration the defaults below apply: ROUGH guesses for a 10 Gb/s network
+//! and one modern CPU core per worker, good for the shape of a prediction
+//! (which T wins), not for its seconds.
+
+use crate::BadInput;
+use crate::cluster::Profile;
+use crate::format::{FormatError, write_atomic};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Compute rate of one model kind. Units are per layer l of a block:
+/// `edge` = sampled edges x input width, `row` = destination rows x input
+/// width x output width (the dense transform), `input` = input rows x
+/// feature dim (building the input matrix), plus a fixed cost per block.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ComputeRate {
+    pub edge_seconds: f64,
+    pub row_seconds: f64,
+    pub input_seconds: f64,
+    pub block_seconds: f64,
+}
+
+impl Default for ComputeRate {
+    fn default() -> Self {
+        // Forward + backward of GraphSAGE on 2 CPU threads (~5 GFLOP/s effective).
+        ComputeRate { edge_seconds: 1.0e-9, row_seconds: 0.4e-9, input_seconds: 0.5e-9, block_seconds: 2.0e-4 }
+    }
+}
+
+/// A measured link between two workers (the probe's figures).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Link {
+    pub from: usize,
+    pub to: usize,
+    /// Bytes per second.
+    pub bandwidth: f64,
+    /// One-way latency, seconds.
+    pub latency: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Figures {
+    /// `default (rough, uncalibrated)` or what the calibration measured on.
+    pub source: String,
+    /// Any link without its own entry: bytes per second, one-way latency (s).
+    pub bandwidth: f64,
+    pub latency: f64,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub links: Vec<Link>,
+    /// Fixed cost of one feature request beyond the link latency (framing, dispatch).
+    pub request_seconds: f64,
+    /// Per remote row: the owner's lookup and copy, the requester's unpacking.
+    pub remote_row_seconds: f64,
+    /// Per byte of a local or cached row copied into the input matrix.
+    pub local_byte_seconds: f64,
+    /// Sampling: per sampled edge and per block.
+    pub sample_edge_seconds: f64,
+    pub sample_block_seconds: f64,
+    /// Compute rate per model (`sage`, `gcn`, ...); `default` for the others.
+    pub compute: BTreeMap<String, ComputeRate>,
+    /// Gradient all-reduce and optimizer step: fixed + per parameter.
+    pub sync_seconds: f64,
+    pub sync_param_seconds: f64,
+    /// Cost of ending a time step (the workers meet before the next one).
+    pub step_seconds: f64,
+    /// Workers' times fluctuate, and a step waits for the slowest: the
+    /// expected maximum exceeds the maximum of the expectations. A step lasts
+    /// its slowest worker's predicted work x (1 + jitter).
+    pub jitter: f64,
+    /// Memory a worker may use for one time step's blocks and rows (bytes; 0 = unbounded).
+    pub memory_bytes: u64,
+}
+
+pub const DEFAULT_SOURCE: &str = "default (rough, uncalibrated)";
+
+impl Default for Figures {
+    fn default() -> Self {
+        Figures {
+            source: DEFAULT_SOURCE.into(),
+            bandwidth: 1.25e9,
+            latency: 50e-6,
+            links: Vec::new(),
+            request_seconds: 30e-6,
+            remote_row_seconds: 0.3e-6,
+            local_byte_seconds: 0.2e-9,
+            sample_edge_seconds: 30e-9,
+            sample_block_seconds: 50e-6,
+            compute: BTreeMap::from([("default".to_string(), ComputeRate::default())]),
+            sync_seconds: 0.5e-3,
+            sync_param_seconds: 5e-9,
+            step_seconds: 100e-6,
+            jitter: 0.1,
+            memory_bytes: 0,
+        }
+    }
+}
+
+impl Figures {
+    pub fn is_calibrated(&self) -> bool {
+        self.source != DEFAULT_SOURCE
+    }
+
+    /// (bytes per second, latency) of the link `from -> to`.
+    pub fn link(&self, from: usize, to: usize) -> (f64, f64) {
+        self.links
+            .iter()
+            .find(|l| l.from == from && l.to == to)
+            .map_or((self.bandwidth, self.latency), |l| (l.bandwidth, l.latency))
+    }
+
+    /// The compute rate of `model` (its own entry, else `default`, else the built-in one).
+    pub fn compute_of(&self, model: &str) -> ComputeRate {
+        self.compute.get(model).or_else(|| self.compute.get("default")).cloned().unwrap_or_default()
+    }
+
+    /// Rejects figures that would make a prediction meaningless, naming the key.
+    pub fn check(&self, origin: &str) -> Result<(), BadInput> {
+        let bad = |k: &str, v: f64, what: &str| {
+            Err(BadInput::new(format!(
+                "{origin}: cost.{k} = {v}: {what}; fix it or run `leapgnn tune-merge ... --calibrate`"
+            )))
+        };
+        for (k, v) in [("bandwidth", self.bandwidth)] {
+            if !(v.is_finite() && v > 0.0) {
+                return bad(k, v, "must be a positive number of bytes per second");
+            }
+        }
+        let times = [
+            ("latency", self.latency),
+            ("request_seconds", self.request_seconds),
+            ("remote_row_seconds", self.remote_row_seconds),
+            ("local_byte_seconds", self.local_byte_seconds),
+            ("sample_edge_seconds", self.sample_edge_seconds),
+            ("sample_block_seconds", self.sample_block_seconds),
+            ("sync_seconds", self.sync_seconds),
+            ("sync_param_seconds", self.sync_param_seconds),
+            ("step_seconds", self.step_seconds),
+            ("jitter", self.jitter),
+        ];
+        for (k, v) in times {
+            if !(v.is_finite() && v >= 0.0) {
+                return bad(k, v, "must be zero or a positive number of seconds");
+            }
+        }
+        for l in &self.links {
+            if !(l.bandwidth.is_finite() && l.bandwidth > 0.0 && l.latency.is_finite() && l.latency >= 0.0) {
+                return bad(
+                    &format!("links[{} -> {}]", l.from, l.to),
+                    l.bandwidth,
+                    "needs bandwidth > 0, latency >= 0",
+                );
+            }
+        }
+        for (m, c) in &self.compute {
+            for (k, v) in [
+                ("edge_seconds", c.edge_seconds),
+                ("row_seconds", c.row_seconds),
+                ("input_seconds", c.input_seconds),
+                ("block_seconds", c.block_seconds),
+            ] {
+                if !(v.is_finite() && v >= 0.0) {
+                    return bad(&format!("compute.{m}.{k}"), v, "must be zero or a positive number of seconds");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The figures of `profile` (its `[cost]` table over the defaults).
+    pub fn of_profile(profile: &Profile) -> Result<Self, BadInput> {
+        let origin =
+            profile.path.as_ref().map_or("the built-in local profile".to_string(), |p| p.display().to_string());
+        let f = match &profile.cost {
+            None => Figures::default(),
+            Some(t) => t
+                .clone()
+                .try_into::<Figures>()
+                .map_err(|e| BadInput::new(format!("{origin}: the [cost] table is malformed: {e}")))?,
+        };
+        f.check(&origin)?;
+        Ok(f)
+    }
+
+    /// Replaces the `[cost]` table of the profile file at `path` (every other
+    /// line, comments included, stays as written); creates the file when it
+    /// does not exist. Written atomically.
+    pub fn write_into_profile(&self, path: &Path) -> Result<(), FormatError> {
+        let old = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                "# Workers as local processes on this machine.\n[cluster]\nlauncher = \"local\"\n".to_string()
+            }
+            Err(e) => return Err(FormatError::Io { path: path.to_path_buf(), source: e }),
+        };
+        let mut text = without_cost_tables(&old);
+        if !text.is_empty() && !text.ends_with("\n\n") {
+            text.push('\n');
+        }
+        #[derive(Serialize)]
+        struct Wrapper<'a> {
+            cost: &'a Figures,
+        }
+        text.push_str(
+            "# Cost-model figures, written by `leapgnn tune-merge --calibrate` (see README, \"Tuning the merge\").\n",
+        );
+        text.push_str(&toml::to_string(&Wrapper { cost: self }).expect("figures serialise"));
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| FormatError::Io { path: dir.to_path_buf(), source: e })?;
+        }
+        write_atomic(path, text.as_bytes())
+    }
+}
+
+/// `text` without its `[cost]`, `[cost.*]` and `[[cost.*]]` tables (and the
+/// comment line this module writes above them).
+fn without_cost_tables(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut skipping = false;
+    for line in text.lines() {
+        let t = line.trim_start();
+        if t.starts_with('[') {
+            let name = t.trim_start_matches('[').split(']').next().unwrap_or("").trim();
+            skipping = name == "cost" || name.starts_with("cost.");
+        }
+        if t.starts_with("# Cost-model figures, written by") {
+            continue;
+        }
+        if !skipping {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    while out.ends_with("\n\n") {
+        out.pop();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn written_figures_replace_the_old_table_and_keep_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("lab.toml");
+        std::fs::write(&p, "# my lab\n[cluster]\nlauncher = \"local\"\n\n[cost]\nbandwidth = 1.0\n[cost.compute.sage]\nedge_seconds = 1.0\n").unwrap();
+        let mut f = Figures { source: "test".into(), ..Figures::default() };
+        f.links.push(Link { from: 0, to: 1, bandwidth: 2e9, latency: 1e-5 });
+        f.write_into_profile(&p).unwrap();
+        f.bandwidth = 3e9;
+        f.write_into_profile(&p).unwrap();
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert!(text.starts_with("# my lab\n[cluster]\n"), "{text}");
+        assert_eq!(text.matches("[cost]").count(), 1, "{text}");
+        let prof = Profile::load(&p).unwrap();
+        let back = Figures::of_profile(&prof).unwrap();
+        assert_eq!(back, f);
+        assert_eq!(back.link(0, 1), (2e9, 1e-5));
+        assert_eq!(back.link(1, 0), (3e9, f.latency));
+    }
+
+    #[test]
+    fn bad_figures_name_the_key() {
+        let f = Figures { bandwidth: 0.0, ..Figures::default() };
+        assert!(f.check("p.toml").unwrap_err().to_string().contains("cost.bandwidth"));
+        let mut f = Figures::default();
+        f.compute.insert("gat".into(), ComputeRate { row_seconds: -1.0, ..ComputeRate::default() });
+        assert!(f.check("p.toml").unwrap_err().to_string().contains("compute.gat.row_seconds"));
+    }
+}

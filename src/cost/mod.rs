@@ -1,0 +1,135 @@
+//! The cost model behind `tune-merge` and `train --time-steps auto`.
+//!
+//! - `counts`: exact per-worker, per-time-step counts of sampled iterations
+//!   (roots, block sizes, local / cached / remote rows per owner), from the
+//!   sampler training uses;
+//! - `figures`: what each unit of work costs on a cluster (the `[cost]` table
+//!   of a cluster profile; rough defaults until `--calibrate`);
+//! - `model`: predicted seconds of an iteration (sample, gather, compute, sync);
+//! - `planner`: every strategy and T = 1..W predicted, the `leapgnn` merge
+//!   plan chosen within the memory bound; `next_time_steps` for `--time-steps auto`;
+//! - `assign`: which roots a worker trains at each step (shared with training);
+//! - `validate`: prediction against a measured run's `metrics.jsonl`;
+//! - `calibrate` (+ `fit`, `probe`): figures measured on the real cluster.
+
+pub mod assign;
+pub mod calibrate;
+pub mod counts;
+pub mod figures;
+pub mod fit;
+pub mod model;
+pub mod planner;
+pub mod probe;
+pub mod setup;
+pub mod validate;
+
+pub use assign::{merged_steps, own_groups};
+pub use counts::{BlockCounts, CountJob, IterationCounts, Layout, RowSources, WorkerCounts};
+pub use figures::{ComputeRate, Figures, Link};
+pub use model::{Components, IterationPrediction, Prediction, Shape, predict, predict_iteration};
+pub use planner::{Candidate, PlanInput, Tuning, balanced_shares, layout_of, next_time_steps, tune};
+pub use setup::Setup;
+pub use validate::{Errors, Measured, measure, read_metrics};
+
+use crate::train::{MergePlan, StrategyKind, TrainConfig};
+use crate::{BadInput, DataDir};
+use anyhow::Context;
+
+/// The prediction table and the `leapgnn` plan for jobs like `cfg` (its
+/// dataset, workers, model, batch size, fanouts, cache), averaged over the
+/// first `iterations` iterations. What `tune-merge` prints and what `train
+/// --time-steps auto` asks at start (then `next_time_steps` with measured
+/// times at epoch boundaries).
+pub fn plan_for(
+    data: &DataDir,
+    cfg: &TrainConfig,
+    figures: &Figures,
+    iterations: usize,
+    prefetch: bool,
+) -> anyhow::Result<Tuning> {
+    let setup = Setup::open(data, cfg).with_context(|| format!("cannot read {} for the prediction", cfg.dataset))?;
+    let job = setup.job();
+    let its = job.first_iterations(iterations.max(1));
+    let shape = setup.shape(prefetch);
+    Ok(tune(&PlanInput { job: &job, shape: &shape, figures, iterations: &its })?)
+}
+
+/// The cost figures of the profile at `path` (`None`: the built-in local profile's rough defaults).
+pub fn figures_of(path: Option<&std::path::Path>) -> anyhow::Result<Figures> {
+    let profile = match path {
+        Some(p) => crate::cluster::Profile::load(p)?,
+        None => crate::cluster::Profile::local(),
+    };
+    Ok(Figures::of_profile(&profile)?)
+}
+
+/// The layout a run of `cfg` trained with; `seen_steps` = time steps in its records.
+pub fn layout_of_run(cfg: &TrainConfig, seen_steps: u32) -> Result<Layout, BadInput> {
+    let mut shares = Vec::new();
+    let mut t = seen_steps.max(1);
+    if cfg.strategy == StrategyKind::Leapgnn {
+        if let Some(p) = &cfg.merge_plan {
+            let plan = MergePlan::load(p)?;
+            plan.check(cfg.workers, &p.display().to_string())?;
+            if plan.time_steps == t {
+                shares = (0..cfg.workers).map(|w| plan.shares(w)).collect();
+            }
+        } else if let Some(n) = cfg.time_steps {
+            t = n;
+        }
+    }
+    Ok(layout_of(cfg.strategy, cfg.workers, t, &shares))
+}
+
+/// A measured run next to its prediction.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Validation {
+    pub run: String,
+    pub strategy: StrategyKind,
+    pub workers: usize,
+    pub time_steps: u32,
+    pub iterations: usize,
+    pub predicted: Prediction,
+    pub measured_iteration_seconds: f64,
+    pub measured: Components,
+    pub error: Errors,
+}
+
+/// Predicts exactly the iterations run `run` measured (its config, its
+/// partition, its batches) and compares.
+pub fn validate_run(data: &DataDir, run: &str, figures: &Figures, prefetch: bool) -> anyhow::Result<Validation> {
+    let dir = data.run_dir(run);
+    let cfg_path = dir.join("config.json");
+    let text = std::fs::read(&cfg_path).map_err(|e| {
+        BadInput::new(format!(
+            "--validate {run}: cannot read {}: {e}; give the name of a run under {}",
+            cfg_path.display(),
+            data.runs_dir().display()
+        ))
+    })?;
+    let cfg: TrainConfig = serde_json::from_slice(&text)
+        .map_err(|e| BadInput::new(format!("{}: not a run config: {e}", cfg_path.display())))?;
+    let measured = measure(&read_metrics(&dir.join("metrics.jsonl"))?)
+        .map_err(|e| BadInput::new(format!("--validate {run}: {e}")))?;
+    let setup = Setup::open(data, &cfg).with_context(|| format!("cannot set up the prediction of run {run}"))?;
+    let layout = layout_of_run(&cfg, measured.time_steps)?;
+    let counts = setup.job().count(&layout, &measured.iterations);
+    let predicted = predict(&counts, figures, &setup.shape(prefetch));
+    let error = validate::errors(
+        predicted.iteration_seconds,
+        &predicted.components,
+        measured.iteration_seconds,
+        &measured.components,
+    );
+    Ok(Validation {
+        run: run.to_string(),
+        strategy: cfg.strategy,
+        workers: cfg.workers,
+        time_steps: layout.time_steps(cfg.workers) as u32,
+        iterations: measured.iterations.len(),
+        predicted,
+        measured_iteration_seconds: measured.iteration_seconds,
+        measured: measured.components,
+        error,
+    })
+}

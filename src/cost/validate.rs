@@ -1,0 +1,156 @@
+//! Prediction against a measured run: the run's `metrics.jsonl` holds one
+//! record per (epoch, iteration, time step, worker) with its sample, gather,
+//! compute and sync seconds. An iteration's measured time is, per worker, the
+//! sum over its steps; every worker waits for the others in the all-reduce,
+//! so the slowest worker's sum is the iteration's wall time. Components are
+//! the mean over workers, as the model reports them. The run's first
+//! iterations are warm-up (first allocations, page faults, connections,
+//! allocator growth) and are left out: one, or two when there are more than
+//! four.
+
+use super::model::Components;
+use crate::BadInput;
+use crate::metrics::StepRecord;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+type PerWorker = BTreeMap<u32, Components>;
+
+/// What a run measured, per iteration and on average.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct Measured {
+    /// The iterations used: (epoch, iteration).
+    pub iterations: Vec<(u64, u64)>,
+    /// Per iteration (same order): slowest worker's seconds.
+    pub seconds: Vec<f64>,
+    pub workers: usize,
+    /// Time steps per iteration seen in the records (the largest).
+    pub time_steps: u32,
+    pub iteration_seconds: f64,
+    pub components: Components,
+}
+
+pub fn read_metrics(path: &Path) -> Result<Vec<StepRecord>, BadInput> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        BadInput::new(format!(
+            "cannot read {}: {e}; --validate takes a run name under <data-dir>/runs/",
+            path.display()
+        ))
+    })?;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let r: StepRecord = serde_json::from_str(line)
+            .map_err(|e| BadInput::new(format!("{} line {}: not a metrics record: {e}", path.display(), i + 1)))?;
+        out.push(r);
+    }
+    Ok(out)
+}
+
+/// The measured figures of `records`.
+pub fn measure(records: &[StepRecord]) -> Result<Measured, BadInput> {
+    // (epoch, iteration) -> worker -> components.
+    let mut by_it: BTreeMap<(u64, u64), PerWorker> = BTreeMap::new();
+    let mut time_steps = 0;
+    for r in records {
+        time_steps = time_steps.max(r.time_step + 1);
+        let c = by_it.entry((r.epoch, r.iteration)).or_default().entry(r.worker).or_default();
+        c.add(&Components {
+            sample: r.sample_seconds,
+            gather: r.gather_seconds,
+            compute: r.compute_seconds,
+            sync: r.sync_seconds,
+        });
+    }
+    let workers = by_it.values().map(BTreeMap::len).max().unwrap_or(0);
+    if workers == 0 {
+        return Err(BadInput::new("the run has no step records: nothing to compare with".to_string()));
+    }
+    // Only iterations every worker reported (an interrupted run may end mid-iteration).
+    let mut complete: Vec<(&(u64, u64), &PerWorker)> = by_it.iter().filter(|(_, w)| w.len() == workers).collect();
+    let warm_up = match complete.len() {
+        0 | 1 => 0,
+        2..=4 => 1,
+        _ => 2,
+    };
+    complete.drain(..warm_up);
+    let mut m = Measured { workers, time_steps, ..Default::default() };
+    for (&key, per) in complete {
+        let seconds = per.values().map(Components::total).fold(0.0, f64::max);
+        let mut mean = Components::default();
+        per.values().for_each(|c| mean.add(c));
+        m.iterations.push(key);
+        m.seconds.push(seconds);
+        m.iteration_seconds += seconds;
+        m.components.add(&mean.scale(1.0 / workers as f64));
+    }
+    let k = 1.0 / m.iterations.len().max(1) as f64;
+    m.iteration_seconds *= k;
+    m.components = m.components.scale(k);
+    Ok(m)
+}
+
+/// Relative error of each component and of the iteration: (predicted - measured) / measured.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+pub struct Errors {
+    pub iteration: f64,
+    pub sample: f64,
+    pub gather: f64,
+    pub compute: f64,
+    pub sync: f64,
+}
+
+pub fn errors(pred_seconds: f64, pred: &Components, meas_seconds: f64, meas: &Components) -> Errors {
+    let rel = |p: f64, m: f64| {
+        if m > 0.0 {
+            (p - m) / m
+        } else if p > 0.0 {
+            f64::INFINITY
+        } else {
+            0.0
+        }
+    };
+    Errors {
+        iteration: rel(pred_seconds, meas_seconds),
+        sample: rel(pred.sample, meas.sample),
+        gather: rel(pred.gather, meas.gather),
+        compute: rel(pred.compute, meas.compute),
+        sync: rel(pred.sync, meas.sync),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(epoch: u64, iteration: u64, t: u32, w: u32, s: f64) -> StepRecord {
+        StepRecord {
+            epoch,
+            iteration,
+            time_step: t,
+            worker: w,
+            sample_seconds: s,
+            gather_seconds: s,
+            compute_seconds: s,
+            sync_seconds: s,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn slowest_worker_sets_the_iteration_and_warm_up_is_dropped() {
+        let recs = vec![
+            rec(0, 0, 0, 0, 9.0),
+            rec(0, 0, 0, 1, 9.0),
+            rec(0, 1, 0, 0, 1.0),
+            rec(0, 1, 1, 0, 1.0),
+            rec(0, 1, 0, 1, 0.5),
+            rec(0, 1, 1, 1, 0.5),
+            rec(0, 2, 0, 0, 1.0), // worker 1 never reported iteration 2
+        ];
+        let m = measure(&recs).unwrap();
+        assert_eq!(m.iterations, vec![(0, 1)]);
+        assert_eq!(m.time_steps, 2);
+        assert!((m.iteration_seconds - 8.0).abs() < 1e-12);
+        assert!((m.components.sample - 1.5).abs() < 1e-12);
+    }
+}

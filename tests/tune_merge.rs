@@ -1,0 +1,145 @@
+//! `leapgnn tune-merge` end to end: the prediction table and plan file, bad
+//! input, calibration on 4 local worker processes, and predictions checked
+//! against measured runs.
+
+#[path = "train_support/mod.rs"]
+mod train_support;
+
+use leapgnn::train::MergePlan;
+use std::path::Path;
+use train_support::{fails, json};
+
+/// A temp data dir holding synthetic-small (20k nodes, 64-d; generated, seeded).
+fn data() -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    json(tmp.path(), &["download", "synthetic-small"]);
+    tmp
+}
+
+const JOB: &[&str] = &["synthetic-small", "--parts", "4", "--batch-size", "256"];
+
+fn tune(d: &Path, extra: &[&str]) -> serde_json::Value {
+    json(d, &[&["tune-merge"], JOB, extra].concat())
+}
+
+#[test]
+fn predicts_every_strategy_and_t_and_writes_a_plan_train_accepts() {
+    let tmp = data();
+    let d = tmp.path();
+    let out = d.join("plan.toml");
+    let v = tune(d, &["--out", out.to_str().unwrap()]);
+    let preds = v["predictions"].as_array().unwrap();
+    let has = |s: &str, t: u64| preds.iter().any(|p| p["strategy"] == s && p["time_steps"] == t);
+    assert!(has("model-centric", 1) && has("micrograph", 4) && has("pregather", 4));
+    assert!((1..=4).all(|t| has("leapgnn", t)), "{preds:?}");
+    assert!(preds.iter().all(|p| p["iteration_seconds"].as_f64().unwrap() > 0.0));
+    assert!(v["figures"].as_str().unwrap().contains("rough, uncalibrated"));
+    assert_eq!(v["chosen"]["strategy"], "leapgnn");
+    assert_eq!(v["plan"], out.to_str().unwrap());
+    let plan = MergePlan::load(&out).unwrap();
+    plan.check(4, "test").unwrap();
+    assert_eq!(plan.time_steps as u64, v["chosen"]["time_steps"].as_u64().unwrap());
+    let best = preds
+        .iter()
+        .filter(|p| p["strategy"] == "leapgnn")
+        .map(|p| p["iteration_seconds"].as_f64().unwrap())
+        .fold(f64::INFINITY, f64::min);
+    let written = plan.predicted_iteration_seconds.unwrap();
+    assert!((written - best).abs() <= 1e-12 * best, "plan says {written} s, table {best} s");
+    // The same inputs give the same output, and the default plan path is under the dataset.
+    let again = tune(d, &["--out", out.to_str().unwrap()]);
+    assert_eq!(again["predictions"], v["predictions"]);
+    let default = tune(d, &[]);
+    assert!(default["plan"].as_str().unwrap().ends_with("synthetic-small/plans/leapgnn-4.toml"));
+}
+
+#[test]
+fn bad_input_is_one_line_and_exit_2() {
+    let tmp = data();
+    let d = tmp.path();
+    let e = fails(d, &["tune-merge", "synthetic-small", "--parts", "0"], 2);
+    assert!(e.contains("--parts"), "{e}");
+    let e = fails(d, &[&["tune-merge"], JOB, &["--validate", "nosuchrun"]].concat(), 2);
+    assert!(e.contains("nosuchrun") && e.contains("runs"), "{e}");
+    let prof = d.join("lab.toml");
+    std::fs::write(&prof, "[cluster]\nlauncher = \"local\"\n[cost]\nbandwidth = -3.0\n").unwrap();
+    let e = fails(d, &[&["tune-merge"], JOB, &["--cluster", prof.to_str().unwrap()]].concat(), 2);
+    assert!(e.contains("lab.toml") && e.contains("cost.bandwidth"), "{e}");
+    std::fs::write(&prof, "[cluster]\nlauncher = \"local\"\n[cost]\nbandwith = 3.0\n").unwrap();
+    let e = fails(d, &[&["tune-merge"], JOB, &["--cluster", prof.to_str().unwrap()]].concat(), 2);
+    assert!(e.contains("lab.toml") && e.contains("bandwith"), "{e}");
+}
+
+fn train(d: &Path, run: &str, extra: &[&str]) -> serde_json::Value {
+    let base = ["train", "synthetic-small", "--workers", "4", "--batch-size", "256", "--no-tui", "--run", run];
+    json(d, &[&base[..], &["--epochs", "4", "--stop-after", "40"], extra].concat())
+}
+
+/// Calibrates on 4 local workers (figures written into the profile), then
+/// predicts a separately measured run.
+fn calibrated(d: &Path) -> serde_json::Value {
+    let prof = d.join("profiles/local.toml");
+    let v = tune(d, &["--calibrate", "--cluster", prof.to_str().unwrap()]);
+    let text = std::fs::read_to_string(&prof).unwrap();
+    assert!(text.contains("[cost]") && text.contains("[[cost.links]]"), "{text}");
+    // 12 ordered pairs of 4 workers, each with a measured bandwidth and latency.
+    assert_eq!(text.matches("[[cost.links]]").count(), 12);
+    assert!(v["figures"].as_str().unwrap().starts_with("calibrated"));
+    assert!(v["calibration"]["runs"].as_array().unwrap().iter().any(|r| r["strategy"] == "model-centric"));
+    v
+}
+
+#[test]
+fn calibrated_model_centric_prediction_is_within_35_percent() {
+    let tmp = data();
+    let d = tmp.path();
+    calibrated(d);
+    train(d, "mc", &[]);
+    // The calibrated profile is read from <data-dir>/profiles/local.toml.
+    let v = tune(d, &["--validate", "mc"]);
+    let err = v["error"]["iteration"].as_f64().unwrap();
+    let measured = v["measured_iteration_seconds"].as_f64().unwrap();
+    let predicted = v["validation"]["predicted"]["iteration_seconds"].as_f64().unwrap();
+    eprintln!("model-centric: predicted {predicted:.4} s, measured {measured:.4} s, error {:+.1}%", err * 100.0);
+    assert!(err.abs() <= 0.35, "model-centric: predicted {predicted} s, measured {measured} s");
+    for k in ["sample", "gather", "compute", "sync"] {
+        assert!(v["error"][k].as_f64().is_some(), "{k}");
+    }
+}
+
+/// leapgnn at every T and the chosen plan, measured: runs only once the
+/// micrograph strategies are in this build (a refusal fails the test).
+#[test]
+#[ignore = "needs strategies (mg branch)"]
+fn calibrated_leapgnn_predictions_and_the_chosen_plan_hold_when_measured() {
+    let tmp = data();
+    let d = tmp.path();
+    let v = calibrated(d);
+    assert!(
+        v["calibration"]["skipped"].as_array().unwrap().is_empty(),
+        "calibration skipped strategies: {}",
+        v["calibration"]["skipped"]
+    );
+    let mut measured = Vec::new();
+    for t in 1..=4 {
+        let run = format!("leap{t}");
+        train(d, &run, &["--strategy", "leapgnn", "--time-steps", &t.to_string()]);
+        let v = tune(d, &["--validate", &run]);
+        let err = v["error"]["iteration"].as_f64().unwrap();
+        eprintln!("leapgnn T={t}: measured {} s, error {:+.1}%", v["measured_iteration_seconds"], err * 100.0);
+        assert!(err.abs() <= 0.35, "leapgnn T = {t}: error {err}");
+        measured.push(v["measured_iteration_seconds"].as_f64().unwrap());
+    }
+    let out = d.join("plan.toml");
+    let v = tune(d, &["--out", out.to_str().unwrap()]);
+    train(d, "chosen", &["--strategy", "leapgnn", "--merge-plan", out.to_str().unwrap()]);
+    let chosen = tune(d, &["--validate", "chosen"])["measured_iteration_seconds"].as_f64().unwrap();
+    eprintln!("chosen T={}: {chosen} s; measured per T: {measured:?}", v["chosen"]["time_steps"]);
+    // Noise on a shared 2-core machine: 15 %.
+    assert!(
+        chosen <= measured[0] * 1.15 && chosen <= measured[3] * 1.15,
+        "chosen {chosen} s vs T=1 {} s, T=W {} s",
+        measured[0],
+        measured[3]
+    );
+}
