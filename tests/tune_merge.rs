@@ -110,7 +110,6 @@ fn calibrated_model_centric_prediction_is_within_35_percent() {
 /// leapgnn at every T and the chosen plan, measured: runs only once the
 /// micrograph strategies are in this build (a refusal fails the test).
 #[test]
-#[ignore = "needs strategies (mg branch)"]
 fn calibrated_leapgnn_predictions_and_the_chosen_plan_hold_when_measured() {
     let tmp = data();
     let d = tmp.path();

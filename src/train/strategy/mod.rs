@@ -6,7 +6,7 @@ mod micrograph;
 mod model_centric;
 mod p3;
 mod pregather;
-mod routing;
+pub(crate) mod routing;
 mod steps;
 mod store;
 

@@ -4,7 +4,7 @@
 
 /// Fills `steps` with W lists: step t holds the roots of b(i, (rank + t) mod W)
 /// that worker `rank` owns, in batch order. `owners`: None = worker 0 owns all.
-pub(super) fn route(batches: &[&[u32]], owners: Option<&[u16]>, rank: usize, steps: &mut Vec<Vec<u32>>) {
+pub(crate) fn route(batches: &[&[u32]], owners: Option<&[u16]>, rank: usize, steps: &mut Vec<Vec<u32>>) {
     let w = batches.len();
     steps.resize_with(w, Vec::new);
     for (t, step) in steps.iter_mut().enumerate() {
@@ -23,7 +23,7 @@ pub(super) fn route(batches: &[&[u32]], owners: Option<&[u16]>, rank: usize, ste
 /// topped up, in step order, towards its share of all the worker's roots. A
 /// step already above its share keeps its own roots (they are its model's), so
 /// balance is as close as that allows. Every root stays on this worker.
-pub(super) fn merge(steps: &mut Vec<Vec<u32>>, shares: &[f64]) {
+pub(crate) fn merge(steps: &mut Vec<Vec<u32>>, shares: &[f64]) {
     let kept = shares.len();
     if steps.len() <= kept {
         return;
