@@ -49,7 +49,10 @@ pub fn write_plots(report: &BenchReport, dir: &Path) -> anyhow::Result<std::path
 
         let top = report.rows.iter().filter_map(|r| r.speedup).fold(1.0f64, f64::max) * 1.25;
         let mut chart = ChartBuilder::on(&left)
-            .caption(format!("Speed-up over model-centric, {} x {}", report.workers, report.dataset), ("sans-serif", 16))
+            .caption(
+                format!("Speed-up over model-centric, {} x {}", report.workers, report.dataset),
+                ("sans-serif", 16),
+            )
             .margin(10)
             .x_label_area_size(30)
             .y_label_area_size(45)

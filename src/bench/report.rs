@@ -53,9 +53,8 @@ pub fn load_runs(dir: &Path) -> Result<BenchReport, BadInput> {
         let path = entry.path();
         let text = std::fs::read_to_string(&path)
             .map_err(|e| BadInput::new(format!("cannot read {}: {e}", path.display())))?;
-        let s: RunSummary = serde_json::from_str(&text).map_err(|e| {
-            BadInput::new(format!("{} is not a `train --json` summary: {e}", path.display()))
-        })?;
+        let s: RunSummary = serde_json::from_str(&text)
+            .map_err(|e| BadInput::new(format!("{} is not a `train --json` summary: {e}", path.display())))?;
         let rate = stem.strip_suffix(&format!("-{}", s.strategy)).ok_or_else(|| {
             BadInput::new(format!(
                 "{}: the file name says `{stem}` but the run's strategy is {}; name it run-<rate>-<strategy>.json",
@@ -73,7 +72,11 @@ pub fn load_runs(dir: &Path) -> Result<BenchReport, BadInput> {
     }
     let order = |s: &str| STRATEGY_ORDER.iter().position(|x| *x == s).unwrap_or(STRATEGY_ORDER.len());
     runs.sort_by(|a, b| {
-        (rate_bits(&a.0), order(&a.1.strategy), &a.1.strategy).cmp(&(rate_bits(&b.0), order(&b.1.strategy), &b.1.strategy))
+        (rate_bits(&a.0), order(&a.1.strategy), &a.1.strategy).cmp(&(
+            rate_bits(&b.0),
+            order(&b.1.strategy),
+            &b.1.strategy,
+        ))
     });
     let mut baseline: BTreeMap<String, f64> = BTreeMap::new();
     for (rate, s) in &runs {
@@ -116,9 +119,9 @@ fn mb(bytes: f64) -> String {
 impl BenchReport {
     /// The table as Markdown.
     pub fn markdown(&self) -> String {
-        let mut out = format!(
+        let mut out = String::from(
             "| link | strategy | T | epoch s | speed-up | features MB | gradients MB | migration MB | activations MB | miss rate | test acc |\n\
-             | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
+             | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
         );
         for r in &self.rows {
             out.push_str(&format!(
@@ -148,7 +151,8 @@ mod tests {
     fn summary(strategy: &str, secs: f64, features: u64) -> RunSummary {
         let mut s = RunSummary { strategy: strategy.into(), dataset: "d".into(), workers: 4, ..Default::default() };
         s.bytes.features = features;
-        let e = |epoch| EpochRecord { epoch, seconds: secs, test_accuracy: 0.5, val_accuracy: 0.5, ..Default::default() };
+        let e =
+            |epoch| EpochRecord { epoch, seconds: secs, test_accuracy: 0.5, val_accuracy: 0.5, ..Default::default() };
         s.from_history(vec![e(0), e(1)])
     }
 
@@ -163,7 +167,9 @@ mod tests {
     #[test]
     fn speedups_are_against_model_centric_at_the_same_rate() {
         let dir = tempfile::tempdir().unwrap();
-        let put = |name: &str, s: RunSummary| std::fs::write(dir.path().join(name), serde_json::to_string(&s).unwrap()).unwrap();
+        let put = |name: &str, s: RunSummary| {
+            std::fs::write(dir.path().join(name), serde_json::to_string(&s).unwrap()).unwrap()
+        };
         put("run-1gbit-model-centric.json", summary("model-centric", 2.0, 800));
         put("run-1gbit-leapgnn.json", summary("leapgnn", 1.0, 100));
         put("run-100mbit-model-centric.json", summary("model-centric", 10.0, 800));
@@ -189,8 +195,11 @@ mod tests {
     fn a_misnamed_or_empty_directory_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         assert!(load_runs(dir.path()).unwrap_err().to_string().contains("no run-"));
-        std::fs::write(dir.path().join("run-1gbit-p3.json"), serde_json::to_string(&summary("leapgnn", 1.0, 1)).unwrap())
-            .unwrap();
+        std::fs::write(
+            dir.path().join("run-1gbit-p3.json"),
+            serde_json::to_string(&summary("leapgnn", 1.0, 1)).unwrap(),
+        )
+        .unwrap();
         assert!(load_runs(dir.path()).unwrap_err().to_string().contains("strategy is leapgnn"));
     }
 }
