@@ -81,6 +81,24 @@ fn bench(c: &mut Criterion) {
         })
     });
 
+    // One step of every other model on the same batches (the figure per model).
+    for kind in [ModelKind::SageMax, ModelKind::Gcn, ModelKind::Gat] {
+        let spec = ModelSpec { kind, ..spec.clone() };
+        let mut params = Params::new(0);
+        let model = Model::new(&spec, &mut params, &candle_core::Device::Cpu).unwrap();
+        let data = GraphData { graph: csr.view(), features: &feats, labels: &labels };
+        let mut wk = Worker::new((0, 1), data, (&fanouts, &fanouts), 0, (model, params), candle_core::Device::Cpu);
+        let mut j = 0usize;
+        group.bench_function(format!("{kind}_1024_roots_10x10_128d"), |b| {
+            b.iter(|| {
+                j += 1;
+                let roots = &batches[j % batches.len()];
+                let mut grad = vec![0f32; wk.params.numel()];
+                black_box(wk.compute(roots, j as u64, j as u64, roots.len(), &mut grad).unwrap().loss)
+            })
+        });
+    }
+
     // The parts, for the breakdown.
     let sampler = NeighborSampler::new(csr.view(), fanouts.clone(), 0);
     let mut map = NodeMap::new(train_common::NODES);

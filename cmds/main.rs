@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 mod analyze_locality;
+mod bench_report;
 mod cluster;
 mod download;
 mod info;
@@ -63,6 +64,8 @@ enum Command {
     TuneMerge(tune_merge::Args),
     /// Cluster profiles: check every host before training on it.
     Cluster(cluster::Args),
+    /// Report of an emulated-cluster run: one table and an SVG plot.
+    BenchReport(bench_report::Args),
     /// Internal: a training worker started by `train`.
     #[command(hide = true)]
     Worker(worker::Args),
@@ -89,6 +92,7 @@ fn main() -> ExitCode {
         Command::Train(a) => train::run(&g, *a),
         Command::TuneMerge(a) => tune_merge::run(&g, a),
         Command::Cluster(a) => cluster::run(&g, a),
+        Command::BenchReport(a) => bench_report::run(&g, a),
         Command::Worker(a) => worker::run(&g, a),
     };
     match result {

@@ -2,6 +2,7 @@
 //! the features (LeapGNN, FAST'25). The binary in `cmds/` is a thin CLI over
 //! this library.
 
+pub mod bench;
 pub mod cluster;
 pub mod comm;
 pub mod cost;

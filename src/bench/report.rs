@@ -1,0 +1,205 @@
+use crate::BadInput;
+use crate::metrics::RunSummary;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// One (link rate, strategy) run.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct BenchRow {
+    /// As given to tc, e.g. `100mbit`.
+    pub rate: String,
+    pub strategy: String,
+    /// Mean training seconds per epoch (evaluation excluded).
+    pub epoch_seconds: f64,
+    /// model-centric's epoch seconds at the same rate / this one's.
+    pub speedup: Option<f64>,
+    /// Bytes per epoch that crossed a socket, summed over workers.
+    pub features_per_epoch: f64,
+    pub gradients_per_epoch: f64,
+    pub migration_per_epoch: f64,
+    pub activations_per_epoch: f64,
+    pub miss_rate: f64,
+    pub test_accuracy: f64,
+    pub time_steps: u32,
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct BenchReport {
+    pub dataset: String,
+    pub workers: usize,
+    /// Rows sorted by rate (slowest link first), then by strategy order of the run.
+    pub rows: Vec<BenchRow>,
+}
+
+/// Bits per second of a tc rate (`500kbit`, `100mbit`, `1gbit`, `64bit`).
+pub fn rate_bits(rate: &str) -> Option<u64> {
+    let r = rate.to_ascii_lowercase();
+    let (num, mult) = [("gbit", 1_000_000_000u64), ("mbit", 1_000_000), ("kbit", 1_000), ("bit", 1)]
+        .iter()
+        .find_map(|(suffix, m)| r.strip_suffix(suffix).map(|n| (n.to_string(), *m)))?;
+    num.parse::<u64>().ok()?.checked_mul(mult)
+}
+
+const STRATEGY_ORDER: [&str; 5] = ["model-centric", "micrograph", "pregather", "leapgnn", "p3"];
+
+/// Reads every `run-<rate>-<strategy>.json` in `dir` (a `train --json` summary each).
+pub fn load_runs(dir: &Path) -> Result<BenchReport, BadInput> {
+    let entries = std::fs::read_dir(dir)
+        .map_err(|e| BadInput::new(format!("cannot read the bench directory {}: {e}", dir.display())))?;
+    let mut runs: Vec<(String, RunSummary)> = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(stem) = name.strip_prefix("run-").and_then(|s| s.strip_suffix(".json")) else { continue };
+        let path = entry.path();
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| BadInput::new(format!("cannot read {}: {e}", path.display())))?;
+        let s: RunSummary = serde_json::from_str(&text)
+            .map_err(|e| BadInput::new(format!("{} is not a `train --json` summary: {e}", path.display())))?;
+        let rate = stem.strip_suffix(&format!("-{}", s.strategy)).ok_or_else(|| {
+            BadInput::new(format!(
+                "{}: the file name says `{stem}` but the run's strategy is {}; name it run-<rate>-<strategy>.json",
+                path.display(),
+                s.strategy
+            ))
+        })?;
+        runs.push((rate.to_string(), s));
+    }
+    if runs.is_empty() {
+        return Err(BadInput::new(format!(
+            "{} holds no run-<rate>-<strategy>.json summaries (did every training run fail?)",
+            dir.display()
+        )));
+    }
+    let order = |s: &str| STRATEGY_ORDER.iter().position(|x| *x == s).unwrap_or(STRATEGY_ORDER.len());
+    runs.sort_by(|a, b| {
+        (rate_bits(&a.0), order(&a.1.strategy), &a.1.strategy).cmp(&(
+            rate_bits(&b.0),
+            order(&b.1.strategy),
+            &b.1.strategy,
+        ))
+    });
+    let mut baseline: BTreeMap<String, f64> = BTreeMap::new();
+    for (rate, s) in &runs {
+        if s.strategy == "model-centric" {
+            baseline.insert(rate.clone(), mean(&s.epoch_seconds));
+        }
+    }
+    let rows = runs
+        .iter()
+        .map(|(rate, s)| {
+            let secs = mean(&s.epoch_seconds);
+            let epochs = s.epochs.max(1) as f64;
+            BenchRow {
+                rate: rate.clone(),
+                strategy: s.strategy.clone(),
+                epoch_seconds: secs,
+                speedup: baseline.get(rate).filter(|_| secs > 0.0).map(|b| b / secs),
+                features_per_epoch: s.bytes.features as f64 / epochs,
+                gradients_per_epoch: s.bytes.gradients as f64 / epochs,
+                migration_per_epoch: s.bytes.migration as f64 / epochs,
+                activations_per_epoch: s.bytes.activations as f64 / epochs,
+                miss_rate: s.miss_rate,
+                test_accuracy: s.test_accuracy,
+                time_steps: s.time_steps,
+            }
+        })
+        .collect();
+    let first = &runs[0].1;
+    Ok(BenchReport { dataset: first.dataset.clone(), workers: first.workers, rows })
+}
+
+fn mean(xs: &[f64]) -> f64 {
+    if xs.is_empty() { 0.0 } else { xs.iter().sum::<f64>() / xs.len() as f64 }
+}
+
+fn mb(bytes: f64) -> String {
+    format!("{:.1}", bytes / 1e6)
+}
+
+impl BenchReport {
+    /// The table as Markdown.
+    pub fn markdown(&self) -> String {
+        let mut out = String::from(
+            "| link | strategy | T | epoch s | speed-up | features MB | gradients MB | migration MB | activations MB | miss rate | test acc |\n\
+             | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+        );
+        for r in &self.rows {
+            out.push_str(&format!(
+                "| {} | {} | {} | {:.2} | {} | {} | {} | {} | {} | {:.3} | {:.4} |\n",
+                r.rate,
+                r.strategy,
+                r.time_steps,
+                r.epoch_seconds,
+                r.speedup.map_or("-".into(), |s| format!("{s:.2}x")),
+                mb(r.features_per_epoch),
+                mb(r.gradients_per_epoch),
+                mb(r.migration_per_epoch),
+                mb(r.activations_per_epoch),
+                r.miss_rate,
+                r.test_accuracy
+            ));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::EpochRecord;
+
+    fn summary(strategy: &str, secs: f64, features: u64) -> RunSummary {
+        let mut s = RunSummary { strategy: strategy.into(), dataset: "d".into(), workers: 4, ..Default::default() };
+        s.bytes.features = features;
+        let e =
+            |epoch| EpochRecord { epoch, seconds: secs, test_accuracy: 0.5, val_accuracy: 0.5, ..Default::default() };
+        s.from_history(vec![e(0), e(1)])
+    }
+
+    #[test]
+    fn rates_parse_like_tc() {
+        assert_eq!(rate_bits("100mbit"), Some(100_000_000));
+        assert_eq!(rate_bits("10Gbit"), Some(10_000_000_000));
+        assert_eq!(rate_bits("500kbit"), Some(500_000));
+        assert_eq!(rate_bits("fast"), None);
+    }
+
+    #[test]
+    fn speedups_are_against_model_centric_at_the_same_rate() {
+        let dir = tempfile::tempdir().unwrap();
+        let put = |name: &str, s: RunSummary| {
+            std::fs::write(dir.path().join(name), serde_json::to_string(&s).unwrap()).unwrap()
+        };
+        put("run-1gbit-model-centric.json", summary("model-centric", 2.0, 800));
+        put("run-1gbit-leapgnn.json", summary("leapgnn", 1.0, 100));
+        put("run-100mbit-model-centric.json", summary("model-centric", 10.0, 800));
+        put("run-100mbit-leapgnn.json", summary("leapgnn", 4.0, 100));
+        std::fs::write(dir.path().join("notes.txt"), "ignored").unwrap();
+        let r = load_runs(dir.path()).unwrap();
+        let got: Vec<(&str, &str, Option<f64>)> =
+            r.rows.iter().map(|x| (x.rate.as_str(), x.strategy.as_str(), x.speedup)).collect();
+        assert_eq!(
+            got,
+            vec![
+                ("100mbit", "model-centric", Some(1.0)),
+                ("100mbit", "leapgnn", Some(2.5)),
+                ("1gbit", "model-centric", Some(1.0)),
+                ("1gbit", "leapgnn", Some(2.0)),
+            ]
+        );
+        assert_eq!(r.rows[1].features_per_epoch, 50.0);
+        assert!(r.markdown().contains("| 100mbit | leapgnn | 0 | 4.00 | 2.50x |"));
+    }
+
+    #[test]
+    fn a_misnamed_or_empty_directory_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(load_runs(dir.path()).unwrap_err().to_string().contains("no run-"));
+        std::fs::write(
+            dir.path().join("run-1gbit-p3.json"),
+            serde_json::to_string(&summary("leapgnn", 1.0, 1)).unwrap(),
+        )
+        .unwrap();
+        assert!(load_runs(dir.path()).unwrap_err().to_string().contains("strategy is leapgnn"));
+    }
+}

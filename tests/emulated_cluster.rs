@@ -1,0 +1,117 @@
+//! scripts/emulated-cluster.sh for real: network namespaces, veth, a bridge,
+//! tc shaping and one sshd per emulated host. The script must leave nothing
+//! behind, and its report must compare the strategies it ran.
+
+#[path = "dist_support/mod.rs"]
+mod dist_support;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+/// The runs share the host's namespace list, so one at a time (else one run's
+/// hosts would look like another's leftovers).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn script(args: &[&str]) -> Output {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    Command::new("bash")
+        .arg(root.join("scripts/emulated-cluster.sh"))
+        .args(["--bin", env!("CARGO_BIN_EXE_leapgnn")])
+        .args(args)
+        .output()
+        .expect("bash runs the script")
+}
+
+/// Namespaces and links named after the script's runs (`lg<pid>-h<i>`, `lgbr<pid>`, `lgv<pid>-<i>`).
+fn leftovers() -> Vec<String> {
+    let ns = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let links = Command::new("ip").args(["-o", "link", "show"]).output().unwrap();
+    let mut left: Vec<String> = String::from_utf8_lossy(&ns.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with("lg") && n.contains("-h"))
+        .map(str::to_string)
+        .collect();
+    left.extend(
+        String::from_utf8_lossy(&links.stdout)
+            .lines()
+            .filter_map(|l| l.split(": ").nth(1))
+            .map(|n| n.split('@').next().unwrap_or(n).to_string())
+            .filter(|n| n.starts_with("lgbr") || n.starts_with("lgv")),
+    );
+    left
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn hosts_come_up_pass_the_cluster_check_and_leave_nothing_behind() {
+    let _one = serial();
+    let before = leftovers();
+    let out = tempfile::tempdir().unwrap();
+    let o = script(&["--hosts", "3", "--check-only", "--rate", "50mbit", "--out", out.path().to_str().unwrap()]);
+    let err = stderr(&o);
+    assert!(o.status.success(), "the script failed:\n{err}");
+    assert_eq!(err.matches(": all hosts ok").count(), 1, "{err}");
+    assert_eq!(err.matches("mesh listening on 10.213.").count(), 3, "{err}");
+    assert!(err.contains("rate 50Mbit"), "the link is not shaped:\n{err}");
+    assert!(err.contains("clean: no namespace, link, qdisc or process"), "{err}");
+    assert_eq!(leftovers(), before);
+}
+
+#[test]
+fn bad_arguments_exit_2_before_touching_the_network() {
+    let _one = serial();
+    let before = leftovers();
+    for args in [&["--hosts", "0"][..], &["--rate"][..], &["--frobnicate"][..]] {
+        let o = script(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+    }
+    let o = script(&["--hosts", "2", "--sweep", "fast", "--dataset", "nothing-here"]);
+    assert_ne!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(leftovers(), before);
+}
+
+#[test]
+fn a_two_host_run_reports_every_strategy_against_model_centric() {
+    let _one = serial();
+    let data = dist_support::cora();
+    let out = tempfile::tempdir().unwrap();
+    let o = script(&[
+        "--hosts",
+        "2",
+        "--dataset",
+        "cora",
+        "--data-dir",
+        data.path().to_str().unwrap(),
+        "--strategies",
+        "model-centric,leapgnn",
+        "--sweep",
+        "20mbit,1gbit",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "64",
+        "--out",
+        out.path().to_str().unwrap(),
+    ]);
+    let err = stderr(&o);
+    assert!(o.status.success(), "the script failed:\n{err}");
+    assert!(err.contains("clean: no namespace, link, qdisc or process"), "{err}");
+    let report = std::fs::read_to_string(out.path().join("report.md")).unwrap();
+    for rate in ["20mbit", "1gbit"] {
+        for s in ["model-centric", "leapgnn"] {
+            assert!(out.path().join(format!("run-{rate}-{s}.json")).is_file(), "{rate} {s} missing:\n{err}");
+            assert!(report.contains(&format!("| {rate} | {s} |")), "{report}");
+        }
+    }
+    assert!(report.contains("| 20mbit | model-centric | 1 |") && report.contains("1.00x"), "{report}");
+    let svg = std::fs::read_to_string(out.path().join("bench.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("leapgnn"), "{}", &svg[..svg.len().min(200)]);
+}
