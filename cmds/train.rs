@@ -480,7 +480,8 @@ fn config(a: &Args) -> Result<TrainConfig, BadInput> {
         Some(s) if s.eq_ignore_ascii_case("all") => Fanouts::all(fanouts.layers()),
         Some(s) => s.parse()?,
     };
-    let strategy = parse(&a.strategy, d.strategy)?;
+    // Naive migration is costed over model-centric's batches.
+    let strategy = if a.strategy.as_deref() == Some(NAIVE) { d.strategy } else { parse(&a.strategy, d.strategy)? };
     let workers = a.workers.unwrap_or(d.workers);
     let time_steps = match a.time_steps.as_deref() {
         // Each strategy's own count; leapgnn follows its plan, else tunes.
@@ -503,8 +504,7 @@ fn config(a: &Args) -> Result<TrainConfig, BadInput> {
     };
     Ok(TrainConfig {
         dataset: a.dataset.clone().unwrap_or(d.dataset),
-        // Naive migration is costed over model-centric's batches.
-        strategy: if a.strategy.as_deref() == Some(NAIVE) { d.strategy } else { strategy },
+        strategy,
         workers,
         // One part per worker unless told otherwise.
         parts: a.parts.or(a.workers).unwrap_or(d.parts),
