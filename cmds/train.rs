@@ -329,7 +329,12 @@ fn distributed(
 /// Checks every host first (the same checks as `cluster check`, failing on
 /// the first bad host), partitions here if needed, and ships each rank the
 /// dataset archive, the partition manifest and its own part.
-fn ssh_launcher(data: &DataDir, cfg: &TrainConfig, profile: Profile, accept_new: bool) -> anyhow::Result<SshLauncher> {
+pub(crate) fn ssh_launcher(
+    data: &DataDir,
+    cfg: &TrainConfig,
+    profile: Profile,
+    accept_new: bool,
+) -> anyhow::Result<SshLauncher> {
     let launcher = SshLauncher::new(profile)?.accept_new_host_keys(accept_new);
     preflight_with(&launcher)?;
     let dataset = std::path::absolute(leapgnn::datasets::ensure_dataset(data, &cfg.dataset)?)?;

@@ -7,7 +7,7 @@ use crate::Global;
 use crate::output::print_json;
 use anyhow::Context;
 use leapgnn::BadInput;
-use leapgnn::cluster::{LauncherKind, LocalLauncher, Profile};
+use leapgnn::cluster::{Launcher, LauncherKind, LocalLauncher, Profile};
 use leapgnn::cost::calibrate::{CalibrateOptions, Calibration, calibrate};
 use leapgnn::cost::probe::ProbeTask;
 use leapgnn::cost::{Candidate, Figures, Tuning, Validation, plan_for, validate_run};
@@ -30,6 +30,9 @@ pub struct Args {
     /// [default: <data-dir>/profiles/local.toml when present, else rough built-in figures].
     #[arg(long)]
     pub cluster: Option<PathBuf>,
+    /// With an ssh profile and --calibrate: record host keys not yet in known_hosts (a changed key is still refused).
+    #[arg(long)]
+    pub accept_new_host_keys: bool,
     /// Measure the figures on the cluster first (probe + a few real iterations of each strategy) and write them into the profile.
     #[arg(long)]
     pub calibrate: bool,
@@ -201,23 +204,28 @@ fn run_calibration(
     profile: &Profile,
     a: &Args,
 ) -> anyhow::Result<Calibration> {
-    if profile.launcher != LauncherKind::Local {
-        return Err(BadInput::new(format!(
-            "--calibrate with the {:?} launcher of {}: only local workers can be calibrated in this build (training over ssh is not built yet)",
-            profile.launcher,
-            profile.path.as_ref().map_or("the profile".into(), |p| p.display().to_string())
-        ))
-        .into());
-    }
     if !(a.comm_timeout.is_finite() && a.comm_timeout > 0.0 && a.comm_timeout <= 86_400.0) {
         return Err(BadInput::new(format!("--comm-timeout {}: expected seconds in (0, 86400]", a.comm_timeout)).into());
     }
     let interrupted: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
     ctrlc::set_handler(move || interrupted.store(true, Ordering::SeqCst))
         .context("cannot install the Ctrl-C handler")?;
-    let launcher = LocalLauncher::current(vec!["--data-dir".into(), data.root.display().to_string()])?;
+    // Calibrated where it will train: local processes, or the profile's ssh hosts.
+    let local;
+    let ssh;
+    let launcher: &dyn Launcher = match profile.launcher {
+        LauncherKind::Ssh => {
+            ssh = crate::train::ssh_launcher(data, cfg, profile.clone(), a.accept_new_host_keys)?;
+            &ssh
+        }
+        _ => {
+            local = LocalLauncher::current(vec!["--data-dir".into(), data.root.display().to_string()])?;
+            &local
+        }
+    };
     let opts = CalibrateOptions {
-        launcher: &launcher,
+        launcher,
+        driver_bind: profile.driver_bind(),
         interrupted,
         iterations: a.calibrate_iterations,
         probe: ProbeTask::default(),

@@ -39,6 +39,8 @@ pub struct CalibrateOptions<'a> {
     pub iterations: u64,
     pub probe: ProbeTask,
     pub comm_timeout: Duration,
+    /// Where the control listener binds (the profile's `driver_bind`).
+    pub driver_bind: std::net::SocketAddr,
 }
 
 /// One real run used by the calibration.
@@ -128,6 +130,8 @@ pub fn calibrate(
             comm_timeout: o.comm_timeout,
             check_replicas: 0,
             dump_grad: None,
+            worker_lines: None,
+            driver_bind: o.driver_bind,
         };
         let summary = if w > 1 {
             train_distributed(data, cfg.clone(), &opts, &dist, &mut Quiet)
