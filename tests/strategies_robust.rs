@@ -198,40 +198,56 @@ fn a_merge_plan_sets_the_steps_and_their_shares() {
 }
 
 #[test]
-fn auto_time_steps_are_decided_once_for_every_worker() {
+fn auto_time_steps_start_from_the_model_and_change_only_between_epochs() {
     let tmp = cora();
     let d = tmp.path();
-    // 5 iterations per epoch: one warm-up, then T = 4, 3, 2, 1 measured, decided in epoch 2.
+    // 5 iterations per epoch; T is re-planned at each of the 3 epoch boundaries.
     let s = train(
         d,
         "cora",
-        &[CORA, &["--workers", "4", "--batch-size", "8", "--epochs", "3", "--strategy", "leapgnn"]].concat(),
+        &[CORA, &["--workers", "4", "--batch-size", "8", "--epochs", "4", "--strategy", "leapgnn"]].concat(),
     );
-    let t = count(&s["time_steps"]);
-    assert!((1..=4).contains(&t), "{s}");
     let recs = records(d, &s);
-    // From the decision on (global iteration 6), every worker takes exactly T steps.
-    for g in 6..15u64 {
-        let (e, i) = (g / 5, g % 5);
-        for w in 0..4u64 {
-            let n = recs
-                .iter()
-                .filter(|r| count(&r["epoch"]) == e && count(&r["iteration"]) == i && count(&r["worker"]) == w)
-                .count();
-            assert_eq!(n as u64, t, "epoch {e} iteration {i} worker {w}");
-        }
-    }
-    // The tuning iterations tried every T.
-    let mut tried: Vec<u64> = (1..6u64)
-        .map(|g| {
-            recs.iter()
-                .filter(|r| count(&r["epoch"]) == g / 5 && count(&r["iteration"]) == g % 5 && r["worker"] == 0)
-                .count() as u64
+    let steps = |e: u64, i: u64, w: u64| {
+        recs.iter()
+            .filter(|r| count(&r["epoch"]) == e && count(&r["iteration"]) == i && count(&r["worker"]) == w)
+            .count() as u64
+    };
+    // Every worker takes the same T at every iteration of an epoch.
+    let per_epoch: Vec<u64> = (0..4)
+        .map(|e| {
+            let t = steps(e, 0, 0);
+            for i in 0..5 {
+                for w in 0..4 {
+                    assert_eq!(steps(e, i, w), t, "epoch {e} iteration {i} worker {w}");
+                }
+            }
+            t
         })
         .collect();
-    tried.sort_unstable();
-    tried.dedup();
-    assert_eq!(tried, vec![1, 2, 3, 4]);
+    assert!(per_epoch.iter().all(|t| (1..=4).contains(t)), "{per_epoch:?}");
+    assert_eq!(count(&s["time_steps"]), per_epoch[3], "the summary reports the T in use at the end");
+    // The first epoch runs the T the cost model (tune-merge, same job, 4 iterations counted) picks.
+    let model = json(
+        d,
+        &[
+            "tune-merge",
+            "cora",
+            "--parts",
+            "4",
+            "--batch-size",
+            "8",
+            "--fanout",
+            "10,10",
+            "--hidden",
+            "64",
+            "--seed",
+            "3",
+            "--iterations",
+            "4",
+        ],
+    );
+    assert_eq!(count(&model["chosen"]["time_steps"]), per_epoch[0], "{}", model["chosen"]);
 }
 
 #[test]

@@ -54,6 +54,31 @@ pub fn plan_for(
     Ok(tune(&PlanInput { job: &job, shape: &shape, figures, iterations: &its })?)
 }
 
+/// Iterations the model counts for `train --time-steps auto`.
+const AUTO_ITERATIONS: usize = 4;
+
+/// `train --time-steps auto`: the model's `leapgnn` plan for every T that
+/// fits the memory bound, each with its predicted iteration seconds. The
+/// figures are those of `cfg.cluster`, else of `<data-dir>/profiles/local.toml`
+/// (what `tune-merge --calibrate` writes), else the rough built-in ones.
+pub fn auto_plans(data: &DataDir, cfg: &TrainConfig) -> anyhow::Result<Vec<MergePlan>> {
+    let local = data.root.join("profiles").join("local.toml");
+    let profile = cfg.cluster.clone().or_else(|| local.is_file().then_some(local));
+    let figures = figures_of(profile.as_deref())?;
+    let tuning = plan_for(data, cfg, &figures, AUTO_ITERATIONS, cfg.prefetch)?;
+    Ok(tuning
+        .candidates
+        .iter()
+        .filter(|c| c.strategy == StrategyKind::Leapgnn && c.fits_memory)
+        .map(|c| MergePlan {
+            workers: cfg.workers,
+            time_steps: c.time_steps,
+            balance: c.balance.clone(),
+            predicted_iteration_seconds: Some(c.iteration_seconds),
+        })
+        .collect())
+}
+
 /// The cost figures of the profile at `path` (`None`: the built-in local profile's rough defaults).
 pub fn figures_of(path: Option<&std::path::Path>) -> anyhow::Result<Figures> {
     let profile = match path {

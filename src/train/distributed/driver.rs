@@ -6,7 +6,7 @@ use crate::cluster::Launcher;
 use crate::cluster::driver::{DriverOptions, Event, run_job_stoppable};
 use crate::format::write_atomic;
 use crate::metrics::{JsonlSink, RunSummary, add_bytes};
-use crate::train::strategy::StrategyEnv;
+use crate::train::strategy::{StrategyEnv, StrategyKind};
 use crate::train::{Observer, RunOptions, TrainConfig, TrainError, checkpoint, new_run_dir};
 use crate::{BadInput, DataDir};
 use anyhow::Context;
@@ -43,7 +43,19 @@ pub fn train_distributed(
 ) -> anyhow::Result<RunSummary> {
     cfg.check()?;
     let world = cfg.workers;
-    let time_steps = crate::train::strategy::build(cfg.strategy, &StrategyEnv::new(&cfg, None)?)?.time_steps();
+    // --time-steps auto starts from the cost model's plans (and re-plans from measured times).
+    let auto = cfg.strategy == StrategyKind::Leapgnn && cfg.time_steps.is_none() && cfg.merge_plan.is_none();
+    let auto_plans = if auto && world > 1 {
+        crate::cost::auto_plans(data, &cfg).unwrap_or_else(|e| {
+            obs.event(&format!("--time-steps auto: no cost model prediction ({e:#}); trying every T, one epoch each"));
+            Vec::new()
+        })
+    } else {
+        Vec::new()
+    };
+    let mut env = StrategyEnv::new(&cfg, None)?;
+    env.auto_plans = auto_plans.clone();
+    let time_steps = crate::train::strategy::build(cfg.strategy, &env)?.time_steps();
     let dataset = absolute(&crate::datasets::ensure_dataset(data, &cfg.dataset)?)?;
     let parts_dir = absolute(&crate::partition::ensure_partition(data, &cfg.dataset, "metis", cfg.parts, cfg.seed)?)?;
     let (name, run_dir) = new_run_dir(data, run.run.as_deref(), &cfg)?;
@@ -61,6 +73,7 @@ pub fn train_distributed(
         dump_grad: opts.dump_grad.as_deref().map(absolute).transpose()?,
         check_replicas: opts.check_replicas,
         comm_timeout_ms: opts.comm_timeout.as_millis() as u64,
+        auto_plans,
     };
     let task = serde_json::json!({ "task": "train", "train": job });
     let train_ids = crate::format::DatasetFile::open(&dataset)?.train().len();

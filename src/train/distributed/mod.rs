@@ -47,6 +47,9 @@ pub struct DistJob {
     pub check_replicas: u64,
     /// Bound of every wait on another worker.
     pub comm_timeout_ms: u64,
+    /// leapgnn `--time-steps auto`: the cost model's plan for every T.
+    #[serde(default)]
+    pub auto_plans: Vec<crate::train::MergePlan>,
 }
 
 /// What a worker sends as `ToDriver::Metrics`.

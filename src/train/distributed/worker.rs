@@ -90,7 +90,8 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
     let mut worker =
         Worker::new((rank, world), data, (&cfg.fanouts, &cfg.eval_fanouts), cfg.seed, (model, params), device);
     worker.norm = cfg.normalize;
-    let env = strategy::StrategyEnv::new(cfg, Some(Owners::Manifest(manifest.clone())))?;
+    let mut env = strategy::StrategyEnv::new(cfg, Some(Owners::Manifest(manifest.clone())))?;
+    env.auto_plans = spec.auto_plans.clone();
     // p3 reads its column slice of every row from the archive this process already maps.
     worker.all_rows = Some(&ds);
     let mut strat =

@@ -1,137 +1,154 @@
-//! `--time-steps auto`: leapgnn measures each candidate T (W down to 1) on
-//! real iterations, then rank 0 picks the T whose slowest worker was fastest
-//! and broadcasts it, so every worker adopts the same T at the same iteration.
-//! (The artifact let each rank decide from its own clock and could deadlock.)
+//! `--time-steps auto`: leapgnn starts with the T the cost model predicts
+//! fastest (the driver sends the model's plan for every T with the job) and
+//! re-plans at every epoch boundary from measured times: rank 0 collects each
+//! worker's mean iteration seconds of the epoch that ended, keeps the slowest
+//! worker's for the T it ran, asks `cost::next_time_steps` (measured where
+//! known, the model's prediction scaled by the measured/predicted ratio
+//! elsewhere) and broadcasts the T that every worker runs for the whole next
+//! epoch. (The artifact let each rank decide from its own clock and could
+//! deadlock.) Without predictions every T is tried for one epoch, W first,
+//! then the fastest measured one is kept.
 //!
-//! The schedule depends only on the sequence of iterations, which every worker
-//! shares, so all workers enter the deciding collectives together.
+//! Every worker runs the same iterations, so all of them enter the deciding
+//! collectives at the same epoch boundary.
 
 use crate::comm::Category;
-use crate::train::{Collective, TrainError};
+use crate::cost::next_time_steps;
+use crate::train::{Collective, MergePlan, TrainError};
 use std::time::Instant;
-
-/// Iterations run before measuring (first-touch page faults, allocator growth).
-const WARMUP: u64 = 1;
 
 pub(super) struct AutoSteps {
     world: usize,
-    /// Candidate T values, most steps first.
-    candidates: Vec<u32>,
-    /// Candidate indices still to be measured, in order.
-    todo: Vec<usize>,
-    /// Measured seconds per candidate on this worker.
-    seconds: Vec<f64>,
-    /// The candidate the running iteration measures, and when it began.
-    running: Option<(usize, Instant, u64)>,
-    begun: u64,
-    chosen: Option<u32>,
+    /// The cost model's plan per T, with its predicted seconds (may be empty).
+    plans: Vec<MergePlan>,
+    current: u32,
+    /// The epoch being timed, when its last iteration began, and the sum and
+    /// count of its iteration seconds on this worker.
+    epoch: Option<u64>,
+    last_begin: Option<Instant>,
+    begun: u32,
+    timed: (f64, u32),
+    /// Rank 0: the slowest worker's mean iteration seconds per T measured so far.
+    measured: Vec<(u32, f64)>,
 }
 
 impl AutoSteps {
-    pub fn new(world: usize) -> Self {
-        let candidates: Vec<u32> = (1..=world as u32).rev().collect();
-        AutoSteps {
+    pub fn new(world: usize, plans: Vec<MergePlan>) -> Self {
+        let plans: Vec<MergePlan> = plans
+            .into_iter()
+            .filter(|p| p.time_steps >= 1 && p.time_steps as usize <= world && p.predicted_iteration_seconds.is_some())
+            .collect();
+        let mut a = AutoSteps {
             world,
-            todo: (0..candidates.len()).collect(),
-            seconds: vec![0.0; candidates.len()],
-            candidates,
-            running: None,
+            plans,
+            current: 1,
+            epoch: None,
+            last_begin: None,
             begun: 0,
-            chosen: (world == 1).then_some(1),
-        }
+            timed: (0.0, 0),
+            measured: Vec::new(),
+        };
+        a.current = a.pick();
+        a
     }
 
-    pub fn chosen(&self) -> Option<u32> {
-        self.chosen
+    /// The T in use.
+    pub fn current(&self) -> u32 {
+        self.current
     }
 
-    /// T for the iteration about to start (of `epoch`); closes the previous
-    /// iteration's measurement and, once every candidate has one, decides.
+    /// The model's plan for T (its per-step shares), if it made one.
+    pub fn plan(&self, t: u32) -> Option<&MergePlan> {
+        self.plans.iter().find(|p| p.time_steps == t)
+    }
+
+    /// T of the next iteration of this epoch (T changes only between epochs).
+    pub fn next(&self) -> Option<u32> {
+        Some(self.current)
+    }
+
+    /// T for the iteration about to start (of `epoch`). The first iteration of
+    /// an epoch re-plans: the iteration before it also paid for evaluation and
+    /// is not timed, and neither is an epoch's first iteration (warm-up,
+    /// prefetch refill).
     pub fn begin(&mut self, coll: &mut dyn Collective, epoch: u64) -> Result<u32, TrainError> {
         let now = Instant::now();
-        if let Some((c, start, e)) = self.running.take() {
-            // An iteration that ended an epoch also paid for its evaluation: measure that candidate again.
-            if e == epoch {
-                self.seconds[c] = now.duration_since(start).as_secs_f64();
-                self.todo.retain(|&x| x != c);
+        match self.epoch {
+            Some(e) if e == epoch => {
+                // The iteration that just ended; the epoch's first one is not timed.
+                if let (Some(start), true) = (self.last_begin, self.begun > 1) {
+                    self.timed.0 += now.duration_since(start).as_secs_f64();
+                    self.timed.1 += 1;
+                }
+                self.begun += 1;
+            }
+            previous => {
+                if previous.is_some() && self.world > 1 {
+                    self.current = self.decide(coll)?;
+                }
+                self.timed = (0.0, 0);
+                self.begun = 1;
             }
         }
-        let k = self.begun;
-        self.begun += 1;
-        if let Some(t) = self.chosen {
-            return Ok(t);
-        }
-        if k < WARMUP {
-            return Ok(self.world as u32);
-        }
-        match self.todo.first() {
-            Some(&c) => {
-                self.running = Some((c, now, epoch));
-                Ok(self.candidates[c])
-            }
-            None => {
-                let t = self.decide(coll)?;
-                self.chosen = Some(t);
-                Ok(t)
-            }
-        }
+        self.epoch = Some(epoch);
+        self.last_begin = Some(now);
+        Ok(self.current)
     }
 
-    /// T of the next iteration if it is known now (for prefetching).
-    pub fn next(&self) -> Option<u32> {
-        if let Some(t) = self.chosen {
-            return Some(t);
+    /// The next T from what has been measured (rank 0's view).
+    fn pick(&self) -> u32 {
+        if self.world == 1 {
+            return 1;
         }
-        if self.begun < WARMUP {
-            return Some(self.world as u32);
+        if self.plans.is_empty() {
+            let untried = (1..=self.world as u32).rev().find(|t| !self.measured.iter().any(|m| m.0 == *t));
+            return untried.unwrap_or_else(|| {
+                self.measured.iter().min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0))).map_or(1, |m| m.0)
+            });
         }
-        // Assumes the running measurement completes (prefetching stays within an epoch).
-        let skip = usize::from(self.running.is_some());
-        self.todo.get(skip).map(|&c| self.candidates[c])
+        let predicted: Vec<(u32, f64)> =
+            self.plans.iter().filter_map(|p| p.predicted_iteration_seconds.map(|s| (p.time_steps, s))).collect();
+        next_time_steps(&predicted, &self.measured)
     }
 
-    /// Rank 0 collects every worker's seconds per candidate, takes the
-    /// slowest worker's as the iteration time, picks the fastest candidate
-    /// and broadcasts it.
+    /// Rank 0 gathers every worker's mean seconds of the epoch, records the
+    /// slowest for the current T, picks the next T and broadcasts it.
     fn decide(&mut self, coll: &mut dyn Collective) -> Result<u32, TrainError> {
-        let mine: Vec<u8> = self.seconds.iter().flat_map(|s| s.to_le_bytes()).collect();
+        let (sum, n) = self.timed;
+        let mean = if n > 0 { sum / n as f64 } else { f64::NAN };
         let mut out = vec![Vec::new(); self.world];
-        out[0] = mine;
+        out[0] = mean.to_le_bytes().to_vec();
         let got = coll.all_to_all(out, Category::Control).map_err(TrainError::Comm)?;
         let mut decision = Vec::new();
         if coll.rank() == 0 {
-            let n = self.candidates.len();
-            let mut slowest = vec![0f64; n];
+            let mut slowest = Some(0f64);
             for (r, bytes) in got.iter().enumerate() {
-                if bytes.len() != n * 8 {
-                    return Err(TrainError::Comm(
-                        format!(
-                            "--time-steps auto: worker {r} sent {} bytes of timings, expected {}",
-                            bytes.len(),
-                            n * 8
-                        )
-                        .into(),
-                    ));
-                }
-                for (c, b) in bytes.chunks_exact(8).enumerate() {
-                    let s = f64::from_le_bytes(b.try_into().expect("8 bytes"));
-                    slowest[c] = slowest[c].max(s);
-                }
+                let b: [u8; 8] = bytes.as_slice().try_into().map_err(|_| {
+                    TrainError::Comm(
+                        format!("--time-steps auto: worker {r} sent {} bytes of timings, expected 8", bytes.len())
+                            .into(),
+                    )
+                })?;
+                let s = f64::from_le_bytes(b);
+                // An epoch too short to time (one or two iterations) measures nothing.
+                slowest = slowest.zip(s.is_finite().then_some(s)).map(|(a, b)| a.max(b));
             }
-            let best = (0..n).min_by(|&a, &b| slowest[a].total_cmp(&slowest[b])).unwrap_or(0);
+            if let Some(s) = slowest {
+                self.measured.retain(|m| m.0 != self.current);
+                self.measured.push((self.current, s));
+            }
+            let t = self.pick();
             tracing::info!(
-                "--time-steps auto: iteration seconds by T {:?}; chose T = {}",
-                self.candidates.iter().zip(&slowest).collect::<Vec<_>>(),
-                self.candidates[best]
+                "--time-steps auto: measured iteration seconds by T {:?}; next epoch T = {t}",
+                self.measured
             );
-            decision = self.candidates[best].to_le_bytes().to_vec();
+            decision = t.to_le_bytes().to_vec();
         }
         coll.broadcast(&mut decision, 0).map_err(TrainError::Comm)?;
-        let t = decision
+        decision
             .get(..4)
             .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
             .filter(|&t| t >= 1 && t as usize <= self.world)
-            .ok_or_else(|| TrainError::Comm("--time-steps auto: worker 0 broadcast a malformed decision".into()))?;
-        Ok(t)
+            .ok_or_else(|| TrainError::Comm("--time-steps auto: worker 0 broadcast a malformed decision".into()))
     }
 }

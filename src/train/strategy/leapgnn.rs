@@ -13,7 +13,7 @@ pub fn build(env: &StrategyEnv) -> MicroSteps {
     let count = match (&env.plan, env.time_steps) {
         (Some(plan), _) => StepCount::Plan(plan.clone()),
         (None, Some(t)) => StepCount::Plan(MergePlan::even(env.world, t)),
-        (None, None) => StepCount::Auto(AutoSteps::new(env.world)),
+        (None, None) => StepCount::Auto(AutoSteps::new(env.world, env.auto_plans.clone())),
     };
     MicroSteps::new(StrategyKind::Leapgnn, env, true, count)
 }

@@ -117,6 +117,8 @@ pub struct StrategyEnv {
     pub plan: Option<MergePlan>,
     pub migration: Migration,
     pub prefetch: bool,
+    /// `--time-steps auto`: the cost model's plan for every T (from the driver; may be empty).
+    pub auto_plans: Vec<MergePlan>,
 }
 
 impl StrategyEnv {
@@ -137,6 +139,7 @@ impl StrategyEnv {
             plan,
             migration: cfg.migration,
             prefetch: cfg.prefetch,
+            auto_plans: Vec::new(),
         })
     }
 }

@@ -67,7 +67,11 @@ impl MicroSteps {
         if (t as usize) < batches.len() {
             let shares = match &self.count {
                 StepCount::Plan(p) => p.shares(rank),
-                _ => MergePlan::even(batches.len(), t).shares(rank),
+                StepCount::Auto(a) => match a.plan(t) {
+                    Some(p) => p.shares(rank),
+                    None => MergePlan::even(batches.len(), t).shares(rank),
+                },
+                StepCount::World => MergePlan::even(batches.len(), t).shares(rank),
             };
             merge(out, &shares);
         }
@@ -133,12 +137,12 @@ impl Strategy for MicroSteps {
         self.kind
     }
 
-    /// The latest decision, for auto (W until it is taken).
+    /// The T in use (auto: the latest decision).
     fn time_steps(&self) -> u32 {
         match &self.count {
             StepCount::World => self.world as u32,
             StepCount::Plan(p) => p.time_steps,
-            StepCount::Auto(a) => a.chosen().unwrap_or(self.world as u32),
+            StepCount::Auto(a) => a.current(),
         }
     }
 
