@@ -25,7 +25,7 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
         md.push_str(&format!("```\n{}\n```\n\n", command.trim()));
     }
     md.push_str(&report.markdown());
-    md.push_str("\nBytes are per epoch, summed over workers; speed-up is model-centric's epoch seconds / the strategy's at the same link rate.\n");
+    md.push_str("\nBytes are per epoch, summed over workers (training features: the training steps' own fetches, from metrics.jsonl; all features adds evaluation, which every strategy runs model-centric); epoch seconds exclude evaluation; speed-up is model-centric's epoch seconds / the strategy's at the same link rate.\n");
     if let Some(n) = &a.note {
         md.push_str(&format!("{n}\n"));
     }

@@ -16,7 +16,8 @@ usage: scripts/emulated-cluster.sh [options] [-- extra `leapgnn train` flags]
 
   --hosts N            emulated hosts, one worker each (default 4)
   --dataset NAME       dataset (default synthetic-arxiv)
-  --rate R             link rate of every host, tc syntax (default 100mbit)
+  --rate R             link rate of every host, tc syntax (default 500mbit: model-centric then
+                       spends about 60 % of its epoch waiting on the network here)
   --delay D            one-way delay added per link direction (default 0.5ms)
   --sweep R1,R2,...    run every strategy at each of these rates (overrides --rate)
   --strategies LIST    default model-centric,micrograph,pregather,leapgnn,p3
@@ -27,6 +28,7 @@ usage: scripts/emulated-cluster.sh [options] [-- extra `leapgnn train` flags]
   --data-dir DIR       where datasets and partitions live (default: leapgnn's default)
   --out DIR            report directory (default runs/bench-<date>)
   --threads N          RAYON_NUM_THREADS of each worker (default: cores / hosts, at least 1)
+  --calibrate          calibrate tune-merge's figures on the emulated hosts at each rate (slower)
   --check-only         set up, run `leapgnn cluster check`, tear down (no training)
   -h, --help           this text
 
@@ -38,9 +40,9 @@ EOF
 
 die() { echo "emulated-cluster: $*" >&2; exit 2; }
 
-HOSTS=4 DATASET=synthetic-arxiv RATE=100mbit DELAY=0.5ms SWEEP="" EPOCHS=2 BATCH=1024 SEED=0
+HOSTS=4 DATASET=synthetic-arxiv RATE=500mbit DELAY=0.5ms SWEEP="" EPOCHS=2 BATCH=1024 SEED=0
 STRATEGIES=model-centric,micrograph,pregather,leapgnn,p3
-BIN="" DATA_DIR="" OUT="" THREADS="" CHECK_ONLY=0
+BIN="" DATA_DIR="" OUT="" THREADS="" CHECK_ONLY=0 CALIBRATE=0
 EXTRA=()
 while (($#)); do
 	case "$1" in
@@ -61,6 +63,7 @@ while (($#)); do
 	--out) OUT=$2; shift 2 ;;
 	--threads) THREADS=$2; shift 2 ;;
 	--check-only) CHECK_ONLY=1; shift ;;
+	--calibrate) CALIBRATE=1; shift ;;
 	-h | --help) usage; exit 0 ;;
 	--) shift; EXTRA=("$@"); break ;;
 	*) usage >&2; die "unknown option \`$1\`" ;;
@@ -93,6 +96,7 @@ OUT=$(cd "$OUT" && pwd)
 [[ -n $THREADS ]] || THREADS=$(( $(nproc) / HOSTS > 0 ? $(nproc) / HOSTS : 1 ))
 DATA_ARGS=()
 [[ -n $DATA_DIR ]] && DATA_ARGS=(--data-dir "$DATA_DIR")
+DATA_ROOT=${DATA_DIR:-${LEAPGNN_DATA:-data}}
 
 # Names carry this shell's PID so two runs (or a crashed one) never collide.
 TAG=$$
@@ -115,7 +119,12 @@ cleanup() {
 	for n in "${NSS[@]}"; do
 		for pid in $(ip netns pids "$n" 2>/dev/null); do kill -KILL "$pid" 2>/dev/null; done
 	done
-	for pid in "${SSHD_PIDS[@]}"; do wait "$pid" 2>/dev/null; done
+	# (in a group whose stderr is dropped: bash reports each killed job there)
+	# The sshds are disowned (so bash prints no "Killed" for them): wait,
+	# bounded, until they are gone.
+	for pid in "${SSHD_PIDS[@]}"; do
+		for ((t = 0; t < 100; t++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+	done
 	for n in "${NSS[@]}"; do ip netns del "$n" 2>/dev/null; done
 	ip link del "$BR" 2>/dev/null
 	for ((i = 0; i < HOSTS; i++)); do ip link del "lgv$TAG-$i" 2>/dev/null; done
@@ -226,6 +235,7 @@ Subsystem sftp internal-sftp
 EOF
 	ip netns exec "$(ns "$i")" "$SSHD" -D -e -f "$WORK/sshd$i.conf" 2>"$WORK/sshd$i.log" &
 	SSHD_PIDS+=($!)
+	disown "$!"
 	echo "$(host_ip "$i") $(cut -d' ' -f1,2 "$WORK/hostkey$i.pub")" >>"$WORK/known_hosts"
 done
 for ((i = 0; i < HOSTS; i++)); do
@@ -278,8 +288,10 @@ for rate in "${RATES[@]}"; do
 		args=(--strategy "$s")
 		if [[ $s == leapgnn ]]; then
 			plan=$OUT/plan-$rate.toml
-			if "$BIN" "${DATA_ARGS[@]}" tune-merge "$DATASET" --parts "$HOSTS" --cluster "$PROFILE" \
-				--out "$plan" >&2; then
+			cal=()
+			((CALIBRATE)) && cal=(--calibrate)
+			if "$BIN" "${DATA_ARGS[@]}" tune-merge "$DATASET" --parts "$HOSTS" --cluster "$PROFILE" "${cal[@]}" \
+				--batch-size "$BATCH" --seed "$SEED" --out "$plan" >&2; then
 				args+=(--merge-plan "$plan")
 			else
 				echo "emulated-cluster: tune-merge failed; leapgnn runs with --time-steps auto" >&2
@@ -287,18 +299,22 @@ for rate in "${RATES[@]}"; do
 			fi
 		fi
 		echo "emulated-cluster: rate $rate, strategy $s" >&2
-		if ! "$BIN" "${DATA_ARGS[@]}" train "$DATASET" "${COMMON[@]}" "${args[@]}" "${EXTRA[@]}" \
+		run=bench-$TAG-$rate-$s
+		if ! "$BIN" "${DATA_ARGS[@]}" train "$DATASET" "${COMMON[@]}" --run "$run" "${args[@]}" "${EXTRA[@]}" \
 			>"$OUT/run-$rate-$s.json.tmp"; then
 			echo "emulated-cluster: $s at $rate failed; it is missing from the report" >&2
 			rm -f "$OUT/run-$rate-$s.json.tmp"
 			continue
 		fi
 		mv "$OUT/run-$rate-$s.json.tmp" "$OUT/run-$rate-$s.json"
+		# The per-step records: the report takes training's own feature bytes from them.
+		cp "$DATA_ROOT/runs/$run/metrics.jsonl" "$OUT/run-$rate-$s.metrics.jsonl" ||
+			echo "emulated-cluster: no metrics.jsonl for $s at $rate" >&2
 	done
 done
 
 cat >"$OUT/command.txt" <<EOF
-scripts/emulated-cluster.sh --hosts $HOSTS --dataset $DATASET --delay $DELAY ${SWEEP:+--sweep $SWEEP}${SWEEP:---rate $RATE} --strategies $STRATEGIES --epochs $EPOCHS --batch-size $BATCH --seed $SEED ${EXTRA[*]:+-- ${EXTRA[*]}}
+scripts/emulated-cluster.sh --hosts $HOSTS --dataset $DATASET --delay $DELAY $(if [[ -n $SWEEP ]]; then echo "--sweep $SWEEP"; else echo "--rate $RATE"; fi)$( ((CALIBRATE)) && echo " --calibrate" || true) --strategies $STRATEGIES --epochs $EPOCHS --batch-size $BATCH --seed $SEED ${EXTRA[*]:+-- ${EXTRA[*]}}
 EOF
 "$BIN" bench-report "$OUT" --note "link delay: $DELAY_NOTE" >&2
 echo "emulated-cluster: report in $OUT/report.md" >&2

@@ -13,8 +13,12 @@ pub struct BenchRow {
     pub epoch_seconds: f64,
     /// model-centric's epoch seconds at the same rate / this one's.
     pub speedup: Option<f64>,
-    /// Bytes per epoch that crossed a socket, summed over workers.
+    /// Bytes per epoch that crossed a socket, summed over workers
+    /// (features: training and evaluation).
     pub features_per_epoch: f64,
+    /// Feature bytes of the training steps alone, from the run's step records
+    /// (`run-<rate>-<strategy>.metrics.jsonl` next to the summary), if there.
+    pub train_features_per_epoch: Option<f64>,
     pub gradients_per_epoch: f64,
     pub migration_per_epoch: f64,
     pub activations_per_epoch: f64,
@@ -64,6 +68,19 @@ pub fn load_runs(dir: &Path) -> Result<BenchReport, BadInput> {
         })?;
         runs.push((rate.to_string(), s));
     }
+    let train_features = |rate: &str, s: &RunSummary| -> Result<Option<f64>, BadInput> {
+        let path = dir.join(format!("run-{rate}-{}.metrics.jsonl", s.strategy));
+        let Ok(text) = std::fs::read_to_string(&path) else { return Ok(None) };
+        let mut bytes = 0u64;
+        for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+            let v: serde_json::Value = serde_json::from_str(line)
+                .map_err(|e| BadInput::new(format!("{} line {}: not a JSON record: {e}", path.display(), i + 1)))?;
+            if v.get("time_step").is_some() {
+                bytes += v["bytes_in"]["features"].as_u64().unwrap_or(0);
+            }
+        }
+        Ok(Some(bytes as f64 / s.epochs.max(1) as f64))
+    };
     if runs.is_empty() {
         return Err(BadInput::new(format!(
             "{} holds no run-<rate>-<strategy>.json summaries (did every training run fail?)",
@@ -87,23 +104,25 @@ pub fn load_runs(dir: &Path) -> Result<BenchReport, BadInput> {
     let rows = runs
         .iter()
         .map(|(rate, s)| {
+            let train_features_per_epoch = train_features(rate, s)?;
             let secs = mean(&s.epoch_seconds);
             let epochs = s.epochs.max(1) as f64;
-            BenchRow {
+            Ok(BenchRow {
                 rate: rate.clone(),
                 strategy: s.strategy.clone(),
                 epoch_seconds: secs,
                 speedup: baseline.get(rate).filter(|_| secs > 0.0).map(|b| b / secs),
                 features_per_epoch: s.bytes.features as f64 / epochs,
+                train_features_per_epoch,
                 gradients_per_epoch: s.bytes.gradients as f64 / epochs,
                 migration_per_epoch: s.bytes.migration as f64 / epochs,
                 activations_per_epoch: s.bytes.activations as f64 / epochs,
                 miss_rate: s.miss_rate,
                 test_accuracy: s.test_accuracy,
                 time_steps: s.time_steps,
-            }
+            })
         })
-        .collect();
+        .collect::<Result<_, BadInput>>()?;
     let first = &runs[0].1;
     Ok(BenchReport { dataset: first.dataset.clone(), workers: first.workers, rows })
 }
@@ -120,17 +139,18 @@ impl BenchReport {
     /// The table as Markdown.
     pub fn markdown(&self) -> String {
         let mut out = String::from(
-            "| link | strategy | T | epoch s | speed-up | features MB | gradients MB | migration MB | activations MB | miss rate | test acc |\n\
-             | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+            "| link | strategy | T | epoch s | speed-up | training features MB | all features MB | gradients MB | migration MB | activations MB | miss rate | test acc |\n\
+             | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
         );
         for r in &self.rows {
             out.push_str(&format!(
-                "| {} | {} | {} | {:.2} | {} | {} | {} | {} | {} | {:.3} | {:.4} |\n",
+                "| {} | {} | {} | {:.2} | {} | {} | {} | {} | {} | {} | {:.3} | {:.4} |\n",
                 r.rate,
                 r.strategy,
                 r.time_steps,
                 r.epoch_seconds,
                 r.speedup.map_or("-".into(), |s| format!("{s:.2}x")),
+                r.train_features_per_epoch.map_or("-".into(), mb),
                 mb(r.features_per_epoch),
                 mb(r.gradients_per_epoch),
                 mb(r.migration_per_epoch),

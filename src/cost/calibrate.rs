@@ -81,7 +81,7 @@ pub fn calibrate(
     let w = base.workers;
     let mut f = start.clone();
     if w > 1 {
-        let links = probe_links(o.launcher, w, &o.probe, o.interrupted)?;
+        let links = probe_links(o.launcher, w, &o.probe, o.interrupted, o.driver_bind)?;
         let mut bw: Vec<f64> = links.iter().map(|l| l.bandwidth).collect();
         let mut lat: Vec<f64> = links.iter().map(|l| l.latency).collect();
         f.bandwidth = median(&mut bw).unwrap_or(f.bandwidth);

@@ -96,12 +96,14 @@ pub fn probe_links(
     world: usize,
     task: &ProbeTask,
     interrupted: &AtomicBool,
+    driver_bind: std::net::SocketAddr,
 ) -> anyhow::Result<Vec<Link>> {
     if world < 2 {
         return Ok(Vec::new());
     }
     let config = serde_json::json!({ "task": "probe", "probe": task });
-    let values = run_job(launcher, world, &config, &DriverOptions::default(), interrupted, |_| {})
+    let opts = DriverOptions { bind: driver_bind, ..DriverOptions::default() };
+    let values = run_job(launcher, world, &config, &opts, interrupted, |_| {})
         .with_context(|| format!("the bandwidth/latency probe among {world} workers failed"))?;
     let mut links: Vec<Link> = Vec::new();
     for v in values {
