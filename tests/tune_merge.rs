@@ -24,6 +24,7 @@ fn tune(d: &Path, extra: &[&str]) -> serde_json::Value {
 
 #[test]
 fn predicts_every_strategy_and_t_and_writes_a_plan_train_accepts() {
+    let _one = timed();
     let tmp = data();
     let d = tmp.path();
     let out = d.join("plan.toml");
@@ -75,6 +76,15 @@ fn train(d: &Path, run: &str, extra: &[&str]) -> serde_json::Value {
     json(d, &[&base[..], &["--epochs", "4", "--stop-after", "40"], extra].concat())
 }
 
+/// The calibrated tests measure time: run them one at a time, so that each
+/// is calibrated and measured under the same load (the others would be
+/// calibrating 4 workers of their own on the same cores).
+static TIMED: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn timed() -> std::sync::MutexGuard<'static, ()> {
+    TIMED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Calibrates on 4 local workers (figures written into the profile), then
 /// predicts a separately measured run.
 fn calibrated(d: &Path) -> serde_json::Value {
@@ -91,6 +101,7 @@ fn calibrated(d: &Path) -> serde_json::Value {
 
 #[test]
 fn calibrated_model_centric_prediction_is_within_35_percent() {
+    let _one = timed();
     let tmp = data();
     let d = tmp.path();
     calibrated(d);
@@ -107,10 +118,14 @@ fn calibrated_model_centric_prediction_is_within_35_percent() {
     }
 }
 
-/// leapgnn at every T and the chosen plan, measured: runs only once the
-/// micrograph strategies are in this build (a refusal fails the test).
+/// leapgnn at every T and the chosen plan, measured in two interleaved
+/// rounds. The spread between the rounds of the same configuration is the
+/// measurement noise: the chosen plan may not be slower than T = 1 or T = W
+/// by more than that (at least 15 %), and each T's prediction must be within
+/// 35 % of one of its two measurements.
 #[test]
 fn calibrated_leapgnn_predictions_and_the_chosen_plan_hold_when_measured() {
+    let _one = timed();
     let tmp = data();
     let d = tmp.path();
     let v = calibrated(d);
@@ -119,26 +134,47 @@ fn calibrated_leapgnn_predictions_and_the_chosen_plan_hold_when_measured() {
         "calibration skipped strategies: {}",
         v["calibration"]["skipped"]
     );
-    let mut measured = Vec::new();
-    for t in 1..=4 {
-        let run = format!("leap{t}");
-        train(d, &run, &["--strategy", "leapgnn", "--time-steps", &t.to_string()]);
-        let v = tune(d, &["--validate", &run]);
-        let err = v["error"]["iteration"].as_f64().unwrap();
-        eprintln!("leapgnn T={t}: measured {} s, error {:+.1}%", v["measured_iteration_seconds"], err * 100.0);
-        assert!(err.abs() <= 0.35, "leapgnn T = {t}: error {err}");
-        measured.push(v["measured_iteration_seconds"].as_f64().unwrap());
-    }
     let out = d.join("plan.toml");
     let v = tune(d, &["--out", out.to_str().unwrap()]);
-    train(d, "chosen", &["--strategy", "leapgnn", "--merge-plan", out.to_str().unwrap()]);
-    let chosen = tune(d, &["--validate", "chosen"])["measured_iteration_seconds"].as_f64().unwrap();
-    eprintln!("chosen T={}: {chosen} s; measured per T: {measured:?}", v["chosen"]["time_steps"]);
-    // Noise on a shared 2-core machine: 15 %.
+    let plan = out.to_str().unwrap();
+    // Configurations: T = 1..=4, then the chosen plan.
+    let configs: Vec<Vec<&str>> = vec![
+        vec!["--time-steps", "1"],
+        vec!["--time-steps", "2"],
+        vec!["--time-steps", "3"],
+        vec!["--time-steps", "4"],
+        vec!["--merge-plan", plan],
+    ];
+    let mut seconds = vec![Vec::new(); configs.len()];
+    let mut errors = vec![Vec::new(); configs.len()];
+    for round in 0..2 {
+        for (c, flags) in configs.iter().enumerate() {
+            let run = format!("c{c}r{round}");
+            train(d, &run, &[&["--strategy", "leapgnn"], &flags[..]].concat());
+            let v = tune(d, &["--validate", &run]);
+            let err = v["error"]["iteration"].as_f64().unwrap();
+            let m = v["measured_iteration_seconds"].as_f64().unwrap();
+            eprintln!("leapgnn {flags:?} round {round}: measured {m:.4} s, prediction error {:+.1}%", err * 100.0);
+            seconds[c].push(m);
+            errors[c].push(err.abs());
+        }
+    }
+    for (c, e) in errors.iter().enumerate().take(4) {
+        let best = e.iter().copied().fold(f64::INFINITY, f64::min);
+        assert!(best <= 0.35, "leapgnn T = {}: prediction errors {e:?}", c + 1);
+    }
+    let noise = seconds.iter().map(|s| (s[0] - s[1]).abs() / s[0].min(s[1])).fold(0.15, f64::max);
+    let fastest = |c: usize| seconds[c].iter().copied().fold(f64::INFINITY, f64::min);
+    let chosen = fastest(4);
+    eprintln!(
+        "chosen T = {}: {chosen:.4} s; noise {:.1}%; per T {seconds:?}",
+        v["chosen"]["time_steps"],
+        noise * 100.0
+    );
     assert!(
-        chosen <= measured[0] * 1.15 && chosen <= measured[3] * 1.15,
-        "chosen {chosen} s vs T=1 {} s, T=W {} s",
-        measured[0],
-        measured[3]
+        chosen <= fastest(0) * (1.0 + noise) && chosen <= fastest(3) * (1.0 + noise),
+        "chosen {chosen} s vs T=1 {} s, T=W {} s (noise {noise})",
+        fastest(0),
+        fastest(3)
     );
 }
