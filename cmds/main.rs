@@ -99,8 +99,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {}", output::one_line(&e));
-            let bad_input = e.chain().any(leapgnn::error::is_bad_input);
-            ExitCode::from(if bad_input { 2 } else { 1 })
+            ExitCode::from(leapgnn::error::exit_code(e.chain()))
         }
     }
 }

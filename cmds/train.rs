@@ -303,6 +303,7 @@ fn distributed(
         dump_grad: a.dump_grad.clone(),
         worker_lines: dashboard.then_some(&rx),
         driver_bind: ssh.as_ref().map_or_else(|| Profile::local().driver_bind(), |l| l.profile().driver_bind()),
+        auto_planner: Some(&leapgnn::cost::auto_plans),
     };
     let name = cfg.dataset.clone();
     let result = train_distributed(&data, cfg, opts, &dist, obs);

@@ -1,5 +1,8 @@
 //! Errors shared across the library, and the one question the CLI asks of
-//! every error: was the input at fault (exit 2) or the run (exit 1)?
+//! every error: was the input at fault (exit 2) or the run (exit 1)? Each
+//! error type answers for itself by implementing `Blame`.
+
+use std::error::Error;
 
 /// The user's input is wrong (a flag, a file's contents, a name): exit code 2.
 /// The message names what is wrong and where.
@@ -18,17 +21,66 @@ impl BadInput {
 #[error("not implemented yet")]
 pub struct NotImplemented;
 
-/// True when `e` says the input was bad (so the process should exit 2).
-/// Each library error type that can blame input is listed here once.
-pub fn is_bad_input(e: &(dyn std::error::Error + 'static)) -> bool {
-    if e.is::<BadInput>() || e.is::<NotImplemented>() || e.is::<crate::cluster::ProfileError>() {
-        return true;
+/// Implemented by each library error type that can blame the user's input.
+pub trait Blame {
+    /// True when the input was at fault (the process exits 2), false when the
+    /// run failed (exit 1).
+    fn is_bad_input(&self) -> bool;
+
+    /// The process exit code for this error.
+    fn exit_code(&self) -> u8 {
+        if self.is_bad_input() { 2 } else { 1 }
     }
-    if let Some(f) = e.downcast_ref::<crate::format::FormatError>() {
-        return !matches!(f, crate::format::FormatError::Io { .. });
+}
+
+impl Blame for BadInput {
+    fn is_bad_input(&self) -> bool {
+        true
     }
-    if let Some(d) = e.downcast_ref::<crate::datasets::DatasetError>() {
-        return d.is_bad_input();
+}
+
+impl Blame for NotImplemented {
+    fn is_bad_input(&self) -> bool {
+        true
     }
-    false
+}
+
+/// True when `e` blames the input. A `dyn Error` cannot be asked for another
+/// trait on stable Rust (`Error::provide` is unstable), so each type that
+/// implements `Blame` is named here once; what it answers is its own impl's.
+pub fn is_bad_input(e: &(dyn Error + 'static)) -> bool {
+    fn ask<T: Blame + Error + 'static>(e: &(dyn Error + 'static)) -> Option<bool> {
+        e.downcast_ref::<T>().map(T::is_bad_input)
+    }
+    const BLAMING: &[fn(&(dyn Error + 'static)) -> Option<bool>] = &[
+        ask::<BadInput>,
+        ask::<NotImplemented>,
+        ask::<crate::cluster::ProfileError>,
+        ask::<crate::format::FormatError>,
+        ask::<crate::datasets::DatasetError>,
+        ask::<crate::train::TrainError>,
+    ];
+    BLAMING.iter().find_map(|ask| ask(e)).unwrap_or(false)
+}
+
+/// The exit code of a failure whose error chain (outermost first) is `chain`:
+/// 2 when any link blames the input, else 1.
+pub fn exit_code<'a>(mut chain: impl Iterator<Item = &'a (dyn Error + 'static)>) -> u8 {
+    if chain.any(is_bad_input) { 2 } else { 1 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_link_of_the_chain_is_asked() {
+        let bad = anyhow::Error::new(BadInput::new("--fanout `x`")).context("cannot train");
+        assert_eq!(exit_code(bad.chain()), 2);
+        let io = crate::format::FormatError::Io { path: "f".into(), source: std::io::Error::other("disk") };
+        assert_eq!(exit_code(anyhow::Error::new(io).context("cannot open").chain()), 1);
+        let nan = crate::train::TrainError::NonFiniteLoss { epoch: 0, iteration: 0, value: f64::NAN };
+        assert_eq!((nan.exit_code(), BadInput::new("x").exit_code()), (1, 2));
+        assert_eq!(exit_code(anyhow::anyhow!("plain").chain()), 1);
+    }
 }

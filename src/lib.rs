@@ -19,6 +19,7 @@ pub mod partition;
 pub mod paths;
 pub mod progress;
 pub mod sample;
+pub mod schedule;
 pub mod train;
 pub mod tui;
 pub mod util;

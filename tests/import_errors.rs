@@ -5,6 +5,7 @@ mod import_support;
 
 use import_support::*;
 use leapgnn::datasets::convert::{ConvertOptions, Format, convert};
+use leapgnn::error::Blame;
 use std::path::Path;
 
 fn write(dir: &Path, name: &str, text: &str) -> String {

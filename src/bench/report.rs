@@ -112,11 +112,11 @@ pub fn load_runs(dir: &Path) -> Result<BenchReport, BadInput> {
                 strategy: s.strategy.clone(),
                 epoch_seconds: secs,
                 speedup: baseline.get(rate).filter(|_| secs > 0.0).map(|b| b / secs),
-                features_per_epoch: s.bytes.features as f64 / epochs,
+                features_per_epoch: s.bytes.total.features as f64 / epochs,
                 train_features_per_epoch,
-                gradients_per_epoch: s.bytes.gradients as f64 / epochs,
-                migration_per_epoch: s.bytes.migration as f64 / epochs,
-                activations_per_epoch: s.bytes.activations as f64 / epochs,
+                gradients_per_epoch: s.bytes.total.gradients as f64 / epochs,
+                migration_per_epoch: s.bytes.total.migration as f64 / epochs,
+                activations_per_epoch: s.bytes.total.activations as f64 / epochs,
                 miss_rate: s.miss_rate,
                 test_accuracy: s.test_accuracy,
                 time_steps: s.time_steps,
@@ -170,7 +170,7 @@ mod tests {
 
     fn summary(strategy: &str, secs: f64, features: u64) -> RunSummary {
         let mut s = RunSummary { strategy: strategy.into(), dataset: "d".into(), workers: 4, ..Default::default() };
-        s.bytes.features = features;
+        s.bytes.total.features = features;
         let e =
             |epoch| EpochRecord { epoch, seconds: secs, test_accuracy: 0.5, val_accuracy: 0.5, ..Default::default() };
         s.from_history(vec![e(0), e(1)])

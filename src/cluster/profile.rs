@@ -9,6 +9,13 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// Every profile error, an unreadable file included, is fixed by the user.
+impl crate::error::Blame for ProfileError {
+    fn is_bad_input(&self) -> bool {
+        true
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ProfileError {
     #[error("cannot read cluster profile {path}: {source}")]

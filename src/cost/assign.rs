@@ -3,7 +3,7 @@
 //! them. These call the training strategies' own routing, so the model
 //! counts exactly what training runs.
 
-use crate::train::strategy::routing::{merge, route};
+use crate::schedule::routing::{merge, route};
 
 /// The roots of b(i, (r + t) mod W) that worker `r` owns, for t = 0..W.
 pub fn own_groups(batches: &[&[u32]], owner: &[u16], r: usize) -> Vec<Vec<u32>> {

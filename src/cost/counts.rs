@@ -9,7 +9,7 @@ use crate::comm::cache;
 use crate::graph::CsrView;
 use crate::locality::Pool;
 use crate::sample::{Blocks, Fanouts, NeighborSampler, NodeMap, VertexSet};
-use crate::train::{Schedule, epoch_order};
+use crate::schedule::{Schedule, epoch_order};
 use rayon::prelude::*;
 
 /// How an iteration's roots are split into time steps.

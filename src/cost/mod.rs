@@ -23,15 +23,17 @@ pub mod probe;
 pub mod setup;
 pub mod validate;
 
+pub use crate::schedule::next_time_steps;
 pub use assign::{merged_steps, own_groups};
 pub use counts::{BlockCounts, CountJob, IterationCounts, Layout, RowSources, WorkerCounts};
 pub use figures::{ComputeRate, Figures, Link};
 pub use model::{Components, IterationPrediction, Prediction, Shape, predict, predict_iteration};
-pub use planner::{Candidate, PlanInput, Tuning, balanced_shares, layout_of, next_time_steps, tune};
+pub use planner::{Candidate, PlanInput, Tuning, balanced_shares, layout_of, tune};
 pub use setup::Setup;
 pub use validate::{Errors, Measured, measure, read_metrics};
 
-use crate::train::{MergePlan, StrategyKind, TrainConfig};
+use crate::schedule::MergePlan;
+use crate::train::{StrategyKind, TrainConfig};
 use crate::{BadInput, DataDir};
 use anyhow::Context;
 

@@ -1,3 +1,4 @@
+use crate::error::Blame;
 use crate::format::FormatError;
 use std::path::PathBuf;
 
@@ -44,13 +45,15 @@ impl DatasetError {
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         DatasetError::Io { path: path.into(), source }
     }
+}
 
-    /// Whether the user's input is to blame (exit code 2). A checksum mismatch
-    /// is not: the download went wrong, and a rerun fixes it.
-    pub fn is_bad_input(&self) -> bool {
+impl Blame for DatasetError {
+    /// A checksum mismatch is not the input's fault: the download went wrong,
+    /// and a rerun fixes it.
+    fn is_bad_input(&self) -> bool {
         match self {
             DatasetError::Parse { .. } | DatasetError::Invalid { .. } | DatasetError::Input(_) => true,
-            DatasetError::Format(f) => !matches!(f, FormatError::Io { .. }),
+            DatasetError::Format(f) => f.is_bad_input(),
             DatasetError::Io { .. } | DatasetError::Download { .. } | DatasetError::Checksum { .. } => false,
         }
     }

@@ -146,6 +146,7 @@ impl Entry {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Blame;
 
     #[test]
     fn builtin_registry_parses_and_names_the_required_datasets() {

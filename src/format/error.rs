@@ -1,5 +1,13 @@
 use std::path::PathBuf;
 
+/// An archive that cannot be read is the input's fault (re-create it); an
+/// I/O failure is the run's.
+impl crate::error::Blame for FormatError {
+    fn is_bad_input(&self) -> bool {
+        !matches!(self, FormatError::Io { .. })
+    }
+}
+
 /// Errors from reading or writing leapgnn archives. Each names the file and
 /// says what to do.
 #[derive(Debug, thiserror::Error)]

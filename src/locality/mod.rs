@@ -20,7 +20,7 @@
 //! - **bytes_naive_migration**: what naive per-layer model migration would
 //!   move for the model-centric batches (`naive`, exact accounting).
 //!
-//! Batching is DGL's (`train::Schedule`): W = S workers, B roots per worker,
+//! Batching is DGL's (`schedule::Schedule`): W = S workers, B roots per worker,
 //! iteration i's W worker batches cut from epoch 0's seeded shuffle of the
 //! train ids. `--batches N` worker batches are analysed per row, rounded up to
 //! whole iterations (ceil(N / S), at most one epoch). Sampling is the one

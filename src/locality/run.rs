@@ -13,7 +13,7 @@ use super::{Options, Setting};
 use crate::format::{DatasetFile, FormatError, ManifestFile};
 use crate::partition::{Method, ensure_partition};
 use crate::sample::{LayerNodes, NodeMap};
-use crate::train::{Schedule, epoch_order};
+use crate::schedule::{Schedule, epoch_order};
 use crate::{BadInput, DataDir};
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};

@@ -8,4 +8,4 @@ mod summary;
 pub use record::{ByteCounts, RowCounts, StepRecord, add_bytes};
 pub use run_info::RunInfo;
 pub use sink::JsonlSink;
-pub use summary::{EpochRecord, RunSummary};
+pub use summary::{EpochRecord, RunBytes, RunSummary};

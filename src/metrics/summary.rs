@@ -28,13 +28,43 @@ pub struct RunSummary {
     pub epoch_seconds: Vec<f64>,
     pub rows: RowCounts,
     pub miss_rate: f64,
-    pub bytes: ByteCounts,
+    pub bytes: RunBytes,
     pub time_steps: u32,
     pub best_epoch: u64,
     pub dataset: String,
     pub model: String,
     pub iterations: u64,
     pub history: Vec<EpochRecord>,
+}
+
+/// Bytes that crossed a socket between processes, summed over the workers,
+/// for the whole run: totals by category (the contract's top-level fields),
+/// and the same split by phase. `eval` is what moved while the workers
+/// evaluated; `train` is everything else (the iterations, and the setup
+/// before them: mesh handshakes, cache fill, the initial weights), so
+/// `train + eval = total` in every category.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RunBytes {
+    #[serde(flatten)]
+    pub total: ByteCounts,
+    #[serde(default)]
+    pub train: ByteCounts,
+    #[serde(default)]
+    pub eval: ByteCounts,
+}
+
+impl RunBytes {
+    /// `total` with the evaluation's share `eval` split off.
+    pub fn split(total: ByteCounts, eval: ByteCounts) -> Self {
+        let train = ByteCounts {
+            features: total.features.saturating_sub(eval.features),
+            gradients: total.gradients.saturating_sub(eval.gradients),
+            migration: total.migration.saturating_sub(eval.migration),
+            activations: total.activations.saturating_sub(eval.activations),
+            control: total.control.saturating_sub(eval.control),
+        };
+        RunBytes { total, train, eval }
+    }
 }
 
 impl RunSummary {
@@ -74,5 +104,23 @@ mod tests {
         assert_eq!(s.final_loss, 0.25);
         assert_eq!(s.epochs, 4);
         assert!((s.miss_rate - 0.4).abs() < 1e-12);
+    }
+
+    #[test]
+    fn phase_bytes_add_up_to_the_totals_and_keep_the_flat_categories() {
+        let total = ByteCounts { features: 100, gradients: 40, control: 9, ..Default::default() };
+        let eval = ByteCounts { features: 30, control: 4, ..Default::default() };
+        let b = RunBytes::split(total, eval);
+        assert_eq!(b.train, ByteCounts { features: 70, gradients: 40, control: 5, ..Default::default() });
+        let v = serde_json::to_value(&b).unwrap();
+        assert_eq!(
+            (v["features"].as_u64(), v["train"]["features"].as_u64(), v["eval"]["control"].as_u64()),
+            (Some(100), Some(70), Some(4))
+        );
+        assert_eq!(serde_json::from_value::<RunBytes>(v).unwrap(), b);
+        // Summaries written before the split still read.
+        let old: RunBytes =
+            serde_json::from_str(r#"{"features":5,"gradients":1,"migration":0,"activations":0,"control":2}"#).unwrap();
+        assert_eq!((old.total.features, old.eval.features), (5, 0));
     }
 }

@@ -36,7 +36,11 @@ pub struct Progress {
     pub epoch_iterations: u64,
     pub epoch_seconds: f64,
     pub rows: RowCounts,
+    /// What the training steps' records billed (sent, by category).
     pub bytes: ByteCounts,
+    /// What this worker sent while evaluating (sent, by category).
+    #[serde(default)]
+    pub eval_bytes: ByteCounts,
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]

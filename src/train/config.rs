@@ -223,7 +223,7 @@ impl TrainConfig {
             if s != StrategyKind::Leapgnn {
                 return bad(format!("--merge-plan {} applies to --strategy leapgnn only (not {s})", p.display()));
             }
-            let plan = super::MergePlan::load(p)?;
+            let plan = crate::schedule::MergePlan::load(p)?;
             plan.check(w, &p.display().to_string())?;
             if let Some(t) = self.time_steps.filter(|&t| t != plan.time_steps) {
                 return bad(format!(

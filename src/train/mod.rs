@@ -6,31 +6,29 @@
 //! `<data-dir>/runs/<run>/`: `config.json`, `metrics.jsonl`, `summary.json`
 //! and `checkpoint/`.
 
-mod batches;
 pub mod checkpoint;
 mod collective;
 mod config;
 pub mod distributed;
 mod evaluate;
 mod naive;
-pub mod plan;
 pub mod strategy;
 mod trainer;
 mod worker;
 
-pub use batches::{Schedule, epoch_order};
+// Moved below `train`, `cost` and `locality`; re-exported for existing callers.
+pub use crate::schedule::{MergePlan, Schedule, epoch_order};
 pub use checkpoint::Progress;
 pub use collective::{Collective, CommError, MeshCollective, Solo};
 pub use config::{DeviceKind, Migration, TrainConfig};
-pub use evaluate::accuracies;
+pub use evaluate::{EvalRequest, Evaluation, evaluate};
 pub use naive::{NaiveEpoch, NaiveReport, naive_dry_run};
-pub use plan::MergePlan;
 pub use strategy::{Iteration, Strategy, StrategyKind};
 pub use trainer::{LoopInput, run_loop};
 pub use worker::{FeatureSource, GraphData, StepStats, Worker};
 
 use crate::format::{DatasetFile, FormatError, write_atomic};
-use crate::metrics::{EpochRecord, JsonlSink, RunInfo, RunSummary, StepRecord};
+use crate::metrics::{ByteCounts, EpochRecord, JsonlSink, RunBytes, RunInfo, RunSummary, StepRecord, add_bytes};
 use crate::model::{Model, ModelSpec, Params};
 use crate::{BadInput, DataDir};
 use std::path::{Path, PathBuf};
@@ -63,6 +61,18 @@ pub enum TrainError {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// Its sources are asked too (the chain is walked); this answers for the
+/// variants that are themselves the verdict.
+impl crate::error::Blame for TrainError {
+    fn is_bad_input(&self) -> bool {
+        match self {
+            TrainError::Input(_) => true,
+            TrainError::Format(f) => crate::error::Blame::is_bad_input(f),
+            _ => false,
+        }
+    }
 }
 
 /// Receives what the loop produces (progress lines, the TUI, the driver).
@@ -198,7 +208,15 @@ fn execute(
     worker.norm = cfg.normalize;
     worker.all_rows = Some(&ds);
     let mut strategy = strategy::build(cfg.strategy, &strategy::StrategyEnv::new(&cfg, None)?)?;
-    let inp = LoopInput { cfg: &cfg, train: &train, val: &val, test: &test, checkpoint_dir: Some(&ck), stop_after };
+    let inp = LoopInput {
+        cfg: &cfg,
+        train: &train,
+        val: &val,
+        test: &test,
+        checkpoint_dir: Some(&ck),
+        stop_after,
+        owners: None,
+    };
     obs.start(&RunInfo {
         run: run.to_string(),
         dataset: cfg.dataset.clone(),
@@ -207,7 +225,7 @@ fn execute(
         workers: Solo.world() as u32,
         time_steps: strategy.time_steps(),
         epochs: cfg.epochs,
-        iterations_per_epoch: batches::Schedule::new(&train, Solo.world(), cfg.batch_size).iterations() as u64,
+        iterations_per_epoch: Schedule::new(&train, Solo.world(), cfg.batch_size).iterations() as u64,
         start_epoch: progress.epoch,
         start_iteration: progress.iteration,
     });
@@ -221,7 +239,7 @@ fn execute(
         strategy: cfg.strategy.to_string(),
         workers: cfg.workers,
         rows: p.rows,
-        bytes: p.bytes,
+        bytes: RunBytes::split(total_bytes(&p), p.eval_bytes),
         time_steps: strategy.time_steps(),
         dataset: cfg.dataset.clone(),
         model: cfg.model.to_string(),
@@ -231,6 +249,13 @@ fn execute(
     .from_history(p.history);
     write_atomic(run_dir.join("summary.json"), &serde_json::to_vec_pretty(&summary).expect("summary serialises"))?;
     Ok(summary)
+}
+
+/// Everything a single-process run billed: its steps and its evaluations.
+fn total_bytes(p: &Progress) -> ByteCounts {
+    let mut t = p.bytes;
+    add_bytes(&mut t, &p.eval_bytes);
+    t
 }
 
 /// The model of `cfg` for `ds` (seeded initial weights), its optimizer, and the device.

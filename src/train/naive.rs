@@ -6,7 +6,7 @@
 //! reports as `bytes_naive_migration`), here summed over whole epochs of the
 //! run's own batches, partition, model widths and seed.
 
-use super::{TrainConfig, TrainError, batches, splits};
+use super::{TrainConfig, TrainError, splits};
 use crate::DataDir;
 use crate::format::{DatasetFile, ManifestFile};
 use crate::locality::{ModelDims, NaiveCost, NaiveScratch, OwnerTable, Trainer, naive_migration};
@@ -78,8 +78,8 @@ pub fn naive_dry_run(data: &DataDir, cfg: &TrainConfig) -> Result<NaiveReport, T
     let row_bytes = 4 * ds.feature_dim() as u64;
     let mut epochs = Vec::with_capacity(cfg.epochs as usize);
     for epoch in 0..cfg.epochs {
-        let order = batches::epoch_order(&train, cfg.seed, epoch);
-        let sched = batches::Schedule::new(&order, world, cfg.batch_size);
+        let order = crate::schedule::epoch_order(&train, cfg.seed, epoch);
+        let sched = crate::schedule::Schedule::new(&order, world, cfg.batch_size);
         let (mut cost, mut remote) = (NaiveCost::default(), 0u64);
         for i in 0..sched.iterations() {
             for (w, roots) in sched.workers(i).into_iter().enumerate() {

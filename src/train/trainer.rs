@@ -4,12 +4,13 @@
 //! checkpoint, evaluate at the end of each epoch.
 
 use super::checkpoint::{self, Progress};
-use super::evaluate::accuracies;
+use super::evaluate::{EvalRequest, evaluate};
 use super::strategy::{Iteration, Strategy};
-use super::{Collective, Observer, TrainConfig, TrainError, Worker, batches};
+use super::{Collective, Observer, TrainConfig, TrainError, Worker};
 use crate::comm::ByteCounts;
 use crate::metrics::{EpochRecord, StepRecord, add_bytes};
 use crate::optim::Optimizer;
+use crate::schedule::batches;
 use crate::util::rng::hash_of;
 use std::path::Path;
 use std::time::Instant;
@@ -27,6 +28,9 @@ pub struct LoopInput<'a> {
     pub checkpoint_dir: Option<&'a Path>,
     /// Stop (after checkpointing) once this many iterations are done in total.
     pub stop_after: Option<u64>,
+    /// The partition's vertex -> worker map (who scores which evaluation
+    /// node); None: worker 0 owns every vertex.
+    pub owners: Option<&'a [u16]>,
 }
 
 /// Runs from `progress` to the end of the last epoch (or `stop_after`) and
@@ -115,12 +119,12 @@ pub fn run_loop(
                 return Ok(p);
             }
         }
-        // Evaluation fetches rows from the other workers: wait until every
-        // worker has billed its last iteration, so serving those fetches is
-        // not counted as training traffic.
-        coll.barrier().map_err(TrainError::Comm)?;
         let te = Instant::now();
-        let acc = accuracies(w, coll, &[inp.val, inp.test], p.epoch, cfg.eval_batch_size)?;
+        let req =
+            EvalRequest { sets: &[inp.val, inp.test], owners: inp.owners, epoch: p.epoch, batch: cfg.eval_batch_size };
+        let eval = evaluate(w, coll, &req)?;
+        add_bytes(&mut p.eval_bytes, &eval.moved.sent);
+        let acc = eval.accuracies;
         let rec = EpochRecord {
             epoch: p.epoch,
             loss: p.epoch_loss_sum / p.epoch_iterations.max(1) as f64,

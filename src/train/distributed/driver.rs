@@ -5,7 +5,8 @@ use super::{DistJob, Report, WorkerDone};
 use crate::cluster::Launcher;
 use crate::cluster::driver::{DriverOptions, Event, run_job_stoppable};
 use crate::format::write_atomic;
-use crate::metrics::{JsonlSink, RunSummary, add_bytes};
+use crate::metrics::{JsonlSink, RunBytes, RunSummary, add_bytes};
+use crate::schedule::MergePlan;
 use crate::train::strategy::{StrategyEnv, StrategyKind};
 use crate::train::{Observer, RunOptions, TrainConfig, TrainError, checkpoint, new_run_dir};
 use crate::{BadInput, DataDir};
@@ -31,7 +32,14 @@ pub struct DistOptions<'a> {
     pub worker_lines: Option<&'a mpsc::Receiver<String>>,
     /// Where the control listener binds (the profile's `driver_bind`).
     pub driver_bind: std::net::SocketAddr,
+    /// `--time-steps auto`'s starting plans, one per T (the cost model's
+    /// `cost::auto_plans`; passed in because the cost model sits above
+    /// training). None: every T is tried, one epoch each.
+    pub auto_planner: Option<&'a AutoPlanner>,
 }
+
+/// Predicts a `leapgnn` merge plan for every T that fits, for a run of the config.
+pub type AutoPlanner = dyn Fn(&DataDir, &TrainConfig) -> anyhow::Result<Vec<MergePlan>>;
 
 /// Starts a new run of `cfg` on `cfg.workers` workers, one partition each.
 pub fn train_distributed(
@@ -45,13 +53,12 @@ pub fn train_distributed(
     let world = cfg.workers;
     // --time-steps auto starts from the cost model's plans (and re-plans from measured times).
     let auto = cfg.strategy == StrategyKind::Leapgnn && cfg.time_steps.is_none() && cfg.merge_plan.is_none();
-    let auto_plans = if auto && world > 1 {
-        crate::cost::auto_plans(data, &cfg).unwrap_or_else(|e| {
+    let auto_plans = match opts.auto_planner {
+        Some(plan) if auto && world > 1 => plan(data, &cfg).unwrap_or_else(|e| {
             obs.event(&format!("--time-steps auto: no cost model prediction ({e:#}); trying every T, one epoch each"));
             Vec::new()
-        })
-    } else {
-        Vec::new()
+        }),
+        _ => Vec::new(),
     };
     let mut env = StrategyEnv::new(&cfg, None)?;
     env.auto_plans = auto_plans.clone();
@@ -155,9 +162,12 @@ pub fn train_distributed(
         .map(serde_json::from_value)
         .collect::<Result<_, _>>()
         .context("a worker's final report is malformed")?;
+    let (mut total, mut eval) = Default::default();
     for d in &done {
-        add_bytes(&mut summary.bytes, &d.bytes.sent);
+        add_bytes(&mut total, &d.bytes.sent);
+        add_bytes(&mut eval, &d.eval_bytes);
     }
+    summary.bytes = RunBytes::split(total, eval);
     fetch_checkpoint(opts.launcher, &remote_run_dir, &run_dir, obs)?;
     let first = done.iter().find(|d| d.rank == 0).context("worker 0 sent no final report")?;
     summary.iterations = first.iterations;

@@ -18,7 +18,7 @@ mod replicas;
 mod rows;
 mod worker;
 
-pub use driver::{DistOptions, train_distributed};
+pub use driver::{AutoPlanner, DistOptions, train_distributed};
 pub use grad_dump::GradDump;
 pub use replicas::ReplicaCheck;
 pub use rows::FetchingRows;
@@ -49,7 +49,7 @@ pub struct DistJob {
     pub comm_timeout_ms: u64,
     /// leapgnn `--time-steps auto`: the cost model's plan for every T.
     #[serde(default)]
-    pub auto_plans: Vec<crate::train::MergePlan>,
+    pub auto_plans: Vec<crate::schedule::MergePlan>,
 }
 
 /// What a worker sends as `ToDriver::Metrics`.
@@ -72,6 +72,9 @@ pub struct WorkerDone {
     pub history: Vec<EpochRecord>,
     /// Everything this worker's mesh moved, for the whole run (socket counts).
     pub bytes: ByteCounts,
+    /// What this worker sent while evaluating, by category (part of `bytes.sent`).
+    #[serde(default)]
+    pub eval_bytes: crate::metrics::ByteCounts,
     /// Every row this worker read through its fetching source (training,
     /// evaluation and the cache fill).
     pub fetch: FetchStats,

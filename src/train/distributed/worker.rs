@@ -13,8 +13,9 @@ use crate::comm::{
 use crate::format::{DatasetFile, ManifestFile};
 use crate::metrics::{EpochRecord, StepRecord};
 use crate::sample::{NeighborSampler, NodeMap};
+use crate::schedule::batches;
 use crate::train::{
-    GraphData, LoopInput, MeshCollective, Observer, Progress, TrainError, Worker, batches, checkpoint, strategy,
+    GraphData, LoopInput, MeshCollective, Observer, Progress, TrainError, Worker, checkpoint, strategy,
 };
 use anyhow::Context;
 use std::sync::Arc;
@@ -106,6 +107,7 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
         test: &test,
         checkpoint_dir: (rank == 0).then_some(ck.as_path()),
         stop_after: spec.stop_after,
+        owners: Some(manifest.node_part()),
     };
     let mut reporting = Reporting { reporter, rank };
     let mut obs = GradDump { path: spec.dump_grad.clone().filter(|_| rank == 0), inner: &mut reporting };
@@ -118,6 +120,7 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
         iterations: p.global_iteration,
         history: p.history,
         bytes: mesh.bytes(),
+        eval_bytes: p.eval_bytes,
         fetch,
         remote_fetches,
         time_steps: Some(strategy::Strategy::time_steps(&strat)),

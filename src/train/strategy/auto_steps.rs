@@ -13,8 +13,8 @@
 //! collectives at the same epoch boundary.
 
 use crate::comm::Category;
-use crate::cost::next_time_steps;
-use crate::train::{Collective, MergePlan, TrainError};
+use crate::schedule::{MergePlan, next_time_steps};
+use crate::train::{Collective, TrainError};
 use std::time::Instant;
 
 pub(super) struct AutoSteps {

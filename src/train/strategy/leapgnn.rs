@@ -7,7 +7,7 @@
 use super::auto_steps::AutoSteps;
 use super::steps::{MicroSteps, StepCount};
 use super::{StrategyEnv, StrategyKind};
-use crate::train::MergePlan;
+use crate::schedule::MergePlan;
 
 pub fn build(env: &StrategyEnv) -> MicroSteps {
     let count = match (&env.plan, env.time_steps) {

@@ -6,7 +6,6 @@ mod micrograph;
 mod model_centric;
 mod p3;
 mod pregather;
-pub(crate) mod routing;
 mod steps;
 mod store;
 
@@ -14,10 +13,11 @@ pub use model_centric::ModelCentric;
 pub use p3::P3;
 pub use steps::MicroSteps;
 
-use super::{Collective, MergePlan, Migration, StepStats, TrainConfig, TrainError, Worker};
+use super::{Collective, Migration, StepStats, TrainConfig, TrainError, Worker};
 use crate::BadInput;
 use crate::comm::{ByteCounts, Owners};
 use crate::metrics::StepRecord;
+use crate::schedule::MergePlan;
 use std::fmt;
 use std::str::FromStr;
 

@@ -11,12 +11,13 @@
 //! (counted as `migration` bytes); that exchange is also the step's barrier.
 
 use super::auto_steps::AutoSteps;
-use super::routing::{merge, route};
 use super::store::{Locality, Pregathered, Scratch};
 use super::{Iteration, Strategy, StrategyEnv, StrategyKind, step_record};
 use crate::comm::{ByteCounts, Category, Owners};
 use crate::metrics::StepRecord;
-use crate::train::{Collective, MergePlan, Migration, StepStats, TrainError, Worker};
+use crate::schedule::MergePlan;
+use crate::schedule::routing::{merge, route};
+use crate::train::{Collective, Migration, StepStats, TrainError, Worker};
 use std::time::Instant;
 
 /// How many time steps an iteration takes.

@@ -4,17 +4,23 @@
 
 /// Fills `steps` with W lists: step t holds the roots of b(i, (rank + t) mod W)
 /// that worker `rank` owns, in batch order. `owners`: None = worker 0 owns all.
-pub(crate) fn route(batches: &[&[u32]], owners: Option<&[u16]>, rank: usize, steps: &mut Vec<Vec<u32>>) {
+pub fn route(batches: &[&[u32]], owners: Option<&[u16]>, rank: usize, steps: &mut Vec<Vec<u32>>) {
     let w = batches.len();
     steps.resize_with(w, Vec::new);
     for (t, step) in steps.iter_mut().enumerate() {
         step.clear();
-        let batch = batches[(rank + t) % w];
-        match owners {
-            Some(o) => step.extend(batch.iter().copied().filter(|&v| o[v as usize] as usize == rank)),
-            None if rank == 0 => step.extend_from_slice(batch),
-            None => {}
-        }
+        owned_by(batches[(rank + t) % w], owners, rank, step);
+    }
+}
+
+/// Appends to `out` the ids of `ids` that worker `rank` owns, in the order
+/// given (`owners`: None = worker 0 owns all). Over all ranks the shares
+/// partition `ids`. Training routes roots with it; evaluation scores with it.
+pub fn owned_by(ids: &[u32], owners: Option<&[u16]>, rank: usize, out: &mut Vec<u32>) {
+    match owners {
+        Some(o) => out.extend(ids.iter().copied().filter(|&v| o[v as usize] as usize == rank)),
+        None if rank == 0 => out.extend_from_slice(ids),
+        None => {}
     }
 }
 
@@ -23,7 +29,7 @@ pub(crate) fn route(batches: &[&[u32]], owners: Option<&[u16]>, rank: usize, ste
 /// topped up, in step order, towards its share of all the worker's roots. A
 /// step already above its share keeps its own roots (they are its model's), so
 /// balance is as close as that allows. Every root stays on this worker.
-pub(crate) fn merge(steps: &mut Vec<Vec<u32>>, shares: &[f64]) {
+pub fn merge(steps: &mut Vec<Vec<u32>>, shares: &[f64]) {
     let kept = shares.len();
     if steps.len() <= kept {
         return;
