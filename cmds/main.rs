@@ -12,6 +12,7 @@ mod download;
 mod info;
 mod output;
 mod partition;
+mod shell;
 mod train;
 mod tune_merge;
 mod worker;
@@ -66,6 +67,10 @@ enum Command {
     Cluster(cluster::Args),
     /// Report of an emulated-cluster run: one table and an SVG plot.
     BenchReport(bench_report::Args),
+    /// Print a shell completion script (bash, zsh, fish, ...).
+    Completions(shell::CompletionsArgs),
+    /// Print the man page, or write one page per command with --dir.
+    Man(shell::ManArgs),
     /// Internal: a training worker started by `train`.
     #[command(hide = true)]
     Worker(worker::Args),
@@ -93,6 +98,8 @@ fn main() -> ExitCode {
         Command::TuneMerge(a) => tune_merge::run(&g, a),
         Command::Cluster(a) => cluster::run(&g, a),
         Command::BenchReport(a) => bench_report::run(&g, a),
+        Command::Completions(a) => shell::completions(a),
+        Command::Man(a) => shell::man(a),
         Command::Worker(a) => worker::run(&g, a),
     };
     match result {

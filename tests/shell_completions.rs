@@ -1,0 +1,45 @@
+//! `leapgnn completions` and `leapgnn man`: each shell's script is produced
+//! and names the subcommands and flags; bash accepts its script (`bash -n`);
+//! the man pages render, one per command with `--dir`.
+
+use std::process::Command;
+
+fn leapgnn(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_leapgnn")).args(args).output().unwrap();
+    assert!(out.status.success(), "leapgnn {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn every_shell_gets_a_script_that_knows_the_subcommands_and_flags() {
+    for shell in ["bash", "zsh", "fish"] {
+        let script = leapgnn(&["completions", shell]);
+        for word in ["leapgnn", "train", "tune-merge", "analyze-locality", "--strategy", "--workers"] {
+            assert!(script.contains(word), "{shell} script lacks `{word}`");
+        }
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("leapgnn.bash");
+    std::fs::write(&path, leapgnn(&["completions", "bash"])).unwrap();
+    match Command::new("bash").arg("-n").arg(&path).output() {
+        Ok(out) => {
+            assert!(out.status.success(), "bash -n rejects the script: {}", String::from_utf8_lossy(&out.stderr))
+        }
+        Err(e) => eprintln!("skipping `bash -n`: cannot run bash ({e})"),
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_leapgnn")).args(["completions", "tcsh"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "an unknown shell is bad input");
+}
+
+#[test]
+fn man_pages_render_for_the_tool_and_each_command() {
+    let page = leapgnn(&["man"]);
+    assert!(page.starts_with(".ie") || page.contains(".TH leapgnn"), "{}", &page[..page.len().min(200)]);
+    assert!(page.contains("train"));
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("man1");
+    leapgnn(&["man", "--dir", dir.to_str().unwrap()]);
+    let train = std::fs::read_to_string(dir.join("leapgnn-train.1")).unwrap();
+    assert!(train.contains(".TH leapgnn-train") && train.contains("strategy"), "{}", &train[..train.len().min(300)]);
+    assert!(dir.join("leapgnn.1").is_file());
+}
