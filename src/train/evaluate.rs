@@ -1,7 +1,7 @@
 //! Validation and test accuracy: every worker scores its share of each set,
 //! then one all-reduce of the counts.
 
-use super::{Collective, TrainError, Worker};
+use super::{Collective, EvalMode, TrainError, Worker, fullgraph};
 
 /// Accuracy on each of `sets` (labelled ids), as seen by every worker.
 pub fn accuracies(
@@ -11,6 +11,9 @@ pub fn accuracies(
     epoch: u64,
     batch: usize,
 ) -> Result<Vec<f64>, TrainError> {
+    if w.eval == EvalMode::Full {
+        return fullgraph::inference::accuracies(w, coll, sets);
+    }
     let (rank, world) = (coll.rank(), coll.world());
     let mut counts = Vec::with_capacity(sets.len() * 2);
     for ids in sets {
