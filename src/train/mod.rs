@@ -13,6 +13,7 @@ mod config;
 pub mod distributed;
 mod evaluate;
 pub mod fullgraph;
+pub mod infer;
 mod naive;
 pub mod plan;
 pub mod strategy;

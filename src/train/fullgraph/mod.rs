@@ -28,7 +28,7 @@ pub struct State {
     pub plan: HaloPlan,
     /// Input rows of owned + halo vertices, normalised: features are
     /// constants, so the halo's rows cross the network once, not per epoch.
-    inputs: Vec<f32>,
+    inputs: Tensor,
     /// The aggregation graph of every layer (the same block, so one graph).
     graph: Arc<AggGraph>,
 }
@@ -41,7 +41,9 @@ pub(crate) fn state(w: &mut Worker<'_>) -> Result<Arc<State>, TrainError> {
     }
     let owners = w.owners.as_ref().map(|o| o.as_slice());
     let plan = HaloPlan::derive(w.graph, owners, w.rank, w.world);
-    let (inputs, _) = w.gather_rows(&plan.block.src)?;
+    let (rows, _) = w.gather_rows(&plan.block.src)?;
+    let inputs = Tensor::from_vec(rows, (plan.rows(), w.model.spec().in_dim), &candle_core::Device::Cpu)?
+        .to_device(&w.device)?;
     let graph = Arc::new(w.model.layer_graph(0, &plan.block, w.graph, Fanout::All));
     let s = Arc::new(State { plan, inputs, graph });
     w.full = Some(s.clone());
@@ -76,7 +78,14 @@ pub(crate) fn forward(
         moved: vec![Default::default(); layers],
         compute: vec![0.0; layers],
     };
-    let mut h = w.model.input_rows(&plan.block.src, st.inputs.clone(), mode, &w.device)?;
+    // Input dropout needs a copy of the rows; without it the cached tensor is the input.
+    let mut h = match mode {
+        Mode::Train { .. } if w.model.spec().kind.drops_input() => {
+            let rows = st.inputs.flatten_all()?.to_vec1::<f32>()?;
+            w.model.input_rows(&plan.block.src, rows, mode, &w.device)?
+        }
+        _ => st.inputs.clone(),
+    };
     for l in 0..layers {
         let t = Instant::now();
         let y = w.model.layer_forward(l, &h, &st.graph, (&plan.block.src, plan.owned()), mode)?;
