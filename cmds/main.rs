@@ -9,6 +9,7 @@ mod analyze_locality;
 mod bench_report;
 mod cluster;
 mod download;
+mod infer;
 mod info;
 mod output;
 mod partition;
@@ -61,6 +62,8 @@ enum Command {
     AnalyzeLocality(analyze_locality::Args),
     /// Train a GNN (local worker processes or over SSH).
     Train(Box<train::Args>),
+    /// Predictions and embeddings of every node of a trained run (layer-wise inference).
+    Infer(infer::Args),
     /// Predict iteration time per strategy and number of time steps; pick a merge plan.
     TuneMerge(tune_merge::Args),
     /// Cluster profiles: check every host before training on it.
@@ -95,6 +98,7 @@ fn main() -> ExitCode {
         Command::Partition(a) => partition::run(&g, a),
         Command::AnalyzeLocality(a) => analyze_locality::run(&g, a),
         Command::Train(a) => train::run(&g, *a),
+        Command::Infer(a) => infer::run(&g, a),
         Command::TuneMerge(a) => tune_merge::run(&g, a),
         Command::Cluster(a) => cluster::run(&g, a),
         Command::BenchReport(a) => bench_report::run(&g, a),

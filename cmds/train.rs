@@ -10,9 +10,11 @@ use leapgnn::cluster::{Launcher, LauncherKind, LocalLauncher, LogSink, Profile, 
 use leapgnn::format::write_atomic;
 use leapgnn::metrics::{EpochRecord, RunInfo, RunSummary, StepRecord};
 use leapgnn::progress::{self, ProgressSink};
-use leapgnn::sample::Fanouts;
+use leapgnn::sample::{Fanout, Fanouts};
 use leapgnn::train::distributed::{DistOptions, GradDump, train_distributed};
-use leapgnn::train::{self, MergePlan, Observer, ResumeOverrides, RunOptions, StrategyKind, TrainConfig, TrainError};
+use leapgnn::train::{
+    self, EvalMode, MergePlan, Observer, ResumeOverrides, RunOptions, StrategyKind, TrainConfig, TrainError, TrainMode,
+};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
@@ -20,7 +22,7 @@ use std::time::Duration;
 
 /// Train a GNN with sampled mini-batches. The model has one layer per --fanout
 /// entry (the LeapGNN artifact uses one more; we do not).
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, Clone)]
 pub struct Args {
     /// Dataset name (registry or --data-dir), dataset directory or archive path [default: synthetic-small].
     pub dataset: Option<String>,
@@ -136,6 +138,20 @@ pub struct Args {
     /// With several workers, check every N iterations that all replicas hold the same weights (0: never).
     #[arg(long, default_value_t = 0)]
     pub check_replicas: u64,
+    /// minibatch (sampled, the default) or full-graph (one step per epoch over the whole graph, exchanging
+    /// halo activations at every layer; the number of layers is --layers, default 2).
+    #[arg(long)]
+    pub mode: Option<String>,
+    /// Same as --mode full-graph.
+    #[arg(long, conflicts_with = "mode")]
+    pub full_batch: bool,
+    /// How validation and test nodes are scored: full (layer-wise inference over all nodes; the default with
+    /// --eval-fanout all and in full-graph mode) or sampled (blocks with the --eval-fanout fanouts).
+    #[arg(long)]
+    pub eval: Option<String>,
+    /// Full-graph runs: memory in MiB all workers may use together [default: this machine's MemAvailable].
+    #[arg(long, hide = true)]
+    pub memory_limit_mb: Option<u64>,
     /// Write the first iteration's summed gradient to FILE (raw little-endian f32; for tests).
     #[arg(long, hide = true, value_name = "FILE")]
     pub dump_grad: Option<PathBuf>,
@@ -168,7 +184,11 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
         return naive(g, &a);
     }
     let data = g.data();
-    let opts = RunOptions { run: a.run.clone(), stop_after: a.stop_after };
+    let opts = RunOptions {
+        run: a.run.clone(),
+        stop_after: a.stop_after,
+        memory_limit: a.memory_limit_mb.map(|m| m.saturating_mul(1 << 20)),
+    };
     // Bad flags are reported before the dashboard takes the terminal.
     let (cfg, profile) = match &a.resume {
         Some(run) => {
@@ -457,6 +477,9 @@ fn reject_on_resume(a: &Args) -> Result<(), BadInput> {
         ("--cluster", a.cluster.is_some()),
         ("--device", a.device.is_some()),
         ("--normalize", a.normalize.is_some()),
+        ("--mode", a.mode.is_some()),
+        ("--full-batch", a.full_batch),
+        ("--eval", a.eval.is_some()),
     ];
     match given.iter().find(|(_, set)| *set) {
         Some((flag, _)) => Err(BadInput::new(format!(
@@ -472,6 +495,10 @@ fn config(a: &Args) -> Result<TrainConfig, BadInput> {
     fn parse<T: std::str::FromStr<Err = BadInput>>(v: &Option<String>, default: T) -> Result<T, BadInput> {
         v.as_deref().map_or(Ok(default), str::parse)
     }
+    let mode = if a.full_batch { TrainMode::FullGraph } else { parse(&a.mode, d.mode)? };
+    if mode == TrainMode::FullGraph {
+        return full_graph_config(a, d, mode);
+    }
     let fanouts = parse(&a.fanout, d.fanouts)?;
     if let Some(l) = a.layers
         && l != fanouts.layers()
@@ -485,6 +512,11 @@ fn config(a: &Args) -> Result<TrainConfig, BadInput> {
         None => fanouts.clone(),
         Some(s) if s.eq_ignore_ascii_case("all") => Fanouts::all(fanouts.layers()),
         Some(s) => s.parse()?,
+    };
+    let eval = match &a.eval {
+        Some(e) => e.parse()?,
+        None if eval_fanouts.0.iter().all(|f| *f == Fanout::All) => EvalMode::Full,
+        None => EvalMode::Sampled,
     };
     // Naive migration is costed over model-centric's batches.
     let strategy = if a.strategy.as_deref() == Some(NAIVE) { d.strategy } else { parse(&a.strategy, d.strategy)? };
@@ -537,5 +569,39 @@ fn config(a: &Args) -> Result<TrainConfig, BadInput> {
         migration: parse(&a.migration, d.migration)?,
         cluster: a.cluster.clone(),
         prefetch: a.prefetch,
+        mode,
+        eval,
     })
+}
+
+/// `--mode full-graph`: every layer reads the whole neighbourhood, so sampling
+/// flags are refused rather than ignored.
+fn full_graph_config(a: &Args, d: TrainConfig, mode: TrainMode) -> Result<TrainConfig, BadInput> {
+    for (flag, given) in [
+        ("--fanout", a.fanout.is_some()),
+        ("--eval-fanout", a.eval_fanout.is_some()),
+        ("--batch-size", a.batch_size.is_some()),
+        ("--time-steps", a.time_steps.is_some()),
+        ("--merge-plan", a.merge_plan.is_some()),
+        ("--migration", a.migration.is_some()),
+        ("--prefetch", a.prefetch),
+    ] {
+        if given {
+            return Err(BadInput::new(format!(
+                "{flag} applies to sampled mini-batch training; --mode full-graph trains on every neighbour of every \
+                 node (give the number of layers with --layers), so omit {flag} or use --mode minibatch"
+            )));
+        }
+    }
+    let mut m = Args { mode: None, full_batch: false, ..a.clone() };
+    let layers = a.layers.unwrap_or(d.fanouts.layers());
+    if layers == 0 {
+        return Err(BadInput::new("--layers must be at least 1"));
+    }
+    m.fanout = Some(vec!["all"; layers].join(","));
+    m.eval_fanout = Some("all".into());
+    m.eval = Some(a.eval.clone().unwrap_or_else(|| "full".into()));
+    let mut cfg = config(&m)?;
+    cfg.mode = mode;
+    Ok(cfg)
 }

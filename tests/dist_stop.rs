@@ -68,7 +68,7 @@ fn a_stop_request_ends_every_worker_at_the_same_iteration_with_a_checkpoint() {
         auto_planner: Some(&leapgnn::cost::auto_plans),
     };
     let mut q = PressQ::default();
-    let run = RunOptions { run: Some("stopped".into()), stop_after: None };
+    let run = RunOptions { run: Some("stopped".into()), stop_after: None, ..Default::default() };
     let s = train_distributed(&data, cfg, &run, &opts, &mut q).expect("a stopped run ends normally");
 
     // 140 training roots in global batches of 16: 9 iterations per epoch.

@@ -123,7 +123,7 @@ pub fn calibrate(
             continue;
         }
         let name = format!("calibrate-{strategy}-t{t}-b{batch}-{stamp}");
-        let opts = RunOptions { run: Some(name.clone()), stop_after: Some(o.iterations.max(2)) };
+        let opts = RunOptions { run: Some(name.clone()), stop_after: Some(o.iterations.max(2)), ..Default::default() };
         let dist = DistOptions {
             launcher: o.launcher,
             interrupted: o.interrupted,

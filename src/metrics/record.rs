@@ -64,4 +64,8 @@ pub struct StepRecord {
     pub sync_seconds: f64,
     /// This step's share of the iteration loss (sum over its roots / global batch size).
     pub loss: f64,
+    /// Full-graph engine: the layer whose halo exchange (forward and backward)
+    /// and compute this record covers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layer: Option<u32>,
 }

@@ -35,6 +35,12 @@ pub struct RunSummary {
     pub model: String,
     pub iterations: u64,
     pub history: Vec<EpochRecord>,
+    /// `full-graph` for the full-graph engine (absent for mini-batch runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// Each worker's peak resident set size (VmHWM), in rank order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub peak_rss_bytes: Vec<u64>,
 }
 
 /// Bytes that crossed a socket between processes, summed over the workers,

@@ -22,7 +22,7 @@ pub use params::{Param, Params};
 
 use crate::BadInput;
 use crate::graph::CsrView;
-use crate::sample::{Blocks, Fanouts};
+use crate::sample::{Blocks, Fanout, Fanouts};
 use crate::util::rng::hash_of;
 use candle_core::{Device, Result, Tensor};
 use dropout::{ReluDropout, dropout_in_place, dropout_rows, vertex_row_key};
@@ -196,20 +196,28 @@ impl Model {
     /// Builds the aggregation graphs of `blocks`. `graph` and `fanouts` are the
     /// ones the blocks were sampled with (GCN's normalisation reads degrees).
     pub fn prepare(&self, blocks: Blocks, graph: CsrView<'_>, fanouts: &Fanouts) -> Prepared {
-        let graphs = self
-            .layers
-            .iter()
-            .zip(&blocks.layers)
-            .zip(&fanouts.0)
-            .map(|((layer, b), &f)| {
-                Arc::new(match layer {
-                    Layer::Sage(s) => s.graph(b),
-                    Layer::Gcn(c) => c.graph(b, graph, f),
-                    Layer::Gat(a) => a.graph(b),
-                })
-            })
+        let graphs = (0..self.layers.len().min(blocks.layers.len()))
+            .map(|i| Arc::new(self.layer_graph(i, &blocks.layers[i], graph, fanouts.0[i])))
             .collect();
         Prepared { blocks, graphs }
+    }
+
+    /// The aggregation graph layer `i` computes over for block `b`.
+    pub fn layer_graph(&self, i: usize, b: &crate::sample::Block, graph: CsrView<'_>, fanout: Fanout) -> AggGraph {
+        match &self.layers[i] {
+            Layer::Sage(s) => s.graph(b),
+            Layer::Gcn(c) => c.graph(b, graph, fanout),
+            Layer::Gat(a) => a.graph(b),
+        }
+    }
+
+    pub fn num_layers(&self) -> usize {
+        self.layers.len()
+    }
+
+    /// Width of layer `i`'s output rows (the last layer's is the number of classes).
+    pub fn out_dim(&self, i: usize) -> usize {
+        if i + 1 == self.layers.len() { self.spec.classes } else { self.spec.hidden }
     }
 
     fn feature_site(key: u64, layer: usize) -> u64 {
@@ -219,8 +227,13 @@ impl Model {
     /// The first layer's input from the gathered rows of `p`'s input nodes
     /// (row-major, `in_dim` wide): its dropout is applied here, in place, as the
     /// features are constants.
-    pub fn input(&self, p: &Prepared, mut rows: Vec<f32>, mode: Mode, dev: &Device) -> Result<Tensor> {
-        let ids = p.blocks.input_nodes();
+    pub fn input(&self, p: &Prepared, rows: Vec<f32>, mode: Mode, dev: &Device) -> Result<Tensor> {
+        self.input_rows(p.blocks.input_nodes(), rows, mode, dev)
+    }
+
+    /// The first layer's input from the rows of vertices `ids` (row-major,
+    /// `in_dim` wide), with its dropout applied in place.
+    pub fn input_rows(&self, ids: &[u32], mut rows: Vec<f32>, mode: Mode, dev: &Device) -> Result<Tensor> {
         if let (Mode::Train { key }, true) = (mode, self.spec.kind.drops_input()) {
             let site = Self::feature_site(key, 0);
             dropout_in_place(&mut rows, self.spec.in_dim, self.spec.dropout, |r| vertex_row_key(site, ids[r]));
@@ -243,44 +256,48 @@ impl Model {
 
     /// Layers `start..` on `h`, the input of layer `start`; the logits.
     fn forward_layers(&self, p: &Prepared, start: usize, mut h: Tensor, mode: Mode) -> Result<Tensor> {
-        let last = self.layers.len() - 1;
-        for (i, layer) in self.layers.iter().enumerate().skip(start) {
-            let ids = &p.blocks.layers[i].src[..];
-            let attention_dropout = match (mode, layer) {
-                (Mode::Train { key }, Layer::Gat(_)) if self.spec.dropout > 0.0 => {
-                    Some((self.spec.dropout, hash_of(key, &[i as u64, 1])))
-                }
-                _ => None,
-            };
-            // After a hidden layer: the non-linearity, then the dropout of the
-            // next layer's input (its rows are this layer's destinations).
-            let next = p.blocks.layers.get(i + 1).map(|b| &b.src[..]).unwrap_or(&[]);
-            let (rate, site) = self.output_dropout(i, mode);
-            let key = |r: usize| vertex_row_key(site, next[r]);
-            let relu = (i < last && !matches!(layer, Layer::Gat(_)))
-                .then(|| ReluDropout::new(next.len(), self.spec.hidden, rate, key));
-            let inp = LayerInput {
-                x: &h,
-                graph: &p.graphs[i],
-                ids,
-                kernel: self.kernel,
-                attention_dropout,
-                activation: relu.as_ref(),
-            };
-            let out = match layer {
-                Layer::Sage(s) => s.forward(&inp)?,
-                Layer::Gcn(c) => c.forward(&inp)?,
-                Layer::Gat(a) => a.forward(&inp)?,
-            };
-            if i == last {
-                return Ok(out);
-            }
-            h = match layer {
-                Layer::Gat(_) => dropout_rows(&out.elu(1.0)?, rate, key)?,
-                _ => out,
-            };
+        for i in start..self.layers.len() {
+            let b = &p.blocks.layers[i];
+            h = self.layer_forward(i, &h, &p.graphs[i], (&b.src, b.dst()), mode)?;
         }
         Ok(h)
+    }
+
+    /// Layer `i` on its input rows `x` (vertices `src`) over `graph`, for the
+    /// destinations `dst`: the logits for the last layer, else the layer's
+    /// output after its non-linearity and the next layer's dropout (whose masks
+    /// are keyed by the destinations' global ids, so any split of the rows
+    /// over workers draws the same masks).
+    pub fn layer_forward(
+        &self,
+        i: usize,
+        x: &Tensor,
+        graph: &Arc<AggGraph>,
+        (src, dst): (&[u32], &[u32]),
+        mode: Mode,
+    ) -> Result<Tensor> {
+        let layer = &self.layers[i];
+        let last = i + 1 == self.layers.len();
+        let attention_dropout = match (mode, layer) {
+            (Mode::Train { key }, Layer::Gat(_)) if self.spec.dropout > 0.0 => {
+                Some((self.spec.dropout, hash_of(key, &[i as u64, 1])))
+            }
+            _ => None,
+        };
+        let (rate, site) = self.output_dropout(i, mode);
+        let key = |r: usize| vertex_row_key(site, dst[r]);
+        let relu = (!last && !matches!(layer, Layer::Gat(_)))
+            .then(|| ReluDropout::new(dst.len(), self.spec.hidden, rate, key));
+        let inp = LayerInput { x, graph, ids: src, kernel: self.kernel, attention_dropout, activation: relu.as_ref() };
+        let out = match layer {
+            Layer::Sage(s) => s.forward(&inp)?,
+            Layer::Gcn(c) => c.forward(&inp)?,
+            Layer::Gat(a) => a.forward(&inp)?,
+        };
+        match layer {
+            Layer::Gat(_) if !last => dropout_rows(&out.elu(1.0)?, rate, key),
+            _ => Ok(out),
+        }
     }
 }
 

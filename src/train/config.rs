@@ -60,6 +60,58 @@ impl std::str::FromStr for Migration {
     }
 }
 
+/// Which engine trains: sampled mini-batches, or the whole graph with a halo
+/// exchange per layer (one gradient step per epoch).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TrainMode {
+    #[default]
+    Minibatch,
+    FullGraph,
+}
+
+impl std::str::FromStr for TrainMode {
+    type Err = BadInput;
+    fn from_str(s: &str) -> Result<Self, BadInput> {
+        match s {
+            "minibatch" | "mini-batch" => Ok(TrainMode::Minibatch),
+            "full-graph" | "full-batch" => Ok(TrainMode::FullGraph),
+            _ => Err(BadInput::new(format!("unknown --mode `{s}`: expected minibatch or full-graph"))),
+        }
+    }
+}
+
+impl std::fmt::Display for TrainMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TrainMode::Minibatch => "minibatch",
+            TrainMode::FullGraph => "full-graph",
+        })
+    }
+}
+
+/// How validation and test nodes are scored: sampled blocks with the
+/// evaluation fanouts, or layer-wise inference over all nodes (one halo
+/// exchange per layer, as PyG/DGL `inference()`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EvalMode {
+    #[default]
+    Sampled,
+    Full,
+}
+
+impl std::str::FromStr for EvalMode {
+    type Err = BadInput;
+    fn from_str(s: &str) -> Result<Self, BadInput> {
+        match s {
+            "sampled" => Ok(EvalMode::Sampled),
+            "full" => Ok(EvalMode::Full),
+            _ => Err(BadInput::new(format!("unknown --eval `{s}`: expected full or sampled"))),
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TrainConfig {
     /// Dataset name, directory or archive path, as given.
@@ -103,6 +155,10 @@ pub struct TrainConfig {
     /// pregather / leapgnn: fetch iteration i+1's rows while computing i.
     #[serde(default)]
     pub prefetch: bool,
+    #[serde(default)]
+    pub mode: TrainMode,
+    #[serde(default)]
+    pub eval: EvalMode,
 }
 
 impl Default for TrainConfig {
@@ -136,6 +192,8 @@ impl Default for TrainConfig {
             migration: Migration::Fused,
             cluster: None,
             prefetch: false,
+            mode: TrainMode::Minibatch,
+            eval: EvalMode::Sampled,
         }
     }
 }
@@ -145,6 +203,15 @@ fn default_cache_policy() -> CachePolicy {
 }
 
 impl TrainConfig {
+    /// Roots per worker per iteration as the loop schedules them: the whole
+    /// train set in one iteration in full-graph mode.
+    pub fn loop_batch_size(&self, train: usize) -> usize {
+        match self.mode {
+            TrainMode::Minibatch => self.batch_size,
+            TrainMode::FullGraph => train.div_ceil(self.workers.max(1)).max(1),
+        }
+    }
+
     /// Rejects values that cannot work, naming the flag and what to give instead.
     pub fn check(&self) -> Result<(), BadInput> {
         let bad = |m: String| Err(BadInput::new(m));
@@ -188,6 +255,20 @@ impl TrainConfig {
                 "--parts {} with --workers {}: each worker owns one part, so give the same number (or omit --parts)",
                 self.parts, self.workers
             ));
+        }
+        if self.mode == TrainMode::FullGraph {
+            if self.strategy != StrategyKind::ModelCentric {
+                return bad(format!(
+                    "--strategy {} samples mini-batches; --mode full-graph trains the whole graph with a halo exchange \
+                     per layer (graph parallelism, the default strategy): omit --strategy or use --mode minibatch",
+                    self.strategy
+                ));
+            }
+            if self.eval == EvalMode::Sampled {
+                return bad("--eval sampled with --mode full-graph: the full-graph engine evaluates with layer-wise \
+                            inference over all nodes; omit --eval or give --eval full"
+                    .into());
+            }
         }
         self.check_strategy_flags()?;
         Ok(())

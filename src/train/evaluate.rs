@@ -6,7 +6,7 @@
 //! rows come mostly from that worker's own part whatever the strategy; one
 //! all-reduce of the counts gives every worker the accuracies.
 
-use super::{Collective, TrainError, Worker};
+use super::{Collective, EvalMode, TrainError, Worker, fullgraph};
 use crate::comm::{ByteCounts, Category};
 use crate::schedule::routing::owned_by;
 
@@ -42,7 +42,10 @@ pub fn evaluate(
     let before = coll.bytes();
     // No worker sends an evaluation request before every worker has read `before`.
     fence(coll)?;
-    let accuracies = sampled(w, coll, req)?;
+    let accuracies = match w.eval {
+        EvalMode::Full => fullgraph::inference::accuracies(w, coll, req.sets)?,
+        EvalMode::Sampled => sampled(w, coll, req)?,
+    };
     // Every reply a peer asked of this worker is counted once all have scored.
     fence(coll)?;
     let moved = coll.bytes().since(&before);

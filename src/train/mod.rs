@@ -11,6 +11,8 @@ mod collective;
 mod config;
 pub mod distributed;
 mod evaluate;
+pub mod fullgraph;
+pub mod infer;
 mod naive;
 pub mod strategy;
 mod trainer;
@@ -20,7 +22,7 @@ mod worker;
 pub use crate::schedule::{MergePlan, Schedule, epoch_order};
 pub use checkpoint::Progress;
 pub use collective::{Collective, CommError, MeshCollective, Solo};
-pub use config::{DeviceKind, Migration, TrainConfig};
+pub use config::{DeviceKind, EvalMode, Migration, TrainConfig, TrainMode};
 pub use evaluate::{EvalRequest, Evaluation, evaluate};
 pub use naive::{NaiveEpoch, NaiveReport, naive_dry_run};
 pub use strategy::{Iteration, Strategy, StrategyKind};
@@ -105,6 +107,9 @@ pub struct RunOptions {
     /// Stop after this many iterations in total, checkpointing first (tests
     /// use it to interrupt a run at a known point).
     pub stop_after: Option<u64>,
+    /// Full-graph runs: the memory the workers may use in all, instead of
+    /// this machine's MemAvailable (tests and capped jobs).
+    pub memory_limit: Option<u64>,
 }
 
 /// What `--resume` may change.
@@ -123,7 +128,7 @@ pub fn train(
 ) -> Result<RunSummary, TrainError> {
     cfg.check()?;
     let (run, run_dir) = new_run_dir(data, opts.run.as_deref(), &cfg)?;
-    execute(data, cfg, &run, &run_dir, false, opts.stop_after, obs)
+    execute(data, cfg, &run, &run_dir, false, opts, obs)
 }
 
 /// Continues run `run` from its last checkpoint.
@@ -152,7 +157,7 @@ pub fn resume(
         cfg.checkpoint_every = c;
     }
     cfg.check()?;
-    execute(data, cfg, run, &run_dir, true, opts.stop_after, obs)
+    execute(data, cfg, run, &run_dir, true, opts, obs)
 }
 
 /// Train, validation and test ids that have a label, checked.
@@ -186,13 +191,17 @@ fn execute(
     run: &str,
     run_dir: &Path,
     resuming: bool,
-    stop_after: Option<u64>,
+    opts: &RunOptions,
     obs: &mut dyn Observer,
 ) -> Result<RunSummary, TrainError> {
+    let (stop_after, memory_limit) = (opts.stop_after, opts.memory_limit);
     let path = crate::datasets::ensure_dataset(data, &cfg.dataset).map_err(TrainError::Dataset)?;
     let ds = DatasetFile::open_verified(&path)?;
     let [train, val, test] = splits(&ds, &cfg.dataset)?;
     let (model, params, mut opt, device) = build_model(&cfg, &ds)?;
+    if cfg.mode == TrainMode::FullGraph {
+        fullgraph::memory::preflight(&ds, &cfg, None, model.spec(), params.numel(), memory_limit)?;
+    }
     let ck = checkpoint::dir(run_dir);
     let progress = if resuming { checkpoint::restore(&ck, &params, opt.as_mut())? } else { Progress::default() };
     write_atomic(run_dir.join("config.json"), &serde_json::to_vec_pretty(&cfg).expect("config serialises"))?;
@@ -206,6 +215,7 @@ fn execute(
     let mut worker =
         Worker::new((0, 1), data_view, (&cfg.fanouts, &cfg.eval_fanouts), cfg.seed, (model, params), device);
     worker.norm = cfg.normalize;
+    worker.eval = cfg.eval;
     worker.all_rows = Some(&ds);
     let mut strategy = strategy::build(cfg.strategy, &strategy::StrategyEnv::new(&cfg, None)?)?;
     let inp = LoopInput {
@@ -225,7 +235,7 @@ fn execute(
         workers: Solo.world() as u32,
         time_steps: strategy.time_steps(),
         epochs: cfg.epochs,
-        iterations_per_epoch: Schedule::new(&train, Solo.world(), cfg.batch_size).iterations() as u64,
+        iterations_per_epoch: Schedule::new(&train, Solo.world(), cfg.loop_batch_size(train.len())).iterations() as u64,
         start_epoch: progress.epoch,
         start_iteration: progress.iteration,
     });
@@ -244,6 +254,8 @@ fn execute(
         dataset: cfg.dataset.clone(),
         model: cfg.model.to_string(),
         iterations: p.global_iteration,
+        mode: (cfg.mode == TrainMode::FullGraph).then(|| cfg.mode.to_string()),
+        peak_rss_bytes: fullgraph::memory::peak_rss().into_iter().collect(),
         ..Default::default()
     }
     .from_history(p.history);

@@ -52,7 +52,7 @@ pub fn run_loop(
     let mut records: Vec<StepRecord> = Vec::new();
     while p.epoch < cfg.epochs {
         let order = batches::epoch_order(inp.train, cfg.seed, p.epoch);
-        let sched = batches::Schedule::new(&order, coll.world(), cfg.batch_size);
+        let sched = batches::Schedule::new(&order, coll.world(), cfg.loop_batch_size(inp.train.len()));
         while (p.iteration as usize) < sched.iterations() {
             let t0 = Instant::now();
             let bytes0 = coll.bytes();

@@ -1,14 +1,15 @@
 //! What one worker holds and the work every strategy is built from: sample a
 //! set of roots, gather their input rows, run the model forward and backward.
 
-use super::TrainError;
-use crate::comm::RowSource;
+use super::{EvalMode, TrainError, fullgraph};
+use crate::comm::{Owners, RowSource};
 use crate::gather::{RowNorm, gather, normalize_rows};
 use crate::graph::CsrView;
 use crate::metrics::RowCounts;
 use crate::model::{Mode, Model, Params, count_correct, cross_entropy_sum};
 use crate::sample::{Blocks, EVAL_EPOCH_SALT, Fanouts, NeighborSampler, NodeMap};
 use candle_core::Device;
+use std::sync::Arc;
 use std::time::Instant;
 
 pub struct Worker<'d> {
@@ -29,6 +30,12 @@ pub struct Worker<'d> {
     /// archive), for strategies that split features by column instead of by
     /// owner (p3); None where the worker has no such view.
     pub all_rows: Option<&'d dyn RowSource>,
+    /// The partition's vertex -> worker map (None: this worker owns every vertex).
+    pub owners: Option<Owners>,
+    /// How `accuracies` scores validation and test nodes.
+    pub eval: EvalMode,
+    /// The full-graph engine's halo plan and inputs, built on first use.
+    pub(crate) full: Option<Arc<fullgraph::State>>,
     map: NodeMap,
 }
 
@@ -95,12 +102,15 @@ impl<'d> Worker<'d> {
             device,
             norm: RowNorm::None,
             all_rows: None,
+            owners: None,
+            eval: EvalMode::Sampled,
+            full: None,
             map: NodeMap::new(data.graph.num_nodes()),
         }
     }
 
     /// Input rows of `ids`, normalised as configured, and where they came from.
-    fn gather(&self, ids: &[u32]) -> Result<(Vec<f32>, RowCounts), TrainError> {
+    pub(crate) fn gather_rows(&self, ids: &[u32]) -> Result<(Vec<f32>, RowCounts), TrainError> {
         let (mut rows, counts) = self.features.rows(ids)?;
         normalize_rows(&mut rows, self.features.dim(), self.norm);
         Ok((rows, counts))
@@ -129,7 +139,7 @@ impl<'d> Worker<'d> {
         s.sample_seconds = t.elapsed().as_secs_f64();
 
         let t = Instant::now();
-        let (rows, counts) = self.gather(blocks.input_nodes())?;
+        let (rows, counts) = self.gather_rows(blocks.input_nodes())?;
         s.rows = counts;
         s.gather_seconds = t.elapsed().as_secs_f64();
         self.learn(blocks, rows, dropout_key, global_batch, grad, &mut s)?;
@@ -176,7 +186,7 @@ impl<'d> Worker<'d> {
         let mut correct = 0;
         for chunk in ids.chunks(batch) {
             let blocks = self.eval_sampler.sample(chunk, EVAL_EPOCH_SALT | epoch, &mut self.map);
-            let (rows, _) = self.gather(blocks.input_nodes())?;
+            let (rows, _) = self.gather_rows(blocks.input_nodes())?;
             let prepared = self.model.prepare(blocks, self.graph, self.eval_sampler.fanouts());
             let x = self.model.input(&prepared, rows, Mode::Eval, &self.device)?;
             let logits = self.model.forward(&prepared, &x, Mode::Eval)?;

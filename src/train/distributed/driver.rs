@@ -65,6 +65,21 @@ pub fn train_distributed(
     let time_steps = crate::train::strategy::build(cfg.strategy, &env)?.time_steps();
     let dataset = absolute(&crate::datasets::ensure_dataset(data, &cfg.dataset)?)?;
     let parts_dir = absolute(&crate::partition::ensure_partition(data, &cfg.dataset, "metis", cfg.parts, cfg.seed)?)?;
+    // Every worker of a launcher that shares this machine's files runs here:
+    // check that they fit before starting them.
+    if cfg.mode == crate::train::TrainMode::FullGraph && opts.launcher.shares_files() {
+        let ds = crate::format::DatasetFile::open(&dataset)?;
+        let manifest = crate::format::ManifestFile::open(&parts_dir)?;
+        let (model, params, _, _) = crate::train::build_model(&cfg, &ds)?;
+        crate::train::fullgraph::memory::preflight(
+            &ds,
+            &cfg,
+            Some(manifest.node_part()),
+            model.spec(),
+            params.numel(),
+            run.memory_limit,
+        )?;
+    }
     let (name, run_dir) = new_run_dir(data, run.run.as_deref(), &cfg)?;
     let run_dir = absolute(&run_dir)?;
     write_atomic(run_dir.join("config.json"), &serde_json::to_vec_pretty(&cfg).expect("config serialises"))?;
@@ -92,8 +107,8 @@ pub fn train_distributed(
         workers: world as u32,
         time_steps,
         epochs: cfg.epochs,
-        iterations_per_epoch: crate::train::Schedule::new(&vec![0; train_ids], world, cfg.batch_size).iterations()
-            as u64,
+        iterations_per_epoch: crate::train::Schedule::new(&vec![0; train_ids], world, cfg.loop_batch_size(train_ids))
+            .iterations() as u64,
         start_epoch: 0,
         start_iteration: 0,
     });
@@ -106,6 +121,7 @@ pub fn train_distributed(
         dataset: cfg.dataset.clone(),
         model: cfg.model.to_string(),
         time_steps,
+        mode: (cfg.mode == crate::train::TrainMode::FullGraph).then(|| cfg.mode.to_string()),
         ..Default::default()
     };
     let mut failure: Option<TrainError> = None;
@@ -168,6 +184,9 @@ pub fn train_distributed(
         add_bytes(&mut eval, &d.eval_bytes);
     }
     summary.bytes = RunBytes::split(total, eval);
+    let mut by_rank: Vec<&WorkerDone> = done.iter().collect();
+    by_rank.sort_by_key(|d| d.rank);
+    summary.peak_rss_bytes = by_rank.iter().filter_map(|d| d.peak_rss_bytes).collect();
     fetch_checkpoint(opts.launcher, &remote_run_dir, &run_dir, obs)?;
     let first = done.iter().find(|d| d.rank == 0).context("worker 0 sent no final report")?;
     summary.iterations = first.iterations;

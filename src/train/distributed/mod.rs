@@ -83,4 +83,7 @@ pub struct WorkerDone {
     /// Time steps per iteration at the end of the run (what `auto` chose).
     #[serde(default)]
     pub time_steps: Option<u32>,
+    /// Peak resident set size (VmHWM) of the worker process.
+    #[serde(default)]
+    pub peak_rss_bytes: Option<u64>,
 }

@@ -91,6 +91,8 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
     let mut worker =
         Worker::new((rank, world), data, (&cfg.fanouts, &cfg.eval_fanouts), cfg.seed, (model, params), device);
     worker.norm = cfg.normalize;
+    worker.eval = cfg.eval;
+    worker.owners = Some(Owners::Manifest(manifest.clone()));
     let mut env = strategy::StrategyEnv::new(cfg, Some(Owners::Manifest(manifest.clone())))?;
     env.auto_plans = spec.auto_plans.clone();
     // p3 reads its column slice of every row from the archive this process already maps.
@@ -124,6 +126,7 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
         fetch,
         remote_fetches,
         time_steps: Some(strategy::Strategy::time_steps(&strat)),
+        peak_rss_bytes: crate::train::fullgraph::memory::peak_rss(),
     };
     Ok(serde_json::to_value(done)?)
 }

@@ -13,7 +13,7 @@ pub use model_centric::ModelCentric;
 pub use p3::P3;
 pub use steps::MicroSteps;
 
-use super::{Collective, Migration, StepStats, TrainConfig, TrainError, Worker};
+use super::{Collective, Migration, StepStats, TrainConfig, TrainError, TrainMode, Worker};
 use crate::BadInput;
 use crate::comm::{ByteCounts, Owners};
 use crate::metrics::StepRecord;
@@ -119,6 +119,7 @@ pub struct StrategyEnv {
     pub prefetch: bool,
     /// `--time-steps auto`: the cost model's plan for every T (from the driver; may be empty).
     pub auto_plans: Vec<MergePlan>,
+    pub mode: TrainMode,
 }
 
 impl StrategyEnv {
@@ -140,12 +141,16 @@ impl StrategyEnv {
             migration: cfg.migration,
             prefetch: cfg.prefetch,
             auto_plans: Vec::new(),
+            mode: cfg.mode,
         })
     }
 }
 
 /// The strategy `kind` in `env`.
 pub fn build(kind: StrategyKind, env: &StrategyEnv) -> Result<Box<dyn Strategy>, TrainError> {
+    if env.mode == TrainMode::FullGraph {
+        return Ok(Box::new(crate::train::fullgraph::FullGraph));
+    }
     match kind {
         StrategyKind::ModelCentric => Ok(Box::new(ModelCentric)),
         StrategyKind::Micrograph => Ok(Box::new(micrograph::build(env))),
@@ -180,5 +185,6 @@ pub(crate) fn step_record(
         compute_seconds: s.compute_seconds,
         sync_seconds: 0.0,
         loss: s.loss,
+        layer: None,
     }
 }

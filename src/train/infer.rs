@@ -1,0 +1,219 @@
+//! `leapgnn infer RUN`: the predictions (class and probabilities) and
+//! optionally a hidden layer's embeddings of every node of a trained run,
+//! computed with layer-wise inference over the whole graph, written as
+//! safetensors (or `.npy` files). Row i is node `node_id[i]`, in the dataset's
+//! node order (or the order of `--nodes`).
+
+use super::{Collective, GraphData, Solo, TrainError, Worker, build_model, check_name, checkpoint, fullgraph};
+use crate::format::{DatasetFile, write_atomic};
+use crate::{BadInput, DataDir};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OutputFormat {
+    #[default]
+    Safetensors,
+    /// A directory of `<field>.npy` files.
+    Npy,
+}
+
+impl std::str::FromStr for OutputFormat {
+    type Err = BadInput;
+    fn from_str(s: &str) -> Result<Self, BadInput> {
+        match s {
+            "safetensors" => Ok(OutputFormat::Safetensors),
+            "npy" => Ok(OutputFormat::Npy),
+            _ => Err(BadInput::new(format!("unknown --format `{s}`: expected safetensors or npy"))),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct InferOptions {
+    /// Default: `runs/<run>/predictions.safetensors` (`predictions/` with npy).
+    pub out: Option<PathBuf>,
+    pub format: OutputFormat,
+    /// A hidden layer (0-based) whose output to write as `embeddings`.
+    pub embeddings: Option<usize>,
+    /// Node ids to write (whitespace-separated text), in that order; default every node.
+    pub nodes: Option<PathBuf>,
+}
+
+/// What `infer --json` prints.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct InferReport {
+    pub run: String,
+    pub out: PathBuf,
+    pub nodes: u64,
+    pub seconds: f64,
+    /// Bytes that crossed a socket (0: computed in this process).
+    pub bytes: u64,
+}
+
+/// Runs inference with run `run`'s last checkpoint and writes the outputs.
+pub fn infer(data: &DataDir, run: &str, opts: &InferOptions) -> Result<InferReport, TrainError> {
+    let t0 = Instant::now();
+    check_name(run, "RUN")?;
+    let run_dir = data.run_dir(run);
+    let ck = checkpoint::dir(&run_dir);
+    if !ck.join("state.json").is_file() {
+        return Err(BadInput::new(format!(
+            "infer: run `{run}` does not exist in {} (or has no checkpoint yet); list the runs there, or train one first",
+            data.runs_dir().display()
+        ))
+        .into());
+    }
+    let (cfg, _) = checkpoint::load_config(&ck)?;
+    let path = crate::datasets::ensure_dataset(data, &cfg.dataset).map_err(TrainError::Dataset)?;
+    let ds = DatasetFile::open_verified(&path)?;
+    let (model, params, mut opt, device) = build_model(&cfg, &ds)?;
+    checkpoint::restore(&ck, &params, opt.as_mut())?;
+    let layers = model.num_layers();
+    if let Some(l) = opts.embeddings.filter(|&l| l + 1 >= layers) {
+        return Err(BadInput::new(format!(
+            "--embeddings {l}: the run's model has {layers} layers, so its hidden layers are 0..={}; the last layer's \
+             output is `probs`",
+            layers.saturating_sub(2)
+        ))
+        .into());
+    }
+    let nodes = match &opts.nodes {
+        Some(p) => read_nodes(p, ds.num_nodes())?,
+        None => (0..ds.num_nodes() as u32).collect(),
+    };
+
+    let view = GraphData { graph: ds.graph(), features: &ds, labels: ds.labels() };
+    let mut w = Worker::new((0, 1), view, (&cfg.fanouts, &cfg.eval_fanouts), cfg.seed, (model, params), device);
+    w.norm = cfg.normalize;
+    let mut solo = Solo;
+    let out = fullgraph::inference::run(&mut w, &mut solo, opts.embeddings)?;
+    let plan = &out.state.plan;
+    let c = out.classes;
+    let mut probs = Vec::with_capacity(nodes.len() * c);
+    let mut prediction = Vec::with_capacity(nodes.len());
+    let width = opts.embeddings.map_or(0, |l| w.model.out_dim(l));
+    let mut emb = Vec::with_capacity(nodes.len() * width);
+    for &v in &nodes {
+        let p = plan.owned_position(v).expect("one worker owns every node");
+        let row = &out.logits[p * c..(p + 1) * c];
+        prediction.push(fullgraph::inference::argmax(row) as u32);
+        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let sum: f32 = row.iter().map(|&x| (x - max).exp()).sum();
+        probs.extend(row.iter().map(|&x| (x - max).exp() / sum));
+        if let Some(e) = &out.embeddings {
+            emb.extend_from_slice(&e[p * width..(p + 1) * width]);
+        }
+    }
+    let n = nodes.len();
+    let mut fields: Vec<Field<'_>> = vec![
+        Field { name: "node_id", dtype: Dtype::U32, shape: vec![n], data: bytemuck::cast_slice(&nodes) },
+        Field { name: "prediction", dtype: Dtype::U32, shape: vec![n], data: bytemuck::cast_slice(&prediction) },
+        Field { name: "probs", dtype: Dtype::F32, shape: vec![n, c], data: bytemuck::cast_slice(&probs) },
+    ];
+    if opts.embeddings.is_some() {
+        fields.push(Field {
+            name: "embeddings",
+            dtype: Dtype::F32,
+            shape: vec![n, width],
+            data: bytemuck::cast_slice(&emb),
+        });
+    }
+    let out_path = match (&opts.out, opts.format) {
+        (Some(p), _) => p.clone(),
+        (None, OutputFormat::Safetensors) => run_dir.join("predictions.safetensors"),
+        (None, OutputFormat::Npy) => run_dir.join("predictions"),
+    };
+    match opts.format {
+        OutputFormat::Safetensors => write_safetensors(&out_path, &fields)?,
+        OutputFormat::Npy => write_npy_dir(&out_path, &fields)?,
+    }
+    Ok(InferReport {
+        run: run.to_string(),
+        out: out_path,
+        nodes: n as u64,
+        seconds: t0.elapsed().as_secs_f64(),
+        bytes: solo.bytes().sent.total(),
+    })
+}
+
+/// Node ids, whitespace-separated; each must be a node of the dataset.
+fn read_nodes(path: &Path, num_nodes: usize) -> Result<Vec<u32>, TrainError> {
+    let text = std::fs::read_to_string(path).map_err(|e| TrainError::Io { path: path.to_path_buf(), source: e })?;
+    let mut out = Vec::new();
+    for (line, l) in text.lines().enumerate() {
+        for tok in l.split_whitespace() {
+            match tok.parse::<u32>() {
+                Ok(v) if (v as usize) < num_nodes => out.push(v),
+                _ => {
+                    return Err(BadInput::new(format!(
+                        "--nodes {}, line {}: `{tok}` is not a node id of the dataset (0..{num_nodes})",
+                        path.display(),
+                        line + 1
+                    ))
+                    .into());
+                }
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err(BadInput::new(format!("--nodes {} lists no node ids", path.display())).into());
+    }
+    Ok(out)
+}
+
+#[derive(Clone, Copy)]
+enum Dtype {
+    U32,
+    F32,
+}
+
+struct Field<'a> {
+    name: &'static str,
+    dtype: Dtype,
+    shape: Vec<usize>,
+    data: &'a [u8],
+}
+
+fn write_safetensors(path: &Path, fields: &[Field<'_>]) -> Result<(), TrainError> {
+    use safetensors::tensor::{Dtype as St, TensorView};
+    let views = fields
+        .iter()
+        .map(|f| {
+            let dtype = match f.dtype {
+                Dtype::U32 => St::U32,
+                Dtype::F32 => St::F32,
+            };
+            TensorView::new(dtype, f.shape.clone(), f.data).map(|v| (f.name, v))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| TrainError::Rows(format!("cannot lay out {}: {e}", path.display())))?;
+    let bytes = safetensors::tensor::serialize(views, None)
+        .map_err(|e| TrainError::Rows(format!("cannot serialise {}: {e}", path.display())))?;
+    Ok(write_atomic(path, &bytes)?)
+}
+
+/// `<dir>/<field>.npy` for every field (NumPy format 1.0, little-endian).
+fn write_npy_dir(dir: &Path, fields: &[Field<'_>]) -> Result<(), TrainError> {
+    std::fs::create_dir_all(dir).map_err(|e| TrainError::Io { path: dir.to_path_buf(), source: e })?;
+    for f in fields {
+        let descr = match f.dtype {
+            Dtype::U32 => "<u4",
+            Dtype::F32 => "<f4",
+        };
+        let shape: Vec<String> = f.shape.iter().map(|d| d.to_string()).collect();
+        let shape = if shape.len() == 1 { format!("({},)", shape[0]) } else { format!("({})", shape.join(", ")) };
+        let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+        // Magic (6) + version (2) + length (2) + header, padded with spaces to 64 bytes and ended by a newline.
+        let pad = 64 - (10 + header.len() + 1) % 64;
+        header.push_str(&" ".repeat(pad % 64));
+        header.push('\n');
+        let mut bytes = Vec::with_capacity(10 + header.len() + f.data.len());
+        bytes.extend_from_slice(b"\x93NUMPY\x01\x00");
+        bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
+        bytes.extend_from_slice(header.as_bytes());
+        bytes.extend_from_slice(f.data);
+        write_atomic(dir.join(format!("{}.npy", f.name)), &bytes)?;
+    }
+    Ok(())
+}

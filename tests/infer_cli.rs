@@ -1,0 +1,97 @@
+//! `leapgnn infer`: predictions of every node of a trained run, loadable with
+//! `safetensors.numpy.load_file`, in node order, equal to the run's own
+//! evaluation; and the full-graph engine's refusals of bad input.
+
+mod dist_support;
+
+use dist_support::{cora, fails, json};
+use leapgnn::format::DatasetFile;
+use std::path::Path;
+use std::process::Command;
+
+/// Reads a safetensors file as (name -> (dtype, shape, bytes)).
+fn load(path: &Path) -> Vec<(String, String, Vec<usize>, Vec<u8>)> {
+    let bytes = std::fs::read(path).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut out: Vec<_> = st
+        .tensors()
+        .into_iter()
+        .map(|(n, v)| (n, format!("{:?}", v.dtype()), v.shape().to_vec(), v.data().to_vec()))
+        .collect();
+    out.sort();
+    out
+}
+
+fn u32s(b: &[u8]) -> Vec<u32> {
+    b.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+#[test]
+fn infer_writes_every_nodes_prediction_as_the_run_evaluated_it() {
+    let tmp = cora();
+    let d = tmp.path();
+    let s =
+        json(d, &["train", "cora", "--no-tui", "--full-batch", "--epochs", "5", "--normalize", "l1", "--run", "fg"]);
+    let r = json(d, &["infer", "fg", "--embeddings", "0"]);
+    assert_eq!(r["nodes"], 2708);
+    let out = d.join("runs/fg/predictions.safetensors");
+    assert_eq!(r["out"], out.to_str().unwrap());
+    let t = load(&out);
+    let names: Vec<&str> = t.iter().map(|x| x.0.as_str()).collect();
+    assert_eq!(names, ["embeddings", "node_id", "prediction", "probs"]);
+    assert_eq!(t[0].2, [2708, 128]);
+    assert_eq!(u32s(&t[1].3), (0..2708).collect::<Vec<u32>>());
+    assert_eq!(t[3].2, [2708, 7]);
+    // The final weights' test accuracy is the last epoch's evaluation.
+    let pred = u32s(&t[2].3);
+    let ds = DatasetFile::open(d.join("cora/dataset.lgnn")).unwrap();
+    let correct = ds.test().iter().filter(|&&v| pred[v as usize] as i32 == ds.labels()[v as usize]).count();
+    let last = &s["history"][4];
+    assert_eq!(correct as f64 / ds.test().len() as f64, last["test_accuracy"].as_f64().unwrap());
+
+    // As users load it; npy too, and a subset of nodes in the order given.
+    std::fs::write(d.join("nodes.txt"), "5\n3 2707\n").unwrap();
+    json(d, &["infer", "fg", "--format", "npy", "--nodes", d.join("nodes.txt").to_str().unwrap()]);
+    let script = format!(
+        "import numpy as np, safetensors.numpy as st\n\
+         t = st.load_file('{}')\n\
+         assert (t['node_id'] == np.arange(2708)).all()\n\
+         assert (t['prediction'] == t['probs'].argmax(1)).all()\n\
+         assert np.allclose(t['probs'].sum(1), 1, atol=1e-5)\n\
+         p = np.load('{}/prediction.npy'); n = np.load('{}/node_id.npy')\n\
+         assert list(n) == [5, 3, 2707] and (p == t['prediction'][n]).all()\n\
+         print('ok')",
+        out.display(),
+        d.join("runs/fg/predictions").display(),
+        d.join("runs/fg/predictions").display()
+    );
+    match Command::new("python3").arg("-c").arg(&script).output() {
+        Ok(o) if String::from_utf8_lossy(&o.stderr).contains("No module named") => {
+            eprintln!("skipping the Python check: safetensors/numpy not installed (.ci/run installs them)")
+        }
+        Ok(o) => assert!(o.status.success(), "python: {}", String::from_utf8_lossy(&o.stderr)),
+        Err(e) => eprintln!("skipping the Python check: no python3 ({e})"),
+    }
+}
+
+#[test]
+fn bad_input_is_refused_with_exit_2_naming_the_flag_or_the_figures() {
+    let tmp = cora();
+    let d = tmp.path();
+    let fg = ["train", "cora", "--no-tui", "--full-batch"];
+    let e = fails(d, &[&fg[..], &["--fanout", "10,10"]].concat(), 2);
+    assert!(e.contains("--fanout"), "{e}");
+    let e = fails(d, &[&fg[..], &["--strategy", "leapgnn"]].concat(), 2);
+    assert!(e.contains("--strategy leapgnn"), "{e}");
+    let e = fails(d, &[&fg[..], &["--memory-limit-mb", "1"]].concat(), 2);
+    assert!(e.contains("MiB") && e.contains("1 MiB are available"), "{e}");
+    json(d, &["partition", "cora", "--parts", "2"]);
+    let e = fails(d, &[&fg[..], &["--workers", "2", "--memory-limit-mb", "1"]].concat(), 2);
+    assert!(e.contains("2 worker(s)"), "{e}");
+    let e = fails(d, &["infer", "nosuchrun"], 2);
+    assert!(e.contains("`nosuchrun` does not exist"), "{e}");
+    json(d, &[&fg[..], &["--epochs", "1", "--run", "one"]].concat());
+    let e = fails(d, &["infer", "one", "--embeddings", "1"], 2);
+    assert!(e.contains("--embeddings 1"), "{e}");
+    assert!(!d.join("runs/one/predictions.safetensors").exists());
+}
