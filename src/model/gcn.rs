@@ -4,11 +4,15 @@
 //! self loop. With the full neighbourhood (`--eval-fanout all`) this is
 //! exactly the GCN propagation rule.
 
+use super::dropout::ReluDropout;
+use super::sparse_input::sparse_linear;
 use super::{AggGraph, LayerInput, Linear, Params, csr_op};
+use crate::gather::CsrRows;
 use crate::graph::CsrView;
 use crate::sample::{Block, Fanout};
 use candle_core::{Device, Result, Tensor};
 use std::ops::Range;
+use std::sync::Arc;
 
 pub struct GcnLayer {
     lin: Linear,
@@ -30,6 +34,26 @@ impl GcnLayer {
     pub fn forward(&self, inp: &LayerInput<'_>) -> Result<Tensor> {
         let agg = csr_op::weighted_sum(inp.x, inp.graph, inp.kernel)?;
         self.lin.forward(&agg, inp.activation)
+    }
+
+    /// `forward` on constant sparse rows: transform first (sparse x dense), then
+    /// aggregate the projections (the weighted sum commutes with the linear map).
+    pub fn forward_sparse(
+        &self,
+        x: &Arc<CsrRows>,
+        g: &Arc<AggGraph>,
+        kernel: csr_op::Kernel,
+        act: Option<&ReluDropout>,
+    ) -> Result<Tensor> {
+        let agg = csr_op::weighted_sum(&sparse_linear(x, x.num_rows(), self.lin.weight())?, g, kernel)?;
+        let y = match self.lin.bias() {
+            Some(b) => agg.broadcast_add(b)?,
+            None => agg,
+        };
+        match act {
+            Some(a) => a.apply(&y),
+            None => Ok(y),
+        }
     }
 
     /// `forward` before bias and activation, from input columns `cols` only.

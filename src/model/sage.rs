@@ -3,11 +3,15 @@
 //! `[aggregate | self]` with `[W_l | W_r]`.
 
 use super::csr_op::{self, Reduce};
+use super::dropout::ReluDropout;
 use super::linear::linear;
+use super::sparse_input::sparse_linear;
 use super::{AggGraph, LayerInput, Params};
+use crate::gather::CsrRows;
 use crate::sample::Block;
 use candle_core::{Device, Result, Tensor};
 use std::ops::Range;
+use std::sync::Arc;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SageAggr {
@@ -51,6 +55,28 @@ impl SageLayer {
         let both = self.aggregate(inp)?;
         let w = Tensor::cat(&[&self.w_l, &self.w_r], 1)?;
         linear(&both, &w, Some(&self.b_l), inp.kernel == csr_op::Kernel::Fast, inp.activation)
+    }
+
+    /// `forward` on constant sparse rows: both linear maps are applied to the
+    /// rows first (sparse x dense), then the neighbours' projections are
+    /// averaged. Mean aggregation only (`Model` densifies for max).
+    pub fn forward_sparse(
+        &self,
+        x: &Arc<CsrRows>,
+        g: &Arc<AggGraph>,
+        kernel: csr_op::Kernel,
+        act: Option<&ReluDropout>,
+    ) -> Result<Tensor> {
+        if self.aggr != SageAggr::Mean {
+            candle_core::bail!("sparse input rows reach a max-aggregation layer");
+        }
+        let neigh = csr_op::weighted_sum(&sparse_linear(x, x.num_rows(), &self.w_l)?, g, kernel)?;
+        let own = sparse_linear(x, g.num_dst(), &self.w_r)?;
+        let y = (neigh + own)?.broadcast_add(&self.b_l)?;
+        match act {
+            Some(a) => a.apply(&y),
+            None => Ok(y),
+        }
     }
 
     /// `forward` before bias and activation, from input columns `cols` only.
