@@ -40,12 +40,19 @@ fn f32s<'a>(s: &'a CpuStorage, l: &Layout) -> Result<&'a [f32]> {
     }
 }
 
-/// `[r, c]` row-major -> `[c, r]` row-major.
+/// `[r, c]` row-major -> `[c, r]` row-major, in square tiles so that both
+/// sides stay in cache (a plain loop strides through memory on every write).
 fn transpose(m: &[f32], r: usize, c: usize) -> Vec<f32> {
+    const TILE: usize = 32;
     let mut t = vec![0f32; m.len()];
-    for (i, row) in m.chunks_exact(c.max(1)).enumerate() {
-        for (j, &v) in row.iter().enumerate() {
-            t[j * r + i] = v;
+    for i0 in (0..r).step_by(TILE) {
+        for j0 in (0..c).step_by(TILE) {
+            for i in i0..(i0 + TILE).min(r) {
+                let row = &m[i * c..(i + 1) * c];
+                for j in j0..(j0 + TILE).min(c) {
+                    t[j * r + i] = row[j];
+                }
+            }
         }
     }
     t
