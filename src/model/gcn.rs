@@ -4,15 +4,12 @@
 //! self loop. With the full neighbourhood (`--eval-fanout all`) this is
 //! exactly the GCN propagation rule.
 
-use super::dropout::ReluDropout;
-use super::sparse_input::sparse_linear;
+use super::sparse_input::{SparseInput, sparse_linear};
 use super::{AggGraph, LayerInput, Linear, Params, csr_op};
-use crate::gather::CsrRows;
 use crate::graph::CsrView;
 use crate::sample::{Block, Fanout};
 use candle_core::{Device, Result, Tensor};
 use std::ops::Range;
-use std::sync::Arc;
 
 pub struct GcnLayer {
     lin: Linear,
@@ -38,22 +35,10 @@ impl GcnLayer {
 
     /// `forward` on constant sparse rows: transform first (sparse x dense), then
     /// aggregate the projections (the weighted sum commutes with the linear map).
-    pub fn forward_sparse(
-        &self,
-        x: &Arc<CsrRows>,
-        g: &Arc<AggGraph>,
-        kernel: csr_op::Kernel,
-        act: Option<&ReluDropout>,
-    ) -> Result<Tensor> {
-        let agg = csr_op::weighted_sum(&sparse_linear(x, x.num_rows(), self.lin.weight())?, g, kernel)?;
-        let y = match self.lin.bias() {
-            Some(b) => agg.broadcast_add(b)?,
-            None => agg,
-        };
-        match act {
-            Some(a) => a.apply(&y),
-            None => Ok(y),
-        }
+    pub fn forward_sparse(&self, inp: &SparseInput<'_>) -> Result<Tensor> {
+        let x = inp.x;
+        let agg = csr_op::weighted_sum(&sparse_linear(x, x.num_rows(), self.lin.weight())?, inp.graph, inp.kernel)?;
+        inp.finish(agg, self.lin.bias())
     }
 
     /// `forward` before bias and activation, from input columns `cols` only.

@@ -31,6 +31,7 @@ use dropout::{ReluDropout, dropout_in_place, dropout_rows, dropout_sparse, verte
 use gat::GatLayer;
 use gcn::GcnLayer;
 use sage::{SageAggr, SageLayer};
+use sparse_input::SparseInput;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -320,10 +321,11 @@ impl Model {
                     }
                 }
                 Input::Sparse(x) => {
-                    let (graph, kernel, act) = (&p.graphs[i], self.kernel, relu.as_ref());
+                    let (graph, kernel) = (&p.graphs[i], self.kernel);
+                    let sparse = SparseInput { x, graph, kernel, activation: relu.as_ref() };
                     match layer {
-                        Layer::Sage(s) => s.forward_sparse(x, graph, kernel, act)?,
-                        Layer::Gcn(c) => c.forward_sparse(x, graph, kernel, act)?,
+                        Layer::Sage(s) => s.forward_sparse(&sparse)?,
+                        Layer::Gcn(c) => c.forward_sparse(&sparse)?,
                         Layer::Gat(a) => {
                             let wh = a.project_sparse(x)?;
                             let inp = LayerInput { x: &wh, graph, ids, kernel, attention_dropout, activation: None };

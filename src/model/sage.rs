@@ -3,15 +3,12 @@
 //! `[aggregate | self]` with `[W_l | W_r]`.
 
 use super::csr_op::{self, Reduce};
-use super::dropout::ReluDropout;
 use super::linear::linear;
-use super::sparse_input::sparse_linear;
+use super::sparse_input::{SparseInput, sparse_linear};
 use super::{AggGraph, LayerInput, Params};
-use crate::gather::CsrRows;
 use crate::sample::Block;
 use candle_core::{Device, Result, Tensor};
 use std::ops::Range;
-use std::sync::Arc;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SageAggr {
@@ -60,23 +57,14 @@ impl SageLayer {
     /// `forward` on constant sparse rows: both linear maps are applied to the
     /// rows first (sparse x dense), then the neighbours' projections are
     /// averaged. Mean aggregation only (`Model` densifies for max).
-    pub fn forward_sparse(
-        &self,
-        x: &Arc<CsrRows>,
-        g: &Arc<AggGraph>,
-        kernel: csr_op::Kernel,
-        act: Option<&ReluDropout>,
-    ) -> Result<Tensor> {
+    pub fn forward_sparse(&self, inp: &SparseInput<'_>) -> Result<Tensor> {
         if self.aggr != SageAggr::Mean {
             candle_core::bail!("sparse input rows reach a max-aggregation layer");
         }
-        let neigh = csr_op::weighted_sum(&sparse_linear(x, x.num_rows(), &self.w_l)?, g, kernel)?;
-        let own = sparse_linear(x, g.num_dst(), &self.w_r)?;
-        let y = (neigh + own)?.broadcast_add(&self.b_l)?;
-        match act {
-            Some(a) => a.apply(&y),
-            None => Ok(y),
-        }
+        let x = inp.x;
+        let neigh = csr_op::weighted_sum(&sparse_linear(x, x.num_rows(), &self.w_l)?, inp.graph, inp.kernel)?;
+        let own = sparse_linear(x, inp.graph.num_dst(), &self.w_r)?;
+        inp.finish((neigh + own)?, Some(&self.b_l))
     }
 
     /// `forward` before bias and activation, from input columns `cols` only.

@@ -5,6 +5,8 @@
 //! allow (`Model` densifies for max aggregation, where the order matters):
 //! a row then costs its non-zeros times the output width, not the input width.
 
+use super::dropout::ReluDropout;
+use super::{AggGraph, Kernel};
 use crate::gather::CsrRows;
 use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
@@ -12,6 +14,30 @@ use std::sync::Arc;
 
 /// Below this many output values the product runs on the calling thread.
 const PAR_MIN_VALUES: usize = 1 << 15;
+
+/// What a first layer reads from sparse rows.
+pub struct SparseInput<'a> {
+    /// The input rows `[num_src, d_in]`.
+    pub x: &'a Arc<CsrRows>,
+    pub graph: &'a Arc<AggGraph>,
+    pub kernel: Kernel,
+    /// Applied to the layer's output: relu and the next layer's dropout.
+    pub activation: Option<&'a ReluDropout>,
+}
+
+impl SparseInput<'_> {
+    /// `act(y + bias)`: the end of a projected-then-aggregated layer.
+    pub fn finish(&self, y: Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+        let y = match bias {
+            Some(b) => y.broadcast_add(b)?,
+            None => y,
+        };
+        match self.activation {
+            Some(a) => a.apply(&y),
+            None => Ok(y),
+        }
+    }
+}
 
 /// `x[..rows] W^T` for the constant CSR rows `x` (`[n, in]`) and `w` `[out, in]`:
 /// `[rows, out]`, differentiable in `w`.
