@@ -112,6 +112,14 @@ impl<'a> FeatureView<'a> {
         }
     }
 
+    /// Mean of `RowRef::wire_bytes` over the rows.
+    pub fn mean_row_bytes(&self) -> f64 {
+        match *self {
+            FeatureView::Dense { dim, .. } => 4.0 * dim as f64,
+            FeatureView::Sparse { values, .. } => 4.0 + 8.0 * values.len() as f64 / self.rows().max(1) as f64,
+        }
+    }
+
     /// O(1) check that the table holds `rows` rows (what `open` runs).
     pub fn shape_check(&self, rows: usize) -> Result<(), String> {
         match *self {
@@ -250,6 +258,15 @@ impl RowRef<'_> {
         let mut out = vec![0f32; dim];
         self.write_dense(&mut out);
         out
+    }
+
+    /// Bytes the row takes in a feature service reply: its values when dense;
+    /// a count, then a column and a value per non-zero when sparse.
+    pub fn wire_bytes(&self) -> u64 {
+        match *self {
+            RowRef::Dense(r) => 4 * r.len() as u64,
+            RowRef::Sparse { values, .. } => 4 + 8 * values.len() as u64,
+        }
     }
 
     /// Values stored for the row.
