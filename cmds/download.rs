@@ -42,6 +42,9 @@ pub struct Args {
     /// text: file prefix inside a --from directory; musae: which graph of several.
     #[arg(long)]
     pub prefix: Option<String>,
+    /// Feature storage: auto (CSR below 10 % non-zero values), dense or sparse.
+    #[arg(long, default_value = "auto")]
+    pub features: leapgnn::format::FeatureStorage,
     /// Seed of generated features, labels and splits.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -72,6 +75,7 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
             generated_classes: a.generated_classes,
             split: a.split.map(|s| s.to_vec()),
             prefix: a.prefix,
+            features: a.features,
             ..Default::default()
         },
         retries: a.retries,

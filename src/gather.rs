@@ -1,10 +1,12 @@
 //! Feature gather outside candle: the rows a block needs are copied from the
 //! mmapped archive (or any other row source, e.g. a buffer of rows fetched
 //! from remote owners) straight into the buffer that becomes the input tensor
-//! (`model::Model::input` moves it into the tensor without a copy).
+//! (`model::Model::input` moves it into the tensor without a copy). Sparse
+//! sources can also be gathered into `CsrRows` (`gather_rows`), which the
+//! first layer multiplies without densifying.
 
 use crate::comm::{NotHeld, RowSource};
-use crate::format::DatasetFile;
+use crate::format::{DatasetFile, RowRef};
 use rayon::prelude::*;
 use std::mem::MaybeUninit;
 
@@ -16,10 +18,128 @@ impl RowSource for DatasetFile {
     fn dim(&self) -> usize {
         self.feature_dim()
     }
+    fn is_sparse(&self) -> bool {
+        self.features().is_sparse()
+    }
     #[inline]
-    fn row(&self, id: u32) -> Option<&[f32]> {
+    fn row(&self, id: u32) -> Option<RowRef<'_>> {
         ((id as usize) < self.num_nodes()).then(|| self.feature_row(id))
     }
+}
+
+/// Gathered rows in CSR: row i's non-zeros are `indices/values[indptr[i]..indptr[i + 1]]`,
+/// columns ascending, each below `dim`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CsrRows {
+    pub dim: usize,
+    pub indptr: Vec<usize>,
+    pub indices: Vec<u32>,
+    pub values: Vec<f32>,
+}
+
+impl CsrRows {
+    pub fn num_rows(&self) -> usize {
+        self.indptr.len().saturating_sub(1)
+    }
+    pub fn nnz(&self) -> usize {
+        self.values.len()
+    }
+    /// Row i's (columns, values).
+    #[inline]
+    pub fn row(&self, i: usize) -> (&[u32], &[f32]) {
+        let r = self.indptr[i]..self.indptr[i + 1];
+        (&self.indices[r.clone()], &self.values[r])
+    }
+    /// The non-zeros of `dim`-wide row-major `values`.
+    pub fn from_dense(values: &[f32], dim: usize) -> CsrRows {
+        let mut out = CsrRows { dim, indptr: vec![0], ..Default::default() };
+        for row in values.chunks_exact(dim.max(1)) {
+            out.push(RowRef::Dense(row));
+        }
+        out
+    }
+    /// Appends a row (the non-zeros of a dense one).
+    pub fn push(&mut self, row: RowRef<'_>) {
+        match row {
+            RowRef::Dense(r) => {
+                for (c, &v) in r.iter().enumerate().filter(|(_, v)| **v != 0.0) {
+                    self.indices.push(c as u32);
+                    self.values.push(v);
+                }
+            }
+            RowRef::Sparse { indices, values } => {
+                self.indices.extend_from_slice(indices);
+                self.values.extend_from_slice(values);
+            }
+        }
+        self.indptr.push(self.values.len());
+    }
+    /// Row-major, zeros included.
+    pub fn to_dense(&self) -> Vec<f32> {
+        let mut out = vec![0f32; self.num_rows() * self.dim];
+        for i in 0..self.num_rows() {
+            let (c, v) = self.row(i);
+            RowRef::Sparse { indices: c, values: v }.write_dense(&mut out[i * self.dim..(i + 1) * self.dim]);
+        }
+        out
+    }
+    /// Bytes a CSR row block takes on the wire: u32 count per row, then u32 columns and f32 values.
+    pub fn wire_bytes(&self) -> usize {
+        4 * self.num_rows() + 8 * self.nnz()
+    }
+}
+
+/// Gathered input rows: dense row-major, or CSR when the source stores them sparse.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Rows {
+    Dense(Vec<f32>),
+    Sparse(CsrRows),
+}
+
+impl Rows {
+    /// Row-major `dim`-wide values (densifies sparse rows).
+    pub fn into_dense(self) -> Vec<f32> {
+        match self {
+            Rows::Dense(v) => v,
+            Rows::Sparse(c) => c.to_dense(),
+        }
+    }
+    /// Row `i` (`dim` wide).
+    #[inline]
+    pub fn row(&self, i: usize, dim: usize) -> RowRef<'_> {
+        match self {
+            Rows::Dense(v) => RowRef::Dense(&v[i * dim..(i + 1) * dim]),
+            Rows::Sparse(c) => {
+                let (indices, values) = c.row(i);
+                RowRef::Sparse { indices, values }
+            }
+        }
+    }
+    pub fn is_sparse(&self) -> bool {
+        matches!(self, Rows::Sparse(_))
+    }
+    /// Applies `norm` to each row (`dim` wide).
+    pub fn normalize(&mut self, dim: usize, norm: RowNorm) {
+        match self {
+            Rows::Dense(v) => normalize_rows(v, dim, norm),
+            Rows::Sparse(c) => normalize_sparse(c, norm),
+        }
+    }
+}
+
+/// The rows of `ids` as CSR, whatever the source stores (dense rows keep their non-zeros).
+pub fn gather_sparse<S: RowSource + ?Sized>(src: &S, ids: &[u32]) -> Result<CsrRows, NotHeld> {
+    let mut out = CsrRows { dim: src.dim(), indptr: Vec::with_capacity(ids.len() + 1), ..Default::default() };
+    out.indptr.push(0);
+    for &v in ids {
+        out.push(src.row(v).ok_or(NotHeld(v))?);
+    }
+    Ok(out)
+}
+
+/// The rows of `ids`: CSR when `src` stores them sparse, dense otherwise.
+pub fn gather_rows<S: RowSource + ?Sized>(src: &S, ids: &[u32]) -> Result<Rows, NotHeld> {
+    if src.is_sparse() { gather_sparse(src, ids).map(Rows::Sparse) } else { gather(src, ids).map(Rows::Dense) }
 }
 
 /// Copies the rows of `ids` into `out` (`ids.len() * dim` values), in parallel when large.
@@ -30,7 +150,21 @@ pub fn gather_into<S: RowSource + ?Sized>(src: &S, ids: &[u32], out: &mut [Maybe
         return Ok(());
     }
     let copy = |(dst, &v): (&mut [MaybeUninit<f32>], &u32)| -> Result<(), NotHeld> {
-        dst.write_copy_of_slice(src.row(v).ok_or(NotHeld(v))?);
+        match src.row(v).ok_or(NotHeld(v))? {
+            RowRef::Dense(r) => {
+                dst.write_copy_of_slice(r);
+            }
+            RowRef::Sparse { indices, values } => {
+                dst.iter_mut().for_each(|o| {
+                    o.write(0.0);
+                });
+                for (&c, &x) in indices.iter().zip(values) {
+                    if let Some(o) = dst.get_mut(c as usize) {
+                        o.write(x);
+                    }
+                }
+            }
+        }
         Ok(())
     };
     if out.len() < PAR_MIN_VALUES {
@@ -47,7 +181,8 @@ pub fn gather<S: RowSource + ?Sized>(src: &S, ids: &[u32]) -> Result<Vec<f32>, N
     gather_into(src, ids, &mut out.spare_capacity_mut()[..n])?;
     // SAFETY: `gather_into` asserted that its output covers exactly `n` values
     // and returned Ok only after writing every one of them (each of the
-    // `ids.len()` chunks of `dim` values is written by `write_copy_of_slice`; an
+    // `ids.len()` chunks of `dim` values is written whole, by `write_copy_of_slice`
+    // or by zero-filling it before the non-zeros of a sparse row are placed); an
     // error or a panic leaves before this line), so the first `n` elements are
     // initialised.
     unsafe { out.set_len(n) };
@@ -71,6 +206,20 @@ impl std::str::FromStr for RowNorm {
             "none" => Ok(RowNorm::None),
             "l1" => Ok(RowNorm::L1),
             _ => Err(crate::BadInput::new(format!("unknown feature normalisation `{s}`: expected none or l1"))),
+        }
+    }
+}
+
+/// `normalize_rows` on CSR rows: the same sums (zeros add nothing), so the same values.
+pub fn normalize_sparse(rows: &mut CsrRows, norm: RowNorm) {
+    if norm == RowNorm::None {
+        return;
+    }
+    for w in rows.indptr.windows(2) {
+        let row = &mut rows.values[w[0]..w[1]];
+        let s: f32 = row.iter().map(|v| v.abs()).sum();
+        if s > 0.0 {
+            row.iter_mut().for_each(|v| *v /= s);
         }
     }
 }
@@ -104,7 +253,7 @@ mod tests {
             let got = gather(&src, &ids).unwrap();
             assert_eq!(got.len(), count * dim);
             for (i, &v) in ids.iter().enumerate() {
-                assert_eq!(&got[i * dim..(i + 1) * dim], src.row(v).unwrap());
+                assert_eq!(RowRef::Dense(&got[i * dim..(i + 1) * dim]), src.row(v).unwrap());
             }
         }
         let part = TableRows::new(n as usize, dim, &[5, 9], vec![0.0; 2 * dim]).unwrap();

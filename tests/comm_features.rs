@@ -9,7 +9,8 @@ use comm_support::{no_tweak, with_mesh};
 use leapgnn::comm::{
     Category, CommError, FeatureClient, Owners, PartRows, RowSource, TableRows, cache, serve_features, tag,
 };
-use leapgnn::format::{ManifestFile, PartFeatures, PartManifest};
+use leapgnn::format::{FeatureStorage, FeatureTable, ManifestFile, PartFeatures, PartManifest};
+use leapgnn::gather::Rows;
 use leapgnn::graph::Csr;
 use leapgnn::util::rng;
 use rand::Rng;
@@ -75,6 +76,13 @@ fn own_rows(c: &Cora, owners: &[u16], rank: usize) -> TableRows {
     TableRows::new(c.n, c.d, &ids, rows).unwrap()
 }
 
+/// The rows of the nodes `rank` owns, stored as CSR.
+fn own_sparse_rows(c: &Cora, owners: &[u16], rank: usize) -> TableRows {
+    let ids: Vec<u32> = (0..c.n as u32).filter(|&v| owners[v as usize] as usize == rank).collect();
+    let rows = ids.iter().flat_map(|&v| c.row(v).iter().copied()).collect();
+    TableRows::from_table(c.n, c.d, &ids, FeatureTable::from_dense(rows, c.d, FeatureStorage::Sparse)).unwrap()
+}
+
 /// Random ids with many repeats, in shuffled order, plus every node of `extra`.
 fn request(rank: usize, len: usize, n: usize, extra: &[u32]) -> Vec<u32> {
     let mut g = rng::stream(rank as u64, "comm-test-request");
@@ -137,6 +145,46 @@ fn fetched_rows_come_back_in_the_requested_order() {
 }
 
 #[test]
+fn sparse_rows_cross_the_wire_as_csr_and_only_their_non_zeros_are_counted() {
+    let c = cora();
+    let w = 3;
+    let owners = owners(c.n, w);
+    let nnz = |v: u32| c.row(v).iter().filter(|&&x| x != 0.0).count() as u64;
+    let out = with_mesh(w, no_tweak, |m| {
+        let local: Arc<dyn RowSource> = Arc::new(own_sparse_rows(c, &owners, m.rank()));
+        assert!(local.is_sparse());
+        serve_features(m, local.clone());
+        let client = FeatureClient::new(Owners::Table(owners.clone()), local, LONG);
+        let ids = request(m.rank() + 40, 3000, c.n, &[0, c.n as u32 - 1]);
+        let (rows, stats) = client.fetch_rows(m, &ids).unwrap();
+        let Rows::Sparse(csr) = rows else { panic!("a sparse worker fetched dense rows") };
+        assert_rows(c, &ids, &csr.to_dense(), &format!("sparse worker {}", m.rank()));
+        // The dense interface densifies the same answer.
+        let mut dense = vec![f32::NAN; ids.len() * c.d];
+        client.fetch(m, &ids, &mut dense).unwrap();
+        assert_rows(c, &ids, &dense, &format!("dense fetch from sparse worker {}", m.rank()));
+        m.barrier(LONG).unwrap();
+        (ids, stats, m.bytes())
+    });
+    let (mut wire, mut dense_wire) = (0u64, 0u64);
+    for (r, (ids, stats, _)) in out.iter().enumerate() {
+        let local = ids.iter().filter(|&&v| owners[v as usize] as usize == r).count() as u64;
+        assert_eq!((stats.requested, stats.local, stats.remote), (ids.len() as u64, local, ids.len() as u64 - local));
+        // Per remote owner and fetch: a request (ids) and a reply (status, a
+        // count per row, then the columns and values of the non-zeros); two fetches.
+        for o in (0..w).filter(|&o| o != r) {
+            let mine: Vec<u32> = ids.iter().copied().filter(|&v| owners[v as usize] as usize == o).collect();
+            let rows = mine.len() as u64;
+            wire += 2 * (2 * 16 + 4 * rows + 4 + 4 * rows + 8 * mine.iter().map(|&v| nnz(v)).sum::<u64>());
+            dense_wire += 2 * (2 * 16 + 4 * rows + 4 + 4 * rows * c.d as u64);
+        }
+    }
+    assert_eq!(out.iter().map(|o| o.2.sent.features).sum::<u64>(), wire);
+    assert_eq!(out.iter().map(|o| o.2.received.features).sum::<u64>(), wire);
+    assert!(wire * 20 < dense_wire, "Cora's sparse rows take {wire} bytes, dense {dense_wire}");
+}
+
+#[test]
 fn partition_files_serve_their_rows_zero_copy() {
     let c = cora();
     let w = 2;
@@ -150,7 +198,7 @@ fn partition_files_serve_their_rows_zero_copy() {
             local_index[v as usize] = i as u32;
         }
         *count = owned.len() as u64;
-        let features = owned.iter().flat_map(|&v| c.row(v).iter().copied()).collect();
+        let features = FeatureTable::Dense(owned.iter().flat_map(|&v| c.row(v).iter().copied()).collect());
         let part = PartFeatures { part: p as u32, parts: w as u32, feature_dim: c.d as u32, owned, features };
         part.write(dir.path()).unwrap();
     }
@@ -177,6 +225,7 @@ fn partition_files_serve_their_rows_zero_copy() {
     with_mesh(w, no_tweak, |m| {
         let part = PartRows::open(dir.path(), m.rank() as u32, manifest.clone()).unwrap();
         let foreign = (0..c.n as u32).find(|&v| owners[v as usize] as usize != m.rank()).unwrap();
+        assert!(!part.is_sparse());
         assert!(part.row(foreign).is_none() && part.row(c.n as u32).is_none());
         let local: Arc<dyn RowSource> = Arc::new(part);
         serve_features(m, local.clone());

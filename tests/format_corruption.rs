@@ -80,6 +80,24 @@ fn random_byte_flips_are_all_caught() {
 }
 
 #[test]
+fn an_archive_of_the_previous_version_is_refused_with_the_conversion_command() {
+    let d = tempfile::tempdir().unwrap();
+    let (path, bytes) = cora_archive(d.path());
+    let mut old = bytes.clone();
+    old[8..12].copy_from_slice(&(FORMAT_VERSION - 1).to_le_bytes());
+    std::fs::write(&path, &old).unwrap();
+    let data = d.path().join("data");
+    let out = leapgnn(&data, &["info", path.to_str().unwrap()]);
+    let convert = "leapgnn download cora-planetoid --force --features auto";
+    out.assert_error(2, &[path.to_str().unwrap(), &format!("format version {}", FORMAT_VERSION - 1), convert]);
+    // The command it names converts the dataset again (here from the local source it came from).
+    let j =
+        ok_json(&data, &["download", "cora-planetoid", "--from", cora_text().to_str().unwrap(), "--force", "--json"]);
+    assert_eq!(j["feature_storage"], "sparse");
+    assert!(DatasetFile::open_verified(&path).is_ok());
+}
+
+#[test]
 fn wrong_magic_and_newer_version_are_named() {
     let d = tempfile::tempdir().unwrap();
     let (_, bytes) = cora_archive(d.path());

@@ -35,9 +35,22 @@ fn text_cora_has_the_planetoid_counts_and_split() {
     assert_symmetric_without_self_loops(&f);
     assert_eq!(f.train(), (0..140).collect::<Vec<u32>>(), "public split: the first 140 nodes");
     // Row 0 of the features file lists the columns that are 1.
-    let row0: Vec<usize> = f.feature_row(0).iter().enumerate().filter(|(_, x)| **x == 1.0).map(|(i, _)| i).collect();
+    let row0: Vec<usize> =
+        f.feature_row(0).to_dense(1433).iter().enumerate().filter(|(_, x)| **x == 1.0).map(|(i, _)| i).collect();
     assert_eq!(row0, [19, 81, 146, 315, 774, 877, 1194, 1247, 1274]);
-    assert_eq!(f.features().iter().filter(|x| **x != 0.0).count(), 49_216);
+    assert_eq!(f.features().to_dense().iter().filter(|x| **x != 0.0).count(), 49_216);
+    // 1.3 % of the values are non-zero: `--features auto` stores exactly those.
+    assert_eq!((j["feature_storage"].as_str(), j["feature_values"].as_u64()), (Some("sparse"), Some(49_216)));
+    let dense = ok_json(
+        d.path(),
+        &["download", "cora-dense", "--from", p(&cora_text()), "--format", "text", "--features", "dense", "--json"],
+    );
+    assert_eq!(
+        (dense["feature_storage"].as_str(), dense["feature_values"].as_u64()),
+        (Some("dense"), Some(2708 * 1433))
+    );
+    let g = DatasetFile::open_verified(dense["path"].as_str().unwrap()).unwrap();
+    assert_eq!(g.features().to_dense(), f.features().to_dense());
     // A second run finds the valid archive and leaves it alone.
     let again = ok_json(d.path(), &["download", "cora-planetoid", "--from", p(&cora_text()), "--json"]);
     assert_eq!((again["action"].as_str(), &again["sha256"]), (Some("present"), &j["sha256"]));
@@ -52,7 +65,7 @@ fn text_citeseer_keeps_unlabelled_featureless_nodes() {
     let f = DatasetFile::open_verified(j["path"].as_str().unwrap()).unwrap();
     let unlabelled: Vec<u32> = (0..3327).filter(|&v| f.labels()[v as usize] == -1).collect();
     assert_eq!(unlabelled.len(), 15);
-    assert!(unlabelled.iter().all(|&v| f.feature_row(v).iter().all(|&x| x == 0.0)));
+    assert!(unlabelled.iter().all(|&v| f.feature_row(v).to_dense(3703).iter().all(|&x| x == 0.0)));
 }
 
 #[test]
@@ -83,7 +96,8 @@ fn edgelist_slashdot_symmetrised_without_self_loops() {
     assert_eq!(j["generated_features"], true);
     let f = DatasetFile::open_verified(j["path"].as_str().unwrap()).unwrap();
     assert_symmetric_without_self_loops(&f);
-    assert!(f.features().iter().all(|x| (0.0..1.0).contains(x)));
+    assert_eq!(j["feature_storage"], "dense", "generated uniform features are dense");
+    assert!(f.features().to_dense().iter().all(|x| (0.0..1.0).contains(x)));
     // The same file as a plain directed import keeps 948,464 - 78,303 self loops.
     let j = ok_json(d.path(), &["download", "sd-directed", "--from", p(&src), "--format", "edgelist", "--json"]);
     assert_eq!(

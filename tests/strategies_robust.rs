@@ -6,7 +6,7 @@
 mod dist_support;
 
 use dist_support::{cora, count, fails, first_gradient, json, records, rel_diff};
-use leapgnn::format::{Dataset, DatasetMeta, ManifestFile};
+use leapgnn::format::{Dataset, DatasetMeta, FeatureTable, ManifestFile};
 use leapgnn::graph::Csr;
 use leapgnn::util::rng::hash_of;
 use serde_json::Value;
@@ -76,7 +76,7 @@ fn write_islands(data: &Path) -> Vec<u32> {
         },
         indptr: csr.indptr,
         indices: csr.indices,
-        features,
+        features: FeatureTable::Dense(features),
         labels: (0..n).map(label).collect(),
         train: train.clone(),
         val: pick(TRAIN_PER_ISLAND, TRAIN_PER_ISLAND + 4),

@@ -12,6 +12,8 @@ use super::mesh::{Mesh, Message};
 use super::rows::{RowSource, TableRows};
 use super::tag;
 use crate::format::ManifestFile;
+use crate::format::{FeatureTable, RowRef};
+use crate::gather::{CsrRows, Rows};
 use std::ops::AddAssign;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,6 +23,9 @@ use std::time::Duration;
 const OK: u32 = 0;
 const NOT_HELD: u32 = 1;
 const MALFORMED: u32 = 2;
+/// Rows follow as CSR: a u32 count per row, then every row's u32 columns,
+/// then their f32 values (the answer of an owner whose rows are stored sparse).
+const OK_SPARSE: u32 = 3;
 
 /// Which worker owns each node (the partition's node -> part map).
 #[derive(Clone)]
@@ -72,18 +77,48 @@ pub fn serve_features(mesh: &Mesh, source: Arc<dyn RowSource>) {
 }
 
 /// A request is a list of u32 ids; the reply is `OK` then their rows in the
-/// same order, or an error status.
+/// same order (dense), `OK_SPARSE` then their rows as CSR (sparse sources),
+/// or an error status.
 fn answer(source: &dyn RowSource, request: &[u8]) -> Vec<u8> {
     if !request.len().is_multiple_of(4) {
         return MALFORMED.to_le_bytes().to_vec();
     }
+    let ids = || request.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+    let not_held = |id: u32| [NOT_HELD.to_le_bytes(), id.to_le_bytes()].concat();
     let rows = request.len() / 4;
-    let mut out = Vec::with_capacity(4 + rows * source.dim() * 4);
+    if source.is_sparse() {
+        let (mut counts, mut cols, mut vals) = (Vec::with_capacity(4 * rows), Vec::new(), Vec::new());
+        for id in ids() {
+            let Some(row) = source.row(id) else { return not_held(id) };
+            let before = cols.len();
+            match row {
+                RowRef::Sparse { indices, values } => {
+                    cols.extend_from_slice(bytemuck::cast_slice(indices));
+                    vals.extend_from_slice(bytemuck::cast_slice(values));
+                }
+                RowRef::Dense(r) => {
+                    for (c, &v) in r.iter().enumerate().filter(|(_, v)| **v != 0.0) {
+                        cols.extend_from_slice(&(c as u32).to_le_bytes());
+                        vals.extend_from_slice(&v.to_le_bytes());
+                    }
+                }
+            }
+            counts.extend_from_slice(&(((cols.len() - before) / 4) as u32).to_le_bytes());
+        }
+        return [&OK_SPARSE.to_le_bytes()[..], &counts, &cols, &vals].concat();
+    }
+    let d = source.dim();
+    let mut out = Vec::with_capacity(4 + rows * d * 4);
     out.extend_from_slice(&OK.to_le_bytes());
-    for id in request.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])) {
+    let mut buf = vec![0f32; d];
+    for id in ids() {
         match source.row(id) {
-            Some(row) => out.extend_from_slice(bytemuck::cast_slice(row)),
-            None => return [NOT_HELD.to_le_bytes(), id.to_le_bytes()].concat(),
+            Some(RowRef::Dense(row)) => out.extend_from_slice(bytemuck::cast_slice(row)),
+            Some(row) => {
+                row.write_dense(&mut buf);
+                out.extend_from_slice(bytemuck::cast_slice(&buf));
+            }
+            None => return not_held(id),
         }
     }
     out
@@ -124,17 +159,23 @@ impl FeatureClient {
     /// or `cache::by_frequency` picked.
     pub fn fill_cache(&mut self, mesh: &Mesh, ids: &[u32]) -> Result<FetchStats, CommError> {
         self.cache = None;
-        let mut rows = vec![0f32; ids.len() * self.dim()];
-        let stats = self.fetch(mesh, ids, &mut rows)?;
-        self.cache = Some(TableRows::new(self.num_nodes(), self.dim(), ids, rows)?);
+        let (rows, stats) = self.fetch_rows(mesh, ids)?;
+        let table = match rows {
+            Rows::Dense(v) => FeatureTable::Dense(v),
+            Rows::Sparse(c) => FeatureTable::Sparse {
+                indptr: c.indptr.iter().map(|&o| o as u64).collect(),
+                indices: c.indices,
+                values: c.values,
+            },
+        };
+        self.cache = Some(TableRows::from_table(self.num_nodes(), self.dim(), ids, table)?);
         Ok(stats)
     }
 
     /// Fills `out` (`ids.len() * dim` floats) so that row i is the row of
     /// `ids[i]`. Ids may repeat and come in any order.
     pub fn fetch(&self, mesh: &Mesh, ids: &[u32], out: &mut [f32]) -> Result<FetchStats, CommError> {
-        let (d, w, me) = (self.dim(), mesh.world(), mesh.rank());
-        let owners = self.owners.as_slice();
+        let d = self.dim();
         if out.len() != ids.len() * d {
             return Err(CommError::Usage(format!(
                 "fetch of {} rows of {d} floats into {} floats",
@@ -142,6 +183,79 @@ impl FeatureClient {
                 out.len()
             )));
         }
+        let mut p = self.send_requests(mesh, ids)?;
+        // Copy local and cached rows while the owners answer.
+        for (i, &id) in ids.iter().enumerate() {
+            if let Some(row) = self.at_hand(&mut p, id)? {
+                row.write_dense(&mut out[i * d..(i + 1) * d]);
+            }
+        }
+        // Scatter each owner's answer back into request order.
+        for o in 0..mesh.world() {
+            let Some(reply) = self.receive(mesh, &p, o)? else { continue };
+            let mine = &p.positions[p.starts[o]..p.starts[o + 1]];
+            for (j, &pos) in mine.iter().enumerate() {
+                reply.write_dense(j, &mut out[pos as usize * d..(pos as usize + 1) * d]);
+            }
+        }
+        Ok(p.stats)
+    }
+
+    /// The rows of `ids` in order: CSR when this worker's rows are stored
+    /// sparse (then owners answer sparse too, and only non-zeros cross the
+    /// network), dense otherwise.
+    pub fn fetch_rows(&self, mesh: &Mesh, ids: &[u32]) -> Result<(Rows, FetchStats), CommError> {
+        if !self.local.is_sparse() {
+            let mut out = vec![0f32; ids.len() * self.dim()];
+            let stats = self.fetch(mesh, ids, &mut out)?;
+            return Ok((Rows::Dense(out), stats));
+        }
+        let mut p = self.send_requests(mesh, ids)?;
+        let replies = (0..mesh.world()).map(|o| self.receive(mesh, &p, o)).collect::<Result<Vec<_>, _>>()?;
+        let mut next: Vec<usize> = vec![0; mesh.world()];
+        let mut out = CsrRows { dim: self.dim(), indptr: Vec::with_capacity(ids.len() + 1), ..Default::default() };
+        out.indptr.push(0);
+        let mut tmp = Vec::new();
+        let owners = self.owners.as_slice();
+        for &id in ids {
+            if let Some(row) = self.at_hand(&mut p, id)? {
+                out.push(row);
+                continue;
+            }
+            let o = owners[id as usize] as usize;
+            let reply = replies[o].as_ref().ok_or_else(|| CommError::Usage(format!("no reply for node {id}")))?;
+            reply.push_row(next[o], &mut out, &mut tmp);
+            next[o] += 1;
+        }
+        Ok((Rows::Sparse(out), p.stats))
+    }
+
+    /// The row of `id` from this worker's part or its cache (counted in `p.stats`);
+    /// None when an owner is asked for it.
+    fn at_hand(&self, p: &mut Pending, id: u32) -> Result<Option<RowRef<'_>>, CommError> {
+        if self.owners.as_slice()[id as usize] as usize == p.me {
+            let row = self.local.row(id).ok_or_else(|| {
+                CommError::Usage(format!(
+                    "node {id} belongs to this worker's part by the partition map, but its rows lack it: \
+                     the manifest and the part file disagree"
+                ))
+            })?;
+            p.stats.local += 1;
+            return Ok(Some(row));
+        }
+        match self.cache.as_ref().and_then(|c| c.row(id)) {
+            Some(row) => {
+                p.stats.cache_hit += 1;
+                Ok(Some(row))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Checks `ids` and sends one request per remote owner, all at once.
+    fn send_requests(&self, mesh: &Mesh, ids: &[u32]) -> Result<Pending, CommError> {
+        let (w, me) = (mesh.world(), mesh.rank());
+        let owners = self.owners.as_slice();
         if ids.len() > u32::MAX as usize {
             return Err(CommError::Usage(format!("fetch of {} rows in one call", ids.len())));
         }
@@ -179,58 +293,117 @@ impl FeatureClient {
             }
         }
 
-        // Ask every owner at once; copy local and cached rows while they answer.
         let deadline = Deadline::after(self.timeout);
         let request = self.requests.fetch_add(1, Ordering::Relaxed);
         for (o, payload) in requests.into_iter().enumerate().filter(|(_, p)| !p.is_empty()) {
             mesh.send(o, tag::make(tag::FEATURE_REQUEST, request), Category::Features, payload)?;
         }
-        let mut stats = FetchStats { requested: ids.len() as u64, remote: starts[w] as u64, ..FetchStats::default() };
-        for (i, &id) in ids.iter().enumerate() {
-            let dst = &mut out[i * d..(i + 1) * d];
-            if owners[id as usize] as usize == me {
-                let row = self.local.row(id).ok_or_else(|| {
-                    CommError::Usage(format!(
-                        "node {id} belongs to this worker's part by the partition map, but its rows lack it: \
-                         the manifest and the part file disagree"
-                    ))
-                })?;
-                dst.copy_from_slice(row);
-                stats.local += 1;
-            } else if let Some(row) = cached(id) {
-                dst.copy_from_slice(row);
-                stats.cache_hit += 1;
-            }
-        }
+        let stats = FetchStats { requested: ids.len() as u64, remote: starts[w] as u64, ..FetchStats::default() };
+        Ok(Pending { me, starts, positions, request, deadline, stats })
+    }
 
-        // Scatter each owner's answer back into request order.
-        for o in (0..w).filter(|&o| starts[o + 1] > starts[o]) {
-            let mine = &positions[starts[o]..starts[o + 1]];
-            let what = || format!("{} feature row(s) (request {request})", mine.len());
-            let reply = mesh.recv_within(o, tag::make(tag::FEATURE_REPLY, request), &deadline, what)?;
-            let rows = check_reply(mesh, o, &reply, mine.len(), d).map_err(|detail| CommError::Protocol {
-                peer: mesh.peer(o),
-                what: what(),
-                detail,
-            })?;
-            for (j, &pos) in mine.iter().enumerate() {
-                let dst = &mut out[pos as usize * d..(pos as usize + 1) * d];
-                bytemuck::cast_slice_mut::<f32, u8>(dst).copy_from_slice(&rows[j * d * 4..(j + 1) * d * 4]);
-            }
+    /// Owner `o`'s answer to `p`, checked; None when `o` was not asked.
+    fn receive(&self, mesh: &Mesh, p: &Pending, o: usize) -> Result<Option<ReplyRows>, CommError> {
+        let rows = p.starts[o + 1] - p.starts[o];
+        if rows == 0 {
+            return Ok(None);
         }
-        Ok(stats)
+        let request = p.request;
+        let what = || format!("{rows} feature row(s) (request {request})");
+        let reply = mesh.recv_within(o, tag::make(tag::FEATURE_REPLY, request), &p.deadline, what)?;
+        check_reply(mesh, o, reply, rows, self.dim()).map(Some).map_err(|detail| CommError::Protocol {
+            peer: mesh.peer(o),
+            what: what(),
+            detail,
+        })
     }
 }
 
-/// The row bytes of a reply, or why it is unusable.
-fn check_reply<'a>(mesh: &Mesh, owner: usize, reply: &'a [u8], rows: usize, d: usize) -> Result<&'a [u8], String> {
+/// A fetch in flight: who was asked for what.
+struct Pending {
+    me: usize,
+    /// Remote rows grouped by owner: owner o's are `positions[starts[o]..starts[o + 1]]`
+    /// (places in `ids`, in request order).
+    starts: Vec<usize>,
+    positions: Vec<u32>,
+    request: u64,
+    deadline: Deadline,
+    stats: FetchStats,
+}
+
+/// The rows of one checked reply.
+enum ReplyRows {
+    /// `rows * dim` little-endian f32s.
+    Dense {
+        bytes: Vec<u8>,
+        dim: usize,
+    },
+    Sparse {
+        offsets: Vec<usize>,
+        cols: Vec<u32>,
+        vals: Vec<f32>,
+    },
+}
+
+impl ReplyRows {
+    fn write_dense(&self, j: usize, out: &mut [f32]) {
+        match self {
+            ReplyRows::Dense { bytes, dim } => {
+                bytemuck::cast_slice_mut::<f32, u8>(out).copy_from_slice(&bytes[4 + j * dim * 4..4 + (j + 1) * dim * 4])
+            }
+            ReplyRows::Sparse { offsets, cols, vals } => {
+                let r = offsets[j]..offsets[j + 1];
+                RowRef::Sparse { indices: &cols[r.clone()], values: &vals[r] }.write_dense(out)
+            }
+        }
+    }
+
+    fn push_row(&self, j: usize, out: &mut CsrRows, tmp: &mut Vec<f32>) {
+        match self {
+            ReplyRows::Dense { dim, .. } => {
+                tmp.resize(*dim, 0.0);
+                self.write_dense(j, tmp);
+                out.push(RowRef::Dense(tmp));
+            }
+            ReplyRows::Sparse { offsets, cols, vals } => {
+                let r = offsets[j]..offsets[j + 1];
+                out.push(RowRef::Sparse { indices: &cols[r.clone()], values: &vals[r] })
+            }
+        }
+    }
+}
+
+/// The rows of a reply, or why it is unusable.
+fn check_reply(mesh: &Mesh, owner: usize, reply: Vec<u8>, rows: usize, d: usize) -> Result<ReplyRows, String> {
     let word = |i: usize| reply.get(i..i + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+    let mismatch = |what: String| {
+        format!("it answered {what} for {rows} rows of {d} features: do the workers use the same dataset?")
+    };
     match word(0) {
-        Some(OK) if reply.len() == 4 + rows * d * 4 => Ok(&reply[4..]),
-        Some(OK) => Err(format!(
-            "it answered {} bytes for {rows} rows of {d} floats: do the workers use the same dataset?",
-            reply.len() - 4
-        )),
+        Some(OK) if reply.len() == 4 + rows * d * 4 => Ok(ReplyRows::Dense { bytes: reply, dim: d }),
+        Some(OK) => Err(mismatch(format!("{} bytes", reply.len() - 4))),
+        Some(OK_SPARSE) => {
+            let le = |b: &[u8]| u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            let body = &reply[4..];
+            if body.len() < 4 * rows {
+                return Err(mismatch(format!("{} bytes of sparse rows", body.len())));
+            }
+            let mut offsets = Vec::with_capacity(rows + 1);
+            offsets.push(0usize);
+            for c in body[..4 * rows].chunks_exact(4) {
+                offsets.push(offsets[offsets.len() - 1] + le(c) as usize);
+            }
+            let nnz = offsets[rows];
+            if body.len() != 4 * rows + 8 * nnz {
+                return Err(mismatch(format!("{} bytes holding {nnz} sparse values", body.len())));
+            }
+            let cols: Vec<u32> = body[4 * rows..4 * rows + 4 * nnz].chunks_exact(4).map(le).collect();
+            if let Some(c) = cols.iter().find(|&&c| c as usize >= d) {
+                return Err(mismatch(format!("column {c}")));
+            }
+            let vals = body[4 * rows + 4 * nnz..].chunks_exact(4).map(|b| f32::from_bits(le(b))).collect();
+            Ok(ReplyRows::Sparse { offsets, cols, vals })
+        }
         Some(NOT_HELD) => Err(format!(
             "it does not hold node {}, which the partition map gives to part {owner} (this worker is {}): \
              do the workers use the same partitioning?",

@@ -4,7 +4,7 @@
 //! `cache_lookup`, for the comparison with hashing and binary search).
 
 use super::error::CommError;
-use crate::format::{FormatError, ManifestFile, PartFile, part_path};
+use crate::format::{FeatureTable, FormatError, ManifestFile, PartFile, RowRef, part_path};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -13,17 +13,22 @@ use std::sync::Arc;
 #[error("node {0} is not held here")]
 pub struct NotHeld(pub u32);
 
-/// Feature rows by global node id.
+/// Feature rows by global node id, dense or sparse as stored; `copy_rows`
+/// and `gather::gather` densify, `gather::gather_rows` keeps sparse rows sparse.
 pub trait RowSource: Send + Sync {
     fn dim(&self) -> usize;
     /// The row of node `id`, if this source holds it.
-    fn row(&self, id: u32) -> Option<&[f32]>;
-    /// Copies the rows of `ids` into `out` (`ids.len() * dim` floats), in order.
+    fn row(&self, id: u32) -> Option<RowRef<'_>>;
+    /// Whether the rows are stored sparse (then gathers keep them sparse).
+    fn is_sparse(&self) -> bool {
+        false
+    }
+    /// Copies the rows of `ids` into `out` (`ids.len() * dim` floats, dense), in order.
     fn copy_rows(&self, ids: &[u32], out: &mut [f32]) -> Result<(), NotHeld> {
         let d = self.dim();
         assert_eq!(out.len(), ids.len() * d, "copy_rows: out must hold ids.len() * dim floats");
         for (i, &id) in ids.iter().enumerate() {
-            out[i * d..(i + 1) * d].copy_from_slice(self.row(id).ok_or(NotHeld(id))?);
+            self.row(id).ok_or(NotHeld(id))?.write_dense(&mut out[i * d..(i + 1) * d]);
         }
         Ok(())
     }
@@ -59,7 +64,10 @@ impl RowSource for PartRows {
     fn dim(&self) -> usize {
         self.file.feature_dim()
     }
-    fn row(&self, id: u32) -> Option<&[f32]> {
+    fn is_sparse(&self) -> bool {
+        self.file.features().is_sparse()
+    }
+    fn row(&self, id: u32) -> Option<RowRef<'_>> {
         if *self.manifest.node_part().get(id as usize)? != self.part {
             return None;
         }
@@ -71,21 +79,25 @@ impl RowSource for PartRows {
 
 const ABSENT: u32 = u32::MAX;
 
-/// Rows of some nodes, held in memory.
+/// Rows of some nodes, held in memory (dense or sparse).
 #[derive(Debug, Clone)]
 pub struct TableRows {
     dim: usize,
     held: usize,
     slot: Vec<u32>,
-    rows: Vec<f32>,
+    rows: FeatureTable,
 }
 
 impl TableRows {
-    /// Row `i` of `rows` belongs to node `ids[i]`, in a graph of `num_nodes` nodes.
+    /// Row `i` of `rows` (dense, row-major) belongs to node `ids[i]`, in a graph of `num_nodes` nodes.
     pub fn new(num_nodes: usize, dim: usize, ids: &[u32], rows: Vec<f32>) -> Result<TableRows, CommError> {
-        if rows.len() != ids.len() * dim {
-            return Err(CommError::Usage(format!("{} floats for {} rows of {dim} features", rows.len(), ids.len())));
-        }
+        Self::from_table(num_nodes, dim, ids, FeatureTable::Dense(rows))
+    }
+
+    /// Row `i` of `rows` belongs to node `ids[i]`.
+    pub fn from_table(num_nodes: usize, dim: usize, ids: &[u32], rows: FeatureTable) -> Result<TableRows, CommError> {
+        let view = rows.view(dim);
+        view.shape_check(ids.len()).and_then(|()| view.verify()).map_err(CommError::Usage)?;
         if ids.len() >= ABSENT as usize {
             return Err(CommError::Usage(format!("{} rows is more than a table holds", ids.len())));
         }
@@ -115,7 +127,11 @@ impl TableRows {
     }
     /// Memory held: the rows plus the id -> slot table.
     pub fn bytes(&self) -> usize {
-        self.rows.len() * 4 + self.slot.len() * 4
+        let rows = match &self.rows {
+            FeatureTable::Dense(v) => v.len() * 4,
+            FeatureTable::Sparse { indptr, indices, values } => indptr.len() * 8 + indices.len() * 4 + values.len() * 4,
+        };
+        rows + self.slot.len() * 4
     }
 }
 
@@ -123,11 +139,14 @@ impl RowSource for TableRows {
     fn dim(&self) -> usize {
         self.dim
     }
+    fn is_sparse(&self) -> bool {
+        matches!(self.rows, FeatureTable::Sparse { .. })
+    }
     #[inline]
-    fn row(&self, id: u32) -> Option<&[f32]> {
+    fn row(&self, id: u32) -> Option<RowRef<'_>> {
         match *self.slot.get(id as usize)? {
             ABSENT => None,
-            s => Some(&self.rows[s as usize * self.dim..(s as usize + 1) * self.dim]),
+            s => Some(self.rows.view(self.dim).row(s as usize)),
         }
     }
 }

@@ -179,7 +179,7 @@ pub fn calibrate(
 /// Pairs each record of the measured iterations with its block's counts.
 fn collect(s: &mut Samples, records: &[StepRecord], counts: &[IterationCounts], f: &Figures, shape: &Shape) {
     let index: BTreeMap<(u64, u64), &IterationCounts> = counts.iter().map(|c| ((c.epoch, c.iteration), c)).collect();
-    let row_bytes = shape.feature_dim as f64 * 4.0;
+    let row_bytes = shape.row_bytes();
     // The probe's network time only: request and per-row costs are what the fit finds.
     let net = Figures { request_seconds: 0.0, remote_row_seconds: 0.0, ..f.clone() };
     let mut last_sync: BTreeMap<(u64, u64), Vec<f64>> = BTreeMap::new();

@@ -31,6 +31,9 @@ pub struct Shape {
     /// Key of `Figures::compute` (`sage`, `sage-max`, `gcn`, `gat`).
     pub model: String,
     pub feature_dim: usize,
+    /// Bytes one input row takes as stored and sent: 4 x dim dense; a count
+    /// plus column and value per non-zero (on average) when sparse.
+    pub row_bytes: f64,
     pub hidden: usize,
     pub classes: usize,
     /// Parameters of the model (the all-reduced gradient's length).
@@ -46,8 +49,8 @@ impl Shape {
         let o = if l + 1 == layers { self.classes } else { self.hidden };
         (i as f64, o as f64)
     }
-    fn row_bytes(&self) -> f64 {
-        self.feature_dim as f64 * 4.0
+    pub fn row_bytes(&self) -> f64 {
+        self.row_bytes
     }
 }
 

@@ -54,6 +54,7 @@ impl Setup {
         Shape {
             model: self.cfg.model.to_string(),
             feature_dim: self.ds.feature_dim(),
+            row_bytes: self.ds.features().mean_row_bytes(),
             hidden: self.cfg.hidden,
             classes: self.ds.num_classes().max(1),
             params: self.params,

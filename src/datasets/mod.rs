@@ -151,6 +151,7 @@ fn merge(base: &ConvertOptions, over: &ConvertOptions) -> ConvertOptions {
         label_column: over.label_column.clone().or_else(|| base.label_column.clone()),
         num_nodes: over.num_nodes.or(base.num_nodes),
         split_name: over.split_name.clone().or_else(|| base.split_name.clone()),
+        features: if over.features == Default::default() { base.features } else { over.features },
     }
 }
 

@@ -1,3 +1,4 @@
+use super::features::{FeatureTable, FeatureView, RowRef};
 use super::header::Kind;
 use super::mapped::{Mapped, write_archive};
 use super::{FormatError, native};
@@ -22,14 +23,14 @@ pub struct DatasetMeta {
     pub seed: u64,
 }
 
-/// A whole dataset: CSR by destination, f32 features row-major, labels
+/// A whole dataset: CSR by destination, f32 features (dense row-major or CSR), labels
 /// (-1 = unlabelled) and the train/val/test node ids.
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct Dataset {
     pub meta: DatasetMeta,
     pub indptr: Vec<u64>,
     pub indices: Vec<u32>,
-    pub features: Vec<f32>,
+    pub features: FeatureTable,
     pub labels: Vec<i32>,
     pub train: Vec<u32>,
     pub val: Vec<u32>,
@@ -49,7 +50,7 @@ impl Dataset {
         check_parts(
             &self.meta,
             CsrView { indptr: &self.indptr, indices: &self.indices },
-            self.features.len(),
+            self.features.view(self.meta.feature_dim as usize),
             &self.labels,
             [&self.train, &self.val, &self.test],
         )
@@ -59,13 +60,14 @@ impl Dataset {
 fn check_parts(
     meta: &DatasetMeta,
     g: CsrView<'_>,
-    nfeat: usize,
+    feats: FeatureView<'_>,
     labels: &[i32],
     splits: [&[u32]; 3],
 ) -> Result<(), String> {
     let n = meta.num_nodes as usize;
-    shape_check(meta, g, nfeat, labels.len())?;
+    shape_check(meta, g, feats, labels.len())?;
     g.check()?;
+    feats.verify()?;
     if let Some(i) = labels.iter().position(|&l| l < -1 || (l >= 0 && l as u32 >= meta.num_classes)) {
         return Err(format!("node {i} has label {} but there are {} classes", labels[i], meta.num_classes));
     }
@@ -78,7 +80,7 @@ fn check_parts(
 }
 
 /// O(1) consistency of lengths: what `open` checks before anything is indexed.
-fn shape_check(meta: &DatasetMeta, g: CsrView<'_>, nfeat: usize, nlabels: usize) -> Result<(), String> {
+fn shape_check(meta: &DatasetMeta, g: CsrView<'_>, feats: FeatureView<'_>, nlabels: usize) -> Result<(), String> {
     let n = meta.num_nodes as usize;
     if g.indptr.len() != n + 1 {
         return Err(format!("{} CSR offsets for {n} nodes", g.indptr.len()));
@@ -86,9 +88,7 @@ fn shape_check(meta: &DatasetMeta, g: CsrView<'_>, nfeat: usize, nlabels: usize)
     if g.indices.len() as u64 != meta.num_edges {
         return Err(format!("{} edges stored, metadata says {}", g.indices.len(), meta.num_edges));
     }
-    if (n as u64).checked_mul(meta.feature_dim as u64) != Some(nfeat as u64) {
-        return Err(format!("{nfeat} feature values for {n} nodes x {} dims", meta.feature_dim));
-    }
+    feats.shape_check(n)?;
     if nlabels != n {
         return Err(format!("{nlabels} labels for {n} nodes"));
     }
@@ -114,6 +114,10 @@ pub struct DatasetSummary {
     pub test: usize,
     pub directed: bool,
     pub generated_features: bool,
+    /// `dense` or `sparse`: how the features are stored.
+    pub feature_storage: &'static str,
+    /// Feature values stored (the non-zeros when sparse).
+    pub feature_values: u64,
     pub source: String,
     pub bytes: u64,
     pub sha256: String,
@@ -125,7 +129,7 @@ impl DatasetFile {
     pub fn open(path: impl AsRef<Path>) -> Result<Self, FormatError> {
         let inner = Mapped::<Dataset>::open(path, Kind::Dataset)?;
         let f = DatasetFile { inner };
-        shape_check(&f.meta_owned(), f.graph(), f.features().len(), f.labels().len())
+        shape_check(&f.meta_owned(), f.graph(), f.features(), f.labels().len())
             .map_err(|e| FormatError::corrupt(f.path(), e))?;
         Ok(f)
     }
@@ -142,7 +146,7 @@ impl DatasetFile {
         check_parts(
             &self.meta_owned(),
             self.graph(),
-            self.features().len(),
+            self.features(),
             self.labels(),
             [self.train(), self.val(), self.test()],
         )
@@ -182,12 +186,13 @@ impl DatasetFile {
         let a = self.archived();
         CsrView { indptr: native(&a.indptr[..]), indices: native(&a.indices[..]) }
     }
-    pub fn features(&self) -> &[f32] {
-        native(&self.archived().features[..])
+    /// The feature table, dense or sparse as stored.
+    pub fn features(&self) -> FeatureView<'_> {
+        self.archived().features.view(self.feature_dim())
     }
-    pub fn feature_row(&self, v: u32) -> &[f32] {
-        let d = self.feature_dim();
-        &self.features()[v as usize * d..(v as usize + 1) * d]
+    /// Node `v`'s features as stored (`v` < `num_nodes`).
+    pub fn feature_row(&self, v: u32) -> RowRef<'_> {
+        self.features().row(v as usize)
     }
     pub fn labels(&self) -> &[i32] {
         native(&self.archived().labels[..])
@@ -224,6 +229,8 @@ impl DatasetFile {
             test: self.test().len(),
             directed: m.directed,
             generated_features: m.generated_features,
+            feature_storage: if self.features().is_sparse() { "sparse" } else { "dense" },
+            feature_values: self.features().stored() as u64,
             source: m.source,
             bytes: self.file_len(),
             sha256: self.inner.sha256_hex(),

@@ -26,8 +26,11 @@ pub enum FormatError {
     Truncated { path: PathBuf, expected: u64, actual: u64 },
     #[error("{path}: written by a newer leapgnn (format version {file}, this binary reads {ours}); upgrade leapgnn")]
     NewerVersion { path: PathBuf, file: u32, ours: u32 },
-    #[error("{path}: format version {file} is older than {ours} and not readable; re-create it")]
-    OlderVersion { path: PathBuf, file: u32, ours: u32 },
+    #[error(
+        "{path}: format version {file} is older than this binary's version {ours} (version 2 stores sparse \
+         features as CSR); convert it with `{convert}`"
+    )]
+    OlderVersion { path: PathBuf, file: u32, ours: u32, convert: String },
     #[error("{path}: holds a {found}, expected a {expected}")]
     WrongKind { path: PathBuf, expected: &'static str, found: String },
     #[error(

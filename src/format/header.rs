@@ -3,7 +3,8 @@ use std::path::Path;
 
 pub const MAGIC: [u8; 8] = *b"LEAPGNN\0";
 /// Bump on any change to an archived struct; older binaries refuse newer files.
-pub const FORMAT_VERSION: u32 = 1;
+/// 2: features stored dense or CSR (`FeatureTable`).
+pub const FORMAT_VERSION: u32 = 2;
 pub const HEADER_LEN: usize = 64;
 const ENDIAN_MARK: u32 = 0x0102_0304;
 
@@ -79,7 +80,8 @@ impl Header {
             return Err(FormatError::NewerVersion { path: path.into(), file: version, ours: FORMAT_VERSION });
         }
         if version < FORMAT_VERSION {
-            return Err(FormatError::OlderVersion { path: path.into(), file: version, ours: FORMAT_VERSION });
+            let convert = conversion_command(path, Kind::from_u32(u32_at(12)).unwrap_or(expected));
+            return Err(FormatError::OlderVersion { path: path.into(), file: version, ours: FORMAT_VERSION, convert });
         }
         if u32_at(16) != ENDIAN_MARK {
             return Err(FormatError::corrupt(path, "byte-order mark is wrong"));
@@ -109,6 +111,33 @@ impl Header {
             ));
         }
         Ok(Header { version, kind, payload_len, checksum: u64_at(32) })
+    }
+}
+
+/// What re-creates an archive of an older version at `path`: a dataset
+/// (`<data>/<name>/dataset.lgnn`) is converted again from its kept download;
+/// partition files are cut again from the converted dataset.
+fn conversion_command(path: &Path, kind: Kind) -> String {
+    let dir =
+        |p: Option<&Path>| p.and_then(|p| p.file_name()).map_or("NAME".into(), |n| n.to_string_lossy().into_owned());
+    match kind {
+        Kind::Dataset => format!(
+            "leapgnn download {} --force --features auto` (add `--from SOURCE` for a local import; \
+             `--features dense|sparse` picks the storage",
+            dir(path.parent())
+        ),
+        // <data>/<name>/parts/<method>-<k>/...
+        Kind::PartManifest | Kind::PartFeatures => {
+            let parts = path.parent();
+            let dataset = dir(parts.and_then(|p| p.parent()).and_then(|p| p.parent()));
+            let (method, k) = dir(parts)
+                .rsplit_once('-')
+                .map_or(("metis".into(), "K".into()), |(m, k)| (m.to_string(), k.to_string()));
+            format!(
+                "leapgnn download {dataset} --force` then `leapgnn partition {dataset} --method {method} --parts {k}"
+            )
+        }
+        Kind::Checkpoint => "leapgnn train` again (checkpoints of older versions cannot be resumed".into(),
     }
 }
 

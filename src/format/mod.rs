@@ -9,6 +9,7 @@
 mod atomic;
 mod dataset;
 mod error;
+mod features;
 mod header;
 mod mapped;
 mod partition;
@@ -16,6 +17,7 @@ mod partition;
 pub use atomic::{AtomicFile, write_atomic};
 pub use dataset::{ArchivedDataset, Dataset, DatasetFile, DatasetMeta, DatasetSummary};
 pub use error::FormatError;
+pub use features::{AUTO_SPARSE_DENSITY, FeatureStorage, FeatureTable, FeatureView, RowRef};
 pub use header::{FORMAT_VERSION, Header, Kind};
 pub use mapped::{Mapped, write_archive};
 pub use partition::{

@@ -1,3 +1,4 @@
+use super::features::{FeatureTable, FeatureView, RowRef};
 use super::header::Kind;
 use super::mapped::{Mapped, write_archive};
 use super::{FormatError, native};
@@ -45,7 +46,7 @@ pub struct PartFeatures {
     pub parts: u32,
     pub feature_dim: u32,
     pub owned: Vec<u32>,
-    pub features: Vec<f32>,
+    pub features: FeatureTable,
 }
 
 pub fn manifest_path(dir: &Path) -> PathBuf {
@@ -155,9 +156,11 @@ impl PartFile {
         let inner = Mapped::<PartFeatures>::open(part_path(dir.as_ref(), part), Kind::PartFeatures)?;
         let f = PartFile { inner };
         let a = f.inner.get();
-        let rows = a.owned.len() as u64;
-        if rows.checked_mul(a.feature_dim.to_native() as u64) != Some(a.features.len() as u64) {
-            return Err(FormatError::corrupt(f.inner.path(), "feature block does not match the owned ids"));
+        if let Err(e) = f.features().shape_check(a.owned.len()) {
+            return Err(FormatError::corrupt(
+                f.inner.path(),
+                format!("feature block does not match the owned ids: {e}"),
+            ));
         }
         if a.part.to_native() != part {
             return Err(FormatError::corrupt(f.inner.path(), format!("holds part {} not {part}", a.part.to_native())));
@@ -165,7 +168,8 @@ impl PartFile {
         Ok(f)
     }
     pub fn verify(&self) -> Result<(), FormatError> {
-        self.inner.verify_checksum()
+        self.inner.verify_checksum()?;
+        self.features().verify().map_err(|e| FormatError::corrupt(self.inner.path(), e))
     }
     pub fn part(&self) -> u32 {
         self.inner.get().part.to_native()
@@ -176,12 +180,11 @@ impl PartFile {
     pub fn feature_dim(&self) -> usize {
         self.inner.get().feature_dim.to_native() as usize
     }
-    pub fn features(&self) -> &[f32] {
-        native(&self.inner.get().features[..])
+    pub fn features(&self) -> FeatureView<'_> {
+        self.inner.get().features.view(self.feature_dim())
     }
-    /// Row `i` of this part (i = the manifest's local index of the node).
-    pub fn row(&self, i: u32) -> &[f32] {
-        let d = self.feature_dim();
-        &self.features()[i as usize * d..(i as usize + 1) * d]
+    /// Row `i` of this part (i = the manifest's local index of the node, < `owned().len()`).
+    pub fn row(&self, i: u32) -> RowRef<'_> {
+        self.features().row(i as usize)
     }
 }

@@ -17,7 +17,7 @@ fn tiny() -> Dataset {
         },
         indptr: csr.indptr,
         indices: csr.indices,
-        features: (0..8).map(|i| i as f32).collect(),
+        features: FeatureTable::Dense((0..8).map(|i| i as f32).collect()),
         labels: vec![0, 1, -1, 1],
         train: vec![0, 1],
         val: vec![3],
@@ -34,7 +34,7 @@ fn dataset_roundtrip_is_zero_copy_and_verifies() {
     let f = DatasetFile::open_verified(&p).unwrap();
     assert_eq!(f.meta_owned(), ds.meta);
     assert_eq!(f.graph().in_neighbors(1), &[0, 2]);
-    assert_eq!(f.feature_row(3), &[6.0, 7.0]);
+    assert_eq!(f.feature_row(3), RowRef::Dense(&[6.0, 7.0]));
     assert_eq!(f.labels(), &[0, 1, -1, 1]);
     assert_eq!((f.train(), f.val(), f.test()), (&[0u32, 1][..], &[3u32][..], &[][..]));
     // No temp file is left beside the archive.

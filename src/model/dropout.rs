@@ -3,6 +3,7 @@
 //! seed gives the same run, a resumed run is exact, and a vertex gets the same
 //! mask whichever batch or worker computes it.
 
+use crate::gather::CsrRows;
 use crate::util::rng::{SplitMix, mix64};
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
@@ -23,11 +24,7 @@ pub fn dropout_columns(buf: &mut [f32], window: Range<usize>, p: f32, row_key: i
     if p <= 0.0 || cols == 0 {
         return;
     }
-    // Keep when a 16-bit uniform is at or above the threshold (four per random
-    // word, column c from word c / 4); the scale uses the exact keep
-    // probability, so the mask is unbiased.
-    let threshold = (p as f64 * 65536.0).round().min(65535.0) as u16;
-    let scale = (65536.0 / (65536.0 - threshold as f64)) as f32;
+    let (threshold, scale) = keep_rule(p);
     let apply = |v: &mut [f32], r: u64| {
         for (j, x) in v.iter_mut().enumerate() {
             // Branch-free: a random keep/drop branch mispredicts half the time.
@@ -49,6 +46,37 @@ pub fn dropout_columns(buf: &mut [f32], window: Range<usize>, p: f32, row_key: i
         }
         apply(quads.into_remainder(), rng.next_u64());
     });
+}
+
+/// Keep when a 16-bit uniform is at or above the threshold (four per random
+/// word, column c from word c / 4); the scale uses the exact keep
+/// probability, so the mask is unbiased.
+fn keep_rule(p: f32) -> (u16, f32) {
+    let threshold = (p as f64 * 65536.0).round().min(65535.0) as u16;
+    (threshold, (65536.0 / (65536.0 - threshold as f64)) as f32)
+}
+
+/// `dropout_in_place` on CSR rows: each stored value gets the mask bit its
+/// column has in the dense row, so sparse and dense storage drop the same values.
+pub fn dropout_sparse(rows: &mut CsrRows, p: f32, row_key: impl Fn(usize) -> u64 + Sync) {
+    if p <= 0.0 {
+        return;
+    }
+    let (threshold, scale) = keep_rule(p);
+    let CsrRows { indptr, indices, values, .. } = rows;
+    for (i, w) in indptr.windows(2).enumerate() {
+        let key = row_key(i);
+        let mut word = (u32::MAX, 0u64);
+        for (&c, v) in indices[w[0]..w[1]].iter().zip(&mut values[w[0]..w[1]]) {
+            if word.0 != c / 4 {
+                let mut rng = SplitMix(key);
+                rng.skip((c / 4) as u64);
+                word = (c / 4, rng.next_u64());
+            }
+            let keep = ((word.1 >> (16 * (c % 4))) as u16 >= threshold) as u32 as f32;
+            *v *= keep * scale;
+        }
+    }
 }
 
 /// `dropout_in_place` as a differentiable op on the 2-D `x` (x times a mask).
@@ -234,6 +262,18 @@ mod tests {
         let mut buf = vec![2f32; 2000 * 64];
         dropout_in_place(&mut buf, 64, 0.3, |i| vertex_row_key(5, ids[i]));
         assert!(buf.iter().zip(a.iter().flatten()).all(|(b, m)| (b - 2.0 * m).abs() < 1e-6));
+    }
+
+    #[test]
+    fn sparse_rows_get_the_dense_rows_mask_bits() {
+        let (rows, cols) = (40, 29);
+        let dense: Vec<f32> =
+            (0..rows * cols).map(|i| if mix64(i as u64).is_multiple_of(4) { 1.0 + i as f32 } else { 0.0 }).collect();
+        let mut want = dense.clone();
+        dropout_in_place(&mut want, cols, 0.4, |i| vertex_row_key(2, i as u32 * 3));
+        let mut sparse = CsrRows::from_dense(&dense, cols);
+        dropout_sparse(&mut sparse, 0.4, |i| vertex_row_key(2, i as u32 * 3));
+        assert_eq!(sparse.to_dense(), want);
     }
 
     #[test]

@@ -3,9 +3,12 @@
 //! attention dropout; heads concatenated in hidden layers, averaged in the last.
 
 use super::dropout::{dropout_rows, edge_row_key};
+use super::sparse_input::sparse_linear;
 use super::{AggGraph, LayerInput, Linear, Params, csr_op};
+use crate::gather::CsrRows;
 use crate::sample::Block;
 use candle_core::{D, Device, Result, Tensor};
+use std::sync::Arc;
 
 pub struct GatLayer {
     lin: Linear,
@@ -40,14 +43,23 @@ impl GatLayer {
     }
 
     pub fn forward(&self, inp: &LayerInput<'_>) -> Result<Tensor> {
+        self.attend(inp, self.lin.forward(inp.x, None)?)
+    }
+
+    /// The input rows' projection `[n_src, h*f]` from constant sparse rows.
+    pub fn project_sparse(&self, x: &Arc<CsrRows>) -> Result<Tensor> {
+        sparse_linear(x, x.num_rows(), self.lin.weight())
+    }
+
+    /// Attention over the projected input rows `wh` (`inp.x` is not read).
+    pub fn attend(&self, inp: &LayerInput<'_>, wh: Tensor) -> Result<Tensor> {
         let g = inp.graph;
         let (h, f) = (self.heads, self.per_head);
-        let n_src = inp.x.dim(0)?;
-        let wh = self.lin.forward(inp.x, None)?; // [n_src, h*f]
+        let n_src = wh.dim(0)?;
         let wh3 = wh.reshape((n_src, h, f))?;
         let s_src = wh3.broadcast_mul(&self.att_src)?.sum(D::Minus1)?; // [n_src, h]
         let s_dst = wh3.narrow(0, 0, g.num_dst())?.broadcast_mul(&self.att_dst)?.sum(D::Minus1)?;
-        let dev = inp.x.device();
+        let dev = wh.device();
         let src_idx = Tensor::from_slice(g.edge_src(), g.num_edges(), dev)?;
         let dst_idx = Tensor::from_slice(g.edge_dst(), g.num_edges(), dev)?;
         let e = (s_src.index_select(&src_idx, 0)? + s_dst.index_select(&dst_idx, 0)?)?;

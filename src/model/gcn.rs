@@ -4,6 +4,7 @@
 //! self loop. With the full neighbourhood (`--eval-fanout all`) this is
 //! exactly the GCN propagation rule.
 
+use super::sparse_input::{SparseInput, sparse_linear};
 use super::{AggGraph, LayerInput, Linear, Params, csr_op};
 use crate::graph::CsrView;
 use crate::sample::{Block, Fanout};
@@ -30,6 +31,14 @@ impl GcnLayer {
     pub fn forward(&self, inp: &LayerInput<'_>) -> Result<Tensor> {
         let agg = csr_op::weighted_sum(inp.x, inp.graph, inp.kernel)?;
         self.lin.forward(&agg, inp.activation)
+    }
+
+    /// `forward` on constant sparse rows: transform first (sparse x dense), then
+    /// aggregate the projections (the weighted sum commutes with the linear map).
+    pub fn forward_sparse(&self, inp: &SparseInput<'_>) -> Result<Tensor> {
+        let x = inp.x;
+        let agg = csr_op::weighted_sum(&sparse_linear(x, x.num_rows(), self.lin.weight())?, inp.graph, inp.kernel)?;
+        inp.finish(agg, self.lin.bias())
     }
 
     /// `forward` before bias and activation, from input columns `cols` only.

@@ -38,6 +38,11 @@ impl Linear {
     pub fn bias(&self) -> Option<&Tensor> {
         self.b.as_ref()
     }
+
+    /// The weight `[out, in]`.
+    pub fn weight(&self) -> &Tensor {
+        &self.w
+    }
 }
 
 /// `act(x W^T + b)`; `fast` allows the custom op for a constant `x` (CPU

@@ -12,6 +12,7 @@ mod linear;
 mod loss;
 mod params;
 mod sage;
+pub mod sparse_input;
 mod split;
 
 pub use agg_graph::AggGraph;
@@ -21,14 +22,16 @@ pub use loss::{count_correct, cross_entropy_sum};
 pub use params::{Param, Params};
 
 use crate::BadInput;
+use crate::gather::{CsrRows, Rows};
 use crate::graph::CsrView;
 use crate::sample::{Blocks, Fanout, Fanouts};
 use crate::util::rng::hash_of;
 use candle_core::{Device, Result, Tensor};
-use dropout::{ReluDropout, dropout_in_place, dropout_rows, vertex_row_key};
+use dropout::{ReluDropout, dropout_in_place, dropout_rows, dropout_sparse, vertex_row_key};
 use gat::GatLayer;
 use gcn::GcnLayer;
 use sage::{SageAggr, SageLayer};
+use sparse_input::SparseInput;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -138,6 +141,14 @@ pub struct LayerInput<'a> {
     pub activation: Option<&'a ReluDropout>,
 }
 
+/// The first layer's input: a dense tensor, or constant CSR rows that the
+/// first layer multiplies sparse x dense (CPU only).
+#[derive(Clone, Debug)]
+pub enum Input {
+    Dense(Tensor),
+    Sparse(Arc<CsrRows>),
+}
+
 /// Training (seeded dropout under `key`) or evaluation.
 #[derive(Clone, Copy, Debug)]
 pub enum Mode {
@@ -228,12 +239,12 @@ impl Model {
     /// (row-major, `in_dim` wide): its dropout is applied here, in place, as the
     /// features are constants.
     pub fn input(&self, p: &Prepared, rows: Vec<f32>, mode: Mode, dev: &Device) -> Result<Tensor> {
-        self.input_rows(p.blocks.input_nodes(), rows, mode, dev)
+        self.input_dense(p.blocks.input_nodes(), rows, mode, dev)
     }
 
     /// The first layer's input from the rows of vertices `ids` (row-major,
     /// `in_dim` wide), with its dropout applied in place.
-    pub fn input_rows(&self, ids: &[u32], mut rows: Vec<f32>, mode: Mode, dev: &Device) -> Result<Tensor> {
+    pub fn input_dense(&self, ids: &[u32], mut rows: Vec<f32>, mode: Mode, dev: &Device) -> Result<Tensor> {
         if let (Mode::Train { key }, true) = (mode, self.spec.kind.drops_input()) {
             let site = Self::feature_site(key, 0);
             dropout_in_place(&mut rows, self.spec.in_dim, self.spec.dropout, |r| vertex_row_key(site, ids[r]));
@@ -241,8 +252,42 @@ impl Model {
         Tensor::from_vec(rows, (ids.len(), self.spec.in_dim), &Device::Cpu)?.to_device(dev)
     }
 
+    /// The first layer's input from gathered rows, dense or sparse: sparse rows
+    /// stay sparse where the first layer can multiply them (CPU, not max
+    /// aggregation), their dropout applied to the stored values with the masks
+    /// the dense rows would get; otherwise they are densified.
+    pub fn input_rows(&self, p: &Prepared, rows: Rows, mode: Mode, dev: &Device) -> Result<Input> {
+        match rows {
+            Rows::Sparse(mut c)
+                if dev.is_cpu() && self.kernel == Kernel::Fast && self.spec.kind != ModelKind::SageMax =>
+            {
+                let ids = p.blocks.input_nodes();
+                if c.num_rows() != ids.len() || c.dim != self.spec.in_dim {
+                    candle_core::bail!(
+                        "{} sparse rows of {} columns for {} input nodes of {} features",
+                        c.num_rows(),
+                        c.dim,
+                        ids.len(),
+                        self.spec.in_dim
+                    );
+                }
+                if let (Mode::Train { key }, true) = (mode, self.spec.kind.drops_input()) {
+                    let site = Self::feature_site(key, 0);
+                    dropout_sparse(&mut c, self.spec.dropout, |r| vertex_row_key(site, ids[r]));
+                }
+                Ok(Input::Sparse(Arc::new(c)))
+            }
+            rows => Ok(Input::Dense(self.input(p, rows.into_dense(), mode, dev)?)),
+        }
+    }
+
     /// Logits `[roots, classes]` from the first layer's input `x` (made by `input`).
     pub fn forward(&self, p: &Prepared, x: &Tensor, mode: Mode) -> Result<Tensor> {
+        self.forward_layers(p, 0, Input::Dense(x.clone()), mode)
+    }
+
+    /// Logits from the first layer's input made by `input_rows`.
+    pub fn forward_input(&self, p: &Prepared, x: &Input, mode: Mode) -> Result<Tensor> {
         self.forward_layers(p, 0, x.clone(), mode)
     }
 
@@ -255,12 +300,15 @@ impl Model {
     }
 
     /// Layers `start..` on `h`, the input of layer `start`; the logits.
-    fn forward_layers(&self, p: &Prepared, start: usize, mut h: Tensor, mode: Mode) -> Result<Tensor> {
+    fn forward_layers(&self, p: &Prepared, start: usize, mut h: Input, mode: Mode) -> Result<Tensor> {
         for i in start..self.layers.len() {
             let b = &p.blocks.layers[i];
-            h = self.layer_forward(i, &h, &p.graphs[i], (&b.src, b.dst()), mode)?;
+            h = Input::Dense(self.layer_forward_input(i, &h, &p.graphs[i], (&b.src, b.dst()), mode)?);
         }
-        Ok(h)
+        match h {
+            Input::Dense(t) => Ok(t),
+            Input::Sparse(_) => candle_core::bail!("a model without layers"),
+        }
     }
 
     /// Layer `i` on its input rows `x` (vertices `src`) over `graph`, for the
@@ -272,6 +320,18 @@ impl Model {
         &self,
         i: usize,
         x: &Tensor,
+        graph: &Arc<AggGraph>,
+        ids: (&[u32], &[u32]),
+        mode: Mode,
+    ) -> Result<Tensor> {
+        self.layer_forward_input(i, &Input::Dense(x.clone()), graph, ids, mode)
+    }
+
+    /// `layer_forward` on dense or sparse input rows (sparse only reaches the first layer).
+    fn layer_forward_input(
+        &self,
+        i: usize,
+        h: &Input,
         graph: &Arc<AggGraph>,
         (src, dst): (&[u32], &[u32]),
         mode: Mode,
@@ -288,11 +348,28 @@ impl Model {
         let key = |r: usize| vertex_row_key(site, dst[r]);
         let relu = (!last && !matches!(layer, Layer::Gat(_)))
             .then(|| ReluDropout::new(dst.len(), self.spec.hidden, rate, key));
-        let inp = LayerInput { x, graph, ids: src, kernel: self.kernel, attention_dropout, activation: relu.as_ref() };
-        let out = match layer {
-            Layer::Sage(s) => s.forward(&inp)?,
-            Layer::Gcn(c) => c.forward(&inp)?,
-            Layer::Gat(a) => a.forward(&inp)?,
+        let kernel = self.kernel;
+        let out = match h {
+            Input::Dense(x) => {
+                let inp = LayerInput { x, graph, ids: src, kernel, attention_dropout, activation: relu.as_ref() };
+                match layer {
+                    Layer::Sage(s) => s.forward(&inp)?,
+                    Layer::Gcn(c) => c.forward(&inp)?,
+                    Layer::Gat(a) => a.forward(&inp)?,
+                }
+            }
+            Input::Sparse(x) => {
+                let sparse = SparseInput { x, graph, kernel, activation: relu.as_ref() };
+                match layer {
+                    Layer::Sage(s) => s.forward_sparse(&sparse)?,
+                    Layer::Gcn(c) => c.forward_sparse(&sparse)?,
+                    Layer::Gat(a) => {
+                        let wh = a.project_sparse(x)?;
+                        let inp = LayerInput { x: &wh, graph, ids: src, kernel, attention_dropout, activation: None };
+                        a.attend(&inp, wh.clone())?
+                    }
+                }
+            }
         };
         match layer {
             Layer::Gat(_) if !last => dropout_rows(&out.elu(1.0)?, rate, key),
@@ -376,6 +453,48 @@ mod tests {
                 assert!((a - b).abs() <= 1e-4 * (1.0 + a.abs()), "{kind}: {a} vs {b}");
             }
             assert!(gf.iter().any(|&g| g != 0.0), "{kind}: no gradient reached the parameters");
+        }
+    }
+
+    #[test]
+    fn sparse_and_dense_input_rows_give_the_same_logits_and_gradients() {
+        let mut t = toy(400, 24);
+        // Bag-of-words-like rows: most values zero.
+        t.feats
+            .iter_mut()
+            .enumerate()
+            .filter(|(i, _)| !hash_of(4, &[*i as u64]).is_multiple_of(5))
+            .for_each(|(_, x)| *x = 0.0);
+        let fan: Fanouts = "4,3".parse().unwrap();
+        let sampler = NeighborSampler::new(t.csr.view(), fan.clone(), 3);
+        let roots: Vec<u32> = (0..40).map(|i| i * 7).collect();
+        let dev = Device::Cpu;
+        let table = TableRows::all(400, t.dim, t.feats.clone()).unwrap();
+        for kind in KINDS {
+            for mode in [Mode::Train { key: 9 }, Mode::Eval] {
+                let run = |sparse: bool| {
+                    let mut params = Params::new(5);
+                    let model = Model::new(&spec(kind, t.dim), &mut params, &dev).unwrap();
+                    let blocks = sampler.sample(&roots, 0, &mut NodeMap::new(400));
+                    let rows = gather(&table, blocks.input_nodes()).unwrap();
+                    let rows = if sparse { Rows::Sparse(CsrRows::from_dense(&rows, t.dim)) } else { Rows::Dense(rows) };
+                    let p = model.prepare(blocks, t.csr.view(), &fan);
+                    let x = model.input_rows(&p, rows, mode, &dev).unwrap();
+                    let sparse_path = matches!(x, Input::Sparse(_));
+                    let logits = model.forward_input(&p, &x, mode).unwrap();
+                    let labels: Vec<u32> = roots.iter().map(|&r| t.labels[r as usize]).collect();
+                    let loss = cross_entropy_sum(&logits, &labels).unwrap();
+                    let grads = params.flat_grads(&loss.backward().unwrap()).unwrap();
+                    (logits.flatten_all().unwrap().to_vec1::<f32>().unwrap(), grads, sparse_path)
+                };
+                let (ls, gs, took_sparse) = run(true);
+                let (ld, gd, _) = run(false);
+                assert_eq!(took_sparse, kind != ModelKind::SageMax, "{kind}: which path sparse rows take");
+                for (a, b) in ls.iter().zip(&ld).chain(gs.iter().zip(&gd)) {
+                    assert!((a - b).abs() <= 1e-5 * (1.0 + a.abs()), "{kind} {mode:?}: {a} vs {b}");
+                }
+                assert!(gs.iter().any(|&g| g != 0.0), "{kind}: no gradient reached the parameters");
+            }
         }
     }
 

@@ -4,6 +4,7 @@
 
 use super::csr_op::{self, Reduce};
 use super::linear::linear;
+use super::sparse_input::{SparseInput, sparse_linear};
 use super::{AggGraph, LayerInput, Params};
 use crate::sample::Block;
 use candle_core::{Device, Result, Tensor};
@@ -51,6 +52,19 @@ impl SageLayer {
         let both = self.aggregate(inp)?;
         let w = Tensor::cat(&[&self.w_l, &self.w_r], 1)?;
         linear(&both, &w, Some(&self.b_l), inp.kernel == csr_op::Kernel::Fast, inp.activation)
+    }
+
+    /// `forward` on constant sparse rows: both linear maps are applied to the
+    /// rows first (sparse x dense), then the neighbours' projections are
+    /// averaged. Mean aggregation only (`Model` densifies for max).
+    pub fn forward_sparse(&self, inp: &SparseInput<'_>) -> Result<Tensor> {
+        if self.aggr != SageAggr::Mean {
+            candle_core::bail!("sparse input rows reach a max-aggregation layer");
+        }
+        let x = inp.x;
+        let neigh = csr_op::weighted_sum(&sparse_linear(x, x.num_rows(), &self.w_l)?, inp.graph, inp.kernel)?;
+        let own = sparse_linear(x, inp.graph.num_dst(), &self.w_r)?;
+        inp.finish((neigh + own)?, Some(&self.b_l))
     }
 
     /// `forward` before bias and activation, from input columns `cols` only.

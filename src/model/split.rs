@@ -11,7 +11,7 @@
 //! so it is refused (`Model::splits_by_column`).
 
 use super::dropout::{dropout_columns, vertex_row_key};
-use super::{Layer, LayerInput, Mode, Model, Prepared};
+use super::{Input, Layer, LayerInput, Mode, Model, Prepared};
 use candle_core::{Device, Result, Tensor};
 use std::ops::Range;
 
@@ -80,6 +80,6 @@ impl Model {
         let (rate, site) = self.output_dropout(0, mode);
         let relu =
             super::dropout::ReluDropout::new(next.len(), self.spec.hidden, rate, |r| vertex_row_key(site, next[r]));
-        self.forward_layers(p, 1, relu.apply(&y)?, mode)
+        self.forward_layers(p, 1, Input::Dense(relu.apply(&y)?), mode)
     }
 }

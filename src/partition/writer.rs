@@ -2,7 +2,7 @@
 //! sibling directory, which then takes the place of the old one: a reader sees
 //! the old partition or the new one, never a mix of part files from two runs.
 
-use crate::format::{DatasetFile, FormatError, PartFeatures, PartManifest};
+use crate::format::{DatasetFile, FeatureTable, FeatureView, FormatError, PartFeatures, PartManifest, RowRef};
 use rayon::prelude::*;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -51,13 +51,31 @@ pub fn write_dir(dir: &Path, ds: &DatasetFile, groups: &Grouping, manifest: &Par
     let d = ds.feature_dim();
     for part in 0..manifest.parts as usize {
         let owned = groups.owned(part);
-        let mut features = vec![0f32; owned.len() * d];
-        if d > 0 {
-            features
-                .par_chunks_mut(d)
-                .zip(owned.par_iter())
-                .for_each(|(row, &v)| row.copy_from_slice(ds.feature_row(v)));
-        }
+        let features = match ds.features() {
+            FeatureView::Dense { .. } => {
+                let mut values = vec![0f32; owned.len() * d];
+                if d > 0 {
+                    values
+                        .par_chunks_mut(d)
+                        .zip(owned.par_iter())
+                        .for_each(|(row, &v)| ds.feature_row(v).write_dense(row));
+                }
+                FeatureTable::Dense(values)
+            }
+            FeatureView::Sparse { .. } => {
+                let mut indptr = Vec::with_capacity(owned.len() + 1);
+                let (mut indices, mut values) = (Vec::new(), Vec::new());
+                indptr.push(0u64);
+                for &v in owned {
+                    if let RowRef::Sparse { indices: c, values: x } = ds.feature_row(v) {
+                        indices.extend_from_slice(c);
+                        values.extend_from_slice(x);
+                    }
+                    indptr.push(values.len() as u64);
+                }
+                FeatureTable::Sparse { indptr, indices, values }
+            }
+        };
         PartFeatures {
             part: part as u32,
             parts: manifest.parts,

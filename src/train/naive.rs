@@ -75,18 +75,18 @@ pub fn naive_dry_run(data: &DataDir, cfg: &TrainConfig) -> Result<NaiveReport, T
     let sampler = NeighborSampler::new(ds.graph(), cfg.fanouts.clone(), cfg.seed);
     let mut map = NodeMap::new(ds.num_nodes());
     let mut scratch = NaiveScratch::default();
-    let row_bytes = 4 * ds.feature_dim() as u64;
     let mut epochs = Vec::with_capacity(cfg.epochs as usize);
     for epoch in 0..cfg.epochs {
         let order = crate::schedule::epoch_order(&train, cfg.seed, epoch);
         let sched = crate::schedule::Schedule::new(&order, world, cfg.batch_size);
-        let (mut cost, mut remote) = (NaiveCost::default(), 0u64);
+        let (mut cost, mut remote_bytes) = (NaiveCost::default(), 0u64);
         for i in 0..sched.iterations() {
             for (w, roots) in sched.workers(i).into_iter().enumerate() {
                 let blocks = sampler.sample(roots, epoch, &mut map);
                 let who = [Trainer { column: 0, home: w as u16, servers: world }];
                 cost.add(naive_migration(&blocks, &owners, &who, &dims, &mut scratch)[0]);
-                remote += blocks.input_nodes().iter().filter(|&&v| owners.owner(v, 0) as usize != w).count() as u64;
+                let remote = blocks.input_nodes().iter().filter(|&&v| owners.owner(v, 0) as usize != w);
+                remote_bytes += remote.map(|&v| ds.feature_row(v).wire_bytes()).sum::<u64>();
             }
         }
         epochs.push(NaiveEpoch {
@@ -97,7 +97,7 @@ pub fn naive_dry_run(data: &DataDir, cfg: &TrainConfig) -> Result<NaiveReport, T
             bytes_params: 4 * cost.params,
             bytes_partial: 4 * cost.partial,
             bytes_intermediate: 4 * cost.intermediate,
-            bytes_features_model_centric: remote * row_bytes,
+            bytes_features_model_centric: remote_bytes,
         });
     }
     let mean = |f: fn(&NaiveEpoch) -> u64| epochs.iter().map(f).sum::<u64>() as f64 / epochs.len().max(1) as f64;

@@ -3,7 +3,7 @@
 
 use super::{EvalMode, TrainError, fullgraph};
 use crate::comm::{Owners, RowSource};
-use crate::gather::{RowNorm, gather, normalize_rows};
+use crate::gather::{RowNorm, Rows, gather, gather_rows};
 use crate::graph::CsrView;
 use crate::metrics::RowCounts;
 use crate::model::{Mode, Model, Params, count_correct, cross_entropy_sum};
@@ -53,6 +53,11 @@ pub trait FeatureSource: Sync {
     fn dim(&self) -> usize;
     /// The rows of `ids`, row-major in the order given, and where they came from.
     fn rows(&self, ids: &[u32]) -> Result<(Vec<f32>, RowCounts), TrainError>;
+    /// The rows of `ids` as the first layer takes them: CSR where the source
+    /// stores them sparse, dense otherwise.
+    fn input_rows(&self, ids: &[u32]) -> Result<(Rows, RowCounts), TrainError> {
+        self.rows(ids).map(|(r, c)| (Rows::Dense(r), c))
+    }
 }
 
 impl<T: RowSource + ?Sized> FeatureSource for T {
@@ -61,6 +66,11 @@ impl<T: RowSource + ?Sized> FeatureSource for T {
     }
     fn rows(&self, ids: &[u32]) -> Result<(Vec<f32>, RowCounts), TrainError> {
         let rows = gather(self, ids).map_err(|e| TrainError::Rows(e.to_string()))?;
+        let n = ids.len() as u64;
+        Ok((rows, RowCounts { requested: n, local: n, ..Default::default() }))
+    }
+    fn input_rows(&self, ids: &[u32]) -> Result<(Rows, RowCounts), TrainError> {
+        let rows = gather_rows(self, ids).map_err(|e| TrainError::Rows(e.to_string()))?;
         let n = ids.len() as u64;
         Ok((rows, RowCounts { requested: n, local: n, ..Default::default() }))
     }
@@ -110,9 +120,9 @@ impl<'d> Worker<'d> {
     }
 
     /// Input rows of `ids`, normalised as configured, and where they came from.
-    pub(crate) fn gather_rows(&self, ids: &[u32]) -> Result<(Vec<f32>, RowCounts), TrainError> {
-        let (mut rows, counts) = self.features.rows(ids)?;
-        normalize_rows(&mut rows, self.features.dim(), self.norm);
+    pub(crate) fn gather_rows(&self, ids: &[u32]) -> Result<(Rows, RowCounts), TrainError> {
+        let (mut rows, counts) = self.features.input_rows(ids)?;
+        rows.normalize(self.features.dim(), self.norm);
         Ok((rows, counts))
     }
 
@@ -157,7 +167,7 @@ impl<'d> Worker<'d> {
     pub fn learn(
         &mut self,
         blocks: Blocks,
-        rows: Vec<f32>,
+        rows: Rows,
         dropout_key: u64,
         global_batch: usize,
         grad: &mut [f32],
@@ -168,8 +178,8 @@ impl<'d> Worker<'d> {
         let labels = self.labels_of(blocks.roots());
         let mode = Mode::Train { key: dropout_key };
         let prepared = self.model.prepare(blocks, self.graph, self.sampler.fanouts());
-        let x = self.model.input(&prepared, rows, mode, &self.device)?;
-        let logits = self.model.forward(&prepared, &x, mode)?;
+        let x = self.model.input_rows(&prepared, rows, mode, &self.device)?;
+        let logits = self.model.forward_input(&prepared, &x, mode)?;
         let loss = (cross_entropy_sum(&logits, &labels)? / global_batch as f64)?;
         s.loss = loss.to_scalar::<f32>()? as f64;
         let g = self.params.flat_grads(&loss.backward()?)?;
@@ -188,8 +198,8 @@ impl<'d> Worker<'d> {
             let blocks = self.eval_sampler.sample(chunk, EVAL_EPOCH_SALT | epoch, &mut self.map);
             let (rows, _) = self.gather_rows(blocks.input_nodes())?;
             let prepared = self.model.prepare(blocks, self.graph, self.eval_sampler.fanouts());
-            let x = self.model.input(&prepared, rows, Mode::Eval, &self.device)?;
-            let logits = self.model.forward(&prepared, &x, Mode::Eval)?;
+            let x = self.model.input_rows(&prepared, rows, Mode::Eval, &self.device)?;
+            let logits = self.model.forward_input(&prepared, &x, Mode::Eval)?;
             correct += count_correct(&logits, &self.labels_of(chunk))? as u64;
         }
         Ok(correct)

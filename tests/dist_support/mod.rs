@@ -20,11 +20,13 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// A temp data dir holding Cora (public Planetoid split) as `cora`.
+/// A temp data dir holding Cora (public Planetoid split) as `cora`, features
+/// stored dense (the tests count dense rows' bytes on the wire).
 pub fn cora() -> tempfile::TempDir {
     let tmp = tempfile::tempdir().unwrap();
     let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets/planetoid/converted/cora");
-    let s = json(tmp.path(), &["download", "cora", "--from", from.to_str().unwrap(), "--format", "text"]);
+    let args = ["download", "cora", "--from", from.to_str().unwrap(), "--format", "text", "--features", "dense"];
+    let s = json(tmp.path(), &args);
     assert_eq!(s["nodes"], 2708);
     tmp
 }

@@ -148,7 +148,7 @@ pub fn content(path: &Path) -> Content {
     (
         g.indptr.to_vec(),
         g.indices.to_vec(),
-        f.features().to_vec(),
+        f.features().to_dense(),
         f.labels().to_vec(),
         [f.train().to_vec(), f.val().to_vec(), f.test().to_vec()],
     )

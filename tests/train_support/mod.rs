@@ -3,7 +3,7 @@
 
 #![allow(dead_code)]
 
-use leapgnn::format::{Dataset, DatasetMeta};
+use leapgnn::format::{Dataset, DatasetMeta, FeatureStorage, FeatureTable};
 use leapgnn::graph::Csr;
 use leapgnn::util::rng::hash_of;
 use std::path::Path;
@@ -43,11 +43,23 @@ pub struct Tiny {
     pub with_splits: bool,
     /// Every feature value NaN.
     pub poisoned: bool,
+    /// How the archive stores the features.
+    pub storage: FeatureStorage,
+    /// Keep one feature value in this many (the rest are zero): bag-of-words-like rows.
+    pub keep_one_in: u64,
 }
 
 impl Default for Tiny {
     fn default() -> Self {
-        Tiny { nodes: 600, classes: 3, dim: 16, with_splits: true, poisoned: false }
+        Tiny {
+            nodes: 600,
+            classes: 3,
+            dim: 16,
+            with_splits: true,
+            poisoned: false,
+            storage: FeatureStorage::Dense,
+            keep_one_in: 1,
+        }
     }
 }
 
@@ -77,10 +89,14 @@ pub fn write_tiny(data: &Path, name: &str, t: Tiny) {
                 return f32::NAN;
             }
             let (v, c) = (i / d, i % d);
+            if t.keep_one_in > 1 && !hash_of(5, &[i as u64]).is_multiple_of(t.keep_one_in) {
+                return 0.0;
+            }
             let noise = (hash_of(3, &[i as u64]) % 1000) as f32 / 1000.0 - 0.5;
             noise + if t.classes > 0 && c % t.classes as usize == label(v as u32) as usize { 0.4 } else { 0.0 }
         })
         .collect();
+    let features = FeatureTable::from_dense(features, d, t.storage);
     let ids: Vec<u32> = (0..n).collect();
     let (train, rest) = ids.split_at(n as usize / 2);
     let (val, test) = rest.split_at(rest.len() / 2);

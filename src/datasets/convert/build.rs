@@ -5,7 +5,7 @@
 use super::split::{self, SplitRule};
 use super::{ConvertOptions, Format};
 use crate::datasets::DatasetError;
-use crate::format::{Dataset, DatasetMeta};
+use crate::format::{Dataset, DatasetMeta, FeatureTable};
 use crate::graph::Csr;
 use crate::util::rng::{Rng, hash_of};
 use rand::{Rng as _, SeedableRng};
@@ -175,7 +175,7 @@ pub fn finish(
         },
         indptr: csr.indptr,
         indices: csr.indices,
-        features: features.values,
+        features: FeatureTable::from_dense(features.values, features.dim as usize, opts.features),
         labels,
         train,
         val,

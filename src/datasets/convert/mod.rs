@@ -94,6 +94,8 @@ pub struct ConvertOptions {
     pub num_nodes: Option<u64>,
     /// ogb: which directory under split/ (default: the first).
     pub split_name: Option<String>,
+    /// Dense or CSR feature storage (`auto`: CSR below 10 % non-zero values).
+    pub features: crate::format::FeatureStorage,
 }
 
 /// Reads the source at `path` in `format` and builds the dataset `name`.

@@ -4,6 +4,7 @@
 
 use super::super::{FeatureSource, TrainError};
 use crate::comm::{FeatureClient, FetchStats, Mesh};
+use crate::gather::Rows;
 use crate::metrics::RowCounts;
 use std::sync::Mutex;
 
@@ -34,9 +35,21 @@ impl FeatureSource for FetchingRows<'_> {
     fn rows(&self, ids: &[u32]) -> Result<(Vec<f32>, RowCounts), TrainError> {
         let mut out = vec![0f32; ids.len() * self.client.dim()];
         let s = self.client.fetch(self.mesh, ids, &mut out).map_err(|e| TrainError::Comm(e.into()))?;
+        Ok((out, self.count(s)))
+    }
+
+    fn input_rows(&self, ids: &[u32]) -> Result<(Rows, RowCounts), TrainError> {
+        let (rows, s) = self.client.fetch_rows(self.mesh, ids).map_err(|e| TrainError::Comm(e.into()))?;
+        Ok((rows, self.count(s)))
+    }
+}
+
+impl FetchingRows<'_> {
+    /// Adds a fetch to the run's totals.
+    fn count(&self, s: FetchStats) -> RowCounts {
         let mut t = self.totals.lock().unwrap_or_else(|e| e.into_inner());
         t.0 += s;
         t.1 += u64::from(s.remote > 0);
-        Ok((out, RowCounts { requested: s.requested, local: s.local, cache_hit: s.cache_hit, remote: s.remote }))
+        RowCounts { requested: s.requested, local: s.local, cache_hit: s.cache_hit, remote: s.remote }
     }
 }

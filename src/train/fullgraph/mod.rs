@@ -41,7 +41,7 @@ pub(crate) fn state(w: &mut Worker<'_>) -> Result<Arc<State>, TrainError> {
     }
     let owners = w.owners.as_ref().map(|o| o.as_slice());
     let plan = HaloPlan::derive(w.graph, owners, w.rank, w.world);
-    let (rows, _) = w.gather_rows(&plan.block.src)?;
+    let rows = w.gather_rows(&plan.block.src)?.0.into_dense();
     let inputs = Tensor::from_vec(rows, (plan.rows(), w.model.spec().in_dim), &candle_core::Device::Cpu)?
         .to_device(&w.device)?;
     let graph = Arc::new(w.model.layer_graph(0, &plan.block, w.graph, Fanout::All));
@@ -82,7 +82,7 @@ pub(crate) fn forward(
     let mut h = match mode {
         Mode::Train { .. } if w.model.spec().kind.drops_input() => {
             let rows = st.inputs.flatten_all()?.to_vec1::<f32>()?;
-            w.model.input_rows(&plan.block.src, rows, mode, &w.device)?
+            w.model.input_dense(&plan.block.src, rows, mode, &w.device)?
         }
         _ => st.inputs.clone(),
     };

@@ -76,9 +76,9 @@ impl P3 {
             TrainError::Rows("--strategy p3 needs the dataset's rows in this process, and this worker has none".into())
         })?;
         let row = |v: u32| src.row(v).ok_or_else(|| TrainError::Rows(format!("vertex {v} has no feature row")));
-        let mut out = Vec::with_capacity(ids.len() * cols.len());
-        for &v in ids {
-            out.extend_from_slice(&row(v)?[cols.clone()]);
+        let mut out = vec![0f32; ids.len() * cols.len()];
+        for (dst, &v) in out.chunks_exact_mut(cols.len().max(1)).zip(ids) {
+            row(v)?.write_columns(cols.clone(), dst);
         }
         if w.norm == RowNorm::L1 {
             if self.l1.is_empty() {
@@ -88,7 +88,7 @@ impl P3 {
                 let s = &mut self.l1[v as usize];
                 if s.is_nan() {
                     // The same sum, in the same order, as `gather::normalize_rows`.
-                    *s = row(v)?.iter().map(|x| x.abs()).sum();
+                    *s = row(v)?.abs_sum();
                 }
                 if *s > 0.0 {
                     out[i * cols.len()..(i + 1) * cols.len()].iter_mut().for_each(|x| *x /= *s);

@@ -4,7 +4,7 @@
 //! `FeatureSource::rows` call (one request per owner); each step then reads
 //! its own part's rows locally and the rest from this store, with no network.
 
-use crate::gather::{RowNorm, normalize_rows};
+use crate::gather::{CsrRows, RowNorm, Rows};
 use crate::metrics::RowCounts;
 use crate::sample::{Blocks, Interner, NeighborSampler, NodeMap};
 use crate::train::{FeatureSource, TrainError};
@@ -50,7 +50,7 @@ pub(super) struct Pregathered {
     sample_seconds: Vec<f64>,
     /// The union's remote ids, in store order, and their rows (as fetched).
     ids: Vec<u32>,
-    rows: Vec<f32>,
+    rows: Rows,
     /// Where the union's rows came from, and how long fetching them took.
     pub fetched: RowCounts,
     pub fetch_seconds: f64,
@@ -60,7 +60,7 @@ pub(super) struct Pregathered {
 /// One step's share of a store: its blocks and their input rows.
 pub(super) struct StepInput {
     pub blocks: Blocks,
-    pub rows: Vec<f32>,
+    pub rows: Rows,
     /// The rows read from this worker's own part for the step.
     pub local: RowCounts,
     pub sample_seconds: f64,
@@ -93,7 +93,8 @@ impl Pregathered {
             blocks.push(b);
         }
         let t = Instant::now();
-        let (rows, fetched) = if ids.is_empty() { (Vec::new(), RowCounts::default()) } else { features.rows(&ids)? };
+        let (rows, fetched) =
+            if ids.is_empty() { (Rows::Dense(Vec::new()), RowCounts::default()) } else { features.input_rows(&ids)? };
         let fetch_seconds = t.elapsed().as_secs_f64();
         Ok(Pregathered { epoch, roots, blocks, sample_seconds, ids, rows, fetched, fetch_seconds, scratch })
     }
@@ -111,21 +112,38 @@ impl Pregathered {
         let start = Instant::now();
         let input = blocks.input_nodes();
         let local_ids: Vec<u32> = input.iter().copied().filter(|&v| loc.is_local(v)).collect();
-        let (local_rows, local) =
-            if local_ids.is_empty() { (Vec::new(), RowCounts::default()) } else { features.rows(&local_ids)? };
+        let (local_rows, local) = if local_ids.is_empty() {
+            (Rows::Dense(Vec::new()), RowCounts::default())
+        } else {
+            features.input_rows(&local_ids)?
+        };
         let d = features.dim();
-        let mut rows = vec![0f32; input.len() * d];
-        let mut next_local = local_rows.chunks_exact(d.max(1));
-        for (dst, &v) in rows.chunks_exact_mut(d.max(1)).zip(input) {
+        // Local rows come in input order, one after the other.
+        let mut next_local = 0;
+        let mut row_of = |v: u32| {
             let src = if loc.is_local(v) {
-                next_local.next()
+                next_local += 1;
+                Some(local_rows.row(next_local - 1, d))
             } else {
-                self.scratch.index.get(v).map(|s| &self.rows[s as usize * d..(s as usize + 1) * d])
+                self.scratch.index.get(v).map(|s| self.rows.row(s as usize, d))
             };
-            let src = src.ok_or_else(|| TrainError::Rows(format!("node {v} is missing from the pre-gathered rows")))?;
-            dst.copy_from_slice(src);
-        }
-        normalize_rows(&mut rows, d, norm);
+            src.ok_or_else(|| TrainError::Rows(format!("node {v} is missing from the pre-gathered rows")))
+        };
+        let mut rows = if local_rows.is_sparse() || self.rows.is_sparse() {
+            let mut out = CsrRows { dim: d, indptr: Vec::with_capacity(input.len() + 1), ..Default::default() };
+            out.indptr.push(0);
+            for &v in input {
+                out.push(row_of(v)?);
+            }
+            Rows::Sparse(out)
+        } else {
+            let mut out = vec![0f32; input.len() * d];
+            for (dst, &v) in out.chunks_exact_mut(d.max(1)).zip(input) {
+                row_of(v)?.write_dense(dst);
+            }
+            Rows::Dense(out)
+        };
+        rows.normalize(d, norm);
         Ok(Some(StepInput {
             blocks,
             rows,
