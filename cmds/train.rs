@@ -404,11 +404,19 @@ fn naive(g: &Global, a: &Args) -> anyhow::Result<()> {
 }
 
 fn report(s: &RunSummary, dir: &std::path::Path) {
+    let (Some(test), Some(val)) = (s.test_accuracy, s.best_val_accuracy) else {
+        eprintln!(
+            "run {}: stopped before its first evaluation, so there is no accuracy to report; {}",
+            s.run,
+            dir.display()
+        );
+        return;
+    };
     eprintln!(
         "run {}: test accuracy {:.4} at best validation {:.4} (epoch {}), final loss {:.4}; {}",
         s.run,
-        s.test_accuracy,
-        s.best_val_accuracy,
+        test,
+        val,
         s.best_epoch + 1,
         s.final_loss,
         dir.display()
