@@ -192,6 +192,25 @@ fn a_run_stopped_before_its_first_evaluation_reports_no_accuracy() {
 }
 
 #[test]
+fn a_damaged_partition_is_refused_when_a_run_first_uses_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    write_tiny(d, "tiny", Tiny::default());
+    let out = leapgnn(d, &["partition", "tiny", "--parts", "2", "--method", "metis"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // One flipped bit in a feature row: the archive still opens, only the checksum can tell.
+    let part = d.join("tiny/parts/metis-2/part-1.lgnn");
+    let mut b = std::fs::read(&part).unwrap();
+    let mid = b.len() / 2;
+    b[mid] ^= 1;
+    std::fs::write(&part, b).unwrap();
+    let out = leapgnn(d, &args(&["--workers", "2", "--epochs", "1"]));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "trained on a damaged partition: {err}");
+    assert!(err.contains("checksum mismatch") && err.contains("part-1.lgnn"), "{err}");
+}
+
+#[test]
 fn nan_loss_stops_the_run_naming_epoch_and_iteration() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
