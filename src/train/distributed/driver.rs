@@ -7,7 +7,7 @@ use crate::cluster::driver::{DriverOptions, Event, run_job_stoppable};
 use crate::format::write_atomic;
 use crate::metrics::{JsonlSink, RunSummary, add_bytes};
 use crate::train::strategy::{StrategyEnv, StrategyKind};
-use crate::train::{Observer, RunOptions, TrainConfig, TrainError, checkpoint, new_run_dir};
+use crate::train::{Observer, Progress, ResumeOverrides, RunOptions, TrainConfig, TrainError, checkpoint, new_run_dir};
 use crate::{BadInput, DataDir};
 use anyhow::Context;
 use std::path::{Path, PathBuf};
@@ -42,6 +42,48 @@ pub fn train_distributed(
     obs: &mut dyn Observer,
 ) -> anyhow::Result<RunSummary> {
     cfg.check()?;
+    let (name, run_dir) = new_run_dir(data, run.run.as_deref(), &cfg)?;
+    execute(data, cfg, name, run_dir, None, run, opts, obs)
+}
+
+/// Continues the multi-worker run `run` from its last checkpoint, on as many
+/// workers as it had (the partition, the seeded schedule and the optimizer
+/// state are those of the run, so it ends as the uninterrupted run would).
+pub fn resume_distributed(
+    data: &DataDir,
+    run: &str,
+    over: &ResumeOverrides,
+    run_opts: &RunOptions,
+    opts: &DistOptions<'_>,
+    obs: &mut dyn Observer,
+) -> anyhow::Result<RunSummary> {
+    let (run_dir, cfg, progress) = crate::train::resumable(data, run, over)?;
+    if cfg.cluster.is_some() || !opts.launcher.shares_files() {
+        return Err(BadInput::new(format!(
+            "--resume {run}: resuming a multi-worker run needs workers that read the driver's checkpoint (local workers); over ssh, start a new run"
+        ))
+        .into());
+    }
+    if cfg.strategy == StrategyKind::Leapgnn && cfg.time_steps.is_none() && cfg.merge_plan.is_none() {
+        return Err(BadInput::new(format!(
+            "--resume {run}: the run chose its time steps with --time-steps auto, whose state the checkpoint does not hold yet; start a new run"
+        ))
+        .into());
+    }
+    execute(data, cfg, run.to_string(), run_dir, Some(progress), run_opts, opts, obs)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn execute(
+    data: &DataDir,
+    cfg: TrainConfig,
+    name: String,
+    run_dir: PathBuf,
+    resume: Option<Progress>,
+    run: &RunOptions,
+    opts: &DistOptions<'_>,
+    obs: &mut dyn Observer,
+) -> anyhow::Result<RunSummary> {
     let world = cfg.workers;
     // --time-steps auto starts from the cost model's plans (and re-plans from measured times).
     let auto = cfg.strategy == StrategyKind::Leapgnn && cfg.time_steps.is_none() && cfg.merge_plan.is_none();
@@ -58,7 +100,6 @@ pub fn train_distributed(
     let time_steps = crate::train::strategy::build(cfg.strategy, &env)?.time_steps();
     let dataset = absolute(&crate::datasets::ensure_dataset(data, &cfg.dataset)?)?;
     let parts_dir = absolute(&crate::partition::ensure_partition(data, &cfg.dataset, "metis", cfg.parts, cfg.seed)?)?;
-    let (name, run_dir) = new_run_dir(data, run.run.as_deref(), &cfg)?;
     let run_dir = absolute(&run_dir)?;
     write_atomic(run_dir.join("config.json"), &serde_json::to_vec_pretty(&cfg).expect("config serialises"))?;
     let root = absolute(&data.root)?;
@@ -68,7 +109,7 @@ pub fn train_distributed(
         dataset: on_worker(&dataset)?,
         parts_dir: on_worker(&parts_dir)?,
         run_dir: on_worker(&run_dir)?,
-        resume: false,
+        resume: resume.is_some(),
         stop_after: run.stop_after,
         dump_grad: opts.dump_grad.as_deref().map(absolute).transpose()?,
         check_replicas: opts.check_replicas,
@@ -87,11 +128,13 @@ pub fn train_distributed(
         epochs: cfg.epochs,
         iterations_per_epoch: crate::train::Schedule::new(&vec![0; train_ids], world, cfg.batch_size).iterations()
             as u64,
-        start_epoch: 0,
-        start_iteration: 0,
+        start_epoch: resume.as_ref().map_or(0, |p| p.epoch),
+        start_iteration: resume.as_ref().map_or(0, |p| p.iteration),
     });
 
-    let mut sink = JsonlSink::append(&run_dir.join("metrics.jsonl"))?;
+    // Resuming: the records after the checkpoint are dropped, to be written again.
+    let at = resume.as_ref().map_or((0, 0), |p| (p.epoch, p.iteration));
+    let mut sink = JsonlSink::append_after_filter(&run_dir.join("metrics.jsonl"), |r| (r.epoch, r.iteration) < at)?;
     let mut summary = RunSummary {
         run: name,
         strategy: cfg.strategy.to_string(),
