@@ -133,6 +133,10 @@ pub struct Args {
     /// Seconds any worker waits for another before failing with that worker's name.
     #[arg(long, default_value_t = 30.0)]
     pub comm_timeout: f64,
+    /// When a worker dies, stops answering or loses its link: stop all, resume from the last
+    /// checkpoint, at most N times (local workers; see --checkpoint-every).
+    #[arg(long, default_value_t = 0)]
+    pub restarts: u32,
     /// With several workers, check every N iterations that all replicas hold the same weights (0: never).
     #[arg(long, default_value_t = 0)]
     pub check_replicas: u64,
@@ -305,6 +309,7 @@ fn distributed(
         dump_grad: a.dump_grad.clone(),
         worker_lines: dashboard.then_some(&rx),
         driver_bind: ssh.as_ref().map_or_else(|| Profile::local().driver_bind(), |l| l.profile().driver_bind()),
+        restarts: a.restarts,
     };
     let name = cfg.dataset.clone();
     let result = match resume {

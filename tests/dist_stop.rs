@@ -65,6 +65,7 @@ fn a_stop_request_ends_every_worker_at_the_same_iteration_with_a_checkpoint() {
         dump_grad: None,
         worker_lines: None,
         driver_bind: "127.0.0.1:0".parse().unwrap(),
+        restarts: 0,
     };
     let mut q = PressQ::default();
     let run = RunOptions { run: Some("stopped".into()), stop_after: None };

@@ -132,6 +132,7 @@ pub fn calibrate(
             dump_grad: None,
             worker_lines: None,
             driver_bind: o.driver_bind,
+            restarts: 0,
         };
         let summary = if w > 1 {
             train_distributed(data, cfg.clone(), &opts, &dist, &mut Quiet)

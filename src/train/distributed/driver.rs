@@ -3,7 +3,7 @@
 
 use super::{DistJob, Report, WorkerDone};
 use crate::cluster::Launcher;
-use crate::cluster::driver::{DriverOptions, Event, run_job_stoppable};
+use crate::cluster::driver::{DriverError, DriverOptions, Event, run_job_stoppable};
 use crate::format::write_atomic;
 use crate::metrics::{JsonlSink, RunSummary, add_bytes};
 use crate::train::strategy::{StrategyEnv, StrategyKind};
@@ -31,6 +31,9 @@ pub struct DistOptions<'a> {
     pub worker_lines: Option<&'a mpsc::Receiver<String>>,
     /// Where the control listener binds (the profile's `driver_bind`).
     pub driver_bind: std::net::SocketAddr,
+    /// `--restarts`: when a worker dies, stops answering or its link fails, stop
+    /// them all and resume from the last checkpoint, at most this many times.
+    pub restarts: u32,
 }
 
 /// Starts a new run of `cfg` on `cfg.workers` workers, one partition each.
@@ -43,13 +46,65 @@ pub fn train_distributed(
 ) -> anyhow::Result<RunSummary> {
     cfg.check()?;
     let (name, run_dir) = new_run_dir(data, run.run.as_deref(), &cfg)?;
-    execute(data, cfg, name, run_dir, None, run, opts, obs)
+    let result = execute(data, cfg, name.clone(), run_dir, None, run, opts, obs);
+    recover(data, &name, result, run, opts, obs)
 }
 
 /// Continues the multi-worker run `run` from its last checkpoint, on as many
 /// workers as it had (the partition, the seeded schedule and the optimizer
 /// state are those of the run, so it ends as the uninterrupted run would).
 pub fn resume_distributed(
+    data: &DataDir,
+    run: &str,
+    over: &ResumeOverrides,
+    run_opts: &RunOptions,
+    opts: &DistOptions<'_>,
+    obs: &mut dyn Observer,
+) -> anyhow::Result<RunSummary> {
+    let result = resume_once(data, run, over, run_opts, opts, obs);
+    recover(data, run, result, run_opts, opts, obs)
+}
+
+/// `--restarts`: while `result` is a worker's failure (not an interrupt, not
+/// bad input) and restarts are left, resume run `name` from its last
+/// checkpoint. Each restart is an event in the dashboard and a warning.
+fn recover(
+    data: &DataDir,
+    name: &str,
+    mut result: anyhow::Result<RunSummary>,
+    run: &RunOptions,
+    opts: &DistOptions<'_>,
+    obs: &mut dyn Observer,
+) -> anyhow::Result<RunSummary> {
+    for attempt in 1..=opts.restarts {
+        let err = match result {
+            Ok(s) => return Ok(s),
+            Err(e) => e,
+        };
+        let worker_lost = err.chain().filter_map(|e| e.downcast_ref::<DriverError>()).any(|e| {
+            matches!(
+                e,
+                DriverError::Exited { .. }
+                    | DriverError::Silent { .. }
+                    | DriverError::WorkerFailed { .. }
+                    | DriverError::Control(_)
+                    | DriverError::StartTimeout { .. }
+            )
+        });
+        let checkpointed = checkpoint::dir(&data.run_dir(name)).join("state.json").is_file();
+        if !worker_lost || !checkpointed || !opts.launcher.shares_files() || opts.interrupted.load(Ordering::SeqCst) {
+            return Err(err);
+        }
+        let msg =
+            format!("restart {attempt} of {}: {err:#}; resuming run {name} from its last checkpoint", opts.restarts);
+        tracing::warn!("{msg}");
+        obs.event(&msg);
+        result = resume_once(data, name, &ResumeOverrides::default(), run, opts, obs);
+    }
+    result
+}
+
+fn resume_once(
     data: &DataDir,
     run: &str,
     over: &ResumeOverrides,
