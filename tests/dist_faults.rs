@@ -4,7 +4,7 @@
 
 mod dist_support;
 
-use dist_support::{Driver, cora, json, signal, wait_gone};
+use dist_support::{Driver, cora, final_weights, json, signal, wait_gone};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
@@ -105,13 +105,6 @@ fn a_worker_that_stops_answering_is_named_in_a_timeout_error() {
     assert!(line.contains("worker 1") && line.contains("timed out"), "{line}");
     let pids: Vec<u32> = ws.iter().map(|w| w.pid).collect();
     assert_eq!(wait_gone(&pids, Duration::from_secs(5)), Vec::<u32>::new(), "workers left behind");
-}
-
-/// The final weights file of run `run` (named in its checkpoint's state).
-fn final_weights(d: &std::path::Path, run: &str) -> Vec<u8> {
-    let ck = d.join("runs").join(run).join("checkpoint");
-    let state: serde_json::Value = serde_json::from_slice(&std::fs::read(ck.join("state.json")).unwrap()).unwrap();
-    std::fs::read(ck.join(state["weights"].as_str().unwrap())).unwrap()
 }
 
 #[test]

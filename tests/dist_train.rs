@@ -3,7 +3,7 @@
 
 mod dist_support;
 
-use dist_support::{cora, json, read_f32, records, rel_diff};
+use dist_support::{cora, final_weights, json, read_f32, records, rel_diff};
 
 const COMMON: &[&str] = &["--normalize", "l1", "--fanout", "10,10", "--hidden", "64", "--seed", "3"];
 
@@ -102,13 +102,6 @@ fn a_cache_holding_every_remote_row_makes_the_miss_rate_zero() {
     // A small cache serves some rows and misses others.
     let s = train(d, &["--epochs", "1", "--batch-size", "16", "--workers", "2", "--cache-mb", "1"]);
     assert!(s["rows"]["cache_hit"].as_u64().unwrap() > 0 && s["rows"]["remote"].as_u64().unwrap() > 0, "{s}");
-}
-
-/// The final weights file of run `run` (named in its checkpoint's state).
-fn final_weights(d: &std::path::Path, run: &str) -> Vec<u8> {
-    let ck = d.join("runs").join(run).join("checkpoint");
-    let state: serde_json::Value = serde_json::from_slice(&std::fs::read(ck.join("state.json")).unwrap()).unwrap();
-    std::fs::read(ck.join(state["weights"].as_str().unwrap())).unwrap()
 }
 
 /// (epoch, iteration, time step, worker, loss) of every record, in order.
