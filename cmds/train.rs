@@ -11,7 +11,7 @@ use leapgnn::format::write_atomic;
 use leapgnn::metrics::{EpochRecord, RunInfo, RunSummary, StepRecord};
 use leapgnn::progress::{self, ProgressSink};
 use leapgnn::sample::{Fanout, Fanouts};
-use leapgnn::train::distributed::{DistOptions, GradDump, train_distributed};
+use leapgnn::train::distributed::{DistOptions, GradDump, resume_distributed, train_distributed};
 use leapgnn::train::{
     self, EvalMode, MergePlan, Observer, ResumeOverrides, RunOptions, StrategyKind, TrainConfig, TrainError, TrainMode,
 };
@@ -135,6 +135,10 @@ pub struct Args {
     /// Seconds any worker waits for another before failing with that worker's name.
     #[arg(long, default_value_t = 30.0)]
     pub comm_timeout: f64,
+    /// When a worker dies, stops answering or loses its link: stop all, resume from the last
+    /// checkpoint, at most N times (local workers; see --checkpoint-every).
+    #[arg(long, default_value_t = 0)]
+    pub restarts: u32,
     /// With several workers, check every N iterations that all replicas hold the same weights (0: never).
     #[arg(long, default_value_t = 0)]
     pub check_replicas: u64,
@@ -193,8 +197,7 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     let (cfg, profile) = match &a.resume {
         Some(run) => {
             reject_on_resume(&a)?;
-            reject_multi_worker_resume(&data, run)?;
-            (None, None)
+            (multi_worker_config(&data, run), None)
         }
         None => {
             let (cfg, profile) = with_profile(config(&a)?, &a)?;
@@ -206,8 +209,9 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     let mut watch = Watch(progress::choose(tty, a.no_tui, g.json, a.json_stream));
     let mut obs = GradDump { path: a.dump_grad.clone(), inner: &mut watch };
     let result = match (cfg, &a.resume) {
-        (Some(cfg), _) if cfg.workers > 1 || profile.is_some() => {
-            distributed(g, cfg, profile, &a, &opts, dashboard, &mut obs)
+        (Some(cfg), Some(run)) => distributed(g, cfg, None, &a, &opts, dashboard, &mut obs, Some(run)),
+        (Some(cfg), None) if cfg.workers > 1 || profile.is_some() => {
+            distributed(g, cfg, profile, &a, &opts, dashboard, &mut obs, None)
         }
         (Some(cfg), _) => {
             let name = cfg.dataset.clone();
@@ -278,6 +282,7 @@ fn with_profile(mut cfg: TrainConfig, a: &Args) -> anyhow::Result<(TrainConfig, 
 /// process group, so Ctrl-C reaches only the driver, which then stops them)
 /// or over ssh (`profile`). While the dashboard owns the terminal, what the
 /// workers print goes to its event log.
+#[allow(clippy::too_many_arguments)]
 fn distributed(
     g: &Global,
     cfg: TrainConfig,
@@ -286,6 +291,7 @@ fn distributed(
     opts: &RunOptions,
     dashboard: bool,
     obs: &mut dyn Observer,
+    resume: Option<&str>,
 ) -> anyhow::Result<RunSummary> {
     if !(a.comm_timeout.is_finite() && a.comm_timeout > 0.0 && a.comm_timeout <= 86_400.0) {
         return Err(BadInput::new(format!("--comm-timeout {}: expected seconds in (0, 86400]", a.comm_timeout)).into());
@@ -324,9 +330,16 @@ fn distributed(
         worker_lines: dashboard.then_some(&rx),
         driver_bind: ssh.as_ref().map_or_else(|| Profile::local().driver_bind(), |l| l.profile().driver_bind()),
         auto_planner: Some(&leapgnn::cost::auto_plans),
+        restarts: a.restarts,
     };
     let name = cfg.dataset.clone();
-    let result = train_distributed(&data, cfg, opts, &dist, obs);
+    let result = match resume {
+        Some(run) => {
+            let over = ResumeOverrides { epochs: a.epochs, checkpoint_every: a.checkpoint_every };
+            resume_distributed(&data, run, &over, opts, &dist, obs).with_context(|| format!("cannot resume run {run}"))
+        }
+        None => train_distributed(&data, cfg, opts, &dist, obs),
+    };
     let Some(ssh) = &ssh else { return result.with_context(|| format!("training on {name} failed")) };
     let summary = result
         .map_err(|e| name_host(ssh.profile(), e))
@@ -425,27 +438,31 @@ fn naive(g: &Global, a: &Args) -> anyhow::Result<()> {
 }
 
 fn report(s: &RunSummary, dir: &std::path::Path) {
+    let (Some(test), Some(val)) = (s.test_accuracy, s.best_val_accuracy) else {
+        eprintln!(
+            "run {}: stopped before its first evaluation, so there is no accuracy to report; {}",
+            s.run,
+            dir.display()
+        );
+        return;
+    };
     eprintln!(
         "run {}: test accuracy {:.4} at best validation {:.4} (epoch {}), final loss {:.4}; {}",
         s.run,
-        s.test_accuracy,
-        s.best_val_accuracy,
+        test,
+        val,
         s.best_epoch + 1,
         s.final_loss,
         dir.display()
     );
 }
 
-/// Only single-worker runs can be resumed so far.
-fn reject_multi_worker_resume(data: &leapgnn::DataDir, run: &str) -> Result<(), BadInput> {
+/// The saved config of run `run` when it used several workers (resumed by the
+/// distributed driver); `None` otherwise, or when unreadable (`train::resume`
+/// then says why).
+fn multi_worker_config(data: &leapgnn::DataDir, run: &str) -> Option<TrainConfig> {
     let ck = train::checkpoint::dir(&data.run_dir(run));
-    match train::checkpoint::load_config(&ck) {
-        Ok((cfg, _)) if cfg.workers > 1 => Err(BadInput::new(format!(
-            "--resume {run}: the run used {} workers; resuming multi-worker runs is not supported yet, start a new run",
-            cfg.workers
-        ))),
-        _ => Ok(()),
-    }
+    train::checkpoint::load_config(&ck).ok().map(|(cfg, _)| cfg).filter(|cfg| cfg.workers > 1)
 }
 
 /// A resumed run keeps its config: flags that would change it are refused.

@@ -1,7 +1,8 @@
 //! The control plane with real worker processes on this machine.
 
 use leapgnn::cluster::driver::{DriverError, DriverOptions, Event, run_job};
-use leapgnn::cluster::{ControlConn, LocalLauncher, ToDriver};
+use leapgnn::cluster::job_key::{self, Side};
+use leapgnn::cluster::{ControlConn, LocalLauncher, ToDriver, ToWorker};
 use std::io::Write;
 use std::net::TcpListener;
 use std::process::{Command, Stdio};
@@ -67,7 +68,12 @@ fn worker_exits_when_its_driver_goes_away() {
     let (s, _) = listener.accept().unwrap();
     let mut c = ControlConn::new(s, "worker 0");
     c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    assert!(matches!(c.recv::<ToDriver>().unwrap(), ToDriver::Hello(h) if h.token == "tok" && h.rank == 0));
+    let Ok(ToDriver::Hello(h)) = c.recv::<ToDriver>() else { panic!("no hello") };
+    assert_eq!(h.rank, 0);
+    let proof = job_key::control_proof("tok", Side::Driver, 0, &h.nonce, "dn");
+    c.send(&ToWorker::Challenge { nonce: "dn".into(), proof }).unwrap();
+    let Ok(ToDriver::Proof(p)) = c.recv::<ToDriver>() else { panic!("no proof") };
+    assert!(job_key::verify_control_proof("tok", Side::Worker, 0, &h.nonce, "dn", &p));
     assert!(matches!(c.recv::<ToDriver>().unwrap(), ToDriver::Listening(_)));
     drop(c); // the driver vanishes before sending a job
 

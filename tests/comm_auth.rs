@@ -176,3 +176,57 @@ fn missing_or_unreachable_workers_are_named_when_the_deadline_passes() {
     assert!(matches!(e, CommError::Connect { .. } | CommError::Incomplete { .. }), "{e:?}");
     assert!(e.to_string().contains(&format!("worker 0 ({gone})")), "{e}");
 }
+
+#[test]
+fn a_crowd_of_silent_and_dribbling_strangers_does_not_delay_the_mesh() {
+    let (mut ls, addrs) = listeners(2);
+    let (l0, l1) = (ls.remove(0), ls.remove(0));
+    let config = |rank| {
+        let mut c = MeshConfig::new(rank, addrs.clone(), secret());
+        c.handshake_timeout = Duration::from_secs(20);
+        c
+    };
+    let (cfg0, cfg1) = (config(0), config(1));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    thread::scope(|s| {
+        let worker0 = s.spawn(move || {
+            let m = Mesh::establish(l0, &cfg0).unwrap();
+            m.barrier(LONG).unwrap();
+        });
+        // 10 strangers that send a plausible header a byte a second, then 200 silent ones.
+        let dribblers: Vec<_> = (0..10)
+            .map(|_| {
+                let mut c = TcpStream::connect(addrs[0]).unwrap();
+                let stop = stop.clone();
+                s.spawn(move || {
+                    let h = Header { kind: Kind::Hello, category: Category::Control, tag: 0, len: 44 }.encode();
+                    for b in h.iter().cycle() {
+                        if stop.load(std::sync::atomic::Ordering::SeqCst) || c.write_all(&[*b]).is_err() {
+                            break;
+                        }
+                        thread::sleep(Duration::from_secs(1));
+                    }
+                })
+            })
+            .collect();
+        let silent: Vec<TcpStream> = (0..200).map(|_| TcpStream::connect(addrs[0]).unwrap()).collect();
+        let started = Instant::now();
+        let worker1 = s.spawn(move || {
+            let m = Mesh::establish(l1, &cfg1).unwrap();
+            let ready = started.elapsed();
+            m.barrier(LONG).unwrap();
+            ready
+        });
+        let ready = worker1.join().unwrap();
+        worker0.join().unwrap();
+        assert!(ready < Duration::from_secs(5), "the crowd held the mesh up for {ready:?}");
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        for d in dribblers {
+            d.join().unwrap();
+        }
+        // Each stranger was dropped (evicted, or cut once the mesh was complete).
+        for s in silent {
+            assert_dropped(s, "a silent stranger");
+        }
+    });
+}

@@ -4,7 +4,7 @@
 mod comm_support;
 
 use comm_support::{listeners, no_tweak, secret, with_mesh};
-use leapgnn::comm::{Category, CommError, Mesh, MeshConfig, frame};
+use leapgnn::comm::{Category, CommError, Deadline, Mesh, MeshConfig, auth, frame};
 use std::time::{Duration, Instant};
 
 const LONG: Duration = Duration::from_secs(10);
@@ -149,4 +149,36 @@ fn misuse_is_an_error_not_a_panic() {
     let (ls, _) = listeners(1);
     let wrong = Mesh::establish(ls.into_iter().next().unwrap(), &MeshConfig::new(0, addrs, secret())).unwrap_err();
     assert!(wrong.to_string().contains("listener is bound to"), "{wrong}");
+}
+
+#[test]
+fn a_stopped_peer_makes_send_wait_instead_of_growing_memory() {
+    let (mut ls, addrs) = listeners(2);
+    let l0 = ls.remove(0);
+    let mut cfg = MeshConfig::new(0, addrs.clone(), secret());
+    cfg.write_timeout = Duration::from_secs(1);
+    cfg.max_queued = 4 << 20;
+    cfg.linger = Duration::from_millis(100);
+    // Worker 1 proves the secret, then never reads again, like a stopped process.
+    let stalled = std::thread::spawn(move || {
+        let s = std::net::TcpStream::connect(addrs[0]).unwrap();
+        auth::connect(&s, &secret(), 2, 1, 0, &Deadline::after(Duration::from_secs(10))).unwrap();
+        s
+    });
+    let m = Mesh::establish(l0, &cfg).unwrap();
+    let _peer = stalled.join().unwrap();
+    let chunk = vec![7u8; 1 << 20];
+    let (mut queued, t) = (0usize, Instant::now());
+    let err = loop {
+        match m.send(1, 7, Category::Features, chunk.clone()) {
+            Ok(()) => queued += chunk.len(),
+            Err(e) => break e,
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "send never pushed back ({queued} bytes queued)");
+    };
+    // The queue's bound plus what the kernel's socket buffers took, not the
+    // gigabytes an unbounded queue accepts in the same second.
+    assert!(queued < 64 << 20, "{queued} bytes accepted for a peer that reads nothing");
+    assert!(matches!(err, CommError::Timeout { .. } | CommError::PeerLost { .. }), "{err}");
+    assert!(err.to_string().contains("worker 1"), "{err}");
 }

@@ -4,7 +4,7 @@
 
 mod dist_support;
 
-use dist_support::{Driver, cora, signal, wait_gone};
+use dist_support::{Driver, cora, final_weights, json, signal, wait_gone};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
@@ -103,6 +103,34 @@ fn a_worker_that_stops_answering_is_named_in_a_timeout_error() {
     assert!(matches!(code, Some(c) if c != 0), "{code:?}");
     let line = error_line(&stderr);
     assert!(line.contains("worker 1") && line.contains("timed out"), "{line}");
+    let pids: Vec<u32> = ws.iter().map(|w| w.pid).collect();
+    assert_eq!(wait_gone(&pids, Duration::from_secs(5)), Vec::<u32>::new(), "workers left behind");
+}
+
+#[test]
+fn a_killed_worker_is_restarted_from_the_checkpoint_and_the_run_ends_as_if_uninterrupted() {
+    let tmp = cora();
+    let d = tmp.path();
+    // 140 roots in global batches of 3 x 8: 6 iterations per epoch.
+    let run = ["train", "cora", "--workers", "3", "--epochs", "6", "--batch-size", "8", "--hidden", "16"];
+    let run = [&run[..], &["--fanout", "5,5", "--checkpoint-every", "2", "--no-tui"]].concat();
+    let straight = json(d, &[&run[..], &["--run", "straight"]].concat());
+    let mut drv = Driver::start(d, &[&run[..], &["--run", "killed", "--restarts", "1"]].concat());
+    let ws = drv.workers(3);
+    drv.wait_line(Duration::from_secs(60), |l| l.starts_with("epoch") && l.contains("/6"));
+    signal(ws[1].pid, "KILL");
+    let killed = std::time::Instant::now();
+    drv.wait_line(Duration::from_secs(30), |l| l.contains("restart 1 of 1"));
+    // Training again: the relaunched workers announce themselves.
+    drv.workers(3);
+    println!("from kill -9 to the relaunched workers running: {:.2} s", killed.elapsed().as_secs_f64());
+    let (code, stderr) = drv.wait_exit(Duration::from_secs(60));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(final_weights(d, "killed"), final_weights(d, "straight"), "the restarted run ended elsewhere");
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.join("runs/killed/summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["test_accuracy"], straight["test_accuracy"]);
+    assert_eq!(summary["iterations"], straight["iterations"]);
     let pids: Vec<u32> = ws.iter().map(|w| w.pid).collect();
     assert_eq!(wait_gone(&pids, Duration::from_secs(5)), Vec::<u32>::new(), "workers left behind");
 }

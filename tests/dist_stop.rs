@@ -66,6 +66,7 @@ fn a_stop_request_ends_every_worker_at_the_same_iteration_with_a_checkpoint() {
         worker_lines: None,
         driver_bind: "127.0.0.1:0".parse().unwrap(),
         auto_planner: Some(&leapgnn::cost::auto_plans),
+        restarts: 0,
     };
     let mut q = PressQ::default();
     let run = RunOptions { run: Some("stopped".into()), stop_after: None, ..Default::default() };

@@ -7,9 +7,10 @@ mod sshd;
 
 use leapgnn::cluster::check::name_host;
 use leapgnn::cluster::driver::{DriverError, DriverOptions, Event, run_job};
+use leapgnn::cluster::job_key::{self, Side};
 use leapgnn::cluster::known_hosts::HostKeyStatus;
 use leapgnn::cluster::ship::ShipItem;
-use leapgnn::cluster::{ControlConn, Launcher, Profile, SshLauncher, ToDriver, WorkerSpec};
+use leapgnn::cluster::{ControlConn, Launcher, Profile, SshLauncher, ToDriver, ToWorker, WorkerSpec};
 use sshd::{Sshd, alive, keygen, wait_gone};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -292,7 +293,14 @@ fn dropping_a_remote_worker_kills_its_process_group() {
     let mut c = ControlConn::new(stream, "worker 0");
     c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let Ok(ToDriver::Hello(hello)) = c.recv::<ToDriver>() else { panic!("no hello") };
-    assert_eq!((hello.rank, hello.token.as_str()), (0, "t0k3n"), "the token arrives on stdin");
+    assert_eq!(hello.rank, 0);
+    let proof = job_key::control_proof("t0k3n", Side::Driver, 0, &hello.nonce, "dn");
+    c.send(&ToWorker::Challenge { nonce: "dn".into(), proof }).unwrap();
+    let Ok(ToDriver::Proof(p)) = c.recv::<ToDriver>() else { panic!("no proof") };
+    assert!(
+        job_key::verify_control_proof("t0k3n", Side::Worker, 0, &hello.nonce, "dn", &p),
+        "the token arrives on stdin"
+    );
     let pid = hello.pid;
     // Leader of its own process group on the remote side.
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();

@@ -150,6 +150,8 @@ fn bad_input_fails_with_one_error_line_and_exit_2() {
         (&["--strategy", "p3", "--model", "gat"], "--model gat cannot"),
         (&["--time-steps", "auto"], "does not apply to --strategy model-centric"),
         (&["--device", "cuda"], "--device cuda"),
+        // 2^44 MiB is 2^64 bytes: it used to wrap to no cache at all.
+        (&["--cache-mb", "17592186044416"], "--cache-mb 17592186044416 is more bytes"),
     ];
     for (extra, needle) in cases {
         let line = fails(d, &args(extra), 2);
@@ -174,6 +176,38 @@ fn bad_input_fails_with_one_error_line_and_exit_2() {
     assert!(line.contains("already exists"), "{line}");
     let line = fails(d, &["train", "--resume", "once", "--lr", "0.1"], 2);
     assert!(line.contains("--lr"), "{line}");
+}
+
+#[test]
+fn a_run_stopped_before_its_first_evaluation_reports_no_accuracy() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    write_tiny(d, "tiny", Tiny::default());
+    // 5 iterations per epoch: stopped at 2, before the epoch's evaluation.
+    let s = json(d, &args(&["--epochs", "2", "--run", "early", "--stop-after", "2"]));
+    assert!(s["test_accuracy"].is_null() && s["best_val_accuracy"].is_null(), "{s}");
+    assert_eq!(s["iterations"], 2, "{s}");
+    let s = json(d, &["train", "--resume", "early"]);
+    assert!(s["test_accuracy"].as_f64().is_some_and(|a| a > 0.0), "{s}");
+}
+
+#[test]
+fn a_damaged_partition_is_refused_when_a_run_first_uses_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    write_tiny(d, "tiny", Tiny::default());
+    let out = leapgnn(d, &["partition", "tiny", "--parts", "2", "--method", "metis"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // One flipped bit in a feature row: the archive still opens, only the checksum can tell.
+    let part = d.join("tiny/parts/metis-2/part-1.lgnn");
+    let mut b = std::fs::read(&part).unwrap();
+    let mid = b.len() / 2;
+    b[mid] ^= 1;
+    std::fs::write(&part, b).unwrap();
+    let out = leapgnn(d, &args(&["--workers", "2", "--epochs", "1"]));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "trained on a damaged partition: {err}");
+    assert!(err.contains("checksum mismatch") && err.contains("part-1.lgnn"), "{err}");
 }
 
 #[test]

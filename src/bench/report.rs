@@ -23,7 +23,8 @@ pub struct BenchRow {
     pub migration_per_epoch: f64,
     pub activations_per_epoch: f64,
     pub miss_rate: f64,
-    pub test_accuracy: f64,
+    /// None for a run stopped before its first evaluation.
+    pub test_accuracy: Option<f64>,
     pub time_steps: u32,
 }
 
@@ -144,7 +145,7 @@ impl BenchReport {
         );
         for r in &self.rows {
             out.push_str(&format!(
-                "| {} | {} | {} | {:.2} | {} | {} | {} | {} | {} | {} | {:.3} | {:.4} |\n",
+                "| {} | {} | {} | {:.2} | {} | {} | {} | {} | {} | {} | {:.3} | {} |\n",
                 r.rate,
                 r.strategy,
                 r.time_steps,
@@ -156,7 +157,7 @@ impl BenchReport {
                 mb(r.migration_per_epoch),
                 mb(r.activations_per_epoch),
                 r.miss_rate,
-                r.test_accuracy
+                r.test_accuracy.map_or("-".into(), |a| format!("{a:.4}"))
             ));
         }
         out

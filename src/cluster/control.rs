@@ -5,28 +5,38 @@
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A control message larger than this is a protocol error, not an allocation.
 pub const MAX_CONTROL_FRAME: usize = 64 << 20;
+/// Before a connection has proved the job token, no message may be larger than this.
+pub const MAX_HANDSHAKE_FRAME: usize = 4 << 10;
 
-/// First message a worker sends after connecting.
+/// First message a worker sends after connecting. The token itself never
+/// travels: the worker proves it (`ToDriver::Proof`) over both nonces.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Hello {
     pub rank: usize,
     pub pid: u32,
     pub version: String,
-    /// Proof of the job token the driver handed the worker at launch.
-    pub token: String,
+    /// Fresh random hex, so no recorded proof answers a later challenge.
+    pub nonce: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub enum ToWorker {
-    /// The job: an opaque config (the trainer's), the mesh peers and the mesh secret.
+    /// The driver's answer to a Hello: its nonce and its own proof of the token
+    /// (`cluster::job_key`), so a worker never talks to an impostor.
+    Challenge {
+        nonce: String,
+        proof: String,
+    },
+    /// The job: an opaque config (the trainer's), the mesh peers and the public
+    /// salt from which, with the token, each worker derives the mesh key.
     Job {
         world: usize,
         peers: Vec<SocketAddr>,
-        secret_hex: String,
+        mesh_salt: String,
         config: serde_json::Value,
     },
     /// Stop gracefully: finish the current iteration, checkpoint, report Done.
@@ -38,6 +48,8 @@ pub enum ToWorker {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub enum ToDriver {
     Hello(Hello),
+    /// The worker's proof of the token over both nonces (hex).
+    Proof(String),
     /// The worker's mesh listener address (sent before the job so peers can be told).
     Listening(SocketAddr),
     Metrics(serde_json::Value),
@@ -56,8 +68,8 @@ pub enum ControlError {
         #[source]
         source: std::io::Error,
     },
-    #[error("control connection to {peer}: frame of {len} bytes exceeds the {MAX_CONTROL_FRAME}-byte limit")]
-    TooLarge { peer: String, len: usize },
+    #[error("control connection to {peer}: frame of {len} bytes exceeds the {limit}-byte limit")]
+    TooLarge { peer: String, len: usize, limit: usize },
     #[error("control connection to {peer}: malformed message: {detail}")]
     Malformed { peer: String, detail: String },
     #[error("control connection to {peer} closed")]
@@ -103,11 +115,16 @@ impl ControlConn {
         self.stream.set_read_timeout(t).map_err(|e| self.io("setting a timeout", e))
     }
 
+    /// Bounds every subsequent write; `None` waits forever.
+    pub fn set_write_timeout(&self, t: Option<Duration>) -> Result<(), ControlError> {
+        self.stream.set_write_timeout(t).map_err(|e| self.io("setting a timeout", e))
+    }
+
     pub fn send<T: Serialize>(&mut self, msg: &T) -> Result<(), ControlError> {
         let body = serde_json::to_vec(msg)
             .map_err(|e| ControlError::Malformed { peer: self.peer.clone(), detail: e.to_string() })?;
         if body.len() > MAX_CONTROL_FRAME {
-            return Err(ControlError::TooLarge { peer: self.peer.clone(), len: body.len() });
+            return Err(ControlError::TooLarge { peer: self.peer.clone(), len: body.len(), limit: MAX_CONTROL_FRAME });
         }
         let mut frame = Vec::with_capacity(4 + body.len());
         frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
@@ -116,21 +133,51 @@ impl ControlConn {
     }
 
     pub fn recv<T: DeserializeOwned>(&mut self) -> Result<T, ControlError> {
+        self.recv_within(MAX_CONTROL_FRAME, None)
+    }
+
+    /// A message of at most `max` bytes, all of it before `deadline` (however
+    /// slowly the peer sends: each read waits only for the time left).
+    pub fn recv_within<T: DeserializeOwned>(
+        &mut self,
+        max: usize,
+        deadline: Option<Instant>,
+    ) -> Result<T, ControlError> {
         let mut len = [0u8; 4];
-        if let Err(e) = self.stream.read_exact(&mut len) {
+        if let Err(e) = self.read_by(&mut len, deadline) {
             if e.kind() == std::io::ErrorKind::UnexpectedEof {
                 return Err(ControlError::Closed { peer: self.peer.clone() });
             }
             return Err(self.io("waiting for a message", e));
         }
         let len = u32::from_le_bytes(len) as usize;
-        if len > MAX_CONTROL_FRAME {
-            return Err(ControlError::TooLarge { peer: self.peer.clone(), len });
+        let limit = max.min(MAX_CONTROL_FRAME);
+        if len > limit {
+            return Err(ControlError::TooLarge { peer: self.peer.clone(), len, limit });
         }
         let mut body = vec![0u8; len];
-        self.stream.read_exact(&mut body).map_err(|e| self.io("reading a message", e))?;
+        self.read_by(&mut body, deadline).map_err(|e| self.io("reading a message", e))?;
         serde_json::from_slice(&body)
             .map_err(|e| ControlError::Malformed { peer: self.peer.clone(), detail: e.to_string() })
+    }
+
+    fn read_by(&mut self, buf: &mut [u8], deadline: Option<Instant>) -> std::io::Result<()> {
+        let Some(deadline) = deadline else { return self.stream.read_exact(buf) };
+        let mut got = 0;
+        while got < buf.len() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "deadline passed"));
+            }
+            self.stream.set_read_timeout(Some(left))?;
+            match self.stream.read(&mut buf[got..]) {
+                Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 
     pub fn shutdown(&self) {

@@ -3,9 +3,11 @@
 //! done, one fails, or the user interrupts. Workers are stopped on every exit
 //! path (their handles kill on drop).
 
-use super::control::{ControlConn, ControlError, Hello, ToDriver, ToWorker};
+use super::control::{ControlConn, ControlError, MAX_HANDSHAKE_FRAME, ToDriver, ToWorker};
+use super::job_key::{self, Side};
 use super::launcher::{Launcher, WorkerProcess, WorkerSpec};
-use std::net::{SocketAddr, TcpListener};
+use std::collections::VecDeque;
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -116,7 +118,8 @@ pub fn run_job_stoppable(
 ) -> Result<Vec<serde_json::Value>, DriverError> {
     let listener = TcpListener::bind(opts.bind).map_err(|source| DriverError::Bind { addr: opts.bind, source })?;
     let addr = listener.local_addr().map_err(|source| DriverError::Bind { addr: opts.bind, source })?;
-    let token = random_hex(16);
+    // Travels only over each worker's launch channel (stdin, inside SSH for remote ones).
+    let token = job_key::random_hex(job_key::TOKEN_BYTES);
     let mut procs: Vec<Box<dyn WorkerProcess>> = Vec::with_capacity(world);
     for rank in 0..world {
         let spec = WorkerSpec { rank, driver: addr, token: token.clone(), env: vec![] };
@@ -134,9 +137,10 @@ pub fn run_job_stoppable(
             other => return Err(unexpected(c, &other)),
         }
     }
-    let secret_hex = random_hex(32);
+    // Public: the mesh key is HKDF(token, salt), so the salt alone lets no one join.
+    let mesh_salt = job_key::random_hex(job_key::TOKEN_BYTES);
     for c in conns.iter_mut() {
-        c.send(&ToWorker::Job { world, peers: peers.clone(), secret_hex: secret_hex.clone(), config: config.clone() })?;
+        c.send(&ToWorker::Job { world, peers: peers.clone(), mesh_salt: mesh_salt.clone(), config: config.clone() })?;
     }
 
     // One reader thread per worker feeds a channel; the driver loop also watches
@@ -192,7 +196,7 @@ pub fn run_job_stoppable(
                         done[rank] = Some(v);
                     }
                     ToDriver::Error(message) => break Err(DriverError::WorkerFailed { rank, message }),
-                    ToDriver::Heartbeat | ToDriver::Hello(_) | ToDriver::Listening(_) => {}
+                    ToDriver::Heartbeat | ToDriver::Hello(_) | ToDriver::Proof(_) | ToDriver::Listening(_) => {}
                 }
             }
             Ok(Inbound::Lost(rank, e)) => {
@@ -258,7 +262,20 @@ fn lost(rank: usize, e: ControlError, p: &mut Box<dyn WorkerProcess>) -> DriverE
     DriverError::Control(e)
 }
 
+/// Connections that have not yet proved the token and may be in their handshake
+/// at once; one more evicts the oldest, so strangers cannot hold the door shut.
+pub const MAX_UNAUTHENTICATED: usize = 32;
+/// How long a new connection gets to prove the token, however slowly it sends.
+pub const ADMIT_DEADLINE: Duration = Duration::from_secs(10);
+/// The listener has no blocking accept with a timeout in std, so it is polled
+/// (only while workers are being admitted).
+const ACCEPT_POLL: Duration = Duration::from_millis(10);
+
+type Handshake = (u64, SocketAddr, Result<(usize, ControlConn), String>);
+
 /// Accepts exactly one authenticated connection per rank before the deadline.
+/// Each connection's handshake runs in its own thread with its own deadline and
+/// a few KiB of reads at most, so a genuine worker never waits behind a stranger.
 fn admit(
     listener: &TcpListener,
     token: &str,
@@ -270,39 +287,101 @@ fn admit(
     listener.set_nonblocking(true).map_err(|source| DriverError::Bind { addr: opts.bind, source })?;
     let deadline = Instant::now() + opts.start_timeout;
     let mut conns: Vec<Option<ControlConn>> = (0..world).map(|_| None).collect();
-    while conns.iter().any(Option::is_none) {
+    let (tx, rx) = mpsc::channel::<Handshake>();
+    // Clones of the streams in handshake, oldest first: evicted or cut when admission ends.
+    let mut pending: VecDeque<(u64, TcpStream)> = VecDeque::new();
+    let mut next_id = 0u64;
+    let result = loop {
+        while let Ok((id, from, outcome)) = rx.try_recv() {
+            pending.retain(|(i, _)| *i != id);
+            match outcome {
+                Ok((rank, c)) if conns[rank].is_none() => conns[rank] = Some(c),
+                Ok((rank, c)) => {
+                    tracing::warn!("refused a control connection from {from}: a second one for worker {rank}");
+                    c.shutdown();
+                }
+                Err(reason) => tracing::warn!("refused a control connection from {from}: {reason}"),
+            }
+        }
+        if conns.iter().all(Option::is_some) {
+            break Ok(());
+        }
         if interrupted.load(Ordering::SeqCst) {
-            return Err(DriverError::Interrupted);
+            break Err(DriverError::Interrupted);
         }
         if let Some((rank, code)) =
             (0..world).filter(|&r| conns[r].is_none()).find_map(|r| procs[r].try_exit_code().map(|c| (r, c)))
         {
-            return Err(DriverError::Exited { rank, code });
+            break Err(DriverError::Exited { rank, code });
         }
         if Instant::now() > deadline {
             let rank = conns.iter().position(Option::is_none).unwrap_or(0);
-            return Err(DriverError::StartTimeout { rank, secs: opts.start_timeout.as_secs() });
+            break Err(DriverError::StartTimeout { rank, secs: opts.start_timeout.as_secs() });
         }
         match listener.accept() {
             Ok((stream, from)) => {
-                let _ = stream.set_nonblocking(false);
-                let mut c = ControlConn::new(stream, format!("worker at {from}"));
-                c.set_read_timeout(Some(Duration::from_secs(10)))?;
-                match c.recv::<ToDriver>() {
-                    Ok(ToDriver::Hello(Hello { rank, token: t, .. }))
-                        if t == token && rank < world && conns[rank].is_none() =>
-                    {
-                        c.rename(format!("worker {rank}"));
-                        conns[rank] = Some(c);
-                    }
-                    Ok(_) | Err(_) => tracing::warn!("refused a control connection from {from}: no valid hello"),
+                let Ok(clone) = stream.try_clone() else { continue };
+                if pending.len() >= MAX_UNAUTHENTICATED
+                    && let Some((_, oldest)) = pending.pop_front()
+                {
+                    let _ = oldest.shutdown(Shutdown::Both);
                 }
+                pending.push_back((next_id, clone));
+                let (tx, token, id) = (tx.clone(), token.to_string(), next_id);
+                next_id += 1;
+                std::thread::spawn(move || {
+                    let outcome = handshake(stream, from, &token, world, Instant::now() + ADMIT_DEADLINE);
+                    let _ = tx.send((id, from, outcome));
+                });
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(20)),
-            Err(source) => return Err(DriverError::Bind { addr: opts.bind, source }),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(ACCEPT_POLL),
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::ConnectionAborted | std::io::ErrorKind::Interrupted) => {}
+            Err(source) => break Err(DriverError::Bind { addr: opts.bind, source }),
         }
+    };
+    // Handshakes still running belong to strangers (or to duplicates): end them now.
+    for (_, s) in pending {
+        let _ = s.shutdown(Shutdown::Both);
     }
-    Ok(conns.into_iter().map(|c| c.expect("admitted")).collect())
+    result.map(|()| conns.into_iter().map(|c| c.expect("admitted")).collect())
+}
+
+/// The driver's side of the control handshake: the worker says hello with a
+/// nonce, the driver answers with its nonce and its proof of the token, the
+/// worker proves the token over both nonces (`job_key`).
+fn handshake(
+    stream: TcpStream,
+    from: SocketAddr,
+    token: &str,
+    world: usize,
+    deadline: Instant,
+) -> Result<(usize, ControlConn), String> {
+    stream.set_nonblocking(false).map_err(|e| e.to_string())?;
+    let _ = stream.set_write_timeout(Some(ADMIT_DEADLINE));
+    let mut c = ControlConn::new(stream, format!("worker at {from}"));
+    let hello = match c.recv_within::<ToDriver>(MAX_HANDSHAKE_FRAME, Some(deadline)) {
+        Ok(ToDriver::Hello(h)) => h,
+        Ok(_) => return Err("its first message was not a hello".into()),
+        Err(e) => return Err(e.to_string()),
+    };
+    let rank = hello.rank;
+    if rank >= world {
+        return Err(format!("it claims to be worker {rank} of a job of {world}"));
+    }
+    let nonce = job_key::random_hex(job_key::TOKEN_BYTES);
+    let proof = job_key::control_proof(token, Side::Driver, rank, &hello.nonce, &nonce);
+    c.send(&ToWorker::Challenge { nonce: nonce.clone(), proof }).map_err(|e| e.to_string())?;
+    match c.recv_within::<ToDriver>(MAX_HANDSHAKE_FRAME, Some(deadline)) {
+        Ok(ToDriver::Proof(p))
+            if job_key::verify_control_proof(token, Side::Worker, rank, &hello.nonce, &nonce, &p) =>
+        {
+            c.rename(format!("worker {rank}"));
+            let _ = c.set_write_timeout(None);
+            Ok((rank, c))
+        }
+        Ok(_) => Err(format!("it claimed to be worker {rank} but could not prove the job token")),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 fn unexpected(c: &ControlConn, m: &ToDriver) -> DriverError {
@@ -310,11 +389,4 @@ fn unexpected(c: &ControlConn, m: &ToDriver) -> DriverError {
         peer: c.peer().to_string(),
         detail: format!("unexpected message {m:?}"),
     })
-}
-
-fn random_hex(bytes: usize) -> String {
-    use rand::RngCore;
-    let mut b = vec![0u8; bytes];
-    rand::rng().fill_bytes(&mut b);
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }

@@ -14,8 +14,9 @@ pub struct WorkerSpec {
     pub rank: usize,
     /// The driver's control listener the worker connects back to.
     pub driver: SocketAddr,
-    /// Per-job token the worker presents in its Hello (passed on stdin, not argv,
-    /// so other users cannot read it from the process list).
+    /// Per-job token from which the worker derives the job's keys (`job_key`).
+    /// Passed on stdin (inside SSH for remote workers), never on argv, where
+    /// other users could read it, nor on the control connection.
     pub token: String,
     /// Extra environment for the worker (e.g. RAYON_NUM_THREADS).
     pub env: Vec<(String, String)>,

@@ -4,6 +4,7 @@
 pub mod check;
 pub mod control;
 pub mod driver;
+pub mod job_key;
 pub mod known_hosts;
 pub mod launcher;
 pub mod local;

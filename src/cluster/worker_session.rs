@@ -2,11 +2,12 @@
 //! address, receive the job, then report. A worker whose driver goes away
 //! (connection closed or Shutdown) exits at once, so none is left orphaned.
 
-use super::control::{ControlConn, ControlError, Hello, ToDriver, ToWorker};
+use super::control::{ControlConn, ControlError, Hello, MAX_HANDSHAKE_FRAME, ToDriver, ToWorker};
+use super::job_key::{self, Side};
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const HEARTBEAT: Duration = Duration::from_secs(2);
 
@@ -16,6 +17,7 @@ pub struct Job {
     pub rank: usize,
     pub world: usize,
     pub peers: Vec<SocketAddr>,
+    /// The mesh key, derived from the token and the job's public salt (`job_key`).
     pub secret: Vec<u8>,
     pub config: serde_json::Value,
     /// Bound before the job arrived; its address is `peers[rank]`.
@@ -50,24 +52,40 @@ pub fn join(
     timeout: Duration,
 ) -> anyhow::Result<(Job, Reporter)> {
     let mut conn = ControlConn::connect(driver, timeout)?;
+    let nonce = job_key::random_hex(job_key::TOKEN_BYTES);
     conn.send(&ToDriver::Hello(Hello {
         rank,
         pid: std::process::id(),
         version: env!("CARGO_PKG_VERSION").to_string(),
-        token: token.to_string(),
+        nonce: nonce.clone(),
     }))?;
+    // The driver proves the token first, so nothing is sent to an impostor.
+    let deadline = Instant::now() + timeout;
+    let driver_nonce = match conn.recv_within::<ToWorker>(MAX_HANDSHAKE_FRAME, Some(deadline))? {
+        ToWorker::Challenge { nonce: dn, proof }
+            if job_key::verify_control_proof(token, Side::Driver, rank, &nonce, &dn, &proof) =>
+        {
+            dn
+        }
+        ToWorker::Stop | ToWorker::Shutdown => std::process::exit(0),
+        _ => anyhow::bail!(
+            "worker {rank}: the program at {driver} could not prove it holds this job's token \
+             (is another program listening on the driver's address?)"
+        ),
+    };
+    conn.send(&ToDriver::Proof(job_key::control_proof(token, Side::Worker, rank, &nonce, &driver_nonce)))?;
     let listener = TcpListener::bind(mesh_bind)
         .map_err(|e| anyhow::anyhow!("worker {rank}: cannot bind the mesh listener on {mesh_bind}: {e}"))?;
     conn.send(&ToDriver::Listening(listener.local_addr()?))?;
     conn.set_read_timeout(Some(timeout))?;
-    let (world, peers, secret_hex, config) = match conn.recv::<ToWorker>()? {
-        ToWorker::Job { world, peers, secret_hex, config } => (world, peers, secret_hex, config),
+    let (world, peers, mesh_salt, config) = match conn.recv::<ToWorker>()? {
+        ToWorker::Job { world, peers, mesh_salt, config } => (world, peers, mesh_salt, config),
         ToWorker::Stop | ToWorker::Shutdown => std::process::exit(0),
+        ToWorker::Challenge { .. } => anyhow::bail!("worker {rank}: the driver sent a second challenge"),
     };
-    let secret = (0..secret_hex.len() / 2)
-        .map(|i| u8::from_str_radix(&secret_hex[2 * i..2 * i + 2], 16))
-        .collect::<Result<Vec<u8>, _>>()
-        .map_err(|_| anyhow::anyhow!("driver sent a malformed job secret"))?;
+    let salt = job_key::from_hex(&mesh_salt)
+        .ok_or_else(|| anyhow::anyhow!("worker {rank}: the driver sent a malformed mesh salt"))?;
+    let secret = job_key::mesh_key(token, &salt);
 
     // Watchdog: Stop raises the flag the training loop polls; any Shutdown, close
     // or error on the control connection ends the process.

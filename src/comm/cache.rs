@@ -41,7 +41,7 @@ impl fmt::Display for CachePolicy {
 /// table, 4 bytes per node, is not counted: it is the size of the topology's
 /// own arrays, which every worker maps anyway).
 pub fn rows_within(budget_bytes: u64, dim: usize) -> usize {
-    if dim == 0 { 0 } else { (budget_bytes / (dim as u64 * 4)) as usize }
+    if dim == 0 { 0 } else { usize::try_from(budget_bytes / (dim as u64).saturating_mul(4)).unwrap_or(usize::MAX) }
 }
 
 /// Up to `max_rows` remote vertices (owned by a part other than `rank`) in

@@ -39,13 +39,17 @@ enum Event {
 /// this only runs while the mesh is being built.
 const ACCEPT_POLL: Duration = Duration::from_millis(5);
 const MAX_DIAL_BACKOFF: Duration = Duration::from_millis(500);
+/// Incoming connections that may be proving themselves at once; one more
+/// evicts the oldest, so a crowd of strangers holds neither memory nor the door.
+pub const MAX_UNAUTHENTICATED: usize = 32;
 
 /// Handshakes in progress, shut down when establishment ends so their threads
 /// return at once instead of at their handshake deadline.
 struct Pending {
     next: AtomicU64,
     /// None once establishment has ended: later handshakes are not started.
-    streams: Mutex<Option<HashMap<u64, TcpStream>>>,
+    /// The flag marks incoming connections, the only ones that may be evicted.
+    streams: Mutex<Option<HashMap<u64, (TcpStream, bool)>>>,
 }
 
 impl Pending {
@@ -53,16 +57,29 @@ impl Pending {
         Pending { next: AtomicU64::new(0), streams: Mutex::new(Some(HashMap::new())) }
     }
 
-    /// Runs `shake` on `stream`, registered so that `cut_all` can interrupt it.
+    /// Runs `shake` on `stream`, registered so that `cut_all` can interrupt it
+    /// (and, for an `incoming` one, so that a newer stranger can evict it).
     fn shake(
         &self,
         stream: &TcpStream,
+        incoming: bool,
         shake: impl FnOnce(&TcpStream) -> Result<Shook, String>,
     ) -> Result<Shook, String> {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let clone = stream.try_clone().map_err(|e| e.to_string())?;
         match lock(&self.streams).as_mut() {
-            Some(streams) => streams.insert(id, clone),
+            Some(streams) => {
+                if incoming {
+                    let waiting = streams.iter().filter(|(_, (_, inc))| *inc).map(|(&i, _)| i);
+                    if waiting.clone().count() >= MAX_UNAUTHENTICATED
+                        && let Some(oldest) = waiting.min()
+                        && let Some((s, _)) = streams.remove(&oldest)
+                    {
+                        let _ = s.shutdown(Shutdown::Both);
+                    }
+                }
+                streams.insert(id, (clone, incoming))
+            }
             None => return Err("the mesh was already complete (or had failed)".into()),
         };
         let out = shake(stream);
@@ -73,7 +90,7 @@ impl Pending {
     }
 
     fn cut_all(&self) {
-        for s in lock(&self.streams).take().into_iter().flat_map(|m| m.into_values()) {
+        for (s, _) in lock(&self.streams).take().into_iter().flat_map(|m| m.into_values()) {
             let _ = s.shutdown(Shutdown::Both);
         }
     }
@@ -154,7 +171,7 @@ fn accept_loop<'scope>(
                 s.spawn(move || {
                     let shook = stream.set_nonblocking(false).map_err(|e| e.to_string()).and_then(|()| {
                         let dl = Deadline::after(cfg.handshake_timeout);
-                        pending.shake(&stream, |st| auth::accept(st, &cfg.secret, world, cfg.rank, &dl))
+                        pending.shake(&stream, true, |st| auth::accept(st, &cfg.secret, world, cfg.rank, &dl))
                     });
                     // Report before the stream closes: whoever sees the refusal
                     // (the stranger's EOF) can rely on it being recorded.
@@ -197,7 +214,9 @@ fn dial(p: usize, cfg: &MeshConfig, deadline: &Deadline, stop: &AtomicBool, pend
                 // The dialled address is the peer's own, so wait for its answer as
                 // long as the mesh may take: it may still be busy starting up.
                 return Some(
-                    match pending.shake(&stream, |st| auth::connect(st, &cfg.secret, world, cfg.rank, p, deadline)) {
+                    match pending
+                        .shake(&stream, false, |st| auth::connect(st, &cfg.secret, world, cfg.rank, p, deadline))
+                    {
                         Ok(shook) => Event::Ready(stream, shook),
                         Err(reason) => Event::Failed(CommError::Handshake { peer, reason }),
                     },

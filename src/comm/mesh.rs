@@ -40,6 +40,11 @@ pub struct MeshConfig {
     pub linger: Duration,
     /// Largest payload of one frame; longer messages are sent as chains.
     pub max_frame: usize,
+    /// Payload bytes queued for one peer before `send` waits for its sender
+    /// thread to write some (at most `write_timeout`): a slow or stopped peer
+    /// holds the others up instead of growing their memory. One message larger
+    /// than this is still sent, alone.
+    pub max_queued: usize,
 }
 
 impl MeshConfig {
@@ -53,6 +58,7 @@ impl MeshConfig {
             write_timeout: Duration::from_secs(30),
             linger: Duration::from_secs(2),
             max_frame: frame::DEFAULT_MAX_FRAME,
+            max_queued: 64 << 20,
         }
     }
 
@@ -120,12 +126,34 @@ struct Inbox {
     receivers_running: usize,
 }
 
+/// The queue to one peer's sender thread, bounded in bytes (`max_queued`).
+struct Outbox {
+    tx: Option<mpsc::Sender<Message>>,
+    /// Payload bytes handed to the sender thread and not yet written.
+    queued: usize,
+}
+
+struct OutSlot {
+    outbox: Mutex<Outbox>,
+    /// Signalled when the sender thread has written (or dropped) queued bytes.
+    drained: Condvar,
+}
+
+/// Why a message could not be queued.
+enum NotQueued {
+    Closed,
+    Full(Duration),
+}
+
 struct Shared {
     rank: usize,
     peers: Vec<PeerId>,
     counters: Counters,
     max_frame: usize,
-    outboxes: Vec<Mutex<Option<mpsc::Sender<Message>>>>,
+    max_queued: usize,
+    /// How long `send` waits for room in a full queue.
+    queue_wait: Duration,
+    outboxes: Vec<OutSlot>,
     inbox: Mutex<Inbox>,
     changed: Condvar,
 }
@@ -167,7 +195,11 @@ impl Mesh {
             peers: (0..world).map(|r| cfg.peer(r)).collect(),
             counters: Counters::default(),
             max_frame: cfg.max_frame,
-            outboxes: (0..world).map(|_| Mutex::new(None)).collect(),
+            max_queued: cfg.max_queued,
+            queue_wait: cfg.write_timeout,
+            outboxes: (0..world)
+                .map(|_| OutSlot { outbox: Mutex::new(Outbox { tx: None, queued: 0 }), drained: Condvar::new() })
+                .collect(),
             inbox: Mutex::new(Inbox {
                 queues: HashMap::new(),
                 state: (0..world).map(|_| PeerState::Open).collect(),
@@ -212,7 +244,7 @@ impl Mesh {
             .name(format!("comm-send-{peer}"))
             .spawn(move || send_loop(&shared, peer, for_sender, rx))
             .map_err(io_err("starting a sender thread"))?;
-        *lock(&self.shared.outboxes[peer]) = Some(tx);
+        lock(&self.shared.outboxes[peer].outbox).tx = Some(tx);
         lock(&self.shared.inbox).receivers_running += 1;
         let shared = self.shared.clone();
         let receiver = thread::Builder::new()
@@ -268,12 +300,24 @@ impl Mesh {
         Ok(self.shared.peers[peer])
     }
 
-    /// Queues `payload` for `peer`; returns at once (the peer's sender thread writes it).
+    /// Queues `payload` for `peer` (the peer's sender thread writes it). Returns
+    /// at once unless `max_queued` bytes are already waiting for that peer; then
+    /// it waits for room, at most the write timeout.
     pub fn send(&self, peer: usize, tag: u64, category: Category, payload: Vec<u8>) -> Result<(), CommError> {
-        self.check_peer(peer)?;
-        self.shared.send(peer, Message { tag, category, payload }).map_err(|_| {
-            let inbox = lock(&self.shared.inbox);
-            self.shared.lost(&inbox, peer, format!("sending message {tag:#x} to it"))
+        let to = self.check_peer(peer)?;
+        self.shared.send(peer, Message { tag, category, payload }, true).map_err(|e| match e {
+            NotQueued::Full(waited) => CommError::Timeout {
+                peer: to,
+                what: format!(
+                    "room to queue message {tag:#x} (it has not read the {} bytes queued for it)",
+                    self.shared.max_queued
+                ),
+                waited,
+            },
+            NotQueued::Closed => {
+                let inbox = lock(&self.shared.inbox);
+                self.shared.lost(&inbox, peer, format!("sending message {tag:#x} to it"))
+            }
         })
     }
 
@@ -332,21 +376,56 @@ impl Mesh {
 
 impl Shared {
     /// Queues `msg` for `peer`'s sender thread. Bytes are counted here, not when
-    /// written, so a snapshot taken after `send` returns includes them.
-    fn send(&self, peer: usize, msg: Message) -> Result<(), ()> {
-        let (category, wire) = (msg.category, frame::wire_len(msg.payload.len(), self.max_frame));
-        match lock(&self.outboxes[peer]).as_ref() {
-            Some(tx) => tx.send(msg).map_err(|_| ())?,
-            None => return Err(()),
+    /// written, so a snapshot taken after `send` returns includes them. With
+    /// `wait`, a full queue is waited on (see `max_queued`); replies a service
+    /// sends from a receiver thread do not wait, so two peers answering each
+    /// other's requests never block each other's reading (a reply is bounded
+    /// by the request that asked for it).
+    fn send(&self, peer: usize, msg: Message, wait: bool) -> Result<(), NotQueued> {
+        let (category, len) = (msg.category, msg.payload.len());
+        let wire = frame::wire_len(len, self.max_frame);
+        let slot = &self.outboxes[peer];
+        let deadline = Deadline::after(self.queue_wait);
+        let mut ob = lock(&slot.outbox);
+        while wait && ob.tx.is_some() && ob.queued > 0 && ob.queued.saturating_add(len) > self.max_queued {
+            if deadline.passed() {
+                return Err(NotQueued::Full(deadline.timeout()));
+            }
+            ob = slot.drained.wait_timeout(ob, deadline.remaining()).unwrap_or_else(PoisonError::into_inner).0;
         }
+        match ob.tx.as_ref() {
+            Some(tx) => tx.send(msg).map_err(|_| NotQueued::Closed)?,
+            None => return Err(NotQueued::Closed),
+        }
+        ob.queued += len;
+        drop(ob);
         self.counters.add_sent(category, wire);
         Ok(())
+    }
+
+    /// The sender thread wrote (or gave up on) `len` queued payload bytes.
+    fn written(&self, peer: usize, len: usize) {
+        let slot = &self.outboxes[peer];
+        let mut ob = lock(&slot.outbox);
+        ob.queued = ob.queued.saturating_sub(len);
+        drop(ob);
+        slot.drained.notify_all();
+    }
+
+    /// The sender thread has stopped: nothing queued will be written.
+    fn sender_gone(&self, peer: usize) {
+        let slot = &self.outboxes[peer];
+        let mut ob = lock(&slot.outbox);
+        ob.tx = None;
+        ob.queued = 0;
+        drop(ob);
+        slot.drained.notify_all();
     }
 
     fn serve(&self, service: &Service, peer: usize, tag: u64, payload: Vec<u8>) {
         if let Some(reply) = service(peer, tag, payload) {
             // A peer that cannot take the reply is reported by its own waits.
-            let _ = self.send(peer, reply);
+            let _ = self.send(peer, reply, false);
         }
     }
 
@@ -396,9 +475,11 @@ fn send_loop(shared: &Shared, peer: usize, stream: TcpStream, rx: mpsc::Receiver
     let result = (|| -> io::Result<()> {
         while let Ok(m) = rx.recv() {
             put(&mut w, &m)?;
+            shared.written(peer, m.payload.len());
             // Batch what is already queued into as few writes as possible.
             while let Ok(m) = rx.try_recv() {
                 put(&mut w, &m)?;
+                shared.written(peer, m.payload.len());
             }
             w.flush()?;
         }
@@ -415,6 +496,8 @@ fn send_loop(shared: &Shared, peer: usize, stream: TcpStream, rx: mpsc::Receiver
         };
         shared.ended(peer, PeerState::Lost(how), false);
     }
+    // After the loss is recorded, so that a `send` waiting for room reports it.
+    shared.sender_gone(peer);
     let _ = stream.shutdown(Shutdown::Write);
 }
 
@@ -449,8 +532,9 @@ impl std::fmt::Debug for Mesh {
 impl Drop for Mesh {
     fn drop(&mut self) {
         // Closing the channels lets each sender flush its queue and say goodbye.
-        for outbox in &self.shared.outboxes {
-            lock(outbox).take();
+        for slot in &self.shared.outboxes {
+            lock(&slot.outbox).tx.take();
+            slot.drained.notify_all();
         }
         for link in &mut self.links {
             if let Some(h) = link.sender.take() {

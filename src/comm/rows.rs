@@ -42,13 +42,15 @@ pub struct PartRows {
 }
 
 impl PartRows {
-    /// Opens `dir/part-<part>.lgnn` and checks it against the manifest.
+    /// Opens `dir/part-<part>.lgnn`, verifies its checksum (O(size), once per
+    /// run) and checks it against the manifest.
     pub fn open(dir: &Path, part: u32, manifest: Arc<ManifestFile>) -> Result<PartRows, FormatError> {
         let path = part_path(dir, part);
         if part as usize >= manifest.parts() {
             return Err(FormatError::corrupt(path, format!("part {part} of a {}-part manifest", manifest.parts())));
         }
         let file = PartFile::open(dir, part)?;
+        file.verify()?;
         let expected = manifest.part_nodes()[part as usize];
         if file.owned().len() as u64 != expected {
             return Err(FormatError::corrupt(

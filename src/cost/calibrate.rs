@@ -133,6 +133,7 @@ pub fn calibrate(
             worker_lines: None,
             driver_bind: o.driver_bind,
             auto_planner: Some(&super::auto_plans),
+            restarts: 0,
         };
         let summary = if w > 1 {
             train_distributed(data, cfg.clone(), &opts, &dist, &mut Quiet)

@@ -111,7 +111,7 @@ pub struct CountJob<'a> {
 impl<'a> CountJob<'a> {
     /// The degree cache training would fill for `cache_mb` per worker.
     pub fn degree_cache(graph: CsrView<'_>, owner: &[u16], workers: usize, cache_mb: u64, dim: usize) -> Vec<Vec<u32>> {
-        let budget = cache::rows_within(cache_mb << 20, dim);
+        let budget = cache::rows_within(cache_mb.saturating_mul(1 << 20), dim);
         if budget == 0 {
             return Vec::new();
         }

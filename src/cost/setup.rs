@@ -21,12 +21,15 @@ pub struct Setup {
 impl Setup {
     pub fn open(data: &DataDir, cfg: &TrainConfig) -> anyhow::Result<Setup> {
         let path = crate::datasets::ensure_dataset(data, &cfg.dataset)?;
-        let ds = DatasetFile::open(&path)?;
+        // Verified as training verifies it: a corrupt file is refused, not counted.
+        let ds = DatasetFile::open_verified(&path)?;
         let [train, _, _] = crate::train::splits(&ds, &cfg.dataset)?;
         let owner = if cfg.workers > 1 {
             let dir = crate::partition::ensure_partition(data, &cfg.dataset, "metis", cfg.workers, cfg.seed)?;
             let m = ManifestFile::open(&dir)
                 .with_context(|| format!("cannot read the partition of {} in {}", cfg.dataset, dir.display()))?;
+            m.verify()?;
+            m.check_matches(&ds, cfg.workers)?;
             m.node_part().to_vec()
         } else {
             vec![0; ds.num_nodes()]

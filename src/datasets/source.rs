@@ -95,24 +95,43 @@ impl Source {
     }
 
     /// Opens a part for streaming; `.gz` parts are decompressed on the fly.
+    /// No part yields more than `MAX_EXPANSION` times its stored bytes (a
+    /// zip bomb is refused with an error, never read until memory runs out).
     pub fn open_part(&mut self, name: &str) -> Result<Box<dyn Read + '_>, DatasetError> {
-        let raw: Box<dyn Read + '_> = match &mut self.kind {
+        let shown = self.display(name);
+        let meta_len = |p: &Path| std::fs::metadata(p).map(|m| m.len()).map_err(|e| DatasetError::io(p, e));
+        let (raw, stored): (Box<dyn Read + '_>, u64) = match &mut self.kind {
             Kind::Dir => {
                 let p = self.path.join(name);
-                Box::new(File::open(&p).map_err(|e| DatasetError::io(&p, e))?)
+                let len = meta_len(&p)?;
+                (Box::new(File::open(&p).map_err(|e| DatasetError::io(&p, e))?), len)
             }
-            Kind::File => Box::new(File::open(&self.path).map_err(|e| DatasetError::io(&self.path, e))?),
+            Kind::File => {
+                let len = meta_len(&self.path)?;
+                (Box::new(File::open(&self.path).map_err(|e| DatasetError::io(&self.path, e))?), len)
+            }
             Kind::Zip(z) => {
-                let shown = self.path.join(name).display().to_string();
-                Box::new(
-                    z.by_name(name).map_err(|e| DatasetError::invalid(shown, format!("cannot read zip entry: {e}")))?,
-                )
+                let f = z
+                    .by_name(name)
+                    .map_err(|e| DatasetError::invalid(&shown, format!("cannot read zip entry: {e}")))?;
+                let stored = f.compressed_size();
+                if f.size() > expansion_limit(stored) {
+                    return Err(DatasetError::invalid(
+                        &shown,
+                        format!(
+                            "declares {} bytes from {stored} compressed ones, more than deflate can expand to: refused as a zip bomb (or a corrupt archive)",
+                            f.size()
+                        ),
+                    ));
+                }
+                (Box::new(f), stored)
             }
         };
-        Ok(if name.ends_with(".gz") { Box::new(flate2::read::MultiGzDecoder::new(raw)) } else { raw })
+        let inner: Box<dyn Read + '_> =
+            if name.ends_with(".gz") { Box::new(flate2::read::MultiGzDecoder::new(raw)) } else { raw };
+        Ok(Box::new(Capped { inner, left: expansion_limit(stored), stored }))
     }
 
-    /// Reads a whole (small) part into memory.
     pub fn read_part(&mut self, name: &str) -> Result<Vec<u8>, DatasetError> {
         let shown = self.display(name);
         let mut buf = Vec::new();
@@ -141,6 +160,39 @@ fn list_dir(root: &Path, rel: &str, depth: usize, out: &mut Vec<String>) -> Resu
 
 /// A read error while parsing `file`: corrupt compressed data or bad UTF-8 is
 /// the input's fault (with the line reached), anything else is the system's.
+/// Deflate expands at most about 1032:1 (runs of one byte), so a part that
+/// yields more than this many times its stored bytes is a bomb: nested or
+/// lying compression, not data.
+pub const MAX_EXPANSION: u64 = 1032;
+
+fn expansion_limit(stored: u64) -> u64 {
+    stored.saturating_mul(MAX_EXPANSION).saturating_add(1 << 16)
+}
+
+/// A part's reader that fails (rather than ends) past its expansion limit.
+struct Capped<R> {
+    inner: R,
+    left: u64,
+    stored: u64,
+}
+
+impl<R: Read> Read for Capped<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if n as u64 > self.left {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "it decompresses to more than {MAX_EXPANSION} times its {} stored bytes: refused as a zip bomb",
+                    self.stored
+                ),
+            ));
+        }
+        self.left -= n as u64;
+        Ok(n)
+    }
+}
+
 pub fn read_error(file: &str, line: u64, e: std::io::Error) -> DatasetError {
     use std::io::ErrorKind::{InvalidData, InvalidInput, UnexpectedEof};
     match e.kind() {

@@ -132,6 +132,25 @@ impl ManifestFile {
     pub fn dataset_checksum(&self) -> u64 {
         self.archived().dataset_checksum.to_native()
     }
+    /// This partitioning is of `ds` (by the dataset's checksum and node count)
+    /// into `parts` parts; the error says which does not hold.
+    pub fn check_matches(&self, ds: &super::DatasetFile, parts: usize) -> Result<(), FormatError> {
+        let bad = |m: String| Err(FormatError::corrupt(self.path(), m));
+        if self.dataset_checksum() != ds.checksum() {
+            return bad(format!(
+                "was made from another version of the dataset (checksum {:016x}, the dataset's is {:016x}); delete the directory to re-partition",
+                self.dataset_checksum(),
+                ds.checksum()
+            ));
+        }
+        if self.node_part().len() != ds.num_nodes() {
+            return bad(format!("covers {} nodes, the dataset has {}", self.node_part().len(), ds.num_nodes()));
+        }
+        if self.parts() != parts {
+            return bad(format!("has {} parts, {parts} are needed", self.parts()));
+        }
+        Ok(())
+    }
     pub fn seed(&self) -> u64 {
         self.archived().seed.to_native()
     }

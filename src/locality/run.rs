@@ -119,9 +119,7 @@ fn partition_of(
 ) -> anyhow::Result<ManifestFile> {
     let dir = data.parts_dir(name, method.name(), parts);
     if let Ok(m) = ManifestFile::open(&dir)
-        && m.dataset_checksum() == ds.checksum()
-        && m.parts() == parts
-        && m.node_part().len() == ds.num_nodes()
+        && m.check_matches(ds, parts).is_ok()
     {
         return Ok(m);
     }

@@ -21,9 +21,12 @@ pub struct RunSummary {
     pub strategy: String,
     pub workers: usize,
     pub epochs: u64,
-    /// Test accuracy at the epoch with the best validation accuracy.
-    pub test_accuracy: f64,
-    pub best_val_accuracy: f64,
+    /// Test accuracy at the epoch with the best validation accuracy; `None`
+    /// (JSON null) for a run stopped before its first evaluation.
+    #[serde(default)]
+    pub test_accuracy: Option<f64>,
+    #[serde(default)]
+    pub best_val_accuracy: Option<f64>,
     pub final_loss: f64,
     pub epoch_seconds: Vec<f64>,
     pub rows: RowCounts,
@@ -78,8 +81,8 @@ impl RunSummary {
     pub fn from_history(mut self, history: Vec<EpochRecord>) -> Self {
         // First epoch with the highest validation accuracy.
         if let Some(best) = history.iter().reduce(|b, e| if e.val_accuracy > b.val_accuracy { e } else { b }) {
-            self.best_val_accuracy = best.val_accuracy;
-            self.test_accuracy = best.test_accuracy;
+            self.best_val_accuracy = Some(best.val_accuracy);
+            self.test_accuracy = Some(best.test_accuracy);
             self.best_epoch = best.epoch;
         }
         self.final_loss = history.last().map_or(0.0, |e| e.loss);
@@ -106,10 +109,15 @@ mod tests {
         };
         let s = RunSummary { rows: RowCounts { requested: 10, remote: 4, ..Default::default() }, ..Default::default() }
             .from_history(vec![e(0, 0.5, 0.4), e(1, 0.8, 0.7), e(2, 0.8, 0.9), e(3, 0.6, 0.95)]);
-        assert_eq!((s.best_epoch, s.best_val_accuracy, s.test_accuracy), (1, 0.8, 0.7));
+        assert_eq!((s.best_epoch, s.best_val_accuracy, s.test_accuracy), (1, Some(0.8), Some(0.7)));
         assert_eq!(s.final_loss, 0.25);
         assert_eq!(s.epochs, 4);
         assert!((s.miss_rate - 0.4).abs() < 1e-12);
+        // Stopped before the first evaluation: no accuracy, not 0.0.
+        let s = RunSummary::default().from_history(vec![]);
+        assert_eq!((s.test_accuracy, s.best_val_accuracy), (None, None));
+        let json = serde_json::to_value(&s).unwrap();
+        assert!(json["test_accuracy"].is_null() && json["best_val_accuracy"].is_null(), "{json}");
     }
 
     #[test]

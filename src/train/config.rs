@@ -227,6 +227,12 @@ impl TrainConfig {
         if self.epochs == 0 {
             return bad("--epochs must be at least 1".into());
         }
+        if self.cache_mb.checked_mul(1 << 20).is_none() {
+            return bad(format!(
+                "--cache-mb {} is more bytes than a 64-bit size can hold; give the cache's size per worker in MiB (e.g. 256)",
+                self.cache_mb
+            ));
+        }
         if self.fanouts.layers() == 0 {
             return bad("--fanout needs one entry per layer, e.g. 10,10".into());
         }

@@ -139,6 +139,17 @@ pub fn resume(
     opts: &RunOptions,
     obs: &mut dyn Observer,
 ) -> Result<RunSummary, TrainError> {
+    let (run_dir, cfg, _) = resumable(data, run, over)?;
+    execute(data, cfg, run, &run_dir, true, opts, obs)
+}
+
+/// Run `run`'s directory, its config with `over` applied (checked), and the
+/// progress of its last checkpoint.
+pub fn resumable(
+    data: &DataDir,
+    run: &str,
+    over: &ResumeOverrides,
+) -> Result<(std::path::PathBuf, TrainConfig, Progress), TrainError> {
     check_name(run, "--resume")?;
     let run_dir = data.run_dir(run);
     let ck = checkpoint::dir(&run_dir);
@@ -149,7 +160,7 @@ pub fn resume(
         ))
         .into());
     }
-    let (mut cfg, _) = checkpoint::load_config(&ck)?;
+    let (mut cfg, progress) = checkpoint::load_config(&ck)?;
     if let Some(e) = over.epochs {
         cfg.epochs = e;
     }
@@ -157,7 +168,7 @@ pub fn resume(
         cfg.checkpoint_every = c;
     }
     cfg.check()?;
-    execute(data, cfg, run, &run_dir, true, opts, obs)
+    Ok((run_dir, cfg, progress))
 }
 
 /// Train, validation and test ids that have a label, checked.

@@ -65,6 +65,13 @@ pub fn records(d: &Path, summary: &serde_json::Value) -> Vec<serde_json::Value> 
     std::fs::read_to_string(path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
+/// The final weights file of run `run` (named in its checkpoint's state).
+pub fn final_weights(d: &Path, run: &str) -> Vec<u8> {
+    let ck = d.join("runs").join(run).join("checkpoint");
+    let state: serde_json::Value = serde_json::from_slice(&std::fs::read(ck.join("state.json")).unwrap()).unwrap();
+    std::fs::read(ck.join(state["weights"].as_str().unwrap())).unwrap()
+}
+
 /// A JSON count.
 pub fn count(v: &serde_json::Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))

@@ -40,6 +40,25 @@ pub struct Dense {
     pub values: Vec<f32>,
 }
 
+/// The widest feature row a converter densifies. A column index beyond it
+/// is far more likely a corrupt file than a real feature, and densifying it
+/// would allocate nodes x 2^20 x 4 bytes or more from a single number.
+pub const MAX_FEATURE_DIM: u32 = 1 << 20;
+
+/// Elements of a dense `num_nodes` x `dim` feature matrix, checked: refused
+/// beyond `MAX_FEATURE_DIM` columns or when the count overflows.
+pub fn dense_len(num_nodes: usize, dim: u32) -> Result<usize, String> {
+    if dim > MAX_FEATURE_DIM {
+        return Err(format!(
+            "features {dim} wide (a column index or a declared dimension) exceed the {MAX_FEATURE_DIM} columns a dense feature matrix may have; the file is corrupt, or its columns need renumbering"
+        ));
+    }
+    num_nodes
+        .checked_mul(dim as usize)
+        .filter(|&n| n.checked_mul(4).is_some())
+        .ok_or_else(|| format!("{num_nodes} nodes x {dim} features do not fit in memory"))
+}
+
 /// Sparse binary feature rows (column lists) collected while parsing, before
 /// the dimension is known.
 #[derive(Debug, Default)]
@@ -64,9 +83,9 @@ impl SparseRows {
         self.cols.iter().max().map_or(0, |&c| c + 1)
     }
     /// Ones at the listed columns; rows beyond `num_rows` (nodes without a row) stay zero.
-    pub fn to_dense(&self, num_nodes: usize, dim: u32) -> Dense {
+    pub fn to_dense(&self, num_nodes: usize, dim: u32) -> Result<Dense, String> {
         let d = dim as usize;
-        let mut values = vec![0f32; num_nodes * d];
+        let mut values = vec![0f32; dense_len(num_nodes, dim)?];
         if d > 0 {
             values.par_chunks_mut(d).take(self.num_rows()).enumerate().for_each(|(v, row)| {
                 for &c in &self.cols[self.indptr[v]..self.indptr[v + 1]] {
@@ -74,7 +93,7 @@ impl SparseRows {
                 }
             });
         }
-        Dense { dim, values }
+        Ok(Dense { dim, values })
     }
 }
 
@@ -135,7 +154,11 @@ pub fn finish(
             }
             f
         }
-        None => generated_features(n, opts.feature_dim.unwrap_or(DEFAULT_GENERATED_DIM), seed),
+        None => {
+            let dim = opts.feature_dim.unwrap_or(DEFAULT_GENERATED_DIM);
+            dense_len(n, dim).map_err(|m| DatasetError::input(format!("--feature-dim {dim} for {source}: {m}")))?;
+            generated_features(n, dim, seed)
+        }
     };
 
     let (labels, num_classes, default_split) = match (raw.labels, opts.generated_classes) {

@@ -174,7 +174,7 @@ fn read_features(src: &mut Source, name: &str, n: usize) -> Result<super::build:
     for cols in by_node {
         rows.push_row(cols.into_iter().flatten().copied());
     }
-    Ok(rows.to_dense(n, rows.min_dim()))
+    rows.to_dense(n, rows.min_dim()).map_err(|m| DatasetError::invalid(&shown, m))
 }
 
 #[cfg(test)]

@@ -52,7 +52,8 @@ impl<'a> Npy<'a> {
         if fortran && shape.len() > 1 {
             return Err(bad("Fortran-ordered arrays are not supported".into()));
         }
-        let (order, code) = descr.split_at(descr.len().min(1));
+        // The byte-order mark is one ASCII character; anything else fails the dtype checks below.
+        let (order, code) = if descr.is_char_boundary(1) { descr.split_at(1) } else { ("", descr) };
         let big_endian = order == ">";
         let kind = match code.chars().next() {
             Some('f') => Kind::Float,
@@ -232,6 +233,9 @@ mod tests {
         assert!(Npy::parse(&b, "t.npy").unwrap_err().to_string().contains("truncated"));
         let b = npy("|O", "(1,)", &[0; 8]);
         assert!(Npy::parse(&b, "o.npy").unwrap_err().to_string().contains("not a plain number"));
+        // A multi-byte character where the byte-order mark goes (used to panic slicing it).
+        let b = npy("é4", "(1,)", &[0; 4]);
+        assert!(Npy::parse(&b, "u.npy").unwrap_err().to_string().contains("not"));
         for cut in 0..20 {
             let b = npy("<f8", "(2,)", &[0; 16]);
             assert!(Npy::parse(&b[..cut], "x").is_err());

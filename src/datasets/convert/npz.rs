@@ -36,7 +36,8 @@ pub fn read(path: &Path, _opts: &ConvertOptions) -> Result<Raw, DatasetError> {
                 format!("{rows} feature rows for {n} nodes"),
             ));
         }
-        let mut values = vec![0f32; n * dim];
+        let len = u32::try_from(dim).map_err(|e| e.to_string()).and_then(|d| super::build::dense_len(n, d));
+        let mut values = vec![0f32; len.map_err(|m| DatasetError::invalid(path.display().to_string(), m))?];
         for v in 0..n {
             for k in indptr[v]..indptr[v + 1] {
                 values[v * dim + indices[k] as usize] = data[k];

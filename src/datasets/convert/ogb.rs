@@ -53,6 +53,9 @@ fn read_num_nodes(src: &mut Source, name: &str) -> Result<usize, DatasetError> {
     while let Some((l, at)) = lines.next_line()? {
         if !l.trim().is_empty() {
             total += parse_id(l.trim(), "node count").map_err(|m| at.err(m))? as usize;
+            if total > u32::MAX as usize {
+                return Err(at.err(format!("{total} nodes in all: node ids must fit in 32 bits")));
+            }
         }
     }
     Ok(total)
@@ -91,11 +94,12 @@ fn read_features(src: &mut Source, name: &str, n: usize) -> Result<Dense, Datase
     for_each_block(src.open_part(name)?, &shown, |first, lines| {
         if dim == 0 {
             dim = lines.first().map_or(0, |l| l.split(',').count());
-            values = vec![0f32; n * dim];
         }
         if rows + lines.len() > n {
             return Err(DatasetError::parse(&shown, (n + 1) as u64, format!("more feature rows than the {n} nodes")));
         }
+        // Grown with the rows read, never sized from the node count (a header's claim).
+        values.resize((rows + lines.len()) * dim, 0.0);
         let out = &mut values[rows * dim..(rows + lines.len()) * dim];
         out.par_chunks_mut(dim).zip(lines.par_iter()).enumerate().try_for_each(|(i, (row, l))| {
             let err = |m: String| DatasetError::parse(&shown, first + i as u64, m);
@@ -125,7 +129,7 @@ fn read_features(src: &mut Source, name: &str, n: usize) -> Result<Dense, Datase
 fn read_labels(src: &mut Source, name: &str, n: usize) -> Result<Vec<i32>, DatasetError> {
     let shown = src.display(name);
     let mut lines = Lines::new(shown, src.open_part(name)?);
-    let mut labels = Vec::with_capacity(n);
+    let mut labels = Vec::new();
     while let Some((l, at)) = lines.next_line()? {
         let t = l.trim();
         let v = if t.is_empty() || t.eq_ignore_ascii_case("nan") {

@@ -61,7 +61,12 @@ pub fn read(path: &Path, opts: &ConvertOptions) -> Result<Raw, DatasetError> {
         PLANETOID
     };
 
-    let features = features.map(|(rows, dim)| rows.to_dense(n, dim));
+    let features = match features {
+        Some((rows, dim)) => Some(
+            rows.to_dense(n, dim).map_err(|m| DatasetError::invalid(part("features.txt").display().to_string(), m))?,
+        ),
+        None => None,
+    };
     Ok(Raw { num_nodes: n, edges, features, labels, num_classes: 0, split })
 }
 

@@ -3,12 +3,12 @@
 
 use super::{DistJob, Report, WorkerDone};
 use crate::cluster::Launcher;
-use crate::cluster::driver::{DriverOptions, Event, run_job_stoppable};
+use crate::cluster::driver::{DriverError, DriverOptions, Event, run_job_stoppable};
 use crate::format::write_atomic;
 use crate::metrics::{JsonlSink, RunBytes, RunSummary, add_bytes};
 use crate::schedule::MergePlan;
 use crate::train::strategy::{StrategyEnv, StrategyKind};
-use crate::train::{Observer, RunOptions, TrainConfig, TrainError, checkpoint, new_run_dir};
+use crate::train::{Observer, Progress, ResumeOverrides, RunOptions, TrainConfig, TrainError, checkpoint, new_run_dir};
 use crate::{BadInput, DataDir};
 use anyhow::Context;
 use std::path::{Path, PathBuf};
@@ -36,6 +36,9 @@ pub struct DistOptions<'a> {
     /// `cost::auto_plans`; passed in because the cost model sits above
     /// training). None: every T is tried, one epoch each.
     pub auto_planner: Option<&'a AutoPlanner>,
+    /// `--restarts`: when a worker dies, stops answering or its link fails, stop
+    /// them all and resume from the last checkpoint, at most this many times.
+    pub restarts: u32,
 }
 
 /// Predicts a `leapgnn` merge plan for every T that fits, for a run of the config.
@@ -50,6 +53,124 @@ pub fn train_distributed(
     obs: &mut dyn Observer,
 ) -> anyhow::Result<RunSummary> {
     cfg.check()?;
+    preflight(data, &cfg, run, opts)?;
+    let (name, run_dir) = new_run_dir(data, run.run.as_deref(), &cfg)?;
+    let result = execute(data, cfg, name.clone(), run_dir, None, run, opts, obs);
+    recover(data, &name, result, run, opts, obs)
+}
+
+/// Full-graph runs: every worker of a launcher that shares this machine's
+/// files runs here, so check that they fit before anything is started or
+/// created.
+fn preflight(data: &DataDir, cfg: &TrainConfig, run: &RunOptions, opts: &DistOptions<'_>) -> anyhow::Result<()> {
+    if cfg.mode != crate::train::TrainMode::FullGraph || !opts.launcher.shares_files() {
+        return Ok(());
+    }
+    let dataset = crate::datasets::ensure_dataset(data, &cfg.dataset)?;
+    let parts_dir = crate::partition::ensure_partition(data, &cfg.dataset, "metis", cfg.parts, cfg.seed)?;
+    let ds = crate::format::DatasetFile::open(&dataset)?;
+    let manifest = crate::format::ManifestFile::open(&parts_dir)?;
+    let (model, params, _, _) = crate::train::build_model(cfg, &ds)?;
+    crate::train::fullgraph::memory::preflight(
+        &ds,
+        cfg,
+        Some(manifest.node_part()),
+        model.spec(),
+        params.numel(),
+        run.memory_limit,
+    )?;
+    Ok(())
+}
+
+/// Continues the multi-worker run `run` from its last checkpoint, on as many
+/// workers as it had (the partition, the seeded schedule and the optimizer
+/// state are those of the run, so it ends as the uninterrupted run would).
+pub fn resume_distributed(
+    data: &DataDir,
+    run: &str,
+    over: &ResumeOverrides,
+    run_opts: &RunOptions,
+    opts: &DistOptions<'_>,
+    obs: &mut dyn Observer,
+) -> anyhow::Result<RunSummary> {
+    let result = resume_once(data, run, over, run_opts, opts, obs);
+    recover(data, run, result, run_opts, opts, obs)
+}
+
+/// `--restarts`: while `result` is a worker's failure (not an interrupt, not
+/// bad input) and restarts are left, resume run `name` from its last
+/// checkpoint. Each restart is an event in the dashboard and a warning.
+fn recover(
+    data: &DataDir,
+    name: &str,
+    mut result: anyhow::Result<RunSummary>,
+    run: &RunOptions,
+    opts: &DistOptions<'_>,
+    obs: &mut dyn Observer,
+) -> anyhow::Result<RunSummary> {
+    for attempt in 1..=opts.restarts {
+        let err = match result {
+            Ok(s) => return Ok(s),
+            Err(e) => e,
+        };
+        let worker_lost = err.chain().filter_map(|e| e.downcast_ref::<DriverError>()).any(|e| {
+            matches!(
+                e,
+                DriverError::Exited { .. }
+                    | DriverError::Silent { .. }
+                    | DriverError::WorkerFailed { .. }
+                    | DriverError::Control(_)
+                    | DriverError::StartTimeout { .. }
+            )
+        });
+        let checkpointed = checkpoint::dir(&data.run_dir(name)).join("state.json").is_file();
+        if !worker_lost || !checkpointed || !opts.launcher.shares_files() || opts.interrupted.load(Ordering::SeqCst) {
+            return Err(err);
+        }
+        let msg =
+            format!("restart {attempt} of {}: {err:#}; resuming run {name} from its last checkpoint", opts.restarts);
+        tracing::warn!("{msg}");
+        obs.event(&msg);
+        result = resume_once(data, name, &ResumeOverrides::default(), run, opts, obs);
+    }
+    result
+}
+
+fn resume_once(
+    data: &DataDir,
+    run: &str,
+    over: &ResumeOverrides,
+    run_opts: &RunOptions,
+    opts: &DistOptions<'_>,
+    obs: &mut dyn Observer,
+) -> anyhow::Result<RunSummary> {
+    let (run_dir, cfg, progress) = crate::train::resumable(data, run, over)?;
+    if cfg.cluster.is_some() || !opts.launcher.shares_files() {
+        return Err(BadInput::new(format!(
+            "--resume {run}: resuming a multi-worker run needs workers that read the driver's checkpoint (local workers); over ssh, start a new run"
+        ))
+        .into());
+    }
+    if cfg.strategy == StrategyKind::Leapgnn && cfg.time_steps.is_none() && cfg.merge_plan.is_none() {
+        return Err(BadInput::new(format!(
+            "--resume {run}: the run chose its time steps with --time-steps auto, whose state the checkpoint does not hold yet; start a new run"
+        ))
+        .into());
+    }
+    execute(data, cfg, run.to_string(), run_dir, Some(progress), run_opts, opts, obs)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn execute(
+    data: &DataDir,
+    cfg: TrainConfig,
+    name: String,
+    run_dir: PathBuf,
+    resume: Option<Progress>,
+    run: &RunOptions,
+    opts: &DistOptions<'_>,
+    obs: &mut dyn Observer,
+) -> anyhow::Result<RunSummary> {
     let world = cfg.workers;
     // --time-steps auto starts from the cost model's plans (and re-plans from measured times).
     let auto = cfg.strategy == StrategyKind::Leapgnn && cfg.time_steps.is_none() && cfg.merge_plan.is_none();
@@ -65,22 +186,6 @@ pub fn train_distributed(
     let time_steps = crate::train::strategy::build(cfg.strategy, &env)?.time_steps();
     let dataset = absolute(&crate::datasets::ensure_dataset(data, &cfg.dataset)?)?;
     let parts_dir = absolute(&crate::partition::ensure_partition(data, &cfg.dataset, "metis", cfg.parts, cfg.seed)?)?;
-    // Every worker of a launcher that shares this machine's files runs here:
-    // check that they fit before starting them.
-    if cfg.mode == crate::train::TrainMode::FullGraph && opts.launcher.shares_files() {
-        let ds = crate::format::DatasetFile::open(&dataset)?;
-        let manifest = crate::format::ManifestFile::open(&parts_dir)?;
-        let (model, params, _, _) = crate::train::build_model(&cfg, &ds)?;
-        crate::train::fullgraph::memory::preflight(
-            &ds,
-            &cfg,
-            Some(manifest.node_part()),
-            model.spec(),
-            params.numel(),
-            run.memory_limit,
-        )?;
-    }
-    let (name, run_dir) = new_run_dir(data, run.run.as_deref(), &cfg)?;
     let run_dir = absolute(&run_dir)?;
     write_atomic(run_dir.join("config.json"), &serde_json::to_vec_pretty(&cfg).expect("config serialises"))?;
     let root = absolute(&data.root)?;
@@ -90,7 +195,7 @@ pub fn train_distributed(
         dataset: on_worker(&dataset)?,
         parts_dir: on_worker(&parts_dir)?,
         run_dir: on_worker(&run_dir)?,
-        resume: false,
+        resume: resume.is_some(),
         stop_after: run.stop_after,
         dump_grad: opts.dump_grad.as_deref().map(absolute).transpose()?,
         check_replicas: opts.check_replicas,
@@ -109,11 +214,13 @@ pub fn train_distributed(
         epochs: cfg.epochs,
         iterations_per_epoch: crate::train::Schedule::new(&vec![0; train_ids], world, cfg.loop_batch_size(train_ids))
             .iterations() as u64,
-        start_epoch: 0,
-        start_iteration: 0,
+        start_epoch: resume.as_ref().map_or(0, |p| p.epoch),
+        start_iteration: resume.as_ref().map_or(0, |p| p.iteration),
     });
 
-    let mut sink = JsonlSink::append(&run_dir.join("metrics.jsonl"))?;
+    // Resuming: the records after the checkpoint are dropped, to be written again.
+    let at = resume.as_ref().map_or((0, 0), |p| (p.epoch, p.iteration));
+    let mut sink = JsonlSink::append_after_filter(&run_dir.join("metrics.jsonl"), |r| (r.epoch, r.iteration) < at)?;
     let mut summary = RunSummary {
         run: name,
         strategy: cfg.strategy.to_string(),

@@ -18,7 +18,7 @@ mod replicas;
 mod rows;
 mod worker;
 
-pub use driver::{AutoPlanner, DistOptions, train_distributed};
+pub use driver::{AutoPlanner, DistOptions, resume_distributed, train_distributed};
 pub use grad_dump::GradDump;
 pub use replicas::ReplicaCheck;
 pub use rows::FetchingRows;

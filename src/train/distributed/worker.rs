@@ -42,15 +42,9 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
     let ds = DatasetFile::open_verified(&spec.dataset)?;
     let [train, val, test] = crate::train::splits(&ds, &cfg.dataset)?;
     let manifest = Arc::new(ManifestFile::open(&spec.parts_dir)?);
-    if manifest.parts() != world || manifest.node_part().len() != ds.num_nodes() {
-        anyhow::bail!(
-            "partition {} has {} parts over {} nodes, but the job has {world} workers and the dataset {} nodes",
-            spec.parts_dir.display(),
-            manifest.parts(),
-            manifest.node_part().len(),
-            ds.num_nodes()
-        );
-    }
+    // Checksums on first use by this run: a damaged partition is refused before training.
+    manifest.verify()?;
+    manifest.check_matches(&ds, world)?;
     let local: Arc<dyn RowSource> = Arc::new(PartRows::open(&spec.parts_dir, rank as u32, manifest.clone())?);
 
     let mut mc = MeshConfig::new(rank, job.peers, job.secret);
@@ -66,7 +60,7 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
     serve_features(&mesh, local.clone());
 
     let mut client = FeatureClient::new(Owners::Manifest(manifest.clone()), local, timeout);
-    let budget = cache::rows_within(cfg.cache_mb << 20, ds.feature_dim());
+    let budget = cache::rows_within(cfg.cache_mb.saturating_mul(1 << 20), ds.feature_dim());
     let filled = if budget > 0 {
         let ids = match cfg.cache_policy {
             CachePolicy::Degree => cache::by_degree(ds.graph(), manifest.node_part(), rank, budget),

@@ -1,0 +1,214 @@
+//! The job's secrets never cross the control connection, and strangers on the
+//! driver's port cannot stall the admission of the real workers.
+
+use leapgnn::cluster::driver::{ADMIT_DEADLINE, DriverOptions, run_job};
+use leapgnn::cluster::job_key;
+use leapgnn::cluster::{Launcher, LocalLauncher, WorkerProcess, WorkerSpec};
+use leapgnn::comm::{Deadline, auth};
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+fn opts() -> DriverOptions {
+    DriverOptions {
+        start_timeout: Duration::from_secs(30),
+        silence_timeout: Duration::from_secs(30),
+        ..Default::default()
+    }
+}
+
+/// Two workers that build the mesh and measure each link (small messages).
+fn probe_job() -> serde_json::Value {
+    serde_json::json!({"task": "probe", "probe": {"bytes": 4096, "repeats": 1, "timeout_ms": 20000}})
+}
+
+/// Copies bytes from `a` to `b`, appending them to `record`, until either side closes.
+fn pump(mut a: TcpStream, mut b: TcpStream, record: Arc<Mutex<Vec<u8>>>) {
+    let mut buf = [0u8; 16 << 10];
+    while let Ok(n) = a.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        record.lock().unwrap().extend_from_slice(&buf[..n]);
+        if b.write_all(&buf[..n]).is_err() {
+            break;
+        }
+    }
+    let _ = a.shutdown(Shutdown::Both);
+    let _ = b.shutdown(Shutdown::Both);
+}
+
+/// Starts the workers with a recording proxy between them and the driver, and
+/// keeps the tokens the driver handed out (which a network observer never sees).
+struct ViaProxy {
+    inner: LocalLauncher,
+    proxy: Mutex<Option<SocketAddr>>,
+    record: Arc<Mutex<Vec<u8>>>,
+    tokens: Mutex<Vec<String>>,
+}
+
+impl ViaProxy {
+    fn proxy_to(&self, driver: SocketAddr) -> SocketAddr {
+        *self.proxy.lock().unwrap().get_or_insert_with(|| {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = l.local_addr().unwrap();
+            let record = self.record.clone();
+            thread::spawn(move || {
+                for down in l.incoming().map_while(Result::ok) {
+                    let up = TcpStream::connect(driver).unwrap();
+                    let (d2, u2, r) = (down.try_clone().unwrap(), up.try_clone().unwrap(), record.clone());
+                    thread::spawn(move || pump(down, up, r));
+                    let r = record.clone();
+                    thread::spawn(move || pump(u2, d2, r));
+                }
+            });
+            addr
+        })
+    }
+}
+
+impl Launcher for ViaProxy {
+    fn name(&self) -> &'static str {
+        "via-proxy"
+    }
+
+    fn launch(&self, spec: &WorkerSpec) -> anyhow::Result<Box<dyn WorkerProcess>> {
+        self.tokens.lock().unwrap().push(spec.token.clone());
+        let spec = WorkerSpec { driver: self.proxy_to(spec.driver), ..spec.clone() };
+        self.inner.launch(&spec)
+    }
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Every run of at least 16 hex digits in the recording, decoded.
+fn hex_runs(rec: &[u8]) -> Vec<Vec<u8>> {
+    rec.split(|b| !b.is_ascii_hexdigit())
+        .filter(|r| r.len() >= 32)
+        .filter_map(|r| job_key::from_hex(std::str::from_utf8(r).ok()?))
+        .collect()
+}
+
+#[test]
+fn a_recording_of_the_control_connection_holds_no_secret_and_admits_no_one() {
+    let l = ViaProxy {
+        inner: LocalLauncher::new(env!("CARGO_BIN_EXE_leapgnn"), vec![]).with_log(Arc::new(|_| {})),
+        proxy: Mutex::new(None),
+        record: Arc::new(Mutex::new(Vec::new())),
+        tokens: Mutex::new(Vec::new()),
+    };
+    let done = run_job(&l, 2, &probe_job(), &opts(), &AtomicBool::new(false), |_| {}).unwrap();
+    // The workers built the mesh with the derived key and measured their link.
+    assert!(done.iter().any(|d| d["links"].as_array().is_some_and(|l| !l.is_empty())), "{done:?}");
+
+    let rec = l.record.lock().unwrap().clone();
+    let text = String::from_utf8_lossy(&rec);
+    let tokens = l.tokens.lock().unwrap().clone();
+    assert_eq!(tokens.len(), 2);
+    assert_eq!(tokens[0], tokens[1], "one token per job");
+    let token = &tokens[0];
+    let salt_hex = text.split("\"mesh_salt\":\"").nth(1).and_then(|s| s.split('"').next()).expect("a job was sent");
+    let mesh_key = job_key::mesh_key(token, &job_key::from_hex(salt_hex).unwrap());
+    assert!(rec.len() > 1000, "the proxy recorded the whole exchange ({} bytes)", rec.len());
+    for (what, needle) in [
+        ("the token", token.as_bytes().to_vec()),
+        ("the token's bytes", job_key::from_hex(token).unwrap()),
+        ("the mesh key", mesh_key.clone()),
+        ("the mesh key in hex", job_key::to_hex(&mesh_key).into_bytes()),
+    ] {
+        assert!(!contains(&rec, &needle), "the recording contains {what}");
+    }
+
+    // Nothing recorded (nonces, proofs, the salt) works as the mesh secret: a
+    // newcomer offering any of it is refused by a worker holding the real key.
+    let candidates = hex_runs(&rec);
+    let n = candidates.len();
+    assert!(n >= 6, "nonces, proofs and salt were recorded: {n}");
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let acceptor = thread::spawn(move || {
+        let mut refused = 0;
+        for s in listener.incoming().take(n) {
+            let s = s.unwrap();
+            refused += auth::accept(&s, &mesh_key, 2, 0, &Deadline::after(Duration::from_secs(10))).is_err() as usize;
+        }
+        refused
+    });
+    for c in &candidates {
+        let s = TcpStream::connect(addr).unwrap();
+        let r = auth::connect(&s, c, 2, 1, 0, &Deadline::after(Duration::from_secs(10)));
+        assert!(r.is_err(), "a recorded value was accepted as the mesh secret");
+    }
+    assert_eq!(acceptor.join().unwrap(), n);
+}
+
+type Crowd = (Vec<TcpStream>, Arc<AtomicBool>);
+
+/// Opens `silent` connections that say nothing and `dribbling` ones that send
+/// a byte a second to `addr`; they live until the returned flag is set.
+fn strangers(addr: SocketAddr, silent: usize, dribbling: usize) -> Crowd {
+    let stop = Arc::new(AtomicBool::new(false));
+    for _ in 0..dribbling {
+        let Ok(mut s) = TcpStream::connect(addr) else { continue };
+        let stop = stop.clone();
+        thread::spawn(move || {
+            // A plausible frame length, then a byte at a time.
+            let _ = s.write_all(&200u32.to_le_bytes());
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) && s.write_all(b"{").is_ok() {
+                thread::sleep(Duration::from_secs(1));
+            }
+        });
+    }
+    let quiet = (0..silent).filter_map(|_| TcpStream::connect(addr).ok()).collect();
+    (quiet, stop)
+}
+
+/// Crowds the driver's port with strangers while the real workers start
+/// (the driver only accepts once all are launched, so the crowd connects aside).
+struct Crowded {
+    inner: LocalLauncher,
+    crowd: Mutex<Option<thread::JoinHandle<Crowd>>>,
+}
+
+impl Launcher for Crowded {
+    fn name(&self) -> &'static str {
+        "crowded"
+    }
+
+    fn launch(&self, spec: &WorkerSpec) -> anyhow::Result<Box<dyn WorkerProcess>> {
+        let driver = spec.driver;
+        self.crowd.lock().unwrap().get_or_insert_with(|| thread::spawn(move || strangers(driver, 200, 10)));
+        self.inner.launch(spec)
+    }
+}
+
+#[test]
+fn strangers_on_the_driver_port_do_not_delay_the_workers() {
+    let l = Crowded {
+        inner: LocalLauncher::new(env!("CARGO_BIN_EXE_leapgnn"), vec![]).with_log(Arc::new(|_| {})),
+        crowd: Mutex::new(None),
+    };
+    let t = Instant::now();
+    let done = run_job(&l, 2, &probe_job(), &opts(), &AtomicBool::new(false), |_| {}).unwrap();
+    let took = t.elapsed();
+    assert_eq!(done.len(), 2);
+    // Waiting behind a single stranger would cost its whole admission deadline.
+    assert!(took < ADMIT_DEADLINE, "the job took {took:?} with strangers at the door");
+    let (quiet, stop) = l.crowd.lock().unwrap().take().unwrap().join().unwrap();
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    // Every stranger was dropped (evicted, or cut when admission ended) and none got an answer.
+    for mut s in quiet {
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut b = [0u8; 1];
+        match s.read(&mut b) {
+            Ok(0) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+            other => panic!("a stranger was neither dropped nor refused: {other:?}"),
+        }
+    }
+}
