@@ -42,6 +42,11 @@ pub fn train_distributed(
     obs: &mut dyn Observer,
 ) -> anyhow::Result<RunSummary> {
     cfg.check()?;
+    crate::train::check_new_run(data, run)?;
+    // Whatever a worker would reject is refused here, before anything is created or started.
+    let dataset = absolute(&crate::datasets::ensure_dataset(data, &cfg.dataset)?)?;
+    let ds = crate::format::DatasetFile::open(&dataset)?;
+    cfg.check_all(&ds)?;
     let world = cfg.workers;
     // --time-steps auto starts from the cost model's plans (and re-plans from measured times).
     let auto = cfg.strategy == StrategyKind::Leapgnn && cfg.time_steps.is_none() && cfg.merge_plan.is_none();
@@ -56,7 +61,6 @@ pub fn train_distributed(
     let mut env = StrategyEnv::new(&cfg, None)?;
     env.auto_plans = auto_plans.clone();
     let time_steps = crate::train::strategy::build(cfg.strategy, &env)?.time_steps();
-    let dataset = absolute(&crate::datasets::ensure_dataset(data, &cfg.dataset)?)?;
     let parts_dir = absolute(&crate::partition::ensure_partition(data, &cfg.dataset, "metis", cfg.parts, cfg.seed)?)?;
     let (name, run_dir) = new_run_dir(data, run.run.as_deref(), &cfg)?;
     let run_dir = absolute(&run_dir)?;
@@ -76,7 +80,7 @@ pub fn train_distributed(
         auto_plans,
     };
     let task = serde_json::json!({ "task": "train", "train": job });
-    let train_ids = crate::format::DatasetFile::open(&dataset)?.train().len();
+    let train_ids = ds.train().len();
     obs.start(&crate::metrics::RunInfo {
         run: name.clone(),
         dataset: cfg.dataset.clone(),
