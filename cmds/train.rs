@@ -295,7 +295,10 @@ fn distributed(
     let launcher: &dyn Launcher = match &ssh {
         Some(l) => l,
         None => {
-            local = LocalLauncher::current(vec!["--data-dir".into(), data.root.display().to_string()])?.with_log(log);
+            // Workers log at the driver's verbosity (-v, -vv), relayed as `[worker r]` lines.
+            let mut args = vec!["--data-dir".into(), data.root.display().to_string()];
+            args.extend((0..g.verbose).map(|_| "-v".to_string()));
+            local = LocalLauncher::current(args)?.with_log(log);
             &local
         }
     };
@@ -417,6 +420,12 @@ fn report(s: &RunSummary, dir: &std::path::Path) {
         s.final_loss,
         dir.display()
     );
+    if let Some(n) = s.replica_checks {
+        eprintln!(
+            "--check-replicas: the {} replicas' weights were compared {n} times, identical every time",
+            s.workers
+        );
+    }
 }
 
 /// Only single-worker runs can be resumed so far.

@@ -4,7 +4,7 @@
 
 mod dist_support;
 
-use dist_support::{Driver, cora, json, signal, wait_gone};
+use dist_support::{Driver, cora, fails, json, signal, wait_gone};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -44,6 +44,12 @@ fn stop_with(d: &std::path::Path, workers: usize, sig: &str) {
         let resumed = json(d, &["train", "--resume", &run, "--epochs", &epochs]);
         assert!(resumed["iterations"].as_u64().unwrap() > done, "{resumed}");
         assert_eq!(resumed["epochs"].to_string(), epochs);
+        // Nothing left to train: said, not silently done.
+        let line = fails(d, &["train", "--resume", &run, "--epochs", "1"], 2);
+        assert!(
+            line.contains(&format!("has already trained {epochs} epochs")) && line.contains("nothing to resume"),
+            "{line}"
+        );
     }
 }
 

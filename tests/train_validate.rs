@@ -1,7 +1,8 @@
 //! `train --workers 4` checks every flag and combination a worker would
 //! reject before it creates or starts anything: exit 2, one `error:` line
 //! naming the flag, the same line as one worker gives, and no run directory,
-//! partition or worker left behind.
+//! partition or worker left behind. Also what an operator sees around that:
+//! dataset paths on several workers, `-v` / `-vv`.
 
 mod train_support;
 
@@ -92,4 +93,25 @@ fn a_dataset_path_trains_on_several_workers() {
     assert_eq!(s["workers"], 2);
     assert!(s["iterations"].as_u64().unwrap() >= 1);
     assert!(dir.join("parts/metis-2").is_dir(), "the partition is beside the archive");
+}
+
+/// `-v` shows the run's stages and epochs, from the driver and from every
+/// worker (relayed as `[worker r]` lines); `-vv` adds a line per step record.
+#[test]
+fn verbose_flags_trace_the_driver_and_the_workers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    write_tiny(d, "tiny", Tiny::default());
+    let run = |v: &str| {
+        let out = train_support::leapgnn(d, &[v, "train", "tiny", "--workers", "2", "--epochs", "1", "--no-tui"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stderr).unwrap()
+    };
+    let v = run("-v");
+    assert!(v.lines().any(|l| l.contains("INFO") && l.contains("epoch 1/1: loss")), "{v}");
+    assert!(v.lines().any(|l| l.starts_with("[worker 1]") && l.contains("INFO")), "{v}");
+    assert!(!v.contains("DEBUG"), "{v}");
+    assert!(!v.contains('\u{1b}'), "colour codes in piped stderr");
+    let vv = run("-vv");
+    assert!(vv.lines().any(|l| l.contains("DEBUG") && l.contains("worker 1: epoch 1 iteration 1 step 0")), "{vv}");
 }

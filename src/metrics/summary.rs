@@ -35,6 +35,10 @@ pub struct RunSummary {
     pub model: String,
     pub iterations: u64,
     pub history: Vec<EpochRecord>,
+    /// `--check-replicas N`: how many times every replica's weights were
+    /// compared and found identical (absent when not asked for).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica_checks: Option<u64>,
 }
 
 impl RunSummary {

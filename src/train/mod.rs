@@ -259,6 +259,33 @@ pub(crate) fn build_model(
     Ok((model, params, opt, device))
 }
 
+/// `-vv`: one line per step record.
+pub(crate) fn trace_step(r: &StepRecord) {
+    tracing::debug!(
+        "worker {}: epoch {} iteration {} step {}: loss {:.4}, {} rows ({} remote), {:.3} s",
+        r.worker,
+        r.epoch + 1,
+        r.iteration + 1,
+        r.time_step,
+        r.loss,
+        r.rows.requested,
+        r.rows.remote,
+        r.sample_seconds + r.gather_seconds + r.compute_seconds + r.sync_seconds
+    );
+}
+
+/// `-v`: one line per epoch.
+pub(crate) fn trace_epoch(e: &EpochRecord, epochs: u64) {
+    tracing::info!(
+        "epoch {}/{epochs}: loss {:.4}, val {:.4}, test {:.4}, {:.2} s",
+        e.epoch + 1,
+        e.loss,
+        e.val_accuracy,
+        e.test_accuracy,
+        e.seconds
+    );
+}
+
 /// Appends every step record to `metrics.jsonl`, then passes it on.
 struct Recording<'a> {
     sink: JsonlSink,
@@ -267,10 +294,12 @@ struct Recording<'a> {
 
 impl Observer for Recording<'_> {
     fn step(&mut self, r: &StepRecord) -> Result<(), TrainError> {
+        trace_step(r);
         self.sink.write(r)?;
         self.inner.step(r)
     }
     fn epoch(&mut self, e: &EpochRecord, epochs: u64) {
+        trace_epoch(e, epochs);
         let _ = self.sink.flush();
         self.inner.epoch(e, epochs);
     }

@@ -64,6 +64,13 @@ pub fn train_distributed(
     let parts_dir = absolute(&crate::partition::ensure_partition(data, &cfg.dataset, "metis", cfg.parts, cfg.seed)?)?;
     let (name, run_dir) = new_run_dir(data, run.run.as_deref(), &cfg)?;
     let run_dir = absolute(&run_dir)?;
+    tracing::info!(
+        "run {name}: {} ({} nodes) on {world} workers, partition {}, {} time step(s) per iteration",
+        dataset.display(),
+        ds.num_nodes(),
+        parts_dir.display(),
+        time_steps
+    );
     write_atomic(run_dir.join("config.json"), &serde_json::to_vec_pretty(&cfg).expect("config serialises"))?;
     let root = absolute(&data.root)?;
     let on_worker = |p: &Path| worker_path(opts.launcher, &root, p);
@@ -120,10 +127,12 @@ pub fn train_distributed(
         let outcome = match ev {
             Event::Metrics(rank, v) => match serde_json::from_value::<Report>(v) {
                 Ok(Report::Step(r)) => {
+                    crate::train::trace_step(&r);
                     summary.rows += r.rows;
                     sink.write(&r).map_err(TrainError::from).and_then(|()| obs.step(&r))
                 }
                 Ok(Report::Epoch { record, epochs }) => {
+                    crate::train::trace_epoch(&record, epochs);
                     let _ = sink.flush();
                     obs.epoch(&record, epochs);
                     Ok(())
@@ -167,6 +176,7 @@ pub fn train_distributed(
     summary.iterations = first.iterations;
     // auto: the T the workers settled on.
     summary.time_steps = first.time_steps.unwrap_or(time_steps);
+    summary.replica_checks = (opts.check_replicas > 0).then_some(first.replica_checks);
     let summary = summary.from_history(first.history.clone());
     write_atomic(run_dir.join("workers.json"), &serde_json::to_vec_pretty(&done).expect("reports serialise"))?;
     write_atomic(run_dir.join("summary.json"), &serde_json::to_vec_pretty(&summary).expect("summary serialises"))?;

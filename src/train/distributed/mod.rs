@@ -80,4 +80,7 @@ pub struct WorkerDone {
     /// Time steps per iteration at the end of the run (what `auto` chose).
     #[serde(default)]
     pub time_steps: Option<u32>,
+    /// `--check-replicas`: comparisons of every replica's weights that found them identical.
+    #[serde(default)]
+    pub replica_checks: u64,
 }
