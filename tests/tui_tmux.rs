@@ -165,23 +165,27 @@ fn the_time_step_grid_shows_what_the_records_say() {
     }
     // Three iterations on screen: the newest and the two before it.
     let grid = tmux.wait("three iterations", Duration::from_secs(60), |s| {
-        s.lines().find(|l| l.contains("wkr")).is_some_and(|h| h.matches(" t1").count() >= 3)
+        let lines: Vec<&str> = s.lines().collect();
+        lines.iter().position(|l| l.contains("wkr")).is_some_and(|at| lines[at + 1].matches("t1").count() >= 3)
     });
     tmux.keys("q");
     let after = tmux.wait("exit", Duration::from_secs(30), |s| s.contains("leapgnn exited"));
     assert!(after.contains("leapgnn exited 0"), "{after}");
 
-    let title = grid.split("time steps: epoch ").nth(1).unwrap();
-    let epoch: u64 = title.split(',').next().unwrap().trim().parse().unwrap();
-    let newest: u64 = title.split("iteration ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
-    let cells = |l: &str| -> Vec<String> {
+    let words = |l: &str| -> Vec<String> {
         l.split_whitespace().filter(|c| *c != "│").map(str::to_string).collect::<Vec<_>>()
     };
-    let header = cells(grid.lines().find(|l| l.contains("wkr")).unwrap());
-    // `wkr`, then pairs `iN tT`.
-    let cols: Vec<(u64, u32)> =
-        header[1..].chunks(2).map(|p| (p[0][1..].parse().unwrap(), p[1][1..].parse().unwrap())).collect();
-    assert_eq!(cols[..2], [(newest, 0), (newest, 1)], "{grid}");
+    let lines: Vec<&str> = grid.lines().collect();
+    let at = lines.iter().position(|l| l.contains("wkr")).unwrap();
+    // `wkr eE iI eE iI ...`, then `tT tT ...` below.
+    let its = words(lines[at]);
+    let steps = words(lines[at + 1]);
+    let cols: Vec<(u64, u64, u64)> = its[1..]
+        .chunks(2)
+        .zip(&steps)
+        .map(|(p, t)| (p[0][1..].parse().unwrap(), p[1][1..].parse().unwrap(), t[1..].parse().unwrap()))
+        .collect();
+    assert_eq!(cols.len(), steps.len(), "{grid}");
     let records: Vec<serde_json::Value> = std::fs::read_to_string(tmp.path().join("runs/steps/metrics.jsonl"))
         .unwrap()
         .lines()
@@ -189,20 +193,22 @@ fn the_time_step_grid_shows_what_the_records_say() {
         .collect();
     let mut checked = 0;
     for w in 0..2u64 {
-        let miss = cells(grid.lines().find(|l| l.contains(&format!("w{w} miss"))).unwrap());
-        let rcv = cells(grid.lines().find(|l| l.contains(&format!("w{w} rcv"))).unwrap());
-        for (k, &(i, t)) in cols.iter().enumerate() {
-            // Iterations numbered above the newest belong to the epoch before.
-            let e = if i > newest { epoch - 2 } else { epoch - 1 };
+        let miss = words(grid.lines().find(|l| l.contains(&format!("w{w} miss"))).unwrap());
+        let rcv = words(grid.lines().find(|l| l.contains(&format!("w{w} rcv"))).unwrap());
+        for (k, &(e, i, t)) in cols.iter().enumerate() {
             let r = records
                 .iter()
-                .find(|r| r["epoch"] == e && r["iteration"] == i - 1 && r["time_step"] == t && r["worker"] == w)
+                .find(|r| r["epoch"] == e - 1 && r["iteration"] == i - 1 && r["time_step"] == t && r["worker"] == w)
                 .unwrap_or_else(|| panic!("no record for epoch {e} iteration {i} step {t} worker {w}"));
             let rows = &r["rows"];
             let (req, remote) = (rows["requested"].as_u64().unwrap(), rows["remote"].as_u64().unwrap());
             let want = if req == 0 { 0.0 } else { remote as f64 / req as f64 };
-            assert_eq!(miss[k + 2], pct(want), "worker {w}, iteration {i}, step {t}:\n{grid}");
-            assert_eq!(rcv[k + 2], bytes(total(&r["bytes_in"])), "worker {w}, iteration {i}, step {t}:\n{grid}");
+            assert_eq!(miss[k + 2], pct(want), "worker {w}, epoch {e} iteration {i}, step {t}:\n{grid}");
+            assert_eq!(
+                rcv[k + 2],
+                bytes(total(&r["bytes_in"])),
+                "worker {w}, epoch {e} iteration {i}, step {t}:\n{grid}"
+            );
             checked += 1;
         }
     }

@@ -7,11 +7,11 @@ use crate::tui::state::{DashboardState, StepCell};
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
-use ratatui::text::Line;
+use ratatui::text::{Line, Text};
 use ratatui::widgets::{Block, Cell, Paragraph, Row, Table};
 
-/// Width of a step column: `100.0%`, `999.9MB`.
-const CELL: u16 = 7;
+/// Width of a step column: `100.0%`, `999.9MB`, `e12 i345`.
+const CELL: u16 = 8;
 /// Width of the row label column: `w12 rcv`.
 const LABEL: u16 = 7;
 /// Iterations looked back at most.
@@ -55,9 +55,16 @@ pub fn draw(frame: &mut Frame, area: Rect, s: &DashboardState) {
         .collect();
     let bold = Style::new().add_modifier(Modifier::BOLD | Modifier::UNDERLINED);
     let right = |s: String| Cell::from(Line::from(s).right_aligned());
+    // Two header lines: the iteration (with its epoch, as the grid may reach back
+    // into the previous one), then the time step.
+    let two = |top: String, bottom: String| {
+        Cell::from(Text::from(vec![Line::from(top).right_aligned(), Line::from(bottom).right_aligned()]))
+    };
     let header = Row::new(
-        std::iter::once(right("wkr".into())).chain(cols.iter().map(|((_, i), t)| right(format!("i{} t{t}", i + 1)))),
+        std::iter::once(two("wkr".into(), String::new()))
+            .chain(cols.iter().map(|((e, i), t)| two(format!("e{} i{}", e + 1, i + 1), format!("t{t}")))),
     )
+    .height(2)
     .style(bold);
     let find = |w: u32, (k, t): ((u64, u64), u32)| {
         shown
@@ -84,7 +91,9 @@ pub fn draw(frame: &mut Frame, area: Rect, s: &DashboardState) {
     frame.render_widget(Table::new(rows, widths).header(header).block(Block::bordered().title(title)), grid);
     let text = vec![
         Line::from(" miss = remote / requested feature rows of the step; rcv = bytes the worker received in it"),
-        Line::from(" (all categories); colour: miss < 10% green, < 30% yellow, else red; i = iteration, t = step"),
+        Line::from(
+            " (all categories); colour: miss < 10% green, < 30% yellow, else red; e/i/t: epoch, iteration, step",
+        ),
     ];
     frame.render_widget(Paragraph::new(text).style(Style::new().dim()), legend);
 }
