@@ -411,6 +411,11 @@ fn naive(g: &Global, a: &Args) -> anyhow::Result<()> {
 }
 
 fn report(s: &RunSummary, dir: &std::path::Path) {
+    if s.history.is_empty() {
+        // Stopped before the first evaluation: there is no accuracy to report.
+        eprintln!("run {}: {} iterations, no epoch finished (no accuracy yet); {}", s.run, s.iterations, dir.display());
+        return;
+    }
     eprintln!(
         "run {}: test accuracy {:.4} at best validation {:.4} (epoch {}), final loss {:.4}; {}",
         s.run,
