@@ -52,6 +52,9 @@ pub struct Args {
     /// Write an SVG figure: locality per S with R_sub, and miss rates per strategy.
     #[arg(long)]
     pub plot: Option<PathBuf>,
+    /// Remove the partitions this analysis had to create when it ends (by default they are kept for `train`).
+    #[arg(long)]
+    pub no_keep: bool,
     /// Write the rows as CSV (the JSON field names as header).
     #[arg(long)]
     pub csv: Option<PathBuf>,
@@ -121,6 +124,7 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
         micrographs: count("--micrographs", a.micrographs)?,
         hidden: count("--hidden", a.hidden)?,
         seed: a.seed,
+        keep: !a.no_keep,
     };
     if let Some(p) = &a.plot {
         if p.extension().and_then(|e| e.to_str()) != Some("svg") {

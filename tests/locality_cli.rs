@@ -153,4 +153,28 @@ fn fanout_takes_trains_syntax() {
     assert_eq!(rows.len(), 1, "{report}");
     assert_eq!(rows[0]["layers"], 2);
     assert_eq!(rows[0]["fanout"], 5);
+    // The random-2 partition it made is kept for `train`, unless --no-keep.
+    assert!(data.join("cora-planetoid/parts/random-2").is_dir());
+    let out = leapgnn(
+        data,
+        &[
+            "analyze-locality",
+            "cora-planetoid",
+            "--parts",
+            "4",
+            "--method",
+            "random",
+            "--sampling",
+            "node",
+            "--layers",
+            "2",
+            "--batches",
+            "4",
+            "--no-keep",
+        ],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stderr.contains("MB to") && out.stderr.contains("removed"), "{}", out.stderr);
+    assert!(!data.join("cora-planetoid/parts/random-4").exists(), "--no-keep left the partition");
+    assert!(data.join("cora-planetoid/parts/random-2").is_dir(), "--no-keep removed one it did not make");
 }

@@ -7,7 +7,7 @@ use super::{MAX_PARTS, PartitionError, PartitionOptions, Problem, assign, train_
 use crate::format::{DatasetFile, ManifestFile, PartFile, PartManifest};
 use crate::{BadInput, DataDir};
 use anyhow::Context;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// What `partition --json` prints (CLI.md), plus a few extras after `peak_rss_bytes`.
@@ -69,13 +69,23 @@ pub fn ensure_partition(data: &DataDir, name: &str, method: &str, parts: usize, 
     eprintln!("no up-to-date {method}-{parts} partition of {name}: creating {}", job.dir.display());
     let r = job.run(started).with_context(|| format!("cannot partition {name}"))?;
     eprintln!(
-        "partitioned {name} into {parts} parts with {method}: edge cut {:.1}%, balance nodes {:.3} train {:.3}, {:.1} s",
+        "partitioned {name} into {parts} parts with {method}: edge cut {:.1}%, balance nodes {:.3} train {:.3}, {:.1} s; \
+         wrote {:.1} MB to {}",
         100.0 * r.edge_cut_fraction,
         r.balance.nodes,
         r.balance.train,
-        r.seconds
+        r.seconds,
+        dir_bytes(Path::new(&r.path)) as f64 / 1e6,
+        r.path
     );
     Ok(PathBuf::from(r.path))
+}
+
+/// Bytes of the files directly in `dir` (a partition: manifest and parts).
+fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|rd| rd.flatten().filter_map(|e| e.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum())
+        .unwrap_or(0)
 }
 
 struct Job<'a> {
