@@ -25,13 +25,15 @@ pub struct Args {
     /// node (GraphSAGE fanout) and/or layer (FastGCN/LADIES budget), comma-separated.
     #[arg(long, default_value = "node,layer")]
     pub sampling: String,
-    /// GNN depths (sampled layers), comma-separated.
-    #[arg(long, default_value = "2,10")]
-    pub layers: String,
+    /// GNN depths (sampled layers), comma-separated [default: 2,10; with a --fanout
+    /// of several entries, their number].
+    #[arg(long)]
+    pub layers: Option<String>,
     /// Neighbours per vertex and layer (node-wise), or new vertices per root and
-    /// layer (layer-wise) [default: 10 for up to 3 layers, 2 for deeper models].
-    #[arg(long, allow_negative_numbers = true)]
-    pub fanout: Option<i64>,
+    /// layer (layer-wise), as `train --fanout` takes it: `10`, or one equal entry
+    /// per layer (`10,10`) [default: 10 for up to 3 layers, 2 for deeper models].
+    #[arg(long, allow_hyphen_values = true)]
+    pub fanout: Option<String>,
     /// Roots per worker mini-batch (B; the global batch is S x B).
     #[arg(long, default_value_t = 1024, allow_negative_numbers = true)]
     pub batch_size: i64,
@@ -50,6 +52,9 @@ pub struct Args {
     /// Write an SVG figure: locality per S with R_sub, and miss rates per strategy.
     #[arg(long)]
     pub plot: Option<PathBuf>,
+    /// Remove the partitions this analysis had to create when it ends (by default they are kept for `train`).
+    #[arg(long)]
+    pub no_keep: bool,
     /// Write the rows as CSV (the JSON field names as header).
     #[arg(long)]
     pub csv: Option<PathBuf>,
@@ -60,6 +65,30 @@ fn count(flag: &str, v: i64) -> Result<usize, BadInput> {
     usize::try_from(v).map_err(|_| BadInput::new(format!("{flag} {v}: must be a positive number")))
 }
 
+/// `--fanout` in `train`'s syntax: one number for every layer, or one entry
+/// per layer (then also the depth), which must all be equal here.
+fn fanout_arg(s: &str) -> Result<(Option<u32>, Option<usize>), BadInput> {
+    use leapgnn::sample::{Fanout, Fanouts};
+    let f: Fanouts = s.parse().map_err(|e| BadInput::new(format!("--fanout {s}: {e}")))?;
+    let ks: Vec<u32> =
+        f.0.iter()
+            .map(|k| match k {
+                Fanout::Upto(k) => Ok(*k),
+                Fanout::All => Err(BadInput::new(format!(
+                    "--fanout {s}: `all` has no sampled neighbourhood to analyse; give a number per layer"
+                ))),
+            })
+            .collect::<Result<_, _>>()?;
+    if ks.windows(2).any(|w| w[0] != w[1]) {
+        return Err(BadInput::new(format!(
+            "--fanout {s}: analyze-locality samples every layer alike; give one fanout (e.g. {}) or equal entries",
+            ks[0]
+        )));
+    }
+    let depth = (ks.len() > 1).then_some(ks.len());
+    Ok((ks.first().copied(), depth))
+}
+
 /// Fails now, not after the analysis, when `path` cannot be written.
 fn check_writable(flag: &str, path: &Path) -> anyhow::Result<()> {
     AtomicFile::create(path).map(drop).map_err(|e| {
@@ -68,23 +97,34 @@ fn check_writable(flag: &str, path: &Path) -> anyhow::Result<()> {
 }
 
 pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
-    let fanout = match a.fanout {
-        Some(f) => {
-            Some(u32::try_from(f).map_err(|_| BadInput::new(format!("--fanout {f}: must be a positive number")))?)
-        }
-        None => None,
+    let (fanout, depth) = match a.fanout.as_deref() {
+        Some(f) => fanout_arg(f)?,
+        None => (None, None),
     };
+    let layers = match (a.layers.as_deref(), depth) {
+        (Some(l), _) => parse_list::<usize>("--layers", l)?,
+        (None, Some(d)) => vec![d],
+        (None, None) => vec![2, 10],
+    };
+    if let (Some(d), true) = (depth, layers.iter().any(|&l| Some(l) != depth)) {
+        return Err(BadInput::new(format!(
+            "--fanout {} has {d} entries (one per layer) but --layers asks for {layers:?}; give one of them, or a single fanout",
+            a.fanout.as_deref().unwrap_or_default()
+        ))
+        .into());
+    }
     let opts = Options {
         methods: parse_list::<Method>("--method", &a.method)?,
         parts: parse_list::<usize>("--parts", &a.parts)?,
         samplings: parse_list::<Sampling>("--sampling", &a.sampling)?,
-        layers: parse_list::<usize>("--layers", &a.layers)?,
+        layers,
         fanout,
         batch_size: count("--batch-size", a.batch_size)?,
         batches: count("--batches", a.batches)?,
         micrographs: count("--micrographs", a.micrographs)?,
         hidden: count("--hidden", a.hidden)?,
         seed: a.seed,
+        keep: !a.no_keep,
     };
     if let Some(p) = &a.plot {
         if p.extension().and_then(|e| e.to_str()) != Some("svg") {

@@ -12,7 +12,9 @@ pub fn one_line(e: &anyhow::Error) -> String {
             parts.push(s);
         }
     }
-    parts.join(": ").replace('\n', " ")
+    let line = parts.join(": ").replace('\n', " ");
+    // An error without text still says what it is (never an empty `error:` line).
+    if line.trim().is_empty() { format!("{e:?}").replace('\n', " ") } else { line }
 }
 
 /// Prints one JSON object on stdout.

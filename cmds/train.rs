@@ -9,14 +9,13 @@ use leapgnn::cluster::ship::rank_files;
 use leapgnn::cluster::{Launcher, LauncherKind, LocalLauncher, LogSink, Profile, SshLauncher};
 use leapgnn::format::write_atomic;
 use leapgnn::metrics::{EpochRecord, RunInfo, RunSummary, StepRecord};
-use leapgnn::progress::{self, ProgressSink};
+use leapgnn::progress::{self, ProgressSink, signals};
 use leapgnn::sample::{Fanout, Fanouts};
 use leapgnn::train::distributed::{DistOptions, GradDump, resume_distributed, train_distributed};
 use leapgnn::train::{
     self, EvalMode, MergePlan, Observer, ResumeOverrides, RunOptions, StrategyKind, TrainConfig, TrainError, TrainMode,
 };
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
@@ -178,8 +177,9 @@ impl Observer for Watch {
     fn event(&mut self, msg: &str) {
         self.0.event(msg);
     }
+    /// `q` in the dashboard, a closed `--json-stream` reader, Ctrl-C or SIGTERM.
     fn stop_requested(&self) -> bool {
-        self.0.stop_requested()
+        self.0.stop_requested() || signals::stop_requested()
     }
 }
 
@@ -206,6 +206,11 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     };
     let tty = progress::interactive();
     let dashboard = progress::uses_dashboard(tty, a.no_tui, g.json, a.json_stream);
+    // One worker runs in this process: a second Ctrl-C can only exit. The driver of
+    // several stops them first (its `interrupted` flag), then exits 130.
+    let several = cfg.as_ref().is_some_and(|c| c.workers > 1) || profile.is_some();
+    let on_force = if several { signals::OnForce::Flag } else { signals::OnForce::Exit };
+    signals::install(on_force, dashboard).context("cannot install the Ctrl-C / SIGTERM handler")?;
     let mut watch = Watch(progress::choose(tty, a.no_tui, g.json, a.json_stream));
     let mut obs = GradDump { path: a.dump_grad.clone(), inner: &mut watch };
     let result = match (cfg, &a.resume) {
@@ -226,7 +231,7 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     // The terminal is back before anything else is printed.
     watch.0.finish();
     let summary = result?;
-    if watch.0.stop_requested() {
+    if watch.stop_requested() {
         let ck = train::checkpoint::dir(&data.run_dir(&summary.run));
         if summary.workers > 1 {
             eprintln!(
@@ -297,9 +302,8 @@ fn distributed(
         return Err(BadInput::new(format!("--comm-timeout {}: expected seconds in (0, 86400]", a.comm_timeout)).into());
     }
     let data = g.data();
-    let interrupted: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
-    ctrlc::set_handler(move || interrupted.store(true, Ordering::SeqCst))
-        .context("cannot install the Ctrl-C handler")?;
+    // A second Ctrl-C: stop the workers at once.
+    let interrupted = signals::forced_flag();
     let (tx, rx) = mpsc::channel::<String>();
     let log: LogSink = if dashboard {
         let tx = Mutex::new(tx);
@@ -317,7 +321,10 @@ fn distributed(
     let launcher: &dyn Launcher = match &ssh {
         Some(l) => l,
         None => {
-            local = LocalLauncher::current(vec!["--data-dir".into(), data.root.display().to_string()])?.with_log(log);
+            // Workers log at the driver's verbosity (-v, -vv), relayed as `[worker r]` lines.
+            let mut args = vec!["--data-dir".into(), data.root.display().to_string()];
+            args.extend((0..g.verbose).map(|_| "-v".to_string()));
+            local = LocalLauncher::current(args)?.with_log(log);
             &local
         }
     };
@@ -455,6 +462,12 @@ fn report(s: &RunSummary, dir: &std::path::Path) {
         s.final_loss,
         dir.display()
     );
+    if let Some(n) = s.replica_checks {
+        eprintln!(
+            "--check-replicas: the {} replicas' weights were compared {n} times, identical every time",
+            s.workers
+        );
+    }
 }
 
 /// The saved config of run `run` when it used several workers (resumed by the
@@ -509,14 +522,17 @@ fn reject_on_resume(a: &Args) -> Result<(), BadInput> {
 fn config(a: &Args) -> Result<TrainConfig, BadInput> {
     let d = TrainConfig::default();
     // Values are parsed here rather than by clap so a bad one is a one-line error.
-    fn parse<T: std::str::FromStr<Err = BadInput>>(v: &Option<String>, default: T) -> Result<T, BadInput> {
-        v.as_deref().map_or(Ok(default), str::parse)
+    // Each names its flag, whatever the value's own parser says.
+    fn parse<T: std::str::FromStr<Err = BadInput>>(flag: &str, v: &Option<String>, default: T) -> Result<T, BadInput> {
+        v.as_deref().map_or(Ok(default), |s| {
+            s.parse().map_err(|e: BadInput| if e.0.contains(flag) { e } else { BadInput::new(format!("{flag}: {e}")) })
+        })
     }
-    let mode = if a.full_batch { TrainMode::FullGraph } else { parse(&a.mode, d.mode)? };
+    let mode = if a.full_batch { TrainMode::FullGraph } else { parse("--mode", &a.mode, d.mode)? };
     if mode == TrainMode::FullGraph {
         return full_graph_config(a, d, mode);
     }
-    let fanouts = parse(&a.fanout, d.fanouts)?;
+    let fanouts = parse("--fanout", &a.fanout, d.fanouts)?;
     if let Some(l) = a.layers
         && l != fanouts.layers()
     {
@@ -528,15 +544,16 @@ fn config(a: &Args) -> Result<TrainConfig, BadInput> {
     let eval_fanouts = match a.eval_fanout.as_deref() {
         None => fanouts.clone(),
         Some(s) if s.eq_ignore_ascii_case("all") => Fanouts::all(fanouts.layers()),
-        Some(s) => s.parse()?,
+        Some(_) => parse("--eval-fanout", &a.eval_fanout, fanouts.clone())?,
     };
     let eval = match &a.eval {
-        Some(e) => e.parse()?,
+        Some(_) => parse("--eval", &a.eval, EvalMode::Sampled)?,
         None if eval_fanouts.0.iter().all(|f| *f == Fanout::All) => EvalMode::Full,
         None => EvalMode::Sampled,
     };
     // Naive migration is costed over model-centric's batches.
-    let strategy = if a.strategy.as_deref() == Some(NAIVE) { d.strategy } else { parse(&a.strategy, d.strategy)? };
+    let strategy =
+        if a.strategy.as_deref() == Some(NAIVE) { d.strategy } else { parse("--strategy", &a.strategy, d.strategy)? };
     let workers = a.workers.unwrap_or(d.workers);
     let time_steps = match a.time_steps.as_deref() {
         // Each strategy's own count; leapgnn follows its plan, else tunes.
@@ -563,7 +580,7 @@ fn config(a: &Args) -> Result<TrainConfig, BadInput> {
         workers,
         // One part per worker unless told otherwise.
         parts: a.parts.or(a.workers).unwrap_or(d.parts),
-        model: parse(&a.model, d.model)?,
+        model: parse("--model", &a.model, d.model)?,
         fanouts,
         eval_fanouts,
         batch_size: a.batch_size.unwrap_or(d.batch_size),
@@ -574,16 +591,16 @@ fn config(a: &Args) -> Result<TrainConfig, BadInput> {
         lr: a.lr.unwrap_or(d.lr),
         weight_decay: a.weight_decay.unwrap_or(d.weight_decay),
         dropout: a.dropout.unwrap_or(d.dropout),
-        optimizer: parse(&a.optimizer, d.optimizer)?,
+        optimizer: parse("--optimizer", &a.optimizer, d.optimizer)?,
         seed: a.seed.unwrap_or(d.seed),
         checkpoint_every: a.checkpoint_every.unwrap_or(d.checkpoint_every),
-        device: parse(&a.device, d.device)?,
-        normalize: parse(&a.normalize, d.normalize)?,
+        device: parse("--device", &a.device, d.device)?,
+        normalize: parse("--normalize", &a.normalize, d.normalize)?,
         cache_mb: a.cache_mb.unwrap_or(d.cache_mb),
-        cache_policy: parse(&a.cache_policy, d.cache_policy)?,
+        cache_policy: parse("--cache-policy", &a.cache_policy, d.cache_policy)?,
         time_steps,
         merge_plan: a.merge_plan.clone(),
-        migration: parse(&a.migration, d.migration)?,
+        migration: parse("--migration", &a.migration, d.migration)?,
         cluster: a.cluster.clone(),
         prefetch: a.prefetch,
         mode,

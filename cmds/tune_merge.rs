@@ -72,6 +72,9 @@ pub struct Args {
     /// Memory bound per worker in MB for one time step (overrides cost.memory_bytes; 0 = none).
     #[arg(long)]
     pub memory_mb: Option<u64>,
+    /// Use figures calibrated on dataset NAME for this one (refused otherwise: they predict badly).
+    #[arg(long, value_name = "NAME")]
+    pub figures_from: Option<String>,
     /// Seconds any worker waits for another during calibration.
     #[arg(long, default_value_t = 30.0)]
     pub comm_timeout: f64,
@@ -131,6 +134,9 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     let mut figures = Figures::of_profile(&profile)?;
     if let Some(mb) = a.memory_mb {
         figures.memory_bytes = mb << 20;
+    }
+    if !a.calibrate {
+        figures.check_dataset(&cfg.dataset, a.figures_from.as_deref(), &profile_path.display().to_string())?;
     }
 
     let mut calibration = None;
@@ -211,15 +217,18 @@ fn run_calibration(
     ctrlc::set_handler(move || interrupted.store(true, Ordering::SeqCst))
         .context("cannot install the Ctrl-C handler")?;
     // Calibrated where it will train: local processes, or the profile's ssh hosts.
+    // What the workers print (pids, mesh addresses) is shown with -v only.
+    let chatter: leapgnn::cluster::LogSink = std::sync::Arc::new(|l| tracing::info!("{l}"));
     let local;
     let ssh;
     let launcher: &dyn Launcher = match profile.launcher {
         LauncherKind::Ssh => {
-            ssh = crate::train::ssh_launcher(data, cfg, profile.clone(), a.accept_new_host_keys)?;
+            ssh = crate::train::ssh_launcher(data, cfg, profile.clone(), a.accept_new_host_keys)?.with_log(chatter);
             &ssh
         }
         _ => {
-            local = LocalLauncher::current(vec!["--data-dir".into(), data.root.display().to_string()])?;
+            local =
+                LocalLauncher::current(vec!["--data-dir".into(), data.root.display().to_string()])?.with_log(chatter);
             &local
         }
     };

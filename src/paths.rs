@@ -42,6 +42,18 @@ pub fn is_plain_name(name: &str) -> bool {
         && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
+/// Where the partitions of the archive at `archive` (a dataset given by path)
+/// go: `<dir>/parts/<method>-<k>/` beside `<dir>/dataset.lgnn`, as under
+/// --data-dir; `<dir>/<stem>.parts/<method>-<k>/` beside any other archive.
+pub fn parts_beside(archive: &Path, method: &str, parts: usize) -> PathBuf {
+    let dir = archive.parent().unwrap_or(Path::new("."));
+    let base = match archive.file_name().and_then(|f| f.to_str()) {
+        Some("dataset.lgnn") | None => dir.join("parts"),
+        Some(_) => dir.join(format!("{}.parts", archive.file_stem().and_then(|s| s.to_str()).unwrap_or("dataset"))),
+    };
+    base.join(format!("{method}-{parts}"))
+}
+
 /// A dataset argument is either a registry/dataset name or a path to an archive.
 pub fn resolve_archive(data: &DataDir, name_or_path: &str) -> PathBuf {
     let p = Path::new(name_or_path);

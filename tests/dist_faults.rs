@@ -1,6 +1,7 @@
 //! Faults in a distributed run, with real processes on 127.0.0.1: a worker
-//! killed, the driver interrupted, a stranger on a worker's port, a worker
-//! that stops answering. No leapgnn process may outlive the driver.
+//! killed, a stranger on a worker's port, a worker
+//! that stops answering. No leapgnn process may outlive the driver. (Ctrl-C
+//! and SIGTERM: tests/train_signals.rs.)
 
 mod dist_support;
 
@@ -37,30 +38,6 @@ fn a_killed_worker_stops_the_run_with_its_name_and_no_process_is_left() {
     assert!(line.contains("worker 2"), "{line}");
     let pids: Vec<u32> = ws.iter().map(|w| w.pid).collect();
     assert_eq!(wait_gone(&pids, Duration::from_secs(5)), Vec::<u32>::new(), "workers left behind");
-}
-
-#[test]
-fn ctrl_c_stops_every_worker_and_keeps_the_last_checkpoint() {
-    let tmp = cora();
-    let d = tmp.path();
-    let mut drv = start(d, "3", &["--checkpoint-every", "1", "--run", "interrupted"]);
-    let ws = drv.workers(3);
-    drv.wait_line(Duration::from_secs(60), first_epoch);
-    signal(drv.child.id(), "INT");
-    let pids: Vec<u32> = ws.iter().map(|w| w.pid).collect();
-    assert_eq!(wait_gone(&pids, Duration::from_secs(5)), Vec::<u32>::new(), "workers alive 5 s after Ctrl-C");
-    let (code, stderr) = drv.wait_exit(Duration::from_secs(5));
-    assert!(matches!(code, Some(c) if c != 0), "{code:?}");
-    assert!(error_line(&stderr).contains("interrupted"), "{stderr}");
-
-    let ck = d.join("runs/interrupted/checkpoint");
-    let state: serde_json::Value = serde_json::from_slice(&std::fs::read(ck.join("state.json")).unwrap()).unwrap();
-    assert!(state["progress"]["global_iteration"].as_u64().unwrap() >= 1);
-    for file in ["weights", "optimizer"] {
-        let bytes = std::fs::read(ck.join(state[file].as_str().unwrap())).unwrap();
-        let t = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-        assert!(!t.is_empty(), "{file} checkpoint holds tensors");
-    }
 }
 
 #[test]

@@ -29,6 +29,9 @@ fn four_workers_give_the_single_worker_gradient_and_accuracy() {
     let s4 = train(d, &[&epochs[..], &["--batch-size", "8", "--workers", "4", "--check-replicas", "3"]].concat());
     assert_eq!(s4["workers"], 4);
     assert_eq!(s1["iterations"], s4["iterations"], "the same grid of global batches");
+    // --check-replicas 3 compares the replicas before iterations 0, 3, 6, ...: the summary says how often.
+    assert_eq!(s4["replica_checks"].as_u64(), Some(s4["iterations"].as_u64().unwrap().div_ceil(3)));
+    assert!(s1.get("replica_checks").is_none(), "no checks asked for, none reported");
     let (a1, a4) = (s1["test_accuracy"].as_f64().unwrap(), s4["test_accuracy"].as_f64().unwrap());
     assert!(a1 > 0.6, "single worker learns Cora: {a1}");
     assert!((a1 - a4).abs() <= 0.01, "W = 1 accuracy {a1}, W = 4 accuracy {a4}");

@@ -63,3 +63,29 @@ fn another_registry_from_the_environment() {
     leapgnn(d.path(), &["download", "my-cora", "--force", "--from", prefix.to_str().unwrap()])
         .assert_error(2, &["--format"]);
 }
+
+/// A graph without labels imports, with a warning that `train` will need
+/// some and how to get them; with --generated-classes it trains.
+#[test]
+fn an_unlabelled_import_says_how_to_make_it_trainable() {
+    let d = tempfile::tempdir().unwrap();
+    let edges = d.path().join("edges.txt");
+    let text: String = (0..200u32).map(|v| format!("{v}\t{}\n{v}\t{}\n", (v + 1) % 200, (v * 7 + 3) % 200)).collect();
+    std::fs::write(&edges, text).unwrap();
+    let from = edges.to_str().unwrap();
+    let base = ["download", "g", "--from", from, "--format", "edgelist", "--symmetrize", "--feature-dim", "8"];
+    let out = leapgnn(d.path(), &[&base[..], &["--split", "65,10,25"]].concat());
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let warning = out
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("warning: g has no labels"))
+        .unwrap_or_else(|| panic!("{}", out.stderr));
+    assert!(warning.contains("--generated-classes") && warning.contains("--split"), "{warning}");
+    assert!(!out.stderr.contains('\u{1b}'), "colour codes in piped stderr: {:?}", out.stderr);
+    let labelled = [&base[..], &["--force", "--generated-classes", "4", "--split", "65,10,25"]].concat();
+    let out = leapgnn(d.path(), &labelled);
+    assert!(out.code == 0 && !out.stderr.contains("no labels"), "{}", out.stderr);
+    let s = ok_json(d.path(), &["train", "g", "--epochs", "1", "--batch-size", "64", "--no-tui", "--json"]);
+    assert_eq!(s["epochs"], 1);
+}

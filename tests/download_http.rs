@@ -225,9 +225,10 @@ impl Fixture {
 fn http_errors_fail_cleanly_and_retries_are_bounded() {
     let f = Fixture::new(true);
     f.server.set(Mode::Status(404));
-    f.download(&["--retries", "3"]).assert_error(1, &["404", "cora.zip"]);
+    f.download(&["--retries", "3"]).assert_error(1, &["404", "cora.zip", "leapgnn download ogb-cora --from PATH"]);
     assert_eq!(f.server.requests(), 1, "a 404 is not retried");
     f.assert_nothing_in_place();
+    assert!(!f.data().join("ogb-cora").exists(), "a failed download that fetched nothing left a directory");
 
     f.server.set(Mode::Status(500));
     f.download(&["--retries", "1"]).assert_error(1, &["500", "gave up after 2 attempts"]);

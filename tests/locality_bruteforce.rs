@@ -299,6 +299,7 @@ fn every_figure_matches_a_brute_force_recomputation_on_cora() {
         micrographs: 60,
         hidden: 16,
         seed: 7,
+        keep: true,
     };
     check_all(&data, &opts, 16);
     // 140 train roots, 16 workers of 8: the second iteration's 12 roots leave 4 workers without a batch.

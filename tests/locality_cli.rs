@@ -125,6 +125,9 @@ fn bad_input_is_one_error_line_and_exit_2() {
         (vec!["cora-planetoid", "--method", "metis,magic"], vec!["--method magic"]),
         (vec!["cora-planetoid", "--batch-size", "0"], vec!["--batch-size"]),
         (vec!["cora-planetoid", "--layers", "2,x"], vec!["--layers 2,x"]),
+        (vec!["cora-planetoid", "--fanout", "10,5"], vec!["--fanout 10,5", "every layer alike"]),
+        (vec!["cora-planetoid", "--fanout", "5,5", "--layers", "3"], vec!["--fanout 5,5", "--layers"]),
+        (vec!["cora-planetoid", "--fanout", "-3"], vec!["--fanout -3"]),
     ];
     for (args, needles) in cases {
         let mut all = vec!["analyze-locality"];
@@ -136,4 +139,42 @@ fn bad_input_is_one_error_line_and_exit_2() {
     }
     // Nothing was partitioned for the rejected runs.
     assert!(!data.join("cora-planetoid/parts").exists());
+}
+
+/// `--fanout` as `train` takes it: `5,5` is fanout 5 over 2 layers.
+#[test]
+fn fanout_takes_trains_syntax() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path();
+    cora(data);
+    let args = ["--parts", "2", "--method", "random", "--sampling", "node", "--fanout", "5,5", "--batches", "2"];
+    let report = analyze(data, "cora-planetoid", &args);
+    let rows = report["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{report}");
+    assert_eq!(rows[0]["layers"], 2);
+    assert_eq!(rows[0]["fanout"], 5);
+    // The random-2 partition it made is kept for `train`, unless --no-keep.
+    assert!(data.join("cora-planetoid/parts/random-2").is_dir());
+    let out = leapgnn(
+        data,
+        &[
+            "analyze-locality",
+            "cora-planetoid",
+            "--parts",
+            "4",
+            "--method",
+            "random",
+            "--sampling",
+            "node",
+            "--layers",
+            "2",
+            "--batches",
+            "4",
+            "--no-keep",
+        ],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stderr.contains("MB to") && out.stderr.contains("removed"), "{}", out.stderr);
+    assert!(!data.join("cora-planetoid/parts/random-4").exists(), "--no-keep left the partition");
+    assert!(data.join("cora-planetoid/parts/random-2").is_dir(), "--no-keep removed one it did not make");
 }

@@ -140,7 +140,7 @@ fn bad_parts_methods_and_names_exit_2_with_one_line() {
         (&["synthetic-small", "--parts", "4", "--method", "spectral"], "--method spectral"),
         (&["synthetic-small", "--parts", "4", "--balance", "edges"], "--balance edges"),
         (&["no-such-dataset", "--parts", "4"], "leapgnn download no-such-dataset"),
-        (&["../synthetic-small", "--parts", "4"], "plain name"),
+        (&["../synthetic-small", "--parts", "4"], "no dataset archive at `../synthetic-small`"),
     ];
     for (args, says) in cases {
         let mut full = vec!["partition"];

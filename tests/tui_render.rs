@@ -89,9 +89,12 @@ fn tab_switches_views_and_question_mark_opens_the_help() {
     assert_eq!(ui.view, View::Log);
     assert!(render(&s, &ui, 80, 24).contains("worker 0 started on 127.0.0.1"));
     ui.on_key(key(KeyCode::Tab));
+    assert_eq!(ui.view, View::Steps);
+    assert!(render(&s, &ui, 80, 24).contains("time steps: epoch 2"));
+    ui.on_key(key(KeyCode::Tab));
     assert_eq!(ui.view, View::Overview);
     ui.on_key(key(KeyCode::BackTab));
-    assert_eq!(ui.view, View::Log);
+    assert_eq!(ui.view, View::Steps);
 
     ui.on_key(key(KeyCode::Char('?')));
     let screen = render(&s, &ui, 80, 24);
@@ -155,4 +158,30 @@ fn history_stays_bounded_over_a_long_run() {
     s.apply_record(&record(38, 999, 1, 0));
     assert_eq!(s.position(), Some((39, 999)));
     assert_eq!(s.epoch_rows().requested, 1000 * 2 * 300);
+}
+
+/// The time-step grid: one cell per worker and time step of the newest
+/// iterations, each the step's miss rate and bytes received, as the records say.
+#[test]
+fn the_steps_view_shows_every_worker_and_time_step_of_the_latest_iterations() {
+    let s = scripted();
+    let ui = Ui { view: View::Steps, help: false };
+    let screen = render(&s, &ui, 80, 24);
+    // Epoch 2 (index 1) has reached iteration 4: it comes first, then 3, 2, ...
+    assert!(screen.contains("time steps: epoch 2, iteration 4 first"), "{screen}");
+    let words = |l: &str| -> Vec<String> { l.split_whitespace().filter(|c| *c != "│").map(str::to_string).collect() };
+    let lines: Vec<&str> = screen.lines().collect();
+    let at = lines.iter().position(|l| l.contains("wkr")).unwrap();
+    // 80 columns hold 7 step columns of 8 + 1: iterations 4, 3 and 2 with T = 2 each (whole iterations only).
+    assert_eq!(words(lines[at]), ["wkr", "e2", "i4", "e2", "i4", "e2", "i3", "e2", "i3", "e2", "i2", "e2", "i2"]);
+    assert_eq!(words(lines[at + 1]), ["t0", "t1", "t0", "t1", "t0", "t1"]);
+    let cells = |label: &str| -> Vec<String> {
+        line_with(&screen, label).split_whitespace().filter(|c| *c != "│").skip(2).map(str::to_string).collect()
+    };
+    // Worker 0 misses 25 of 100 rows per step in epoch 2 and receives 1 MB of features + 100 kB of gradients.
+    assert_eq!(cells("w0 miss"), vec!["25.0%"; 6], "{screen}");
+    assert_eq!(cells("w0 rcv"), vec!["1.10MB"; 6], "{screen}");
+    assert_eq!(cells("w1 miss"), vec!["10.0%"; 6], "{screen}");
+    assert_eq!(cells("w1 rcv"), vec!["500kB"; 6], "{screen}");
+    assert!(screen.contains("miss = remote / requested") && screen.contains("colour: miss < 10% green"), "{screen}");
 }

@@ -1,6 +1,7 @@
 //! The real binary on a real terminal (tmux): the dashboard shows live
 //! numbers, `tab` and `?` work, and `q` stops the run gracefully: checkpoint,
 //! terminal restored, summary printed, exit 0, and the run resumes from there.
+//! The time-step grid shows exactly what `metrics.jsonl` records.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -138,4 +139,79 @@ fn no_tui_on_a_terminal_draws_bars_with_epoch_lines_above_them() {
     assert!(iter.contains("/12") && iter.contains("eta"), "{s}");
     assert!(!s.contains("q stop"), "the dashboard started despite --no-tui:\n{s}");
     // Dropping `tmux` hangs the run up.
+}
+
+/// The sum of a record's byte counts (every category).
+fn total(v: &serde_json::Value) -> f64 {
+    v.as_object().unwrap().values().map(|b| b.as_u64().unwrap()).sum::<u64>() as f64
+}
+
+/// Every view in turn, ending on the time-step grid (T = 2, two workers):
+/// each cell on screen is the miss rate and bytes received of one record.
+#[test]
+fn the_time_step_grid_shows_what_the_records_say() {
+    use leapgnn::tui::fmt::{bytes, pct};
+    let tmp = tempfile::tempdir().unwrap();
+    let tmux = train_in_tmux(tmp.path(), "--run steps --workers 2 --strategy leapgnn --time-steps 2");
+    tmux.wait("dashboard", Duration::from_secs(90), |s| s.contains("q stop") && s.contains("W 2"));
+    for (view, says) in [
+        ("workers", "bytes/s in/out"),
+        ("curves", "loss per iteration"),
+        ("log", "events ("),
+        ("steps", "time steps: epoch"),
+    ] {
+        tmux.keys("Tab");
+        tmux.wait(view, Duration::from_secs(10), |s| s.contains(says));
+    }
+    // Three iterations on screen: the newest and the two before it.
+    let grid = tmux.wait("three iterations", Duration::from_secs(60), |s| {
+        let lines: Vec<&str> = s.lines().collect();
+        lines.iter().position(|l| l.contains("wkr")).is_some_and(|at| lines[at + 1].matches("t1").count() >= 3)
+    });
+    tmux.keys("q");
+    let after = tmux.wait("exit", Duration::from_secs(30), |s| s.contains("leapgnn exited"));
+    assert!(after.contains("leapgnn exited 0"), "{after}");
+
+    let words = |l: &str| -> Vec<String> {
+        l.split_whitespace().filter(|c| *c != "│").map(str::to_string).collect::<Vec<_>>()
+    };
+    let lines: Vec<&str> = grid.lines().collect();
+    let at = lines.iter().position(|l| l.contains("wkr")).unwrap();
+    // `wkr eE iI eE iI ...`, then `tT tT ...` below.
+    let its = words(lines[at]);
+    let steps = words(lines[at + 1]);
+    let cols: Vec<(u64, u64, u64)> = its[1..]
+        .chunks(2)
+        .zip(&steps)
+        .map(|(p, t)| (p[0][1..].parse().unwrap(), p[1][1..].parse().unwrap(), t[1..].parse().unwrap()))
+        .collect();
+    assert_eq!(cols.len(), steps.len(), "{grid}");
+    let records: Vec<serde_json::Value> = std::fs::read_to_string(tmp.path().join("runs/steps/metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let mut checked = 0;
+    for w in 0..2u64 {
+        let miss = words(grid.lines().find(|l| l.contains(&format!("w{w} miss"))).unwrap());
+        let rcv = words(grid.lines().find(|l| l.contains(&format!("w{w} rcv"))).unwrap());
+        for (k, &(e, i, t)) in cols.iter().enumerate() {
+            let r = records
+                .iter()
+                .find(|r| r["epoch"] == e - 1 && r["iteration"] == i - 1 && r["time_step"] == t && r["worker"] == w)
+                .unwrap_or_else(|| panic!("no record for epoch {e} iteration {i} step {t} worker {w}"));
+            let rows = &r["rows"];
+            let (req, remote) = (rows["requested"].as_u64().unwrap(), rows["remote"].as_u64().unwrap());
+            let want = if req == 0 { 0.0 } else { remote as f64 / req as f64 };
+            assert_eq!(miss[k + 2], pct(want), "worker {w}, epoch {e} iteration {i}, step {t}:\n{grid}");
+            assert_eq!(
+                rcv[k + 2],
+                bytes(total(&r["bytes_in"])),
+                "worker {w}, epoch {e} iteration {i}, step {t}:\n{grid}"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 12, "{grid}");
+    eprintln!("the time-step grid:\n{grid}");
 }

@@ -69,6 +69,14 @@ fn bad_input_is_one_line_and_exit_2() {
     std::fs::write(&prof, "[cluster]\nlauncher = \"local\"\n[cost]\nbandwith = 3.0\n").unwrap();
     let e = fails(d, &[&["tune-merge"], JOB, &["--cluster", prof.to_str().unwrap()]].concat(), 2);
     assert!(e.contains("lab.toml") && e.contains("bandwith"), "{e}");
+    // Figures calibrated on another dataset are refused unless asked for by name.
+    std::fs::write(&prof, "[cluster]\nlauncher = \"local\"\n[cost]\nsource = \"calibrated\"\ndataset = \"facebook\"\n")
+        .unwrap();
+    let e = fails(d, &[&["tune-merge"], JOB, &["--cluster", prof.to_str().unwrap()]].concat(), 2);
+    assert!(e.contains("calibrated on facebook, not synthetic-small") && e.contains("--figures-from facebook"), "{e}");
+    let v =
+        json(d, &[&["tune-merge"], JOB, &["--cluster", prof.to_str().unwrap(), "--figures-from", "facebook"]].concat());
+    assert_eq!(v["figures"], "calibrated");
 }
 
 fn train(d: &Path, run: &str, extra: &[&str]) -> serde_json::Value {

@@ -176,7 +176,7 @@ fn first_bad_host(mut report: ClusterReport) -> anyhow::Result<ClusterReport> {
 }
 
 /// Wraps a driver error with the host of the rank at fault, e.g.
-/// "rank 1 on gnn@10.0.0.2:22: worker 1 exited with code 137 before finishing".
+/// "rank 1 on gnn@10.0.0.2:22: worker 1 was killed by SIGKILL before finishing".
 pub fn name_host(profile: &Profile, e: DriverError) -> anyhow::Error {
     match e.rank() {
         Some(r) => anyhow::Error::new(e).context(profile.describe_rank(r)),

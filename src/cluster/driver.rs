@@ -39,7 +39,7 @@ impl Default for DriverOptions {
 pub enum DriverError {
     #[error("worker {rank} did not connect back within {secs}s (see its log lines above)")]
     StartTimeout { rank: usize, secs: u64 },
-    #[error("worker {rank} exited with code {code} before finishing")]
+    #[error("worker {rank} {} before finishing", super::launcher::describe_exit(*.code))]
     Exited { rank: usize, code: i32 },
     #[error("worker {rank} failed: {message}")]
     WorkerFailed { rank: usize, message: String },

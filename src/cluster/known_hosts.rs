@@ -107,13 +107,20 @@ pub fn entry_name(address: &str, port: u16) -> String {
     if port == 22 { address.to_string() } else { format!("[{address}]:{port}") }
 }
 
-/// `SHA256:<hex>` of the server's host key, for messages.
+/// The server's host key fingerprint as OpenSSH prints it (`ssh-keygen -lf`):
+/// `SHA256:` and the unpadded base64 of the SHA-256 of the key blob.
 pub fn fingerprint(sess: &Session) -> String {
-    let hex: String = sess
-        .host_key_hash(ssh2::HashType::Sha256)
-        .map(|h| h.iter().map(|b| format!("{b:02x}")).collect())
-        .unwrap_or_else(|| "unknown".into());
-    format!("SHA256:{hex}")
+    match sess.host_key() {
+        Some((blob, _)) => openssh_fingerprint(blob),
+        None => "SHA256:unknown".into(),
+    }
+}
+
+/// `SHA256:<base64, no padding>` of a public key blob (the decoded second field of a `.pub` line).
+pub fn openssh_fingerprint(blob: &[u8]) -> String {
+    use base64::Engine;
+    use sha2::Digest;
+    format!("SHA256:{}", base64::engine::general_purpose::STANDARD_NO_PAD.encode(sha2::Sha256::digest(blob)))
 }
 
 fn check(sess: &Session, file: &Path, address: &str, port: u16, key: &[u8]) -> Result<CheckResult, HostKeyError> {
@@ -141,4 +148,30 @@ fn load(sess: &Session, file: &Path) -> Result<KnownHosts, HostKeyError> {
         }
     }
     Ok(kh)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::openssh_fingerprint;
+    use base64::Engine;
+
+    /// The fingerprint users compare: the same text as `ssh-keygen -lf` of the key.
+    #[test]
+    fn fingerprints_read_as_ssh_keygen_prints_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("k");
+        let made =
+            std::process::Command::new("ssh-keygen").args(["-q", "-t", "ed25519", "-N", "", "-f"]).arg(&key).status();
+        if !made.is_ok_and(|s| s.success()) {
+            eprintln!("skipped: ssh-keygen is not installed (CI installs openssh)");
+            return;
+        }
+        let pubkey = std::fs::read_to_string(key.with_extension("pub")).unwrap();
+        let blob = base64::engine::general_purpose::STANDARD.decode(pubkey.split_whitespace().nth(1).unwrap()).unwrap();
+        let out = std::process::Command::new("ssh-keygen").arg("-lf").arg(key.with_extension("pub")).output().unwrap();
+        // `256 SHA256:... comment (ED25519)`
+        let want = String::from_utf8(out.stdout).unwrap().split_whitespace().nth(1).unwrap().to_string();
+        assert!(want.starts_with("SHA256:"), "{want}");
+        assert_eq!(openssh_fingerprint(&blob), want);
+    }
 }

@@ -25,7 +25,8 @@ pub struct WorkerSpec {
 /// A started worker. Dropping it stops the worker (no orphans).
 pub trait WorkerProcess: Send {
     fn rank(&self) -> usize;
-    /// Non-blocking: `Some(code)` once the process has exited.
+    /// Non-blocking: `Some(code)` once the process has exited; a death by
+    /// signal N reads 128 + N, as shells report it.
     fn try_exit_code(&mut self) -> Option<i32>;
     /// Stop the worker and everything it started; idempotent.
     fn kill(&mut self);
@@ -51,4 +52,40 @@ pub trait Launcher {
 pub trait RemoteDir {
     /// The whole file `name` in this directory.
     fn read(&mut self, name: &str) -> anyhow::Result<Vec<u8>>;
+}
+
+/// Linux signal numbers by name (the ones a worker may die of).
+const SIGNALS: [(i32, &str); 11] = [
+    (1, "HUP"),
+    (2, "INT"),
+    (3, "QUIT"),
+    (4, "ILL"),
+    (6, "ABRT"),
+    (7, "BUS"),
+    (8, "FPE"),
+    (9, "KILL"),
+    (11, "SEGV"),
+    (13, "PIPE"),
+    (15, "TERM"),
+];
+
+/// The number of signal `name` (`KILL`, `SIGKILL`), if known.
+pub fn signal_number(name: &str) -> Option<i32> {
+    let name = name.strip_prefix("SIG").unwrap_or(name);
+    SIGNALS.iter().find(|(_, n)| *n == name).map(|(s, _)| *s)
+}
+
+/// An exit code as `try_exit_code` gives it, in words: "exited with code 1",
+/// "was killed by SIGKILL".
+pub fn describe_exit(code: i32) -> String {
+    match SIGNALS.iter().find(|(s, _)| 128 + s == code) {
+        Some((_, name)) => format!("was killed by SIG{name}"),
+        None => format!("exited with code {code}"),
+    }
+}
+
+/// `try_exit_code` of a local process's status.
+pub fn exit_code(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(-1)
 }

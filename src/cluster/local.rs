@@ -88,7 +88,7 @@ impl WorkerProcess for LocalWorker {
         if self.done.is_none()
             && let Ok(Some(status)) = self.child.try_wait()
         {
-            self.done = Some(status.code().unwrap_or(-1));
+            self.done = Some(super::launcher::exit_code(status));
         }
         self.done
     }
@@ -97,7 +97,7 @@ impl WorkerProcess for LocalWorker {
         if self.try_exit_code().is_none() {
             let _ = self.child.kill();
             if let Ok(status) = self.child.wait() {
-                self.done = Some(status.code().unwrap_or(-1));
+                self.done = Some(super::launcher::exit_code(status));
             }
         }
     }

@@ -494,16 +494,7 @@ fn exit_code(ch: &mut Channel) -> i32 {
     if let Ok(sig) = ch.exit_signal()
         && let Some(name) = sig.exit_signal
     {
-        return 128
-            + match name.as_str() {
-                "HUP" => 1,
-                "INT" => 2,
-                "KILL" => 9,
-                "SEGV" => 11,
-                "PIPE" => 13,
-                "TERM" => 15,
-                _ => 0,
-            };
+        return 128 + super::launcher::signal_number(&name).unwrap_or(0);
     }
     ch.exit_status().unwrap_or(-1)
 }

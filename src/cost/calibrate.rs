@@ -161,6 +161,7 @@ pub fn calibrate(
     }
     fit(&mut f, &samples, &shape, w);
     f.jitter = fit_jitter(&f, &measured_runs, &shape);
+    f.dataset = base.dataset.clone();
     f.source = format!(
         "calibrated at unix time {stamp} on {w} {} worker(s), {} ({}, batch {}, fanout {}, hidden {}), runs: {}",
         o.launcher.name(),

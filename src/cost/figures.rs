@@ -49,6 +49,10 @@ pub struct Link {
 pub struct Figures {
     /// `default (rough, uncalibrated)` or what the calibration measured on.
     pub source: String,
+    /// The dataset the calibration ran on (empty: uncalibrated, or calibrated
+    /// before this was recorded). Compute and gather rates depend on it.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub dataset: String,
     /// Any link without its own entry: bytes per second, one-way latency (s).
     pub bandwidth: f64,
     pub latency: f64,
@@ -84,6 +88,7 @@ impl Default for Figures {
     fn default() -> Self {
         Figures {
             source: DEFAULT_SOURCE.into(),
+            dataset: String::new(),
             bandwidth: 1.25e9,
             latency: 50e-6,
             links: Vec::new(),
@@ -105,6 +110,19 @@ impl Default for Figures {
 impl Figures {
     pub fn is_calibrated(&self) -> bool {
         self.source != DEFAULT_SOURCE
+    }
+
+    /// Figures calibrated on another dataset predict badly (their compute and
+    /// gather rates are that dataset's): refused unless `accepted` names it.
+    pub fn check_dataset(&self, dataset: &str, accepted: Option<&str>, origin: &str) -> Result<(), BadInput> {
+        if self.dataset.is_empty() || self.dataset == dataset || accepted == Some(self.dataset.as_str()) {
+            return Ok(());
+        }
+        Err(BadInput::new(format!(
+            "the figures in {origin} were calibrated on {}, not {dataset}: calibrate on {dataset} (--calibrate), or \
+             use them anyway with --figures-from {}",
+            self.dataset, self.dataset
+        )))
     }
 
     /// (bytes per second, latency) of the link `from -> to`.

@@ -119,6 +119,21 @@ pub fn fetch(dir: &Path, spec: &FetchSpec<'_>, notes: &mut Vec<String>) -> Resul
     Ok((done, url))
 }
 
+/// After a failed fetch: removes empty `.part` files, then `dir` and `parent`
+/// if that leaves them empty (a partial download is kept for the rerun to resume).
+pub fn remove_if_empty(dir: &Path, parent: &Path) {
+    if let Ok(entries) = fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.metadata().is_ok_and(|m| m.is_file() && m.len() == 0) {
+                let _ = fs::remove_file(e.path());
+            }
+        }
+    }
+    // remove_dir refuses a directory that is not empty: exactly what is wanted.
+    let _ = fs::remove_dir(dir);
+    let _ = fs::remove_dir(parent);
+}
+
 enum Failure {
     /// The network or server failed: try again (the `.part` is kept for resume).
     Retry(DatasetError),

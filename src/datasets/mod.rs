@@ -117,7 +117,12 @@ pub fn download(data: &DataDir, reg: &Registry, req: &DownloadRequest) -> Result
             progress: req.progress,
             force: req.force,
         };
-        let (file, url) = fetch::fetch(&data.downloads_dir(&req.name), &spec, &mut notes)?;
+        let dir = data.downloads_dir(&req.name);
+        let (file, url) = fetch::fetch(&dir, &spec, &mut notes).map_err(|e| {
+            // Nothing half-made stays behind when nothing was fetched (a partial file is kept for resume).
+            fetch::remove_if_empty(&dir, &data.dataset_dir(&req.name));
+            local_copy_hint(e, &req.name)
+        })?;
         let mut ds = convert::convert(format, &file, &req.name, req.seed, &options)?;
         ds.meta.source = url;
         (ds, "downloaded")
@@ -130,8 +135,27 @@ pub fn download(data: &DataDir, reg: &Registry, req: &DownloadRequest) -> Result
         let m = &ds.meta;
         notes.extend(e.check_expected(m.num_nodes, m.num_edges, m.feature_dim, m.num_classes));
     }
+    if ds.meta.num_classes == 0 {
+        let split = if options.split.is_some() { " (--split applies to labelled nodes, so it made none)" } else { "" };
+        notes.push(format!(
+            "{} has no labels (0 classes){split}: `leapgnn train` needs them; re-import with --generated-classes K \
+             (seeded labels) and --split, or from a source with labels",
+            req.name
+        ));
+    }
     ds.write(&target)?;
     Ok(report(DatasetFile::open_verified(&target)?, t0, action, notes))
+}
+
+/// A failed download says how to go on without the network.
+fn local_copy_hint(e: DatasetError, name: &str) -> DatasetError {
+    match e {
+        DatasetError::Download { url, msg } => DatasetError::Download {
+            url,
+            msg: format!("{msg}; offline, import a local copy instead: `leapgnn download {name} --from PATH`"),
+        },
+        e => e,
+    }
 }
 
 fn report(f: DatasetFile, t0: Instant, action: &'static str, notes: Vec<String>) -> DownloadReport {

@@ -80,6 +80,8 @@ pub struct Options {
     pub hidden: usize,
     /// Seeds the epoch's shuffle and the sampler, as `train --seed` does.
     pub seed: u64,
+    /// Keep the partitions the analysis had to create (`--no-keep` drops them).
+    pub keep: bool,
 }
 
 impl Default for Options {
@@ -95,6 +97,7 @@ impl Default for Options {
             micrographs: 4096,
             hidden: 128,
             seed: 0,
+            keep: true,
         }
     }
 }

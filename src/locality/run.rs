@@ -51,10 +51,15 @@ pub fn analyze(data: &DataDir, name: &str, opts: &Options, progress: bool) -> an
             columns.push((s.method, s.parts));
         }
     }
-    let manifests = columns
-        .iter()
-        .map(|&(m, k)| partition_of(data, name, &ds, m, k, opts.seed))
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let mut created = Vec::new();
+    let mut manifests = Vec::with_capacity(columns.len());
+    for &(m, k) in &columns {
+        let (manifest, new) = partition_of(data, name, &ds, m, k, opts.seed)?;
+        manifests.push(manifest);
+        created.extend(new);
+    }
+    // `--no-keep`: what this analysis created goes when it ends (the maps stay valid until dropped).
+    let _cleanup = Cleanup { dirs: if opts.keep { Vec::new() } else { created } };
     let owners = OwnerTable::new(&manifests.iter().map(|m| m.node_part()).collect::<Vec<_>>());
     let partition_seeds: Vec<u64> = manifests.iter().map(|m| m.seed()).collect();
     let column_of = |s: &Setting| columns.iter().position(|&c| c == (s.method, s.parts)).expect("every column listed");
@@ -107,8 +112,25 @@ pub fn analyze(data: &DataDir, name: &str, opts: &Options, progress: bool) -> an
     })
 }
 
+/// Partition directories removed on drop, whatever the analysis's outcome.
+struct Cleanup {
+    dirs: Vec<std::path::PathBuf>,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for d in &self.dirs {
+            match std::fs::remove_dir_all(d) {
+                Ok(()) => eprintln!("removed {} (--no-keep)", d.display()),
+                Err(e) => tracing::warn!("cannot remove {}: {e}", d.display()),
+            }
+        }
+    }
+}
+
 /// The `method`-`parts` partition of `name`: an existing one cut from this
-/// dataset (whatever its seed), else a new one made with `seed` and kept.
+/// dataset (whatever its seed), else a new one made with `seed` (then also its
+/// directory, as created here).
 fn partition_of(
     data: &DataDir,
     name: &str,
@@ -116,15 +138,18 @@ fn partition_of(
     method: Method,
     parts: usize,
     seed: u64,
-) -> anyhow::Result<ManifestFile> {
+) -> anyhow::Result<(ManifestFile, Option<std::path::PathBuf>)> {
     let dir = data.parts_dir(name, method.name(), parts);
     if let Ok(m) = ManifestFile::open(&dir)
         && m.check_matches(ds, parts).is_ok()
     {
-        return Ok(m);
+        return Ok((m, None));
     }
+    let existed = dir.exists();
     let dir = ensure_partition(data, name, method.name(), parts, seed)?;
-    ManifestFile::open(&dir).with_context(|| format!("cannot read the partition just written to {}", dir.display()))
+    let m = ManifestFile::open(&dir)
+        .with_context(|| format!("cannot read the partition just written to {}", dir.display()))?;
+    Ok((m, (!existed).then_some(dir)))
 }
 
 fn progress_bar(rows: usize, show: bool) -> ProgressBar {

@@ -44,6 +44,10 @@ pub struct RunSummary {
     /// Each worker's peak resident set size (VmHWM), in rank order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub peak_rss_bytes: Vec<u64>,
+    /// `--check-replicas N`: how many times every replica's weights were
+    /// compared and found identical (absent when not asked for).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica_checks: Option<u64>,
 }
 
 /// Bytes that crossed a socket between processes, summed over the workers,

@@ -7,7 +7,7 @@ use super::{MAX_PARTS, PartitionError, PartitionOptions, Problem, assign, train_
 use crate::format::{DatasetFile, ManifestFile, PartFile, PartManifest};
 use crate::{BadInput, DataDir};
 use anyhow::Context;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// What `partition --json` prints (CLI.md), plus a few extras after `peak_rss_bytes`.
@@ -69,13 +69,23 @@ pub fn ensure_partition(data: &DataDir, name: &str, method: &str, parts: usize, 
     eprintln!("no up-to-date {method}-{parts} partition of {name}: creating {}", job.dir.display());
     let r = job.run(started).with_context(|| format!("cannot partition {name}"))?;
     eprintln!(
-        "partitioned {name} into {parts} parts with {method}: edge cut {:.1}%, balance nodes {:.3} train {:.3}, {:.1} s",
+        "partitioned {name} into {parts} parts with {method}: edge cut {:.1}%, balance nodes {:.3} train {:.3}, {:.1} s; \
+         wrote {:.1} MB to {}",
         100.0 * r.edge_cut_fraction,
         r.balance.nodes,
         r.balance.train,
-        r.seconds
+        r.seconds,
+        dir_bytes(Path::new(&r.path)) as f64 / 1e6,
+        r.path
     );
     Ok(PathBuf::from(r.path))
+}
+
+/// Bytes of the files directly in `dir` (a partition: manifest and parts).
+fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|rd| rd.flatten().filter_map(|e| e.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum())
+        .unwrap_or(0)
 }
 
 struct Job<'a> {
@@ -95,25 +105,34 @@ impl<'a> Job<'a> {
         if k > MAX_PARTS {
             return Err(BadInput::new(format!("--parts {k}: at most {MAX_PARTS} parts (part ids are 16-bit)")).into());
         }
-        let mut parts = Path::new(name).components();
-        if !matches!((parts.next(), parts.next()), (Some(Component::Normal(_)), None)) {
-            return Err(BadInput::new(format!("dataset name `{name}` must be a plain name, not a path")).into());
-        }
-        let path = data.dataset_path(name);
+        // The archive `train` would use: a name under --data-dir, or a path (partitioned beside it).
+        let path = crate::paths::resolve_archive(data, name);
+        let under_data = path == data.dataset_path(name);
         if !path.is_file() {
-            return Err(BadInput::new(format!(
-                "no dataset `{name}` at {} (run `leapgnn download {name}` first, or check --data-dir)",
-                path.display()
-            ))
-            .into());
+            let msg = if crate::paths::is_plain_name(name) {
+                format!(
+                    "no dataset `{name}` at {} (run `leapgnn download {name}` first, or check --data-dir)",
+                    path.display()
+                )
+            } else {
+                format!(
+                    "no dataset archive at `{name}`: give a dataset directory (holding dataset.lgnn), an archive, or a name under --data-dir"
+                )
+            };
+            return Err(BadInput::new(msg).into());
         }
+        let dir = if under_data {
+            data.parts_dir(name, opts.method.name(), k)
+        } else {
+            crate::paths::parts_beside(&path, opts.method.name(), k)
+        };
         let ds = DatasetFile::open(&path)?;
         if k > ds.num_nodes() {
             return Err(
                 BadInput::new(format!("--parts {k}: more parts than the {} nodes of {name}", ds.num_nodes())).into()
             );
         }
-        Ok(Job { name, opts, dir: data.parts_dir(name, opts.method.name(), k), ds })
+        Ok(Job { name, opts, dir, ds })
     }
 
     /// The report of a partition already on disk that matches this job, if any

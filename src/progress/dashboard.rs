@@ -101,7 +101,18 @@ impl ProgressSink for Dashboard {
     fn epoch(&mut self, e: &EpochRecord) {
         match &mut self.fallback {
             Some(b) => b.epoch(e),
-            None => self.send(Msg::Epoch(e.clone())),
+            None => {
+                self.send(Msg::Epoch(e.clone()));
+                // The log keeps every epoch's end, past what the curves still show.
+                self.event(&format!(
+                    "epoch {} ended: loss {:.4}, val {}, test {}, {:.1} s",
+                    e.epoch + 1,
+                    e.loss,
+                    crate::tui::fmt::pct(e.val_accuracy),
+                    crate::tui::fmt::pct(e.test_accuracy),
+                    e.seconds
+                ));
+            }
         }
     }
     fn event(&mut self, msg: &str) {

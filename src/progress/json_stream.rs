@@ -3,7 +3,8 @@ use crate::metrics::{EpochRecord, StepRecord};
 use std::io::Write;
 
 /// Every step record as one JSON line, flushed at once so a pipeline sees it
-/// live. A closed reader (`| head`) ends the stream, not the run.
+/// live. A closed reader (`| head`) stops the run as the dashboard's `q`
+/// does: the iteration finishes, is checkpointed, and the summary goes to stderr.
 pub struct JsonStream<W: Write> {
     out: W,
     /// One record's line, reused: a record goes out in one write.
@@ -39,6 +40,9 @@ impl<W: Write> ProgressSink for JsonStream<W> {
     }
     fn epoch(&mut self, _: &EpochRecord) {}
     fn event(&mut self, _: &str) {}
+    fn stop_requested(&self) -> bool {
+        self.closed
+    }
     fn finish(&mut self) {
         let _ = self.out.flush();
     }

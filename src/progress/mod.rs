@@ -5,6 +5,7 @@
 mod bars;
 mod dashboard;
 mod json_stream;
+pub mod signals;
 
 pub use bars::Bars;
 pub use dashboard::Dashboard;

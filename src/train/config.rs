@@ -3,8 +3,9 @@
 use super::StrategyKind;
 use crate::BadInput;
 use crate::comm::CachePolicy;
+use crate::format::DatasetFile;
 use crate::gather::RowNorm;
-use crate::model::ModelKind;
+use crate::model::{ModelKind, ModelSpec};
 use crate::optim::OptimizerKind;
 use crate::sample::Fanouts;
 use candle_core::Device;
@@ -210,6 +211,32 @@ impl TrainConfig {
             TrainMode::Minibatch => self.batch_size,
             TrainMode::FullGraph => train.div_ceil(self.workers.max(1)).max(1),
         }
+    }
+
+
+    /// The model this config builds for `ds`.
+    pub fn model_spec(&self, ds: &DatasetFile) -> ModelSpec {
+        ModelSpec {
+            kind: self.model,
+            in_dim: ds.feature_dim(),
+            hidden: self.hidden,
+            classes: ds.num_classes(),
+            layers: self.fanouts.layers(),
+            heads: self.heads,
+            dropout: self.dropout,
+        }
+    }
+
+    /// Everything a worker would reject, checked before a run is created (so a
+    /// driver of many workers fails as one worker does, with nothing left
+    /// behind): the flags (`check`), then against the dataset its labels and
+    /// splits, the model (`ModelSpec::check`) and the device.
+    pub fn check_all(&self, ds: &DatasetFile) -> Result<(), BadInput> {
+        self.check()?;
+        super::splits(ds, &self.dataset)?;
+        self.model_spec(ds).check()?;
+        self.device.open()?;
+        Ok(())
     }
 
     /// Rejects values that cannot work, naming the flag and what to give instead.

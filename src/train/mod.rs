@@ -31,7 +31,7 @@ pub use worker::{FeatureSource, GraphData, StepStats, Worker};
 
 use crate::format::{DatasetFile, FormatError, write_atomic};
 use crate::metrics::{ByteCounts, EpochRecord, JsonlSink, RunBytes, RunInfo, RunSummary, StepRecord, add_bytes};
-use crate::model::{Model, ModelSpec, Params};
+use crate::model::{Model, Params};
 use crate::{BadInput, DataDir};
 use std::path::{Path, PathBuf};
 
@@ -127,6 +127,9 @@ pub fn train(
     obs: &mut dyn Observer,
 ) -> Result<RunSummary, TrainError> {
     cfg.check()?;
+    check_new_run(data, opts)?;
+    let path = crate::datasets::ensure_dataset(data, &cfg.dataset).map_err(TrainError::Dataset)?;
+    cfg.check_all(&DatasetFile::open(&path)?)?;
     let (run, run_dir) = new_run_dir(data, opts.run.as_deref(), &cfg)?;
     execute(data, cfg, &run, &run_dir, false, opts, obs)
 }
@@ -163,6 +166,15 @@ pub fn resumable(
     let (mut cfg, progress) = checkpoint::load_config(&ck)?;
     if let Some(e) = over.epochs {
         cfg.epochs = e;
+    }
+    // A resume that would train nothing says so rather than exiting quietly.
+    if progress.epoch >= cfg.epochs && cfg.epochs > 0 {
+        let asked = over.epochs.map_or(String::new(), |e| format!(" and --epochs {e} asks for no more"));
+        return Err(BadInput::new(format!(
+            "run `{run}` has already trained {} epochs{asked}: nothing to resume; give --epochs above {} to train further",
+            progress.epoch, progress.epoch
+        ))
+        .into());
     }
     if let Some(c) = over.checkpoint_every {
         cfg.checkpoint_every = c;
@@ -287,20 +299,39 @@ pub(crate) fn build_model(
     ds: &DatasetFile,
 ) -> Result<(Model, Params, Box<dyn crate::optim::Optimizer>, candle_core::Device), TrainError> {
     let device = cfg.device.open()?;
-    let spec = ModelSpec {
-        kind: cfg.model,
-        in_dim: ds.feature_dim(),
-        hidden: cfg.hidden,
-        classes: ds.num_classes(),
-        layers: cfg.fanouts.layers(),
-        heads: cfg.heads,
-        dropout: cfg.dropout,
-    };
+    let spec = cfg.model_spec(ds);
     spec.check()?;
     let mut params = Params::new(cfg.seed);
     let model = Model::new(&spec, &mut params, &device)?;
     let opt = cfg.optimizer.build(params.numel(), cfg.lr, cfg.weight_decay);
     Ok((model, params, opt, device))
+}
+
+/// `-vv`: one line per step record.
+pub(crate) fn trace_step(r: &StepRecord) {
+    tracing::debug!(
+        "worker {}: epoch {} iteration {} step {}: loss {:.4}, {} rows ({} remote), {:.3} s",
+        r.worker,
+        r.epoch + 1,
+        r.iteration + 1,
+        r.time_step,
+        r.loss,
+        r.rows.requested,
+        r.rows.remote,
+        r.sample_seconds + r.gather_seconds + r.compute_seconds + r.sync_seconds
+    );
+}
+
+/// `-v`: one line per epoch.
+pub(crate) fn trace_epoch(e: &EpochRecord, epochs: u64) {
+    tracing::info!(
+        "epoch {}/{epochs}: loss {:.4}, val {:.4}, test {:.4}, {:.2} s",
+        e.epoch + 1,
+        e.loss,
+        e.val_accuracy,
+        e.test_accuracy,
+        e.seconds
+    );
 }
 
 /// Appends every step record to `metrics.jsonl`, then passes it on.
@@ -311,10 +342,12 @@ struct Recording<'a> {
 
 impl Observer for Recording<'_> {
     fn step(&mut self, r: &StepRecord) -> Result<(), TrainError> {
+        trace_step(r);
         self.sink.write(r)?;
         self.inner.step(r)
     }
     fn epoch(&mut self, e: &EpochRecord, epochs: u64) {
+        trace_epoch(e, epochs);
         let _ = self.sink.flush();
         self.inner.epoch(e, epochs);
     }
@@ -341,6 +374,23 @@ fn check_name(name: &str, flag: &str) -> Result<(), BadInput> {
     }
 }
 
+/// Refuses a `--run` name that `new_run_dir` would refuse, before anything is created.
+pub(crate) fn check_new_run(data: &DataDir, opts: &RunOptions) -> Result<(), BadInput> {
+    let Some(name) = opts.run.as_deref() else { return Ok(()) };
+    check_name(name, "--run")?;
+    if data.run_dir(name).exists() {
+        return Err(run_taken(data, name));
+    }
+    Ok(())
+}
+
+fn run_taken(data: &DataDir, name: &str) -> BadInput {
+    BadInput::new(format!(
+        "run `{name}` already exists in {}; continue it with --resume {name} or choose another --run",
+        data.runs_dir().display()
+    ))
+}
+
 /// Creates `runs/<run>/`: the requested name (which must be new), or
 /// `<dataset>-<model>-<unix time>[-n]`.
 pub(crate) fn new_run_dir(
@@ -355,11 +405,7 @@ pub(crate) fn new_run_dir(
         let dir = data.run_dir(name);
         return match std::fs::create_dir(&dir) {
             Ok(()) => Ok((name.to_string(), dir)),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(BadInput::new(format!(
-                "run `{name}` already exists in {}; continue it with --resume {name} or choose another --run",
-                runs.display()
-            ))
-            .into()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(run_taken(data, name).into()),
             Err(e) => Err(TrainError::Io { path: dir, source: e }),
         };
     }

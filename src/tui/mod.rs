@@ -13,6 +13,7 @@ pub use app::{Msg, run_terminal};
 pub use render::draw;
 pub use ring::Ring;
 pub use state::{
-    DashboardState, EPOCH_HISTORY, EVENT_HISTORY, ITERATION_HISTORY, IterPoint, STEP_HISTORY, StepPoint, WorkerRow,
+    CELL_HISTORY, DashboardState, EPOCH_HISTORY, EVENT_HISTORY, ITERATION_HISTORY, IterPoint, STEP_HISTORY, StepCell,
+    StepPoint, WorkerRow,
 };
 pub use view::{Action, Ui, View};

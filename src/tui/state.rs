@@ -11,6 +11,8 @@ pub const STEP_HISTORY: usize = 512;
 pub const ITERATION_HISTORY: usize = 1024;
 /// Epochs kept for the accuracy curves.
 pub const EPOCH_HISTORY: usize = 1024;
+/// (iteration, time step, worker) cells kept for the time-step grid.
+pub const CELL_HISTORY: usize = 4096;
 /// Lines kept in the event log.
 pub const EVENT_HISTORY: usize = 200;
 /// Steps per worker over which bytes/s are averaged.
@@ -99,6 +101,26 @@ impl StepPoint {
     }
 }
 
+/// One worker's share of one (iteration, time step): a cell of the time-step grid.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StepCell {
+    pub epoch: u64,
+    pub iteration: u64,
+    pub time_step: u32,
+    pub worker: u32,
+    pub rows: RowCounts,
+    /// Bytes this worker received in the step, every category.
+    pub bytes_in: u64,
+    /// Bytes this worker sent in the step, every category.
+    pub bytes_out: u64,
+}
+
+impl StepCell {
+    pub fn miss_rate(&self) -> f64 {
+        self.rows.miss_rate()
+    }
+}
+
 /// One iteration, all workers together.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct IterPoint {
@@ -124,6 +146,7 @@ pub struct DashboardState {
     pub info: RunInfo,
     workers: Vec<WorkerRow>,
     steps: Ring<StepPoint>,
+    cells: Ring<StepCell>,
     iterations: Ring<IterPoint>,
     epochs: Ring<EpochRecord>,
     events: Ring<String>,
@@ -143,6 +166,7 @@ impl Default for DashboardState {
             info: RunInfo::default(),
             workers: Vec::new(),
             steps: Ring::new(STEP_HISTORY),
+            cells: Ring::new(CELL_HISTORY),
             iterations: Ring::new(ITERATION_HISTORY),
             epochs: Ring::new(EPOCH_HISTORY),
             events: Ring::new(EVENT_HISTORY),
@@ -220,6 +244,24 @@ impl DashboardState {
                 rows: r.rows,
             }),
         }
+        // Several records of one cell (a full-graph run's layers) add up.
+        let cell = (r.epoch, r.iteration, r.time_step, r.worker);
+        match self.cells.recent_mut(depth, |c| (c.epoch, c.iteration, c.time_step, c.worker) == cell) {
+            Some(c) => {
+                c.rows += r.rows;
+                c.bytes_in += r.bytes_in.total();
+                c.bytes_out += r.bytes_out.total();
+            }
+            None => self.cells.push(StepCell {
+                epoch: r.epoch,
+                iteration: r.iteration,
+                time_step: r.time_step,
+                worker: r.worker,
+                rows: r.rows,
+                bytes_in: r.bytes_in.total(),
+                bytes_out: r.bytes_out.total(),
+            }),
+        }
         if self.iterations.recent_mut(depth, |i| (i.epoch, i.iteration) == here).is_none() {
             self.iterations.push(IterPoint {
                 epoch: r.epoch,
@@ -252,6 +294,22 @@ impl DashboardState {
 
     pub fn steps(&self) -> &Ring<StepPoint> {
         &self.steps
+    }
+
+    /// The cells of the newest `n` iterations, newest iteration first: each
+    /// (epoch, iteration) with its cells.
+    pub fn recent_cells(&self, n: usize) -> Vec<((u64, u64), Vec<StepCell>)> {
+        let mut out: Vec<((u64, u64), Vec<StepCell>)> = Vec::new();
+        for c in self.cells.iter().rev() {
+            let key = (c.epoch, c.iteration);
+            match out.iter().position(|(k, _)| *k == key) {
+                Some(i) => out[i].1.push(*c),
+                None if out.len() < n => out.push((key, vec![*c])),
+                None => {}
+            }
+        }
+        out.sort_by_key(|(k, _)| std::cmp::Reverse(*k));
+        out
     }
 
     pub fn iterations(&self) -> &Ring<IterPoint> {

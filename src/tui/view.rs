@@ -13,10 +13,12 @@ pub enum View {
     Curves,
     /// The whole event log.
     Log,
+    /// Worker x time step grid of miss rates and bytes, newest iterations first.
+    Steps,
 }
 
 impl View {
-    pub const ALL: [View; 4] = [View::Overview, View::Workers, View::Curves, View::Log];
+    pub const ALL: [View; 5] = [View::Overview, View::Workers, View::Curves, View::Log, View::Steps];
 
     pub fn title(self) -> &'static str {
         match self {
@@ -24,6 +26,7 @@ impl View {
             View::Workers => "workers",
             View::Curves => "curves",
             View::Log => "log",
+            View::Steps => "steps",
         }
     }
 

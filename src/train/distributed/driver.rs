@@ -53,6 +53,10 @@ pub fn train_distributed(
     obs: &mut dyn Observer,
 ) -> anyhow::Result<RunSummary> {
     cfg.check()?;
+    crate::train::check_new_run(data, run)?;
+    // Whatever a worker would reject is refused here, before anything is created or started.
+    let dataset = crate::datasets::ensure_dataset(data, &cfg.dataset)?;
+    cfg.check_all(&crate::format::DatasetFile::open(&dataset)?)?;
     preflight(data, &cfg, run, opts)?;
     let (name, run_dir) = new_run_dir(data, run.run.as_deref(), &cfg)?;
     let result = execute(data, cfg, name.clone(), run_dir, None, run, opts, obs);
@@ -171,6 +175,8 @@ fn execute(
     opts: &DistOptions<'_>,
     obs: &mut dyn Observer,
 ) -> anyhow::Result<RunSummary> {
+    let dataset = absolute(&crate::datasets::ensure_dataset(data, &cfg.dataset)?)?;
+    let ds = crate::format::DatasetFile::open(&dataset)?;
     let world = cfg.workers;
     // --time-steps auto starts from the cost model's plans (and re-plans from measured times).
     let auto = cfg.strategy == StrategyKind::Leapgnn && cfg.time_steps.is_none() && cfg.merge_plan.is_none();
@@ -184,9 +190,15 @@ fn execute(
     let mut env = StrategyEnv::new(&cfg, None)?;
     env.auto_plans = auto_plans.clone();
     let time_steps = crate::train::strategy::build(cfg.strategy, &env)?.time_steps();
-    let dataset = absolute(&crate::datasets::ensure_dataset(data, &cfg.dataset)?)?;
     let parts_dir = absolute(&crate::partition::ensure_partition(data, &cfg.dataset, "metis", cfg.parts, cfg.seed)?)?;
     let run_dir = absolute(&run_dir)?;
+    tracing::info!(
+        "run {name}: {} ({} nodes) on {world} workers, partition {}, {} time step(s) per iteration",
+        dataset.display(),
+        ds.num_nodes(),
+        parts_dir.display(),
+        time_steps
+    );
     write_atomic(run_dir.join("config.json"), &serde_json::to_vec_pretty(&cfg).expect("config serialises"))?;
     let root = absolute(&data.root)?;
     let on_worker = |p: &Path| worker_path(opts.launcher, &root, p);
@@ -203,7 +215,7 @@ fn execute(
         auto_plans,
     };
     let task = serde_json::json!({ "task": "train", "train": job });
-    let train_ids = crate::format::DatasetFile::open(&dataset)?.train().len();
+    let train_ids = ds.train().len();
     obs.start(&crate::metrics::RunInfo {
         run: name.clone(),
         dataset: cfg.dataset.clone(),
@@ -246,10 +258,12 @@ fn execute(
         let outcome = match ev {
             Event::Metrics(rank, v) => match serde_json::from_value::<Report>(v) {
                 Ok(Report::Step(r)) => {
+                    crate::train::trace_step(&r);
                     summary.rows += r.rows;
                     sink.write(&r).map_err(TrainError::from).and_then(|()| obs.step(&r))
                 }
                 Ok(Report::Epoch { record, epochs }) => {
+                    crate::train::trace_epoch(&record, epochs);
                     let _ = sink.flush();
                     obs.epoch(&record, epochs);
                     Ok(())
@@ -299,6 +313,7 @@ fn execute(
     summary.iterations = first.iterations;
     // auto: the T the workers settled on.
     summary.time_steps = first.time_steps.unwrap_or(time_steps);
+    summary.replica_checks = (opts.check_replicas > 0).then_some(first.replica_checks);
     let summary = summary.from_history(first.history.clone());
     write_atomic(run_dir.join("workers.json"), &serde_json::to_vec_pretty(&done).expect("reports serialise"))?;
     write_atomic(run_dir.join("summary.json"), &serde_json::to_vec_pretty(&summary).expect("summary serialises"))?;

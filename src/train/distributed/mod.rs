@@ -86,4 +86,7 @@ pub struct WorkerDone {
     /// Peak resident set size (VmHWM) of the worker process.
     #[serde(default)]
     pub peak_rss_bytes: Option<u64>,
+    /// `--check-replicas`: comparisons of every replica's weights that found them identical.
+    #[serde(default)]
+    pub replica_checks: u64,
 }

@@ -13,6 +13,8 @@ pub struct ReplicaCheck<'m> {
     pub mesh: &'m Mesh,
     pub every: u64,
     pub timeout: Duration,
+    /// Checks passed so far (reported in the run summary).
+    pub passed: u64,
 }
 
 /// A u64 hash travels as four 16-bit pieces: exact in f32, and each worker
@@ -61,6 +63,7 @@ impl Strategy for ReplicaCheck<'_> {
     ) -> Result<f64, TrainError> {
         if self.every > 0 && it.global_index.is_multiple_of(self.every) {
             self.check(w, it)?;
+            self.passed += 1;
         }
         self.inner.iteration(w, coll, it, grad, records)
     }

@@ -91,8 +91,13 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
     env.auto_plans = spec.auto_plans.clone();
     // p3 reads its column slice of every row from the archive this process already maps.
     worker.all_rows = Some(&ds);
-    let mut strat =
-        ReplicaCheck { inner: strategy::build(cfg.strategy, &env)?, mesh: &mesh, every: spec.check_replicas, timeout };
+    let mut strat = ReplicaCheck {
+        inner: strategy::build(cfg.strategy, &env)?,
+        mesh: &mesh,
+        every: spec.check_replicas,
+        timeout,
+        passed: 0,
+    };
     let ck = checkpoint::dir(&spec.run_dir);
     let progress =
         if spec.resume { checkpoint::restore(&ck, &worker.params, opt.as_mut())? } else { Progress::default() };
@@ -121,6 +126,7 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
         remote_fetches,
         time_steps: Some(strategy::Strategy::time_steps(&strat)),
         peak_rss_bytes: crate::train::fullgraph::memory::peak_rss(),
+        replica_checks: strat.passed,
     };
     Ok(serde_json::to_value(done)?)
 }

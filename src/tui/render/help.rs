@@ -12,7 +12,7 @@ const KEYS: [(&str, &str); 4] = [
 ];
 
 const NOTES: [&str; 5] = [
-    "views: overview, workers, curves, log",
+    "views: overview, workers, curves, log, steps (worker x time step grid)",
     "t = time step; model = (worker + t) mod W",
     "miss = remote rows / requested rows, per time step and per epoch (never across epochs)",
     "req/local/cache/remote = feature rows this epoch",

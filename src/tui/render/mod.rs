@@ -5,6 +5,7 @@ mod curves;
 mod header;
 mod help;
 mod log;
+mod steps;
 mod workers;
 
 use super::state::DashboardState;
@@ -25,6 +26,7 @@ pub fn draw(frame: &mut Frame, state: &DashboardState, ui: &Ui) {
         View::Workers => workers::detail(frame, body, state),
         View::Curves => curves::draw(frame, body, state),
         View::Log => log::draw(frame, body, state),
+        View::Steps => steps::draw(frame, body, state),
     }
     footer(frame, foot, ui);
     if ui.help {

@@ -1,0 +1,131 @@
+//! Ctrl-C, SIGTERM and a closed stdout stop a run as the dashboard's `q`
+//! does, for one worker and for several: the iteration finishes, rank 0
+//! checkpoints it, the summary goes to stderr, exit 0, and `--resume` goes on.
+
+mod dist_support;
+
+use dist_support::{Driver, cora, fails, json, signal, wait_gone};
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// Long enough never to finish before the test acts on it.
+const LONG_RUN: &[&str] = &["--epochs", "1000", "--batch-size", "8", "--hidden", "16", "--fanout", "5,5", "--no-tui"];
+
+fn state(d: &std::path::Path, run: &str) -> serde_json::Value {
+    let path = d.join("runs").join(run).join("checkpoint/state.json");
+    serde_json::from_slice(&std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))).unwrap()
+}
+
+/// Starts `workers` workers, waits for the first epoch, sends `sig` to the driver alone.
+fn stop_with(d: &std::path::Path, workers: usize, sig: &str) {
+    let run = format!("{sig}-{workers}");
+    let w = workers.to_string();
+    let mut drv = Driver::start(d, &[&["train", "cora", "--workers", &w, "--run", &run], LONG_RUN].concat());
+    let ws = if workers > 1 { drv.workers(workers) } else { Vec::new() };
+    drv.wait_line(Duration::from_secs(60), |l| l.starts_with("epoch") && l.contains("/1000"));
+    signal(drv.child.id(), sig);
+    let (code, stderr) = drv.wait_exit(Duration::from_secs(60));
+    assert_eq!(code, Some(0), "SIG{sig} with {workers} workers:\n{stderr}");
+    assert!(stderr.contains("stopped on request after iteration"), "{stderr}");
+    assert!(stderr.contains(&format!("run {run}: test accuracy")), "no summary:\n{stderr}");
+    let pids: Vec<u32> = ws.iter().map(|w| w.pid).collect();
+    assert_eq!(wait_gone(&pids, Duration::from_secs(5)), Vec::<u32>::new(), "workers left behind");
+
+    let s = state(d, &run);
+    let done = s["progress"]["global_iteration"].as_u64().unwrap();
+    assert!(done >= 1, "{s}");
+    let stopped: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.join("runs").join(&run).join("summary.json")).unwrap()).unwrap();
+    assert_eq!(stopped["iterations"], done, "the checkpoint is of the last iteration");
+    if workers == 1 {
+        // One more epoch than the checkpoint has started.
+        let epochs = (s["progress"]["epoch"].as_u64().unwrap() + 1).to_string();
+        let resumed = json(d, &["train", "--resume", &run, "--epochs", &epochs]);
+        assert!(resumed["iterations"].as_u64().unwrap() > done, "{resumed}");
+        assert_eq!(resumed["epochs"].to_string(), epochs);
+        // Nothing left to train: said, not silently done.
+        let line = fails(d, &["train", "--resume", &run, "--epochs", "1"], 2);
+        assert!(
+            line.contains(&format!("has already trained {epochs} epochs")) && line.contains("nothing to resume"),
+            "{line}"
+        );
+    }
+}
+
+#[test]
+fn ctrl_c_stops_one_worker_with_a_checkpoint_and_resume_continues() {
+    let tmp = cora();
+    stop_with(tmp.path(), 1, "INT");
+}
+
+#[test]
+fn sigterm_stops_one_worker_with_a_checkpoint_and_resume_continues() {
+    let tmp = cora();
+    stop_with(tmp.path(), 1, "TERM");
+}
+
+#[test]
+fn ctrl_c_and_sigterm_stop_four_workers_at_one_iteration_with_a_checkpoint() {
+    let tmp = cora();
+    stop_with(tmp.path(), 4, "INT");
+    stop_with(tmp.path(), 4, "TERM");
+}
+
+/// `--json-stream | head -2`: the run stops once the reader has gone.
+#[test]
+fn a_closed_json_stream_stops_the_run_and_it_can_be_resumed() {
+    let tmp = cora();
+    let d = tmp.path();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_leapgnn"))
+        .arg("--data-dir")
+        .arg(d)
+        .args(["train", "cora", "--json-stream", "--run", "piped"])
+        .args(LONG_RUN)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    for _ in 0..2 {
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        let r: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert!(r["loss"].is_number(), "{line}");
+    }
+    drop(out); // as `head -2` exits
+    let status = child.wait().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("stopped on request after iteration"), "{stderr}");
+    let done = state(d, "piped")["progress"]["global_iteration"].as_u64().unwrap();
+    // 140 training roots in batches of 8: 18 iterations an epoch, 18,000 in the run.
+    assert!((1..100).contains(&done), "stopped after {done} iterations");
+    let resumed = json(d, &["train", "--resume", "piped", "--epochs", "2"]);
+    assert_eq!(resumed["epochs"], 2);
+}
+
+/// A second Ctrl-C does not wait for the iteration: the workers are stopped
+/// at once and the driver exits 130, keeping the last periodic checkpoint.
+#[test]
+fn a_second_ctrl_c_forces_an_immediate_stop() {
+    let tmp = cora();
+    let d = tmp.path();
+    let mut drv = Driver::start(
+        d,
+        &[&["train", "cora", "--workers", "3", "--checkpoint-every", "1", "--run", "forced"], LONG_RUN].concat(),
+    );
+    let ws = drv.workers(3);
+    drv.wait_line(Duration::from_secs(60), |l| l.starts_with("epoch") && l.contains("/1000"));
+    // Back to back, as a user pressing twice: the second lands long before the workers finish the iteration.
+    signal(drv.child.id(), "INT");
+    signal(drv.child.id(), "INT");
+    let (code, stderr) = drv.wait_exit(Duration::from_secs(30));
+    let pids: Vec<u32> = ws.iter().map(|w| w.pid).collect();
+    assert_eq!(wait_gone(&pids, Duration::from_secs(5)), Vec::<u32>::new(), "workers left behind");
+    assert_eq!(code, Some(130), "{stderr}");
+    assert!(stderr.contains("press Ctrl-C again"), "{stderr}");
+    assert!(stderr.lines().any(|l| l.starts_with("error:") && l.contains("interrupted")), "{stderr}");
+    assert!(state(d, "forced")["progress"]["global_iteration"].as_u64().unwrap() >= 1);
+}

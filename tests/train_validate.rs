@@ -1,0 +1,117 @@
+//! `train --workers 4` checks every flag and combination a worker would
+//! reject before it creates or starts anything: exit 2, one `error:` line
+//! naming the flag, the same line as one worker gives, and no run directory,
+//! partition or worker left behind. Also what an operator sees around that:
+//! dataset paths on several workers, `-v` / `-vv`.
+
+mod train_support;
+
+use train_support::{Tiny, fails, json, write_tiny};
+
+const BASE: &[&str] = &["train", "tiny", "--no-tui"];
+
+/// Extra flags, what the error line must contain, and whether one worker
+/// refuses them with the very same line (some checks involve W itself).
+const BAD: &[(&[&str], &str, bool)] = &[
+    (&["--model", "gat", "--heads", "3"], "--heads 3", true),
+    (&["--model", "gat", "--heads", "0"], "--heads 0", true),
+    (&["--dropout", "1.5"], "--dropout 1.5", true),
+    (&["--hidden", "0"], "--hidden", true),
+    (&["--batch-size", "0"], "--batch-size", true),
+    (&["--eval-batch-size", "0"], "--eval-batch-size", true),
+    (&["--epochs", "0"], "--epochs", true),
+    (&["--lr", "0"], "--lr 0", true),
+    (&["--lr=-1"], "--lr -1", true),
+    (&["--weight-decay=-0.5"], "--weight-decay -0.5", true),
+    (&["--fanout", "5,x"], "--fanout", true),
+    (&["--layers", "3"], "--layers 3", true),
+    (&["--eval-fanout", "5"], "--eval-fanout 5", true),
+    (&["--eval-fanout", "5,0"], "--eval-fanout", true),
+    (&["--model", "gcnx"], "--model", true),
+    (&["--optimizer", "lbfgs"], "--optimizer", true),
+    (&["--device", "tpu"], "--device", true),
+    (&["--normalize", "l7"], "--normalize", true),
+    (&["--cache-policy", "lru"], "--cache-policy", true),
+    (&["--strategy", "nope"], "--strategy", true),
+    (&["--strategy", "p3", "--model", "gat"], "--strategy p3", true),
+    (&["--migration", "ring"], "--migration ring", true),
+    (&["--prefetch"], "--prefetch", true),
+    (&["--time-steps", "2"], "--time-steps 2", true),
+    (&["--time-steps", "two"], "--time-steps", true),
+    (&["--strategy", "leapgnn", "--time-steps", "0"], "--time-steps 0", true),
+    (&["--strategy", "micrograph", "--merge-plan", "plan.json"], "--merge-plan", true),
+    (&["--run", "../elsewhere"], "--run", true),
+    (&["--strategy", "leapgnn", "--time-steps", "5"], "--time-steps 5", false),
+    (&["--parts", "3"], "--parts 3", false),
+    (&["--comm-timeout", "0"], "--comm-timeout", false),
+];
+
+#[test]
+fn bad_flags_for_four_workers_exit_2_naming_the_flag_and_create_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    write_tiny(d, "tiny", Tiny::default());
+    assert!(BAD.len() >= 20);
+    for (extra, says, same) in BAD {
+        let four = fails(d, &[BASE, &["--workers", "4"], extra].concat(), 2);
+        assert!(four.contains(says), "{extra:?}: `{four}` does not name {says}");
+        if *same {
+            let one = fails(d, &[BASE, &["--workers", "1"], extra].concat(), 2);
+            assert_eq!(four, one, "{extra:?}: four workers and one say different things");
+        }
+        assert!(!d.join("runs").exists(), "{extra:?}: a run directory was created");
+        assert!(!d.join("tiny/parts").exists(), "{extra:?}: a partition was created");
+    }
+}
+
+#[test]
+fn datasets_without_labels_or_a_taken_run_name_are_refused_before_launch() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    write_tiny(d, "tiny", Tiny::default());
+    write_tiny(d, "bare", Tiny { classes: 0, ..Tiny::default() });
+    let line = fails(d, &["train", "bare", "--workers", "4", "--no-tui"], 2);
+    assert!(line.contains("--generated-classes"), "{line}");
+    assert!(!d.join("runs").exists() && !d.join("bare/parts").exists());
+    std::fs::create_dir_all(d.join("runs/taken")).unwrap();
+    let line = fails(d, &[BASE, &["--workers", "4", "--run", "taken"]].concat(), 2);
+    assert!(line.contains("run `taken` already exists"), "{line}");
+    assert!(!d.join("tiny/parts").exists());
+}
+
+/// A dataset given by path trains on several workers as on one; its
+/// partition is written beside the archive.
+#[test]
+fn a_dataset_path_trains_on_several_workers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let elsewhere = tempfile::tempdir().unwrap();
+    write_tiny(elsewhere.path(), "mine", Tiny::default());
+    let dir = elsewhere.path().join("mine");
+    let s =
+        json(d, &["train", dir.to_str().unwrap(), "--workers", "2", "--epochs", "1", "--batch-size", "64", "--no-tui"]);
+    assert_eq!(s["workers"], 2);
+    assert!(s["iterations"].as_u64().unwrap() >= 1);
+    assert!(dir.join("parts/metis-2").is_dir(), "the partition is beside the archive");
+}
+
+/// `-v` shows the run's stages and epochs, from the driver and from every
+/// worker (relayed as `[worker r]` lines); `-vv` adds a line per step record.
+#[test]
+fn verbose_flags_trace_the_driver_and_the_workers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    write_tiny(d, "tiny", Tiny::default());
+    let run = |v: &str| {
+        let out = train_support::leapgnn(d, &[v, "train", "tiny", "--workers", "2", "--epochs", "1", "--no-tui"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stderr).unwrap()
+    };
+    let v = run("-v");
+    assert!(v.lines().any(|l| l.contains("INFO") && l.contains("epoch 1/1: loss")), "{v}");
+    assert!(v.lines().any(|l| l.starts_with("[worker 1]") && l.contains("INFO")), "{v}");
+    assert!(!v.contains("DEBUG"), "{v}");
+    assert!(!v.contains('\u{1b}'), "colour codes in piped stderr");
+    let vv = run("-vv");
+    assert!(vv.lines().any(|l| l.contains("DEBUG") && l.contains("worker 1: epoch 1 iteration 1 step 0")), "{vv}");
+}
