@@ -213,7 +213,6 @@ impl TrainConfig {
         }
     }
 
-
     /// The model this config builds for `ds`.
     pub fn model_spec(&self, ds: &DatasetFile) -> ModelSpec {
         ModelSpec {
