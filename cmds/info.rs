@@ -49,6 +49,7 @@ pub fn print_summary(s: &DatasetSummary) {
     println!("nodes         {}", s.nodes);
     println!("edges         {} (directed CSR entries{})", s.edges, if s.directed { "" } else { ", both directions" });
     println!("feature_dim   {}{}", s.feature_dim, if s.generated_features { " (generated)" } else { "" });
+    println!("features      {} ({} values stored)", s.feature_storage, s.feature_values);
     println!("classes       {}", s.classes);
     println!("split         train {} / val {} / test {}", s.train, s.val, s.test);
     println!("size          {} bytes", s.bytes);

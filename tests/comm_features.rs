@@ -185,6 +185,30 @@ fn sparse_rows_cross_the_wire_as_csr_and_only_their_non_zeros_are_counted() {
 }
 
 #[test]
+fn a_cache_of_sparse_rows_holds_csr_and_serves_hits() {
+    let c = cora();
+    let w = 2;
+    let owners = owners(c.n, w);
+    with_mesh(w, no_tweak, |m| {
+        let r = m.rank();
+        let local: Arc<dyn RowSource> = Arc::new(own_sparse_rows(c, &owners, r));
+        serve_features(m, local.clone());
+        let mut client = FeatureClient::new(Owners::Table(owners.clone()), local, LONG);
+        let picked: Vec<u32> = (0..c.n as u32).filter(|&v| owners[v as usize] as usize != r).take(300).collect();
+        assert_eq!(client.fill_cache(m, &picked).unwrap().remote, 300);
+        let cache = client.cache().unwrap();
+        assert!(cache.is_sparse() && cache.len() == 300);
+        assert!(cache.bytes() < 300 * c.d * 4 / 10, "{} bytes for 300 cached CSR rows", cache.bytes() - c.n * 4);
+        let ids = request(r + 50, 2000, c.n, &picked);
+        let (rows, stats) = client.fetch_rows(m, &ids).unwrap();
+        assert_rows(c, &ids, &rows.into_dense(), &format!("sparse worker {r} with a cache"));
+        let hits = ids.iter().filter(|v| picked.contains(v)).count() as u64;
+        assert_eq!(stats.cache_hit, hits);
+        m.barrier(LONG).unwrap();
+    });
+}
+
+#[test]
 fn partition_files_serve_their_rows_zero_copy() {
     let c = cora();
     let w = 2;
@@ -248,7 +272,7 @@ fn the_degree_cache_holds_the_busiest_remote_rows_and_serves_hits() {
     for &(u, _) in &c.edges {
         degree[u as usize] += 1;
     }
-    let budget = cache::rows_within(150 * c.d as u64 * 4 + 100, c.d);
+    let budget = cache::rows_within(150 * c.d as u64 * 4 + 100, c.d as f64 * 4.0);
     assert_eq!(budget, 150);
     with_mesh(w, no_tweak, |m| {
         let r = m.rank();

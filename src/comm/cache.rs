@@ -37,11 +37,13 @@ impl fmt::Display for CachePolicy {
     }
 }
 
-/// How many rows of `dim` f32 features fit in `budget_bytes` (the id -> slot
-/// table, 4 bytes per node, is not counted: it is the size of the topology's
-/// own arrays, which every worker maps anyway).
-pub fn rows_within(budget_bytes: u64, dim: usize) -> usize {
-    if dim == 0 { 0 } else { usize::try_from(budget_bytes / (dim as u64).saturating_mul(4)).unwrap_or(usize::MAX) }
+/// How many rows of `row_bytes` each fit in `budget_bytes` (4 x dim for dense
+/// rows; `FeatureView::mean_row_bytes` for sparse ones, whose size varies:
+/// the budget then holds on average). The id -> slot table, 4 bytes per node,
+/// is not counted: it is the size of the topology's own arrays, which every
+/// worker maps anyway.
+pub fn rows_within(budget_bytes: u64, row_bytes: f64) -> usize {
+    if row_bytes > 0.0 { (budget_bytes as f64 / row_bytes) as usize } else { 0 }
 }
 
 /// Up to `max_rows` remote vertices (owned by a part other than `rank`) in
@@ -95,8 +97,8 @@ mod tests {
 
     #[test]
     fn the_budget_counts_whole_rows() {
-        assert_eq!(rows_within(1 << 20, 128), 2048);
-        assert_eq!(rows_within(511, 128), 0);
-        assert_eq!(rows_within(1 << 20, 0), 0);
+        assert_eq!(rows_within(1 << 20, 512.0), 2048);
+        assert_eq!(rows_within(511, 512.0), 0);
+        assert_eq!(rows_within(1 << 20, 0.0), 0);
     }
 }

@@ -391,10 +391,10 @@ fn check_reply(mesh: &Mesh, owner: usize, reply: Vec<u8>, rows: usize, d: usize)
             let mut offsets = Vec::with_capacity(rows + 1);
             offsets.push(0usize);
             for c in body[..4 * rows].chunks_exact(4) {
-                offsets.push(offsets[offsets.len() - 1] + le(c) as usize);
+                offsets.push(offsets[offsets.len() - 1].saturating_add(le(c) as usize));
             }
             let nnz = offsets[rows];
-            if body.len() != 4 * rows + 8 * nnz {
+            if nnz.checked_mul(8).and_then(|b| b.checked_add(4 * rows)) != Some(body.len()) {
                 return Err(mismatch(format!("{} bytes holding {nnz} sparse values", body.len())));
             }
             let cols: Vec<u32> = body[4 * rows..4 * rows + 4 * nnz].chunks_exact(4).map(le).collect();

@@ -110,8 +110,15 @@ pub struct CountJob<'a> {
 
 impl<'a> CountJob<'a> {
     /// The degree cache training would fill for `cache_mb` per worker.
-    pub fn degree_cache(graph: CsrView<'_>, owner: &[u16], workers: usize, cache_mb: u64, dim: usize) -> Vec<Vec<u32>> {
-        let budget = cache::rows_within(cache_mb.saturating_mul(1 << 20), dim);
+    /// `row_bytes`: a row's bytes in the cache (`FeatureView::mean_row_bytes`).
+    pub fn degree_cache(
+        graph: CsrView<'_>,
+        owner: &[u16],
+        workers: usize,
+        cache_mb: u64,
+        row_bytes: f64,
+    ) -> Vec<Vec<u32>> {
+        let budget = cache::rows_within(cache_mb.saturating_mul(1 << 20), row_bytes);
         if budget == 0 {
             return Vec::new();
         }

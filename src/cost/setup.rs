@@ -49,7 +49,13 @@ impl Setup {
             batch_size: c.batch_size,
             fanouts: c.fanouts.clone(),
             seed: c.seed,
-            cached: CountJob::degree_cache(graph, &self.owner, c.workers, c.cache_mb, self.ds.feature_dim()),
+            cached: CountJob::degree_cache(
+                graph,
+                &self.owner,
+                c.workers,
+                c.cache_mb,
+                self.ds.features().mean_row_bytes(),
+            ),
         }
     }
 

@@ -271,6 +271,14 @@ impl Model {
                         self.spec.in_dim
                     );
                 }
+                // The product indexes weight rows by column: a column beyond the
+                // width (a damaged file read without `verify`) must not get that far.
+                if let Some(&bad) = c.indices.iter().find(|&&col| col as usize >= c.dim) {
+                    candle_core::bail!("a sparse input row has column {bad} but the features have {} columns", c.dim);
+                }
+                if c.indptr.last() != Some(&c.values.len()) || c.indices.len() != c.values.len() {
+                    candle_core::bail!("sparse input rows with inconsistent offsets");
+                }
                 if let (Mode::Train { key }, true) = (mode, self.spec.kind.drops_input()) {
                     let site = Self::feature_site(key, 0);
                     dropout_sparse(&mut c, self.spec.dropout, |r| vertex_row_key(site, ids[r]));

@@ -60,7 +60,7 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
     serve_features(&mesh, local.clone());
 
     let mut client = FeatureClient::new(Owners::Manifest(manifest.clone()), local, timeout);
-    let budget = cache::rows_within(cfg.cache_mb.saturating_mul(1 << 20), ds.feature_dim());
+    let budget = cache::rows_within(cfg.cache_mb.saturating_mul(1 << 20), ds.features().mean_row_bytes());
     let filled = if budget > 0 {
         let ids = match cfg.cache_policy {
             CachePolicy::Degree => cache::by_degree(ds.graph(), manifest.node_part(), rank, budget),
