@@ -38,6 +38,10 @@ impl Linear {
     pub fn bias(&self) -> Option<&Tensor> {
         self.b.as_ref()
     }
+
+    pub fn out_dim(&self) -> usize {
+        self.w.dims().first().copied().unwrap_or(0)
+    }
 }
 
 /// `act(x W^T + b)`; `fast` allows the custom op for a constant `x` (CPU
