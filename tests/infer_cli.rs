@@ -95,3 +95,20 @@ fn bad_input_is_refused_with_exit_2_naming_the_flag_or_the_figures() {
     assert!(e.contains("--embeddings 1"), "{e}");
     assert!(!d.join("runs/one/predictions.safetensors").exists());
 }
+
+#[test]
+fn a_full_graph_run_resumed_after_a_stop_ends_as_an_uninterrupted_one() {
+    let tmp = cora();
+    let d = tmp.path();
+    let fg = ["train", "cora", "--no-tui", "--full-batch", "--epochs", "4", "--hidden", "16"];
+    let whole = json(d, &[&fg[..], &["--run", "whole"]].concat());
+    json(d, &[&fg[..], &["--run", "cut", "--stop-after", "2"]].concat());
+    let resumed = json(d, &["train", "--resume", "cut", "--no-tui"]);
+    assert_eq!(resumed["iterations"], 4);
+    let fields = |s: &serde_json::Value| -> Vec<[serde_json::Value; 3]> {
+        let h = s["history"].as_array().unwrap();
+        h.iter().map(|e| [e["loss"].clone(), e["val_accuracy"].clone(), e["test_accuracy"].clone()]).collect()
+    };
+    assert_eq!(fields(&resumed), fields(&whole));
+    assert_eq!(fields(&whole).len(), 4);
+}

@@ -27,10 +27,29 @@ impl GcnLayer {
         AggGraph::from_block(b, true).with_weights(|d, s| norm[d] * norm[s])
     }
 
-    /// Aggregate first, then transform: the aggregate has only the destination rows.
+    /// The weighted sum and the linear map commute: aggregate first when the
+    /// aggregate is much smaller than the input (sampled blocks, whose sources
+    /// outnumber their destinations), transform first when the sources are
+    /// about the destinations (full-graph layers), so the sum runs over narrow rows.
     pub fn forward(&self, inp: &LayerInput<'_>) -> Result<Tensor> {
-        let agg = csr_op::weighted_sum(inp.x, inp.graph, inp.kernel)?;
-        self.lin.forward(&agg, inp.activation)
+        let g = inp.graph;
+        let (d_in, d_out) = (inp.x.dim(1)?, self.lin.out_dim());
+        let aggregate_first = g.num_edges() * d_in + g.num_dst() * d_in * d_out;
+        let transform_first = g.num_src() * d_in * d_out + g.num_edges() * d_out;
+        if transform_first >= aggregate_first {
+            let agg = csr_op::weighted_sum(inp.x, g, inp.kernel)?;
+            return self.lin.forward(&agg, inp.activation);
+        }
+        let h = self.lin.columns(inp.x, 0..d_in)?;
+        let y = csr_op::weighted_sum(&h, g, inp.kernel)?;
+        let y = match self.lin.bias() {
+            Some(b) => y.broadcast_add(b)?,
+            None => y,
+        };
+        match inp.activation {
+            Some(a) => a.apply(&y),
+            None => Ok(y),
+        }
     }
 
     /// `forward` on constant sparse rows: transform first (sparse x dense), then

@@ -43,6 +43,10 @@ impl Linear {
     pub fn weight(&self) -> &Tensor {
         &self.w
     }
+
+    pub fn out_dim(&self) -> usize {
+        self.w.dims().first().copied().unwrap_or(0)
+    }
 }
 
 /// `act(x W^T + b)`; `fast` allows the custom op for a constant `x` (CPU

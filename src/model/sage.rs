@@ -49,6 +49,23 @@ impl SageLayer {
     }
 
     pub fn forward(&self, inp: &LayerInput<'_>) -> Result<Tensor> {
+        let g = inp.graph;
+        let (d_in, d_out) = (inp.x.dim(1)?, self.w_l.dim(0)?);
+        // The mean commutes with lin_l: over whole-graph layers (sources about
+        // the destinations) transforming first sums narrow rows instead of wide ones.
+        let aggregate_first = g.num_edges() * d_in + 2 * g.num_dst() * d_in * d_out;
+        let transform_first = (g.num_src() + g.num_dst()) * d_in * d_out + g.num_edges() * d_out;
+        if self.aggr == SageAggr::Mean && transform_first < aggregate_first {
+            let fast = inp.kernel == csr_op::Kernel::Fast;
+            let h = linear(inp.x, &self.w_l, None, fast, None)?;
+            let nbrs = csr_op::weighted_sum(&h, g, inp.kernel)?;
+            let own = linear(&inp.x.narrow(0, 0, g.num_dst())?, &self.w_r, Some(&self.b_l), fast, None)?;
+            let y = (nbrs + own)?;
+            return match inp.activation {
+                Some(a) => a.apply(&y),
+                None => Ok(y),
+            };
+        }
         let both = self.aggregate(inp)?;
         let w = Tensor::cat(&[&self.w_l, &self.w_r], 1)?;
         linear(&both, &w, Some(&self.b_l), inp.kernel == csr_op::Kernel::Fast, inp.activation)
