@@ -9,7 +9,7 @@ use super::launcher::{Launcher, WorkerProcess, WorkerSpec};
 use std::collections::VecDeque;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 /// How long a worker's exit may precede the delivery of its last messages.
@@ -263,7 +263,9 @@ fn lost(rank: usize, e: ControlError, p: &mut Box<dyn WorkerProcess>) -> DriverE
 }
 
 /// Connections that have not yet proved the token and may be in their handshake
-/// at once; one more evicts the oldest, so strangers cannot hold the door shut.
+/// at once; one more evicts the oldest that has not said hello yet (a real
+/// worker says it as it connects), so strangers cannot hold the door shut nor
+/// push a real worker out.
 pub const MAX_UNAUTHENTICATED: usize = 32;
 /// How long a new connection gets to prove the token, however slowly it sends.
 pub const ADMIT_DEADLINE: Duration = Duration::from_secs(10);
@@ -289,11 +291,11 @@ fn admit(
     let mut conns: Vec<Option<ControlConn>> = (0..world).map(|_| None).collect();
     let (tx, rx) = mpsc::channel::<Handshake>();
     // Clones of the streams in handshake, oldest first: evicted or cut when admission ends.
-    let mut pending: VecDeque<(u64, TcpStream)> = VecDeque::new();
+    let mut pending: VecDeque<(u64, TcpStream, Arc<AtomicBool>)> = VecDeque::new();
     let mut next_id = 0u64;
     let result = loop {
         while let Ok((id, from, outcome)) = rx.try_recv() {
-            pending.retain(|(i, _)| *i != id);
+            pending.retain(|(i, _, _)| *i != id);
             match outcome {
                 Ok((rank, c)) if conns[rank].is_none() => conns[rank] = Some(c),
                 Ok((rank, c)) => {
@@ -321,16 +323,19 @@ fn admit(
         match listener.accept() {
             Ok((stream, from)) => {
                 let Ok(clone) = stream.try_clone() else { continue };
-                if pending.len() >= MAX_UNAUTHENTICATED
-                    && let Some((_, oldest)) = pending.pop_front()
-                {
-                    let _ = oldest.shutdown(Shutdown::Both);
+                if pending.len() >= MAX_UNAUTHENTICATED {
+                    let silent = pending.iter().position(|(_, _, hello)| !hello.load(Ordering::SeqCst)).unwrap_or(0);
+                    if let Some((_, s, _)) = pending.remove(silent) {
+                        let _ = s.shutdown(Shutdown::Both);
+                    }
                 }
-                pending.push_back((next_id, clone));
+                let hello = Arc::new(AtomicBool::new(false));
+                pending.push_back((next_id, clone, hello.clone()));
                 let (tx, token, id) = (tx.clone(), token.to_string(), next_id);
                 next_id += 1;
                 std::thread::spawn(move || {
-                    let outcome = handshake(stream, from, &token, world, Instant::now() + ADMIT_DEADLINE);
+                    let deadline = Instant::now() + ADMIT_DEADLINE;
+                    let outcome = handshake(stream, from, &token, world, deadline, &hello);
                     let _ = tx.send((id, from, outcome));
                 });
             }
@@ -340,7 +345,7 @@ fn admit(
         }
     };
     // Handshakes still running belong to strangers (or to duplicates): end them now.
-    for (_, s) in pending {
+    for (_, s, _) in pending {
         let _ = s.shutdown(Shutdown::Both);
     }
     result.map(|()| conns.into_iter().map(|c| c.expect("admitted")).collect())
@@ -355,6 +360,7 @@ fn handshake(
     token: &str,
     world: usize,
     deadline: Instant,
+    said_hello: &AtomicBool,
 ) -> Result<(usize, ControlConn), String> {
     stream.set_nonblocking(false).map_err(|e| e.to_string())?;
     let _ = stream.set_write_timeout(Some(ADMIT_DEADLINE));
@@ -364,6 +370,7 @@ fn handshake(
         Ok(_) => return Err("its first message was not a hello".into()),
         Err(e) => return Err(e.to_string()),
     };
+    said_hello.store(true, Ordering::SeqCst);
     let rank = hello.rank;
     if rank >= world {
         return Err(format!("it claims to be worker {rank} of a job of {world}"));
