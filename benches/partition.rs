@@ -24,7 +24,7 @@ fn partition(c: &mut Criterion) {
     let every_tenth: Vec<bool> = (0..slashdot.view().num_nodes()).map(|v| v % 10 == 0).collect();
     run(c, "metis_4_slashdot", Method::Metis, slashdot.view(), &every_tenth);
 
-    let ds = generate("synthetic-arxiv", &preset("synthetic-arxiv").expect("preset"), 0).expect("generate");
+    let ds = generate("synthetic-arxiv-easy", &preset("synthetic-arxiv-easy").expect("preset"), 0).expect("generate");
     let g = CsrView { indptr: &ds.indptr, indices: &ds.indices };
     let is_train = train_flags(ds.labels.len(), &ds.train);
     run(c, "metis_4_synthetic_arxiv", Method::Metis, g, &is_train);

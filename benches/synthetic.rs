@@ -6,11 +6,11 @@ use leapgnn::datasets::synthetic::{generate, preset};
 use std::hint::black_box;
 
 fn arxiv(c: &mut Criterion) {
-    let spec = preset("synthetic-arxiv").expect("preset");
+    let spec = preset("synthetic-arxiv-easy").expect("preset");
     let mut g = c.benchmark_group("synthetic");
     g.sample_size(10);
     g.bench_function("generate_synthetic_arxiv", |b| {
-        b.iter(|| black_box(generate("synthetic-arxiv", &spec, 0).expect("generate")).indices.len())
+        b.iter(|| black_box(generate("synthetic-arxiv-easy", &spec, 0).expect("generate")).indices.len())
     });
     g.finish();
 }

@@ -15,7 +15,7 @@ usage() {
 usage: scripts/emulated-cluster.sh [options] [-- extra `leapgnn train` flags]
 
   --hosts N            emulated hosts, one worker each (default 4)
-  --dataset NAME       dataset (default synthetic-arxiv)
+  --dataset NAME       dataset (default synthetic-arxiv-easy)
   --rate R             link rate of every host, tc syntax (default 500mbit: model-centric then
                        spends about 60 % of its epoch waiting on the network here)
   --delay D            one-way delay added per link direction (default 0.5ms)
@@ -40,7 +40,7 @@ EOF
 
 die() { echo "emulated-cluster: $*" >&2; exit 2; }
 
-HOSTS=4 DATASET=synthetic-arxiv RATE=500mbit DELAY=0.5ms SWEEP="" EPOCHS=2 BATCH=1024 SEED=0
+HOSTS=4 DATASET=synthetic-arxiv-easy RATE=500mbit DELAY=0.5ms SWEEP="" EPOCHS=2 BATCH=1024 SEED=0
 STRATEGIES=model-centric,micrograph,pregather,leapgnn,p3
 BIN="" DATA_DIR="" OUT="" THREADS="" CHECK_ONLY=0 CALIBRATE=0
 EXTRA=()

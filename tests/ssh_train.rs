@@ -60,6 +60,15 @@ fn ssh_training_matches_local_workers_ships_once_and_fetches_the_checkpoint() {
     assert_eq!(local["iterations"], remote["iterations"]);
     let b = same_curve(&local, &remote);
     assert_eq!(local["test_accuracy"], remote["test_accuracy"]);
+    // Owner-scored evaluation moves the same bytes whatever the launcher, and
+    // the phases add up to the totals over SSH too.
+    assert_eq!(local["bytes"]["eval"], remote["bytes"]["eval"]);
+    assert!(remote["bytes"]["eval"]["features"].as_u64().unwrap() > 0);
+    for c in ["features", "gradients", "migration", "activations", "control"] {
+        let n = |v: &serde_json::Value| v.as_u64().unwrap();
+        let bytes = &remote["bytes"];
+        assert_eq!(n(&bytes["train"][c]) + n(&bytes["eval"][c]), n(&bytes[c]), "{c}: {bytes}");
+    }
 
     // Shipped once: the binary (checked for both ranks, sent for the first),
     // the archive and manifest (shared), and each rank's own part.

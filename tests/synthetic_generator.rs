@@ -53,7 +53,14 @@ fn small_preset_has_exact_sizes_and_a_valid_undirected_graph() {
 #[test]
 fn dense_small_spec_still_gets_exactly_the_edges_asked_for() {
     // 10 % of all pairs: many draws are duplicates, so top-up rounds and trimming both run.
-    let spec = SyntheticSpec { nodes: 300, edges: 4_485, feature_dim: 4, classes: 3, split: [0.5, 0.25, 0.25] };
+    let spec = SyntheticSpec {
+        nodes: 300,
+        edges: 4_485,
+        feature_dim: 4,
+        classes: 3,
+        split: [0.5, 0.25, 0.25],
+        ..Default::default()
+    };
     let ds = generate("dense", &spec, 3).unwrap();
     assert_eq!(ds.indices.len(), 2 * 4_485);
     ds.check().unwrap();

@@ -181,6 +181,21 @@ mod tests {
     }
 
     #[test]
+    fn synthetic_entries_match_the_built_in_presets() {
+        let r = Registry::builtin();
+        for name in [
+            "synthetic-small",
+            "synthetic-arxiv",
+            "synthetic-arxiv-easy",
+            "synthetic-products",
+            "synthetic-products-easy",
+        ] {
+            let spec = r.get(name).unwrap().synthetic_spec().unwrap();
+            assert_eq!(Some(spec), crate::datasets::synthetic::preset(name), "{name}");
+        }
+    }
+
+    #[test]
     fn bad_registries_are_rejected_with_the_entry_named() {
         let e = Registry::parse("[x]\nformat = \"zip\"\n", None).unwrap_err().to_string();
         assert!(e.contains("[x]") && e.contains("zip"), "{e}");
