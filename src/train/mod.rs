@@ -13,6 +13,7 @@ pub mod distributed;
 mod evaluate;
 pub mod fullgraph;
 pub mod infer;
+pub mod minibatch;
 mod naive;
 pub mod strategy;
 mod trainer;

@@ -1,18 +1,11 @@
-//! How the workers split an iteration's work: one file per strategy.
+//! How the workers split an iteration's work: the interface every strategy
+//! implements, whichever engine it runs on. The strategies themselves are one
+//! file each under their engine: `minibatch/` (sampled mini-batches) and
+//! `fullgraph/` (the whole graph, halo exchange per layer).
 
-mod auto_steps;
-mod leapgnn;
-mod micrograph;
-mod model_centric;
-mod p3;
-mod pregather;
-mod steps;
-mod store;
+pub use super::minibatch::{MicroSteps, ModelCentric, P3};
 
-pub use model_centric::ModelCentric;
-pub use p3::P3;
-pub use steps::MicroSteps;
-
+use super::minibatch;
 use super::{Collective, Migration, StepStats, TrainConfig, TrainError, TrainMode, Worker};
 use crate::BadInput;
 use crate::comm::{ByteCounts, Owners};
@@ -153,9 +146,9 @@ pub fn build(kind: StrategyKind, env: &StrategyEnv) -> Result<Box<dyn Strategy>,
     }
     match kind {
         StrategyKind::ModelCentric => Ok(Box::new(ModelCentric)),
-        StrategyKind::Micrograph => Ok(Box::new(micrograph::build(env))),
-        StrategyKind::Pregather => Ok(Box::new(pregather::build(env))),
-        StrategyKind::Leapgnn => Ok(Box::new(leapgnn::build(env))),
+        StrategyKind::Micrograph => Ok(Box::new(minibatch::micrograph::build(env))),
+        StrategyKind::Pregather => Ok(Box::new(minibatch::pregather::build(env))),
+        StrategyKind::Leapgnn => Ok(Box::new(minibatch::leapgnn::build(env))),
         StrategyKind::P3 => Ok(Box::new(P3::default())),
     }
 }
