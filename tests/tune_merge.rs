@@ -109,21 +109,43 @@ fn calibrated(d: &Path) -> serde_json::Value {
 
 #[test]
 fn calibrated_model_centric_prediction_is_within_35_percent() {
+    measured_twice_at_most(|d| {
+        calibrated(d);
+        train(d, "mc", &[]);
+        // The calibrated profile is read from <data-dir>/profiles/local.toml.
+        let v = tune(d, &["--validate", "mc"]);
+        let err = v["error"]["iteration"].as_f64().unwrap();
+        let measured = v["measured_iteration_seconds"].as_f64().unwrap();
+        let predicted = v["validation"]["predicted"]["iteration_seconds"].as_f64().unwrap();
+        eprintln!("model-centric: predicted {predicted:.4} s, measured {measured:.4} s, error {:+.1}%", err * 100.0);
+        for k in ["sample", "gather", "compute", "sync"] {
+            assert!(v["error"][k].as_f64().is_some(), "{k}");
+        }
+        if err.abs() > 0.35 {
+            return Err(format!("model-centric: predicted {predicted} s, measured {measured} s"));
+        }
+        Ok(())
+    });
+}
+
+/// Runs a calibrate-then-measure check, whose timing bounds (`Err`) hold on a
+/// machine that is not busy with something else; a second, fresh attempt
+/// (calibrated anew) tells a passing disturbance from a wrong model. Every
+/// other assertion fails at once.
+fn measured_twice_at_most(check: impl Fn(&Path) -> Result<(), String>) {
     let _one = timed();
-    let tmp = data();
-    let d = tmp.path();
-    calibrated(d);
-    train(d, "mc", &[]);
-    // The calibrated profile is read from <data-dir>/profiles/local.toml.
-    let v = tune(d, &["--validate", "mc"]);
-    let err = v["error"]["iteration"].as_f64().unwrap();
-    let measured = v["measured_iteration_seconds"].as_f64().unwrap();
-    let predicted = v["validation"]["predicted"]["iteration_seconds"].as_f64().unwrap();
-    eprintln!("model-centric: predicted {predicted:.4} s, measured {measured:.4} s, error {:+.1}%", err * 100.0);
-    assert!(err.abs() <= 0.35, "model-centric: predicted {predicted} s, measured {measured} s");
-    for k in ["sample", "gather", "compute", "sync"] {
-        assert!(v["error"][k].as_f64().is_some(), "{k}");
+    let mut failures = Vec::new();
+    for attempt in 1..=2 {
+        let tmp = data();
+        match check(tmp.path()) {
+            Ok(()) => return,
+            Err(e) => {
+                eprintln!("attempt {attempt}: {e}");
+                failures.push(e);
+            }
+        }
     }
+    panic!("the timing bounds failed twice: {failures:?}");
 }
 
 /// leapgnn at every T and the chosen plan, measured in two interleaved
@@ -133,56 +155,55 @@ fn calibrated_model_centric_prediction_is_within_35_percent() {
 /// 35 % of one of its two measurements.
 #[test]
 fn calibrated_leapgnn_predictions_and_the_chosen_plan_hold_when_measured() {
-    let _one = timed();
-    let tmp = data();
-    let d = tmp.path();
-    let v = calibrated(d);
-    assert!(
-        v["calibration"]["skipped"].as_array().unwrap().is_empty(),
-        "calibration skipped strategies: {}",
-        v["calibration"]["skipped"]
-    );
-    let out = d.join("plan.toml");
-    let v = tune(d, &["--out", out.to_str().unwrap()]);
-    let plan = out.to_str().unwrap();
-    // Configurations: T = 1..=4, then the chosen plan.
-    let configs: Vec<Vec<&str>> = vec![
-        vec!["--time-steps", "1"],
-        vec!["--time-steps", "2"],
-        vec!["--time-steps", "3"],
-        vec!["--time-steps", "4"],
-        vec!["--merge-plan", plan],
-    ];
-    let mut seconds = vec![Vec::new(); configs.len()];
-    let mut errors = vec![Vec::new(); configs.len()];
-    for round in 0..2 {
-        for (c, flags) in configs.iter().enumerate() {
-            let run = format!("c{c}r{round}");
-            train(d, &run, &[&["--strategy", "leapgnn"], &flags[..]].concat());
-            let v = tune(d, &["--validate", &run]);
-            let err = v["error"]["iteration"].as_f64().unwrap();
-            let m = v["measured_iteration_seconds"].as_f64().unwrap();
-            eprintln!("leapgnn {flags:?} round {round}: measured {m:.4} s, prediction error {:+.1}%", err * 100.0);
-            seconds[c].push(m);
-            errors[c].push(err.abs());
+    measured_twice_at_most(|d| {
+        let v = calibrated(d);
+        assert!(
+            v["calibration"]["skipped"].as_array().unwrap().is_empty(),
+            "calibration skipped strategies: {}",
+            v["calibration"]["skipped"]
+        );
+        let out = d.join("plan.toml");
+        let v = tune(d, &["--out", out.to_str().unwrap()]);
+        let plan = out.to_str().unwrap();
+        // Configurations: T = 1..=4, then the chosen plan.
+        let configs: Vec<Vec<&str>> = vec![
+            vec!["--time-steps", "1"],
+            vec!["--time-steps", "2"],
+            vec!["--time-steps", "3"],
+            vec!["--time-steps", "4"],
+            vec!["--merge-plan", plan],
+        ];
+        let mut seconds = vec![Vec::new(); configs.len()];
+        let mut errors = vec![Vec::new(); configs.len()];
+        for round in 0..2 {
+            for (c, flags) in configs.iter().enumerate() {
+                let run = format!("c{c}r{round}");
+                train(d, &run, &[&["--strategy", "leapgnn"], &flags[..]].concat());
+                let v = tune(d, &["--validate", &run]);
+                let err = v["error"]["iteration"].as_f64().unwrap();
+                let m = v["measured_iteration_seconds"].as_f64().unwrap();
+                eprintln!("leapgnn {flags:?} round {round}: measured {m:.4} s, prediction error {:+.1}%", err * 100.0);
+                seconds[c].push(m);
+                errors[c].push(err.abs());
+            }
         }
-    }
-    for (c, e) in errors.iter().enumerate().take(4) {
-        let best = e.iter().copied().fold(f64::INFINITY, f64::min);
-        assert!(best <= 0.35, "leapgnn T = {}: prediction errors {e:?}", c + 1);
-    }
-    let noise = seconds.iter().map(|s| (s[0] - s[1]).abs() / s[0].min(s[1])).fold(0.15, f64::max);
-    let fastest = |c: usize| seconds[c].iter().copied().fold(f64::INFINITY, f64::min);
-    let chosen = fastest(4);
-    eprintln!(
-        "chosen T = {}: {chosen:.4} s; noise {:.1}%; per T {seconds:?}",
-        v["chosen"]["time_steps"],
-        noise * 100.0
-    );
-    assert!(
-        chosen <= fastest(0) * (1.0 + noise) && chosen <= fastest(3) * (1.0 + noise),
-        "chosen {chosen} s vs T=1 {} s, T=W {} s (noise {noise})",
-        fastest(0),
-        fastest(3)
-    );
+        for (c, e) in errors.iter().enumerate().take(4) {
+            let best = e.iter().copied().fold(f64::INFINITY, f64::min);
+            if best > 0.35 {
+                return Err(format!("leapgnn T = {}: prediction errors {e:?}", c + 1));
+            }
+        }
+        let noise = seconds.iter().map(|s| (s[0] - s[1]).abs() / s[0].min(s[1])).fold(0.15, f64::max);
+        let fastest = |c: usize| seconds[c].iter().copied().fold(f64::INFINITY, f64::min);
+        let chosen = fastest(4);
+        eprintln!(
+            "chosen T = {}: {chosen:.4} s; noise {:.1}%; per T {seconds:?}",
+            v["chosen"]["time_steps"],
+            noise * 100.0
+        );
+        if chosen > fastest(0) * (1.0 + noise) || chosen > fastest(3) * (1.0 + noise) {
+            return Err(format!("chosen {chosen} s vs T=1 {} s, T=W {} s (noise {noise})", fastest(0), fastest(3)));
+        }
+        Ok(())
+    });
 }
