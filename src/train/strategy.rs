@@ -212,6 +212,11 @@ impl<'a> StepSink<'a> {
         }
     }
 
+    /// A line for the event log (rank 0's reach the driver's dashboard).
+    pub fn event(&mut self, msg: &str) {
+        self.obs.event(msg);
+    }
+
     pub(crate) fn emit(&mut self, r: &StepRecord) -> Result<(), TrainError> {
         self.rows += r.rows;
         crate::metrics::add_bytes(&mut self.sent, &r.bytes_out);

@@ -159,7 +159,13 @@ impl Strategy for MicroSteps {
         // Step 0's record also carries what the iteration moved before it (the pre-gather fetch).
         let bytes0 = coll.bytes();
         let t_count = match &mut self.count {
-            StepCount::Auto(a) => a.begin(coll, it.epoch)?,
+            StepCount::Auto(a) => {
+                let t = a.begin(coll, it.epoch)?;
+                if let Some(why) = a.take_decision() {
+                    records.event(&why);
+                }
+                t
+            }
             _ => self.time_steps(),
         };
         let mut roots = std::mem::take(&mut self.roots);
