@@ -346,3 +346,25 @@ fn a_full_disk_leaves_no_dataset_and_a_rerun_recovers() {
     let j = f.download(&["--features", "dense"]).json();
     assert_eq!(j["nodes"], 2708);
 }
+
+/// A host that does not resolve (`.invalid` never does) is not retried: with
+/// no other mirror the download fails at once, naming the DNS failure; a
+/// mirror that resolves is still tried after it.
+#[test]
+fn an_unresolvable_host_fails_without_retries_but_other_mirrors_are_tried() {
+    let f = Fixture::new(true);
+    let dead = "http://leapgnn-test.invalid/ogb/cora.zip";
+    let only_dead = f.dir.path().join("dead.toml");
+    std::fs::write(&only_dead, format!("[ogb-cora]\nformat = \"ogb\"\nurls = [\"{dead}\"]\n")).unwrap();
+    let args = ["download", "ogb-cora", "--registry", only_dead.to_str().unwrap(), "--retries", "3"];
+    let out = leapgnn(&f.data(), &args);
+    out.assert_error(1, &["leapgnn-test.invalid", "cannot resolve the host", "not retried"]);
+    assert!(!out.stderr.contains("retrying"), "{}", out.stderr);
+
+    let both = f.dir.path().join("both.toml");
+    let good = f.server.url("/ogb/cora.zip");
+    std::fs::write(&both, format!("[ogb-cora]\nformat = \"ogb\"\nurls = [\"{dead}\", \"{good}\"]\n")).unwrap();
+    let j = leapgnn(&f.data(), &["download", "ogb-cora", "--registry", both.to_str().unwrap(), "--json"]).json();
+    assert_eq!(j["nodes"], 2708, "{j}");
+    assert_eq!(f.server.requests(), 1);
+}

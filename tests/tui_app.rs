@@ -57,14 +57,15 @@ fn run_messages() -> Vec<Msg> {
 #[test]
 fn q_raises_the_stop_flag_and_the_screen_says_so_until_the_run_ends() {
     let (t, state, stop, _) =
-        play(&[KeyCode::Char('?'), KeyCode::Char('?'), KeyCode::Tab, KeyCode::Char('q')], run_messages());
+        play(&[KeyCode::Char('?'), KeyCode::Char('?'), KeyCode::Tab, KeyCode::Tab, KeyCode::Char('q')], run_messages());
     assert!(stop, "q did not raise the stop flag");
     assert!(state.stopping && state.finished);
     assert_eq!(state.events().last().unwrap(), "stop requested: checkpoint, then exit");
     // Everything sent before the keys was applied.
     assert_eq!(state.position(), Some((1, 3)));
     let s = screen(&t);
-    // The last frame: the workers view (after tab), help closed again, the run done.
+    // The last frame: the workers view (two tabs after the steps view a
+    // two-worker run opens on), help closed again, the run done.
     assert!(s.contains("bytes/s in/out") && !s.contains("help: keys"), "{s}");
     assert!(line_with(&s, "epoch 2/3").contains("DONE"), "{s}");
 }
@@ -85,4 +86,19 @@ fn a_second_q_does_not_log_a_second_request() {
     assert!(stop);
     let requests = state.events().iter().filter(|e| e.starts_with("stop requested")).count();
     assert_eq!(requests, 1);
+}
+
+#[test]
+fn a_run_opens_on_the_step_grid_with_several_workers_and_on_the_overview_alone() {
+    let mut msgs = run_messages();
+    msgs.push(Msg::Finish);
+    let (t, _, _, _) = play(&[], msgs.clone());
+    let s = screen(&t);
+    assert!(s.contains("time steps: epoch") && !s.contains("comm/step"), "{s}");
+    let mut solo = info();
+    (solo.workers, solo.time_steps) = (1, 1);
+    msgs[0] = Msg::Start(solo);
+    let (t, _, _, _) = play(&[], msgs);
+    let s = screen(&t);
+    assert!(s.contains("comm/step") && !s.contains("time steps: epoch"), "{s}");
 }

@@ -46,6 +46,8 @@ fn overview_at_80x24_shows_progress_rows_miss_rates_and_traffic() {
     // Last time step: worker 0 sent 1.6 MB; (25 + 20) remote of (100 + 200) requested.
     assert!(screen.contains("comm/step 1.60MB (max 1.60MB)"), "{screen}");
     assert!(screen.contains("miss/step 15.0% · epoch 15.0%"), "{screen}");
+    // Each chart's scale on its bottom border: 0 to the largest bar shown (a fixed 100 % for rates).
+    assert!(screen.contains(" 0..1.60MB · last ") && screen.contains(" 0..100.0% · last "), "{screen}");
     assert!(screen.contains("val 71.2% (best 71.2%) test 70.1%"), "{screen}");
     assert!(screen.contains("checkpoint written at iteration 12"), "{screen}");
     assert!(screen.contains("q stop") && screen.contains("? help"), "{screen}");

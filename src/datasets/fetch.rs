@@ -64,6 +64,7 @@ pub fn fetch(dir: &Path, spec: &FetchSpec<'_>, notes: &mut Vec<String>) -> Resul
         if round > 0 {
             std::thread::sleep(backoff(round));
         }
+        let mut all_unresolved = true;
         for url in spec.urls {
             match attempt(&client, url, &part, spec.progress) {
                 Ok(()) => {
@@ -71,13 +72,19 @@ pub fn fetch(dir: &Path, spec: &FetchSpec<'_>, notes: &mut Vec<String>) -> Resul
                     break 'rounds;
                 }
                 Err(Failure::Fatal(e)) => return Err(e),
+                Err(Failure::Unresolved(e)) => last = Some(e),
                 Err(Failure::Retry(e)) => {
+                    all_unresolved = false;
                     if round < spec.retries {
                         tracing::warn!("{e}; retrying in {} s", backoff(round + 1).as_secs());
                     }
                     last = Some(e);
                 }
             }
+        }
+        // No mirror's host resolves (offline, or a typo): waiting will not fix it.
+        if all_unresolved && let Some(e) = last {
+            return Err(e);
         }
     }
     let Some(url) = url_used else {
@@ -139,6 +146,13 @@ enum Failure {
     Retry(DatasetError),
     /// Retrying cannot help (HTTP 404, a local write error).
     Fatal(DatasetError),
+    /// The host name does not resolve: another mirror may, a retry will not.
+    Unresolved(DatasetError),
+}
+
+/// A DNS failure, as reqwest's error chain words it (hyper's connector).
+fn is_unresolved(chain: &str) -> bool {
+    chain.contains("dns error") || chain.contains("failed to lookup address")
 }
 
 /// One request: resumes from the `.part` length when there is one.
@@ -149,8 +163,16 @@ fn attempt(client: &Client, url: &str, part: &Path, progress: bool) -> Result<()
     if have > 0 {
         req = req.header(RANGE, format!("bytes={have}-"));
     }
-    let mut resp =
-        req.send().map_err(|e| Failure::Retry(net(format!("request failed: {}", error_chain(&e.without_url())))))?;
+    let mut resp = req.send().map_err(|e| {
+        let chain = error_chain(&e.without_url());
+        if is_unresolved(&chain) {
+            Failure::Unresolved(net(format!(
+                "cannot resolve the host ({chain}); not retried: check the network and the URL"
+            )))
+        } else {
+            Failure::Retry(net(format!("request failed: {chain}")))
+        }
+    })?;
     let status = resp.status();
     let content_range = resp.headers().get(CONTENT_RANGE).and_then(|v| v.to_str().ok()).map(str::to_owned);
     let (start, total) = match status {

@@ -93,7 +93,7 @@ pub trait Strategy {
         coll: &mut dyn Collective,
         it: &Iteration<'_>,
         grad: &mut [f32],
-        records: &mut Vec<StepRecord>,
+        records: &mut StepSink<'_>,
     ) -> Result<f64, TrainError>;
 }
 
@@ -179,5 +179,93 @@ pub(crate) fn step_record(
         sync_seconds: 0.0,
         loss: s.loss,
         layer: None,
+    }
+}
+
+/// Where a strategy puts its per-time-step records. Every record but the
+/// newest is final when the next one arrives (only the last step is billed the
+/// gradient all-reduce), so it goes to the observer at once: a watcher sees
+/// each time step as it ends rather than each iteration.
+pub struct StepSink<'a> {
+    obs: &'a mut dyn super::Observer,
+    last: Option<StepRecord>,
+    /// Traffic the records claim, the final ones and the last alike.
+    claimed: ByteCounts,
+    /// Rows and bytes sent of the records already handed to the observer.
+    rows: crate::metrics::RowCounts,
+    sent: crate::metrics::ByteCounts,
+}
+
+impl<'a> StepSink<'a> {
+    pub fn new(obs: &'a mut dyn super::Observer) -> Self {
+        Self { obs, last: None, claimed: ByteCounts::default(), rows: Default::default(), sent: Default::default() }
+    }
+
+    /// Adds the record of the time step that just ended; hands the previous
+    /// one to the observer.
+    pub fn push(&mut self, r: StepRecord) -> Result<(), TrainError> {
+        crate::metrics::add_bytes(&mut self.claimed.sent, &r.bytes_out);
+        crate::metrics::add_bytes(&mut self.claimed.received, &r.bytes_in);
+        match self.last.replace(r) {
+            Some(prev) => self.emit(&prev),
+            None => Ok(()),
+        }
+    }
+
+    /// A line for the event log (rank 0's reach the driver's dashboard).
+    pub fn event(&mut self, msg: &str) {
+        self.obs.event(msg);
+    }
+
+    pub(crate) fn emit(&mut self, r: &StepRecord) -> Result<(), TrainError> {
+        self.rows += r.rows;
+        crate::metrics::add_bytes(&mut self.sent, &r.bytes_out);
+        self.obs.step(r)
+    }
+
+    /// The record still held back, the traffic every record claims, and the
+    /// rows and bytes of those already sent.
+    pub(crate) fn finish(
+        self,
+    ) -> (Option<StepRecord>, ByteCounts, crate::metrics::RowCounts, crate::metrics::ByteCounts) {
+        (self.last, self.claimed, self.rows, self.sent)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Keeps the time steps it is shown, in order.
+    #[derive(Default)]
+    struct Seen(Vec<u32>);
+
+    impl super::super::Observer for Seen {
+        fn step(&mut self, r: &StepRecord) -> Result<(), TrainError> {
+            self.0.push(r.time_step);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn each_step_but_the_last_reaches_the_observer_as_the_next_one_starts() {
+        let mut seen = Seen::default();
+        let mut sink = StepSink::new(&mut seen);
+        let mut want_sent = crate::metrics::ByteCounts::default();
+        for t in 0..3u32 {
+            let mut r = StepRecord { time_step: t, ..Default::default() };
+            r.rows.local = 10 + t as u64;
+            r.bytes_out.features = 100 * (t as u64 + 1);
+            r.bytes_in.features = 7;
+            if t < 2 {
+                want_sent.features += r.bytes_out.features;
+            }
+            sink.push(r).unwrap();
+        }
+        let (last, claimed, rows, sent) = sink.finish();
+        assert_eq!(seen.0, [0, 1], "steps 0 and 1 are final once step 2 exists");
+        assert_eq!(last.map(|r| r.time_step), Some(2), "the last step waits for the all-reduce's bytes");
+        assert_eq!((claimed.sent.features, claimed.received.features), (600, 21));
+        assert_eq!((rows.local, sent), (21, want_sent));
     }
 }

@@ -5,10 +5,9 @@
 
 use super::checkpoint::{self, Progress};
 use super::evaluate::{EvalRequest, evaluate};
-use super::strategy::{Iteration, Strategy};
+use super::strategy::{Iteration, StepSink, Strategy};
 use super::{Collective, Observer, TrainConfig, TrainError, Worker};
-use crate::comm::ByteCounts;
-use crate::metrics::{EpochRecord, StepRecord, add_bytes};
+use crate::metrics::{EpochRecord, add_bytes};
 use crate::optim::Optimizer;
 use crate::schedule::batches;
 use crate::util::rng::hash_of;
@@ -49,7 +48,6 @@ pub fn run_loop(
         Some(dir) => checkpoint::save(dir, cfg, p, &w.params, opt),
         None => Ok(()),
     };
-    let mut records: Vec<StepRecord> = Vec::new();
     while p.epoch < cfg.epochs {
         let order = batches::epoch_order(inp.train, cfg.seed, p.epoch);
         let sched = batches::Schedule::new(&order, coll.world(), cfg.loop_batch_size(inp.train.len()));
@@ -67,13 +65,14 @@ pub fn run_loop(
             };
             // The gradient, then two slots summed with it: the loss, and the stop vote.
             let mut grad = vec![0f32; w.params.numel() + 2];
-            records.clear();
             let n = grad.len() - 2;
-            let loss_share = strategy.iteration(w, coll, &it, &mut grad[..n], &mut records)?;
+            let mut sink = StepSink::new(&mut *obs);
+            let loss_share = strategy.iteration(w, coll, &it, &mut grad[..n], &mut sink)?;
+            let (last, recorded, rows, sent) = sink.finish();
 
             // Strategies may record their own traffic per time step; whatever the
             // iteration moved beyond that (the gradient all-reduce, model-centric's
-            // feature fetches) is billed to its last record.
+            // feature fetches) is billed to its last record, which the sink held back.
             let ts = Instant::now();
             grad[n] = loss_share as f32;
             // A stop request (`q`) reaches one worker; voting in the all-reduce makes
@@ -89,21 +88,16 @@ pub fn run_loop(
             let mut weights = w.params.flat_values()?;
             opt.step(&mut weights, &grad[..n]);
             w.params.set_flat(&weights)?;
-            let mut recorded = ByteCounts::default();
-            for r in &records {
-                add_bytes(&mut recorded.sent, &r.bytes_out);
-                add_bytes(&mut recorded.received, &r.bytes_in);
-            }
             let moved = coll.bytes().since(&bytes0).since(&recorded);
-            if let Some(last) = records.last_mut() {
+            p.rows += rows;
+            add_bytes(&mut p.bytes, &sent);
+            if let Some(mut last) = last {
                 last.sync_seconds = ts.elapsed().as_secs_f64();
                 add_bytes(&mut last.bytes_out, &moved.sent);
                 add_bytes(&mut last.bytes_in, &moved.received);
-            }
-            for r in &records {
-                p.rows += r.rows;
-                add_bytes(&mut p.bytes, &r.bytes_out);
-                obs.step(r)?;
+                p.rows += last.rows;
+                add_bytes(&mut p.bytes, &last.bytes_out);
+                obs.step(&last)?;
             }
             p.epoch_loss_sum += loss;
             p.epoch_iterations += 1;

@@ -3,7 +3,7 @@
 
 use super::render::draw;
 use super::state::DashboardState;
-use super::view::{Action, Ui};
+use super::view::{Action, Ui, View};
 use crate::metrics::{EpochRecord, RunInfo, StepRecord};
 use ratatui::Terminal;
 use ratatui::backend::Backend;
@@ -58,6 +58,9 @@ pub fn run_terminal<B: Backend>(
             match rx.try_recv() {
                 Ok(Msg::Finish) | Err(TryRecvError::Disconnected) => break true,
                 Ok(m) => {
+                    if let Msg::Start(info) = &m {
+                        ui.view = View::first_for(info.workers, info.time_steps);
+                    }
                     apply(&mut state, m);
                     dirty = true;
                 }

@@ -20,6 +20,12 @@ pub enum View {
 impl View {
     pub const ALL: [View; 5] = [View::Overview, View::Workers, View::Curves, View::Log, View::Steps];
 
+    /// The view a run opens on: the time-step grid when there is more than
+    /// one worker or time step to compare, the overview otherwise.
+    pub fn first_for(workers: u32, time_steps: u32) -> View {
+        if workers > 1 || time_steps > 1 { View::Steps } else { View::Overview }
+    }
+
     pub fn title(self) -> &'static str {
         match self {
             View::Overview => "overview",

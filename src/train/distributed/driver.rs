@@ -244,6 +244,7 @@ fn execute(
         ..Default::default()
     };
     let mut failure: Option<TrainError> = None;
+    let mut stragglers = super::stragglers::Stragglers::default();
     let driver_opts = DriverOptions {
         silence_timeout: (opts.comm_timeout * 2).max(Duration::from_secs(10)),
         bind: opts.driver_bind,
@@ -260,12 +261,16 @@ fn execute(
                 Ok(Report::Step(r)) => {
                     crate::train::trace_step(&r);
                     summary.rows += r.rows;
+                    stragglers.step(&r);
                     sink.write(&r).map_err(TrainError::from).and_then(|()| obs.step(&r))
                 }
                 Ok(Report::Epoch { record, epochs }) => {
                     crate::train::trace_epoch(&record, epochs);
                     let _ = sink.flush();
                     obs.epoch(&record, epochs);
+                    for line in stragglers.epoch_end(record.epoch) {
+                        obs.event(&line);
+                    }
                     Ok(())
                 }
                 Err(e) => Err(BadInput::new(format!("worker {rank} sent a malformed metrics record: {e}")).into()),

@@ -16,6 +16,7 @@ mod driver;
 mod grad_dump;
 mod replicas;
 mod rows;
+mod stragglers;
 mod worker;
 
 pub use driver::{AutoPlanner, DistOptions, resume_distributed, train_distributed};

@@ -5,7 +5,7 @@
 use super::super::strategy::{Iteration, Strategy, StrategyKind};
 use super::super::{Collective, TrainError, Worker};
 use crate::comm::{Category, Mesh};
-use crate::metrics::StepRecord;
+use crate::train::strategy::StepSink;
 use std::time::Duration;
 
 pub struct ReplicaCheck<'m> {
@@ -59,7 +59,7 @@ impl Strategy for ReplicaCheck<'_> {
         coll: &mut dyn Collective,
         it: &Iteration<'_>,
         grad: &mut [f32],
-        records: &mut Vec<StepRecord>,
+        records: &mut StepSink<'_>,
     ) -> Result<f64, TrainError> {
         if self.every > 0 && it.global_index.is_multiple_of(self.every) {
             self.check(w, it)?;

@@ -19,6 +19,7 @@ use crate::comm::ByteCounts;
 use crate::metrics::{StepRecord, add_bytes};
 use crate::model::{AggGraph, Mode, cross_entropy_sum};
 use crate::sample::Fanout;
+use crate::train::strategy::StepSink;
 use candle_core::{Tensor, Var};
 use std::sync::Arc;
 use std::time::Instant;
@@ -125,7 +126,7 @@ impl Strategy for FullGraph {
         coll: &mut dyn Collective,
         it: &Iteration<'_>,
         grad: &mut [f32],
-        records: &mut Vec<StepRecord>,
+        records: &mut StepSink<'_>,
     ) -> Result<f64, TrainError> {
         let st = state(w)?;
         let plan = &st.plan;
@@ -203,7 +204,7 @@ impl Strategy for FullGraph {
                 loss: if last { loss_value } else { 0.0 },
                 layer: Some(l as u32),
                 ..Default::default()
-            });
+            })?;
         }
         Ok(loss_value)
     }

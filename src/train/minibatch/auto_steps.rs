@@ -30,6 +30,8 @@ pub(super) struct AutoSteps {
     timed: (f64, u32),
     /// Rank 0: the slowest worker's mean iteration seconds per T measured so far.
     measured: Vec<(u32, f64)>,
+    /// Rank 0: the last decision and why, until the event log takes it.
+    decision: Option<String>,
 }
 
 impl AutoSteps {
@@ -47,6 +49,7 @@ impl AutoSteps {
             begun: 0,
             timed: (0.0, 0),
             measured: Vec::new(),
+            decision: None,
         };
         a.current = a.pick();
         a
@@ -93,6 +96,12 @@ impl AutoSteps {
         self.epoch = Some(epoch);
         self.last_begin = Some(now);
         Ok(self.current)
+    }
+
+    /// Rank 0, after an epoch boundary: the T chosen for the new epoch and the
+    /// measurements it was chosen from, for the event log.
+    pub fn take_decision(&mut self) -> Option<String> {
+        self.decision.take()
     }
 
     /// The next T from what has been measured (rank 0's view).
@@ -142,6 +151,15 @@ impl AutoSteps {
                 "--time-steps auto: measured iteration seconds by T {:?}; next epoch T = {t}",
                 self.measured
             );
+            let mut by_t = self.measured.clone();
+            by_t.sort_by_key(|m| m.0);
+            let by_t: Vec<String> = by_t.iter().map(|(t, s)| format!("T {t}: {:.1} ms", s * 1e3)).collect();
+            let basis = if self.plans.is_empty() { "fastest measured" } else { "cost model scaled by measurements" };
+            self.decision = Some(format!(
+                "--time-steps auto: T {} -> {t} ({basis}; slowest worker's mean iteration {})",
+                self.current,
+                if by_t.is_empty() { "not timed: epochs too short".to_string() } else { by_t.join(", ") }
+            ));
             decision = t.to_le_bytes().to_vec();
         }
         coll.broadcast(&mut decision, 0).map_err(TrainError::Comm)?;

@@ -29,6 +29,7 @@ use crate::gather::RowNorm;
 use crate::metrics::{RowCounts, StepRecord};
 use crate::model::{Mode, Prepared, cross_entropy_sum};
 use crate::sample::NodeMap;
+use crate::train::strategy::StepSink;
 use crate::train::{Collective, TrainError, Worker};
 use candle_core::{Tensor, Var};
 use std::ops::Range;
@@ -110,7 +111,7 @@ impl Strategy for P3 {
         coll: &mut dyn Collective,
         it: &Iteration<'_>,
         grad: &mut [f32],
-        records: &mut Vec<StepRecord>,
+        records: &mut StepSink<'_>,
     ) -> Result<f64, TrainError> {
         let (rank, world) = (coll.rank(), coll.world());
         let dim = w.all_rows.map_or(0, |r| r.dim());
@@ -209,7 +210,7 @@ impl Strategy for P3 {
         rec.compute_seconds += t.elapsed().as_secs_f64();
         rec.miss_rate = rec.rows.miss_rate();
         let loss = rec.loss;
-        records.push(rec);
+        records.push(rec)?;
         Ok(loss)
     }
 }

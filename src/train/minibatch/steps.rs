@@ -14,9 +14,9 @@ use super::auto_steps::AutoSteps;
 use super::store::{Locality, Pregathered, Scratch};
 use super::{Iteration, Strategy, StrategyEnv, StrategyKind, step_record};
 use crate::comm::{ByteCounts, Category, Owners};
-use crate::metrics::StepRecord;
 use crate::schedule::MergePlan;
 use crate::schedule::routing::{merge, route};
+use crate::train::strategy::StepSink;
 use crate::train::{Collective, Migration, StepStats, TrainError, Worker};
 use std::time::Instant;
 
@@ -92,7 +92,7 @@ impl MicroSteps {
         mut store: Option<&mut Pregathered>,
         loc: Locality<'_>,
         grad: &mut [f32],
-        records: &mut Vec<StepRecord>,
+        records: &mut StepSink<'_>,
     ) -> Result<f64, TrainError> {
         let (rank, world) = (w.rank, it.batches.len());
         let mut loss = 0.0;
@@ -127,7 +127,7 @@ impl MicroSteps {
             let mut r = step_record(it, (t as u32, rank, (rank + t) % world), &s, &b1.since(&b0));
             b0 = b1;
             r.sync_seconds = sync;
-            records.push(r);
+            records.push(r)?;
         }
         Ok(loss)
     }
@@ -153,13 +153,19 @@ impl Strategy for MicroSteps {
         coll: &mut dyn Collective,
         it: &Iteration<'_>,
         grad: &mut [f32],
-        records: &mut Vec<StepRecord>,
+        records: &mut StepSink<'_>,
     ) -> Result<f64, TrainError> {
         let rank = w.rank;
         // Step 0's record also carries what the iteration moved before it (the pre-gather fetch).
         let bytes0 = coll.bytes();
         let t_count = match &mut self.count {
-            StepCount::Auto(a) => a.begin(coll, it.epoch)?,
+            StepCount::Auto(a) => {
+                let t = a.begin(coll, it.epoch)?;
+                if let Some(why) = a.take_decision() {
+                    records.event(&why);
+                }
+                t
+            }
             _ => self.time_steps(),
         };
         let mut roots = std::mem::take(&mut self.roots);

@@ -6,16 +6,27 @@ use crate::tui::state::DashboardState;
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Style};
+use ratatui::text::Line;
 use ratatui::widgets::{Block, Sparkline};
 
-fn spark(frame: &mut Frame, area: Rect, title: String, data: Vec<u64>, max: Option<u64>, color: Color) {
-    let block = Block::bordered().title(title);
-    let keep = block.inner(area).width as usize;
+/// A sparkline of the newest points that fit, its scale on the bottom border:
+/// bars run from 0 to `max` (or the largest point shown), written by `unit`,
+/// over the last n points.
+fn spark(
+    frame: &mut Frame,
+    area: Rect,
+    (title, what): (String, &str),
+    data: Vec<u64>,
+    (max, unit): (Option<u64>, &dyn Fn(u64) -> String),
+    color: Color,
+) {
+    let keep = Block::bordered().inner(area).width as usize;
     let tail = data[data.len().saturating_sub(keep)..].to_vec();
-    let mut s = Sparkline::default().block(block).data(tail).style(Style::new().fg(color));
-    if let Some(m) = max {
-        s = s.max(m);
-    }
+    let top = max.unwrap_or_else(|| tail.iter().copied().max().unwrap_or(0));
+    let scale =
+        if tail.is_empty() { String::new() } else { format!(" 0..{} · last {} {what} ", unit(top), tail.len()) };
+    let block = Block::bordered().title(title).title_bottom(Line::from(scale).right_aligned());
+    let s = Sparkline::default().block(block).data(tail).style(Style::new().fg(color)).max(top.max(1));
     frame.render_widget(s, area);
 }
 
@@ -36,7 +47,7 @@ pub fn per_step(frame: &mut Frame, area: Rect, s: &DashboardState) {
         ),
         None => " comm/step ".into(),
     };
-    spark(frame, left, title, comm, None, Color::Cyan);
+    spark(frame, left, (title, "steps"), comm, (None, &|b| bytes(b as f64)), Color::Cyan);
 
     // Per mille against a fixed 100 % so the bars read as rates.
     let miss: Vec<u64> = steps.iter().map(|p| (p.miss_rate() * 1000.0).round() as u64).collect();
@@ -44,7 +55,7 @@ pub fn per_step(frame: &mut Frame, area: Rect, s: &DashboardState) {
         Some(p) => format!(" miss/step {} · epoch {} ", pct(p.miss_rate()), pct(s.epoch_rows().miss_rate())),
         None => " miss/step ".into(),
     };
-    spark(frame, right, title, miss, Some(1000), Color::Yellow);
+    spark(frame, right, (title, "steps"), miss, (Some(1000), &|m| pct(m as f64 / 1000.0)), Color::Yellow);
 }
 
 /// Loss per iteration and validation accuracy per epoch.
@@ -59,7 +70,7 @@ pub fn training(frame: &mut Frame, area: Rect, s: &DashboardState) {
         }
         None => " loss ".into(),
     };
-    spark(frame, left, title, loss, None, Color::Magenta);
+    spark(frame, left, (title, "iterations"), loss, (None, &|l| format!("{:.4}", l as f64 / 1e4)), Color::Magenta);
 
     let eps = s.epochs();
     let val: Vec<u64> = eps.iter().map(|e| (e.val_accuracy * 1000.0).round() as u64).collect();
@@ -70,5 +81,5 @@ pub fn training(frame: &mut Frame, area: Rect, s: &DashboardState) {
         }
         None => " accuracy: after the first epoch ".into(),
     };
-    spark(frame, right, title, val, Some(1000), Color::Green);
+    spark(frame, right, (title, "epochs"), val, (Some(1000), &|v| pct(v as f64 / 1000.0)), Color::Green);
 }

@@ -1,0 +1,84 @@
+//! What a distributed run tells the event log: `--time-steps auto`'s decisions
+//! at each epoch boundary, with the T it leaves, the T it takes and why.
+
+mod dist_support;
+
+use dist_support::cora;
+use leapgnn::DataDir;
+use leapgnn::cluster::LocalLauncher;
+use leapgnn::metrics::StepRecord;
+use leapgnn::train::distributed::{DistOptions, train_distributed};
+use leapgnn::train::strategy::StrategyKind;
+use leapgnn::train::{Observer, RunOptions, TrainConfig, TrainError};
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+/// Keeps the events and, per epoch, the time steps worker 0 took in iteration 0.
+#[derive(Default)]
+struct Log {
+    events: Vec<String>,
+    steps: BTreeMap<u64, u32>,
+}
+
+impl Observer for Log {
+    fn step(&mut self, r: &StepRecord) -> Result<(), TrainError> {
+        if r.worker == 0 && r.iteration == 0 {
+            *self.steps.entry(r.epoch).or_default() += 1;
+        }
+        Ok(())
+    }
+    fn event(&mut self, msg: &str) {
+        self.events.push(msg.to_string());
+    }
+}
+
+#[test]
+fn auto_time_steps_log_each_decision_with_the_t_the_next_epoch_runs() {
+    let tmp = cora();
+    let data = DataDir::new(tmp.path());
+    let epochs = 3;
+    let cfg = TrainConfig {
+        dataset: "cora".into(),
+        workers: 4,
+        parts: 4,
+        epochs,
+        batch_size: 8,
+        hidden: 16,
+        fanouts: "5,5".parse().unwrap(),
+        eval_fanouts: "5,5".parse().unwrap(),
+        strategy: StrategyKind::Leapgnn,
+        time_steps: None,
+        seed: 4,
+        ..TrainConfig::default()
+    };
+    let launcher =
+        LocalLauncher::new(env!("CARGO_BIN_EXE_leapgnn"), vec!["--data-dir".into(), tmp.path().display().to_string()]);
+    let interrupted = AtomicBool::new(false);
+    let opts = DistOptions {
+        launcher: &launcher,
+        interrupted: &interrupted,
+        comm_timeout: Duration::from_secs(30),
+        check_replicas: 0,
+        dump_grad: None,
+        worker_lines: None,
+        driver_bind: "127.0.0.1:0".parse().unwrap(),
+        auto_planner: Some(&leapgnn::cost::auto_plans),
+        restarts: 0,
+    };
+    let mut log = Log::default();
+    let run = RunOptions { run: Some("auto".into()), ..Default::default() };
+    train_distributed(&data, cfg, &run, &opts, &mut log).expect("the run succeeds");
+
+    let decisions: Vec<&String> =
+        log.events.iter().filter(|e| e.starts_with("[worker 0] --time-steps auto: T ")).collect();
+    assert_eq!(decisions.len() as u64, epochs - 1, "one decision per epoch boundary: {:?}", log.events);
+    for (e, d) in decisions.iter().enumerate() {
+        let (from, to) = d["[worker 0] --time-steps auto: T ".len()..].split_once(" -> ").unwrap();
+        let to: u32 = to.split(' ').next().unwrap().parse().unwrap();
+        let from: u32 = from.parse().unwrap();
+        let e = e as u64;
+        assert_eq!((from, to), (log.steps[&e], log.steps[&(e + 1)]), "{d}");
+        assert!(d.contains("slowest worker's mean iteration"), "{d}");
+    }
+}
