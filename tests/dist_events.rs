@@ -3,7 +3,7 @@
 
 mod dist_support;
 
-use dist_support::cora;
+use dist_support::{cora, small_cora_job};
 use leapgnn::DataDir;
 use leapgnn::cluster::LocalLauncher;
 use leapgnn::metrics::StepRecord;
@@ -38,20 +38,7 @@ fn auto_time_steps_log_each_decision_with_the_t_the_next_epoch_runs() {
     let tmp = cora();
     let data = DataDir::new(tmp.path());
     let epochs = 3;
-    let cfg = TrainConfig {
-        dataset: "cora".into(),
-        workers: 4,
-        parts: 4,
-        epochs,
-        batch_size: 8,
-        hidden: 16,
-        fanouts: "5,5".parse().unwrap(),
-        eval_fanouts: "5,5".parse().unwrap(),
-        strategy: StrategyKind::Leapgnn,
-        time_steps: None,
-        seed: 4,
-        ..TrainConfig::default()
-    };
+    let cfg = TrainConfig { strategy: StrategyKind::Leapgnn, time_steps: None, ..small_cora_job(4, epochs) };
     let launcher =
         LocalLauncher::new(env!("CARGO_BIN_EXE_leapgnn"), vec!["--data-dir".into(), tmp.path().display().to_string()]);
     let interrupted = AtomicBool::new(false);

@@ -4,12 +4,12 @@
 
 mod dist_support;
 
-use dist_support::{cora, wait_gone};
+use dist_support::{cora, small_cora_job, wait_gone};
 use leapgnn::DataDir;
 use leapgnn::cluster::LocalLauncher;
 use leapgnn::metrics::StepRecord;
 use leapgnn::train::distributed::{DistOptions, train_distributed};
-use leapgnn::train::{Observer, RunOptions, TrainConfig, TrainError};
+use leapgnn::train::{Observer, RunOptions, TrainError};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -39,18 +39,7 @@ fn a_stop_request_ends_every_worker_at_the_same_iteration_with_a_checkpoint() {
     let tmp = cora();
     let data = DataDir::new(tmp.path());
     let epochs = 50;
-    let cfg = TrainConfig {
-        dataset: "cora".into(),
-        workers: 2,
-        parts: 2,
-        epochs,
-        batch_size: 8,
-        hidden: 16,
-        fanouts: "5,5".parse().unwrap(),
-        eval_fanouts: "5,5".parse().unwrap(),
-        seed: 4,
-        ..TrainConfig::default()
-    };
+    let cfg = small_cora_job(2, epochs);
     let lines = Arc::new(Mutex::new(Vec::<String>::new()));
     let sink = lines.clone();
     let launcher =

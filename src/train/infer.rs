@@ -4,7 +4,7 @@
 //! safetensors (or `.npy` files). Row i is node `node_id[i]`, in the dataset's
 //! node order (or the order of `--nodes`).
 
-use super::{Collective, GraphData, Solo, TrainError, Worker, build_model, check_name, checkpoint, fullgraph};
+use super::{Collective, GraphData, Solo, TrainError, Worker, build_model, checkpoint, checkpointed_run, fullgraph};
 use crate::format::{DatasetFile, write_atomic};
 use crate::{BadInput, DataDir};
 use std::path::{Path, PathBuf};
@@ -54,16 +54,7 @@ pub struct InferReport {
 /// Runs inference with run `run`'s last checkpoint and writes the outputs.
 pub fn infer(data: &DataDir, run: &str, opts: &InferOptions) -> Result<InferReport, TrainError> {
     let t0 = Instant::now();
-    check_name(run, "RUN")?;
-    let run_dir = data.run_dir(run);
-    let ck = checkpoint::dir(&run_dir);
-    if !ck.join("state.json").is_file() {
-        return Err(BadInput::new(format!(
-            "infer: run `{run}` does not exist in {} (or has no checkpoint yet); list the runs there, or train one first",
-            data.runs_dir().display()
-        ))
-        .into());
-    }
+    let (run_dir, ck) = checkpointed_run(data, run, "infer")?;
     let (cfg, _) = checkpoint::load_config(&ck)?;
     let path = crate::datasets::ensure_dataset(data, &cfg.dataset).map_err(TrainError::Dataset)?;
     let ds = DatasetFile::open_verified(&path)?;

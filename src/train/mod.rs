@@ -154,16 +154,7 @@ pub fn resumable(
     run: &str,
     over: &ResumeOverrides,
 ) -> Result<(std::path::PathBuf, TrainConfig, Progress), TrainError> {
-    check_name(run, "--resume")?;
-    let run_dir = data.run_dir(run);
-    let ck = checkpoint::dir(&run_dir);
-    if !ck.join("state.json").is_file() {
-        return Err(BadInput::new(format!(
-            "run `{run}` has no checkpoint in {} (it never existed, or stopped before its first checkpoint); start a new run",
-            ck.display()
-        ))
-        .into());
-    }
+    let (run_dir, ck) = checkpointed_run(data, run, "--resume")?;
     let (mut cfg, progress) = checkpoint::load_config(&ck)?;
     if let Some(e) = over.epochs {
         cfg.epochs = e;
@@ -182,6 +173,23 @@ pub fn resumable(
     }
     cfg.check()?;
     Ok((run_dir, cfg, progress))
+}
+
+/// The directory of run `run` (named by `flag`) and its checkpoint directory,
+/// or why there is nothing to continue from.
+pub(crate) fn checkpointed_run(data: &DataDir, run: &str, flag: &str) -> Result<(PathBuf, PathBuf), TrainError> {
+    check_name(run, flag)?;
+    let run_dir = data.run_dir(run);
+    let ck = checkpoint::dir(&run_dir);
+    if !ck.join("state.json").is_file() {
+        return Err(BadInput::new(format!(
+            "{flag} {run}: run `{run}` does not exist in {} or has no checkpoint yet (it stopped before its first one); \
+             list the runs there, or start a new run",
+            data.runs_dir().display()
+        ))
+        .into());
+    }
+    Ok((run_dir, ck))
 }
 
 /// Train, validation and test ids that have a label, checked.
