@@ -2,8 +2,13 @@ use crate::Global;
 use crate::output::print_json;
 use anyhow::Context;
 use leapgnn::BadInput;
-use leapgnn::train::infer::{InferOptions, infer};
+use leapgnn::cluster::{Launcher, LauncherKind, LocalLauncher, LogSink, Profile};
+use leapgnn::progress::signals;
+use leapgnn::train::distributed::{InferLaunch, infer_distributed};
+use leapgnn::train::infer::{InferOptions, infer, run_files};
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
 /// Predictions (class and probabilities) and optionally hidden embeddings of every node of a trained run,
 /// from layer-wise inference over the whole graph, keyed by node id.
@@ -23,25 +28,104 @@ pub struct Args {
     /// Only these node ids (whitespace-separated text), in this order.
     #[arg(long, value_name = "FILE")]
     pub nodes: Option<PathBuf>,
-    /// Distributed inference over a cluster profile (not available yet: inference runs in this process).
+    /// Distributed inference on W local worker processes, each scoring the nodes of its METIS part (W parts,
+    /// the run's seed: the run's own partition when it trained on W workers). Without it (and without
+    /// --cluster) inference runs in this process.
+    #[arg(long, value_name = "W")]
+    pub workers: Option<usize>,
+    /// Distributed inference over a cluster profile (TOML): `launcher = "local"` runs --workers local processes
+    /// [default: as many as the run trained on]; `launcher = "ssh"` one worker per slot of its hosts, shipping
+    /// binary, data and the run's weights over SFTP.
     #[arg(long, value_name = "PROFILE")]
     pub cluster: Option<PathBuf>,
+    /// With an ssh profile: record host keys not yet in known_hosts (a changed key is still refused).
+    #[arg(long, requires = "cluster")]
+    pub accept_new_host_keys: bool,
+    /// Seconds any worker waits for another before failing with that worker's name.
+    #[arg(long, default_value_t = 30.0)]
+    pub comm_timeout: f64,
 }
 
 pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
-    if let Some(p) = &a.cluster {
-        return Err(BadInput::new(format!(
-            "--cluster {}: distributed inference is not available yet; omit --cluster (infer runs in this process, \
-             with the run's weights, on this machine's copy of the dataset)",
-            p.display()
-        ))
-        .into());
-    }
-    let opts = InferOptions { out: a.out, format: a.format.parse()?, embeddings: a.embeddings, nodes: a.nodes };
-    let r = infer(&g.data(), &a.run, &opts).with_context(|| format!("inference with run {} failed", a.run))?;
+    let opts = InferOptions {
+        out: a.out.clone(),
+        format: a.format.parse()?,
+        embeddings: a.embeddings,
+        nodes: a.nodes.clone(),
+    };
+    let r = if a.workers.is_none() && a.cluster.is_none() {
+        infer(&g.data(), &a.run, &opts).with_context(|| format!("inference with run {} failed", a.run))?
+    } else {
+        distributed(g, &a, &opts)?
+    };
     if g.json {
         return print_json(&r);
     }
-    eprintln!("{} nodes: predictions written to {} in {:.2} s", r.nodes, r.out.display(), r.seconds);
+    eprintln!(
+        "{} nodes: predictions written to {} in {:.2} s ({} worker(s), {:.1} MB moved)",
+        r.nodes,
+        r.out.display(),
+        r.seconds,
+        r.workers,
+        r.bytes as f64 / 1e6
+    );
     Ok(())
+}
+
+/// `--workers` / `--cluster`: the driver starts the workers (local processes,
+/// or one per slot of an ssh profile's hosts) and writes what they score.
+fn distributed(g: &Global, a: &Args, opts: &InferOptions) -> anyhow::Result<leapgnn::train::infer::InferReport> {
+    if !(a.comm_timeout.is_finite() && a.comm_timeout > 0.0 && a.comm_timeout <= 86_400.0) {
+        return Err(BadInput::new(format!("--comm-timeout {}: expected seconds in (0, 86400]", a.comm_timeout)).into());
+    }
+    let data = g.data();
+    let profile = a.cluster.as_deref().map(Profile::load).transpose()?.filter(|p| p.launcher != LauncherKind::Local);
+    let mut workers = a.workers;
+    if let Some(p) = &profile {
+        let slots = p.world();
+        if let Some(w) = a.workers.filter(|&w| w != slots) {
+            return Err(BadInput::new(format!(
+                "--workers {w}, but the cluster profile {} has {slots} worker slots (the sum of its hosts' \
+                 `workers`): omit --workers or change the profile",
+                p.name()
+            ))
+            .into());
+        }
+        workers = Some(slots);
+    }
+    // Ctrl-C stops the workers, then the driver (nothing to finish or checkpoint).
+    signals::install(signals::OnForce::Flag, true).context("cannot install the Ctrl-C / SIGTERM handler")?;
+    let log: LogSink = Arc::new(|l| eprintln!("{l}"));
+    let ssh = match profile {
+        Some(p) => {
+            let (mut cfg, files) = run_files(&data, &a.run)?;
+            let w = workers.unwrap_or(cfg.workers);
+            (cfg.workers, cfg.parts) = (w, w);
+            Some(crate::train::ssh_launcher(&data, &cfg, p, a.accept_new_host_keys, files)?.with_log(log.clone()))
+        }
+        None => None,
+    };
+    let local;
+    let launcher: &dyn Launcher = match &ssh {
+        Some(l) => l,
+        None => {
+            let mut args = vec!["--data-dir".into(), data.root.display().to_string()];
+            args.extend((0..g.verbose).map(|_| "-v".to_string()));
+            local = LocalLauncher::current(args)?.with_log(log);
+            &local
+        }
+    };
+    let launch = InferLaunch {
+        launcher,
+        interrupted: signals::forced_flag(),
+        stop_requested: &signals::stop_requested,
+        comm_timeout: Duration::from_secs_f64(a.comm_timeout),
+        driver_bind: ssh.as_ref().map_or_else(|| Profile::local().driver_bind(), |l| l.profile().driver_bind()),
+    };
+    let result = infer_distributed(&data, &a.run, opts, workers, &launch);
+    let result = match &ssh {
+        Some(l) => result.map_err(|e| crate::train::name_host(l.profile(), e)),
+        None => result,
+    };
+    result.with_context(|| format!("inference with run {} failed", a.run))
 }

@@ -5,7 +5,7 @@ use leapgnn::BadInput;
 use leapgnn::DataDir;
 use leapgnn::cluster::check::preflight_with;
 use leapgnn::cluster::driver::DriverError;
-use leapgnn::cluster::ship::rank_files;
+use leapgnn::cluster::ship::{ShipItem, rank_files};
 use leapgnn::cluster::{Launcher, LauncherKind, LocalLauncher, LogSink, Profile, SshLauncher};
 use leapgnn::format::write_atomic;
 use leapgnn::metrics::{EpochRecord, RunInfo, RunSummary, StepRecord};
@@ -314,7 +314,7 @@ fn distributed(
         Arc::new(|l| eprintln!("{l}"))
     };
     let ssh = match profile {
-        Some(p) => Some(ssh_launcher(&data, &cfg, p, a.accept_new_host_keys)?.with_log(log.clone())),
+        Some(p) => Some(ssh_launcher(&data, &cfg, p, a.accept_new_host_keys, vec![])?.with_log(log.clone())),
         None => None,
     };
     let local;
@@ -369,12 +369,14 @@ fn distributed(
 
 /// Checks every host first (the same checks as `cluster check`, failing on
 /// the first bad host), partitions here if needed, and ships each rank the
-/// dataset archive, the partition manifest and its own part.
+/// dataset archive, the partition manifest and its own part, plus `extra`
+/// (files under the data directory, e.g. a checkpoint to infer with).
 pub(crate) fn ssh_launcher(
     data: &DataDir,
     cfg: &TrainConfig,
     profile: Profile,
     accept_new: bool,
+    extra: Vec<PathBuf>,
 ) -> anyhow::Result<SshLauncher> {
     let launcher = SshLauncher::new(profile)?.accept_new_host_keys(accept_new);
     preflight_with(&launcher)?;
@@ -382,12 +384,27 @@ pub(crate) fn ssh_launcher(
     let parts = leapgnn::partition::ensure_partition(data, &cfg.dataset, "metis", cfg.parts, cfg.seed)?;
     let parts = std::path::absolute(parts)?;
     let root = std::path::absolute(&data.root)?;
-    let files = Arc::new(move |rank| rank_files(&root, &dataset, &parts, rank));
+    let extra: Vec<ShipItem> = extra
+        .into_iter()
+        .map(|p| {
+            std::path::absolute(&p).map(|local| ShipItem { remote: relative(&root, &local), local, executable: false })
+        })
+        .collect::<Result<_, _>>()?;
+    let files = Arc::new(move |rank| {
+        let mut files = rank_files(&root, &dataset, &parts, rank);
+        files.extend(extra.iter().cloned());
+        files
+    });
     Ok(launcher.with_rank_files(files))
 }
 
+/// `local` relative to the data directory `root` (where workers find it), as `rank_files` ships.
+fn relative(root: &std::path::Path, local: &std::path::Path) -> PathBuf {
+    local.strip_prefix(root).unwrap_or(local).to_path_buf()
+}
+
 /// Adds "rank R on user@host:port" to a failure that one worker caused.
-fn name_host(profile: &Profile, e: anyhow::Error) -> anyhow::Error {
+pub(crate) fn name_host(profile: &Profile, e: anyhow::Error) -> anyhow::Error {
     match e.chain().find_map(|c| c.downcast_ref::<DriverError>()).and_then(DriverError::rank) {
         Some(rank) => e.context(profile.describe_rank(rank)),
         None => e,

@@ -223,7 +223,8 @@ fn run_calibration(
     let ssh;
     let launcher: &dyn Launcher = match profile.launcher {
         LauncherKind::Ssh => {
-            ssh = crate::train::ssh_launcher(data, cfg, profile.clone(), a.accept_new_host_keys)?.with_log(chatter);
+            ssh = crate::train::ssh_launcher(data, cfg, profile.clone(), a.accept_new_host_keys, vec![])?
+                .with_log(chatter);
             &ssh
         }
         _ => {

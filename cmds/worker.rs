@@ -1,4 +1,4 @@
-//! `leapgnn worker`: started by `train` (never by hand). Reads the job token
+//! `leapgnn worker`: started by `train` and `infer` (never by hand). Reads the job token
 //! from stdin, connects back to the driver, runs what the job says.
 
 use crate::Global;
@@ -33,6 +33,8 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     let result = match job.config.get("task").and_then(|t| t.as_str()) {
         // Takes the job: the worker's mesh listener is closed once the mesh is built.
         Some("train") => leapgnn::train::distributed::run_worker(job, &reporter, &g.data()),
+        // `infer --workers/--cluster`: scores the nodes of this worker's part.
+        Some("infer") => leapgnn::train::distributed::run_infer_worker(job, &reporter, &g.data()),
         // Bandwidth and latency of every pair of workers (`tune-merge --calibrate`).
         Some("probe") => leapgnn::cost::probe::probe_worker(job),
         _ => run_job(&job, &reporter),

@@ -141,14 +141,30 @@ fn read_state(dir: &Path) -> Result<StateFile, TrainError> {
     Ok(s)
 }
 
-/// Loads the weights and optimizer state of the checkpoint in `dir` into
-/// `params` and `opt` (built from the saved config) and returns its progress.
-pub fn restore(dir: &Path, params: &Params, opt: &mut dyn Optimizer) -> Result<Progress, TrainError> {
-    let s = read_state(dir)?;
+/// The files `load_weights` reads: `state.json` and the weights it names
+/// (what a worker without the driver's filesystem must be sent).
+pub fn weight_files(dir: &Path) -> Result<[PathBuf; 2], TrainError> {
+    Ok([dir.join(STATE), dir.join(read_state(dir)?.weights)])
+}
+
+/// Loads only the weights of the checkpoint in `dir` into `params` (inference).
+pub fn load_weights(dir: &Path, params: &Params) -> Result<(), TrainError> {
+    set_weights(dir, &read_state(dir)?, params)
+}
+
+fn set_weights(dir: &Path, s: &StateFile, params: &Params) -> Result<(), TrainError> {
     let wpath = dir.join(&s.weights);
     let bytes = std::fs::read(&wpath).map_err(|e| unusable(&wpath, e))?;
     let tensors = candle_core::safetensors::load_buffer(&bytes, &Device::Cpu).map_err(|e| unusable(&wpath, e))?;
     params.set_flat(&params.flat_from(&tensors, "").map_err(|e| unusable(&wpath, e))?)?;
+    Ok(())
+}
+
+/// Loads the weights and optimizer state of the checkpoint in `dir` into
+/// `params` and `opt` (built from the saved config) and returns its progress.
+pub fn restore(dir: &Path, params: &Params, opt: &mut dyn Optimizer) -> Result<Progress, TrainError> {
+    let s = read_state(dir)?;
+    set_weights(dir, &s, params)?;
     let opath = dir.join(&s.optimizer);
     let bytes = std::fs::read(&opath).map_err(|e| unusable(&opath, e))?;
     let state =

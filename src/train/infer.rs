@@ -2,10 +2,14 @@
 //! optionally a hidden layer's embeddings of every node of a trained run,
 //! computed with layer-wise inference over the whole graph, written as
 //! safetensors (or `.npy` files). Row i is node `node_id[i]`, in the dataset's
-//! node order (or the order of `--nodes`).
+//! node order (or the order of `--nodes`). In this process (W = 1), or on W
+//! workers (`distributed::infer_distributed`), each scoring the nodes it owns.
 
-use super::{Collective, GraphData, Solo, TrainError, Worker, build_model, checkpoint, checkpointed_run, fullgraph};
+use super::{
+    Collective, GraphData, Solo, TrainConfig, TrainError, Worker, build_model, checkpoint, checkpointed_run, fullgraph,
+};
 use crate::format::{DatasetFile, write_atomic};
+use crate::metrics::ByteCounts;
 use crate::{BadInput, DataDir};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -49,17 +53,37 @@ pub struct InferReport {
     pub seconds: f64,
     /// Bytes that crossed a socket (0: computed in this process).
     pub bytes: u64,
+    /// Processes that computed it (1: this one).
+    pub workers: usize,
+    /// `bytes` by category (features: the halo's input rows; activations:
+    /// the hidden layers' halo rows; control: the mesh's own traffic).
+    pub bytes_by_category: ByteCounts,
 }
 
-/// Runs inference with run `run`'s last checkpoint and writes the outputs.
-pub fn infer(data: &DataDir, run: &str, opts: &InferOptions) -> Result<InferReport, TrainError> {
-    let t0 = Instant::now();
+/// A run checked for inference: where it is, how it was trained, which nodes to write.
+pub(crate) struct Prepared {
+    pub run_dir: PathBuf,
+    pub checkpoint: PathBuf,
+    pub cfg: TrainConfig,
+    pub dataset: PathBuf,
+    pub nodes: Vec<u32>,
+    /// Width of the `--embeddings` layer (0 without).
+    pub width: usize,
+}
+
+/// Checks run `run` and the options against its dataset and model; returns
+/// the run and the opened dataset (checksum-verified with `verify`).
+pub(crate) fn prepare(
+    data: &DataDir,
+    run: &str,
+    opts: &InferOptions,
+    verify: bool,
+) -> Result<(Prepared, DatasetFile), TrainError> {
     let (run_dir, ck) = checkpointed_run(data, run, "infer")?;
     let (cfg, _) = checkpoint::load_config(&ck)?;
-    let path = crate::datasets::ensure_dataset(data, &cfg.dataset).map_err(TrainError::Dataset)?;
-    let ds = DatasetFile::open_verified(&path)?;
-    let (model, params, mut opt, device) = build_model(&cfg, &ds)?;
-    checkpoint::restore(&ck, &params, opt.as_mut())?;
+    let dataset = crate::datasets::ensure_dataset(data, &cfg.dataset).map_err(TrainError::Dataset)?;
+    let ds = if verify { DatasetFile::open_verified(&dataset)? } else { DatasetFile::open(&dataset)? };
+    let (model, ..) = build_model(&cfg, &ds)?;
     let layers = model.num_layers();
     if let Some(l) = opts.embeddings.filter(|&l| l + 1 >= layers) {
         return Err(BadInput::new(format!(
@@ -73,36 +97,121 @@ pub fn infer(data: &DataDir, run: &str, opts: &InferOptions) -> Result<InferRepo
         Some(p) => read_nodes(p, ds.num_nodes())?,
         None => (0..ds.num_nodes() as u32).collect(),
     };
+    let width = opts.embeddings.map_or(0, |l| model.out_dim(l));
+    Ok((Prepared { run_dir, checkpoint: ck, cfg, dataset, nodes, width }, ds))
+}
 
+/// The run's saved config and the checkpoint files inference reads (what a
+/// launcher without the driver's filesystem ships to every worker).
+pub fn run_files(data: &DataDir, run: &str) -> Result<(TrainConfig, Vec<PathBuf>), TrainError> {
+    let (_, ck) = checkpointed_run(data, run, "infer")?;
+    let (cfg, _) = checkpoint::load_config(&ck)?;
+    Ok((cfg, checkpoint::weight_files(&ck)?.to_vec()))
+}
+
+/// The last layer's outputs (and the `--embeddings` layer's) of every node,
+/// rows in node-id order, gathered from whichever worker owns each node.
+pub(crate) struct Scores {
+    pub classes: usize,
+    pub width: usize,
+    /// `[nodes, classes]`.
+    pub logits: Vec<f32>,
+    /// `[nodes, width]` with `--embeddings`.
+    pub embeddings: Option<Vec<f32>>,
+    /// Which nodes have their rows (each exactly once).
+    placed: Vec<bool>,
+    pub missing: usize,
+}
+
+impl Scores {
+    pub fn new(nodes: usize, classes: usize, width: usize, embeddings: bool) -> Scores {
+        Scores {
+            classes,
+            width,
+            logits: vec![0.0; nodes * classes],
+            embeddings: embeddings.then(|| vec![0.0; nodes * width]),
+            placed: vec![false; nodes],
+            missing: nodes,
+        }
+    }
+
+    /// Places the rows of nodes `ids` (row i of `logits`/`emb` is `ids[i]`'s).
+    /// A node id out of range or placed twice is refused.
+    pub fn place(&mut self, ids: &[u32], logits: &[f32], emb: Option<&[f32]>) -> Result<(), String> {
+        let (c, d) = (self.classes, self.width);
+        if logits.len() != ids.len() * c || emb.is_some_and(|e| e.len() != ids.len() * d) {
+            return Err(format!("{} node ids but {} logits (expected {} per node)", ids.len(), logits.len(), c));
+        }
+        for (i, &v) in ids.iter().enumerate() {
+            let v = v as usize;
+            match self.placed.get_mut(v) {
+                Some(p) if !*p => *p = true,
+                Some(_) => return Err(format!("node {v} was scored twice")),
+                None => return Err(format!("node {v} is not a node of the dataset ({} nodes)", self.placed.len())),
+            }
+            self.missing -= 1;
+            self.logits[v * c..(v + 1) * c].copy_from_slice(&logits[i * c..(i + 1) * c]);
+            if let (Some(dst), Some(src)) = (&mut self.embeddings, emb) {
+                dst[v * d..(v + 1) * d].copy_from_slice(&src[i * d..(i + 1) * d]);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs inference with run `run`'s last checkpoint in this process (W = 1) and writes the outputs.
+pub fn infer(data: &DataDir, run: &str, opts: &InferOptions) -> Result<InferReport, TrainError> {
+    let t0 = Instant::now();
+    let (prep, ds) = prepare(data, run, opts, true)?;
+    let cfg = &prep.cfg;
+    let (model, params, _, device) = build_model(cfg, &ds)?;
+    checkpoint::load_weights(&prep.checkpoint, &params)?;
     let view = GraphData { graph: ds.graph(), features: &ds, labels: ds.labels() };
     let mut w = Worker::new((0, 1), view, (&cfg.fanouts, &cfg.eval_fanouts), cfg.seed, (model, params), device);
     w.norm = cfg.normalize;
     let mut solo = Solo;
     let out = fullgraph::inference::run(&mut w, &mut solo, opts.embeddings)?;
-    let plan = &out.state.plan;
-    let c = out.classes;
+    let mut scores = Scores::new(ds.num_nodes(), out.classes, prep.width, opts.embeddings.is_some());
+    scores.place(out.state.plan.owned(), &out.logits, out.embeddings.as_deref()).map_err(TrainError::Rows)?;
+    let out_path = write_outputs(&prep, opts, &scores)?;
+    let bytes = solo.bytes().sent;
+    Ok(InferReport {
+        run: run.to_string(),
+        out: out_path,
+        nodes: prep.nodes.len() as u64,
+        seconds: t0.elapsed().as_secs_f64(),
+        bytes: bytes.total(),
+        workers: 1,
+        bytes_by_category: bytes,
+    })
+}
+
+/// Writes `node_id`, `prediction`, `probs` (and `embeddings`) of `prep.nodes`,
+/// in that order; returns the path written.
+pub(crate) fn write_outputs(prep: &Prepared, opts: &InferOptions, scores: &Scores) -> Result<PathBuf, TrainError> {
+    let nodes = &prep.nodes;
+    let (c, width) = (scores.classes, scores.width);
     let mut probs = Vec::with_capacity(nodes.len() * c);
     let mut prediction = Vec::with_capacity(nodes.len());
-    let width = opts.embeddings.map_or(0, |l| w.model.out_dim(l));
     let mut emb = Vec::with_capacity(nodes.len() * width);
-    for &v in &nodes {
-        let p = plan.owned_position(v).expect("one worker owns every node");
-        let row = &out.logits[p * c..(p + 1) * c];
+    for &v in nodes {
+        let v = v as usize;
+        let row = &scores.logits[v * c..(v + 1) * c];
         prediction.push(fullgraph::inference::argmax(row) as u32);
         let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let sum: f32 = row.iter().map(|&x| (x - max).exp()).sum();
         probs.extend(row.iter().map(|&x| (x - max).exp() / sum));
-        if let Some(e) = &out.embeddings {
-            emb.extend_from_slice(&e[p * width..(p + 1) * width]);
+        if let Some(e) = &scores.embeddings {
+            emb.extend_from_slice(&e[v * width..(v + 1) * width]);
         }
     }
     let n = nodes.len();
     let mut fields: Vec<Field<'_>> = vec![
-        Field { name: "node_id", dtype: Dtype::U32, shape: vec![n], data: bytemuck::cast_slice(&nodes) },
+        Field { name: "node_id", dtype: Dtype::U32, shape: vec![n], data: bytemuck::cast_slice(nodes) },
         Field { name: "prediction", dtype: Dtype::U32, shape: vec![n], data: bytemuck::cast_slice(&prediction) },
         Field { name: "probs", dtype: Dtype::F32, shape: vec![n, c], data: bytemuck::cast_slice(&probs) },
     ];
-    if opts.embeddings.is_some() {
+    if scores.embeddings.is_some() {
         fields.push(Field {
             name: "embeddings",
             dtype: Dtype::F32,
@@ -112,20 +221,14 @@ pub fn infer(data: &DataDir, run: &str, opts: &InferOptions) -> Result<InferRepo
     }
     let out_path = match (&opts.out, opts.format) {
         (Some(p), _) => p.clone(),
-        (None, OutputFormat::Safetensors) => run_dir.join("predictions.safetensors"),
-        (None, OutputFormat::Npy) => run_dir.join("predictions"),
+        (None, OutputFormat::Safetensors) => prep.run_dir.join("predictions.safetensors"),
+        (None, OutputFormat::Npy) => prep.run_dir.join("predictions"),
     };
     match opts.format {
         OutputFormat::Safetensors => write_safetensors(&out_path, &fields)?,
         OutputFormat::Npy => write_npy_dir(&out_path, &fields)?,
     }
-    Ok(InferReport {
-        run: run.to_string(),
-        out: out_path,
-        nodes: n as u64,
-        seconds: t0.elapsed().as_secs_f64(),
-        bytes: solo.bytes().sent.total(),
-    })
+    Ok(out_path)
 }
 
 /// Node ids, whitespace-separated; each must be a node of the dataset.

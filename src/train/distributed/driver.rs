@@ -328,7 +328,7 @@ fn execute(
 /// Where a worker finds `local`: the same path when it shares this machine's
 /// files, else the path relative to the data directory (each worker resolves
 /// it against its own `--data-dir`, where the launcher shipped it).
-fn worker_path(launcher: &dyn Launcher, root: &Path, local: &Path) -> anyhow::Result<PathBuf> {
+pub(super) fn worker_path(launcher: &dyn Launcher, root: &Path, local: &Path) -> anyhow::Result<PathBuf> {
     if launcher.shares_files() {
         return Ok(local.to_path_buf());
     }
@@ -367,6 +367,6 @@ fn fetch_checkpoint(
     Ok(())
 }
 
-fn absolute(p: &Path) -> anyhow::Result<PathBuf> {
+pub(super) fn absolute(p: &Path) -> anyhow::Result<PathBuf> {
     std::path::absolute(p).with_context(|| format!("cannot make {} absolute", p.display()))
 }

@@ -14,6 +14,7 @@
 
 mod driver;
 mod grad_dump;
+mod infer;
 mod replicas;
 mod rows;
 mod stragglers;
@@ -21,6 +22,7 @@ mod worker;
 
 pub use driver::{AutoPlanner, DistOptions, resume_distributed, train_distributed};
 pub use grad_dump::GradDump;
+pub use infer::{InferDone, InferJob, InferLaunch, infer_distributed, run_infer_worker};
 pub use replicas::ReplicaCheck;
 pub use rows::FetchingRows;
 pub use worker::run_worker;

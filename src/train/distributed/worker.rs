@@ -47,16 +47,7 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
     manifest.check_matches(&ds, world)?;
     let local: Arc<dyn RowSource> = Arc::new(PartRows::open(&spec.parts_dir, rank as u32, manifest.clone())?);
 
-    let mut mc = MeshConfig::new(rank, job.peers, job.secret);
-    mc.write_timeout = timeout;
-    mc.connect_timeout = mc.connect_timeout.max(timeout);
-    // Sole owner: once the mesh is built the port closes, so a late stranger is refused by the kernel.
-    let listener =
-        Arc::try_unwrap(job.listener).or_else(|shared| shared.try_clone()).context("cannot use the mesh listener")?;
-    let mesh = Mesh::establish(listener, &mc)?;
-    for r in mesh.refused() {
-        reporter.send(&ToDriver::Log(format!("refused a mesh connection from {}: {}", r.from, r.reason)))?;
-    }
+    let mesh = join_mesh(job, timeout, reporter)?;
     serve_features(&mesh, local.clone());
 
     let mut client = FeatureClient::new(Owners::Manifest(manifest.clone()), local, timeout);
@@ -129,6 +120,22 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
         replica_checks: strat.passed,
     };
     Ok(serde_json::to_value(done)?)
+}
+
+/// Joins the job's worker mesh (every wait bounded by `timeout`); refused
+/// strangers are reported to the driver's log.
+pub(super) fn join_mesh(job: Job, timeout: Duration, reporter: &Reporter) -> anyhow::Result<Mesh> {
+    let mut mc = MeshConfig::new(job.rank, job.peers, job.secret);
+    mc.write_timeout = timeout;
+    mc.connect_timeout = mc.connect_timeout.max(timeout);
+    // Sole owner: once the mesh is built the port closes, so a late stranger is refused by the kernel.
+    let listener =
+        Arc::try_unwrap(job.listener).or_else(|shared| shared.try_clone()).context("cannot use the mesh listener")?;
+    let mesh = Mesh::establish(listener, &mc)?;
+    for r in mesh.refused() {
+        reporter.send(&ToDriver::Log(format!("refused a mesh connection from {}: {}", r.from, r.reason)))?;
+    }
+    Ok(mesh)
 }
 
 /// The input rows this worker's own batches draw in the first epochs.

@@ -1,0 +1,265 @@
+//! `infer RUN --workers W | --cluster PROFILE`: the distributed layer-wise
+//! inference on W worker processes, started by the same launchers as `train`.
+//! Every worker owns one METIS part (W parts, the run's seed: the run's own
+//! partition when it trained on W workers), loads the checkpoint's weights,
+//! scores its owned nodes with one halo exchange per layer, and streams their
+//! rows to the driver in bounded chunks; the driver places them by node id
+//! and writes the file `infer` writes in-process.
+
+use super::worker::join_mesh;
+use super::{FetchingRows, driver};
+use crate::cluster::driver::{DriverOptions, Event, run_job};
+use crate::cluster::worker_session::{Job, Reporter};
+use crate::cluster::{Launcher, ToDriver};
+use crate::comm::{ByteCounts, FeatureClient, FetchStats, Owners, PartRows, RowSource, serve_features};
+use crate::format::{DatasetFile, ManifestFile};
+use crate::metrics::add_bytes;
+use crate::train::infer::{InferOptions, InferReport, Scores, prepare, write_outputs};
+use crate::train::{
+    Collective, FeatureSource, GraphData, MeshCollective, TrainConfig, TrainError, Worker, checkpoint, fullgraph,
+};
+use crate::{BadInput, DataDir};
+use anyhow::Context;
+use base64::Engine as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// Bytes of f32 rows per chunk a worker sends (well under the control
+/// channel's frame limit once base64-encoded).
+const CHUNK_BYTES: usize = 8 << 20;
+
+/// How the inference workers are started and watched.
+pub struct InferLaunch<'a> {
+    pub launcher: &'a dyn Launcher,
+    /// Set by the Ctrl-C handler: stops the workers.
+    pub interrupted: &'a AtomicBool,
+    /// A first Ctrl-C: inference has no iteration to finish, so it stops the
+    /// workers at once too (sets `interrupted`).
+    pub stop_requested: &'a dyn Fn() -> bool,
+    /// Bound of every wait between workers.
+    pub comm_timeout: Duration,
+    /// Where the control listener binds (the profile's `driver_bind`).
+    pub driver_bind: SocketAddr,
+}
+
+/// The `infer` task of a job, as every worker receives it.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct InferJob {
+    pub config: TrainConfig,
+    /// Paths as in `DistJob`: absolute, or relative to the worker's data directory.
+    pub dataset: PathBuf,
+    /// None with one worker (it owns every node).
+    pub parts_dir: Option<PathBuf>,
+    pub checkpoint: PathBuf,
+    pub embeddings: Option<usize>,
+    pub comm_timeout_ms: u64,
+}
+
+/// One chunk of a worker's rows (`ToDriver::Metrics`): f32 little-endian, base64.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct InferRows {
+    nodes: Vec<u32>,
+    logits: String,
+    embeddings: Option<String>,
+}
+
+/// What an inference worker sends as `ToDriver::Done`.
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct InferDone {
+    pub rank: usize,
+    /// Nodes this worker owns (and scored).
+    pub nodes: u64,
+    /// Everything this worker's mesh moved.
+    pub bytes: ByteCounts,
+    pub seconds: f64,
+}
+
+/// Runs inference with run `run`'s last checkpoint on `workers` workers
+/// (default: as many as the run trained on) and writes what `infer` writes.
+pub fn infer_distributed(
+    data: &DataDir,
+    run: &str,
+    opts: &InferOptions,
+    workers: Option<usize>,
+    launch: &InferLaunch<'_>,
+) -> anyhow::Result<InferReport> {
+    let t0 = Instant::now();
+    let (prep, ds) = prepare(data, run, opts, false)?;
+    let cfg = &prep.cfg;
+    let world = workers.unwrap_or(cfg.workers);
+    if world == 0 || world > ds.num_nodes() || world > usize::from(u16::MAX) {
+        return Err(BadInput::new(format!(
+            "--workers {world}: expected 1 to {} workers (one METIS part of {}'s {} nodes each)",
+            ds.num_nodes().min(usize::from(u16::MAX)),
+            cfg.dataset,
+            ds.num_nodes()
+        ))
+        .into());
+    }
+    // One worker owns every node: no partition.
+    let parts_dir = match world {
+        1 => None,
+        _ => Some(crate::partition::ensure_partition(data, &cfg.dataset, "metis", world, cfg.seed)?),
+    };
+    if let Some(p) = &parts_dir {
+        // A partition of another version of the dataset is refused here, before any worker starts.
+        ManifestFile::open(p)?.check_matches(&ds, world)?;
+    }
+    let root = driver::absolute(&data.root)?;
+    let on_worker = |p: &std::path::Path| driver::worker_path(launch.launcher, &root, &driver::absolute(p)?);
+    let job = InferJob {
+        config: cfg.clone(),
+        dataset: on_worker(&prep.dataset)?,
+        parts_dir: parts_dir.as_deref().map(on_worker).transpose()?,
+        checkpoint: on_worker(&prep.checkpoint)?,
+        embeddings: opts.embeddings,
+        comm_timeout_ms: launch.comm_timeout.as_millis() as u64,
+    };
+    let task = serde_json::json!({ "task": "infer", "infer": job });
+    let part = parts_dir.as_ref().map_or_else(|| "none".into(), |p| p.display().to_string());
+    tracing::info!("infer {run}: {} nodes of {} on {world} workers, partition {part}", ds.num_nodes(), cfg.dataset);
+
+    let classes = ds.num_classes();
+    let mut scores = Scores::new(ds.num_nodes(), classes, prep.width, opts.embeddings.is_some());
+    let mut failure: Option<anyhow::Error> = None;
+    let driver_opts = DriverOptions {
+        silence_timeout: (launch.comm_timeout * 2).max(Duration::from_secs(10)),
+        bind: launch.driver_bind,
+        ..DriverOptions::default()
+    };
+    let values = run_job(launch.launcher, world, &task, &driver_opts, launch.interrupted, |ev| {
+        let outcome = match ev {
+            Event::Metrics(rank, v) => place(&mut scores, v).with_context(|| format!("worker {rank} sent bad rows")),
+            Event::Log(rank, line) => {
+                tracing::info!("[worker {rank}] {line}");
+                Ok(())
+            }
+            Event::Done(..) | Event::Idle => Ok(()),
+        };
+        if let Err(e) = outcome {
+            failure.get_or_insert(e);
+        }
+        if (launch.stop_requested)() {
+            launch.interrupted.store(true, Ordering::SeqCst);
+        }
+    })
+    .with_context(|| format!("distributed inference of run {run} on {world} workers failed"))?;
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    let done: Vec<InferDone> = values
+        .into_iter()
+        .map(serde_json::from_value)
+        .collect::<Result<_, _>>()
+        .context("a worker's final report is malformed")?;
+    if scores.missing > 0 {
+        return Err(TrainError::Rows(format!(
+            "the {world} workers scored {} of {} nodes (are driver and workers the same version?)",
+            ds.num_nodes() - scores.missing,
+            ds.num_nodes()
+        ))
+        .into());
+    }
+    let mut bytes = crate::metrics::ByteCounts::default();
+    for d in &done {
+        add_bytes(&mut bytes, &d.bytes.sent);
+    }
+    let out = write_outputs(&prep, opts, &scores)?;
+    Ok(InferReport {
+        run: run.to_string(),
+        out,
+        nodes: prep.nodes.len() as u64,
+        seconds: t0.elapsed().as_secs_f64(),
+        bytes: bytes.total(),
+        workers: world,
+        bytes_by_category: bytes,
+    })
+}
+
+fn place(scores: &mut Scores, v: serde_json::Value) -> anyhow::Result<()> {
+    let r: InferRows = serde_json::from_value(v).context("malformed rows")?;
+    let logits = decode(&r.logits)?;
+    let emb = r.embeddings.as_deref().map(decode).transpose()?;
+    scores.place(&r.nodes, &logits, emb.as_deref()).map_err(|e| anyhow::anyhow!(e))
+}
+
+fn encode(rows: &[f32]) -> String {
+    let bytes: Vec<u8> = rows.iter().flat_map(|x| x.to_le_bytes()).collect();
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+fn decode(s: &str) -> anyhow::Result<Vec<f32>> {
+    let bytes = base64::engine::general_purpose::STANDARD.decode(s).context("rows are not base64")?;
+    anyhow::ensure!(bytes.len() % 4 == 0, "{} bytes of rows is not a whole number of f32", bytes.len());
+    Ok(bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+}
+
+/// Runs the `infer` task of `job`; returns the `InferDone` value for the driver.
+pub fn run_infer_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Result<serde_json::Value> {
+    let t0 = Instant::now();
+    let mut spec: InferJob = serde_json::from_value(job.config.get("infer").cloned().unwrap_or_default())
+        .context("the driver sent a malformed infer job (are driver and worker the same version?)")?;
+    for p in [Some(&mut spec.dataset), spec.parts_dir.as_mut(), Some(&mut spec.checkpoint)].into_iter().flatten() {
+        if p.is_relative() {
+            *p = data.root.join(&*p);
+        }
+    }
+    let (rank, world) = (job.rank, job.world);
+    let cfg = &spec.config;
+    let timeout = Duration::from_millis(spec.comm_timeout_ms.max(1));
+
+    let ds = DatasetFile::open_verified(&spec.dataset)?;
+    let manifest = match &spec.parts_dir {
+        Some(p) => {
+            let m = Arc::new(ManifestFile::open(p)?);
+            m.verify()?;
+            m.check_matches(&ds, world)?;
+            Some(m)
+        }
+        None if world == 1 => None,
+        None => anyhow::bail!("the driver sent an infer job for {world} workers without a partition"),
+    };
+    let (model, params, _, device) = crate::train::build_model(cfg, &ds)?;
+    checkpoint::load_weights(&spec.checkpoint, &params)?;
+
+    let mesh = join_mesh(job, timeout, reporter)?;
+    // Own part's rows, the rest from their owners; one worker reads the archive.
+    let fetching;
+    let features: &dyn FeatureSource = match &manifest {
+        Some(m) => {
+            let local: Arc<dyn RowSource> =
+                Arc::new(PartRows::open(spec.parts_dir.as_ref().expect("a partition"), rank as u32, m.clone())?);
+            serve_features(&mesh, local.clone());
+            let client = FeatureClient::new(Owners::Manifest(m.clone()), local, timeout);
+            fetching = FetchingRows::new(client, &mesh, FetchStats::default());
+            &fetching
+        }
+        None => &ds,
+    };
+    let view = GraphData { graph: ds.graph(), features, labels: ds.labels() };
+    let mut w = Worker::new((rank, world), view, (&cfg.fanouts, &cfg.eval_fanouts), cfg.seed, (model, params), device);
+    w.norm = cfg.normalize;
+    w.owners = manifest.map(Owners::Manifest);
+    let mut coll = MeshCollective { mesh: &mesh, timeout };
+    let out = fullgraph::inference::run(&mut w, &mut coll, spec.embeddings)?;
+
+    let owned = out.state.plan.owned();
+    let (c, d) = (out.classes, spec.embeddings.map_or(0, |l| w.model.out_dim(l)));
+    let per_chunk = (CHUNK_BYTES / (4 * (c + d)).max(1)).max(1);
+    for start in (0..owned.len()).step_by(per_chunk) {
+        let end = (start + per_chunk).min(owned.len());
+        let chunk = InferRows {
+            nodes: owned[start..end].to_vec(),
+            logits: encode(&out.logits[start * c..end * c]),
+            embeddings: out.embeddings.as_ref().map(|e| encode(&e[start * d..end * d])),
+        };
+        reporter.send(&ToDriver::Metrics(serde_json::to_value(chunk)?))?;
+    }
+    // No worker leaves the mesh while a peer may still fetch its rows.
+    coll.barrier().map_err(TrainError::Comm)?;
+    let done = InferDone { rank, nodes: owned.len() as u64, bytes: mesh.bytes(), seconds: t0.elapsed().as_secs_f64() };
+    Ok(serde_json::to_value(done)?)
+}

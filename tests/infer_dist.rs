@@ -1,0 +1,147 @@
+//! `leapgnn infer RUN --workers W | --cluster PROFILE`: the distributed
+//! layer-wise inference on W real worker processes writes what in-process
+//! inference (W = 1) writes: the same node order, probabilities within 1e-4,
+//! the same predictions, equal to the run's own evaluation; and refuses bad
+//! input with exit 2 naming the flag.
+
+mod dist_support;
+
+use dist_support::{cora, facebook, fails, json};
+use leapgnn::format::DatasetFile;
+use std::collections::HashMap;
+use std::path::Path;
+
+/// A safetensors file's tensors as f32 or u32 values by name.
+struct Out {
+    f32s: HashMap<String, (Vec<usize>, Vec<f32>)>,
+    u32s: HashMap<String, Vec<u32>>,
+}
+
+fn load(path: &Path) -> Out {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut out = Out { f32s: HashMap::new(), u32s: HashMap::new() };
+    for (name, v) in st.tensors() {
+        let words = v.data().chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]);
+        match v.dtype() {
+            safetensors::Dtype::F32 => {
+                out.f32s.insert(name, (v.shape().to_vec(), words.map(f32::from_le_bytes).collect()));
+            }
+            safetensors::Dtype::U32 => {
+                out.u32s.insert(name, words.map(u32::from_le_bytes).collect());
+            }
+            d => panic!("{name}: unexpected dtype {d:?}"),
+        }
+    }
+    out
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+/// The distributed output `b` against the in-process `a`: same nodes, same
+/// shapes, every value within 1e-4, identical predictions.
+fn same_as(a: &Out, b: &Out, what: &str) {
+    assert_eq!(a.u32s["node_id"], b.u32s["node_id"], "{what}: node order");
+    assert_eq!(a.u32s["prediction"], b.u32s["prediction"], "{what}: predictions (argmax)");
+    for field in ["probs", "embeddings"] {
+        let (x, y) = (&a.f32s[field], &b.f32s[field]);
+        assert_eq!(x.0, y.0, "{what}: shape of {field}");
+        let e = max_abs_diff(&x.1, &y.1);
+        assert!(e <= 1e-4, "{what}: {field} differ by up to {e}");
+    }
+}
+
+#[test]
+fn facebook_on_4_workers_scores_every_node_as_one_worker_does_and_as_the_run_evaluated() {
+    let tmp = facebook();
+    let d = tmp.path();
+    // Trained on 4 workers: its evaluation is the distributed inference on its own partition.
+    let fg = ["train", "facebook", "--no-tui", "--full-batch", "--workers", "4", "--hidden", "16", "--epochs", "3"];
+    let s = json(d, &[&fg[..], &["--seed", "3", "--run", "fb"]].concat());
+    let out = |name: &str| d.join(name).to_str().unwrap().to_string();
+    let solo = json(d, &["infer", "fb", "--embeddings", "0", "--out", &out("w1.safetensors")]);
+    assert_eq!((solo["workers"].as_u64(), solo["bytes"].as_u64()), (Some(1), Some(0)));
+    let four = json(d, &["infer", "fb", "--embeddings", "0", "--workers", "4", "--out", &out("w4.safetensors")]);
+    assert_eq!(four["workers"], 4);
+    assert_eq!(four["nodes"], 22470);
+    assert_eq!(four["out"], out("w4.safetensors"));
+    // The halo's hidden rows crossed the sockets (and its input rows, once).
+    assert!(four["bytes_by_category"]["activations"].as_u64().unwrap() > 0, "{four}");
+    assert!(four["bytes_by_category"]["features"].as_u64().unwrap() > 0, "{four}");
+    let one = json(d, &["infer", "fb", "--embeddings", "0", "--workers", "1", "--out", &out("d1.safetensors")]);
+    assert_eq!((one["workers"].as_u64(), one["bytes_by_category"]["activations"].as_u64()), (Some(1), Some(0)));
+
+    let (w1, w4, d1) =
+        (load(&d.join("w1.safetensors")), load(&d.join("w4.safetensors")), load(&d.join("d1.safetensors")));
+    assert_eq!(w1.u32s["node_id"], (0..22470).collect::<Vec<u32>>());
+    assert_eq!(w1.f32s["probs"].0, [22470, 4]);
+    assert_eq!(w1.f32s["embeddings"].0, [22470, 16]);
+    same_as(&w1, &w4, "W=4");
+    same_as(&w1, &d1, "W=1 as a worker process");
+
+    // The predictions are the run's final evaluation (on 4 workers).
+    let ds = DatasetFile::open(d.join("facebook/dataset.lgnn")).unwrap();
+    let last = &s["history"][2];
+    for (ids, key) in [(ds.val(), "val_accuracy"), (ds.test(), "test_accuracy")] {
+        let pred = &w4.u32s["prediction"];
+        let correct = ids.iter().filter(|&&v| pred[v as usize] as i32 == ds.labels()[v as usize]).count();
+        assert_eq!(correct as f64 / ids.len() as f64, last[key].as_f64().unwrap(), "{key}");
+    }
+    assert!(last["test_accuracy"].as_f64().unwrap() > 0.5, "{last}");
+
+    // --nodes: those rows, in the order given.
+    std::fs::write(d.join("nodes.txt"), "22469 0\n17 5 22469\n").unwrap();
+    let nodes = d.join("nodes.txt");
+    let args = ["infer", "fb", "--workers", "4", "--nodes", nodes.to_str().unwrap(), "--out", &out("some.safetensors")];
+    assert_eq!(json(d, &args)["nodes"], 5);
+    let some = load(&d.join("some.safetensors"));
+    let order = [22469u32, 0, 17, 5, 22469];
+    assert_eq!(some.u32s["node_id"], order);
+    let (all, picked) = (&w4.f32s["probs"].1, &some.f32s["probs"].1);
+    for (i, &v) in order.iter().enumerate() {
+        assert_eq!(&picked[i * 4..i * 4 + 4], &all[v as usize * 4..v as usize * 4 + 4], "node {v}");
+    }
+}
+
+#[test]
+fn bad_input_to_distributed_infer_is_refused_with_exit_2_naming_the_flag() {
+    let tmp = cora();
+    let d = tmp.path();
+    let e = fails(d, &["infer", "nosuchrun", "--workers", "2"], 2);
+    assert!(e.contains("`nosuchrun` does not exist"), "{e}");
+    json(d, &["train", "cora", "--no-tui", "--full-batch", "--epochs", "1", "--hidden", "16", "--run", "one"]);
+    for w in ["0", "5000"] {
+        let e = fails(d, &["infer", "one", "--workers", w], 2);
+        assert!(e.contains(&format!("--workers {w}")), "{e}");
+    }
+    let e = fails(d, &["infer", "one", "--workers", "2", "--embeddings", "1"], 2);
+    assert!(e.contains("--embeddings 1"), "{e}");
+    let e = fails(d, &["infer", "one", "--workers", "2", "--comm-timeout", "0"], 2);
+    assert!(e.contains("--comm-timeout 0"), "{e}");
+    // An ssh profile sets W (the sum of its hosts' slots): a different --workers is refused before any connection.
+    std::fs::write(d.join("known_hosts"), "").unwrap();
+    let host = |a: &str| format!("[[host]]\naddress = \"{a}\"\nuser = \"gnn\"\nworkers = 2\n");
+    let profile = format!(
+        "[cluster]\nlauncher = \"ssh\"\nknown_hosts = \"{}\"\n{}{}",
+        d.join("known_hosts").display(),
+        host("192.0.2.10"),
+        host("192.0.2.11")
+    );
+    let lab = d.join("lab.toml");
+    std::fs::write(&lab, profile).unwrap();
+    let e = fails(d, &["infer", "one", "--cluster", lab.to_str().unwrap(), "--workers", "3"], 2);
+    assert!(e.contains("--workers 3") && e.contains("4 worker slots"), "{e}");
+    assert!(!d.join("runs/one/predictions.safetensors").exists());
+
+    // A local profile runs --workers processes, by default as many as the run trained on (here 1).
+    let local = Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/local.toml");
+    let r = json(d, &["infer", "one", "--cluster", local.to_str().unwrap()]);
+    assert_eq!((r["workers"].as_u64(), r["nodes"].as_u64()), (Some(1), Some(2708)));
+    let r = json(d, &["infer", "one", "--cluster", local.to_str().unwrap(), "--workers", "3"]);
+    assert_eq!(r["workers"], 3);
+    assert!(r["bytes_by_category"]["activations"].as_u64().unwrap() > 0, "{r}");
+    assert!(d.join("cora/parts/metis-3").is_dir(), "the 3-worker partition is made on first use");
+}
