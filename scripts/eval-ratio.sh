@@ -10,8 +10,10 @@
 # eval_bytes = every category of `bytes.eval`, summed.
 #   scripts/eval-ratio.sh [DATA_DIR] [STRATEGY...]
 # DATA_DIR defaults to a temp dir (Facebook is imported from
-# ../shared/datasets/musae-facebook when missing); strategies default to
-# model-centric and leapgnn; LEAPGNN names the binary (target/release/leapgnn).
+# ../shared/datasets/musae-facebook when missing, its features stored as
+# FEATURES says: dense, as the issue measured, or auto = sparse for Facebook's
+# bag-of-words rows); strategies default to model-centric and leapgnn; LEAPGNN
+# names the binary (target/release/leapgnn).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${LEAPGNN:-$root/target/release/leapgnn}
@@ -24,7 +26,8 @@ if [ -z "$data" ]; then
   trap 'rm -rf "$data"' EXIT
 fi
 if [ ! -e "$data/facebook" ]; then
-  "$bin" --data-dir "$data" download facebook --from "$root/../shared/datasets/musae-facebook" --json >/dev/null
+  "$bin" --data-dir "$data" download facebook --from "$root/../shared/datasets/musae-facebook" \
+    --features "${FEATURES:-dense}" --json >/dev/null
 fi
 common=(train facebook --no-tui --json --workers 4 --epochs 1 --model sage --fanout 10,10 --batch-size 1024)
 out=$(mktemp)
@@ -35,7 +38,7 @@ for s in "${strategies[@]}"; do
     echo >>"$out"
   done
 done
-python3 - "$out" "${strategies[@]}" <<'EOF'
+python3 - "$out" "${FEATURES:-dense}" "${strategies[@]}" <<'EOF'
 import json, sys
 runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 def one(s):
@@ -45,10 +48,10 @@ def one(s):
         "test_accuracy": s["test_accuracy"],
     }
 out = []
-for i, strategy in enumerate(sys.argv[2:]):
+for i, strategy in enumerate(sys.argv[3:]):
     full, sampled = one(runs[2 * i]), one(runs[2 * i + 1])
     out.append({"strategy": strategy, "full": full, "sampled": sampled,
                 "ratio": full["eval_seconds"] / sampled["eval_seconds"]})
-print(json.dumps({"dataset": "facebook", "workers": 4, "runs": out}, indent=1))
+print(json.dumps({"dataset": "facebook", "workers": 4, "features": sys.argv[2], "runs": out}, indent=1))
 EOF
 rm -f "$out"

@@ -257,11 +257,15 @@ impl Model {
     /// aggregation), their dropout applied to the stored values with the masks
     /// the dense rows would get; otherwise they are densified.
     pub fn input_rows(&self, p: &Prepared, rows: Rows, mode: Mode, dev: &Device) -> Result<Input> {
+        self.input_rows_of(p.blocks.input_nodes(), rows, mode, dev)
+    }
+
+    /// `input_rows` for the rows of vertices `ids` (the full-graph engine's owned + halo).
+    pub fn input_rows_of(&self, ids: &[u32], rows: Rows, mode: Mode, dev: &Device) -> Result<Input> {
         match rows {
             Rows::Sparse(mut c)
                 if dev.is_cpu() && self.kernel == Kernel::Fast && self.spec.kind != ModelKind::SageMax =>
             {
-                let ids = p.blocks.input_nodes();
                 if c.num_rows() != ids.len() || c.dim != self.spec.in_dim {
                     candle_core::bail!(
                         "{} sparse rows of {} columns for {} input nodes of {} features",
@@ -285,7 +289,7 @@ impl Model {
                 }
                 Ok(Input::Sparse(Arc::new(c)))
             }
-            rows => Ok(Input::Dense(self.input(p, rows.into_dense(), mode, dev)?)),
+            rows => Ok(Input::Dense(self.input_dense(ids, rows.into_dense(), mode, dev)?)),
         }
     }
 
@@ -336,7 +340,7 @@ impl Model {
     }
 
     /// `layer_forward` on dense or sparse input rows (sparse only reaches the first layer).
-    fn layer_forward_input(
+    pub fn layer_forward_input(
         &self,
         i: usize,
         h: &Input,

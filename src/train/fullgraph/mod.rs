@@ -16,8 +16,9 @@ pub use halo::HaloPlan;
 use super::strategy::{Iteration, Strategy, StrategyKind};
 use super::{Collective, TrainError, Worker};
 use crate::comm::ByteCounts;
+use crate::gather::Rows;
 use crate::metrics::{StepRecord, add_bytes};
-use crate::model::{AggGraph, Mode, cross_entropy_sum};
+use crate::model::{AggGraph, Input, Mode, cross_entropy_sum};
 use crate::sample::Fanout;
 use crate::train::strategy::StepSink;
 use candle_core::{Tensor, Var};
@@ -29,7 +30,9 @@ pub struct State {
     pub plan: HaloPlan,
     /// Input rows of owned + halo vertices, normalised: features are
     /// constants, so the halo's rows cross the network once, not per epoch.
-    inputs: Tensor,
+    /// Sparse rows stay sparse where the first layer multiplies them so (as
+    /// mini-batches do): bag-of-words features are mostly zeros.
+    inputs: Input,
     /// The aggregation graph of every layer (the same block, so one graph).
     graph: Arc<AggGraph>,
 }
@@ -42,9 +45,8 @@ pub(crate) fn state(w: &mut Worker<'_>) -> Result<Arc<State>, TrainError> {
     }
     let owners = w.owners.as_ref().map(|o| o.as_slice());
     let plan = HaloPlan::derive(w.graph, owners, w.rank, w.world);
-    let rows = w.gather_rows(&plan.block.src)?.0.into_dense();
-    let inputs = Tensor::from_vec(rows, (plan.rows(), w.model.spec().in_dim), &candle_core::Device::Cpu)?
-        .to_device(&w.device)?;
+    let rows = w.gather_rows(&plan.block.src)?.0;
+    let inputs = w.model.input_rows_of(&plan.block.src, rows, Mode::Eval, &w.device)?;
     let graph = Arc::new(w.model.layer_graph(0, &plan.block, w.graph, Fanout::All));
     let s = Arc::new(State { plan, inputs, graph });
     w.full = Some(s.clone());
@@ -79,17 +81,25 @@ pub(crate) fn forward(
         moved: vec![Default::default(); layers],
         compute: vec![0.0; layers],
     };
-    // Input dropout needs a copy of the rows; without it the cached tensor is the input.
-    let mut h = match mode {
-        Mode::Train { .. } if w.model.spec().kind.drops_input() => {
-            let rows = st.inputs.flatten_all()?.to_vec1::<f32>()?;
-            w.model.input_dense(&plan.block.src, rows, mode, &w.device)?
+    // Input dropout needs a copy of the rows; without it the cached rows are the input.
+    let x0 = match (mode, &st.inputs) {
+        (Mode::Train { .. }, x) if w.model.spec().kind.drops_input() => {
+            let rows = match x {
+                Input::Dense(t) => Rows::Dense(t.flatten_all()?.to_vec1::<f32>()?),
+                Input::Sparse(c) => Rows::Sparse((**c).clone()),
+            };
+            w.model.input_rows_of(&plan.block.src, rows, mode, &w.device)?
         }
-        _ => st.inputs.clone(),
+        (_, x) => x.clone(),
     };
+    let mut h = None;
     for l in 0..layers {
         let t = Instant::now();
-        let y = w.model.layer_forward(l, &h, &st.graph, (&plan.block.src, plan.owned()), mode)?;
+        let ids = (&plan.block.src[..], plan.owned());
+        let y = match &h {
+            None => w.model.layer_forward_input(l, &x0, &st.graph, ids, mode)?,
+            Some(x) => w.model.layer_forward(l, x, &st.graph, ids, mode)?,
+        };
         f.compute[l] += t.elapsed().as_secs_f64();
         if l + 1 < layers {
             let d = w.model.out_dim(l);
@@ -97,14 +107,14 @@ pub(crate) fn forward(
             let rows = forward_rows(coll, plan, y.flatten_all()?.to_vec1::<f32>()?, d)?;
             f.moved[l + 1] = (coll.bytes().since(&b0), t.elapsed().as_secs_f64());
             let x = Tensor::from_vec(rows, (plan.rows(), d), &candle_core::Device::Cpu)?.to_device(&w.device)?;
-            h = if train {
+            h = Some(if train {
                 let v = Var::from_tensor(&x)?;
                 let t = v.as_tensor().clone();
                 f.inputs.push(v);
                 t
             } else {
                 x
-            };
+            });
         }
         f.outs.push(y);
     }
