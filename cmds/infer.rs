@@ -2,13 +2,12 @@ use crate::Global;
 use crate::output::print_json;
 use anyhow::Context;
 use leapgnn::BadInput;
-use leapgnn::cluster::{Launcher, LauncherKind, LocalLauncher, LogSink, Profile};
+use leapgnn::cluster::{Launcher, LauncherKind, LogSink, Profile};
 use leapgnn::progress::signals;
 use leapgnn::train::distributed::{InferLaunch, infer_distributed};
 use leapgnn::train::infer::{InferOptions, infer, run_files};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 /// Predictions (class and probabilities) and optionally hidden embeddings of every node of a trained run,
 /// from layer-wise inference over the whole graph, keyed by node id.
@@ -75,9 +74,7 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
 /// `--workers` / `--cluster`: the driver starts the workers (local processes,
 /// or one per slot of an ssh profile's hosts) and writes what they score.
 fn distributed(g: &Global, a: &Args, opts: &InferOptions) -> anyhow::Result<leapgnn::train::infer::InferReport> {
-    if !(a.comm_timeout.is_finite() && a.comm_timeout > 0.0 && a.comm_timeout <= 86_400.0) {
-        return Err(BadInput::new(format!("--comm-timeout {}: expected seconds in (0, 86400]", a.comm_timeout)).into());
-    }
+    let comm_timeout = crate::train::comm_timeout(a.comm_timeout)?;
     let data = g.data();
     let profile = a.cluster.as_deref().map(Profile::load).transpose()?.filter(|p| p.launcher != LauncherKind::Local);
     let mut workers = a.workers;
@@ -109,9 +106,7 @@ fn distributed(g: &Global, a: &Args, opts: &InferOptions) -> anyhow::Result<leap
     let launcher: &dyn Launcher = match &ssh {
         Some(l) => l,
         None => {
-            let mut args = vec!["--data-dir".into(), data.root.display().to_string()];
-            args.extend((0..g.verbose).map(|_| "-v".to_string()));
-            local = LocalLauncher::current(args)?.with_log(log);
+            local = crate::train::local_launcher(g, &data, log)?;
             &local
         }
     };
@@ -119,7 +114,7 @@ fn distributed(g: &Global, a: &Args, opts: &InferOptions) -> anyhow::Result<leap
         launcher,
         interrupted: signals::forced_flag(),
         stop_requested: &signals::stop_requested,
-        comm_timeout: Duration::from_secs_f64(a.comm_timeout),
+        comm_timeout,
         driver_bind: ssh.as_ref().map_or_else(|| Profile::local().driver_bind(), |l| l.profile().driver_bind()),
     };
     let result = infer_distributed(&data, &a.run, opts, workers, &launch);

@@ -298,9 +298,7 @@ fn distributed(
     obs: &mut dyn Observer,
     resume: Option<&str>,
 ) -> anyhow::Result<RunSummary> {
-    if !(a.comm_timeout.is_finite() && a.comm_timeout > 0.0 && a.comm_timeout <= 86_400.0) {
-        return Err(BadInput::new(format!("--comm-timeout {}: expected seconds in (0, 86400]", a.comm_timeout)).into());
-    }
+    let comm_timeout = comm_timeout(a.comm_timeout)?;
     let data = g.data();
     // A second Ctrl-C: stop the workers at once.
     let interrupted = signals::forced_flag();
@@ -321,17 +319,14 @@ fn distributed(
     let launcher: &dyn Launcher = match &ssh {
         Some(l) => l,
         None => {
-            // Workers log at the driver's verbosity (-v, -vv), relayed as `[worker r]` lines.
-            let mut args = vec!["--data-dir".into(), data.root.display().to_string()];
-            args.extend((0..g.verbose).map(|_| "-v".to_string()));
-            local = LocalLauncher::current(args)?.with_log(log);
+            local = local_launcher(g, &data, log)?;
             &local
         }
     };
     let dist = DistOptions {
         launcher,
         interrupted,
-        comm_timeout: Duration::from_secs_f64(a.comm_timeout),
+        comm_timeout,
         check_replicas: a.check_replicas,
         dump_grad: a.dump_grad.clone(),
         worker_lines: dashboard.then_some(&rx),
@@ -365,6 +360,22 @@ fn distributed(
         );
     }
     Ok(summary)
+}
+
+/// `--comm-timeout` seconds, checked.
+pub(crate) fn comm_timeout(secs: f64) -> anyhow::Result<Duration> {
+    if !(secs.is_finite() && secs > 0.0 && secs <= 86_400.0) {
+        return Err(BadInput::new(format!("--comm-timeout {secs}: expected seconds in (0, 86400]")).into());
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// Workers as local processes of this binary, on this data directory; they
+/// log at the driver's verbosity (-v, -vv), relayed as `[worker r]` lines.
+pub(crate) fn local_launcher(g: &Global, data: &DataDir, log: LogSink) -> anyhow::Result<LocalLauncher> {
+    let mut args = vec!["--data-dir".into(), data.root.display().to_string()];
+    args.extend((0..g.verbose).map(|_| "-v".to_string()));
+    Ok(LocalLauncher::current(args)?.with_log(log))
 }
 
 /// Checks every host first (the same checks as `cluster check`, failing on

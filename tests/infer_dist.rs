@@ -6,10 +6,12 @@
 
 mod dist_support;
 
+use dist_support::sshd::{Sshd, wait_none_mentioning};
 use dist_support::{cora, facebook, fails, json};
 use leapgnn::format::DatasetFile;
 use std::collections::HashMap;
 use std::path::Path;
+use std::time::Duration;
 
 /// A safetensors file's tensors as f32 or u32 values by name.
 struct Out {
@@ -144,4 +146,41 @@ fn bad_input_to_distributed_infer_is_refused_with_exit_2_naming_the_flag() {
     assert_eq!(r["workers"], 3);
     assert!(r["bytes_by_category"]["activations"].as_u64().unwrap() > 0, "{r}");
     assert!(d.join("cora/parts/metis-3").is_dir(), "the 3-worker partition is made on first use");
+}
+
+#[test]
+fn over_ssh_the_workers_get_the_runs_weights_and_score_as_in_process() {
+    let sshd = Sshd::start();
+    let profile = sshd.profile(2, "");
+    let tmp = cora();
+    let d = tmp.path();
+    let fg = ["train", "cora", "--no-tui", "--full-batch", "--epochs", "3", "--hidden", "16", "--normalize", "l1"];
+    json(d, &[&fg[..], &["--seed", "6", "--run", "cr"]].concat());
+    let out = |name: &str| d.join(name).to_str().unwrap().to_string();
+    json(d, &["infer", "cr", "--embeddings", "0", "--out", &out("here.safetensors")]);
+    let r = json(
+        d,
+        &["infer", "cr", "--embeddings", "0", "--cluster", profile.to_str().unwrap(), "--out", &out("ssh.safetensors")],
+    );
+    assert_eq!((r["workers"].as_u64(), r["nodes"].as_u64()), (Some(2), Some(2708)));
+    same_as(&load(&d.join("here.safetensors")), &load(&d.join("ssh.safetensors")), "ssh, W=2");
+    // The workers read the checkpoint's weights from their own copy, shipped with the data.
+    let state: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.join("runs/cr/checkpoint/state.json")).unwrap()).unwrap();
+    let weights = state["weights"].as_str().unwrap();
+    let shipped = walk(&sshd.remote);
+    assert!(shipped.iter().any(|p| p.ends_with(format!("runs/cr/checkpoint/{weights}"))), "{shipped:?}");
+    assert!(!shipped.iter().any(|p| p.to_string_lossy().contains("optimizer-")), "only the weights are shipped");
+    let marker = sshd.remote.display().to_string();
+    assert_eq!(wait_none_mentioning(&marker, Duration::from_secs(5)), Vec::<u32>::new(), "processes left");
+}
+
+/// Every file below `dir`.
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() { out.extend(walk(&p)) } else { out.push(p) }
+    }
+    out
 }
