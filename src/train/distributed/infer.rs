@@ -217,7 +217,7 @@ pub fn run_infer_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow
             let m = Arc::new(ManifestFile::open(p)?);
             m.verify()?;
             m.check_matches(&ds, world)?;
-            Some(m)
+            Some((p.clone(), m))
         }
         None if world == 1 => None,
         None => anyhow::bail!("the driver sent an infer job for {world} workers without a partition"),
@@ -229,9 +229,8 @@ pub fn run_infer_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow
     // Own part's rows, the rest from their owners; one worker reads the archive.
     let fetching;
     let features: &dyn FeatureSource = match &manifest {
-        Some(m) => {
-            let local: Arc<dyn RowSource> =
-                Arc::new(PartRows::open(spec.parts_dir.as_ref().expect("a partition"), rank as u32, m.clone())?);
+        Some((dir, m)) => {
+            let local: Arc<dyn RowSource> = Arc::new(PartRows::open(dir, rank as u32, m.clone())?);
             serve_features(&mesh, local.clone());
             let client = FeatureClient::new(Owners::Manifest(m.clone()), local, timeout);
             fetching = FetchingRows::new(client, &mesh, FetchStats::default());
@@ -242,7 +241,7 @@ pub fn run_infer_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow
     let view = GraphData { graph: ds.graph(), features, labels: ds.labels() };
     let mut w = Worker::new((rank, world), view, (&cfg.fanouts, &cfg.eval_fanouts), cfg.seed, (model, params), device);
     w.norm = cfg.normalize;
-    w.owners = manifest.map(Owners::Manifest);
+    w.owners = manifest.map(|(_, m)| Owners::Manifest(m));
     let mut coll = MeshCollective { mesh: &mesh, timeout };
     let out = fullgraph::inference::run(&mut w, &mut coll, spec.embeddings)?;
 
