@@ -12,6 +12,7 @@ use leapgnn::metrics::{EpochRecord, RunInfo, RunSummary, StepRecord};
 use leapgnn::progress::{self, ProgressSink, signals};
 use leapgnn::sample::{Fanout, Fanouts};
 use leapgnn::train::distributed::{DistOptions, GradDump, resume_distributed, train_distributed};
+use leapgnn::train::tensorboard::TensorBoard;
 use leapgnn::train::{
     self, EvalMode, MergePlan, Observer, ResumeOverrides, RunOptions, StrategyKind, TrainConfig, TrainError, TrainMode,
 };
@@ -125,6 +126,10 @@ pub struct Args {
     /// Every metrics record as a JSON line on stdout, as it happens (for pipelines; no dashboard).
     #[arg(long)]
     pub json_stream: bool,
+    /// Write TensorBoard event files to DIR/<run>/ (per epoch: loss, accuracies, seconds, bytes by category,
+    /// miss rate; per iteration: loss and step times); view with `tensorboard --logdir DIR`.
+    #[arg(long, value_name = "DIR")]
+    pub tensorboard: Option<PathBuf>,
     /// Stop after N iterations in total, as if interrupted (after checkpointing).
     #[arg(long, hide = true)]
     pub stop_after: Option<u64>,
@@ -212,22 +217,25 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     let on_force = if several { signals::OnForce::Flag } else { signals::OnForce::Exit };
     signals::install(on_force, dashboard).context("cannot install the Ctrl-C / SIGTERM handler")?;
     let mut watch = Watch(progress::choose(tty, a.no_tui, g.json, a.json_stream));
-    let mut obs = GradDump { path: a.dump_grad.clone(), inner: &mut watch };
+    let mut dump = GradDump { path: a.dump_grad.clone(), inner: &mut watch };
+    let mut tb = TensorBoard::new(a.tensorboard.clone(), &mut dump)?;
+    let obs: &mut dyn Observer = &mut tb;
     let result = match (cfg, &a.resume) {
-        (Some(cfg), Some(run)) => distributed(g, cfg, None, &a, &opts, dashboard, &mut obs, Some(run)),
+        (Some(cfg), Some(run)) => distributed(g, cfg, None, &a, &opts, dashboard, obs, Some(run)),
         (Some(cfg), None) if cfg.workers > 1 || profile.is_some() => {
-            distributed(g, cfg, profile, &a, &opts, dashboard, &mut obs, None)
+            distributed(g, cfg, profile, &a, &opts, dashboard, obs, None)
         }
         (Some(cfg), _) => {
             let name = cfg.dataset.clone();
-            train::train(&data, cfg, &opts, &mut obs).with_context(|| format!("training on {name} failed"))
+            train::train(&data, cfg, &opts, obs).with_context(|| format!("training on {name} failed"))
         }
         (None, Some(run)) => {
             let over = ResumeOverrides { epochs: a.epochs, checkpoint_every: a.checkpoint_every };
-            train::resume(&data, run, &over, &opts, &mut obs).with_context(|| format!("cannot resume run {run}"))
+            train::resume(&data, run, &over, &opts, obs).with_context(|| format!("cannot resume run {run}"))
         }
         (None, None) => unreachable!("a config is built unless resuming"),
     };
+    tb.finish();
     // The terminal is back before anything else is printed.
     watch.0.finish();
     let summary = result?;
