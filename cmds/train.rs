@@ -6,7 +6,9 @@ use leapgnn::DataDir;
 use leapgnn::cluster::check::preflight_with;
 use leapgnn::cluster::driver::DriverError;
 use leapgnn::cluster::ship::rank_files;
-use leapgnn::cluster::{Launcher, LauncherKind, LocalLauncher, LogSink, Profile, SshLauncher};
+use leapgnn::cluster::{
+    Allocation, Launcher, LauncherKind, LocalLauncher, LogSink, Profile, SlurmLauncher, SshLauncher,
+};
 use leapgnn::format::write_atomic;
 use leapgnn::metrics::{EpochRecord, RunInfo, RunSummary, StepRecord};
 use leapgnn::progress::{self, ProgressSink, signals};
@@ -102,7 +104,8 @@ pub struct Args {
     #[arg(long)]
     pub prefetch: bool,
     /// Cluster profile (TOML): `launcher = "local"` runs --workers local processes; `launcher = "ssh"` runs
-    /// one worker per slot of its hosts (W = the sum of their `workers`), shipping binary and data over SFTP.
+    /// one worker per slot of its hosts (W = the sum of their `workers`), shipping binary and data over SFTP;
+    /// `slurm` (or `launcher = "slurm"`), inside a Slurm allocation: one worker per task, started with srun.
     #[arg(long)]
     pub cluster: Option<PathBuf>,
     /// With an ssh profile: record host keys not yet in known_hosts (a changed key is still refused).
@@ -265,9 +268,16 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
 /// hosts' slots); a local one leaves it to `--workers`.
 fn with_profile(mut cfg: TrainConfig, a: &Args) -> anyhow::Result<(TrainConfig, Option<Profile>)> {
     let Some(path) = &a.cluster else { return Ok((cfg, None)) };
-    let profile = Profile::load(path)?;
+    let profile = Profile::load_or_builtin(path)?;
     if profile.launcher == LauncherKind::Local {
         return Ok((cfg, None));
+    }
+    if profile.launcher == LauncherKind::Slurm {
+        // One worker per task of the allocation, or the first --workers of them.
+        let alloc = Allocation::from_env(a.workers)?;
+        cfg.workers = alloc.world();
+        cfg.parts = a.parts.unwrap_or(cfg.workers);
+        return Ok((cfg, Some(profile)));
     }
     let slots = profile.world();
     if let Some(w) = a.workers.filter(|&w| w != slots) {
@@ -321,17 +331,24 @@ fn distributed(
     } else {
         Arc::new(|l| eprintln!("{l}"))
     };
-    let ssh = match profile {
-        Some(p) => Some(ssh_launcher(&data, &cfg, p, a.accept_new_host_keys)?.with_log(log.clone())),
-        None => None,
-    };
+    // Workers log at the driver's verbosity (-v, -vv), relayed as `[worker r]` lines.
+    let mut args = vec!["--data-dir".into(), std::path::absolute(&data.root)?.display().to_string()];
+    args.extend((0..g.verbose).map(|_| "-v".to_string()));
+    let (mut ssh, mut slurm) = (None, None);
+    match profile {
+        Some(p) if p.launcher == LauncherKind::Slurm => {
+            let alloc = Allocation::from_env(Some(cfg.workers))?;
+            let binary = std::env::current_exe().context("cannot find the leapgnn executable to start workers")?;
+            slurm = Some(SlurmLauncher::new(alloc, binary, args.clone()).with_log(log.clone()));
+        }
+        Some(p) => ssh = Some(ssh_launcher(&data, &cfg, p, a.accept_new_host_keys)?.with_log(log.clone())),
+        None => {}
+    }
     let local;
-    let launcher: &dyn Launcher = match &ssh {
-        Some(l) => l,
-        None => {
-            // Workers log at the driver's verbosity (-v, -vv), relayed as `[worker r]` lines.
-            let mut args = vec!["--data-dir".into(), data.root.display().to_string()];
-            args.extend((0..g.verbose).map(|_| "-v".to_string()));
+    let launcher: &dyn Launcher = match (&ssh, &slurm) {
+        (Some(l), _) => l,
+        (_, Some(l)) => l,
+        _ => {
             local = LocalLauncher::current(args)?.with_log(log);
             &local
         }
@@ -343,7 +360,11 @@ fn distributed(
         check_replicas: a.check_replicas,
         dump_grad: a.dump_grad.clone(),
         worker_lines: dashboard.then_some(&rx),
-        driver_bind: ssh.as_ref().map_or_else(|| Profile::local().driver_bind(), |l| l.profile().driver_bind()),
+        driver_bind: match (&ssh, &slurm) {
+            (Some(l), _) => l.profile().driver_bind(),
+            (_, Some(_)) => Profile::slurm().driver_bind(),
+            _ => Profile::local().driver_bind(),
+        },
         auto_planner: Some(&leapgnn::cost::auto_plans),
         restarts: a.restarts,
     };
