@@ -2,7 +2,7 @@ use crate::Global;
 use crate::output::print_json;
 use anyhow::Context;
 use leapgnn::BadInput;
-use leapgnn::cluster::{Launcher, LauncherKind, LogSink, Profile};
+use leapgnn::cluster::{Allocation, Launcher, LauncherKind, LogSink, Profile, SlurmLauncher};
 use leapgnn::progress::signals;
 use leapgnn::train::distributed::{InferLaunch, infer_distributed};
 use leapgnn::train::infer::{InferOptions, infer, run_files};
@@ -34,7 +34,7 @@ pub struct Args {
     pub workers: Option<usize>,
     /// Distributed inference over a cluster profile (TOML): `launcher = "local"` runs --workers local processes
     /// [default: as many as the run trained on]; `launcher = "ssh"` one worker per slot of its hosts, shipping
-    /// binary, data and the run's weights over SFTP.
+    /// binary, data and the run's weights over SFTP; `slurm`, inside an allocation: one worker per task.
     #[arg(long, value_name = "PROFILE")]
     pub cluster: Option<PathBuf>,
     /// With an ssh profile: record host keys not yet in known_hosts (a changed key is still refused).
@@ -76,9 +76,16 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
 fn distributed(g: &Global, a: &Args, opts: &InferOptions) -> anyhow::Result<leapgnn::train::infer::InferReport> {
     let comm_timeout = crate::train::comm_timeout(a.comm_timeout)?;
     let data = g.data();
-    let profile = a.cluster.as_deref().map(Profile::load).transpose()?.filter(|p| p.launcher != LauncherKind::Local);
+    let profile =
+        a.cluster.as_deref().map(Profile::load_or_builtin).transpose()?.filter(|p| p.launcher != LauncherKind::Local);
     let mut workers = a.workers;
-    if let Some(p) = &profile {
+    let mut slurm = None;
+    if profile.as_ref().is_some_and(|p| p.launcher == LauncherKind::Slurm) {
+        let alloc = Allocation::from_env(a.workers)?;
+        workers = Some(alloc.world());
+        let binary = std::env::current_exe().context("cannot find the leapgnn executable to start workers")?;
+        slurm = Some(SlurmLauncher::new(alloc, binary, crate::train::worker_args(g, &data)?));
+    } else if let Some(p) = &profile {
         let slots = p.world();
         if let Some(w) = a.workers.filter(|&w| w != slots) {
             return Err(BadInput::new(format!(
@@ -93,7 +100,7 @@ fn distributed(g: &Global, a: &Args, opts: &InferOptions) -> anyhow::Result<leap
     // Ctrl-C stops the workers, then the driver (nothing to finish or checkpoint).
     signals::install(signals::OnForce::Flag, true).context("cannot install the Ctrl-C / SIGTERM handler")?;
     let log: LogSink = Arc::new(|l| eprintln!("{l}"));
-    let ssh = match profile {
+    let ssh = match profile.filter(|_| slurm.is_none()) {
         Some(p) => {
             let (mut cfg, files) = run_files(&data, &a.run)?;
             let w = workers.unwrap_or(cfg.workers);
@@ -103,9 +110,10 @@ fn distributed(g: &Global, a: &Args, opts: &InferOptions) -> anyhow::Result<leap
         None => None,
     };
     let local;
-    let launcher: &dyn Launcher = match &ssh {
-        Some(l) => l,
-        None => {
+    let launcher: &dyn Launcher = match (&ssh, &slurm) {
+        (Some(l), _) => l,
+        (_, Some(l)) => l,
+        _ => {
             local = crate::train::local_launcher(g, &data, log)?;
             &local
         }
@@ -115,7 +123,11 @@ fn distributed(g: &Global, a: &Args, opts: &InferOptions) -> anyhow::Result<leap
         interrupted: signals::forced_flag(),
         stop_requested: &signals::stop_requested,
         comm_timeout,
-        driver_bind: ssh.as_ref().map_or_else(|| Profile::local().driver_bind(), |l| l.profile().driver_bind()),
+        driver_bind: match (&ssh, &slurm) {
+            (Some(l), _) => l.profile().driver_bind(),
+            (_, Some(_)) => Profile::slurm().driver_bind(),
+            _ => Profile::local().driver_bind(),
+        },
     };
     let result = infer_distributed(&data, &a.run, opts, workers, &launch);
     let result = match &ssh {

@@ -14,6 +14,7 @@ mod info;
 mod output;
 mod partition;
 mod shell;
+mod slurm_script;
 mod train;
 mod tune_merge;
 mod worker;
@@ -68,6 +69,8 @@ enum Command {
     TuneMerge(tune_merge::Args),
     /// Cluster profiles: check every host before training on it.
     Cluster(cluster::Args),
+    /// Print an sbatch script that trains on a Slurm allocation (`train --cluster slurm`).
+    SlurmScript(slurm_script::Args),
     /// Report of an emulated-cluster run: one table and an SVG plot.
     BenchReport(bench_report::Args),
     /// Print a shell completion script (bash, zsh, fish, ...).
@@ -101,6 +104,7 @@ fn main() -> ExitCode {
         Command::Infer(a) => infer::run(&g, a),
         Command::TuneMerge(a) => tune_merge::run(&g, a),
         Command::Cluster(a) => cluster::run(&g, a),
+        Command::SlurmScript(a) => slurm_script::run(&g, a),
         Command::BenchReport(a) => bench_report::run(&g, a),
         Command::Completions(a) => shell::completions(a),
         Command::Man(a) => shell::man(a),

@@ -6,12 +6,15 @@ use leapgnn::DataDir;
 use leapgnn::cluster::check::preflight_with;
 use leapgnn::cluster::driver::DriverError;
 use leapgnn::cluster::ship::{ShipItem, rank_files};
-use leapgnn::cluster::{Launcher, LauncherKind, LocalLauncher, LogSink, Profile, SshLauncher};
+use leapgnn::cluster::{
+    Allocation, Launcher, LauncherKind, LocalLauncher, LogSink, Profile, SlurmLauncher, SshLauncher,
+};
 use leapgnn::format::write_atomic;
 use leapgnn::metrics::{EpochRecord, RunInfo, RunSummary, StepRecord};
 use leapgnn::progress::{self, ProgressSink, signals};
 use leapgnn::sample::{Fanout, Fanouts};
 use leapgnn::train::distributed::{DistOptions, GradDump, resume_distributed, train_distributed};
+use leapgnn::train::tensorboard::TensorBoard;
 use leapgnn::train::{
     self, EvalMode, MergePlan, Observer, ResumeOverrides, RunOptions, StrategyKind, TrainConfig, TrainError, TrainMode,
 };
@@ -101,7 +104,8 @@ pub struct Args {
     #[arg(long)]
     pub prefetch: bool,
     /// Cluster profile (TOML): `launcher = "local"` runs --workers local processes; `launcher = "ssh"` runs
-    /// one worker per slot of its hosts (W = the sum of their `workers`), shipping binary and data over SFTP.
+    /// one worker per slot of its hosts (W = the sum of their `workers`), shipping binary and data over SFTP;
+    /// `slurm` (or `launcher = "slurm"`), inside a Slurm allocation: one worker per task, started with srun.
     #[arg(long)]
     pub cluster: Option<PathBuf>,
     /// With an ssh profile: record host keys not yet in known_hosts (a changed key is still refused).
@@ -125,6 +129,10 @@ pub struct Args {
     /// Every metrics record as a JSON line on stdout, as it happens (for pipelines; no dashboard).
     #[arg(long)]
     pub json_stream: bool,
+    /// Write TensorBoard event files to DIR/<run>/ (per epoch: loss, accuracies, seconds, bytes by category,
+    /// miss rate; per iteration: loss and step times); view with `tensorboard --logdir DIR`.
+    #[arg(long, value_name = "DIR")]
+    pub tensorboard: Option<PathBuf>,
     /// Stop after N iterations in total, as if interrupted (after checkpointing).
     #[arg(long, hide = true)]
     pub stop_after: Option<u64>,
@@ -212,22 +220,25 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     let on_force = if several { signals::OnForce::Flag } else { signals::OnForce::Exit };
     signals::install(on_force, dashboard).context("cannot install the Ctrl-C / SIGTERM handler")?;
     let mut watch = Watch(progress::choose(tty, a.no_tui, g.json, a.json_stream));
-    let mut obs = GradDump { path: a.dump_grad.clone(), inner: &mut watch };
+    let mut dump = GradDump { path: a.dump_grad.clone(), inner: &mut watch };
+    let mut tb = TensorBoard::new(a.tensorboard.clone(), &mut dump)?;
+    let obs: &mut dyn Observer = &mut tb;
     let result = match (cfg, &a.resume) {
-        (Some(cfg), Some(run)) => distributed(g, cfg, None, &a, &opts, dashboard, &mut obs, Some(run)),
+        (Some(cfg), Some(run)) => distributed(g, cfg, None, &a, &opts, dashboard, obs, Some(run)),
         (Some(cfg), None) if cfg.workers > 1 || profile.is_some() => {
-            distributed(g, cfg, profile, &a, &opts, dashboard, &mut obs, None)
+            distributed(g, cfg, profile, &a, &opts, dashboard, obs, None)
         }
         (Some(cfg), _) => {
             let name = cfg.dataset.clone();
-            train::train(&data, cfg, &opts, &mut obs).with_context(|| format!("training on {name} failed"))
+            train::train(&data, cfg, &opts, obs).with_context(|| format!("training on {name} failed"))
         }
         (None, Some(run)) => {
             let over = ResumeOverrides { epochs: a.epochs, checkpoint_every: a.checkpoint_every };
-            train::resume(&data, run, &over, &opts, &mut obs).with_context(|| format!("cannot resume run {run}"))
+            train::resume(&data, run, &over, &opts, obs).with_context(|| format!("cannot resume run {run}"))
         }
         (None, None) => unreachable!("a config is built unless resuming"),
     };
+    tb.finish();
     // The terminal is back before anything else is printed.
     watch.0.finish();
     let summary = result?;
@@ -257,9 +268,16 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
 /// hosts' slots); a local one leaves it to `--workers`.
 fn with_profile(mut cfg: TrainConfig, a: &Args) -> anyhow::Result<(TrainConfig, Option<Profile>)> {
     let Some(path) = &a.cluster else { return Ok((cfg, None)) };
-    let profile = Profile::load(path)?;
+    let profile = Profile::load_or_builtin(path)?;
     if profile.launcher == LauncherKind::Local {
         return Ok((cfg, None));
+    }
+    if profile.launcher == LauncherKind::Slurm {
+        // One worker per task of the allocation, or the first --workers of them.
+        let alloc = Allocation::from_env(a.workers)?;
+        cfg.workers = alloc.world();
+        cfg.parts = a.parts.unwrap_or(cfg.workers);
+        return Ok((cfg, Some(profile)));
     }
     let slots = profile.world();
     if let Some(w) = a.workers.filter(|&w| w != slots) {
@@ -311,14 +329,21 @@ fn distributed(
     } else {
         Arc::new(|l| eprintln!("{l}"))
     };
-    let ssh = match profile {
-        Some(p) => Some(ssh_launcher(&data, &cfg, p, a.accept_new_host_keys, vec![])?.with_log(log.clone())),
-        None => None,
-    };
+    let (mut ssh, mut slurm) = (None, None);
+    match profile {
+        Some(p) if p.launcher == LauncherKind::Slurm => {
+            let alloc = Allocation::from_env(Some(cfg.workers))?;
+            let binary = std::env::current_exe().context("cannot find the leapgnn executable to start workers")?;
+            slurm = Some(SlurmLauncher::new(alloc, binary, worker_args(g, &data)?).with_log(log.clone()));
+        }
+        Some(p) => ssh = Some(ssh_launcher(&data, &cfg, p, a.accept_new_host_keys, vec![])?.with_log(log.clone())),
+        None => {}
+    }
     let local;
-    let launcher: &dyn Launcher = match &ssh {
-        Some(l) => l,
-        None => {
+    let launcher: &dyn Launcher = match (&ssh, &slurm) {
+        (Some(l), _) => l,
+        (_, Some(l)) => l,
+        _ => {
             local = local_launcher(g, &data, log)?;
             &local
         }
@@ -330,7 +355,11 @@ fn distributed(
         check_replicas: a.check_replicas,
         dump_grad: a.dump_grad.clone(),
         worker_lines: dashboard.then_some(&rx),
-        driver_bind: ssh.as_ref().map_or_else(|| Profile::local().driver_bind(), |l| l.profile().driver_bind()),
+        driver_bind: match (&ssh, &slurm) {
+            (Some(l), _) => l.profile().driver_bind(),
+            (_, Some(_)) => Profile::slurm().driver_bind(),
+            _ => Profile::local().driver_bind(),
+        },
         auto_planner: Some(&leapgnn::cost::auto_plans),
         restarts: a.restarts,
     };
@@ -373,9 +402,15 @@ pub(crate) fn comm_timeout(secs: f64) -> anyhow::Result<Duration> {
 /// Workers as local processes of this binary, on this data directory; they
 /// log at the driver's verbosity (-v, -vv), relayed as `[worker r]` lines.
 pub(crate) fn local_launcher(g: &Global, data: &DataDir, log: LogSink) -> anyhow::Result<LocalLauncher> {
-    let mut args = vec!["--data-dir".into(), data.root.display().to_string()];
+    Ok(LocalLauncher::current(worker_args(g, data)?)?.with_log(log))
+}
+
+/// Every worker's flags before `worker`: the data directory (absolute: a Slurm step may start
+/// elsewhere), and the driver's verbosity (-v, -vv), relayed as `[worker r]` lines.
+pub(crate) fn worker_args(g: &Global, data: &DataDir) -> anyhow::Result<Vec<String>> {
+    let mut args = vec!["--data-dir".into(), std::path::absolute(&data.root)?.display().to_string()];
     args.extend((0..g.verbose).map(|_| "-v".to_string()));
-    Ok(LocalLauncher::current(args)?.with_log(log))
+    Ok(args)
 }
 
 /// Checks every host first (the same checks as `cluster check`, failing on

@@ -221,7 +221,15 @@ fn run_calibration(
     let chatter: leapgnn::cluster::LogSink = std::sync::Arc::new(|l| tracing::info!("{l}"));
     let local;
     let ssh;
+    let slurm;
     let launcher: &dyn Launcher = match profile.launcher {
+        LauncherKind::Slurm => {
+            let alloc = leapgnn::cluster::Allocation::from_env(Some(cfg.workers))?;
+            let binary = std::env::current_exe().context("cannot find the leapgnn executable to start workers")?;
+            let args = vec!["--data-dir".into(), std::path::absolute(&data.root)?.display().to_string()];
+            slurm = leapgnn::cluster::SlurmLauncher::new(alloc, binary, args).with_log(chatter);
+            &slurm
+        }
         LauncherKind::Ssh => {
             ssh = crate::train::ssh_launcher(data, cfg, profile.clone(), a.accept_new_host_keys, vec![])?
                 .with_log(chatter);

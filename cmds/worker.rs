@@ -26,6 +26,15 @@ pub struct Args {
 pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     let mut token = String::new();
     std::io::stdin().read_line(&mut token).context("worker: cannot read the job token from stdin")?;
+    // Started by the Slurm launcher: the token is sealed with MUNGE (Slurm forwards stdin in clear).
+    if token.starts_with(leapgnn::cluster::slurm::MUNGE_PREFIX) {
+        token = leapgnn::cluster::slurm::open_token(token.trim())?;
+        // `scancel` signals every step at once: the driver, signalled too, stops the workers
+        // after a checkpoint; a worker that died first would take that checkpoint with it.
+        // Slurm's SIGKILL after KillWait still ends a worker whose driver is gone.
+        ctrlc::set_handler(|| tracing::info!("signal ignored: the driver stops this worker"))
+            .context("cannot install the worker's signal handler")?;
+    }
     let (job, reporter) = worker_session::join(a.driver, a.rank, token.trim(), a.bind, Duration::from_secs(a.timeout))?;
     // The test harness and operators find a worker by these (the driver prefixes `[worker r]`).
     eprintln!("pid {}, mesh listening on {}", std::process::id(), job.peers[job.rank]);

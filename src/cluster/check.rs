@@ -104,7 +104,7 @@ impl Default for CheckOptions {
 /// when the checks themselves cannot run (e.g. this executable is not found).
 pub fn check_cluster(profile: &Profile, opts: &CheckOptions) -> anyhow::Result<ClusterReport> {
     let mut hosts = match profile.launcher {
-        LauncherKind::Local => vec![local_row(opts)],
+        LauncherKind::Local | LauncherKind::Slurm => vec![local_row(opts)],
         LauncherKind::Ssh => check_hosts(&ssh_launcher(profile, opts)?, opts.data.as_ref()),
     };
     if opts.start_workers {
@@ -320,6 +320,12 @@ fn start_workers(profile: &Profile, opts: &CheckOptions, hosts: &mut [HostReport
     let (launcher, world): (Box<dyn Launcher>, usize) = match profile.launcher {
         LauncherKind::Local => (Box::new(LocalLauncher::current(vec![])?), 1),
         LauncherKind::Ssh => (Box::new(ssh_launcher(profile, opts)?), profile.world()),
+        LauncherKind::Slurm => {
+            let alloc = super::slurm::Allocation::from_env(None)?;
+            let world = alloc.world();
+            let exe = std::env::current_exe()?;
+            (Box::new(super::slurm::SlurmLauncher::new(alloc, exe, vec![])), world)
+        }
     };
     let driver =
         DriverOptions { start_timeout: opts.timeout, silence_timeout: opts.timeout, bind: profile.driver_bind() };

@@ -41,6 +41,8 @@ pub enum LauncherKind {
     Local,
     /// `leapgnn worker` on remote hosts over SSH.
     Ssh,
+    /// `srun` steps on the nodes of the Slurm allocation the driver runs in.
+    Slurm,
 }
 
 /// One `[[host]]` entry.
@@ -144,6 +146,19 @@ impl Profile {
             hosts: vec![],
             cost: None,
         }
+    }
+
+    /// `--cluster slurm` with no file: the allocation the driver runs in.
+    pub fn slurm() -> Self {
+        Profile { launcher: LauncherKind::Slurm, ..Profile::local() }
+    }
+
+    /// `--cluster slurm` (when no file of that name exists) or a profile file.
+    pub fn load_or_builtin(path: &Path) -> Result<Self, ProfileError> {
+        if path == Path::new("slurm") && !path.exists() {
+            return Ok(Profile::slurm());
+        }
+        Self::load(path)
     }
 
     pub fn load(path: &Path) -> Result<Self, ProfileError> {
@@ -250,7 +265,7 @@ impl Profile {
             LauncherKind::Ssh if p.hosts.is_empty() => {
                 Err(invalid("host", "launcher = \"ssh\" needs at least one [[host]] entry".into()))
             }
-            LauncherKind::Local if !p.hosts.is_empty() => Err(invalid(
+            LauncherKind::Local | LauncherKind::Slurm if !p.hosts.is_empty() => Err(invalid(
                 "host",
                 "[[host]] entries are only used with launcher = \"ssh\" (set it in [cluster])".into(),
             )),
@@ -287,7 +302,7 @@ impl Profile {
             LauncherKind::Local => SocketAddr::from(([127, 0, 0, 1], 0)),
             // Remote workers must reach it; the ssh launcher tells each worker the
             // driver's address on the interface that reaches that worker's host.
-            LauncherKind::Ssh => SocketAddr::from(([0, 0, 0, 0], 0)),
+            LauncherKind::Ssh | LauncherKind::Slurm => SocketAddr::from(([0, 0, 0, 0], 0)),
         })
     }
 

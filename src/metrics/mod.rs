@@ -4,8 +4,10 @@ mod record;
 mod run_info;
 mod sink;
 mod summary;
+mod tensorboard;
 
 pub use record::{ByteCounts, RowCounts, StepRecord, add_bytes};
 pub use run_info::RunInfo;
 pub use sink::JsonlSink;
 pub use summary::{EpochRecord, RunBytes, RunSummary};
+pub use tensorboard::{EventWriter, TensorBoardLog};

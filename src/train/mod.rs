@@ -16,6 +16,7 @@ pub mod infer;
 pub mod minibatch;
 mod naive;
 pub mod strategy;
+pub mod tensorboard;
 mod trainer;
 mod worker;
 

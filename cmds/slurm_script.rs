@@ -1,0 +1,78 @@
+use crate::Global;
+use anyhow::Context;
+use clap::Parser;
+use leapgnn::BadInput;
+use leapgnn::cluster::slurm::{ScriptOptions, sbatch_script};
+
+/// Print an sbatch script that runs `leapgnn train ARGS` on a Slurm allocation, one worker per task.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Nodes to allocate.
+    #[arg(long, default_value_t = 1)]
+    pub nodes: usize,
+    /// Workers (tasks) per node; the run has nodes x tasks-per-node workers.
+    #[arg(long, default_value_t = 2)]
+    pub tasks_per_node: usize,
+    /// CPUs per worker (its RAYON_NUM_THREADS).
+    #[arg(long, default_value_t = 1)]
+    pub cpus_per_task: usize,
+    /// GPUs per worker (with a `--features cuda` build and `--device cuda` in the train arguments).
+    #[arg(long)]
+    pub gpus_per_task: Option<usize>,
+    /// Wall-clock limit (sbatch --time, e.g. 02:00:00).
+    #[arg(long)]
+    pub time: Option<String>,
+    /// Slurm partition (sbatch --partition).
+    #[arg(long)]
+    pub partition: Option<String>,
+    #[arg(long, default_value = "leapgnn")]
+    pub job_name: String,
+    /// Where the job's output goes (%j: the job id).
+    #[arg(long, default_value = "leapgnn-%j.out")]
+    pub output: String,
+    /// The `train` arguments (after `--`), e.g. `-- cora --strategy leapgnn --epochs 10`.
+    #[arg(last = true, required = true, value_name = "TRAIN_ARGS")]
+    pub train: Vec<String>,
+}
+
+/// The train arguments, parsed as `train` would, so a typo fails here and not in the queue.
+#[derive(Parser)]
+#[command(name = "leapgnn train")]
+struct TrainOnly {
+    #[command(flatten)]
+    global: Global,
+    #[command(flatten)]
+    train: crate::train::Args,
+}
+
+pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
+    for (flag, n) in
+        [("--nodes", a.nodes), ("--tasks-per-node", a.tasks_per_node), ("--cpus-per-task", a.cpus_per_task)]
+    {
+        if n == 0 {
+            return Err(BadInput::new(format!("{flag} 0: give at least 1")).into());
+        }
+    }
+    if let Err(e) = TrainOnly::try_parse_from(std::iter::once("train".to_string()).chain(a.train.iter().cloned())) {
+        let msg = e.to_string();
+        let first = msg.lines().next().unwrap_or("").trim_start_matches("error: ");
+        return Err(BadInput::new(format!("the train arguments after `--` are not valid: {first}")).into());
+    }
+    let binary = std::env::current_exe().context("cannot find the leapgnn executable")?;
+    let data_dir = std::path::absolute(&g.data_dir).context("cannot make --data-dir absolute")?;
+    let o = ScriptOptions {
+        job_name: a.job_name,
+        nodes: a.nodes,
+        tasks_per_node: a.tasks_per_node,
+        cpus_per_task: a.cpus_per_task,
+        gpus_per_task: a.gpus_per_task,
+        time: a.time,
+        partition: a.partition,
+        output: a.output,
+        binary,
+        data_dir,
+        train_args: a.train,
+    };
+    print!("{}", sbatch_script(&o));
+    Ok(())
+}

@@ -1,0 +1,380 @@
+//! Workers as Slurm job steps: inside an allocation (`sbatch`, `salloc`) the
+//! driver runs in the batch step and starts one `srun` step per worker on the
+//! allocation's nodes. No SSH keys: the job token travels as a MUNGE
+//! credential (encrypted with the cluster's MUNGE key, usable once, by this
+//! user only), because Slurm forwards a step's stdin in clear.
+
+use super::launcher::{Launcher, LogSink, WorkerProcess, WorkerSpec};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs, UdpSocket};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A token starting with this is a MUNGE credential (`munge --string`).
+pub const MUNGE_PREFIX: &str = "MUNGE:";
+
+/// How long a Slurm or MUNGE command may take before we give up on it.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, thiserror::Error)]
+pub enum SlurmError {
+    #[error(
+        "--cluster slurm: not inside a Slurm allocation (SLURM_JOB_ID is not set); run train from an sbatch script \
+         (`leapgnn slurm-script` prints one) or inside `salloc`, or use --workers / an ssh profile"
+    )]
+    NoAllocation,
+    #[error("--cluster slurm: {var}={value:?} from the allocation cannot be read: {why}")]
+    BadEnv { var: &'static str, value: String, why: String },
+    #[error(
+        "--workers {asked}: the Slurm allocation has {tasks} task(s) (SLURM_NTASKS); ask sbatch for more or omit --workers"
+    )]
+    TooFewTasks { asked: usize, tasks: usize },
+    #[error("`{command}` failed: {why}; is Slurm's client ({what}) installed and on PATH?")]
+    Command { command: String, what: &'static str, why: String },
+}
+
+impl crate::error::Blame for SlurmError {
+    fn is_bad_input(&self) -> bool {
+        !matches!(self, SlurmError::Command { .. })
+    }
+}
+
+/// The allocation's nodes, one per rank (block distribution: the first node's
+/// tasks take the first ranks, as `srun`'s default).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Allocation {
+    pub job_id: String,
+    pub node_of_rank: Vec<String>,
+}
+
+impl Allocation {
+    /// Reads the allocation from the environment Slurm gives the batch step.
+    /// `workers`: how many ranks to place (default: every task).
+    pub fn from_env(workers: Option<usize>) -> Result<Self, SlurmError> {
+        let var = |name: &'static str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let job_id = var("SLURM_JOB_ID").ok_or(SlurmError::NoAllocation)?;
+        let list = var("SLURM_JOB_NODELIST").or_else(|| var("SLURM_NODELIST")).ok_or(SlurmError::BadEnv {
+            var: "SLURM_JOB_NODELIST",
+            value: String::new(),
+            why: "not set".into(),
+        })?;
+        let per_node = var("SLURM_TASKS_PER_NODE").unwrap_or_else(|| "1".into());
+        let counts = tasks_per_node(&per_node).map_err(|why| SlurmError::BadEnv {
+            var: "SLURM_TASKS_PER_NODE",
+            value: per_node.clone(),
+            why,
+        })?;
+        let nodes = hostnames(&list)?;
+        if nodes.len() != counts.len() {
+            return Err(SlurmError::BadEnv {
+                var: "SLURM_TASKS_PER_NODE",
+                value: per_node,
+                why: format!("{} node counts for {} nodes in {list}", counts.len(), nodes.len()),
+            });
+        }
+        let mut node_of_rank: Vec<String> =
+            nodes.iter().zip(&counts).flat_map(|(n, &c)| std::iter::repeat_n(n.clone(), c)).collect();
+        if let Some(ntasks) = var("SLURM_NTASKS").and_then(|n| n.parse::<usize>().ok()) {
+            node_of_rank.truncate(ntasks);
+        }
+        let tasks = node_of_rank.len();
+        match workers {
+            Some(w) if w > tasks => return Err(SlurmError::TooFewTasks { asked: w, tasks }),
+            Some(w) => node_of_rank.truncate(w),
+            None => {}
+        }
+        Ok(Allocation { job_id, node_of_rank })
+    }
+
+    pub fn world(&self) -> usize {
+        self.node_of_rank.len()
+    }
+}
+
+/// `SLURM_TASKS_PER_NODE` ("2(x3),1"): one count per node.
+pub fn tasks_per_node(s: &str) -> Result<Vec<usize>, String> {
+    let mut out = Vec::new();
+    for part in s.split(',') {
+        let part = part.trim();
+        let (count, times) = match part.split_once("(x") {
+            Some((c, rest)) => {
+                let t = rest.strip_suffix(')').ok_or_else(|| format!("`{part}`: expected N(xM)"))?;
+                (c, t.parse::<usize>().map_err(|e| format!("`{part}`: {e}"))?)
+            }
+            None => (part, 1),
+        };
+        let count = count.parse::<usize>().map_err(|e| format!("`{part}`: {e}"))?;
+        if times > 100_000 || out.len() + times > 100_000 {
+            return Err(format!("`{part}`: more than 100000 nodes"));
+        }
+        out.extend(std::iter::repeat_n(count, times));
+    }
+    Ok(out)
+}
+
+/// Expands a Slurm host list (`node[01-04],gpu7`) with `scontrol show hostnames`.
+fn hostnames(list: &str) -> Result<Vec<String>, SlurmError> {
+    let out = run(Command::new("scontrol").args(["show", "hostnames", list]), None, "scontrol")?;
+    let nodes: Vec<String> = out.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect();
+    if nodes.is_empty() {
+        return Err(SlurmError::BadEnv { var: "SLURM_JOB_NODELIST", value: list.into(), why: "names no node".into() });
+    }
+    Ok(nodes)
+}
+
+/// Runs a short command with `input` on stdin; its stdout, or why it failed.
+fn run(cmd: &mut Command, input: Option<&str>, what: &'static str) -> Result<String, SlurmError> {
+    let command = format!("{cmd:?}").replace('"', "");
+    let fail = |why: String| SlurmError::Command { command: command.clone(), what, why };
+    let mut child = cmd
+        .stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| fail(e.to_string()))?;
+    if let (Some(text), Some(mut stdin)) = (input, child.stdin.take()) {
+        stdin.write_all(text.as_bytes()).map_err(|e| fail(e.to_string()))?;
+    }
+    let (mut out, mut err) = (child.stdout.take().expect("piped"), child.stderr.take().expect("piped"));
+    let reader = std::thread::spawn(move || {
+        let (mut o, mut e) = (String::new(), String::new());
+        let _ = out.read_to_string(&mut o);
+        let _ = err.read_to_string(&mut e);
+        (o, e)
+    });
+    let deadline = Instant::now() + COMMAND_TIMEOUT;
+    let status = loop {
+        match child.try_wait().map_err(|e| fail(e.to_string()))? {
+            Some(s) => break s,
+            None if Instant::now() >= deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(fail(format!("no answer in {} s", COMMAND_TIMEOUT.as_secs())));
+            }
+            None => std::thread::sleep(Duration::from_millis(20)),
+        }
+    };
+    let (o, e) = reader.join().unwrap_or_default();
+    if !status.success() {
+        return Err(fail(format!("{status}: {}", e.trim())));
+    }
+    Ok(o)
+}
+
+/// Seals `token` for this user with MUNGE: the credential is encrypted with
+/// the cluster's key, expires after MUNGE's TTL and is accepted once.
+pub fn seal_token(token: &str) -> Result<String, SlurmError> {
+    let uid = std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m)).unwrap_or(0);
+    let cred = run(Command::new("munge").args(["--restrict-uid", &uid.to_string()]), Some(token), "munge")?;
+    Ok(cred.trim().to_string())
+}
+
+/// The token inside a credential from `seal_token` (on the worker's node).
+pub fn open_token(credential: &str) -> Result<String, SlurmError> {
+    let token = run(Command::new("unmunge").arg("--metadata=/dev/null"), Some(credential), "unmunge")?;
+    Ok(token.trim().to_string())
+}
+
+/// Starts worker r as `srun` step on its node of the allocation.
+pub struct SlurmLauncher {
+    pub alloc: Allocation,
+    pub binary: PathBuf,
+    /// Flags every worker gets before `worker` (e.g. `--data-dir`).
+    pub args: Vec<String>,
+    /// Extra `srun` flags (e.g. `--gpus-per-task=1`).
+    pub srun_args: Vec<String>,
+    pub log: LogSink,
+}
+
+impl SlurmLauncher {
+    pub fn new(alloc: Allocation, binary: PathBuf, args: Vec<String>) -> Self {
+        SlurmLauncher { alloc, binary, args, srun_args: vec![], log: Arc::new(|l| eprintln!("{l}")) }
+    }
+
+    pub fn with_log(mut self, log: LogSink) -> Self {
+        self.log = log;
+        self
+    }
+
+    /// An address of `node` that this host reaches it at, and the address of
+    /// the interface this host reaches it from.
+    fn route(node: &str) -> anyhow::Result<(IpAddr, IpAddr)> {
+        let peer = (node, 9)
+            .to_socket_addrs()
+            .map_err(|e| anyhow::anyhow!("cannot resolve Slurm node {node}: {e}"))?
+            .find(|a| a.is_ipv4())
+            .ok_or_else(|| anyhow::anyhow!("Slurm node {node} has no IPv4 address"))?;
+        // Connecting a UDP socket sends nothing; it picks the outgoing interface.
+        let probe = UdpSocket::bind("0.0.0.0:0")?;
+        probe.connect(peer)?;
+        Ok((peer.ip(), probe.local_addr()?.ip()))
+    }
+}
+
+impl Launcher for SlurmLauncher {
+    fn name(&self) -> &'static str {
+        "slurm"
+    }
+
+    fn launch(&self, spec: &WorkerSpec) -> anyhow::Result<Box<dyn WorkerProcess>> {
+        let node = self.alloc.node_of_rank.get(spec.rank).ok_or_else(|| {
+            anyhow::anyhow!("rank {} is outside the allocation's {} tasks", spec.rank, self.alloc.world())
+        })?;
+        let (node_ip, local_ip) = Self::route(node)?;
+        let driver =
+            if spec.driver.ip().is_unspecified() { SocketAddr::new(local_ip, spec.driver.port()) } else { spec.driver };
+        let sealed = seal_token(&spec.token)?;
+        let mut cmd = Command::new("srun");
+        cmd.arg(format!("--jobid={}", self.alloc.job_id))
+            .args(["--nodes=1", "--ntasks=1", "--exact", "--overlap", "--quiet", "--kill-on-bad-exit=0"])
+            .arg(format!("--nodelist={node}"))
+            .arg(format!("--job-name=leapgnn-worker-{}", spec.rank))
+            .args(&self.srun_args)
+            .arg(&self.binary)
+            .args(&self.args)
+            .args(["worker", "--driver", &driver.to_string(), "--rank", &spec.rank.to_string()])
+            // Peers reach this worker's mesh at the address the driver reaches its node.
+            .args(["--bind", &SocketAddr::new(node_ip, 0).to_string()])
+            .envs(spec.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().map_err(|e| anyhow::anyhow!("cannot run srun for worker {}: {e}", spec.rank))?;
+        let mut stdin = child.stdin.take().expect("piped stdin");
+        writeln!(stdin, "{sealed}")
+            .map_err(|e| anyhow::anyhow!("cannot pass the job token to worker {}: {e}", spec.rank))?;
+        drop(stdin);
+        let stderr = child.stderr.take().expect("piped stderr");
+        let (rank, log) = (spec.rank, self.log.clone());
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                log(format!("[worker {rank}] {line}"));
+            }
+        });
+        Ok(Box::new(SlurmWorker { rank, child, done: None }))
+    }
+}
+
+struct SlurmWorker {
+    rank: usize,
+    child: Child,
+    done: Option<i32>,
+}
+
+impl WorkerProcess for SlurmWorker {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn try_exit_code(&mut self) -> Option<i32> {
+        if self.done.is_none()
+            && let Ok(Some(status)) = self.child.try_wait()
+        {
+            self.done = Some(super::launcher::exit_code(status));
+        }
+        self.done
+    }
+
+    /// SIGTERM makes srun signal its task and wait for it (killing srun itself
+    /// would leave the task running until Slurm notices); SIGKILL after a grace period.
+    fn kill(&mut self) {
+        if self.try_exit_code().is_some() {
+            return;
+        }
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.try_exit_code().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if self.try_exit_code().is_none() {
+            let _ = self.child.kill();
+            if let Ok(status) = self.child.wait() {
+                self.done = Some(super::launcher::exit_code(status));
+            }
+        }
+    }
+}
+
+impl Drop for SlurmWorker {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tasks_per_node_expands_repeats() {
+        assert_eq!(tasks_per_node("2(x3),1").unwrap(), [2, 2, 2, 1]);
+        assert_eq!(tasks_per_node("4").unwrap(), [4]);
+        assert!(tasks_per_node("2(x3").is_err());
+        assert!(tasks_per_node("x").is_err());
+        assert!(tasks_per_node("1(x999999999)").is_err());
+    }
+}
+
+/// What `leapgnn slurm-script` puts in an sbatch script.
+#[derive(Debug, Clone)]
+pub struct ScriptOptions {
+    pub job_name: String,
+    pub nodes: usize,
+    pub tasks_per_node: usize,
+    pub cpus_per_task: usize,
+    pub gpus_per_task: Option<usize>,
+    pub time: Option<String>,
+    pub partition: Option<String>,
+    pub output: String,
+    /// The leapgnn executable the nodes run (absolute).
+    pub binary: PathBuf,
+    /// `--data-dir` (absolute; the nodes must see it, e.g. on the shared filesystem).
+    pub data_dir: PathBuf,
+    /// The `train` arguments, as the user gave them.
+    pub train_args: Vec<String>,
+}
+
+/// `'...'` quoting for bash where a word needs it.
+fn shell_word(s: &str) -> String {
+    let plain = !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c));
+    if plain { s.to_string() } else { format!("'{}'", s.replace('\'', r"'\''")) }
+}
+
+/// An sbatch script that runs `leapgnn train ARGS --cluster slurm` in the batch
+/// step: one worker per task, the job's exit code the driver's.
+pub fn sbatch_script(o: &ScriptOptions) -> String {
+    let mut s = String::from("#!/bin/bash\n");
+    s += "# Generated by `leapgnn slurm-script`; submit with `sbatch FILE`. The driver runs in the\n";
+    s += "# batch step and starts one worker per task with srun (`--cluster slurm`).\n";
+    s += &format!("#SBATCH --job-name={}\n", o.job_name);
+    s += &format!("#SBATCH --nodes={}\n", o.nodes);
+    s += &format!("#SBATCH --ntasks-per-node={}\n", o.tasks_per_node);
+    s += &format!("#SBATCH --cpus-per-task={}\n", o.cpus_per_task);
+    if let Some(g) = o.gpus_per_task {
+        s += &format!("#SBATCH --gpus-per-task={g}\n");
+    }
+    if let Some(t) = &o.time {
+        s += &format!("#SBATCH --time={t}\n");
+    }
+    if let Some(p) = &o.partition {
+        s += &format!("#SBATCH --partition={p}\n");
+    }
+    s += &format!("#SBATCH --output={}\n", o.output);
+    s += "set -euo pipefail\n";
+    s += "# Each worker's compute threads: the CPUs of its task (srun passes the environment on).\n";
+    s += "export RAYON_NUM_THREADS=\"${SLURM_CPUS_PER_TASK:-1}\"\n";
+    let mut cmd = vec![shell_word(&o.binary.display().to_string()), "--data-dir".into()];
+    cmd.push(shell_word(&o.data_dir.display().to_string()));
+    cmd.push("train".into());
+    cmd.extend(o.train_args.iter().map(|a| shell_word(a)));
+    if !o.train_args.iter().any(|a| a == "--cluster" || a.starts_with("--cluster=")) {
+        cmd.extend(["--cluster".into(), "slurm".into()]);
+    }
+    if !o.train_args.iter().any(|a| a == "--no-tui") {
+        cmd.push("--no-tui".into());
+    }
+    s += &format!("exec {}\n", cmd.join(" "));
+    s
+}

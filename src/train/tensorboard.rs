@@ -1,0 +1,86 @@
+//! `train --tensorboard DIR`: an observer that writes the run's curves to
+//! `DIR/<run>/`, one TensorBoard run per leapgnn run, so `tensorboard
+//! --logdir DIR` compares runs side by side.
+
+use super::{Observer, TrainError};
+use crate::BadInput;
+use crate::format::FormatError;
+use crate::metrics::{EpochRecord, RunInfo, StepRecord, TensorBoardLog};
+use std::path::PathBuf;
+
+/// Passes everything on to `inner`; without a directory it writes nothing.
+pub struct TensorBoard<'a> {
+    dir: Option<PathBuf>,
+    log: Option<TensorBoardLog>,
+    pub inner: &'a mut dyn Observer,
+}
+
+impl<'a> TensorBoard<'a> {
+    /// Refuses a `dir` that is a file before any worker starts; the directory
+    /// itself is made when the run starts (a rejected run leaves nothing behind).
+    pub fn new(dir: Option<PathBuf>, inner: &'a mut dyn Observer) -> Result<Self, BadInput> {
+        if let Some(dir) = &dir
+            && dir.exists()
+            && !dir.is_dir()
+        {
+            return Err(BadInput::new(format!(
+                "--tensorboard {}: not a directory; give a directory (event files go to DIR/<run>/)",
+                dir.display()
+            )));
+        }
+        Ok(TensorBoard { dir, log: None, inner })
+    }
+
+    /// Logging is a side channel: a failed write costs the curves, not the run.
+    fn keep(&mut self, r: Result<(), FormatError>) {
+        if let Err(e) = r {
+            self.inner.event(&format!("--tensorboard: {e}; no more TensorBoard events are written"));
+            self.log = None;
+        }
+    }
+
+    /// Writes the iterations of a run that stopped in mid-epoch.
+    pub fn finish(&mut self) {
+        if let Some(log) = self.log.as_mut() {
+            let r = log.finish();
+            self.keep(r);
+        }
+    }
+}
+
+impl Observer for TensorBoard<'_> {
+    fn start(&mut self, info: &RunInfo) {
+        let Some(dir) = &self.dir else { return self.inner.start(info) };
+        match TensorBoardLog::create(&dir.join(&info.run)) {
+            Ok(mut log) => {
+                log.start(info);
+                self.inner.event(&format!("TensorBoard events: {}", log.path().display()));
+                self.log = Some(log);
+            }
+            Err(e) => self.inner.event(&format!("--tensorboard: {e}; the run goes on without TensorBoard events")),
+        }
+        self.inner.start(info)
+    }
+    fn step(&mut self, r: &StepRecord) -> Result<(), TrainError> {
+        if let Some(log) = self.log.as_mut() {
+            log.step(r);
+        }
+        self.inner.step(r)
+    }
+    fn epoch(&mut self, e: &EpochRecord, epochs: u64) {
+        if let Some(log) = self.log.as_mut() {
+            let r = log.epoch(e);
+            self.keep(r);
+        }
+        self.inner.epoch(e, epochs)
+    }
+    fn event(&mut self, msg: &str) {
+        self.inner.event(msg)
+    }
+    fn stop_requested(&self) -> bool {
+        self.inner.stop_requested()
+    }
+    fn gradient(&mut self, i: u64, g: &[f32]) {
+        self.inner.gradient(i, g)
+    }
+}

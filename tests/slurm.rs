@@ -1,0 +1,320 @@
+//! The Slurm launcher over a real single-host Slurm (munged, slurmctld and
+//! slurmd on 127.0.0.1, started here as root; `.ci/run` installs them): Cora
+//! with 2 tasks trains to the local launcher's loss curve from the script
+//! `leapgnn slurm-script` prints; `scancel` stops every task and leaves a
+//! checkpoint that loads; exit codes propagate; outside an allocation
+//! `--cluster slurm` is refused.
+
+mod dist_support;
+
+use dist_support::{cora, fails, json};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// One Slurm at a time in this binary (the tests share the node name).
+static ONE: Mutex<()> = Mutex::new(());
+
+/// munged (unless one already answers), slurmctld and slurmd in the
+/// foreground, stopped on drop.
+struct Slurm {
+    dir: tempfile::TempDir,
+    daemons: Vec<Child>,
+}
+
+fn have(cmd: &str) -> bool {
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {cmd}"))
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn munge_works() -> bool {
+    Command::new("sh").arg("-c").arg("munge -n | unmunge").output().is_ok_and(|o| o.status.success())
+}
+
+fn until(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !ok() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+impl Slurm {
+    /// None (after saying why) where Slurm cannot run; CI must not get there.
+    fn start() -> Option<Slurm> {
+        let missing: Vec<_> = ["munged", "munge", "slurmctld", "slurmd", "sbatch", "scancel", "squeue"]
+            .into_iter()
+            .filter(|c| !have(c))
+            .collect();
+        let root =
+            std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0).unwrap_or(false);
+        let why = if !missing.is_empty() {
+            format!("missing {missing:?} (apt-get install slurmctld slurmd slurm-client munge)")
+        } else if !root {
+            "not root (slurmd runs as root)".to_string()
+        } else {
+            String::new()
+        };
+        if !why.is_empty() {
+            assert!(std::env::var_os("CI").is_none(), "CI must run the Slurm tests: {why}");
+            eprintln!("skipping: {why}");
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        for sub in ["state", "spool"] {
+            std::fs::create_dir_all(d.join(sub)).unwrap();
+        }
+        let host = String::from_utf8(Command::new("hostname").arg("-s").output().unwrap().stdout).unwrap();
+        let host = host.trim();
+        let conf = format!(
+            "ClusterName=leapgnntest\nSlurmctldHost={host}(127.0.0.1)\nSlurmctldPort={}\nSlurmdPort={}\n\
+             AuthType=auth/munge\nCredType=cred/munge\nProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n\
+             JobAcctGatherType=jobacct_gather/none\nAccountingStorageType=accounting_storage/none\n\
+             SelectType=select/cons_tres\nSelectTypeParameters=CR_Core\nStateSaveLocation={d}/state\n\
+             SlurmdSpoolDir={d}/spool\nSlurmctldPidFile={d}/slurmctld.pid\nSlurmdPidFile={d}/slurmd.pid\n\
+             SlurmctldLogFile={d}/slurmctld.log\nSlurmdLogFile={d}/slurmd.log\nSlurmUser=root\nSlurmdUser=root\n\
+             ReturnToService=2\nMpiDefault=none\nKillWait=20\nSlurmdParameters=config_overrides\n\
+             NodeName={host} NodeAddr=127.0.0.1 CPUs=8 State=UNKNOWN\n\
+             PartitionName=test Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES\n",
+            free_port(),
+            free_port(),
+            d = d.display()
+        );
+        std::fs::write(d.join("slurm.conf"), conf).unwrap();
+        let mut s = Slurm { dir, daemons: vec![] };
+        if !munge_works() {
+            std::fs::create_dir_all("/run/munge").unwrap();
+            s.spawn(Command::new("munged").args(["--foreground", "--force"]));
+            until("munged", Duration::from_secs(20), munge_works);
+        }
+        s.spawn(Command::new("slurmctld").args(["-D", "-i"]));
+        s.spawn(Command::new("slurmd").args(["-D"]));
+        until("the node to be idle", Duration::from_secs(60), || {
+            s.cmd("sinfo")
+                .args(["-h", "-o", "%t"])
+                .output()
+                .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "idle")
+        });
+        Some(s)
+    }
+
+    fn spawn(&mut self, cmd: &mut Command) {
+        let log = std::fs::File::create(self.dir.path().join(format!("daemon{}.log", self.daemons.len()))).unwrap();
+        let child = cmd
+            .env("SLURM_CONF", self.conf())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.daemons.push(child);
+    }
+
+    fn conf(&self) -> PathBuf {
+        self.dir.path().join("slurm.conf")
+    }
+
+    /// A Slurm client command for this cluster, outside any allocation.
+    fn cmd(&self, program: &str) -> Command {
+        let mut c = Command::new(program);
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("SLURM_") {
+                c.env_remove(k);
+            }
+        }
+        c.env("SLURM_CONF", self.conf());
+        c
+    }
+
+    /// Writes `leapgnn slurm-script` for `train` into `data`; returns the file.
+    fn script(&self, data: &Path, name: &str, train: &[&str]) -> PathBuf {
+        let out = Command::new(env!("CARGO_BIN_EXE_leapgnn"))
+            .args(["--data-dir", data.to_str().unwrap(), "slurm-script", "--tasks-per-node", "2", "--output"])
+            .arg(data.join(format!("{name}.out")))
+            .arg("--")
+            .args(train)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "slurm-script: {}", String::from_utf8_lossy(&out.stderr));
+        let path = data.join(format!("{name}.sh"));
+        std::fs::write(&path, out.stdout).unwrap();
+        path
+    }
+
+    fn gone(&self, job: &str) -> bool {
+        self.cmd("squeue")
+            .args(["-h", "-j", job])
+            .output()
+            .is_ok_and(|o| o.stdout.iter().all(|b| b.is_ascii_whitespace()))
+    }
+}
+
+impl Drop for Slurm {
+    /// SIGTERM first: the daemons then stop (and reap) what they forked.
+    fn drop(&mut self) {
+        for c in self.daemons.iter_mut().rev() {
+            let _ = Command::new("kill").args(["-TERM", &c.id().to_string()]).status();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while matches!(c.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// (epoch, iteration, worker, time step) -> loss of every record, sorted.
+fn curve(d: &Path, run: &str) -> Vec<(u64, u64, u64, u64, f64)> {
+    let text = std::fs::read_to_string(d.join("runs").join(run).join("metrics.jsonl")).unwrap();
+    let mut v: Vec<_> = text
+        .lines()
+        .map(|l| {
+            let r: serde_json::Value = serde_json::from_str(l).unwrap();
+            let u = |k: &str| r[k].as_u64().unwrap();
+            (u("epoch"), u("iteration"), u("worker"), u("time_step"), r["loss"].as_f64().unwrap())
+        })
+        .collect();
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+const JOB: [&str; 12] =
+    ["cora", "--epochs", "2", "--batch-size", "8", "--hidden", "16", "--fanout", "5,5", "--seed", "4", "--json"];
+
+#[test]
+fn cora_over_slurm_trains_the_local_launchers_loss_curve() {
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(slurm) = Slurm::start() else { return };
+    let tmp = cora();
+    let d = tmp.path();
+    json(d, &["partition", "cora", "--parts", "2"]);
+    let script = slurm.script(d, "ok", &[&JOB[..], &["--run", "slurm"]].concat());
+    let out = slurm.cmd("sbatch").args(["--wait", "--ntasks=2"]).arg(&script).output().unwrap();
+    let log = std::fs::read_to_string(d.join("ok.out")).unwrap_or_default();
+    assert!(out.status.success(), "sbatch: {}\njob output:\n{log}", text(&out));
+    json(
+        d,
+        &[
+            "train",
+            "--workers",
+            "2",
+            "--no-tui",
+            "--run",
+            "local",
+            "cora",
+            "--epochs",
+            "2",
+            "--batch-size",
+            "8",
+            "--hidden",
+            "16",
+            "--fanout",
+            "5,5",
+            "--seed",
+            "4",
+        ],
+    );
+    let (s, l) = (curve(d, "slurm"), curve(d, "local"));
+    assert_eq!(s.len(), l.len(), "{log}");
+    assert_eq!(s, l, "the same records, loss for loss");
+    assert!(s.iter().any(|r| r.2 == 1), "two workers trained");
+
+    // The job's exit code is the driver's: bad input is exit 2.
+    let script = slurm.script(d, "bad", &["cora", "--hidden", "0"]);
+    let out = slurm.cmd("sbatch").args(["--wait", "--ntasks=2"]).arg(&script).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let log = std::fs::read_to_string(d.join("bad.out")).unwrap();
+    assert!(log.contains("--hidden"), "{log}");
+    // More workers than tasks: refused naming --workers.
+    let script = slurm.script(d, "many", &["cora", "--workers", "3"]);
+    let out = slurm.cmd("sbatch").args(["--wait", "--ntasks=2"]).arg(&script).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let log = std::fs::read_to_string(d.join("many.out")).unwrap();
+    assert!(log.contains("--workers 3") && log.contains("2 task"), "{log}");
+}
+
+/// Processes whose command line names `dir` (the run's workers and driver).
+fn processes_naming(dir: &Path) -> Vec<String> {
+    let needle = dir.to_str().unwrap();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| std::fs::read(e.ok()?.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(needle) && c.contains("leapgnn"))
+        .collect()
+}
+
+#[test]
+fn scancel_stops_every_task_and_leaves_a_checkpoint_that_loads() {
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(slurm) = Slurm::start() else { return };
+    let tmp = cora();
+    let d = tmp.path();
+    json(d, &["partition", "cora", "--parts", "2"]);
+    let long = [
+        "cora",
+        "--epochs",
+        "1000",
+        "--batch-size",
+        "8",
+        "--hidden",
+        "16",
+        "--fanout",
+        "5,5",
+        "--checkpoint-every",
+        "5",
+    ];
+    let script = slurm.script(d, "long", &[&long[..], &["--run", "long"]].concat());
+    let out = slurm.cmd("sbatch").args(["--parsable", "--ntasks=2"]).arg(&script).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let job = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let metrics = d.join("runs/long/metrics.jsonl");
+    until("training records", Duration::from_secs(120), || {
+        std::fs::read_to_string(&metrics).is_ok_and(|m| m.lines().count() >= 30)
+    });
+    let c = slurm.cmd("scancel").arg(&job).output().unwrap();
+    assert!(c.status.success(), "{}", text(&c));
+    until("the job to end", Duration::from_secs(60), || slurm.gone(&job));
+    until("every task to exit", Duration::from_secs(30), || processes_naming(d).is_empty());
+    let log = std::fs::read_to_string(d.join("long.out")).unwrap();
+    assert!(log.contains("stopped on request"), "the driver stopped the workers after a checkpoint: {log}");
+    // The checkpoint loads: inference from it covers every node.
+    let r = json(d, &["infer", "long"]);
+    assert_eq!(r["nodes"], 2708, "{log}");
+}
+
+#[test]
+fn cluster_slurm_outside_an_allocation_is_refused() {
+    let tmp = cora();
+    let d = tmp.path();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leapgnn"));
+    cmd.args(["--data-dir", d.to_str().unwrap(), "train", "cora", "--cluster", "slurm", "--no-tui"]);
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("SLURM_") {
+            cmd.env_remove(k);
+        }
+    }
+    let out = cmd.output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("--cluster slurm") && e.contains("SLURM_JOB_ID"), "{e}");
+    assert!(!d.join("runs").exists(), "nothing is created for a refused run");
+    let e = fails(d, &["slurm-script", "--", "cora", "--epochz", "2"], 2);
+    assert!(e.contains("--epochz"), "{e}");
+}
