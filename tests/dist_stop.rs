@@ -4,11 +4,11 @@
 
 mod dist_support;
 
-use dist_support::{cora, facebook, small_cora_job, wait_gone};
+use dist_support::{cora, facebook, local_options, small_cora_job, wait_gone};
 use leapgnn::DataDir;
 use leapgnn::cluster::LocalLauncher;
 use leapgnn::metrics::StepRecord;
-use leapgnn::train::distributed::{DistOptions, train_distributed};
+use leapgnn::train::distributed::train_distributed;
 use leapgnn::train::{Observer, RunOptions, TrainError};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
@@ -34,20 +34,6 @@ impl Observer for PressQ {
     }
 }
 
-fn dist_options<'a>(launcher: &'a LocalLauncher, interrupted: &'a AtomicBool) -> DistOptions<'a> {
-    DistOptions {
-        launcher,
-        interrupted,
-        comm_timeout: Duration::from_secs(30),
-        check_replicas: 0,
-        dump_grad: None,
-        worker_lines: None,
-        driver_bind: "127.0.0.1:0".parse().unwrap(),
-        auto_planner: Some(&leapgnn::cost::auto_plans),
-        restarts: 0,
-    }
-}
-
 #[test]
 fn a_stop_request_ends_every_worker_at_the_same_iteration_with_a_checkpoint() {
     let tmp = cora();
@@ -60,7 +46,7 @@ fn a_stop_request_ends_every_worker_at_the_same_iteration_with_a_checkpoint() {
         LocalLauncher::new(env!("CARGO_BIN_EXE_leapgnn"), vec!["--data-dir".into(), tmp.path().display().to_string()])
             .with_log(Arc::new(move |l| sink.lock().unwrap().push(l)));
     let interrupted = AtomicBool::new(false);
-    let opts = dist_options(&launcher, &interrupted);
+    let opts = local_options(&launcher, &interrupted);
     let mut q = PressQ::default();
     let run = RunOptions { run: Some("stopped".into()), stop_after: None, ..Default::default() };
     let s = train_distributed(&data, cfg, &run, &opts, &mut q).expect("a stopped run ends normally");
@@ -128,7 +114,7 @@ fn time_step_records_arrive_before_their_iteration_ends() {
     let launcher =
         LocalLauncher::new(env!("CARGO_BIN_EXE_leapgnn"), vec!["--data-dir".into(), tmp.path().display().to_string()]);
     let interrupted = AtomicBool::new(false);
-    let opts = dist_options(&launcher, &interrupted);
+    let opts = local_options(&launcher, &interrupted);
     let mut stops = Vec::new();
     for attempt in 0..4 {
         let cfg = leapgnn::train::TrainConfig {

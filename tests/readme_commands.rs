@@ -367,6 +367,10 @@ fn run(w: &World, command: &str, ctrl_c: bool) -> Ran {
     let status = child.wait().unwrap();
     if ctrl_c {
         assert!(pressed, "`{command}`: no `epoch` line to press Ctrl-C at:\n{stderr}");
+        assert!(
+            stderr.contains("stopped on request after iteration"),
+            "`{command}`: Ctrl-C did not stop it:\n{stderr}"
+        );
     }
     Ran { code: status.code(), stdout: stdout.join().unwrap(), stderr, seconds: t0.elapsed().as_secs_f64() }
 }
