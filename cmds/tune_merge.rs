@@ -6,12 +6,14 @@
 use crate::Global;
 use crate::output::print_json;
 use anyhow::Context;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use leapgnn::BadInput;
 use leapgnn::cluster::{Launcher, LauncherKind, LocalLauncher, Profile};
 use leapgnn::cost::calibrate::{CalibrateOptions, Calibration, calibrate};
 use leapgnn::cost::probe::ProbeTask;
 use leapgnn::cost::{Candidate, Figures, Tuning, Validation, plan_for, validate_run};
 use leapgnn::train::TrainConfig;
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -141,7 +143,10 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
 
     let mut calibration = None;
     if a.calibrate {
-        let c = run_calibration(&data, &cfg, &figures, &profile, &a)?;
+        let bar = stage_bar(std::io::stderr().is_terminal() && !g.json);
+        let c = run_calibration(&data, &cfg, &figures, &profile, &a, &bar);
+        bar.finish_and_clear();
+        let c = c?;
         c.figures
             .write_into_profile(&profile_path)
             .with_context(|| format!("cannot write the calibrated figures into {}", profile_path.display()))?;
@@ -209,6 +214,7 @@ fn run_calibration(
     figures: &Figures,
     profile: &Profile,
     a: &Args,
+    bar: &ProgressBar,
 ) -> anyhow::Result<Calibration> {
     if !(a.comm_timeout.is_finite() && a.comm_timeout > 0.0 && a.comm_timeout <= 86_400.0) {
         return Err(BadInput::new(format!("--comm-timeout {}: expected seconds in (0, 86400]", a.comm_timeout)).into());
@@ -248,8 +254,26 @@ fn run_calibration(
         iterations: a.calibrate_iterations,
         probe: ProbeTask::default(),
         comm_timeout: Duration::from_secs_f64(a.comm_timeout),
+        stage: &|s| {
+            bar.set_length(s.total as u64);
+            bar.set_position(s.index as u64);
+            bar.set_message(s.what.to_string());
+            tracing::info!("calibration stage {}/{}: {}", s.index + 1, s.total, s.what);
+        },
     };
     calibrate(data, cfg, figures, &opts).context("calibration failed")
+}
+
+/// The calibration's stages as a bar on stderr; hidden where stderr is not a
+/// terminal or with --json (-v logs each stage instead, with the workers' lines).
+fn stage_bar(visible: bool) -> ProgressBar {
+    let target = if visible { ProgressDrawTarget::stderr() } else { ProgressDrawTarget::hidden() };
+    let style = ProgressStyle::with_template("calibrating [{bar:30.cyan/blue}] {pos}/{len} {elapsed} {msg}")
+        .expect("the template is valid")
+        .progress_chars("=> ");
+    let bar = ProgressBar::with_draw_target(None, target).with_style(style);
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
 }
 
 fn config(a: &Args) -> Result<TrainConfig, BadInput> {

@@ -3,16 +3,15 @@
 
 mod dist_support;
 
-use dist_support::{cora, small_cora_job};
+use dist_support::{cora, local_options, small_cora_job};
 use leapgnn::DataDir;
 use leapgnn::cluster::LocalLauncher;
 use leapgnn::metrics::StepRecord;
-use leapgnn::train::distributed::{DistOptions, train_distributed};
+use leapgnn::train::distributed::train_distributed;
 use leapgnn::train::strategy::StrategyKind;
 use leapgnn::train::{Observer, RunOptions, TrainConfig, TrainError};
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicBool;
-use std::time::Duration;
 
 /// Keeps the events and, per epoch, the time steps worker 0 took in iteration 0.
 #[derive(Default)]
@@ -42,17 +41,7 @@ fn auto_time_steps_log_each_decision_with_the_t_the_next_epoch_runs() {
     let launcher =
         LocalLauncher::new(env!("CARGO_BIN_EXE_leapgnn"), vec!["--data-dir".into(), tmp.path().display().to_string()]);
     let interrupted = AtomicBool::new(false);
-    let opts = DistOptions {
-        launcher: &launcher,
-        interrupted: &interrupted,
-        comm_timeout: Duration::from_secs(30),
-        check_replicas: 0,
-        dump_grad: None,
-        worker_lines: None,
-        driver_bind: "127.0.0.1:0".parse().unwrap(),
-        auto_planner: Some(&leapgnn::cost::auto_plans),
-        restarts: 0,
-    };
+    let opts = local_options(&launcher, &interrupted);
     let mut log = Log::default();
     let run = RunOptions { run: Some("auto".into()), ..Default::default() };
     train_distributed(&data, cfg, &run, &opts, &mut log).expect("the run succeeds");

@@ -4,15 +4,15 @@
 
 mod dist_support;
 
-use dist_support::{cora, small_cora_job, wait_gone};
+use dist_support::{cora, facebook, local_options, small_cora_job, wait_gone};
 use leapgnn::DataDir;
 use leapgnn::cluster::LocalLauncher;
 use leapgnn::metrics::StepRecord;
-use leapgnn::train::distributed::{DistOptions, train_distributed};
+use leapgnn::train::distributed::train_distributed;
 use leapgnn::train::{Observer, RunOptions, TrainError};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Asks to stop as soon as the first record arrives, as a user pressing `q` would.
 #[derive(Default)]
@@ -46,17 +46,7 @@ fn a_stop_request_ends_every_worker_at_the_same_iteration_with_a_checkpoint() {
         LocalLauncher::new(env!("CARGO_BIN_EXE_leapgnn"), vec!["--data-dir".into(), tmp.path().display().to_string()])
             .with_log(Arc::new(move |l| sink.lock().unwrap().push(l)));
     let interrupted = AtomicBool::new(false);
-    let opts = DistOptions {
-        launcher: &launcher,
-        interrupted: &interrupted,
-        comm_timeout: Duration::from_secs(30),
-        check_replicas: 0,
-        dump_grad: None,
-        worker_lines: None,
-        driver_bind: "127.0.0.1:0".parse().unwrap(),
-        auto_planner: Some(&leapgnn::cost::auto_plans),
-        restarts: 0,
-    };
+    let opts = local_options(&launcher, &interrupted);
     let mut q = PressQ::default();
     let run = RunOptions { run: Some("stopped".into()), stop_after: None, ..Default::default() };
     let s = train_distributed(&data, cfg, &run, &opts, &mut q).expect("a stopped run ends normally");
@@ -84,4 +74,73 @@ fn a_stop_request_ends_every_worker_at_the_same_iteration_with_a_checkpoint() {
         .collect();
     assert_eq!(pids.len(), 2, "{:?}", lines.lock().unwrap());
     assert_eq!(wait_gone(&pids, Duration::from_secs(5)), Vec::<u32>::new());
+}
+
+/// Asks to stop when the first record of a time step 0 arrives, and notes
+/// when each record of the first iteration arrived.
+#[derive(Default)]
+struct StopAtStepZero {
+    first_iteration: Vec<(u32, u32, Instant)>,
+    stop: bool,
+}
+
+impl Observer for StopAtStepZero {
+    fn step(&mut self, r: &StepRecord) -> Result<(), TrainError> {
+        if (r.epoch, r.iteration) == (0, 0) {
+            self.first_iteration.push((r.worker, r.time_step, Instant::now()));
+        }
+        self.stop |= r.time_step == 0;
+        Ok(())
+    }
+    fn stop_requested(&self) -> bool {
+        self.stop
+    }
+}
+
+/// The per-time-step records of a T = 2 iteration reach the driver as each
+/// step ends, not batched at the iteration's end. The proof is causal: the
+/// driver asks to stop on the first step-0 record, and the workers vote on
+/// stopping in the iteration's gradient all-reduce, after its last step. A
+/// run that stops after its first iteration therefore got a step-0 record
+/// to the driver and the stop back to a worker before that all-reduce: a
+/// record sent with the iteration's end would stop it after the second at
+/// the earliest. The stop can still lose the race with a fast last step on a
+/// loaded machine, so a run that stops later is inconclusive and tried
+/// again; one that stops after iteration 1 settles it.
+#[test]
+fn time_step_records_arrive_before_their_iteration_ends() {
+    let tmp = facebook();
+    let data = DataDir::new(tmp.path());
+    let launcher =
+        LocalLauncher::new(env!("CARGO_BIN_EXE_leapgnn"), vec!["--data-dir".into(), tmp.path().display().to_string()]);
+    let interrupted = AtomicBool::new(false);
+    let opts = local_options(&launcher, &interrupted);
+    let mut stops = Vec::new();
+    for attempt in 0..4 {
+        let cfg = leapgnn::train::TrainConfig {
+            dataset: "facebook".into(),
+            workers: 2,
+            parts: 2,
+            epochs: 3,
+            batch_size: 1024,
+            fanouts: "10,10".parse().unwrap(),
+            strategy: leapgnn::train::StrategyKind::Leapgnn,
+            time_steps: Some(2),
+            seed: attempt,
+            ..leapgnn::train::TrainConfig::default()
+        };
+        let mut obs = StopAtStepZero::default();
+        let run = RunOptions { run: Some(format!("feed{attempt}")), ..Default::default() };
+        let s = train_distributed(&data, cfg, &run, &opts, &mut obs).expect("a stopped run ends normally");
+        let steps: Vec<(u32, u32)> = obs.first_iteration.iter().map(|&(w, t, _)| (w, t)).collect();
+        assert_eq!(steps.len(), 4, "two workers, two time steps each: {steps:?}");
+        let at = |w, t| obs.first_iteration.iter().find(|r| (r.0, r.1) == (w, t)).map(|r| r.2).unwrap();
+        let lead = (0..2).map(|w| at(w, 1).duration_since(at(w, 0))).min().unwrap();
+        eprintln!("attempt {attempt}: stopped after iteration {}; step 0 arrived {lead:?} before step 1", s.iterations);
+        if s.iterations == 1 {
+            return;
+        }
+        stops.push(s.iterations);
+    }
+    panic!("no run stopped in the iteration whose step 0 asked it to (stopped after {stops:?}): step records batched?");
 }

@@ -38,19 +38,37 @@ fn stop_with(d: &std::path::Path, workers: usize, sig: &str) {
     let stopped: serde_json::Value =
         serde_json::from_slice(&std::fs::read(d.join("runs").join(&run).join("summary.json")).unwrap()).unwrap();
     assert_eq!(stopped["iterations"], done, "the checkpoint is of the last iteration");
-    if workers == 1 {
-        // One more epoch than the checkpoint has started.
-        let epochs = (s["progress"]["epoch"].as_u64().unwrap() + 1).to_string();
-        let resumed = json(d, &["train", "--resume", &run, "--epochs", &epochs]);
-        assert!(resumed["iterations"].as_u64().unwrap() > done, "{resumed}");
-        assert_eq!(resumed["epochs"].to_string(), epochs);
-        // Nothing left to train: said, not silently done.
-        let line = fails(d, &["train", "--resume", &run, "--epochs", "1"], 2);
-        assert!(
-            line.contains(&format!("has already trained {epochs} epochs")) && line.contains("nothing to resume"),
-            "{line}"
-        );
+    // `--resume` goes on from that checkpoint on as many workers: one more
+    // epoch than the checkpoint has started, to its end.
+    let epoch = s["progress"]["epoch"].as_u64().unwrap();
+    let epochs = (epoch + 1).to_string();
+    let resumed = json(d, &["train", "--resume", &run, "--epochs", &epochs]);
+    assert_eq!(resumed["workers"], workers, "{resumed}");
+    assert!(resumed["iterations"].as_u64().unwrap() > done, "{resumed}");
+    assert_eq!(resumed["epochs"].to_string(), epochs);
+    // The records go on from the checkpoint: every worker has each iteration
+    // of every epoch once (those before the stop kept, the rest written by
+    // the resumed run), through the end of the last one.
+    let total = resumed["iterations"].as_u64().unwrap();
+    assert_eq!(total % (epoch + 1), 0, "{resumed}");
+    let per_epoch = total / (epoch + 1);
+    let all: Vec<(u64, u64)> = (0..=epoch).flat_map(|e| (0..per_epoch).map(move |i| (e, i))).collect();
+    let metrics = std::fs::read_to_string(d.join("runs").join(&run).join("metrics.jsonl")).unwrap();
+    let recs: Vec<serde_json::Value> = metrics.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    for w in 0..workers as u64 {
+        let mine: Vec<(u64, u64)> = recs
+            .iter()
+            .filter(|r| r["worker"] == w)
+            .map(|r| (r["epoch"].as_u64().unwrap(), r["iteration"].as_u64().unwrap()))
+            .collect();
+        assert_eq!(mine, all, "worker {w}'s records after the resume");
     }
+    // Nothing left to train: said, not silently done.
+    let line = fails(d, &["train", "--resume", &run, "--epochs", "1"], 2);
+    assert!(
+        line.contains(&format!("has already trained {epochs} epochs")) && line.contains("nothing to resume"),
+        "{line}"
+    );
 }
 
 #[test]
@@ -66,7 +84,7 @@ fn sigterm_stops_one_worker_with_a_checkpoint_and_resume_continues() {
 }
 
 #[test]
-fn ctrl_c_and_sigterm_stop_four_workers_at_one_iteration_with_a_checkpoint() {
+fn ctrl_c_and_sigterm_stop_four_workers_at_one_iteration_with_a_checkpoint_and_resume_continues() {
     let tmp = cora();
     stop_with(tmp.path(), 4, "INT");
     stop_with(tmp.path(), 4, "TERM");

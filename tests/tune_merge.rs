@@ -207,3 +207,47 @@ fn calibrated_leapgnn_predictions_and_the_chosen_plan_hold_when_measured() {
         Ok(())
     });
 }
+
+/// `--calibrate` off a terminal shows no progress bar (no control
+/// characters) and none of the workers' lines; `-v` logs every stage (probe,
+/// each strategy's run, the fit) and the workers' lines.
+#[test]
+fn calibration_stages_and_worker_lines_are_shown_with_v_only_off_a_terminal() {
+    let _one = timed();
+    let tmp = data();
+    let d = tmp.path();
+    let prof = d.join("quiet.toml");
+    let job = ["tune-merge", "synthetic-small", "--parts", "2", "--batch-size", "256", "--calibrate"];
+    let args = [&job[..], &["--calibrate-iterations", "2", "--cluster", prof.to_str().unwrap()]].concat();
+    let quiet = train_support::leapgnn(d, &args);
+    let err = String::from_utf8_lossy(&quiet.stderr);
+    assert!(quiet.status.success(), "{err}");
+    assert!(!err.contains('\x1b') && !err.contains('\r'), "a bar or colour off a terminal: {err:?}");
+    // What it wrote (the partition it made, the figures), nothing from the workers or the stages.
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.last().copied(), Some(format!("calibrated figures written into {}", prof.display()).as_str()));
+    assert!(lines.iter().all(|l| l.contains("partition") || l.starts_with("calibrated figures")), "{err}");
+    assert!(String::from_utf8_lossy(&quiet.stdout).contains("leapgnn"), "the table goes to stdout");
+
+    let loud = train_support::leapgnn(d, &[&["-v"], &args[..]].concat());
+    let err = String::from_utf8_lossy(&loud.stderr);
+    assert!(loud.status.success(), "{err}");
+    assert!(!err.contains('\r'), "no bar off a terminal: {err:?}");
+    // 2 workers: the probe, model-centric at batch 256 and 64, micrograph, pregather, leapgnn, the fit.
+    for (i, what) in [
+        "probing the links between 2 workers",
+        "2 iterations of model-centric (T = 1, batch 256)",
+        "2 iterations of model-centric (T = 1, batch 64)",
+        "2 iterations of micrograph (T = 2, batch 256)",
+        "2 iterations of pregather (T = 2, batch 256)",
+        "2 iterations of leapgnn (T = 1, batch 256)",
+        "fitting the figures",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let want = format!("calibration stage {}/7: {what}", i + 1);
+        assert!(err.contains(&want), "{want:?} not logged with -v:\n{err}");
+    }
+    assert!(err.contains("] pid "), "the workers' lines are shown with -v:\n{err}");
+}

@@ -41,6 +41,18 @@ pub struct CalibrateOptions<'a> {
     pub comm_timeout: Duration,
     /// Where the control listener binds (the profile's `driver_bind`).
     pub driver_bind: std::net::SocketAddr,
+    /// Told as each stage starts: its index, the number of stages and what
+    /// it does (for a progress bar).
+    pub stage: &'a dyn Fn(Stage<'_>),
+}
+
+/// One stage of the calibration: the link probe, one real run per strategy
+/// and batch size, the fit.
+#[derive(Clone, Copy, Debug)]
+pub struct Stage<'s> {
+    pub index: usize,
+    pub total: usize,
+    pub what: &'s str,
 }
 
 /// One real run used by the calibration.
@@ -80,16 +92,6 @@ pub fn calibrate(
 ) -> anyhow::Result<Calibration> {
     let w = base.workers;
     let mut f = start.clone();
-    if w > 1 {
-        let links = probe_links(o.launcher, w, &o.probe, o.interrupted, o.driver_bind)?;
-        let mut bw: Vec<f64> = links.iter().map(|l| l.bandwidth).collect();
-        let mut lat: Vec<f64> = links.iter().map(|l| l.latency).collect();
-        f.bandwidth = median(&mut bw).unwrap_or(f.bandwidth);
-        f.latency = median(&mut lat).unwrap_or(f.latency);
-        f.links = links;
-    }
-    let setup = Setup::open(data, base)?;
-    let shape = setup.shape(false);
     // Model-centric at the job's batch and at a quarter of it: blocks of both
     // sizes (a micrograph group is about B / W roots) separate the per-block
     // costs from the per-unit ones.
@@ -105,6 +107,23 @@ pub fn calibrate(
             (StrategyKind::Leapgnn, w.div_ceil(2) as u32, b),
         ]);
     }
+    let total = usize::from(w > 1) + kinds.len() + 1;
+    let mut index = 0;
+    let mut stage = |what: &str| {
+        (o.stage)(Stage { index, total, what });
+        index += 1;
+    };
+    if w > 1 {
+        stage(&format!("probing the links between {w} workers"));
+        let links = probe_links(o.launcher, w, &o.probe, o.interrupted, o.driver_bind)?;
+        let mut bw: Vec<f64> = links.iter().map(|l| l.bandwidth).collect();
+        let mut lat: Vec<f64> = links.iter().map(|l| l.latency).collect();
+        f.bandwidth = median(&mut bw).unwrap_or(f.bandwidth);
+        f.latency = median(&mut lat).unwrap_or(f.latency);
+        f.links = links;
+    }
+    let setup = Setup::open(data, base)?;
+    let shape = setup.shape(false);
     let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let mut samples = Samples::default();
     let mut runs = Vec::new();
@@ -112,6 +131,7 @@ pub fn calibrate(
     let mut measured_runs: Vec<(Vec<IterationCounts>, f64)> = Vec::new();
     let mut skipped = Vec::new();
     for (strategy, t, batch) in kinds {
+        stage(&format!("{} iterations of {strategy} (T = {t}, batch {batch})", o.iterations.max(2)));
         let mut cfg = base.clone();
         cfg.batch_size = batch;
         cfg.strategy = strategy;
@@ -159,6 +179,7 @@ pub fn calibrate(
             measured_iteration_seconds: measured.iteration_seconds,
         });
     }
+    stage("fitting the figures");
     fit(&mut f, &samples, &shape, w);
     f.jitter = fit_jitter(&f, &measured_runs, &shape);
     f.dataset = base.dataset.clone();

@@ -182,10 +182,12 @@ pub(crate) fn step_record(
     }
 }
 
-/// Where a strategy puts its per-time-step records. Every record but the
-/// newest is final when the next one arrives (only the last step is billed the
-/// gradient all-reduce), so it goes to the observer at once: a watcher sees
-/// each time step as it ends rather than each iteration.
+/// Where a strategy puts its per-time-step records. Only the iteration's last
+/// record is billed the gradient all-reduce, so every other one is final as
+/// soon as its step ends and goes to the observer at once (`push_final`): a
+/// watcher sees each time step as it ends rather than each iteration. A
+/// record pushed without knowing whether more follow (`push`) is held back
+/// until the next one arrives.
 pub struct StepSink<'a> {
     obs: &'a mut dyn super::Observer,
     last: Option<StepRecord>,
@@ -210,6 +212,17 @@ impl<'a> StepSink<'a> {
             Some(prev) => self.emit(&prev),
             None => Ok(()),
         }
+    }
+
+    /// Adds the record of a time step that is not the iteration's last: it
+    /// goes to the observer now, while the next step computes.
+    pub fn push_final(&mut self, r: StepRecord) -> Result<(), TrainError> {
+        crate::metrics::add_bytes(&mut self.claimed.sent, &r.bytes_out);
+        crate::metrics::add_bytes(&mut self.claimed.received, &r.bytes_in);
+        if let Some(prev) = self.last.take() {
+            self.emit(&prev)?;
+        }
+        self.emit(&r)
     }
 
     /// A line for the event log (rank 0's reach the driver's dashboard).
@@ -267,5 +280,16 @@ mod tests {
         assert_eq!(last.map(|r| r.time_step), Some(2), "the last step waits for the all-reduce's bytes");
         assert_eq!((claimed.sent.features, claimed.received.features), (600, 21));
         assert_eq!((rows.local, sent), (21, want_sent));
+    }
+
+    #[test]
+    fn a_step_known_not_to_be_last_reaches_the_observer_when_it_ends() {
+        let mut seen = Seen::default();
+        let mut sink = StepSink::new(&mut seen);
+        sink.push_final(StepRecord { time_step: 0, ..Default::default() }).unwrap();
+        sink.push(StepRecord { time_step: 1, ..Default::default() }).unwrap();
+        let (last, ..) = sink.finish();
+        assert_eq!(seen.0, [0], "step 0 went out before step 1 was pushed");
+        assert_eq!(last.map(|r| r.time_step), Some(1));
     }
 }

@@ -50,6 +50,25 @@ pub fn small_cora_job(workers: usize, epochs: u64) -> leapgnn::train::TrainConfi
     }
 }
 
+/// Options for a run of local worker processes: 30 s comm timeout, the
+/// driver on a free 127.0.0.1 port, no restarts, no replica checks.
+pub fn local_options<'a>(
+    launcher: &'a leapgnn::cluster::LocalLauncher,
+    interrupted: &'a std::sync::atomic::AtomicBool,
+) -> leapgnn::train::distributed::DistOptions<'a> {
+    leapgnn::train::distributed::DistOptions {
+        launcher,
+        interrupted,
+        comm_timeout: Duration::from_secs(30),
+        check_replicas: 0,
+        dump_grad: None,
+        worker_lines: None,
+        driver_bind: "127.0.0.1:0".parse().unwrap(),
+        auto_planner: Some(&leapgnn::cost::auto_plans),
+        restarts: 0,
+    }
+}
+
 pub fn facebook() -> tempfile::TempDir {
     let tmp = tempfile::tempdir().unwrap();
     let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets/musae-facebook");

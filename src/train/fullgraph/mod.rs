@@ -200,7 +200,7 @@ impl Strategy for FullGraph {
         for l in 0..layers {
             let (moved, secs) = &f.moved[l];
             let last = l + 1 == layers;
-            records.push(StepRecord {
+            let record = StepRecord {
                 epoch: it.epoch,
                 iteration: it.index,
                 worker: w.rank as u32,
@@ -214,7 +214,8 @@ impl Strategy for FullGraph {
                 loss: if last { loss_value } else { 0.0 },
                 layer: Some(l as u32),
                 ..Default::default()
-            })?;
+            };
+            if last { records.push(record)? } else { records.push_final(record)? }
         }
         Ok(loss_value)
     }

@@ -127,7 +127,11 @@ impl MicroSteps {
             let mut r = step_record(it, (t as u32, rank, (rank + t) % world), &s, &b1.since(&b0));
             b0 = b1;
             r.sync_seconds = sync;
-            records.push(r)?;
+            if t + 1 < roots.len() {
+                records.push_final(r)?;
+            } else {
+                records.push(r)?;
+            }
         }
         Ok(loss)
     }
