@@ -6,7 +6,7 @@
 
 mod dist_support;
 
-use dist_support::{cora, count, first_gradient, halo_counts, json, records, rel_diff};
+use dist_support::{cora, count, final_weights, first_gradient, halo_counts, json, records, rel_diff};
 
 /// r(t) of the schedule, computed here independently of the library.
 fn ratio(t: u64, steps: u64, (max, min, slope): (f64, f64, f64)) -> f64 {
@@ -99,4 +99,41 @@ fn without_compression_the_gradient_is_full_graph_trainings() {
     assert!(count(&s["bytes"]["activations"]) > 0);
     let e = rel_diff(&plain, &g);
     assert!(e > 1e-3, "variable compression left the gradient unchanged ({e})");
+}
+
+#[test]
+fn a_stopped_run_resumes_at_its_ratio_and_ends_as_an_uninterrupted_one() {
+    let tmp = cora();
+    let d = tmp.path();
+    let run = [
+        "train",
+        "cora",
+        "--no-tui",
+        "--strategy",
+        "varco",
+        "--workers",
+        "3",
+        "--hidden",
+        "16",
+        "--epochs",
+        "5",
+        "--max-ratio",
+        "8",
+        "--min-ratio",
+        "2",
+        "--slope",
+        "1",
+    ];
+    let whole = json(d, &[&run[..], &["--run", "whole"]].concat());
+    // Stopped after step 2, before that epoch's evaluation: the resumed run
+    // evaluates it, at step 2's ratio, then trains on from step 3.
+    json(d, &[&run[..], &["--run", "cut", "--stop-after", "2"]].concat());
+    let resumed = json(d, &["train", "--resume", "cut", "--no-tui"]);
+    assert_eq!(resumed["iterations"], 5);
+    let scores = |s: &serde_json::Value| -> Vec<[serde_json::Value; 3]> {
+        let h = s["history"].as_array().unwrap();
+        h.iter().map(|e| [e["loss"].clone(), e["val_accuracy"].clone(), e["test_accuracy"].clone()]).collect()
+    };
+    assert_eq!(scores(&resumed), scores(&whole));
+    assert_eq!(final_weights(d, "cut"), final_weights(d, "whole"), "final weights differ");
 }

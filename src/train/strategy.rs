@@ -99,6 +99,9 @@ pub trait Strategy {
         grad: &mut [f32],
         records: &mut StepSink<'_>,
     ) -> Result<f64, TrainError>;
+    /// Before the end-of-epoch evaluation, after `done` iterations in all
+    /// (also when a resumed run evaluates an epoch it trained before stopping).
+    fn before_evaluation(&mut self, _w: &mut Worker<'_>, _done: u64) {}
 }
 
 /// What a strategy needs beyond its kind: who owns each vertex and the

@@ -161,6 +161,14 @@ impl Varco {
     pub fn new(cfg: VarcoConfig, steps: u64) -> Self {
         Varco { cfg, steps }
     }
+
+    /// The columns of every layer's input at step `t`.
+    fn columns_at(&self, w: &Worker<'_>, t: u64) -> Vec<usize> {
+        let m = &w.model;
+        let widths: Vec<usize> =
+            std::iter::once(m.spec().in_dim).chain((1..m.num_layers()).map(|l| m.out_dim(l - 1))).collect();
+        columns(&widths, self.cfg.ratio_at(t, self.steps))
+    }
 }
 
 impl Strategy for Varco {
@@ -176,13 +184,14 @@ impl Strategy for Varco {
         grad: &mut [f32],
         records: &mut StepSink<'_>,
     ) -> Result<f64, TrainError> {
-        let r = self.cfg.ratio_at(it.global_index, self.steps);
-        let widths: Vec<usize> = std::iter::once(w.model.spec().in_dim)
-            .chain((1..w.model.num_layers()).map(|l| w.model.out_dim(l - 1)))
-            .collect();
-        // Kept after the step: the epoch's evaluation exchanges at this ratio.
-        w.halo_columns = Some(columns(&widths, r));
+        w.halo_columns = Some(self.columns_at(w, it.global_index));
         FullGraph.iteration(w, coll, it, grad, records)
+    }
+
+    /// Evaluation exchanges at the ratio of the step just trained, which a
+    /// resumed run may have trained before it stopped.
+    fn before_evaluation(&mut self, w: &mut Worker<'_>, done: u64) {
+        w.halo_columns = Some(self.columns_at(w, done.saturating_sub(1)));
     }
 }
 
