@@ -151,11 +151,12 @@ fn main() {
                 );
             }
             panels.push((format!("{dataset}, {partition}-4"), runs));
+            // Written after every panel, so a sweep cut short keeps what it finished.
+            std::fs::write(out.join("table.md"), &table).expect("write table");
+            plot(&out.join("accuracy-bytes.svg"), &panels);
         }
     }
-    std::fs::write(out.join("table.md"), &table).expect("write table");
     print!("{table}");
-    plot(&out.join("accuracy-bytes.svg"), &panels);
     eprintln!("wrote {} and {}", out.join("table.md").display(), out.join("accuracy-bytes.svg").display());
 }
 

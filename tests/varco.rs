@@ -6,7 +6,7 @@
 
 mod dist_support;
 
-use dist_support::{cora, count, final_weights, first_gradient, halo_counts, json, records, rel_diff};
+use dist_support::{cora, count, fails, final_weights, first_gradient, halo_counts, json, records, rel_diff};
 
 /// r(t) of the schedule, computed here independently of the library.
 fn ratio(t: u64, steps: u64, (max, min, slope): (f64, f64, f64)) -> f64 {
@@ -136,4 +136,15 @@ fn a_stopped_run_resumes_at_its_ratio_and_ends_as_an_uninterrupted_one() {
     };
     assert_eq!(scores(&resumed), scores(&whole));
     assert_eq!(final_weights(d, "cut"), final_weights(d, "whole"), "final weights differ");
+}
+
+#[test]
+fn the_minibatch_refusal_reads_as_one_sentence() {
+    let tmp = cora();
+    let err = fails(tmp.path(), &["train", "cora", "--no-tui", "--strategy", "varco", "--mode", "minibatch"], 2);
+    assert!(
+        err.contains("VARCO compresses the full-graph engine's halo exchange, so it always trains the whole graph"),
+        "{err}"
+    );
+    assert!(!err.contains("  "), "a run of spaces in `{err}`");
 }

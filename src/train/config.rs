@@ -329,7 +329,8 @@ impl TrainConfig {
     fn check_varco(&self) -> Result<(), BadInput> {
         match (&self.varco, self.strategy) {
             (_, StrategyKind::Varco) if self.mode == TrainMode::Minibatch => Err(BadInput::new(
-                "--mode minibatch with --strategy varco: VARCO compresses the full-graph engine's halo exchange,                  so it always trains the whole graph; omit --mode",
+                "--mode minibatch with --strategy varco: VARCO compresses the full-graph engine's halo exchange, \
+                 so it always trains the whole graph; omit --mode",
             )),
             (Some(v), StrategyKind::Varco) => v.check(),
             (Some(_), s) => Err(BadInput::new(format!(

@@ -31,8 +31,6 @@ pub fn cora() -> tempfile::TempDir {
     tmp
 }
 
-/// A temp data dir holding the MUSAE Facebook page-page graph as `facebook`
-/// (22,470 nodes, 4,714-d features, seeded 60/20/20 split).
 /// A small, fast model-centric job on `cora()`'s Cora: W parts, batch 8,
 /// hidden 16, fanouts 5,5, seed 4 (tests override the rest).
 pub fn small_cora_job(workers: usize, epochs: u64) -> leapgnn::train::TrainConfig {
@@ -69,6 +67,8 @@ pub fn local_options<'a>(
     }
 }
 
+/// A temp data dir holding the MUSAE Facebook page-page graph as `facebook`
+/// (22,470 nodes, 4,714-d features, seeded 60/20/20 split).
 pub fn facebook() -> tempfile::TempDir {
     let tmp = tempfile::tempdir().unwrap();
     let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets/musae-facebook");
