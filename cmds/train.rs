@@ -14,6 +14,7 @@ use leapgnn::metrics::{EpochRecord, RunInfo, RunSummary, StepRecord};
 use leapgnn::progress::{self, ProgressSink, signals};
 use leapgnn::sample::{Fanout, Fanouts};
 use leapgnn::train::distributed::{DistOptions, GradDump, resume_distributed, train_distributed};
+use leapgnn::train::fullgraph::varco;
 use leapgnn::train::tensorboard::TensorBoard;
 use leapgnn::train::{
     self, EvalMode, MergePlan, Observer, ResumeOverrides, RunOptions, StrategyKind, TrainConfig, TrainError, TrainMode,
@@ -38,13 +39,37 @@ pub struct Args {
     /// Partitions of the features (one per worker).
     #[arg(long)]
     pub parts: Option<usize>,
-    /// model-centric, micrograph, pregather, leapgnn or p3; `naive` (per-layer model migration) with --dry-run.
+    /// model-centric, micrograph, pregather, leapgnn, p3 or varco (full-graph, compressed halo exchange; unless
+    /// given, the authors' run: 3 layers, hidden 256, no dropout, lr 0.01, no weight decay, 300 epochs);
+    /// with --dry-run: `naive` (per-layer model migration) or `neutronstar` (an estimate, not a run).
     #[arg(long)]
     pub strategy: Option<String>,
     /// With --strategy naive: report the bytes naive per-layer model migration would move per epoch for
-    /// this run's batches, then exit (nothing is trained).
+    /// this run's batches, then exit (nothing is trained). With --strategy neutronstar: train model-centric
+    /// with these flags and report the NeutronStar epoch time the LeapGNN paper's formula estimates from
+    /// it (an estimate, not a NeutronStar run).
     #[arg(long)]
     pub dry_run: bool,
+    /// Partition method of the workers' parts: metis, random, hash or ldg [default: metis].
+    #[arg(long)]
+    pub partition: Option<String>,
+    /// --strategy varco: variable (the ratio falls from --max-ratio to --min-ratio), fixed (--ratio) or
+    /// none [default: variable; fixed when --ratio is given].
+    #[arg(long)]
+    pub compression: Option<String>,
+    /// --strategy varco: the ratio of the first step, r_max [default: 128].
+    #[arg(long)]
+    pub max_ratio: Option<f64>,
+    /// --strategy varco: the ratio it falls to, r_min [default: 1.5].
+    #[arg(long)]
+    pub min_ratio: Option<f64>,
+    /// --strategy varco: how fast the ratio falls, s in r(t) = max(r_max - s t (r_max - r_min) / (T - 2), r_min)
+    /// [default: 5].
+    #[arg(long)]
+    pub slope: Option<f64>,
+    /// --strategy varco --compression fixed: the ratio of every step (each layer sends d / ratio columns).
+    #[arg(long)]
+    pub ratio: Option<f64>,
     /// sage (mean), sage-max, gcn or gat.
     #[arg(long)]
     pub model: Option<String>,
@@ -196,6 +221,9 @@ impl Observer for Watch {
 }
 
 pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
+    if a.strategy.as_deref() == Some(NEUTRONSTAR) {
+        return neutronstar(g, &a);
+    }
     if a.dry_run || a.strategy.as_deref() == Some(NAIVE) {
         return naive(g, &a);
     }
@@ -431,7 +459,7 @@ pub(crate) fn ssh_launcher(
     let launcher = SshLauncher::new(profile)?.accept_new_host_keys(accept_new);
     preflight_with(&launcher)?;
     let dataset = std::path::absolute(leapgnn::datasets::ensure_dataset(data, &cfg.dataset)?)?;
-    let parts = leapgnn::partition::ensure_partition(data, &cfg.dataset, "metis", cfg.parts, cfg.seed)?;
+    let parts = leapgnn::partition::ensure_partition(data, &cfg.dataset, &cfg.partition, cfg.parts, cfg.seed)?;
     let parts = std::path::absolute(parts)?;
     let root = std::path::absolute(&data.root)?;
     let extra: Vec<ShipItem> = extra
@@ -463,11 +491,16 @@ pub(crate) fn name_host(profile: &Profile, e: anyhow::Error) -> anyhow::Error {
 
 /// Costed, never trained: the paper's strawman of moving the model to every vertex's owner at every layer.
 const NAIVE: &str = "naive";
+/// Estimated, never trained: the LeapGNN paper's NeutronStar formula over a model-centric run.
+const NEUTRONSTAR: &str = "neutronstar";
 
 /// `--strategy naive --dry-run`: the bytes naive migration would move, per epoch.
 fn naive(g: &Global, a: &Args) -> anyhow::Result<()> {
     if a.strategy.as_deref() != Some(NAIVE) {
-        return Err(BadInput::new("--dry-run costs naive model migration only: give it with --strategy naive").into());
+        return Err(BadInput::new(
+            "--dry-run costs naive model migration or estimates NeutronStar: give it with --strategy naive or neutronstar",
+        )
+        .into());
     }
     if !a.dry_run {
         return Err(BadInput::new(
@@ -577,6 +610,12 @@ fn reject_on_resume(a: &Args) -> Result<(), BadInput> {
         ("--mode", a.mode.is_some()),
         ("--full-batch", a.full_batch),
         ("--eval", a.eval.is_some()),
+        ("--partition", a.partition.is_some()),
+        ("--compression", a.compression.is_some()),
+        ("--max-ratio", a.max_ratio.is_some()),
+        ("--min-ratio", a.min_ratio.is_some()),
+        ("--slope", a.slope.is_some()),
+        ("--ratio", a.ratio.is_some()),
     ];
     match given.iter().find(|(_, set)| *set) {
         Some((flag, _)) => Err(BadInput::new(format!(
@@ -586,16 +625,27 @@ fn reject_on_resume(a: &Args) -> Result<(), BadInput> {
     }
 }
 
+/// Values are parsed here rather than by clap so a bad one is a one-line error.
+/// Each names its flag, whatever the value's own parser says.
+fn parse<T: std::str::FromStr<Err = BadInput>>(flag: &str, v: &Option<String>, default: T) -> Result<T, BadInput> {
+    v.as_deref().map_or(Ok(default), |s| {
+        s.parse().map_err(|e: BadInput| if e.0.contains(flag) { e } else { BadInput::new(format!("{flag}: {e}")) })
+    })
+}
+
 fn config(a: &Args) -> Result<TrainConfig, BadInput> {
-    let d = TrainConfig::default();
-    // Values are parsed here rather than by clap so a bad one is a one-line error.
-    // Each names its flag, whatever the value's own parser says.
-    fn parse<T: std::str::FromStr<Err = BadInput>>(flag: &str, v: &Option<String>, default: T) -> Result<T, BadInput> {
-        v.as_deref().map_or(Ok(default), |s| {
-            s.parse().map_err(|e: BadInput| if e.0.contains(flag) { e } else { BadInput::new(format!("{flag}: {e}")) })
-        })
-    }
-    let mode = if a.full_batch { TrainMode::FullGraph } else { parse("--mode", &a.mode, d.mode)? };
+    // Costed, never trained: both estimate from model-centric's batches.
+    let costed = matches!(a.strategy.as_deref(), Some(NAIVE | NEUTRONSTAR));
+    let strategy =
+        if costed { StrategyKind::ModelCentric } else { parse("--strategy", &a.strategy, StrategyKind::ModelCentric)? };
+    let varco = strategy == StrategyKind::Varco;
+    let d = if varco { varco::defaults(TrainConfig::default()) } else { TrainConfig::default() };
+    // VARCO implies the full-graph engine; an explicit --mode minibatch is refused by the config's check.
+    let mode = if a.full_batch || (varco && a.mode.is_none()) {
+        TrainMode::FullGraph
+    } else {
+        parse("--mode", &a.mode, d.mode)?
+    };
     if mode == TrainMode::FullGraph {
         return full_graph_config(a, d, mode);
     }
@@ -618,9 +668,6 @@ fn config(a: &Args) -> Result<TrainConfig, BadInput> {
         None if eval_fanouts.0.iter().all(|f| *f == Fanout::All) => EvalMode::Full,
         None => EvalMode::Sampled,
     };
-    // Naive migration is costed over model-centric's batches.
-    let strategy =
-        if a.strategy.as_deref() == Some(NAIVE) { d.strategy } else { parse("--strategy", &a.strategy, d.strategy)? };
     let workers = a.workers.unwrap_or(d.workers);
     let time_steps = match a.time_steps.as_deref() {
         // Each strategy's own count; leapgnn follows its plan, else tunes.
@@ -672,7 +719,28 @@ fn config(a: &Args) -> Result<TrainConfig, BadInput> {
         prefetch: a.prefetch,
         mode,
         eval,
+        partition: a.partition.clone().unwrap_or(d.partition),
+        varco: varco_config(a, varco)?,
     })
+}
+
+/// `--strategy varco`'s flags (always a config for varco, so the run's
+/// config.json shows them; for another strategy, one if any flag was given,
+/// which the config's check then refuses).
+fn varco_config(a: &Args, varco: bool) -> Result<Option<varco::VarcoConfig>, BadInput> {
+    let given = a.compression.is_some() || a.max_ratio.is_some() || a.min_ratio.is_some() || a.slope.is_some();
+    if !varco && !given && a.ratio.is_none() {
+        return Ok(None);
+    }
+    let d = varco::VarcoConfig::default();
+    let implied = if a.ratio.is_some() { varco::Compression::Fixed } else { d.compression };
+    Ok(Some(varco::VarcoConfig {
+        compression: parse("--compression", &a.compression, implied)?,
+        max_ratio: a.max_ratio.unwrap_or(d.max_ratio),
+        min_ratio: a.min_ratio.unwrap_or(d.min_ratio),
+        slope: a.slope.unwrap_or(d.slope),
+        ratio: a.ratio,
+    }))
 }
 
 /// `--mode full-graph`: every layer reads the whole neighbourhood, so sampling
@@ -694,7 +762,8 @@ fn full_graph_config(a: &Args, d: TrainConfig, mode: TrainMode) -> Result<TrainC
             )));
         }
     }
-    let mut m = Args { mode: None, full_batch: false, ..a.clone() };
+    // The mini-batch parse of the same flags, then the mode set back.
+    let mut m = Args { mode: Some("minibatch".into()), full_batch: false, ..a.clone() };
     let layers = a.layers.unwrap_or(d.fanouts.layers());
     if layers == 0 {
         return Err(BadInput::new("--layers must be at least 1"));
@@ -705,4 +774,63 @@ fn full_graph_config(a: &Args, d: TrainConfig, mode: TrainMode) -> Result<TrainC
     let mut cfg = config(&m)?;
     cfg.mode = mode;
     Ok(cfg)
+}
+
+/// `--strategy neutronstar --dry-run`: trains model-centric with the same
+/// flags, then reports the paper's NeutronStar estimate from that run.
+fn neutronstar(g: &Global, a: &Args) -> anyhow::Result<()> {
+    if !a.dry_run {
+        return Err(BadInput::new(
+            "--strategy neutronstar cannot be trained here (LeapGNN's paper estimates it from a model-centric run); \
+             add --dry-run to train model-centric with these flags and report the estimate",
+        )
+        .into());
+    }
+    if a.resume.is_some() {
+        return Err(BadInput::new("--dry-run cannot be combined with --resume: give the run's flags instead").into());
+    }
+    let cfg = config(a)?;
+    let name = cfg.dataset.clone();
+    let data = g.data();
+    let opts = RunOptions { run: a.run.clone(), ..Default::default() };
+    let mut quiet = train::Quiet;
+    let r = if cfg.workers > 1 {
+        let mut args = vec!["--data-dir".into(), data.root.display().to_string()];
+        args.extend((0..g.verbose).map(|_| "-v".to_string()));
+        let launcher = LocalLauncher::current(args)?.with_log(Arc::new(|l| eprintln!("{l}")));
+        let dist = DistOptions {
+            launcher: &launcher,
+            interrupted: signals::forced_flag(),
+            comm_timeout: Duration::from_secs_f64(a.comm_timeout),
+            check_replicas: 0,
+            dump_grad: None,
+            worker_lines: None,
+            driver_bind: Profile::local().driver_bind(),
+            auto_planner: None,
+            restarts: 0,
+        };
+        train::neutronstar::estimate(&data, cfg, |d, c| train_distributed(d, c, &opts, &dist, &mut quiet))
+    } else {
+        train::neutronstar::estimate(&data, cfg, |d, c| Ok(train::train(d, c, &opts, &mut quiet)?))
+    }
+    .with_context(|| format!("cannot estimate NeutronStar on {name}"))?;
+    if g.json {
+        return print_json(&r);
+    }
+    println!(
+        "NeutronStar estimate (not a run) from model-centric run {}: {} on {} workers ({}), {} epochs",
+        r.run, r.dataset, r.workers, r.partition, r.epochs
+    );
+    println!(
+        "computation graph: n {} -> n' {}, e {} -> e' {}; c_fetch {:.3e} s per remote row",
+        r.n, r.n_prime, r.e, r.e_prime, r.c_fetch
+    );
+    println!(
+        "per epoch: model-centric {:.3} s (compute {:.3} s) -> NeutronStar estimate {:.3} s ({:.2}x)",
+        r.t_total_per_epoch,
+        r.t_comp_per_epoch,
+        r.estimate_per_epoch,
+        r.t_total_per_epoch / r.estimate_per_epoch.max(f64::MIN_POSITIVE)
+    );
+    Ok(())
 }

@@ -76,8 +76,13 @@ impl CsrRows {
     }
     /// Row-major, zeros included.
     pub fn to_dense(&self) -> Vec<f32> {
-        let mut out = vec![0f32; self.num_rows() * self.dim];
-        for i in 0..self.num_rows() {
+        self.dense_rows(self.num_rows())
+    }
+    /// The first `n` rows, row-major, zeros included.
+    pub fn dense_rows(&self, n: usize) -> Vec<f32> {
+        let n = n.min(self.num_rows());
+        let mut out = vec![0f32; n * self.dim];
+        for i in 0..n {
             let (c, v) = self.row(i);
             RowRef::Sparse { indices: c, values: v }.write_dense(&mut out[i * self.dim..(i + 1) * self.dim]);
         }

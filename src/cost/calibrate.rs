@@ -142,7 +142,12 @@ pub fn calibrate(
             skipped.push(format!("{strategy}: {e}"));
             continue;
         }
-        let name = format!("calibrate-{strategy}-t{t}-b{batch}-{stamp}");
+        // Two calibrations in the same second must not collide on a run name.
+        let base_name = format!("calibrate-{strategy}-t{t}-b{batch}-{stamp}");
+        let name = (1..)
+            .map(|i| if i == 1 { base_name.clone() } else { format!("{base_name}-{i}") })
+            .find(|n| !data.run_dir(n).exists())
+            .unwrap_or(base_name);
         let opts = RunOptions { run: Some(name.clone()), stop_after: Some(o.iterations.max(2)), ..Default::default() };
         let dist = DistOptions {
             launcher: o.launcher,

@@ -68,4 +68,7 @@ pub struct StepRecord {
     /// and compute this record covers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub layer: Option<u32>,
+    /// VARCO: the columns of each row that layer's halo exchange sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub columns: Option<u32>,
 }

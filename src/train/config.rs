@@ -160,6 +160,12 @@ pub struct TrainConfig {
     pub mode: TrainMode,
     #[serde(default)]
     pub eval: EvalMode,
+    /// The partition method of the workers' parts (metis, random, hash, ldg).
+    #[serde(default = "default_partition")]
+    pub partition: String,
+    /// `--strategy varco`'s compression (None: the authors' defaults).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub varco: Option<super::fullgraph::varco::VarcoConfig>,
 }
 
 impl Default for TrainConfig {
@@ -195,12 +201,18 @@ impl Default for TrainConfig {
             prefetch: false,
             mode: TrainMode::Minibatch,
             eval: EvalMode::Sampled,
+            partition: default_partition(),
+            varco: None,
         }
     }
 }
 
 fn default_cache_policy() -> CachePolicy {
     CachePolicy::Degree
+}
+
+fn default_partition() -> String {
+    "metis".into()
 }
 
 impl TrainConfig {
@@ -288,8 +300,15 @@ impl TrainConfig {
                 self.parts, self.workers
             ));
         }
+        if self.partition.parse::<crate::partition::Method>().is_err() {
+            return bad(format!(
+                "--partition {}: unknown partition method; use one of metis, random, hash, ldg",
+                self.partition
+            ));
+        }
+        self.check_varco()?;
         if self.mode == TrainMode::FullGraph {
-            if self.strategy != StrategyKind::ModelCentric {
+            if !matches!(self.strategy, StrategyKind::ModelCentric | StrategyKind::Varco) {
                 return bad(format!(
                     "--strategy {} samples mini-batches; --mode full-graph trains the whole graph with a halo exchange \
                      per layer (graph parallelism, the default strategy): omit --strategy or use --mode minibatch",
@@ -304,6 +323,20 @@ impl TrainConfig {
         }
         self.check_strategy_flags()?;
         Ok(())
+    }
+
+    /// `--strategy varco` trains the full graph; its flags apply to it alone.
+    fn check_varco(&self) -> Result<(), BadInput> {
+        match (&self.varco, self.strategy) {
+            (_, StrategyKind::Varco) if self.mode == TrainMode::Minibatch => Err(BadInput::new(
+                "--mode minibatch with --strategy varco: VARCO compresses the full-graph engine's halo exchange,                  so it always trains the whole graph; omit --mode",
+            )),
+            (Some(v), StrategyKind::Varco) => v.check(),
+            (Some(_), s) => Err(BadInput::new(format!(
+                "--compression, --max-ratio, --min-ratio, --slope and --ratio apply to --strategy varco only (not {s})"
+            ))),
+            (None, _) => Ok(()),
+        }
     }
 
     /// --time-steps, --merge-plan, --migration and --prefetch against the

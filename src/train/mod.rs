@@ -16,6 +16,7 @@ pub mod fullgraph;
 pub mod infer;
 pub mod minibatch;
 mod naive;
+pub mod neutronstar;
 pub mod strategy;
 pub mod tensorboard;
 mod trainer;

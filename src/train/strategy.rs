@@ -27,6 +27,8 @@ pub enum StrategyKind {
     Leapgnn,
     /// P3: features split by column, layer 1 model-parallel.
     P3,
+    /// VARCO: full-graph, halo exchange compressed by a falling ratio.
+    Varco,
 }
 
 impl FromStr for StrategyKind {
@@ -38,8 +40,9 @@ impl FromStr for StrategyKind {
             "pregather" => Ok(StrategyKind::Pregather),
             "leapgnn" => Ok(StrategyKind::Leapgnn),
             "p3" => Ok(StrategyKind::P3),
+            "varco" => Ok(StrategyKind::Varco),
             _ => Err(BadInput::new(format!(
-                "unknown --strategy `{s}`: expected model-centric, micrograph, pregather, leapgnn or p3"
+                "unknown --strategy `{s}`: expected model-centric, micrograph, pregather, leapgnn, p3 or varco"
             ))),
         }
     }
@@ -53,6 +56,7 @@ impl fmt::Display for StrategyKind {
             StrategyKind::Pregather => "pregather",
             StrategyKind::Leapgnn => "leapgnn",
             StrategyKind::P3 => "p3",
+            StrategyKind::Varco => "varco",
         })
     }
 }
@@ -95,6 +99,9 @@ pub trait Strategy {
         grad: &mut [f32],
         records: &mut StepSink<'_>,
     ) -> Result<f64, TrainError>;
+    /// Before the end-of-epoch evaluation, after `done` iterations in all
+    /// (also when a resumed run evaluates an epoch it trained before stopping).
+    fn before_evaluation(&mut self, _w: &mut Worker<'_>, _done: u64) {}
 }
 
 /// What a strategy needs beyond its kind: who owns each vertex and the
@@ -113,6 +120,8 @@ pub struct StrategyEnv {
     /// `--time-steps auto`: the cost model's plan for every T (from the driver; may be empty).
     pub auto_plans: Vec<MergePlan>,
     pub mode: TrainMode,
+    /// VARCO's compression and the run's steps (its schedule's T).
+    pub varco: (crate::train::fullgraph::varco::VarcoConfig, u64),
 }
 
 impl StrategyEnv {
@@ -135,16 +144,19 @@ impl StrategyEnv {
             prefetch: cfg.prefetch,
             auto_plans: Vec::new(),
             mode: cfg.mode,
+            varco: (cfg.varco.clone().unwrap_or_default(), cfg.epochs),
         })
     }
 }
 
 /// The strategy `kind` in `env`.
 pub fn build(kind: StrategyKind, env: &StrategyEnv) -> Result<Box<dyn Strategy>, TrainError> {
-    if env.mode == TrainMode::FullGraph {
-        return Ok(Box::new(crate::train::fullgraph::FullGraph));
-    }
     match kind {
+        StrategyKind::Varco => {
+            let (cfg, steps) = env.varco.clone();
+            Ok(Box::new(crate::train::fullgraph::varco::Varco::new(cfg, steps)))
+        }
+        _ if env.mode == TrainMode::FullGraph => Ok(Box::new(crate::train::fullgraph::FullGraph)),
         StrategyKind::ModelCentric => Ok(Box::new(ModelCentric)),
         StrategyKind::Micrograph => Ok(Box::new(minibatch::micrograph::build(env))),
         StrategyKind::Pregather => Ok(Box::new(minibatch::pregather::build(env))),
@@ -179,6 +191,7 @@ pub(crate) fn step_record(
         sync_seconds: 0.0,
         loss: s.loss,
         layer: None,
+        columns: None,
     }
 }
 

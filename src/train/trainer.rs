@@ -114,6 +114,7 @@ pub fn run_loop(
             }
         }
         let te = Instant::now();
+        strategy.before_evaluation(w, p.global_iteration);
         let req =
             EvalRequest { sets: &[inp.val, inp.test], owners: inp.owners, epoch: p.epoch, batch: cfg.eval_batch_size };
         let eval = evaluate(w, coll, &req)?;

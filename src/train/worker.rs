@@ -36,6 +36,10 @@ pub struct Worker<'d> {
     pub eval: EvalMode,
     /// The full-graph engine's halo plan and inputs, built on first use.
     pub(crate) full: Option<Arc<fullgraph::State>>,
+    /// VARCO: the columns each layer's halo exchange sends (layer 0's input
+    /// included, which then crosses the network at every pass); None: every
+    /// column, and layer 0's halo rows are fetched once.
+    pub(crate) halo_columns: Option<Vec<usize>>,
     map: NodeMap,
 }
 
@@ -115,6 +119,7 @@ impl<'d> Worker<'d> {
             owners: None,
             eval: EvalMode::Sampled,
             full: None,
+            halo_columns: None,
             map: NodeMap::new(data.graph.num_nodes()),
         }
     }

@@ -60,6 +60,7 @@ pub fn record(epoch: u64, iteration: u64, time_step: u32, worker: u32) -> StepRe
         sync_seconds: 0.05,
         loss: 0.1,
         layer: None,
+        columns: None,
     }
 }
 

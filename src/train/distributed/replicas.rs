@@ -67,4 +67,7 @@ impl Strategy for ReplicaCheck<'_> {
         }
         self.inner.iteration(w, coll, it, grad, records)
     }
+    fn before_evaluation(&mut self, w: &mut Worker<'_>, done: u64) {
+        self.inner.before_evaluation(w, done);
+    }
 }

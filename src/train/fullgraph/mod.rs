@@ -9,8 +9,9 @@ mod exchange;
 mod halo;
 pub mod inference;
 pub mod memory;
+pub mod varco;
 
-pub use exchange::{backward_rows, forward_rows};
+pub use exchange::{backward_columns, backward_rows, forward_columns, forward_rows};
 pub use halo::HaloPlan;
 
 use super::strategy::{Iteration, Strategy, StrategyKind};
@@ -81,16 +82,30 @@ pub(crate) fn forward(
         moved: vec![Default::default(); layers],
         compute: vec![0.0; layers],
     };
-    // Input dropout needs a copy of the rows; without it the cached rows are the input.
-    let x0 = match (mode, &st.inputs) {
-        (Mode::Train { .. }, x) if w.model.spec().kind.drops_input() => {
+    let drops = matches!(mode, Mode::Train { .. }) && w.model.spec().kind.drops_input();
+    let x0 = match (&w.halo_columns, &st.inputs) {
+        // VARCO: the halo's input rows cross the network at every step, compressed.
+        (Some(cols), x) => {
+            let d = w.model.spec().in_dim;
+            let n = plan.owned().len();
+            let own = match x {
+                Input::Dense(t) => t.narrow(0, 0, n)?.flatten_all()?.to_vec1::<f32>()?,
+                Input::Sparse(c) => c.dense_rows(n),
+            };
+            let (t, b0) = (Instant::now(), coll.bytes());
+            let rows = forward_columns(coll, plan, own, (d, cols[0]))?;
+            f.moved[0] = (coll.bytes().since(&b0), t.elapsed().as_secs_f64());
+            Input::Dense(w.model.input_dense(&plan.block.src, rows, mode, &w.device)?)
+        }
+        // Input dropout needs a copy of the rows; without it the cached rows are the input.
+        (None, x) if drops => {
             let rows = match x {
                 Input::Dense(t) => Rows::Dense(t.flatten_all()?.to_vec1::<f32>()?),
                 Input::Sparse(c) => Rows::Sparse((**c).clone()),
             };
             w.model.input_rows_of(&plan.block.src, rows, mode, &w.device)?
         }
-        (_, x) => x.clone(),
+        (None, x) => x.clone(),
     };
     let mut h = None;
     for l in 0..layers {
@@ -104,7 +119,8 @@ pub(crate) fn forward(
         if l + 1 < layers {
             let d = w.model.out_dim(l);
             let (t, b0) = (Instant::now(), coll.bytes());
-            let rows = forward_rows(coll, plan, y.flatten_all()?.to_vec1::<f32>()?, d)?;
+            let k = columns(w, l + 1, d);
+            let rows = forward_columns(coll, plan, y.flatten_all()?.to_vec1::<f32>()?, (d, k))?;
             f.moved[l + 1] = (coll.bytes().since(&b0), t.elapsed().as_secs_f64());
             let x = Tensor::from_vec(rows, (plan.rows(), d), &candle_core::Device::Cpu)?.to_device(&w.device)?;
             h = Some(if train {
@@ -119,6 +135,11 @@ pub(crate) fn forward(
         f.outs.push(y);
     }
     Ok(f)
+}
+
+/// Columns of layer `l`'s `d`-wide input that its halo exchange sends.
+fn columns(w: &Worker<'_>, l: usize, d: usize) -> usize {
+    w.halo_columns.as_ref().map_or(d, |c| c[l])
 }
 
 /// The full-graph engine as the loop's strategy: one iteration per epoch.
@@ -183,7 +204,7 @@ impl Strategy for FullGraph {
                 None => vec![0.0; plan.rows() * d],
             };
             let (t, b0) = (Instant::now(), coll.bytes());
-            let g = backward_rows(coll, plan, g, d)?;
+            let g = backward_columns(coll, plan, g, (d, columns(w, l + 1, d)))?;
             let (moved, secs) = &mut f.moved[l + 1];
             let back = coll.bytes().since(&b0);
             add_bytes(&mut moved.sent, &back.sent);
@@ -213,6 +234,7 @@ impl Strategy for FullGraph {
                 compute_seconds: f.compute[l],
                 loss: if last { loss_value } else { 0.0 },
                 layer: Some(l as u32),
+                columns: w.halo_columns.as_ref().map(|c| c[l] as u32),
                 ..Default::default()
             };
             if last { records.push(record)? } else { records.push_final(record)? }

@@ -1,0 +1,204 @@
+//! VARCO against fixed ratios and no compression: for each dataset and
+//! partition method (4 parts), trains `--strategy varco` with `--compression
+//! none`, `variable` (the authors' r_max 128, r_min 1.5, slope 5) and fixed
+//! ratios 4, 16 and 64, all for the same steps, and reports final test
+//! accuracy against the halo bytes of training; for each fixed ratio also the
+//! accuracy variable compression had when its own training bytes reached
+//! that run's total (equal bytes). Writes `table.md` and `accuracy-bytes.svg`
+//! (one point per run; variable's per-step path as a line).
+//!
+//!     VARCO_DATASETS=cora,facebook VARCO_STEPS=100 VARCO_HIDDEN=64 cargo bench --bench varco_sweep
+//!
+//! Defaults: cora, metis and random, 100 steps, hidden 64 (the authors ran
+//! 300 steps at hidden 256; give VARCO_STEPS=300 VARCO_HIDDEN=256 to match);
+//! output in target/varco-sweep/ (VARCO_OUT). Datasets: cora and facebook
+//! come from ../shared/datasets, synthetic-* are generated.
+
+use plotters::prelude::*;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const RUNS: [(&str, &[&str]); 5] = [
+    ("none", &["--compression", "none"]),
+    ("variable", &["--compression", "variable"]),
+    ("fixed 4", &["--ratio", "4"]),
+    ("fixed 16", &["--ratio", "16"]),
+    ("fixed 64", &["--ratio", "64"]),
+];
+const COLORS: [RGBColor; 5] = [
+    RGBColor(127, 127, 127),
+    RGBColor(214, 39, 40),
+    RGBColor(31, 119, 180),
+    RGBColor(44, 160, 44),
+    RGBColor(148, 103, 189),
+];
+
+fn env_or(key: &str, default: &str) -> String {
+    std::env::var(key).unwrap_or_else(|_| default.to_string())
+}
+
+fn leapgnn(data: &Path, args: &[&str]) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_leapgnn"))
+        .arg("--data-dir")
+        .arg(data)
+        .arg("--json")
+        .args(args)
+        .output()
+        .expect("run leapgnn");
+    assert!(out.status.success(), "leapgnn {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("a JSON summary")
+}
+
+fn fetch(data: &Path, name: &str) {
+    let shared = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets");
+    let from = |p: &str| shared.join(p).display().to_string();
+    let args: Vec<String> = match name {
+        "cora" => ["download", "cora", "--from", &from("planetoid/converted/cora"), "--format", "text"]
+            .map(String::from)
+            .to_vec(),
+        "facebook" => ["download", "facebook", "--from", &from("musae-facebook")].map(String::from).to_vec(),
+        other => vec!["download".into(), other.into()],
+    };
+    leapgnn(data, &args.iter().map(String::as_str).collect::<Vec<_>>());
+}
+
+/// One run: per step, cumulative training halo bytes and test accuracy.
+struct Run {
+    label: &'static str,
+    path: Vec<(f64, f64)>,
+}
+
+impl Run {
+    fn bytes(&self) -> f64 {
+        self.path.last().map_or(0.0, |p| p.0)
+    }
+    fn accuracy(&self) -> f64 {
+        self.path.last().map_or(0.0, |p| p.1)
+    }
+    /// Accuracy after the last step whose cumulative bytes are within `budget`.
+    fn at_bytes(&self, budget: f64) -> Option<(usize, f64)> {
+        self.path.iter().enumerate().take_while(|(_, p)| p.0 <= budget).last().map(|(i, p)| (i + 1, p.1))
+    }
+}
+
+fn train(
+    data: &Path,
+    dataset: &str,
+    partition: &str,
+    steps: &str,
+    hidden: &str,
+    label: &'static str,
+    extra: &[&str],
+) -> Run {
+    let base = ["train", dataset, "--no-tui", "--strategy", "varco", "--workers", "4", "--partition", partition];
+    let s = leapgnn(data, &[&base[..], &["--epochs", steps, "--hidden", hidden, "--seed", "0"], extra].concat());
+    let metrics = data.join("runs").join(s["run"].as_str().expect("run name")).join("metrics.jsonl");
+    let mut per_step = vec![0f64; s["history"].as_array().expect("history").len()];
+    for line in std::fs::read_to_string(metrics).expect("metrics").lines() {
+        let r: serde_json::Value = serde_json::from_str(line).expect("record");
+        per_step[r["epoch"].as_u64().expect("epoch") as usize] +=
+            r["bytes_out"]["activations"].as_f64().expect("bytes");
+    }
+    let mut total = 0.0;
+    let path = per_step
+        .iter()
+        .zip(s["history"].as_array().expect("history"))
+        .map(|(b, h)| {
+            total += b;
+            (total, h["test_accuracy"].as_f64().expect("accuracy"))
+        })
+        .collect();
+    Run { label, path }
+}
+
+fn main() {
+    let datasets = env_or("VARCO_DATASETS", "cora");
+    let partitions = env_or("VARCO_PARTITIONS", "metis,random");
+    let (steps, hidden) = (env_or("VARCO_STEPS", "100"), env_or("VARCO_HIDDEN", "64"));
+    let out = PathBuf::from(env_or("VARCO_OUT", concat!(env!("CARGO_MANIFEST_DIR"), "/target/varco-sweep")));
+    std::fs::create_dir_all(&out).expect("output dir");
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let data = tmp.path();
+    let mut table = format!(
+        "SAGE (mean), 3 layers, hidden {hidden}, no dropout, Adam lr 0.01, {steps} steps, 4 workers; \
+         bytes: halo exchange of training (activations), all workers\n\n\
+         | dataset | parts | compression | test acc. | MB | variable at equal bytes (step) |\n\
+         |---|---|---|---|---|---|\n"
+    );
+    let mut panels: Vec<(String, Vec<Run>)> = Vec::new();
+    for dataset in datasets.split(',') {
+        fetch(data, dataset);
+        for partition in partitions.split(',') {
+            let runs: Vec<Run> = RUNS
+                .iter()
+                .map(|(label, extra)| {
+                    eprintln!("{dataset} {partition}-4 {label} ...");
+                    train(data, dataset, partition, &steps, &hidden, label, extra)
+                })
+                .collect();
+            let variable = &runs[1];
+            for r in &runs {
+                let equal = match (r.label.starts_with("fixed"), variable.at_bytes(r.bytes())) {
+                    (true, Some((step, acc))) => format!("{acc:.4} ({step})"),
+                    (true, None) => "- (its first step is above)".into(),
+                    (false, _) => String::new(),
+                };
+                table += &format!(
+                    "| {dataset} | {partition}-4 | {} | {:.4} | {:.1} | {equal} |\n",
+                    r.label,
+                    r.accuracy(),
+                    r.bytes() / 1e6
+                );
+            }
+            panels.push((format!("{dataset}, {partition}-4"), runs));
+        }
+    }
+    std::fs::write(out.join("table.md"), &table).expect("write table");
+    print!("{table}");
+    plot(&out.join("accuracy-bytes.svg"), &panels);
+    eprintln!("wrote {} and {}", out.join("table.md").display(), out.join("accuracy-bytes.svg").display());
+}
+
+/// Test accuracy against training halo MB (log scale), one panel per dataset and partition.
+fn plot(path: &Path, panels: &[(String, Vec<Run>)]) {
+    let root = SVGBackend::new(path, (800, 380 * panels.len().max(1) as u32)).into_drawing_area();
+    root.fill(&WHITE).expect("fill");
+    for ((title, runs), area) in panels.iter().zip(root.split_evenly((panels.len().max(1), 1))) {
+        let mb = |b: f64| (b / 1e6).max(1e-3);
+        let lo = runs.iter().flat_map(|r| r.path.first()).map(|p| mb(p.0)).fold(f64::INFINITY, f64::min);
+        let hi = runs.iter().map(|r| mb(r.bytes())).fold(0.0, f64::max);
+        let acc_lo = runs.iter().map(Run::accuracy).fold(1.0, f64::min);
+        let mut chart = ChartBuilder::on(&area)
+            .caption(title, ("sans-serif", 18))
+            .margin(10)
+            .x_label_area_size(40)
+            .y_label_area_size(50)
+            .build_cartesian_2d((lo * 0.8..hi * 1.25).log_scale(), (acc_lo - 0.1).max(0.0)..1.0)
+            .expect("chart");
+        chart.configure_mesh().x_desc("training halo exchange, MB (log)").y_desc("test accuracy").draw().expect("mesh");
+        let variable = &runs[1];
+        chart
+            .draw_series(std::iter::once(PathElement::new(
+                variable.path.iter().map(|p| (mb(p.0), p.1)).collect::<Vec<_>>(),
+                COLORS[1].mix(0.4),
+            )))
+            .expect("path")
+            .label("variable, per step")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], COLORS[1].mix(0.4)));
+        for (r, color) in runs.iter().zip(COLORS) {
+            chart
+                .draw_series(std::iter::once(Circle::new((mb(r.bytes()), r.accuracy()), 5, color.filled())))
+                .expect("point")
+                .label(r.label)
+                .legend(move |(x, y)| Circle::new((x + 8, y), 4, color.filled()));
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .background_style(WHITE)
+            .border_style(BLACK)
+            .draw()
+            .expect("legend");
+    }
+    root.present().expect("write svg");
+}
