@@ -155,9 +155,9 @@ fn with_config_file(cli: Cli, argv: &[OsString]) -> anyhow::Result<Cli> {
     let Some(path) = a.config.clone() else { return Ok(cli) };
     let cmd = <train::Args as clap::Args>::augment_args(clap::Command::new("train"));
     let kind = |name: &str| {
-        cmd.get_arguments().find(|x| x.get_long() == Some(name) && name != "config").map(|x| {
-            if x.get_action().takes_values() { FlagKind::Value } else { FlagKind::Switch }
-        })
+        cmd.get_arguments()
+            .find(|x| x.get_long() == Some(name) && name != "config")
+            .map(|x| if x.get_action().takes_values() { FlagKind::Value } else { FlagKind::Switch })
     };
     let mut flags = flags_from_file(&path, &kind)?;
     if a.dataset.is_some() && flags.first().is_some_and(|f| !f.starts_with("--")) {

@@ -18,7 +18,9 @@ pub enum ConfigFileError {
     },
     #[error("--config {path}: {why}")]
     Parse { path: PathBuf, why: String },
-    #[error("--config {path}: unknown key `{key}`: keys are train's long flags without the dashes (see `leapgnn train --help`), and `dataset`")]
+    #[error(
+        "--config {path}: unknown key `{key}`: keys are train's long flags without the dashes (see `leapgnn train --help`), and `dataset`"
+    )]
     UnknownKey { path: PathBuf, key: String },
     #[error("--config {path}: `{key}`: {why}")]
     BadValue { path: PathBuf, key: String, why: String },
@@ -125,8 +127,18 @@ impl TrainConfig {
         push("cache-mb", self.cache_mb.to_string());
         push("cache-policy", word(&self.cache_policy));
         push("eval", word(&self.eval));
+        push("partition", self.partition.clone());
         if let Some(c) = &self.cluster {
             push("cluster", c.display().to_string());
+        }
+        if let Some(v) = &self.varco {
+            push("compression", v.compression.to_string());
+            push("max-ratio", v.max_ratio.to_string());
+            push("min-ratio", v.min_ratio.to_string());
+            push("slope", v.slope.to_string());
+            if let Some(r) = v.ratio {
+                push("ratio", r.to_string());
+            }
         }
         match self.mode {
             // Every neighbour of every node: the sampling flags are refused there.
