@@ -2,6 +2,7 @@
 //! arguments and calls one library function; no algorithm lives here.
 
 use clap::{Parser, Subcommand};
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -62,6 +63,8 @@ enum Command {
     /// Estimate, before training, how local micrographs are and what each strategy would fetch.
     AnalyzeLocality(analyze_locality::Args),
     /// Train a GNN (local worker processes or over SSH).
+    // A flag given twice takes the last value: `--config FILE`'s flags go first.
+    #[command(args_override_self = true)]
     Train(Box<train::Args>),
     /// Predictions and embeddings of every node of a trained run (layer-wise inference).
     Infer(infer::Args),
@@ -83,12 +86,20 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    let cli = match Cli::try_parse_from(&argv) {
         Ok(c) => c,
         Err(e) => {
             let code = if e.use_stderr() { 2 } else { 0 };
             let _ = e.print();
             return ExitCode::from(code);
+        }
+    };
+    let cli = match with_config_file(cli, &argv) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {}", output::one_line(&e));
+            return ExitCode::from(leapgnn::error::exit_code(e.chain()));
         }
     };
     init_logging(cli.global.verbose);
@@ -134,4 +145,42 @@ fn init_logging(verbose: u8) {
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).try_init();
+}
+
+/// `train --config FILE`: the file's flags go right after `train`, so those of
+/// the command line (later) override them, and one parser checks them all.
+fn with_config_file(cli: Cli, argv: &[OsString]) -> anyhow::Result<Cli> {
+    use leapgnn::train::config_file::{FlagKind, flags_from_file};
+    let Command::Train(a) = &cli.command else { return Ok(cli) };
+    let Some(path) = a.config.clone() else { return Ok(cli) };
+    let cmd = <train::Args as clap::Args>::augment_args(clap::Command::new("train"));
+    let kind = |name: &str| {
+        cmd.get_arguments()
+            .find(|x| x.get_long() == Some(name) && name != "config")
+            .map(|x| if x.get_action().takes_values() { FlagKind::Value } else { FlagKind::Switch })
+    };
+    let mut flags = flags_from_file(&path, &kind)?;
+    if a.dataset.is_some() && flags.first().is_some_and(|f| !f.starts_with("--")) {
+        flags.remove(0);
+    }
+    // The subcommand is the first word that is not a global flag or its value.
+    let mut at = 1;
+    while at < argv.len() && argv[at] != "train" {
+        at += if argv[at] == "--data-dir" { 2 } else { 1 };
+    }
+    let mut out: Vec<OsString> = argv[..=at.min(argv.len() - 1)].to_vec();
+    out.extend(flags.into_iter().map(OsString::from));
+    let mut rest = argv.iter().skip(at + 1);
+    while let Some(x) = rest.next() {
+        if x == "--config" {
+            rest.next();
+        } else if !x.to_string_lossy().starts_with("--config=") {
+            out.push(x.clone());
+        }
+    }
+    Cli::try_parse_from(out).map_err(|e| {
+        let msg = e.to_string();
+        let first = msg.lines().next().unwrap_or("").trim_start_matches("error: ").to_string();
+        leapgnn::BadInput::new(format!("--config {}: {first}", path.display())).into()
+    })
 }

@@ -29,6 +29,10 @@ use std::time::Duration;
 pub struct Args {
     /// Dataset name (registry or --data-dir), dataset directory or archive path [default: synthetic-small].
     pub dataset: Option<String>,
+    /// Take flags from FILE: TOML `flag = value` pairs (`batch-size = 64`, `fanout = [10, 10]`, `no-tui = true`,
+    /// `dataset = "cora"`), or a run's `runs/RUN/config.json` to replay it; flags on the command line override it.
+    #[arg(long, value_name = "FILE", conflicts_with = "resume")]
+    pub config: Option<PathBuf>,
     /// Worker processes; --batch-size is per worker (global batch = W x B).
     #[arg(long)]
     pub workers: Option<usize>,

@@ -56,6 +56,7 @@ pub fn is_bad_input(e: &(dyn Error + 'static)) -> bool {
         ask::<BadInput>,
         ask::<NotImplemented>,
         ask::<crate::cluster::ProfileError>,
+        ask::<crate::train::config_file::ConfigFileError>,
         ask::<crate::cluster::slurm::SlurmError>,
         ask::<crate::format::FormatError>,
         ask::<crate::datasets::DatasetError>,

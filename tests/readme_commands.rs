@@ -5,7 +5,7 @@
 //!
 //! What stands in for the user's world, all on this machine:
 //! - the working directory is a temp dir laid out like the repository:
-//!   `profiles/`, `scripts/`, `target/release/leapgnn`, and `../shared/datasets`
+//!   `profiles/`, `scripts/`, `configs/`, `target/release/leapgnn`, and `../shared/datasets`
 //!   (the shared copies; `musae-facebook` is a BFS-connected 3,000-node
 //!   subgraph of it written in the same MUSAE layout, so that the README's
 //!   dozen default-length Facebook runs finish in seconds: every command still
@@ -269,6 +269,7 @@ fn world() -> World {
     std::os::unix::fs::symlink(bin, bin_dir.join("leapgnn")).unwrap();
     std::os::unix::fs::symlink(bin, cwd.join("target/release/leapgnn")).unwrap();
     std::os::unix::fs::symlink(repo.join("scripts"), cwd.join("scripts")).unwrap();
+    std::os::unix::fs::symlink(repo.join("configs"), cwd.join("configs")).unwrap();
     for e in std::fs::read_dir(&shared).unwrap() {
         let e = e.unwrap();
         if e.file_name() != "musae-facebook" {

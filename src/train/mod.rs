@@ -9,6 +9,7 @@
 pub mod checkpoint;
 mod collective;
 mod config;
+pub mod config_file;
 pub mod distributed;
 mod evaluate;
 pub mod fullgraph;

@@ -1,0 +1,165 @@
+//! `train --config FILE`: every train flag from a file, the command line
+//! overriding it. A TOML file holds `flag = value` pairs named as the long
+//! flags (`batch-size = 64`, `no-tui = true`, `fanout = [10, 10]`, and
+//! `dataset = "cora"` for the positional NAME); a run's own `config.json`
+//! replays that run. Both become flags that go before the command line's, so
+//! one parser, one set of checks and one set of defaults serve all three.
+
+use super::{TrainConfig, TrainMode};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigFileError {
+    #[error("--config {path}: cannot read it: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("--config {path}: {why}")]
+    Parse { path: PathBuf, why: String },
+    #[error(
+        "--config {path}: unknown key `{key}`: keys are train's long flags without the dashes (see `leapgnn train --help`), and `dataset`"
+    )]
+    UnknownKey { path: PathBuf, key: String },
+    #[error("--config {path}: `{key}`: {why}")]
+    BadValue { path: PathBuf, key: String, why: String },
+}
+
+impl crate::error::Blame for ConfigFileError {
+    fn is_bad_input(&self) -> bool {
+        true
+    }
+}
+
+/// What a flag of `train` takes, as its parser says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlagKind {
+    /// `--no-tui`: present or not.
+    Switch,
+    /// `--epochs 3`.
+    Value,
+}
+
+/// The flags `path` stands for. `flag(name)` says what the long flag `--name`
+/// takes (`None`: no such flag). The positional NAME comes back first, as a
+/// bare word, when the file names one.
+pub fn flags_from_file(path: &Path, flag: &dyn Fn(&str) -> Option<FlagKind>) -> Result<Vec<String>, ConfigFileError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigFileError::Read { path: path.into(), source })?;
+    let parse = |why: String| ConfigFileError::Parse { path: path.into(), why };
+    if path.extension().is_some_and(|e| e == "json") {
+        let cfg: TrainConfig = serde_json::from_str(&text)
+            .map_err(|e| parse(format!("not a run's config.json ({e}); a config file of flags is TOML")))?;
+        return Ok(cfg.to_flags());
+    }
+    let table: toml::Table = toml::from_str(&text).map_err(|e| parse(format!("not valid TOML: {e}")))?;
+    let mut out = Vec::with_capacity(table.len() * 2);
+    let mut positional = None;
+    for (key, value) in &table {
+        let bad = |why: &str| ConfigFileError::BadValue { path: path.into(), key: key.clone(), why: why.into() };
+        let name = key.replace('_', "-");
+        if name == "dataset" {
+            positional = Some(scalar(value).ok_or_else(|| bad("expected a dataset name or path"))?);
+            continue;
+        }
+        match flag(&name) {
+            None => return Err(ConfigFileError::UnknownKey { path: path.into(), key: key.clone() }),
+            Some(FlagKind::Switch) => match value {
+                toml::Value::Boolean(true) => out.push(format!("--{name}")),
+                toml::Value::Boolean(false) => {}
+                _ => return Err(bad("a switch: expected true or false")),
+            },
+            Some(FlagKind::Value) => {
+                let v = match value {
+                    toml::Value::Array(items) => {
+                        let words: Option<Vec<String>> = items.iter().map(scalar).collect();
+                        words.ok_or_else(|| bad("expected a list of numbers or words"))?.join(",")
+                    }
+                    v => scalar(v).ok_or_else(|| bad("expected a number, a word or a list"))?,
+                };
+                out.extend([format!("--{name}"), v]);
+            }
+        }
+    }
+    Ok(positional.into_iter().chain(out).collect())
+}
+
+fn scalar(v: &toml::Value) -> Option<String> {
+    match v {
+        toml::Value::String(s) => Some(s.clone()),
+        toml::Value::Integer(i) => Some(i.to_string()),
+        toml::Value::Float(f) => Some(f.to_string()),
+        _ => None,
+    }
+}
+
+/// The word serde writes for a value (the names the flags parse).
+fn word<T: serde::Serialize>(v: &T) -> String {
+    match serde_json::to_value(v) {
+        Ok(serde_json::Value::String(s)) => s,
+        Ok(other) => other.to_string(),
+        Err(_) => String::new(),
+    }
+}
+
+impl TrainConfig {
+    /// The `train` flags that give this config: `leapgnn train FLAGS`
+    /// builds it again (how `--config runs/RUN/config.json` replays a run).
+    pub fn to_flags(&self) -> Vec<String> {
+        let mut f = vec![self.dataset.clone()];
+        let mut push = |flag: &str, v: String| f.extend([format!("--{flag}"), v]);
+        push("strategy", self.strategy.to_string());
+        push("workers", self.workers.to_string());
+        push("parts", self.parts.to_string());
+        push("model", word(&self.model));
+        push("eval-batch-size", self.eval_batch_size.to_string());
+        push("hidden", self.hidden.to_string());
+        push("heads", self.heads.to_string());
+        push("epochs", self.epochs.to_string());
+        push("lr", self.lr.to_string());
+        push("weight-decay", self.weight_decay.to_string());
+        push("dropout", self.dropout.to_string());
+        push("optimizer", word(&self.optimizer));
+        push("seed", self.seed.to_string());
+        push("checkpoint-every", self.checkpoint_every.to_string());
+        push("device", word(&self.device));
+        push("normalize", word(&self.normalize));
+        push("cache-mb", self.cache_mb.to_string());
+        push("cache-policy", word(&self.cache_policy));
+        push("eval", word(&self.eval));
+        push("partition", self.partition.clone());
+        if let Some(c) = &self.cluster {
+            push("cluster", c.display().to_string());
+        }
+        if let Some(v) = &self.varco {
+            push("compression", v.compression.to_string());
+            push("max-ratio", v.max_ratio.to_string());
+            push("min-ratio", v.min_ratio.to_string());
+            push("slope", v.slope.to_string());
+            if let Some(r) = v.ratio {
+                push("ratio", r.to_string());
+            }
+        }
+        match self.mode {
+            // Every neighbour of every node: the sampling flags are refused there.
+            TrainMode::FullGraph => {
+                push("mode", self.mode.to_string());
+                push("layers", self.fanouts.layers().to_string());
+            }
+            TrainMode::Minibatch => {
+                push("fanout", self.fanouts.to_string());
+                push("eval-fanout", self.eval_fanouts.to_string());
+                push("batch-size", self.batch_size.to_string());
+                push("time-steps", self.time_steps.map_or_else(|| "auto".into(), |t| t.to_string()));
+                push("migration", word(&self.migration));
+                if let Some(p) = &self.merge_plan {
+                    push("merge-plan", p.display().to_string());
+                }
+                if self.prefetch {
+                    f.push("--prefetch".into());
+                }
+            }
+        }
+        f
+    }
+}

@@ -1,0 +1,137 @@
+//! `leapgnn train --config FILE`: a TOML file of flags is the same run as the
+//! flags themselves, the command line overrides it, bad keys and values are
+//! refused naming the file, and a run's own `config.json` replays the run.
+
+mod train_support;
+
+use serde_json::Value;
+use std::path::Path;
+use train_support::{Tiny, fails, json, losses, weights, write_tiny};
+
+fn config_of(d: &Path, run: &str) -> Value {
+    serde_json::from_slice(&std::fs::read(d.join("runs").join(run).join("config.json")).unwrap()).unwrap()
+}
+
+fn setup() -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    write_tiny(tmp.path(), "tiny", Tiny::default());
+    tmp
+}
+
+#[test]
+fn a_toml_file_is_the_run_its_flags_give_and_the_command_line_overrides_it() {
+    let tmp = setup();
+    let d = tmp.path();
+    let file = d.join("job.toml");
+    std::fs::write(
+        &file,
+        "# the flags of `leapgnn train`, without the dashes\n\
+         dataset = \"tiny\"\nbatch-size = 64\nfanout = [5, 5]\nhidden = 32\nepochs = 2\nseed = 5\n\
+         model = \"gat\"\nno-tui = true\nprefetch = false\n",
+    )
+    .unwrap();
+    let cfg = file.to_str().unwrap();
+    let by_file = json(d, &["train", "--config", cfg, "--run", "file"]);
+    let by_flags = json(
+        d,
+        &[
+            "train",
+            "tiny",
+            "--batch-size",
+            "64",
+            "--fanout",
+            "5,5",
+            "--hidden",
+            "32",
+            "--epochs",
+            "2",
+            "--seed",
+            "5",
+            "--model",
+            "gat",
+            "--run",
+            "flags",
+        ],
+    );
+    assert_eq!(config_of(d, "file"), config_of(d, "flags"));
+    assert_eq!(losses(d, "file"), losses(d, "flags"));
+    assert_eq!(weights(d, "file"), weights(d, "flags"));
+    assert_eq!(by_file["final_loss"], by_flags["final_loss"]);
+
+    // Later flags win: the command line's --epochs and --seed over the file's.
+    let over = json(d, &["train", "--config", cfg, "--epochs", "3", "--seed", "6", "--run", "over"]);
+    assert_eq!(over["epochs"], 3);
+    let c = config_of(d, "over");
+    assert_eq!((c["epochs"].as_u64(), c["seed"].as_u64(), c["hidden"].as_u64()), (Some(3), Some(6), Some(32)));
+    // The dataset on the command line replaces the file's.
+    write_tiny(d, "tiny2", Tiny { nodes: 500, ..Tiny::default() });
+    json(d, &["train", "tiny2", "--config", cfg, "--epochs", "1", "--run", "other"]);
+    assert_eq!(config_of(d, "other")["dataset"], "tiny2");
+}
+
+#[test]
+fn bad_files_are_refused_with_exit_2_naming_the_file_and_the_key() {
+    let tmp = setup();
+    let d = tmp.path();
+    let write = |name: &str, text: &str| {
+        let p = d.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let unknown = write("unknown.toml", "dataset = \"tiny\"\nepoch = 3\n");
+    let e = fails(d, &["train", "--config", &unknown], 2);
+    assert!(e.contains(&unknown) && e.contains("unknown key `epoch`"), "{e}");
+
+    let value = write("value.toml", "dataset = \"tiny\"\nepochs = \"many\"\n");
+    let e = fails(d, &["train", "--config", &value], 2);
+    assert!(e.contains(&value) && e.contains("--epochs") && e.contains("many"), "{e}");
+
+    let switch = write("switch.toml", "dataset = \"tiny\"\nno-tui = 1\n");
+    let e = fails(d, &["train", "--config", &switch], 2);
+    assert!(e.contains(&switch) && e.contains("`no-tui`") && e.contains("true or false"), "{e}");
+
+    let toml = write("broken.toml", "epochs = [1,\n");
+    let e = fails(d, &["train", "--config", &toml], 2);
+    assert!(e.contains(&toml) && e.contains("not valid TOML"), "{e}");
+
+    let missing = d.join("nowhere.toml");
+    let e = fails(d, &["train", "--config", missing.to_str().unwrap()], 2);
+    assert!(e.contains("nowhere.toml") && e.contains("cannot read"), "{e}");
+
+    let json_file = write("other.json", "{\"epochs\": 3}");
+    let e = fails(d, &["train", "--config", &json_file], 2);
+    assert!(e.contains(&json_file) && e.contains("config.json"), "{e}");
+
+    json(d, &["train", "tiny", "--batch-size", "64", "--fanout", "5,5", "--epochs", "1", "--run", "r"]);
+    let out = train_support::leapgnn(d, &["train", "--config", &unknown, "--resume", "r"]);
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{e}");
+    assert!(e.contains("--config") && e.contains("--resume"), "{e}");
+}
+
+/// `--config runs/RUN/config.json --run NEW` trains RUN again: the same
+/// config, loss curve and weights, for one process and for two, for both
+/// engines, and for a strategy with flags of its own.
+#[test]
+fn a_runs_config_json_replays_the_run() {
+    let tmp = setup();
+    let d = tmp.path();
+    let jobs: [&[&str]; 4] = [
+        &["--batch-size", "64", "--fanout", "5,5", "--hidden", "32", "--epochs", "2", "--seed", "9"],
+        &["--workers", "2", "--strategy", "leapgnn", "--time-steps", "2", "--batch-size", "32", "--epochs", "2"],
+        &["--mode", "full-graph", "--workers", "2", "--model", "sage", "--epochs", "4", "--dropout", "0.2"],
+        &["--strategy", "varco", "--workers", "2", "--epochs", "4", "--ratio", "4", "--partition", "random"],
+    ];
+    for (i, job) in jobs.iter().enumerate() {
+        let (first, again) = (format!("job{i}"), format!("job{i}-again"));
+        let a = json(d, &[&["train", "tiny", "--run", &first], &job[..]].concat());
+        let cfg = d.join("runs").join(&first).join("config.json");
+        let b = json(d, &["train", "--config", cfg.to_str().unwrap(), "--run", &again]);
+        assert_eq!(config_of(d, &first), config_of(d, &again), "job {job:?}");
+        assert_eq!(weights(d, &first), weights(d, &again), "job {job:?}");
+        assert_eq!(a["final_loss"], b["final_loss"], "job {job:?}");
+        let loss_curve =
+            |s: &Value| -> Vec<Value> { s["history"].as_array().unwrap().iter().map(|e| e["loss"].clone()).collect() };
+        assert_eq!(loss_curve(&a), loss_curve(&b), "job {job:?}");
+    }
+}
