@@ -67,7 +67,8 @@ pub struct PlanInput<'a> {
 /// The strategy's layout at T time steps with `shares` (empty: even).
 pub fn layout_of(strategy: StrategyKind, workers: usize, time_steps: u32, shares: &[Vec<f64>]) -> Layout {
     match strategy {
-        StrategyKind::ModelCentric | StrategyKind::P3 => Layout::ModelCentric,
+        // RETEXO never samples; the cost model counts it as model-centric.
+        StrategyKind::ModelCentric | StrategyKind::P3 | StrategyKind::Retexo => Layout::ModelCentric,
         StrategyKind::Micrograph => Layout::Micrograph { pregather: false },
         StrategyKind::Pregather => Layout::Micrograph { pregather: true },
         StrategyKind::Leapgnn => {

@@ -27,6 +27,9 @@ pub enum StrategyKind {
     Leapgnn,
     /// P3: features split by column, layer 1 model-parallel.
     P3,
+    /// RETEXO: lazy message passing, one layer trained at a time (full-graph
+    /// engine, its own loop: `fullgraph::retexo`).
+    Retexo,
 }
 
 impl FromStr for StrategyKind {
@@ -38,8 +41,9 @@ impl FromStr for StrategyKind {
             "pregather" => Ok(StrategyKind::Pregather),
             "leapgnn" => Ok(StrategyKind::Leapgnn),
             "p3" => Ok(StrategyKind::P3),
+            "retexo" => Ok(StrategyKind::Retexo),
             _ => Err(BadInput::new(format!(
-                "unknown --strategy `{s}`: expected model-centric, micrograph, pregather, leapgnn or p3"
+                "unknown --strategy `{s}`: expected model-centric, micrograph, pregather, leapgnn, p3 or retexo"
             ))),
         }
     }
@@ -53,6 +57,7 @@ impl fmt::Display for StrategyKind {
             StrategyKind::Pregather => "pregather",
             StrategyKind::Leapgnn => "leapgnn",
             StrategyKind::P3 => "p3",
+            StrategyKind::Retexo => "retexo",
         })
     }
 }
@@ -150,6 +155,8 @@ pub fn build(kind: StrategyKind, env: &StrategyEnv) -> Result<Box<dyn Strategy>,
         StrategyKind::Pregather => Ok(Box::new(minibatch::pregather::build(env))),
         StrategyKind::Leapgnn => Ok(Box::new(minibatch::leapgnn::build(env))),
         StrategyKind::P3 => Ok(Box::new(P3::default())),
+        // Always full-graph (answered above); its stages run in `fullgraph::retexo::run`.
+        StrategyKind::Retexo => Ok(Box::new(crate::train::fullgraph::FullGraph)),
     }
 }
 

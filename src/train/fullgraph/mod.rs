@@ -9,6 +9,7 @@ mod exchange;
 mod halo;
 pub mod inference;
 pub mod memory;
+pub mod retexo;
 
 pub use exchange::{backward_rows, forward_rows};
 pub use halo::HaloPlan;
