@@ -6,9 +6,7 @@
 
 mod dist_support;
 
-use dist_support::{cora, count, facebook, first_gradient, json, records, rel_diff};
-use leapgnn::format::{DatasetFile, ManifestFile};
-use std::collections::HashSet;
+use dist_support::{cora, count, facebook, first_gradient, halo_counts, json, records, rel_diff};
 use std::path::Path;
 
 const MODELS: [&str; 3] = ["gcn", "sage", "gat"];
@@ -41,29 +39,6 @@ fn facebook_full_graph_gradient_is_the_single_worker_gradient() {
     gradients_match(tmp.path(), "facebook", &["--hidden", "16", "--seed", "1"], &["2", "3", "4"]);
 }
 
-/// Halo rows each worker receives from each owner, counted from the edges.
-fn halo_counts(d: &Path, parts: usize) -> Vec<Vec<u64>> {
-    let ds = DatasetFile::open(d.join("cora/dataset.lgnn")).unwrap();
-    let m = ManifestFile::open(d.join(format!("cora/parts/metis-{parts}"))).unwrap();
-    let part = m.node_part();
-    let g = ds.graph();
-    let mut halo: Vec<HashSet<u32>> = vec![HashSet::new(); parts];
-    for v in 0..ds.num_nodes() as u32 {
-        for &u in g.in_neighbors(v) {
-            if part[u as usize] != part[v as usize] {
-                halo[part[v as usize] as usize].insert(u);
-            }
-        }
-    }
-    halo.iter()
-        .map(|h| {
-            let mut by_owner = vec![0u64; parts];
-            h.iter().for_each(|&u| by_owner[part[u as usize] as usize] += 1);
-            by_owner
-        })
-        .collect()
-}
-
 #[test]
 fn per_layer_activation_bytes_are_halo_rows_times_width_plus_framing() {
     let tmp = cora();
@@ -71,7 +46,7 @@ fn per_layer_activation_bytes_are_halo_rows_times_width_plus_framing() {
     let (w, hidden) = (3usize, 16u64);
     let s =
         json(d, &["train", "cora", "--no-tui", "--full-batch", "--layers", "3", "--hidden", "16", "--workers", "3"]);
-    let halo = halo_counts(d, w);
+    let halo = halo_counts(d, "cora", &format!("metis-{w}"));
     let recs = records(d, &s);
     // 3 layers per iteration and worker; one iteration per epoch.
     assert_eq!(recs.len() as u64, count(&s["iterations"]) * 3 * w as u64);

@@ -89,6 +89,31 @@ pub fn final_weights(d: &Path, run: &str) -> Vec<u8> {
     std::fs::read(ck.join(state["weights"].as_str().unwrap())).unwrap()
 }
 
+/// Halo rows each worker receives from each owner under partition `parts`
+/// (`cora/parts/<parts>`), counted from the edges: `[receiver][owner]`.
+pub fn halo_counts(d: &Path, dataset: &str, parts: &str) -> Vec<Vec<u64>> {
+    let ds = leapgnn::format::DatasetFile::open(d.join(dataset).join("dataset.lgnn")).unwrap();
+    let m = leapgnn::format::ManifestFile::open(d.join(dataset).join("parts").join(parts)).unwrap();
+    let part = m.node_part();
+    let k = part.iter().map(|&p| p as usize + 1).max().unwrap_or(1);
+    let g = ds.graph();
+    let mut halo: Vec<std::collections::HashSet<u32>> = vec![Default::default(); k];
+    for v in 0..ds.num_nodes() as u32 {
+        for &u in g.in_neighbors(v) {
+            if part[u as usize] != part[v as usize] {
+                halo[part[v as usize] as usize].insert(u);
+            }
+        }
+    }
+    halo.iter()
+        .map(|h| {
+            let mut by_owner = vec![0u64; k];
+            h.iter().for_each(|&u| by_owner[part[u as usize] as usize] += 1);
+            by_owner
+        })
+        .collect()
+}
+
 /// A JSON count.
 pub fn count(v: &serde_json::Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
