@@ -56,6 +56,13 @@ pub fn infer(data: &DataDir, run: &str, opts: &InferOptions) -> Result<InferRepo
     let t0 = Instant::now();
     let (run_dir, ck) = checkpointed_run(data, run, "infer")?;
     let (cfg, _) = checkpoint::load_config(&ck)?;
+    if cfg.strategy == super::StrategyKind::Retexo {
+        return Err(crate::BadInput::new(format!(
+            "infer {run}: run `{run}` was trained with --strategy retexo, whose stages (conv, LayerNorm, head) \
+             `infer` cannot run yet; its test accuracy is in runs/{run}/summary.json"
+        ))
+        .into());
+    }
     let path = crate::datasets::ensure_dataset(data, &cfg.dataset).map_err(TrainError::Dataset)?;
     let ds = DatasetFile::open_verified(&path)?;
     let (model, params, mut opt, device) = build_model(&cfg, &ds)?;
