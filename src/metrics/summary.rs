@@ -124,6 +124,14 @@ mod tests {
         assert_eq!(s.final_loss, 0.25);
         assert_eq!(s.epochs, 4);
         assert!((s.miss_rate - 0.4).abs() < 1e-12);
+        // A run trained in stages (RETEXO): the last stage's best round, even below an earlier stage's.
+        let staged = |epoch, val, test, layer| EpochRecord { layer: Some(layer), ..e(epoch, val, test) };
+        let s = RunSummary::default().from_history(vec![
+            staged(0, 0.9, 0.9, 0),
+            staged(1, 0.7, 0.6, 1),
+            staged(2, 0.8, 0.75, 1),
+        ]);
+        assert_eq!((s.best_epoch, s.test_accuracy), (2, Some(0.75)));
         // Stopped before the first evaluation: no accuracy, not 0.0.
         let s = RunSummary::default().from_history(vec![]);
         assert_eq!((s.test_accuracy, s.best_val_accuracy), (None, None));
