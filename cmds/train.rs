@@ -39,9 +39,11 @@ pub struct Args {
     /// Partitions of the features (one per worker).
     #[arg(long)]
     pub parts: Option<usize>,
-    /// model-centric, micrograph, pregather, leapgnn, p3 or varco (full-graph, compressed halo exchange; unless
-    /// given, the authors' run: 3 layers, hidden 256, no dropout, lr 0.01, no weight decay, 300 epochs);
-    /// with --dry-run: `naive` (per-layer model migration) or `neutronstar` (an estimate, not a run).
+    /// model-centric, micrograph, pregather, leapgnn, p3, varco (full-graph, compressed halo exchange; unless
+    /// given, the authors' run: 3 layers, hidden 256, no dropout, lr 0.01, no weight decay, 300 epochs) or
+    /// retexo (lazy message passing: trains one layer at a time on the full graph, --rounds per layer; defaults
+    /// 2 layers, hidden 256, 200 rounds, lr 0.003, dropout 0.3, random parts); with --dry-run: `naive`
+    /// (per-layer model migration) or `neutronstar` (an estimate, not a run).
     #[arg(long)]
     pub strategy: Option<String>,
     /// With --strategy naive: report the bytes naive per-layer model migration would move per epoch for
@@ -50,9 +52,6 @@ pub struct Args {
     /// it (an estimate, not a NeutronStar run).
     #[arg(long)]
     pub dry_run: bool,
-    /// Partition method of the workers' parts: metis, random, hash or ldg [default: metis].
-    #[arg(long)]
-    pub partition: Option<String>,
     /// --strategy varco: variable (the ratio falls from --max-ratio to --min-ratio), fixed (--ratio) or
     /// none [default: variable; fixed when --ratio is given].
     #[arg(long)]
@@ -192,6 +191,12 @@ pub struct Args {
     /// Full-graph runs: memory in MiB all workers may use together [default: this machine's MemAvailable].
     #[arg(long, hide = true)]
     pub memory_limit_mb: Option<u64>,
+    /// --strategy retexo: training rounds per layer (stage) [default: 200].
+    #[arg(long)]
+    pub rounds: Option<u64>,
+    /// How the workers' parts are cut: metis, random, hash or ldg [default: metis; random with --strategy retexo].
+    #[arg(long)]
+    pub partition: Option<String>,
     /// Write the first iteration's summed gradient to FILE (raw little-endian f32; for tests).
     #[arg(long, hide = true, value_name = "FILE")]
     pub dump_grad: Option<PathBuf>,
@@ -459,7 +464,7 @@ pub(crate) fn ssh_launcher(
     let launcher = SshLauncher::new(profile)?.accept_new_host_keys(accept_new);
     preflight_with(&launcher)?;
     let dataset = std::path::absolute(leapgnn::datasets::ensure_dataset(data, &cfg.dataset)?)?;
-    let parts = leapgnn::partition::ensure_partition(data, &cfg.dataset, &cfg.partition, cfg.parts, cfg.seed)?;
+    let parts = leapgnn::partition::ensure_partition(data, &cfg.dataset, cfg.partition_method(), cfg.parts, cfg.seed)?;
     let parts = std::path::absolute(parts)?;
     let root = std::path::absolute(&data.root)?;
     let extra: Vec<ShipItem> = extra
@@ -616,6 +621,7 @@ fn reject_on_resume(a: &Args) -> Result<(), BadInput> {
         ("--min-ratio", a.min_ratio.is_some()),
         ("--slope", a.slope.is_some()),
         ("--ratio", a.ratio.is_some()),
+        ("--rounds", a.rounds.is_some()),
     ];
     match given.iter().find(|(_, set)| *set) {
         Some((flag, _)) => Err(BadInput::new(format!(
@@ -634,6 +640,14 @@ fn parse<T: std::str::FromStr<Err = BadInput>>(flag: &str, v: &Option<String>, d
 }
 
 fn config(a: &Args) -> Result<TrainConfig, BadInput> {
+    if a.strategy.as_deref() == Some(RETEXO) {
+        return retexo_config(a);
+    }
+    if let Some(r) = a.rounds {
+        return Err(BadInput::new(format!(
+            "--rounds {r} applies to --strategy retexo only; give the length of other runs with --epochs"
+        )));
+    }
     // Costed, never trained: both estimate from model-centric's batches.
     let costed = matches!(a.strategy.as_deref(), Some(NAIVE | NEUTRONSTAR));
     let strategy =
@@ -719,7 +733,8 @@ fn config(a: &Args) -> Result<TrainConfig, BadInput> {
         prefetch: a.prefetch,
         mode,
         eval,
-        partition: a.partition.clone().unwrap_or(d.partition),
+        partition: a.partition.clone(),
+        rounds: None,
         varco: varco_config(a, varco)?,
     })
 }
@@ -741,6 +756,55 @@ fn varco_config(a: &Args, varco: bool) -> Result<Option<varco::VarcoConfig>, Bad
         slope: a.slope.unwrap_or(d.slope),
         ratio: a.ratio,
     }))
+}
+
+const RETEXO: &str = "retexo";
+
+/// `--strategy retexo`: the full-graph engine, and the authors' settings
+/// wherever the flag is not given (2 layers, hidden 256, 200 rounds per
+/// layer, lr 0.003, weight decay 5e-4, dropout 0.3, GAT 8 heads).
+fn retexo_config(a: &Args) -> Result<TrainConfig, BadInput> {
+    if let Some(m) = a.mode.as_deref().filter(|_| !a.full_batch) {
+        let mode: TrainMode = m.parse().map_err(|e: BadInput| BadInput::new(format!("--mode: {e}")))?;
+        if mode != TrainMode::FullGraph {
+            return Err(BadInput::new(format!(
+                "--mode {m} with --strategy retexo: RETEXO trains on the full graph, one layer at a time (it implies \
+                 --mode full-graph); omit --mode"
+            )));
+        }
+    }
+    if let Some(e) = a.epochs {
+        return Err(BadInput::new(format!(
+            "--epochs {e} with --strategy retexo: a RETEXO run is --layers x --rounds rounds (one per epoch); give --rounds \
+             (rounds per layer) instead"
+        )));
+    }
+    let rounds = a.rounds.unwrap_or(200);
+    if rounds == 0 {
+        return Err(BadInput::new(
+            "--rounds 0: each RETEXO stage (layer) trains at least 1 round; give --rounds 1 or more",
+        ));
+    }
+    let layers = a.layers.unwrap_or(2);
+    let full = Args {
+        strategy: None,
+        mode: Some("full-graph".into()),
+        full_batch: false,
+        layers: Some(layers),
+        hidden: a.hidden.or(Some(256)),
+        heads: a.heads.or(Some(8)),
+        lr: a.lr.or(Some(0.003)),
+        weight_decay: a.weight_decay.or(Some(5e-4)),
+        dropout: a.dropout.or(Some(0.3)),
+        epochs: Some(rounds.saturating_mul(layers as u64)),
+        rounds: None,
+        ..a.clone()
+    };
+    let mut cfg = config(&full)?;
+    cfg.strategy = StrategyKind::Retexo;
+    cfg.rounds = Some(rounds);
+    cfg.check()?;
+    Ok(cfg)
 }
 
 /// `--mode full-graph`: every layer reads the whole neighbourhood, so sampling

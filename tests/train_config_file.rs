@@ -116,11 +116,12 @@ fn bad_files_are_refused_with_exit_2_naming_the_file_and_the_key() {
 fn a_runs_config_json_replays_the_run() {
     let tmp = setup();
     let d = tmp.path();
-    let jobs: [&[&str]; 4] = [
+    let jobs: [&[&str]; 5] = [
         &["--batch-size", "64", "--fanout", "5,5", "--hidden", "32", "--epochs", "2", "--seed", "9"],
         &["--workers", "2", "--strategy", "leapgnn", "--time-steps", "2", "--batch-size", "32", "--epochs", "2"],
         &["--mode", "full-graph", "--workers", "2", "--model", "sage", "--epochs", "4", "--dropout", "0.2"],
         &["--strategy", "varco", "--workers", "2", "--epochs", "4", "--ratio", "4", "--partition", "random"],
+        &["--strategy", "retexo", "--workers", "2", "--rounds", "3", "--hidden", "16", "--model", "gcn"],
     ];
     for (i, job) in jobs.iter().enumerate() {
         let (first, again) = (format!("job{i}"), format!("job{i}-again"));

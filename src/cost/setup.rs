@@ -25,7 +25,8 @@ impl Setup {
         let ds = DatasetFile::open_verified(&path)?;
         let [train, _, _] = crate::train::splits(&ds, &cfg.dataset)?;
         let owner = if cfg.workers > 1 {
-            let dir = crate::partition::ensure_partition(data, &cfg.dataset, &cfg.partition, cfg.workers, cfg.seed)?;
+            let dir =
+                crate::partition::ensure_partition(data, &cfg.dataset, cfg.partition_method(), cfg.workers, cfg.seed)?;
             let m = ManifestFile::open(&dir)
                 .with_context(|| format!("cannot read the partition of {} in {}", cfg.dataset, dir.display()))?;
             m.verify()?;

@@ -12,6 +12,10 @@ pub struct EpochRecord {
     pub seconds: f64,
     pub eval_seconds: f64,
     pub iterations: u64,
+    /// RETEXO: the stage (layer) this round trained; the run's accuracy is
+    /// that of its last stage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layer: Option<u32>,
 }
 
 /// What `train --json` prints (CLI.md); extra fields after the contract's.
@@ -83,8 +87,11 @@ impl RunBytes {
 impl RunSummary {
     /// Fills the accuracy and timing fields from the per-epoch history.
     pub fn from_history(mut self, history: Vec<EpochRecord>) -> Self {
-        // First epoch with the highest validation accuracy.
-        if let Some(best) = history.iter().reduce(|b, e| if e.val_accuracy > b.val_accuracy { e } else { b }) {
+        // First epoch with the highest validation accuracy; of the last stage
+        // for a run trained in stages (the earlier stages' heads are not the model).
+        let last = history.iter().filter_map(|e| e.layer).max();
+        let final_model = history.iter().filter(|e| e.layer == last);
+        if let Some(best) = final_model.reduce(|b, e| if e.val_accuracy > b.val_accuracy { e } else { b }) {
             self.best_val_accuracy = Some(best.val_accuracy);
             self.test_accuracy = Some(best.test_accuracy);
             self.best_epoch = best.epoch;
@@ -117,6 +124,14 @@ mod tests {
         assert_eq!(s.final_loss, 0.25);
         assert_eq!(s.epochs, 4);
         assert!((s.miss_rate - 0.4).abs() < 1e-12);
+        // A run trained in stages (RETEXO): the last stage's best round, even below an earlier stage's.
+        let staged = |epoch, val, test, layer| EpochRecord { layer: Some(layer), ..e(epoch, val, test) };
+        let s = RunSummary::default().from_history(vec![
+            staged(0, 0.9, 0.9, 0),
+            staged(1, 0.7, 0.6, 1),
+            staged(2, 0.8, 0.75, 1),
+        ]);
+        assert_eq!((s.best_epoch, s.test_accuracy), (2, Some(0.75)));
         // Stopped before the first evaluation: no accuracy, not 0.0.
         let s = RunSummary::default().from_history(vec![]);
         assert_eq!((s.test_accuracy, s.best_val_accuracy), (None, None));

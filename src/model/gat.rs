@@ -43,7 +43,12 @@ impl GatLayer {
     }
 
     pub fn forward(&self, inp: &LayerInput<'_>) -> Result<Tensor> {
-        self.attend(inp, self.lin.forward(inp.x, None)?)
+        self.attend(inp, self.project(inp.x)?)
+    }
+
+    /// The input rows' projection `[n_src, h*f]`.
+    pub fn project(&self, x: &Tensor) -> Result<Tensor> {
+        self.lin.forward(x, None)
     }
 
     /// The input rows' projection `[n_src, h*f]` from constant sparse rows.

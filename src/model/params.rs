@@ -55,6 +55,23 @@ impl Params {
         self.add(name, Tensor::zeros(shape, DType::F32, dev)?)
     }
 
+    pub fn ones(&mut self, name: &str, shape: impl Into<Shape>, dev: &Device) -> Result<Tensor> {
+        self.add(name, Tensor::ones(shape, DType::F32, dev)?)
+    }
+
+    /// The parameters whose names start with `prefix`, in order, sharing their
+    /// storage with these (setting one sets the other): a view that trains
+    /// part of a model with its own flat buffers and optimizer.
+    pub fn subset(&self, prefix: &str) -> Params {
+        let entries = self
+            .entries
+            .iter()
+            .filter(|p| p.name.starts_with(prefix))
+            .map(|p| Param { name: p.name.clone(), var: p.var.clone() })
+            .collect();
+        Params { entries, seed: self.seed }
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = &Param> {
         self.entries.iter()
     }

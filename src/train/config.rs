@@ -160,9 +160,14 @@ pub struct TrainConfig {
     pub mode: TrainMode,
     #[serde(default)]
     pub eval: EvalMode,
-    /// The partition method of the workers' parts (metis, random, hash, ldg).
-    #[serde(default = "default_partition")]
-    pub partition: String,
+    /// How the workers' parts are cut (`metis`, `random`, ...); None: the
+    /// strategy's default (`partition_method`).
+    #[serde(default)]
+    pub partition: Option<String>,
+    /// RETEXO: training rounds per stage (one stage per layer); `epochs` is
+    /// layers x rounds, one round per epoch.
+    #[serde(default)]
+    pub rounds: Option<u64>,
     /// `--strategy varco`'s compression (None: the authors' defaults).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub varco: Option<super::fullgraph::varco::VarcoConfig>,
@@ -201,7 +206,8 @@ impl Default for TrainConfig {
             prefetch: false,
             mode: TrainMode::Minibatch,
             eval: EvalMode::Sampled,
-            partition: default_partition(),
+            partition: None,
+            rounds: None,
             varco: None,
         }
     }
@@ -211,11 +217,16 @@ fn default_cache_policy() -> CachePolicy {
     CachePolicy::Degree
 }
 
-fn default_partition() -> String {
-    "metis".into()
-}
-
 impl TrainConfig {
+    /// The partition method of the workers' parts: `--partition`, else random
+    /// for RETEXO (its authors' setting) and METIS for everything else.
+    pub fn partition_method(&self) -> &str {
+        self.partition.as_deref().unwrap_or(match self.strategy {
+            StrategyKind::Retexo => "random",
+            _ => "metis",
+        })
+    }
+
     /// Roots per worker per iteration as the loop schedules them: the whole
     /// train set in one iteration in full-graph mode.
     pub fn loop_batch_size(&self, train: usize) -> usize {
@@ -300,15 +311,15 @@ impl TrainConfig {
                 self.parts, self.workers
             ));
         }
-        if self.partition.parse::<crate::partition::Method>().is_err() {
-            return bad(format!(
-                "--partition {}: unknown partition method; use one of metis, random, hash, ldg",
-                self.partition
-            ));
+        if let Some(m) = &self.partition {
+            m.parse::<crate::partition::Method>().map_err(|_| {
+                BadInput::new(format!("--partition {m}: unknown method; use metis, random, hash or ldg"))
+            })?;
         }
+        self.check_retexo()?;
         self.check_varco()?;
         if self.mode == TrainMode::FullGraph {
-            if !matches!(self.strategy, StrategyKind::ModelCentric | StrategyKind::Varco) {
+            if !matches!(self.strategy, StrategyKind::ModelCentric | StrategyKind::Retexo | StrategyKind::Varco) {
                 return bad(format!(
                     "--strategy {} samples mini-batches; --mode full-graph trains the whole graph with a halo exchange \
                      per layer (graph parallelism, the default strategy): omit --strategy or use --mode minibatch",
@@ -338,6 +349,50 @@ impl TrainConfig {
             ))),
             (None, _) => Ok(()),
         }
+    }
+
+    /// RETEXO trains the whole graph a stage (layer) at a time, `rounds` rounds
+    /// each: one round per epoch, checkpoints at stage boundaries.
+    fn check_retexo(&self) -> Result<(), BadInput> {
+        let bad = |m: String| Err(BadInput::new(m));
+        let Some(rounds) = self.rounds else {
+            if self.strategy == StrategyKind::Retexo {
+                return bad("--strategy retexo needs --rounds (training rounds per layer), e.g. 200".into());
+            }
+            return Ok(());
+        };
+        if self.strategy != StrategyKind::Retexo {
+            return bad(format!(
+                "--rounds {rounds} applies to --strategy retexo only (not {}); give the length of other runs with --epochs",
+                self.strategy
+            ));
+        }
+        if rounds == 0 {
+            return bad("--rounds 0: each RETEXO stage (layer) trains at least 1 round; give --rounds 1 or more".into());
+        }
+        if self.mode != TrainMode::FullGraph {
+            return bad(
+                "--mode minibatch with --strategy retexo: RETEXO trains on the full graph, one layer at a time \
+                        (it implies --mode full-graph); omit --mode"
+                    .into(),
+            );
+        }
+        let layers = self.fanouts.layers() as u64;
+        if rounds.checked_mul(layers) != Some(self.epochs) {
+            return bad(format!(
+                "--epochs {} with --strategy retexo: a RETEXO run is {layers} layers x --rounds {rounds} rounds = {} rounds \
+                 (one per epoch); omit --epochs and give --rounds",
+                self.epochs,
+                rounds.saturating_mul(layers)
+            ));
+        }
+        if self.checkpoint_every > 0 {
+            return bad(format!(
+                "--checkpoint-every {} with --strategy retexo: RETEXO checkpoints at every stage (layer) boundary; omit --checkpoint-every",
+                self.checkpoint_every
+            ));
+        }
+        Ok(())
     }
 
     /// --time-steps, --merge-plan, --migration and --prefetch against the

@@ -115,19 +115,27 @@ impl TrainConfig {
         push("eval-batch-size", self.eval_batch_size.to_string());
         push("hidden", self.hidden.to_string());
         push("heads", self.heads.to_string());
-        push("epochs", self.epochs.to_string());
+        match self.rounds {
+            // A RETEXO run's length is its rounds per layer (--epochs is refused).
+            Some(r) => push("rounds", r.to_string()),
+            None => push("epochs", self.epochs.to_string()),
+        }
         push("lr", self.lr.to_string());
         push("weight-decay", self.weight_decay.to_string());
         push("dropout", self.dropout.to_string());
         push("optimizer", word(&self.optimizer));
         push("seed", self.seed.to_string());
-        push("checkpoint-every", self.checkpoint_every.to_string());
+        if self.checkpoint_every > 0 {
+            push("checkpoint-every", self.checkpoint_every.to_string());
+        }
         push("device", word(&self.device));
         push("normalize", word(&self.normalize));
         push("cache-mb", self.cache_mb.to_string());
         push("cache-policy", word(&self.cache_policy));
         push("eval", word(&self.eval));
-        push("partition", self.partition.clone());
+        if let Some(p) = &self.partition {
+            push("partition", p.clone());
+        }
         if let Some(c) = &self.cluster {
             push("cluster", c.display().to_string());
         }

@@ -81,6 +81,13 @@ pub(crate) fn prepare(
 ) -> Result<(Prepared, DatasetFile), TrainError> {
     let (run_dir, ck) = checkpointed_run(data, run, "infer")?;
     let (cfg, _) = checkpoint::load_config(&ck)?;
+    if cfg.strategy == super::StrategyKind::Retexo {
+        return Err(crate::BadInput::new(format!(
+            "infer {run}: run `{run}` was trained with --strategy retexo, whose stages (conv, LayerNorm, head) \
+             `infer` cannot run yet; its test accuracy is in runs/{run}/summary.json"
+        ))
+        .into());
+    }
     let dataset = crate::datasets::ensure_dataset(data, &cfg.dataset).map_err(TrainError::Dataset)?;
     let ds = if verify { DatasetFile::open_verified(&dataset)? } else { DatasetFile::open(&dataset)? };
     let (model, ..) = build_model(&cfg, &ds)?;

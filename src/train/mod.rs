@@ -315,6 +315,11 @@ pub(crate) fn build_model(
     spec.check()?;
     let mut params = Params::new(cfg.seed);
     let model = Model::new(&spec, &mut params, &device)?;
+    if cfg.strategy == StrategyKind::Retexo {
+        // The worker's parameters are RETEXO's stages (`model` only describes the layers).
+        params = Params::new(cfg.seed);
+        fullgraph::retexo::RetexoModel::new(&spec, &mut params, &device)?;
+    }
     let opt = cfg.optimizer.build(params.numel(), cfg.lr, cfg.weight_decay);
     Ok((model, params, opt, device))
 }

@@ -59,10 +59,10 @@ pub fn naive_dry_run(data: &DataDir, cfg: &TrainConfig) -> Result<NaiveReport, T
     let [train, _, _] = splits(&ds, &cfg.dataset)?;
     let world = cfg.workers;
     let (owners, partition) = if world > 1 {
-        let dir = crate::partition::ensure_partition(data, &cfg.dataset, &cfg.partition, world, cfg.seed)
+        let dir = crate::partition::ensure_partition(data, &cfg.dataset, cfg.partition_method(), world, cfg.seed)
             .map_err(TrainError::Dataset)?;
         let m = ManifestFile::open(&dir)?;
-        (OwnerTable::new(&[m.node_part()]), format!("{}-{world}", cfg.partition))
+        (OwnerTable::new(&[m.node_part()]), format!("{}-{world}", cfg.partition_method()))
     } else {
         (OwnerTable::new(&[&vec![0u16; ds.num_nodes()]]), "none".to_string())
     };

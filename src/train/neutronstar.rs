@@ -103,9 +103,9 @@ pub fn estimate(
     let [train_ids, _, _] = splits(&ds, &cfg.dataset)?;
     let world = cfg.workers;
     let (owners, partition) = if world > 1 {
-        let dir = crate::partition::ensure_partition(data, &cfg.dataset, &cfg.partition, world, cfg.seed)
+        let dir = crate::partition::ensure_partition(data, &cfg.dataset, cfg.partition_method(), world, cfg.seed)
             .map_err(TrainError::Dataset)?;
-        (ManifestFile::open(&dir)?.node_part().to_vec(), format!("{}-{world}", cfg.partition))
+        (ManifestFile::open(&dir)?.node_part().to_vec(), format!("{}-{world}", cfg.partition_method()))
     } else {
         (vec![0u16; ds.num_nodes()], "none".to_string())
     };

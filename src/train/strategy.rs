@@ -29,6 +29,9 @@ pub enum StrategyKind {
     P3,
     /// VARCO: full-graph, halo exchange compressed by a falling ratio.
     Varco,
+    /// RETEXO: lazy message passing, one layer trained at a time (full-graph
+    /// engine, its own loop: `fullgraph::retexo`).
+    Retexo,
 }
 
 impl FromStr for StrategyKind {
@@ -41,8 +44,9 @@ impl FromStr for StrategyKind {
             "leapgnn" => Ok(StrategyKind::Leapgnn),
             "p3" => Ok(StrategyKind::P3),
             "varco" => Ok(StrategyKind::Varco),
+            "retexo" => Ok(StrategyKind::Retexo),
             _ => Err(BadInput::new(format!(
-                "unknown --strategy `{s}`: expected model-centric, micrograph, pregather, leapgnn, p3 or varco"
+                "unknown --strategy `{s}`: expected model-centric, micrograph, pregather, leapgnn, p3, varco or retexo"
             ))),
         }
     }
@@ -57,6 +61,7 @@ impl fmt::Display for StrategyKind {
             StrategyKind::Leapgnn => "leapgnn",
             StrategyKind::P3 => "p3",
             StrategyKind::Varco => "varco",
+            StrategyKind::Retexo => "retexo",
         })
     }
 }
@@ -162,6 +167,8 @@ pub fn build(kind: StrategyKind, env: &StrategyEnv) -> Result<Box<dyn Strategy>,
         StrategyKind::Pregather => Ok(Box::new(minibatch::pregather::build(env))),
         StrategyKind::Leapgnn => Ok(Box::new(minibatch::leapgnn::build(env))),
         StrategyKind::P3 => Ok(Box::new(P3::default())),
+        // Always full-graph (answered above); its stages run in `fullgraph::retexo::run`.
+        StrategyKind::Retexo => Ok(Box::new(crate::train::fullgraph::FullGraph)),
     }
 }
 

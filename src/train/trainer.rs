@@ -44,6 +44,10 @@ pub fn run_loop(
     obs: &mut dyn Observer,
 ) -> Result<Progress, TrainError> {
     let cfg = inp.cfg;
+    if cfg.strategy == super::StrategyKind::Retexo {
+        // Stages with their own optimizers: its own loop over the same inputs.
+        return super::fullgraph::retexo::run(inp, w, coll, p, obs);
+    }
     let save = |p: &Progress, w: &Worker<'_>, opt: &dyn Optimizer| match inp.checkpoint_dir {
         Some(dir) => checkpoint::save(dir, cfg, p, &w.params, opt),
         None => Ok(()),
@@ -128,6 +132,7 @@ pub fn run_loop(
             seconds: p.epoch_seconds,
             eval_seconds: te.elapsed().as_secs_f64(),
             iterations: p.epoch_iterations,
+            layer: None,
         };
         obs.epoch(&rec, cfg.epochs);
         p.history.push(rec);

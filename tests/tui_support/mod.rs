@@ -79,6 +79,7 @@ pub fn epoch0() -> EpochRecord {
         seconds: 10.0,
         eval_seconds: 2.0,
         iterations: 10,
+        layer: None,
     }
 }
 

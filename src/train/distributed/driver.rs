@@ -71,7 +71,8 @@ fn preflight(data: &DataDir, cfg: &TrainConfig, run: &RunOptions, opts: &DistOpt
         return Ok(());
     }
     let dataset = crate::datasets::ensure_dataset(data, &cfg.dataset)?;
-    let parts_dir = crate::partition::ensure_partition(data, &cfg.dataset, &cfg.partition, cfg.parts, cfg.seed)?;
+    let parts_dir =
+        crate::partition::ensure_partition(data, &cfg.dataset, cfg.partition_method(), cfg.parts, cfg.seed)?;
     let ds = crate::format::DatasetFile::open(&dataset)?;
     let manifest = crate::format::ManifestFile::open(&parts_dir)?;
     let (model, params, _, _) = crate::train::build_model(cfg, &ds)?;
@@ -190,8 +191,13 @@ fn execute(
     let mut env = StrategyEnv::new(&cfg, None)?;
     env.auto_plans = auto_plans.clone();
     let time_steps = crate::train::strategy::build(cfg.strategy, &env)?.time_steps();
-    let parts_dir =
-        absolute(&crate::partition::ensure_partition(data, &cfg.dataset, &cfg.partition, cfg.parts, cfg.seed)?)?;
+    let parts_dir = absolute(&crate::partition::ensure_partition(
+        data,
+        &cfg.dataset,
+        cfg.partition_method(),
+        cfg.parts,
+        cfg.seed,
+    )?)?;
     let run_dir = absolute(&run_dir)?;
     tracing::info!(
         "run {name}: {} ({} nodes) on {world} workers, partition {}, {} time step(s) per iteration",

@@ -9,6 +9,7 @@ mod exchange;
 mod halo;
 pub mod inference;
 pub mod memory;
+pub mod retexo;
 pub mod varco;
 
 pub use exchange::{backward_columns, backward_rows, forward_columns, forward_rows};

@@ -1,0 +1,521 @@
+//! RETEXO (Kolluri et al.): lazy message passing. The model is trained one
+//! layer (stage) at a time on the full graph. Before stage 0 every worker
+//! sends its peers the input rows they hold as halo; stage l is dropout, then
+//! conv_l, then (l < L-1) a head LayerNorm -> ReLU -> Linear(hidden ->
+//! classes), trained for `--rounds` full-batch rounds on the worker's own
+//! training vertices (gradients summed over workers, then Adam). Each round
+//! is validated; the best state of the stage is kept (rank 0's, broadcast).
+//! The frozen stage's embeddings (conv -> LayerNorm -> ReLU) of the owned
+//! vertices are exchanged once and are the next stage's constant input. So
+//! rows cross the network once per layer for the whole run, not twice per
+//! layer per step as in the full-graph engine.
+//!
+//! A stage's input is fixed, so its neighbour aggregation is computed once:
+//! GCN (symmetric normalisation, no self term) and GraphSAGE become a linear
+//! map of the cached aggregate (dropout then applies to the aggregate rather
+//! than to the rows before aggregation); GAT (heads averaged) keeps its
+//! attention graph and recomputes attention each round.
+//!
+//! One round is one epoch (and one iteration) of the run; checkpoints are
+//! written at the start of every stage and at the end: a resumed run
+//! retrains the stage it was stopped in from its start.
+
+use super::{HaloPlan, forward_rows};
+use crate::gather::CsrRows;
+use crate::metrics::{EpochRecord, StepRecord, add_bytes};
+use crate::model::csr_op::{self, Reduce};
+use crate::model::dropout::{dropout_rows, dropout_sparse, vertex_row_key};
+use crate::model::sparse_input::sparse_linear;
+use crate::model::{
+    AggGraph, GatLayer, Kernel, LayerInput, LayerNorm, Linear, ModelKind, ModelSpec, Params, cross_entropy_sum,
+};
+use crate::train::{Collective, LoopInput, Observer, Progress, TrainError, Worker, checkpoint};
+use crate::util::rng::hash_of;
+use candle_core::{Device, Tensor};
+use std::sync::Arc;
+use std::time::Instant;
+
+const DROPOUT_TAG: u64 = 0x5245_5458;
+/// Cached rows with fewer non-zeros than this fraction are kept as CSR (bag-of-words features and their
+/// aggregates): a product then costs the non-zeros times the output width.
+const SPARSE_BELOW: f64 = 0.1;
+
+/// A stage's conv: GCN and GraphSAGE reduce to a linear map of the cached
+/// aggregate (`[agg | self]` for SAGE, with `[W_l | W_r]`); GAT attends.
+enum Conv {
+    Linear(Linear),
+    Gat(GatLayer),
+}
+
+struct Stage {
+    conv: Conv,
+    /// LayerNorm and the classifier head; None for the last stage, whose conv outputs the classes.
+    head: Option<(LayerNorm, Linear)>,
+}
+
+/// Every stage's parameters, named `stages.<l>.*` (one `Params`, so one
+/// checkpoint holds the whole model).
+pub struct RetexoModel {
+    kind: ModelKind,
+    stages: Vec<Stage>,
+    dropout: f32,
+    kernel: Kernel,
+}
+
+impl RetexoModel {
+    /// Registers every stage's parameters in `p` (seeded by its seed and their names).
+    pub fn new(spec: &ModelSpec, p: &mut Params, dev: &Device) -> candle_core::Result<Self> {
+        let n = spec.layers;
+        let mut stages = Vec::with_capacity(n);
+        for l in 0..n {
+            let last = l + 1 == n;
+            let d_in = if l == 0 { spec.in_dim } else { spec.hidden };
+            let d_out = if last { spec.classes } else { spec.hidden };
+            let prefix = format!("stages.{l}");
+            let lin = |p: &mut Params, name: &str, cols: usize| -> candle_core::Result<Linear> {
+                let w = p.glorot(&format!("{prefix}.{name}.weight"), (d_out, cols), d_in, d_out, dev)?;
+                let b = p.zeros(&format!("{prefix}.{name}.bias"), d_out, dev)?;
+                Ok(Linear::new(w, Some(b)))
+            };
+            let conv = match spec.kind {
+                ModelKind::Gcn => Conv::Linear(lin(p, "conv", d_in)?),
+                ModelKind::SageMean | ModelKind::SageMax => Conv::Linear(lin(p, "conv", 2 * d_in)?),
+                ModelKind::Gat => {
+                    Conv::Gat(GatLayer::new(p, &format!("{prefix}.conv"), d_in, spec.heads, d_out, false, dev)?)
+                }
+            };
+            let head = if last {
+                None
+            } else {
+                let norm = LayerNorm::new(p, &format!("{prefix}.norm"), spec.hidden, dev)?;
+                let w = p.glorot(
+                    &format!("{prefix}.head.weight"),
+                    (spec.classes, spec.hidden),
+                    spec.hidden,
+                    spec.classes,
+                    dev,
+                )?;
+                let b = p.zeros(&format!("{prefix}.head.bias"), spec.classes, dev)?;
+                Some((norm, Linear::new(w, Some(b))))
+            };
+            stages.push(Stage { conv, head });
+        }
+        let kernel = if dev.is_cpu() { Kernel::Fast } else { Kernel::Reference };
+        Ok(RetexoModel { kind: spec.kind, stages, dropout: spec.dropout, kernel })
+    }
+}
+
+/// Constant rows: CSR when mostly zeros, else a dense tensor.
+enum Rows {
+    Dense(Tensor),
+    Sparse(Arc<CsrRows>),
+}
+
+impl Rows {
+    fn new(vals: Vec<f32>, cols: usize, dev: &Device) -> Result<Rows, TrainError> {
+        let nnz = vals.iter().filter(|v| **v != 0.0).count();
+        if dev.is_cpu() && (nnz as f64) < SPARSE_BELOW * vals.len() as f64 {
+            return Ok(Rows::Sparse(Arc::new(CsrRows::from_dense(&vals, cols))));
+        }
+        let n = vals.len() / cols.max(1);
+        Ok(Rows::Dense(Tensor::from_vec(vals, (n, cols), &Device::Cpu)?.to_device(dev)?))
+    }
+
+    /// The rows at positions `pos`, in that order.
+    fn select(&self, pos: &[u32]) -> Result<Rows, TrainError> {
+        Ok(match self {
+            Rows::Dense(t) => Rows::Dense(t.index_select(&Tensor::from_slice(pos, pos.len(), t.device())?, 0)?),
+            Rows::Sparse(c) => {
+                let mut out = CsrRows { dim: c.dim, indptr: Vec::with_capacity(pos.len() + 1), ..Default::default() };
+                out.indptr.push(0);
+                for &r in pos {
+                    let (idx, vals) = c.row(r as usize);
+                    out.indices.extend_from_slice(idx);
+                    out.values.extend_from_slice(vals);
+                    out.indptr.push(out.values.len());
+                }
+                Rows::Sparse(Arc::new(out))
+            }
+        })
+    }
+
+    /// A copy with dropout at `rate`, row r's mask keyed by `key(r)`.
+    fn dropped(&self, rate: f32, key: impl Fn(usize) -> u64 + Sync) -> Result<Rows, TrainError> {
+        Ok(match self {
+            Rows::Dense(t) => Rows::Dense(dropout_rows(t, rate, key)?),
+            Rows::Sparse(c) => {
+                let mut c = (**c).clone();
+                dropout_sparse(&mut c, rate, key);
+                Rows::Sparse(Arc::new(c))
+            }
+        })
+    }
+
+    /// `x W^T + b`, differentiable in the weights.
+    fn linear(&self, lin: &Linear) -> Result<Tensor, TrainError> {
+        let y = match self {
+            Rows::Dense(t) => return Ok(lin.forward(t, None)?),
+            Rows::Sparse(c) => sparse_linear(c, c.num_rows(), lin.weight())?,
+        };
+        Ok(match lin.bias() {
+            Some(b) => y.broadcast_add(b)?,
+            None => y,
+        })
+    }
+}
+
+/// What a stage reads, fixed for the stage.
+struct StageInput {
+    /// GCN and SAGE: the aggregate of every owned vertex (owned order); GAT:
+    /// the owned + halo rows (`plan.block.src` order).
+    rows: Rows,
+    /// GCN and SAGE: `rows` of the training vertices (`Split::train` order).
+    train: Option<Rows>,
+    /// GAT: the attention graph over `plan.block` (self loops added, as the
+    /// model-centric GAT has them).
+    graph: Option<Arc<AggGraph>>,
+}
+
+/// The worker's labelled vertices, as positions among its owned rows.
+struct Split {
+    /// Training vertices with at least one in-edge (the loss's destinations).
+    train: Vec<u32>,
+    train_labels: Vec<u32>,
+    /// Over all workers: what each worker's loss sum is divided by.
+    global_train: usize,
+    val: Vec<(u32, u32)>,
+    test: Vec<(u32, u32)>,
+}
+
+impl Split {
+    fn new(w: &Worker<'_>, plan: &HaloPlan, inp: &LoopInput<'_>) -> Split {
+        let g = w.graph;
+        let label = |v: u32| w.labels[v as usize] as u32;
+        let own = |ids: &[u32]| -> Vec<(u32, u32)> {
+            ids.iter().filter_map(|&v| plan.owned_position(v).map(|p| (p as u32, label(v)))).collect()
+        };
+        let with_edges: Vec<u32> = inp.train.iter().copied().filter(|&v| g.in_degree(v) > 0).collect();
+        let (train, train_labels) = own(&with_edges).into_iter().unzip();
+        Split { train, train_labels, global_train: with_edges.len(), val: own(inp.val), test: own(inp.test) }
+    }
+}
+
+/// Dropout site of stage `l` in round `epoch`.
+fn site(seed: u64, epoch: u64, l: usize, what: u64) -> u64 {
+    hash_of(seed, &[DROPOUT_TAG, epoch, l as u64, what])
+}
+
+impl RetexoModel {
+    /// Caches stage `l`'s input from the `[owned + halo, d]` rows `h`.
+    fn stage_input(
+        &self,
+        l: usize,
+        plan: &HaloPlan,
+        graph: crate::graph::CsrView<'_>,
+        h: Vec<f32>,
+        split: &Split,
+        dev: &Device,
+    ) -> Result<StageInput, TrainError> {
+        let b = &plan.block;
+        let d = h.len() / b.src.len().max(1);
+        let x = Tensor::from_vec(h, (b.src.len(), d), &Device::Cpu)?.to_device(dev)?;
+        let agg = match (&self.stages[l].conv, self.kind) {
+            (Conv::Gat(_), _) => {
+                let graph = Arc::new(AggGraph::from_block(b, true));
+                let rows = Rows::new(x.flatten_all()?.to_vec1::<f32>()?, d, dev)?;
+                return Ok(StageInput { rows, train: None, graph: Some(graph) });
+            }
+            (_, ModelKind::Gcn) => {
+                // 1/sqrt(d_u d_v) over the in-edges only (no self term).
+                let norm: Vec<f32> = b.src.iter().map(|&v| 1.0 / (graph.in_degree(v).max(1) as f32).sqrt()).collect();
+                let g = Arc::new(AggGraph::from_block(b, false).with_weights(|dd, s| norm[dd] * norm[s]));
+                csr_op::weighted_sum(&x, &g, self.kernel)?
+            }
+            (_, kind) => {
+                let g = AggGraph::from_block(b, false);
+                let (g, reduce) = match kind {
+                    ModelKind::SageMax => (g, Reduce::Max),
+                    _ => (g.with_mean_weights(), Reduce::Sum),
+                };
+                csr_op::aggregate_with_self(&x, &Arc::new(g), reduce, self.kernel)?
+            }
+        };
+        let cols = agg.dim(1)?;
+        let rows = Rows::new(agg.flatten_all()?.to_vec1::<f32>()?, cols, dev)?;
+        let train = Some(rows.select(&split.train)?);
+        Ok(StageInput { rows, train, graph: None })
+    }
+
+    /// Stage `l`'s conv output: of the training vertices (`train`, with
+    /// dropout under `key`) or of every owned vertex (evaluation).
+    fn conv(
+        &self,
+        l: usize,
+        inp: &StageInput,
+        ids: (&[u32], &[u32]),
+        split: &Split,
+        train: Option<(u64, u64)>,
+    ) -> Result<Tensor, TrainError> {
+        let (src, owned) = ids;
+        let rate = if train.is_some() { self.dropout } else { 0.0 };
+        match &self.stages[l].conv {
+            Conv::Linear(lin) => {
+                let x = match train {
+                    Some((seed, epoch)) => {
+                        let rows = inp.train.as_ref().expect("GCN and SAGE cache their training rows");
+                        let s = site(seed, epoch, l, 0);
+                        rows.dropped(rate, |r| vertex_row_key(s, owned[split.train[r] as usize]))?
+                    }
+                    None => return inp.rows.linear(lin),
+                };
+                x.linear(lin)
+            }
+            Conv::Gat(gat) => {
+                let graph = inp.graph.as_ref().expect("GAT keeps its graph");
+                let dropped;
+                let (x, attention) = match train {
+                    Some((seed, epoch)) => {
+                        let s = site(seed, epoch, l, 0);
+                        dropped = inp.rows.dropped(rate, |r| vertex_row_key(s, src[r]))?;
+                        (&dropped, (rate > 0.0).then(|| (rate, site(seed, epoch, l, 1))))
+                    }
+                    None => (&inp.rows, None),
+                };
+                let wh = match x {
+                    Rows::Dense(t) => gat.project(t)?,
+                    Rows::Sparse(c) => gat.project_sparse(c)?,
+                };
+                let li = LayerInput {
+                    x: &wh,
+                    graph,
+                    ids: src,
+                    kernel: self.kernel,
+                    attention_dropout: attention,
+                    activation: None,
+                };
+                let y = gat.attend(&li, wh.clone())?;
+                Ok(match train {
+                    Some(_) => y.index_select(&Tensor::from_slice(&split.train, split.train.len(), y.device())?, 0)?,
+                    None => y,
+                })
+            }
+        }
+    }
+
+    /// The logits of stage `l` from its conv output `y`, and (for l < L-1) the
+    /// embedding the next stage reads: relu(LayerNorm(y)).
+    fn head(&self, l: usize, y: Tensor) -> Result<(Tensor, Option<Tensor>), TrainError> {
+        match &self.stages[l].head {
+            None => Ok((y, None)),
+            Some((norm, lin)) => {
+                let e = norm.forward(&y)?.relu()?;
+                Ok((lin.forward(&e, None)?, Some(e)))
+            }
+        }
+    }
+}
+
+/// Runs a RETEXO job from `p` to the end (or `stop_after`); the common loop's
+/// inputs, its own optimizer per stage.
+pub fn run(
+    inp: &LoopInput<'_>,
+    w: &mut Worker<'_>,
+    coll: &mut dyn Collective,
+    mut p: Progress,
+    obs: &mut dyn Observer,
+) -> Result<Progress, TrainError> {
+    let cfg = inp.cfg;
+    let rounds = cfg.rounds.unwrap_or(1).max(1);
+    let spec = w.model.spec().clone();
+    let layers = spec.layers;
+    let dev = w.device.clone();
+    let mut params = Params::new(cfg.seed);
+    let model = RetexoModel::new(&spec, &mut params, &dev)?;
+    // The worker's parameters are these, broadcast or restored.
+    params.set_flat(&w.params.flat_values()?)?;
+    if !p.epoch.is_multiple_of(rounds) {
+        return Err(crate::BadInput::new(format!(
+            "the checkpoint is at round {} but RETEXO checkpoints only at stage boundaries (multiples of --rounds {rounds})",
+            p.epoch
+        ))
+        .into());
+    }
+    let first = (p.epoch / rounds) as usize;
+
+    let owners = w.owners.as_ref().map(|o| o.as_slice());
+    let plan = HaloPlan::derive(w.graph, owners, w.rank, w.world);
+    let split = Split::new(w, &plan, inp);
+    let (src, owned) = (plan.block.src.clone(), plan.owned().to_vec());
+    let edges = plan.block.num_edges() as u64;
+
+    // Bytes not yet billed to a record (the exchanges before a stage, the broadcast after one).
+    let mut mark = coll.bytes();
+    let t = Instant::now();
+    let (rows, _) = w.gather_rows(&owned)?;
+    let mut h = forward_rows(coll, &plan, rows.into_dense(), spec.in_dim)?;
+    // A resumed run recomputes the frozen stages' embeddings.
+    for l in 0..first {
+        let si = model.stage_input(l, &plan, w.graph, h, &split, &dev)?;
+        h = embed(&model, l, &si, coll, &plan, (&src, &owned), &split)?;
+    }
+    let mut exchange_seconds = t.elapsed().as_secs_f64();
+
+    for l in first..layers {
+        let stage = params.subset(&format!("stages.{l}."));
+        let si = model.stage_input(l, &plan, w.graph, h, &split, &dev)?;
+        if let Some(dir) = inp.checkpoint_dir {
+            let fresh = cfg.optimizer.build(params.numel(), cfg.lr, cfg.weight_decay);
+            checkpoint::save(dir, cfg, &p, &params, fresh.as_ref())?;
+            obs.event(&format!("checkpoint written at the start of stage {} (round {})", l + 1, p.epoch));
+        }
+        // A new optimizer per stage, over this stage's parameters only.
+        let mut opt = cfg.optimizer.build(stage.numel(), cfg.lr, cfg.weight_decay);
+        let mut best: Option<(f64, Vec<f32>)> = None;
+        for _ in 0..rounds {
+            let t0 = Instant::now();
+            let y = model.conv(l, &si, (&src, &owned), &split, Some((cfg.seed, p.epoch)))?;
+            let (logits, _) = model.head(l, y)?;
+            let loss = if split.train.is_empty() {
+                (logits.sum_all()? * 0.0)?
+            } else {
+                (cross_entropy_sum(&logits, &split.train_labels)? / split.global_train.max(1) as f64)?
+            };
+            let local_loss = loss.to_scalar::<f32>()? as f64;
+            let mut buf = stage.flat_grads(&loss.backward()?)?;
+            let n = buf.len();
+            buf.push(local_loss as f32);
+            buf.push(if obs.stop_requested() { 1.0 } else { 0.0 });
+            let compute = t0.elapsed().as_secs_f64();
+            let ts = Instant::now();
+            coll.all_reduce_sum(&mut buf).map_err(TrainError::Comm)?;
+            let (loss_sum, stop_voted) = (buf[n] as f64, buf[n + 1] > 0.0);
+            if !loss_sum.is_finite() {
+                return Err(TrainError::NonFiniteLoss { epoch: p.epoch, iteration: 0, value: loss_sum });
+            }
+            obs.gradient(p.global_iteration, &buf[..n]);
+            let mut weights = stage.flat_values()?;
+            opt.step(&mut weights, &buf[..n]);
+            stage.set_flat(&weights)?;
+            let sync = ts.elapsed().as_secs_f64();
+
+            let te = Instant::now();
+            let (val, test) = accuracies(&model, l, &si, coll, (&src, &owned), &split)?;
+            if best.as_ref().is_none_or(|(b, _)| val > *b) {
+                best = Some((val, weights));
+            }
+            let eval_seconds = te.elapsed().as_secs_f64();
+
+            let moved = coll.bytes().since(&mark);
+            mark = coll.bytes();
+            let rec = StepRecord {
+                epoch: p.epoch,
+                worker: w.rank as u32,
+                model: w.rank as u32,
+                roots: split.train.len() as u64,
+                edges,
+                bytes_out: moved.sent,
+                bytes_in: moved.received,
+                gather_seconds: std::mem::take(&mut exchange_seconds),
+                compute_seconds: compute,
+                sync_seconds: sync,
+                loss: local_loss,
+                layer: Some(l as u32),
+                ..Default::default()
+            };
+            add_bytes(&mut p.bytes, &rec.bytes_out);
+            obs.step(&rec)?;
+            let seconds = t0.elapsed().as_secs_f64() - eval_seconds;
+            let e = EpochRecord {
+                epoch: p.epoch,
+                loss: loss_sum,
+                val_accuracy: val,
+                test_accuracy: test,
+                seconds,
+                eval_seconds,
+                iterations: 1,
+                layer: Some(l as u32),
+            };
+            obs.epoch(&e, cfg.epochs);
+            p.history.push(e);
+            p.epoch += 1;
+            p.global_iteration += 1;
+            if inp.stop_after == Some(p.global_iteration) || stop_voted {
+                obs.event(&format!(
+                    "stopped in stage {} at round {}: a resumed run retrains the stage from its checkpoint at round {}",
+                    l + 1,
+                    p.epoch,
+                    l as u64 * rounds
+                ));
+                let sent = coll.bytes().since(&mark).sent;
+                add_bytes(&mut p.bytes, &sent);
+                p.epoch = l as u64 * rounds;
+                return Ok(p);
+            }
+        }
+        // Rank 0's best state is every worker's (their validation counts were all-reduced, so they agree).
+        let (_, weights) = best.expect("a stage trains at least one round");
+        let mut bytes: Vec<u8> = bytemuck::cast_slice(&weights).to_vec();
+        coll.broadcast(&mut bytes, 0).map_err(TrainError::Comm)?;
+        let weights: Vec<f32> = bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        stage.set_flat(&weights)?;
+        if l + 1 < layers {
+            let t = Instant::now();
+            h = embed(&model, l, &si, coll, &plan, (&src, &owned), &split)?;
+            exchange_seconds = t.elapsed().as_secs_f64();
+        } else {
+            h = Vec::new();
+        }
+    }
+    drop(h);
+    let tail = coll.bytes().since(&mark);
+    add_bytes(&mut p.bytes, &tail.sent);
+    w.params.set_flat(&params.flat_values()?)?;
+    if let Some(dir) = inp.checkpoint_dir {
+        let fresh = cfg.optimizer.build(params.numel(), cfg.lr, cfg.weight_decay);
+        checkpoint::save(dir, cfg, &p, &params, fresh.as_ref())?;
+        obs.event("final checkpoint written");
+    }
+    Ok(p)
+}
+
+/// The frozen stage `l`'s embeddings of the owned vertices, exchanged: the
+/// next stage's `[owned + halo, hidden]` input.
+fn embed(
+    model: &RetexoModel,
+    l: usize,
+    si: &StageInput,
+    coll: &mut dyn Collective,
+    plan: &HaloPlan,
+    ids: (&[u32], &[u32]),
+    split: &Split,
+) -> Result<Vec<f32>, TrainError> {
+    let y = model.conv(l, si, ids, split, None)?;
+    let (_, e) = model.head(l, y)?;
+    let e = e.expect("every stage but the last has a head");
+    let d = e.dim(1)?;
+    forward_rows(coll, plan, e.flatten_all()?.to_vec1::<f32>()?, d)
+}
+
+/// Validation and test accuracy of stage `l` (with its head) over all workers.
+fn accuracies(
+    model: &RetexoModel,
+    l: usize,
+    si: &StageInput,
+    coll: &mut dyn Collective,
+    ids: (&[u32], &[u32]),
+    split: &Split,
+) -> Result<(f64, f64), TrainError> {
+    let y = model.conv(l, si, ids, split, None)?;
+    let (logits, _) = model.head(l, y)?;
+    let c = logits.dim(1)?;
+    let flat = logits.flatten_all()?.to_vec1::<f32>()?;
+    let correct = |set: &[(u32, u32)]| {
+        set.iter()
+            .filter(|&&(p, y)| super::inference::argmax(&flat[p as usize * c..(p as usize + 1) * c]) == y as usize)
+            .count() as f32
+    };
+    let mut counts = [correct(&split.val), split.val.len() as f32, correct(&split.test), split.test.len() as f32];
+    coll.all_reduce_sum(&mut counts).map_err(TrainError::Comm)?;
+    let ratio = |a: f32, b: f32| if b > 0.0 { a as f64 / b as f64 } else { 0.0 };
+    Ok((ratio(counts[0], counts[1]), ratio(counts[2], counts[3])))
+}
