@@ -59,17 +59,19 @@ fn check(g: &Global, a: CheckArgs) -> anyhow::Result<()> {
     let profile = Profile::load(&a.profile)?;
     let data = match (a.dataset, a.parts) {
         (Some(name), Some(parts)) => {
-            if parts != profile.world() && profile.world() > 0 {
+            let workers = profile.world();
+            if parts < workers && workers > 0 {
                 return Err(leapgnn::BadInput::new(format!(
-                    "--parts {parts}: the profile {} has {} worker slots (rank r trains part r)",
-                    profile.name(),
-                    profile.world()
+                    "--parts {parts} must be at least the {workers} worker slots of the profile {} \
+                     (each rank owns a contiguous range of the parts)",
+                    profile.name()
                 ))
                 .into());
             }
             let data = g.data();
             let method = a.method;
-            Some(Arc::new(move |rank| rank_data_files(&data, &name, &method, parts, rank)) as _)
+            let wk = (parts, workers.max(1));
+            Some(Arc::new(move |rank| rank_data_files(&data, &name, &method, wk, rank)) as _)
         }
         _ => None,
     };

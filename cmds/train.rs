@@ -452,7 +452,7 @@ pub(crate) fn worker_args(g: &Global, data: &DataDir) -> anyhow::Result<Vec<Stri
 
 /// Checks every host first (the same checks as `cluster check`, failing on
 /// the first bad host), partitions here if needed, and ships each rank the
-/// dataset archive, the partition manifest and its own part, plus `extra`
+/// dataset archive, the partition manifest and the parts it owns, plus `extra`
 /// (files under the data directory, e.g. a checkpoint to infer with).
 pub(crate) fn ssh_launcher(
     data: &DataDir,
@@ -467,6 +467,8 @@ pub(crate) fn ssh_launcher(
     let parts = leapgnn::partition::ensure_partition(data, &cfg.dataset, cfg.partition_method(), cfg.parts, cfg.seed)?;
     let parts = std::path::absolute(parts)?;
     let root = std::path::absolute(&data.root)?;
+    // Each rank gets the manifest and the parts it owns.
+    let (k, w) = (cfg.parts.max(cfg.workers), cfg.workers);
     let extra: Vec<ShipItem> = extra
         .into_iter()
         .map(|p| {
@@ -474,7 +476,7 @@ pub(crate) fn ssh_launcher(
         })
         .collect::<Result<_, _>>()?;
     let files = Arc::new(move |rank| {
-        let mut files = rank_files(&root, &dataset, &parts, rank);
+        let mut files = rank_files(&root, &dataset, &parts, leapgnn::format::worker_parts(rank, k, w));
         files.extend(extra.iter().cloned());
         files
     });

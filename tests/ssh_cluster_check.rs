@@ -97,14 +97,25 @@ fn check_starts_every_worker_and_reports_data_to_ship() {
     assert!(d.contains("0 present and matching, 4 missing or stale"), "{d}");
     assert!(!sshd.remote.join("data").exists(), "a check must not ship data");
 
+    // 4 parts on 2 slots: rank r needs parts 2r and 2r + 1 (6 distinct files).
+    let four = data.path().join("tiny/parts/metis-4");
+    std::fs::create_dir_all(&four).unwrap();
+    for f in ["manifest", "part-0.lgnn", "part-1.lgnn", "part-2.lgnn", "part-3.lgnn"] {
+        std::fs::write(four.join(f), f.as_bytes()).unwrap();
+    }
+    let out = run(&["--dataset", "tiny", "--parts", "4"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let d = json(&out)["hosts"][0]["data"]["detail"].as_str().unwrap().to_string();
+    assert!(d.contains("0 present and matching, 6 missing or stale"), "{d}");
+
     // A partitioning the data dir does not have: refused with the file named.
     let out = run(&["--dataset", "tiny", "--parts", "2", "--method", "random"]);
     assert_eq!(out.status.code(), Some(1));
     let d = json(&out)["hosts"][0]["data"]["detail"].as_str().unwrap().to_string();
     assert!(d.contains("random-2") && d.contains("does not exist"), "{d}");
 
-    // --parts must match the profile's worker slots (bad input: exit 2).
-    let out = run(&["--dataset", "tiny", "--parts", "3"]);
+    // --parts must be at least the profile's worker slots (bad input: exit 2).
+    let out = run(&["--dataset", "tiny", "--parts", "1"]);
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(sshd.wait_sessions_closed(Duration::from_secs(5)), Vec::<u32>::new());
     sshd.stop();

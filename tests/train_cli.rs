@@ -146,7 +146,7 @@ fn bad_input_fails_with_one_error_line_and_exit_2() {
         (&["--model", "gat", "--heads", "5"], "--heads"),
         (&["--dropout", "1.5"], "--dropout"),
         (&["--lr", "0"], "--lr"),
-        (&["--workers", "2", "--parts", "3"], "--parts 3 with --workers 2"),
+        (&["--workers", "3", "--parts", "2"], "--parts 2 must be at least --workers 3"),
         (&["--strategy", "p3", "--model", "gat"], "--model gat cannot"),
         (&["--time-steps", "auto"], "does not apply to --strategy model-centric"),
         (&["--device", "cuda"], "--device cuda"),

@@ -58,18 +58,26 @@ pub fn binary_item(binary: &Path) -> Result<ShipItem, SshError> {
     })
 }
 
-/// The files rank `rank` needs for part `rank` of a partitioned dataset:
-/// the topology, the manifest and its own part. Remote paths mirror the
-/// local layout under the data directory.
-pub fn rank_data_files(data: &DataDir, name: &str, method: &str, parts: usize, rank: usize) -> Vec<ShipItem> {
-    rank_files(&data.root, &data.dataset_path(name), &data.parts_dir(name, method, parts), rank)
+/// The files rank `rank` of `workers` needs of a dataset cut in `parts` parts:
+/// the topology, the manifest and the parts it owns (`format::worker_parts`).
+/// Remote paths mirror the local layout under the data directory.
+pub fn rank_data_files(
+    data: &DataDir,
+    name: &str,
+    method: &str,
+    (parts, workers): (usize, usize),
+    rank: usize,
+) -> Vec<ShipItem> {
+    let owned = format::worker_parts(rank, parts, workers);
+    rank_files(&data.root, &data.dataset_path(name), &data.parts_dir(name, method, parts), owned)
 }
 
 /// The same for a dataset archive and partition directory under `root` (the
-/// data directory; all three absolute, or all relative alike).
-pub fn rank_files(root: &Path, dataset: &Path, parts_dir: &Path, rank: usize) -> Vec<ShipItem> {
-    [dataset.to_path_buf(), format::manifest_path(parts_dir), format::part_path(parts_dir, rank as u32)]
+/// data directory; all three absolute, or all relative alike) and the parts `owned`.
+pub fn rank_files(root: &Path, dataset: &Path, parts_dir: &Path, owned: std::ops::Range<usize>) -> Vec<ShipItem> {
+    [dataset.to_path_buf(), format::manifest_path(parts_dir)]
         .into_iter()
+        .chain(owned.map(|p| format::part_path(parts_dir, p as u32)))
         .map(|local| ShipItem {
             remote: local.strip_prefix(root).unwrap_or(&local).to_path_buf(),
             local,
@@ -263,9 +271,21 @@ mod tests {
         assert_eq!(item.remote, PathBuf::from(format!("bin/leapgnn-{}", &local_sha256(&f).unwrap()[..16])));
         assert_eq!(temp_name(Path::new("/r/bin/x"), "t"), Path::new("/r/bin/.x.tmp.t"));
         assert_eq!(sidecar(Path::new("/r/x")), Path::new("/r/x.sha256"));
-        let files = rank_data_files(&DataDir::new("/d"), "cora", "metis", 4, 2);
+        let files = rank_data_files(&DataDir::new("/d"), "cora", "metis", (4, 4), 2);
         let remote: Vec<_> = files.iter().map(|f| f.remote.to_string_lossy().into_owned()).collect();
         assert_eq!(remote, ["cora/dataset.lgnn", "cora/parts/metis-4/manifest", "cora/parts/metis-4/part-2.lgnn"]);
         assert_eq!(files[2].local, Path::new("/d/cora/parts/metis-4/part-2.lgnn"));
+        // 8 parts on 4 workers: rank 2 owns parts 4 and 5.
+        let files = rank_data_files(&DataDir::new("/d"), "cora", "metis", (8, 4), 2);
+        let remote: Vec<_> = files.iter().map(|f| f.remote.to_string_lossy().into_owned()).collect();
+        assert_eq!(
+            remote,
+            [
+                "cora/dataset.lgnn",
+                "cora/parts/metis-8/manifest",
+                "cora/parts/metis-8/part-4.lgnn",
+                "cora/parts/metis-8/part-5.lgnn"
+            ]
+        );
     }
 }

@@ -27,7 +27,8 @@ const MALFORMED: u32 = 2;
 /// then their f32 values (the answer of an owner whose rows are stored sparse).
 const OK_SPARSE: u32 = 3;
 
-/// Which worker owns each node (the partition's node -> part map).
+/// Which worker owns each node: a node -> worker table, or the partition's
+/// node -> part map itself when every worker owns exactly one part.
 #[derive(Clone)]
 pub enum Owners {
     Table(Arc<[u16]>),
@@ -35,6 +36,17 @@ pub enum Owners {
 }
 
 impl Owners {
+    /// The owners of a run of `workers` workers over the partitioning of
+    /// `manifest` (worker of part p: `format::part_worker`). With as many parts
+    /// as workers this is the manifest's own map, not a copy.
+    pub fn of_workers(manifest: Arc<ManifestFile>, workers: usize) -> Owners {
+        if manifest.parts() == workers {
+            Owners::Manifest(manifest)
+        } else {
+            Owners::Table(manifest.node_worker(workers).into())
+        }
+    }
+
     pub fn as_slice(&self) -> &[u16] {
         match self {
             Owners::Table(t) => t,

@@ -5,6 +5,7 @@
 
 use super::error::CommError;
 use crate::format::{FeatureTable, FormatError, ManifestFile, PartFile, RowRef, part_path};
+use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -34,10 +35,12 @@ pub trait RowSource: Send + Sync {
     }
 }
 
-/// The rows of one part of a partitioning, read zero-copy from its mmapped file.
+/// The rows of a contiguous range of parts of a partitioning (one part, or
+/// every part a worker owns when parts outnumber workers), read zero-copy
+/// from their mmapped files.
 pub struct PartRows {
-    part: u16,
-    file: PartFile,
+    first: u16,
+    files: Vec<PartFile>,
     manifest: Arc<ManifestFile>,
 }
 
@@ -45,37 +48,66 @@ impl PartRows {
     /// Opens `dir/part-<part>.lgnn`, verifies its checksum (O(size), once per
     /// run) and checks it against the manifest.
     pub fn open(dir: &Path, part: u32, manifest: Arc<ManifestFile>) -> Result<PartRows, FormatError> {
-        let path = part_path(dir, part);
-        if part as usize >= manifest.parts() {
-            return Err(FormatError::corrupt(path, format!("part {part} of a {}-part manifest", manifest.parts())));
+        PartRows::open_parts(dir, part..part + 1, manifest)
+    }
+
+    /// The rows of every part worker `rank` of `workers` owns
+    /// (`format::worker_parts` of the manifest's parts).
+    pub fn open_worker(
+        dir: &Path,
+        rank: usize,
+        workers: usize,
+        manifest: Arc<ManifestFile>,
+    ) -> Result<PartRows, FormatError> {
+        let r = crate::format::worker_parts(rank, manifest.parts(), workers);
+        PartRows::open_parts(dir, r.start as u32..r.end as u32, manifest)
+    }
+
+    /// Opens (and verifies, as `open`) the parts `parts`, a non-empty range.
+    pub fn open_parts(dir: &Path, parts: Range<u32>, manifest: Arc<ManifestFile>) -> Result<PartRows, FormatError> {
+        let mut files = Vec::with_capacity(parts.len());
+        for part in parts.clone() {
+            let path = part_path(dir, part);
+            if part as usize >= manifest.parts() {
+                return Err(FormatError::corrupt(path, format!("part {part} of a {}-part manifest", manifest.parts())));
+            }
+            let file = PartFile::open(dir, part)?;
+            file.verify()?;
+            let expected = manifest.part_nodes()[part as usize];
+            if file.owned().len() as u64 != expected {
+                return Err(FormatError::corrupt(
+                    path,
+                    format!("holds {} rows but the manifest gives the part {expected} nodes", file.owned().len()),
+                ));
+            }
+            if let Some(f) = files.first().filter(|f: &&PartFile| f.feature_dim() != file.feature_dim()) {
+                return Err(FormatError::corrupt(
+                    path,
+                    format!("rows of {} features, part {}'s have {}", file.feature_dim(), f.part(), f.feature_dim()),
+                ));
+            }
+            files.push(file);
         }
-        let file = PartFile::open(dir, part)?;
-        file.verify()?;
-        let expected = manifest.part_nodes()[part as usize];
-        if file.owned().len() as u64 != expected {
-            return Err(FormatError::corrupt(
-                path,
-                format!("holds {} rows but the manifest gives the part {expected} nodes", file.owned().len()),
-            ));
+        if files.is_empty() {
+            return Err(FormatError::corrupt(part_path(dir, parts.start), "an empty range of parts".to_string()));
         }
-        Ok(PartRows { part: part as u16, file, manifest })
+        Ok(PartRows { first: parts.start as u16, files, manifest })
     }
 }
 
 impl RowSource for PartRows {
     fn dim(&self) -> usize {
-        self.file.feature_dim()
+        self.files[0].feature_dim()
     }
     fn is_sparse(&self) -> bool {
-        self.file.features().is_sparse()
+        self.files[0].features().is_sparse()
     }
     fn row(&self, id: u32) -> Option<RowRef<'_>> {
-        if *self.manifest.node_part().get(id as usize)? != self.part {
-            return None;
-        }
+        let part = *self.manifest.node_part().get(id as usize)?;
+        let file = self.files.get(part.wrapping_sub(self.first) as usize)?;
         let local = self.manifest.local_index()[id as usize];
         // A manifest that disagrees with the part file must never yield another node's row.
-        (self.file.owned().get(local as usize) == Some(&id)).then(|| self.file.row(local))
+        (file.owned().get(local as usize) == Some(&id)).then(|| file.row(local))
     }
 }
 

@@ -25,13 +25,13 @@ impl Setup {
         let ds = DatasetFile::open_verified(&path)?;
         let [train, _, _] = crate::train::splits(&ds, &cfg.dataset)?;
         let owner = if cfg.workers > 1 {
-            let dir =
-                crate::partition::ensure_partition(data, &cfg.dataset, cfg.partition_method(), cfg.workers, cfg.seed)?;
+            let parts = cfg.parts.max(cfg.workers);
+            let dir = crate::partition::ensure_partition(data, &cfg.dataset, cfg.partition_method(), parts, cfg.seed)?;
             let m = ManifestFile::open(&dir)
                 .with_context(|| format!("cannot read the partition of {} in {}", cfg.dataset, dir.display()))?;
             m.verify()?;
-            m.check_matches(&ds, cfg.workers)?;
-            m.node_part().to_vec()
+            m.check_serves(&ds, parts, cfg.workers)?;
+            m.node_worker(cfg.workers)
         } else {
             vec![0; ds.num_nodes()]
         };

@@ -21,7 +21,8 @@ pub use features::{AUTO_SPARSE_DENSITY, FeatureStorage, FeatureTable, FeatureVie
 pub use header::{FORMAT_VERSION, Header, Kind};
 pub use mapped::{Mapped, write_archive};
 pub use partition::{
-    ArchivedPartManifest, ManifestFile, PartFeatures, PartFile, PartManifest, manifest_path, part_path,
+    ArchivedPartManifest, ManifestFile, PartFeatures, PartFile, PartManifest, manifest_path, part_path, part_worker,
+    worker_parts,
 };
 
 #[cfg(target_endian = "big")]

@@ -3,7 +3,24 @@ use super::header::Kind;
 use super::mapped::{Mapped, write_archive};
 use super::{FormatError, native};
 use rkyv::{Archive, Deserialize, Serialize};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
+
+/// The worker that owns part `part` when a partitioning of `parts` parts is
+/// spread over `workers` workers (`parts >= workers`): `part * workers / parts`,
+/// so every worker owns a contiguous range of parts (`worker_parts`), at least
+/// one. With `parts == workers`, part p is worker p's. The one rule every
+/// consumer of a part -> worker assignment goes through.
+pub fn part_worker(part: usize, parts: usize, workers: usize) -> usize {
+    debug_assert!(workers >= 1 && parts >= workers && part < parts);
+    part * workers / parts
+}
+
+/// The parts worker `worker` of `workers` owns (those `part_worker` maps to it):
+/// `ceil(worker * parts / workers) .. ceil((worker + 1) * parts / workers)`.
+pub fn worker_parts(worker: usize, parts: usize, workers: usize) -> Range<usize> {
+    (worker * parts).div_ceil(workers)..((worker + 1) * parts).div_ceil(workers)
+}
 
 /// `parts/<method>-<k>/manifest`: who owns which node, and how good the cut is.
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -120,6 +137,13 @@ impl ManifestFile {
     pub fn node_part(&self) -> &[u16] {
         native(&self.archived().node_part[..])
     }
+    /// node -> owning worker when this partitioning's parts are spread over
+    /// `workers` workers by `part_worker` (equal to `node_part` when parts == workers).
+    pub fn node_worker(&self, workers: usize) -> Vec<u16> {
+        let k = self.parts();
+        let of_part: Vec<u16> = (0..k).map(|p| part_worker(p, k, workers) as u16).collect();
+        self.node_part().iter().map(|&p| of_part[p as usize]).collect()
+    }
     pub fn local_index(&self) -> &[u32] {
         native(&self.archived().local_index[..])
     }
@@ -148,6 +172,18 @@ impl ManifestFile {
         }
         if self.parts() != parts {
             return bad(format!("has {} parts, {parts} are needed", self.parts()));
+        }
+        Ok(())
+    }
+    /// `check_matches` for a run of `workers` workers over `parts` parts
+    /// (`parts >= workers`, each worker owning `worker_parts`).
+    pub fn check_serves(&self, ds: &super::DatasetFile, parts: usize, workers: usize) -> Result<(), FormatError> {
+        self.check_matches(ds, parts)?;
+        if parts < workers {
+            return Err(FormatError::corrupt(
+                self.path(),
+                format!("has {parts} parts, fewer than the {workers} workers that must each own one"),
+            ));
         }
         Ok(())
     }
@@ -205,5 +241,30 @@ impl PartFile {
     /// Row `i` of this part (i = the manifest's local index of the node, < `owned().len()`).
     pub fn row(&self, i: u32) -> RowRef<'_> {
         self.features().row(i as usize)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{part_worker, worker_parts};
+
+    #[test]
+    fn every_worker_owns_the_contiguous_parts_that_map_to_it() {
+        for workers in 1..=9 {
+            for parts in workers..=3 * workers + 2 {
+                let mut next = 0;
+                for w in 0..workers {
+                    let r = worker_parts(w, parts, workers);
+                    assert_eq!(r.start, next, "K={parts} W={workers} w={w}");
+                    assert!(!r.is_empty(), "K={parts} W={workers}: worker {w} owns no part");
+                    assert!(r.clone().all(|p| part_worker(p, parts, workers) == w));
+                    next = r.end;
+                }
+                assert_eq!(next, parts);
+                if parts == workers {
+                    assert!((0..parts).all(|p| part_worker(p, parts, workers) == p));
+                }
+            }
+        }
     }
 }

@@ -119,7 +119,8 @@ pub struct TrainConfig {
     pub dataset: String,
     pub strategy: StrategyKind,
     pub workers: usize,
-    /// Partitions (features are split by owner); 1 = every worker sees all rows.
+    /// Parts of the partitioning (>= workers; each worker owns a contiguous range
+    /// of them, `format::worker_parts`); 1 = every worker sees all rows.
     pub parts: usize,
     pub model: ModelKind,
     /// One entry per layer, input layer first.
@@ -305,10 +306,17 @@ impl TrainConfig {
                 "--strategy p3 splits the first layer by feature column, which --model gat cannot do (its attention scores read whole rows); use --model sage, sage-max or gcn with p3, or another --strategy".into(),
             );
         }
-        if self.parts != self.workers && (self.parts > 1 || self.workers > 1) {
+        if self.parts < self.workers {
             return bad(format!(
-                "--parts {} with --workers {}: each worker owns one part, so give the same number (or omit --parts)",
-                self.parts, self.workers
+                "--parts {} must be at least --workers {}: each worker owns one or more whole parts \
+                 (a contiguous range of them); give --parts {} or more, or omit --parts",
+                self.parts, self.workers, self.workers
+            ));
+        }
+        if self.workers == 1 && self.parts > 1 {
+            return bad(format!(
+                "--parts {} with --workers 1: one worker trains on the whole graph without a partition; omit --parts",
+                self.parts
             ));
         }
         if let Some(m) = &self.partition {

@@ -44,7 +44,8 @@ pub struct DistOptions<'a> {
 /// Predicts a `leapgnn` merge plan for every T that fits, for a run of the config.
 pub type AutoPlanner = dyn Fn(&DataDir, &TrainConfig) -> anyhow::Result<Vec<MergePlan>>;
 
-/// Starts a new run of `cfg` on `cfg.workers` workers, one partition each.
+/// Starts a new run of `cfg` on `cfg.workers` workers, each owning a contiguous
+/// range of the `cfg.parts` parts (`format::worker_parts`).
 pub fn train_distributed(
     data: &DataDir,
     cfg: TrainConfig,
@@ -79,7 +80,7 @@ fn preflight(data: &DataDir, cfg: &TrainConfig, run: &RunOptions, opts: &DistOpt
     crate::train::fullgraph::memory::preflight(
         &ds,
         cfg,
-        Some(manifest.node_part()),
+        Some(&manifest.node_worker(cfg.workers)),
         model.spec(),
         params.numel(),
         run.memory_limit,

@@ -230,9 +230,9 @@ pub fn run_infer_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow
     let fetching;
     let features: &dyn FeatureSource = match &manifest {
         Some((dir, m)) => {
-            let local: Arc<dyn RowSource> = Arc::new(PartRows::open(dir, rank as u32, m.clone())?);
+            let local: Arc<dyn RowSource> = Arc::new(PartRows::open_worker(dir, rank, world, m.clone())?);
             serve_features(&mesh, local.clone());
-            let client = FeatureClient::new(Owners::Manifest(m.clone()), local, timeout);
+            let client = FeatureClient::new(Owners::of_workers(m.clone(), world), local, timeout);
             fetching = FetchingRows::new(client, &mesh, FetchStats::default());
             &fetching
         }
@@ -241,7 +241,7 @@ pub fn run_infer_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow
     let view = GraphData { graph: ds.graph(), features, labels: ds.labels() };
     let mut w = Worker::new((rank, world), view, (&cfg.fanouts, &cfg.eval_fanouts), cfg.seed, (model, params), device);
     w.norm = cfg.normalize;
-    w.owners = manifest.map(|(_, m)| Owners::Manifest(m));
+    w.owners = manifest.map(|(_, m)| Owners::of_workers(m, world));
     let mut coll = MeshCollective { mesh: &mesh, timeout };
     let out = fullgraph::inference::run(&mut w, &mut coll, spec.embeddings)?;
 

@@ -1,5 +1,5 @@
 //! One worker of a distributed run: open the dataset's topology and labels,
-//! its own part's rows and the partition map, join the mesh, serve features,
+//! the rows of the parts it owns and the partition map, join the mesh, serve features,
 //! fill the cache, then run the common training loop.
 
 use super::{DistJob, FetchingRows, GradDump, ReplicaCheck, Report, WorkerDone};
@@ -44,20 +44,23 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
     let manifest = Arc::new(ManifestFile::open(&spec.parts_dir)?);
     // Checksums on first use by this run: a damaged partition is refused before training.
     manifest.verify()?;
-    manifest.check_matches(&ds, world)?;
-    let local: Arc<dyn RowSource> = Arc::new(PartRows::open(&spec.parts_dir, rank as u32, manifest.clone())?);
+    // The worker owns a contiguous range of the parts (`format::worker_parts`);
+    // everything that asks who owns a node asks `owners`, the node -> worker map.
+    manifest.check_serves(&ds, cfg.parts, world)?;
+    let owners = Owners::of_workers(manifest.clone(), world);
+    let local: Arc<dyn RowSource> = Arc::new(PartRows::open_worker(&spec.parts_dir, rank, world, manifest.clone())?);
 
     let mesh = join_mesh(job, timeout, reporter)?;
     serve_features(&mesh, local.clone());
 
-    let mut client = FeatureClient::new(Owners::Manifest(manifest.clone()), local, timeout);
+    let mut client = FeatureClient::new(owners.clone(), local, timeout);
     let budget = cache::rows_within(cfg.cache_mb.saturating_mul(1 << 20), ds.features().mean_row_bytes());
     let filled = if budget > 0 {
         let ids = match cfg.cache_policy {
-            CachePolicy::Degree => cache::by_degree(ds.graph(), manifest.node_part(), rank, budget),
+            CachePolicy::Degree => cache::by_degree(ds.graph(), owners.as_slice(), rank, budget),
             CachePolicy::Presample => {
                 let accesses = presample(&ds, cfg, &train, rank, world);
-                cache::by_frequency(&accesses, manifest.node_part(), rank, budget)
+                cache::by_frequency(&accesses, owners.as_slice(), rank, budget)
             }
         };
         client.fill_cache(&mesh, &ids)?
@@ -77,8 +80,8 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
         Worker::new((rank, world), data, (&cfg.fanouts, &cfg.eval_fanouts), cfg.seed, (model, params), device);
     worker.norm = cfg.normalize;
     worker.eval = cfg.eval;
-    worker.owners = Some(Owners::Manifest(manifest.clone()));
-    let mut env = strategy::StrategyEnv::new(cfg, Some(Owners::Manifest(manifest.clone())))?;
+    worker.owners = Some(owners.clone());
+    let mut env = strategy::StrategyEnv::new(cfg, Some(owners.clone()))?;
     env.auto_plans = spec.auto_plans.clone();
     // p3 reads its column slice of every row from the archive this process already maps.
     worker.all_rows = Some(&ds);
@@ -99,7 +102,7 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
         test: &test,
         checkpoint_dir: (rank == 0).then_some(ck.as_path()),
         stop_after: spec.stop_after,
-        owners: Some(manifest.node_part()),
+        owners: Some(owners.as_slice()),
     };
     let mut reporting = Reporting { reporter, rank };
     let mut obs = GradDump { path: spec.dump_grad.clone().filter(|_| rank == 0), inner: &mut reporting };
