@@ -1,6 +1,8 @@
 //! RETEXO (Kolluri et al.): lazy message passing. The model is trained one
 //! layer (stage) at a time on the full graph. Before stage 0 every worker
-//! sends its peers the input rows they hold as halo; stage l is dropout, then
+//! fetches the feature rows of its owned + halo vertices from the feature
+//! service, as the full-graph engine does (sparse rows cross the network as
+//! CSR, billed as `features`); stage l is dropout, then
 //! conv_l, then (l < L-1) a head LayerNorm -> ReLU -> Linear(hidden ->
 //! classes), trained for `--rounds` full-batch rounds on the worker's own
 //! training vertices (gradients summed over workers, then Adam). Each round
@@ -351,8 +353,10 @@ pub fn run(
     // Bytes not yet billed to a record (the exchanges before a stage, the broadcast after one).
     let mut mark = coll.bytes();
     let t = Instant::now();
-    let (rows, _) = w.gather_rows(&owned)?;
-    let mut h = forward_rows(coll, &plan, rows.into_dense(), spec.in_dim)?;
+    // Stage 0's input: the owned + halo feature rows, fetched from the feature
+    // service as the full-graph engine fetches them (sparse rows stay sparse
+    // on the wire, billed as `features`).
+    let mut h = w.gather_rows(&src)?.0.into_dense();
     // A resumed run recomputes the frozen stages' embeddings.
     for l in 0..first {
         let si = model.stage_input(l, &plan, w.graph, h, &split, &dev)?;
