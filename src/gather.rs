@@ -123,6 +123,23 @@ impl Rows {
     pub fn is_sparse(&self) -> bool {
         matches!(self, Rows::Sparse(_))
     }
+    /// Dense rows with fewer non-zeros than `--features auto` would keep
+    /// dense become CSR (bag-of-words features imported dense): a consumer
+    /// that keeps its input for a whole run then multiplies the non-zeros,
+    /// not the width. Anything else comes back as it was.
+    pub fn sparse_if_mostly_zero(self, dim: usize) -> Rows {
+        match self {
+            Rows::Dense(v) if !v.is_empty() => {
+                let nnz = v.iter().filter(|x| **x != 0.0).count();
+                if (nnz as f64) < crate::format::AUTO_SPARSE_DENSITY * v.len() as f64 {
+                    Rows::Sparse(CsrRows::from_dense(&v, dim))
+                } else {
+                    Rows::Dense(v)
+                }
+            }
+            rows => rows,
+        }
+    }
     /// Applies `norm` to each row (`dim` wide).
     pub fn normalize(&mut self, dim: usize, norm: RowNorm) {
         match self {
@@ -245,6 +262,24 @@ pub fn normalize_rows(buf: &mut [f32], dim: usize, norm: RowNorm) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mostly_zero_dense_rows_become_the_same_rows_in_csr() {
+        // 3 rows of 20: 2 non-zeros of 60 (3 %), below the 10 % of `--features auto`.
+        let mut v = vec![0f32; 60];
+        v[3] = 1.5;
+        v[47] = -2.0;
+        match Rows::Dense(v.clone()).sparse_if_mostly_zero(20) {
+            Rows::Sparse(c) => {
+                assert_eq!((c.num_rows(), c.nnz()), (3, 2));
+                assert_eq!(c.to_dense(), v);
+            }
+            Rows::Dense(_) => panic!("3 % non-zeros stayed dense"),
+        }
+        // 20 % non-zeros: kept dense, untouched.
+        let busy: Vec<f32> = (0..60).map(|i| if i % 5 == 0 { 1.0 } else { 0.0 }).collect();
+        assert_eq!(Rows::Dense(busy.clone()).sparse_if_mostly_zero(20), Rows::Dense(busy));
+    }
     use crate::comm::TableRows;
 
     #[test]

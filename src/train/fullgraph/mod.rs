@@ -47,7 +47,7 @@ pub(crate) fn state(w: &mut Worker<'_>) -> Result<Arc<State>, TrainError> {
     }
     let owners = w.owners.as_ref().map(|o| o.as_slice());
     let plan = HaloPlan::derive(w.graph, owners, w.rank, w.world);
-    let rows = w.gather_rows(&plan.block.src)?.0;
+    let rows = w.gather_rows(&plan.block.src)?.0.sparse_if_mostly_zero(w.model.spec().in_dim);
     let inputs = w.model.input_rows_of(&plan.block.src, rows, Mode::Eval, &w.device)?;
     let graph = Arc::new(w.model.layer_graph(0, &plan.block, w.graph, Fanout::All));
     let s = Arc::new(State { plan, inputs, graph });
