@@ -184,8 +184,17 @@ fn distributed(
     match profile {
         Some(p) if p.launcher == LauncherKind::Slurm => {
             let alloc = Allocation::from_env(Some(cfg.workers))?;
-            let binary = std::env::current_exe().context("cannot find the leapgnn executable to start workers")?;
-            slurm = Some(SlurmLauncher::new(alloc, binary, worker_args(g, &data)?).with_log(log.clone()));
+            let binary = match &p.binary {
+                Some(b) => b.clone(),
+                None => std::env::current_exe().context("cannot find the leapgnn executable to start workers")?,
+            };
+            let mut l = SlurmLauncher::new(alloc, binary, worker_args(g, &data)?).with_log(log.clone());
+            if p.sbcast {
+                let files = job_files(&data, &cfg)?;
+                let items = (0..cfg.workers).flat_map(|r| files(r)).collect::<std::collections::BTreeSet<_>>();
+                l = l.with_sbcast(std::path::Path::new(&p.remote_dir), items.into_iter().collect());
+            }
+            slurm = Some(l);
         }
         Some(p) => ssh = Some(ssh_launcher(&data, &cfg, p, a.accept_new_host_keys, vec![])?.with_log(log.clone())),
         None => {}
@@ -276,24 +285,34 @@ pub(crate) fn ssh_launcher(
 ) -> anyhow::Result<SshLauncher> {
     let launcher = SshLauncher::new(profile)?.accept_new_host_keys(accept_new);
     preflight_with(&launcher)?;
-    let dataset = std::path::absolute(leapgnn::datasets::ensure_dataset(data, &cfg.dataset)?)?;
-    let parts = leapgnn::partition::ensure_partition(data, &cfg.dataset, cfg.partition_method(), cfg.parts, cfg.seed)?;
-    let parts = std::path::absolute(parts)?;
     let root = std::path::absolute(&data.root)?;
-    // Each rank gets the manifest and the parts it owns.
-    let (k, w) = (cfg.parts.max(cfg.workers), cfg.workers);
     let extra: Vec<ShipItem> = extra
         .into_iter()
         .map(|p| {
             std::path::absolute(&p).map(|local| ShipItem { remote: relative(&root, &local), local, executable: false })
         })
         .collect::<Result<_, _>>()?;
+    let rank_files = job_files(data, cfg)?;
     let files = Arc::new(move |rank| {
-        let mut files = rank_files(&root, &dataset, &parts, leapgnn::format::worker_parts(rank, k, w));
+        let mut files = rank_files(rank);
         files.extend(extra.iter().cloned());
         files
     });
     Ok(launcher.with_rank_files(files))
+}
+
+/// The files rank r needs under the data directory (the dataset archive, the
+/// partition manifest and the parts it owns), partitioning here first if needed.
+fn job_files(
+    data: &DataDir,
+    cfg: &TrainConfig,
+) -> anyhow::Result<impl Fn(usize) -> Vec<ShipItem> + Send + Sync + 'static> {
+    let dataset = std::path::absolute(leapgnn::datasets::ensure_dataset(data, &cfg.dataset)?)?;
+    let parts = leapgnn::partition::ensure_partition(data, &cfg.dataset, cfg.partition_method(), cfg.parts, cfg.seed)?;
+    let parts = std::path::absolute(parts)?;
+    let root = std::path::absolute(&data.root)?;
+    let (k, w) = (cfg.parts.max(cfg.workers), cfg.workers);
+    Ok(move |rank| rank_files(&root, &dataset, &parts, leapgnn::format::worker_parts(rank, k, w)))
 }
 
 /// `local` relative to the data directory `root` (where workers find it), as `rank_files` ships.

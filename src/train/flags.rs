@@ -466,7 +466,8 @@ impl TrainFlags {
     }
 
     /// The run these flags define (naive and neutronstar: the model-centric
-    /// run they cost), checked.
+    /// run they cost). `TrainConfig::check` follows once a cluster profile has
+    /// set the number of workers.
     pub fn config(&self) -> Result<TrainConfig, BadInput> {
         let strategy = match self.strategy {
             StrategyFlag::Train(k) => k,
@@ -547,7 +548,6 @@ impl TrainFlags {
             rounds,
             varco: self.varco(strategy),
         };
-        cfg.check()?;
         Ok(cfg)
     }
 

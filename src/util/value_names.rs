@@ -50,8 +50,6 @@ macro_rules! value_names {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
     #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
     enum Pick {
         #[value(name = "one", alias = "uno")]
