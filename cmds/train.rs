@@ -191,7 +191,7 @@ fn distributed(
             let mut l = SlurmLauncher::new(alloc, binary, worker_args(g, &data)?).with_log(log.clone());
             if p.sbcast {
                 let files = job_files(&data, &cfg)?;
-                let items = (0..cfg.workers).flat_map(|r| files(r)).collect::<std::collections::BTreeSet<_>>();
+                let items = (0..cfg.workers).flat_map(files).collect::<std::collections::BTreeSet<_>>();
                 l = l.with_sbcast(std::path::Path::new(&p.remote_dir), items.into_iter().collect());
             }
             slurm = Some(l);
