@@ -1,7 +1,7 @@
 //! `leapgnn`: the command-line front end. Each subcommand file parses its
 //! arguments and calls one library function; no algorithm lives here.
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -87,12 +87,15 @@ enum Command {
 
 fn main() -> ExitCode {
     let argv: Vec<OsString> = std::env::args_os().collect();
-    let cli = match Cli::try_parse_from(&argv) {
+    let cli = match parse(&argv) {
         Ok(c) => c,
         Err(e) => {
-            let code = if e.use_stderr() { 2 } else { 0 };
-            let _ = e.print();
-            return ExitCode::from(code);
+            if !e.use_stderr() {
+                let _ = e.print();
+                return ExitCode::SUCCESS;
+            }
+            eprint!("{}", output::clap_error(&e));
+            return ExitCode::from(2);
         }
     };
     let cli = match with_config_file(cli, &argv) {
@@ -131,6 +134,17 @@ fn main() -> ExitCode {
             ExitCode::from(leapgnn::error::exit_code(e.chain()))
         }
     }
+}
+
+/// The command line as clap parses it, noting which of train's flags were
+/// given (rules such as the strategies' own defaults depend on it).
+fn parse(argv: &[OsString]) -> Result<Cli, clap::Error> {
+    let m = Cli::command().try_get_matches_from(argv)?;
+    let mut cli = Cli::from_arg_matches(&m)?;
+    if let (Command::Train(a), Some(sub)) = (&mut cli.command, m.subcommand_matches("train")) {
+        a.note_given(sub);
+    }
+    Ok(cli)
 }
 
 fn init_logging(verbose: u8) {
@@ -178,7 +192,7 @@ fn with_config_file(cli: Cli, argv: &[OsString]) -> anyhow::Result<Cli> {
             out.push(x.clone());
         }
     }
-    Cli::try_parse_from(out).map_err(|e| {
+    parse(&out).map_err(|e| {
         let msg = e.to_string();
         let first = msg.lines().next().unwrap_or("").trim_start_matches("error: ").to_string();
         leapgnn::BadInput::new(format!("--config {}: {first}", path.display())).into()

@@ -17,6 +17,19 @@ pub fn one_line(e: &anyhow::Error) -> String {
     if line.trim().is_empty() { format!("{e:?}").replace('\n', " ") } else { line }
 }
 
+/// A bad flag value as one line, as every other bad input is reported:
+/// "error: invalid value 'gin' for '--model <MODEL>' [possible values: ...]".
+/// Other clap errors (unknown flags, usage) keep clap's own layout.
+pub fn clap_error(e: &clap::Error) -> String {
+    use clap::error::ErrorKind::*;
+    let text = e.render().to_string();
+    if !matches!(e.kind(), InvalidValue | ValueValidation) {
+        return text;
+    }
+    let keep = |l: &&str| !l.trim().is_empty() && !l.starts_with("For more information");
+    text.lines().filter(keep).map(str::trim).collect::<Vec<_>>().join(" ") + "\n"
+}
+
 /// Prints one JSON object on stdout.
 pub fn print_json<T: Serialize>(v: &T) -> anyhow::Result<()> {
     println!("{}", serde_json::to_string(v)?);

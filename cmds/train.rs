@@ -12,195 +12,16 @@ use leapgnn::cluster::{
 use leapgnn::format::write_atomic;
 use leapgnn::metrics::{EpochRecord, RunInfo, RunSummary, StepRecord};
 use leapgnn::progress::{self, ProgressSink, signals};
-use leapgnn::sample::{Fanout, Fanouts};
 use leapgnn::train::distributed::{DistOptions, GradDump, resume_distributed, train_distributed};
-use leapgnn::train::fullgraph::varco;
+use leapgnn::train::flags::{Action, TrainFlags};
 use leapgnn::train::tensorboard::TensorBoard;
-use leapgnn::train::{
-    self, EvalMode, MergePlan, Observer, ResumeOverrides, RunOptions, StrategyKind, TrainConfig, TrainError, TrainMode,
-};
+use leapgnn::train::{self, Observer, ResumeOverrides, RunOptions, TrainConfig, TrainError};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
-/// Train a GNN with sampled mini-batches. The model has one layer per --fanout
-/// entry (the LeapGNN artifact uses one more; we do not).
-#[derive(clap::Args, Debug, Clone)]
-pub struct Args {
-    /// Dataset name (registry or --data-dir), dataset directory or archive path [default: synthetic-small].
-    pub dataset: Option<String>,
-    /// Take flags from FILE: TOML `flag = value` pairs (`batch-size = 64`, `fanout = [10, 10]`, `no-tui = true`,
-    /// `dataset = "cora"`), or a run's `runs/RUN/config.json` to replay it; flags on the command line override it.
-    #[arg(long, value_name = "FILE", conflicts_with = "resume")]
-    pub config: Option<PathBuf>,
-    /// Worker processes; --batch-size is per worker (global batch = W x B).
-    #[arg(long)]
-    pub workers: Option<usize>,
-    /// Partitions of the features (one per worker).
-    #[arg(long)]
-    pub parts: Option<usize>,
-    /// model-centric, micrograph, pregather, leapgnn, p3, varco (full-graph, compressed halo exchange; unless
-    /// given, the authors' run: 3 layers, hidden 256, no dropout, lr 0.01, no weight decay, 300 epochs) or
-    /// retexo (lazy message passing: trains one layer at a time on the full graph, --rounds per layer; defaults
-    /// 2 layers, hidden 256, 200 rounds, lr 0.003, dropout 0.3, random parts); with --dry-run: `naive`
-    /// (per-layer model migration) or `neutronstar` (an estimate, not a run).
-    #[arg(long)]
-    pub strategy: Option<String>,
-    /// With --strategy naive: report the bytes naive per-layer model migration would move per epoch for
-    /// this run's batches, then exit (nothing is trained). With --strategy neutronstar: train model-centric
-    /// with these flags and report the NeutronStar epoch time the LeapGNN paper's formula estimates from
-    /// it (an estimate, not a NeutronStar run).
-    #[arg(long)]
-    pub dry_run: bool,
-    /// --strategy varco: variable (the ratio falls from --max-ratio to --min-ratio), fixed (--ratio) or
-    /// none [default: variable; fixed when --ratio is given].
-    #[arg(long)]
-    pub compression: Option<String>,
-    /// --strategy varco: the ratio of the first step, r_max [default: 128].
-    #[arg(long)]
-    pub max_ratio: Option<f64>,
-    /// --strategy varco: the ratio it falls to, r_min [default: 1.5].
-    #[arg(long)]
-    pub min_ratio: Option<f64>,
-    /// --strategy varco: how fast the ratio falls, s in r(t) = max(r_max - s t (r_max - r_min) / (T - 2), r_min)
-    /// [default: 5].
-    #[arg(long)]
-    pub slope: Option<f64>,
-    /// --strategy varco --compression fixed: the ratio of every step (each layer sends d / ratio columns).
-    #[arg(long)]
-    pub ratio: Option<f64>,
-    /// sage (mean), sage-max, gcn or gat.
-    #[arg(long)]
-    pub model: Option<String>,
-    /// Neighbours per layer, input layer first; the number of entries is the number of layers [default: 10,10].
-    #[arg(long)]
-    pub fanout: Option<String>,
-    /// Number of layers (optional; must match the --fanout entries).
-    #[arg(long)]
-    pub layers: Option<usize>,
-    /// Fanouts for validation and test, or `all` for the full neighbourhood [default: the training ones].
-    #[arg(long)]
-    pub eval_fanout: Option<String>,
-    /// Roots per worker per iteration [default: 1024].
-    #[arg(long)]
-    pub batch_size: Option<usize>,
-    /// Roots per evaluation batch [default: 1024].
-    #[arg(long)]
-    pub eval_batch_size: Option<usize>,
-    /// Hidden size [default: 128].
-    #[arg(long)]
-    pub hidden: Option<usize>,
-    /// GAT attention heads in hidden layers; must divide --hidden [default: 4].
-    #[arg(long)]
-    pub heads: Option<usize>,
-    /// Epochs [default: 10].
-    #[arg(long)]
-    pub epochs: Option<u64>,
-    /// Learning rate [default: 0.01].
-    #[arg(long)]
-    pub lr: Option<f32>,
-    /// Weight decay [default: 5e-4].
-    #[arg(long)]
-    pub weight_decay: Option<f32>,
-    /// Dropout on hidden layers (also input features for gcn/gat; GAT attention too) [default: 0.5].
-    #[arg(long)]
-    pub dropout: Option<f32>,
-    /// adam (L2 decay, as PyG/DGL examples), adamw (decoupled decay) or sgd [default: adam].
-    #[arg(long)]
-    pub optimizer: Option<String>,
-    /// Seed of every random choice (init, shuffles, sampling, dropout) [default: 0].
-    #[arg(long)]
-    pub seed: Option<u64>,
-    /// Input feature normalisation: none, or l1 (rows sum to 1, PyG's NormalizeFeatures) [default: none].
-    #[arg(long)]
-    pub normalize: Option<String>,
-    /// Feature cache per worker in MB.
-    #[arg(long)]
-    pub cache_mb: Option<u64>,
-    /// Time steps per iteration, 1..=W, or `auto` (tuned while training) [leapgnn only; default: the
-    /// --merge-plan's, else auto]. micrograph and pregather always take W, model-centric 1.
-    #[arg(long)]
-    pub time_steps: Option<String>,
-    /// Merge plan written by `tune-merge` (leapgnn): time steps and per-step shares of each worker's roots.
-    #[arg(long)]
-    pub merge_plan: Option<PathBuf>,
-    /// How micrograph strategies move gradient accumulators between time steps: fused (one per worker,
-    /// nothing moves) or ring (each follows its model, as the paper) [default: fused].
-    #[arg(long)]
-    pub migration: Option<String>,
-    /// pregather / leapgnn: fetch iteration i+1's remote rows while computing iteration i.
-    #[arg(long)]
-    pub prefetch: bool,
-    /// Cluster profile (TOML): `launcher = "local"` runs --workers local processes; `launcher = "ssh"` runs
-    /// one worker per slot of its hosts (W = the sum of their `workers`), shipping binary and data over SFTP;
-    /// `slurm` (or `launcher = "slurm"`), inside a Slurm allocation: one worker per task, started with srun.
-    #[arg(long)]
-    pub cluster: Option<PathBuf>,
-    /// With an ssh profile: record host keys not yet in known_hosts (a changed key is still refused).
-    #[arg(long, requires = "cluster")]
-    pub accept_new_host_keys: bool,
-    /// cpu or cuda (needs a build with `--features cuda`) [default: cpu].
-    #[arg(long)]
-    pub device: Option<String>,
-    /// Checkpoint every N iterations (always at the end).
-    #[arg(long)]
-    pub checkpoint_every: Option<u64>,
-    /// Name of the new run under <data-dir>/runs/ [default: <dataset>-<model>-<unix time>].
-    #[arg(long, conflicts_with = "resume")]
-    pub run: Option<String>,
-    /// Continue run RUN from its last checkpoint (only --epochs and --checkpoint-every may change).
-    #[arg(long, value_name = "RUN")]
-    pub resume: Option<String>,
-    /// Progress bars on stderr (plain lines when stderr is not a terminal) instead of the dashboard.
-    #[arg(long)]
-    pub no_tui: bool,
-    /// Every metrics record as a JSON line on stdout, as it happens (for pipelines; no dashboard).
-    #[arg(long)]
-    pub json_stream: bool,
-    /// Write TensorBoard event files to DIR/<run>/ (per epoch: loss, accuracies, seconds, bytes by category,
-    /// miss rate; per iteration: loss and step times); view with `tensorboard --logdir DIR`.
-    #[arg(long, value_name = "DIR")]
-    pub tensorboard: Option<PathBuf>,
-    /// Stop after N iterations in total, as if interrupted (after checkpointing).
-    #[arg(long, hide = true)]
-    pub stop_after: Option<u64>,
-    /// Which remote rows fill the --cache-mb cache: degree or presample [default: degree].
-    #[arg(long)]
-    pub cache_policy: Option<String>,
-    /// Seconds any worker waits for another before failing with that worker's name.
-    #[arg(long, default_value_t = 30.0)]
-    pub comm_timeout: f64,
-    /// When a worker dies, stops answering or loses its link: stop all, resume from the last
-    /// checkpoint, at most N times (local workers; see --checkpoint-every).
-    #[arg(long, default_value_t = 0)]
-    pub restarts: u32,
-    /// With several workers, check every N iterations that all replicas hold the same weights (0: never).
-    #[arg(long, default_value_t = 0)]
-    pub check_replicas: u64,
-    /// minibatch (sampled, the default) or full-graph (one step per epoch over the whole graph, exchanging
-    /// halo activations at every layer; the number of layers is --layers, default 2).
-    #[arg(long)]
-    pub mode: Option<String>,
-    /// Same as --mode full-graph.
-    #[arg(long, conflicts_with = "mode")]
-    pub full_batch: bool,
-    /// How validation and test nodes are scored: full (layer-wise inference over all nodes; the default with
-    /// --eval-fanout all and in full-graph mode) or sampled (blocks with the --eval-fanout fanouts).
-    #[arg(long)]
-    pub eval: Option<String>,
-    /// Full-graph runs: memory in MiB all workers may use together [default: this machine's MemAvailable].
-    #[arg(long, hide = true)]
-    pub memory_limit_mb: Option<u64>,
-    /// --strategy retexo: training rounds per layer (stage) [default: 200].
-    #[arg(long)]
-    pub rounds: Option<u64>,
-    /// How the workers' parts are cut: metis, random, hash or ldg [default: metis; random with --strategy retexo].
-    #[arg(long)]
-    pub partition: Option<String>,
-    /// Write the first iteration's summed gradient to FILE (raw little-endian f32; for tests).
-    #[arg(long, hide = true, value_name = "FILE")]
-    pub dump_grad: Option<PathBuf>,
-}
+/// `train`'s flags and their rules live in the library (`train::flags`), with the defaults.
+pub type Args = TrainFlags;
 
 /// Hands the run's progress to the chosen display.
 struct Watch(Box<dyn ProgressSink>);
@@ -226,28 +47,22 @@ impl Observer for Watch {
 }
 
 pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
-    if a.strategy.as_deref() == Some(NEUTRONSTAR) {
-        return neutronstar(g, &a);
-    }
-    if a.dry_run || a.strategy.as_deref() == Some(NAIVE) {
-        return naive(g, &a);
-    }
+    // Bad flags are reported before the dashboard takes the terminal.
+    let (cfg, profile, resume) = match a.action()? {
+        Action::Naive(cfg) => return naive(g, &cfg),
+        Action::Neutronstar(cfg) => return neutronstar(g, &a, *cfg),
+        Action::Resume { run, overrides } => (multi_worker_config(&g.data(), &run), None, Some((run, overrides))),
+        Action::Train(cfg) => {
+            let (cfg, profile) = with_profile(*cfg, &a)?;
+            cfg.check()?;
+            (Some(cfg), profile, None)
+        }
+    };
     let data = g.data();
     let opts = RunOptions {
         run: a.run.clone(),
         stop_after: a.stop_after,
         memory_limit: a.memory_limit_mb.map(|m| m.saturating_mul(1 << 20)),
-    };
-    // Bad flags are reported before the dashboard takes the terminal.
-    let (cfg, profile) = match &a.resume {
-        Some(run) => {
-            reject_on_resume(&a)?;
-            (multi_worker_config(&data, run), None)
-        }
-        None => {
-            let (cfg, profile) = with_profile(config(&a)?, &a)?;
-            (Some(cfg), profile)
-        }
     };
     let tty = progress::interactive();
     let dashboard = progress::uses_dashboard(tty, a.no_tui, g.json, a.json_stream);
@@ -260,8 +75,8 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     let mut dump = GradDump { path: a.dump_grad.clone(), inner: &mut watch };
     let mut tb = TensorBoard::new(a.tensorboard.clone(), &mut dump)?;
     let obs: &mut dyn Observer = &mut tb;
-    let result = match (cfg, &a.resume) {
-        (Some(cfg), Some(run)) => distributed(g, cfg, None, &a, &opts, dashboard, obs, Some(run)),
+    let result = match (cfg, &resume) {
+        (Some(cfg), Some(resume)) => distributed(g, cfg, None, &a, &opts, dashboard, obs, Some(resume)),
         (Some(cfg), None) if cfg.workers > 1 || profile.is_some() => {
             distributed(g, cfg, profile, &a, &opts, dashboard, obs, None)
         }
@@ -269,9 +84,8 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
             let name = cfg.dataset.clone();
             train::train(&data, cfg, &opts, obs).with_context(|| format!("training on {name} failed"))
         }
-        (None, Some(run)) => {
-            let over = ResumeOverrides { epochs: a.epochs, checkpoint_every: a.checkpoint_every };
-            train::resume(&data, run, &over, &opts, obs).with_context(|| format!("cannot resume run {run}"))
+        (None, Some((run, over))) => {
+            train::resume(&data, run, over, &opts, obs).with_context(|| format!("cannot resume run {run}"))
         }
         (None, None) => unreachable!("a config is built unless resuming"),
     };
@@ -351,7 +165,7 @@ fn distributed(
     opts: &RunOptions,
     dashboard: bool,
     obs: &mut dyn Observer,
-    resume: Option<&str>,
+    resume: Option<&(String, ResumeOverrides)>,
 ) -> anyhow::Result<RunSummary> {
     let comm_timeout = comm_timeout(a.comm_timeout)?;
     let data = g.data();
@@ -370,8 +184,17 @@ fn distributed(
     match profile {
         Some(p) if p.launcher == LauncherKind::Slurm => {
             let alloc = Allocation::from_env(Some(cfg.workers))?;
-            let binary = std::env::current_exe().context("cannot find the leapgnn executable to start workers")?;
-            slurm = Some(SlurmLauncher::new(alloc, binary, worker_args(g, &data)?).with_log(log.clone()));
+            let binary = match &p.binary {
+                Some(b) => b.clone(),
+                None => std::env::current_exe().context("cannot find the leapgnn executable to start workers")?,
+            };
+            let mut l = SlurmLauncher::new(alloc, binary, worker_args(g, &data)?).with_log(log.clone());
+            if p.sbcast {
+                let files = job_files(&data, &cfg)?;
+                let items = (0..cfg.workers).flat_map(files).collect::<std::collections::BTreeSet<_>>();
+                l = l.with_sbcast(std::path::Path::new(&p.remote_dir), items.into_iter().collect());
+            }
+            slurm = Some(l);
         }
         Some(p) => ssh = Some(ssh_launcher(&data, &cfg, p, a.accept_new_host_keys, vec![])?.with_log(log.clone())),
         None => {}
@@ -402,9 +225,8 @@ fn distributed(
     };
     let name = cfg.dataset.clone();
     let result = match resume {
-        Some(run) => {
-            let over = ResumeOverrides { epochs: a.epochs, checkpoint_every: a.checkpoint_every };
-            resume_distributed(&data, run, &over, opts, &dist, obs).with_context(|| format!("cannot resume run {run}"))
+        Some((run, over)) => {
+            resume_distributed(&data, run, over, opts, &dist, obs).with_context(|| format!("cannot resume run {run}"))
         }
         None => train_distributed(&data, cfg, opts, &dist, obs),
     };
@@ -463,24 +285,34 @@ pub(crate) fn ssh_launcher(
 ) -> anyhow::Result<SshLauncher> {
     let launcher = SshLauncher::new(profile)?.accept_new_host_keys(accept_new);
     preflight_with(&launcher)?;
-    let dataset = std::path::absolute(leapgnn::datasets::ensure_dataset(data, &cfg.dataset)?)?;
-    let parts = leapgnn::partition::ensure_partition(data, &cfg.dataset, cfg.partition_method(), cfg.parts, cfg.seed)?;
-    let parts = std::path::absolute(parts)?;
     let root = std::path::absolute(&data.root)?;
-    // Each rank gets the manifest and the parts it owns.
-    let (k, w) = (cfg.parts.max(cfg.workers), cfg.workers);
     let extra: Vec<ShipItem> = extra
         .into_iter()
         .map(|p| {
             std::path::absolute(&p).map(|local| ShipItem { remote: relative(&root, &local), local, executable: false })
         })
         .collect::<Result<_, _>>()?;
+    let rank_files = job_files(data, cfg)?;
     let files = Arc::new(move |rank| {
-        let mut files = rank_files(&root, &dataset, &parts, leapgnn::format::worker_parts(rank, k, w));
+        let mut files = rank_files(rank);
         files.extend(extra.iter().cloned());
         files
     });
     Ok(launcher.with_rank_files(files))
+}
+
+/// The files rank r needs under the data directory (the dataset archive, the
+/// partition manifest and the parts it owns), partitioning here first if needed.
+fn job_files(
+    data: &DataDir,
+    cfg: &TrainConfig,
+) -> anyhow::Result<impl Fn(usize) -> Vec<ShipItem> + Send + Sync + 'static> {
+    let dataset = std::path::absolute(leapgnn::datasets::ensure_dataset(data, &cfg.dataset)?)?;
+    let parts = leapgnn::partition::ensure_partition(data, &cfg.dataset, cfg.partition_method(), cfg.parts, cfg.seed)?;
+    let parts = std::path::absolute(parts)?;
+    let root = std::path::absolute(&data.root)?;
+    let (k, w) = (cfg.parts.max(cfg.workers), cfg.workers);
+    Ok(move |rank| rank_files(&root, &dataset, &parts, leapgnn::format::worker_parts(rank, k, w)))
 }
 
 /// `local` relative to the data directory `root` (where workers find it), as `rank_files` ships.
@@ -496,31 +328,10 @@ pub(crate) fn name_host(profile: &Profile, e: anyhow::Error) -> anyhow::Error {
     }
 }
 
-/// Costed, never trained: the paper's strawman of moving the model to every vertex's owner at every layer.
-const NAIVE: &str = "naive";
-/// Estimated, never trained: the LeapGNN paper's NeutronStar formula over a model-centric run.
-const NEUTRONSTAR: &str = "neutronstar";
-
 /// `--strategy naive --dry-run`: the bytes naive migration would move, per epoch.
-fn naive(g: &Global, a: &Args) -> anyhow::Result<()> {
-    if a.strategy.as_deref() != Some(NAIVE) {
-        return Err(BadInput::new(
-            "--dry-run costs naive model migration or estimates NeutronStar: give it with --strategy naive or neutronstar",
-        )
-        .into());
-    }
-    if !a.dry_run {
-        return Err(BadInput::new(
-            "--strategy naive cannot be trained (it is the per-layer model migration strawman, costed from the sampled batches); add --dry-run to report the bytes it would move per epoch",
-        )
-        .into());
-    }
-    if a.resume.is_some() {
-        return Err(BadInput::new("--dry-run cannot be combined with --resume: give the run's flags instead").into());
-    }
-    let cfg = config(a)?;
+fn naive(g: &Global, cfg: &TrainConfig) -> anyhow::Result<()> {
     let name = cfg.dataset.clone();
-    let r = train::naive_dry_run(&g.data(), &cfg).with_context(|| format!("cannot cost naive migration on {name}"))?;
+    let r = train::naive_dry_run(&g.data(), cfg).with_context(|| format!("cannot cost naive migration on {name}"))?;
     if g.json {
         return print_json(&r);
     }
@@ -585,277 +396,9 @@ fn multi_worker_config(data: &leapgnn::DataDir, run: &str) -> Option<TrainConfig
     train::checkpoint::load_config(&ck).ok().map(|(cfg, _)| cfg).filter(|cfg| cfg.workers > 1)
 }
 
-/// A resumed run keeps its config: flags that would change it are refused.
-fn reject_on_resume(a: &Args) -> Result<(), BadInput> {
-    let given = [
-        ("NAME", a.dataset.is_some()),
-        ("--workers", a.workers.is_some()),
-        ("--parts", a.parts.is_some()),
-        ("--strategy", a.strategy.is_some()),
-        ("--model", a.model.is_some()),
-        ("--fanout", a.fanout.is_some()),
-        ("--layers", a.layers.is_some()),
-        ("--eval-fanout", a.eval_fanout.is_some()),
-        ("--batch-size", a.batch_size.is_some()),
-        ("--eval-batch-size", a.eval_batch_size.is_some()),
-        ("--hidden", a.hidden.is_some()),
-        ("--heads", a.heads.is_some()),
-        ("--lr", a.lr.is_some()),
-        ("--weight-decay", a.weight_decay.is_some()),
-        ("--dropout", a.dropout.is_some()),
-        ("--optimizer", a.optimizer.is_some()),
-        ("--seed", a.seed.is_some()),
-        ("--cache-mb", a.cache_mb.is_some()),
-        ("--cache-policy", a.cache_policy.is_some()),
-        ("--time-steps", a.time_steps.is_some()),
-        ("--merge-plan", a.merge_plan.is_some()),
-        ("--migration", a.migration.is_some()),
-        ("--prefetch", a.prefetch),
-        ("--cluster", a.cluster.is_some()),
-        ("--device", a.device.is_some()),
-        ("--normalize", a.normalize.is_some()),
-        ("--mode", a.mode.is_some()),
-        ("--full-batch", a.full_batch),
-        ("--eval", a.eval.is_some()),
-        ("--partition", a.partition.is_some()),
-        ("--compression", a.compression.is_some()),
-        ("--max-ratio", a.max_ratio.is_some()),
-        ("--min-ratio", a.min_ratio.is_some()),
-        ("--slope", a.slope.is_some()),
-        ("--ratio", a.ratio.is_some()),
-        ("--rounds", a.rounds.is_some()),
-    ];
-    match given.iter().find(|(_, set)| *set) {
-        Some((flag, _)) => Err(BadInput::new(format!(
-            "{flag} cannot be given with --resume: a resumed run keeps its saved config (only --epochs and --checkpoint-every may change)"
-        ))),
-        None => Ok(()),
-    }
-}
-
-/// Values are parsed here rather than by clap so a bad one is a one-line error.
-/// Each names its flag, whatever the value's own parser says.
-fn parse<T: std::str::FromStr<Err = BadInput>>(flag: &str, v: &Option<String>, default: T) -> Result<T, BadInput> {
-    v.as_deref().map_or(Ok(default), |s| {
-        s.parse().map_err(|e: BadInput| if e.0.contains(flag) { e } else { BadInput::new(format!("{flag}: {e}")) })
-    })
-}
-
-fn config(a: &Args) -> Result<TrainConfig, BadInput> {
-    if a.strategy.as_deref() == Some(RETEXO) {
-        return retexo_config(a);
-    }
-    if let Some(r) = a.rounds {
-        return Err(BadInput::new(format!(
-            "--rounds {r} applies to --strategy retexo only; give the length of other runs with --epochs"
-        )));
-    }
-    // Costed, never trained: both estimate from model-centric's batches.
-    let costed = matches!(a.strategy.as_deref(), Some(NAIVE | NEUTRONSTAR));
-    let strategy =
-        if costed { StrategyKind::ModelCentric } else { parse("--strategy", &a.strategy, StrategyKind::ModelCentric)? };
-    let varco = strategy == StrategyKind::Varco;
-    let d = if varco { varco::defaults(TrainConfig::default()) } else { TrainConfig::default() };
-    // VARCO implies the full-graph engine; an explicit --mode minibatch is refused by the config's check.
-    let mode = if a.full_batch || (varco && a.mode.is_none()) {
-        TrainMode::FullGraph
-    } else {
-        parse("--mode", &a.mode, d.mode)?
-    };
-    if mode == TrainMode::FullGraph {
-        return full_graph_config(a, d, mode);
-    }
-    let fanouts = parse("--fanout", &a.fanout, d.fanouts)?;
-    if let Some(l) = a.layers
-        && l != fanouts.layers()
-    {
-        return Err(BadInput::new(format!(
-            "--layers {l} does not match --fanout {fanouts} ({} layers): give one fanout per layer",
-            fanouts.layers()
-        )));
-    }
-    let eval_fanouts = match a.eval_fanout.as_deref() {
-        None => fanouts.clone(),
-        Some(s) if s.eq_ignore_ascii_case("all") => Fanouts::all(fanouts.layers()),
-        Some(_) => parse("--eval-fanout", &a.eval_fanout, fanouts.clone())?,
-    };
-    let eval = match &a.eval {
-        Some(_) => parse("--eval", &a.eval, EvalMode::Sampled)?,
-        None if eval_fanouts.0.iter().all(|f| *f == Fanout::All) => EvalMode::Full,
-        None => EvalMode::Sampled,
-    };
-    let workers = a.workers.unwrap_or(d.workers);
-    let time_steps = match a.time_steps.as_deref() {
-        // Each strategy's own count; leapgnn follows its plan, else tunes.
-        None => match strategy {
-            StrategyKind::Micrograph | StrategyKind::Pregather => Some(workers as u32),
-            StrategyKind::Leapgnn => a.merge_plan.as_deref().map(MergePlan::load).transpose()?.map(|p| p.time_steps),
-            _ => d.time_steps,
-        },
-        Some("auto") => None,
-        Some(s) => {
-            let t = s.parse().map_err(|_| BadInput::new(format!("--time-steps `{s}`: expected a number or `auto`")))?;
-            if matches!(strategy, StrategyKind::Micrograph | StrategyKind::Pregather) && t as usize != workers {
-                return Err(BadInput::new(format!(
-                    "--time-steps {t} does not apply to --strategy {strategy}, which always takes one time step per \
-                     worker ({workers}); use --strategy leapgnn to choose the number of time steps"
-                )));
-            }
-            Some(t)
-        }
-    };
-    Ok(TrainConfig {
-        dataset: a.dataset.clone().unwrap_or(d.dataset),
-        strategy,
-        workers,
-        // One part per worker unless told otherwise.
-        parts: a.parts.or(a.workers).unwrap_or(d.parts),
-        model: parse("--model", &a.model, d.model)?,
-        fanouts,
-        eval_fanouts,
-        batch_size: a.batch_size.unwrap_or(d.batch_size),
-        eval_batch_size: a.eval_batch_size.unwrap_or(d.eval_batch_size),
-        hidden: a.hidden.unwrap_or(d.hidden),
-        heads: a.heads.unwrap_or(d.heads),
-        epochs: a.epochs.unwrap_or(d.epochs),
-        lr: a.lr.unwrap_or(d.lr),
-        weight_decay: a.weight_decay.unwrap_or(d.weight_decay),
-        dropout: a.dropout.unwrap_or(d.dropout),
-        optimizer: parse("--optimizer", &a.optimizer, d.optimizer)?,
-        seed: a.seed.unwrap_or(d.seed),
-        checkpoint_every: a.checkpoint_every.unwrap_or(d.checkpoint_every),
-        device: parse("--device", &a.device, d.device)?,
-        normalize: parse("--normalize", &a.normalize, d.normalize)?,
-        cache_mb: a.cache_mb.unwrap_or(d.cache_mb),
-        cache_policy: parse("--cache-policy", &a.cache_policy, d.cache_policy)?,
-        time_steps,
-        merge_plan: a.merge_plan.clone(),
-        migration: parse("--migration", &a.migration, d.migration)?,
-        cluster: a.cluster.clone(),
-        prefetch: a.prefetch,
-        mode,
-        eval,
-        partition: a.partition.clone(),
-        rounds: None,
-        varco: varco_config(a, varco)?,
-    })
-}
-
-/// `--strategy varco`'s flags (always a config for varco, so the run's
-/// config.json shows them; for another strategy, one if any flag was given,
-/// which the config's check then refuses).
-fn varco_config(a: &Args, varco: bool) -> Result<Option<varco::VarcoConfig>, BadInput> {
-    let given = a.compression.is_some() || a.max_ratio.is_some() || a.min_ratio.is_some() || a.slope.is_some();
-    if !varco && !given && a.ratio.is_none() {
-        return Ok(None);
-    }
-    let d = varco::VarcoConfig::default();
-    let implied = if a.ratio.is_some() { varco::Compression::Fixed } else { d.compression };
-    Ok(Some(varco::VarcoConfig {
-        compression: parse("--compression", &a.compression, implied)?,
-        max_ratio: a.max_ratio.unwrap_or(d.max_ratio),
-        min_ratio: a.min_ratio.unwrap_or(d.min_ratio),
-        slope: a.slope.unwrap_or(d.slope),
-        ratio: a.ratio,
-    }))
-}
-
-const RETEXO: &str = "retexo";
-
-/// `--strategy retexo`: the full-graph engine, and the authors' settings
-/// wherever the flag is not given (2 layers, hidden 256, 200 rounds per
-/// layer, lr 0.003, weight decay 5e-4, dropout 0.3, GAT 8 heads).
-fn retexo_config(a: &Args) -> Result<TrainConfig, BadInput> {
-    if let Some(m) = a.mode.as_deref().filter(|_| !a.full_batch) {
-        let mode: TrainMode = m.parse().map_err(|e: BadInput| BadInput::new(format!("--mode: {e}")))?;
-        if mode != TrainMode::FullGraph {
-            return Err(BadInput::new(format!(
-                "--mode {m} with --strategy retexo: RETEXO trains on the full graph, one layer at a time (it implies \
-                 --mode full-graph); omit --mode"
-            )));
-        }
-    }
-    if let Some(e) = a.epochs {
-        return Err(BadInput::new(format!(
-            "--epochs {e} with --strategy retexo: a RETEXO run is --layers x --rounds rounds (one per epoch); give --rounds \
-             (rounds per layer) instead"
-        )));
-    }
-    let rounds = a.rounds.unwrap_or(200);
-    if rounds == 0 {
-        return Err(BadInput::new(
-            "--rounds 0: each RETEXO stage (layer) trains at least 1 round; give --rounds 1 or more",
-        ));
-    }
-    let layers = a.layers.unwrap_or(2);
-    let full = Args {
-        strategy: None,
-        mode: Some("full-graph".into()),
-        full_batch: false,
-        layers: Some(layers),
-        hidden: a.hidden.or(Some(256)),
-        heads: a.heads.or(Some(8)),
-        lr: a.lr.or(Some(0.003)),
-        weight_decay: a.weight_decay.or(Some(5e-4)),
-        dropout: a.dropout.or(Some(0.3)),
-        epochs: Some(rounds.saturating_mul(layers as u64)),
-        rounds: None,
-        ..a.clone()
-    };
-    let mut cfg = config(&full)?;
-    cfg.strategy = StrategyKind::Retexo;
-    cfg.rounds = Some(rounds);
-    cfg.check()?;
-    Ok(cfg)
-}
-
-/// `--mode full-graph`: every layer reads the whole neighbourhood, so sampling
-/// flags are refused rather than ignored.
-fn full_graph_config(a: &Args, d: TrainConfig, mode: TrainMode) -> Result<TrainConfig, BadInput> {
-    for (flag, given) in [
-        ("--fanout", a.fanout.is_some()),
-        ("--eval-fanout", a.eval_fanout.is_some()),
-        ("--batch-size", a.batch_size.is_some()),
-        ("--time-steps", a.time_steps.is_some()),
-        ("--merge-plan", a.merge_plan.is_some()),
-        ("--migration", a.migration.is_some()),
-        ("--prefetch", a.prefetch),
-    ] {
-        if given {
-            return Err(BadInput::new(format!(
-                "{flag} applies to sampled mini-batch training; --mode full-graph trains on every neighbour of every \
-                 node (give the number of layers with --layers), so omit {flag} or use --mode minibatch"
-            )));
-        }
-    }
-    // The mini-batch parse of the same flags, then the mode set back.
-    let mut m = Args { mode: Some("minibatch".into()), full_batch: false, ..a.clone() };
-    let layers = a.layers.unwrap_or(d.fanouts.layers());
-    if layers == 0 {
-        return Err(BadInput::new("--layers must be at least 1"));
-    }
-    m.fanout = Some(vec!["all"; layers].join(","));
-    m.eval_fanout = Some("all".into());
-    m.eval = Some(a.eval.clone().unwrap_or_else(|| "full".into()));
-    let mut cfg = config(&m)?;
-    cfg.mode = mode;
-    Ok(cfg)
-}
-
 /// `--strategy neutronstar --dry-run`: trains model-centric with the same
 /// flags, then reports the paper's NeutronStar estimate from that run.
-fn neutronstar(g: &Global, a: &Args) -> anyhow::Result<()> {
-    if !a.dry_run {
-        return Err(BadInput::new(
-            "--strategy neutronstar cannot be trained here (LeapGNN's paper estimates it from a model-centric run); \
-             add --dry-run to train model-centric with these flags and report the estimate",
-        )
-        .into());
-    }
-    if a.resume.is_some() {
-        return Err(BadInput::new("--dry-run cannot be combined with --resume: give the run's flags instead").into());
-    }
-    let cfg = config(a)?;
+fn neutronstar(g: &Global, a: &Args, cfg: TrainConfig) -> anyhow::Result<()> {
     let name = cfg.dataset.clone();
     let data = g.data();
     let opts = RunOptions { run: a.run.clone(), ..Default::default() };

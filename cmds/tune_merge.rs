@@ -12,7 +12,10 @@ use leapgnn::cluster::{Launcher, LauncherKind, LocalLauncher, Profile};
 use leapgnn::cost::calibrate::{CalibrateOptions, Calibration, calibrate};
 use leapgnn::cost::probe::ProbeTask;
 use leapgnn::cost::{Candidate, Figures, Tuning, Validation, plan_for, validate_run};
+use leapgnn::model::ModelKind;
+use leapgnn::sample::Fanouts;
 use leapgnn::train::TrainConfig;
+use leapgnn::train::flags::defaults;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -47,24 +50,24 @@ pub struct Args {
     /// Compare the prediction with run RUN (under <data-dir>/runs/): error per component.
     #[arg(long, value_name = "RUN")]
     pub validate: Option<String>,
-    /// sage, sage-max, gcn or gat [default: sage].
-    #[arg(long)]
-    pub model: Option<String>,
-    /// Neighbours per layer, input layer first [default: 10,10].
-    #[arg(long)]
-    pub fanout: Option<String>,
-    /// Roots per worker per iteration [default: 1024].
-    #[arg(long)]
-    pub batch_size: Option<usize>,
-    /// Hidden size [default: 128].
-    #[arg(long)]
-    pub hidden: Option<usize>,
-    /// Feature cache per worker in MB (filled by degree) [default: 0].
-    #[arg(long)]
-    pub cache_mb: Option<u64>,
-    /// Seed of the shuffles and the sampler [default: 0].
-    #[arg(long)]
-    pub seed: Option<u64>,
+    /// The GNN, as `train --model`.
+    #[arg(long, value_enum, default_value_t = defaults::MODEL)]
+    pub model: ModelKind,
+    /// Neighbours per layer, input layer first.
+    #[arg(long, default_value_t = defaults::fanouts())]
+    pub fanout: Fanouts,
+    /// Roots per worker per iteration.
+    #[arg(long, default_value_t = defaults::BATCH_SIZE)]
+    pub batch_size: usize,
+    /// Hidden size.
+    #[arg(long, default_value_t = defaults::HIDDEN)]
+    pub hidden: usize,
+    /// Feature cache per worker in MiB (filled by degree).
+    #[arg(long, default_value_t = defaults::CACHE_MB)]
+    pub cache_mb: u64,
+    /// Seed of the shuffles and the sampler.
+    #[arg(long, default_value_t = defaults::SEED)]
+    pub seed: u64,
     /// Sampled iterations the prediction averages over.
     #[arg(long, default_value_t = 8)]
     pub iterations: usize,
@@ -281,24 +284,17 @@ fn config(a: &Args) -> Result<TrainConfig, BadInput> {
     if a.parts == 0 {
         return Err(BadInput::new("--parts must be at least 1"));
     }
-    let fanouts = match &a.fanout {
-        Some(f) => f.parse()?,
-        None => d.fanouts.clone(),
-    };
     let cfg = TrainConfig {
         dataset: a.dataset.clone(),
         workers: a.parts,
         parts: a.parts,
-        model: match &a.model {
-            Some(m) => m.parse()?,
-            None => d.model,
-        },
-        eval_fanouts: fanouts.clone(),
-        fanouts,
-        batch_size: a.batch_size.unwrap_or(d.batch_size),
-        hidden: a.hidden.unwrap_or(d.hidden),
-        seed: a.seed.unwrap_or(d.seed),
-        cache_mb: a.cache_mb.unwrap_or(d.cache_mb),
+        model: a.model,
+        eval_fanouts: a.fanout.clone(),
+        fanouts: a.fanout.clone(),
+        batch_size: a.batch_size,
+        hidden: a.hidden,
+        seed: a.seed,
+        cache_mb: a.cache_mb,
         ..d
     };
     if cfg.batch_size == 0 {

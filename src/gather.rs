@@ -212,25 +212,17 @@ pub fn gather<S: RowSource + ?Sized>(src: &S, ids: &[u32]) -> Result<Vec<f32>, N
 }
 
 /// How gathered rows are scaled before they enter the model.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum RowNorm {
+    /// As stored.
     #[default]
     None,
     /// Each row divided by the sum of its absolute values (PyG's `NormalizeFeatures`).
     L1,
 }
 
-impl std::str::FromStr for RowNorm {
-    type Err = crate::BadInput;
-    fn from_str(s: &str) -> Result<Self, crate::BadInput> {
-        match s {
-            "none" => Ok(RowNorm::None),
-            "l1" => Ok(RowNorm::L1),
-            _ => Err(crate::BadInput::new(format!("unknown feature normalisation `{s}`: expected none or l1"))),
-        }
-    }
-}
+crate::value_names!(RowNorm, "--normalize");
 
 /// `normalize_rows` on CSR rows: the same sums (zeros add nothing), so the same values.
 pub fn normalize_sparse(rows: &mut CsrRows, norm: RowNorm) {

@@ -249,6 +249,35 @@ fn cora_over_slurm_trains_the_local_launchers_loss_curve() {
     assert!(log.contains("--workers 3") && log.contains("2 task"), "{log}");
 }
 
+/// `sbcast = true`: the nodes need not see the data directory. The job's
+/// binary, dataset and parts go to a node-local directory with sbcast, the
+/// workers run from there and train the local launcher's loss curve, and the
+/// copy is removed when the run ends.
+#[test]
+fn sbcast_ships_the_job_to_the_nodes_and_removes_it_after() {
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(slurm) = Slurm::start() else { return };
+    let tmp = cora();
+    let d = tmp.path();
+    json(d, &["partition", "cora", "--parts", "2"]);
+    let node_local = tempfile::tempdir().unwrap();
+    let profile = d.join("sbcast.toml");
+    let toml = format!("[cluster]\nlauncher = \"slurm\"\nsbcast = true\nremote_dir = {:?}\n", node_local.path());
+    std::fs::write(&profile, toml).unwrap();
+    let train = [&JOB[..], &["--run", "shipped", "--cluster", profile.to_str().unwrap()]].concat();
+    let script = slurm.script(d, "ship", &train);
+    let out = slurm.cmd("sbatch").args(["--wait", "--ntasks=2"]).arg(&script).output().unwrap();
+    let log = std::fs::read_to_string(d.join("ship.out")).unwrap_or_default();
+    assert!(out.status.success(), "sbatch: {}\njob output:\n{log}", text(&out));
+    // The binary, the archive, the manifest and the two parts.
+    assert!(log.contains("sbcast: copied 5 files"), "{log}");
+    let local = ["cora", "--epochs", "2", "--batch-size", "8", "--hidden", "16", "--fanout", "5,5", "--seed", "4"];
+    json(d, &[&["train", "--workers", "2", "--no-tui", "--run", "local"][..], &local[..]].concat());
+    assert_eq!(curve(d, "shipped"), curve(d, "local"), "the same records, loss for loss");
+    let left: Vec<_> = std::fs::read_dir(node_local.path()).unwrap().collect();
+    assert!(left.is_empty(), "the node-local copy was not removed: {left:?}\n{log}");
+}
+
 /// Processes whose command line names `dir` (the run's workers and driver).
 fn processes_naming(dir: &Path) -> Vec<String> {
     let needle = dir.to_str().unwrap();

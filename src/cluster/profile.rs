@@ -87,6 +87,10 @@ pub struct Profile {
     pub hosts: Vec<HostSpec>,
     /// The `[cost]` table (cost-model figures, see `crate::cost::Figures`), as written.
     pub cost: Option<toml::Table>,
+    /// `launcher = "slurm"` where the nodes do not see the data directory: copy the
+    /// binary, the dataset and each worker's parts to `remote_dir` on every node with
+    /// `sbcast` before the workers start (removed when the run ends).
+    pub sbcast: bool,
 }
 
 #[derive(Deserialize)]
@@ -109,6 +113,7 @@ struct RawCluster {
     binary: Option<String>,
     driver_bind: Option<SocketAddr>,
     connect_timeout: Option<u64>,
+    sbcast: Option<bool>,
     #[serde(default)]
     env: BTreeMap<String, String>,
 }
@@ -145,6 +150,7 @@ impl Profile {
             env: vec![],
             hosts: vec![],
             cost: None,
+            sbcast: false,
         }
     }
 
@@ -207,6 +213,24 @@ impl Profile {
             p.binary = Some(b);
         }
         p.driver_bind = c.driver_bind;
+        p.sbcast = c.sbcast.unwrap_or(false);
+        if p.sbcast && p.launcher != LauncherKind::Slurm {
+            return Err(invalid(
+                "cluster.sbcast",
+                "ships with Slurm's sbcast, so it needs launcher = \"slurm\" (ssh profiles always ship over SFTP)"
+                    .into(),
+            ));
+        }
+        if p.sbcast && !Path::new(&p.remote_dir).is_absolute() {
+            return Err(invalid(
+                "cluster.remote_dir",
+                format!(
+                    "{:?}: with sbcast = true it is the directory on every node the files are copied to, and must be \
+                     absolute (e.g. \"/tmp/leapgnn\"; the job id is appended)",
+                    p.remote_dir
+                ),
+            ));
+        }
         if let Some(t) = c.connect_timeout {
             if !(1..=600).contains(&t) {
                 return Err(invalid("cluster.connect_timeout", format!("{t} s is outside 1..=600")));

@@ -18,7 +18,7 @@ use std::sync::Mutex;
 use std::time::SystemTime;
 
 /// One file to put on a host: `local` -> `<remote root>/<remote>`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct ShipItem {
     pub local: PathBuf,
     /// Relative to the remote root (the profile's remote_dir), or absolute.

@@ -5,6 +5,7 @@
 //! user only), because Slurm forwards a step's stdin in clear.
 
 use super::launcher::{Launcher, LogSink, WorkerProcess, WorkerSpec};
+use super::ship::ShipItem;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs, UdpSocket};
 use std::path::PathBuf;
@@ -88,6 +89,14 @@ impl Allocation {
         Ok(Allocation { job_id, node_of_rank })
     }
 
+    /// How many distinct nodes the ranks are placed on.
+    pub fn nodes(&self) -> usize {
+        let mut n: Vec<&String> = self.node_of_rank.iter().collect();
+        n.sort();
+        n.dedup();
+        n.len()
+    }
+
     pub fn world(&self) -> usize {
         self.node_of_rank.len()
     }
@@ -126,6 +135,16 @@ fn hostnames(list: &str) -> Result<Vec<String>, SlurmError> {
 
 /// Runs a short command with `input` on stdin; its stdout, or why it failed.
 fn run(cmd: &mut Command, input: Option<&str>, what: &'static str) -> Result<String, SlurmError> {
+    run_within(cmd, input, what, COMMAND_TIMEOUT)
+}
+
+/// `run`, allowed `limit`.
+fn run_within(
+    cmd: &mut Command,
+    input: Option<&str>,
+    what: &'static str,
+    limit: Duration,
+) -> Result<String, SlurmError> {
     let command = format!("{cmd:?}").replace('"', "");
     let fail = |why: String| SlurmError::Command { command: command.clone(), what, why };
     let mut child = cmd
@@ -144,14 +163,14 @@ fn run(cmd: &mut Command, input: Option<&str>, what: &'static str) -> Result<Str
         let _ = err.read_to_string(&mut e);
         (o, e)
     });
-    let deadline = Instant::now() + COMMAND_TIMEOUT;
+    let deadline = Instant::now() + limit;
     let status = loop {
         match child.try_wait().map_err(|e| fail(e.to_string()))? {
             Some(s) => break s,
             None if Instant::now() >= deadline => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(fail(format!("no answer in {} s", COMMAND_TIMEOUT.as_secs())));
+                return Err(fail(format!("no answer in {} s", limit.as_secs())));
             }
             None => std::thread::sleep(Duration::from_millis(20)),
         }
@@ -186,11 +205,107 @@ pub struct SlurmLauncher {
     /// Extra `srun` flags (e.g. `--gpus-per-task=1`).
     pub srun_args: Vec<String>,
     pub log: LogSink,
+    /// Files to copy to every node with sbcast before the first worker starts.
+    sbcast: Option<Sbcast>,
+}
+
+/// `sbcast = true`: what goes to the nodes, where, and whether it went.
+struct Sbcast {
+    /// On every node: `dir/leapgnn` is the binary, `dir/data` the data directory.
+    dir: PathBuf,
+    /// Paths under the data directory.
+    items: Vec<ShipItem>,
+    /// The outcome of the copy (made once, by the first launch).
+    done: std::sync::Mutex<Option<Result<(), String>>>,
 }
 
 impl SlurmLauncher {
     pub fn new(alloc: Allocation, binary: PathBuf, args: Vec<String>) -> Self {
-        SlurmLauncher { alloc, binary, args, srun_args: vec![], log: Arc::new(|l| eprintln!("{l}")) }
+        SlurmLauncher { alloc, binary, args, srun_args: vec![], log: Arc::new(|l| eprintln!("{l}")), sbcast: None }
+    }
+
+    /// Copies `items` (files under the data directory, `remote` relative to it) and
+    /// the binary to `<dir>/job-<id>` on every node of the allocation with sbcast,
+    /// and starts the workers from there; the directory is removed when the
+    /// launcher is dropped.
+    pub fn with_sbcast(mut self, dir: &std::path::Path, items: Vec<ShipItem>) -> Self {
+        let dir = dir.join(format!("job-{}", self.alloc.job_id));
+        let data = dir.join("data").display().to_string();
+        if let Some(i) = self.args.iter().position(|a| a == "--data-dir") {
+            let end = (i + 2).min(self.args.len());
+            self.args.drain(i..end);
+        }
+        self.args.splice(0..0, ["--data-dir".to_string(), data]);
+        self.sbcast = Some(Sbcast { dir, items, done: std::sync::Mutex::new(None) });
+        self
+    }
+
+    /// The binary the steps run: the copy on the nodes with sbcast.
+    fn step_binary(&self) -> PathBuf {
+        match &self.sbcast {
+            Some(s) => s.dir.join("leapgnn"),
+            None => self.binary.clone(),
+        }
+    }
+
+    /// One step on every node of the job (sbcast writes to all of them, not
+    /// only those of the ranks placed) running `argv`.
+    fn on_every_node(&self, argv: &[&str], what: &'static str) -> Result<String, SlurmError> {
+        let nodes = std::env::var("SLURM_JOB_NUM_NODES")
+            .ok()
+            .and_then(|n| n.trim().parse::<usize>().ok())
+            .unwrap_or_else(|| self.alloc.nodes());
+        run(
+            Command::new("srun")
+                .arg(format!("--jobid={}", self.alloc.job_id))
+                .arg(format!("--nodes={nodes}"))
+                .arg(format!("--ntasks={nodes}"))
+                .args(["--ntasks-per-node=1", "--overlap", "--quiet", "--kill-on-bad-exit=1"])
+                .args(argv),
+            None,
+            what,
+        )
+    }
+
+    /// The sbcast copy, once: the directories on every node, then each file
+    /// (sbcast sends it to all the job's nodes). Allowed a minute plus 10 MB/s.
+    fn broadcast(&self, s: &Sbcast) -> Result<(), String> {
+        let mut files: Vec<(PathBuf, PathBuf)> = vec![(self.binary.clone(), s.dir.join("leapgnn"))];
+        files.extend(s.items.iter().map(|i| (i.local.clone(), s.dir.join("data").join(&i.remote))));
+        let mut dirs: Vec<String> =
+            files.iter().filter_map(|(_, r)| r.parent()).map(|d| d.display().to_string()).collect();
+        dirs.sort();
+        dirs.dedup();
+        let mut mkdir = vec!["mkdir", "-p"];
+        mkdir.extend(dirs.iter().map(String::as_str));
+        self.on_every_node(&mkdir, "srun mkdir").map_err(|e| e.to_string())?;
+        let t = Instant::now();
+        let mut bytes = 0u64;
+        for (local, remote) in &files {
+            let size = std::fs::metadata(local).map_err(|e| format!("cannot read {}: {e}", local.display()))?.len();
+            bytes += size;
+            let limit = Duration::from_secs(60 + size / 10_000_000);
+            run_within(
+                Command::new("sbcast")
+                    .arg(format!("--jobid={}", self.alloc.job_id))
+                    .args(["--force", "--preserve"])
+                    .arg(local)
+                    .arg(remote),
+                None,
+                "sbcast",
+                limit,
+            )
+            .map_err(|e| e.to_string())?;
+        }
+        (self.log)(format!(
+            "sbcast: copied {} files ({:.1} MB) to {} in {:.1} s on {} node(s)",
+            files.len(),
+            bytes as f64 / 1e6,
+            s.dir.display(),
+            t.elapsed().as_secs_f64(),
+            self.alloc.nodes()
+        ));
+        Ok(())
     }
 
     pub fn with_log(mut self, log: LogSink) -> Self {
@@ -222,6 +337,12 @@ impl Launcher for SlurmLauncher {
         let node = self.alloc.node_of_rank.get(spec.rank).ok_or_else(|| {
             anyhow::anyhow!("rank {} is outside the allocation's {} tasks", spec.rank, self.alloc.world())
         })?;
+        if let Some(s) = &self.sbcast {
+            let mut done = s.done.lock().unwrap_or_else(|e| e.into_inner());
+            if let Err(why) = done.get_or_insert_with(|| self.broadcast(s)) {
+                anyhow::bail!("--cluster: sbcast could not copy the job's files to the nodes: {why}");
+            }
+        }
         let (node_ip, local_ip) = Self::route(node)?;
         let driver =
             if spec.driver.ip().is_unspecified() { SocketAddr::new(local_ip, spec.driver.port()) } else { spec.driver };
@@ -232,7 +353,7 @@ impl Launcher for SlurmLauncher {
             .arg(format!("--nodelist={node}"))
             .arg(format!("--job-name=leapgnn-worker-{}", spec.rank))
             .args(&self.srun_args)
-            .arg(&self.binary)
+            .arg(self.step_binary())
             .args(&self.args)
             .args(["worker", "--driver", &driver.to_string(), "--rank", &spec.rank.to_string()])
             // Peers reach this worker's mesh at the address the driver reaches its node.
@@ -254,6 +375,20 @@ impl Launcher for SlurmLauncher {
             }
         });
         Ok(Box::new(SlurmWorker { rank, child, done: None }))
+    }
+}
+
+impl Drop for SlurmLauncher {
+    /// Removes what sbcast copied (the workers have stopped by now).
+    fn drop(&mut self) {
+        if let Some(s) = &self.sbcast
+            && s.done.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+        {
+            let dir = s.dir.display().to_string();
+            if let Err(e) = self.on_every_node(&["rm", "-rf", &dir], "srun rm") {
+                (self.log)(format!("sbcast: could not remove {dir} from the nodes: {e}"));
+            }
+        }
     }
 }
 

@@ -2,13 +2,10 @@
 //! `--cache-policy`). The rows themselves are fetched once through the
 //! feature service (`FeatureClient::fill_cache`) and held in a `TableRows`.
 
-use crate::BadInput;
 use crate::graph::CsrView;
 use std::cmp::Reverse;
-use std::fmt;
-use std::str::FromStr;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum CachePolicy {
     /// The remote vertices that most edges point from (`by_degree`).
@@ -17,25 +14,7 @@ pub enum CachePolicy {
     Presample,
 }
 
-impl FromStr for CachePolicy {
-    type Err = BadInput;
-    fn from_str(s: &str) -> Result<Self, BadInput> {
-        match s {
-            "degree" => Ok(CachePolicy::Degree),
-            "presample" => Ok(CachePolicy::Presample),
-            _ => Err(BadInput::new(format!("--cache-policy {s:?}: expected `degree` or `presample`"))),
-        }
-    }
-}
-
-impl fmt::Display for CachePolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            CachePolicy::Degree => "degree",
-            CachePolicy::Presample => "presample",
-        })
-    }
-}
+crate::value_names!(CachePolicy, "--cache-policy");
 
 /// How many rows of `row_bytes` each fit in `budget_bytes` (4 x dim for dense
 /// rows; `FeatureView::mean_row_bytes` for sparse ones, whose size varies:

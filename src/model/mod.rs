@@ -34,19 +34,23 @@ use dropout::{ReluDropout, dropout_in_place, dropout_rows, dropout_sparse, verte
 use gcn::GcnLayer;
 use sage::{SageAggr, SageLayer};
 use sparse_input::SparseInput;
-use std::fmt;
-use std::str::FromStr;
 use std::sync::Arc;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum ModelKind {
-    /// GraphSAGE with mean aggregation (`sage` on the command line).
+    /// GraphSAGE with mean aggregation.
+    #[value(name = "sage", alias = "sage-mean", alias = "graphsage")]
     SageMean,
+    /// GraphSAGE with max-pooling aggregation.
     SageMax,
+    /// GCN (Kipf & Welling).
     Gcn,
+    /// GAT (--heads attention heads in hidden layers).
     Gat,
 }
+
+crate::value_names!(ModelKind, "--model");
 
 impl ModelKind {
     /// Whether dropout also applies to the input features. GCN and GAT drop
@@ -54,30 +58,6 @@ impl ModelKind {
     /// PyG and DGL GraphSAGE examples do (and it measures better on Cora).
     pub fn drops_input(self) -> bool {
         matches!(self, ModelKind::Gcn | ModelKind::Gat)
-    }
-}
-
-impl FromStr for ModelKind {
-    type Err = BadInput;
-    fn from_str(s: &str) -> std::result::Result<Self, BadInput> {
-        match s {
-            "sage" | "sage-mean" | "graphsage" => Ok(ModelKind::SageMean),
-            "sage-max" => Ok(ModelKind::SageMax),
-            "gcn" => Ok(ModelKind::Gcn),
-            "gat" => Ok(ModelKind::Gat),
-            _ => Err(BadInput::new(format!("unknown model `{s}`: expected sage, sage-max, gcn or gat"))),
-        }
-    }
-}
-
-impl fmt::Display for ModelKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ModelKind::SageMean => "sage",
-            ModelKind::SageMax => "sage-max",
-            ModelKind::Gcn => "gcn",
-            ModelKind::Gat => "gat",
-        })
     }
 }
 

@@ -8,12 +8,9 @@ mod sgd;
 pub use adamw::AdamW;
 pub use sgd::Sgd;
 
-use crate::BadInput;
 use crate::model::Params;
 use candle_core::{Device, Tensor};
 use std::collections::HashMap;
-use std::fmt;
-use std::str::FromStr;
 
 pub trait Optimizer: Send {
     /// One update of `params` from `grads` (same flat layout).
@@ -65,39 +62,20 @@ impl OptimState {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum OptimizerKind {
     /// Adam with L2 weight decay added to the gradient (PyTorch `Adam(weight_decay=..)`,
     /// the PyG/DGL example protocol).
     Adam,
     /// Adam with decoupled weight decay (PyTorch `AdamW`).
+    #[value(name = "adamw")]
     AdamW,
     /// SGD with momentum and L2 weight decay.
     Sgd,
 }
 
-impl FromStr for OptimizerKind {
-    type Err = BadInput;
-    fn from_str(s: &str) -> Result<Self, BadInput> {
-        match s {
-            "adam" => Ok(OptimizerKind::Adam),
-            "adamw" => Ok(OptimizerKind::AdamW),
-            "sgd" => Ok(OptimizerKind::Sgd),
-            _ => Err(BadInput::new(format!("unknown optimizer `{s}`: expected adam, adamw or sgd"))),
-        }
-    }
-}
-
-impl fmt::Display for OptimizerKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            OptimizerKind::Adam => "adam",
-            OptimizerKind::AdamW => "adamw",
-            OptimizerKind::Sgd => "sgd",
-        })
-    }
-}
+crate::value_names!(OptimizerKind, "--optimizer");
 
 impl OptimizerKind {
     /// The state slots this kind keeps.

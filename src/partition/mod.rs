@@ -18,7 +18,7 @@ pub use run::{BalanceFigures, PartitionReport, ensure_partition, partition_datas
 use crate::BadInput;
 use crate::format::FormatError;
 use crate::graph::CsrView;
-use std::fmt;
+
 use std::str::FromStr;
 
 /// Part ids are u16 on disk.
@@ -27,13 +27,19 @@ pub const MAX_PARTS: usize = u16::MAX as usize;
 /// Allowed imbalance per constraint (max/avg), for the methods that can honour one.
 pub const IMBALANCE: f64 = 1.05;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
 pub enum Method {
+    /// METIS k-way, balanced by --balance (few cut edges).
     Metis,
+    /// Seeded uniform random assignment.
     Random,
+    /// Node id modulo the number of parts.
     Hash,
+    /// Linear deterministic greedy streaming.
     Ldg,
 }
+
+crate::value_names!(Method, "--method");
 
 impl Method {
     pub const ALL: [Method; 4] = [Method::Metis, Method::Random, Method::Hash, Method::Ldg];
@@ -45,21 +51,6 @@ impl Method {
             Method::Hash => "hash",
             Method::Ldg => "ldg",
         }
-    }
-}
-
-impl fmt::Display for Method {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for Method {
-    type Err = BadInput;
-    fn from_str(s: &str) -> Result<Method, BadInput> {
-        Method::ALL.into_iter().find(|m| m.name() == s).ok_or_else(|| {
-            BadInput::new(format!("--method {s}: unknown partition method; use one of metis, random, hash, ldg"))
-        })
     }
 }
 

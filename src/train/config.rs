@@ -11,23 +11,15 @@ use crate::sample::Fanouts;
 use candle_core::Device;
 use std::path::PathBuf;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum DeviceKind {
     Cpu,
+    /// Needs a build with `--features cuda`.
     Cuda,
 }
 
-impl std::str::FromStr for DeviceKind {
-    type Err = BadInput;
-    fn from_str(s: &str) -> Result<Self, BadInput> {
-        match s {
-            "cpu" => Ok(DeviceKind::Cpu),
-            "cuda" => Ok(DeviceKind::Cuda),
-            _ => Err(BadInput::new(format!("unknown --device `{s}`: expected cpu or cuda"))),
-        }
-    }
-}
+crate::value_names!(DeviceKind, "--device");
 
 impl DeviceKind {
     pub fn open(self) -> Result<Device, BadInput> {
@@ -43,75 +35,47 @@ impl DeviceKind {
 }
 
 /// How gradient accumulators move between workers in micrograph strategies.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Migration {
+    /// One accumulator per worker; nothing moves.
     Fused,
+    /// Each accumulator follows its model round the ring, as the paper.
     Ring,
 }
 
-impl std::str::FromStr for Migration {
-    type Err = BadInput;
-    fn from_str(s: &str) -> Result<Self, BadInput> {
-        match s {
-            "fused" => Ok(Migration::Fused),
-            "ring" => Ok(Migration::Ring),
-            _ => Err(BadInput::new(format!("unknown --migration `{s}`: expected fused or ring"))),
-        }
-    }
-}
+crate::value_names!(Migration, "--migration");
 
 /// Which engine trains: sampled mini-batches, or the whole graph with a halo
 /// exchange per layer (one gradient step per epoch).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum TrainMode {
+    /// Sampled mini-batches.
     #[default]
+    #[value(alias = "mini-batch")]
     Minibatch,
+    /// The whole graph, one step per epoch, a halo exchange per layer.
+    #[value(alias = "full-batch")]
     FullGraph,
 }
 
-impl std::str::FromStr for TrainMode {
-    type Err = BadInput;
-    fn from_str(s: &str) -> Result<Self, BadInput> {
-        match s {
-            "minibatch" | "mini-batch" => Ok(TrainMode::Minibatch),
-            "full-graph" | "full-batch" => Ok(TrainMode::FullGraph),
-            _ => Err(BadInput::new(format!("unknown --mode `{s}`: expected minibatch or full-graph"))),
-        }
-    }
-}
-
-impl std::fmt::Display for TrainMode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            TrainMode::Minibatch => "minibatch",
-            TrainMode::FullGraph => "full-graph",
-        })
-    }
-}
+crate::value_names!(TrainMode, "--mode");
 
 /// How validation and test nodes are scored: sampled blocks with the
 /// evaluation fanouts, or layer-wise inference over all nodes (one halo
 /// exchange per layer, as PyG/DGL `inference()`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum EvalMode {
+    /// Blocks sampled with the --eval-fanout fanouts.
     #[default]
     Sampled,
+    /// Layer-wise inference over all nodes.
     Full,
 }
 
-impl std::str::FromStr for EvalMode {
-    type Err = BadInput;
-    fn from_str(s: &str) -> Result<Self, BadInput> {
-        match s {
-            "sampled" => Ok(EvalMode::Sampled),
-            "full" => Ok(EvalMode::Full),
-            _ => Err(BadInput::new(format!("unknown --eval `{s}`: expected full or sampled"))),
-        }
-    }
-}
+crate::value_names!(EvalMode, "--eval");
 
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TrainConfig {
@@ -175,37 +139,38 @@ pub struct TrainConfig {
 }
 
 impl Default for TrainConfig {
+    /// Every flag at its default (`flags::defaults`).
     fn default() -> Self {
-        let fanouts: Fanouts = "10,10".parse().expect("valid");
+        use super::flags::defaults as d;
         TrainConfig {
-            dataset: "synthetic-small".into(),
-            strategy: StrategyKind::ModelCentric,
-            workers: 1,
-            parts: 1,
-            model: ModelKind::SageMean,
-            eval_fanouts: fanouts.clone(),
-            fanouts,
-            batch_size: 1024,
-            eval_batch_size: 1024,
-            hidden: 128,
-            heads: 4,
-            epochs: 10,
-            lr: 0.01,
-            weight_decay: 5e-4,
-            dropout: 0.5,
-            optimizer: OptimizerKind::Adam,
-            seed: 0,
-            checkpoint_every: 0,
-            device: DeviceKind::Cpu,
-            normalize: RowNorm::None,
-            cache_mb: 0,
-            cache_policy: CachePolicy::Degree,
+            dataset: d::DATASET.into(),
+            strategy: d::STRATEGY,
+            workers: d::WORKERS,
+            parts: d::WORKERS,
+            model: d::MODEL,
+            eval_fanouts: d::fanouts(),
+            fanouts: d::fanouts(),
+            batch_size: d::BATCH_SIZE,
+            eval_batch_size: d::EVAL_BATCH_SIZE,
+            hidden: d::HIDDEN,
+            heads: d::HEADS,
+            epochs: d::EPOCHS,
+            lr: d::LR,
+            weight_decay: d::WEIGHT_DECAY,
+            dropout: d::DROPOUT,
+            optimizer: d::OPTIMIZER,
+            seed: d::SEED,
+            checkpoint_every: d::CHECKPOINT_EVERY,
+            device: d::DEVICE,
+            normalize: d::NORMALIZE,
+            cache_mb: d::CACHE_MB,
+            cache_policy: d::CACHE_POLICY,
             time_steps: Some(1),
             merge_plan: None,
-            migration: Migration::Fused,
+            migration: d::MIGRATION,
             cluster: None,
             prefetch: false,
-            mode: TrainMode::Minibatch,
+            mode: d::MODE,
             eval: EvalMode::Sampled,
             partition: None,
             rounds: None,
@@ -215,7 +180,7 @@ impl Default for TrainConfig {
 }
 
 fn default_cache_policy() -> CachePolicy {
-    CachePolicy::Degree
+    super::flags::defaults::CACHE_POLICY
 }
 
 impl TrainConfig {

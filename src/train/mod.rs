@@ -12,6 +12,7 @@ mod config;
 pub mod config_file;
 pub mod distributed;
 mod evaluate;
+pub mod flags;
 pub mod fullgraph;
 pub mod infer;
 pub mod minibatch;
@@ -117,7 +118,7 @@ pub struct RunOptions {
 }
 
 /// What `--resume` may change.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct ResumeOverrides {
     pub epochs: Option<u64>,
     pub checkpoint_every: Option<u64>,

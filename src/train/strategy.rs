@@ -11,10 +11,8 @@ use crate::BadInput;
 use crate::comm::{ByteCounts, Owners};
 use crate::metrics::StepRecord;
 use crate::schedule::MergePlan;
-use std::fmt;
-use std::str::FromStr;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum StrategyKind {
     /// DGL: worker w trains its own batch b(i, w).
@@ -29,42 +27,11 @@ pub enum StrategyKind {
     P3,
     /// VARCO: full-graph, halo exchange compressed by a falling ratio.
     Varco,
-    /// RETEXO: lazy message passing, one layer trained at a time (full-graph
-    /// engine, its own loop: `fullgraph::retexo`).
+    /// RETEXO: lazy message passing, one layer trained at a time on the full graph.
     Retexo,
 }
 
-impl FromStr for StrategyKind {
-    type Err = BadInput;
-    fn from_str(s: &str) -> Result<Self, BadInput> {
-        match s {
-            "model-centric" => Ok(StrategyKind::ModelCentric),
-            "micrograph" => Ok(StrategyKind::Micrograph),
-            "pregather" => Ok(StrategyKind::Pregather),
-            "leapgnn" => Ok(StrategyKind::Leapgnn),
-            "p3" => Ok(StrategyKind::P3),
-            "varco" => Ok(StrategyKind::Varco),
-            "retexo" => Ok(StrategyKind::Retexo),
-            _ => Err(BadInput::new(format!(
-                "unknown --strategy `{s}`: expected model-centric, micrograph, pregather, leapgnn, p3, varco or retexo"
-            ))),
-        }
-    }
-}
-
-impl fmt::Display for StrategyKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            StrategyKind::ModelCentric => "model-centric",
-            StrategyKind::Micrograph => "micrograph",
-            StrategyKind::Pregather => "pregather",
-            StrategyKind::Leapgnn => "leapgnn",
-            StrategyKind::P3 => "p3",
-            StrategyKind::Varco => "varco",
-            StrategyKind::Retexo => "retexo",
-        })
-    }
-}
+crate::value_names!(StrategyKind, "--strategy");
 
 /// One iteration as every worker sees it.
 pub struct Iteration<'a> {

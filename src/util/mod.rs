@@ -1,6 +1,7 @@
 //! Small shared helpers: seeded randomness, memory figures.
 
 pub mod rng;
+pub mod value_names;
 
 /// Peak resident set size of this process (Linux `VmHWM`), if known.
 pub fn peak_rss_bytes() -> Option<u64> {

@@ -37,6 +37,21 @@ use candle_core::{Device, Tensor};
 use std::sync::Arc;
 use std::time::Instant;
 
+/// The authors' settings, for every flag not given (they also used random
+/// partitions: `TrainConfig::partition_method`).
+pub const AUTHORS: crate::train::flags::AuthorDefaults = crate::train::flags::AuthorDefaults {
+    layers: Some(2),
+    hidden: Some(256),
+    heads: Some(8),
+    lr: Some(0.003),
+    weight_decay: Some(5e-4),
+    dropout: Some(0.3),
+    epochs: None,
+};
+
+/// Training rounds per stage (layer), the authors' setting.
+pub const ROUNDS: u64 = 200;
+
 const DROPOUT_TAG: u64 = 0x5245_5458;
 /// Cached rows with fewer non-zeros than this fraction are kept as CSR (bag-of-words features and their
 /// aggregates): a product then costs the non-zeros times the output width.

@@ -12,44 +12,23 @@
 
 use super::FullGraph;
 use crate::BadInput;
+use crate::train::flags::AuthorDefaults;
 use crate::train::strategy::{Iteration, StepSink, Strategy, StrategyKind};
 use crate::train::{Collective, TrainError, Worker};
-use std::fmt;
-use std::str::FromStr;
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum Compression {
-    /// The schedule r(t) from `max_ratio` down to `min_ratio`.
+    /// The schedule r(t) from --max-ratio down to --min-ratio.
     #[default]
     Variable,
-    /// `ratio` at every step.
+    /// --ratio at every step.
     Fixed,
     /// Every column (full-graph training with a per-step feature exchange).
     None,
 }
 
-impl FromStr for Compression {
-    type Err = BadInput;
-    fn from_str(s: &str) -> Result<Self, BadInput> {
-        match s {
-            "variable" => Ok(Compression::Variable),
-            "fixed" => Ok(Compression::Fixed),
-            "none" => Ok(Compression::None),
-            _ => Err(BadInput::new(format!("unknown --compression `{s}`: expected variable, fixed or none"))),
-        }
-    }
-}
-
-impl fmt::Display for Compression {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Compression::Variable => "variable",
-            Compression::Fixed => "fixed",
-            Compression::None => "none",
-        })
-    }
-}
+crate::value_names!(Compression, "--compression");
 
 /// VARCO's flags; the defaults are the authors' run.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -62,9 +41,15 @@ pub struct VarcoConfig {
     pub ratio: Option<f64>,
 }
 
+impl VarcoConfig {
+    /// The authors' schedule.
+    pub const DEFAULT: VarcoConfig =
+        VarcoConfig { compression: Compression::Variable, max_ratio: 128.0, min_ratio: 1.5, slope: 5.0, ratio: None };
+}
+
 impl Default for VarcoConfig {
     fn default() -> Self {
-        VarcoConfig { compression: Compression::Variable, max_ratio: 128.0, min_ratio: 1.5, slope: 5.0, ratio: None }
+        VarcoConfig::DEFAULT
     }
 }
 
@@ -123,21 +108,16 @@ impl VarcoConfig {
     }
 }
 
-/// `d` with the authors' run where the user gave no flag: SAGE mean, 3
-/// layers, hidden 256, no dropout, Adam (no weight decay), lr 0.01, 300 steps.
-pub fn defaults(d: crate::train::TrainConfig) -> crate::train::TrainConfig {
-    crate::train::TrainConfig {
-        model: crate::model::ModelKind::SageMean,
-        fanouts: "all,all,all".parse().expect("valid fanouts"),
-        hidden: 256,
-        dropout: 0.0,
-        optimizer: crate::optim::OptimizerKind::Adam,
-        lr: 0.01,
-        weight_decay: 0.0,
-        epochs: 300,
-        ..d
-    }
-}
+/// The authors' run, for every flag not given.
+pub const AUTHORS: AuthorDefaults = AuthorDefaults {
+    layers: Some(3),
+    hidden: Some(256),
+    heads: None,
+    lr: Some(0.01),
+    weight_decay: Some(0.0),
+    dropout: Some(0.0),
+    epochs: Some(300),
+};
 
 /// Columns of each layer's input that cross the network at ratio `r`:
 /// floor(d_l / r) for every layer but the last, which keeps all.

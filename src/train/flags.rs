@@ -1,0 +1,725 @@
+//! `leapgnn train`'s flags, and the rules that turn them into a `TrainConfig`.
+//!
+//! Each flag's default and allowed values are declared once, here: a fixed
+//! default is a constant of `defaults` that clap shows in `--help` (its
+//! `default_value_t`) and `TrainConfig::default()` reads; a choice is a
+//! library enum's `ValueEnum` names (`value_enum`), which also give its
+//! `FromStr` and `Display` (`util::value_names`). A config file becomes flags
+//! before the command line's (`config_file`), so it meets the same parser and
+//! defaults. Defaults that depend on other flags (the strategy's authors'
+//! settings, `--parts` following `--workers`) are rules of `TrainFlags::config`,
+//! which asks which flags were given (`given`).
+
+use super::fullgraph::{retexo, varco};
+use super::{EvalMode, MergePlan, ResumeOverrides, StrategyKind, TrainConfig, TrainMode};
+use crate::BadInput;
+use crate::comm::CachePolicy;
+use crate::gather::RowNorm;
+use crate::model::ModelKind;
+use crate::optim::OptimizerKind;
+use crate::partition::Method;
+use crate::sample::{Fanout, Fanouts};
+use clap::ValueEnum;
+use clap::builder::PossibleValue;
+use clap::parser::ValueSource;
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use super::DeviceKind;
+use super::Migration;
+
+/// The fixed defaults of `train`'s flags (`--help` shows them; `TrainConfig::default()` is made of them).
+pub mod defaults {
+    use super::*;
+    pub const DATASET: &str = "synthetic-small";
+    pub const WORKERS: usize = 1;
+    pub const STRATEGY: StrategyKind = StrategyKind::ModelCentric;
+    pub const MODEL: ModelKind = ModelKind::SageMean;
+    /// Neighbours per layer: one entry per layer.
+    pub const FANOUT: &str = "10,10";
+    pub const BATCH_SIZE: usize = 1024;
+    pub const EVAL_BATCH_SIZE: usize = 1024;
+    pub const HIDDEN: usize = 128;
+    pub const HEADS: usize = 4;
+    pub const EPOCHS: u64 = 10;
+    pub const LR: f32 = 0.01;
+    pub const WEIGHT_DECAY: f32 = 5e-4;
+    pub const DROPOUT: f32 = 0.5;
+    pub const OPTIMIZER: OptimizerKind = OptimizerKind::Adam;
+    pub const SEED: u64 = 0;
+    pub const NORMALIZE: RowNorm = RowNorm::None;
+    pub const CACHE_MB: u64 = 0;
+    pub const CACHE_POLICY: CachePolicy = CachePolicy::Degree;
+    pub const MIGRATION: Migration = Migration::Fused;
+    pub const DEVICE: DeviceKind = DeviceKind::Cpu;
+    pub const CHECKPOINT_EVERY: u64 = 0;
+    pub const MODE: TrainMode = TrainMode::Minibatch;
+    pub const COMM_TIMEOUT_S: f64 = 30.0;
+
+    pub fn fanouts() -> Fanouts {
+        FANOUT.parse().expect("the default fanout parses")
+    }
+}
+
+/// A strategy's own settings (its authors' run), taken by every flag of
+/// these that is not given.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AuthorDefaults {
+    pub layers: Option<usize>,
+    pub hidden: Option<usize>,
+    pub heads: Option<usize>,
+    pub lr: Option<f32>,
+    pub weight_decay: Option<f32>,
+    pub dropout: Option<f32>,
+    pub epochs: Option<u64>,
+}
+
+impl AuthorDefaults {
+    /// "3 layers, hidden 256, ..." for `--help`.
+    fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        let mut add = |v: Option<String>, what: &str| {
+            if let Some(v) = v {
+                parts.push(format!("{what} {v}"));
+            }
+        };
+        add(self.layers.map(|v| v.to_string()), "layers");
+        add(self.hidden.map(|v| v.to_string()), "hidden");
+        add(self.heads.map(|v| v.to_string()), "heads");
+        add(self.lr.map(|v| v.to_string()), "lr");
+        add(self.weight_decay.map(|v| v.to_string()), "weight decay");
+        add(self.dropout.map(|v| v.to_string()), "dropout");
+        add(self.epochs.map(|v| v.to_string()), "epochs");
+        parts.join(", ")
+    }
+}
+
+/// What `--strategy` accepts: a strategy that trains, or one that is only
+/// costed or estimated (`--dry-run`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StrategyFlag {
+    Train(StrategyKind),
+    /// Per-layer model migration, costed from model-centric's batches.
+    Naive,
+    /// The LeapGNN paper's NeutronStar estimate from a model-centric run.
+    Neutronstar,
+}
+
+impl ValueEnum for StrategyFlag {
+    fn value_variants<'a>() -> &'a [Self] {
+        use StrategyKind::*;
+        &[
+            StrategyFlag::Train(ModelCentric),
+            StrategyFlag::Train(Micrograph),
+            StrategyFlag::Train(Pregather),
+            StrategyFlag::Train(Leapgnn),
+            StrategyFlag::Train(P3),
+            StrategyFlag::Train(Varco),
+            StrategyFlag::Train(Retexo),
+            StrategyFlag::Naive,
+            StrategyFlag::Neutronstar,
+        ]
+    }
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(match self {
+            StrategyFlag::Train(k) => {
+                let p = k.to_possible_value()?;
+                match k {
+                    StrategyKind::Varco => p.help(format!("{} [defaults: {}]", k_help(*k), varco::AUTHORS.describe())),
+                    StrategyKind::Retexo => p.help(format!(
+                        "{} [defaults: {}, --rounds {} per layer, --partition random]",
+                        k_help(*k),
+                        retexo::AUTHORS.describe(),
+                        retexo::ROUNDS
+                    )),
+                    _ => p,
+                }
+            }
+            StrategyFlag::Naive => {
+                PossibleValue::new("naive").help("with --dry-run: bytes naive per-layer model migration would move")
+            }
+            StrategyFlag::Neutronstar => PossibleValue::new("neutronstar")
+                .help("with --dry-run: NeutronStar's epoch time estimated from a model-centric run"),
+        })
+    }
+}
+
+fn k_help(k: StrategyKind) -> String {
+    k.to_possible_value().and_then(|p| p.get_help().map(|h| h.to_string())).unwrap_or_default()
+}
+
+/// Train a GNN: sampled mini-batches (the model has one layer per --fanout
+/// entry; the LeapGNN artifact uses one more, we do not) or the full graph.
+#[derive(clap::Args, Debug, Clone)]
+pub struct TrainFlags {
+    /// Dataset name (registry or --data-dir), dataset directory or archive path [default: synthetic-small].
+    pub dataset: Option<String>,
+    /// Take flags from FILE: TOML `flag = value` pairs (`batch-size = 64`, `fanout = [10, 10]`, `no-tui = true`,
+    /// `dataset = "cora"`), or a run's `runs/RUN/config.json` to replay it; flags on the command line override it.
+    #[arg(long, value_name = "FILE", conflicts_with = "resume")]
+    pub config: Option<PathBuf>,
+    /// Worker processes; --batch-size is per worker (global batch = W x B) [default: 1; with an ssh or Slurm
+    /// --cluster, its slots or tasks].
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// Parts of the partitioning, at least --workers (each worker owns a contiguous range) [default: --workers].
+    #[arg(long)]
+    pub parts: Option<usize>,
+    /// How the workers split the work. `varco` and `retexo` train on the full graph with their authors' settings
+    /// wherever a flag is not given; `naive` and `neutronstar` are only costed (--dry-run).
+    #[arg(long, value_enum, default_value_t = StrategyFlag::Train(defaults::STRATEGY))]
+    pub strategy: StrategyFlag,
+    /// With --strategy naive: report the bytes naive per-layer model migration would move per epoch for
+    /// this run's batches, then exit (nothing is trained). With --strategy neutronstar: train model-centric
+    /// with these flags and report the NeutronStar epoch time the LeapGNN paper's formula estimates from
+    /// it (an estimate, not a NeutronStar run).
+    #[arg(long)]
+    pub dry_run: bool,
+    /// --strategy varco: how the halo exchange is compressed [default: variable; fixed when --ratio is given].
+    #[arg(long, value_enum)]
+    pub compression: Option<varco::Compression>,
+    /// --strategy varco: the ratio of the first step, r_max.
+    #[arg(long, default_value_t = varco::VarcoConfig::DEFAULT.max_ratio)]
+    pub max_ratio: f64,
+    /// --strategy varco: the ratio it falls to, r_min.
+    #[arg(long, default_value_t = varco::VarcoConfig::DEFAULT.min_ratio)]
+    pub min_ratio: f64,
+    /// --strategy varco: how fast the ratio falls, s in r(t) = max(r_max - s t (r_max - r_min) / (T - 2), r_min).
+    #[arg(long, default_value_t = varco::VarcoConfig::DEFAULT.slope)]
+    pub slope: f64,
+    /// --strategy varco --compression fixed: the ratio of every step (each layer sends d / ratio columns).
+    #[arg(long)]
+    pub ratio: Option<f64>,
+    /// The GNN.
+    #[arg(long, value_enum, default_value_t = defaults::MODEL)]
+    pub model: ModelKind,
+    /// Neighbours per layer, input layer first (`all`: every neighbour); one entry per layer.
+    #[arg(long, default_value_t = defaults::fanouts())]
+    pub fanout: Fanouts,
+    /// Number of layers (must match the --fanout entries; full-graph runs: the depth) [default: 2].
+    #[arg(long)]
+    pub layers: Option<usize>,
+    /// Fanouts for validation and test, or `all` for the full neighbourhood [default: the training ones].
+    #[arg(long)]
+    pub eval_fanout: Option<String>,
+    /// Roots per worker per iteration.
+    #[arg(long, default_value_t = defaults::BATCH_SIZE)]
+    pub batch_size: usize,
+    /// Roots per evaluation batch.
+    #[arg(long, default_value_t = defaults::EVAL_BATCH_SIZE)]
+    pub eval_batch_size: usize,
+    /// Hidden size.
+    #[arg(long, default_value_t = defaults::HIDDEN)]
+    pub hidden: usize,
+    /// GAT attention heads in hidden layers; must divide --hidden.
+    #[arg(long, default_value_t = defaults::HEADS)]
+    pub heads: usize,
+    /// Epochs.
+    #[arg(long, default_value_t = defaults::EPOCHS)]
+    pub epochs: u64,
+    /// Learning rate.
+    #[arg(long, default_value_t = defaults::LR)]
+    pub lr: f32,
+    /// Weight decay.
+    #[arg(long, default_value_t = defaults::WEIGHT_DECAY)]
+    pub weight_decay: f32,
+    /// Dropout on hidden layers (also input features for gcn/gat; GAT attention too).
+    #[arg(long, default_value_t = defaults::DROPOUT)]
+    pub dropout: f32,
+    /// The optimizer (adam adds L2 decay to the gradient, as the PyG/DGL examples).
+    #[arg(long, value_enum, default_value_t = defaults::OPTIMIZER)]
+    pub optimizer: OptimizerKind,
+    /// Seed of every random choice (init, shuffles, sampling, dropout).
+    #[arg(long, default_value_t = defaults::SEED)]
+    pub seed: u64,
+    /// Input feature normalisation.
+    #[arg(long, value_enum, default_value_t = defaults::NORMALIZE)]
+    pub normalize: RowNorm,
+    /// Feature cache per worker in MiB.
+    #[arg(long, default_value_t = defaults::CACHE_MB)]
+    pub cache_mb: u64,
+    /// Time steps per iteration, 1..=W, or `auto` (tuned while training) [leapgnn only; default: the
+    /// --merge-plan's, else auto]. micrograph and pregather always take W, model-centric 1.
+    #[arg(long)]
+    pub time_steps: Option<String>,
+    /// Merge plan written by `tune-merge` (leapgnn): time steps and per-step shares of each worker's roots.
+    #[arg(long)]
+    pub merge_plan: Option<PathBuf>,
+    /// How micrograph strategies move gradient accumulators between time steps.
+    #[arg(long, value_enum, default_value_t = defaults::MIGRATION)]
+    pub migration: Migration,
+    /// pregather / leapgnn: fetch iteration i+1's remote rows while computing iteration i.
+    #[arg(long)]
+    pub prefetch: bool,
+    /// Cluster profile (TOML): `launcher = "local"` runs --workers local processes; `launcher = "ssh"` runs
+    /// one worker per slot of its hosts (W = the sum of their `workers`), shipping binary and data over SFTP;
+    /// `slurm` (or `launcher = "slurm"`), inside a Slurm allocation: one worker per task, started with srun.
+    #[arg(long)]
+    pub cluster: Option<PathBuf>,
+    /// With an ssh profile: record host keys not yet in known_hosts (a changed key is still refused).
+    #[arg(long, requires = "cluster")]
+    pub accept_new_host_keys: bool,
+    /// Where the model runs (cuda needs a build with `--features cuda`).
+    #[arg(long, value_enum, default_value_t = defaults::DEVICE)]
+    pub device: DeviceKind,
+    /// Checkpoint every N iterations (0: only at the end, which is always written).
+    #[arg(long, default_value_t = defaults::CHECKPOINT_EVERY)]
+    pub checkpoint_every: u64,
+    /// Name of the new run under <data-dir>/runs/ [default: <dataset>-<model>-<unix time>].
+    #[arg(long, conflicts_with = "resume")]
+    pub run: Option<String>,
+    /// Continue run RUN from its last checkpoint (only --epochs and --checkpoint-every may change).
+    #[arg(long, value_name = "RUN")]
+    pub resume: Option<String>,
+    /// Progress bars on stderr (plain lines when stderr is not a terminal) instead of the dashboard.
+    #[arg(long)]
+    pub no_tui: bool,
+    /// Every metrics record as a JSON line on stdout, as it happens (for pipelines; no dashboard).
+    #[arg(long)]
+    pub json_stream: bool,
+    /// Write TensorBoard event files to DIR/<run>/ (per epoch: loss, accuracies, seconds, bytes by category,
+    /// miss rate; per iteration: loss and step times); view with `tensorboard --logdir DIR`.
+    #[arg(long, value_name = "DIR")]
+    pub tensorboard: Option<PathBuf>,
+    /// Stop after N iterations in total, as if interrupted (after checkpointing).
+    #[arg(long, hide = true)]
+    pub stop_after: Option<u64>,
+    /// Which remote rows fill the --cache-mb cache.
+    #[arg(long, value_enum, default_value_t = defaults::CACHE_POLICY)]
+    pub cache_policy: CachePolicy,
+    /// Seconds any worker waits for another before failing with that worker's name.
+    #[arg(long, default_value_t = defaults::COMM_TIMEOUT_S)]
+    pub comm_timeout: f64,
+    /// When a worker dies, stops answering or loses its link: stop all, resume from the last
+    /// checkpoint, at most N times (local workers; see --checkpoint-every).
+    #[arg(long, default_value_t = 0)]
+    pub restarts: u32,
+    /// With several workers, check every N iterations that all replicas hold the same weights (0: never).
+    #[arg(long, default_value_t = 0)]
+    pub check_replicas: u64,
+    /// The engine: sampled mini-batches, or the whole graph (one step per epoch, a halo exchange of
+    /// activations at every layer; the number of layers is --layers) [varco and retexo: full-graph].
+    #[arg(long, value_enum, default_value_t = defaults::MODE)]
+    pub mode: TrainMode,
+    /// Same as --mode full-graph.
+    #[arg(long, conflicts_with = "mode")]
+    pub full_batch: bool,
+    /// How validation and test nodes are scored [default: full with --eval-fanout all and in full-graph mode,
+    /// else sampled].
+    #[arg(long, value_enum)]
+    pub eval: Option<EvalMode>,
+    /// Full-graph runs: memory in MiB all workers may use together [default: this machine's MemAvailable].
+    #[arg(long, hide = true)]
+    pub memory_limit_mb: Option<u64>,
+    /// --strategy retexo: training rounds per layer (stage).
+    #[arg(long, default_value_t = retexo::ROUNDS)]
+    pub rounds: u64,
+    /// How the workers' parts are cut [default: metis; random with --strategy retexo].
+    #[arg(long, value_enum)]
+    pub partition: Option<Method>,
+    /// Write the first iteration's summed gradient to FILE (raw little-endian f32; for tests).
+    #[arg(long, hide = true, value_name = "FILE")]
+    pub dump_grad: Option<PathBuf>,
+    /// The flags given (on the command line or in --config's file), by id (`batch_size`); filled by
+    /// `note_given`. Rules that depend on whether a flag was given read it.
+    #[arg(skip)]
+    pub given: BTreeSet<String>,
+}
+
+/// What a `train` invocation asks for.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// A new run of this config.
+    Train(Box<TrainConfig>),
+    /// Continue run RUN from its checkpoint.
+    Resume { run: String, overrides: ResumeOverrides },
+    /// Report naive migration's bytes for this config's batches.
+    Naive(Box<TrainConfig>),
+    /// Train model-centric with this config and report NeutronStar's estimate.
+    Neutronstar(Box<TrainConfig>),
+}
+
+/// Flags that define a run: a resumed run keeps its saved ones.
+const DEFINE_THE_RUN: &[&str] = &[
+    "dataset",
+    "workers",
+    "parts",
+    "strategy",
+    "model",
+    "fanout",
+    "layers",
+    "eval_fanout",
+    "batch_size",
+    "eval_batch_size",
+    "hidden",
+    "heads",
+    "lr",
+    "weight_decay",
+    "dropout",
+    "optimizer",
+    "seed",
+    "cache_mb",
+    "cache_policy",
+    "time_steps",
+    "merge_plan",
+    "migration",
+    "prefetch",
+    "cluster",
+    "device",
+    "normalize",
+    "mode",
+    "full_batch",
+    "eval",
+    "partition",
+    "compression",
+    "max_ratio",
+    "min_ratio",
+    "slope",
+    "ratio",
+    "rounds",
+    "dry_run",
+];
+
+/// `batch_size` -> `--batch-size` (`dataset` -> `NAME`).
+fn flag_of(id: &str) -> String {
+    if id == "dataset" { "NAME".into() } else { format!("--{}", id.replace('_', "-")) }
+}
+
+impl TrainFlags {
+    /// Records which flags `m` (the `train` subcommand's matches) got from the command line.
+    pub fn note_given(&mut self, m: &clap::ArgMatches) {
+        self.given = m
+            .ids()
+            .filter(|id| m.value_source(id.as_str()) == Some(ValueSource::CommandLine))
+            .map(|id| id.as_str().to_string())
+            .collect();
+    }
+
+    /// Whether flag `id` (field name, `batch_size`) was given.
+    pub fn given(&self, id: &str) -> bool {
+        self.given.contains(id)
+    }
+
+    /// The flags given on the command line, as clap parses them, with
+    /// `given` filled (for tests and library callers).
+    pub fn parse_from<I, T>(args: I) -> Result<TrainFlags, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let cmd = <TrainFlags as clap::Args>::augment_args(clap::Command::new("train").args_override_self(true));
+        let m = cmd.try_get_matches_from(args)?;
+        let mut f = <TrainFlags as clap::FromArgMatches>::from_arg_matches(&m)?;
+        f.note_given(&m);
+        Ok(f)
+    }
+
+    /// The invocation's action, every rule between flags checked.
+    pub fn action(&self) -> Result<Action, BadInput> {
+        match self.strategy {
+            StrategyFlag::Naive | StrategyFlag::Neutronstar => {
+                let what = if self.strategy == StrategyFlag::Naive {
+                    "--strategy naive cannot be trained (it is the per-layer model migration strawman, costed from \
+                     the sampled batches); add --dry-run to report the bytes it would move per epoch"
+                } else {
+                    "--strategy neutronstar cannot be trained here (LeapGNN's paper estimates it from a model-centric \
+                     run); add --dry-run to train model-centric with these flags and report the estimate"
+                };
+                if !self.dry_run {
+                    return Err(BadInput::new(what));
+                }
+                if self.resume.is_some() {
+                    return Err(BadInput::new(
+                        "--dry-run cannot be combined with --resume: give the run's flags instead",
+                    ));
+                }
+                let cfg = Box::new(self.config()?);
+                Ok(if self.strategy == StrategyFlag::Naive { Action::Naive(cfg) } else { Action::Neutronstar(cfg) })
+            }
+            StrategyFlag::Train(_) if self.dry_run => Err(BadInput::new(
+                "--dry-run costs naive model migration or estimates NeutronStar: give it with --strategy naive or neutronstar",
+            )),
+            StrategyFlag::Train(_) => match &self.resume {
+                Some(run) => {
+                    self.reject_on_resume()?;
+                    let overrides = ResumeOverrides {
+                        epochs: self.given("epochs").then_some(self.epochs),
+                        checkpoint_every: self.given("checkpoint_every").then_some(self.checkpoint_every),
+                    };
+                    Ok(Action::Resume { run: run.clone(), overrides })
+                }
+                None => Ok(Action::Train(Box::new(self.config()?))),
+            },
+        }
+    }
+
+    /// A resumed run keeps its config: flags that would change it are refused.
+    pub fn reject_on_resume(&self) -> Result<(), BadInput> {
+        match DEFINE_THE_RUN.iter().find(|id| self.given(id)) {
+            Some(id) => Err(BadInput::new(format!(
+                "{} cannot be given with --resume: a resumed run keeps its saved config (only --epochs and \
+                 --checkpoint-every may change)",
+                flag_of(id)
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// The run these flags define (naive and neutronstar: the model-centric
+    /// run they cost). `TrainConfig::check` follows once a cluster profile has
+    /// set the number of workers.
+    pub fn config(&self) -> Result<TrainConfig, BadInput> {
+        let strategy = match self.strategy {
+            StrategyFlag::Train(k) => k,
+            StrategyFlag::Naive | StrategyFlag::Neutronstar => StrategyKind::ModelCentric,
+        };
+        let full_graph_strategy = matches!(strategy, StrategyKind::Varco | StrategyKind::Retexo);
+        if self.given("mode") && self.mode == TrainMode::Minibatch && full_graph_strategy {
+            let why = if strategy == StrategyKind::Retexo {
+                "RETEXO trains on the full graph, one layer at a time (it implies --mode full-graph)"
+            } else {
+                "VARCO compresses the full-graph engine's halo exchange, so it always trains the whole graph"
+            };
+            return Err(BadInput::new(format!("--mode minibatch with --strategy {strategy}: {why}; omit --mode")));
+        }
+        let mode = if self.full_batch || full_graph_strategy { TrainMode::FullGraph } else { self.mode };
+        let authors = match strategy {
+            StrategyKind::Varco => varco::AUTHORS,
+            StrategyKind::Retexo => retexo::AUTHORS,
+            _ => AuthorDefaults::default(),
+        };
+        let pick =
+            |id: &str, flag: f32, author: Option<f32>| if self.given(id) { flag } else { author.unwrap_or(flag) };
+        let rounds = self.retexo_rounds(strategy)?;
+        let epochs = match rounds {
+            Some(_) if self.given("epochs") => {
+                return Err(BadInput::new(format!(
+                    "--epochs {} with --strategy retexo: a RETEXO run is --layers x --rounds rounds (one per epoch); \
+                     give --rounds (rounds per layer) instead",
+                    self.epochs
+                )));
+            }
+            _ if self.given("epochs") => self.epochs,
+            _ => authors.epochs.unwrap_or(self.epochs),
+        };
+        let (fanouts, eval_fanouts, eval) = match mode {
+            TrainMode::FullGraph => self.full_graph_fanouts(authors.layers)?,
+            TrainMode::Minibatch => self.sampled_fanouts()?,
+        };
+        let epochs = match rounds {
+            Some(r) => r.saturating_mul(fanouts.layers() as u64),
+            None => epochs,
+        };
+        let workers = self.workers.unwrap_or(defaults::WORKERS);
+        let hidden = if self.given("hidden") { self.hidden } else { authors.hidden.unwrap_or(self.hidden) };
+        let heads = if self.given("heads") { self.heads } else { authors.heads.unwrap_or(self.heads) };
+        let cfg = TrainConfig {
+            dataset: self.dataset.clone().unwrap_or_else(|| defaults::DATASET.into()),
+            strategy,
+            workers,
+            // One part per worker unless told otherwise.
+            parts: self.parts.unwrap_or(workers),
+            model: self.model,
+            fanouts,
+            eval_fanouts,
+            batch_size: self.batch_size,
+            eval_batch_size: self.eval_batch_size,
+            hidden,
+            heads,
+            epochs,
+            lr: pick("lr", self.lr, authors.lr),
+            weight_decay: pick("weight_decay", self.weight_decay, authors.weight_decay),
+            dropout: pick("dropout", self.dropout, authors.dropout),
+            optimizer: self.optimizer,
+            seed: self.seed,
+            checkpoint_every: self.checkpoint_every,
+            device: self.device,
+            normalize: self.normalize,
+            cache_mb: self.cache_mb,
+            cache_policy: self.cache_policy,
+            time_steps: self.time_steps(strategy, workers)?,
+            merge_plan: self.merge_plan.clone(),
+            migration: self.migration,
+            cluster: self.cluster.clone(),
+            prefetch: self.prefetch,
+            mode,
+            eval,
+            partition: self.partition.map(|m| m.to_string()),
+            rounds,
+            varco: self.varco(strategy),
+        };
+        Ok(cfg)
+    }
+
+    /// `--rounds` for RETEXO (its default when not given); refused elsewhere.
+    fn retexo_rounds(&self, strategy: StrategyKind) -> Result<Option<u64>, BadInput> {
+        match strategy {
+            StrategyKind::Retexo if self.rounds == 0 => Err(BadInput::new(
+                "--rounds 0: each RETEXO stage (layer) trains at least 1 round; give --rounds 1 or more",
+            )),
+            StrategyKind::Retexo => Ok(Some(self.rounds)),
+            _ if self.given("rounds") => Err(BadInput::new(format!(
+                "--rounds {} applies to --strategy retexo only; give the length of other runs with --epochs",
+                self.rounds
+            ))),
+            _ => Ok(None),
+        }
+    }
+
+    /// `--strategy varco`'s flags: always a config for varco (so the run's
+    /// config.json shows them); for another strategy one if any was given,
+    /// which the config's check then refuses.
+    fn varco(&self, strategy: StrategyKind) -> Option<varco::VarcoConfig> {
+        let given = ["compression", "max_ratio", "min_ratio", "slope", "ratio"].iter().any(|id| self.given(id));
+        if strategy != StrategyKind::Varco && !given {
+            return None;
+        }
+        let implied =
+            if self.ratio.is_some() { varco::Compression::Fixed } else { varco::VarcoConfig::DEFAULT.compression };
+        Some(varco::VarcoConfig {
+            compression: self.compression.unwrap_or(implied),
+            max_ratio: self.max_ratio,
+            min_ratio: self.min_ratio,
+            slope: self.slope,
+            ratio: self.ratio,
+        })
+    }
+
+    /// Mini-batch training: --fanout, --layers (checked against it), --eval-fanout and --eval.
+    fn sampled_fanouts(&self) -> Result<(Fanouts, Fanouts, EvalMode), BadInput> {
+        let fanouts = self.fanout.clone();
+        if let Some(l) = self.layers
+            && l != fanouts.layers()
+        {
+            return Err(BadInput::new(format!(
+                "--layers {l} does not match --fanout {fanouts} ({} layers): give one fanout per layer",
+                fanouts.layers()
+            )));
+        }
+        let eval_fanouts = match self.eval_fanout.as_deref() {
+            None => fanouts.clone(),
+            Some(s) if s.eq_ignore_ascii_case("all") => Fanouts::all(fanouts.layers()),
+            Some(s) => s.parse().map_err(|e: BadInput| BadInput::new(format!("--eval-fanout: {e}")))?,
+        };
+        let eval = match self.eval {
+            Some(e) => e,
+            None if eval_fanouts.0.iter().all(|f| *f == Fanout::All) => EvalMode::Full,
+            None => EvalMode::Sampled,
+        };
+        Ok((fanouts, eval_fanouts, eval))
+    }
+
+    /// The full-graph engine: every layer reads the whole neighbourhood, so
+    /// sampling flags are refused rather than ignored.
+    fn full_graph_fanouts(&self, author_layers: Option<usize>) -> Result<(Fanouts, Fanouts, EvalMode), BadInput> {
+        for id in ["fanout", "eval_fanout", "batch_size", "time_steps", "merge_plan", "migration", "prefetch"] {
+            if self.given(id) || (id == "prefetch" && self.prefetch) {
+                let flag = flag_of(id);
+                return Err(BadInput::new(format!(
+                    "{flag} applies to sampled mini-batch training; --mode full-graph trains on every neighbour of every \
+                     node (give the number of layers with --layers), so omit {flag} or use --mode minibatch"
+                )));
+            }
+        }
+        let layers = self.layers.or(author_layers).unwrap_or(defaults::fanouts().layers());
+        if layers == 0 {
+            return Err(BadInput::new("--layers must be at least 1"));
+        }
+        let all = Fanouts::all(layers);
+        Ok((all.clone(), all, self.eval.unwrap_or(EvalMode::Full)))
+    }
+
+    /// `--time-steps`: each strategy's own count unless given; leapgnn
+    /// follows its merge plan, else tunes (`None`).
+    fn time_steps(&self, strategy: StrategyKind, workers: usize) -> Result<Option<u32>, BadInput> {
+        let micro_w = matches!(strategy, StrategyKind::Micrograph | StrategyKind::Pregather);
+        match self.time_steps.as_deref() {
+            None => Ok(match strategy {
+                _ if micro_w => Some(workers as u32),
+                StrategyKind::Leapgnn => {
+                    self.merge_plan.as_deref().map(MergePlan::load).transpose()?.map(|p| p.time_steps)
+                }
+                _ => Some(1),
+            }),
+            Some("auto") => Ok(None),
+            Some(s) => {
+                let t: u32 =
+                    s.parse().map_err(|_| BadInput::new(format!("--time-steps `{s}`: expected a number or `auto`")))?;
+                if micro_w && t as usize != workers {
+                    return Err(BadInput::new(format!(
+                        "--time-steps {t} does not apply to --strategy {strategy}, which always takes one time step per \
+                         worker ({workers}); use --strategy leapgnn to choose the number of time steps"
+                    )));
+                }
+                Ok(Some(t))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flags(args: &[&str]) -> TrainFlags {
+        TrainFlags::parse_from(std::iter::once("train").chain(args.iter().copied())).unwrap()
+    }
+
+    #[test]
+    fn no_flags_give_the_library_default_config() {
+        assert_eq!(flags(&[]).config().unwrap(), TrainConfig::default());
+    }
+
+    #[test]
+    fn a_strategy_takes_its_authors_settings_where_no_flag_is_given() {
+        let r = flags(&["--strategy", "retexo"]).config().unwrap();
+        assert_eq!((r.hidden, r.heads, r.lr, r.dropout, r.fanouts.layers()), (256, 8, 0.003, 0.3, 2));
+        assert_eq!(
+            (r.rounds, r.epochs, r.mode, r.partition_method()),
+            (Some(200), 400, TrainMode::FullGraph, "random")
+        );
+        let r = flags(&["--strategy", "retexo", "--hidden", "64", "--rounds", "5", "--layers", "3"]).config().unwrap();
+        assert_eq!((r.hidden, r.epochs, r.lr), (64, 15, 0.003));
+        let v = flags(&["--strategy", "varco"]).config().unwrap();
+        assert_eq!((v.hidden, v.fanouts.layers(), v.epochs, v.dropout, v.weight_decay), (256, 3, 300, 0.0, 0.0));
+        assert_eq!(v.varco, Some(varco::VarcoConfig::DEFAULT));
+        // A flag given at its common default still wins over the authors' value.
+        let v = flags(&["--strategy", "varco", "--hidden", "128", "--ratio", "4"]).config().unwrap();
+        assert_eq!(v.hidden, 128);
+        assert_eq!(v.varco.unwrap().compression, varco::Compression::Fixed);
+    }
+
+    #[test]
+    fn a_resumed_run_refuses_the_flags_that_define_it() {
+        let a = flags(&["--resume", "r1", "--epochs", "4"]).action().unwrap();
+        let overrides = ResumeOverrides { epochs: Some(4), checkpoint_every: None };
+        assert_eq!(a, Action::Resume { run: "r1".into(), overrides });
+        let e = flags(&["--resume", "r1", "--lr", "0.01"]).action().unwrap_err();
+        assert!(e.0.starts_with("--lr cannot be given with --resume"), "{e}");
+        let e = flags(&["cora", "--resume", "r1"]).action().unwrap_err();
+        assert!(e.0.starts_with("NAME cannot"), "{e}");
+    }
+
+    #[test]
+    fn rules_between_flags_name_the_flag() {
+        let e = |args: &[&str]| flags(args).action().unwrap_err().0;
+        assert!(e(&["--full-batch", "--fanout", "5,5"]).starts_with("--fanout applies to sampled"));
+        assert!(e(&["--strategy", "retexo", "--epochs", "3"]).starts_with("--epochs 3 with --strategy retexo"));
+        assert!(e(&["--strategy", "retexo", "--rounds", "0"]).starts_with("--rounds 0"));
+        assert!(e(&["--rounds", "3"]).starts_with("--rounds 3 applies to --strategy retexo only"));
+        assert!(
+            e(&["--strategy", "varco", "--mode", "minibatch"]).starts_with("--mode minibatch with --strategy varco")
+        );
+        assert!(e(&["--strategy", "naive"]).contains("add --dry-run"));
+        assert!(e(&["--dry-run"]).starts_with("--dry-run costs naive"));
+        assert!(e(&["--layers", "3"]).starts_with("--layers 3 does not match --fanout 10,10"));
+    }
+
+    #[test]
+    fn bad_values_are_refused_by_the_parser_naming_the_flag() {
+        let e = TrainFlags::parse_from(["train", "--model", "gin"]).unwrap_err().to_string();
+        assert!(e.contains("'gin'") && e.contains("--model") && e.contains("sage-max"), "{e}");
+        let e = TrainFlags::parse_from(["train", "--fanout", "5,x"]).unwrap_err().to_string();
+        assert!(e.contains("--fanout"), "{e}");
+    }
+}
