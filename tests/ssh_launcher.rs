@@ -14,7 +14,7 @@ use leapgnn::cluster::{ControlConn, Launcher, Profile, SshLauncher, ToDriver, To
 use sshd::{Sshd, alive, keygen, wait_gone};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -190,6 +190,66 @@ fn wrong_key_and_unreachable_port_are_refused_with_the_host_named() {
     let e = launcher(&profile).prepare(&host, &[]).err().expect("nothing listens there").to_string();
     assert!(t.elapsed() < Duration::from_secs(6), "took {:?}", t.elapsed());
     assert!(e.contains("cannot connect") && e.contains(&format!("127.0.0.1:{dead}")), "{e}");
+    sshd.stop();
+}
+
+/// A TCP relay in front of sshd that hangs up on its first `drop_first`
+/// connections before sshd's banner (as a crowded sshd does under
+/// MaxStartups) and relays the rest; returns its port and how many it accepted.
+fn relay(to: u16, drop_first: usize) -> (u16, Arc<AtomicUsize>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = Arc::new(AtomicUsize::new(0));
+    let count = seen.clone();
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(client) = client else { return };
+            if count.fetch_add(1, Ordering::SeqCst) < drop_first {
+                continue;
+            }
+            let server = std::net::TcpStream::connect(("127.0.0.1", to)).unwrap();
+            for (mut from, mut into) in [(client.try_clone().unwrap(), server.try_clone().unwrap()), (server, client)] {
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut from, &mut into);
+                    let _ = into.shutdown(std::net::Shutdown::Write);
+                });
+            }
+        }
+    });
+    (port, seen)
+}
+
+/// A profile for `sshd` reached through `port`, whose host key is known there too.
+fn profile_via(sshd: &Sshd, port: u16) -> PathBuf {
+    let known = std::fs::read_to_string(&sshd.known_hosts).unwrap();
+    let line = known.lines().next().unwrap().replace(&format!("]:{} ", sshd.port), &format!("]:{port} "));
+    std::fs::write(&sshd.known_hosts, format!("{known}{line}\n")).unwrap();
+    let text = std::fs::read_to_string(sshd.profile(1, ""))
+        .unwrap()
+        .replace(&format!("port = {}", sshd.port), &format!("port = {port}"));
+    let profile = sshd.path(&format!("via-{port}.toml"));
+    std::fs::write(&profile, text).unwrap();
+    profile
+}
+
+#[test]
+fn a_connection_dropped_before_the_banner_is_tried_again_a_few_times() {
+    let mut sshd = Sshd::start();
+    let (port, seen) = relay(sshd.port, 2);
+    let profile = profile_via(&sshd, port);
+    let host = Profile::load(&profile).unwrap().hosts[0].clone();
+    let ok = launcher(&profile).prepare(&host, &[]);
+    assert!(ok.is_ok(), "two early hang-ups must be tried again: {:?}\n{}", ok.err(), sshd.log());
+    assert_eq!(seen.load(Ordering::SeqCst), 3, "two dropped connections, then the one that worked");
+    drop(ok);
+
+    // A host that always hangs up: refused after four attempts, naming it.
+    let (port, seen) = relay(sshd.port, usize::MAX);
+    let profile = profile_via(&sshd, port);
+    let host = Profile::load(&profile).unwrap().hosts[0].clone();
+    let e = launcher(&profile).prepare(&host, &[]).err().expect("every connection is dropped").to_string();
+    assert!(e.contains("SSH handshake failed") && e.contains(&format!("127.0.0.1:{port}")), "{e}");
+    assert_eq!(seen.load(Ordering::SeqCst), 4);
     sshd.stop();
 }
 

@@ -94,17 +94,28 @@ pub struct Connected {
 
 pub fn connect(host: &HostSpec, o: &SessionOptions) -> Result<Connected, SshError> {
     let label = host.label();
-    let tcp = tcp_connect(&host.address, host.port, o.connect_timeout)
-        .map_err(|detail| SshError::Unreachable { host: label.clone(), detail })?;
-    let (local, peer) = match (tcp.local_addr(), tcp.peer_addr()) {
-        (Ok(l), Ok(p)) => (l, p),
-        (Err(e), _) | (_, Err(e)) => return Err(SshError::Unreachable { host: label, detail: e.to_string() }),
+    let mut attempt = 1;
+    let (session, local, peer) = loop {
+        let tcp = tcp_connect(&host.address, host.port, o.connect_timeout)
+            .map_err(|detail| SshError::Unreachable { host: label.clone(), detail })?;
+        let (local, peer) = match (tcp.local_addr(), tcp.peer_addr()) {
+            (Ok(l), Ok(p)) => (l, p),
+            (Err(e), _) | (_, Err(e)) => return Err(SshError::Unreachable { host: label, detail: e.to_string() }),
+        };
+        let _ = tcp.set_nodelay(true);
+        let mut session = Session::new().map_err(|source| SshError::Handshake { host: label.clone(), source })?;
+        session.set_timeout(millis(o.io_timeout));
+        session.set_tcp_stream(tcp);
+        match session.handshake() {
+            Ok(()) => break (session, local, peer),
+            Err(source) if attempt < HANDSHAKE_ATTEMPTS && dropped_before_banner(&source) => {
+                tracing::debug!("host {label}: connection closed before the SSH banner ({source}); attempt {attempt}");
+                std::thread::sleep(HANDSHAKE_BACKOFF * attempt);
+                attempt += 1;
+            }
+            Err(source) => return Err(SshError::Handshake { host: label, source }),
+        }
     };
-    let _ = tcp.set_nodelay(true);
-    let mut session = Session::new().map_err(|source| SshError::Handshake { host: label.clone(), source })?;
-    session.set_timeout(millis(o.io_timeout));
-    session.set_tcp_stream(tcp);
-    session.handshake().map_err(|source| SshError::Handshake { host: label.clone(), source })?;
     let host_key = known_hosts::verify(&session, &host.address, host.port, &o.known_hosts, o.accept_new_host_keys)
         .map_err(|source| SshError::HostKey { host: label.clone(), source })?;
     authenticate(&session, host).map_err(|(method, detail)| SshError::Auth {
@@ -114,6 +125,19 @@ pub fn connect(host: &HostSpec, o: &SessionOptions) -> Result<Connected, SshErro
         detail,
     })?;
     Ok(Connected { session, local, peer, host_key })
+}
+
+/// sshd closes a connection before its banner when too many are still
+/// unauthenticated (MaxStartups' random early drop, which many workers per host
+/// can reach) or while it restarts; like OpenSSH's ConnectionAttempts, such a
+/// connection is tried again, a few times with a growing pause.
+const HANDSHAKE_ATTEMPTS: u32 = 4;
+const HANDSHAKE_BACKOFF: Duration = Duration::from_millis(150);
+
+/// The peer hung up (EOF or reset) before sending its identification string.
+fn dropped_before_banner(e: &ssh2::Error) -> bool {
+    // LIBSSH2_ERROR_SOCKET_DISCONNECT, LIBSSH2_ERROR_SOCKET_RECV.
+    matches!(e.code(), ssh2::ErrorCode::Session(-13) | ssh2::ErrorCode::Session(-43))
 }
 
 /// Bounded connect to every address the name resolves to, first success wins.
