@@ -148,7 +148,8 @@ pub struct Args {
     /// Name of the new run under <data-dir>/runs/ [default: <dataset>-<model>-<unix time>].
     #[arg(long, conflicts_with = "resume")]
     pub run: Option<String>,
-    /// Continue run RUN from its last checkpoint (only --epochs and --checkpoint-every may change).
+    /// Continue run RUN from its last checkpoint (only --epochs, --checkpoint-every and --workers may change;
+    /// another --workers splits the same global batch over the same parts).
     #[arg(long, value_name = "RUN")]
     pub resume: Option<String>,
     /// Progress bars on stderr (plain lines when stderr is not a terminal) instead of the dashboard.
@@ -270,7 +271,7 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
             train::train(&data, cfg, &opts, obs).with_context(|| format!("training on {name} failed"))
         }
         (None, Some(run)) => {
-            let over = ResumeOverrides { epochs: a.epochs, checkpoint_every: a.checkpoint_every };
+            let over = ResumeOverrides { epochs: a.epochs, checkpoint_every: a.checkpoint_every, workers: a.workers };
             train::resume(&data, run, &over, &opts, obs).with_context(|| format!("cannot resume run {run}"))
         }
         (None, None) => unreachable!("a config is built unless resuming"),
@@ -403,7 +404,7 @@ fn distributed(
     let name = cfg.dataset.clone();
     let result = match resume {
         Some(run) => {
-            let over = ResumeOverrides { epochs: a.epochs, checkpoint_every: a.checkpoint_every };
+            let over = ResumeOverrides { epochs: a.epochs, checkpoint_every: a.checkpoint_every, workers: a.workers };
             resume_distributed(&data, run, &over, opts, &dist, obs).with_context(|| format!("cannot resume run {run}"))
         }
         None => train_distributed(&data, cfg, opts, &dist, obs),
@@ -589,7 +590,6 @@ fn multi_worker_config(data: &leapgnn::DataDir, run: &str) -> Option<TrainConfig
 fn reject_on_resume(a: &Args) -> Result<(), BadInput> {
     let given = [
         ("NAME", a.dataset.is_some()),
-        ("--workers", a.workers.is_some()),
         ("--parts", a.parts.is_some()),
         ("--strategy", a.strategy.is_some()),
         ("--model", a.model.is_some()),
@@ -627,7 +627,7 @@ fn reject_on_resume(a: &Args) -> Result<(), BadInput> {
     ];
     match given.iter().find(|(_, set)| *set) {
         Some((flag, _)) => Err(BadInput::new(format!(
-            "{flag} cannot be given with --resume: a resumed run keeps its saved config (only --epochs and --checkpoint-every may change)"
+            "{flag} cannot be given with --resume: a resumed run keeps its saved config (only --epochs, --checkpoint-every and --workers may change)"
         ))),
         None => Ok(()),
     }

@@ -41,6 +41,9 @@ pub struct Progress {
     /// What this worker sent while evaluating (sent, by category).
     #[serde(default)]
     pub eval_bytes: ByteCounts,
+    /// leapgnn `--time-steps auto`: the tuning so far.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_steps: Option<super::minibatch::AutoState>,
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]

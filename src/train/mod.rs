@@ -120,6 +120,8 @@ pub struct RunOptions {
 #[derive(Clone, Debug, Default)]
 pub struct ResumeOverrides {
     pub epochs: Option<u64>,
+    /// Another number of workers (`TrainConfig::on_workers`).
+    pub workers: Option<usize>,
     pub checkpoint_every: Option<u64>,
 }
 
@@ -173,6 +175,9 @@ pub fn resumable(
     }
     if let Some(c) = over.checkpoint_every {
         cfg.checkpoint_every = c;
+    }
+    if let Some(w) = over.workers.filter(|&w| w != cfg.workers) {
+        cfg = cfg.on_workers(w)?;
     }
     cfg.check()?;
     Ok((run_dir, cfg, progress))

@@ -157,12 +157,6 @@ fn resume_once(
         ))
         .into());
     }
-    if cfg.strategy == StrategyKind::Leapgnn && cfg.time_steps.is_none() && cfg.merge_plan.is_none() {
-        return Err(BadInput::new(format!(
-            "--resume {run}: the run chose its time steps with --time-steps auto, whose state the checkpoint does not hold yet; start a new run"
-        ))
-        .into());
-    }
     execute(data, cfg, run.to_string(), run_dir, Some(progress), run_opts, opts, obs)
 }
 
@@ -182,8 +176,11 @@ fn execute(
     let world = cfg.workers;
     // --time-steps auto starts from the cost model's plans (and re-plans from measured times).
     let auto = cfg.strategy == StrategyKind::Leapgnn && cfg.time_steps.is_none() && cfg.merge_plan.is_none();
-    let auto_plans = match opts.auto_planner {
-        Some(plan) if auto && world > 1 => plan(data, &cfg).unwrap_or_else(|e| {
+    // A resumed run keeps the plans it was tuning from (the workers restore the rest).
+    let saved = resume.as_ref().and_then(|p| p.auto_steps.as_ref()).filter(|s| s.workers == world);
+    let auto_plans = match (opts.auto_planner, saved) {
+        (_, Some(s)) => s.plans.clone(),
+        (Some(plan), None) if auto && world > 1 => plan(data, &cfg).unwrap_or_else(|e| {
             obs.event(&format!("--time-steps auto: no cost model prediction ({e:#}); trying every T, one epoch each"));
             Vec::new()
         }),
@@ -191,7 +188,7 @@ fn execute(
     };
     let mut env = StrategyEnv::new(&cfg, None)?;
     env.auto_plans = auto_plans.clone();
-    let time_steps = crate::train::strategy::build(cfg.strategy, &env)?.time_steps();
+    let time_steps = saved.map_or(crate::train::strategy::build(cfg.strategy, &env)?.time_steps(), |s| s.current);
     let parts_dir = absolute(&crate::partition::ensure_partition(
         data,
         &cfg.dataset,
