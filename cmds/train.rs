@@ -243,7 +243,9 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     let (cfg, profile) = match &a.resume {
         Some(run) => {
             reject_on_resume(&a)?;
-            (multi_worker_config(&data, run), None)
+            let cfg = multi_worker_config(&data, run);
+            let profile = cfg.as_ref().map(|c| resume_profile(c, &a)).transpose()?.flatten();
+            (cfg, profile)
         }
         None => {
             let (cfg, profile) = with_profile(config(&a)?, &a)?;
@@ -262,7 +264,7 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     let mut tb = TensorBoard::new(a.tensorboard.clone(), &mut dump)?;
     let obs: &mut dyn Observer = &mut tb;
     let result = match (cfg, &a.resume) {
-        (Some(cfg), Some(run)) => distributed(g, cfg, None, &a, &opts, dashboard, obs, Some(run)),
+        (Some(cfg), Some(run)) => distributed(g, cfg, profile, &a, &opts, dashboard, obs, Some(run)),
         (Some(cfg), None) if cfg.workers > 1 || profile.is_some() => {
             distributed(g, cfg, profile, &a, &opts, dashboard, obs, None)
         }
@@ -584,6 +586,25 @@ fn report(s: &RunSummary, dir: &std::path::Path) {
 fn multi_worker_config(data: &leapgnn::DataDir, run: &str) -> Option<TrainConfig> {
     let ck = train::checkpoint::dir(&data.run_dir(run));
     train::checkpoint::load_config(&ck).ok().map(|(cfg, _)| cfg).filter(|cfg| cfg.workers > 1)
+}
+
+/// The cluster profile a multi-worker run was started with (`--cluster`),
+/// for its resume: an ssh profile must still have the run's worker slots.
+fn resume_profile(cfg: &TrainConfig, a: &Args) -> anyhow::Result<Option<Profile>> {
+    let Some(path) = &cfg.cluster else { return Ok(None) };
+    let profile = Profile::load_or_builtin(path)
+        .with_context(|| format!("--resume: the run was started with --cluster {}", path.display()))?;
+    let workers = a.workers.unwrap_or(cfg.workers);
+    match profile.launcher {
+        LauncherKind::Local => Ok(None),
+        LauncherKind::Ssh if profile.world() != workers => Err(BadInput::new(format!(
+            "--resume: the run's cluster profile {} now has {} worker slots, but the run resumes on {workers} workers:              give its hosts {workers} slots in all (spare hosts aside)",
+            profile.name(),
+            profile.world()
+        ))
+        .into()),
+        _ => Ok(Some(profile)),
+    }
 }
 
 /// A resumed run keeps its config: flags that would change it are refused.

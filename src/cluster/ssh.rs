@@ -49,6 +49,8 @@ pub struct SshLauncher {
     shipped: Mutex<Vec<Shipped>>,
     /// (host, remote binary) pairs whose `--version` already matched.
     verified: Mutex<HashSet<(String, PathBuf)>>,
+    /// Shipped to every rank besides its own files (`Launcher::ship_with_job`).
+    job_files: Mutex<Vec<ShipItem>>,
 }
 
 impl SshLauncher {
@@ -68,6 +70,7 @@ impl SshLauncher {
             log: Arc::new(|l| eprintln!("{l}")),
             shipped: Mutex::new(vec![]),
             verified: Mutex::new(HashSet::new()),
+            job_files: Mutex::new(vec![]),
         })
     }
 
@@ -224,7 +227,8 @@ impl Launcher for SshLauncher {
             )
         })?;
         let label = host.label();
-        let extra = self.files.as_ref().map(|f| f(spec.rank)).unwrap_or_default();
+        let mut extra = self.files.as_ref().map(|f| f(spec.rank)).unwrap_or_default();
+        extra.extend(self.job_files.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned());
         let p = self.prepare(host, &extra)?;
         let driver = driver_address(spec.driver, p.local, p.peer).with_context(|| format!("host {label}"))?;
         let mut env: Vec<String> =
@@ -268,6 +272,11 @@ impl Launcher for SshLauncher {
 
     fn open_dir(&self, rank: usize, rel: &Path) -> Option<anyhow::Result<Box<dyn RemoteDir>>> {
         Some(SftpDir::open(self, rank, rel).map(|d| Box::new(d) as Box<dyn RemoteDir>).map_err(Into::into))
+    }
+
+    fn ship_with_job(&self, files: Vec<(PathBuf, PathBuf)>) {
+        let items = files.into_iter().map(|(local, remote)| ShipItem { local, remote, executable: false }).collect();
+        *self.job_files.lock().unwrap_or_else(|e| e.into_inner()) = items;
     }
 }
 

@@ -150,6 +150,13 @@ pub fn weight_files(dir: &Path) -> Result<[PathBuf; 2], TrainError> {
     Ok([dir.join(STATE), dir.join(read_state(dir)?.weights)])
 }
 
+/// Every file of the checkpoint in `dir`, tensors first and `state.json`
+/// last (what a worker resuming without the driver's filesystem must be sent).
+pub fn files(dir: &Path) -> Result<[PathBuf; 3], TrainError> {
+    let s = read_state(dir)?;
+    Ok([dir.join(s.weights), dir.join(s.optimizer), dir.join(STATE)])
+}
+
 /// Loads only the weights of the checkpoint in `dir` into `params` (inference).
 pub fn load_weights(dir: &Path, params: &Params) -> Result<(), TrainError> {
     set_weights(dir, &read_state(dir)?, params)

@@ -129,8 +129,16 @@ fn recover(
                     | DriverError::StartTimeout { .. }
             )
         });
-        let checkpointed = checkpoint::dir(&data.run_dir(name)).join("state.json").is_file();
-        if !worker_lost || !checkpointed || !opts.launcher.shares_files() || opts.interrupted.load(Ordering::SeqCst) {
+        if !worker_lost || opts.interrupted.load(Ordering::SeqCst) {
+            return Err(err);
+        }
+        // Without shared files the newest checkpoint is on rank 0's host.
+        let run_dir = data.run_dir(name);
+        if let Err(e) = fetch_checkpoint(opts.launcher, &checkpoint_rel(opts.launcher, data, &run_dir)?, &run_dir, obs)
+        {
+            obs.event(&format!("cannot fetch rank 0's checkpoint ({e:#}); resuming from the driver's copy"));
+        }
+        if !checkpoint::dir(&run_dir).join("state.json").is_file() {
             return Err(err);
         }
         let msg =
@@ -151,11 +159,12 @@ fn resume_once(
     obs: &mut dyn Observer,
 ) -> anyhow::Result<RunSummary> {
     let (run_dir, cfg, progress) = crate::train::resumable(data, run, over)?;
-    if cfg.cluster.is_some() || !opts.launcher.shares_files() {
-        return Err(BadInput::new(format!(
-            "--resume {run}: resuming a multi-worker run needs workers that read the driver's checkpoint (local workers); over ssh, start a new run"
-        ))
-        .into());
+    if !opts.launcher.shares_files() {
+        // Every worker restores the weights and the optimizer state: each host gets the checkpoint.
+        let root = absolute(&data.root)?;
+        let files = checkpoint::files(&checkpoint::dir(&absolute(&run_dir)?))?;
+        let rel = files.iter().map(|f| Ok((f.clone(), worker_path(opts.launcher, &root, f)?)));
+        opts.launcher.ship_with_job(rel.collect::<anyhow::Result<_>>()?);
     }
     execute(data, cfg, run.to_string(), run_dir, Some(progress), run_opts, opts, obs)
 }
@@ -348,6 +357,11 @@ pub(super) fn worker_path(launcher: &dyn Launcher, root: &Path, local: &Path) ->
         ))
         .into()),
     }
+}
+
+/// The run directory `run_dir` as the workers name it.
+fn checkpoint_rel(launcher: &dyn Launcher, data: &DataDir, run_dir: &Path) -> anyhow::Result<PathBuf> {
+    worker_path(launcher, &absolute(&data.root)?, &absolute(run_dir)?)
 }
 
 /// Without a shared filesystem rank 0 checkpoints on its own host: copy that

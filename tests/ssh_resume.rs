@@ -1,0 +1,96 @@
+//! Resume and automatic restarts over the ssh launcher, against a real
+//! OpenSSH server on 127.0.0.1: the driver ships its checkpoint to every
+//! host, fetches rank 0's before a restart, and the run ends with the
+//! uninterrupted run's weights, bit for bit.
+
+mod dist_support;
+
+use dist_support::sshd::{Sshd, wait_none_mentioning};
+use dist_support::{Driver, cora, final_weights, json, records, signal, wait_gone};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// 140 roots in global batches of 2 x 8: 9 iterations per epoch.
+const RUN: &[&str] =
+    &["train", "cora", "--no-tui", "--batch-size", "8", "--hidden", "16", "--fanout", "5,5", "--seed", "5"];
+
+fn assert_nothing_left(sshd: &Sshd) {
+    let marker = sshd.remote.display().to_string();
+    assert_eq!(wait_none_mentioning(&marker, Duration::from_secs(5)), Vec::<u32>::new(), "processes left");
+    assert_eq!(sshd.wait_sessions_closed(Duration::from_secs(5)), Vec::<u32>::new(), "ssh sessions left open");
+}
+
+/// (epoch, iteration, worker, loss) of every record of `run`, sorted.
+fn losses(d: &Path, run: &str) -> Vec<(u64, u64, u64, String)> {
+    let mut v: Vec<_> = records(d, &serde_json::json!({ "run": run }))
+        .iter()
+        .map(|r| {
+            let n = |k: &str| r[k].as_u64().unwrap();
+            (n("epoch"), n("iteration"), n("worker"), r["loss"].to_string())
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn a_run_stopped_over_ssh_resumes_over_ssh_to_the_uninterrupted_weights() {
+    let mut sshd = Sshd::start();
+    let profile = sshd.profile(2, "");
+    let tmp = cora();
+    let d = tmp.path();
+    let run = [RUN, &["--cluster", profile.to_str().unwrap(), "--epochs", "2", "--checkpoint-every", "4"]].concat();
+    let straight = json(d, &[&run[..], &["--run", "straight"]].concat());
+    let stopped = json(d, &[&run[..], &["--run", "mid", "--stop-after", "6"]].concat());
+    assert_eq!(stopped["iterations"], 6);
+    // The remote copy of the checkpoint is removed: the resume must ship the driver's.
+    std::fs::remove_dir_all(sshd.remote.join("data/runs/mid/checkpoint")).unwrap();
+    let resumed = json(d, &["train", "--resume", "mid", "--no-tui"]);
+    assert_eq!(resumed["workers"], 2);
+    for k in ["iterations", "final_loss", "test_accuracy", "epochs"] {
+        assert_eq!(resumed[k], straight[k], "{k}");
+    }
+    assert!(final_weights(d, "mid") == final_weights(d, "straight"), "final weights differ");
+    assert_eq!(losses(d, "mid"), losses(d, "straight"));
+    assert_nothing_left(&sshd);
+    sshd.stop();
+}
+
+#[test]
+fn a_worker_killed_over_ssh_is_restarted_and_the_run_ends_as_if_uninterrupted() {
+    let mut sshd = Sshd::start();
+    let profile = sshd.profile(2, "");
+    let tmp = cora();
+    let d = tmp.path();
+    let run = [RUN, &["--cluster", profile.to_str().unwrap(), "--epochs", "6", "--checkpoint-every", "2"]].concat();
+    json(d, &[&run[..], &["--run", "straight"]].concat());
+    let mut drv = Driver::start(d, &[&run[..], &["--run", "killed", "--restarts", "1"]].concat());
+    let pids = remote_workers(&mut drv);
+    drv.wait_line(Duration::from_secs(60), |l| l.starts_with("epoch") && l.contains("/6"));
+    signal(pids[1], "KILL");
+    let killed = Instant::now();
+    drv.wait_line(Duration::from_secs(30), |l| l.contains("restart 1 of 1"));
+    let again = remote_workers(&mut drv);
+    // Training again: the first step of the resumed run reaches the driver.
+    drv.wait_line(Duration::from_secs(60), |l| l.contains("[worker 0] resumed") || l.starts_with("epoch"));
+    println!("over ssh, from kill -9 to training again: {:.2} s", killed.elapsed().as_secs_f64());
+    let (code, stderr) = drv.wait_exit(Duration::from_secs(120));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(final_weights(d, "killed") == final_weights(d, "straight"), "the restarted run ended elsewhere");
+    assert_eq!(losses(d, "killed"), losses(d, "straight"), "every record once, the same losses");
+    assert_eq!(wait_gone(&[&pids[..], &again[..]].concat(), Duration::from_secs(5)), Vec::<u32>::new());
+    assert_nothing_left(&sshd);
+    sshd.stop();
+}
+
+/// Each remote worker's pid, by rank, from "[127.0.0.1:PORT rank R] pid P, mesh listening on A".
+fn remote_workers(drv: &mut Driver) -> [u32; 2] {
+    let mut pids = [0u32; 2];
+    for _ in 0..2 {
+        let l = drv.wait_line(Duration::from_secs(60), |l| l.contains("] pid ") && l.contains("mesh listening on"));
+        let rank: usize = l.split(" rank ").nth(1).unwrap().split(']').next().unwrap().parse().unwrap();
+        pids[rank] = l.split("] pid ").nth(1).unwrap().split(',').next().unwrap().parse().unwrap();
+    }
+    assert!(pids.iter().all(|&p| p != 0), "{pids:?}");
+    pids
+}
