@@ -24,6 +24,7 @@ fn assert_nothing_left(sshd: &Sshd) {
 fn losses(d: &Path, run: &str) -> Vec<(u64, u64, u64, String)> {
     let mut v: Vec<_> = records(d, &serde_json::json!({ "run": run }))
         .iter()
+        .filter(|r| r.get("restart").is_none())
         .map(|r| {
             let n = |k: &str| r[k].as_u64().unwrap();
             (n("epoch"), n("iteration"), n("worker"), r["loss"].to_string())
@@ -71,11 +72,23 @@ fn a_worker_killed_over_ssh_is_restarted_and_the_run_ends_as_if_uninterrupted() 
     let killed = Instant::now();
     drv.wait_line(Duration::from_secs(30), |l| l.contains("restart 1 of 1"));
     let again = remote_workers(&mut drv);
-    // Training again: the first step of the resumed run reaches the driver.
-    drv.wait_line(Duration::from_secs(60), |l| l.contains("[worker 0] resumed") || l.starts_with("epoch"));
+    // Training again: the first step of the resumed run reached the driver.
+    drv.wait_line(Duration::from_secs(60), |l| l.contains("restart 1 of 1: training again"));
     println!("over ssh, from kill -9 to training again: {:.2} s", killed.elapsed().as_secs_f64());
     let (code, stderr) = drv.wait_exit(Duration::from_secs(120));
     assert_eq!(code, Some(0), "{stderr}");
+    // One restart record, at the checkpoint the run resumed from (every 2 iterations).
+    let restarts: Vec<serde_json::Value> = records(d, &serde_json::json!({ "run": "killed" }))
+        .into_iter()
+        .filter(|r| r.get("restart").is_some())
+        .collect();
+    assert_eq!(restarts.len(), 1, "{restarts:?}");
+    let r = &restarts[0];
+    assert_eq!((r["restart"].as_u64(), r["of"].as_u64()), (Some(1), Some(1)));
+    assert!(r["reason"].as_str().unwrap().contains("worker 1"), "{r}");
+    let at = r["epoch"].as_u64().unwrap() * 9 + r["iteration"].as_u64().unwrap();
+    assert!(at >= 9 && at % 2 == 0, "resumed after the first epoch, at a checkpoint: {r}");
+    assert!(r["seconds"].as_f64().unwrap() > 0.0);
     assert!(final_weights(d, "killed") == final_weights(d, "straight"), "the restarted run ended elsewhere");
     assert_eq!(losses(d, "killed"), losses(d, "straight"), "every record once, the same losses");
     assert_eq!(wait_gone(&[&pids[..], &again[..]].concat(), Duration::from_secs(5)), Vec::<u32>::new());
@@ -93,4 +106,38 @@ fn remote_workers(drv: &mut Driver) -> [u32; 2] {
     }
     assert!(pids.iter().all(|&p| p != 0), "{pids:?}");
     pids
+}
+
+#[test]
+fn the_ranks_of_a_host_lost_mid_run_restart_on_a_spare_host() {
+    let mut s1 = Sshd::start();
+    let mut s2 = Sshd::start();
+    // Rank 0 on s1, rank 1 on s2; the spare is another entry for s1's server.
+    let hosts = format!("{}{}{}spare = true\n", s1.host_entry(1), s2.host_entry(1), s1.host_entry(1));
+    let both = s1.path("known_hosts_both");
+    let keys = [&s1.known_hosts, &s2.known_hosts].map(|k| std::fs::read_to_string(k).unwrap()).concat();
+    std::fs::write(&both, keys).unwrap();
+    let profile = s1.profile_with_hosts(&hosts, "");
+    let text = std::fs::read_to_string(&profile).unwrap();
+    std::fs::write(&profile, text.replace(&s1.known_hosts.display().to_string(), &both.display().to_string())).unwrap();
+    let tmp = cora();
+    let d = tmp.path();
+    let run = [RUN, &["--cluster", profile.to_str().unwrap(), "--epochs", "6", "--checkpoint-every", "2"]].concat();
+    json(d, &[&run[..], &["--run", "straight"]].concat());
+    let mut drv = Driver::start(d, &[&run[..], &["--run", "moved", "--restarts", "1"]].concat());
+    let pids = remote_workers(&mut drv);
+    drv.wait_line(Duration::from_secs(60), |l| l.starts_with("epoch") && l.contains("/6"));
+    // s2 goes away with rank 1 (its sessions are killed): the restart finds it unreachable.
+    s2.stop();
+    drv.wait_line(Duration::from_secs(30), |l| l.contains("restart 1 of 1"));
+    let spare = format!("spare host {}@127.0.0.1:{}", s1.user, s1.port);
+    drv.wait_line(Duration::from_secs(30), |l| l.contains("cannot connect") && l.contains(&spare));
+    let again = remote_workers(&mut drv);
+    let (code, stderr) = drv.wait_exit(Duration::from_secs(120));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(final_weights(d, "moved") == final_weights(d, "straight"), "the run on the spare ended elsewhere");
+    assert_eq!(losses(d, "moved"), losses(d, "straight"));
+    assert_eq!(wait_gone(&[&pids[..], &again[..]].concat(), Duration::from_secs(5)), Vec::<u32>::new());
+    assert_nothing_left(&s1);
+    s1.stop();
 }

@@ -85,6 +85,10 @@ pub struct Profile {
     /// Extra environment for every worker (set explicitly, not via the remote login shell).
     pub env: Vec<(String, String)>,
     pub hosts: Vec<HostSpec>,
+    /// `[[host]]` entries with `spare = true`: no ranks of their own; a
+    /// restart moves the ranks of an unreachable host to the first unused
+    /// spare with at least as many worker slots.
+    pub spares: Vec<HostSpec>,
     /// The `[cost]` table (cost-model figures, see `crate::cost::Figures`), as written.
     pub cost: Option<toml::Table>,
 }
@@ -121,6 +125,7 @@ struct RawHost {
     user: Option<String>,
     identity: Option<String>,
     workers: Option<usize>,
+    spare: Option<bool>,
     // Accepted by the parser only to refuse them with a clear message.
     password: Option<toml::Value>,
     passphrase: Option<toml::Value>,
@@ -144,6 +149,7 @@ impl Profile {
             connect_timeout: Duration::from_secs(10),
             env: vec![],
             hosts: vec![],
+            spares: vec![],
             cost: None,
         }
     }
@@ -259,13 +265,14 @@ impl Profile {
             if !(1..=MAX_WORKERS_PER_HOST).contains(&workers) {
                 return Err(invalid(&key("workers"), format!("{workers} is outside 1..={MAX_WORKERS_PER_HOST}")));
             }
-            p.hosts.push(HostSpec { address, port, user, identity, workers });
+            let spec = HostSpec { address, port, user, identity, workers };
+            if h.spare.unwrap_or(false) { p.spares.push(spec) } else { p.hosts.push(spec) }
         }
         match p.launcher {
             LauncherKind::Ssh if p.hosts.is_empty() => {
-                Err(invalid("host", "launcher = \"ssh\" needs at least one [[host]] entry".into()))
+                Err(invalid("host", "launcher = \"ssh\" needs at least one [[host]] entry that is not a spare".into()))
             }
-            LauncherKind::Local | LauncherKind::Slurm if !p.hosts.is_empty() => Err(invalid(
+            LauncherKind::Local | LauncherKind::Slurm if !p.hosts.is_empty() || !p.spares.is_empty() => Err(invalid(
                 "host",
                 "[[host]] entries are only used with launcher = \"ssh\" (set it in [cluster])".into(),
             )),

@@ -248,7 +248,7 @@ fn execute(
 
     let metrics = run_dir.join("metrics.jsonl");
     let at = (progress.epoch, progress.iteration);
-    let sink = JsonlSink::append_after_filter(&metrics, |r| (r.epoch, r.iteration) < at)?;
+    let sink = JsonlSink::append_before(&metrics, at)?;
     let mut obs = Recording { sink, inner: obs };
 
     let data_view = GraphData { graph: ds.graph(), features: &ds, labels: ds.labels() };

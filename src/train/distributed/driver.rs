@@ -5,7 +5,7 @@ use super::{DistJob, Report, WorkerDone};
 use crate::cluster::Launcher;
 use crate::cluster::driver::{DriverError, DriverOptions, Event, run_job_stoppable};
 use crate::format::write_atomic;
-use crate::metrics::{JsonlSink, RunBytes, RunSummary, add_bytes};
+use crate::metrics::{JsonlSink, RestartRecord, RunBytes, RunSummary, add_bytes};
 use crate::schedule::MergePlan;
 use crate::train::strategy::{StrategyEnv, StrategyKind};
 use crate::train::{Observer, Progress, ResumeOverrides, RunOptions, TrainConfig, TrainError, checkpoint, new_run_dir};
@@ -14,7 +14,7 @@ use anyhow::Context;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How the workers are started and watched.
 pub struct DistOptions<'a> {
@@ -60,7 +60,7 @@ pub fn train_distributed(
     cfg.check_all(&crate::format::DatasetFile::open(&dataset)?)?;
     preflight(data, &cfg, run, opts)?;
     let (name, run_dir) = new_run_dir(data, run.run.as_deref(), &cfg)?;
-    let result = execute(data, cfg, name.clone(), run_dir, None, run, opts, obs);
+    let result = execute(data, cfg, name.clone(), run_dir, (None, None), run, opts, obs);
     recover(data, &name, result, run, opts, obs)
 }
 
@@ -99,7 +99,7 @@ pub fn resume_distributed(
     opts: &DistOptions<'_>,
     obs: &mut dyn Observer,
 ) -> anyhow::Result<RunSummary> {
-    let result = resume_once(data, run, over, run_opts, opts, obs);
+    let result = resume_once(data, run, over, run_opts, opts, obs, None);
     recover(data, run, result, run_opts, opts, obs)
 }
 
@@ -119,6 +119,7 @@ fn recover(
             Ok(s) => return Ok(s),
             Err(e) => e,
         };
+        let failed = Instant::now();
         let worker_lost = err.chain().filter_map(|e| e.downcast_ref::<DriverError>()).any(|e| {
             matches!(
                 e,
@@ -145,7 +146,8 @@ fn recover(
             format!("restart {attempt} of {}: {err:#}; resuming run {name} from its last checkpoint", opts.restarts);
         tracing::warn!("{msg}");
         obs.event(&msg);
-        result = resume_once(data, name, &ResumeOverrides::default(), run, opts, obs);
+        let restart = Restart { attempt, of: opts.restarts, reason: format!("{err:#}"), since: failed };
+        result = resume_once(data, name, &ResumeOverrides::default(), run, opts, obs, Some(restart));
     }
     result
 }
@@ -157,6 +159,7 @@ fn resume_once(
     run_opts: &RunOptions,
     opts: &DistOptions<'_>,
     obs: &mut dyn Observer,
+    restart: Option<Restart>,
 ) -> anyhow::Result<RunSummary> {
     let (run_dir, cfg, progress) = crate::train::resumable(data, run, over)?;
     if !opts.launcher.shares_files() {
@@ -166,7 +169,22 @@ fn resume_once(
         let rel = files.iter().map(|f| Ok((f.clone(), worker_path(opts.launcher, &root, f)?)));
         opts.launcher.ship_with_job(rel.collect::<anyhow::Result<_>>()?);
     }
-    execute(data, cfg, run.to_string(), run_dir, Some(progress), run_opts, opts, obs)
+    execute(data, cfg, run.to_string(), run_dir, (Some(progress), restart), run_opts, opts, obs)
+}
+
+/// A restart under way: what the `RestartRecord` says once training runs again.
+struct Restart {
+    attempt: u32,
+    of: u32,
+    reason: String,
+    since: Instant,
+}
+
+impl Restart {
+    fn record(self, (epoch, iteration): (u64, u64)) -> RestartRecord {
+        let seconds = self.since.elapsed().as_secs_f64();
+        RestartRecord { restart: self.attempt, of: self.of, reason: self.reason, epoch, iteration, seconds }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -175,7 +193,7 @@ fn execute(
     cfg: TrainConfig,
     name: String,
     run_dir: PathBuf,
-    resume: Option<Progress>,
+    (resume, restart): (Option<Progress>, Option<Restart>),
     run: &RunOptions,
     opts: &DistOptions<'_>,
     obs: &mut dyn Observer,
@@ -246,7 +264,8 @@ fn execute(
 
     // Resuming: the records after the checkpoint are dropped, to be written again.
     let at = resume.as_ref().map_or((0, 0), |p| (p.epoch, p.iteration));
-    let mut sink = JsonlSink::append_after_filter(&run_dir.join("metrics.jsonl"), |r| (r.epoch, r.iteration) < at)?;
+    let mut sink = JsonlSink::append_before(&run_dir.join("metrics.jsonl"), at)?;
+    let mut restart = restart;
     let mut summary = RunSummary {
         run: name,
         strategy: cfg.strategy.to_string(),
@@ -273,6 +292,22 @@ fn execute(
         let outcome = match ev {
             Event::Metrics(rank, v) => match serde_json::from_value::<Report>(v) {
                 Ok(Report::Step(r)) => {
+                    if let Some(re) = restart.take() {
+                        let rec = re.record(at);
+                        let msg = format!(
+                            "restart {} of {}: training again {:.2} s after the failure, from epoch {} iteration {}",
+                            rec.restart,
+                            rec.of,
+                            rec.seconds,
+                            at.0 + 1,
+                            at.1 + 1
+                        );
+                        tracing::warn!("{msg}");
+                        obs.event(&msg);
+                        if let Err(e) = sink.write_restart(&rec) {
+                            failure.get_or_insert(e.into());
+                        }
+                    }
                     crate::train::trace_step(&r);
                     summary.rows += r.rows;
                     stragglers.step(&r);
