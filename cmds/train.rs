@@ -172,7 +172,8 @@ pub struct Args {
     #[arg(long, default_value_t = 30.0)]
     pub comm_timeout: f64,
     /// When a worker dies, stops answering or loses its link: stop all, resume from the last
-    /// checkpoint, at most N times (local workers; see --checkpoint-every).
+    /// checkpoint, at most N times (local or ssh workers; ssh: spare hosts replace unreachable ones;
+    /// see --checkpoint-every).
     #[arg(long, default_value_t = 0)]
     pub restarts: u32,
     /// With several workers, check every N iterations that all replicas hold the same weights (0: never).

@@ -396,6 +396,20 @@ mod tests {
     }
 
     #[test]
+    fn spare_hosts_take_no_ranks_and_a_profile_of_spares_only_is_refused() {
+        let p = parse(
+            "[cluster]\nlauncher = \"ssh\"\n[[host]]\naddress = \"a\"\nuser = \"u\"\nworkers = 2\n\
+             [[host]]\naddress = \"s\"\nuser = \"u\"\nworkers = 2\nspare = true\n[[host]]\naddress = \"b\"\nuser = \"u\"\n",
+        )
+        .unwrap();
+        assert_eq!(p.assignment(), vec![0, 0, 1]);
+        assert_eq!(p.host_of(2).map(|h| h.address.as_str()), Some("b"));
+        assert_eq!(p.spares.iter().map(|h| h.address.as_str()).collect::<Vec<_>>(), ["s"]);
+        let only = parse("[cluster]\nlauncher = \"ssh\"\n[[host]]\naddress = \"s\"\nuser = \"u\"\nspare = true\n");
+        assert!(only.unwrap_err().to_string().contains("not a spare"));
+    }
+
+    #[test]
     fn bad_profiles_name_file_and_key() {
         let cases = [
             ("[cluster]\nlauncher = \"ssh\"\n", "/etc/lab.toml: host: launcher = \"ssh\" needs"),
