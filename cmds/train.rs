@@ -171,6 +171,10 @@ pub struct Args {
     /// Seconds any worker waits for another before failing with that worker's name.
     #[arg(long, default_value_t = 30.0)]
     pub comm_timeout: f64,
+    /// Encrypt the control connections and the workers' mesh (AES-256-GCM records, keys per job,
+    /// connection and direction; also `[cluster] encrypt = true` in the profile).
+    #[arg(long)]
+    pub encrypt: bool,
     /// When a worker dies, stops answering or loses its link: stop all, resume from the last
     /// checkpoint, at most N times (local or ssh workers; ssh: spare hosts replace unreachable ones;
     /// see --checkpoint-every).
@@ -371,6 +375,10 @@ fn distributed(
         Arc::new(|l| eprintln!("{l}"))
     };
     let (mut ssh, mut slurm) = (None, None);
+    // A local profile (`--cluster profiles/local.toml`) is not kept past `with_profile`: read its `encrypt`.
+    let file_encrypts =
+        || cfg.cluster.as_deref().and_then(|p| Profile::load_or_builtin(p).ok()).is_some_and(|p| p.encrypt);
+    let encrypt = a.encrypt || profile.as_ref().map_or_else(file_encrypts, |p| p.encrypt);
     match profile {
         Some(p) if p.launcher == LauncherKind::Slurm => {
             let alloc = Allocation::from_env(Some(cfg.workers))?;
@@ -403,6 +411,7 @@ fn distributed(
         },
         auto_planner: Some(&leapgnn::cost::auto_plans),
         restarts: a.restarts,
+        encrypt,
     };
     let name = cfg.dataset.clone();
     let result = match resume {
@@ -896,6 +905,7 @@ fn neutronstar(g: &Global, a: &Args) -> anyhow::Result<()> {
             driver_bind: Profile::local().driver_bind(),
             auto_planner: None,
             restarts: 0,
+            encrypt: false,
         };
         train::neutronstar::estimate(&data, cfg, |d, c| train_distributed(d, c, &opts, &dist, &mut quiet))
     } else {

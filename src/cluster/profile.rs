@@ -84,6 +84,8 @@ pub struct Profile {
     pub connect_timeout: Duration,
     /// Extra environment for every worker (set explicitly, not via the remote login shell).
     pub env: Vec<(String, String)>,
+    /// `encrypt = true`: as `train --encrypt`.
+    pub encrypt: bool,
     pub hosts: Vec<HostSpec>,
     /// `[[host]]` entries with `spare = true`: no ranks of their own; a
     /// restart moves the ranks of an unreachable host to the first unused
@@ -113,6 +115,7 @@ struct RawCluster {
     binary: Option<String>,
     driver_bind: Option<SocketAddr>,
     connect_timeout: Option<u64>,
+    encrypt: Option<bool>,
     #[serde(default)]
     env: BTreeMap<String, String>,
 }
@@ -148,6 +151,7 @@ impl Profile {
             driver_bind: None,
             connect_timeout: Duration::from_secs(10),
             env: vec![],
+            encrypt: false,
             hosts: vec![],
             spares: vec![],
             cost: None,
@@ -205,6 +209,7 @@ impl Profile {
             p.known_hosts = local_path("cluster.known_hosts", &k)?;
         }
         p.accept_new_host_keys = c.accept_new_host_keys.unwrap_or(false);
+        p.encrypt = c.encrypt.unwrap_or(false);
         if let Some(b) = c.binary {
             let b = local_path("cluster.binary", &b)?;
             if !b.is_file() {

@@ -39,6 +39,8 @@ pub struct DistOptions<'a> {
     /// `--restarts`: when a worker dies, stops answering or its link fails, stop
     /// them all and resume from the last checkpoint, at most this many times.
     pub restarts: u32,
+    /// `--encrypt`: control connections and mesh carry sealed records (`comm::seal`).
+    pub encrypt: bool,
 }
 
 /// Predicts a `leapgnn` merge plan for every T that fits, for a run of the config.
@@ -281,6 +283,7 @@ fn execute(
     let driver_opts = DriverOptions {
         silence_timeout: (opts.comm_timeout * 2).max(Duration::from_secs(10)),
         bind: opts.driver_bind,
+        encrypt: opts.encrypt,
         ..DriverOptions::default()
     };
     let stop = AtomicBool::new(false);
