@@ -87,7 +87,7 @@ fn a_worker_killed_over_ssh_is_restarted_and_the_run_ends_as_if_uninterrupted() 
     assert_eq!((r["restart"].as_u64(), r["of"].as_u64()), (Some(1), Some(1)));
     assert!(r["reason"].as_str().unwrap().contains("worker 1"), "{r}");
     let at = r["epoch"].as_u64().unwrap() * 9 + r["iteration"].as_u64().unwrap();
-    assert!(at >= 9 && at % 2 == 0, "resumed after the first epoch, at a checkpoint: {r}");
+    assert!(at >= 9 && at.is_multiple_of(2), "resumed after the first epoch, at a checkpoint: {r}");
     assert!(r["seconds"].as_f64().unwrap() > 0.0);
     assert!(final_weights(d, "killed") == final_weights(d, "straight"), "the restarted run ended elsewhere");
     assert_eq!(losses(d, "killed"), losses(d, "straight"), "every record once, the same losses");

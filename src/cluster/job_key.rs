@@ -101,34 +101,6 @@ pub fn verify_control_proof(
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn keys_depend_on_token_and_salt_and_proofs_on_everything() {
-        let (t, s) = (random_hex(TOKEN_BYTES), from_hex(&random_hex(TOKEN_BYTES)).unwrap());
-        assert_eq!(mesh_key(&t, &s), mesh_key(&t, &s));
-        assert_ne!(mesh_key(&t, &s), mesh_key(&random_hex(TOKEN_BYTES), &s));
-        assert_ne!(mesh_key(&t, &s), mesh_key(&t, b"other salt"));
-        let p = control_proof(&t, Side::Worker, 1, "wn", "dn");
-        assert!(verify_control_proof(&t, Side::Worker, 1, "wn", "dn", &p));
-        for (side, rank, wn, dn) in [
-            (Side::Driver, 1, "wn", "dn"),
-            (Side::Worker, 0, "wn", "dn"),
-            (Side::Worker, 1, "wx", "dn"),
-            (Side::Worker, 1, "wn", "dx"),
-        ] {
-            assert!(!verify_control_proof(&t, side, rank, wn, dn, &p), "{side:?} {rank} {wn} {dn}");
-        }
-        assert!(!verify_control_proof("another token", Side::Worker, 1, "wn", "dn", &p));
-        assert!(!verify_control_proof(&t, Side::Worker, 1, "wn", "dn", "zz"));
-        assert_eq!(from_hex(&to_hex(&[0, 1, 254, 255])), Some(vec![0, 1, 254, 255]));
-        assert_eq!(from_hex("abc"), None);
-        assert_eq!(from_hex("é1"), None);
-    }
-}
-
 /// Ends the token of a job that asked for `--encrypt`: both ends learn the
 /// choice over the launch channel only, so no one on the network can strip it.
 pub const ENCRYPT_MARK: &str = "+encrypt";
@@ -159,4 +131,32 @@ pub fn control_keys(
         Side::Worker => (w2d, d2w),
     };
     crate::comm::seal::Keys::derive(token.as_bytes(), &salt, "leapgnn control records v1", out, inb)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_depend_on_token_and_salt_and_proofs_on_everything() {
+        let (t, s) = (random_hex(TOKEN_BYTES), from_hex(&random_hex(TOKEN_BYTES)).unwrap());
+        assert_eq!(mesh_key(&t, &s), mesh_key(&t, &s));
+        assert_ne!(mesh_key(&t, &s), mesh_key(&random_hex(TOKEN_BYTES), &s));
+        assert_ne!(mesh_key(&t, &s), mesh_key(&t, b"other salt"));
+        let p = control_proof(&t, Side::Worker, 1, "wn", "dn");
+        assert!(verify_control_proof(&t, Side::Worker, 1, "wn", "dn", &p));
+        for (side, rank, wn, dn) in [
+            (Side::Driver, 1, "wn", "dn"),
+            (Side::Worker, 0, "wn", "dn"),
+            (Side::Worker, 1, "wx", "dn"),
+            (Side::Worker, 1, "wn", "dx"),
+        ] {
+            assert!(!verify_control_proof(&t, side, rank, wn, dn, &p), "{side:?} {rank} {wn} {dn}");
+        }
+        assert!(!verify_control_proof("another token", Side::Worker, 1, "wn", "dn", &p));
+        assert!(!verify_control_proof(&t, Side::Worker, 1, "wn", "dn", "zz"));
+        assert_eq!(from_hex(&to_hex(&[0, 1, 254, 255])), Some(vec![0, 1, 254, 255]));
+        assert_eq!(from_hex("abc"), None);
+        assert_eq!(from_hex("é1"), None);
+    }
 }
