@@ -32,7 +32,8 @@ pub trait WorkerProcess: Send {
     fn kill(&mut self);
 }
 
-pub trait Launcher {
+/// `Sync`: the driver reads results back (`open_dir`) from a thread of its own.
+pub trait Launcher: Sync {
     fn name(&self) -> &'static str;
     fn launch(&self, spec: &WorkerSpec) -> anyhow::Result<Box<dyn WorkerProcess>>;
     /// True when workers see the driver's files at the driver's paths (local

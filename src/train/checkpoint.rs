@@ -58,6 +58,10 @@ struct StateFile {
     rng: String,
 }
 
+/// How rank 0's event about a periodic checkpoint starts (the driver of a
+/// run without shared files copies each one back when it reads this).
+pub const WRITTEN: &str = "checkpoint written after iteration";
+
 pub fn dir(run_dir: &Path) -> PathBuf {
     run_dir.join("checkpoint")
 }

@@ -115,7 +115,7 @@ pub fn run_loop(
             if stop || (cfg.checkpoint_every > 0 && p.global_iteration.is_multiple_of(cfg.checkpoint_every)) {
                 p.auto_steps = strategy.auto_state();
                 save(&p, w, opt)?;
-                obs.event(&format!("checkpoint written after iteration {}", p.global_iteration));
+                obs.event(&format!("{} {}", checkpoint::WRITTEN, p.global_iteration));
             }
             if stop {
                 return Ok(p);

@@ -139,7 +139,9 @@ fn recover(
         let run_dir = data.run_dir(name);
         if let Err(e) = fetch_checkpoint(opts.launcher, &checkpoint_rel(opts.launcher, data, &run_dir)?, &run_dir, obs)
         {
-            obs.event(&format!("cannot fetch rank 0's checkpoint ({e:#}); resuming from the driver's copy"));
+            let msg = format!("{e:#}; resuming from the driver's copy of the last checkpoint");
+            tracing::warn!("{msg}");
+            obs.event(&msg);
         }
         if !checkpoint::dir(&run_dir).join("state.json").is_file() {
             return Err(err);
@@ -288,59 +290,81 @@ fn execute(
     };
     let stop = AtomicBool::new(false);
     let remote_run_dir = job.run_dir.clone();
-    let result = run_job_stoppable(opts.launcher, world, &task, &driver_opts, opts.interrupted, &stop, |ev| {
-        for line in opts.worker_lines.iter().flat_map(|rx| rx.try_iter()) {
-            obs.event(&line);
-        }
-        let outcome = match ev {
-            Event::Metrics(rank, v) => match serde_json::from_value::<Report>(v) {
-                Ok(Report::Step(r)) => {
-                    if let Some(re) = restart.take() {
-                        let rec = re.record(at);
-                        let msg = format!(
-                            "restart {} of {}: training again {:.2} s after the failure, from epoch {} iteration {}",
-                            rec.restart,
-                            rec.of,
-                            rec.seconds,
-                            at.0 + 1,
-                            at.1 + 1
-                        );
-                        tracing::warn!("{msg}");
-                        obs.event(&msg);
-                        if let Err(e) = sink.write_restart(&rec) {
-                            failure.get_or_insert(e.into());
-                        }
+    // Without shared files each periodic checkpoint is copied back while training
+    // goes on, so a restart that cannot reach rank 0's host loses at most
+    // --checkpoint-every iterations. One request waits at most: the copy reads the latest.
+    let (fetch_tx, fetch_rx) = mpsc::sync_channel::<()>(1);
+    let result = std::thread::scope(|scope| {
+        if !opts.launcher.shares_files() {
+            let (launcher, remote, local) = (opts.launcher, &remote_run_dir, &run_dir);
+            scope.spawn(move || {
+                while fetch_rx.recv().is_ok() {
+                    // A copy that races rank 0's next checkpoint fails; the next one succeeds.
+                    if let Err(e) = copy_checkpoint(launcher, remote, local) {
+                        tracing::info!("{e:#}");
                     }
-                    crate::train::trace_step(&r);
-                    summary.rows += r.rows;
-                    stragglers.step(&r);
-                    sink.write(&r).map_err(TrainError::from).and_then(|()| obs.step(&r))
                 }
-                Ok(Report::Epoch { record, epochs }) => {
-                    crate::train::trace_epoch(&record, epochs);
-                    let _ = sink.flush();
-                    obs.epoch(&record, epochs);
-                    for line in stragglers.epoch_end(record.epoch) {
-                        obs.event(&line);
+            });
+        }
+        let result = run_job_stoppable(opts.launcher, world, &task, &driver_opts, opts.interrupted, &stop, |ev| {
+            for line in opts.worker_lines.iter().flat_map(|rx| rx.try_iter()) {
+                obs.event(&line);
+            }
+            let outcome = match ev {
+                Event::Metrics(rank, v) => match serde_json::from_value::<Report>(v) {
+                    Ok(Report::Step(r)) => {
+                        if let Some(re) = restart.take() {
+                            let rec = re.record(at);
+                            let msg = format!(
+                                "restart {} of {}: training again {:.2} s after the failure, from epoch {} iteration {}",
+                                rec.restart,
+                                rec.of,
+                                rec.seconds,
+                                at.0 + 1,
+                                at.1 + 1
+                            );
+                            tracing::warn!("{msg}");
+                            obs.event(&msg);
+                            if let Err(e) = sink.write_restart(&rec) {
+                                failure.get_or_insert(e.into());
+                            }
+                        }
+                        crate::train::trace_step(&r);
+                        summary.rows += r.rows;
+                        stragglers.step(&r);
+                        sink.write(&r).map_err(TrainError::from).and_then(|()| obs.step(&r))
+                    }
+                    Ok(Report::Epoch { record, epochs }) => {
+                        crate::train::trace_epoch(&record, epochs);
+                        let _ = sink.flush();
+                        obs.epoch(&record, epochs);
+                        for line in stragglers.epoch_end(record.epoch) {
+                            obs.event(&line);
+                        }
+                        Ok(())
+                    }
+                    Err(e) => Err(BadInput::new(format!("worker {rank} sent a malformed metrics record: {e}")).into()),
+                },
+                Event::Log(rank, line) => {
+                    tracing::info!("[worker {rank}] {line}");
+                    obs.event(&format!("[worker {rank}] {line}"));
+                    if rank == 0 && line.starts_with(checkpoint::WRITTEN) {
+                        let _ = fetch_tx.try_send(());
                     }
                     Ok(())
                 }
-                Err(e) => Err(BadInput::new(format!("worker {rank} sent a malformed metrics record: {e}")).into()),
-            },
-            Event::Log(rank, line) => {
-                tracing::info!("[worker {rank}] {line}");
-                obs.event(&format!("[worker {rank}] {line}"));
-                Ok(())
+                Event::Done(..) | Event::Idle => Ok(()),
+            };
+            if let Err(e) = outcome {
+                failure.get_or_insert(e);
             }
-            Event::Done(..) | Event::Idle => Ok(()),
-        };
-        if let Err(e) = outcome {
-            failure.get_or_insert(e);
-        }
-        // `q` in the dashboard: the workers finish the iteration, checkpoint and report.
-        if obs.stop_requested() {
-            stop.store(true, Ordering::SeqCst);
-        }
+            // `q` in the dashboard: the workers finish the iteration, checkpoint and report.
+            if obs.stop_requested() {
+                stop.store(true, Ordering::SeqCst);
+            }
+        });
+        drop(fetch_tx);
+        result
     });
     for line in opts.worker_lines.iter().flat_map(|rx| rx.try_iter()) {
         obs.event(&line);
@@ -410,18 +434,23 @@ fn fetch_checkpoint(
     run_dir: &Path,
     obs: &mut dyn Observer,
 ) -> anyhow::Result<()> {
-    let remote = checkpoint::dir(remote_run_dir);
-    let Some(dir) = launcher.open_dir(0, &remote) else { return Ok(()) };
-    let what = || format!("cannot fetch the checkpoint {} from rank 0's host", remote.display());
-    let mut dir = dir.with_context(what)?;
-    let local = checkpoint::dir(run_dir);
-    let p = checkpoint::copy_into(&local, &mut |name| dir.read(name)).with_context(what)?;
+    let Some(p) = copy_checkpoint(launcher, remote_run_dir, run_dir)? else { return Ok(()) };
     obs.event(&format!(
         "checkpoint after iteration {} fetched from rank 0 into {}",
         p.global_iteration,
-        local.display()
+        checkpoint::dir(run_dir).display()
     ));
     Ok(())
+}
+
+/// Copies rank 0's checkpoint into the driver's run directory; `None` when files are shared.
+fn copy_checkpoint(launcher: &dyn Launcher, remote_run_dir: &Path, run_dir: &Path) -> anyhow::Result<Option<Progress>> {
+    let remote = checkpoint::dir(remote_run_dir);
+    let Some(dir) = launcher.open_dir(0, &remote) else { return Ok(None) };
+    let what = || format!("cannot fetch the checkpoint {} from rank 0's host", remote.display());
+    let mut dir = dir.with_context(what)?;
+    let p = checkpoint::copy_into(&checkpoint::dir(run_dir), &mut |name| dir.read(name)).with_context(what)?;
+    Ok(Some(p))
 }
 
 pub(super) fn absolute(p: &Path) -> anyhow::Result<PathBuf> {
