@@ -97,7 +97,7 @@ fn hex_runs(rec: &[u8]) -> Vec<Vec<u8>> {
 #[test]
 fn a_recording_of_the_control_connection_holds_no_secret_and_admits_no_one() {
     let l = ViaProxy {
-        inner: LocalLauncher::new(env!("CARGO_BIN_EXE_leapgnn"), vec![]).with_log(Arc::new(|_| {})),
+        inner: LocalLauncher::new(env!("CARGO_BIN_EXE_leapgnn"), vec![]).with_log(Arc::new(|l| eprintln!("{l}"))),
         proxy: Mutex::new(None),
         record: Arc::new(Mutex::new(Vec::new())),
         tokens: Mutex::new(Vec::new()),
@@ -212,7 +212,7 @@ impl Launcher for Crowded {
 #[test]
 fn strangers_on_the_driver_port_do_not_delay_the_workers() {
     let l = Crowded {
-        inner: LocalLauncher::new(env!("CARGO_BIN_EXE_leapgnn"), vec![]).with_log(Arc::new(|_| {})),
+        inner: LocalLauncher::new(env!("CARGO_BIN_EXE_leapgnn"), vec![]).with_log(Arc::new(|l| eprintln!("{l}"))),
         crowd: Mutex::new(None),
     };
     let t = Instant::now();

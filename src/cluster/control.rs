@@ -78,6 +78,20 @@ pub enum ControlError {
     Closed { peer: String },
 }
 
+impl ControlError {
+    /// The peer closed or reset the connection (rather than saying something wrong).
+    pub fn is_dropped(&self) -> bool {
+        use std::io::ErrorKind::*;
+        match self {
+            ControlError::Closed { .. } => true,
+            ControlError::Io { source, .. } => {
+                matches!(source.kind(), ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof)
+            }
+            _ => false,
+        }
+    }
+}
+
 /// One end of a control connection.
 pub struct ControlConn {
     stream: TcpStream,

@@ -53,27 +53,43 @@ pub fn join(
     mesh_bind: SocketAddr,
     timeout: Duration,
 ) -> anyhow::Result<(Job, Reporter)> {
-    let mut conn = ControlConn::connect(driver, timeout)?;
-    let nonce = job_key::random_hex(job_key::TOKEN_BYTES);
-    conn.send(&ToDriver::Hello(Hello {
-        rank,
-        pid: std::process::id(),
-        version: env!("CARGO_PKG_VERSION").to_string(),
-        nonce: nonce.clone(),
-    }))?;
-    // The driver proves the token first, so nothing is sent to an impostor.
     let deadline = Instant::now() + timeout;
-    let driver_nonce = match conn.recv_within::<ToWorker>(MAX_HANDSHAKE_FRAME, Some(deadline))? {
-        ToWorker::Challenge { nonce: dn, proof }
-            if job_key::verify_control_proof(token, Side::Driver, rank, &nonce, &dn, &proof) =>
-        {
-            dn
+    let (mut conn, nonce, driver_nonce) = loop {
+        let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(100));
+        let mut conn = ControlConn::connect(driver, left)?;
+        let nonce = job_key::random_hex(job_key::TOKEN_BYTES);
+        let hello = Hello {
+            rank,
+            pid: std::process::id(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            nonce: nonce.clone(),
+        };
+        // The driver proves the token first, so nothing is sent to an impostor.
+        let answer = conn
+            .send(&ToDriver::Hello(hello))
+            .and_then(|()| conn.recv_within::<ToWorker>(MAX_HANDSHAKE_FRAME, Some(deadline)));
+        match answer {
+            Ok(ToWorker::Challenge { nonce: dn, proof })
+                if job_key::verify_control_proof(token, Side::Driver, rank, &nonce, &dn, &proof) =>
+            {
+                break (conn, nonce, dn);
+            }
+            Ok(ToWorker::Stop | ToWorker::Shutdown) => std::process::exit(0),
+            Ok(_) => anyhow::bail!(
+                "worker {rank}: the program at {driver} could not prove it holds this job's token \
+                 (is another program listening on the driver's address?)"
+            ),
+            // Dropped before the challenge: while strangers crowd the driver's door it
+            // evicts connections whose hello it has not read yet, ours included when its
+            // handshake thread was slow to run. Knock again with a fresh nonce.
+            Err(e) if e.is_dropped() && Instant::now() < deadline => {
+                tracing::debug!(
+                    "worker {rank}: the driver dropped the connection before its challenge ({e}); reconnecting"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => return Err(e.into()),
         }
-        ToWorker::Stop | ToWorker::Shutdown => std::process::exit(0),
-        _ => anyhow::bail!(
-            "worker {rank}: the program at {driver} could not prove it holds this job's token \
-             (is another program listening on the driver's address?)"
-        ),
     };
     conn.send(&ToDriver::Proof(job_key::control_proof(token, Side::Worker, rank, &nonce, &driver_nonce)))?;
     let encrypt = job_key::wants_encryption(token);
@@ -118,4 +134,36 @@ pub fn join(
         }
     });
     Ok((Job { rank, world, peers, secret, encrypt, config, listener: Arc::new(listener) }, reporter))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A driver whose door was crowded drops the worker's first connection
+    /// before reading its hello; the worker must knock again, not give up.
+    #[test]
+    fn a_worker_dropped_before_the_challenge_connects_again() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let driver = std::thread::spawn(move || {
+            let (first, _) = listener.accept().unwrap();
+            first.shutdown(std::net::Shutdown::Both).unwrap();
+            drop(first);
+            let (second, _) = listener.accept().unwrap();
+            let mut c = ControlConn::new(second, "worker");
+            let hello = match c.recv::<ToDriver>().unwrap() {
+                ToDriver::Hello(h) => h,
+                m => panic!("expected a hello, got {m:?}"),
+            };
+            // A proof made with another token: the worker must refuse it.
+            let proof = job_key::control_proof("not-the-token", Side::Driver, hello.rank, &hello.nonce, "00");
+            c.send(&ToWorker::Challenge { nonce: "00".into(), proof }).unwrap();
+            hello.rank
+        });
+        let mesh = "127.0.0.1:0".parse().unwrap();
+        let err = join(addr, 1, "the-token", mesh, Duration::from_secs(10)).err().expect("a bad proof is refused");
+        assert_eq!(driver.join().unwrap(), 1);
+        assert!(err.to_string().contains("could not prove"), "{err}");
+    }
 }
