@@ -3,6 +3,9 @@
 //! cache (dense id -> slot table vs hashing vs binary search), which decided
 //! `TableRows`.
 //!
+//! Fetches also run with `--encrypt`'s sealed records (`_encrypted`), whose
+//! cost is the README's encryption overhead.
+//!
 //! `cargo bench --bench comm`
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
@@ -23,6 +26,10 @@ const TIMEOUT: Duration = Duration::from_secs(120);
 
 /// W meshes, one per worker, built concurrently and handed back by rank.
 fn meshes(w: usize) -> Vec<Mesh> {
+    meshes_sealed(w, false)
+}
+
+fn meshes_sealed(w: usize, encrypt: bool) -> Vec<Mesh> {
     let ls: Vec<TcpListener> = (0..w).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
     let addrs: Vec<_> = ls.iter().map(|l| l.local_addr().unwrap()).collect();
     std::thread::scope(|s| {
@@ -30,7 +37,8 @@ fn meshes(w: usize) -> Vec<Mesh> {
             .into_iter()
             .enumerate()
             .map(|(r, l)| {
-                let cfg = MeshConfig::new(r, addrs.clone(), vec![7u8; 32]);
+                let mut cfg = MeshConfig::new(r, addrs.clone(), vec![7u8; 32]);
+                cfg.encrypt = encrypt;
                 s.spawn(move || Mesh::establish(l, &cfg).unwrap())
             })
             .collect();
@@ -75,12 +83,12 @@ fn feature_fetch(c: &mut Criterion) {
     let mut grp = c.benchmark_group("feature_fetch");
     grp.sample_size(20).measurement_time(Duration::from_secs(8));
     // 1 peer = two workers (the loopback figure); 3 peers = four workers.
-    for peers in [1usize, 3] {
+    for (peers, encrypt) in [(1usize, false), (1, true), (3, false), (3, true)] {
         let (n, d, rows) = (240_000usize, 128usize, 100_000usize);
         // Worker 0 owns nothing: every row comes from one of its peers.
         let mut g = rng::stream(1, "bench-owners");
         let owners: Arc<[u16]> = (0..n).map(|_| g.random_range(1..=peers as u16)).collect();
-        let ms = meshes(peers + 1);
+        let ms = meshes_sealed(peers + 1, encrypt);
         for (r, m) in ms.iter().enumerate().skip(1) {
             let ids: Vec<u32> = (0..n as u32).filter(|&v| owners[v as usize] as usize == r).collect();
             let table = ids.iter().flat_map(|&v| (0..d).map(move |j| (v as usize * d + j) as f32)).collect();
@@ -97,7 +105,8 @@ fn feature_fetch(c: &mut Criterion) {
             [("rows", Throughput::Elements(rows as u64)), ("bytes", Throughput::Bytes((rows * d * 4) as u64))]
         {
             grp.throughput(tp);
-            grp.bench_function(BenchmarkId::new(format!("100k_rows_128d_{peers}_peers"), unit), |b| {
+            let sealed = if encrypt { "_encrypted" } else { "" };
+            grp.bench_function(BenchmarkId::new(format!("100k_rows_128d_{peers}_peers{sealed}"), unit), |b| {
                 b.iter(|| client.fetch(&ms[0], black_box(&ids), &mut out).unwrap())
             });
         }

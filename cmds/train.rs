@@ -51,7 +51,11 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     let (cfg, profile, resume) = match a.action()? {
         Action::Naive(cfg) => return naive(g, &cfg),
         Action::Neutronstar(cfg) => return neutronstar(g, &a, *cfg),
-        Action::Resume { run, overrides } => (multi_worker_config(&g.data(), &run), None, Some((run, overrides))),
+        Action::Resume { run, overrides } => {
+            let cfg = multi_worker_config(&g.data(), &run);
+            let profile = cfg.as_ref().map(|c| resume_profile(c, &a)).transpose()?.flatten();
+            (cfg, profile, Some((run, overrides)))
+        }
         Action::Train(cfg) => {
             let (cfg, profile) = with_profile(*cfg, &a)?;
             cfg.check()?;
@@ -76,7 +80,7 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     let mut tb = TensorBoard::new(a.tensorboard.clone(), &mut dump)?;
     let obs: &mut dyn Observer = &mut tb;
     let result = match (cfg, &resume) {
-        (Some(cfg), Some(resume)) => distributed(g, cfg, None, &a, &opts, dashboard, obs, Some(resume)),
+        (Some(cfg), Some(resume)) => distributed(g, cfg, profile, &a, &opts, dashboard, obs, Some(resume)),
         (Some(cfg), None) if cfg.workers > 1 || profile.is_some() => {
             distributed(g, cfg, profile, &a, &opts, dashboard, obs, None)
         }
@@ -181,6 +185,10 @@ fn distributed(
         Arc::new(|l| eprintln!("{l}"))
     };
     let (mut ssh, mut slurm) = (None, None);
+    // A local profile (`--cluster profiles/local.toml`) is not kept past `with_profile`: read its `encrypt`.
+    let file_encrypts =
+        || cfg.cluster.as_deref().and_then(|p| Profile::load_or_builtin(p).ok()).is_some_and(|p| p.encrypt);
+    let encrypt = a.encrypt || profile.as_ref().map_or_else(file_encrypts, |p| p.encrypt);
     match profile {
         Some(p) if p.launcher == LauncherKind::Slurm => {
             let alloc = Allocation::from_env(Some(cfg.workers))?;
@@ -222,6 +230,7 @@ fn distributed(
         },
         auto_planner: Some(&leapgnn::cost::auto_plans),
         restarts: a.restarts,
+        encrypt,
     };
     let name = cfg.dataset.clone();
     let result = match resume {
@@ -396,6 +405,26 @@ fn multi_worker_config(data: &leapgnn::DataDir, run: &str) -> Option<TrainConfig
     train::checkpoint::load_config(&ck).ok().map(|(cfg, _)| cfg).filter(|cfg| cfg.workers > 1)
 }
 
+/// The cluster profile a multi-worker run was started with (`--cluster`),
+/// for its resume: an ssh profile must still have the run's worker slots.
+fn resume_profile(cfg: &TrainConfig, a: &Args) -> anyhow::Result<Option<Profile>> {
+    let Some(path) = &cfg.cluster else { return Ok(None) };
+    let profile = Profile::load_or_builtin(path)
+        .with_context(|| format!("--resume: the run was started with --cluster {}", path.display()))?;
+    let workers = a.workers.unwrap_or(cfg.workers);
+    match profile.launcher {
+        LauncherKind::Local => Ok(None),
+        LauncherKind::Ssh if profile.world() != workers => Err(BadInput::new(format!(
+            "--resume: the run's cluster profile {} now has {} worker slots, but the run resumes on {workers} workers: \
+             give its hosts {workers} slots in all (spare hosts aside)",
+            profile.name(),
+            profile.world()
+        ))
+        .into()),
+        _ => Ok(Some(profile)),
+    }
+}
+
 /// `--strategy neutronstar --dry-run`: trains model-centric with the same
 /// flags, then reports the paper's NeutronStar estimate from that run.
 fn neutronstar(g: &Global, a: &Args, cfg: TrainConfig) -> anyhow::Result<()> {
@@ -417,6 +446,7 @@ fn neutronstar(g: &Global, a: &Args, cfg: TrainConfig) -> anyhow::Result<()> {
             driver_bind: Profile::local().driver_bind(),
             auto_planner: None,
             restarts: 0,
+            encrypt: false,
         };
         train::neutronstar::estimate(&data, cfg, |d, c| train_distributed(d, c, &opts, &dist, &mut quiet))
     } else {

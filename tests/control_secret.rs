@@ -147,6 +147,28 @@ fn a_recording_of_the_control_connection_holds_no_secret_and_admits_no_one() {
     assert_eq!(acceptor.join().unwrap(), n);
 }
 
+#[test]
+fn with_encrypt_the_control_connection_shows_nothing_after_the_handshake() {
+    let l = ViaProxy {
+        inner: LocalLauncher::new(env!("CARGO_BIN_EXE_leapgnn"), vec![]).with_log(Arc::new(|_| {})),
+        proxy: Mutex::new(None),
+        record: Arc::new(Mutex::new(Vec::new())),
+        tokens: Mutex::new(Vec::new()),
+    };
+    let sealed = DriverOptions { encrypt: true, ..opts() };
+    let done = run_job(&l, 2, &probe_job(), &sealed, &AtomicBool::new(false), |_| {}).unwrap();
+    assert!(done.iter().any(|d| d["links"].as_array().is_some_and(|l| !l.is_empty())), "{done:?}");
+    let rec = l.record.lock().unwrap().clone();
+    assert!(rec.len() > 1000, "the proxy recorded the whole exchange ({} bytes)", rec.len());
+    // The handshake (hello, challenge, proof) is in clear; the job, the mesh
+    // addresses, the reports and the results are not.
+    assert!(contains(&rec, b"\"Hello\"") && contains(&rec, b"\"Proof\""), "the handshake is recorded");
+    for needle in ["mesh_salt", "Listening", "probe", "Heartbeat", "Done", "links"] {
+        assert!(!contains(&rec, needle.as_bytes()), "{needle} crossed the control connection in clear");
+    }
+    assert!(l.tokens.lock().unwrap().iter().all(|t| job_key::wants_encryption(t)));
+}
+
 type Crowd = (Vec<TcpStream>, Arc<AtomicBool>);
 
 /// Opens `silent` connections that say nothing and `dribbling` ones that send

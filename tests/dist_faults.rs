@@ -98,9 +98,10 @@ fn a_killed_worker_is_restarted_from_the_checkpoint_and_the_run_ends_as_if_unint
     signal(ws[1].pid, "KILL");
     let killed = std::time::Instant::now();
     drv.wait_line(Duration::from_secs(30), |l| l.contains("restart 1 of 1"));
-    // Training again: the relaunched workers announce themselves.
     drv.workers(3);
     println!("from kill -9 to the relaunched workers running: {:.2} s", killed.elapsed().as_secs_f64());
+    drv.wait_line(Duration::from_secs(30), |l| l.contains("restart 1 of 1: training again"));
+    println!("from kill -9 to training again: {:.2} s", killed.elapsed().as_secs_f64());
     let (code, stderr) = drv.wait_exit(Duration::from_secs(60));
     assert_eq!(code, Some(0), "{stderr}");
     assert_eq!(final_weights(d, "killed"), final_weights(d, "straight"), "the restarted run ended elsewhere");
@@ -108,6 +109,20 @@ fn a_killed_worker_is_restarted_from_the_checkpoint_and_the_run_ends_as_if_unint
         serde_json::from_slice(&std::fs::read(d.join("runs/killed/summary.json")).unwrap()).unwrap();
     assert_eq!(summary["test_accuracy"], straight["test_accuracy"]);
     assert_eq!(summary["iterations"], straight["iterations"]);
+    // The restart is a record of metrics.jsonl beside the step records, which are each there once.
+    let lines = std::fs::read_to_string(d.join("runs/killed/metrics.jsonl")).unwrap();
+    let recs: Vec<serde_json::Value> = lines.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let restarts: Vec<&serde_json::Value> = recs.iter().filter(|r| r.get("restart").is_some()).collect();
+    assert_eq!(restarts.len(), 1, "{restarts:?}");
+    assert!(restarts[0]["reason"].as_str().unwrap().contains("worker 1"), "{}", restarts[0]);
+    // One per (iteration, worker), but the killed worker's of the iteration before the
+    // checkpoint may be missing (killed after the all-reduce the checkpoint needed, before reporting).
+    let n = 3 * straight["iterations"].as_u64().unwrap() as usize;
+    assert!(
+        recs.len() - 1 == n || recs.len() - 1 == n - 1,
+        "{} records for {n} (iteration, worker) pairs",
+        recs.len() - 1
+    );
     let pids: Vec<u32> = ws.iter().map(|w| w.pid).collect();
     assert_eq!(wait_gone(&pids, Duration::from_secs(5)), Vec::<u32>::new(), "workers left behind");
 }

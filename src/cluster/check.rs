@@ -327,8 +327,12 @@ fn start_workers(profile: &Profile, opts: &CheckOptions, hosts: &mut [HostReport
             (Box::new(super::slurm::SlurmLauncher::new(alloc, exe, vec![])), world)
         }
     };
-    let driver =
-        DriverOptions { start_timeout: opts.timeout, silence_timeout: opts.timeout, bind: profile.driver_bind() };
+    let driver = DriverOptions {
+        start_timeout: opts.timeout,
+        silence_timeout: opts.timeout,
+        bind: profile.driver_bind(),
+        encrypt: profile.encrypt,
+    };
     let never = AtomicBool::new(false);
     let ping = serde_json::json!({"task": "ping"});
     let host_index =

@@ -2,9 +2,11 @@
 //! Small and rare (job, metrics records, errors, heartbeats), so JSON keeps
 //! it debuggable; bulk data goes over the worker mesh (`comm`).
 
+use crate::comm::seal::{Keys, Opener, Sealer, TAG};
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// A control message larger than this is a protocol error, not an allocation.
@@ -94,12 +96,26 @@ impl ControlError {
 pub struct ControlConn {
     stream: TcpStream,
     peer: String,
+    /// `--encrypt`: each message body is one sealed record (shared by clones,
+    /// so every sender and reader keeps the one sequence of its direction).
+    crypt: Option<Arc<Crypt>>,
+}
+
+struct Crypt {
+    seal: Mutex<Sealer>,
+    open: Mutex<Opener>,
 }
 
 impl ControlConn {
     pub fn new(stream: TcpStream, peer: impl Into<String>) -> Self {
         let _ = stream.set_nodelay(true);
-        ControlConn { stream, peer: peer.into() }
+        ControlConn { stream, peer: peer.into(), crypt: None }
+    }
+
+    /// From now on, messages both ways are sealed with `keys` (after the handshake).
+    pub fn encrypt(&mut self, keys: Keys) {
+        let (seal, open) = keys.split();
+        self.crypt = Some(Arc::new(Crypt { seal: Mutex::new(seal), open: Mutex::new(open) }));
     }
 
     pub fn connect(addr: SocketAddr, timeout: Duration) -> Result<Self, ControlError> {
@@ -121,7 +137,7 @@ impl ControlConn {
 
     pub fn try_clone(&self) -> Result<Self, ControlError> {
         let stream = self.stream.try_clone().map_err(|e| self.io("cloning", e))?;
-        Ok(ControlConn { stream, peer: self.peer.clone() })
+        Ok(ControlConn { stream, peer: self.peer.clone(), crypt: self.crypt.clone() })
     }
 
     /// Bounds every subsequent read; `None` waits forever (only for a thread that is shut down by closing).
@@ -140,10 +156,17 @@ impl ControlConn {
         if body.len() > MAX_CONTROL_FRAME {
             return Err(ControlError::TooLarge { peer: self.peer.clone(), len: body.len(), limit: MAX_CONTROL_FRAME });
         }
-        let mut frame = Vec::with_capacity(4 + body.len());
-        frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
-        frame.extend_from_slice(&body);
-        self.stream.write_all(&frame).map_err(|e| self.io("sending", e))
+        let Some(crypt) = &self.crypt else {
+            let mut frame = Vec::with_capacity(4 + body.len());
+            frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
+            frame.extend_from_slice(&body);
+            return self.stream.write_all(&frame).map_err(|e| self.io("sending", e));
+        };
+        // Sealed and written under one lock: the wire order is the sequence order.
+        let mut seal = crypt.seal.lock().unwrap_or_else(|e| e.into_inner());
+        let mut frame = Vec::with_capacity(4 + body.len() + TAG);
+        seal.seal(&body, &mut frame).map_err(|e| self.io("sealing", e))?;
+        (&self.stream).write_all(&frame).map_err(|e| self.io("sending", e))
     }
 
     pub fn recv<T: DeserializeOwned>(&mut self) -> Result<T, ControlError> {
@@ -165,13 +188,25 @@ impl ControlConn {
             return Err(self.io("waiting for a message", e));
         }
         let len = u32::from_le_bytes(len) as usize;
-        let limit = max.min(MAX_CONTROL_FRAME);
-        if len > limit {
+        let sealed = if self.crypt.is_some() { TAG } else { 0 };
+        let limit = max.min(MAX_CONTROL_FRAME) + sealed;
+        if len > limit || len < sealed {
             return Err(ControlError::TooLarge { peer: self.peer.clone(), len, limit });
         }
         let mut body = vec![0u8; len];
         self.read_by(&mut body, deadline).map_err(|e| self.io("reading a message", e))?;
-        serde_json::from_slice(&body)
+        let plain = match &self.crypt {
+            None => &body[..],
+            Some(c) => {
+                let mut open = c.open.lock().unwrap_or_else(|e| e.into_inner());
+                open.open(&mut body).map_err(|e| ControlError::Io {
+                    peer: self.peer.clone(),
+                    what: "opening",
+                    source: e,
+                })?
+            }
+        };
+        serde_json::from_slice(plain)
             .map_err(|e| ControlError::Malformed { peer: self.peer.clone(), detail: e.to_string() })
     }
 

@@ -23,6 +23,8 @@ pub struct DriverOptions {
     pub silence_timeout: Duration,
     /// Address the control listener binds (127.0.0.1:0 for local workers).
     pub bind: SocketAddr,
+    /// `--encrypt`: the control connections and the workers' mesh carry sealed records.
+    pub encrypt: bool,
 }
 
 impl Default for DriverOptions {
@@ -31,6 +33,7 @@ impl Default for DriverOptions {
             start_timeout: Duration::from_secs(60),
             silence_timeout: Duration::from_secs(120),
             bind: SocketAddr::from(([127, 0, 0, 1], 0)),
+            encrypt: false,
         }
     }
 }
@@ -119,7 +122,10 @@ pub fn run_job_stoppable(
     let listener = TcpListener::bind(opts.bind).map_err(|source| DriverError::Bind { addr: opts.bind, source })?;
     let addr = listener.local_addr().map_err(|source| DriverError::Bind { addr: opts.bind, source })?;
     // Travels only over each worker's launch channel (stdin, inside SSH for remote ones).
-    let token = job_key::random_hex(job_key::TOKEN_BYTES);
+    let mut token = job_key::random_hex(job_key::TOKEN_BYTES);
+    if opts.encrypt {
+        token.push_str(job_key::ENCRYPT_MARK);
+    }
     let mut procs: Vec<Box<dyn WorkerProcess>> = Vec::with_capacity(world);
     for rank in 0..world {
         let spec = WorkerSpec { rank, driver: addr, token: token.clone(), env: vec![] };
@@ -384,6 +390,9 @@ fn handshake(
         {
             c.rename(format!("worker {rank}"));
             let _ = c.set_write_timeout(None);
+            if job_key::wants_encryption(token) {
+                c.encrypt(job_key::control_keys(token, Side::Driver, rank, &hello.nonce, &nonce));
+            }
             Ok((rank, c))
         }
         Ok(_) => Err(format!("it claimed to be worker {rank} but could not prove the job token")),

@@ -101,6 +101,38 @@ pub fn verify_control_proof(
     }
 }
 
+/// Ends the token of a job that asked for `--encrypt`: both ends learn the
+/// choice over the launch channel only, so no one on the network can strip it.
+pub const ENCRYPT_MARK: &str = "+encrypt";
+
+/// Whether the job of `token` encrypts its control connections and mesh.
+pub fn wants_encryption(token: &str) -> bool {
+    token.ends_with(ENCRYPT_MARK)
+}
+
+/// `--encrypt`: the record keys of rank `rank`'s control connection at
+/// `side`, salted by the handshake's nonces.
+pub fn control_keys(
+    token: &str,
+    side: Side,
+    rank: usize,
+    worker_nonce: &str,
+    driver_nonce: &str,
+) -> crate::comm::seal::Keys {
+    let mut salt = Vec::with_capacity(16 + worker_nonce.len() + driver_nonce.len());
+    salt.extend_from_slice(&(rank as u64).to_le_bytes());
+    for n in [worker_nonce, driver_nonce] {
+        salt.extend_from_slice(&(n.len() as u64).to_le_bytes());
+        salt.extend_from_slice(n.as_bytes());
+    }
+    let (d2w, w2d) = ("driver to worker", "worker to driver");
+    let (out, inb) = match side {
+        Side::Driver => (d2w, w2d),
+        Side::Worker => (w2d, d2w),
+    };
+    crate::comm::seal::Keys::derive(token.as_bytes(), &salt, "leapgnn control records v1", out, inb)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,7 +2,7 @@
 //! launchers are interchangeable.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Where a worker's output lines go (default: the driver's stderr), already
 /// prefixed with the worker's name.
@@ -32,7 +32,8 @@ pub trait WorkerProcess: Send {
     fn kill(&mut self);
 }
 
-pub trait Launcher {
+/// `Sync`: the driver reads results back (`open_dir`) from a thread of its own.
+pub trait Launcher: Sync {
     fn name(&self) -> &'static str;
     fn launch(&self, spec: &WorkerSpec) -> anyhow::Result<Box<dyn WorkerProcess>>;
     /// True when workers see the driver's files at the driver's paths (local
@@ -46,6 +47,11 @@ pub trait Launcher {
     fn open_dir(&self, _rank: usize, _rel: &Path) -> Option<anyhow::Result<Box<dyn RemoteDir>>> {
         None
     }
+    /// Files every worker launched from now on must find under its data
+    /// directory (a checkpoint to resume from), as (local path, path
+    /// relative to the data directory); replaces the previous set. Nothing
+    /// to do when files are shared.
+    fn ship_with_job(&self, _files: Vec<(PathBuf, PathBuf)>) {}
 }
 
 /// A directory on a worker's host, read file by file.

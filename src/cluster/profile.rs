@@ -84,7 +84,13 @@ pub struct Profile {
     pub connect_timeout: Duration,
     /// Extra environment for every worker (set explicitly, not via the remote login shell).
     pub env: Vec<(String, String)>,
+    /// `encrypt = true`: as `train --encrypt`.
+    pub encrypt: bool,
     pub hosts: Vec<HostSpec>,
+    /// `[[host]]` entries with `spare = true`: no ranks of their own; a
+    /// restart moves the ranks of an unreachable host to the first unused
+    /// spare with at least as many worker slots.
+    pub spares: Vec<HostSpec>,
     /// The `[cost]` table (cost-model figures, see `crate::cost::Figures`), as written.
     pub cost: Option<toml::Table>,
     /// `launcher = "slurm"` where the nodes do not see the data directory: copy the
@@ -114,6 +120,7 @@ struct RawCluster {
     driver_bind: Option<SocketAddr>,
     connect_timeout: Option<u64>,
     sbcast: Option<bool>,
+    encrypt: Option<bool>,
     #[serde(default)]
     env: BTreeMap<String, String>,
 }
@@ -126,6 +133,7 @@ struct RawHost {
     user: Option<String>,
     identity: Option<String>,
     workers: Option<usize>,
+    spare: Option<bool>,
     // Accepted by the parser only to refuse them with a clear message.
     password: Option<toml::Value>,
     passphrase: Option<toml::Value>,
@@ -148,7 +156,9 @@ impl Profile {
             driver_bind: None,
             connect_timeout: Duration::from_secs(10),
             env: vec![],
+            encrypt: false,
             hosts: vec![],
+            spares: vec![],
             cost: None,
             sbcast: false,
         }
@@ -205,6 +215,7 @@ impl Profile {
             p.known_hosts = local_path("cluster.known_hosts", &k)?;
         }
         p.accept_new_host_keys = c.accept_new_host_keys.unwrap_or(false);
+        p.encrypt = c.encrypt.unwrap_or(false);
         if let Some(b) = c.binary {
             let b = local_path("cluster.binary", &b)?;
             if !b.is_file() {
@@ -283,13 +294,14 @@ impl Profile {
             if !(1..=MAX_WORKERS_PER_HOST).contains(&workers) {
                 return Err(invalid(&key("workers"), format!("{workers} is outside 1..={MAX_WORKERS_PER_HOST}")));
             }
-            p.hosts.push(HostSpec { address, port, user, identity, workers });
+            let spec = HostSpec { address, port, user, identity, workers };
+            if h.spare.unwrap_or(false) { p.spares.push(spec) } else { p.hosts.push(spec) }
         }
         match p.launcher {
             LauncherKind::Ssh if p.hosts.is_empty() => {
-                Err(invalid("host", "launcher = \"ssh\" needs at least one [[host]] entry".into()))
+                Err(invalid("host", "launcher = \"ssh\" needs at least one [[host]] entry that is not a spare".into()))
             }
-            LauncherKind::Local | LauncherKind::Slurm if !p.hosts.is_empty() => Err(invalid(
+            LauncherKind::Local | LauncherKind::Slurm if !p.hosts.is_empty() || !p.spares.is_empty() => Err(invalid(
                 "host",
                 "[[host]] entries are only used with launcher = \"ssh\" (set it in [cluster])".into(),
             )),
@@ -410,6 +422,20 @@ mod tests {
         assert_eq!(p.host_of(6).map(|h| h.address.as_str()), None);
         assert_eq!(p.hosts[0].port, 22);
         assert_eq!(p.driver_bind().ip().to_string(), "0.0.0.0");
+    }
+
+    #[test]
+    fn spare_hosts_take_no_ranks_and_a_profile_of_spares_only_is_refused() {
+        let p = parse(
+            "[cluster]\nlauncher = \"ssh\"\n[[host]]\naddress = \"a\"\nuser = \"u\"\nworkers = 2\n\
+             [[host]]\naddress = \"s\"\nuser = \"u\"\nworkers = 2\nspare = true\n[[host]]\naddress = \"b\"\nuser = \"u\"\n",
+        )
+        .unwrap();
+        assert_eq!(p.assignment(), vec![0, 0, 1]);
+        assert_eq!(p.host_of(2).map(|h| h.address.as_str()), Some("b"));
+        assert_eq!(p.spares.iter().map(|h| h.address.as_str()).collect::<Vec<_>>(), ["s"]);
+        let only = parse("[cluster]\nlauncher = \"ssh\"\n[[host]]\naddress = \"s\"\nuser = \"u\"\nspare = true\n");
+        assert!(only.unwrap_err().to_string().contains("not a spare"));
     }
 
     #[test]

@@ -25,13 +25,13 @@ impl SftpDir {
     /// Connects to the host of `rank` and resolves `rel` under its data directory.
     pub fn open(launcher: &SshLauncher, rank: usize, rel: &Path) -> Result<Self, SshError> {
         let profile = launcher.profile();
-        let host = profile.host_of(rank).ok_or_else(|| SshError::Remote {
+        let host = launcher.host_for(rank).ok_or_else(|| SshError::Remote {
             host: profile.name(),
             what: format!("reading {}", rel.display()),
             detail: format!("the profile has no rank {rank}"),
         })?;
         let label = host.label();
-        let c = ssh_session::connect(host, &launcher.session_options())?;
+        let c = ssh_session::connect(&host, &launcher.session_options())?;
         let sftp = c.session.sftp().map_err(SshError::remote(&label, "starting SFTP"))?;
         let layout = RemoteLayout::resolve(&sftp, &label, profile)?;
         Ok(SftpDir { _session: c.session, sftp, dir: layout.data.join(rel), host: label })

@@ -14,7 +14,7 @@ use super::ship::{self, ShipItem, Shipped};
 use super::ssh_session::{self, SessionOptions, SshError, millis, quote};
 use anyhow::Context;
 use ssh2::{Channel, Session, Sftp};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::{Read as _, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -49,6 +49,10 @@ pub struct SshLauncher {
     shipped: Mutex<Vec<Shipped>>,
     /// (host, remote binary) pairs whose `--version` already matched.
     verified: Mutex<HashSet<(String, PathBuf)>>,
+    /// Shipped to every rank besides its own files (`Launcher::ship_with_job`).
+    job_files: Mutex<Vec<ShipItem>>,
+    /// Host index -> spare index: hosts found unreachable and the spare that took their ranks.
+    moved: Mutex<HashMap<usize, usize>>,
 }
 
 impl SshLauncher {
@@ -68,6 +72,8 @@ impl SshLauncher {
             log: Arc::new(|l| eprintln!("{l}")),
             shipped: Mutex::new(vec![]),
             verified: Mutex::new(HashSet::new()),
+            job_files: Mutex::new(vec![]),
+            moved: Mutex::new(HashMap::new()),
         })
     }
 
@@ -101,6 +107,32 @@ impl SshLauncher {
 
     pub fn profile(&self) -> &Profile {
         &self.profile
+    }
+
+    /// The host that runs `rank`: its own, or the spare that took its ranks.
+    pub fn host_for(&self, rank: usize) -> Option<HostSpec> {
+        let i = *self.profile.assignment().get(rank)?;
+        match self.moved.lock().unwrap_or_else(|e| e.into_inner()).get(&i) {
+            Some(&s) => Some(self.profile.spares[s].clone()),
+            None => Some(self.profile.hosts[i].clone()),
+        }
+    }
+
+    /// Moves the ranks of `rank`'s host (found unreachable) to the first
+    /// unused spare with as many worker slots (or the one another of its
+    /// ranks moved to meanwhile); `None` when none is left.
+    fn move_to_spare(&self, rank: usize, tried: &HostSpec) -> Option<HostSpec> {
+        let i = *self.profile.assignment().get(rank)?;
+        let mut moved = self.moved.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&s) = moved.get(&i) {
+            let spare = &self.profile.spares[s];
+            return (spare.label() != tried.label()).then(|| spare.clone());
+        }
+        let need = self.profile.hosts[i].workers;
+        let free = (0..self.profile.spares.len())
+            .find(|s| !moved.values().any(|m| m == s) && self.profile.spares[*s].workers >= need)?;
+        moved.insert(i, free);
+        Some(self.profile.spares[free].clone())
     }
 
     /// Everything shipped or found current so far, in launch order.
@@ -215,7 +247,7 @@ impl Launcher for SshLauncher {
     }
 
     fn launch(&self, spec: &WorkerSpec) -> anyhow::Result<Box<dyn WorkerProcess>> {
-        let host = self.profile.host_of(spec.rank).with_context(|| {
+        let mut host = self.host_for(spec.rank).with_context(|| {
             format!(
                 "{}: the job needs rank {} but the profile has {} worker slots (add hosts or workers)",
                 self.profile.name(),
@@ -223,9 +255,18 @@ impl Launcher for SshLauncher {
                 self.profile.world()
             )
         })?;
+        let mut extra = self.files.as_ref().map(|f| f(spec.rank)).unwrap_or_default();
+        extra.extend(self.job_files.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned());
+        let p = match self.prepare(&host, &extra) {
+            Err(e @ SshError::Unreachable { .. }) => {
+                let Some(spare) = self.move_to_spare(spec.rank, &host) else { return Err(e.into()) };
+                (self.log)(format!("{e}; its ranks move to the spare host {}", spare.label()));
+                host = spare;
+                self.prepare(&host, &extra)?
+            }
+            r => r?,
+        };
         let label = host.label();
-        let extra = self.files.as_ref().map(|f| f(spec.rank)).unwrap_or_default();
-        let p = self.prepare(host, &extra)?;
         let driver = driver_address(spec.driver, p.local, p.peer).with_context(|| format!("host {label}"))?;
         let mut env: Vec<String> =
             self.profile.env.iter().chain(&spec.env).map(|(k, v)| quote(&format!("{k}={v}"))).collect();
@@ -268,6 +309,11 @@ impl Launcher for SshLauncher {
 
     fn open_dir(&self, rank: usize, rel: &Path) -> Option<anyhow::Result<Box<dyn RemoteDir>>> {
         Some(SftpDir::open(self, rank, rel).map(|d| Box::new(d) as Box<dyn RemoteDir>).map_err(Into::into))
+    }
+
+    fn ship_with_job(&self, files: Vec<(PathBuf, PathBuf)>) {
+        let items = files.into_iter().map(|(local, remote)| ShipItem { local, remote, executable: false }).collect();
+        *self.job_files.lock().unwrap_or_else(|e| e.into_inner()) = items;
     }
 }
 

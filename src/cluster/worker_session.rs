@@ -19,6 +19,8 @@ pub struct Job {
     pub peers: Vec<SocketAddr>,
     /// The mesh key, derived from the token and the job's public salt (`job_key`).
     pub secret: Vec<u8>,
+    /// `--encrypt` (marked in the token): the mesh seals its traffic too.
+    pub encrypt: bool,
     pub config: serde_json::Value,
     /// Bound before the job arrived; its address is `peers[rank]`.
     pub listener: Arc<TcpListener>,
@@ -90,6 +92,10 @@ pub fn join(
         }
     };
     conn.send(&ToDriver::Proof(job_key::control_proof(token, Side::Worker, rank, &nonce, &driver_nonce)))?;
+    let encrypt = job_key::wants_encryption(token);
+    if encrypt {
+        conn.encrypt(job_key::control_keys(token, Side::Worker, rank, &nonce, &driver_nonce));
+    }
     let listener = TcpListener::bind(mesh_bind)
         .map_err(|e| anyhow::anyhow!("worker {rank}: cannot bind the mesh listener on {mesh_bind}: {e}"))?;
     conn.send(&ToDriver::Listening(listener.local_addr()?))?;
@@ -127,7 +133,7 @@ pub fn join(
             std::thread::sleep(HEARTBEAT);
         }
     });
-    Ok((Job { rank, world, peers, secret, config, listener: Arc::new(listener) }, reporter))
+    Ok((Job { rank, world, peers, secret, encrypt, config, listener: Arc::new(listener) }, reporter))
 }
 
 #[cfg(test)]

@@ -86,6 +86,20 @@ pub struct Shook {
     pub peer: usize,
     pub wire_in: u64,
     pub wire_out: u64,
+    /// The connector's and the acceptor's nonces, and whether this end dialled
+    /// (what `--encrypt`'s connection keys are salted and oriented by).
+    pub nonces: [[u8; NONCE_LEN]; 2],
+    pub connector: bool,
+}
+
+impl Shook {
+    /// This end's record keys for the connection (`seal`), from the mesh secret.
+    pub fn keys(&self, secret: &[u8]) -> super::seal::Keys {
+        let salt = [self.nonces[0], self.nonces[1]].concat();
+        let (c2a, a2c) = ("connector to acceptor", "acceptor to connector");
+        let (out, inb) = if self.connector { (c2a, a2c) } else { (a2c, c2a) };
+        super::seal::Keys::derive(secret, &salt, "leapgnn mesh records v1", out, inb)
+    }
 }
 
 /// Frame I/O over a handshaking stream, every read and write bounded by the deadline.
@@ -135,8 +149,14 @@ impl Conn<'_> {
         }
     }
 
-    fn done(self, peer: usize) -> Shook {
-        Shook { peer, wire_in: self.wire_in, wire_out: self.wire_out }
+    fn done(self, peer: usize, connector: &Hello, acceptor: &Hello, dialled: bool) -> Shook {
+        Shook {
+            peer,
+            wire_in: self.wire_in,
+            wire_out: self.wire_out,
+            nonces: [connector.nonce, acceptor.nonce],
+            connector: dialled,
+        }
     }
 }
 
@@ -175,7 +195,7 @@ pub fn connect(
     c.expect(Kind::Welcome).map_err(|e| {
         format!("it did not accept our proof of the job secret ({e}); do both workers have the same secret?")
     })?;
-    Ok(c.done(expect_peer))
+    Ok(c.done(expect_peer, &mine, &theirs, true))
 }
 
 /// The listening side: the caller is whoever it proves to be. Only workers of
@@ -205,5 +225,5 @@ pub fn accept(
         .verify_slice(&their_proof)
         .map_err(|_| format!("its proof of the job secret is wrong (it claimed to be worker {peer})"))?;
     c.send(Kind::Welcome, &[])?;
-    Ok(c.done(peer))
+    Ok(c.done(peer, &theirs, &mine, false))
 }

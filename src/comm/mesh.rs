@@ -14,7 +14,7 @@ use super::deadline::Deadline;
 use super::error::{CommError, PeerId};
 use super::establish::{self, Refusal};
 use super::frame::{self, FrameError, Kind};
-use super::{auth, tag};
+use super::{auth, seal, tag};
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, BufReader, BufWriter, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -45,6 +45,9 @@ pub struct MeshConfig {
     /// holds the others up instead of growing their memory. One message larger
     /// than this is still sent, alone.
     pub max_queued: usize,
+    /// `--encrypt`: every link's traffic after its handshake travels as
+    /// sealed records (`seal`), keyed per link and direction.
+    pub encrypt: bool,
 }
 
 impl MeshConfig {
@@ -59,6 +62,7 @@ impl MeshConfig {
             linger: Duration::from_secs(2),
             max_frame: frame::DEFAULT_MAX_FRAME,
             max_queued: 64 << 20,
+            encrypt: false,
         }
     }
 
@@ -221,13 +225,20 @@ impl Mesh {
                 mesh.shared.counters.add_received(Category::Control, shook.wire_in);
                 mesh.shared.counters.add_sent(Category::Control, shook.wire_out);
                 // On error `mesh` drops here, which stops the threads already started.
-                mesh.start_link(peer, stream, cfg.write_timeout)?;
+                let keys = cfg.encrypt.then(|| shook.keys(&cfg.secret));
+                mesh.start_link(peer, stream, cfg.write_timeout, keys)?;
             }
         }
         Ok(mesh)
     }
 
-    fn start_link(&mut self, peer: usize, stream: TcpStream, write_timeout: Duration) -> Result<(), CommError> {
+    fn start_link(
+        &mut self,
+        peer: usize,
+        stream: TcpStream,
+        write_timeout: Duration,
+        keys: Option<seal::Keys>,
+    ) -> Result<(), CommError> {
         let who = self.shared.peers[peer];
         let io_err = |what: &str| {
             let what = format!("{what} for {who}");
@@ -239,17 +250,18 @@ impl Mesh {
         let for_sender = stream.try_clone().map_err(io_err("cloning the socket"))?;
         let for_receiver = stream.try_clone().map_err(io_err("cloning the socket"))?;
         let (tx, rx) = mpsc::channel();
+        let (sealer, opener) = keys.map(seal::Keys::split).unzip();
         let shared = self.shared.clone();
         let sender = thread::Builder::new()
             .name(format!("comm-send-{peer}"))
-            .spawn(move || send_loop(&shared, peer, for_sender, rx))
+            .spawn(move || send_loop(&shared, peer, for_sender, rx, sealer))
             .map_err(io_err("starting a sender thread"))?;
         lock(&self.shared.outboxes[peer].outbox).tx = Some(tx);
         lock(&self.shared.inbox).receivers_running += 1;
         let shared = self.shared.clone();
         let receiver = thread::Builder::new()
             .name(format!("comm-recv-{peer}"))
-            .spawn(move || receive_loop(&shared, peer, for_receiver));
+            .spawn(move || receive_loop(&shared, peer, for_receiver, opener));
         if receiver.is_err() {
             lock(&self.shared.inbox).receivers_running -= 1;
         }
@@ -467,9 +479,19 @@ impl Shared {
     }
 }
 
-fn send_loop(shared: &Shared, peer: usize, stream: TcpStream, rx: mpsc::Receiver<Message>) {
-    let mut w = BufWriter::with_capacity(64 << 10, &stream);
-    let put = |w: &mut BufWriter<&TcpStream>, m: &Message| {
+fn send_loop(
+    shared: &Shared,
+    peer: usize,
+    stream: TcpStream,
+    rx: mpsc::Receiver<Message>,
+    sealer: Option<seal::Sealer>,
+) {
+    // Sealed records buffer a record's worth themselves.
+    let mut w: Box<dyn Write + '_> = match sealer {
+        Some(s) => Box::new(seal::SealWriter::new(&stream, s)),
+        None => Box::new(BufWriter::with_capacity(64 << 10, &stream)),
+    };
+    let put = |w: &mut Box<dyn Write + '_>, m: &Message| {
         frame::write_message(w, m.category, m.tag, &m.payload, shared.max_frame).map(|_| ())
     };
     let result = (|| -> io::Result<()> {
@@ -501,8 +523,12 @@ fn send_loop(shared: &Shared, peer: usize, stream: TcpStream, rx: mpsc::Receiver
     let _ = stream.shutdown(Shutdown::Write);
 }
 
-fn receive_loop(shared: &Shared, peer: usize, stream: TcpStream) {
-    let mut r = BufReader::with_capacity(64 << 10, stream);
+fn receive_loop(shared: &Shared, peer: usize, stream: TcpStream, opener: Option<seal::Opener>) {
+    let inner: Box<dyn io::Read> = match opener {
+        Some(o) => Box::new(seal::OpenReader::new(stream, o)),
+        None => Box::new(stream),
+    };
+    let mut r = BufReader::with_capacity(64 << 10, inner);
     let how = loop {
         match frame::read_message(&mut r, shared.max_frame) {
             Ok(m) => {

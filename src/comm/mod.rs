@@ -31,6 +31,7 @@ mod features;
 pub mod frame;
 mod mesh;
 mod rows;
+pub mod seal;
 pub mod tag;
 
 pub use cache::CachePolicy;

@@ -159,6 +159,7 @@ pub fn calibrate(
             driver_bind: o.driver_bind,
             auto_planner: Some(&super::auto_plans),
             restarts: 0,
+            encrypt: false,
         };
         let summary = if w > 1 {
             train_distributed(data, cfg.clone(), &opts, &dist, &mut Quiet)

@@ -36,6 +36,7 @@ pub fn probe_worker(job: Job) -> anyhow::Result<serde_json::Value> {
     let (rank, world) = (job.rank, job.world);
     let timeout = Duration::from_millis(task.timeout_ms.max(1));
     let mut mc = MeshConfig::new(rank, job.peers, job.secret);
+    mc.encrypt = job.encrypt;
     mc.write_timeout = timeout;
     let listener =
         Arc::try_unwrap(job.listener).or_else(|shared| shared.try_clone()).context("cannot use the mesh listener")?;

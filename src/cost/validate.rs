@@ -39,6 +39,9 @@ pub fn read_metrics(path: &Path) -> Result<Vec<StepRecord>, BadInput> {
     })?;
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        if serde_json::from_str::<crate::metrics::RestartRecord>(line).is_ok() {
+            continue;
+        }
         let r: StepRecord = serde_json::from_str(line)
             .map_err(|e| BadInput::new(format!("{} line {}: not a metrics record: {e}", path.display(), i + 1)))?;
         out.push(r);

@@ -72,3 +72,21 @@ pub struct StepRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub columns: Option<u32>,
 }
+
+/// One line of `metrics.jsonl` per automatic restart (`--restarts`), written
+/// when the resumed run's first step record arrives, before it. Told apart
+/// from step records by its `restart` field.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RestartRecord {
+    /// 1 for the first restart of the run.
+    pub restart: u32,
+    /// The run's `--restarts`.
+    pub of: u32,
+    /// Why the workers were stopped (the driver's error).
+    pub reason: String,
+    /// Where training resumed: the checkpoint's position (0-based).
+    pub epoch: u64,
+    pub iteration: u64,
+    /// Seconds from the failure noticed to the resumed run's first step.
+    pub seconds: f64,
+}

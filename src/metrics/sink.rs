@@ -1,4 +1,4 @@
-use super::StepRecord;
+use super::{RestartRecord, StepRecord};
 use crate::format::{FormatError, write_atomic};
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, BufWriter, Write};
@@ -17,18 +17,21 @@ impl JsonlSink {
         Ok(JsonlSink { path: path.to_path_buf(), out: BufWriter::new(f) })
     }
 
-    /// Rewrites `path` keeping only the records `keep` accepts (atomically), then
-    /// opens it for appending: a resumed run drops what it is about to redo.
-    pub fn append_after_filter(path: &Path, keep: impl Fn(&StepRecord) -> bool) -> Result<Self, FormatError> {
+    /// Rewrites `path` keeping the step records before position `at` (epoch,
+    /// iteration) and the restarts at or before it (atomically), then opens it
+    /// for appending: a resumed run drops what it is about to redo.
+    pub fn append_before(path: &Path, at: (u64, u64)) -> Result<Self, FormatError> {
         if path.exists() {
             let f = File::open(path).map_err(|e| FormatError::io(path, e))?;
             let mut kept = Vec::new();
             for line in BufReader::new(f).lines() {
                 let line = line.map_err(|e| FormatError::io(path, e))?;
                 // A torn last line (crash mid-write) is dropped along with the rest it belongs to.
-                if let Ok(r) = serde_json::from_str::<StepRecord>(&line)
-                    && keep(&r)
-                {
+                let keep = match serde_json::from_str::<StepRecord>(&line) {
+                    Ok(r) => (r.epoch, r.iteration) < at,
+                    Err(_) => serde_json::from_str::<RestartRecord>(&line).is_ok_and(|r| (r.epoch, r.iteration) <= at),
+                };
+                if keep {
                     kept.extend_from_slice(line.as_bytes());
                     kept.push(b'\n');
                 }
@@ -39,6 +42,11 @@ impl JsonlSink {
     }
 
     pub fn write(&mut self, r: &StepRecord) -> Result<(), FormatError> {
+        let line = serde_json::to_string(r).expect("a record always serialises");
+        writeln!(self.out, "{line}").map_err(|e| FormatError::io(&self.path, e))
+    }
+
+    pub fn write_restart(&mut self, r: &RestartRecord) -> Result<(), FormatError> {
         let line = serde_json::to_string(r).expect("a record always serialises");
         writeln!(self.out, "{line}").map_err(|e| FormatError::io(&self.path, e))
     }

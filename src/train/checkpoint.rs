@@ -41,6 +41,9 @@ pub struct Progress {
     /// What this worker sent while evaluating (sent, by category).
     #[serde(default)]
     pub eval_bytes: ByteCounts,
+    /// leapgnn `--time-steps auto`: the tuning so far.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_steps: Option<super::minibatch::AutoState>,
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -54,6 +57,10 @@ struct StateFile {
     /// How the RNG position is encoded.
     rng: String,
 }
+
+/// How rank 0's event about a periodic checkpoint starts (the driver of a
+/// run without shared files copies each one back when it reads this).
+pub const WRITTEN: &str = "checkpoint written after iteration";
 
 pub fn dir(run_dir: &Path) -> PathBuf {
     run_dir.join("checkpoint")
@@ -145,6 +152,13 @@ fn read_state(dir: &Path) -> Result<StateFile, TrainError> {
 /// (what a worker without the driver's filesystem must be sent).
 pub fn weight_files(dir: &Path) -> Result<[PathBuf; 2], TrainError> {
     Ok([dir.join(STATE), dir.join(read_state(dir)?.weights)])
+}
+
+/// Every file of the checkpoint in `dir`, tensors first and `state.json`
+/// last (what a worker resuming without the driver's filesystem must be sent).
+pub fn files(dir: &Path) -> Result<[PathBuf; 3], TrainError> {
+    let s = read_state(dir)?;
+    Ok([dir.join(s.weights), dir.join(s.optimizer), dir.join(STATE)])
 }
 
 /// Loads only the weights of the checkpoint in `dir` into `params` (inference).

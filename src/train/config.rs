@@ -193,6 +193,46 @@ impl TrainConfig {
         })
     }
 
+    /// This mini-batch run continued on `workers` workers (`--resume RUN
+    /// --workers N`): the same global batch (W x `--batch-size`) split N ways,
+    /// the same partition (its K parts in contiguous ranges per worker), so
+    /// every iteration trains the same roots and sums the same gradient, up
+    /// to float summation order.
+    pub fn on_workers(&self, workers: usize) -> Result<TrainConfig, BadInput> {
+        let refuse = |why: String| {
+            Err(BadInput::new(format!(
+                "--workers {workers} with --resume: {why}; resume on the run's own {} workers (omit --workers)",
+                self.workers
+            )))
+        };
+        let global = self.batch_size * self.workers;
+        if self.workers < 2 || workers < 2 {
+            return refuse(format!(
+                "only a multi-worker run moves to another number of workers, and to 2 or more (it ran on {})",
+                self.workers
+            ));
+        }
+        if self.mode != TrainMode::Minibatch {
+            return refuse(format!("a {} run's batches are cut per worker", self.mode));
+        }
+        if !global.is_multiple_of(workers) {
+            return refuse(format!(
+                "the run's global batch of {global} roots ({} workers x --batch-size {}) does not split evenly into {workers}",
+                self.workers, self.batch_size
+            ));
+        }
+        if self.parts < workers {
+            return refuse(format!("its partition has {} parts, fewer than {workers} workers", self.parts));
+        }
+        if self.merge_plan.is_some() {
+            return refuse("its --merge-plan was written for its own number of workers".into());
+        }
+        if let Some(t) = self.time_steps.filter(|&t| t as usize > workers) {
+            return refuse(format!("its --time-steps {t} needs at least {t} workers"));
+        }
+        Ok(TrainConfig { workers, batch_size: global / workers, ..self.clone() })
+    }
+
     /// Roots per worker per iteration as the loop schedules them: the whole
     /// train set in one iteration in full-graph mode.
     pub fn loop_batch_size(&self, train: usize) -> usize {

@@ -268,7 +268,8 @@ pub struct TrainFlags {
     /// Name of the new run under <data-dir>/runs/ [default: <dataset>-<model>-<unix time>].
     #[arg(long, conflicts_with = "resume")]
     pub run: Option<String>,
-    /// Continue run RUN from its last checkpoint (only --epochs and --checkpoint-every may change).
+    /// Continue run RUN from its last checkpoint (only --epochs, --checkpoint-every and --workers may change;
+    /// another --workers splits the same global batch over the same parts).
     #[arg(long, value_name = "RUN")]
     pub resume: Option<String>,
     /// Progress bars on stderr (plain lines when stderr is not a terminal) instead of the dashboard.
@@ -290,8 +291,13 @@ pub struct TrainFlags {
     /// Seconds any worker waits for another before failing with that worker's name.
     #[arg(long, default_value_t = defaults::COMM_TIMEOUT_S)]
     pub comm_timeout: f64,
+    /// Encrypt the control connections and the workers' mesh (AES-256-GCM records, keys per job,
+    /// connection and direction; also `[cluster] encrypt = true` in the profile).
+    #[arg(long)]
+    pub encrypt: bool,
     /// When a worker dies, stops answering or loses its link: stop all, resume from the last
-    /// checkpoint, at most N times (local workers; see --checkpoint-every).
+    /// checkpoint, at most N times (local or ssh workers; ssh: spare hosts replace unreachable ones;
+    /// see --checkpoint-every).
     #[arg(long, default_value_t = 0)]
     pub restarts: u32,
     /// With several workers, check every N iterations that all replicas hold the same weights (0: never).
@@ -342,7 +348,6 @@ pub enum Action {
 /// Flags that define a run: a resumed run keeps its saved ones.
 const DEFINE_THE_RUN: &[&str] = &[
     "dataset",
-    "workers",
     "parts",
     "strategy",
     "model",
@@ -445,6 +450,7 @@ impl TrainFlags {
                     let overrides = ResumeOverrides {
                         epochs: self.given("epochs").then_some(self.epochs),
                         checkpoint_every: self.given("checkpoint_every").then_some(self.checkpoint_every),
+                        workers: self.workers,
                     };
                     Ok(Action::Resume { run: run.clone(), overrides })
                 }
@@ -457,8 +463,8 @@ impl TrainFlags {
     pub fn reject_on_resume(&self) -> Result<(), BadInput> {
         match DEFINE_THE_RUN.iter().find(|id| self.given(id)) {
             Some(id) => Err(BadInput::new(format!(
-                "{} cannot be given with --resume: a resumed run keeps its saved config (only --epochs and \
-                 --checkpoint-every may change)",
+                "{} cannot be given with --resume: a resumed run keeps its saved config (only --epochs, \
+                 --checkpoint-every and --workers may change)",
                 flag_of(id)
             ))),
             None => Ok(()),
@@ -692,7 +698,7 @@ mod tests {
     #[test]
     fn a_resumed_run_refuses_the_flags_that_define_it() {
         let a = flags(&["--resume", "r1", "--epochs", "4"]).action().unwrap();
-        let overrides = ResumeOverrides { epochs: Some(4), checkpoint_every: None };
+        let overrides = ResumeOverrides { epochs: Some(4), checkpoint_every: None, workers: None };
         assert_eq!(a, Action::Resume { run: "r1".into(), overrides });
         let e = flags(&["--resume", "r1", "--lr", "0.01"]).action().unwrap_err();
         assert!(e.0.starts_with("--lr cannot be given with --resume"), "{e}");

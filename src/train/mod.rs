@@ -121,6 +121,8 @@ pub struct RunOptions {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ResumeOverrides {
     pub epochs: Option<u64>,
+    /// Another number of workers (`TrainConfig::on_workers`).
+    pub workers: Option<usize>,
     pub checkpoint_every: Option<u64>,
 }
 
@@ -174,6 +176,9 @@ pub fn resumable(
     }
     if let Some(c) = over.checkpoint_every {
         cfg.checkpoint_every = c;
+    }
+    if let Some(w) = over.workers.filter(|&w| w != cfg.workers) {
+        cfg = cfg.on_workers(w)?;
     }
     cfg.check()?;
     Ok((run_dir, cfg, progress))
@@ -244,7 +249,7 @@ fn execute(
 
     let metrics = run_dir.join("metrics.jsonl");
     let at = (progress.epoch, progress.iteration);
-    let sink = JsonlSink::append_after_filter(&metrics, |r| (r.epoch, r.iteration) < at)?;
+    let sink = JsonlSink::append_before(&metrics, at)?;
     let mut obs = Recording { sink, inner: obs };
 
     let data_view = GraphData { graph: ds.graph(), features: &ds, labels: ds.labels() };

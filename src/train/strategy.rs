@@ -74,6 +74,14 @@ pub trait Strategy {
     /// Before the end-of-epoch evaluation, after `done` iterations in all
     /// (also when a resumed run evaluates an epoch it trained before stopping).
     fn before_evaluation(&mut self, _w: &mut Worker<'_>, _done: u64) {}
+    /// What a checkpoint keeps of the strategy's own state (`--time-steps auto`'s tuning).
+    fn auto_state(&self) -> Option<minibatch::AutoState> {
+        None
+    }
+    /// Continues from a checkpoint's `auto_state`.
+    fn restore_auto(&mut self, _s: &minibatch::AutoState) -> Result<(), TrainError> {
+        Ok(())
+    }
 }
 
 /// What a strategy needs beyond its kind: who owns each vertex and the

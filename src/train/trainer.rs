@@ -52,6 +52,9 @@ pub fn run_loop(
         Some(dir) => checkpoint::save(dir, cfg, p, &w.params, opt),
         None => Ok(()),
     };
+    if let Some(s) = &p.auto_steps {
+        strategy.restore_auto(s)?;
+    }
     while p.epoch < cfg.epochs {
         let order = batches::epoch_order(inp.train, cfg.seed, p.epoch);
         let sched = batches::Schedule::new(&order, coll.world(), cfg.loop_batch_size(inp.train.len()));
@@ -110,8 +113,9 @@ pub fn run_loop(
             p.global_iteration += 1;
             let stop = inp.stop_after == Some(p.global_iteration) || stop_voted;
             if stop || (cfg.checkpoint_every > 0 && p.global_iteration.is_multiple_of(cfg.checkpoint_every)) {
+                p.auto_steps = strategy.auto_state();
                 save(&p, w, opt)?;
-                obs.event(&format!("checkpoint written after iteration {}", p.global_iteration));
+                obs.event(&format!("{} {}", checkpoint::WRITTEN, p.global_iteration));
             }
             if stop {
                 return Ok(p);
@@ -143,6 +147,7 @@ pub fn run_loop(
         p.epoch_seconds = 0.0;
     }
     // The final state (a periodic checkpoint at the last iteration predates the last evaluation).
+    p.auto_steps = strategy.auto_state();
     save(&p, w, opt)?;
     obs.event("final checkpoint written");
     Ok(p)

@@ -64,6 +64,7 @@ pub fn local_options<'a>(
         driver_bind: "127.0.0.1:0".parse().unwrap(),
         auto_planner: Some(&leapgnn::cost::auto_plans),
         restarts: 0,
+        encrypt: false,
     }
 }
 

@@ -5,7 +5,7 @@ use super::{DistJob, Report, WorkerDone};
 use crate::cluster::Launcher;
 use crate::cluster::driver::{DriverError, DriverOptions, Event, run_job_stoppable};
 use crate::format::write_atomic;
-use crate::metrics::{JsonlSink, RunBytes, RunSummary, add_bytes};
+use crate::metrics::{JsonlSink, RestartRecord, RunBytes, RunSummary, add_bytes};
 use crate::schedule::MergePlan;
 use crate::train::strategy::{StrategyEnv, StrategyKind};
 use crate::train::{Observer, Progress, ResumeOverrides, RunOptions, TrainConfig, TrainError, checkpoint, new_run_dir};
@@ -14,7 +14,7 @@ use anyhow::Context;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How the workers are started and watched.
 pub struct DistOptions<'a> {
@@ -39,6 +39,8 @@ pub struct DistOptions<'a> {
     /// `--restarts`: when a worker dies, stops answering or its link fails, stop
     /// them all and resume from the last checkpoint, at most this many times.
     pub restarts: u32,
+    /// `--encrypt`: control connections and mesh carry sealed records (`comm::seal`).
+    pub encrypt: bool,
 }
 
 /// Predicts a `leapgnn` merge plan for every T that fits, for a run of the config.
@@ -60,7 +62,7 @@ pub fn train_distributed(
     cfg.check_all(&crate::format::DatasetFile::open(&dataset)?)?;
     preflight(data, &cfg, run, opts)?;
     let (name, run_dir) = new_run_dir(data, run.run.as_deref(), &cfg)?;
-    let result = execute(data, cfg, name.clone(), run_dir, None, run, opts, obs);
+    let result = execute(data, cfg, name.clone(), run_dir, (None, None), run, opts, obs);
     recover(data, &name, result, run, opts, obs)
 }
 
@@ -99,7 +101,7 @@ pub fn resume_distributed(
     opts: &DistOptions<'_>,
     obs: &mut dyn Observer,
 ) -> anyhow::Result<RunSummary> {
-    let result = resume_once(data, run, over, run_opts, opts, obs);
+    let result = resume_once(data, run, over, run_opts, opts, obs, None);
     recover(data, run, result, run_opts, opts, obs)
 }
 
@@ -119,6 +121,7 @@ fn recover(
             Ok(s) => return Ok(s),
             Err(e) => e,
         };
+        let failed = Instant::now();
         let worker_lost = err.chain().filter_map(|e| e.downcast_ref::<DriverError>()).any(|e| {
             matches!(
                 e,
@@ -129,15 +132,26 @@ fn recover(
                     | DriverError::StartTimeout { .. }
             )
         });
-        let checkpointed = checkpoint::dir(&data.run_dir(name)).join("state.json").is_file();
-        if !worker_lost || !checkpointed || !opts.launcher.shares_files() || opts.interrupted.load(Ordering::SeqCst) {
+        if !worker_lost || opts.interrupted.load(Ordering::SeqCst) {
+            return Err(err);
+        }
+        // Without shared files the newest checkpoint is on rank 0's host.
+        let run_dir = data.run_dir(name);
+        if let Err(e) = fetch_checkpoint(opts.launcher, &checkpoint_rel(opts.launcher, data, &run_dir)?, &run_dir, obs)
+        {
+            let msg = format!("{e:#}; resuming from the driver's copy of the last checkpoint");
+            tracing::warn!("{msg}");
+            obs.event(&msg);
+        }
+        if !checkpoint::dir(&run_dir).join("state.json").is_file() {
             return Err(err);
         }
         let msg =
             format!("restart {attempt} of {}: {err:#}; resuming run {name} from its last checkpoint", opts.restarts);
         tracing::warn!("{msg}");
         obs.event(&msg);
-        result = resume_once(data, name, &ResumeOverrides::default(), run, opts, obs);
+        let restart = Restart { attempt, of: opts.restarts, reason: format!("{err:#}"), since: failed };
+        result = resume_once(data, name, &ResumeOverrides::default(), run, opts, obs, Some(restart));
     }
     result
 }
@@ -149,21 +163,32 @@ fn resume_once(
     run_opts: &RunOptions,
     opts: &DistOptions<'_>,
     obs: &mut dyn Observer,
+    restart: Option<Restart>,
 ) -> anyhow::Result<RunSummary> {
     let (run_dir, cfg, progress) = crate::train::resumable(data, run, over)?;
-    if cfg.cluster.is_some() || !opts.launcher.shares_files() {
-        return Err(BadInput::new(format!(
-            "--resume {run}: resuming a multi-worker run needs workers that read the driver's checkpoint (local workers); over ssh, start a new run"
-        ))
-        .into());
+    if !opts.launcher.shares_files() {
+        // Every worker restores the weights and the optimizer state: each host gets the checkpoint.
+        let root = absolute(&data.root)?;
+        let files = checkpoint::files(&checkpoint::dir(&absolute(&run_dir)?))?;
+        let rel = files.iter().map(|f| Ok((f.clone(), worker_path(opts.launcher, &root, f)?)));
+        opts.launcher.ship_with_job(rel.collect::<anyhow::Result<_>>()?);
     }
-    if cfg.strategy == StrategyKind::Leapgnn && cfg.time_steps.is_none() && cfg.merge_plan.is_none() {
-        return Err(BadInput::new(format!(
-            "--resume {run}: the run chose its time steps with --time-steps auto, whose state the checkpoint does not hold yet; start a new run"
-        ))
-        .into());
+    execute(data, cfg, run.to_string(), run_dir, (Some(progress), restart), run_opts, opts, obs)
+}
+
+/// A restart under way: what the `RestartRecord` says once training runs again.
+struct Restart {
+    attempt: u32,
+    of: u32,
+    reason: String,
+    since: Instant,
+}
+
+impl Restart {
+    fn record(self, (epoch, iteration): (u64, u64)) -> RestartRecord {
+        let seconds = self.since.elapsed().as_secs_f64();
+        RestartRecord { restart: self.attempt, of: self.of, reason: self.reason, epoch, iteration, seconds }
     }
-    execute(data, cfg, run.to_string(), run_dir, Some(progress), run_opts, opts, obs)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -172,7 +197,7 @@ fn execute(
     cfg: TrainConfig,
     name: String,
     run_dir: PathBuf,
-    resume: Option<Progress>,
+    (resume, restart): (Option<Progress>, Option<Restart>),
     run: &RunOptions,
     opts: &DistOptions<'_>,
     obs: &mut dyn Observer,
@@ -182,8 +207,11 @@ fn execute(
     let world = cfg.workers;
     // --time-steps auto starts from the cost model's plans (and re-plans from measured times).
     let auto = cfg.strategy == StrategyKind::Leapgnn && cfg.time_steps.is_none() && cfg.merge_plan.is_none();
-    let auto_plans = match opts.auto_planner {
-        Some(plan) if auto && world > 1 => plan(data, &cfg).unwrap_or_else(|e| {
+    // A resumed run keeps the plans it was tuning from (the workers restore the rest).
+    let saved = resume.as_ref().and_then(|p| p.auto_steps.as_ref()).filter(|s| s.workers == world);
+    let auto_plans = match (opts.auto_planner, saved) {
+        (_, Some(s)) => s.plans.clone(),
+        (Some(plan), None) if auto && world > 1 => plan(data, &cfg).unwrap_or_else(|e| {
             obs.event(&format!("--time-steps auto: no cost model prediction ({e:#}); trying every T, one epoch each"));
             Vec::new()
         }),
@@ -191,7 +219,7 @@ fn execute(
     };
     let mut env = StrategyEnv::new(&cfg, None)?;
     env.auto_plans = auto_plans.clone();
-    let time_steps = crate::train::strategy::build(cfg.strategy, &env)?.time_steps();
+    let time_steps = saved.map_or(crate::train::strategy::build(cfg.strategy, &env)?.time_steps(), |s| s.current);
     let parts_dir = absolute(&crate::partition::ensure_partition(
         data,
         &cfg.dataset,
@@ -240,7 +268,8 @@ fn execute(
 
     // Resuming: the records after the checkpoint are dropped, to be written again.
     let at = resume.as_ref().map_or((0, 0), |p| (p.epoch, p.iteration));
-    let mut sink = JsonlSink::append_after_filter(&run_dir.join("metrics.jsonl"), |r| (r.epoch, r.iteration) < at)?;
+    let mut sink = JsonlSink::append_before(&run_dir.join("metrics.jsonl"), at)?;
+    let mut restart = restart;
     let mut summary = RunSummary {
         run: name,
         strategy: cfg.strategy.to_string(),
@@ -256,47 +285,86 @@ fn execute(
     let driver_opts = DriverOptions {
         silence_timeout: (opts.comm_timeout * 2).max(Duration::from_secs(10)),
         bind: opts.driver_bind,
+        encrypt: opts.encrypt,
         ..DriverOptions::default()
     };
     let stop = AtomicBool::new(false);
     let remote_run_dir = job.run_dir.clone();
-    let result = run_job_stoppable(opts.launcher, world, &task, &driver_opts, opts.interrupted, &stop, |ev| {
-        for line in opts.worker_lines.iter().flat_map(|rx| rx.try_iter()) {
-            obs.event(&line);
-        }
-        let outcome = match ev {
-            Event::Metrics(rank, v) => match serde_json::from_value::<Report>(v) {
-                Ok(Report::Step(r)) => {
-                    crate::train::trace_step(&r);
-                    summary.rows += r.rows;
-                    stragglers.step(&r);
-                    sink.write(&r).map_err(TrainError::from).and_then(|()| obs.step(&r))
+    // Without shared files each periodic checkpoint is copied back while training
+    // goes on, so a restart that cannot reach rank 0's host loses at most
+    // --checkpoint-every iterations. One request waits at most: the copy reads the latest.
+    let (fetch_tx, fetch_rx) = mpsc::sync_channel::<()>(1);
+    let result = std::thread::scope(|scope| {
+        if !opts.launcher.shares_files() {
+            let (launcher, remote, local) = (opts.launcher, &remote_run_dir, &run_dir);
+            scope.spawn(move || {
+                while fetch_rx.recv().is_ok() {
+                    // A copy that races rank 0's next checkpoint fails; the next one succeeds.
+                    if let Err(e) = copy_checkpoint(launcher, remote, local) {
+                        tracing::info!("{e:#}");
+                    }
                 }
-                Ok(Report::Epoch { record, epochs }) => {
-                    crate::train::trace_epoch(&record, epochs);
-                    let _ = sink.flush();
-                    obs.epoch(&record, epochs);
-                    for line in stragglers.epoch_end(record.epoch) {
-                        obs.event(&line);
+            });
+        }
+        let result = run_job_stoppable(opts.launcher, world, &task, &driver_opts, opts.interrupted, &stop, |ev| {
+            for line in opts.worker_lines.iter().flat_map(|rx| rx.try_iter()) {
+                obs.event(&line);
+            }
+            let outcome = match ev {
+                Event::Metrics(rank, v) => match serde_json::from_value::<Report>(v) {
+                    Ok(Report::Step(r)) => {
+                        if let Some(re) = restart.take() {
+                            let rec = re.record(at);
+                            let msg = format!(
+                                "restart {} of {}: training again {:.2} s after the failure, from epoch {} iteration {}",
+                                rec.restart,
+                                rec.of,
+                                rec.seconds,
+                                at.0 + 1,
+                                at.1 + 1
+                            );
+                            tracing::warn!("{msg}");
+                            obs.event(&msg);
+                            if let Err(e) = sink.write_restart(&rec) {
+                                failure.get_or_insert(e.into());
+                            }
+                        }
+                        crate::train::trace_step(&r);
+                        summary.rows += r.rows;
+                        stragglers.step(&r);
+                        sink.write(&r).map_err(TrainError::from).and_then(|()| obs.step(&r))
+                    }
+                    Ok(Report::Epoch { record, epochs }) => {
+                        crate::train::trace_epoch(&record, epochs);
+                        let _ = sink.flush();
+                        obs.epoch(&record, epochs);
+                        for line in stragglers.epoch_end(record.epoch) {
+                            obs.event(&line);
+                        }
+                        Ok(())
+                    }
+                    Err(e) => Err(BadInput::new(format!("worker {rank} sent a malformed metrics record: {e}")).into()),
+                },
+                Event::Log(rank, line) => {
+                    tracing::info!("[worker {rank}] {line}");
+                    obs.event(&format!("[worker {rank}] {line}"));
+                    if rank == 0 && line.starts_with(checkpoint::WRITTEN) {
+                        let _ = fetch_tx.try_send(());
                     }
                     Ok(())
                 }
-                Err(e) => Err(BadInput::new(format!("worker {rank} sent a malformed metrics record: {e}")).into()),
-            },
-            Event::Log(rank, line) => {
-                tracing::info!("[worker {rank}] {line}");
-                obs.event(&format!("[worker {rank}] {line}"));
-                Ok(())
+                Event::Done(..) | Event::Idle => Ok(()),
+            };
+            if let Err(e) = outcome {
+                failure.get_or_insert(e);
             }
-            Event::Done(..) | Event::Idle => Ok(()),
-        };
-        if let Err(e) = outcome {
-            failure.get_or_insert(e);
-        }
-        // `q` in the dashboard: the workers finish the iteration, checkpoint and report.
-        if obs.stop_requested() {
-            stop.store(true, Ordering::SeqCst);
-        }
+            // `q` in the dashboard: the workers finish the iteration, checkpoint and report.
+            if obs.stop_requested() {
+                stop.store(true, Ordering::SeqCst);
+            }
+        });
+        drop(fetch_tx);
+        result
     });
     for line in opts.worker_lines.iter().flat_map(|rx| rx.try_iter()) {
         obs.event(&line);
@@ -353,6 +421,11 @@ pub(super) fn worker_path(launcher: &dyn Launcher, root: &Path, local: &Path) ->
     }
 }
 
+/// The run directory `run_dir` as the workers name it.
+fn checkpoint_rel(launcher: &dyn Launcher, data: &DataDir, run_dir: &Path) -> anyhow::Result<PathBuf> {
+    worker_path(launcher, &absolute(&data.root)?, &absolute(run_dir)?)
+}
+
 /// Without a shared filesystem rank 0 checkpoints on its own host: copy that
 /// checkpoint into the driver's run directory (atomically, state last).
 fn fetch_checkpoint(
@@ -361,18 +434,23 @@ fn fetch_checkpoint(
     run_dir: &Path,
     obs: &mut dyn Observer,
 ) -> anyhow::Result<()> {
-    let remote = checkpoint::dir(remote_run_dir);
-    let Some(dir) = launcher.open_dir(0, &remote) else { return Ok(()) };
-    let what = || format!("cannot fetch the checkpoint {} from rank 0's host", remote.display());
-    let mut dir = dir.with_context(what)?;
-    let local = checkpoint::dir(run_dir);
-    let p = checkpoint::copy_into(&local, &mut |name| dir.read(name)).with_context(what)?;
+    let Some(p) = copy_checkpoint(launcher, remote_run_dir, run_dir)? else { return Ok(()) };
     obs.event(&format!(
         "checkpoint after iteration {} fetched from rank 0 into {}",
         p.global_iteration,
-        local.display()
+        checkpoint::dir(run_dir).display()
     ));
     Ok(())
+}
+
+/// Copies rank 0's checkpoint into the driver's run directory; `None` when files are shared.
+fn copy_checkpoint(launcher: &dyn Launcher, remote_run_dir: &Path, run_dir: &Path) -> anyhow::Result<Option<Progress>> {
+    let remote = checkpoint::dir(remote_run_dir);
+    let Some(dir) = launcher.open_dir(0, &remote) else { return Ok(None) };
+    let what = || format!("cannot fetch the checkpoint {} from rank 0's host", remote.display());
+    let mut dir = dir.with_context(what)?;
+    let p = checkpoint::copy_into(&checkpoint::dir(run_dir), &mut |name| dir.read(name)).with_context(what)?;
+    Ok(Some(p))
 }
 
 pub(super) fn absolute(p: &Path) -> anyhow::Result<PathBuf> {

@@ -70,4 +70,10 @@ impl Strategy for ReplicaCheck<'_> {
     fn before_evaluation(&mut self, w: &mut Worker<'_>, done: u64) {
         self.inner.before_evaluation(w, done);
     }
+    fn auto_state(&self) -> Option<crate::train::minibatch::AutoState> {
+        self.inner.auto_state()
+    }
+    fn restore_auto(&mut self, s: &crate::train::minibatch::AutoState) -> Result<(), TrainError> {
+        self.inner.restore_auto(s)
+    }
 }

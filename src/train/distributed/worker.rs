@@ -129,6 +129,7 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
 /// strangers are reported to the driver's log.
 pub(super) fn join_mesh(job: Job, timeout: Duration, reporter: &Reporter) -> anyhow::Result<Mesh> {
     let mut mc = MeshConfig::new(job.rank, job.peers, job.secret);
+    mc.encrypt = job.encrypt;
     mc.write_timeout = timeout;
     mc.connect_timeout = mc.connect_timeout.max(timeout);
     // Sole owner: once the mesh is built the port closes, so a late stranger is refused by the kernel.

@@ -17,6 +17,32 @@ use crate::schedule::{MergePlan, next_time_steps};
 use crate::train::{Collective, TrainError};
 use std::time::Instant;
 
+/// `--time-steps auto`'s tuning at a checkpoint, as rank 0 saw it: a resumed
+/// run takes the same T for the rest of the epoch, keeps the plans it started
+/// from (not the cost model's answer of today) and what it has measured, so
+/// it decides at the next epoch boundary as the uninterrupted run would.
+/// The stopped epoch's iteration seconds so far are rank 0's (the other
+/// workers' are not in the checkpoint), including the iteration the
+/// checkpoint followed, which the uninterrupted run would time too unless it
+/// ended the epoch; the resumed workers add their own.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct AutoState {
+    /// The W it was tuned on: T measured on W workers says nothing of T on
+    /// another W, so a run resumed on another W tunes afresh.
+    pub workers: usize,
+    pub plans: Vec<MergePlan>,
+    /// The T in use, and the epoch it was taken for.
+    pub current: u32,
+    pub epoch: Option<u64>,
+    /// Iterations begun in `epoch`, and the sum and count of those timed.
+    pub begun: u32,
+    pub timed: (f64, u32),
+    /// Seconds of the iteration just done, when it is one that is timed.
+    pub last: Option<f64>,
+    /// The slowest worker's mean iteration seconds per T measured so far.
+    pub measured: Vec<(u32, f64)>,
+}
+
 pub(super) struct AutoSteps {
     world: usize,
     /// The cost model's plan per T, with its predicted seconds (may be empty).
@@ -32,6 +58,8 @@ pub(super) struct AutoSteps {
     measured: Vec<(u32, f64)>,
     /// Rank 0: the last decision and why, until the event log takes it.
     decision: Option<String>,
+    /// Resumed: the seconds of the iteration the checkpoint followed.
+    resumed_last: Option<f64>,
 }
 
 impl AutoSteps {
@@ -50,9 +78,49 @@ impl AutoSteps {
             timed: (0.0, 0),
             measured: Vec::new(),
             decision: None,
+            resumed_last: None,
         };
         a.current = a.pick();
         a
+    }
+
+    /// What a checkpoint keeps of the tuning.
+    pub fn state(&self) -> AutoState {
+        AutoState {
+            workers: self.world,
+            plans: self.plans.clone(),
+            current: self.current,
+            epoch: self.epoch,
+            begun: self.begun,
+            timed: self.timed,
+            last: self.last_begin.filter(|_| self.begun > 1).map(|b| b.elapsed().as_secs_f64()),
+            measured: self.measured.clone(),
+        }
+    }
+
+    /// Continues the tuning saved in `s` (a checkpoint of a run on this W;
+    /// another W starts afresh). The iteration in flight at the stop is not timed.
+    pub fn restore(&mut self, s: &AutoState) -> Result<(), TrainError> {
+        if s.workers != self.world {
+            return Ok(());
+        }
+        let fits = |t: u32| t >= 1 && t as usize <= self.world;
+        if !fits(s.current) || s.measured.iter().any(|m| !fits(m.0)) || s.plans.iter().any(|p| !fits(p.time_steps)) {
+            return Err(crate::BadInput::new(format!(
+                "the checkpoint's --time-steps auto state names a T above its {} workers (T = {}, measured {:?}): the checkpoint is damaged; start a new run",
+                self.world, s.current, s.measured
+            ))
+            .into());
+        }
+        self.plans = s.plans.clone();
+        self.current = s.current;
+        self.epoch = s.epoch;
+        self.begun = s.begun;
+        self.timed = s.timed;
+        self.measured = s.measured.clone();
+        self.last_begin = None;
+        self.resumed_last = s.last;
+        Ok(())
     }
 
     /// The T in use.
@@ -78,9 +146,14 @@ impl AutoSteps {
         let now = Instant::now();
         match self.epoch {
             Some(e) if e == epoch => {
-                // The iteration that just ended; the epoch's first one is not timed.
-                if let (Some(start), true) = (self.last_begin, self.begun > 1) {
-                    self.timed.0 += now.duration_since(start).as_secs_f64();
+                // The iteration that just ended (resumed: the one the checkpoint
+                // followed); the epoch's first one is not timed.
+                let ended = match self.last_begin {
+                    Some(start) => (self.begun > 1).then(|| now.duration_since(start).as_secs_f64()),
+                    None => self.resumed_last.take(),
+                };
+                if let Some(s) = ended {
+                    self.timed.0 += s;
                     self.timed.1 += 1;
                 }
                 self.begun += 1;
@@ -91,6 +164,7 @@ impl AutoSteps {
                 }
                 self.timed = (0.0, 0);
                 self.begun = 1;
+                self.resumed_last = None;
             }
         }
         self.epoch = Some(epoch);

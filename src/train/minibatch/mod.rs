@@ -12,6 +12,7 @@ pub(crate) mod pregather;
 mod steps;
 mod store;
 
+pub use auto_steps::AutoState;
 pub use model_centric::ModelCentric;
 pub use p3::P3;
 pub use steps::MicroSteps;

@@ -151,6 +151,20 @@ impl Strategy for MicroSteps {
         }
     }
 
+    fn auto_state(&self) -> Option<super::AutoState> {
+        match &self.count {
+            StepCount::Auto(a) => Some(a.state()),
+            _ => None,
+        }
+    }
+
+    fn restore_auto(&mut self, s: &super::AutoState) -> Result<(), TrainError> {
+        match &mut self.count {
+            StepCount::Auto(a) => a.restore(s),
+            _ => Ok(()),
+        }
+    }
+
     fn iteration(
         &mut self,
         w: &mut Worker<'_>,

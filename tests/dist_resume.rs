@@ -1,0 +1,147 @@
+//! Resuming multi-worker runs on Facebook with real worker processes on
+//! 127.0.0.1: a run stopped in mid-epoch and resumed ends as the
+//! uninterrupted run does, bit for bit (model-centric, and leapgnn with
+//! `--time-steps auto`, whose tuning the checkpoint carries), and on another
+//! number of workers within float summation order.
+
+mod dist_support;
+
+use dist_support::{facebook, fails, final_weights, json, local_options, records, rel_diff};
+use leapgnn::DataDir;
+use leapgnn::cluster::LocalLauncher;
+use leapgnn::train::distributed::{resume_distributed, train_distributed};
+use leapgnn::train::{Quiet, ResumeOverrides, RunOptions, StrategyKind, TrainConfig};
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+
+/// (epoch, iteration, time step, worker, loss) of every record, sorted.
+fn losses(d: &Path, run: &str) -> Vec<(u64, u64, u64, u64, String)> {
+    let mut v: Vec<_> = records(d, &serde_json::json!({ "run": run }))
+        .iter()
+        .map(|r| {
+            let n = |k: &str| r[k].as_u64().unwrap();
+            (n("epoch"), n("iteration"), n("time_step"), n("worker"), r["loss"].to_string())
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+fn summary(d: &Path, run: &str) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(d.join("runs").join(run).join("summary.json")).unwrap()).unwrap()
+}
+
+/// The run `b` ended where run `a` did: same records, accuracy, weights.
+fn assert_same_run(d: &Path, a: &str, b: &str) {
+    let (sa, sb) = (summary(d, a), summary(d, b));
+    for k in ["iterations", "final_loss", "test_accuracy", "best_val_accuracy", "epochs", "time_steps"] {
+        assert_eq!(sa[k], sb[k], "{a} vs {b}: {k}");
+    }
+    assert!(sa["test_accuracy"].as_f64().unwrap() > 0.5, "Facebook's 4 classes are learnt: {sa}");
+    assert_eq!(losses(d, a), losses(d, b), "{a} vs {b}: every record once, the same losses");
+    assert!(final_weights(d, a) == final_weights(d, b), "{a} vs {b}: final weights differ");
+}
+
+/// 13,482 train roots in global batches of 4 x 1024: 4 iterations per epoch.
+const RUN: &[&str] = &["--workers", "4", "--batch-size", "1024", "--hidden", "16", "--fanout", "5,5", "--no-tui"];
+
+#[test]
+fn facebook_four_workers_resume_model_centric_and_auto_leapgnn_bit_for_bit() {
+    let tmp = facebook();
+    let d = tmp.path();
+    for (name, strategy) in [("mc", &["--strategy", "model-centric"][..]), ("auto", &["--strategy", "leapgnn"])] {
+        let run = [&["train", "facebook", "--epochs", "2", "--checkpoint-every", "3"], RUN, strategy].concat();
+        json(d, &[&run[..], &["--run", &format!("{name}-straight")]].concat());
+        let stopped = json(d, &[&run[..], &["--run", &format!("{name}-mid"), "--stop-after", "6"]].concat());
+        assert_eq!(stopped["iterations"], 6, "{name}: stopped in mid-epoch 2");
+        let resumed = json(d, &["train", "--resume", &format!("{name}-mid"), "--no-tui"]);
+        assert_eq!(resumed["workers"], 4);
+        assert_same_run(d, &format!("{name}-straight"), &format!("{name}-mid"));
+    }
+}
+
+/// Without the cost model's predictions `auto` tries T = 4, 3, 2, 1, one
+/// epoch each: a run stopped in epoch 3 must resume with T = 2 and go on to
+/// T = 1, which only the tuning state in the checkpoint tells it.
+#[test]
+fn auto_time_steps_resume_with_the_t_and_the_measurements_of_the_stopped_run() {
+    let tmp = facebook();
+    let d = tmp.path();
+    let data = DataDir::new(d);
+    let launcher =
+        LocalLauncher::new(env!("CARGO_BIN_EXE_leapgnn"), vec!["--data-dir".into(), d.display().to_string()]);
+    let interrupted = AtomicBool::new(false);
+    let mut opts = local_options(&launcher, &interrupted);
+    opts.auto_planner = None;
+    let cfg = TrainConfig {
+        dataset: "facebook".into(),
+        workers: 4,
+        parts: 4,
+        epochs: 4,
+        batch_size: 1024,
+        hidden: 16,
+        fanouts: "5,5".parse().unwrap(),
+        eval_fanouts: "5,5".parse().unwrap(),
+        strategy: StrategyKind::Leapgnn,
+        time_steps: None,
+        seed: 2,
+        ..TrainConfig::default()
+    };
+    let named = |n: &str, stop_after| RunOptions { run: Some(n.into()), stop_after, ..Default::default() };
+    let straight = train_distributed(&data, cfg.clone(), &named("straight", None), &opts, &mut Quiet).unwrap();
+    let stopped = train_distributed(&data, cfg, &named("mid", Some(10)), &opts, &mut Quiet).unwrap();
+    assert_eq!(stopped.iterations, 10, "stopped after iteration 3 of epoch 3");
+    resume_distributed(&data, "mid", &ResumeOverrides::default(), &RunOptions::default(), &opts, &mut Quiet).unwrap();
+    // The T of every epoch, from the records: every T once, largest first.
+    let steps_per_epoch = |run: &str| -> Vec<u64> {
+        let recs = losses(d, run);
+        (0..4).map(|e| recs.iter().filter(|r| r.0 == e && r.1 == 0 && r.3 == 0).count() as u64).collect()
+    };
+    assert_eq!(steps_per_epoch("straight"), [4, 3, 2, 1]);
+    assert_eq!(steps_per_epoch("mid"), [4, 3, 2, 1]);
+    assert_eq!(straight.time_steps, 1);
+    assert_same_run(d, "straight", "mid");
+}
+
+/// Every weight of a safetensors file, tensors in name order.
+fn weights(bytes: &[u8]) -> Vec<f32> {
+    let st = safetensors::SafeTensors::deserialize(bytes).unwrap();
+    let mut names = st.names();
+    names.sort();
+    let le = |b: &[u8]| f32::from_le_bytes(b.try_into().unwrap());
+    names.iter().flat_map(|n| st.tensor(n).unwrap().data().chunks_exact(4).map(le).collect::<Vec<_>>()).collect()
+}
+
+/// Stopped on 4 workers, resumed on 2: the same global batches (4 x 1024 =
+/// 2 x 2048) over the same 4 parts, so the same run up to summation order.
+#[test]
+fn facebook_resumed_from_four_workers_on_two_ends_within_1e5() {
+    let tmp = facebook();
+    let d = tmp.path();
+    let run = [&["train", "facebook", "--epochs", "2", "--checkpoint-every", "3"], RUN].concat();
+    let straight = json(d, &[&run[..], &["--run", "straight"]].concat());
+    json(d, &[&run[..], &["--run", "mid", "--stop-after", "6"]].concat());
+    // A global batch that 3 workers cannot split is refused, naming the flag; nothing changes.
+    let line = fails(d, &["train", "--resume", "mid", "--workers", "3", "--no-tui"], 2);
+    assert!(line.contains("--workers 3") && line.contains("4096"), "{line}");
+    let resumed = json(d, &["train", "--resume", "mid", "--workers", "2", "--no-tui"]);
+    assert_eq!(resumed["workers"], 2);
+    assert_eq!(resumed["iterations"], straight["iterations"]);
+    let e = rel_diff(&weights(&final_weights(d, "straight")), &weights(&final_weights(d, "mid")));
+    println!("4 -> 2 workers: final weights differ by {e:e} (relative)");
+    assert!(e <= 1e-5, "final weights differ by {e}");
+    let loss = |s: &serde_json::Value| s["final_loss"].as_f64().unwrap();
+    assert!((loss(&straight) - loss(&resumed)).abs() <= 1e-5 * loss(&straight), "{straight} vs {resumed}");
+    let acc = |s: &serde_json::Value| s["test_accuracy"].as_f64().unwrap();
+    assert!((acc(&straight) - acc(&resumed)).abs() <= 1e-3, "{straight} vs {resumed}");
+    // The records after the checkpoint come from 2 workers, those before from 4.
+    let recs = losses(d, "mid");
+    assert!(recs.iter().filter(|r| r.0 == 0).all(|r| r.3 < 4) && recs.iter().any(|r| r.0 == 0 && r.3 == 3));
+    assert!(recs.iter().filter(|r| r.0 == 1 && r.1 >= 2).all(|r| r.3 < 2), "{recs:?}");
+    let cfg: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.join("runs/mid/config.json")).unwrap()).unwrap();
+    assert_eq!(
+        (cfg["workers"].as_u64(), cfg["batch_size"].as_u64(), cfg["parts"].as_u64()),
+        (Some(2), Some(2048), Some(4))
+    );
+}

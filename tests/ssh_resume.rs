@@ -1,0 +1,160 @@
+//! Resume and automatic restarts over the ssh launcher, against a real
+//! OpenSSH server on 127.0.0.1: the driver ships its checkpoint to every
+//! host, fetches rank 0's before a restart, and the run ends with the
+//! uninterrupted run's weights, bit for bit.
+
+mod dist_support;
+
+use dist_support::sshd::{Sshd, wait_none_mentioning};
+use dist_support::{Driver, cora, final_weights, json, records, signal, wait_gone};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// 140 roots in global batches of 2 x 8: 9 iterations per epoch.
+const RUN: &[&str] =
+    &["train", "cora", "--no-tui", "--batch-size", "8", "--hidden", "16", "--fanout", "5,5", "--seed", "5"];
+
+fn assert_nothing_left(sshd: &Sshd) {
+    let marker = sshd.remote.display().to_string();
+    assert_eq!(wait_none_mentioning(&marker, Duration::from_secs(5)), Vec::<u32>::new(), "processes left");
+    assert_eq!(sshd.wait_sessions_closed(Duration::from_secs(5)), Vec::<u32>::new(), "ssh sessions left open");
+}
+
+/// (epoch, iteration, worker, loss) of every record of `run`, sorted.
+fn losses(d: &Path, run: &str) -> Vec<(u64, u64, u64, String)> {
+    let mut v: Vec<_> = records(d, &serde_json::json!({ "run": run }))
+        .iter()
+        .filter(|r| r.get("restart").is_none())
+        .map(|r| {
+            let n = |k: &str| r[k].as_u64().unwrap();
+            (n("epoch"), n("iteration"), n("worker"), r["loss"].to_string())
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn a_run_stopped_over_ssh_resumes_over_ssh_to_the_uninterrupted_weights() {
+    let mut sshd = Sshd::start();
+    let profile = sshd.profile(2, "");
+    let tmp = cora();
+    let d = tmp.path();
+    let run = [RUN, &["--cluster", profile.to_str().unwrap(), "--epochs", "2", "--checkpoint-every", "4"]].concat();
+    let straight = json(d, &[&run[..], &["--run", "straight"]].concat());
+    let stopped = json(d, &[&run[..], &["--run", "mid", "--stop-after", "6"]].concat());
+    assert_eq!(stopped["iterations"], 6);
+    // The remote copy of the checkpoint is removed: the resume must ship the driver's.
+    std::fs::remove_dir_all(sshd.remote.join("data/runs/mid/checkpoint")).unwrap();
+    let resumed = json(d, &["train", "--resume", "mid", "--no-tui"]);
+    assert_eq!(resumed["workers"], 2);
+    for k in ["iterations", "final_loss", "test_accuracy", "epochs"] {
+        assert_eq!(resumed[k], straight[k], "{k}");
+    }
+    assert!(final_weights(d, "mid") == final_weights(d, "straight"), "final weights differ");
+    assert_eq!(losses(d, "mid"), losses(d, "straight"));
+    assert_nothing_left(&sshd);
+    sshd.stop();
+}
+
+#[test]
+fn a_worker_killed_over_ssh_is_restarted_and_the_run_ends_as_if_uninterrupted() {
+    let mut sshd = Sshd::start();
+    let profile = sshd.profile(2, "");
+    let tmp = cora();
+    let d = tmp.path();
+    let run = [RUN, &["--cluster", profile.to_str().unwrap(), "--epochs", "30", "--checkpoint-every", "2"]].concat();
+    json(d, &[&run[..], &["--run", "straight"]].concat());
+    let mut drv = Driver::start(d, &[&run[..], &["--run", "killed", "--restarts", "1"]].concat());
+    let pids = remote_workers(&mut drv);
+    drv.wait_line(Duration::from_secs(60), |l| l.starts_with("epoch") && l.contains("/30"));
+    signal(pids[1], "KILL");
+    let killed = Instant::now();
+    drv.wait_line(Duration::from_secs(30), |l| l.contains("restart 1 of 1"));
+    let again = remote_workers(&mut drv);
+    // Training again: the first step of the resumed run reached the driver.
+    drv.wait_line(Duration::from_secs(60), |l| l.contains("restart 1 of 1: training again"));
+    println!("over ssh, from kill -9 to training again: {:.2} s", killed.elapsed().as_secs_f64());
+    let (code, stderr) = drv.wait_exit(Duration::from_secs(120));
+    assert_eq!(code, Some(0), "{stderr}");
+    // One restart record, at the checkpoint the run resumed from (every 2 iterations).
+    let restarts: Vec<serde_json::Value> = records(d, &serde_json::json!({ "run": "killed" }))
+        .into_iter()
+        .filter(|r| r.get("restart").is_some())
+        .collect();
+    assert_eq!(restarts.len(), 1, "{restarts:?}");
+    let r = &restarts[0];
+    assert_eq!((r["restart"].as_u64(), r["of"].as_u64()), (Some(1), Some(1)));
+    assert!(r["reason"].as_str().unwrap().contains("worker 1"), "{r}");
+    let at = r["epoch"].as_u64().unwrap() * 9 + r["iteration"].as_u64().unwrap();
+    assert!(at >= 8 && at.is_multiple_of(2), "resumed from a checkpoint after the first epoch began: {r}");
+    assert!(r["seconds"].as_f64().unwrap() > 0.0);
+    assert!(final_weights(d, "killed") == final_weights(d, "straight"), "the restarted run ended elsewhere");
+    // Every record once, with the same loss; the killed worker's record of the
+    // iteration before the checkpoint may be missing (killed after that
+    // iteration's all-reduce, which the checkpoint needed, and before it reported).
+    let (k, s) = (losses(d, "killed"), losses(d, "straight"));
+    let before = (r["epoch"].as_u64().unwrap(), r["iteration"].as_u64().unwrap() - 1);
+    let lost: Vec<_> = s.iter().filter(|x| !k.contains(x)).collect();
+    assert!(k.iter().all(|x| s.contains(x)) && k.windows(2).all(|w| w[0] != w[1]), "records differ or repeat");
+    assert!(lost.iter().all(|x| (x.0, x.1, x.2) == (before.0, before.1, 1)), "records lost: {lost:?}");
+    assert_eq!(wait_gone(&[&pids[..], &again[..]].concat(), Duration::from_secs(5)), Vec::<u32>::new());
+    assert_nothing_left(&sshd);
+    sshd.stop();
+}
+
+/// Each remote worker's pid, by rank, from "[127.0.0.1:PORT rank R] pid P, mesh listening on A".
+fn remote_workers(drv: &mut Driver) -> [u32; 2] {
+    let mut pids = [0u32; 2];
+    for _ in 0..2 {
+        let l = drv.wait_line(Duration::from_secs(60), |l| l.contains("] pid ") && l.contains("mesh listening on"));
+        let rank: usize = l.split(" rank ").nth(1).unwrap().split(']').next().unwrap().parse().unwrap();
+        pids[rank] = l.split("] pid ").nth(1).unwrap().split(',').next().unwrap().parse().unwrap();
+    }
+    assert!(pids.iter().all(|&p| p != 0), "{pids:?}");
+    pids
+}
+
+/// Rank 0's host is the one lost, with the checkpoints it wrote: the driver
+/// resumes from the copy it took of the last one.
+#[test]
+fn the_ranks_of_a_host_lost_mid_run_restart_on_a_spare_host() {
+    let mut s1 = Sshd::start();
+    let mut s2 = Sshd::start();
+    // Rank 0 on s2, rank 1 on s1; the spare is another entry for s1's server.
+    let hosts = format!("{}{}{}spare = true\n", s2.host_entry(1), s1.host_entry(1), s1.host_entry(1));
+    let both = s1.path("known_hosts_both");
+    let keys = [&s1.known_hosts, &s2.known_hosts].map(|k| std::fs::read_to_string(k).unwrap()).concat();
+    std::fs::write(&both, keys).unwrap();
+    let profile = s1.profile_with_hosts(&hosts, "");
+    let text = std::fs::read_to_string(&profile).unwrap();
+    std::fs::write(&profile, text.replace(&s1.known_hosts.display().to_string(), &both.display().to_string())).unwrap();
+    let tmp = cora();
+    let d = tmp.path();
+    let run = [RUN, &["--cluster", profile.to_str().unwrap(), "--epochs", "30", "--checkpoint-every", "2"]].concat();
+    json(d, &[&run[..], &["--run", "straight"]].concat());
+    let mut drv = Driver::start(d, &[&run[..], &["--run", "moved", "--restarts", "1"]].concat());
+    let pids = remote_workers(&mut drv);
+    drv.wait_line(Duration::from_secs(60), |l| l.starts_with("epoch") && l.contains("/30"));
+    // The driver copies each checkpoint back while training goes on: wait for one.
+    let copied = d.join("runs/moved/checkpoint/state.json");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !copied.is_file() {
+        assert!(Instant::now() < deadline, "no checkpoint copied back within 30 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // s2 goes away with rank 0 (its sessions are killed): the restart finds it unreachable.
+    s2.stop();
+    drv.wait_line(Duration::from_secs(30), |l| l.contains("resuming from the driver's copy"));
+    drv.wait_line(Duration::from_secs(30), |l| l.contains("restart 1 of 1"));
+    let spare = format!("spare host {}@127.0.0.1:{}", s1.user, s1.port);
+    drv.wait_line(Duration::from_secs(30), |l| l.contains("cannot connect") && l.contains(&spare));
+    let again = remote_workers(&mut drv);
+    let (code, stderr) = drv.wait_exit(Duration::from_secs(120));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(final_weights(d, "moved") == final_weights(d, "straight"), "the run on the spare ended elsewhere");
+    assert_eq!(losses(d, "moved"), losses(d, "straight"));
+    assert_eq!(wait_gone(&[&pids[..], &again[..]].concat(), Duration::from_secs(5)), Vec::<u32>::new());
+    assert_nothing_left(&s1);
+    s1.stop();
+}
