@@ -69,13 +69,21 @@ pub struct Args {
     /// --strategy varco --compression fixed: the ratio of every step (each layer sends d / ratio columns).
     #[arg(long)]
     pub ratio: Option<f64>,
-    /// sage (mean), sage-max, gcn or gat.
+    /// sage (mean), sage-max, gcn, gat, deepgcn (DeeperGCN res+: GENConv layers with BatchNorm, 6 layers plus
+    /// the head by default) or film (GNN-FiLM, 10 layers plus a linear head by default).
     #[arg(long)]
     pub model: Option<String>,
-    /// Neighbours per layer, input layer first; the number of entries is the number of layers [default: 10,10].
+    /// --model deepgcn: GENConv's aggregation, max or softmax [default: max].
+    #[arg(long)]
+    pub aggr: Option<String>,
+    /// --model deepgcn --aggr softmax: the softmax temperature t [default: 1.0].
+    #[arg(long)]
+    pub softmax_t: Option<f32>,
+    /// Neighbours per layer, input layer first; the number of entries is the number of layers [default: 10,10;
+    /// 2 per layer for deepgcn and film].
     #[arg(long)]
     pub fanout: Option<String>,
-    /// Number of layers (optional; must match the --fanout entries).
+    /// Number of layers (optional; must match the --fanout entries) [default: 2; deepgcn 6, film 10].
     #[arg(long)]
     pub layers: Option<usize>,
     /// Fanouts for validation and test, or `all` for the full neighbourhood [default: the training ones].
@@ -600,6 +608,8 @@ fn reject_on_resume(a: &Args) -> Result<(), BadInput> {
         ("--eval-batch-size", a.eval_batch_size.is_some()),
         ("--hidden", a.hidden.is_some()),
         ("--heads", a.heads.is_some()),
+        ("--aggr", a.aggr.is_some()),
+        ("--softmax-t", a.softmax_t.is_some()),
         ("--lr", a.lr.is_some()),
         ("--weight-decay", a.weight_decay.is_some()),
         ("--dropout", a.dropout.is_some()),
@@ -665,7 +675,14 @@ fn config(a: &Args) -> Result<TrainConfig, BadInput> {
     if mode == TrainMode::FullGraph {
         return full_graph_config(a, d, mode);
     }
-    let fanouts = parse("--fanout", &a.fanout, d.fanouts)?;
+    let model = parse("--model", &a.model, d.model)?;
+    // The deep models' default: the paper's fanout of 2 per layer.
+    let default_fanouts = if model.is_deep() {
+        vec!["2"; a.layers.unwrap_or(model.default_layers()).max(1)].join(",").parse()?
+    } else {
+        d.fanouts
+    };
+    let fanouts = parse("--fanout", &a.fanout, default_fanouts)?;
     if let Some(l) = a.layers
         && l != fanouts.layers()
     {
@@ -710,7 +727,9 @@ fn config(a: &Args) -> Result<TrainConfig, BadInput> {
         workers,
         // One part per worker unless told otherwise.
         parts: a.parts.or(a.workers).unwrap_or(d.parts),
-        model: parse("--model", &a.model, d.model)?,
+        model,
+        aggr: a.aggr.as_deref().map(str::parse).transpose()?,
+        softmax_t: a.softmax_t,
         fanouts,
         eval_fanouts,
         batch_size: a.batch_size.unwrap_or(d.batch_size),
@@ -830,7 +849,8 @@ fn full_graph_config(a: &Args, d: TrainConfig, mode: TrainMode) -> Result<TrainC
     }
     // The mini-batch parse of the same flags, then the mode set back.
     let mut m = Args { mode: Some("minibatch".into()), full_batch: false, ..a.clone() };
-    let layers = a.layers.unwrap_or(d.fanouts.layers());
+    let model: leapgnn::model::ModelKind = parse("--model", &a.model, d.model)?;
+    let layers = a.layers.unwrap_or(if model.is_deep() { model.default_layers() } else { d.fanouts.layers() });
     if layers == 0 {
         return Err(BadInput::new("--layers must be at least 1"));
     }
