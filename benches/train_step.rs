@@ -34,6 +34,8 @@ fn bench(c: &mut Criterion) {
         layers: 2,
         heads: 4,
         dropout: 0.5,
+        aggr: Default::default(),
+        softmax_t: 1.0,
     };
     let mut params = Params::new(0);
     let model = Model::new(&spec, &mut params, &dev).unwrap();

@@ -12,6 +12,9 @@ pub struct AggGraph {
     indptr: Vec<u32>,
     indices: Vec<u32>,
     weights: Option<Vec<f32>>,
+    /// How much each source row counts in batch statistics (None: each
+    /// destination's own row once, the other rows not at all).
+    src_weights: Option<Vec<f32>>,
     transposed: OnceLock<Transposed>,
     edge_dst: OnceLock<Vec<u32>>,
     edge_rows: OnceLock<Arc<AggGraph>>,
@@ -41,6 +44,7 @@ impl AggGraph {
             indptr,
             indices,
             weights,
+            src_weights: None,
             transposed: OnceLock::new(),
             edge_dst: OnceLock::new(),
             edge_rows: OnceLock::new(),
@@ -78,6 +82,25 @@ impl AggGraph {
     pub fn with_mean_weights(self) -> Self {
         let deg: Vec<u32> = self.indptr.windows(2).map(|w| w[1] - w[0]).collect();
         self.with_weights(|d, _| 1.0 / deg[d] as f32)
+    }
+
+    /// Sets how much each source row counts in batch statistics.
+    pub fn with_src_weights(mut self, w: Vec<f32>) -> Self {
+        assert_eq!(w.len(), self.num_src, "one weight per source row");
+        self.src_weights = Some(w);
+        self
+    }
+
+    /// How much each source row counts in batch statistics: as set, else 1
+    /// for each destination's own row (the first `num_dst`) and 0 for the
+    /// rest (in the full-graph engine, halo rows another worker owns).
+    pub fn src_weights(&self) -> std::borrow::Cow<'_, [f32]> {
+        match &self.src_weights {
+            Some(w) => std::borrow::Cow::Borrowed(w),
+            None => {
+                std::borrow::Cow::Owned((0..self.num_src).map(|s| if s < self.num_dst { 1.0 } else { 0.0 }).collect())
+            }
+        }
     }
 
     pub fn num_dst(&self) -> usize {

@@ -106,6 +106,25 @@ pub fn max(x: &Tensor, g: &Arc<AggGraph>, k: Kernel) -> Result<Tensor> {
     }
 }
 
+/// For each edge, the max over its destination's edges of `e` (`[E, width]`,
+/// row-major), column by column: the constant that stabilises an edge softmax.
+pub fn per_row_max(g: &AggGraph, e: &[f32], width: usize) -> Vec<f32> {
+    let mut out = Vec::with_capacity(e.len());
+    let indptr = g.indptr();
+    let mut m = vec![f32::NEG_INFINITY; width];
+    for d in 0..g.num_dst() {
+        let rows = &e[indptr[d] as usize * width..indptr[d + 1] as usize * width];
+        m.iter_mut().for_each(|v| *v = f32::NEG_INFINITY);
+        for row in rows.chunks_exact(width.max(1)) {
+            m.iter_mut().zip(row).for_each(|(mh, &v)| *mh = mh.max(v));
+        }
+        for _ in 0..rows.len() / width.max(1) {
+            out.extend_from_slice(&m);
+        }
+    }
+    out
+}
+
 fn index(ids: &[u32], like: &Tensor) -> Result<Tensor> {
     Tensor::from_slice(ids, ids.len(), like.device())
 }

@@ -71,7 +71,7 @@ impl GatLayer {
         let e = candle_nn::ops::leaky_relu(&e, 0.2)?; // [E, h]
         // Softmax over each destination's edges, stabilised by the per-destination
         // max (a constant: it cancels in the ratio, so no gradient flows through it).
-        let row_max = per_row_max(g, &e.to_vec2::<f32>()?, h);
+        let row_max = csr_op::per_row_max(g, &e.flatten_all()?.to_vec1::<f32>()?, h);
         let p = e.sub(&Tensor::from_vec(row_max, (g.num_edges(), h), dev)?)?.exp()?;
         let denom = csr_op::edge_sum(&p, g, inp.kernel)?.index_select(&dst_idx, 0)?;
         let mut alpha = p.div(&denom)?;
@@ -84,23 +84,4 @@ impl GatLayer {
         let out = if self.concat { out } else { out.reshape((g.num_dst(), h, f))?.mean(1)? };
         out.broadcast_add(&self.bias)
     }
-}
-
-/// For each edge, the max score over its destination's edges (per head).
-fn per_row_max(g: &AggGraph, e: &[Vec<f32>], heads: usize) -> Vec<f32> {
-    let mut out = Vec::with_capacity(g.num_edges() * heads);
-    let indptr = g.indptr();
-    for d in 0..g.num_dst() {
-        let (lo, hi) = (indptr[d] as usize, indptr[d + 1] as usize);
-        let mut m = vec![f32::NEG_INFINITY; heads];
-        for row in &e[lo..hi] {
-            for (mh, &v) in m.iter_mut().zip(row) {
-                *mh = mh.max(v);
-            }
-        }
-        for _ in lo..hi {
-            out.extend_from_slice(&m);
-        }
-    }
-    out
 }

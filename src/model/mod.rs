@@ -1,11 +1,17 @@
-//! GNN models in candle over sampled blocks: GraphSAGE (mean, max), GCN, GAT.
-//! A model has one layer per fanout; hidden layers are followed by a
-//! non-linearity, and seeded dropout is applied to every hidden layer's input
-//! (and to the input features for GCN and GAT: `ModelKind::drops_input`).
+//! GNN models in candle over sampled blocks: GraphSAGE (mean, max), GCN, GAT,
+//! and the deep models DeeperGCN and GNN-FiLM. A model has one layer per
+//! fanout; hidden layers are followed by a non-linearity, and seeded dropout
+//! is applied to every hidden layer's input (and to the input features for
+//! GCN and GAT: `ModelKind::drops_input`). The deep models keep their encoder,
+//! normalisations and head inside their first and last layers, so every
+//! layer is still one call of `layer_forward` over one block.
 
 mod agg_graph;
+mod batch_norm;
 pub mod csr_op;
+mod deepgcn;
 pub mod dropout;
+mod film;
 mod gat;
 mod gcn;
 mod layer_norm;
@@ -17,7 +23,9 @@ pub mod sparse_input;
 mod split;
 
 pub use agg_graph::AggGraph;
+pub use batch_norm::{BatchNorm, micrograph_weights};
 pub use csr_op::Kernel;
+pub use deepgcn::GenAggr;
 pub use gat::GatLayer;
 pub use layer_norm::LayerNorm;
 pub use linear::Linear;
@@ -30,7 +38,9 @@ use crate::graph::CsrView;
 use crate::sample::{Blocks, Fanout, Fanouts};
 use crate::util::rng::hash_of;
 use candle_core::{Device, Result, Tensor};
+use deepgcn::{DeepInput, GenLayer};
 use dropout::{ReluDropout, dropout_in_place, dropout_rows, dropout_sparse, vertex_row_key};
+use film::FilmLayer;
 use gcn::GcnLayer;
 use sage::{SageAggr, SageLayer};
 use sparse_input::SparseInput;
@@ -48,11 +58,40 @@ pub enum ModelKind {
     Gcn,
     /// GAT (--heads attention heads in hidden layers).
     Gat,
+    /// DeeperGCN, res+ GENConv blocks with BatchNorm (6 layers plus the head by default).
+    #[serde(rename = "deepgcn")]
+    #[value(name = "deepgcn", alias = "deepergcn")]
+    DeepGcn,
+    /// GNN-FiLM (10 layers plus a linear head by default).
+    #[value(alias = "gnn-film")]
+    Film,
 }
 
 crate::value_names!(ModelKind, "--model");
 
 impl ModelKind {
+    /// Layers when neither --layers nor --fanout says: the LeapGNN paper's
+    /// deep models have 6 GENConv layers (7 with the head) and 10 FiLM layers.
+    pub fn default_layers(self) -> usize {
+        match self {
+            ModelKind::DeepGcn => 6,
+            ModelKind::Film => 10,
+            _ => 2,
+        }
+    }
+
+    /// The deep models, whose default fanout is 2 per layer (the paper's).
+    pub fn is_deep(self) -> bool {
+        matches!(self, ModelKind::DeepGcn | ModelKind::Film)
+    }
+
+    /// Whether the first layer can be computed from column slices of its
+    /// input (P3): linear in the input up to its bias, aggregated column by
+    /// column. GAT's attention and FiLM's modulation read whole rows.
+    pub fn splits_by_column(self) -> bool {
+        !matches!(self, ModelKind::Gat | ModelKind::Film)
+    }
+
     /// Whether dropout also applies to the input features. GCN and GAT drop
     /// them, as their papers do; GraphSAGE only drops hidden layers, as the
     /// PyG and DGL GraphSAGE examples do (and it measures better on Cora).
@@ -74,6 +113,16 @@ pub struct ModelSpec {
     /// Dropout on hidden layers' inputs (see `ModelKind::drops_input`) and on
     /// GAT's attention coefficients.
     pub dropout: f32,
+    /// deepgcn's GENConv aggregation.
+    #[serde(default)]
+    pub aggr: GenAggr,
+    /// deepgcn's softmax temperature (`--aggr softmax`).
+    #[serde(default = "unit")]
+    pub softmax_t: f32,
+}
+
+fn unit() -> f32 {
+    1.0
 }
 
 impl ModelSpec {
@@ -95,6 +144,9 @@ impl ModelSpec {
                 self.hidden, self.heads
             ));
         }
+        if !(self.softmax_t.is_finite() && self.softmax_t > 0.0) {
+            return bad(format!("--softmax-t {} must be a positive number", self.softmax_t));
+        }
         if self.classes == 0 {
             return bad("the dataset has no classes to predict".into());
         }
@@ -106,6 +158,8 @@ enum Layer {
     Sage(SageLayer),
     Gcn(GcnLayer),
     Gat(GatLayer),
+    Deep(GenLayer),
+    Film(FilmLayer),
 }
 
 /// What one layer's forward pass reads.
@@ -169,6 +223,18 @@ impl Model {
                 ModelKind::Gat => {
                     Layer::Gat(GatLayer::new(params, &prefix, d_in, spec.heads, spec.hidden / spec.heads, true, dev)?)
                 }
+                ModelKind::DeepGcn => Layer::Deep(GenLayer::new(
+                    params,
+                    &prefix,
+                    (i, l),
+                    (spec.in_dim, spec.hidden, spec.classes),
+                    spec.aggr,
+                    spec.softmax_t,
+                    dev,
+                )?),
+                ModelKind::Film => {
+                    Layer::Film(FilmLayer::new(params, &prefix, (d_in, spec.hidden, spec.classes), last, dev)?)
+                }
             });
         }
         // The custom CSR kernels run on CPU storage; other devices use candle's own ops.
@@ -189,8 +255,18 @@ impl Model {
     /// Builds the aggregation graphs of `blocks`. `graph` and `fanouts` are the
     /// ones the blocks were sampled with (GCN's normalisation reads degrees).
     pub fn prepare(&self, blocks: Blocks, graph: CsrView<'_>, fanouts: &Fanouts) -> Prepared {
+        let mut weights = match self.spec.kind {
+            ModelKind::DeepGcn => micrograph_weights(&blocks),
+            _ => Vec::new(),
+        };
         let graphs = (0..self.layers.len().min(blocks.layers.len()))
-            .map(|i| Arc::new(self.layer_graph(i, &blocks.layers[i], graph, fanouts.0[i])))
+            .map(|i| {
+                let g = self.layer_graph(i, &blocks.layers[i], graph, fanouts.0[i]);
+                match weights.get_mut(i) {
+                    Some(w) => Arc::new(g.with_src_weights(std::mem::take(w))),
+                    None => Arc::new(g),
+                }
+            })
             .collect();
         Prepared { blocks, graphs }
     }
@@ -201,7 +277,44 @@ impl Model {
             Layer::Sage(s) => s.graph(b),
             Layer::Gcn(c) => c.graph(b, graph, fanout),
             Layer::Gat(a) => a.graph(b),
+            Layer::Deep(_) => GenLayer::graph(b),
+            Layer::Film(_) => FilmLayer::graph(b),
         }
+    }
+
+    /// Floats of batch statistics an iteration sums over the workers
+    /// (`take_norm_sums`); 0 for models without BatchNorm.
+    pub fn norm_sums_len(&self) -> usize {
+        self.norms().map(BatchNorm::sums_len).sum()
+    }
+
+    fn norms(&self) -> impl Iterator<Item = &BatchNorm> {
+        self.layers.iter().flat_map(|l| {
+            match l {
+                Layer::Deep(d) => Some(d.norms()),
+                _ => None,
+            }
+            .into_iter()
+            .flatten()
+        })
+    }
+
+    /// Appends this worker's batch-statistic sums of the iteration to `out`
+    /// (`norm_sums_len` floats) and clears them.
+    pub fn take_norm_sums(&self, out: &mut Vec<f32>) {
+        self.norms().for_each(|n| n.take_sums(out));
+    }
+
+    /// Sets the next iteration's batch statistics (and the running ones)
+    /// from every worker's sums, all-reduced; `warm_up`: the running
+    /// statistics are set to the batch ones rather than averaged with them.
+    pub fn finish_iteration(&self, sums: &[f32], warm_up: bool) -> Result<()> {
+        let mut off = 0;
+        for n in self.norms() {
+            n.finish_iteration(&sums[off..off + n.sums_len()], warm_up)?;
+            off += n.sums_len();
+        }
+        Ok(())
     }
 
     pub fn num_layers(&self) -> usize {
@@ -293,6 +406,24 @@ impl Model {
         }
     }
 
+    /// What deepgcn's layer `i` reads besides its rows: dropout sites keyed
+    /// like every other model's (layer i's input, and the head's input).
+    fn deep_input<'a>(
+        &self,
+        i: usize,
+        graph: &'a Arc<AggGraph>,
+        (src, dst): (&'a [u32], &'a [u32]),
+        mode: Mode,
+    ) -> DeepInput<'a> {
+        let train = match mode {
+            Mode::Train { key } => {
+                Some((self.spec.dropout, Self::feature_site(key, i), Self::feature_site(key, self.layers.len())))
+            }
+            Mode::Eval => None,
+        };
+        DeepInput { graph, src, dst, kernel: self.kernel, train }
+    }
+
     /// Layers `start..` on `h`, the input of layer `start`; the logits.
     fn forward_layers(&self, p: &Prepared, start: usize, mut h: Input, mode: Mode) -> Result<Tensor> {
         for i in start..self.layers.len() {
@@ -332,6 +463,14 @@ impl Model {
     ) -> Result<Tensor> {
         let layer = &self.layers[i];
         let last = i + 1 == self.layers.len();
+        match layer {
+            Layer::Deep(d) => return d.forward(h, &self.deep_input(i, graph, (src, dst), mode)),
+            Layer::Film(f) => {
+                let (rate, site) = self.output_dropout(i, mode);
+                return f.forward(h, graph, dst, self.kernel, (rate > 0.0).then_some((rate, site)));
+            }
+            _ => {}
+        }
         let attention_dropout = match (mode, layer) {
             (Mode::Train { key }, Layer::Gat(_)) if self.spec.dropout > 0.0 => {
                 Some((self.spec.dropout, hash_of(key, &[i as u64, 1])))
@@ -350,6 +489,7 @@ impl Model {
                     Layer::Sage(s) => s.forward(&inp)?,
                     Layer::Gcn(c) => c.forward(&inp)?,
                     Layer::Gat(a) => a.forward(&inp)?,
+                    Layer::Deep(_) | Layer::Film(_) => candle_core::bail!("deep layers take their own path"),
                 }
             }
             Input::Sparse(x) => {
@@ -362,6 +502,7 @@ impl Model {
                         let inp = LayerInput { x: &wh, graph, ids: src, kernel, attention_dropout, activation: None };
                         a.attend(&inp, wh.clone())?
                     }
+                    Layer::Deep(_) | Layer::Film(_) => candle_core::bail!("deep layers take their own path"),
                 }
             }
         };
@@ -415,10 +556,101 @@ mod tests {
     }
 
     fn spec(kind: ModelKind, dim: usize) -> ModelSpec {
-        ModelSpec { kind, in_dim: dim, hidden: 16, classes: 2, layers: 2, heads: 4, dropout: 0.3 }
+        ModelSpec {
+            kind,
+            in_dim: dim,
+            hidden: 16,
+            classes: 2,
+            layers: 2,
+            heads: 4,
+            dropout: 0.3,
+            aggr: GenAggr::Max,
+            softmax_t: 1.0,
+        }
     }
 
-    const KINDS: [ModelKind; 4] = [ModelKind::SageMean, ModelKind::SageMax, ModelKind::Gcn, ModelKind::Gat];
+    const KINDS: [ModelKind; 6] =
+        [ModelKind::SageMean, ModelKind::SageMax, ModelKind::Gcn, ModelKind::Gat, ModelKind::DeepGcn, ModelKind::Film];
+
+    /// Every architecture the tests build: the kinds, and deepgcn with softmax aggregation.
+    fn specs(dim: usize) -> Vec<ModelSpec> {
+        let mut out: Vec<ModelSpec> = KINDS.iter().map(|&k| spec(k, dim)).collect();
+        out.push(ModelSpec { aggr: GenAggr::Softmax, softmax_t: 0.7, ..spec(ModelKind::DeepGcn, dim) });
+        out
+    }
+
+    /// The loss of `roots` (train mode, fixed key) and its gradient, for `spec`'s model with `kernel`.
+    fn loss_and_grad(t: &Toy, spec: &ModelSpec, kernel: Kernel, flat: Option<&[f32]>) -> (f64, Vec<f32>) {
+        let fan: Fanouts = vec!["3"; spec.layers].join(",").parse().unwrap();
+        let sampler = NeighborSampler::new(t.csr.view(), fan.clone(), 3);
+        let roots: Vec<u32> = (0..30).map(|i| i * 7).collect();
+        let dev = Device::Cpu;
+        let mut params = Params::new(5);
+        let model = Model::new(spec, &mut params, &dev).unwrap().with_kernel(kernel);
+        if let Some(f) = flat {
+            params.set_flat(f).unwrap();
+        }
+        let blocks = sampler.sample(&roots, 0, &mut NodeMap::new(t.labels.len()));
+        let rows =
+            gather(&TableRows::all(t.labels.len(), t.dim, t.feats.clone()).unwrap(), blocks.input_nodes()).unwrap();
+        let p = model.prepare(blocks, t.csr.view(), &fan);
+        let mode = Mode::Train { key: 9 };
+        let x = model.input(&p, rows, mode, &dev).unwrap();
+        let logits = model.forward(&p, &x, mode).unwrap();
+        let labels: Vec<u32> = roots.iter().map(|&r| t.labels[r as usize]).collect();
+        let loss = cross_entropy_sum(&logits, &labels).unwrap();
+        let grads = params.flat_grads(&loss.backward().unwrap()).unwrap();
+        (loss.to_scalar::<f32>().unwrap() as f64, grads)
+    }
+
+    #[test]
+    fn deep_model_gradients_match_finite_differences_and_candles_own_ops() {
+        let t = toy(300, 6);
+        for base in specs(t.dim).into_iter().filter(|s| s.kind.is_deep()) {
+            // Three layers, no dropout: the loss is a smooth function of the
+            // weights away from max-aggregation ties and ReLU kinks.
+            let s = ModelSpec { layers: 3, dropout: 0.0, ..base };
+            let (_, fast) = loss_and_grad(&t, &s, Kernel::Fast, None);
+            let (_, reference) = loss_and_grad(&t, &s, Kernel::Reference, None);
+            for (a, b) in fast.iter().zip(&reference) {
+                assert!((a - b).abs() <= 1e-4 * (1.0 + a.abs()), "{} {:?}: {a} vs {b}", s.kind, s.aggr);
+            }
+            let mut params = Params::new(5);
+            Model::new(&s, &mut params, &Device::Cpu).unwrap();
+            let w0 = params.flat_values().unwrap();
+            // Central differences on the coordinates with the largest gradients
+            // (each parameter's largest), in f32 and across ReLU kinks: a
+            // relative tolerance of 5% (a wrong term is off by far more; the
+            // comparison with candle's own ops above is the tight one).
+            let mut off = 0;
+            let mut checked = 0;
+            for (_, shape) in params.layout() {
+                let n: usize = shape.iter().product();
+                let i = off + (0..n).max_by(|&a, &b| fast[off + a].abs().total_cmp(&fast[off + b].abs())).unwrap();
+                off += n;
+                if fast[i].abs() < 1e-3 {
+                    continue;
+                }
+                let h = 5e-4 * (1.0 + w0[i].abs());
+                let at = |d: f32| {
+                    let mut w = w0.clone();
+                    w[i] += d;
+                    loss_and_grad(&t, &s, Kernel::Reference, Some(&w)).0
+                };
+                let fd = (at(h) - at(-h)) / (2.0 * h as f64);
+                let rel = (fd - fast[i] as f64).abs() / fast[i].abs().max(1e-2) as f64;
+                assert!(
+                    rel < 5e-2,
+                    "{} {:?} parameter {i}: analytic {} vs finite difference {fd}",
+                    s.kind,
+                    s.aggr,
+                    fast[i]
+                );
+                checked += 1;
+            }
+            assert!(checked >= 4, "{}: only {checked} parameters had a gradient to check", s.kind);
+        }
+    }
 
     #[test]
     fn fast_and_reference_kernels_give_the_same_logits_and_gradients() {
@@ -427,10 +659,11 @@ mod tests {
         let sampler = NeighborSampler::new(t.csr.view(), fan.clone(), 3);
         let roots: Vec<u32> = (0..40).map(|i| i * 7).collect();
         let dev = Device::Cpu;
-        for kind in KINDS {
+        for sp in specs(t.dim) {
+            let kind = sp.kind;
             let run = |k: Kernel| {
                 let mut params = Params::new(5);
-                let model = Model::new(&spec(kind, t.dim), &mut params, &dev).unwrap().with_kernel(k);
+                let model = Model::new(&sp, &mut params, &dev).unwrap().with_kernel(k);
                 let blocks = sampler.sample(&roots, 0, &mut NodeMap::new(400));
                 let rows = gather(&TableRows::all(400, t.dim, t.feats.clone()).unwrap(), blocks.input_nodes()).unwrap();
                 let p = model.prepare(blocks, t.csr.view(), &fan);

@@ -18,16 +18,19 @@ pub struct Param {
 #[derive(Default)]
 pub struct Params {
     entries: Vec<Param>,
+    /// State that is saved with the weights but never trained (BatchNorm's
+    /// statistics): outside the flat buffers the optimizer and all-reduce see.
+    buffers: Vec<Param>,
     seed: u64,
 }
 
 impl Params {
     pub fn new(seed: u64) -> Self {
-        Params { entries: Vec::new(), seed }
+        Params { entries: Vec::new(), buffers: Vec::new(), seed }
     }
 
     fn add(&mut self, name: &str, t: Tensor) -> Result<Tensor> {
-        assert!(self.entries.iter().all(|p| p.name != name), "parameter {name} added twice");
+        assert!(self.entries.iter().chain(&self.buffers).all(|p| p.name != name), "parameter {name} added twice");
         let var = Var::from_tensor(&t)?;
         let out = var.as_tensor().clone();
         self.entries.push(Param { name: name.to_string(), var });
@@ -69,7 +72,44 @@ impl Params {
             .filter(|p| p.name.starts_with(prefix))
             .map(|p| Param { name: p.name.clone(), var: p.var.clone() })
             .collect();
-        Params { entries, seed: self.seed }
+        Params { entries, buffers: Vec::new(), seed: self.seed }
+    }
+
+    /// Registers an untrained state tensor `name` (saved with the weights)
+    /// and returns it; `Var::set` on it updates what the checkpoint holds.
+    pub fn buffer(&mut self, name: &str, init: Tensor) -> Result<Var> {
+        assert!(self.entries.iter().chain(&self.buffers).all(|p| p.name != name), "buffer {name} added twice");
+        let var = Var::from_tensor(&init)?;
+        self.buffers.push(Param { name: name.to_string(), var: var.clone() });
+        Ok(var)
+    }
+
+    /// The buffers, named, for the weights file.
+    pub fn buffers_named(&self) -> Result<Vec<(String, Tensor)>> {
+        self.buffers.iter().map(|b| Ok((b.name.clone(), b.var.as_tensor().to_device(&Device::Cpu)?))).collect()
+    }
+
+    /// Whether `name` is one of the buffers.
+    pub fn is_buffer(&self, name: &str) -> bool {
+        self.buffers.iter().any(|b| b.name == name)
+    }
+
+    /// Sets every buffer from `tensors` (each must be present with its shape).
+    pub fn set_buffers(&self, tensors: &HashMap<String, Tensor>) -> std::result::Result<(), String> {
+        for b in &self.buffers {
+            let t = tensors.get(&b.name).ok_or_else(|| format!("tensor `{}` is missing", b.name))?;
+            if t.dims() != b.var.dims() {
+                return Err(format!(
+                    "tensor `{}` has shape {:?}, the model needs {:?}",
+                    b.name,
+                    t.dims(),
+                    b.var.dims()
+                ));
+            }
+            let t = t.to_dtype(DType::F32).and_then(|t| t.to_device(b.var.device())).map_err(|e| e.to_string())?;
+            b.var.set(&t).map_err(|e| e.to_string())?;
+        }
+        Ok(())
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &Param> {

@@ -7,8 +7,10 @@
 //!
 //! This needs a first layer that is linear in its input up to the bias and
 //! non-linearity, with column-wise aggregation: GraphSAGE (mean or max) and
-//! GCN. GAT's attention scores read whole transformed rows of every source,
-//! so it is refused (`Model::splits_by_column`).
+//! GCN; for deepgcn the encoder, whose output over every input row is the
+//! partial (GENConv 0 then runs at the batch's owner). GAT's attention
+//! scores and FiLM's modulation read whole rows of every source, so they
+//! are refused (`ModelKind::splits_by_column`).
 
 use super::dropout::{dropout_columns, vertex_row_key};
 use super::{Input, Layer, LayerInput, Mode, Model, Prepared};
@@ -18,7 +20,7 @@ use std::ops::Range;
 impl Model {
     /// Whether the first layer can be computed from column slices of its input.
     pub fn splits_by_column(&self) -> bool {
-        !matches!(self.layers[0], Layer::Gat(_))
+        self.spec.kind.splits_by_column()
     }
 
     /// `input` for columns `cols` of the rows of `p`'s input nodes (`rows` is
@@ -56,7 +58,10 @@ impl Model {
         match &self.layers[0] {
             Layer::Sage(s) => s.partial(&inp, cols),
             Layer::Gcn(c) => c.partial(&inp, cols),
-            Layer::Gat(_) => candle_core::bail!("GAT's first layer cannot be split by feature column"),
+            Layer::Deep(d) => d.encoder_partial(x, cols),
+            Layer::Gat(_) | Layer::Film(_) => {
+                candle_core::bail!("{}'s first layer cannot be split by feature column", self.spec.kind)
+            }
         }
     }
 
@@ -67,12 +72,20 @@ impl Model {
         let bias = match &self.layers[0] {
             Layer::Sage(s) => Some(s.bias()),
             Layer::Gcn(c) => c.bias(),
-            Layer::Gat(_) => candle_core::bail!("GAT's first layer cannot be split by feature column"),
+            Layer::Deep(d) => d.encoder_bias(),
+            Layer::Gat(_) | Layer::Film(_) => {
+                candle_core::bail!("{}'s first layer cannot be split by feature column", self.spec.kind)
+            }
         };
         let y = match bias {
             Some(b) => pre.broadcast_add(b)?,
             None => pre.clone(),
         };
+        if let Layer::Deep(d) = &self.layers[0] {
+            let b = &p.blocks.layers[0];
+            let y = d.forward_encoded(y, &self.deep_input(0, &p.graphs[0], (&b.src, b.dst()), mode))?;
+            return if self.layers.len() == 1 { Ok(y) } else { self.forward_layers(p, 1, Input::Dense(y), mode) };
+        }
         if self.layers.len() == 1 {
             return Ok(y);
         }

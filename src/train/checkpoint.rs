@@ -76,7 +76,8 @@ pub fn save(
 ) -> Result<(), TrainError> {
     let weights = format!("model-{:09}.safetensors", progress.global_iteration);
     let optimizer = format!("optimizer-{:09}.safetensors", progress.global_iteration);
-    let named = params.named(&params.flat_values()?, "")?;
+    let mut named = params.named(&params.flat_values()?, "")?;
+    named.extend(params.buffers_named()?);
     let meta = HashMap::from([("format".to_string(), "pt".to_string())]);
     let bytes = safetensors::tensor::serialize(named.iter().map(|(k, v)| (k.as_str(), v)), Some(meta))
         .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
@@ -169,7 +170,9 @@ pub fn load_weights(dir: &Path, params: &Params) -> Result<(), TrainError> {
 fn set_weights(dir: &Path, s: &StateFile, params: &Params) -> Result<(), TrainError> {
     let wpath = dir.join(&s.weights);
     let bytes = std::fs::read(&wpath).map_err(|e| unusable(&wpath, e))?;
-    let tensors = candle_core::safetensors::load_buffer(&bytes, &Device::Cpu).map_err(|e| unusable(&wpath, e))?;
+    let mut tensors = candle_core::safetensors::load_buffer(&bytes, &Device::Cpu).map_err(|e| unusable(&wpath, e))?;
+    params.set_buffers(&tensors).map_err(|e| unusable(&wpath, e))?;
+    tensors.retain(|name, _| !params.is_buffer(name));
     params.set_flat(&params.flat_from(&tensors, "").map_err(|e| unusable(&wpath, e))?)?;
     Ok(())
 }

@@ -5,7 +5,7 @@ use crate::BadInput;
 use crate::comm::CachePolicy;
 use crate::format::DatasetFile;
 use crate::gather::RowNorm;
-use crate::model::{ModelKind, ModelSpec};
+use crate::model::{GenAggr, ModelKind, ModelSpec};
 use crate::optim::OptimizerKind;
 use crate::sample::Fanouts;
 use candle_core::Device;
@@ -97,6 +97,12 @@ pub struct TrainConfig {
     pub hidden: usize,
     /// GAT attention heads.
     pub heads: usize,
+    /// deepgcn's GENConv aggregation (None: max).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub aggr: Option<GenAggr>,
+    /// deepgcn's softmax temperature (None: 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub softmax_t: Option<f32>,
     pub epochs: u64,
     pub lr: f32,
     pub weight_decay: f32,
@@ -154,6 +160,8 @@ impl Default for TrainConfig {
             eval_batch_size: d::EVAL_BATCH_SIZE,
             hidden: d::HIDDEN,
             heads: d::HEADS,
+            aggr: None,
+            softmax_t: None,
             epochs: d::EPOCHS,
             lr: d::LR,
             weight_decay: d::WEIGHT_DECAY,
@@ -252,6 +260,8 @@ impl TrainConfig {
             layers: self.fanouts.layers(),
             heads: self.heads,
             dropout: self.dropout,
+            aggr: self.aggr.unwrap_or_default(),
+            softmax_t: self.softmax_t.unwrap_or(1.0),
         }
     }
 
@@ -306,11 +316,13 @@ impl TrainConfig {
         if !(self.weight_decay.is_finite() && self.weight_decay >= 0.0) {
             return bad(format!("--weight-decay {} must be zero or positive", self.weight_decay));
         }
-        if self.strategy == StrategyKind::P3 && self.model == ModelKind::Gat {
-            return bad(
-                "--strategy p3 splits the first layer by feature column, which --model gat cannot do (its attention scores read whole rows); use --model sage, sage-max or gcn with p3, or another --strategy".into(),
-            );
+        if self.strategy == StrategyKind::P3 && !self.model.splits_by_column() {
+            return bad(format!(
+                "--strategy p3 splits the first layer by feature column, which --model {} cannot do (its first layer reads whole rows); use --model sage, sage-max, gcn or deepgcn with p3, or another --strategy",
+                self.model
+            ));
         }
+        self.check_model_flags()?;
         if self.parts < self.workers {
             return bad(format!(
                 "--parts {} must be at least --workers {}: each worker owns one or more whole parts \
@@ -346,6 +358,38 @@ impl TrainConfig {
             }
         }
         self.check_strategy_flags()?;
+        Ok(())
+    }
+
+    /// --aggr and --softmax-t shape deepgcn's GENConv and nothing else.
+    fn check_model_flags(&self) -> Result<(), BadInput> {
+        if self.model != ModelKind::DeepGcn
+            && let Some(a) = self.aggr
+        {
+            return Err(BadInput::new(format!(
+                "--aggr {a} applies to --model deepgcn only (not {}); omit --aggr{}",
+                self.model,
+                if self.model == ModelKind::SageMean { ", or use --model sage-max for max aggregation" } else { "" }
+            )));
+        }
+        if let Some(t) = self.softmax_t
+            && !(t.is_finite() && t > 0.0)
+        {
+            return Err(BadInput::new(format!("--softmax-t {t} must be a positive number (the softmax temperature)")));
+        }
+        if let Some(t) = self.softmax_t
+            && self.aggr != Some(GenAggr::Softmax)
+        {
+            return Err(BadInput::new(format!(
+                "--softmax-t {t} is the temperature of deepgcn's softmax aggregation: give it with --model deepgcn --aggr softmax, or omit it"
+            )));
+        }
+        if self.strategy == StrategyKind::Retexo && self.model.is_deep() {
+            return Err(BadInput::new(format!(
+                "--strategy retexo trains sage, sage-max, gcn or gat one layer at a time; --model {} is not built for its stages",
+                self.model
+            )));
+        }
         Ok(())
     }
 

@@ -115,6 +115,12 @@ impl TrainConfig {
         push("eval-batch-size", self.eval_batch_size.to_string());
         push("hidden", self.hidden.to_string());
         push("heads", self.heads.to_string());
+        if let Some(a) = self.aggr {
+            push("aggr", a.to_string());
+        }
+        if let Some(t) = self.softmax_t {
+            push("softmax-t", t.to_string());
+        }
         match self.rounds {
             // A RETEXO run's length is its rounds per layer (--epochs is refused).
             Some(r) => push("rounds", r.to_string()),

@@ -15,7 +15,7 @@ use super::{EvalMode, MergePlan, ResumeOverrides, StrategyKind, TrainConfig, Tra
 use crate::BadInput;
 use crate::comm::CachePolicy;
 use crate::gather::RowNorm;
-use crate::model::ModelKind;
+use crate::model::{GenAggr, ModelKind};
 use crate::optim::OptimizerKind;
 use crate::partition::Method;
 use crate::sample::{Fanout, Fanouts};
@@ -193,10 +193,18 @@ pub struct TrainFlags {
     /// The GNN.
     #[arg(long, value_enum, default_value_t = defaults::MODEL)]
     pub model: ModelKind,
-    /// Neighbours per layer, input layer first (`all`: every neighbour); one entry per layer.
+    /// --model deepgcn: GENConv's aggregation [default: max].
+    #[arg(long, value_enum)]
+    pub aggr: Option<GenAggr>,
+    /// --model deepgcn --aggr softmax: the softmax temperature t [default: 1.0].
+    #[arg(long)]
+    pub softmax_t: Option<f32>,
+    /// Neighbours per layer, input layer first (`all`: every neighbour); one entry per layer (deepgcn and
+    /// film: 2 per layer unless given, the LeapGNN paper's).
     #[arg(long, default_value_t = defaults::fanouts())]
     pub fanout: Fanouts,
-    /// Number of layers (must match the --fanout entries; full-graph runs: the depth) [default: 2].
+    /// Number of layers (must match the --fanout entries; full-graph runs: the depth) [default: 2; deepgcn 6,
+    /// film 10].
     #[arg(long)]
     pub layers: Option<usize>,
     /// Fanouts for validation and test, or `all` for the full neighbourhood [default: the training ones].
@@ -358,6 +366,8 @@ const DEFINE_THE_RUN: &[&str] = &[
     "eval_batch_size",
     "hidden",
     "heads",
+    "aggr",
+    "softmax_t",
     "lr",
     "weight_decay",
     "dropout",
@@ -532,6 +542,8 @@ impl TrainFlags {
             eval_batch_size: self.eval_batch_size,
             hidden,
             heads,
+            aggr: self.aggr,
+            softmax_t: self.softmax_t,
             epochs,
             lr: pick("lr", self.lr, authors.lr),
             weight_decay: pick("weight_decay", self.weight_decay, authors.weight_decay),
@@ -593,7 +605,13 @@ impl TrainFlags {
 
     /// Mini-batch training: --fanout, --layers (checked against it), --eval-fanout and --eval.
     fn sampled_fanouts(&self) -> Result<(Fanouts, Fanouts, EvalMode), BadInput> {
-        let fanouts = self.fanout.clone();
+        let fanouts = if self.model.is_deep() && !self.given("fanout") {
+            // The deep models' default: the paper's fanout of 2 per layer.
+            let layers = self.layers.unwrap_or(self.model.default_layers()).max(1);
+            vec!["2"; layers].join(",").parse()?
+        } else {
+            self.fanout.clone()
+        };
         if let Some(l) = self.layers
             && l != fanouts.layers()
         {
@@ -627,7 +645,8 @@ impl TrainFlags {
                 )));
             }
         }
-        let layers = self.layers.or(author_layers).unwrap_or(defaults::fanouts().layers());
+        let depth = if self.model.is_deep() { self.model.default_layers() } else { defaults::fanouts().layers() };
+        let layers = self.layers.or(author_layers).unwrap_or(depth);
         if layers == 0 {
             return Err(BadInput::new("--layers must be at least 1"));
         }

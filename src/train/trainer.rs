@@ -55,6 +55,9 @@ pub fn run_loop(
     if let Some(s) = &p.auto_steps {
         strategy.restore_auto(s)?;
     }
+    if p.global_iteration == 0 && w.model.norm_sums_len() > 0 {
+        warm_up_statistics(inp, w, coll, strategy)?;
+    }
     while p.epoch < cfg.epochs {
         let order = batches::epoch_order(inp.train, cfg.seed, p.epoch);
         let sched = batches::Schedule::new(&order, coll.world(), cfg.loop_batch_size(inp.train.len()));
@@ -70,25 +73,31 @@ pub fn run_loop(
                 dropout_key: hash_of(cfg.seed, &[DROPOUT_TAG, p.epoch, p.iteration]),
                 next: (p.iteration as usize + 1 < sched.iterations()).then(|| sched.workers(p.iteration as usize + 1)),
             };
-            // The gradient, then two slots summed with it: the loss, and the stop vote.
-            let mut grad = vec![0f32; w.params.numel() + 2];
-            let n = grad.len() - 2;
+            // The gradient, then slots summed with it: the batch statistics'
+            // sums (BatchNorm), the loss, and the stop vote.
+            let n = w.params.numel();
+            let mut grad = vec![0f32; n];
             let mut sink = StepSink::new(&mut *obs);
-            let loss_share = strategy.iteration(w, coll, &it, &mut grad[..n], &mut sink)?;
+            let loss_share = strategy.iteration(w, coll, &it, &mut grad, &mut sink)?;
             let (last, recorded, rows, sent) = sink.finish();
+            w.model.take_norm_sums(&mut grad);
+            let stats = n..grad.len();
+            grad.extend([0.0, 0.0]);
+            let n_stats = grad.len() - 2;
 
             // Strategies may record their own traffic per time step; whatever the
             // iteration moved beyond that (the gradient all-reduce, model-centric's
             // feature fetches) is billed to its last record, which the sink held back.
             let ts = Instant::now();
-            grad[n] = loss_share as f32;
+            grad[n_stats] = loss_share as f32;
             // A stop request (`q`) reaches one worker; voting in the all-reduce makes
             // every worker stop after this same iteration.
-            grad[n + 1] = if obs.stop_requested() { 1.0 } else { 0.0 };
+            grad[n_stats + 1] = if obs.stop_requested() { 1.0 } else { 0.0 };
             coll.all_reduce_sum(&mut grad).map_err(TrainError::Comm)?;
-            let stop_voted = grad[n + 1] > 0.0;
+            let stop_voted = grad[n_stats + 1] > 0.0;
+            w.model.finish_iteration(&grad[stats], false)?;
             obs.gradient(p.global_iteration, &grad[..n]);
-            let loss = grad[n] as f64;
+            let loss = grad[n_stats] as f64;
             if !loss.is_finite() {
                 return Err(TrainError::NonFiniteLoss { epoch: p.epoch, iteration: p.iteration, value: loss });
             }
@@ -151,4 +160,42 @@ pub fn run_loop(
     save(&p, w, opt)?;
     obs.event("final checkpoint written");
     Ok(p)
+}
+
+/// BatchNorm's statistics before the first step: a training iteration
+/// normalises with the previous one's statistics, and before any there are
+/// none. One forward of the first iteration's batches per layer, nothing
+/// learned, each pass's statistics all-reduced: pass k's make layer k's
+/// inputs those of the initial weights, so after the last every layer's are.
+fn warm_up_statistics(
+    inp: &LoopInput<'_>,
+    w: &mut Worker<'_>,
+    coll: &mut dyn Collective,
+    strategy: &mut dyn Strategy,
+) -> Result<(), TrainError> {
+    let cfg = inp.cfg;
+    let order = batches::epoch_order(inp.train, cfg.seed, 0);
+    let sched = batches::Schedule::new(&order, coll.world(), cfg.loop_batch_size(inp.train.len()));
+    if sched.iterations() == 0 {
+        return Ok(());
+    }
+    let it = Iteration {
+        epoch: 0,
+        index: 0,
+        global_index: 0,
+        batches: sched.workers(0),
+        global_size: sched.global(0).len(),
+        dropout_key: hash_of(cfg.seed, &[DROPOUT_TAG, 0, 0]),
+        next: None,
+    };
+    let mut scratch = vec![0f32; w.params.numel()];
+    for _ in 0..w.model.num_layers() {
+        let mut quiet = super::Quiet;
+        strategy.iteration(w, coll, &it, &mut scratch, &mut StepSink::new(&mut quiet))?;
+        let mut sums = Vec::with_capacity(w.model.norm_sums_len());
+        w.model.take_norm_sums(&mut sums);
+        coll.all_reduce_sum(&mut sums).map_err(TrainError::Comm)?;
+        w.model.finish_iteration(&sums, true)?;
+    }
+    Ok(())
 }

@@ -100,6 +100,9 @@ impl RetexoModel {
                 ModelKind::Gat => {
                     Conv::Gat(GatLayer::new(p, &format!("{prefix}.conv"), d_in, spec.heads, d_out, false, dev)?)
                 }
+                ModelKind::DeepGcn | ModelKind::Film => {
+                    candle_core::bail!("--strategy retexo does not train --model {}", spec.kind)
+                }
             };
             let head = if last {
                 None
