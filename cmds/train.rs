@@ -14,7 +14,7 @@ use leapgnn::metrics::{EpochRecord, RunInfo, RunSummary, StepRecord};
 use leapgnn::progress::{self, ProgressSink, signals};
 use leapgnn::sample::{Fanout, Fanouts};
 use leapgnn::train::distributed::{DistOptions, GradDump, resume_distributed, train_distributed};
-use leapgnn::train::fullgraph::varco;
+use leapgnn::train::fullgraph::{gnnpipe, varco};
 use leapgnn::train::tensorboard::TensorBoard;
 use leapgnn::train::{
     self, EvalMode, MergePlan, Observer, ResumeOverrides, RunOptions, StrategyKind, TrainConfig, TrainError, TrainMode,
@@ -42,7 +42,8 @@ pub struct Args {
     /// model-centric, micrograph, pregather, leapgnn, p3, varco (full-graph, compressed halo exchange; unless
     /// given, the authors' run: 3 layers, hidden 256, no dropout, lr 0.01, no weight decay, 300 epochs) or
     /// retexo (lazy message passing: trains one layer at a time on the full graph, --rounds per layer; defaults
-    /// 2 layers, hidden 256, 200 rounds, lr 0.003, dropout 0.3, random parts); with --dry-run: `naive`
+    /// 2 layers, hidden 256, 200 rounds, lr 0.003, dropout 0.3, random parts) or gnnpipe (full-graph, each
+    /// worker a pipeline stage owning --layers / --workers layers; --chunks); with --dry-run: `naive`
     /// (per-layer model migration) or `neutronstar` (an estimate, not a run).
     #[arg(long)]
     pub strategy: Option<String>,
@@ -194,6 +195,13 @@ pub struct Args {
     /// --strategy retexo: training rounds per layer (stage) [default: 200].
     #[arg(long)]
     pub rounds: Option<u64>,
+    /// --strategy gnnpipe: graph chunks (METIS) that flow through the pipeline each epoch [default: 8].
+    #[arg(long)]
+    pub chunks: Option<usize>,
+    /// --strategy gnnpipe: on (in-neighbours in chunks not yet computed this epoch read last epoch's rows) or
+    /// off (they read zeros; with --chunks 1, exactly full-graph training) [default: on].
+    #[arg(long)]
+    pub history: Option<String>,
     /// How the workers' parts are cut: metis, random, hash or ldg [default: metis; random with --strategy retexo].
     #[arg(long)]
     pub partition: Option<String>,
@@ -624,6 +632,8 @@ fn reject_on_resume(a: &Args) -> Result<(), BadInput> {
         ("--slope", a.slope.is_some()),
         ("--ratio", a.ratio.is_some()),
         ("--rounds", a.rounds.is_some()),
+        ("--chunks", a.chunks.is_some()),
+        ("--history", a.history.is_some()),
     ];
     match given.iter().find(|(_, set)| *set) {
         Some((flag, _)) => Err(BadInput::new(format!(
@@ -655,9 +665,10 @@ fn config(a: &Args) -> Result<TrainConfig, BadInput> {
     let strategy =
         if costed { StrategyKind::ModelCentric } else { parse("--strategy", &a.strategy, StrategyKind::ModelCentric)? };
     let varco = strategy == StrategyKind::Varco;
+    let gnnpipe = strategy == StrategyKind::Gnnpipe;
     let d = if varco { varco::defaults(TrainConfig::default()) } else { TrainConfig::default() };
-    // VARCO implies the full-graph engine; an explicit --mode minibatch is refused by the config's check.
-    let mode = if a.full_batch || (varco && a.mode.is_none()) {
+    // VARCO and GNNPipe imply the full-graph engine; an explicit --mode minibatch is refused by the config's check.
+    let mode = if a.full_batch || ((varco || gnnpipe) && a.mode.is_none()) {
         TrainMode::FullGraph
     } else {
         parse("--mode", &a.mode, d.mode)?
@@ -738,6 +749,7 @@ fn config(a: &Args) -> Result<TrainConfig, BadInput> {
         partition: a.partition.clone(),
         rounds: None,
         varco: varco_config(a, varco)?,
+        gnnpipe: gnnpipe_config(a, gnnpipe)?,
     })
 }
 
@@ -758,6 +770,22 @@ fn varco_config(a: &Args, varco: bool) -> Result<Option<varco::VarcoConfig>, Bad
         slope: a.slope.unwrap_or(d.slope),
         ratio: a.ratio,
     }))
+}
+
+/// `--strategy gnnpipe`'s flags (always a config for gnnpipe; for another
+/// strategy, one if a flag was given, which the config's check refuses).
+fn gnnpipe_config(a: &Args, gnnpipe: bool) -> Result<Option<gnnpipe::GnnPipeConfig>, BadInput> {
+    if !gnnpipe && a.chunks.is_none() && a.history.is_none() {
+        return Ok(None);
+    }
+    let d = gnnpipe::GnnPipeConfig::default();
+    let history = match a.history.as_deref() {
+        None => d.history,
+        Some("on") => true,
+        Some("off") => false,
+        Some(h) => return Err(BadInput::new(format!("--history `{h}`: expected on or off"))),
+    };
+    Ok(Some(gnnpipe::GnnPipeConfig { chunks: a.chunks.unwrap_or(d.chunks), history }))
 }
 
 const RETEXO: &str = "retexo";

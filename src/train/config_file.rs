@@ -148,6 +148,10 @@ impl TrainConfig {
                 push("ratio", r.to_string());
             }
         }
+        if let Some(g) = &self.gnnpipe {
+            push("chunks", g.chunks.to_string());
+            push("history", if g.history { "on" } else { "off" }.into());
+        }
         match self.mode {
             // Every neighbour of every node: the sampling flags are refused there.
             TrainMode::FullGraph => {

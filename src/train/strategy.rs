@@ -32,6 +32,9 @@ pub enum StrategyKind {
     /// RETEXO: lazy message passing, one layer trained at a time (full-graph
     /// engine, its own loop: `fullgraph::retexo`).
     Retexo,
+    /// GNNPipe: layer-level model parallelism, graph chunks pipelined
+    /// through the stages (full-graph engine, its own loop: `fullgraph::gnnpipe`).
+    Gnnpipe,
 }
 
 impl FromStr for StrategyKind {
@@ -45,8 +48,9 @@ impl FromStr for StrategyKind {
             "p3" => Ok(StrategyKind::P3),
             "varco" => Ok(StrategyKind::Varco),
             "retexo" => Ok(StrategyKind::Retexo),
+            "gnnpipe" => Ok(StrategyKind::Gnnpipe),
             _ => Err(BadInput::new(format!(
-                "unknown --strategy `{s}`: expected model-centric, micrograph, pregather, leapgnn, p3, varco or retexo"
+                "unknown --strategy `{s}`: expected model-centric, micrograph, pregather, leapgnn, p3, varco, retexo or gnnpipe"
             ))),
         }
     }
@@ -62,6 +66,7 @@ impl fmt::Display for StrategyKind {
             StrategyKind::P3 => "p3",
             StrategyKind::Varco => "varco",
             StrategyKind::Retexo => "retexo",
+            StrategyKind::Gnnpipe => "gnnpipe",
         })
     }
 }
@@ -167,8 +172,9 @@ pub fn build(kind: StrategyKind, env: &StrategyEnv) -> Result<Box<dyn Strategy>,
         StrategyKind::Pregather => Ok(Box::new(minibatch::pregather::build(env))),
         StrategyKind::Leapgnn => Ok(Box::new(minibatch::leapgnn::build(env))),
         StrategyKind::P3 => Ok(Box::new(P3::default())),
-        // Always full-graph (answered above); its stages run in `fullgraph::retexo::run`.
-        StrategyKind::Retexo => Ok(Box::new(crate::train::fullgraph::FullGraph)),
+        // Always full-graph (answered above); their stages run in `fullgraph::retexo::run`
+        // and `fullgraph::gnnpipe::run`.
+        StrategyKind::Retexo | StrategyKind::Gnnpipe => Ok(Box::new(crate::train::fullgraph::FullGraph)),
     }
 }
 
