@@ -98,3 +98,27 @@ fn bad_flags_exit_2_naming_the_flag() {
     let err = fails(d, &[&base[..], &["--chunks", "9999"]].concat(), 2);
     assert!(err.contains("--chunks 9999: the graph has 2708 nodes"), "{err}");
 }
+
+#[test]
+fn the_final_checkpoint_holds_every_stages_layers() {
+    let tmp = cora();
+    let d = tmp.path();
+    let args = ["train", "cora", "--no-tui", "--strategy", "gnnpipe", "--workers", "3", "--layers", "4"];
+    let s = json(d, &[&args[..], &["--chunks", "3", "--epochs", "4", "--normalize", "l1", "--run", "gp"]].concat());
+    // `infer` runs the checkpoint's weights over the whole graph: the stages'
+    // final layers, or its test accuracy would not be the last evaluation's.
+    let r = json(d, &["infer", "gp"]);
+    let bytes = std::fs::read(r["out"].as_str().unwrap()).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let pred: Vec<u32> = st
+        .tensor("prediction")
+        .unwrap()
+        .data()
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    let ds = leapgnn::format::DatasetFile::open(d.join("cora/dataset.lgnn")).unwrap();
+    let correct = ds.test().iter().filter(|&&v| pred[v as usize] as i32 == ds.labels()[v as usize]).count();
+    let last = s["history"][3]["test_accuracy"].as_f64().unwrap();
+    assert_eq!(correct as f64 / ds.test().len() as f64, last);
+}
