@@ -202,6 +202,10 @@ pub struct Args {
     /// off (they read zeros; with --chunks 1, exactly full-graph training) [default: on].
     #[arg(long)]
     pub history: Option<String>,
+    /// --strategy gnnpipe: graph-parallel groups, each a pipeline of --workers / G stages over its part of the
+    /// graph, the groups' matching stages summing their gradients [default: 1].
+    #[arg(long)]
+    pub pipeline_groups: Option<usize>,
     /// How the workers' parts are cut: metis, random, hash or ldg [default: metis; random with --strategy retexo].
     #[arg(long)]
     pub partition: Option<String>,
@@ -634,6 +638,7 @@ fn reject_on_resume(a: &Args) -> Result<(), BadInput> {
         ("--rounds", a.rounds.is_some()),
         ("--chunks", a.chunks.is_some()),
         ("--history", a.history.is_some()),
+        ("--pipeline-groups", a.pipeline_groups.is_some()),
     ];
     match given.iter().find(|(_, set)| *set) {
         Some((flag, _)) => Err(BadInput::new(format!(
@@ -775,7 +780,7 @@ fn varco_config(a: &Args, varco: bool) -> Result<Option<varco::VarcoConfig>, Bad
 /// `--strategy gnnpipe`'s flags (always a config for gnnpipe; for another
 /// strategy, one if a flag was given, which the config's check refuses).
 fn gnnpipe_config(a: &Args, gnnpipe: bool) -> Result<Option<gnnpipe::GnnPipeConfig>, BadInput> {
-    if !gnnpipe && a.chunks.is_none() && a.history.is_none() {
+    if !gnnpipe && a.chunks.is_none() && a.history.is_none() && a.pipeline_groups.is_none() {
         return Ok(None);
     }
     let d = gnnpipe::GnnPipeConfig::default();
@@ -785,7 +790,11 @@ fn gnnpipe_config(a: &Args, gnnpipe: bool) -> Result<Option<gnnpipe::GnnPipeConf
         Some("off") => false,
         Some(h) => return Err(BadInput::new(format!("--history `{h}`: expected on or off"))),
     };
-    Ok(Some(gnnpipe::GnnPipeConfig { chunks: a.chunks.unwrap_or(d.chunks), history }))
+    Ok(Some(gnnpipe::GnnPipeConfig {
+        chunks: a.chunks.unwrap_or(d.chunks),
+        history,
+        groups: a.pipeline_groups.unwrap_or(d.groups),
+    }))
 }
 
 const RETEXO: &str = "retexo";

@@ -91,6 +91,8 @@ fn bad_flags_exit_2_naming_the_flag() {
     assert!(err.contains("--layers 2 with --strategy gnnpipe and --workers 4"), "{err}");
     let err = fails(d, &[&base[..], &["--chunks", "0"]].concat(), 2);
     assert!(err.contains("--chunks 0: "), "{err}");
+    let err = fails(d, &[&base[..], &["--workers", "4", "--layers", "4", "--pipeline-groups", "3"]].concat(), 2);
+    assert!(err.contains("--pipeline-groups 3 with --workers 4"), "{err}");
     let err = fails(d, &[&base[..], &["--history", "sometimes"]].concat(), 2);
     assert!(err.contains("--history"), "{err}");
     let err = fails(d, &["train", "cora", "--no-tui", "--full-batch", "--chunks", "4"], 2);
@@ -121,4 +123,26 @@ fn the_final_checkpoint_holds_every_stages_layers() {
     let correct = ds.test().iter().filter(|&&v| pred[v as usize] as i32 == ds.labels()[v as usize]).count();
     let last = s["history"][3]["test_accuracy"].as_f64().unwrap();
     assert_eq!(correct as f64 / ds.test().len() as f64, last);
+}
+
+#[test]
+fn hybrid_groups_sum_only_their_matching_stages_gradients_and_learn_cora() {
+    let tmp = cora();
+    let d = tmp.path();
+    let (w, g, epochs) = (4u64, 2u64, 60u64);
+    let args = ["train", "cora", "--no-tui", "--strategy", "gnnpipe", "--workers", "4", "--pipeline-groups", "2"];
+    let more =
+        ["--layers", "4", "--hidden", "64", "--chunks", "2", "--epochs", "60", "--normalize", "l1", "--run", "hy"];
+    let s = json(d, &[&args[..], &more].concat());
+    let acc = s["test_accuracy"].as_f64().unwrap();
+    // 2 groups of 2 stages; majority class 0.319, full-graph GCN about 0.78 here.
+    assert!(acc >= 0.7, "hybrid test accuracy {acc}");
+    // Every epoch each stage sends its layers' gradient to the matching stage
+    // of the other group: the whole model's parameters x 4 bytes per group,
+    // plus one all-to-all's frames.
+    let weights = dist_support::final_weights(d, "hy");
+    let st = safetensors::SafeTensors::deserialize(&weights).unwrap();
+    let params: u64 = st.tensors().iter().map(|(_, v)| v.shape().iter().product::<usize>() as u64).sum();
+    let want = epochs * (g * (g - 1) * params * 4 + w * (w - 1) * 16);
+    assert_eq!(count(&s["bytes"]["train"]["gradients"]), want, "{}", s["bytes"]);
 }

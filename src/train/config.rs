@@ -388,9 +388,9 @@ impl TrainConfig {
             (None, StrategyKind::Gnnpipe) => {
                 Err(BadInput::new("--strategy gnnpipe needs --chunks (graph chunks per pipeline), e.g. 8"))
             }
-            (Some(_), s) => {
-                Err(BadInput::new(format!("--chunks and --history apply to --strategy gnnpipe only (not {s})")))
-            }
+            (Some(_), s) => Err(BadInput::new(format!(
+                "--chunks, --history and --pipeline-groups apply to --strategy gnnpipe only (not {s})"
+            ))),
             (None, _) => Ok(()),
         }
     }

@@ -151,6 +151,7 @@ impl TrainConfig {
         if let Some(g) = &self.gnnpipe {
             push("chunks", g.chunks.to_string());
             push("history", if g.history { "on" } else { "off" }.into());
+            push("pipeline-groups", g.groups.to_string());
         }
         match self.mode {
             // Every neighbour of every node: the sampling flags are refused there.

@@ -66,25 +66,27 @@ pub(crate) fn assign(w: &Worker<'_>, chunks: usize, train: &[u32], seed: u64) ->
     Ok((of, count as usize))
 }
 
-/// The chunks of `of` (`count` of them) for the stage whose first layer is
-/// `first_layer`; `features`: cache the input rows (stage 0); `train`: the
-/// training vertices whose loss the stage computes (the last stage's).
+/// Chunks `which` of `of` (`count` in all) for the stage whose first layer
+/// is `first_layer`; `features`: cache the input rows (stage 0); `train`: the
+/// training vertices whose loss the stage computes (the last stage's; those
+/// outside `which` belong to another pipeline).
 pub(crate) fn build(
     w: &Worker<'_>,
     (of, count): (&[u16], usize),
+    which: Range<usize>,
     first_layer: usize,
     features: bool,
     train: &[u32],
 ) -> Result<Vec<Chunk>, TrainError> {
-    let mut chunks = Vec::with_capacity(count);
-    for c in 0..count {
+    let mut chunks = Vec::with_capacity(which.len());
+    for c in which.clone() {
         let plan = HaloPlan::derive(w.graph, Some(of), c, count);
         let graph = Arc::new(w.model.layer_graph(first_layer, &plan.block, w.graph, Fanout::All));
         let input = if features { Some(feature_input(w, &plan.block.src)?) } else { None };
         chunks.push(Chunk { plan, graph, input, train: Vec::new(), labels: Vec::new() });
     }
-    for &v in train {
-        let ch = &mut chunks[of[v as usize] as usize];
+    for &v in train.iter().filter(|&&v| which.contains(&(of[v as usize] as usize))) {
+        let ch = &mut chunks[of[v as usize] as usize - which.start];
         let p = ch.plan.owned_position(v).expect("a vertex is one of its chunk's own rows");
         ch.train.push(p as u32);
         ch.labels.push(w.labels[v as usize] as u32);

@@ -27,6 +27,7 @@
 //! Stages split a model through its per-layer interface: `Model::layer_forward`
 //! and the parameters named `layers.<l>.*` (`layer_of`).
 
+use super::HaloPlan;
 use super::chunks::{self, Chunk, VertexRows, flat};
 use crate::BadInput;
 use crate::comm::{Category, add_from_le};
@@ -46,17 +47,25 @@ pub struct GnnPipeConfig {
     /// Rows of chunks not yet computed this epoch come from the previous
     /// epoch (`--history on`) or are zero (`off`).
     pub history: bool,
+    /// Graph-parallel groups, each a pipeline over its part of the graph (`--pipeline-groups`).
+    #[serde(default = "one")]
+    pub groups: usize,
+}
+
+fn one() -> usize {
+    1
 }
 
 impl Default for GnnPipeConfig {
     fn default() -> Self {
-        GnnPipeConfig { chunks: 8, history: true }
+        GnnPipeConfig { chunks: 8, history: true, groups: 1 }
     }
 }
 
 impl GnnPipeConfig {
-    /// Refuses zero chunks and fewer layers than stages, naming the flag.
-    pub fn check(&self, layers: usize, stages: usize) -> Result<(), BadInput> {
+    /// Refuses zero chunks, groups that do not divide the workers and fewer
+    /// layers than stages, naming the flag.
+    pub fn check(&self, layers: usize, workers: usize) -> Result<(), BadInput> {
         if self.chunks == 0 {
             return Err(BadInput::new(
                 "--chunks 0: GNNPipe cuts the graph into at least one chunk; give --chunks 1 or more (e.g. 8)",
@@ -65,10 +74,19 @@ impl GnnPipeConfig {
         if self.chunks > u16::MAX as usize {
             return Err(BadInput::new(format!("--chunks {}: at most {} chunks", self.chunks, u16::MAX)));
         }
-        if layers < stages {
+        if self.groups == 0 || !workers.is_multiple_of(self.groups) {
             return Err(BadInput::new(format!(
-                "--layers {layers} with --strategy gnnpipe and --workers {stages}: each worker is a pipeline stage \
-                 that owns at least one layer; give --layers {stages} or more, or --workers {layers} or fewer"
+                "--pipeline-groups {} with --workers {workers}: the workers form groups of equal pipelines, so the \
+                 number of groups must divide --workers (1 = one pipeline over the whole graph)",
+                self.groups
+            )));
+        }
+        let stages = workers / self.groups;
+        if layers < stages {
+            let per = if self.groups > 1 { format!(" / --pipeline-groups {}", self.groups) } else { String::new() };
+            return Err(BadInput::new(format!(
+                "--layers {layers} with --strategy gnnpipe and --workers {workers}{per}: each worker is a pipeline \
+                 stage that owns at least one layer; give --layers {stages} or more, or fewer stages"
             )));
         }
         Ok(())
@@ -133,6 +151,18 @@ fn sum_small(coll: &mut dyn Collective, vals: &mut [f32]) -> Result<(), TrainErr
 struct Stage {
     s: usize,
     stages: usize,
+    /// This worker's rank and the job's workers: group g's stage s is rank g S + s.
+    rank: usize,
+    world: usize,
+    /// Hybrid: the groups' halo plan (vertices of this worker's group, and
+    /// what each group needs from it); None with one group.
+    groups: Option<HaloPlan>,
+    /// Hybrid: exchanges per refresh, the most hidden-layer inputs any stage
+    /// owns (every worker takes part in every all-to-all).
+    refreshes: usize,
+    /// Evaluation: chunks over the whole graph where `chunks` cover this
+    /// group's part only (group 0 evaluates; other groups have none).
+    eval_chunks: Option<Vec<Chunk>>,
     layers: Range<usize>,
     chunks: Vec<Chunk>,
     /// The stage's own parameters (a view of the worker's).
@@ -199,8 +229,8 @@ impl Stage {
         let mut tapes: Vec<Option<Tape>> = (0..self.chunks.len()).map(|_| None).collect();
         let mut received: Option<Vec<f32>> = None;
         for t in 0..self.ticks() {
-            let mut out = vec![Vec::new(); self.stages];
-            if let Some(c) = self.forward_chunk(t, s) {
+            let mut out = vec![Vec::new(); self.world];
+            if let Some(c) = self.forward_chunk(t, s).filter(|&c| self.chunks[c].len() > 0) {
                 let tc = Instant::now();
                 let ch = &self.chunks[c];
                 let input = match (s, received.take()) {
@@ -219,7 +249,7 @@ impl Stage {
                 let first = input.as_ref().map(|v| v.as_tensor().clone());
                 let y = chunks::forward(w, ch, self.layers.clone(), first, bufs, mode)?;
                 if s + 1 < self.stages {
-                    out[s + 1] = le_bytes(&flat(&y)?);
+                    out[self.rank + 1] = le_bytes(&flat(&y)?);
                 }
                 tapes[c] = Some(Tape { out: y, input });
                 times.compute += tc.elapsed().as_secs_f64();
@@ -228,7 +258,8 @@ impl Stage {
             if t + 1 < self.ticks() {
                 let got = self.exchange(coll, out, times)?;
                 if let Some(c) = s.checked_sub(1).and_then(|p| self.forward_chunk(t, p)) {
-                    received = Some(decode(&got[s - 1], self.chunks[c].len(), self.d_in, s - 1, "chunk rows")?);
+                    let r = self.rank - 1;
+                    received = Some(decode(&got[r], self.chunks[c].len(), self.d_in, r, "chunk rows")?);
                 }
             }
         }
@@ -249,8 +280,8 @@ impl Stage {
         let mut loss = 0.0;
         let mut received: Option<Vec<f32>> = None;
         for u in 0..self.ticks() {
-            let mut out = vec![Vec::new(); self.stages];
-            if let Some(c) = self.backward_chunk(u, s) {
+            let mut out = vec![Vec::new(); self.world];
+            if let Some(c) = self.backward_chunk(u, s).filter(|&c| self.chunks[c].len() > 0) {
                 let tc = Instant::now();
                 let ch = &self.chunks[c];
                 let Tape { out: y, input } = tapes[c].take().expect("the forward pass kept every chunk's tape");
@@ -279,7 +310,7 @@ impl Stage {
                 }
                 if let Some(x) = &input {
                     let g = grads.as_ref().and_then(|gs| gs.get(x.as_tensor()));
-                    out[s - 1] = match g {
+                    out[self.rank - 1] = match g {
                         Some(g) => le_bytes(&flat(g)?),
                         None => le_bytes(&vec![0.0; ch.len() * self.d_in]),
                     };
@@ -289,11 +320,62 @@ impl Stage {
             if u + 1 < self.ticks() {
                 let got = self.exchange(coll, out, times)?;
                 if let Some(c) = (!last).then(|| self.backward_chunk(u, s + 1)).flatten() {
-                    received = Some(decode(&got[s + 1], self.chunks[c].len(), self.d_out, s + 1, "chunk gradients")?);
+                    let r = self.rank + 1;
+                    received = Some(decode(&got[r], self.chunks[c].len(), self.d_out, r, "chunk gradients")?);
                 }
             }
         }
         Ok((loss, grad))
+    }
+
+    /// Hybrid, after an epoch: each group's rows of every layer input this
+    /// stage owns go to the matching stage of the groups that hold them as
+    /// halo; the next epoch reads them as history (as rows of chunks not yet
+    /// computed). Billed as activations.
+    fn refresh_groups(
+        &self,
+        coll: &mut dyn Collective,
+        bufs: &mut [VertexRows],
+        times: &mut Times,
+    ) -> Result<(), TrainError> {
+        let Some(plan) = &self.groups else { return Ok(()) };
+        let mut hidden: Vec<&mut VertexRows> = bufs.iter_mut().filter(|b| !b.vals.is_empty()).collect();
+        for i in 0..self.refreshes {
+            let mut out = vec![Vec::new(); self.world];
+            let Some(buf) = hidden.get_mut(i) else {
+                self.exchange(coll, out, times)?;
+                continue;
+            };
+            for (h, send) in plan.send.iter().enumerate().filter(|&(h, _)| h != plan.rank) {
+                let ids: Vec<u32> = send.iter().map(|&p| plan.owned()[p as usize]).collect();
+                out[h * self.stages + self.s] = le_bytes(&buf.of(&ids));
+            }
+            let got = self.exchange(coll, out, times)?;
+            for h in (0..plan.world).filter(|&h| h != plan.rank) {
+                let ids = &plan.halo()[plan.halo_of(h)];
+                let r = h * self.stages + self.s;
+                buf.write(ids, &decode(&got[r], ids.len(), buf.d, r, "group rows")?);
+            }
+        }
+        Ok(())
+    }
+
+    /// Hybrid: the stage's gradient summed with the matching stages' of the
+    /// other groups (each sends its own to the others), billed as gradients.
+    fn sum_over_groups(&self, coll: &mut dyn Collective, grad: &mut [f32]) -> Result<(), TrainError> {
+        let Some(plan) = &self.groups else { return Ok(()) };
+        let mine = le_bytes(grad);
+        let peers = |h: usize| h * self.stages + self.s;
+        let mut out = vec![Vec::new(); self.world];
+        for h in (0..plan.world).filter(|&h| h != plan.rank) {
+            out[peers(h)] = mine.clone();
+        }
+        let got = coll.all_to_all(out, Category::Gradients).map_err(TrainError::Comm)?;
+        for h in (0..plan.world).filter(|&h| h != plan.rank) {
+            super::exchange::check_len(got[peers(h)].len(), 1, grad.len(), peers(h), "gradients")?;
+            add_from_le(grad, &got[peers(h)]);
+        }
+        Ok(())
     }
 
     /// Validation and test accuracy: each stage its layers for every vertex
@@ -305,22 +387,25 @@ impl Stage {
         sets: [&[u32]; 2],
         times: &mut Times,
     ) -> Result<(f64, f64), TrainError> {
+        // Group 0 (ranks 0..S) evaluates; the other groups' stages take part in the exchanges only.
         let (s, n) = (self.s, w.graph.num_nodes());
-        let run = |x: VertexRows| chunks::infer(w, &self.chunks, self.layers.clone(), x);
-        let mut out = if s == 0 { Some(run(VertexRows::zeros(0, 0))?) } else { None };
+        let evaluates = self.rank < self.stages;
+        let chunks = self.eval_chunks.as_ref().unwrap_or(&self.chunks);
+        let run = |x: VertexRows| chunks::infer(w, chunks, self.layers.clone(), x);
+        let mut out = if s == 0 && evaluates { Some(run(VertexRows::zeros(0, 0))?) } else { None };
         for k in 0..self.stages - 1 {
-            let mut msg = vec![Vec::new(); self.stages];
-            if s == k {
+            let mut msg = vec![Vec::new(); self.world];
+            if s == k && evaluates {
                 msg[k + 1] = le_bytes(&out.take().expect("this stage has computed its layers").vals);
             }
             let got = self.exchange(coll, msg, times)?;
-            if s == k + 1 {
+            if s == k + 1 && evaluates {
                 let vals = decode(&got[k], n, self.d_in, k, "rows")?;
                 out = Some(run(VertexRows { d: self.d_in, vals })?);
             }
         }
         let mut counts = [0f32; 4];
-        if let Some(logits) = out.filter(|_| s + 1 == self.stages) {
+        if let Some(logits) = out.filter(|_| s + 1 == self.stages && evaluates) {
             for (i, ids) in sets.iter().enumerate() {
                 let right = ids
                     .iter()
@@ -343,9 +428,11 @@ impl Stage {
 /// whole trained model (for the checkpoint and `infer`).
 fn gather_params(w: &Worker<'_>, coll: &mut dyn Collective, stages: usize) -> Result<(), TrainError> {
     let layers = w.model.num_layers();
-    let mine = le_bytes(&stage_params(&w.params, &stage_layers(w.rank, stages, layers)).flat_values()?);
-    let got = coll.all_to_all(vec![mine; stages], Category::Control).map_err(TrainError::Comm)?;
-    for (q, m) in got.iter().enumerate().filter(|&(q, _)| q != w.rank) {
+    // The groups' matching stages hold the same layers: group 0's serve everyone.
+    let mine = le_bytes(&stage_params(&w.params, &stage_layers(w.rank % stages, stages, layers)).flat_values()?);
+    let out = (0..w.world).map(|q| if w.rank < stages && q != w.rank { mine.clone() } else { Vec::new() }).collect();
+    let got = coll.all_to_all(out, Category::Control).map_err(TrainError::Comm)?;
+    for (q, m) in got.iter().enumerate().take(stages).filter(|&(q, _)| q != w.rank) {
         let theirs = stage_params(&w.params, &stage_layers(q, stages, layers));
         theirs.set_flat(&decode(m, 1, theirs.numel(), q, "parameters")?)?;
     }
@@ -360,14 +447,17 @@ fn whole_gradient(
     stages: usize,
     own: &[f32],
 ) -> Result<Option<Vec<f32>>, TrainError> {
-    let mut out = vec![Vec::new(); stages];
-    out[0] = le_bytes(own);
+    // After the groups' sum every group holds the whole gradient: group 0's stages send theirs.
+    let mut out = vec![Vec::new(); w.world];
+    if w.rank < stages {
+        out[0] = le_bytes(own);
+    }
     let got = coll.all_to_all(out, Category::Control).map_err(TrainError::Comm)?;
     if w.rank != 0 {
         return Ok(None);
     }
     let mut whole = vec![0f32; w.params.numel()];
-    for (q, m) in got.iter().enumerate() {
+    for (q, m) in got.iter().enumerate().take(stages) {
         let ranges = flat_ranges(&w.params, &stage_layers(q, stages, w.model.num_layers()));
         let n = ranges.iter().map(|r| r.len()).sum();
         let part = decode(m, 1, n, q, "gradients")?;
@@ -391,8 +481,10 @@ pub fn run(
 ) -> Result<Progress, TrainError> {
     let cfg = inp.cfg;
     let g = cfg.gnnpipe.clone().unwrap_or_default();
-    let (s, stages, num_layers) = (w.rank, w.world, w.model.num_layers());
-    g.check(num_layers, stages)?;
+    let (world, num_layers) = (w.world, w.model.num_layers());
+    g.check(num_layers, world)?;
+    let stages = world / g.groups;
+    let (group, s) = (w.rank / stages, w.rank % stages);
     if let Some(bad) = w.params.iter().find(|q| layer_of(&q.name).is_none_or(|l| l >= num_layers)) {
         return Err(BadInput::new(format!(
             "--strategy gnnpipe splits a model by layer, and parameter `{}` belongs to no layer (`layers.<l>.*`)",
@@ -411,11 +503,46 @@ pub fn run(
     if count < g.chunks {
         obs.event(&format!("METIS left {} of the {} chunks empty: {count} chunks", g.chunks - count, g.chunks));
     }
+    // Hybrid: group g trains the vertices of its workers' parts, its chunks
+    // being the METIS chunks cut by the group boundaries (some may be empty).
+    let (groups, of, total) = if g.groups > 1 {
+        if g.groups * count > u16::MAX as usize {
+            return Err(BadInput::new(format!(
+                "--chunks {} with --pipeline-groups {}: at most {} chunks in all",
+                g.chunks,
+                g.groups,
+                u16::MAX
+            ))
+            .into());
+        }
+        let owners = w.owners.as_ref().ok_or_else(|| {
+            BadInput::new("--pipeline-groups needs the partition's owners: run it on several workers")
+        })?;
+        let group_of: Vec<u16> = owners.as_slice().iter().map(|&o| o / stages as u16).collect();
+        let plan = HaloPlan::derive(w.graph, Some(&group_of), group, g.groups);
+        let of: Vec<u16> = of.iter().zip(&group_of).map(|(&c, &h)| h * count as u16 + c).collect();
+        (Some(plan), of, g.groups * count)
+    } else {
+        (None, of, count)
+    };
+    let mine = group * count..(group + 1) * count;
     let train = if last { inp.train } else { &[] };
-    let chunks = chunks::build(w, (&of, count), layers.start, s == 0, train)?;
+    let chunks = chunks::build(w, (&of, total), mine.clone(), layers.start, s == 0, train)?;
+    let eval_chunks = match (&groups, group) {
+        (Some(_), 0) => Some(chunks::build(w, (&of, total), 0..total, layers.start, s == 0, &[])?),
+        _ => None,
+    };
     let stage = Stage {
         s,
         stages,
+        rank: w.rank,
+        world,
+        refreshes: (0..stages)
+            .map(|q| stage_layers(q, stages, num_layers).filter(|&l| l > 0).count())
+            .max()
+            .unwrap_or(0),
+        groups,
+        eval_chunks,
         chunks,
         own: stage_params(&w.params, &layers),
         global_train: inp.train.len().max(1),
@@ -439,7 +566,9 @@ pub fn run(
         let mode = Mode::Train { key: dropout_key(cfg.seed, p.epoch, p.iteration) };
         let mut times = Times::default();
         let tapes = stage.forward(w, coll, &mut bufs, mode, &mut times)?;
-        let (loss, grad) = stage.backward(coll, tapes, &mut times)?;
+        let (loss, mut grad) = stage.backward(coll, tapes, &mut times)?;
+        stage.refresh_groups(coll, &mut bufs, &mut times)?;
+        stage.sum_over_groups(coll, &mut grad)?;
 
         // The loss (the last stage's), the stop vote, and whether anyone wants the whole gradient.
         let ts = Instant::now();
@@ -536,8 +665,14 @@ mod tests {
     #[test]
     fn bad_flags_are_named() {
         let err = |g: GnnPipeConfig, l, s| g.check(l, s).unwrap_err().0;
-        assert!(err(GnnPipeConfig { chunks: 0, history: true }, 8, 4).starts_with("--chunks 0"));
+        assert!(err(GnnPipeConfig { chunks: 0, ..Default::default() }, 8, 4).starts_with("--chunks 0"));
         assert!(err(GnnPipeConfig::default(), 2, 4).starts_with("--layers 2"));
+        let groups = |g| GnnPipeConfig { groups: g, ..Default::default() };
+        assert!(err(groups(3), 8, 4).starts_with("--pipeline-groups 3 with --workers 4"));
+        assert!(err(groups(0), 8, 4).starts_with("--pipeline-groups 0"));
+        // 2 groups of 4 stages need 4 layers, not 8.
+        assert!(groups(2).check(4, 8).is_ok());
+        assert!(err(groups(2), 3, 8).starts_with("--layers 3"));
         assert!(GnnPipeConfig::default().check(8, 4).is_ok());
     }
 }
