@@ -24,6 +24,14 @@
 //! With C = 1 and `--history off` the mathematics are the full-graph
 //! engine's (the tests compare the gradients).
 //!
+//! Hybrid (`--pipeline-groups G`): the W workers form G groups of W / G
+//! stages; group g trains the vertices of its workers' parts, its chunks
+//! being the METIS chunks cut at the group boundary. A group reads the other
+//! groups' vertices from the history, refreshed once per epoch by an exchange
+//! between matching stages (`activations`), and matching stages sum their
+//! gradients (`gradients`), so every group keeps the same weights; group 0
+//! evaluates.
+//!
 //! Stages split a model through its per-layer interface: `Model::layer_forward`
 //! and the parameters named `layers.<l>.*` (`layer_of`).
 
