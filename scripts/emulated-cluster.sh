@@ -20,7 +20,8 @@ usage: scripts/emulated-cluster.sh [options] [-- extra `leapgnn train` flags]
                        spends about 60 % of its epoch waiting on the network here)
   --delay D            one-way delay added per link direction (default 0.5ms)
   --sweep R1,R2,...    run every strategy at each of these rates (overrides --rate)
-  --strategies LIST    default model-centric,micrograph,pregather,leapgnn,p3
+  --strategies LIST    default model-centric,micrograph,pregather,leapgnn,p3; `full-graph` is the
+                       full-graph engine's graph parallelism (varco, retexo and gnnpipe run on it too)
   --epochs E           epochs per run (default 2)
   --batch-size B       roots per worker per iteration (default 1024)
   --seed S             (default 0)
@@ -280,12 +281,17 @@ fi
 "$BIN" "${DATA_ARGS[@]}" partition "$DATASET" --parts "$HOSTS" --method metis --seed "$SEED" >&2
 
 IFS=, read -r -a STRATS <<<"$STRATEGIES"
-COMMON=(--cluster "$PROFILE" --workers "$HOSTS" --parts "$HOSTS" --epochs "$EPOCHS" --batch-size "$BATCH"
-	--seed "$SEED" --no-tui --json)
+COMMON=(--cluster "$PROFILE" --workers "$HOSTS" --parts "$HOSTS" --epochs "$EPOCHS" --seed "$SEED" --no-tui --json)
 for rate in "${RATES[@]}"; do
 	shape "$rate"
 	for s in "${STRATS[@]}"; do
-		args=(--strategy "$s")
+		# Full-graph runs take no batch size: `full-graph` is graph parallelism (the
+		# full-graph engine's default strategy); varco, retexo and gnnpipe imply that engine.
+		case $s in
+		full-graph) args=(--full-batch) ;;
+		varco | retexo | gnnpipe) args=(--strategy "$s") ;;
+		*) args=(--strategy "$s" --batch-size "$BATCH") ;;
+		esac
 		if [[ $s == leapgnn ]]; then
 			plan=$OUT/plan-$rate.toml
 			cal=()

@@ -6,7 +6,7 @@
 
 mod dist_support;
 
-use dist_support::{cora, fails, final_weights, first_gradient, json, rel_diff};
+use dist_support::{cora, fails, final_weights, first_gradient, json, predictions, rel_diff};
 use leapgnn::format::DatasetFile;
 use std::path::Path;
 
@@ -80,15 +80,7 @@ fn both_engines_learn_cora_and_a_stopped_run_resumes_exactly() {
         // infer predicts every node as the run's last evaluation scored them.
         let r = json(d, &["infer", &run]);
         assert_eq!(r["nodes"], 2708);
-        let bytes = std::fs::read(d.join(format!("runs/{run}/predictions.safetensors"))).unwrap();
-        let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-        let pred: Vec<u32> = st
-            .tensor("prediction")
-            .unwrap()
-            .data()
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect();
+        let pred = predictions(&d.join(format!("runs/{run}/predictions.safetensors")));
         let correct = ds.test().iter().filter(|&&v| pred[v as usize] as i32 == ds.labels()[v as usize]).count();
         let last = s["history"].as_array().unwrap().last().unwrap()["test_accuracy"].as_f64().unwrap();
         assert_eq!(correct as f64 / ds.test().len() as f64, last, "{model}");

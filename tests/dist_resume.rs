@@ -6,26 +6,13 @@
 
 mod dist_support;
 
-use dist_support::{facebook, fails, final_weights, json, local_options, records, rel_diff};
+use dist_support::{facebook, fails, final_weights, json, local_options, losses, rel_diff};
 use leapgnn::DataDir;
 use leapgnn::cluster::LocalLauncher;
 use leapgnn::train::distributed::{resume_distributed, train_distributed};
 use leapgnn::train::{Quiet, ResumeOverrides, RunOptions, StrategyKind, TrainConfig};
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
-
-/// (epoch, iteration, time step, worker, loss) of every record, sorted.
-fn losses(d: &Path, run: &str) -> Vec<(u64, u64, u64, u64, String)> {
-    let mut v: Vec<_> = records(d, &serde_json::json!({ "run": run }))
-        .iter()
-        .map(|r| {
-            let n = |k: &str| r[k].as_u64().unwrap();
-            (n("epoch"), n("iteration"), n("time_step"), n("worker"), r["loss"].to_string())
-        })
-        .collect();
-    v.sort();
-    v
-}
 
 fn summary(d: &Path, run: &str) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(d.join("runs").join(run).join("summary.json")).unwrap()).unwrap()

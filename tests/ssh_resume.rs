@@ -6,7 +6,7 @@
 mod dist_support;
 
 use dist_support::sshd::{Sshd, wait_none_mentioning};
-use dist_support::{Driver, cora, final_weights, json, records, signal, wait_gone};
+use dist_support::{Driver, cora, final_weights, json, records, remote_workers, signal, wait_gone};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -66,12 +66,12 @@ fn a_worker_killed_over_ssh_is_restarted_and_the_run_ends_as_if_uninterrupted() 
     let run = [RUN, &["--cluster", profile.to_str().unwrap(), "--epochs", "30", "--checkpoint-every", "2"]].concat();
     json(d, &[&run[..], &["--run", "straight"]].concat());
     let mut drv = Driver::start(d, &[&run[..], &["--run", "killed", "--restarts", "1"]].concat());
-    let pids = remote_workers(&mut drv);
+    let pids = remote_workers::<2>(&mut drv);
     drv.wait_line(Duration::from_secs(60), |l| l.starts_with("epoch") && l.contains("/30"));
     signal(pids[1], "KILL");
     let killed = Instant::now();
     drv.wait_line(Duration::from_secs(30), |l| l.contains("restart 1 of 1"));
-    let again = remote_workers(&mut drv);
+    let again = remote_workers::<2>(&mut drv);
     // Training again: the first step of the resumed run reached the driver.
     drv.wait_line(Duration::from_secs(60), |l| l.contains("restart 1 of 1: training again"));
     println!("over ssh, from kill -9 to training again: {:.2} s", killed.elapsed().as_secs_f64());
@@ -103,18 +103,6 @@ fn a_worker_killed_over_ssh_is_restarted_and_the_run_ends_as_if_uninterrupted() 
     sshd.stop();
 }
 
-/// Each remote worker's pid, by rank, from "[127.0.0.1:PORT rank R] pid P, mesh listening on A".
-fn remote_workers(drv: &mut Driver) -> [u32; 2] {
-    let mut pids = [0u32; 2];
-    for _ in 0..2 {
-        let l = drv.wait_line(Duration::from_secs(60), |l| l.contains("] pid ") && l.contains("mesh listening on"));
-        let rank: usize = l.split(" rank ").nth(1).unwrap().split(']').next().unwrap().parse().unwrap();
-        pids[rank] = l.split("] pid ").nth(1).unwrap().split(',').next().unwrap().parse().unwrap();
-    }
-    assert!(pids.iter().all(|&p| p != 0), "{pids:?}");
-    pids
-}
-
 /// Rank 0's host is the one lost, with the checkpoints it wrote: the driver
 /// resumes from the copy it took of the last one.
 #[test]
@@ -134,7 +122,7 @@ fn the_ranks_of_a_host_lost_mid_run_restart_on_a_spare_host() {
     let run = [RUN, &["--cluster", profile.to_str().unwrap(), "--epochs", "30", "--checkpoint-every", "2"]].concat();
     json(d, &[&run[..], &["--run", "straight"]].concat());
     let mut drv = Driver::start(d, &[&run[..], &["--run", "moved", "--restarts", "1"]].concat());
-    let pids = remote_workers(&mut drv);
+    let pids = remote_workers::<2>(&mut drv);
     drv.wait_line(Duration::from_secs(60), |l| l.starts_with("epoch") && l.contains("/30"));
     // The driver copies each checkpoint back while training goes on: wait for one.
     let copied = d.join("runs/moved/checkpoint/state.json");
@@ -149,7 +137,7 @@ fn the_ranks_of_a_host_lost_mid_run_restart_on_a_spare_host() {
     drv.wait_line(Duration::from_secs(30), |l| l.contains("restart 1 of 1"));
     let spare = format!("spare host {}@127.0.0.1:{}", s1.user, s1.port);
     drv.wait_line(Duration::from_secs(30), |l| l.contains("cannot connect") && l.contains(&spare));
-    let again = remote_workers(&mut drv);
+    let again = remote_workers::<2>(&mut drv);
     let (code, stderr) = drv.wait_exit(Duration::from_secs(120));
     assert_eq!(code, Some(0), "{stderr}");
     assert!(final_weights(d, "moved") == final_weights(d, "straight"), "the run on the spare ended elsewhere");

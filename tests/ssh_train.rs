@@ -6,7 +6,7 @@
 mod dist_support;
 
 use dist_support::sshd::{self, Sshd, wait_none_mentioning};
-use dist_support::{Driver, cora, json, signal, wait_gone};
+use dist_support::{Driver, cora, json, remote_workers, signal, wait_gone};
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -128,13 +128,7 @@ fn a_worker_killed_remotely_fails_the_run_within_10s_naming_host_and_rank() {
     let mut drv =
         Driver::start(tmp.path(), &[&["train", "cora", "--cluster", profile.to_str().unwrap()], &long[..]].concat());
     // Each remote worker's stderr reaches the driver's as "[127.0.0.1:PORT rank R] pid P, mesh listening on A".
-    let mut pids = [0u32; 2];
-    for _ in 0..2 {
-        let l = drv.wait_line(Duration::from_secs(60), |l| l.contains("] pid ") && l.contains("mesh listening on"));
-        let rank: usize = l.split(" rank ").nth(1).unwrap().split(']').next().unwrap().parse().unwrap();
-        pids[rank] = l.split("] pid ").nth(1).unwrap().split(',').next().unwrap().parse().unwrap();
-    }
-    assert!(pids.iter().all(|&p| p != 0), "{pids:?}");
+    let pids: [u32; 2] = remote_workers(&mut drv);
     drv.wait_line(Duration::from_secs(60), |l| l.starts_with("epoch") && l.contains("/1000"));
     signal(pids[1], "KILL");
     let (code, stderr) = drv.wait_exit(Duration::from_secs(10));

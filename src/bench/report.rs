@@ -58,8 +58,12 @@ pub fn load_runs(dir: &Path) -> Result<BenchReport, BadInput> {
         let path = entry.path();
         let text = std::fs::read_to_string(&path)
             .map_err(|e| BadInput::new(format!("cannot read {}: {e}", path.display())))?;
-        let s: RunSummary = serde_json::from_str(&text)
+        let mut s: RunSummary = serde_json::from_str(&text)
             .map_err(|e| BadInput::new(format!("{} is not a `train --json` summary: {e}", path.display())))?;
+        // The full-graph engine's default strategy is graph parallelism, which the bench names `full-graph`.
+        if s.mode.as_deref() == Some("full-graph") && s.strategy == "model-centric" {
+            s.strategy = "full-graph".into();
+        }
         let rate = stem.strip_suffix(&format!("-{}", s.strategy)).ok_or_else(|| {
             BadInput::new(format!(
                 "{}: the file name says `{stem}` but the run's strategy is {}; name it run-<rate>-<strategy>.json",

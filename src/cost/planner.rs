@@ -67,10 +67,12 @@ pub struct PlanInput<'a> {
 /// The strategy's layout at T time steps with `shares` (empty: even).
 pub fn layout_of(strategy: StrategyKind, workers: usize, time_steps: u32, shares: &[Vec<f64>]) -> Layout {
     match strategy {
-        // RETEXO and VARCO never sample; the cost model counts them as model-centric.
-        StrategyKind::ModelCentric | StrategyKind::P3 | StrategyKind::Varco | StrategyKind::Retexo => {
-            Layout::ModelCentric
-        }
+        // RETEXO, VARCO and GNNPipe never sample; the cost model counts them as model-centric.
+        StrategyKind::ModelCentric
+        | StrategyKind::P3
+        | StrategyKind::Varco
+        | StrategyKind::Retexo
+        | StrategyKind::Gnnpipe => Layout::ModelCentric,
         StrategyKind::Micrograph => Layout::Micrograph { pregather: false },
         StrategyKind::Pregather => Layout::Micrograph { pregather: true },
         StrategyKind::Leapgnn => {

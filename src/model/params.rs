@@ -66,10 +66,15 @@ impl Params {
     /// storage with these (setting one sets the other): a view that trains
     /// part of a model with its own flat buffers and optimizer.
     pub fn subset(&self, prefix: &str) -> Params {
+        self.subset_where(|name| name.starts_with(prefix))
+    }
+
+    /// `subset` of the parameters whose names `keep` accepts.
+    pub fn subset_where(&self, keep: impl Fn(&str) -> bool) -> Params {
         let entries = self
             .entries
             .iter()
-            .filter(|p| p.name.starts_with(prefix))
+            .filter(|p| keep(&p.name))
             .map(|p| Param { name: p.name.clone(), var: p.var.clone() })
             .collect();
         Params { entries, buffers: Vec::new(), seed: self.seed }

@@ -142,6 +142,9 @@ pub struct TrainConfig {
     /// `--strategy varco`'s compression (None: the authors' defaults).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub varco: Option<super::fullgraph::varco::VarcoConfig>,
+    /// `--strategy gnnpipe`'s chunks and history.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gnnpipe: Option<super::fullgraph::gnnpipe::GnnPipeConfig>,
 }
 
 impl Default for TrainConfig {
@@ -183,6 +186,7 @@ impl Default for TrainConfig {
             partition: None,
             rounds: None,
             varco: None,
+            gnnpipe: None,
         }
     }
 }
@@ -343,8 +347,12 @@ impl TrainConfig {
         }
         self.check_retexo()?;
         self.check_varco()?;
+        self.check_gnnpipe()?;
         if self.mode == TrainMode::FullGraph {
-            if !matches!(self.strategy, StrategyKind::ModelCentric | StrategyKind::Retexo | StrategyKind::Varco) {
+            if !matches!(
+                self.strategy,
+                StrategyKind::ModelCentric | StrategyKind::Retexo | StrategyKind::Varco | StrategyKind::Gnnpipe
+            ) {
                 return bad(format!(
                     "--strategy {} samples mini-batches; --mode full-graph trains the whole graph with a halo exchange \
                      per layer (graph parallelism, the default strategy): omit --strategy or use --mode minibatch",
@@ -403,6 +411,34 @@ impl TrainConfig {
             (Some(v), StrategyKind::Varco) => v.check(),
             (Some(_), s) => Err(BadInput::new(format!(
                 "--compression, --max-ratio, --min-ratio, --slope and --ratio apply to --strategy varco only (not {s})"
+            ))),
+            (None, _) => Ok(()),
+        }
+    }
+
+    /// `--strategy gnnpipe` pipelines the full graph over the workers' layers;
+    /// its flags apply to it alone.
+    fn check_gnnpipe(&self) -> Result<(), BadInput> {
+        match (&self.gnnpipe, self.strategy) {
+            (_, StrategyKind::Gnnpipe) if self.mode == TrainMode::Minibatch => Err(BadInput::new(
+                "--mode minibatch with --strategy gnnpipe: GNNPipe pipelines the full graph through the workers' \
+                 layers, so it always trains the whole graph; omit --mode",
+            )),
+            (Some(g), StrategyKind::Gnnpipe) => {
+                if self.checkpoint_every > 0 {
+                    return Err(BadInput::new(format!(
+                        "--checkpoint-every {} with --strategy gnnpipe: its stages keep their optimizer state and \
+                         embedding history in memory, so only the final weights are saved; omit --checkpoint-every",
+                        self.checkpoint_every
+                    )));
+                }
+                g.check(self.fanouts.layers(), self.workers)
+            }
+            (None, StrategyKind::Gnnpipe) => {
+                Err(BadInput::new("--strategy gnnpipe needs --chunks (graph chunks per pipeline), e.g. 8"))
+            }
+            (Some(_), s) => Err(BadInput::new(format!(
+                "--chunks, --history and --pipeline-groups apply to --strategy gnnpipe only (not {s})"
             ))),
             (None, _) => Ok(()),
         }

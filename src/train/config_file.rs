@@ -154,6 +154,11 @@ impl TrainConfig {
                 push("ratio", r.to_string());
             }
         }
+        if let Some(g) = &self.gnnpipe {
+            push("chunks", g.chunks.to_string());
+            push("history", if g.history { "on" } else { "off" }.into());
+            push("pipeline-groups", g.groups.to_string());
+        }
         match self.mode {
             // Every neighbour of every node: the sampling flags are refused there.
             TrainMode::FullGraph => {

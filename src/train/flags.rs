@@ -10,7 +10,7 @@
 //! settings, `--parts` following `--workers`) are rules of `TrainFlags::config`,
 //! which asks which flags were given (`given`).
 
-use super::fullgraph::{retexo, varco};
+use super::fullgraph::{gnnpipe, retexo, varco};
 use super::{EvalMode, MergePlan, ResumeOverrides, StrategyKind, TrainConfig, TrainMode};
 use crate::BadInput;
 use crate::comm::CachePolicy;
@@ -116,6 +116,7 @@ impl ValueEnum for StrategyFlag {
             StrategyFlag::Train(P3),
             StrategyFlag::Train(Varco),
             StrategyFlag::Train(Retexo),
+            StrategyFlag::Train(Gnnpipe),
             StrategyFlag::Naive,
             StrategyFlag::Neutronstar,
         ]
@@ -328,6 +329,17 @@ pub struct TrainFlags {
     /// --strategy retexo: training rounds per layer (stage).
     #[arg(long, default_value_t = retexo::ROUNDS)]
     pub rounds: u64,
+    /// --strategy gnnpipe: graph chunks (METIS) that flow through the pipeline each epoch [default: 8].
+    #[arg(long)]
+    pub chunks: Option<usize>,
+    /// --strategy gnnpipe: in-neighbours in chunks not yet computed this epoch read last epoch's rows (on) or
+    /// zeros (off; with --chunks 1, exactly full-graph training) [default: on].
+    #[arg(long, value_enum)]
+    pub history: Option<Switch>,
+    /// --strategy gnnpipe: graph-parallel groups, each a pipeline of --workers / G stages over its part of the
+    /// graph, the groups' matching stages summing their gradients [default: 1].
+    #[arg(long)]
+    pub pipeline_groups: Option<usize>,
     /// How the workers' parts are cut [default: metis; random with --strategy retexo].
     #[arg(long, value_enum)]
     pub partition: Option<Method>,
@@ -351,6 +363,13 @@ pub enum Action {
     Naive(Box<TrainConfig>),
     /// Train model-centric with this config and report NeutronStar's estimate.
     Neutronstar(Box<TrainConfig>),
+}
+
+/// An `on`/`off` flag value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Switch {
+    On,
+    Off,
 }
 
 /// Flags that define a run: a resumed run keeps its saved ones.
@@ -392,6 +411,9 @@ const DEFINE_THE_RUN: &[&str] = &[
     "slope",
     "ratio",
     "rounds",
+    "chunks",
+    "history",
+    "pipeline_groups",
     "dry_run",
 ];
 
@@ -489,12 +511,17 @@ impl TrainFlags {
             StrategyFlag::Train(k) => k,
             StrategyFlag::Naive | StrategyFlag::Neutronstar => StrategyKind::ModelCentric,
         };
-        let full_graph_strategy = matches!(strategy, StrategyKind::Varco | StrategyKind::Retexo);
+        let full_graph_strategy =
+            matches!(strategy, StrategyKind::Varco | StrategyKind::Retexo | StrategyKind::Gnnpipe);
         if self.given("mode") && self.mode == TrainMode::Minibatch && full_graph_strategy {
-            let why = if strategy == StrategyKind::Retexo {
-                "RETEXO trains on the full graph, one layer at a time (it implies --mode full-graph)"
-            } else {
-                "VARCO compresses the full-graph engine's halo exchange, so it always trains the whole graph"
+            let why = match strategy {
+                StrategyKind::Retexo => {
+                    "RETEXO trains on the full graph, one layer at a time (it implies --mode full-graph)"
+                }
+                StrategyKind::Gnnpipe => {
+                    "GNNPipe pipelines the full graph through the workers' layers, so it always trains the whole graph"
+                }
+                _ => "VARCO compresses the full-graph engine's halo exchange, so it always trains the whole graph",
             };
             return Err(BadInput::new(format!("--mode minibatch with --strategy {strategy}: {why}; omit --mode")));
         }
@@ -565,6 +592,7 @@ impl TrainFlags {
             partition: self.partition.map(|m| m.to_string()),
             rounds,
             varco: self.varco(strategy),
+            gnnpipe: self.gnnpipe(strategy),
         };
         Ok(cfg)
     }
@@ -600,6 +628,21 @@ impl TrainFlags {
             min_ratio: self.min_ratio,
             slope: self.slope,
             ratio: self.ratio,
+        })
+    }
+
+    /// `--strategy gnnpipe`'s flags: always a config for gnnpipe; for another
+    /// strategy one if any was given, which the config's check then refuses.
+    fn gnnpipe(&self, strategy: StrategyKind) -> Option<gnnpipe::GnnPipeConfig> {
+        let given = ["chunks", "history", "pipeline_groups"].iter().any(|id| self.given(id));
+        if strategy != StrategyKind::Gnnpipe && !given {
+            return None;
+        }
+        let d = gnnpipe::GnnPipeConfig::default();
+        Some(gnnpipe::GnnPipeConfig {
+            chunks: self.chunks.unwrap_or(d.chunks),
+            history: self.history.map_or(d.history, |h| h == Switch::On),
+            groups: self.pipeline_groups.unwrap_or(d.groups),
         })
     }
 

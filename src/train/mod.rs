@@ -98,6 +98,11 @@ pub trait Observer {
     }
     /// The iteration's summed gradient (all workers), before the optimizer step.
     fn gradient(&mut self, _global_iteration: u64, _grad: &[f32]) {}
+    /// Whether `gradient` is wanted: a loop that never sums the whole gradient
+    /// (gnnpipe: each stage keeps its own layers') assembles it only then.
+    fn wants_gradient(&self) -> bool {
+        false
+    }
 }
 
 /// Observes nothing.
@@ -162,6 +167,13 @@ pub fn resumable(
 ) -> Result<(std::path::PathBuf, TrainConfig, Progress), TrainError> {
     let (run_dir, ck) = checkpointed_run(data, run, "--resume")?;
     let (mut cfg, progress) = checkpoint::load_config(&ck)?;
+    if cfg.strategy == StrategyKind::Gnnpipe {
+        return Err(BadInput::new(format!(
+            "--resume {run}: run `{run}` was trained with --strategy gnnpipe, whose stages keep their optimizer state \
+             and embedding history in memory only; start a new run (its final weights serve `infer`)"
+        ))
+        .into());
+    }
     if let Some(e) = over.epochs {
         cfg.epochs = e;
     }
@@ -385,6 +397,9 @@ impl Observer for Recording<'_> {
     }
     fn gradient(&mut self, i: u64, g: &[f32]) {
         self.inner.gradient(i, g);
+    }
+    fn wants_gradient(&self) -> bool {
+        self.inner.wants_gradient()
     }
 }
 

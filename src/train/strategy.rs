@@ -29,6 +29,9 @@ pub enum StrategyKind {
     Varco,
     /// RETEXO: lazy message passing, one layer trained at a time on the full graph.
     Retexo,
+    /// GNNPipe: each worker a pipeline stage owning a block of layers, graph chunks pipelined through the
+    /// stages on the full graph (--chunks, --history, --pipeline-groups).
+    Gnnpipe,
 }
 
 crate::value_names!(StrategyKind, "--strategy");
@@ -142,8 +145,9 @@ pub fn build(kind: StrategyKind, env: &StrategyEnv) -> Result<Box<dyn Strategy>,
         StrategyKind::Pregather => Ok(Box::new(minibatch::pregather::build(env))),
         StrategyKind::Leapgnn => Ok(Box::new(minibatch::leapgnn::build(env))),
         StrategyKind::P3 => Ok(Box::new(P3::default())),
-        // Always full-graph (answered above); its stages run in `fullgraph::retexo::run`.
-        StrategyKind::Retexo => Ok(Box::new(crate::train::fullgraph::FullGraph)),
+        // Always full-graph (answered above); their stages run in `fullgraph::retexo::run`
+        // and `fullgraph::gnnpipe::run`.
+        StrategyKind::Retexo | StrategyKind::Gnnpipe => Ok(Box::new(crate::train::fullgraph::FullGraph)),
     }
 }
 

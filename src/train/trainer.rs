@@ -16,6 +16,13 @@ use std::time::Instant;
 
 const DROPOUT_TAG: u64 = 0x4452_4f50;
 
+/// The dropout key of iteration `iteration` of `epoch`: the same on every
+/// worker, and in every loop that trains the same model (so their gradients
+/// can be compared).
+pub(crate) fn dropout_key(seed: u64, epoch: u64, iteration: u64) -> u64 {
+    hash_of(seed, &[DROPOUT_TAG, epoch, iteration])
+}
+
 /// The fixed inputs of one worker's loop.
 pub struct LoopInput<'a> {
     pub cfg: &'a TrainConfig,
@@ -48,6 +55,10 @@ pub fn run_loop(
         // Stages with their own optimizers: its own loop over the same inputs.
         return super::fullgraph::retexo::run(inp, w, coll, p, obs);
     }
+    if cfg.strategy == super::StrategyKind::Gnnpipe {
+        // Each stage trains its own layers with its own optimizer: its own loop.
+        return super::fullgraph::gnnpipe::run(inp, w, coll, p, obs);
+    }
     let save = |p: &Progress, w: &Worker<'_>, opt: &dyn Optimizer| match inp.checkpoint_dir {
         Some(dir) => checkpoint::save(dir, cfg, p, &w.params, opt),
         None => Ok(()),
@@ -70,7 +81,7 @@ pub fn run_loop(
                 global_index: p.global_iteration,
                 batches: sched.workers(p.iteration as usize),
                 global_size: sched.global(p.iteration as usize).len(),
-                dropout_key: hash_of(cfg.seed, &[DROPOUT_TAG, p.epoch, p.iteration]),
+                dropout_key: dropout_key(cfg.seed, p.epoch, p.iteration),
                 next: (p.iteration as usize + 1 < sched.iterations()).then(|| sched.workers(p.iteration as usize + 1)),
             };
             // The gradient, then slots summed with it: the batch statistics'

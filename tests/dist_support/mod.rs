@@ -102,11 +102,44 @@ pub fn records(d: &Path, summary: &serde_json::Value) -> Vec<serde_json::Value> 
     std::fs::read_to_string(path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
+/// (epoch, iteration, time step, worker, loss) of every record of run `run`, sorted.
+pub fn losses(d: &Path, run: &str) -> Vec<(u64, u64, u64, u64, String)> {
+    let mut v: Vec<_> = records(d, &serde_json::json!({ "run": run }))
+        .iter()
+        .map(|r| {
+            let n = |k: &str| r[k].as_u64().unwrap();
+            (n("epoch"), n("iteration"), n("time_step"), n("worker"), r["loss"].to_string())
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// Each remote worker's pid, by rank, from the lines "[HOST rank R] pid P, mesh listening on A".
+pub fn remote_workers<const W: usize>(drv: &mut Driver) -> [u32; W] {
+    let mut pids = [0u32; W];
+    for _ in 0..W {
+        let l = drv.wait_line(Duration::from_secs(60), |l| l.contains("] pid ") && l.contains("mesh listening on"));
+        let rank: usize = l.split(" rank ").nth(1).unwrap().split(']').next().unwrap().parse().unwrap();
+        pids[rank] = l.split("] pid ").nth(1).unwrap().split(',').next().unwrap().parse().unwrap();
+    }
+    assert!(pids.iter().all(|&p| p != 0), "{pids:?}");
+    pids
+}
+
 /// The final weights file of run `run` (named in its checkpoint's state).
 pub fn final_weights(d: &Path, run: &str) -> Vec<u8> {
     let ck = d.join("runs").join(run).join("checkpoint");
     let state: serde_json::Value = serde_json::from_slice(&std::fs::read(ck.join("state.json")).unwrap()).unwrap();
     std::fs::read(ck.join(state["weights"].as_str().unwrap())).unwrap()
+}
+
+/// The `prediction` tensor (u32 class per node) of an `infer` output file.
+pub fn predictions(path: &Path) -> Vec<u32> {
+    let bytes = std::fs::read(path).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let t = st.tensor("prediction").unwrap();
+    t.data().chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
 }
 
 /// Halo rows each worker receives from each owner in `dataset`'s

@@ -36,4 +36,7 @@ impl Observer for GradDump<'_> {
         }
         self.inner.gradient(i, g)
     }
+    fn wants_gradient(&self) -> bool {
+        self.path.is_some() || self.inner.wants_gradient()
+    }
 }

@@ -21,7 +21,7 @@ fn pack(x: &[f32], rows: impl Iterator<Item = usize>, (d, k): (usize, usize), ca
     out
 }
 
-fn check_len(got: usize, rows: usize, d: usize, peer: usize, what: &str) -> Result<(), TrainError> {
+pub(super) fn check_len(got: usize, rows: usize, d: usize, peer: usize, what: &str) -> Result<(), TrainError> {
     if got == rows * d * 4 {
         Ok(())
     } else {

@@ -5,7 +5,9 @@
 //! W = 1 is plain full-batch training. Evaluation and `infer` use the same
 //! forward pass without dropout (`inference`).
 
+mod chunks;
 mod exchange;
+pub mod gnnpipe;
 mod halo;
 pub mod inference;
 pub mod memory;
@@ -83,7 +85,6 @@ pub(crate) fn forward(
         moved: vec![Default::default(); layers],
         compute: vec![0.0; layers],
     };
-    let drops = matches!(mode, Mode::Train { .. }) && w.model.spec().kind.drops_input();
     let x0 = match (&w.halo_columns, &st.inputs) {
         // VARCO: the halo's input rows cross the network at every step, compressed.
         (Some(cols), x) => {
@@ -98,15 +99,7 @@ pub(crate) fn forward(
             f.moved[0] = (coll.bytes().since(&b0), t.elapsed().as_secs_f64());
             Input::Dense(w.model.input_dense(&plan.block.src, rows, mode, &w.device)?)
         }
-        // Input dropout needs a copy of the rows; without it the cached rows are the input.
-        (None, x) if drops => {
-            let rows = match x {
-                Input::Dense(t) => Rows::Dense(t.flatten_all()?.to_vec1::<f32>()?),
-                Input::Sparse(c) => Rows::Sparse((**c).clone()),
-            };
-            w.model.input_rows_of(&plan.block.src, rows, mode, &w.device)?
-        }
-        (None, x) => x.clone(),
+        (None, x) => first_input(w, &plan.block.src, x, mode)?,
     };
     let mut h = None;
     for l in 0..layers {
@@ -136,6 +129,20 @@ pub(crate) fn forward(
         f.outs.push(y);
     }
     Ok(f)
+}
+
+/// The first layer's input in `mode` from the cached rows `x` of vertices
+/// `ids`: input dropout needs a copy of the rows; without it the cached rows
+/// are the input.
+pub(crate) fn first_input(w: &Worker<'_>, ids: &[u32], x: &Input, mode: Mode) -> Result<Input, TrainError> {
+    if !(matches!(mode, Mode::Train { .. }) && w.model.spec().kind.drops_input()) {
+        return Ok(x.clone());
+    }
+    let rows = match x {
+        Input::Dense(t) => Rows::Dense(t.flatten_all()?.to_vec1::<f32>()?),
+        Input::Sparse(c) => Rows::Sparse((**c).clone()),
+    };
+    Ok(w.model.input_rows_of(ids, rows, mode, &w.device)?)
 }
 
 /// Columns of layer `l`'s `d`-wide input that its halo exchange sends.

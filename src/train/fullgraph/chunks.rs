@@ -1,0 +1,222 @@
+//! GNNPipe's graph chunks and the rows a stage computes them from. The whole
+//! graph is cut by METIS into C chunks; each chunk's block is its vertices'
+//! in-edges, its own vertices first, then the in-neighbours outside it (a
+//! `HaloPlan` with chunks in the place of workers). A stage keeps, for each
+//! layer it owns, the input row of every vertex (`VertexRows`); a chunk's
+//! layer reads its own rows (differentiable while training) and its halo's
+//! from there: this epoch's rows for the chunks computed before it, the
+//! previous epoch's (the history) for the others.
+
+use super::{HaloPlan, first_input};
+use crate::BadInput;
+use crate::gather::gather_rows;
+use crate::model::{AggGraph, Input, Mode};
+use crate::partition::{self, Balance, Method, Problem};
+use crate::sample::Fanout;
+use crate::train::{TrainError, Worker};
+use candle_core::{Device, Tensor};
+use std::ops::Range;
+use std::sync::Arc;
+
+pub(crate) struct Chunk {
+    pub plan: HaloPlan,
+    /// The aggregation graph of the chunk's block (every layer's: one block).
+    pub graph: Arc<AggGraph>,
+    /// Stage 0: the first layer's input rows of `plan.block.src`, normalised
+    /// and cached as the full-graph engine caches them (features are constants).
+    pub input: Option<Input>,
+    /// Last stage: positions of the chunk's training vertices among its own
+    /// rows, and their labels.
+    pub train: Vec<u32>,
+    pub labels: Vec<u32>,
+}
+
+impl Chunk {
+    pub fn len(&self) -> usize {
+        self.plan.owned().len()
+    }
+}
+
+/// vertex -> chunk: METIS on the whole graph (vertices and training vertices
+/// balanced, seeded), renumbered so that no chunk is empty; and the count.
+pub(crate) fn assign(w: &Worker<'_>, chunks: usize, train: &[u32], seed: u64) -> Result<(Vec<u16>, usize), TrainError> {
+    let n = w.graph.num_nodes();
+    if chunks > n {
+        return Err(BadInput::new(format!(
+            "--chunks {chunks}: the graph has {n} nodes, and a chunk holds at least one; give --chunks {n} or fewer"
+        ))
+        .into());
+    }
+    if chunks == 1 {
+        return Ok((vec![0; n], 1));
+    }
+    let flags = partition::train_flags(n, train);
+    let p = Problem { graph: w.graph, is_train: &flags, parts: chunks, balance: Balance::DEFAULT, seed };
+    let mut of = partition::assign(Method::Metis, &p).map_err(|e| TrainError::Dataset(e.into()))?;
+    let mut id = vec![u16::MAX; chunks];
+    for &c in &of {
+        id[c as usize] = 0;
+    }
+    let mut count = 0u16;
+    for slot in id.iter_mut().filter(|s| **s == 0) {
+        *slot = count;
+        count += 1;
+    }
+    of.iter_mut().for_each(|c| *c = id[*c as usize]);
+    Ok((of, count as usize))
+}
+
+/// Chunks `which` of `of` (`count` in all) for the stage whose first layer
+/// is `first_layer`; `features`: cache the input rows (stage 0); `train`: the
+/// training vertices whose loss the stage computes (the last stage's; those
+/// outside `which` belong to another pipeline).
+pub(crate) fn build(
+    w: &Worker<'_>,
+    (of, count): (&[u16], usize),
+    which: Range<usize>,
+    first_layer: usize,
+    features: bool,
+    train: &[u32],
+) -> Result<Vec<Chunk>, TrainError> {
+    let mut chunks = Vec::with_capacity(which.len());
+    for c in which.clone() {
+        let plan = HaloPlan::derive(w.graph, Some(of), c, count);
+        let graph = Arc::new(w.model.layer_graph(first_layer, &plan.block, w.graph, Fanout::All));
+        let input = if features { Some(feature_input(w, &plan.block.src)?) } else { None };
+        chunks.push(Chunk { plan, graph, input, train: Vec::new(), labels: Vec::new() });
+    }
+    for &v in train.iter().filter(|&&v| which.contains(&(of[v as usize] as usize))) {
+        let ch = &mut chunks[of[v as usize] as usize - which.start];
+        let p = ch.plan.owned_position(v).expect("a vertex is one of its chunk's own rows");
+        ch.train.push(p as u32);
+        ch.labels.push(w.labels[v as usize] as u32);
+    }
+    Ok(chunks)
+}
+
+/// The first layer's rows of `ids`, read from the dataset the job shipped
+/// (stage 0 computes every vertex, so it holds every feature row).
+fn feature_input(w: &Worker<'_>, ids: &[u32]) -> Result<Input, TrainError> {
+    let src = w.all_rows.ok_or_else(|| {
+        TrainError::Rows(
+            "gnnpipe's stage 0 reads every feature row from the dataset, which this worker has not open".into(),
+        )
+    })?;
+    let mut rows = gather_rows(src, ids).map_err(|e| TrainError::Rows(e.to_string()))?;
+    rows.normalize(src.dim(), w.norm);
+    let rows = rows.sparse_if_mostly_zero(w.model.spec().in_dim);
+    Ok(w.model.input_rows_of(ids, rows, Mode::Eval, &w.device)?)
+}
+
+/// One `d`-wide row per vertex, row-major by vertex id.
+pub(crate) struct VertexRows {
+    pub d: usize,
+    pub vals: Vec<f32>,
+}
+
+impl VertexRows {
+    pub fn zeros(n: usize, d: usize) -> Self {
+        VertexRows { d, vals: vec![0.0; n * d] }
+    }
+
+    /// The rows of `ids`, in that order.
+    pub fn of(&self, ids: &[u32]) -> Vec<f32> {
+        let d = self.d;
+        let mut out = Vec::with_capacity(ids.len() * d);
+        for &v in ids {
+            out.extend_from_slice(&self.vals[v as usize * d..(v as usize + 1) * d]);
+        }
+        out
+    }
+
+    /// Sets the rows of `ids` from `rows` (`ids.len()` rows, in that order).
+    pub fn write(&mut self, ids: &[u32], rows: &[f32]) {
+        let d = self.d;
+        for (&v, r) in ids.iter().zip(rows.chunks_exact(d.max(1))) {
+            self.vals[v as usize * d..(v as usize + 1) * d].copy_from_slice(r);
+        }
+    }
+
+    pub fn clear(&mut self) {
+        self.vals.fill(0.0);
+    }
+}
+
+pub(crate) fn flat(t: &Tensor) -> Result<Vec<f32>, TrainError> {
+    Ok(t.flatten_all()?.to_vec1::<f32>()?)
+}
+
+/// Layer `l` of chunk `ch`: at layer 0 from the cached features; above, from
+/// the chunk's own rows (`own`, differentiable; None: read from `rows` too)
+/// and its halo's rows in `rows`, constants.
+fn layer(
+    w: &Worker<'_>,
+    ch: &Chunk,
+    l: usize,
+    own: Option<Tensor>,
+    rows: &VertexRows,
+    mode: Mode,
+) -> Result<Tensor, TrainError> {
+    let ids = (&ch.plan.block.src[..], ch.plan.owned());
+    if l == 0 {
+        let x = ch.input.as_ref().expect("stage 0 caches its chunks' features");
+        let x = first_input(w, &ch.plan.block.src, x, mode)?;
+        return Ok(w.model.layer_forward_input(0, &x, &ch.graph, ids, mode)?);
+    }
+    let dev: &Device = &w.device;
+    let own = match own {
+        Some(t) => t,
+        None => Tensor::from_vec(rows.of(ch.plan.owned()), (ch.len(), rows.d), dev)?,
+    };
+    let halo = ch.plan.halo();
+    let x = if halo.is_empty() {
+        own
+    } else {
+        Tensor::cat(&[&own, &Tensor::from_vec(rows.of(halo), (halo.len(), rows.d), dev)?], 0)?
+    };
+    Ok(w.model.layer_forward(l, &x, &ch.graph, ids, mode)?)
+}
+
+/// Training: the stage's `layers` on chunk `ch`, the first from `first` (the
+/// rows received from the previous stage; None at layer 0). Each layer's
+/// output rows go to the next layer's buffer (`bufs[l - layers.start]` holds
+/// layer l's input rows) for the chunks after this one and the next epoch.
+/// Returns the last layer's output, attached to the autograd graph.
+pub(crate) fn forward(
+    w: &Worker<'_>,
+    ch: &Chunk,
+    layers: Range<usize>,
+    first: Option<Tensor>,
+    bufs: &mut [VertexRows],
+    mode: Mode,
+) -> Result<Tensor, TrainError> {
+    let mut live = first;
+    for l in layers.clone() {
+        let y = layer(w, ch, l, live.take(), &bufs[l - layers.start], mode)?;
+        if l + 1 < layers.end {
+            bufs[l + 1 - layers.start].write(ch.plan.owned(), &flat(&y)?);
+        }
+        live = Some(y);
+    }
+    Ok(live.expect("a stage owns at least one layer"))
+}
+
+/// Evaluation: the stage's `layers` for every vertex, layer by layer (every
+/// row this pass's own: no history), from `x`, the first layer's input rows
+/// (unused at layer 0). Returns the last layer's output rows.
+pub(crate) fn infer(
+    w: &Worker<'_>,
+    chunks: &[Chunk],
+    layers: Range<usize>,
+    mut x: VertexRows,
+) -> Result<VertexRows, TrainError> {
+    let n = w.graph.num_nodes();
+    for l in layers {
+        let mut y = VertexRows::zeros(n, w.model.out_dim(l));
+        for ch in chunks {
+            y.write(ch.plan.owned(), &flat(&layer(w, ch, l, None, &x, Mode::Eval)?)?);
+        }
+        x = y;
+    }
+    Ok(x)
+}

@@ -1,0 +1,686 @@
+//! `--strategy gnnpipe` (GNNPipe, Chen, Chen and Qian): layer-level model
+//! parallelism on the full graph. Worker s of W is stage s: it owns layers
+//! [s L / W, (s + 1) L / W) for every vertex. The graph is cut into C chunks
+//! (METIS) that flow through the stages as a pipeline: at tick t stage s
+//! computes its layers for chunk t - s and sends the chunk's output rows to
+//! stage s + 1, which computes that chunk at tick t + 1. A layer reads, for
+//! the in-neighbours of a chunk's vertices that lie outside it, the rows of
+//! the chunks computed before it in this epoch and, for the others, the rows
+//! kept from the previous epoch (the history: zero in the first epoch, which
+//! warms it; always zero with `--history off`). Gradients flow through a
+//! chunk's own rows only. Backward runs the pipeline in reverse from each
+//! chunk's loss at the last stage; each stage sums its layers' gradient over
+//! the chunks and steps its own optimizer over its own layers: there is no
+//! gradient all-reduce. One optimizer step per epoch, as the full-graph
+//! engine, so a row read from the history is exactly one step old.
+//!
+//! What crosses the network per epoch: each chunk's rows between
+//! consecutive stages and their gradients (`activations`: rows x width x 4
+//! bytes plus the mesh's framing per message) and a few control values (the
+//! loss, the stop vote). Stage 0 reads every feature row from the dataset
+//! shipped with the job; every stage holds the whole topology and a row of
+//! every vertex per layer it owns. Evaluation is exact: each stage computes
+//! its layers for every vertex and sends every row to the next stage.
+//! With C = 1 and `--history off` the mathematics are the full-graph
+//! engine's (the tests compare the gradients).
+//!
+//! Hybrid (`--pipeline-groups G`): the W workers form G groups of W / G
+//! stages; group g trains the vertices of its workers' parts, its chunks
+//! being the METIS chunks cut at the group boundary. A group reads the other
+//! groups' vertices from the history, refreshed once per epoch by an exchange
+//! between matching stages (`activations`), and matching stages sum their
+//! gradients (`gradients`), so every group keeps the same weights; group 0
+//! evaluates.
+//!
+//! Stages split a model through its per-layer interface: `Model::layer_forward`
+//! and the parameters named `layers.<l>.*` (`layer_of`).
+
+use super::HaloPlan;
+use super::chunks::{self, Chunk, VertexRows, flat};
+use crate::BadInput;
+use crate::comm::{Category, add_from_le};
+use crate::metrics::{EpochRecord, StepRecord, add_bytes};
+use crate::model::{Mode, Params, cross_entropy_sum};
+use crate::train::trainer::dropout_key;
+use crate::train::{Collective, LoopInput, Observer, Progress, TrainError, Worker, checkpoint};
+use candle_core::{Tensor, Var};
+use std::ops::Range;
+use std::time::Instant;
+
+/// GNNPipe's flags.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct GnnPipeConfig {
+    /// Graph chunks per epoch (`--chunks`).
+    pub chunks: usize,
+    /// Rows of chunks not yet computed this epoch come from the previous
+    /// epoch (`--history on`) or are zero (`off`).
+    pub history: bool,
+    /// Graph-parallel groups, each a pipeline over its part of the graph (`--pipeline-groups`).
+    #[serde(default = "one")]
+    pub groups: usize,
+}
+
+fn one() -> usize {
+    1
+}
+
+impl Default for GnnPipeConfig {
+    fn default() -> Self {
+        GnnPipeConfig { chunks: 8, history: true, groups: 1 }
+    }
+}
+
+impl GnnPipeConfig {
+    /// Refuses zero chunks, groups that do not divide the workers and fewer
+    /// layers than stages, naming the flag.
+    pub fn check(&self, layers: usize, workers: usize) -> Result<(), BadInput> {
+        if self.chunks == 0 {
+            return Err(BadInput::new(
+                "--chunks 0: GNNPipe cuts the graph into at least one chunk; give --chunks 1 or more (e.g. 8)",
+            ));
+        }
+        if self.chunks > u16::MAX as usize {
+            return Err(BadInput::new(format!("--chunks {}: at most {} chunks", self.chunks, u16::MAX)));
+        }
+        if self.groups == 0 || !workers.is_multiple_of(self.groups) {
+            return Err(BadInput::new(format!(
+                "--pipeline-groups {} with --workers {workers}: the workers form groups of equal pipelines, so the \
+                 number of groups must divide --workers (1 = one pipeline over the whole graph)",
+                self.groups
+            )));
+        }
+        let stages = workers / self.groups;
+        if layers < stages {
+            let per = if self.groups > 1 { format!(" / --pipeline-groups {}", self.groups) } else { String::new() };
+            return Err(BadInput::new(format!(
+                "--layers {layers} with --strategy gnnpipe and --workers {workers}{per}: each worker is a pipeline \
+                 stage that owns at least one layer; give --layers {stages} or more, or fewer stages"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The layers of stage `s` of `stages` in a model of `layers` layers.
+pub fn stage_layers(s: usize, stages: usize, layers: usize) -> Range<usize> {
+    s * layers / stages..(s + 1) * layers / stages
+}
+
+/// The layer a parameter belongs to: its name is `layers.<l>.…`.
+pub fn layer_of(name: &str) -> Option<usize> {
+    name.strip_prefix("layers.")?.split('.').next()?.parse().ok()
+}
+
+/// The parameters of `layers` (sharing storage with `params`).
+fn stage_params(params: &Params, layers: &Range<usize>) -> Params {
+    params.subset_where(|name| layer_of(name).is_some_and(|l| layers.contains(&l)))
+}
+
+/// Where the parameters of `layers` lie in `params`' flat buffer.
+fn flat_ranges(params: &Params, layers: &Range<usize>) -> Vec<Range<usize>> {
+    let mut at = 0;
+    let mut out = Vec::new();
+    for p in params.iter() {
+        let n = p.var.elem_count();
+        if layer_of(&p.name).is_some_and(|l| layers.contains(&l)) {
+            out.push(at..at + n);
+        }
+        at += n;
+    }
+    out
+}
+
+fn le_bytes(x: &[f32]) -> Vec<u8> {
+    bytemuck::cast_slice::<f32, u8>(x).to_vec()
+}
+
+/// `msg` (little-endian f32) as `rows` rows of `d`, or why not.
+fn decode(msg: &[u8], rows: usize, d: usize, peer: usize, what: &str) -> Result<Vec<f32>, TrainError> {
+    super::exchange::check_len(msg.len(), rows, d, peer, what)?;
+    let mut out = vec![0.0; rows * d];
+    add_from_le(&mut out, msg);
+    Ok(out)
+}
+
+/// Element-wise sum of a few values over every worker (one small
+/// all-to-all, billed as control: nothing here is a gradient).
+fn sum_small(coll: &mut dyn Collective, vals: &mut [f32]) -> Result<(), TrainError> {
+    let msg = le_bytes(vals);
+    let got = coll.all_to_all(vec![msg; coll.world()], Category::Control).map_err(TrainError::Comm)?;
+    vals.fill(0.0);
+    for (p, m) in got.iter().enumerate() {
+        super::exchange::check_len(m.len(), 1, vals.len(), p, "control values")?;
+        add_from_le(vals, m);
+    }
+    Ok(())
+}
+
+/// One stage of the pipeline, built once per run.
+struct Stage {
+    s: usize,
+    stages: usize,
+    /// This worker's rank and the job's workers: group g's stage s is rank g S + s.
+    rank: usize,
+    world: usize,
+    /// Hybrid: the groups' halo plan (vertices of this worker's group, and
+    /// what each group needs from it); None with one group.
+    groups: Option<HaloPlan>,
+    /// Hybrid: exchanges per refresh, the most hidden-layer inputs any stage
+    /// owns (every worker takes part in every all-to-all).
+    refreshes: usize,
+    /// Evaluation: chunks over the whole graph where `chunks` cover this
+    /// group's part only (group 0 evaluates; other groups have none).
+    eval_chunks: Option<Vec<Chunk>>,
+    layers: Range<usize>,
+    chunks: Vec<Chunk>,
+    /// The stage's own parameters (a view of the worker's).
+    own: Params,
+    /// Training vertices over the whole graph: the loss is their sum over this.
+    global_train: usize,
+    /// Width of the stage's input and output rows.
+    d_in: usize,
+    d_out: usize,
+}
+
+/// A chunk's forward pass kept for its backward: the stage's output and,
+/// above stage 0, its input rows as a variable (their gradient goes back).
+struct Tape {
+    out: Tensor,
+    input: Option<Var>,
+}
+
+/// Seconds computing and exchanging (waits for the neighbours included).
+#[derive(Default)]
+struct Times {
+    compute: f64,
+    exchange: f64,
+}
+
+impl Stage {
+    fn ticks(&self) -> usize {
+        self.chunks.len() + self.stages - 1
+    }
+
+    /// The chunk stage `s` computes at forward tick `t`.
+    fn forward_chunk(&self, t: usize, s: usize) -> Option<usize> {
+        t.checked_sub(s).filter(|&c| c < self.chunks.len())
+    }
+
+    /// The chunk stage `s` computes at backward tick `u` (the last stage first, the last chunk first).
+    fn backward_chunk(&self, u: usize, s: usize) -> Option<usize> {
+        let k = u.checked_sub(self.stages - 1 - s).filter(|&k| k < self.chunks.len())?;
+        Some(self.chunks.len() - 1 - k)
+    }
+
+    fn exchange(
+        &self,
+        coll: &mut dyn Collective,
+        out: Vec<Vec<u8>>,
+        times: &mut Times,
+    ) -> Result<Vec<Vec<u8>>, TrainError> {
+        let t = Instant::now();
+        let got = coll.all_to_all(out, Category::Activations).map_err(TrainError::Comm)?;
+        times.exchange += t.elapsed().as_secs_f64();
+        Ok(got)
+    }
+
+    /// The forward pipeline of one epoch: every chunk's tape.
+    fn forward(
+        &self,
+        w: &Worker<'_>,
+        coll: &mut dyn Collective,
+        bufs: &mut [VertexRows],
+        mode: Mode,
+        times: &mut Times,
+    ) -> Result<Vec<Option<Tape>>, TrainError> {
+        let s = self.s;
+        let mut tapes: Vec<Option<Tape>> = (0..self.chunks.len()).map(|_| None).collect();
+        let mut received: Option<Vec<f32>> = None;
+        for t in 0..self.ticks() {
+            let mut out = vec![Vec::new(); self.world];
+            if let Some(c) = self.forward_chunk(t, s).filter(|&c| self.chunks[c].len() > 0) {
+                let tc = Instant::now();
+                let ch = &self.chunks[c];
+                let input = match (s, received.take()) {
+                    (0, _) => None,
+                    (_, Some(rows)) => {
+                        bufs[0].write(ch.plan.owned(), &rows);
+                        let x = Tensor::from_vec(rows, (ch.len(), self.d_in), &candle_core::Device::Cpu)?;
+                        Some(Var::from_tensor(&x.to_device(&w.device)?)?)
+                    }
+                    (_, None) => {
+                        return Err(TrainError::Comm(
+                            format!("stage {s} reached chunk {c} without its rows from stage {}", s - 1).into(),
+                        ));
+                    }
+                };
+                let first = input.as_ref().map(|v| v.as_tensor().clone());
+                let y = chunks::forward(w, ch, self.layers.clone(), first, bufs, mode)?;
+                if s + 1 < self.stages {
+                    out[self.rank + 1] = le_bytes(&flat(&y)?);
+                }
+                tapes[c] = Some(Tape { out: y, input });
+                times.compute += tc.elapsed().as_secs_f64();
+            }
+            // The last tick's output (the last stage's last chunk) goes nowhere.
+            if t + 1 < self.ticks() {
+                let got = self.exchange(coll, out, times)?;
+                if let Some(c) = s.checked_sub(1).and_then(|p| self.forward_chunk(t, p)) {
+                    let r = self.rank - 1;
+                    received = Some(decode(&got[r], self.chunks[c].len(), self.d_in, r, "chunk rows")?);
+                }
+            }
+        }
+        Ok(tapes)
+    }
+
+    /// The backward pipeline: the stage's gradient (its own parameters,
+    /// summed over the chunks) and, at the last stage, the loss.
+    fn backward(
+        &self,
+        coll: &mut dyn Collective,
+        mut tapes: Vec<Option<Tape>>,
+        times: &mut Times,
+    ) -> Result<(f64, Vec<f32>), TrainError> {
+        let s = self.s;
+        let last = s + 1 == self.stages;
+        let mut grad = vec![0f32; self.own.numel()];
+        let mut loss = 0.0;
+        let mut received: Option<Vec<f32>> = None;
+        for u in 0..self.ticks() {
+            let mut out = vec![Vec::new(); self.world];
+            if let Some(c) = self.backward_chunk(u, s).filter(|&c| self.chunks[c].len() > 0) {
+                let tc = Instant::now();
+                let ch = &self.chunks[c];
+                let Tape { out: y, input } = tapes[c].take().expect("the forward pass kept every chunk's tape");
+                let grads = if last {
+                    if ch.train.is_empty() {
+                        None
+                    } else {
+                        let pos = Tensor::from_slice(&ch.train, ch.train.len(), y.device())?;
+                        let l = (cross_entropy_sum(&y.index_select(&pos, 0)?, &ch.labels)? / self.global_train as f64)?;
+                        loss += l.to_scalar::<f32>()? as f64;
+                        Some(l.backward()?)
+                    }
+                } else {
+                    let g = received.take().ok_or_else(|| {
+                        TrainError::Comm(
+                            format!("stage {s} reached chunk {c} without its gradient from stage {}", s + 1).into(),
+                        )
+                    })?;
+                    let g = Tensor::from_vec(g, y.dims2()?, &candle_core::Device::Cpu)?.to_device(y.device())?;
+                    Some((&y * g)?.sum_all()?.backward()?)
+                };
+                if let Some(gs) = &grads {
+                    for (a, b) in grad.iter_mut().zip(self.own.flat_grads(gs)?) {
+                        *a += b;
+                    }
+                }
+                if let Some(x) = &input {
+                    let g = grads.as_ref().and_then(|gs| gs.get(x.as_tensor()));
+                    out[self.rank - 1] = match g {
+                        Some(g) => le_bytes(&flat(g)?),
+                        None => le_bytes(&vec![0.0; ch.len() * self.d_in]),
+                    };
+                }
+                times.compute += tc.elapsed().as_secs_f64();
+            }
+            if u + 1 < self.ticks() {
+                let got = self.exchange(coll, out, times)?;
+                if let Some(c) = (!last).then(|| self.backward_chunk(u, s + 1)).flatten() {
+                    let r = self.rank + 1;
+                    received = Some(decode(&got[r], self.chunks[c].len(), self.d_out, r, "chunk gradients")?);
+                }
+            }
+        }
+        Ok((loss, grad))
+    }
+
+    /// Hybrid, after an epoch: each group's rows of every layer input this
+    /// stage owns go to the matching stage of the groups that hold them as
+    /// halo; the next epoch reads them as history (as rows of chunks not yet
+    /// computed). Billed as activations.
+    fn refresh_groups(
+        &self,
+        coll: &mut dyn Collective,
+        bufs: &mut [VertexRows],
+        times: &mut Times,
+    ) -> Result<(), TrainError> {
+        let Some(plan) = &self.groups else { return Ok(()) };
+        let mut hidden: Vec<&mut VertexRows> = bufs.iter_mut().filter(|b| !b.vals.is_empty()).collect();
+        for i in 0..self.refreshes {
+            let mut out = vec![Vec::new(); self.world];
+            let Some(buf) = hidden.get_mut(i) else {
+                self.exchange(coll, out, times)?;
+                continue;
+            };
+            for (h, send) in plan.send.iter().enumerate().filter(|&(h, _)| h != plan.rank) {
+                let ids: Vec<u32> = send.iter().map(|&p| plan.owned()[p as usize]).collect();
+                out[h * self.stages + self.s] = le_bytes(&buf.of(&ids));
+            }
+            let got = self.exchange(coll, out, times)?;
+            for h in (0..plan.world).filter(|&h| h != plan.rank) {
+                let ids = &plan.halo()[plan.halo_of(h)];
+                let r = h * self.stages + self.s;
+                buf.write(ids, &decode(&got[r], ids.len(), buf.d, r, "group rows")?);
+            }
+        }
+        Ok(())
+    }
+
+    /// Hybrid: the stage's gradient summed with the matching stages' of the
+    /// other groups (each sends its own to the others), billed as gradients.
+    fn sum_over_groups(&self, coll: &mut dyn Collective, grad: &mut [f32]) -> Result<(), TrainError> {
+        let Some(plan) = &self.groups else { return Ok(()) };
+        let mine = le_bytes(grad);
+        let peers = |h: usize| h * self.stages + self.s;
+        let mut out = vec![Vec::new(); self.world];
+        for h in (0..plan.world).filter(|&h| h != plan.rank) {
+            out[peers(h)] = mine.clone();
+        }
+        let got = coll.all_to_all(out, Category::Gradients).map_err(TrainError::Comm)?;
+        for h in (0..plan.world).filter(|&h| h != plan.rank) {
+            super::exchange::check_len(got[peers(h)].len(), 1, grad.len(), peers(h), "gradients")?;
+            add_from_le(grad, &got[peers(h)]);
+        }
+        Ok(())
+    }
+
+    /// Validation and test accuracy: each stage its layers for every vertex
+    /// (no dropout, no history), every row sent on to the next stage.
+    fn accuracies(
+        &self,
+        w: &Worker<'_>,
+        coll: &mut dyn Collective,
+        sets: [&[u32]; 2],
+        times: &mut Times,
+    ) -> Result<(f64, f64), TrainError> {
+        // Group 0 (ranks 0..S) evaluates; the other groups' stages take part in the exchanges only.
+        let (s, n) = (self.s, w.graph.num_nodes());
+        let evaluates = self.rank < self.stages;
+        let chunks = self.eval_chunks.as_ref().unwrap_or(&self.chunks);
+        let run = |x: VertexRows| chunks::infer(w, chunks, self.layers.clone(), x);
+        let mut out = if s == 0 && evaluates { Some(run(VertexRows::zeros(0, 0))?) } else { None };
+        for k in 0..self.stages - 1 {
+            let mut msg = vec![Vec::new(); self.world];
+            if s == k && evaluates {
+                msg[k + 1] = le_bytes(&out.take().expect("this stage has computed its layers").vals);
+            }
+            let got = self.exchange(coll, msg, times)?;
+            if s == k + 1 && evaluates {
+                let vals = decode(&got[k], n, self.d_in, k, "rows")?;
+                out = Some(run(VertexRows { d: self.d_in, vals })?);
+            }
+        }
+        let mut counts = [0f32; 4];
+        if let Some(logits) = out.filter(|_| s + 1 == self.stages && evaluates) {
+            for (i, ids) in sets.iter().enumerate() {
+                let right = ids
+                    .iter()
+                    .filter(|&&v| {
+                        let row = &logits.vals[v as usize * logits.d..(v as usize + 1) * logits.d];
+                        super::inference::argmax(row) as i64 == w.labels[v as usize] as i64
+                    })
+                    .count();
+                counts[2 * i] = right as f32;
+                counts[2 * i + 1] = ids.len() as f32;
+            }
+        }
+        sum_small(coll, &mut counts)?;
+        let ratio = |a: f32, b: f32| if b > 0.0 { a as f64 / b as f64 } else { 0.0 };
+        Ok((ratio(counts[0], counts[1]), ratio(counts[2], counts[3])))
+    }
+}
+
+/// Every stage's layers from their owner: afterwards every worker holds the
+/// whole trained model (for the checkpoint and `infer`).
+fn gather_params(w: &Worker<'_>, coll: &mut dyn Collective, stages: usize) -> Result<(), TrainError> {
+    let layers = w.model.num_layers();
+    // The groups' matching stages hold the same layers: group 0's serve everyone.
+    let mine = le_bytes(&stage_params(&w.params, &stage_layers(w.rank % stages, stages, layers)).flat_values()?);
+    let out = (0..w.world).map(|q| if w.rank < stages && q != w.rank { mine.clone() } else { Vec::new() }).collect();
+    let got = coll.all_to_all(out, Category::Control).map_err(TrainError::Comm)?;
+    for (q, m) in got.iter().enumerate().take(stages).filter(|&(q, _)| q != w.rank) {
+        let theirs = stage_params(&w.params, &stage_layers(q, stages, layers));
+        theirs.set_flat(&decode(m, 1, theirs.numel(), q, "parameters")?)?;
+    }
+    Ok(())
+}
+
+/// The whole model's gradient at rank 0 (each stage sends its layers'), for
+/// an observer that asked for it (`--dump-grad`).
+fn whole_gradient(
+    w: &Worker<'_>,
+    coll: &mut dyn Collective,
+    stages: usize,
+    own: &[f32],
+) -> Result<Option<Vec<f32>>, TrainError> {
+    // After the groups' sum every group holds the whole gradient: group 0's stages send theirs.
+    let mut out = vec![Vec::new(); w.world];
+    if w.rank < stages {
+        out[0] = le_bytes(own);
+    }
+    let got = coll.all_to_all(out, Category::Control).map_err(TrainError::Comm)?;
+    if w.rank != 0 {
+        return Ok(None);
+    }
+    let mut whole = vec![0f32; w.params.numel()];
+    for (q, m) in got.iter().enumerate().take(stages) {
+        let ranges = flat_ranges(&w.params, &stage_layers(q, stages, w.model.num_layers()));
+        let n = ranges.iter().map(|r| r.len()).sum();
+        let part = decode(m, 1, n, q, "gradients")?;
+        let mut at = 0;
+        for r in ranges {
+            whole[r.clone()].copy_from_slice(&part[at..at + r.len()]);
+            at += r.len();
+        }
+    }
+    Ok(Some(whole))
+}
+
+/// Runs a GNNPipe job from `p` to the end (or `stop_after`): the common
+/// loop's inputs, an optimizer per stage.
+pub fn run(
+    inp: &LoopInput<'_>,
+    w: &mut Worker<'_>,
+    coll: &mut dyn Collective,
+    mut p: Progress,
+    obs: &mut dyn Observer,
+) -> Result<Progress, TrainError> {
+    let cfg = inp.cfg;
+    let g = cfg.gnnpipe.clone().unwrap_or_default();
+    let (world, num_layers) = (w.world, w.model.num_layers());
+    g.check(num_layers, world)?;
+    let stages = world / g.groups;
+    let (group, s) = (w.rank / stages, w.rank % stages);
+    if let Some(bad) = w.params.iter().find(|q| layer_of(&q.name).is_none_or(|l| l >= num_layers)) {
+        return Err(BadInput::new(format!(
+            "--strategy gnnpipe splits a model by layer, and parameter `{}` belongs to no layer (`layers.<l>.*`)",
+            bad.name
+        ))
+        .into());
+    }
+    let layers = stage_layers(s, stages, num_layers);
+    let last = s + 1 == stages;
+    let n = w.graph.num_nodes();
+    let width = |l: usize| if l == 0 { w.model.spec().in_dim } else { w.model.out_dim(l - 1) };
+
+    let t = Instant::now();
+    let mut mark = coll.bytes();
+    let (of, count) = chunks::assign(w, g.chunks, inp.train, cfg.seed)?;
+    if count < g.chunks {
+        obs.event(&format!("METIS left {} of the {} chunks empty: {count} chunks", g.chunks - count, g.chunks));
+    }
+    // Hybrid: group g trains the vertices of its workers' parts, its chunks
+    // being the METIS chunks cut by the group boundaries (some may be empty).
+    let (groups, of, total) = if g.groups > 1 {
+        if g.groups * count > u16::MAX as usize {
+            return Err(BadInput::new(format!(
+                "--chunks {} with --pipeline-groups {}: at most {} chunks in all",
+                g.chunks,
+                g.groups,
+                u16::MAX
+            ))
+            .into());
+        }
+        let owners = w.owners.as_ref().ok_or_else(|| {
+            BadInput::new("--pipeline-groups needs the partition's owners: run it on several workers")
+        })?;
+        let group_of: Vec<u16> = owners.as_slice().iter().map(|&o| o / stages as u16).collect();
+        let plan = HaloPlan::derive(w.graph, Some(&group_of), group, g.groups);
+        let of: Vec<u16> = of.iter().zip(&group_of).map(|(&c, &h)| h * count as u16 + c).collect();
+        (Some(plan), of, g.groups * count)
+    } else {
+        (None, of, count)
+    };
+    let mine = group * count..(group + 1) * count;
+    let train = if last { inp.train } else { &[] };
+    let chunks = chunks::build(w, (&of, total), mine.clone(), layers.start, s == 0, train)?;
+    let eval_chunks = match (&groups, group) {
+        (Some(_), 0) => Some(chunks::build(w, (&of, total), 0..total, layers.start, s == 0, &[])?),
+        _ => None,
+    };
+    let stage = Stage {
+        s,
+        stages,
+        rank: w.rank,
+        world,
+        refreshes: (0..stages)
+            .map(|q| stage_layers(q, stages, num_layers).filter(|&l| l > 0).count())
+            .max()
+            .unwrap_or(0),
+        groups,
+        eval_chunks,
+        chunks,
+        own: stage_params(&w.params, &layers),
+        global_train: inp.train.len().max(1),
+        d_in: width(layers.start),
+        d_out: w.model.out_dim(layers.end - 1),
+        layers: layers.clone(),
+    };
+    // The input rows of every layer the stage owns (none for layer 0: the features).
+    let mut bufs: Vec<VertexRows> =
+        layers.clone().map(|l| VertexRows::zeros(if l == 0 { 0 } else { n }, width(l))).collect();
+    let edges: u64 = stage.chunks.iter().map(|c| c.plan.block.num_edges() as u64).sum();
+    let roots: u64 = stage.chunks.iter().map(|c| c.train.len() as u64).sum();
+    let mut opt = cfg.optimizer.build(stage.own.numel(), cfg.lr, cfg.weight_decay);
+    let mut setup_seconds = t.elapsed().as_secs_f64();
+
+    while p.epoch < cfg.epochs {
+        let t0 = Instant::now();
+        if !g.history {
+            bufs.iter_mut().for_each(VertexRows::clear);
+        }
+        let mode = Mode::Train { key: dropout_key(cfg.seed, p.epoch, p.iteration) };
+        let mut times = Times::default();
+        let tapes = stage.forward(w, coll, &mut bufs, mode, &mut times)?;
+        let (loss, mut grad) = stage.backward(coll, tapes, &mut times)?;
+        stage.refresh_groups(coll, &mut bufs, &mut times)?;
+        stage.sum_over_groups(coll, &mut grad)?;
+
+        // The loss (the last stage's), the stop vote, and whether anyone wants the whole gradient.
+        let ts = Instant::now();
+        let mut ctl =
+            [loss as f32, f32::from(u8::from(obs.stop_requested())), f32::from(u8::from(obs.wants_gradient()))];
+        sum_small(coll, &mut ctl)?;
+        let (loss, stop_voted) = (ctl[0] as f64, ctl[1] > 0.0);
+        if !loss.is_finite() {
+            return Err(TrainError::NonFiniteLoss { epoch: p.epoch, iteration: p.iteration, value: loss });
+        }
+        if ctl[2] > 0.0
+            && let Some(whole) = whole_gradient(w, coll, stages, &grad)?
+        {
+            obs.gradient(p.global_iteration, &whole);
+        }
+        let mut weights = stage.own.flat_values()?;
+        opt.step(&mut weights, &grad);
+        stage.own.set_flat(&weights)?;
+        let sync = ts.elapsed().as_secs_f64();
+
+        let moved = coll.bytes().since(&mark);
+        mark = coll.bytes();
+        let rec = StepRecord {
+            epoch: p.epoch,
+            iteration: p.iteration,
+            worker: w.rank as u32,
+            model: w.rank as u32,
+            roots,
+            edges,
+            bytes_out: moved.sent,
+            bytes_in: moved.received,
+            gather_seconds: times.exchange + std::mem::take(&mut setup_seconds),
+            compute_seconds: times.compute,
+            sync_seconds: sync,
+            loss: if last { loss } else { 0.0 },
+            layer: Some(layers.start as u32),
+            ..Default::default()
+        };
+        add_bytes(&mut p.bytes, &rec.bytes_out);
+        obs.step(&rec)?;
+        let seconds = t0.elapsed().as_secs_f64();
+        p.iteration += 1;
+        p.global_iteration += 1;
+        if inp.stop_after == Some(p.global_iteration) || stop_voted {
+            break;
+        }
+
+        let te = Instant::now();
+        let (val, test) = stage.accuracies(w, coll, [inp.val, inp.test], &mut Times::default())?;
+        let eval = coll.bytes().since(&mark);
+        mark = coll.bytes();
+        add_bytes(&mut p.eval_bytes, &eval.sent);
+        let e = EpochRecord {
+            epoch: p.epoch,
+            loss,
+            val_accuracy: val,
+            test_accuracy: test,
+            seconds,
+            eval_seconds: te.elapsed().as_secs_f64(),
+            iterations: 1,
+            layer: None,
+        };
+        obs.epoch(&e, cfg.epochs);
+        p.history.push(e);
+        p.epoch += 1;
+        p.iteration = 0;
+    }
+    gather_params(w, coll, stages)?;
+    let tail = coll.bytes().since(&mark);
+    add_bytes(&mut p.bytes, &tail.sent);
+    if let Some(dir) = inp.checkpoint_dir {
+        let fresh = cfg.optimizer.build(w.params.numel(), cfg.lr, cfg.weight_decay);
+        checkpoint::save(dir, cfg, &p, &w.params, fresh.as_ref())?;
+        obs.event("final checkpoint written");
+    }
+    Ok(p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stages_cover_every_layer_once_in_order() {
+        for (layers, stages) in [(8, 4), (7, 4), (4, 4), (10, 3), (1, 1)] {
+            let got: Vec<usize> = (0..stages).flat_map(|s| stage_layers(s, stages, layers)).collect();
+            assert_eq!(got, (0..layers).collect::<Vec<_>>(), "{layers} layers on {stages} stages");
+            assert!((0..stages).all(|s| !stage_layers(s, stages, layers).is_empty()));
+        }
+        assert_eq!(layer_of("layers.12.lin_l.weight"), Some(12));
+        assert_eq!(layer_of("encoder.weight"), None);
+    }
+
+    #[test]
+    fn bad_flags_are_named() {
+        let err = |g: GnnPipeConfig, l, s| g.check(l, s).unwrap_err().0;
+        assert!(err(GnnPipeConfig { chunks: 0, ..Default::default() }, 8, 4).starts_with("--chunks 0"));
+        assert!(err(GnnPipeConfig::default(), 2, 4).starts_with("--layers 2"));
+        let groups = |g| GnnPipeConfig { groups: g, ..Default::default() };
+        assert!(err(groups(3), 8, 4).starts_with("--pipeline-groups 3 with --workers 4"));
+        assert!(err(groups(0), 8, 4).starts_with("--pipeline-groups 0"));
+        // 2 groups of 4 stages need 4 layers, not 8.
+        assert!(groups(2).check(4, 8).is_ok());
+        assert!(err(groups(2), 3, 8).starts_with("--layers 3"));
+        assert!(GnnPipeConfig::default().check(8, 4).is_ok());
+    }
+}

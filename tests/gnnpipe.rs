@@ -1,0 +1,141 @@
+//! `--strategy gnnpipe` (layer-level model parallelism, graph chunks
+//! pipelined through the stages): with one chunk and no history its gradient
+//! is the full-graph engine's; what crosses the network is exactly each
+//! chunk's rows between consecutive stages and their gradients (no gradient
+//! all-reduce); it learns Cora; bad flags exit 2 naming the flag. Real
+//! processes, real data.
+
+mod dist_support;
+
+use dist_support::{cora, count, fails, first_gradient, json, predictions, records, rel_diff};
+use std::path::Path;
+
+#[test]
+fn one_chunk_without_history_gives_the_full_graph_gradient() {
+    let tmp = cora();
+    let d = tmp.path();
+    let common = ["--normalize", "l1", "--hidden", "16", "--seed", "2"];
+    // 4 layers on 4 stages, and 5 layers on 2 (stages of 2 and 3 layers).
+    for (model, layers, workers) in [("gcn", "4", "4"), ("sage", "5", "2")] {
+        let full = [&["--full-batch", "--model", model, "--layers", layers, "--workers", "1"], &common[..]].concat();
+        let (reference, _) = first_gradient(d, "cora", &full);
+        assert!(reference.iter().any(|&g| g != 0.0));
+        let pipe = [
+            &["--strategy", "gnnpipe", "--model", model, "--layers", layers, "--workers", workers][..],
+            &["--chunks", "1", "--history", "off"],
+            &common[..],
+        ]
+        .concat();
+        let (g, s) = first_gradient(d, "cora", &pipe);
+        assert_eq!(s["mode"], "full-graph");
+        let e = rel_diff(&reference, &g);
+        assert!(e <= 1e-5, "{model}, {layers} layers on {workers} stages: relative difference {e}");
+        assert!(count(&s["bytes"]["activations"]) > 0, "{model}: no rows crossed between stages");
+    }
+}
+
+#[test]
+fn only_chunk_rows_and_their_gradients_cross_between_stages() {
+    let tmp = cora();
+    let d = tmp.path();
+    let (w, hidden, chunks, epochs) = (3u64, 16u64, 4u64, 2u64);
+    let args = ["train", "cora", "--no-tui", "--strategy", "gnnpipe", "--workers", "3", "--layers", "4"];
+    let s = json(d, &[&args[..], &["--hidden", "16", "--chunks", "4", "--epochs", "2", "--seed", "1"]].concat());
+    assert_eq!(count(&s["epochs"]), epochs);
+    assert_eq!(count(&s["bytes"]["gradients"]), 0, "no gradient all-reduce: {}", s["bytes"]);
+    let n = 2708u64;
+    // Per epoch, each of the W - 1 stage boundaries carries every vertex's
+    // row forward and its gradient back; each tick but the last is one
+    // all-to-all, a 16-byte frame per message (W (W - 1) messages).
+    let ticks = chunks + w - 1;
+    let frames = |exchanges: u64| exchanges * w * (w - 1) * 16;
+    let train = (w - 1) * 2 * n * hidden * 4 + frames(2 * (ticks - 1));
+    // Evaluation sends every row once across each boundary (W - 1 exchanges).
+    let eval = (w - 1) * n * hidden * 4 + frames(w - 1);
+    assert_eq!(count(&s["bytes"]["train"]["activations"]), epochs * train, "{}", s["bytes"]);
+    assert_eq!(count(&s["bytes"]["eval"]["activations"]), epochs * eval, "{}", s["bytes"]);
+    let recs = records(d, &s);
+    assert_eq!(recs.len() as u64, epochs * w, "one record per stage and epoch");
+    for r in &recs {
+        let stage = count(&r["worker"]);
+        // Stage s sends its chunks' rows forward (unless last) and their gradients back (unless first).
+        let rows = n * hidden * 4 * (u64::from(stage + 1 < w) + u64::from(stage > 0));
+        let sent = rows + 2 * (ticks - 1) * (w - 1) * 16;
+        assert_eq!(count(&r["bytes_out"]["activations"]), sent, "{r}");
+        assert_eq!(count(&r["layer"]), [0, 1, 2][stage as usize], "the stage's first layer: {r}");
+    }
+}
+
+#[test]
+fn learns_cora_close_to_full_graph_training() {
+    let tmp = cora();
+    let d = tmp.path();
+    let common = ["train", "cora", "--no-tui", "--model", "gcn", "--layers", "4", "--hidden", "64", "--epochs", "60"];
+    let full = json(d, &[&common[..], &["--full-batch", "--workers", "2", "--normalize", "l1"]].concat());
+    let pipe = json(
+        d,
+        &[&common[..], &["--strategy", "gnnpipe", "--workers", "2", "--chunks", "4", "--normalize", "l1"]].concat(),
+    );
+    let (a, b) = (full["test_accuracy"].as_f64().unwrap(), pipe["test_accuracy"].as_f64().unwrap());
+    eprintln!("4-layer GCN on Cora: full-graph {a:.3}, gnnpipe (2 stages, 4 chunks, history) {b:.3}");
+    // Majority class 0.319.
+    assert!(b >= 0.7, "gnnpipe test accuracy {b}");
+    assert!(b >= a - 0.05, "gnnpipe {b} vs full-graph {a}");
+}
+
+#[test]
+fn bad_flags_exit_2_naming_the_flag() {
+    let tmp = cora();
+    let d = tmp.path();
+    let base = ["train", "cora", "--no-tui", "--strategy", "gnnpipe"];
+    let err = fails(d, &[&base[..], &["--workers", "4", "--layers", "2"]].concat(), 2);
+    assert!(err.contains("--layers 2 with --strategy gnnpipe and --workers 4"), "{err}");
+    let err = fails(d, &[&base[..], &["--chunks", "0"]].concat(), 2);
+    assert!(err.contains("--chunks 0: "), "{err}");
+    let err = fails(d, &[&base[..], &["--workers", "4", "--layers", "4", "--pipeline-groups", "3"]].concat(), 2);
+    assert!(err.contains("--pipeline-groups 3 with --workers 4"), "{err}");
+    let err = fails(d, &[&base[..], &["--history", "sometimes"]].concat(), 2);
+    assert!(err.contains("--history"), "{err}");
+    let err = fails(d, &["train", "cora", "--no-tui", "--full-batch", "--chunks", "4"], 2);
+    assert!(err.contains("--chunks") && err.contains("gnnpipe only"), "{err}");
+    let err = fails(d, &[&base[..], &["--chunks", "9999"]].concat(), 2);
+    assert!(err.contains("--chunks 9999: the graph has 2708 nodes"), "{err}");
+}
+
+#[test]
+fn the_final_checkpoint_holds_every_stages_layers() {
+    let tmp = cora();
+    let d = tmp.path();
+    let args = ["train", "cora", "--no-tui", "--strategy", "gnnpipe", "--workers", "3", "--layers", "4"];
+    let s = json(d, &[&args[..], &["--chunks", "3", "--epochs", "4", "--normalize", "l1", "--run", "gp"]].concat());
+    // `infer` runs the checkpoint's weights over the whole graph: the stages'
+    // final layers, or its test accuracy would not be the last evaluation's.
+    let r = json(d, &["infer", "gp"]);
+    let pred = predictions(Path::new(r["out"].as_str().unwrap()));
+    let ds = leapgnn::format::DatasetFile::open(d.join("cora/dataset.lgnn")).unwrap();
+    let correct = ds.test().iter().filter(|&&v| pred[v as usize] as i32 == ds.labels()[v as usize]).count();
+    let last = s["history"][3]["test_accuracy"].as_f64().unwrap();
+    assert_eq!(correct as f64 / ds.test().len() as f64, last);
+}
+
+#[test]
+fn hybrid_groups_sum_only_their_matching_stages_gradients_and_learn_cora() {
+    let tmp = cora();
+    let d = tmp.path();
+    let (w, g, epochs) = (4u64, 2u64, 60u64);
+    let args = ["train", "cora", "--no-tui", "--strategy", "gnnpipe", "--workers", "4", "--pipeline-groups", "2"];
+    let more =
+        ["--layers", "4", "--hidden", "64", "--chunks", "2", "--epochs", "60", "--normalize", "l1", "--run", "hy"];
+    let s = json(d, &[&args[..], &more].concat());
+    let acc = s["test_accuracy"].as_f64().unwrap();
+    // 2 groups of 2 stages; majority class 0.319, full-graph GCN about 0.78 here.
+    assert!(acc >= 0.7, "hybrid test accuracy {acc}");
+    // Every epoch each stage sends its layers' gradient to the matching stage
+    // of the other group: the whole model's parameters x 4 bytes per group,
+    // plus one all-to-all's frames.
+    let weights = dist_support::final_weights(d, "hy");
+    let st = safetensors::SafeTensors::deserialize(&weights).unwrap();
+    let params: u64 = st.tensors().iter().map(|(_, v)| v.shape().iter().product::<usize>() as u64).sum();
+    let want = epochs * (g * (g - 1) * params * 4 + w * (w - 1) * 16);
+    assert_eq!(count(&s["bytes"]["train"]["gradients"]), want, "{}", s["bytes"]);
+}
