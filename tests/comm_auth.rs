@@ -209,6 +209,7 @@ fn a_crowd_of_silent_and_dribbling_strangers_does_not_delay_the_mesh() {
                 })
             })
             .collect();
+        let rss0 = leapgnn::util::rss_bytes().unwrap();
         let silent: Vec<TcpStream> = (0..200).map(|_| TcpStream::connect(addrs[0]).unwrap()).collect();
         let started = Instant::now();
         let worker1 = s.spawn(move || {
@@ -220,6 +221,11 @@ fn a_crowd_of_silent_and_dribbling_strangers_does_not_delay_the_mesh() {
         let ready = worker1.join().unwrap();
         worker0.join().unwrap();
         assert!(ready < Duration::from_secs(5), "the crowd held the mesh up for {ready:?}");
+        // A few KiB read per stranger at most: the worker's memory stays flat
+        // (other tests of this binary share the process, hence the margin).
+        let grew = leapgnn::util::rss_bytes().unwrap().saturating_sub(rss0);
+        eprintln!("mesh with 210 strangers: ready in {ready:?}, RSS grew {} KiB", grew >> 10);
+        assert!(grew < 32 << 20, "the mesh's memory grew {} MiB with strangers at the door", grew >> 20);
         stop.store(true, std::sync::atomic::Ordering::SeqCst);
         for d in dribblers {
             d.join().unwrap();

@@ -215,10 +215,15 @@ fn strangers_on_the_driver_port_do_not_delay_the_workers() {
         inner: LocalLauncher::new(env!("CARGO_BIN_EXE_leapgnn"), vec![]).with_log(Arc::new(|l| eprintln!("{l}"))),
         crowd: Mutex::new(None),
     };
-    let t = Instant::now();
+    let (t, rss0) = (Instant::now(), leapgnn::util::rss_bytes().unwrap());
     let done = run_job(&l, 2, &probe_job(), &opts(), &AtomicBool::new(false), |_| {}).unwrap();
     let took = t.elapsed();
     assert_eq!(done.len(), 2);
+    // A few KiB read per stranger at most: the driver's memory stays flat
+    // (other tests of this binary share the process, hence the margin).
+    let grew = leapgnn::util::rss_bytes().unwrap().saturating_sub(rss0);
+    eprintln!("admission with 210 strangers: {took:?}, driver RSS grew {} KiB", grew >> 10);
+    assert!(grew < 32 << 20, "the driver's memory grew {} MiB with strangers at the door", grew >> 20);
     // Waiting behind a single stranger would cost its whole admission deadline.
     assert!(took < ADMIT_DEADLINE, "the job took {took:?} with strangers at the door");
     let (quiet, stop) = l.crowd.lock().unwrap().take().unwrap().join().unwrap();

@@ -308,7 +308,7 @@ fn execute(
         model: cfg.model.to_string(),
         iterations: p.global_iteration,
         mode: (cfg.mode == TrainMode::FullGraph).then(|| cfg.mode.to_string()),
-        peak_rss_bytes: fullgraph::memory::peak_rss().into_iter().collect(),
+        peak_rss_bytes: crate::util::peak_rss_bytes().into_iter().collect(),
         ..Default::default()
     }
     .from_history(p.history);

@@ -119,7 +119,7 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
         fetch,
         remote_fetches,
         time_steps: Some(strategy::Strategy::time_steps(&strat)),
-        peak_rss_bytes: crate::train::fullgraph::memory::peak_rss(),
+        peak_rss_bytes: crate::util::peak_rss_bytes(),
         replica_checks: strat.passed,
     };
     Ok(serde_json::to_value(done)?)

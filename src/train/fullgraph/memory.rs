@@ -85,7 +85,7 @@ pub fn preflight(
         shapes(ds.graph(), owners, cfg.workers.max(1)).into_iter().map(|s| estimate(s, spec, params)).collect();
     let (avail, flag) = match limit {
         Some(l) => (Some(l), Some("--memory-limit-mb")),
-        None => (available(), None),
+        None => (crate::util::mem_available(), None),
     };
     match avail {
         Some(a) => check(&per_worker, a, flag)?,
@@ -94,23 +94,6 @@ pub fn preflight(
         }
     }
     Ok(per_worker)
-}
-
-/// MemAvailable from /proc/meminfo, in bytes.
-pub fn available() -> Option<u64> {
-    proc_field("/proc/meminfo", "MemAvailable:")
-}
-
-/// This process's peak resident set size (VmHWM), in bytes.
-pub fn peak_rss() -> Option<u64> {
-    proc_field("/proc/self/status", "VmHWM:")
-}
-
-fn proc_field(path: &str, key: &str) -> Option<u64> {
-    let text = std::fs::read_to_string(path).ok()?;
-    let line = text.lines().find(|l| l.starts_with(key))?;
-    let kb: u64 = line[key.len()..].trim().trim_end_matches("kB").trim().parse().ok()?;
-    Some(kb * 1024)
 }
 
 /// Refuses a run whose workers (all on this machine) need more than
