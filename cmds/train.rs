@@ -53,11 +53,14 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
         Action::Neutronstar(cfg) => return neutronstar(g, &a, *cfg),
         Action::Resume { run, overrides } => {
             let cfg = multi_worker_config(&g.data(), &run);
-            let profile = cfg.as_ref().map(|c| resume_profile(c, &a)).transpose()?.flatten();
+            let profile = match &cfg {
+                Some(c) => train::placement::resume_profile(c, a.workers)?,
+                None => None,
+            };
             (cfg, profile, Some((run, overrides)))
         }
         Action::Train(cfg) => {
-            let (cfg, profile) = with_profile(*cfg, &a)?;
+            let (cfg, profile) = train::placement::place(*cfg, a.workers, a.parts)?;
             cfg.check()?;
             (Some(cfg), profile, None)
         }
@@ -119,43 +122,6 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `--cluster`: an ssh profile sets the number of workers (the sum of its
-/// hosts' slots); a local one leaves it to `--workers`.
-fn with_profile(mut cfg: TrainConfig, a: &Args) -> anyhow::Result<(TrainConfig, Option<Profile>)> {
-    let Some(path) = &a.cluster else { return Ok((cfg, None)) };
-    let profile = Profile::load_or_builtin(path)?;
-    if profile.launcher == LauncherKind::Local {
-        return Ok((cfg, None));
-    }
-    if profile.launcher == LauncherKind::Slurm {
-        // One worker per task of the allocation, or the first --workers of them.
-        let alloc = Allocation::from_env(a.workers)?;
-        cfg.workers = alloc.world();
-        cfg.parts = a.parts.unwrap_or(cfg.workers);
-        return Ok((cfg, Some(profile)));
-    }
-    let slots = profile.world();
-    if let Some(w) = a.workers.filter(|&w| w != slots) {
-        return Err(BadInput::new(format!(
-            "--workers {w}, but the cluster profile {} has {slots} worker slots (the sum of its hosts' `workers`): \
-             omit --workers or change the profile",
-            profile.name()
-        ))
-        .into());
-    }
-    if slots < 2 {
-        return Err(BadInput::new(format!(
-            "the cluster profile {} has {slots} worker slot: training over ssh needs at least 2 (set workers = 2 \
-             on a host, or add a host)",
-            profile.name()
-        ))
-        .into());
-    }
-    cfg.workers = slots;
-    cfg.parts = a.parts.unwrap_or(slots);
-    Ok((cfg, Some(profile)))
-}
-
 /// W > 1: the driver starts the workers, as local processes (in their own
 /// process group, so Ctrl-C reaches only the driver, which then stops them)
 /// or over ssh (`profile`). While the dashboard owns the terminal, what the
@@ -185,7 +151,7 @@ fn distributed(
         Arc::new(|l| eprintln!("{l}"))
     };
     let (mut ssh, mut slurm) = (None, None);
-    // A local profile (`--cluster profiles/local.toml`) is not kept past `with_profile`: read its `encrypt`.
+    // A local profile (`--cluster profiles/local.toml`) is not kept past `placement::place`: read its `encrypt`.
     let file_encrypts =
         || cfg.cluster.as_deref().and_then(|p| Profile::load_or_builtin(p).ok()).is_some_and(|p| p.encrypt);
     let encrypt = a.encrypt || profile.as_ref().map_or_else(file_encrypts, |p| p.encrypt);
@@ -403,26 +369,6 @@ fn report(s: &RunSummary, dir: &std::path::Path) {
 fn multi_worker_config(data: &leapgnn::DataDir, run: &str) -> Option<TrainConfig> {
     let ck = train::checkpoint::dir(&data.run_dir(run));
     train::checkpoint::load_config(&ck).ok().map(|(cfg, _)| cfg).filter(|cfg| cfg.workers > 1)
-}
-
-/// The cluster profile a multi-worker run was started with (`--cluster`),
-/// for its resume: an ssh profile must still have the run's worker slots.
-fn resume_profile(cfg: &TrainConfig, a: &Args) -> anyhow::Result<Option<Profile>> {
-    let Some(path) = &cfg.cluster else { return Ok(None) };
-    let profile = Profile::load_or_builtin(path)
-        .with_context(|| format!("--resume: the run was started with --cluster {}", path.display()))?;
-    let workers = a.workers.unwrap_or(cfg.workers);
-    match profile.launcher {
-        LauncherKind::Local => Ok(None),
-        LauncherKind::Ssh if profile.world() != workers => Err(BadInput::new(format!(
-            "--resume: the run's cluster profile {} now has {} worker slots, but the run resumes on {workers} workers: \
-             give its hosts {workers} slots in all (spare hosts aside)",
-            profile.name(),
-            profile.world()
-        ))
-        .into()),
-        _ => Ok(Some(profile)),
-    }
 }
 
 /// `--strategy neutronstar --dry-run`: trains model-centric with the same

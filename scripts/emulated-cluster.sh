@@ -29,6 +29,10 @@ usage: scripts/emulated-cluster.sh [options] [-- extra `leapgnn train` flags]
   --data-dir DIR       where datasets and partitions live (default: leapgnn's default)
   --out DIR            report directory (default runs/bench-<date>)
   --threads N          RAYON_NUM_THREADS of each worker (default: cores / hosts, at least 1)
+  --host-cpus C|off    CPU quota of each host, in cores (fractions allowed), enforced by a cgroup per
+                       host (v1 cpu.cfs_quota_us, or v2 cpu.max) that its sshd and so its workers run
+                       in (default: cores / hosts, as if each host were a machine of its own); `off`:
+                       no quota, an idle host's CPU goes to the others (the old behaviour)
   --calibrate          calibrate tune-merge's figures on the emulated hosts at each rate (slower)
   --check-only         set up, run `leapgnn cluster check`, tear down (no training)
   -h, --help           this text
@@ -43,12 +47,12 @@ die() { echo "emulated-cluster: $*" >&2; exit 2; }
 
 HOSTS=4 DATASET=synthetic-arxiv-easy RATE=500mbit DELAY=0.5ms SWEEP="" EPOCHS=2 BATCH=1024 SEED=0
 STRATEGIES=model-centric,micrograph,pregather,leapgnn,p3
-BIN="" DATA_DIR="" OUT="" THREADS="" CHECK_ONLY=0 CALIBRATE=0
+BIN="" DATA_DIR="" OUT="" THREADS="" HOST_CPUS="" CHECK_ONLY=0 CALIBRATE=0
 EXTRA=()
 while (($#)); do
 	case "$1" in
 	--hosts | --dataset | --rate | --delay | --sweep | --strategies | --epochs | --batch-size | --seed | --bin | \
-		--data-dir | --out | --threads)
+		--data-dir | --out | --threads | --host-cpus)
 		(($# >= 2)) || { usage >&2; die "$1 needs a value"; } ;;&
 	--hosts) HOSTS=$2; shift 2 ;;
 	--dataset) DATASET=$2; shift 2 ;;
@@ -63,6 +67,7 @@ while (($#)); do
 	--data-dir) DATA_DIR=$2; shift 2 ;;
 	--out) OUT=$2; shift 2 ;;
 	--threads) THREADS=$2; shift 2 ;;
+	--host-cpus) HOST_CPUS=$2; shift 2 ;;
 	--check-only) CHECK_ONLY=1; shift ;;
 	--calibrate) CALIBRATE=1; shift ;;
 	-h | --help) usage; exit 0 ;;
@@ -76,6 +81,8 @@ IFS=, read -r -a RATES <<<"${SWEEP:-$RATE}"
 for r in "${RATES[@]}"; do
 	[[ ${r,,} =~ ^[0-9]+(kbit|mbit|gbit|bit)$ ]] || die "rate \`$r\`: write it as e.g. 100mbit or 1gbit"
 done
+[[ -z $HOST_CPUS || $HOST_CPUS == off || $HOST_CPUS =~ ^[0-9]*\.?[0-9]+$ ]] ||
+	die "--host-cpus $HOST_CPUS: give a number of cores (e.g. 0.5) or off"
 [[ $(id -u) == 0 ]] || die "needs root (network namespaces, veth, tc); run it with sudo"
 for c in ip tc ssh-keygen; do
 	command -v "$c" >/dev/null || die "\`$c\` is missing: install iproute2 and openssh-client"
@@ -95,6 +102,20 @@ BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 [[ -n $THREADS ]] || THREADS=$(( $(nproc) / HOSTS > 0 ? $(nproc) / HOSTS : 1 ))
+[[ -n $HOST_CPUS ]] || HOST_CPUS=$(awk -v c="$(nproc)" -v h="$HOSTS" 'BEGIN { printf "%.3f", c / h }')
+# The CPU controller: cgroup v1's where it is mounted (these machines), else v2's.
+CG_KIND="" CG_ROOT=""
+if [[ $HOST_CPUS != off ]]; then
+	if [[ -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]]; then
+		CG_KIND=v1 CG_ROOT=/sys/fs/cgroup/cpu
+	elif grep -qw cpu /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
+		CG_KIND=v2 CG_ROOT=/sys/fs/cgroup
+	else
+		die "no CPU cgroup controller here (v1 cpu.cfs_quota_us or v2 cpu.max) to give each host its own CPUs: \
+run with --host-cpus off to share the machine's CPUs between the hosts"
+	fi
+	QUOTA_US=$(awk -v c="$HOST_CPUS" 'BEGIN { q = int(c * 100000); print (q < 1000 ? 1000 : q) }')
+fi
 DATA_ARGS=()
 [[ -n $DATA_DIR ]] && DATA_ARGS=(--data-dir "$DATA_DIR")
 DATA_ROOT=${DATA_DIR:-${LEAPGNN_DATA:-data}}
@@ -107,8 +128,10 @@ BR=lgbr$TAG
 WORK=$(mktemp -d /tmp/lg-emu.XXXXXX)
 SSHD_PIDS=()
 NSS=()
+CGS=()
 
 ns() { echo "lg$TAG-h$1"; }
+cg() { echo "$CG_ROOT/lg$TAG-h$1"; }
 host_ip() { echo "$SUBNET.$((10 + $1))"; }
 
 cleanup() {
@@ -127,6 +150,10 @@ cleanup() {
 		for ((t = 0; t < 100; t++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
 	done
 	for n in "${NSS[@]}"; do ip netns del "$n" 2>/dev/null; done
+	# A cgroup can go once its last process has (bounded wait for the killed ones).
+	for d in "${CGS[@]}"; do
+		for ((t = 0; t < 100; t++)); do rmdir "$d" 2>/dev/null && break; sleep 0.05; done
+	done
 	ip link del "$BR" 2>/dev/null
 	for ((i = 0; i < HOSTS; i++)); do ip link del "lgv$TAG-$i" 2>/dev/null; done
 	rm -rf "$WORK"
@@ -138,6 +165,7 @@ cleanup() {
 		ip link show "lgv$TAG-$i" >/dev/null 2>&1 && left+=("link lgv$TAG-$i")
 	done
 	for pid in "${SSHD_PIDS[@]}"; do kill -0 "$pid" 2>/dev/null && left+=("sshd $pid"); done
+	for d in "${CGS[@]}"; do [[ -d $d ]] && left+=("cgroup $d"); done
 	local workers
 	workers=$(pgrep -f "$WORK/" | tr '\n' ' ')
 	[[ -n $workers ]] && left+=("processes $workers")
@@ -145,7 +173,7 @@ cleanup() {
 		echo "emulated-cluster: LEFT BEHIND: ${left[*]}" >&2
 		((rc == 0)) && rc=1
 	else
-		echo "emulated-cluster: clean: no namespace, link, qdisc or process of this run is left" >&2
+		echo "emulated-cluster: clean: no namespace, link, qdisc, cgroup or process of this run is left" >&2
 	fi
 	exit "$rc"
 }
@@ -234,7 +262,21 @@ UseDNS no
 MaxStartups 64
 Subsystem sftp internal-sftp
 EOF
-	ip netns exec "$(ns "$i")" "$SSHD" -D -e -f "$WORK/sshd$i.conf" 2>"$WORK/sshd$i.log" &
+	if [[ -n $CG_KIND ]]; then
+		# Host i's CPUs: its sshd starts inside the host's cgroup, so every session and
+		# worker it forks is held to the quota too.
+		mkdir "$(cg "$i")"
+		CGS+=("$(cg "$i")")
+		if [[ $CG_KIND == v1 ]]; then
+			echo 100000 >"$(cg "$i")/cpu.cfs_period_us"
+			echo "$QUOTA_US" >"$(cg "$i")/cpu.cfs_quota_us"
+		else
+			echo "$QUOTA_US 100000" >"$(cg "$i")/cpu.max"
+		fi
+	fi
+	# shellcheck disable=SC2016 # $$ is the inner shell's, which then becomes sshd
+	sh -c '[ -z "$1" ] || echo $$ >"$1/cgroup.procs"; shift; exec "$@"' sh "${CG_KIND:+$(cg "$i")}" \
+		ip netns exec "$(ns "$i")" "$SSHD" -D -e -f "$WORK/sshd$i.conf" 2>"$WORK/sshd$i.log" &
 	SSHD_PIDS+=($!)
 	disown "$!"
 	echo "$(host_ip "$i") $(cut -d' ' -f1,2 "$WORK/hostkey$i.pub")" >>"$WORK/known_hosts"
@@ -273,6 +315,11 @@ cp "$PROFILE" "$OUT/profile.toml"
 if ((CHECK_ONLY)); then
 	shape "$RATE"
 	tc -s qdisc show dev "lgv$TAG-0" >&2
+	# The quota periods counted show that each host's processes ran in its cgroup.
+	for d in "${CGS[@]}"; do
+		periods=$(awk '$1 == "nr_periods" { print $2 }' "$d/cpu.stat" 2>/dev/null || echo "?")
+		echo "emulated-cluster: ${d##*-}: $HOST_CPUS cores (cgroup $CG_KIND $d), $periods quota periods used" >&2
+	done
 	exit 0
 fi
 
@@ -320,7 +367,12 @@ for rate in "${RATES[@]}"; do
 done
 
 cat >"$OUT/command.txt" <<EOF
-scripts/emulated-cluster.sh --hosts $HOSTS --dataset $DATASET --delay $DELAY $(if [[ -n $SWEEP ]]; then echo "--sweep $SWEEP"; else echo "--rate $RATE"; fi)$( ((CALIBRATE)) && echo " --calibrate" || true) --strategies $STRATEGIES --epochs $EPOCHS --batch-size $BATCH --seed $SEED ${EXTRA[*]:+-- ${EXTRA[*]}}
+scripts/emulated-cluster.sh --hosts $HOSTS --dataset $DATASET --delay $DELAY --host-cpus $HOST_CPUS $(if [[ -n $SWEEP ]]; then echo "--sweep $SWEEP"; else echo "--rate $RATE"; fi)$( ((CALIBRATE)) && echo " --calibrate" || true) --strategies $STRATEGIES --epochs $EPOCHS --batch-size $BATCH --seed $SEED ${EXTRA[*]:+-- ${EXTRA[*]}}
 EOF
-"$BIN" bench-report "$OUT" --note "link delay: $DELAY_NOTE" >&2
+if [[ -n $CG_KIND ]]; then
+	CPU_NOTE="$HOST_CPUS cores per host (cgroup $CG_KIND quota), RAYON_NUM_THREADS=$THREADS"
+else
+	CPU_NOTE="no per-host quota (--host-cpus off): the hosts share $(nproc) cores, RAYON_NUM_THREADS=$THREADS"
+fi
+"$BIN" bench-report "$OUT" --note "link delay: $DELAY_NOTE; CPU: $CPU_NOTE" >&2
 echo "emulated-cluster: report in $OUT/report.md" >&2

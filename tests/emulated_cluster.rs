@@ -78,15 +78,45 @@ fn hosts_come_up_pass_the_cluster_check_and_leave_nothing_behind() {
     assert_eq!(err.matches(": all hosts ok").count(), 1, "{err}");
     assert_eq!(err.matches("mesh listening on 10.213.").count(), 3, "{err}");
     assert!(err.contains("rate 50Mbit"), "the link is not shaped:\n{err}");
-    assert!(err.contains("clean: no namespace, link, qdisc or process"), "{err}");
+    // Each host its own CPU quota (the default: cores / hosts), which its sshd's
+    // sessions and workers ran under during the cluster check.
+    let cores = std::thread::available_parallelism().unwrap().get() as f64;
+    let quota = format!("{:.3} cores (cgroup", cores / 3.0);
+    let hosts: Vec<&str> = err.lines().filter(|l| l.contains(&quota)).collect();
+    assert_eq!(hosts.len(), 3, "one quota line per host:\n{err}");
+    for l in hosts {
+        let periods: u64 = l.split(", ").last().unwrap().split(' ').next().unwrap().parse().unwrap();
+        assert!(periods > 0, "no process of this host ran in its cgroup: {l}");
+    }
+    assert!(err.contains("clean: no namespace, link, qdisc, cgroup or process"), "{err}");
     assert_eq!(leftovers(), before);
+    assert!(cgroups_left().is_empty(), "{:?}", cgroups_left());
+
+    // --host-cpus off: no cgroup at all.
+    let o = script(&["--hosts", "2", "--check-only", "--host-cpus", "off", "--out", out.path().to_str().unwrap()]);
+    let err = stderr(&o);
+    assert!(o.status.success(), "the script failed:\n{err}");
+    assert!(!err.contains("cores (cgroup"), "{err}");
+    assert_eq!(leftovers(), before);
+}
+
+/// cgroups named after the script's hosts (`lg<pid>-h<i>`) under either hierarchy.
+fn cgroups_left() -> Vec<String> {
+    ["/sys/fs/cgroup/cpu", "/sys/fs/cgroup"]
+        .iter()
+        .filter_map(|root| std::fs::read_dir(root).ok())
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("lg") && n.contains("-h"))
+        .collect()
 }
 
 #[test]
 fn bad_arguments_exit_2_before_touching_the_network() {
     let _one = serial();
     let before = leftovers();
-    for args in [&["--hosts", "0"][..], &["--rate"][..], &["--frobnicate"][..]] {
+    for args in [&["--hosts", "0"][..], &["--rate"][..], &["--frobnicate"][..], &["--host-cpus", "lots"][..]] {
         let o = script(args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
     }
@@ -123,7 +153,7 @@ fn a_two_host_run_reports_every_strategy_against_model_centric() {
     ]);
     let err = stderr(&o);
     assert!(o.status.success(), "the script failed:\n{err}");
-    assert!(err.contains("clean: no namespace, link, qdisc or process"), "{err}");
+    assert!(err.contains("clean: no namespace, link, qdisc, cgroup or process"), "{err}");
     let report = std::fs::read_to_string(out.path().join("report.md")).unwrap();
     for rate in ["20mbit", "1gbit"] {
         for s in ["model-centric", "leapgnn"] {

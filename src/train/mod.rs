@@ -18,6 +18,7 @@ pub mod infer;
 pub mod minibatch;
 mod naive;
 pub mod neutronstar;
+pub mod placement;
 pub mod strategy;
 pub mod tensorboard;
 mod trainer;

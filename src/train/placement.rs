@@ -1,0 +1,91 @@
+//! Fitting a run to its cluster profile (`--cluster`): an ssh profile's
+//! slots or a Slurm allocation's tasks set the number of workers, and a
+//! resumed run's profile must still hold the workers it resumes on.
+
+use super::TrainConfig;
+use crate::BadInput;
+use crate::cluster::slurm::SlurmError;
+use crate::cluster::{Allocation, LauncherKind, Profile, ProfileError};
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PlacementError {
+    #[error("{0}")]
+    Profile(#[from] ProfileError),
+    #[error("{0}")]
+    Slurm(#[from] SlurmError),
+    #[error("{0}")]
+    Input(#[from] BadInput),
+    #[error("--resume: the run was started with --cluster {}: {source}", path.display())]
+    ResumeProfile {
+        path: PathBuf,
+        #[source]
+        source: ProfileError,
+    },
+}
+
+/// `cfg` placed on its `--cluster` profile: the profile the driver launches
+/// with (`None` for local workers) and the number of workers and parts it
+/// gives. `workers` and `parts` are the flags' values when given.
+// Placement fails once, before a run starts; the errors stay unboxed so that
+// the exit code's chain sees ProfileError itself (a bad profile exits 2).
+#[allow(clippy::result_large_err)]
+pub fn place(
+    mut cfg: TrainConfig,
+    workers: Option<usize>,
+    parts: Option<usize>,
+) -> Result<(TrainConfig, Option<Profile>), PlacementError> {
+    let Some(path) = &cfg.cluster else { return Ok((cfg, None)) };
+    let profile = Profile::load_or_builtin(path)?;
+    let slots = match profile.launcher {
+        LauncherKind::Local => return Ok((cfg, None)),
+        // One worker per task of the allocation, or the first --workers of them.
+        LauncherKind::Slurm => Allocation::from_env(workers)?.world(),
+        LauncherKind::Ssh => ssh_slots(&profile, workers)?,
+    };
+    cfg.workers = slots;
+    cfg.parts = parts.unwrap_or(slots);
+    Ok((cfg, Some(profile)))
+}
+
+/// An ssh profile runs one worker per slot: --workers, when given, must agree.
+fn ssh_slots(profile: &Profile, workers: Option<usize>) -> Result<usize, BadInput> {
+    let slots = profile.world();
+    if let Some(w) = workers.filter(|&w| w != slots) {
+        return Err(BadInput::new(format!(
+            "--workers {w}, but the cluster profile {} has {slots} worker slots (the sum of its hosts' `workers`): \
+             omit --workers or change the profile",
+            profile.name()
+        )));
+    }
+    if slots < 2 {
+        return Err(BadInput::new(format!(
+            "the cluster profile {} has {slots} worker slot: training over ssh needs at least 2 (set workers = 2 \
+             on a host, or add a host)",
+            profile.name()
+        )));
+    }
+    Ok(slots)
+}
+
+/// The profile a multi-worker run `cfg` was started with, for its resume on
+/// `workers` (the flag, else the run's own): an ssh profile must still have
+/// that many slots. `None` for local workers.
+#[allow(clippy::result_large_err)]
+pub fn resume_profile(cfg: &TrainConfig, workers: Option<usize>) -> Result<Option<Profile>, PlacementError> {
+    let Some(path) = &cfg.cluster else { return Ok(None) };
+    let profile = Profile::load_or_builtin(path)
+        .map_err(|source| PlacementError::ResumeProfile { path: path.clone(), source })?;
+    let workers = workers.unwrap_or(cfg.workers);
+    match profile.launcher {
+        LauncherKind::Local => Ok(None),
+        LauncherKind::Ssh if profile.world() != workers => Err(BadInput::new(format!(
+            "--resume: the run's cluster profile {} now has {} worker slots, but the run resumes on {workers} workers: \
+             give its hosts {workers} slots in all (spare hosts aside)",
+            profile.name(),
+            profile.world()
+        ))
+        .into()),
+        _ => Ok(Some(profile)),
+    }
+}
