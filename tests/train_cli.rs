@@ -149,7 +149,10 @@ fn bad_input_fails_with_one_error_line_and_exit_2() {
         (&["--workers", "3", "--parts", "2"], "--parts 2 must be at least --workers 3"),
         (&["--strategy", "p3", "--model", "gat"], "--model gat cannot"),
         (&["--time-steps", "auto"], "does not apply to --strategy model-centric"),
-        (&["--device", "cuda"], "--device cuda"),
+        (
+            &["--device", "cuda"],
+            "--device cuda: this leapgnn was built without CUDA; build one with `scripts/build-cuda.sh`",
+        ),
         // 2^44 MiB is 2^64 bytes: it used to wrap to no cache at all.
         (&["--cache-mb", "17592186044416"], "--cache-mb 17592186044416 is more bytes"),
     ];

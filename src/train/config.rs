@@ -26,9 +26,19 @@ impl DeviceKind {
         match self {
             DeviceKind::Cpu => Ok(Device::Cpu),
             DeviceKind::Cuda => Device::new_cuda(0).map_err(|e| {
-                BadInput::new(format!(
-                    "--device cuda: {e} (CUDA needs a binary built with `--features cuda` on a host with the CUDA toolkit and driver)"
-                ))
+                // candle appends a backtrace to some errors: its first line says what failed.
+                let what = e.to_string();
+                let what = what.lines().next().unwrap_or_default().split("    0: ").next().unwrap_or_default().trim();
+                BadInput::new(if cfg!(feature = "cuda") {
+                    format!(
+                        "--device cuda: cannot open CUDA device 0: {what} (is an NVIDIA driver installed and a GPU \
+                         visible? `nvidia-smi` should list it)"
+                    )
+                } else {
+                    "--device cuda: this leapgnn was built without CUDA; build one with `scripts/build-cuda.sh` \
+                     (README: Building) and run it on a host with an NVIDIA driver"
+                        .to_string()
+                })
             }),
         }
     }
