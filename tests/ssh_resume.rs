@@ -6,8 +6,7 @@
 mod dist_support;
 
 use dist_support::sshd::{Sshd, wait_none_mentioning};
-use dist_support::{Driver, cora, final_weights, json, records, remote_workers, signal, wait_gone};
-use std::path::Path;
+use dist_support::{Driver, cora, final_weights, json, losses, records, remote_workers, signal, wait_gone};
 use std::time::{Duration, Instant};
 
 /// 140 roots in global batches of 2 x 8: 9 iterations per epoch.
@@ -18,20 +17,6 @@ fn assert_nothing_left(sshd: &Sshd) {
     let marker = sshd.remote.display().to_string();
     assert_eq!(wait_none_mentioning(&marker, Duration::from_secs(5)), Vec::<u32>::new(), "processes left");
     assert_eq!(sshd.wait_sessions_closed(Duration::from_secs(5)), Vec::<u32>::new(), "ssh sessions left open");
-}
-
-/// (epoch, iteration, worker, loss) of every record of `run`, sorted.
-fn losses(d: &Path, run: &str) -> Vec<(u64, u64, u64, String)> {
-    let mut v: Vec<_> = records(d, &serde_json::json!({ "run": run }))
-        .iter()
-        .filter(|r| r.get("restart").is_none())
-        .map(|r| {
-            let n = |k: &str| r[k].as_u64().unwrap();
-            (n("epoch"), n("iteration"), n("worker"), r["loss"].to_string())
-        })
-        .collect();
-    v.sort();
-    v
 }
 
 #[test]
@@ -97,7 +82,7 @@ fn a_worker_killed_over_ssh_is_restarted_and_the_run_ends_as_if_uninterrupted() 
     let before = (r["epoch"].as_u64().unwrap(), r["iteration"].as_u64().unwrap() - 1);
     let lost: Vec<_> = s.iter().filter(|x| !k.contains(x)).collect();
     assert!(k.iter().all(|x| s.contains(x)) && k.windows(2).all(|w| w[0] != w[1]), "records differ or repeat");
-    assert!(lost.iter().all(|x| (x.0, x.1, x.2) == (before.0, before.1, 1)), "records lost: {lost:?}");
+    assert!(lost.iter().all(|x| (x.0, x.1, x.3) == (before.0, before.1, 1)), "records lost: {lost:?}");
     assert_eq!(wait_gone(&[&pids[..], &again[..]].concat(), Duration::from_secs(5)), Vec::<u32>::new());
     assert_nothing_left(&sshd);
     sshd.stop();

@@ -102,10 +102,12 @@ pub fn records(d: &Path, summary: &serde_json::Value) -> Vec<serde_json::Value> 
     std::fs::read_to_string(path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
-/// (epoch, iteration, time step, worker, loss) of every record of run `run`, sorted.
+/// (epoch, iteration, time step, worker, loss) of every step record of run
+/// `run` (restart records aside), sorted.
 pub fn losses(d: &Path, run: &str) -> Vec<(u64, u64, u64, u64, String)> {
     let mut v: Vec<_> = records(d, &serde_json::json!({ "run": run }))
         .iter()
+        .filter(|r| r.get("restart").is_none())
         .map(|r| {
             let n = |k: &str| r[k].as_u64().unwrap();
             (n("epoch"), n("iteration"), n("time_step"), n("worker"), r["loss"].to_string())
