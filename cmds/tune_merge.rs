@@ -14,8 +14,8 @@ use leapgnn::cost::probe::ProbeTask;
 use leapgnn::cost::{Candidate, Figures, Tuning, Validation, plan_for, validate_run};
 use leapgnn::model::ModelKind;
 use leapgnn::sample::Fanouts;
-use leapgnn::train::TrainConfig;
 use leapgnn::train::flags::defaults;
+use leapgnn::train::{Prefetch, TrainConfig};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -71,9 +71,9 @@ pub struct Args {
     /// Sampled iterations the prediction averages over.
     #[arg(long, default_value_t = 8)]
     pub iterations: usize,
-    /// Model pre-gathering as overlapped with the previous iteration's compute.
-    #[arg(long)]
-    pub prefetch: bool,
+    /// pregather / leapgnn with prefetch (`on`), without (`off`), or both, the plan taking the faster (`auto`).
+    #[arg(long, value_enum, value_name = "WHEN", num_args = 0..=1, default_missing_value = "on", default_value_t = defaults::PREFETCH)]
+    pub prefetch: Prefetch,
     /// Memory bound per worker in MB for one time step (overrides cost.memory_bytes; 0 = none).
     #[arg(long)]
     pub memory_mb: Option<u64>,
@@ -163,13 +163,17 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
         calibration = Some(c);
     }
 
-    let tuning = plan_for(&data, &cfg, &figures, a.iterations, a.prefetch)?;
+    let settings: &[bool] = match a.prefetch {
+        Prefetch::On => &[true],
+        Prefetch::Off => &[false],
+        Prefetch::Auto => &[false, true],
+    };
+    let tuning = plan_for(&data, &cfg, &figures, a.iterations, settings)?;
     tuning.plan.save(&out).with_context(|| format!("cannot write the merge plan {}", out.display()))?;
     let validation = match &a.validate {
-        Some(run) => Some(
-            validate_run(&data, run, &figures, a.prefetch)
-                .with_context(|| format!("cannot validate against run {run}"))?,
-        ),
+        Some(run) => {
+            Some(validate_run(&data, run, &figures).with_context(|| format!("cannot validate against run {run}"))?)
+        }
         None => None,
     };
     if g.json {
@@ -317,8 +321,8 @@ fn print_table(cfg: &TrainConfig, f: &Figures, t: &Tuning, out: &Path) {
     );
     println!("figures: {}", f.source);
     println!(
-        "{:<14} {:>2} {:>10} {:>9} {:>9} {:>9} {:>9} {:>10}",
-        "strategy", "T", "iteration", "sample", "gather", "compute", "sync", "memory MB"
+        "{:<14} {:>2} {:>8} {:>10} {:>9} {:>9} {:>9} {:>9} {:>10}",
+        "strategy", "T", "prefetch", "iteration", "sample", "gather", "compute", "sync", "memory MB"
     );
     for (i, c) in t.candidates.iter().enumerate() {
         let mark = if i == t.chosen {
@@ -329,9 +333,10 @@ fn print_table(cfg: &TrainConfig, f: &Figures, t: &Tuning, out: &Path) {
             "  (over the memory bound)"
         };
         println!(
-            "{:<14} {:>2} {:>10} {:>9} {:>9} {:>9} {:>9} {:>10.1}{mark}",
+            "{:<14} {:>2} {:>8} {:>10} {:>9} {:>9} {:>9} {:>9} {:>10.1}{mark}",
             c.strategy.to_string(),
             c.time_steps,
+            if c.prefetch { "on" } else { "-" },
             ms(c.iteration_seconds),
             ms(c.components.sample),
             ms(c.components.gather),
@@ -341,9 +346,10 @@ fn print_table(cfg: &TrainConfig, f: &Figures, t: &Tuning, out: &Path) {
         );
     }
     let c = t.chosen();
-    let shares = if c.balance.is_empty() { "even shares".to_string() } else { "balanced shares".to_string() };
+    let shares = if c.balance.is_empty() { "even shares" } else { "balanced shares" };
+    let prefetch = if c.prefetch { ", prefetch" } else { "" };
     println!(
-        "chosen: leapgnn with {} time steps ({shares}), {} ms per iteration; plan written to {}",
+        "chosen: leapgnn with {} time steps ({shares}{prefetch}), {} ms per iteration; plan written to {}",
         c.time_steps,
         ms(c.iteration_seconds),
         out.display()

@@ -33,7 +33,11 @@ usage: scripts/emulated-cluster.sh [options] [-- extra `leapgnn train` flags]
                        host (v1 cpu.cfs_quota_us, or v2 cpu.max) that its sshd and so its workers run
                        in (default: cores / hosts, as if each host were a machine of its own); `off`:
                        no quota, an idle host's CPU goes to the others (the old behaviour)
-  --calibrate          calibrate tune-merge's figures on the emulated hosts at each rate (slower)
+  --calibrate          calibrate tune-merge's figures on the emulated hosts at each rate (slower);
+                       without it tune-merge plans with the rough figures and the shaped rate
+  --leapgnn-grid       also run leapgnn at every T = 1..hosts with --prefetch on and off
+                       (run-<rate>-leapgnn@t<T>-<on|off>), so the report sets the plan against the
+                       fastest configuration measured
   --check-only         set up, run `leapgnn cluster check`, tear down (no training)
   -h, --help           this text
 
@@ -47,7 +51,7 @@ die() { echo "emulated-cluster: $*" >&2; exit 2; }
 
 HOSTS=4 DATASET=synthetic-arxiv-easy RATE=500mbit DELAY=0.5ms SWEEP="" EPOCHS=2 BATCH=1024 SEED=0
 STRATEGIES=model-centric,micrograph,pregather,leapgnn,p3
-BIN="" DATA_DIR="" OUT="" THREADS="" HOST_CPUS="" CHECK_ONLY=0 CALIBRATE=0
+BIN="" DATA_DIR="" OUT="" THREADS="" HOST_CPUS="" CHECK_ONLY=0 CALIBRATE=0 GRID=0
 EXTRA=()
 while (($#)); do
 	case "$1" in
@@ -70,6 +74,7 @@ while (($#)); do
 	--host-cpus) HOST_CPUS=$2; shift 2 ;;
 	--check-only) CHECK_ONLY=1; shift ;;
 	--calibrate) CALIBRATE=1; shift ;;
+	--leapgnn-grid) GRID=1; shift ;;
 	-h | --help) usage; exit 0 ;;
 	--) shift; EXTRA=("$@"); break ;;
 	*) usage >&2; die "unknown option \`$1\`" ;;
@@ -329,6 +334,24 @@ fi
 
 IFS=, read -r -a STRATS <<<"$STRATEGIES"
 COMMON=(--cluster "$PROFILE" --workers "$HOSTS" --parts "$HOSTS" --epochs "$EPOCHS" --seed "$SEED" --no-tui --json)
+# One training run into run-<rate>-<label>.json (+ its step records); a failed
+# run is reported and left out of the report.
+train_run() {
+	local rate=$1 label=$2 run=bench-$TAG-$1-${2//@/-}
+	shift 2
+	echo "emulated-cluster: rate $rate, $label" >&2
+	if ! "$BIN" "${DATA_ARGS[@]}" train "$DATASET" "${COMMON[@]}" --run "$run" "$@" "${EXTRA[@]}" \
+		>"$OUT/run-$rate-$label.json.tmp"; then
+		echo "emulated-cluster: $label at $rate failed; it is missing from the report" >&2
+		rm -f "$OUT/run-$rate-$label.json.tmp"
+		return 0
+	fi
+	mv "$OUT/run-$rate-$label.json.tmp" "$OUT/run-$rate-$label.json"
+	# The per-step records: the report takes training's own feature bytes from them.
+	cp "$DATA_ROOT/runs/$run/metrics.jsonl" "$OUT/run-$rate-$label.metrics.jsonl" ||
+		echo "emulated-cluster: no metrics.jsonl for $label at $rate" >&2
+}
+
 for rate in "${RATES[@]}"; do
 	shape "$rate"
 	for s in "${STRATS[@]}"; do
@@ -341,9 +364,17 @@ for rate in "${RATES[@]}"; do
 		esac
 		if [[ $s == leapgnn ]]; then
 			plan=$OUT/plan-$rate.toml
+			# tune-merge's figures per rate: calibrated on these hosts, or the rough
+			# defaults with the shaped rate as the links' bandwidth.
+			figs=$OUT/profile-$rate.toml
+			cp "$PROFILE" "$figs"
 			cal=()
-			((CALIBRATE)) && cal=(--calibrate)
-			if "$BIN" "${DATA_ARGS[@]}" tune-merge "$DATASET" --parts "$HOSTS" --cluster "$PROFILE" "${cal[@]}" \
+			if ((CALIBRATE)); then
+				cal=(--calibrate)
+			else
+				printf '\n[cost]\nbandwidth = %s\n' "$(rate_bytes "$rate")" >>"$figs"
+			fi
+			if "$BIN" "${DATA_ARGS[@]}" tune-merge "$DATASET" --parts "$HOSTS" --cluster "$figs" "${cal[@]}" \
 				--batch-size "$BATCH" --seed "$SEED" --out "$plan" >&2; then
 				args+=(--merge-plan "$plan")
 			else
@@ -351,23 +382,19 @@ for rate in "${RATES[@]}"; do
 				args+=(--time-steps auto)
 			fi
 		fi
-		echo "emulated-cluster: rate $rate, strategy $s" >&2
-		run=bench-$TAG-$rate-$s
-		if ! "$BIN" "${DATA_ARGS[@]}" train "$DATASET" "${COMMON[@]}" --run "$run" "${args[@]}" "${EXTRA[@]}" \
-			>"$OUT/run-$rate-$s.json.tmp"; then
-			echo "emulated-cluster: $s at $rate failed; it is missing from the report" >&2
-			rm -f "$OUT/run-$rate-$s.json.tmp"
-			continue
+		train_run "$rate" "$s" "${args[@]}"
+		if [[ $s == leapgnn ]] && ((GRID)); then
+			for ((t = 1; t <= HOSTS; t++)); do
+				for p in on off; do
+					train_run "$rate" "leapgnn@t$t-$p" --strategy leapgnn --batch-size "$BATCH" --time-steps "$t" --prefetch "$p"
+				done
+			done
 		fi
-		mv "$OUT/run-$rate-$s.json.tmp" "$OUT/run-$rate-$s.json"
-		# The per-step records: the report takes training's own feature bytes from them.
-		cp "$DATA_ROOT/runs/$run/metrics.jsonl" "$OUT/run-$rate-$s.metrics.jsonl" ||
-			echo "emulated-cluster: no metrics.jsonl for $s at $rate" >&2
 	done
 done
 
 cat >"$OUT/command.txt" <<EOF
-scripts/emulated-cluster.sh --hosts $HOSTS --dataset $DATASET --delay $DELAY --host-cpus $HOST_CPUS $(if [[ -n $SWEEP ]]; then echo "--sweep $SWEEP"; else echo "--rate $RATE"; fi)$( ((CALIBRATE)) && echo " --calibrate" || true) --strategies $STRATEGIES --epochs $EPOCHS --batch-size $BATCH --seed $SEED ${EXTRA[*]:+-- ${EXTRA[*]}}
+scripts/emulated-cluster.sh --hosts $HOSTS --dataset $DATASET --delay $DELAY --host-cpus $HOST_CPUS $(if [[ -n $SWEEP ]]; then echo "--sweep $SWEEP"; else echo "--rate $RATE"; fi)$( ((CALIBRATE)) && echo " --calibrate" || true)$( ((GRID)) && echo " --leapgnn-grid" || true) --strategies $STRATEGIES --epochs $EPOCHS --batch-size $BATCH --seed $SEED ${EXTRA[*]:+-- ${EXTRA[*]}}
 EOF
 if [[ -n $CG_KIND ]]; then
 	CPU_NOTE="$HOST_CPUS cores per host (cgroup $CG_KIND quota), RAYON_NUM_THREADS=$THREADS"

@@ -97,7 +97,7 @@ fn one_worker_gives_one_time_step() {
     let its = job.first_iterations(2);
     let shape = s.shape(false);
     let f = Figures::default();
-    let t = tune(&PlanInput { job: &job, shape: &shape, figures: &f, iterations: &its }).unwrap();
+    let t = tune(&PlanInput { job: &job, shape: &shape, figures: &f, iterations: &its, prefetch: &[false] }).unwrap();
     assert_eq!(t.plan.time_steps, 1);
     assert_eq!(t.plan.workers, 1);
     assert!(t.candidates.iter().all(|c| c.time_steps == 1), "{:?}", t.candidates);
@@ -130,7 +130,8 @@ fn the_planner_respects_the_memory_bound_and_is_deterministic() {
     let its = job.first_iterations(3);
     let shape: Shape = s.shape(false);
     let free = Figures::default();
-    let plan = |f: &Figures| tune(&PlanInput { job: &job, shape: &shape, figures: f, iterations: &its });
+    let plan =
+        |f: &Figures| tune(&PlanInput { job: &job, shape: &shape, figures: f, iterations: &its, prefetch: &[false] });
     let a = plan(&free).unwrap();
     assert_eq!(a, plan(&free).unwrap(), "same inputs, same table and plan");
     assert!(a.candidates.iter().all(|c| c.fits_memory));
@@ -149,4 +150,73 @@ fn the_planner_respects_the_memory_bound_and_is_deterministic() {
     let tiny = Figures { memory_bytes: 1, ..free };
     let e = plan(&tiny).unwrap_err().to_string();
     assert!(e.contains("memory bound") && e.contains("--batch-size"), "{e}");
+}
+
+#[test]
+fn the_search_covers_prefetch_which_hides_the_burst_and_costs_a_second_store() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = setup(tmp.path(), 4, 0);
+    let job = s.job();
+    let its = job.first_iterations(3);
+    let shape = s.shape(false);
+    // A slow network: the pre-gather is worth hiding.
+    let slow = Figures { bandwidth: 1e7, ..Figures::default() };
+    let plan = |f: &Figures, prefetch: &[bool]| {
+        tune(&PlanInput { job: &job, shape: &shape, figures: f, iterations: &its, prefetch }).unwrap()
+    };
+    let both = plan(&slow, &[false, true]);
+    let find = |t: &leapgnn::cost::Tuning, s: StrategyKind, steps: u32, p: bool| {
+        t.candidates.iter().find(|c| c.strategy == s && c.time_steps == steps && c.prefetch == p).cloned().unwrap()
+    };
+    for (strategy, steps) in [(StrategyKind::Pregather, 4), (StrategyKind::Leapgnn, 1), (StrategyKind::Leapgnn, 3)] {
+        let (off, on) = (find(&both, strategy, steps, false), find(&both, strategy, steps, true));
+        assert!(on.iteration_seconds < off.iteration_seconds, "{strategy} T={steps}: {on:?} vs {off:?}");
+        assert!(on.peak_memory_bytes > off.peak_memory_bytes, "{strategy} T={steps}: two stores");
+    }
+    // Neither model-centric nor micrograph pre-gathers: they are predicted once, without.
+    assert!(
+        both.candidates
+            .iter()
+            .filter(|c| c.prefetch)
+            .all(|c| matches!(c.strategy, StrategyKind::Pregather | StrategyKind::Leapgnn))
+    );
+    assert!(both.chosen().prefetch && both.plan.prefetch == Some(true), "{:?}", both.chosen());
+    // Searching one setting only keeps to it.
+    let off = plan(&slow, &[false]);
+    assert!(off.candidates.iter().all(|c| !c.prefetch) && off.plan.prefetch == Some(false));
+    // A memory bound the second store breaks rules prefetch out.
+    let chosen = both.chosen().clone();
+    let without = find(&both, StrategyKind::Leapgnn, chosen.time_steps, false);
+    let tight = Figures { memory_bytes: without.peak_memory_bytes.max(1), ..slow.clone() };
+    let bounded = plan(&tight, &[false, true]);
+    assert!(
+        bounded.candidates.iter().filter(|c| c.prefetch && c.strategy == StrategyKind::Leapgnn).all(|c| !c.fits_memory)
+            || !bounded.chosen().prefetch,
+        "{:?}",
+        bounded.chosen()
+    );
+    assert!(bounded.chosen().peak_memory_bytes <= tight.memory_bytes);
+}
+
+#[test]
+fn contention_slows_the_pregather_burst_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = setup(tmp.path(), 4, 0);
+    let job = s.job();
+    let its = job.first_iterations(3);
+    let shape = s.shape(false);
+    let at = |c: f64, layout: &Layout| {
+        let f = Figures { bandwidth: 1e7, contention: c, ..Figures::default() };
+        predict(&job.count(layout, &its), &f, &shape)
+    };
+    let pregather = layout_of(StrategyKind::Pregather, 4, 4, &[]);
+    let micro = layout_of(StrategyKind::Micrograph, 4, 4, &[]);
+    // Twice the transfer of the burst: the prediction grows by exactly the burst's transfer.
+    let (none, one, two) = (at(0.0, &pregather), at(1.0, &pregather), at(2.0, &pregather));
+    assert!(one.iteration_seconds > none.iteration_seconds);
+    let (d1, d2) = (one.components.gather - none.components.gather, two.components.gather - one.components.gather);
+    assert!((d1 - d2).abs() <= 1e-9 * d1.max(1e-12), "linear in contention: {d1} vs {d2}");
+    // Per-step fetches spread out: micrograph and model-centric pay none of it.
+    assert_eq!(at(0.0, &micro), at(2.0, &micro));
+    assert_eq!(at(0.0, &Layout::ModelCentric), at(2.0, &Layout::ModelCentric));
 }

@@ -17,10 +17,11 @@ const FACEBOOK: &[&str] = &["--fanout", "10,10", "--hidden", "64", "--seed", "1"
 const VARIANTS: &[&[&str]] = &[
     &["--strategy", "micrograph"],
     &["--strategy", "micrograph", "--migration", "ring"],
+    // pregather and leapgnn prefetch by default on several workers.
     &["--strategy", "pregather"],
-    &["--strategy", "pregather", "--prefetch"],
+    &["--strategy", "pregather", "--prefetch", "off"],
     &["--strategy", "leapgnn", "--time-steps", "2"],
-    &["--strategy", "leapgnn", "--time-steps", "3"],
+    &["--strategy", "leapgnn", "--time-steps", "3", "--prefetch", "off"],
     &["--strategy", "leapgnn", "--time-steps", "4"],
     &["--strategy", "leapgnn", "--time-steps", "2", "--migration", "ring"],
     &["--strategy", "leapgnn", "--time-steps", "3", "--migration", "ring", "--prefetch"],
@@ -120,8 +121,14 @@ fn prefetching_changes_nothing_but_the_timing() {
     let d = tmp.path();
     let run = ["--epochs", "2", "--batch-size", "8"];
     for strategy in [&["--strategy", "pregather"][..], &["--strategy", "leapgnn", "--time-steps", "2"]] {
-        let plain = train(d, "cora", CORA, &[&run[..], strategy].concat());
-        let ahead = train(d, "cora", CORA, &[&run[..], strategy, &["--prefetch"]].concat());
+        let plain = train(d, "cora", CORA, &[&run[..], strategy, &["--prefetch", "off"]].concat());
+        // Prefetching is the default of the pre-gathering strategies on several workers.
+        let ahead = train(d, "cora", CORA, &[&run[..], strategy].concat());
+        assert_eq!(
+            (plain["prefetch"].as_bool(), ahead["prefetch"].as_bool()),
+            (Some(false), Some(true)),
+            "{strategy:?}"
+        );
         // The same blocks and rows in the same order: bit-identical training.
         for k in ["final_loss", "test_accuracy", "best_val_accuracy"] {
             assert_eq!(plain[k], ahead[k], "{strategy:?} {k}");

@@ -49,6 +49,9 @@ fn a_toml_file_is_the_run_its_flags_give_and_the_command_line_overrides_it() {
             "5",
             "--model",
             "gat",
+            // `prefetch = false` in TOML is `--prefetch off`.
+            "--prefetch",
+            "off",
             "--run",
             "flags",
         ],

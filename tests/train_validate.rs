@@ -36,6 +36,7 @@ const BAD: &[(&[&str], &str, bool)] = &[
     (&["--strategy", "p3", "--model", "gat"], "--strategy p3", true),
     (&["--migration", "ring"], "--migration ring", true),
     (&["--prefetch"], "--prefetch", true),
+    (&["--prefetch", "sometimes"], "--prefetch", true),
     (&["--time-steps", "2"], "--time-steps 2", true),
     (&["--time-steps", "two"], "--time-steps", true),
     (&["--strategy", "leapgnn", "--time-steps", "0"], "--time-steps 0", true),

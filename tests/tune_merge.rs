@@ -33,6 +33,12 @@ fn predicts_every_strategy_and_t_and_writes_a_plan_train_accepts() {
     let has = |s: &str, t: u64| preds.iter().any(|p| p["strategy"] == s && p["time_steps"] == t);
     assert!(has("model-centric", 1) && has("micrograph", 4) && has("pregather", 4));
     assert!((1..=4).all(|t| has("leapgnn", t)), "{preds:?}");
+    // The search covers prefetch on and off for the pre-gathering strategies, and only for them.
+    let has_p = |s: &str, t: u64, p: bool| {
+        preds.iter().any(|x| x["strategy"] == s && x["time_steps"] == t && x["prefetch"] == p)
+    };
+    assert!([false, true].iter().all(|&p| has_p("pregather", 4, p) && (1..=4).all(|t| has_p("leapgnn", t, p))));
+    assert!(!has_p("model-centric", 1, true) && !has_p("micrograph", 4, true));
     assert!(preds.iter().all(|p| p["iteration_seconds"].as_f64().unwrap() > 0.0));
     assert!(v["figures"].as_str().unwrap().contains("rough, uncalibrated"));
     assert_eq!(v["chosen"]["strategy"], "leapgnn");
@@ -40,6 +46,7 @@ fn predicts_every_strategy_and_t_and_writes_a_plan_train_accepts() {
     let plan = MergePlan::load(&out).unwrap();
     plan.check(4, "test").unwrap();
     assert_eq!(plan.time_steps as u64, v["chosen"]["time_steps"].as_u64().unwrap());
+    assert_eq!(plan.prefetch, v["chosen"]["prefetch"].as_bool());
     let best = preds
         .iter()
         .filter(|p| p["strategy"] == "leapgnn")
@@ -52,6 +59,34 @@ fn predicts_every_strategy_and_t_and_writes_a_plan_train_accepts() {
     assert_eq!(again["predictions"], v["predictions"]);
     let default = tune(d, &[]);
     assert!(default["plan"].as_str().unwrap().ends_with("synthetic-small/plans/leapgnn-4.toml"));
+    // --prefetch off searches without it only.
+    let off = tune(d, &["--out", d.join("off.toml").to_str().unwrap(), "--prefetch", "off"]);
+    assert!(off["predictions"].as_array().unwrap().iter().all(|p| p["prefetch"] == false));
+    assert_eq!(MergePlan::load(&d.join("off.toml")).unwrap().prefetch, Some(false));
+}
+
+#[test]
+fn train_follows_the_plans_prefetch_unless_told() {
+    let tmp = data();
+    let d = tmp.path();
+    let plan = |prefetch: bool| {
+        let p = d.join(format!("plan-{prefetch}.toml"));
+        MergePlan { prefetch: Some(prefetch), ..MergePlan::even(4, 2) }.save(&p).unwrap();
+        p
+    };
+    let (on, off) = (plan(true), plan(false));
+    let run = |name: &str, extra: &[&str]| {
+        let base = ["train", "synthetic-small", "--workers", "4", "--batch-size", "64", "--no-tui", "--run", name];
+        json(d, &[&base[..], &["--epochs", "1", "--stop-after", "3", "--strategy", "leapgnn"], extra].concat())
+    };
+    let used = |v: serde_json::Value| (v["prefetch"].as_bool().unwrap(), v["time_steps"].as_u64().unwrap());
+    assert_eq!(used(run("on", &["--merge-plan", on.to_str().unwrap()])), (true, 2));
+    assert_eq!(used(run("off", &["--merge-plan", off.to_str().unwrap()])), (false, 2));
+    // The flag wins over the plan, both ways.
+    assert_eq!(used(run("forced", &["--merge-plan", off.to_str().unwrap(), "--prefetch"])), (true, 2));
+    assert_eq!(used(run("kept-off", &["--merge-plan", on.to_str().unwrap(), "--prefetch", "off"])), (false, 2));
+    // Without a plan, auto prefetches on several workers.
+    assert_eq!(used(run("auto", &["--time-steps", "3"])), (true, 3));
 }
 
 #[test]

@@ -9,6 +9,12 @@ pub struct BenchRow {
     /// As given to tc, e.g. `100mbit`.
     pub rate: String,
     pub strategy: String,
+    /// A configuration of the strategy beyond its default run (the file's
+    /// `@<variant>`, e.g. `t2-off`: the grid of leapgnn's T and prefetch).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
+    /// pregather / leapgnn: whether it prefetched.
+    pub prefetch: bool,
     /// Mean training seconds per epoch (evaluation excluded).
     pub epoch_seconds: f64,
     /// model-centric's epoch seconds at the same rate / this one's.
@@ -47,14 +53,19 @@ pub fn rate_bits(rate: &str) -> Option<u64> {
 
 const STRATEGY_ORDER: [&str; 5] = ["model-centric", "micrograph", "pregather", "leapgnn", "p3"];
 
-/// Reads every `run-<rate>-<strategy>.json` in `dir` (a `train --json` summary each).
+/// Reads every `run-<rate>-<strategy>[@<variant>].json` in `dir` (a `train
+/// --json` summary each).
 pub fn load_runs(dir: &Path) -> Result<BenchReport, BadInput> {
     let entries = std::fs::read_dir(dir)
         .map_err(|e| BadInput::new(format!("cannot read the bench directory {}: {e}", dir.display())))?;
-    let mut runs: Vec<(String, RunSummary)> = Vec::new();
+    let mut runs: Vec<(String, Option<String>, RunSummary)> = Vec::new();
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(stem) = name.strip_prefix("run-").and_then(|s| s.strip_suffix(".json")) else { continue };
+        let Some(file_stem) = name.strip_prefix("run-").and_then(|s| s.strip_suffix(".json")) else { continue };
+        let (stem, variant) = match file_stem.split_once('@') {
+            Some((s, v)) => (s, Some(v.to_string())),
+            None => (file_stem, None),
+        };
         let path = entry.path();
         let text = std::fs::read_to_string(&path)
             .map_err(|e| BadInput::new(format!("cannot read {}: {e}", path.display())))?;
@@ -66,15 +77,16 @@ pub fn load_runs(dir: &Path) -> Result<BenchReport, BadInput> {
         }
         let rate = stem.strip_suffix(&format!("-{}", s.strategy)).ok_or_else(|| {
             BadInput::new(format!(
-                "{}: the file name says `{stem}` but the run's strategy is {}; name it run-<rate>-<strategy>.json",
+                "{}: the file name says `{stem}` but the run's strategy is {}; name it run-<rate>-<strategy>[@<variant>].json",
                 path.display(),
                 s.strategy
             ))
         })?;
-        runs.push((rate.to_string(), s));
+        runs.push((rate.to_string(), variant, s));
     }
-    let train_features = |rate: &str, s: &RunSummary| -> Result<Option<f64>, BadInput> {
-        let path = dir.join(format!("run-{rate}-{}.metrics.jsonl", s.strategy));
+    let train_features = |rate: &str, variant: &Option<String>, s: &RunSummary| -> Result<Option<f64>, BadInput> {
+        let at = variant.as_ref().map_or(String::new(), |v| format!("@{v}"));
+        let path = dir.join(format!("run-{rate}-{}{at}.metrics.jsonl", s.strategy));
         let Ok(text) = std::fs::read_to_string(&path) else { return Ok(None) };
         let mut bytes = 0u64;
         for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
@@ -94,27 +106,30 @@ pub fn load_runs(dir: &Path) -> Result<BenchReport, BadInput> {
     }
     let order = |s: &str| STRATEGY_ORDER.iter().position(|x| *x == s).unwrap_or(STRATEGY_ORDER.len());
     runs.sort_by(|a, b| {
-        (rate_bits(&a.0), order(&a.1.strategy), &a.1.strategy).cmp(&(
+        (rate_bits(&a.0), order(&a.2.strategy), &a.2.strategy, &a.1).cmp(&(
             rate_bits(&b.0),
-            order(&b.1.strategy),
-            &b.1.strategy,
+            order(&b.2.strategy),
+            &b.2.strategy,
+            &b.1,
         ))
     });
     let mut baseline: BTreeMap<String, f64> = BTreeMap::new();
-    for (rate, s) in &runs {
-        if s.strategy == "model-centric" {
+    for (rate, variant, s) in &runs {
+        if s.strategy == "model-centric" && variant.is_none() {
             baseline.insert(rate.clone(), mean(&s.epoch_seconds));
         }
     }
     let rows = runs
         .iter()
-        .map(|(rate, s)| {
-            let train_features_per_epoch = train_features(rate, s)?;
+        .map(|(rate, variant, s)| {
+            let train_features_per_epoch = train_features(rate, variant, s)?;
             let secs = mean(&s.epoch_seconds);
             let epochs = s.epochs.max(1) as f64;
             Ok(BenchRow {
                 rate: rate.clone(),
                 strategy: s.strategy.clone(),
+                variant: variant.clone(),
+                prefetch: s.prefetch,
                 epoch_seconds: secs,
                 speedup: baseline.get(rate).filter(|_| secs > 0.0).map(|b| b / secs),
                 features_per_epoch: s.bytes.total.features as f64 / epochs,
@@ -128,7 +143,7 @@ pub fn load_runs(dir: &Path) -> Result<BenchReport, BadInput> {
             })
         })
         .collect::<Result<_, BadInput>>()?;
-    let first = &runs[0].1;
+    let first = &runs[0].2;
     Ok(BenchReport { dataset: first.dataset.clone(), workers: first.workers, rows })
 }
 
@@ -144,15 +159,16 @@ impl BenchReport {
     /// The table as Markdown.
     pub fn markdown(&self) -> String {
         let mut out = String::from(
-            "| link | strategy | T | epoch s | speed-up | training features MB | all features MB | gradients MB | migration MB | activations MB | miss rate | test acc |\n\
-             | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+            "| link | strategy | T | prefetch | epoch s | speed-up | training features MB | all features MB | gradients MB | migration MB | activations MB | miss rate | test acc |\n\
+             | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
         );
         for r in &self.rows {
             out.push_str(&format!(
-                "| {} | {} | {} | {:.2} | {} | {} | {} | {} | {} | {} | {:.3} | {} |\n",
+                "| {} | {} | {} | {} | {:.2} | {} | {} | {} | {} | {} | {} | {:.3} | {} |\n",
                 r.rate,
-                r.strategy,
+                r.name(),
                 r.time_steps,
+                if r.prefetch { "on" } else { "-" },
                 r.epoch_seconds,
                 r.speedup.map_or("-".into(), |s| format!("{s:.2}x")),
                 r.train_features_per_epoch.map_or("-".into(), mb),
@@ -164,7 +180,64 @@ impl BenchReport {
                 r.test_accuracy.map_or("-".into(), |a| format!("{a:.4}"))
             ));
         }
+        for c in self.plan_checks() {
+            out.push_str(&format!("\n{c}\n"));
+        }
         out
+    }
+
+    /// Per rate where leapgnn's configurations were measured (`@<variant>`
+    /// runs next to the plan's own): the plan against the fastest of them,
+    /// and leapgnn against its parts and the baselines.
+    pub fn plan_checks(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut rates: Vec<&str> = self.rows.iter().map(|r| r.rate.as_str()).collect();
+        rates.dedup();
+        for rate in rates {
+            let at: Vec<&BenchRow> = self.rows.iter().filter(|r| r.rate == rate && r.epoch_seconds > 0.0).collect();
+            let plain = |s: &str| at.iter().find(|r| r.strategy == s && r.variant.is_none()).copied();
+            let Some(plan) = plain("leapgnn") else { continue };
+            let leap: Vec<&BenchRow> = at.iter().filter(|r| r.strategy == "leapgnn").copied().collect();
+            let mut line = format!(
+                "At {rate}: leapgnn (the plan: T = {}, prefetch {}) {:.2} s per epoch",
+                plan.time_steps,
+                if plan.prefetch { "on" } else { "off" },
+                plan.epoch_seconds
+            );
+            if leap.len() > 1 {
+                let best =
+                    leap.iter().min_by(|a, b| a.epoch_seconds.total_cmp(&b.epoch_seconds)).copied().unwrap_or(plan);
+                line.push_str(&format!(
+                    "; the fastest of the {} leapgnn configurations measured is {} ({:.2} s): the plan is {:+.1} %",
+                    leap.len(),
+                    best.name(),
+                    best.epoch_seconds,
+                    (plan.epoch_seconds / best.epoch_seconds - 1.0) * 100.0
+                ));
+            }
+            for other in ["micrograph", "pregather", "model-centric", "p3"] {
+                if let Some(o) = plain(other) {
+                    line.push_str(&format!(
+                        "; {other} {:.2} s ({:.2}x)",
+                        o.epoch_seconds,
+                        o.epoch_seconds / plan.epoch_seconds
+                    ));
+                }
+            }
+            line.push('.');
+            out.push(line);
+        }
+        out
+    }
+}
+
+impl BenchRow {
+    /// `leapgnn`, or `leapgnn@t2-off` for a variant.
+    pub fn name(&self) -> String {
+        match &self.variant {
+            Some(v) => format!("{}@{v}", self.strategy),
+            None => self.strategy.clone(),
+        }
     }
 }
 
@@ -213,7 +286,42 @@ mod tests {
             ]
         );
         assert_eq!(r.rows[1].features_per_epoch, 50.0);
-        assert!(r.markdown().contains("| 100mbit | leapgnn | 0 | 4.00 | 2.50x |"));
+        assert!(r.markdown().contains("| 100mbit | leapgnn | 0 | - | 4.00 | 2.50x |"));
+    }
+
+    #[test]
+    fn leapgnn_variants_are_rows_of_their_own_and_the_plan_is_checked_against_the_fastest() {
+        let dir = tempfile::tempdir().unwrap();
+        let put = |name: &str, s: RunSummary| {
+            std::fs::write(dir.path().join(name), serde_json::to_string(&s).unwrap()).unwrap()
+        };
+        let leap =
+            |secs: f64, t: u32, prefetch: bool| RunSummary { time_steps: t, prefetch, ..summary("leapgnn", secs, 100) };
+        put("run-500mbit-model-centric.json", summary("model-centric", 8.0, 800));
+        put("run-500mbit-micrograph.json", summary("micrograph", 3.0, 400));
+        put("run-500mbit-leapgnn.json", leap(3.1, 1, true));
+        put("run-500mbit-leapgnn@t1-off.json", leap(4.0, 1, false));
+        put("run-500mbit-leapgnn@t2-on.json", leap(2.9, 2, true));
+        let r = load_runs(dir.path()).unwrap();
+        let names: Vec<String> = r.rows.iter().map(BenchRow::name).collect();
+        assert_eq!(names, ["model-centric", "micrograph", "leapgnn", "leapgnn@t1-off", "leapgnn@t2-on"]);
+        // Variants are measured against the same model-centric run.
+        assert_eq!(r.rows[4].speedup, Some(8.0 / 2.9));
+        let checks = r.plan_checks();
+        assert_eq!(checks.len(), 1);
+        assert!(
+            checks[0].contains(
+                "the fastest of the 3 leapgnn configurations measured is leapgnn@t2-on (2.90 s): the plan is +6.9 %"
+            ),
+            "{}",
+            checks[0]
+        );
+        assert!(
+            checks[0].contains("micrograph 3.00 s (0.97x)") && checks[0].contains("model-centric 8.00 s (2.58x)"),
+            "{}",
+            checks[0]
+        );
+        assert!(r.markdown().contains("| 500mbit | leapgnn@t1-off | 1 | - | 4.00 |"));
     }
 
     #[test]

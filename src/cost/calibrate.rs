@@ -10,14 +10,15 @@
 //!    counts of its block (`counts.rs`, the same iterations), and the per-unit
 //!    figures are fitted by non-negative least squares: sampling against
 //!    edges and blocks, gathering (after the probe's network time) against
-//!    copied bytes, remote rows and requests, compute against the model's
+//!    copied bytes, remote rows, requests and the pre-gather's transfer (its
+//!    excess when every worker bursts at once: `contention`), compute against the model's
 //!    units. The all-reduce is the slowest worker's sync (it waits for no one).
 //!    The run's first iteration is left out (warm-up).
 
 use super::counts::IterationCounts;
 use super::figures::Figures;
 use super::fit::nnls;
-use super::model::{Shape, compute_units, fetch_seconds, predict_iteration};
+use super::model::{Shape, compute_units, fetch_parts, fetch_seconds, predict_iteration};
 use super::probe::{ProbeTask, probe_links};
 use super::setup::Setup;
 use super::validate::{measure, read_metrics};
@@ -138,6 +139,8 @@ pub fn calibrate(
         cfg.time_steps = Some(t);
         cfg.epochs = o.iterations.max(2);
         cfg.checkpoint_every = 0;
+        // The pre-gather is timed where it happens: a prefetched one is hidden in the previous iteration.
+        cfg.prefetch = crate::train::Prefetch::Off;
         if let Err(e) = cfg.check() {
             skipped.push(format!("{strategy}: {e}"));
             continue;
@@ -239,7 +242,10 @@ fn collect(s: &mut Samples, records: &[StepRecord], counts: &[IterationCounts], 
         let remote: f64 = parts.iter().map(|p| p.remote_rows() as f64).sum();
         let requests: f64 = parts.iter().filter(|p| p.remote_rows() > 0).count() as f64;
         let network: f64 = parts.iter().map(|p| fetch_seconds(p, me, &net, shape)).sum();
-        s.gather.0.push(vec![copied, remote, requests]);
+        // The pre-gather's transfer at the probed bandwidth: what all workers
+        // bursting at once adds to it is `contention`.
+        let burst = if parts.len() > 1 { fetch_parts(parts[1], me, &net, shape).1 } else { 0.0 };
+        s.gather.0.push(vec![copied, remote, requests, burst]);
         s.gather.1.push(r.gather_seconds - network);
     }
     // The slowest worker arrives last at the all-reduce: its sync is the all-reduce itself.
@@ -254,6 +260,10 @@ fn fit(f: &mut Figures, s: &Samples, shape: &Shape, workers: usize) {
     if !s.gather.1.is_empty() {
         let c = nnls(&s.gather.0, &s.gather.1);
         (f.local_byte_seconds, f.remote_row_seconds, f.request_seconds) = (c[0], c[1], c[2]);
+        // No pre-gathering run (one worker): the burst was not measured.
+        if s.gather.0.iter().any(|r| r[3] > 0.0) {
+            f.contention = c[3];
+        }
     }
     if !s.compute.1.is_empty() {
         let c = nnls(&s.compute.0, &s.compute.1);

@@ -78,6 +78,12 @@ pub struct Figures {
     /// expected maximum exceeds the maximum of the expectations. A step lasts
     /// its slowest worker's predicted work x (1 + jitter).
     pub jitter: f64,
+    /// Every worker pre-gathers at the same moment, so each host's link
+    /// carries all its peers' flows at once (an incast at every host):
+    /// that burst's transfer takes (1 + contention) x what the probed
+    /// pairwise bandwidth gives. Per-step fetches spread out over the
+    /// iteration and pay none of it.
+    pub contention: f64,
     /// Memory a worker may use for one time step's blocks and rows (bytes; 0 = unbounded).
     pub memory_bytes: u64,
 }
@@ -102,6 +108,7 @@ impl Default for Figures {
             sync_param_seconds: 5e-9,
             step_seconds: 100e-6,
             jitter: 0.1,
+            contention: 0.5,
             memory_bytes: 0,
         }
     }
@@ -161,6 +168,7 @@ impl Figures {
             ("sync_param_seconds", self.sync_param_seconds),
             ("step_seconds", self.step_seconds),
             ("jitter", self.jitter),
+            ("contention", self.contention),
         ];
         for (k, v) in times {
             if !(v.is_finite() && v >= 0.0) {

@@ -47,13 +47,13 @@ pub fn plan_for(
     cfg: &TrainConfig,
     figures: &Figures,
     iterations: usize,
-    prefetch: bool,
+    prefetch: &[bool],
 ) -> anyhow::Result<Tuning> {
     let setup = Setup::open(data, cfg).with_context(|| format!("cannot read {} for the prediction", cfg.dataset))?;
     let job = setup.job();
     let its = job.first_iterations(iterations.max(1));
-    let shape = setup.shape(prefetch);
-    Ok(tune(&PlanInput { job: &job, shape: &shape, figures, iterations: &its })?)
+    let shape = setup.shape(false);
+    Ok(tune(&PlanInput { job: &job, shape: &shape, figures, iterations: &its, prefetch })?)
 }
 
 /// Iterations the model counts for `train --time-steps auto`.
@@ -67,7 +67,7 @@ pub fn auto_plans(data: &DataDir, cfg: &TrainConfig) -> anyhow::Result<Vec<Merge
     let local = data.root.join("profiles").join("local.toml");
     let profile = cfg.cluster.clone().or_else(|| local.is_file().then_some(local));
     let figures = figures_of(profile.as_deref())?;
-    let tuning = plan_for(data, cfg, &figures, AUTO_ITERATIONS, cfg.prefetch)?;
+    let tuning = plan_for(data, cfg, &figures, AUTO_ITERATIONS, &[cfg.prefetches()])?;
     Ok(tuning
         .candidates
         .iter()
@@ -77,6 +77,7 @@ pub fn auto_plans(data: &DataDir, cfg: &TrainConfig) -> anyhow::Result<Vec<Merge
             time_steps: c.time_steps,
             balance: c.balance.clone(),
             predicted_iteration_seconds: Some(c.iteration_seconds),
+            prefetch: Some(c.prefetch),
         })
         .collect())
 }
@@ -124,7 +125,7 @@ pub struct Validation {
 
 /// Predicts exactly the iterations run `run` measured (its config, its
 /// partition, its batches) and compares.
-pub fn validate_run(data: &DataDir, run: &str, figures: &Figures, prefetch: bool) -> anyhow::Result<Validation> {
+pub fn validate_run(data: &DataDir, run: &str, figures: &Figures) -> anyhow::Result<Validation> {
     let dir = data.run_dir(run);
     let cfg_path = dir.join("config.json");
     let text = std::fs::read(&cfg_path).map_err(|e| {
@@ -141,7 +142,7 @@ pub fn validate_run(data: &DataDir, run: &str, figures: &Figures, prefetch: bool
     let setup = Setup::open(data, &cfg).with_context(|| format!("cannot set up the prediction of run {run}"))?;
     let layout = layout_of_run(&cfg, measured.time_steps)?;
     let counts = setup.job().count(&layout, &measured.iterations);
-    let predicted = predict(&counts, figures, &setup.shape(prefetch));
+    let predicted = predict(&counts, figures, &setup.shape(cfg.prefetches()));
     let error = validate::errors(
         predicted.iteration_seconds,
         &predicted.components,

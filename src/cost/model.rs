@@ -13,9 +13,11 @@
 //!   feature dim x `input_seconds` and `block_seconds`.
 //!
 //! Pre-gathering strategies fetch the union of the iteration's rows before
-//! step 0 (the same gather formula) and then copy each step's rows locally;
-//! with prefetch the fetch overlaps the previous iteration's compute, so only
-//! what exceeds that compute is paid. A time step lasts as long as its
+//! step 0 (the same gather formula, its transfer x (1 + `contention`): every
+//! worker bursts at once, as calibration on shaped links measured) and then
+//! copy each step's rows locally; with prefetch the fetch overlaps the
+//! previous iteration's compute, so only what exceeds that compute is paid,
+//! and the worker holds two iterations' rows. A time step lasts as long as its
 //! slowest worker (times 1 + `jitter`: workers fluctuate, and the expected
 //! maximum of several exceeds the maximum of their expectations), plus
 //! `step_seconds` between steps; the iteration ends with
@@ -104,8 +106,9 @@ pub struct Prediction {
     pub peak_memory_bytes: u64,
 }
 
-/// The network part of fetching `rows` on worker `me`: 0 without remote rows.
-pub fn fetch_seconds(rows: &RowSources, me: usize, f: &Figures, s: &Shape) -> f64 {
+/// The round trip (slowest owner) and the transfer (replies sharing this
+/// worker's link) of fetching `rows` on worker `me`, at the probed bandwidth.
+pub fn fetch_parts(rows: &RowSources, me: usize, f: &Figures, s: &Shape) -> (f64, f64) {
     let mut round_trip: f64 = 0.0;
     let mut transfer = 0.0;
     for (p, &n) in rows.remote.iter().enumerate().filter(|&(_, &n)| n > 0) {
@@ -114,7 +117,19 @@ pub fn fetch_seconds(rows: &RowSources, me: usize, f: &Figures, s: &Shape) -> f6
         round_trip = round_trip.max(lat_out + lat_in + f.request_seconds);
         transfer += n as f64 * s.row_bytes() / bw_in;
     }
+    (round_trip, transfer)
+}
+
+/// The network part of fetching `rows` on worker `me`: 0 without remote rows.
+pub fn fetch_seconds(rows: &RowSources, me: usize, f: &Figures, s: &Shape) -> f64 {
+    let (round_trip, transfer) = fetch_parts(rows, me, f, s);
     round_trip + transfer + rows.remote_rows() as f64 * f.remote_row_seconds
+}
+
+/// The pre-gather of `rows` on worker `me`, which every worker does at once:
+/// the gather with its transfer slowed by `contention`.
+pub fn pregather_seconds(rows: &RowSources, me: usize, f: &Figures, s: &Shape) -> f64 {
+    gather_seconds(rows, me, f, s) + f.contention * fetch_parts(rows, me, f, s).1
 }
 
 /// Seconds to gather `rows` on worker `me`: local copies plus the fetch.
@@ -186,13 +201,15 @@ pub fn predict_iteration(c: &IterationCounts, f: &Figures, s: &Shape) -> Iterati
         }
         let mut held = 0.0;
         if let Some(rows) = &wc.pregather {
-            let fetch = gather_seconds(rows, r, f, s);
+            let fetch = pregather_seconds(rows, r, f, s);
             let paid = if s.prefetch { (fetch - compute).max(0.0) } else { fetch };
             if let Some(first) = work[r].first_mut() {
                 *first += paid;
             }
             per[r].gather += paid;
-            held = rows.rows() as f64 * s.row_bytes();
+            // Prefetching fills the next iteration's rows while this one's are read.
+            let copies = if s.prefetch { 2.0 } else { 1.0 };
+            held = copies * rows.rows() as f64 * s.row_bytes();
         }
         peak = peak.max(held + step_peak);
     }

@@ -28,6 +28,9 @@ pub struct Candidate {
     pub components: Components,
     pub peak_memory_bytes: u64,
     pub fits_memory: bool,
+    /// pregather / leapgnn: gathers the next iteration's rows during this one.
+    #[serde(default)]
+    pub prefetch: bool,
     /// `leapgnn` only: per worker, per step share of its roots (empty: even).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub balance: Vec<Vec<f64>>,
@@ -45,11 +48,13 @@ impl Tuning {
     pub fn chosen(&self) -> &Candidate {
         &self.candidates[self.chosen]
     }
-    /// Predicted seconds of `leapgnn` at each T (what `next_time_steps` takes).
+    /// Predicted seconds of `leapgnn` at each T, with the chosen prefetch
+    /// setting (what `next_time_steps` takes).
     pub fn leapgnn_predictions(&self) -> Vec<(u32, f64)> {
+        let prefetch = self.chosen().prefetch;
         self.candidates
             .iter()
-            .filter(|c| c.strategy == StrategyKind::Leapgnn)
+            .filter(|c| c.strategy == StrategyKind::Leapgnn && c.prefetch == prefetch)
             .map(|c| (c.time_steps, c.iteration_seconds))
             .collect()
     }
@@ -62,6 +67,9 @@ pub struct PlanInput<'a> {
     pub figures: &'a Figures,
     /// The sampled iterations the prediction averages over.
     pub iterations: &'a [(u64, u64)],
+    /// The prefetch settings pregather and leapgnn are predicted with (the
+    /// search covers each); the shape's own is ignored.
+    pub prefetch: &'a [bool],
 }
 
 /// The strategy's layout at T time steps with `shares` (empty: even).
@@ -87,14 +95,17 @@ pub fn layout_of(strategy: StrategyKind, workers: usize, time_steps: u32, shares
     }
 }
 
-/// Predicts every strategy and T and picks the `leapgnn` plan.
+/// Predicts every strategy, T and prefetch setting and picks the `leapgnn` plan.
 pub fn tune(inp: &PlanInput<'_>) -> Result<Tuning, BadInput> {
     let w = inp.job.workers;
     let bound = inp.figures.memory_bytes;
     let fits = |m: u64| bound == 0 || m <= bound;
-    let eval = |strategy: StrategyKind, t: u32, balance: Vec<Vec<f64>>| -> (Candidate, Vec<IterationCounts>) {
+    // One worker fetches nothing: prefetching has nothing to hide.
+    let settings: &[bool] = if w > 1 && !inp.prefetch.is_empty() { inp.prefetch } else { &[false] };
+    let eval = |strategy: StrategyKind, t: u32, balance: Vec<Vec<f64>>, prefetch: bool| {
         let counts = inp.job.count(&layout_of(strategy, w, t, &balance), inp.iterations);
-        let p = predict(&counts, inp.figures, inp.shape);
+        let shape = Shape { prefetch, ..inp.shape.clone() };
+        let p = predict(&counts, inp.figures, &shape);
         let c = Candidate {
             strategy,
             time_steps: t,
@@ -102,27 +113,35 @@ pub fn tune(inp: &PlanInput<'_>) -> Result<Tuning, BadInput> {
             components: p.components,
             peak_memory_bytes: p.peak_memory_bytes,
             fits_memory: fits(p.peak_memory_bytes),
+            prefetch,
             balance,
         };
         (c, counts)
     };
-    let mut candidates = vec![eval(StrategyKind::ModelCentric, 1, vec![]).0];
-    candidates.push(eval(StrategyKind::Micrograph, w as u32, vec![]).0);
-    let (pregather, groups) = eval(StrategyKind::Pregather, w as u32, vec![]);
-    candidates.push(pregather);
-    let group_cost = own_group_seconds(&groups, inp.figures, inp.shape);
+    let mut candidates = vec![eval(StrategyKind::ModelCentric, 1, vec![], false).0];
+    candidates.push(eval(StrategyKind::Micrograph, w as u32, vec![], false).0);
+    let mut group_cost = Vec::new();
+    for &prefetch in settings {
+        let (pregather, groups) = eval(StrategyKind::Pregather, w as u32, vec![], prefetch);
+        candidates.push(pregather);
+        if group_cost.is_empty() {
+            group_cost = own_group_seconds(&groups, inp.figures, &Shape { prefetch: false, ..inp.shape.clone() });
+        }
+    }
     for t in 1..=w as u32 {
-        let (even, _) = eval(StrategyKind::Leapgnn, t, vec![]);
         let balanced = balanced_shares(&group_cost, t as usize);
-        let best = match balanced {
-            Some(b) if t > 1 => {
-                let (bal, _) = eval(StrategyKind::Leapgnn, t, b);
-                // The balanced shares must earn their place: ties keep the even split.
-                if better(&bal, &even) { bal } else { even }
-            }
-            _ => even,
-        };
-        candidates.push(best);
+        for &prefetch in settings {
+            let (even, _) = eval(StrategyKind::Leapgnn, t, vec![], prefetch);
+            let best = match &balanced {
+                Some(b) if t > 1 => {
+                    let (bal, _) = eval(StrategyKind::Leapgnn, t, b.clone(), prefetch);
+                    // The balanced shares must earn their place: ties keep the even split.
+                    if better(&bal, &even) { bal } else { even }
+                }
+                _ => even,
+            };
+            candidates.push(best);
+        }
     }
     let chosen = candidates
         .iter()
@@ -145,6 +164,7 @@ pub fn tune(inp: &PlanInput<'_>) -> Result<Tuning, BadInput> {
         time_steps: c.time_steps,
         balance: c.balance.clone(),
         predicted_iteration_seconds: Some(c.iteration_seconds),
+        prefetch: (w > 1).then_some(c.prefetch),
     };
     Ok(Tuning { candidates, chosen, plan })
 }

@@ -52,6 +52,9 @@ pub struct RunSummary {
     /// compared and found identical (absent when not asked for).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replica_checks: Option<u64>,
+    /// Whether pregather / leapgnn prefetched (`--prefetch` resolved).
+    #[serde(default)]
+    pub prefetch: bool,
 }
 
 /// Bytes that crossed a socket between processes, summed over the workers,

@@ -10,6 +10,8 @@
 //! balance = [[0.5, 0.5], [0.6, 0.4], [0.5, 0.5], [0.45, 0.55]]
 //! # optional, what tune-merge predicted (for --validate and the log)
 //! predicted_iteration_seconds = 0.012
+//! # optional, whether the plan was chosen with prefetch (train --prefetch auto follows it)
+//! prefetch = true
 //! ```
 
 use crate::BadInput;
@@ -27,12 +29,16 @@ pub struct MergePlan {
     pub balance: Vec<Vec<f64>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub predicted_iteration_seconds: Option<f64>,
+    /// Whether the planned run prefetches (what `train --prefetch auto`
+    /// follows); absent: prefetch where it pays.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefetch: Option<bool>,
 }
 
 impl MergePlan {
     /// T time steps, equal shares.
     pub fn even(workers: usize, time_steps: u32) -> Self {
-        MergePlan { workers, time_steps, balance: Vec::new(), predicted_iteration_seconds: None }
+        MergePlan { workers, time_steps, balance: Vec::new(), predicted_iteration_seconds: None, prefetch: None }
     }
 
     /// Rejects a plan that cannot drive a job of `workers` workers.

@@ -56,6 +56,38 @@ pub enum Migration {
 
 crate::value_names!(Migration, "--migration");
 
+/// `--prefetch`: whether pregather and leapgnn gather iteration i+1's remote
+/// rows on a second thread while iteration i computes. `auto` turns it on
+/// where it pays: those two strategies on more than one worker (one worker
+/// has nothing remote), unless the `--merge-plan` chose otherwise.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Prefetch {
+    On,
+    Off,
+    #[default]
+    Auto,
+}
+
+crate::value_names!(Prefetch, "--prefetch");
+
+/// Runs recorded before `auto` existed wrote `"prefetch": true|false`.
+impl<'de> serde::Deserialize<'de> for Prefetch {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(serde::Deserialize)]
+        #[serde(untagged)]
+        enum Either {
+            Bool(bool),
+            Word(String),
+        }
+        match Either::deserialize(d)? {
+            Either::Bool(true) => Ok(Prefetch::On),
+            Either::Bool(false) => Ok(Prefetch::Off),
+            Either::Word(w) => w.parse().map_err(|e: BadInput| serde::de::Error::custom(e.0)),
+        }
+    }
+}
+
 /// Which engine trains: sampled mini-batches, or the whole graph with a halo
 /// exchange per layer (one gradient step per epoch).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
@@ -134,9 +166,10 @@ pub struct TrainConfig {
     pub merge_plan: Option<PathBuf>,
     pub migration: Migration,
     pub cluster: Option<PathBuf>,
-    /// pregather / leapgnn: fetch iteration i+1's rows while computing i.
+    /// pregather / leapgnn: fetch iteration i+1's rows while computing i
+    /// (`prefetches` says whether this run does).
     #[serde(default)]
-    pub prefetch: bool,
+    pub prefetch: Prefetch,
     #[serde(default)]
     pub mode: TrainMode,
     #[serde(default)]
@@ -190,7 +223,7 @@ impl Default for TrainConfig {
             merge_plan: None,
             migration: d::MIGRATION,
             cluster: None,
-            prefetch: false,
+            prefetch: d::PREFETCH,
             mode: d::MODE,
             eval: EvalMode::Sampled,
             partition: None,
@@ -213,6 +246,25 @@ impl TrainConfig {
             StrategyKind::Retexo => "random",
             _ => "metis",
         })
+    }
+
+    /// Whether this run gathers the next iteration's rows during the current
+    /// one (`--prefetch auto` resolved: see `Prefetch`). A merge plan that
+    /// cannot be read counts as silent here; `check` reports it.
+    pub fn prefetches(&self) -> bool {
+        let plan = self.merge_plan.as_ref().and_then(|p| crate::schedule::MergePlan::load(p).ok());
+        self.prefetches_with(plan.as_ref())
+    }
+
+    /// `prefetches` with the run's merge plan already loaded.
+    pub fn prefetches_with(&self, plan: Option<&crate::schedule::MergePlan>) -> bool {
+        let pregathers = matches!(self.strategy, StrategyKind::Pregather | StrategyKind::Leapgnn)
+            && self.mode == TrainMode::Minibatch;
+        match self.prefetch {
+            Prefetch::On => pregathers,
+            Prefetch::Off => false,
+            Prefetch::Auto => pregathers && self.workers > 1 && plan.and_then(|p| p.prefetch).unwrap_or(true),
+        }
     }
 
     /// This mini-batch run continued on `workers` workers (`--resume RUN
@@ -544,7 +596,7 @@ impl TrainConfig {
                  (use micrograph, pregather or leapgnn)"
             ));
         }
-        if self.prefetch && !matches!(s, StrategyKind::Pregather | StrategyKind::Leapgnn) {
+        if self.prefetch == Prefetch::On && !matches!(s, StrategyKind::Pregather | StrategyKind::Leapgnn) {
             return bad(format!("--prefetch applies to --strategy pregather and leapgnn (not {s})"));
         }
         Ok(())

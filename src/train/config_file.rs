@@ -71,6 +71,8 @@ pub fn flags_from_file(path: &Path, flag: &dyn Fn(&str) -> Option<FlagKind>) -> 
             },
             Some(FlagKind::Value) => {
                 let v = match value {
+                    // Flags that take on|off (--prefetch, --history) also take a TOML boolean.
+                    toml::Value::Boolean(b) => if *b { "on" } else { "off" }.to_string(),
                     toml::Value::Array(items) => {
                         let words: Option<Vec<String>> = items.iter().map(scalar).collect();
                         words.ok_or_else(|| bad("expected a list of numbers or words"))?.join(",")
@@ -174,9 +176,7 @@ impl TrainConfig {
                 if let Some(p) = &self.merge_plan {
                     push("merge-plan", p.display().to_string());
                 }
-                if self.prefetch {
-                    f.push("--prefetch".into());
-                }
+                push("prefetch", self.prefetch.to_string());
             }
         }
         f

@@ -27,6 +27,7 @@ use std::path::PathBuf;
 
 use super::DeviceKind;
 use super::Migration;
+use super::Prefetch;
 
 /// The fixed defaults of `train`'s flags (`--help` shows them; `TrainConfig::default()` is made of them).
 pub mod defaults {
@@ -51,6 +52,7 @@ pub mod defaults {
     pub const CACHE_MB: u64 = 0;
     pub const CACHE_POLICY: CachePolicy = CachePolicy::Degree;
     pub const MIGRATION: Migration = Migration::Fused;
+    pub const PREFETCH: Prefetch = Prefetch::Auto;
     pub const DEVICE: DeviceKind = DeviceKind::Cpu;
     pub const CHECKPOINT_EVERY: u64 = 0;
     pub const MODE: TrainMode = TrainMode::Minibatch;
@@ -257,9 +259,10 @@ pub struct TrainFlags {
     /// How micrograph strategies move gradient accumulators between time steps.
     #[arg(long, value_enum, default_value_t = defaults::MIGRATION)]
     pub migration: Migration,
-    /// pregather / leapgnn: fetch iteration i+1's remote rows while computing iteration i.
-    #[arg(long)]
-    pub prefetch: bool,
+    /// pregather / leapgnn: fetch iteration i+1's remote rows while computing iteration i. `auto`: on for
+    /// those two on more than one worker, unless the --merge-plan says off; `--prefetch` alone means on.
+    #[arg(long, value_enum, value_name = "WHEN", num_args = 0..=1, default_missing_value = "on", default_value_t = defaults::PREFETCH)]
+    pub prefetch: Prefetch,
     /// Cluster profile (TOML): `launcher = "local"` runs --workers local processes; `launcher = "ssh"` runs
     /// one worker per slot of its hosts (W = the sum of their `workers`), shipping binary and data over SFTP;
     /// `slurm` (or `launcher = "slurm"`), inside a Slurm allocation: one worker per task, started with srun.
@@ -680,7 +683,7 @@ impl TrainFlags {
     /// sampling flags are refused rather than ignored.
     fn full_graph_fanouts(&self, author_layers: Option<usize>) -> Result<(Fanouts, Fanouts, EvalMode), BadInput> {
         for id in ["fanout", "eval_fanout", "batch_size", "time_steps", "merge_plan", "migration", "prefetch"] {
-            if self.given(id) || (id == "prefetch" && self.prefetch) {
+            if self.given(id) || (id == "prefetch" && self.prefetch != Prefetch::Auto) {
                 let flag = flag_of(id);
                 return Err(BadInput::new(format!(
                     "{flag} applies to sampled mini-batch training; --mode full-graph trains on every neighbour of every \

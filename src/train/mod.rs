@@ -28,7 +28,7 @@ mod worker;
 pub use crate::schedule::{MergePlan, Schedule, epoch_order};
 pub use checkpoint::Progress;
 pub use collective::{Collective, CommError, MeshCollective, Solo};
-pub use config::{DeviceKind, EvalMode, Migration, TrainConfig, TrainMode};
+pub use config::{DeviceKind, EvalMode, Migration, Prefetch, TrainConfig, TrainMode};
 pub use evaluate::{EvalRequest, Evaluation, evaluate};
 pub use naive::{NaiveEpoch, NaiveReport, naive_dry_run};
 pub use strategy::{Iteration, Strategy, StrategyKind};
@@ -310,6 +310,7 @@ fn execute(
         iterations: p.global_iteration,
         mode: (cfg.mode == TrainMode::FullGraph).then(|| cfg.mode.to_string()),
         peak_rss_bytes: crate::util::peak_rss_bytes().into_iter().collect(),
+        prefetch: cfg.prefetches(),
         ..Default::default()
     }
     .from_history(p.history);

@@ -118,13 +118,14 @@ impl StrategyEnv {
             }
             None => None,
         };
+        let prefetch = cfg.prefetches_with(plan.as_ref());
         Ok(StrategyEnv {
             world: cfg.workers,
             owners,
             time_steps: cfg.time_steps,
             plan,
             migration: cfg.migration,
-            prefetch: cfg.prefetch,
+            prefetch,
             auto_plans: Vec::new(),
             mode: cfg.mode,
             varco: (cfg.varco.clone().unwrap_or_default(), cfg.epochs),

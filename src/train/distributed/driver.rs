@@ -278,6 +278,7 @@ fn execute(
         model: cfg.model.to_string(),
         time_steps,
         mode: (cfg.mode == crate::train::TrainMode::FullGraph).then(|| cfg.mode.to_string()),
+        prefetch: cfg.prefetches(),
         ..Default::default()
     };
     let mut failure: Option<TrainError> = None;

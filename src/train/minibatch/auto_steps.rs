@@ -41,6 +41,9 @@ pub struct AutoState {
     pub last: Option<f64>,
     /// The slowest worker's mean iteration seconds per T measured so far.
     pub measured: Vec<(u32, f64)>,
+    /// Epochs behind each T's mean in `measured` (absent in older checkpoints: one each).
+    #[serde(default)]
+    pub epochs_measured: Vec<(u32, u32)>,
 }
 
 pub(super) struct AutoSteps {
@@ -54,8 +57,12 @@ pub(super) struct AutoSteps {
     last_begin: Option<Instant>,
     begun: u32,
     timed: (f64, u32),
-    /// Rank 0: the slowest worker's mean iteration seconds per T measured so far.
+    /// Rank 0: the slowest worker's mean iteration seconds per T, averaged
+    /// over the epochs run at that T (a T run again refines its figure
+    /// rather than replacing it, so one noisy epoch cannot flip the choice
+    /// back and forth), and how many epochs each holds.
     measured: Vec<(u32, f64)>,
+    epochs_measured: Vec<(u32, u32)>,
     /// Rank 0: the last decision and why, until the event log takes it.
     decision: Option<String>,
     /// Resumed: the seconds of the iteration the checkpoint followed.
@@ -77,6 +84,7 @@ impl AutoSteps {
             begun: 0,
             timed: (0.0, 0),
             measured: Vec::new(),
+            epochs_measured: Vec::new(),
             decision: None,
             resumed_last: None,
         };
@@ -95,6 +103,7 @@ impl AutoSteps {
             timed: self.timed,
             last: self.last_begin.filter(|_| self.begun > 1).map(|b| b.elapsed().as_secs_f64()),
             measured: self.measured.clone(),
+            epochs_measured: self.epochs_measured.clone(),
         }
     }
 
@@ -118,6 +127,7 @@ impl AutoSteps {
         self.begun = s.begun;
         self.timed = s.timed;
         self.measured = s.measured.clone();
+        self.epochs_measured = s.epochs_measured.clone();
         self.last_begin = None;
         self.resumed_last = s.last;
         Ok(())
@@ -194,6 +204,20 @@ impl AutoSteps {
         next_time_steps(&predicted, &self.measured)
     }
 
+    /// Adds an epoch's seconds at T to T's running mean.
+    fn record(&mut self, t: u32, seconds: f64) {
+        let had = self.measured.iter().position(|m| m.0 == t);
+        let n = match had {
+            Some(_) => self.epochs_measured.iter().find(|e| e.0 == t).map_or(1, |e| e.1.max(1)),
+            None => 0,
+        };
+        let mean = had.map_or(seconds, |i| (self.measured[i].1 * n as f64 + seconds) / (n + 1) as f64);
+        self.measured.retain(|m| m.0 != t);
+        self.measured.push((t, mean));
+        self.epochs_measured.retain(|e| e.0 != t);
+        self.epochs_measured.push((t, n + 1));
+    }
+
     /// Rank 0 gathers every worker's mean seconds of the epoch, records the
     /// slowest for the current T, picks the next T and broadcasts it.
     fn decide(&mut self, coll: &mut dyn Collective) -> Result<u32, TrainError> {
@@ -217,8 +241,7 @@ impl AutoSteps {
                 slowest = slowest.zip(s.is_finite().then_some(s)).map(|(a, b)| a.max(b));
             }
             if let Some(s) = slowest {
-                self.measured.retain(|m| m.0 != self.current);
-                self.measured.push((self.current, s));
+                self.record(self.current, s);
             }
             let t = self.pick();
             tracing::info!(
@@ -242,5 +265,56 @@ impl AutoSteps {
             .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
             .filter(|&t| t >= 1 && t as usize <= self.world)
             .ok_or_else(|| TrainError::Comm("--time-steps auto: worker 0 broadcast a malformed decision".into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plans(world: usize, secs: &[f64]) -> Vec<MergePlan> {
+        secs.iter()
+            .enumerate()
+            .map(|(i, &s)| MergePlan { predicted_iteration_seconds: Some(s), ..MergePlan::even(world, i as u32 + 1) })
+            .collect()
+    }
+
+    /// Rank 0's choice after each epoch whose slowest worker measured `truth(T)` plus `noise(epoch)`.
+    fn run(a: &mut AutoSteps, epochs: usize, truth: impl Fn(u32) -> f64, noise: impl Fn(usize) -> f64) -> Vec<u32> {
+        (0..epochs)
+            .map(|e| {
+                let t = a.current;
+                a.record(t, truth(t) + noise(e));
+                a.current = a.pick();
+                a.current
+            })
+            .collect()
+    }
+
+    #[test]
+    fn auto_settles_on_the_fastest_measured_t_even_when_the_model_ranks_them_wrongly() {
+        // The model favours T = 1 (T = 3 a close second), but T = 3 is the
+        // fastest on this "cluster" and T = 1 the slowest.
+        let truth = |t: u32| [0.0, 1.0, 0.9, 0.6, 0.8][t as usize];
+        let mut a = AutoSteps::new(4, plans(4, &[0.5, 0.6, 0.55, 0.8]));
+        assert_eq!(a.current(), 1);
+        let picks = run(&mut a, 12, truth, |e| if e % 2 == 0 { 0.04 } else { -0.04 });
+        assert_eq!(picks.last(), Some(&3), "{picks:?}, measured {:?}", a.measured);
+        // Once there it stays: every later epoch keeps T = 3.
+        let first = picks.iter().position(|&t| t == 3).unwrap();
+        assert!(picks[first..].iter().all(|&t| t == 3), "{picks:?}");
+    }
+
+    #[test]
+    fn a_noisy_epoch_refines_the_mean_instead_of_replacing_it() {
+        let mut a = AutoSteps::new(2, plans(2, &[1.0, 1.0]));
+        a.record(1, 1.0);
+        a.record(1, 2.0);
+        a.record(1, 3.0);
+        assert_eq!(a.measured, vec![(1, 2.0)]);
+        assert_eq!(a.epochs_measured, vec![(1, 3)]);
+        // T = 2 measured once at 1.9 beats the mean of T = 1 although T = 1 once ran 1.0.
+        a.record(2, 1.9);
+        assert_eq!(a.pick(), 2);
     }
 }
