@@ -71,7 +71,8 @@ pub struct Args {
     /// Sampled iterations the prediction averages over.
     #[arg(long, default_value_t = 8)]
     pub iterations: usize,
-    /// pregather / leapgnn with prefetch (`on`), without (`off`), or both, the plan taking the faster (`auto`).
+    /// pregather / leapgnn with prefetch (`on`), without (`off`), or both, the plan taking the faster (`auto`;
+    /// without prefetch only where the profile's workers have fewer than 2 cores each, as `train` decides).
     #[arg(long, value_enum, value_name = "WHEN", num_args = 0..=1, default_missing_value = "on", default_value_t = defaults::PREFETCH)]
     pub prefetch: Prefetch,
     /// Memory bound per worker in MB for one time step (overrides cost.memory_bytes; 0 = none).
@@ -163,9 +164,12 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
         calibration = Some(c);
     }
 
+    let cores = leapgnn::train::placement::cores_per_worker(Some(&profile), cfg.workers);
     let settings: &[bool] = match a.prefetch {
         Prefetch::On => &[true],
         Prefetch::Off => &[false],
+        // As `train --prefetch auto`: only where a worker has a core for the prefetch thread.
+        Prefetch::Auto if cores.is_some_and(|c| c < leapgnn::train::placement::PREFETCH_MIN_CORES) => &[false],
         Prefetch::Auto => &[false, true],
     };
     let tuning = plan_for(&data, &cfg, &figures, a.iterations, settings)?;

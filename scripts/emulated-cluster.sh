@@ -223,9 +223,12 @@ DELAY_NOTE=$DELAY
 # Shapes host i's link: egress from the host (its eth0) and towards it (the bridge port).
 shape() {
 	local rate=$1 burst qd
-	# A token bucket needs room for a full GSO segment and ~10 ms of traffic.
+	# A real link never runs above its rate: the bucket holds 1 ms of traffic (at
+	# least one 64 KiB GSO segment), so an idle spell banks almost nothing. With
+	# 10 ms (the old bucket) a 1 MB fetch after 40 ms idle ran at 2.1x the rate,
+	# which rewarded many short, spaced-out fetches (micrograph's per step).
 	burst=$(rate_bytes "$rate")
-	burst=$((burst / 100 > 262144 ? burst / 100 : 262144))
+	burst=$((burst / 1000 > 65536 ? burst / 1000 : 65536))
 	for ((i = 0; i < HOSTS; i++)); do
 		for dev in "ns:eth0" "root:lgv$TAG-$i"; do
 			local where=${dev%%:*} d=${dev#*:} run=()

@@ -78,6 +78,9 @@ fn hosts_come_up_pass_the_cluster_check_and_leave_nothing_behind() {
     assert_eq!(err.matches(": all hosts ok").count(), 1, "{err}");
     assert_eq!(err.matches("mesh listening on 10.213.").count(), 3, "{err}");
     assert!(err.contains("rate 50Mbit"), "the link is not shaped:\n{err}");
+    // The bucket banks at most one 64 KiB segment (1 ms of 50 Mb/s is less): a
+    // link that idled must not then run above its rate.
+    assert!(err.contains("burst 64Kb"), "the token bucket is not one segment:\n{err}");
     // Each host its own CPU quota (the default: cores / hosts), which its sshd's
     // sessions and workers ran under during the cluster check.
     let cores = std::thread::available_parallelism().unwrap().get() as f64;
@@ -150,11 +153,27 @@ fn a_two_host_run_reports_every_strategy_against_model_centric() {
         "64",
         "--out",
         out.path().to_str().unwrap(),
+        "--leapgnn-grid",
     ]);
     let err = stderr(&o);
     assert!(o.status.success(), "the script failed:\n{err}");
     assert!(err.contains("clean: no namespace, link, qdisc, cgroup or process"), "{err}");
     let report = std::fs::read_to_string(out.path().join("report.md")).unwrap();
+    // The grid: leapgnn at T = 1, 2 with prefetch on and off, set against the plan.
+    for rate in ["20mbit", "1gbit"] {
+        for v in ["t1-on", "t1-off", "t2-on", "t2-off"] {
+            let run = out.path().join(format!("run-{rate}-leapgnn@{v}.json"));
+            let s: serde_json::Value = serde_json::from_slice(&std::fs::read(&run).unwrap()).unwrap();
+            assert_eq!(s["prefetch"], v.ends_with("-on"), "{v}: {s}");
+            assert_eq!(s["time_steps"], u64::from(v.as_bytes()[1] - b'0'), "{v}");
+            assert!(report.contains(&format!("| {rate} | leapgnn@{v} |")), "{report}");
+        }
+        assert!(
+            report.contains(&format!("At {rate}: leapgnn (the plan: T = "))
+                && report.contains("the fastest of the 5 leapgnn configurations measured is"),
+            "{report}"
+        );
+    }
     for rate in ["20mbit", "1gbit"] {
         for s in ["model-centric", "leapgnn"] {
             assert!(out.path().join(format!("run-{rate}-{s}.json")).is_file(), "{rate} {s} missing:\n{err}");

@@ -17,11 +17,10 @@ const FACEBOOK: &[&str] = &["--fanout", "10,10", "--hidden", "64", "--seed", "1"
 const VARIANTS: &[&[&str]] = &[
     &["--strategy", "micrograph"],
     &["--strategy", "micrograph", "--migration", "ring"],
-    // pregather and leapgnn prefetch by default on several workers.
     &["--strategy", "pregather"],
-    &["--strategy", "pregather", "--prefetch", "off"],
+    &["--strategy", "pregather", "--prefetch", "on"],
     &["--strategy", "leapgnn", "--time-steps", "2"],
-    &["--strategy", "leapgnn", "--time-steps", "3", "--prefetch", "off"],
+    &["--strategy", "leapgnn", "--time-steps", "3", "--prefetch", "on"],
     &["--strategy", "leapgnn", "--time-steps", "4"],
     &["--strategy", "leapgnn", "--time-steps", "2", "--migration", "ring"],
     &["--strategy", "leapgnn", "--time-steps", "3", "--migration", "ring", "--prefetch"],
@@ -122,8 +121,7 @@ fn prefetching_changes_nothing_but_the_timing() {
     let run = ["--epochs", "2", "--batch-size", "8"];
     for strategy in [&["--strategy", "pregather"][..], &["--strategy", "leapgnn", "--time-steps", "2"]] {
         let plain = train(d, "cora", CORA, &[&run[..], strategy, &["--prefetch", "off"]].concat());
-        // Prefetching is the default of the pre-gathering strategies on several workers.
-        let ahead = train(d, "cora", CORA, &[&run[..], strategy].concat());
+        let ahead = train(d, "cora", CORA, &[&run[..], strategy, &["--prefetch", "on"]].concat());
         assert_eq!(
             (plain["prefetch"].as_bool(), ahead["prefetch"].as_bool()),
             (Some(false), Some(true)),

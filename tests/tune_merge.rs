@@ -7,7 +7,7 @@ mod train_support;
 
 use leapgnn::train::MergePlan;
 use std::path::Path;
-use train_support::{fails, json};
+use train_support::{fails, json, json_env};
 
 /// A temp data dir holding synthetic-small (20k nodes, 64-d; generated, seeded).
 fn data() -> tempfile::TempDir {
@@ -18,8 +18,11 @@ fn data() -> tempfile::TempDir {
 
 const JOB: &[&str] = &["synthetic-small", "--parts", "4", "--batch-size", "256"];
 
+/// Two threads per worker: `--prefetch auto` searches with and without prefetch.
+const CORES: &[(&str, &str)] = &[("RAYON_NUM_THREADS", "2")];
+
 fn tune(d: &Path, extra: &[&str]) -> serde_json::Value {
-    json(d, &[&["tune-merge"], JOB, extra].concat())
+    json_env(d, &[&["tune-merge"], JOB, extra].concat(), CORES)
 }
 
 #[test]
@@ -63,6 +66,13 @@ fn predicts_every_strategy_and_t_and_writes_a_plan_train_accepts() {
     let off = tune(d, &["--out", d.join("off.toml").to_str().unwrap(), "--prefetch", "off"]);
     assert!(off["predictions"].as_array().unwrap().iter().all(|p| p["prefetch"] == false));
     assert_eq!(MergePlan::load(&d.join("off.toml")).unwrap().prefetch, Some(false));
+    // One core per worker: auto searches without prefetch only, as train would run.
+    let one = json_env(
+        d,
+        &[&["tune-merge"], JOB, &["--out", d.join("one.toml").to_str().unwrap()]].concat(),
+        &[("RAYON_NUM_THREADS", "1")],
+    );
+    assert!(one["predictions"].as_array().unwrap().iter().all(|p| p["prefetch"] == false));
 }
 
 #[test]
@@ -75,18 +85,26 @@ fn train_follows_the_plans_prefetch_unless_told() {
         p
     };
     let (on, off) = (plan(true), plan(false));
-    let run = |name: &str, extra: &[&str]| {
+    let run_with = |name: &str, extra: &[&str], threads: &str| {
         let base = ["train", "synthetic-small", "--workers", "4", "--batch-size", "64", "--no-tui", "--run", name];
-        json(d, &[&base[..], &["--epochs", "1", "--stop-after", "3", "--strategy", "leapgnn"], extra].concat())
+        let flags = [&base[..], &["--epochs", "1", "--stop-after", "3", "--strategy", "leapgnn"], extra].concat();
+        json_env(d, &flags, &[("RAYON_NUM_THREADS", threads)])
     };
+    // One thread per worker throughout: only the plan or the flag turn prefetch on.
+    let run = |name: &str, extra: &[&str]| run_with(name, extra, "1");
     let used = |v: serde_json::Value| (v["prefetch"].as_bool().unwrap(), v["time_steps"].as_u64().unwrap());
     assert_eq!(used(run("on", &["--merge-plan", on.to_str().unwrap()])), (true, 2));
     assert_eq!(used(run("off", &["--merge-plan", off.to_str().unwrap()])), (false, 2));
     // The flag wins over the plan, both ways.
     assert_eq!(used(run("forced", &["--merge-plan", off.to_str().unwrap(), "--prefetch"])), (true, 2));
     assert_eq!(used(run("kept-off", &["--merge-plan", on.to_str().unwrap(), "--prefetch", "off"])), (false, 2));
-    // Without a plan, auto prefetches on several workers.
-    assert_eq!(used(run("auto", &["--time-steps", "3"])), (true, 3));
+    // Without a plan, auto prefetches where each worker has 2 cores, and not with 1.
+    assert_eq!(used(run_with("auto2", &["--time-steps", "3"], "2")), (true, 3));
+    assert_eq!(used(run("auto1", &["--time-steps", "3"])), (false, 3));
+    // The run's config records what was settled, so a replay does the same.
+    let cfg: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.join("runs/auto1/config.json")).unwrap()).unwrap();
+    assert_eq!(cfg["prefetch"], "off");
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! slots or a Slurm allocation's tasks set the number of workers, and a
 //! resumed run's profile must still hold the workers it resumes on.
 
-use super::TrainConfig;
+use super::{Prefetch, TrainConfig};
 use crate::BadInput;
 use crate::cluster::slurm::SlurmError;
 use crate::cluster::{Allocation, LauncherKind, Profile, ProfileError};
@@ -35,17 +35,64 @@ pub fn place(
     workers: Option<usize>,
     parts: Option<usize>,
 ) -> Result<(TrainConfig, Option<Profile>), PlacementError> {
-    let Some(path) = &cfg.cluster else { return Ok((cfg, None)) };
+    let Some(path) = &cfg.cluster else {
+        settle_prefetch(&mut cfg, None);
+        return Ok((cfg, None));
+    };
     let profile = Profile::load_or_builtin(path)?;
     let slots = match profile.launcher {
-        LauncherKind::Local => return Ok((cfg, None)),
+        LauncherKind::Local => {
+            settle_prefetch(&mut cfg, Some(&profile));
+            return Ok((cfg, None));
+        }
         // One worker per task of the allocation, or the first --workers of them.
         LauncherKind::Slurm => Allocation::from_env(workers)?.world(),
         LauncherKind::Ssh => ssh_slots(&profile, workers)?,
     };
     cfg.workers = slots;
     cfg.parts = parts.unwrap_or(slots);
+    settle_prefetch(&mut cfg, Some(&profile));
     Ok((cfg, Some(profile)))
+}
+
+/// Cores each worker of `profile` (None: local workers without one) can
+/// count on: the `RAYON_NUM_THREADS` its workers get (the profile's
+/// `[cluster.env]`, else, for local workers, this process's environment),
+/// else for local workers this machine's cores shared among `workers`;
+/// None where unknown (remote hosts without the setting).
+pub fn cores_per_worker(profile: Option<&Profile>, workers: usize) -> Option<f64> {
+    let threads = |v: &str| v.trim().parse::<usize>().ok().filter(|&n| n > 0).map(|n| n as f64);
+    let set = profile.and_then(|p| p.env.iter().find(|(k, _)| k == "RAYON_NUM_THREADS")).and_then(|(_, v)| threads(v));
+    if set.is_some() {
+        return set;
+    }
+    if profile.is_some_and(|p| p.launcher != LauncherKind::Local) {
+        return None;
+    }
+    if let Some(n) = std::env::var("RAYON_NUM_THREADS").ok().and_then(|v| threads(&v)) {
+        return Some(n);
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    Some(cores as f64 / workers.max(1) as f64)
+}
+
+/// Prefetching runs the next iteration's sampling and fetch on a second
+/// thread: it pays where that thread has a core of its own. On the emulated
+/// cluster with half a core per host it cost 5-10 % at every T (README,
+/// "Faithful links"), so `--prefetch auto` is settled off where each worker
+/// has fewer than 2 cores, unless the merge plan decided; the run's config
+/// records the outcome.
+pub const PREFETCH_MIN_CORES: f64 = 2.0;
+
+fn settle_prefetch(cfg: &mut TrainConfig, profile: Option<&Profile>) {
+    let planned =
+        cfg.merge_plan.as_ref().and_then(|p| crate::schedule::MergePlan::load(p).ok()).and_then(|p| p.prefetch);
+    if cfg.prefetch == Prefetch::Auto
+        && planned.is_none()
+        && cores_per_worker(profile, cfg.workers).is_some_and(|c| c < PREFETCH_MIN_CORES)
+    {
+        cfg.prefetch = Prefetch::Off;
+    }
 }
 
 /// An ssh profile runs one worker per slot: --workers, when given, must agree.

@@ -10,14 +10,26 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 pub fn leapgnn(data: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_leapgnn")).arg("--data-dir").arg(data).args(args).output().expect("leapgnn runs")
+    leapgnn_env(data, args, &[])
+}
+
+/// `leapgnn` with extra environment variables.
+pub fn leapgnn_env(data: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_leapgnn"));
+    c.envs(env.iter().copied());
+    c.arg("--data-dir").arg(data).args(args).output().expect("leapgnn runs")
 }
 
 /// Runs `leapgnn ... --json`, asserts success and parses the summary.
 pub fn json(data: &Path, args: &[&str]) -> serde_json::Value {
+    json_env(data, args, &[])
+}
+
+/// `json` with extra environment variables.
+pub fn json_env(data: &Path, args: &[&str], env: &[(&str, &str)]) -> serde_json::Value {
     let mut all = args.to_vec();
     all.push("--json");
-    let out = leapgnn(data, &all);
+    let out = leapgnn_env(data, &all, env);
     assert!(out.status.success(), "leapgnn {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("bad JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
