@@ -18,11 +18,14 @@ fn data() -> tempfile::TempDir {
 
 const JOB: &[&str] = &["synthetic-small", "--parts", "4", "--batch-size", "256"];
 
-/// Two threads per worker: `--prefetch auto` searches with and without prefetch.
-const CORES: &[(&str, &str)] = &[("RAYON_NUM_THREADS", "2")];
-
+/// With this machine's cores per worker, as `train` runs beside it.
 fn tune(d: &Path, extra: &[&str]) -> serde_json::Value {
-    json_env(d, &[&["tune-merge"], JOB, extra].concat(), CORES)
+    json(d, &[&["tune-merge"], JOB, extra].concat())
+}
+
+/// Two threads per worker: `--prefetch auto` searches with and without prefetch.
+fn tune_two_cores(d: &Path, extra: &[&str]) -> serde_json::Value {
+    json_env(d, &[&["tune-merge"], JOB, extra].concat(), &[("RAYON_NUM_THREADS", "2")])
 }
 
 #[test]
@@ -31,7 +34,7 @@ fn predicts_every_strategy_and_t_and_writes_a_plan_train_accepts() {
     let tmp = data();
     let d = tmp.path();
     let out = d.join("plan.toml");
-    let v = tune(d, &["--out", out.to_str().unwrap()]);
+    let v = tune_two_cores(d, &["--out", out.to_str().unwrap()]);
     let preds = v["predictions"].as_array().unwrap();
     let has = |s: &str, t: u64| preds.iter().any(|p| p["strategy"] == s && p["time_steps"] == t);
     assert!(has("model-centric", 1) && has("micrograph", 4) && has("pregather", 4));
@@ -58,12 +61,12 @@ fn predicts_every_strategy_and_t_and_writes_a_plan_train_accepts() {
     let written = plan.predicted_iteration_seconds.unwrap();
     assert!((written - best).abs() <= 1e-12 * best, "plan says {written} s, table {best} s");
     // The same inputs give the same output, and the default plan path is under the dataset.
-    let again = tune(d, &["--out", out.to_str().unwrap()]);
+    let again = tune_two_cores(d, &["--out", out.to_str().unwrap()]);
     assert_eq!(again["predictions"], v["predictions"]);
     let default = tune(d, &[]);
     assert!(default["plan"].as_str().unwrap().ends_with("synthetic-small/plans/leapgnn-4.toml"));
     // --prefetch off searches without it only.
-    let off = tune(d, &["--out", d.join("off.toml").to_str().unwrap(), "--prefetch", "off"]);
+    let off = tune_two_cores(d, &["--out", d.join("off.toml").to_str().unwrap(), "--prefetch", "off"]);
     assert!(off["predictions"].as_array().unwrap().iter().all(|p| p["prefetch"] == false));
     assert_eq!(MergePlan::load(&d.join("off.toml")).unwrap().prefetch, Some(false));
     // One core per worker: auto searches without prefetch only, as train would run.
