@@ -164,14 +164,7 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
         calibration = Some(c);
     }
 
-    let cores = leapgnn::train::placement::cores_per_worker(Some(&profile), cfg.workers);
-    let settings: &[bool] = match a.prefetch {
-        Prefetch::On => &[true],
-        Prefetch::Off => &[false],
-        // As `train --prefetch auto`: only where a worker has a core for the prefetch thread.
-        Prefetch::Auto if cores.is_some_and(|c| c < leapgnn::train::placement::PREFETCH_MIN_CORES) => &[false],
-        Prefetch::Auto => &[false, true],
-    };
+    let settings = leapgnn::train::placement::prefetch_search(a.prefetch, Some(&profile), cfg.workers);
     let tuning = plan_for(&data, &cfg, &figures, a.iterations, settings)?;
     tuning.plan.save(&out).with_context(|| format!("cannot write the merge plan {}", out.display()))?;
     let validation = match &a.validate {

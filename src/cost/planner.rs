@@ -48,16 +48,6 @@ impl Tuning {
     pub fn chosen(&self) -> &Candidate {
         &self.candidates[self.chosen]
     }
-    /// Predicted seconds of `leapgnn` at each T, with the chosen prefetch
-    /// setting (what `next_time_steps` takes).
-    pub fn leapgnn_predictions(&self) -> Vec<(u32, f64)> {
-        let prefetch = self.chosen().prefetch;
-        self.candidates
-            .iter()
-            .filter(|c| c.strategy == StrategyKind::Leapgnn && c.prefetch == prefetch)
-            .map(|c| (c.time_steps, c.iteration_seconds))
-            .collect()
-    }
 }
 
 /// What to plan for.
@@ -102,11 +92,13 @@ pub fn tune(inp: &PlanInput<'_>) -> Result<Tuning, BadInput> {
     let fits = |m: u64| bound == 0 || m <= bound;
     // One worker fetches nothing: prefetching has nothing to hide.
     let settings: &[bool] = if w > 1 && !inp.prefetch.is_empty() { inp.prefetch } else { &[false] };
-    let eval = |strategy: StrategyKind, t: u32, balance: Vec<Vec<f64>>, prefetch: bool| {
-        let counts = inp.job.count(&layout_of(strategy, w, t, &balance), inp.iterations);
-        let shape = Shape { prefetch, ..inp.shape.clone() };
-        let p = predict(&counts, inp.figures, &shape);
-        let c = Candidate {
+    // Counting samples the iterations: once per layout, predicted per prefetch setting.
+    let count = |strategy: StrategyKind, t: u32, balance: &[Vec<f64>]| {
+        inp.job.count(&layout_of(strategy, w, t, balance), inp.iterations)
+    };
+    let predicted = |counts: &[IterationCounts], strategy: StrategyKind, t: u32, balance: &[Vec<f64>], prefetch| {
+        let p = predict(counts, inp.figures, &Shape { prefetch, ..inp.shape.clone() });
+        Candidate {
             strategy,
             time_steps: t,
             iteration_seconds: p.iteration_seconds,
@@ -114,31 +106,30 @@ pub fn tune(inp: &PlanInput<'_>) -> Result<Tuning, BadInput> {
             peak_memory_bytes: p.peak_memory_bytes,
             fits_memory: fits(p.peak_memory_bytes),
             prefetch,
-            balance,
-        };
-        (c, counts)
-    };
-    let mut candidates = vec![eval(StrategyKind::ModelCentric, 1, vec![], false).0];
-    candidates.push(eval(StrategyKind::Micrograph, w as u32, vec![], false).0);
-    let mut group_cost = Vec::new();
-    for &prefetch in settings {
-        let (pregather, groups) = eval(StrategyKind::Pregather, w as u32, vec![], prefetch);
-        candidates.push(pregather);
-        if group_cost.is_empty() {
-            group_cost = own_group_seconds(&groups, inp.figures, &Shape { prefetch: false, ..inp.shape.clone() });
+            balance: balance.to_vec(),
         }
+    };
+    let mut candidates = Vec::new();
+    for (strategy, t) in [(StrategyKind::ModelCentric, 1), (StrategyKind::Micrograph, w as u32)] {
+        candidates.push(predicted(&count(strategy, t, &[]), strategy, t, &[], false));
     }
+    let groups = count(StrategyKind::Pregather, w as u32, &[]);
+    candidates.extend(settings.iter().map(|&p| predicted(&groups, StrategyKind::Pregather, w as u32, &[], p)));
+    let group_cost = own_group_seconds(&groups, inp.figures, &Shape { prefetch: false, ..inp.shape.clone() });
     for t in 1..=w as u32 {
-        let balanced = balanced_shares(&group_cost, t as usize);
+        let even = count(StrategyKind::Leapgnn, t, &[]);
+        let balanced = balanced_shares(&group_cost, t as usize)
+            .filter(|_| t > 1)
+            .map(|b| (count(StrategyKind::Leapgnn, t, &b), b));
         for &prefetch in settings {
-            let (even, _) = eval(StrategyKind::Leapgnn, t, vec![], prefetch);
+            let even = predicted(&even, StrategyKind::Leapgnn, t, &[], prefetch);
             let best = match &balanced {
-                Some(b) if t > 1 => {
-                    let (bal, _) = eval(StrategyKind::Leapgnn, t, b.clone(), prefetch);
+                Some((counts, b)) => {
+                    let bal = predicted(counts, StrategyKind::Leapgnn, t, b, prefetch);
                     // The balanced shares must earn their place: ties keep the even split.
                     if better(&bal, &even) { bal } else { even }
                 }
-                _ => even,
+                None => even,
             };
             candidates.push(best);
         }

@@ -57,9 +57,11 @@ pub enum Migration {
 crate::value_names!(Migration, "--migration");
 
 /// `--prefetch`: whether pregather and leapgnn gather iteration i+1's remote
-/// rows on a second thread while iteration i computes. `auto` turns it on
-/// where it pays: those two strategies on more than one worker (one worker
-/// has nothing remote), unless the `--merge-plan` chose otherwise.
+/// rows on a second thread while iteration i computes. `auto` follows the
+/// `--merge-plan`'s choice, else turns it on where it pays: those two
+/// strategies on more than one worker (one worker has nothing remote) with
+/// a core for the prefetch thread (`placement::prefetch_pays`, settled when
+/// the run is placed).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Prefetch {

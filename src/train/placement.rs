@@ -35,24 +35,20 @@ pub fn place(
     workers: Option<usize>,
     parts: Option<usize>,
 ) -> Result<(TrainConfig, Option<Profile>), PlacementError> {
-    let Some(path) = &cfg.cluster else {
-        settle_prefetch(&mut cfg, None);
-        return Ok((cfg, None));
-    };
-    let profile = Profile::load_or_builtin(path)?;
-    let slots = match profile.launcher {
-        LauncherKind::Local => {
-            settle_prefetch(&mut cfg, Some(&profile));
-            return Ok((cfg, None));
-        }
+    let profile = cfg.cluster.as_deref().map(Profile::load_or_builtin).transpose()?;
+    // Local workers keep --workers; a cluster's slots or tasks set them.
+    let slots = match profile.as_ref().map(|p| (p, p.launcher)) {
+        None | Some((_, LauncherKind::Local)) => None,
         // One worker per task of the allocation, or the first --workers of them.
-        LauncherKind::Slurm => Allocation::from_env(workers)?.world(),
-        LauncherKind::Ssh => ssh_slots(&profile, workers)?,
+        Some((_, LauncherKind::Slurm)) => Some(Allocation::from_env(workers)?.world()),
+        Some((p, LauncherKind::Ssh)) => Some(ssh_slots(p, workers)?),
     };
-    cfg.workers = slots;
-    cfg.parts = parts.unwrap_or(slots);
-    settle_prefetch(&mut cfg, Some(&profile));
-    Ok((cfg, Some(profile)))
+    if let Some(slots) = slots {
+        cfg.workers = slots;
+        cfg.parts = parts.unwrap_or(slots);
+    }
+    settle_prefetch(&mut cfg, profile.as_ref());
+    Ok((cfg, profile.filter(|p| p.launcher != LauncherKind::Local)))
 }
 
 /// Cores each worker of `profile` (None: local workers without one) can
@@ -78,19 +74,33 @@ pub fn cores_per_worker(profile: Option<&Profile>, workers: usize) -> Option<f64
 
 /// Prefetching runs the next iteration's sampling and fetch on a second
 /// thread: it pays where that thread has a core of its own. On the emulated
-/// cluster with half a core per host it cost 5-10 % at every T (README,
-/// "Faithful links"), so `--prefetch auto` is settled off where each worker
-/// has fewer than 2 cores, unless the merge plan decided; the run's config
-/// records the outcome.
-pub const PREFETCH_MIN_CORES: f64 = 2.0;
+/// cluster with half a core per host it cost 1-8 % at every T (README,
+/// "Faithful links"), so it pays only where each worker has at least 2
+/// cores (or where that is unknown: remote hosts without `RAYON_NUM_THREADS`).
+pub fn prefetch_pays(profile: Option<&Profile>, workers: usize) -> bool {
+    cores_per_worker(profile, workers).is_none_or(|c| c >= PREFETCH_MIN_CORES)
+}
 
+const PREFETCH_MIN_CORES: f64 = 2.0;
+
+/// The prefetch settings `tune-merge --prefetch WHEN` predicts pregather and
+/// leapgnn with: `auto` searches both only where prefetching pays, as
+/// `train --prefetch auto` decides.
+pub fn prefetch_search(when: Prefetch, profile: Option<&Profile>, workers: usize) -> &'static [bool] {
+    match when {
+        Prefetch::On => &[true],
+        Prefetch::Off => &[false],
+        Prefetch::Auto if prefetch_pays(profile, workers) => &[false, true],
+        Prefetch::Auto => &[false],
+    }
+}
+
+/// `--prefetch auto` settled off where prefetching does not pay, unless the
+/// merge plan decided; the run's config records the outcome.
 fn settle_prefetch(cfg: &mut TrainConfig, profile: Option<&Profile>) {
     let planned =
         cfg.merge_plan.as_ref().and_then(|p| crate::schedule::MergePlan::load(p).ok()).and_then(|p| p.prefetch);
-    if cfg.prefetch == Prefetch::Auto
-        && planned.is_none()
-        && cores_per_worker(profile, cfg.workers).is_some_and(|c| c < PREFETCH_MIN_CORES)
-    {
+    if cfg.prefetch == Prefetch::Auto && planned.is_none() && !prefetch_pays(profile, cfg.workers) {
         cfg.prefetch = Prefetch::Off;
     }
 }
