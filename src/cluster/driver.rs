@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 
 /// How long a worker's exit may precede the delivery of its last messages.
 const EXIT_GRACE: Duration = Duration::from_secs(2);
+/// How long a worker's error waits for a peer lost without a word, its likely cause.
+const CAUSE_GRACE: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone)]
 pub struct DriverOptions {
@@ -201,7 +203,7 @@ pub fn run_job_stoppable(
                         on_event(Event::Done(rank, v.clone()));
                         done[rank] = Some(v);
                     }
-                    ToDriver::Error(message) => break Err(DriverError::WorkerFailed { rank, message }),
+                    ToDriver::Error(message) => break Err(cause(rank, message, &rx, &done, &mut procs)),
                     ToDriver::Heartbeat | ToDriver::Hello(_) | ToDriver::Proof(_) | ToDriver::Listening(_) => {}
                 }
             }
@@ -255,6 +257,33 @@ fn finish<T>(
         p.kill();
     }
     result
+}
+
+/// When one worker dies, its peers report that it left them; which report
+/// comes first is a race. For a moment after `rank`'s error, until each other
+/// worker has reported or been lost, a worker lost without a word (killed,
+/// crashed) is the one named: it is the cause, the errors are its echo.
+fn cause(
+    rank: usize,
+    message: String,
+    rx: &mpsc::Receiver<Inbound>,
+    done: &[Option<serde_json::Value>],
+    procs: &mut [Box<dyn WorkerProcess>],
+) -> DriverError {
+    let deadline = Instant::now() + CAUSE_GRACE;
+    let mut spoke: Vec<bool> = done.iter().map(Option::is_some).collect();
+    spoke[rank] = true;
+    while !spoke.iter().all(|&s| s) {
+        let Some(left) = deadline.checked_duration_since(Instant::now()) else { break };
+        match rx.recv_timeout(left) {
+            Ok(Inbound::Msg(r, ToDriver::Error(_) | ToDriver::Done(_))) => spoke[r] = true,
+            Ok(Inbound::Msg(..)) => {}
+            Ok(Inbound::Lost(r, e)) if !spoke[r] => return lost(r, e, &mut procs[r]),
+            Ok(Inbound::Lost(..)) => {}
+            Err(_) => break,
+        }
+    }
+    DriverError::WorkerFailed { rank, message }
 }
 
 fn lost(rank: usize, e: ControlError, p: &mut Box<dyn WorkerProcess>) -> DriverError {
