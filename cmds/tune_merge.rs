@@ -71,8 +71,7 @@ pub struct Args {
     /// Sampled iterations the prediction averages over.
     #[arg(long, default_value_t = 8)]
     pub iterations: usize,
-    /// pregather / leapgnn with prefetch (`on`), without (`off`), or both, the plan taking the faster (`auto`;
-    /// without prefetch only where the profile's workers have fewer than 2 cores each, as `train` decides).
+    /// pregather / leapgnn with prefetch (`on`), without (`off`), or both, the plan taking the faster (`auto`).
     #[arg(long, value_enum, value_name = "WHEN", num_args = 0..=1, default_missing_value = "on", default_value_t = defaults::PREFETCH)]
     pub prefetch: Prefetch,
     /// Memory bound per worker in MB for one time step (overrides cost.memory_bytes; 0 = none).
@@ -164,8 +163,7 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
         calibration = Some(c);
     }
 
-    let settings = leapgnn::train::placement::prefetch_search(a.prefetch, Some(&profile), cfg.workers);
-    let tuning = plan_for(&data, &cfg, &figures, a.iterations, settings)?;
+    let tuning = plan_for(&data, &cfg, &figures, a.iterations, a.prefetch.search())?;
     tuning.plan.save(&out).with_context(|| format!("cannot write the merge plan {}", out.display()))?;
     let validation = match &a.validate {
         Some(run) => {

@@ -81,6 +81,8 @@ fn hosts_come_up_pass_the_cluster_check_and_leave_nothing_behind() {
     // The bucket banks at most one 64 KiB segment (1 ms of 50 Mb/s is less): a
     // link that idled must not then run above its rate.
     assert!(err.contains("burst 64Kb"), "the token bucket is not one segment:\n{err}");
+    // Nor below it: packets of a quarter of the bucket keep it metering.
+    assert!(err.contains("gso_max_size 16384"), "GSO packets are not capped:\n{err}");
     // Each host its own CPU quota (the default: cores / hosts), which its sshd's
     // sessions and workers ran under during the cluster check.
     let cores = std::thread::available_parallelism().unwrap().get() as f64;

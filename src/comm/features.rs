@@ -196,40 +196,61 @@ impl FeatureClient {
             )));
         }
         let mut p = self.send_requests(mesh, ids)?;
-        // Copy local and cached rows while the owners answer.
+        self.fill_dense(mesh, &mut p, ids, out)?;
+        Ok(p.stats)
+    }
+
+    /// Copies local and cached rows (while the owners answer), then scatters
+    /// each owner's answer back into request order.
+    fn fill_dense(&self, mesh: &Mesh, p: &mut Pending, ids: &[u32], out: &mut [f32]) -> Result<(), CommError> {
+        let d = self.dim();
         for (i, &id) in ids.iter().enumerate() {
-            if let Some(row) = self.at_hand(&mut p, id)? {
+            if let Some(row) = self.at_hand(p, id)? {
                 row.write_dense(&mut out[i * d..(i + 1) * d]);
             }
         }
-        // Scatter each owner's answer back into request order.
         for o in 0..mesh.world() {
-            let Some(reply) = self.receive(mesh, &p, o)? else { continue };
+            let Some(reply) = self.receive(mesh, p, o)? else { continue };
             let mine = &p.positions[p.starts[o]..p.starts[o + 1]];
             for (j, &pos) in mine.iter().enumerate() {
                 reply.write_dense(j, &mut out[pos as usize * d..(pos as usize + 1) * d]);
             }
         }
-        Ok(p.stats)
+        Ok(())
     }
 
     /// The rows of `ids` in order: CSR when this worker's rows are stored
     /// sparse (then owners answer sparse too, and only non-zeros cross the
     /// network), dense otherwise.
     pub fn fetch_rows(&self, mesh: &Mesh, ids: &[u32]) -> Result<(Rows, FetchStats), CommError> {
+        let asked = self.start_rows(mesh, ids.to_vec())?;
+        self.finish_rows(mesh, asked)
+    }
+
+    /// `fetch_rows` in two halves: this one asks the owners and returns at
+    /// once; their answers travel (and wait in the mailbox) until
+    /// `finish_rows` takes them.
+    pub fn start_rows(&self, mesh: &Mesh, ids: Vec<u32>) -> Result<RowsInFlight, CommError> {
+        let pending = self.send_requests(mesh, &ids)?;
+        Ok(RowsInFlight { ids, pending })
+    }
+
+    /// The rows `start_rows` asked for, waiting for the answers still on
+    /// their way (the fetch timeout counts from the asking).
+    pub fn finish_rows(&self, mesh: &Mesh, asked: RowsInFlight) -> Result<(Rows, FetchStats), CommError> {
+        let RowsInFlight { ids, pending: mut p } = asked;
         if !self.local.is_sparse() {
             let mut out = vec![0f32; ids.len() * self.dim()];
-            let stats = self.fetch(mesh, ids, &mut out)?;
-            return Ok((Rows::Dense(out), stats));
+            self.fill_dense(mesh, &mut p, &ids, &mut out)?;
+            return Ok((Rows::Dense(out), p.stats));
         }
-        let mut p = self.send_requests(mesh, ids)?;
         let replies = (0..mesh.world()).map(|o| self.receive(mesh, &p, o)).collect::<Result<Vec<_>, _>>()?;
         let mut next: Vec<usize> = vec![0; mesh.world()];
         let mut out = CsrRows { dim: self.dim(), indptr: Vec::with_capacity(ids.len() + 1), ..Default::default() };
         out.indptr.push(0);
         let mut tmp = Vec::new();
         let owners = self.owners.as_slice();
-        for &id in ids {
+        for &id in &ids {
             if let Some(row) = self.at_hand(&mut p, id)? {
                 out.push(row);
                 continue;
@@ -329,6 +350,12 @@ impl FeatureClient {
             detail,
         })
     }
+}
+
+/// Rows asked for by `start_rows`, not yet taken.
+pub struct RowsInFlight {
+    ids: Vec<u32>,
+    pending: Pending,
 }
 
 /// A fetch in flight: who was asked for what.

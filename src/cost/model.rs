@@ -17,7 +17,7 @@
 //! worker bursts at once, as calibration on shaped links measured) and then
 //! copy each step's rows locally; with prefetch the fetch overlaps the
 //! previous iteration's compute, so only what exceeds that compute is paid,
-//! and the worker holds two iterations' rows. A time step lasts as long as its
+//! and the worker holds 1 + `PREFETCH_DEPTH` iterations' rows. A time step lasts as long as its
 //! slowest worker (times 1 + `jitter`: workers fluctuate, and the expected
 //! maximum of several exceeds the maximum of their expectations), plus
 //! `step_seconds` between steps; the iteration ends with
@@ -207,8 +207,8 @@ pub fn predict_iteration(c: &IterationCounts, f: &Figures, s: &Shape) -> Iterati
                 *first += paid;
             }
             per[r].gather += paid;
-            // Prefetching fills the next iteration's rows while this one's are read.
-            let copies = if s.prefetch { 2.0 } else { 1.0 };
+            // Prefetching fills the next iterations' rows while this one's are read.
+            let copies = if s.prefetch { 1.0 + crate::train::PREFETCH_DEPTH as f64 } else { 1.0 };
             held = copies * rows.rows() as f64 * s.row_bytes();
         }
         peak = peak.max(held + step_peak);

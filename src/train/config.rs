@@ -56,12 +56,11 @@ pub enum Migration {
 
 crate::value_names!(Migration, "--migration");
 
-/// `--prefetch`: whether pregather and leapgnn gather iteration i+1's remote
-/// rows on a second thread while iteration i computes. `auto` follows the
-/// `--merge-plan`'s choice, else turns it on where it pays: those two
-/// strategies on more than one worker (one worker has nothing remote) with
-/// a core for the prefetch thread (`placement::prefetch_pays`, settled when
-/// the run is placed).
+/// `--prefetch`: whether pregather and leapgnn sample iteration i+1 and ask
+/// for its remote rows as iteration i starts, so that the answers travel
+/// while iteration i computes and sums its gradient. `auto` follows the
+/// `--merge-plan`'s choice, else turns it on for those two strategies on more
+/// than one worker (one worker has nothing remote).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Prefetch {
@@ -72,6 +71,18 @@ pub enum Prefetch {
 }
 
 crate::value_names!(Prefetch, "--prefetch");
+
+impl Prefetch {
+    /// The settings `tune-merge --prefetch` predicts pregather and leapgnn
+    /// with: `auto` searches both and lets the cost model choose.
+    pub fn search(self) -> &'static [bool] {
+        match self {
+            Prefetch::On => &[true],
+            Prefetch::Off => &[false],
+            Prefetch::Auto => &[false, true],
+        }
+    }
+}
 
 /// Runs recorded before `auto` existed wrote `"prefetch": true|false`.
 impl<'de> serde::Deserialize<'de> for Prefetch {

@@ -259,9 +259,9 @@ pub struct TrainFlags {
     /// How micrograph strategies move gradient accumulators between time steps.
     #[arg(long, value_enum, default_value_t = defaults::MIGRATION)]
     pub migration: Migration,
-    /// pregather / leapgnn: fetch iteration i+1's remote rows while computing iteration i. `auto`: as the
-    /// --merge-plan says, else on for those two on more than one worker where each worker has 2 cores;
-    /// `--prefetch` alone means on.
+    /// pregather / leapgnn: ask for iteration i+1's remote rows as iteration i starts, so they travel while i
+    /// computes. `auto`: as the --merge-plan says, else on for those two on more than one worker; `--prefetch`
+    /// alone means on.
     #[arg(long, value_enum, value_name = "WHEN", num_args = 0..=1, default_missing_value = "on", default_value_t = defaults::PREFETCH)]
     pub prefetch: Prefetch,
     /// Cluster profile (TOML): `launcher = "local"` runs --workers local processes; `launcher = "ssh"` runs

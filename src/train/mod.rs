@@ -31,9 +31,9 @@ pub use collective::{Collective, CommError, MeshCollective, Solo};
 pub use config::{DeviceKind, EvalMode, Migration, Prefetch, TrainConfig, TrainMode};
 pub use evaluate::{EvalRequest, Evaluation, evaluate};
 pub use naive::{NaiveEpoch, NaiveReport, naive_dry_run};
-pub use strategy::{Iteration, Strategy, StrategyKind};
+pub use strategy::{Iteration, PREFETCH_DEPTH, Strategy, StrategyKind};
 pub use trainer::{LoopInput, run_loop};
-pub use worker::{FeatureSource, GraphData, StepStats, Worker};
+pub use worker::{FeatureSource, GraphData, RowsAsked, StepStats, Worker};
 
 use crate::format::{DatasetFile, FormatError, write_atomic};
 use crate::metrics::{ByteCounts, EpochRecord, JsonlSink, RunBytes, RunInfo, RunSummary, StepRecord, add_bytes};

@@ -82,7 +82,10 @@ pub fn run_loop(
                 batches: sched.workers(p.iteration as usize),
                 global_size: sched.global(p.iteration as usize).len(),
                 dropout_key: dropout_key(cfg.seed, p.epoch, p.iteration),
-                next: (p.iteration as usize + 1 < sched.iterations()).then(|| sched.workers(p.iteration as usize + 1)),
+                ahead: (p.iteration as usize + 1..sched.iterations())
+                    .take(super::strategy::PREFETCH_DEPTH)
+                    .map(|i| sched.workers(i))
+                    .collect(),
             };
             // The gradient, then slots summed with it: the batch statistics'
             // sums (BatchNorm), the loss, and the stop vote.
@@ -138,6 +141,7 @@ pub fn run_loop(
                 obs.event(&format!("{} {}", checkpoint::WRITTEN, p.global_iteration));
             }
             if stop {
+                strategy.settle(w)?;
                 return Ok(p);
             }
         }
@@ -197,7 +201,7 @@ fn warm_up_statistics(
         batches: sched.workers(0),
         global_size: sched.global(0).len(),
         dropout_key: hash_of(cfg.seed, &[DROPOUT_TAG, 0, 0]),
-        next: None,
+        ahead: Vec::new(),
     };
     let mut scratch = vec![0f32; w.params.numel()];
     for _ in 0..w.model.num_layers() {

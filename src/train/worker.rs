@@ -62,6 +62,24 @@ pub trait FeatureSource: Sync {
     fn input_rows(&self, ids: &[u32]) -> Result<(Rows, RowCounts), TrainError> {
         self.rows(ids).map(|(r, c)| (Rows::Dense(r), c))
     }
+    /// `input_rows` in two halves: other workers are asked now, and
+    /// `finish_rows` takes their answers (a source with every row at hand
+    /// reads them here).
+    fn start_rows(&self, ids: Vec<u32>) -> Result<RowsAsked, TrainError> {
+        self.input_rows(&ids).map(RowsAsked::Ready)
+    }
+    fn finish_rows(&self, asked: RowsAsked) -> Result<(Rows, RowCounts), TrainError> {
+        match asked {
+            RowsAsked::Ready(r) => Ok(r),
+            RowsAsked::InFlight(_) => Err(TrainError::Rows("rows asked of another feature source".into())),
+        }
+    }
+}
+
+/// Rows `FeatureSource::start_rows` asked for.
+pub enum RowsAsked {
+    Ready((Rows, RowCounts)),
+    InFlight(crate::comm::RowsInFlight),
 }
 
 impl<T: RowSource + ?Sized> FeatureSource for T {

@@ -2,7 +2,7 @@
 //! remote owners (one request per owner, all in flight at once), behind the
 //! `FeatureSource` the worker gathers from.
 
-use super::super::{FeatureSource, TrainError};
+use super::super::{FeatureSource, RowsAsked, TrainError};
 use crate::comm::{FeatureClient, FetchStats, Mesh};
 use crate::gather::Rows;
 use crate::metrics::RowCounts;
@@ -41,6 +41,21 @@ impl FeatureSource for FetchingRows<'_> {
     fn input_rows(&self, ids: &[u32]) -> Result<(Rows, RowCounts), TrainError> {
         let (rows, s) = self.client.fetch_rows(self.mesh, ids).map_err(|e| TrainError::Comm(e.into()))?;
         Ok((rows, self.count(s)))
+    }
+
+    fn start_rows(&self, ids: Vec<u32>) -> Result<RowsAsked, TrainError> {
+        let asked = self.client.start_rows(self.mesh, ids).map_err(|e| TrainError::Comm(e.into()))?;
+        Ok(RowsAsked::InFlight(asked))
+    }
+
+    fn finish_rows(&self, asked: RowsAsked) -> Result<(Rows, RowCounts), TrainError> {
+        match asked {
+            RowsAsked::Ready(r) => Ok(r),
+            RowsAsked::InFlight(a) => {
+                let (rows, s) = self.client.finish_rows(self.mesh, a).map_err(|e| TrainError::Comm(e.into()))?;
+                Ok((rows, self.count(s)))
+            }
+        }
     }
 }
 

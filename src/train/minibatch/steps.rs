@@ -18,6 +18,7 @@ use crate::schedule::MergePlan;
 use crate::schedule::routing::{merge, route};
 use crate::train::strategy::StepSink;
 use crate::train::{Collective, Migration, StepStats, TrainError, Worker};
+use std::collections::VecDeque;
 use std::time::Instant;
 
 /// How many time steps an iteration takes.
@@ -42,8 +43,9 @@ pub struct MicroSteps {
     roots: Vec<Vec<u32>>,
     /// Maps for building stores (None until the first store, or while lent out).
     spare: Vec<Scratch>,
-    /// The next iteration's store, gathered during this one (--prefetch).
-    ahead: Option<Pregathered>,
+    /// The next iterations' stores, sampled and asked for during this one
+    /// (--prefetch; at most `it.ahead.len()`).
+    ahead: VecDeque<Pregathered>,
 }
 
 impl MicroSteps {
@@ -58,7 +60,7 @@ impl MicroSteps {
             count,
             roots: Vec::new(),
             spare: Vec::new(),
-            ahead: None,
+            ahead: VecDeque::new(),
         }
     }
 
@@ -158,6 +160,14 @@ impl Strategy for MicroSteps {
         }
     }
 
+    fn settle(&mut self, w: &mut Worker<'_>) -> Result<(), TrainError> {
+        for mut s in self.ahead.drain(..).collect::<Vec<_>>() {
+            s.complete(w.features)?;
+            self.spare.push(s.recycle());
+        }
+        Ok(())
+    }
+
     fn restore_auto(&mut self, s: &super::AutoState) -> Result<(), TrainError> {
         match &mut self.count {
             StepCount::Auto(a) => a.restore(s),
@@ -194,10 +204,12 @@ impl Strategy for MicroSteps {
 
         let mut store = None;
         if self.pregather {
-            store = match self.ahead.take() {
+            store = match self.ahead.pop_front() {
                 Some(s) if s.epoch == it.epoch && s.roots == roots => Some(s),
                 stale => {
-                    if let Some(s) = stale {
+                    // Stale stores' answers are taken, so none is left behind in the mailbox.
+                    for mut s in stale.into_iter().chain(self.ahead.drain(..).collect::<Vec<_>>()) {
+                        s.complete(w.features)?;
                         self.spare.push(s.recycle());
                     }
                     let scratch = self.scratch(num_nodes);
@@ -205,41 +217,31 @@ impl Strategy for MicroSteps {
                 }
             };
         }
-        // The next iteration's roots, if it is to be gathered now.
-        let next = match (&it.next, self.prefetch) {
-            (Some(batches), true) => {
-                let t_next = match &self.count {
-                    StepCount::Auto(a) => a.next(),
-                    _ => Some(t_count),
-                };
-                t_next.map(|t| {
-                    let mut r = Vec::new();
-                    self.routed(batches, rank, t, &mut r);
-                    r
-                })
+        // --prefetch: the next iterations are sampled and their rows asked for
+        // now, once this one's have arrived, so that the owners' answers travel
+        // while this iteration computes and sums its gradient (no thread: on a
+        // worker with one core a second one competes with the compute).
+        if let Some(s) = store.as_mut() {
+            s.complete(w.features)?;
+        }
+        if self.prefetch {
+            let t_next = match &self.count {
+                StepCount::Auto(a) => a.next(),
+                _ => Some(t_count),
+            };
+            while let (Some(t), Some(batches)) = (t_next, it.ahead.get(self.ahead.len())) {
+                let mut next = Vec::new();
+                self.routed(batches, rank, t, &mut next);
+                let scratch = self.scratch(num_nodes);
+                self.ahead.push_back(Pregathered::request(&w.sampler, w.features, loc, next, it.epoch, scratch)?);
             }
-            _ => None,
-        };
-
-        let (sampler, features, epoch) = (w.sampler.clone(), w.features, it.epoch);
-        let ahead_scratch = next.as_ref().map(|_| self.scratch(num_nodes));
-        let (result, ahead) = std::thread::scope(|scope| {
-            // Gathers iteration i + 1 on its own thread while this one computes i.
-            let handle = next.zip(ahead_scratch).map(|(next_roots, scratch)| {
-                scope.spawn(move || Pregathered::build(&sampler, features, loc, next_roots, epoch, scratch))
-            });
-            let result = self.run_steps(w, coll, it, (&roots, bytes0), store.as_mut(), loc, grad, records);
-            let ahead = handle
-                .map(|h| h.join().unwrap_or_else(|_| Err(TrainError::Rows("the prefetch thread panicked".into()))));
-            (result, ahead)
-        });
+        }
+        let result = self.run_steps(w, coll, it, (&roots, bytes0), store.as_mut(), loc, grad, records);
         if let Some(s) = store {
             self.spare.push(s.recycle());
         }
         self.roots = roots;
-        let loss = result?;
-        self.ahead = ahead.transpose()?;
-        Ok(loss)
+        result
     }
 }
 

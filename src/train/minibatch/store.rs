@@ -7,7 +7,7 @@
 use crate::gather::{CsrRows, RowNorm, Rows};
 use crate::metrics::RowCounts;
 use crate::sample::{Blocks, Interner, NeighborSampler, NodeMap};
-use crate::train::{FeatureSource, TrainError};
+use crate::train::{FeatureSource, RowsAsked, TrainError};
 use std::time::Instant;
 
 /// Dense per-vertex maps, reused from iteration to iteration (two of them
@@ -48,9 +48,11 @@ pub(super) struct Pregathered {
     pub roots: Vec<Vec<u32>>,
     blocks: Vec<Option<Blocks>>,
     sample_seconds: Vec<f64>,
-    /// The union's remote ids, in store order, and their rows (as fetched).
+    /// The union's remote ids, in store order, and their rows (as fetched;
+    /// `asked` while they are on their way, see `request`).
     ids: Vec<u32>,
     rows: Rows,
+    asked: Option<RowsAsked>,
     /// Where the union's rows came from, and how long fetching them took.
     pub fetched: RowCounts,
     pub fetch_seconds: f64,
@@ -76,6 +78,21 @@ impl Pregathered {
         loc: Locality<'_>,
         roots: Vec<Vec<u32>>,
         epoch: u64,
+        scratch: Scratch,
+    ) -> Result<Self, TrainError> {
+        let mut store = Self::request(sampler, features, loc, roots, epoch, scratch)?;
+        store.complete(features)?;
+        Ok(store)
+    }
+
+    /// `build`'s first half: samples, and asks the owners for the union's
+    /// rows, which travel until `complete` takes them.
+    pub fn request(
+        sampler: &NeighborSampler<'_>,
+        features: &dyn FeatureSource,
+        loc: Locality<'_>,
+        roots: Vec<Vec<u32>>,
+        epoch: u64,
         mut scratch: Scratch,
     ) -> Result<Self, TrainError> {
         let mut blocks = Vec::with_capacity(roots.len());
@@ -93,10 +110,19 @@ impl Pregathered {
             blocks.push(b);
         }
         let t = Instant::now();
-        let (rows, fetched) =
-            if ids.is_empty() { (Rows::Dense(Vec::new()), RowCounts::default()) } else { features.input_rows(&ids)? };
-        let fetch_seconds = t.elapsed().as_secs_f64();
-        Ok(Pregathered { epoch, roots, blocks, sample_seconds, ids, rows, fetched, fetch_seconds, scratch })
+        let asked = if ids.is_empty() { None } else { Some(features.start_rows(ids.clone())?) };
+        let (rows, fetched, fetch_seconds) = (Rows::Dense(Vec::new()), RowCounts::default(), t.elapsed().as_secs_f64());
+        Ok(Pregathered { epoch, roots, blocks, sample_seconds, ids, rows, asked, fetched, fetch_seconds, scratch })
+    }
+
+    /// Takes the rows `request` asked for, waiting for those still on their
+    /// way (the wait adds to `fetch_seconds`).
+    pub fn complete(&mut self, features: &dyn FeatureSource) -> Result<(), TrainError> {
+        let Some(asked) = self.asked.take() else { return Ok(()) };
+        let t = Instant::now();
+        (self.rows, self.fetched) = features.finish_rows(asked)?;
+        self.fetch_seconds += t.elapsed().as_secs_f64();
+        Ok(())
     }
 
     /// Step `t`'s blocks and input rows (normalised by `norm`); None when the
@@ -108,6 +134,7 @@ impl Pregathered {
         loc: Locality<'_>,
         norm: RowNorm,
     ) -> Result<Option<StepInput>, TrainError> {
+        self.complete(features)?;
         let Some(blocks) = self.blocks[t].take() else { return Ok(None) };
         let start = Instant::now();
         let input = blocks.input_nodes();
