@@ -223,8 +223,8 @@ impl FeatureClient {
     /// sparse (then owners answer sparse too, and only non-zeros cross the
     /// network), dense otherwise.
     pub fn fetch_rows(&self, mesh: &Mesh, ids: &[u32]) -> Result<(Rows, FetchStats), CommError> {
-        let asked = self.start_rows(mesh, ids.to_vec())?;
-        self.finish_rows(mesh, asked)
+        let p = self.send_requests(mesh, ids)?;
+        self.take_rows(mesh, ids, p)
     }
 
     /// `fetch_rows` in two halves: this one asks the owners and returns at
@@ -238,10 +238,14 @@ impl FeatureClient {
     /// The rows `start_rows` asked for, waiting for the answers still on
     /// their way (the fetch timeout counts from the asking).
     pub fn finish_rows(&self, mesh: &Mesh, asked: RowsInFlight) -> Result<(Rows, FetchStats), CommError> {
-        let RowsInFlight { ids, pending: mut p } = asked;
+        self.take_rows(mesh, &asked.ids, asked.pending)
+    }
+
+    /// The rows of `ids`, asked for by `p`, in order (see `fetch_rows`).
+    fn take_rows(&self, mesh: &Mesh, ids: &[u32], mut p: Pending) -> Result<(Rows, FetchStats), CommError> {
         if !self.local.is_sparse() {
             let mut out = vec![0f32; ids.len() * self.dim()];
-            self.fill_dense(mesh, &mut p, &ids, &mut out)?;
+            self.fill_dense(mesh, &mut p, ids, &mut out)?;
             return Ok((Rows::Dense(out), p.stats));
         }
         let replies = (0..mesh.world()).map(|o| self.receive(mesh, &p, o)).collect::<Result<Vec<_>, _>>()?;
@@ -250,7 +254,7 @@ impl FeatureClient {
         out.indptr.push(0);
         let mut tmp = Vec::new();
         let owners = self.owners.as_slice();
-        for &id in &ids {
+        for &id in ids {
             if let Some(row) = self.at_hand(&mut p, id)? {
                 out.push(row);
                 continue;

@@ -30,7 +30,7 @@ pub struct MergePlan {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub predicted_iteration_seconds: Option<f64>,
     /// Whether the planned run prefetches (what `train --prefetch auto`
-    /// follows); absent: prefetch where it pays.
+    /// follows); absent: as `--prefetch auto` decides without a plan.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefetch: Option<bool>,
 }

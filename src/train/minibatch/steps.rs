@@ -160,8 +160,10 @@ impl Strategy for MicroSteps {
         }
     }
 
+    /// Also drops stores asked for ahead that turn out stale: their answers are
+    /// taken, so none is left behind in the mailbox.
     fn settle(&mut self, w: &mut Worker<'_>) -> Result<(), TrainError> {
-        for mut s in self.ahead.drain(..).collect::<Vec<_>>() {
+        while let Some(mut s) = self.ahead.pop_front() {
             s.complete(w.features)?;
             self.spare.push(s.recycle());
         }
@@ -207,11 +209,8 @@ impl Strategy for MicroSteps {
             store = match self.ahead.pop_front() {
                 Some(s) if s.epoch == it.epoch && s.roots == roots => Some(s),
                 stale => {
-                    // Stale stores' answers are taken, so none is left behind in the mailbox.
-                    for mut s in stale.into_iter().chain(self.ahead.drain(..).collect::<Vec<_>>()) {
-                        s.complete(w.features)?;
-                        self.spare.push(s.recycle());
-                    }
+                    self.ahead.extend(stale);
+                    self.settle(w)?;
                     let scratch = self.scratch(num_nodes);
                     Some(Pregathered::build(&w.sampler, w.features, loc, roots.clone(), it.epoch, scratch)?)
                 }

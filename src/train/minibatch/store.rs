@@ -10,8 +10,9 @@ use crate::sample::{Blocks, Interner, NeighborSampler, NodeMap};
 use crate::train::{FeatureSource, RowsAsked, TrainError};
 use std::time::Instant;
 
-/// Dense per-vertex maps, reused from iteration to iteration (two of them
-/// with `--prefetch`: one being filled while the other is read).
+/// Dense per-vertex maps, reused from iteration to iteration (1 +
+/// `PREFETCH_DEPTH` of them with `--prefetch`: the store being read and those
+/// asked for ahead).
 pub(super) struct Scratch {
     /// Sampling's vertex -> block position map.
     sample: NodeMap,
