@@ -33,6 +33,9 @@ usage: scripts/emulated-cluster.sh [options] [-- extra `leapgnn train` flags]
                        host (v1 cpu.cfs_quota_us, or v2 cpu.max) that its sshd and so its workers run
                        in (default: cores / hosts, as if each host were a machine of its own); `off`:
                        no quota, an idle host's CPU goes to the others (the old behaviour)
+  --cpu-period MS      the quota's period in ms, 1 to 1000 (default 10): a host with 0.5 cores runs
+                       5 ms of every 10, near enough to a machine half as fast; a long period (the
+                       kernel's 100) runs it flat out and then stops it for up to half the period
   --calibrate          calibrate tune-merge's figures on the emulated hosts at each rate (slower);
                        without it tune-merge plans with the rough figures and the shaped rate
   --leapgnn-grid       also run leapgnn at every T = 1..hosts with --prefetch on and off
@@ -51,12 +54,12 @@ die() { echo "emulated-cluster: $*" >&2; exit 2; }
 
 HOSTS=4 DATASET=synthetic-arxiv-easy RATE=500mbit DELAY=0.5ms SWEEP="" EPOCHS=2 BATCH=1024 SEED=0
 STRATEGIES=model-centric,micrograph,pregather,leapgnn,p3
-BIN="" DATA_DIR="" OUT="" THREADS="" HOST_CPUS="" CHECK_ONLY=0 CALIBRATE=0 GRID=0
+BIN="" DATA_DIR="" OUT="" THREADS="" HOST_CPUS="" CPU_PERIOD_MS=10 CHECK_ONLY=0 CALIBRATE=0 GRID=0
 EXTRA=()
 while (($#)); do
 	case "$1" in
 	--hosts | --dataset | --rate | --delay | --sweep | --strategies | --epochs | --batch-size | --seed | --bin | \
-		--data-dir | --out | --threads | --host-cpus)
+		--data-dir | --out | --threads | --host-cpus | --cpu-period)
 		(($# >= 2)) || { usage >&2; die "$1 needs a value"; } ;;&
 	--hosts) HOSTS=$2; shift 2 ;;
 	--dataset) DATASET=$2; shift 2 ;;
@@ -72,6 +75,7 @@ while (($#)); do
 	--out) OUT=$2; shift 2 ;;
 	--threads) THREADS=$2; shift 2 ;;
 	--host-cpus) HOST_CPUS=$2; shift 2 ;;
+	--cpu-period) CPU_PERIOD_MS=$2; shift 2 ;;
 	--check-only) CHECK_ONLY=1; shift ;;
 	--calibrate) CALIBRATE=1; shift ;;
 	--leapgnn-grid) GRID=1; shift ;;
@@ -82,6 +86,8 @@ while (($#)); do
 done
 
 [[ $HOSTS =~ ^[0-9]+$ ]] && ((HOSTS >= 1 && HOSTS <= 64)) || die "--hosts $HOSTS: give 1 to 64"
+[[ $CPU_PERIOD_MS =~ ^[0-9]+$ ]] && ((CPU_PERIOD_MS >= 1 && CPU_PERIOD_MS <= 1000)) ||
+	die "--cpu-period $CPU_PERIOD_MS: give whole milliseconds, 1 to 1000"
 IFS=, read -r -a RATES <<<"${SWEEP:-$RATE}"
 for r in "${RATES[@]}"; do
 	[[ ${r,,} =~ ^[0-9]+(kbit|mbit|gbit|bit)$ ]] || die "rate \`$r\`: write it as e.g. 100mbit or 1gbit"
@@ -119,7 +125,8 @@ if [[ $HOST_CPUS != off ]]; then
 		die "no CPU cgroup controller here (v1 cpu.cfs_quota_us or v2 cpu.max) to give each host its own CPUs: \
 run with --host-cpus off to share the machine's CPUs between the hosts"
 	fi
-	QUOTA_US=$(awk -v c="$HOST_CPUS" 'BEGIN { q = int(c * 100000); print (q < 1000 ? 1000 : q) }')
+	PERIOD_US=$((CPU_PERIOD_MS * 1000))
+	QUOTA_US=$(awk -v c="$HOST_CPUS" -v p="$PERIOD_US" 'BEGIN { q = int(c * p); print (q < 1000 ? 1000 : q) }')
 fi
 DATA_ARGS=()
 [[ -n $DATA_DIR ]] && DATA_ARGS=(--data-dir "$DATA_DIR")
@@ -283,10 +290,10 @@ EOF
 		mkdir "$(cg "$i")"
 		CGS+=("$(cg "$i")")
 		if [[ $CG_KIND == v1 ]]; then
-			echo 100000 >"$(cg "$i")/cpu.cfs_period_us"
+			echo "$PERIOD_US" >"$(cg "$i")/cpu.cfs_period_us"
 			echo "$QUOTA_US" >"$(cg "$i")/cpu.cfs_quota_us"
 		else
-			echo "$QUOTA_US 100000" >"$(cg "$i")/cpu.max"
+			echo "$QUOTA_US $PERIOD_US" >"$(cg "$i")/cpu.max"
 		fi
 	fi
 	# shellcheck disable=SC2016 # $$ is the inner shell's, which then becomes sshd
@@ -334,7 +341,13 @@ if ((CHECK_ONLY)); then
 	# The quota periods counted show that each host's processes ran in its cgroup.
 	for d in "${CGS[@]}"; do
 		periods=$(awk '$1 == "nr_periods" { print $2 }' "$d/cpu.stat" 2>/dev/null || echo "?")
-		echo "emulated-cluster: ${d##*-}: $HOST_CPUS cores (cgroup $CG_KIND $d), $periods quota periods used" >&2
+		if [[ $CG_KIND == v1 ]]; then
+			limit="$(cat "$d/cpu.cfs_quota_us") us per $(cat "$d/cpu.cfs_period_us") us"
+		else
+			read -r q p <"$d/cpu.max"
+			limit="$q us per $p us"
+		fi
+		echo "emulated-cluster: ${d##*-}: $HOST_CPUS cores (cgroup $CG_KIND $d: $limit), $periods quota periods used" >&2
 	done
 	exit 0
 fi
@@ -405,10 +418,10 @@ for rate in "${RATES[@]}"; do
 done
 
 cat >"$OUT/command.txt" <<EOF
-scripts/emulated-cluster.sh --hosts $HOSTS --dataset $DATASET --delay $DELAY --host-cpus $HOST_CPUS $(if [[ -n $SWEEP ]]; then echo "--sweep $SWEEP"; else echo "--rate $RATE"; fi)$( ((CALIBRATE)) && echo " --calibrate" || true)$( ((GRID)) && echo " --leapgnn-grid" || true) --strategies $STRATEGIES --epochs $EPOCHS --batch-size $BATCH --seed $SEED ${EXTRA[*]:+-- ${EXTRA[*]}}
+scripts/emulated-cluster.sh --hosts $HOSTS --dataset $DATASET --delay $DELAY --host-cpus $HOST_CPUS$([[ $HOST_CPUS == off ]] || echo " --cpu-period $CPU_PERIOD_MS") $(if [[ -n $SWEEP ]]; then echo "--sweep $SWEEP"; else echo "--rate $RATE"; fi)$( ((CALIBRATE)) && echo " --calibrate" || true)$( ((GRID)) && echo " --leapgnn-grid" || true) --strategies $STRATEGIES --epochs $EPOCHS --batch-size $BATCH --seed $SEED ${EXTRA[*]:+-- ${EXTRA[*]}}
 EOF
 if [[ -n $CG_KIND ]]; then
-	CPU_NOTE="$HOST_CPUS cores per host (cgroup $CG_KIND quota), RAYON_NUM_THREADS=$THREADS"
+	CPU_NOTE="$HOST_CPUS cores per host (cgroup $CG_KIND quota, $CPU_PERIOD_MS ms period), RAYON_NUM_THREADS=$THREADS"
 else
 	CPU_NOTE="no per-host quota (--host-cpus off): the hosts share $(nproc) cores, RAYON_NUM_THREADS=$THREADS"
 fi

@@ -89,7 +89,12 @@ fn hosts_come_up_pass_the_cluster_check_and_leave_nothing_behind() {
     let quota = format!("{:.3} cores (cgroup", cores / 3.0);
     let hosts: Vec<&str> = err.lines().filter(|l| l.contains(&quota)).collect();
     assert_eq!(hosts.len(), 3, "one quota line per host:\n{err}");
+    // The quota comes in 10 ms periods (cores x 10,000 us each), so a host
+    // runs at its share steadily instead of flat out and then stopped.
+    let share: f64 = format!("{:.3}", cores / 3.0).parse().unwrap();
+    let limit = format!("{} us per 10000 us)", ((share * 10_000.0).round() as u64).max(1000));
     for l in hosts {
+        assert!(l.contains(&limit), "the quota is not {limit}: {l}");
         let periods: u64 = l.split(", ").last().unwrap().split(' ').next().unwrap().parse().unwrap();
         assert!(periods > 0, "no process of this host ran in its cgroup: {l}");
     }
@@ -121,7 +126,13 @@ fn cgroups_left() -> Vec<String> {
 fn bad_arguments_exit_2_before_touching_the_network() {
     let _one = serial();
     let before = leftovers();
-    for args in [&["--hosts", "0"][..], &["--rate"][..], &["--frobnicate"][..], &["--host-cpus", "lots"][..]] {
+    for args in [
+        &["--hosts", "0"][..],
+        &["--rate"][..],
+        &["--frobnicate"][..],
+        &["--host-cpus", "lots"][..],
+        &["--cpu-period", "0"][..],
+    ] {
         let o = script(args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
     }

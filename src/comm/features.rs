@@ -153,6 +153,16 @@ impl FeatureClient {
     pub fn dim(&self) -> usize {
         self.local.dim()
     }
+
+    /// The row of `id` from this worker's own part (no cache, nothing counted).
+    pub fn own_row(&self, id: u32) -> Option<RowRef<'_>> {
+        self.local.row(id)
+    }
+
+    /// Whether this worker's rows, and so its owners' answers, are sparse.
+    pub fn is_sparse(&self) -> bool {
+        self.local.is_sparse()
+    }
     pub fn num_nodes(&self) -> usize {
         self.owners.as_slice().len()
     }

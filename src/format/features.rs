@@ -228,6 +228,20 @@ impl RowRef<'_> {
         }
     }
 
+    /// Appends the row to `out` (the full `dim` width), zeros included: no
+    /// zero-filled buffer first, as `write_dense` needs.
+    #[inline]
+    pub fn extend_dense(&self, dim: usize, out: &mut Vec<f32>) {
+        match *self {
+            RowRef::Dense(r) => out.extend_from_slice(r),
+            RowRef::Sparse { .. } => {
+                let start = out.len();
+                out.resize(start + dim, 0.0);
+                self.write_dense(&mut out[start..]);
+            }
+        }
+    }
+
     /// Columns `cols` of the row into `out` (`cols.len()` values), zeros included.
     pub fn write_columns(&self, cols: std::ops::Range<usize>, out: &mut [f32]) {
         match *self {

@@ -3,6 +3,7 @@
 
 use super::{EvalMode, TrainError, fullgraph};
 use crate::comm::{Owners, RowSource};
+use crate::format::RowRef;
 use crate::gather::{RowNorm, Rows, gather, gather_rows};
 use crate::graph::CsrView;
 use crate::metrics::RowCounts;
@@ -74,6 +75,15 @@ pub trait FeatureSource: Sync {
             RowsAsked::InFlight(_) => Err(TrainError::Rows("rows asked of another feature source".into())),
         }
     }
+    /// The row of `id` where this worker's own part holds it: read in place,
+    /// so a caller assembling an input copies it once (`own_rows` counts them).
+    fn own_row(&self, id: u32) -> Option<RowRef<'_>>;
+    /// Counts `n` rows read with `own_row` as `input_rows` would have.
+    fn own_rows(&self, n: u64) -> RowCounts {
+        RowCounts { requested: n, local: n, ..Default::default() }
+    }
+    /// Whether the rows are stored sparse (then so are the answers of owners).
+    fn stores_sparse(&self) -> bool;
 }
 
 /// Rows `FeatureSource::start_rows` asked for.
@@ -83,6 +93,12 @@ pub enum RowsAsked {
 }
 
 impl<T: RowSource + ?Sized> FeatureSource for T {
+    fn own_row(&self, id: u32) -> Option<RowRef<'_>> {
+        self.row(id)
+    }
+    fn stores_sparse(&self) -> bool {
+        self.is_sparse()
+    }
     fn dim(&self) -> usize {
         RowSource::dim(self)
     }

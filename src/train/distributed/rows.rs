@@ -4,6 +4,7 @@
 
 use super::super::{FeatureSource, RowsAsked, TrainError};
 use crate::comm::{FeatureClient, FetchStats, Mesh};
+use crate::format::RowRef;
 use crate::gather::Rows;
 use crate::metrics::RowCounts;
 use std::sync::Mutex;
@@ -41,6 +42,18 @@ impl FeatureSource for FetchingRows<'_> {
     fn input_rows(&self, ids: &[u32]) -> Result<(Rows, RowCounts), TrainError> {
         let (rows, s) = self.client.fetch_rows(self.mesh, ids).map_err(|e| TrainError::Comm(e.into()))?;
         Ok((rows, self.count(s)))
+    }
+
+    fn own_row(&self, id: u32) -> Option<RowRef<'_>> {
+        self.client.own_row(id)
+    }
+
+    fn own_rows(&self, n: u64) -> RowCounts {
+        self.count(FetchStats { requested: n, local: n, ..Default::default() })
+    }
+
+    fn stores_sparse(&self) -> bool {
+        self.client.is_sparse()
     }
 
     fn start_rows(&self, ids: Vec<u32>) -> Result<RowsAsked, TrainError> {

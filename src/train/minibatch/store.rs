@@ -139,25 +139,22 @@ impl Pregathered {
         let Some(blocks) = self.blocks[t].take() else { return Ok(None) };
         let start = Instant::now();
         let input = blocks.input_nodes();
-        let local_ids: Vec<u32> = input.iter().copied().filter(|&v| loc.is_local(v)).collect();
-        let (local_rows, local) = if local_ids.is_empty() {
-            (Rows::Dense(Vec::new()), RowCounts::default())
-        } else {
-            features.input_rows(&local_ids)?
-        };
         let d = features.dim();
-        // Local rows come in input order, one after the other.
-        let mut next_local = 0;
+        // One copy per row, straight into the step's input: this worker's
+        // rows are read in place from its part, the others from the store.
+        let mut own = 0u64;
         let mut row_of = |v: u32| {
             let src = if loc.is_local(v) {
-                next_local += 1;
-                Some(local_rows.row(next_local - 1, d))
+                own += 1;
+                features.own_row(v)
             } else {
                 self.scratch.index.get(v).map(|s| self.rows.row(s as usize, d))
             };
-            src.ok_or_else(|| TrainError::Rows(format!("node {v} is missing from the pre-gathered rows")))
+            src.ok_or_else(|| {
+                TrainError::Rows(format!("node {v} is missing from this worker's part and the pre-gathered rows"))
+            })
         };
-        let mut rows = if local_rows.is_sparse() || self.rows.is_sparse() {
+        let mut rows = if features.stores_sparse() || self.rows.is_sparse() {
             let mut out = CsrRows { dim: d, indptr: Vec::with_capacity(input.len() + 1), ..Default::default() };
             out.indptr.push(0);
             for &v in input {
@@ -165,12 +162,13 @@ impl Pregathered {
             }
             Rows::Sparse(out)
         } else {
-            let mut out = vec![0f32; input.len() * d];
-            for (dst, &v) in out.chunks_exact_mut(d.max(1)).zip(input) {
-                row_of(v)?.write_dense(dst);
+            let mut out = Vec::with_capacity(input.len() * d);
+            for &v in input {
+                row_of(v)?.extend_dense(d, &mut out);
             }
             Rows::Dense(out)
         };
+        let local = if own == 0 { RowCounts::default() } else { features.own_rows(own) };
         rows.normalize(d, norm);
         Ok(Some(StepInput {
             blocks,
