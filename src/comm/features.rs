@@ -281,7 +281,7 @@ impl FeatureClient {
     /// None when an owner is asked for it.
     fn at_hand(&self, p: &mut Pending, id: u32) -> Result<Option<RowRef<'_>>, CommError> {
         if self.owners.as_slice()[id as usize] as usize == p.me {
-            let row = self.local.row(id).ok_or_else(|| {
+            let row = self.own_row(id).ok_or_else(|| {
                 CommError::Usage(format!(
                     "node {id} belongs to this worker's part by the partition map, but its rows lack it: \
                      the manifest and the part file disagree"

@@ -168,7 +168,7 @@ impl Pregathered {
             }
             Rows::Dense(out)
         };
-        let local = if own == 0 { RowCounts::default() } else { features.own_rows(own) };
+        let local = features.own_rows(own);
         rows.normalize(d, norm);
         Ok(Some(StepInput {
             blocks,
