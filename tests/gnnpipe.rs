@@ -15,8 +15,9 @@ fn one_chunk_without_history_gives_the_full_graph_gradient() {
     let tmp = cora();
     let d = tmp.path();
     let common = ["--normalize", "l1", "--hidden", "16", "--seed", "2"];
-    // 4 layers on 4 stages, and 5 layers on 2 (stages of 2 and 3 layers).
-    for (model, layers, workers) in [("gcn", "4", "4"), ("sage", "5", "2")] {
+    // 4 layers on 4 stages, 5 layers on 2 (stages of 2 and 3 layers), and
+    // deepgcn, whose BatchNorm statistics each stage warms up and keeps for its own layers.
+    for (model, layers, workers) in [("gcn", "4", "4"), ("sage", "5", "2"), ("deepgcn", "4", "4")] {
         let full = [&["--full-batch", "--model", model, "--layers", layers, "--workers", "1"], &common[..]].concat();
         let (reference, _) = first_gradient(d, "cora", &full);
         assert!(reference.iter().any(|&g| g != 0.0));
@@ -106,16 +107,21 @@ fn bad_flags_exit_2_naming_the_flag() {
 fn the_final_checkpoint_holds_every_stages_layers() {
     let tmp = cora();
     let d = tmp.path();
-    let args = ["train", "cora", "--no-tui", "--strategy", "gnnpipe", "--workers", "3", "--layers", "4"];
-    let s = json(d, &[&args[..], &["--chunks", "3", "--epochs", "4", "--normalize", "l1", "--run", "gp"]].concat());
-    // `infer` runs the checkpoint's weights over the whole graph: the stages'
-    // final layers, or its test accuracy would not be the last evaluation's.
-    let r = json(d, &["infer", "gp"]);
-    let pred = predictions(Path::new(r["out"].as_str().unwrap()));
     let ds = leapgnn::format::DatasetFile::open(d.join("cora/dataset.lgnn")).unwrap();
-    let correct = ds.test().iter().filter(|&&v| pred[v as usize] as i32 == ds.labels()[v as usize]).count();
-    let last = s["history"][3]["test_accuracy"].as_f64().unwrap();
-    assert_eq!(correct as f64 / ds.test().len() as f64, last);
+    // deepgcn: each stage's BatchNorm statistics too, which only its owner kept up to date.
+    for model in ["gcn", "deepgcn"] {
+        let run = format!("gp-{model}");
+        let args = ["train", "cora", "--no-tui", "--strategy", "gnnpipe", "--workers", "3", "--layers", "4"];
+        let more = ["--model", model, "--chunks", "3", "--epochs", "4", "--normalize", "l1", "--run", &run];
+        let s = json(d, &[&args[..], &more].concat());
+        // `infer` runs the checkpoint's weights over the whole graph: the stages'
+        // final layers, or its test accuracy would not be the last evaluation's.
+        let r = json(d, &["infer", &run]);
+        let pred = predictions(Path::new(r["out"].as_str().unwrap()));
+        let correct = ds.test().iter().filter(|&&v| pred[v as usize] as i32 == ds.labels()[v as usize]).count();
+        let last = s["history"][3]["test_accuracy"].as_f64().unwrap();
+        assert_eq!(correct as f64 / ds.test().len() as f64, last, "{model}");
+    }
 }
 
 #[test]

@@ -69,15 +69,12 @@ impl Params {
         self.subset_where(|name| name.starts_with(prefix))
     }
 
-    /// `subset` of the parameters whose names `keep` accepts.
+    /// `subset` of the parameters (and buffers) whose names `keep` accepts.
     pub fn subset_where(&self, keep: impl Fn(&str) -> bool) -> Params {
-        let entries = self
-            .entries
-            .iter()
-            .filter(|p| keep(&p.name))
-            .map(|p| Param { name: p.name.clone(), var: p.var.clone() })
-            .collect();
-        Params { entries, buffers: Vec::new(), seed: self.seed }
+        let pick = |list: &[Param]| -> Vec<Param> {
+            list.iter().filter(|p| keep(&p.name)).map(|p| Param { name: p.name.clone(), var: p.var.clone() }).collect()
+        };
+        Params { entries: pick(&self.entries), buffers: pick(&self.buffers), seed: self.seed }
     }
 
     /// Registers an untrained state tensor `name` (saved with the weights)
@@ -92,6 +89,17 @@ impl Params {
     /// The buffers, named, for the weights file.
     pub fn buffers_named(&self) -> Result<Vec<(String, Tensor)>> {
         self.buffers.iter().map(|b| Ok((b.name.clone(), b.var.as_tensor().to_device(&Device::Cpu)?))).collect()
+    }
+
+    /// Every buffer's values concatenated in order (a stage's BatchNorm
+    /// statistics travel with its weights).
+    pub fn flat_buffers(&self) -> Result<Vec<f32>> {
+        values_of(&self.buffers)
+    }
+
+    /// Overwrites every buffer from a flat buffer (as `flat_buffers` lays it out).
+    pub fn set_flat_buffers(&self, flat: &[f32]) -> Result<()> {
+        set_values(&self.buffers, flat, "buffer")
     }
 
     /// Whether `name` is one of the buffers.
@@ -138,25 +146,12 @@ impl Params {
 
     /// All values concatenated in order.
     pub fn flat_values(&self) -> Result<Vec<f32>> {
-        let mut out = Vec::with_capacity(self.numel());
-        for p in &self.entries {
-            out.extend(p.var.flatten_all()?.to_vec1::<f32>()?);
-        }
-        Ok(out)
+        values_of(&self.entries)
     }
 
     /// Overwrites every parameter from a flat buffer (as `flat_values` lays it out).
     pub fn set_flat(&self, flat: &[f32]) -> Result<()> {
-        if flat.len() != self.numel() {
-            candle_core::bail!("flat parameter buffer has {} values, the model has {}", flat.len(), self.numel());
-        }
-        let mut off = 0;
-        for p in &self.entries {
-            let n = p.var.elem_count();
-            p.var.set(&Tensor::from_slice(&flat[off..off + n], p.var.shape(), p.var.device())?)?;
-            off += n;
-        }
-        Ok(())
+        set_values(&self.entries, flat, "parameter")
     }
 
     /// Gradients concatenated in parameter order; zeros for parameters the loss did not reach.
@@ -204,4 +199,28 @@ impl Params {
         }
         Ok(out)
     }
+}
+
+/// The values of `list` concatenated in order.
+fn values_of(list: &[Param]) -> Result<Vec<f32>> {
+    let mut out = Vec::with_capacity(list.iter().map(|p| p.var.elem_count()).sum());
+    for p in list {
+        out.extend(p.var.flatten_all()?.to_vec1::<f32>()?);
+    }
+    Ok(out)
+}
+
+/// Overwrites `list` from `flat` (as `values_of` lays it out).
+fn set_values(list: &[Param], flat: &[f32], what: &str) -> Result<()> {
+    let total: usize = list.iter().map(|p| p.var.elem_count()).sum();
+    if flat.len() != total {
+        candle_core::bail!("flat {what} buffer has {} values, the model has {total}", flat.len());
+    }
+    let mut off = 0;
+    for p in list {
+        let n = p.var.elem_count();
+        p.var.set(&Tensor::from_slice(&flat[off..off + n], p.var.shape(), p.var.device())?)?;
+        off += n;
+    }
+    Ok(())
 }

@@ -386,6 +386,31 @@ impl Stage {
         Ok(())
     }
 
+    /// BatchNorm's statistics before the first step, as the common loop sets
+    /// them (`trainer::warm_up_statistics`): one training forward of the
+    /// pipeline per layer with the first epoch's dropout, nothing learned,
+    /// after each the statistics of every vertex (summed over the groups);
+    /// pass k's make layer k's inputs those of the initial weights. The rows
+    /// it leaves are dropped: the first epoch warms the history, as without
+    /// BatchNorm.
+    fn warm_up(
+        &self,
+        w: &Worker<'_>,
+        coll: &mut dyn Collective,
+        bufs: &mut [VertexRows],
+        key: u64,
+    ) -> Result<(), TrainError> {
+        for _ in 0..w.model.num_layers() {
+            self.forward(w, coll, bufs, Mode::Train { key }, &mut Times::default())?;
+            let mut sums = Vec::with_capacity(w.model.norm_sums_len());
+            w.model.take_norm_sums(&mut sums);
+            self.sum_over_groups(coll, &mut sums)?;
+            w.model.finish_iteration(&sums, true)?;
+        }
+        bufs.iter_mut().for_each(VertexRows::clear);
+        Ok(())
+    }
+
     /// Validation and test accuracy: each stage its layers for every vertex
     /// (no dropout, no history), every row sent on to the next stage.
     fn accuracies(
@@ -437,12 +462,21 @@ impl Stage {
 fn gather_params(w: &Worker<'_>, coll: &mut dyn Collective, stages: usize) -> Result<(), TrainError> {
     let layers = w.model.num_layers();
     // The groups' matching stages hold the same layers: group 0's serve everyone.
-    let mine = le_bytes(&stage_params(&w.params, &stage_layers(w.rank % stages, stages, layers)).flat_values()?);
+    // Weights, then the buffers (BatchNorm's statistics) that only the owner kept up to date.
+    let values = |q: &Params| -> candle_core::Result<Vec<f32>> {
+        let mut v = q.flat_values()?;
+        v.extend(q.flat_buffers()?);
+        Ok(v)
+    };
+    let mine = le_bytes(&values(&stage_params(&w.params, &stage_layers(w.rank % stages, stages, layers)))?);
     let out = (0..w.world).map(|q| if w.rank < stages && q != w.rank { mine.clone() } else { Vec::new() }).collect();
     let got = coll.all_to_all(out, Category::Control).map_err(TrainError::Comm)?;
     for (q, m) in got.iter().enumerate().take(stages).filter(|&(q, _)| q != w.rank) {
         let theirs = stage_params(&w.params, &stage_layers(q, stages, layers));
-        theirs.set_flat(&decode(m, 1, theirs.numel(), q, "parameters")?)?;
+        let (n, b) = (theirs.numel(), theirs.flat_buffers()?.len());
+        let vals = decode(m, 1, n + b, q, "parameters")?;
+        theirs.set_flat(&vals[..n])?;
+        theirs.set_flat_buffers(&vals[n..])?;
     }
     Ok(())
 }
@@ -565,6 +599,11 @@ pub fn run(
     let roots: u64 = stage.chunks.iter().map(|c| c.train.len() as u64).sum();
     let mut opt = cfg.optimizer.build(stage.own.numel(), cfg.lr, cfg.weight_decay);
     let mut setup_seconds = t.elapsed().as_secs_f64();
+    if w.model.norm_sums_len() > 0 && p.global_iteration == 0 {
+        // Not billed to the first epoch's time or bytes, as in the common loop.
+        stage.warm_up(w, coll, &mut bufs, dropout_key(cfg.seed, 0, 0))?;
+        mark = coll.bytes();
+    }
 
     while p.epoch < cfg.epochs {
         let t0 = Instant::now();
@@ -576,7 +615,13 @@ pub fn run(
         let tapes = stage.forward(w, coll, &mut bufs, mode, &mut times)?;
         let (loss, mut grad) = stage.backward(coll, tapes, &mut times)?;
         stage.refresh_groups(coll, &mut bufs, &mut times)?;
+        // BatchNorm's sums of this epoch (non-zero for the stage's own layers
+        // only) ride with the gradient over the groups, as they ride with the
+        // all-reduce in the common loop; they set the next epoch's statistics.
+        let own = grad.len();
+        w.model.take_norm_sums(&mut grad);
         stage.sum_over_groups(coll, &mut grad)?;
+        w.model.finish_iteration(&grad.split_off(own), false)?;
 
         // The loss (the last stage's), the stop vote, and whether anyone wants the whole gradient.
         let ts = Instant::now();
