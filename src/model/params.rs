@@ -136,7 +136,12 @@ impl Params {
     }
     /// Total number of scalars.
     pub fn numel(&self) -> usize {
-        self.entries.iter().map(|p| p.var.elem_count()).sum()
+        numel_of(&self.entries)
+    }
+
+    /// Total number of buffer scalars (what `flat_buffers` returns).
+    pub fn buffers_numel(&self) -> usize {
+        numel_of(&self.buffers)
     }
 
     /// (name, shape) of each parameter, in flat-buffer order.
@@ -201,9 +206,13 @@ impl Params {
     }
 }
 
+fn numel_of(list: &[Param]) -> usize {
+    list.iter().map(|p| p.var.elem_count()).sum()
+}
+
 /// The values of `list` concatenated in order.
 fn values_of(list: &[Param]) -> Result<Vec<f32>> {
-    let mut out = Vec::with_capacity(list.iter().map(|p| p.var.elem_count()).sum());
+    let mut out = Vec::with_capacity(numel_of(list));
     for p in list {
         out.extend(p.var.flatten_all()?.to_vec1::<f32>()?);
     }
@@ -212,7 +221,7 @@ fn values_of(list: &[Param]) -> Result<Vec<f32>> {
 
 /// Overwrites `list` from `flat` (as `values_of` lays it out).
 fn set_values(list: &[Param], flat: &[f32], what: &str) -> Result<()> {
-    let total: usize = list.iter().map(|p| p.var.elem_count()).sum();
+    let total = numel_of(list);
     if flat.len() != total {
         candle_core::bail!("flat {what} buffer has {} values, the model has {total}", flat.len());
     }

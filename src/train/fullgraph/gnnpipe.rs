@@ -473,7 +473,7 @@ fn gather_params(w: &Worker<'_>, coll: &mut dyn Collective, stages: usize) -> Re
     let got = coll.all_to_all(out, Category::Control).map_err(TrainError::Comm)?;
     for (q, m) in got.iter().enumerate().take(stages).filter(|&(q, _)| q != w.rank) {
         let theirs = stage_params(&w.params, &stage_layers(q, stages, layers));
-        let (n, b) = (theirs.numel(), theirs.flat_buffers()?.len());
+        let (n, b) = (theirs.numel(), theirs.buffers_numel());
         let vals = decode(m, 1, n + b, q, "parameters")?;
         theirs.set_flat(&vals[..n])?;
         theirs.set_flat_buffers(&vals[n..])?;
