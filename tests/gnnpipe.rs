@@ -1,13 +1,16 @@
 //! `--strategy gnnpipe` (layer-level model parallelism, graph chunks
 //! pipelined through the stages): with one chunk and no history its gradient
-//! is the full-graph engine's; what crosses the network is exactly each
+//! is the full-graph engine's, and so with chunks whose cross edges all
+//! run from an earlier chunk to a later one, or, with the weights held
+//! still, once the history and its one-epoch-late gradient have caught up;
+//! what crosses the network is exactly each
 //! chunk's rows between consecutive stages and their gradients (no gradient
 //! all-reduce); it learns Cora; bad flags exit 2 naming the flag. Real
 //! processes, real data.
 
 mod dist_support;
 
-use dist_support::{cora, count, fails, first_gradient, json, predictions, records, rel_diff};
+use dist_support::{cora, count, fails, first_gradient, json, predictions, read_f32, records, rel_diff};
 use std::path::Path;
 
 #[test]
@@ -33,6 +36,86 @@ fn one_chunk_without_history_gives_the_full_graph_gradient() {
         assert!(e <= 1e-5, "{model}, {layers} layers on {workers} stages: relative difference {e}");
         assert!(count(&s["bytes"]["activations"]) > 0, "{model}: no rows crossed between stages");
     }
+}
+
+/// Two clusters of 60 vertices (0..60 and 60..120), dense inside, joined by
+/// 12 edges that all run one way: from the first cluster to the second
+/// (`forward`) or back. As an edge list in `<d>/<name>.txt`, imported.
+fn two_clusters(d: &Path, name: &str, forward: bool) {
+    let mut lines = String::new();
+    let mut rng = 7u64;
+    let mut next = |m: u64| {
+        rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (rng >> 33) % m
+    };
+    for base in [0u64, 60] {
+        for a in 0..60 {
+            for _ in 0..6 {
+                let b = next(60);
+                if a != b {
+                    lines += &format!("{} {}\n{} {}\n", base + a, base + b, base + b, base + a);
+                }
+            }
+        }
+    }
+    for _ in 0..12 {
+        let (a, b) = (next(60), 60 + next(60));
+        let (a, b) = if forward { (a, b) } else { (b, a) };
+        lines += &format!("{a} {b}\n");
+    }
+    let file = d.join(format!("{name}.txt"));
+    std::fs::write(&file, lines).unwrap();
+    let args = ["download", name, "--from", file.to_str().unwrap(), "--format", "edgelist", "--feature-dim", "8"];
+    // Download seed 4 splits the training vertices 30/30 (METIS balances
+    // them too), so METIS cuts exactly the 12 cross edges: checked below.
+    json(d, &[&args[..], &["--generated-classes", "3", "--split", "50,20,30", "--seed", "4"]].concat());
+    let p = json(d, &["partition", name, "--parts", "2", "--seed", "3"]);
+    assert_eq!((p["edge_cut"].as_u64(), &p["part_nodes"]), (Some(12), &serde_json::json!([60, 60])), "{p}");
+}
+
+#[test]
+fn gradient_reaches_the_rows_a_later_chunk_read_this_epoch() {
+    // Chunks are numbered by their lowest vertex, so the cluster of vertex 0
+    // is chunk 0. With every cross edge from chunk 0 to chunk 1, chunk 1 reads
+    // chunk 0's rows of this epoch and nothing from the history: the forward
+    // is the full graph's, and so must be the gradient, which reaches chunk
+    // 0's rows back through chunk 1's halo. With the edges the other way,
+    // chunk 0 reads chunk 1's rows from the (disabled) history: not equal.
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let common = ["--model", "gcn", "--layers", "4", "--hidden", "16", "--seed", "3"];
+    for (name, forward) in [("ahead", true), ("behind", false)] {
+        two_clusters(d, name, forward);
+        let (reference, _) = first_gradient(d, name, &[&["--full-batch", "--workers", "1"], &common[..]].concat());
+        let pipe = [&["--strategy", "gnnpipe", "--workers", "2", "--chunks", "2", "--history", "off"], &common[..]];
+        let (g, _) = first_gradient(d, name, &pipe.concat());
+        let e = rel_diff(&reference, &g);
+        if forward {
+            assert!(e <= 1e-5, "cross edges into the later chunk: relative difference {e}");
+        } else {
+            assert!(e > 1e-3, "cross edges into the earlier chunk read the zero history, yet {e}");
+        }
+    }
+}
+
+#[test]
+fn history_rows_get_their_gradient_one_epoch_late() {
+    // Every cross edge runs into the earlier chunk, so chunk 0 reads chunk
+    // 1's rows from the history. With the weights held still (a learning rate
+    // of 1e-30 moves no f32 weight) and no dropout, the third epoch reads
+    // exactly this epoch's rows and gets, one epoch late, the gradient those
+    // rows had: the whole gradient is the full graph's. Without the late
+    // gradient chunk 0's loss would never reach chunk 1's rows.
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    two_clusters(d, "behind", false);
+    let still = ["--model", "gcn", "--layers", "4", "--hidden", "16", "--seed", "3", "--dropout", "0", "--lr", "1e-30"];
+    let (reference, _) = first_gradient(d, "behind", &[&["--full-batch", "--workers", "1"], &still[..]].concat());
+    let path = d.join("third.f32");
+    let pipe = ["--strategy", "gnnpipe", "--workers", "2", "--chunks", "2", "--epochs", "4", "--stop-after", "3"];
+    json(d, &[&["train", "behind", "--no-tui"], &pipe[..], &still, &["--dump-grad", path.to_str().unwrap()]].concat());
+    let e = rel_diff(&reference, &read_f32(&path));
+    assert!(e <= 1e-5, "the third epoch's gradient: relative difference {e}");
 }
 
 #[test]

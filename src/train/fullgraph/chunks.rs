@@ -5,7 +5,8 @@
 //! layer it owns, the input row of every vertex (`VertexRows`); a chunk's
 //! layer reads its own rows (differentiable while training) and its halo's
 //! from there: this epoch's rows for the chunks computed before it, the
-//! previous epoch's (the history) for the others.
+//! previous epoch's (the history) for the others; while training the halo's
+//! rows are a variable, so that their gradient can reach their own chunk.
 
 use super::{HaloPlan, first_input};
 use crate::BadInput;
@@ -14,7 +15,7 @@ use crate::model::{AggGraph, Input, Mode};
 use crate::partition::{self, Balance, Method, Problem};
 use crate::sample::Fanout;
 use crate::train::{TrainError, Worker};
-use candle_core::{Device, Tensor};
+use candle_core::{Device, Tensor, Var};
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -38,7 +39,8 @@ impl Chunk {
 }
 
 /// vertex -> chunk: METIS on the whole graph (vertices and training vertices
-/// balanced, seeded), renumbered so that no chunk is empty; and the count.
+/// balanced, seeded), renumbered in order of each chunk's lowest vertex (so
+/// none is empty); and the count.
 pub(crate) fn assign(w: &Worker<'_>, chunks: usize, train: &[u32], seed: u64) -> Result<(Vec<u16>, usize), TrainError> {
     let n = w.graph.num_nodes();
     if chunks > n {
@@ -53,14 +55,16 @@ pub(crate) fn assign(w: &Worker<'_>, chunks: usize, train: &[u32], seed: u64) ->
     let flags = partition::train_flags(n, train);
     let p = Problem { graph: w.graph, is_train: &flags, parts: chunks, balance: Balance::DEFAULT, seed };
     let mut of = partition::assign(Method::Metis, &p).map_err(|e| TrainError::Dataset(e.into()))?;
+    // Numbered by their lowest vertex: which chunk goes first (and so which
+    // cross-chunk edges read this epoch's rows) follows the vertex order, not
+    // METIS's labels.
     let mut id = vec![u16::MAX; chunks];
-    for &c in &of {
-        id[c as usize] = 0;
-    }
     let mut count = 0u16;
-    for slot in id.iter_mut().filter(|s| **s == 0) {
-        *slot = count;
-        count += 1;
+    for &c in &of {
+        if id[c as usize] == u16::MAX {
+            id[c as usize] = count;
+            count += 1;
+        }
     }
     of.iter_mut().for_each(|c| *c = id[*c as usize]);
     Ok((of, count as usize))
@@ -137,6 +141,29 @@ impl VertexRows {
         }
     }
 
+    /// Adds `rows` (`ids.len()` rows, in that order) to the rows of `ids`.
+    pub fn add(&mut self, ids: &[u32], rows: &[f32]) {
+        let d = self.d;
+        for (&v, r) in ids.iter().zip(rows.chunks_exact(d.max(1))) {
+            self.vals[v as usize * d..(v as usize + 1) * d].iter_mut().zip(r).for_each(|(a, b)| *a += b);
+        }
+    }
+
+    /// The rows of `ids`, in that order, leaving them zero.
+    pub fn take(&mut self, ids: &[u32]) -> Vec<f32> {
+        let out = self.of(ids);
+        self.zero(ids);
+        out
+    }
+
+    /// Sets the rows of `ids` to zero.
+    pub fn zero(&mut self, ids: &[u32]) {
+        let d = self.d;
+        for &v in ids {
+            self.vals[v as usize * d..(v as usize + 1) * d].fill(0.0);
+        }
+    }
+
     pub fn clear(&mut self) {
         self.vals.fill(0.0);
     }
@@ -146,9 +173,17 @@ pub(crate) fn flat(t: &Tensor) -> Result<Vec<f32>, TrainError> {
     Ok(t.flatten_all()?.to_vec1::<f32>()?)
 }
 
+/// A layer's inputs on a chunk's tape: its own rows (None at layer 0, the
+/// features) and, while training, its halo's rows as a variable, so that
+/// the gradient reaching them can go on to the chunks computed before this one.
+pub(crate) struct LayerInput {
+    pub own: Option<Tensor>,
+    pub halo: Option<Var>,
+}
+
 /// Layer `l` of chunk `ch`: at layer 0 from the cached features; above, from
 /// the chunk's own rows (`own`, differentiable; None: read from `rows` too)
-/// and its halo's rows in `rows`, constants.
+/// and its halo's rows in `rows` (a variable when `track`).
 fn layer(
     w: &Worker<'_>,
     ch: &Chunk,
@@ -156,12 +191,14 @@ fn layer(
     own: Option<Tensor>,
     rows: &VertexRows,
     mode: Mode,
-) -> Result<Tensor, TrainError> {
+    track: bool,
+) -> Result<(Tensor, LayerInput), TrainError> {
     let ids = (&ch.plan.block.src[..], ch.plan.owned());
     if l == 0 {
         let x = ch.input.as_ref().expect("stage 0 caches its chunks' features");
         let x = first_input(w, &ch.plan.block.src, x, mode)?;
-        return Ok(w.model.layer_forward_input(0, &x, &ch.graph, ids, mode)?);
+        let y = w.model.layer_forward_input(0, &x, &ch.graph, ids, mode)?;
+        return Ok((y, LayerInput { own: None, halo: None }));
     }
     let dev: &Device = &w.device;
     let own = match own {
@@ -169,19 +206,28 @@ fn layer(
         None => Tensor::from_vec(rows.of(ch.plan.owned()), (ch.len(), rows.d), dev)?,
     };
     let halo = ch.plan.halo();
-    let x = if halo.is_empty() {
-        own
+    let (x, var) = if halo.is_empty() {
+        (own.clone(), None)
     } else {
-        Tensor::cat(&[&own, &Tensor::from_vec(rows.of(halo), (halo.len(), rows.d), dev)?], 0)?
+        let shape = (halo.len(), rows.d);
+        let (t, var) = if track {
+            let v = Var::from_vec(rows.of(halo), shape, dev)?;
+            (v.as_tensor().clone(), Some(v))
+        } else {
+            (Tensor::from_vec(rows.of(halo), shape, dev)?, None)
+        };
+        (Tensor::cat(&[&own, &t], 0)?, var)
     };
-    Ok(w.model.layer_forward(l, &x, &ch.graph, ids, mode)?)
+    let y = w.model.layer_forward(l, &x, &ch.graph, ids, mode)?;
+    Ok((y, LayerInput { own: Some(own), halo: var }))
 }
 
 /// Training: the stage's `layers` on chunk `ch`, the first from `first` (the
 /// rows received from the previous stage; None at layer 0). Each layer's
 /// output rows go to the next layer's buffer (`bufs[l - layers.start]` holds
 /// layer l's input rows) for the chunks after this one and the next epoch.
-/// Returns the last layer's output, attached to the autograd graph.
+/// Returns the last layer's output, attached to the autograd graph, and
+/// each layer's inputs.
 pub(crate) fn forward(
     w: &Worker<'_>,
     ch: &Chunk,
@@ -189,16 +235,18 @@ pub(crate) fn forward(
     first: Option<Tensor>,
     bufs: &mut [VertexRows],
     mode: Mode,
-) -> Result<Tensor, TrainError> {
+) -> Result<(Tensor, Vec<LayerInput>), TrainError> {
     let mut live = first;
+    let mut inputs = Vec::with_capacity(layers.len());
     for l in layers.clone() {
-        let y = layer(w, ch, l, live.take(), &bufs[l - layers.start], mode)?;
+        let (y, input) = layer(w, ch, l, live.take(), &bufs[l - layers.start], mode, true)?;
         if l + 1 < layers.end {
             bufs[l + 1 - layers.start].write(ch.plan.owned(), &flat(&y)?);
         }
+        inputs.push(input);
         live = Some(y);
     }
-    Ok(live.expect("a stage owns at least one layer"))
+    Ok((live.expect("a stage owns at least one layer"), inputs))
 }
 
 /// Evaluation: the stage's `layers` for every vertex, layer by layer (every
@@ -214,7 +262,7 @@ pub(crate) fn infer(
     for l in layers {
         let mut y = VertexRows::zeros(n, w.model.out_dim(l));
         for ch in chunks {
-            y.write(ch.plan.owned(), &flat(&layer(w, ch, l, None, &x, Mode::Eval)?)?);
+            y.write(ch.plan.owned(), &flat(&layer(w, ch, l, None, &x, Mode::Eval, false)?.0)?);
         }
         x = y;
     }

@@ -7,11 +7,17 @@
 //! the in-neighbours of a chunk's vertices that lie outside it, the rows of
 //! the chunks computed before it in this epoch and, for the others, the rows
 //! kept from the previous epoch (the history: zero in the first epoch, which
-//! warms it; always zero with `--history off`). Gradients flow through a
-//! chunk's own rows only. Backward runs the pipeline in reverse from each
-//! chunk's loss at the last stage; each stage sums its layers' gradient over
-//! the chunks and steps its own optimizer over its own layers: there is no
-//! gradient all-reduce. One optimizer step per epoch, as the full-graph
+//! warms it; always zero with `--history off`). Backward runs the pipeline
+//! in reverse from each chunk's loss at the last stage, the last chunk
+//! first. The gradient a chunk's layer sends into its halo rows is kept at
+//! the stage until their own chunk comes back through the pipeline and
+//! added to that chunk's gradient, which carries it to the previous stage
+//! (no extra bytes): in the same pass for rows of this epoch (their chunk
+//! comes back later), in the next epoch's for rows read from the history,
+//! one step stale as the rows were. So without history reads (every cross
+//! edge from an earlier chunk to a later one) the gradient is the full
+//! graph's. Each stage sums its layers' gradient over the chunks and steps
+//! its own optimizer over its own layers: there is no gradient all-reduce. One optimizer step per epoch, as the full-graph
 //! engine, so a row read from the history is exactly one step old.
 //!
 //! What crosses the network per epoch: each chunk's rows between
@@ -182,11 +188,14 @@ struct Stage {
     d_out: usize,
 }
 
-/// A chunk's forward pass kept for its backward: the stage's output and,
-/// above stage 0, its input rows as a variable (their gradient goes back).
+/// A chunk's forward pass kept for its backward: the stage's output, above
+/// stage 0 its input rows as a variable (their gradient goes back), and
+/// each layer's inputs (the gradient of its halo rows goes to the chunks
+/// computed before this one).
 struct Tape {
     out: Tensor,
     input: Option<Var>,
+    layers: Vec<chunks::LayerInput>,
 }
 
 /// Seconds computing and exchanging (waits for the neighbours included).
@@ -255,11 +264,11 @@ impl Stage {
                     }
                 };
                 let first = input.as_ref().map(|v| v.as_tensor().clone());
-                let y = chunks::forward(w, ch, self.layers.clone(), first, bufs, mode)?;
+                let (y, layers) = chunks::forward(w, ch, self.layers.clone(), first, bufs, mode)?;
                 if s + 1 < self.stages {
                     out[self.rank + 1] = le_bytes(&flat(&y)?);
                 }
-                tapes[c] = Some(Tape { out: y, input });
+                tapes[c] = Some(Tape { out: y, input, layers });
                 times.compute += tc.elapsed().as_secs_f64();
             }
             // The last tick's output (the last stage's last chunk) goes nowhere.
@@ -275,11 +284,20 @@ impl Stage {
     }
 
     /// The backward pipeline: the stage's gradient (its own parameters,
-    /// summed over the chunks) and, at the last stage, the loss.
+    /// summed over the chunks) and, at the last stage, the loss. `pending`
+    /// (one row per vertex for each layer input the stage owns) gathers the
+    /// gradient that reaches a chunk's halo rows, and a chunk takes its own
+    /// rows' share when it comes back through the pipeline: a row of a
+    /// chunk computed before it (this epoch's) in this pass, the reverse
+    /// order making that later; a row read from the history (a chunk
+    /// already back) in the next epoch's pass, one step stale as the row
+    /// was. What is pending for rows that are not this pipeline's (the
+    /// other groups') is dropped.
     fn backward(
         &self,
         coll: &mut dyn Collective,
         mut tapes: Vec<Option<Tape>>,
+        pending: &mut [VertexRows],
         times: &mut Times,
     ) -> Result<(f64, Vec<f32>), TrainError> {
         let s = self.s;
@@ -292,15 +310,18 @@ impl Stage {
             if let Some(c) = self.backward_chunk(u, s).filter(|&c| self.chunks[c].len() > 0) {
                 let tc = Instant::now();
                 let ch = &self.chunks[c];
-                let Tape { out: y, input } = tapes[c].take().expect("the forward pass kept every chunk's tape");
-                let grads = if last {
-                    if ch.train.is_empty() {
-                        None
-                    } else {
+                let Tape { out: y, input, layers } = tapes[c].take().expect("the forward pass kept every chunk's tape");
+                // What is back-propagated: the loss (last stage) or the output
+                // rows against their gradient from the next stage, plus each
+                // layer's own input rows against the gradient pending for them
+                // (a constant, so the product's gradient is exactly it).
+                let mut terms = Vec::with_capacity(layers.len() + 1);
+                if last {
+                    if !ch.train.is_empty() {
                         let pos = Tensor::from_slice(&ch.train, ch.train.len(), y.device())?;
                         let l = (cross_entropy_sum(&y.index_select(&pos, 0)?, &ch.labels)? / self.global_train as f64)?;
                         loss += l.to_scalar::<f32>()? as f64;
-                        Some(l.backward()?)
+                        terms.push(l);
                     }
                 } else {
                     let g = received.take().ok_or_else(|| {
@@ -309,9 +330,28 @@ impl Stage {
                         )
                     })?;
                     let g = Tensor::from_vec(g, y.dims2()?, &candle_core::Device::Cpu)?.to_device(y.device())?;
-                    Some((&y * g)?.sum_all()?.backward()?)
+                    terms.push((&y * g)?.sum_all()?);
+                }
+                for (x, buf) in layers.iter().zip(pending.iter_mut()) {
+                    if let Some(own) = &x.own {
+                        let g = buf.take(ch.plan.owned());
+                        if g.iter().any(|&v| v != 0.0) {
+                            let g = Tensor::from_vec(g, own.dims2()?, &candle_core::Device::Cpu)?
+                                .to_device(own.device())?;
+                            terms.push((own * g)?.sum_all()?);
+                        }
+                    }
+                }
+                let grads = match terms.split_first() {
+                    None => None,
+                    Some((a, rest)) => Some(rest.iter().try_fold(a.clone(), |acc, t| acc + t)?.backward()?),
                 };
                 if let Some(gs) = &grads {
+                    for (x, buf) in layers.iter().zip(pending.iter_mut()) {
+                        if let Some(g) = x.halo.as_ref().and_then(|h| gs.get(h.as_tensor())) {
+                            buf.add(ch.plan.halo(), &flat(g)?);
+                        }
+                    }
                     for (a, b) in grad.iter_mut().zip(self.own.flat_grads(gs)?) {
                         *a += b;
                     }
@@ -332,6 +372,9 @@ impl Stage {
                     received = Some(decode(&got[r], self.chunks[c].len(), self.d_out, r, "chunk gradients")?);
                 }
             }
+        }
+        if let Some(plan) = &self.groups {
+            pending.iter_mut().for_each(|b| b.zero(plan.halo()));
         }
         Ok((loss, grad))
     }
@@ -595,6 +638,8 @@ pub fn run(
     // The input rows of every layer the stage owns (none for layer 0: the features).
     let mut bufs: Vec<VertexRows> =
         layers.clone().map(|l| VertexRows::zeros(if l == 0 { 0 } else { n }, width(l))).collect();
+    let mut pending: Vec<VertexRows> = bufs.iter().map(|b| VertexRows::zeros(b.vals.len() / b.d.max(1), b.d)).collect();
+    let mut epochs_run = 0;
     let edges: u64 = stage.chunks.iter().map(|c| c.plan.block.num_edges() as u64).sum();
     let roots: u64 = stage.chunks.iter().map(|c| c.train.len() as u64).sum();
     let mut opt = cfg.optimizer.build(stage.own.numel(), cfg.lr, cfg.weight_decay);
@@ -613,7 +658,14 @@ pub fn run(
         let mode = Mode::Train { key: dropout_key(cfg.seed, p.epoch, p.iteration) };
         let mut times = Times::default();
         let tapes = stage.forward(w, coll, &mut bufs, mode, &mut times)?;
-        let (loss, mut grad) = stage.backward(coll, tapes, &mut times)?;
+        // What the last epoch left pending is the gradient of the history
+        // rows it read, which are rows only from its second epoch on (the
+        // first read zeros), and never with `--history off`.
+        if !g.history || epochs_run < 2 {
+            pending.iter_mut().for_each(VertexRows::clear);
+        }
+        let (loss, mut grad) = stage.backward(coll, tapes, &mut pending, &mut times)?;
+        epochs_run += 1;
         stage.refresh_groups(coll, &mut bufs, &mut times)?;
         // BatchNorm's sums of this epoch (non-zero for the stage's own layers
         // only) ride with the gradient over the groups, as they ride with the
