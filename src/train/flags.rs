@@ -347,7 +347,7 @@ pub struct TrainFlags {
     /// How the workers' parts are cut [default: metis; random with --strategy retexo].
     #[arg(long, value_enum)]
     pub partition: Option<Method>,
-    /// Write the last iteration's summed gradient to FILE (with --stop-after N the N-th; raw little-endian f32; for tests).
+    /// Write the first iteration's summed gradient to FILE (raw little-endian f32; for tests).
     #[arg(long, hide = true, value_name = "FILE")]
     pub dump_grad: Option<PathBuf>,
     /// The flags given (on the command line or in --config's file), by id (`batch_size`); filled by

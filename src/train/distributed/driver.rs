@@ -25,7 +25,7 @@ pub struct DistOptions<'a> {
     pub comm_timeout: Duration,
     /// Compare replica weights every N iterations (0: never).
     pub check_replicas: u64,
-    /// Write the last iteration's summed gradient here (tests).
+    /// Write the first iteration's summed gradient here (tests).
     pub dump_grad: Option<PathBuf>,
     /// Lines the workers print, to show in the event log (when a dashboard
     /// owns the terminal, the launcher's log sink feeds this instead of stderr).

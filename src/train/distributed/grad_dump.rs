@@ -1,13 +1,12 @@
-//! Test hook behind `train --dump-grad FILE`: the last iteration's summed
-//! gradient (with `--stop-after N`, the N-th's), as raw little-endian f32, so
-//! runs with different worker counts can be compared exactly.
+//! Test hook behind `train --dump-grad FILE`: the first iteration's summed
+//! gradient, as raw little-endian f32, so runs with different worker counts
+//! can be compared exactly.
 
 use crate::metrics::{EpochRecord, StepRecord};
 use crate::train::{Observer, TrainError};
 use std::path::PathBuf;
 
-/// Passes everything on to `inner`; writes every gradient it sees to `path`,
-/// so the last stays.
+/// Passes everything on to `inner`; writes the first gradient it sees to `path`.
 pub struct GradDump<'a> {
     pub path: Option<PathBuf>,
     pub inner: &'a mut dyn Observer,
@@ -30,8 +29,8 @@ impl Observer for GradDump<'_> {
         self.inner.stop_requested()
     }
     fn gradient(&mut self, i: u64, g: &[f32]) {
-        if let Some(path) = &self.path
-            && let Err(e) = crate::format::write_atomic(path, bytemuck::cast_slice(g))
+        if let Some(path) = self.path.take()
+            && let Err(e) = crate::format::write_atomic(&path, bytemuck::cast_slice(g))
         {
             tracing::warn!("--dump-grad {}: {e}", path.display());
         }

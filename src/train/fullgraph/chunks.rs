@@ -149,21 +149,6 @@ impl VertexRows {
         }
     }
 
-    /// The rows of `ids`, in that order, leaving them zero.
-    pub fn take(&mut self, ids: &[u32]) -> Vec<f32> {
-        let out = self.of(ids);
-        self.zero(ids);
-        out
-    }
-
-    /// Sets the rows of `ids` to zero.
-    pub fn zero(&mut self, ids: &[u32]) {
-        let d = self.d;
-        for &v in ids {
-            self.vals[v as usize * d..(v as usize + 1) * d].fill(0.0);
-        }
-    }
-
     pub fn clear(&mut self) {
         self.vals.fill(0.0);
     }

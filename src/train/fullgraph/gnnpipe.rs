@@ -9,16 +9,19 @@
 //! kept from the previous epoch (the history: zero in the first epoch, which
 //! warms it; always zero with `--history off`). Backward runs the pipeline
 //! in reverse from each chunk's loss at the last stage, the last chunk
-//! first. The gradient a chunk's layer sends into its halo rows is kept at
-//! the stage until their own chunk comes back through the pipeline and
-//! added to that chunk's gradient, which carries it to the previous stage
-//! (no extra bytes): in the same pass for rows of this epoch (their chunk
-//! comes back later), in the next epoch's for rows read from the history,
-//! one step stale as the rows were. So without history reads (every cross
-//! edge from an earlier chunk to a later one) the gradient is the full
-//! graph's. Each stage sums its layers' gradient over the chunks and steps
-//! its own optimizer over its own layers: there is no gradient all-reduce. One optimizer step per epoch, as the full-graph
-//! engine, so a row read from the history is exactly one step old.
+//! first. The gradient a chunk's layer sends into its halo rows of this
+//! epoch (rows of chunks computed before it) is kept at the stage until
+//! their own chunk comes back through the pipeline, which the reverse order
+//! makes later, and added to that chunk's gradient, which carries it to the
+//! previous stage (no extra bytes). Rows read from the history are
+//! constants: their chunk is already back, and handing their gradient to
+//! the next epoch (PipeGCN's stale gradients) made the loss oscillate. So
+//! without history reads (every cross edge from an earlier chunk to a later
+//! one) the gradient is the full graph's. Each stage sums its layers'
+//! gradient over the chunks and steps its own optimizer over its own
+//! layers: there is no gradient all-reduce. One optimizer step per epoch, as
+//! the full-graph engine, so a row read from the history is exactly one
+//! step old.
 //!
 //! What crosses the network per epoch: each chunk's rows between
 //! consecutive stages and their gradients (`activations`: rows x width x 4
@@ -285,14 +288,12 @@ impl Stage {
 
     /// The backward pipeline: the stage's gradient (its own parameters,
     /// summed over the chunks) and, at the last stage, the loss. `pending`
-    /// (one row per vertex for each layer input the stage owns) gathers the
-    /// gradient that reaches a chunk's halo rows, and a chunk takes its own
-    /// rows' share when it comes back through the pipeline: a row of a
-    /// chunk computed before it (this epoch's) in this pass, the reverse
-    /// order making that later; a row read from the history (a chunk
-    /// already back) in the next epoch's pass, one step stale as the row
-    /// was. What is pending for rows that are not this pipeline's (the
-    /// other groups') is dropped.
+    /// (one row per vertex for each layer input the stage owns, zero on
+    /// entry) gathers the gradient that reaches a chunk's halo rows, and a
+    /// chunk takes its own rows' share when it comes back through the
+    /// pipeline: that of rows of this epoch, the reverse order bringing
+    /// their chunk back after the chunks that read them. What reaches a row
+    /// read from the history (its chunk already back) is dropped.
     fn backward(
         &self,
         coll: &mut dyn Collective,
@@ -332,9 +333,9 @@ impl Stage {
                     let g = Tensor::from_vec(g, y.dims2()?, &candle_core::Device::Cpu)?.to_device(y.device())?;
                     terms.push((&y * g)?.sum_all()?);
                 }
-                for (x, buf) in layers.iter().zip(pending.iter_mut()) {
+                for (x, buf) in layers.iter().zip(pending.iter()) {
                     if let Some(own) = &x.own {
-                        let g = buf.take(ch.plan.owned());
+                        let g = buf.of(ch.plan.owned());
                         if g.iter().any(|&v| v != 0.0) {
                             let g = Tensor::from_vec(g, own.dims2()?, &candle_core::Device::Cpu)?
                                 .to_device(own.device())?;
@@ -372,9 +373,6 @@ impl Stage {
                     received = Some(decode(&got[r], self.chunks[c].len(), self.d_out, r, "chunk gradients")?);
                 }
             }
-        }
-        if let Some(plan) = &self.groups {
-            pending.iter_mut().for_each(|b| b.zero(plan.halo()));
         }
         Ok((loss, grad))
     }
@@ -639,7 +637,6 @@ pub fn run(
     let mut bufs: Vec<VertexRows> =
         layers.clone().map(|l| VertexRows::zeros(if l == 0 { 0 } else { n }, width(l))).collect();
     let mut pending: Vec<VertexRows> = bufs.iter().map(|b| VertexRows::zeros(b.vals.len() / b.d.max(1), b.d)).collect();
-    let mut epochs_run = 0;
     let edges: u64 = stage.chunks.iter().map(|c| c.plan.block.num_edges() as u64).sum();
     let roots: u64 = stage.chunks.iter().map(|c| c.train.len() as u64).sum();
     let mut opt = cfg.optimizer.build(stage.own.numel(), cfg.lr, cfg.weight_decay);
@@ -658,14 +655,8 @@ pub fn run(
         let mode = Mode::Train { key: dropout_key(cfg.seed, p.epoch, p.iteration) };
         let mut times = Times::default();
         let tapes = stage.forward(w, coll, &mut bufs, mode, &mut times)?;
-        // What the last epoch left pending is the gradient of the history
-        // rows it read, which are rows only from its second epoch on (the
-        // first read zeros), and never with `--history off`.
-        if !g.history || epochs_run < 2 {
-            pending.iter_mut().for_each(VertexRows::clear);
-        }
+        pending.iter_mut().for_each(VertexRows::clear);
         let (loss, mut grad) = stage.backward(coll, tapes, &mut pending, &mut times)?;
-        epochs_run += 1;
         stage.refresh_groups(coll, &mut bufs, &mut times)?;
         // BatchNorm's sums of this epoch (non-zero for the stage's own layers
         // only) ride with the gradient over the groups, as they ride with the
