@@ -1,10 +1,10 @@
 //! `--strategy gnnpipe` (layer-level model parallelism, graph chunks
 //! pipelined through the stages): with one chunk and no history its gradient
-//! is the full-graph engine's, and so with chunks whose cross edges all
-//! run from an earlier chunk to a later one; what crosses the network is exactly each
-//! chunk's rows between consecutive stages and their gradients (no gradient
-//! all-reduce); it learns Cora; bad flags exit 2 naming the flag. Real
-//! processes, real data.
+//! is the full-graph engine's, and so with chunks whose cross edges all run
+//! from an earlier chunk to a later one; what crosses the network is exactly
+//! each chunk's rows between consecutive stages and their gradients (no
+//! gradient all-reduce); it learns Cora; bad flags exit 2 naming the flag.
+//! Real processes, real data.
 
 mod dist_support;
 
