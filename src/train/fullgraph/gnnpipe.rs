@@ -634,9 +634,12 @@ pub fn run(
         layers: layers.clone(),
     };
     // The input rows of every layer the stage owns (none for layer 0: the features).
-    let mut bufs: Vec<VertexRows> =
-        layers.clone().map(|l| VertexRows::zeros(if l == 0 { 0 } else { n }, width(l))).collect();
-    let mut pending: Vec<VertexRows> = bufs.iter().map(|b| VertexRows::zeros(b.vals.len() / b.d.max(1), b.d)).collect();
+    let per_layer_input = || -> Vec<VertexRows> {
+        layers.clone().map(|l| VertexRows::zeros(if l == 0 { 0 } else { n }, width(l))).collect()
+    };
+    let mut bufs = per_layer_input();
+    // The gradient reaching those rows through later chunks' halos, shaped alike.
+    let mut pending = per_layer_input();
     let edges: u64 = stage.chunks.iter().map(|c| c.plan.block.num_edges() as u64).sum();
     let roots: u64 = stage.chunks.iter().map(|c| c.train.len() as u64).sum();
     let mut opt = cfg.optimizer.build(stage.own.numel(), cfg.lr, cfg.weight_decay);
