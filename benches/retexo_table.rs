@@ -20,6 +20,12 @@
 //! (e.g. `RETEXO_ROUNDS_FACEBOOK=20`), and `RETEXO_DATA=DIR`: keep the data
 //! dir and each run's summary there (`DIR/retexo-table/<run>.json`), and
 //! reuse the summaries already there instead of training again.
+//! `RETEXO_SPLIT=authors` trains on the splits of the authors' code
+//! (`data/dataset.py`) instead of the public ones: Cora and CiteSeer as PyG's
+//! `Planetoid(split="random")` with 86 and 178 training nodes per class, 300
+//! and 357 validation and 1806 and 2146 test nodes (CiteSeer runs out of
+//! nodes first), Facebook 20/10/70 (their `get_masks_fb_page(0.7, 0.33)`);
+//! drawn once with seed 0, whatever `RETEXO_SEEDS` says.
 //!
 //! Datasets come from `../shared/datasets` (Cora and CiteSeer: Planetoid
 //! public split; Facebook: MUSAE page-page, seeded 60/20/20 split).
@@ -65,20 +71,30 @@ fn leapgnn(data: &Path, args: &[&str]) -> Value {
         .unwrap_or_else(|e| panic!("bad JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
 }
 
-fn import(data: &Path, dataset: &str) {
-    if data.join(dataset).join("dataset.lgnn").is_file() {
-        return;
+/// Imports `dataset` with the split `RETEXO_SPLIT` names; returns the name it has under `data`.
+fn import(data: &Path, dataset: &str, split: &str) -> String {
+    let (name, split_args): (String, &[&str]) = match (split, dataset) {
+        ("public", _) => (dataset.to_string(), &[]),
+        ("authors", "cora") => ("cora-authors".into(), &["--split-per-class", "86,300,1806"]),
+        ("authors", "citeseer") => ("citeseer-authors".into(), &["--split-per-class", "178,357,2146"]),
+        ("authors", "facebook") => ("facebook-authors".into(), &["--split", "20.1,9.9,70"]),
+        (other, _) => panic!("RETEXO_SPLIT: unknown split {other} (public or authors)"),
+    };
+    if data.join(&name).join("dataset.lgnn").is_file() {
+        return name;
     }
     let from = match dataset {
         "cora" | "citeseer" => shared(&format!("planetoid/converted/{dataset}")),
         "facebook" => shared("musae-facebook"),
         other => panic!("RETEXO_DATASETS: unknown dataset {other} (cora, citeseer or facebook)"),
     };
-    let mut args = vec!["download", dataset, "--from", from.to_str().unwrap()];
+    let mut args = vec!["download", &name, "--from", from.to_str().unwrap()];
     if dataset != "facebook" {
         args.extend(["--format", "text"]);
     }
+    args.extend(split_args);
     leapgnn(data, &args);
+    name
 }
 
 /// Trains run `name` (or reads its saved summary) and returns the summary.
@@ -136,6 +152,7 @@ fn main() {
     let models = list("RETEXO_MODELS", "gcn,sage,gat");
     let seeds = list("RETEXO_SEEDS", "0");
     let layers = setting("LAYERS", "", 2);
+    let split = env_or("RETEXO_SPLIT", "public");
     let (_tmp, data) = match std::env::var_os("RETEXO_DATA") {
         Some(d) => (None, PathBuf::from(d)),
         None => {
@@ -149,14 +166,14 @@ fn main() {
     let mut rows = Vec::new();
     let mut settings = Vec::new();
     for ds in &datasets {
-        import(&data, ds);
+        let name = import(&data, ds, &split);
         let (hidden, rounds) = (setting("HIDDEN", ds, 256), setting("ROUNDS", ds, 200));
         settings.push(format!("{ds}: hidden {hidden}, {rounds} rounds/layer = {} steps", layers * rounds));
         for model in &models {
             let (mut r, mut f) = (Side::default(), Side::default());
             for seed in &seeds {
-                let tag = format!("{ds}-{model}-h{hidden}-l{layers}-r{rounds}-s{seed}");
-                let mut shared_args: Vec<String> = [ds.as_str(), "--workers", WORKERS, "--partition", "random"]
+                let tag = format!("{name}-{model}-h{hidden}-l{layers}-r{rounds}-s{seed}");
+                let mut shared_args: Vec<String> = [name.as_str(), "--workers", WORKERS, "--partition", "random"]
                     .iter()
                     .map(|s| s.to_string())
                     .collect();
@@ -193,7 +210,7 @@ fn main() {
     }
     let mean = if seeds.len() > 1 { "mean over seeds " } else { "seed " };
     println!(
-        "RETEXO vs full-graph training, 4 workers, random partition, {mean}{}; {}; lr 0.003, weight decay 5e-4, \
+        "RETEXO vs full-graph training, 4 workers, random partition, {split} split, {mean}{}; {}; lr 0.003, weight decay 5e-4, \
          dropout 0.3, GAT 8 heads, {layers} layers. Test accuracy in %, at the best validation round/epoch; \
          MB = 10^6 bytes sent over the network by the whole run (training and evaluation, all workers); \
          bytes ratio = full-graph / RETEXO; rows ratio = the same for features + activations only \

@@ -1,7 +1,7 @@
 use crate::Global;
 use crate::output::print_json;
 use anyhow::Context;
-use leapgnn::datasets::convert::split::parse_fractions;
+use leapgnn::datasets::convert::split::{parse_fractions, parse_per_class};
 use leapgnn::datasets::{self, ConvertOptions, DownloadRequest, Format, Registry};
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -39,6 +39,10 @@ pub struct Args {
     /// Random split of the labelled nodes, train,val,test in percent (or fractions).
     #[arg(long, value_parser = parse_fractions)]
     pub split: Option<[f64; 3]>,
+    /// Planetoid-style random split of the labelled nodes (PyG's split="random"):
+    /// TRAIN nodes of each class, then VAL and TEST nodes from the rest, e.g. 20,500,1000.
+    #[arg(long, value_parser = parse_per_class, conflicts_with = "split", value_name = "TRAIN,VAL,TEST")]
+    pub split_per_class: Option<[u64; 3]>,
     /// text: file prefix inside a --from directory; musae: which graph of several.
     #[arg(long)]
     pub prefix: Option<String>,
@@ -74,6 +78,7 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
             feature_dim: a.feature_dim,
             generated_classes: a.generated_classes,
             split: a.split.map(|s| s.to_vec()),
+            split_per_class: a.split_per_class.map(|s| s.to_vec()),
             prefix: a.prefix,
             features: a.features,
             ..Default::default()

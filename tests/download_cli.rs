@@ -89,3 +89,35 @@ fn an_unlabelled_import_says_how_to_make_it_trainable() {
     let s = ok_json(d.path(), &["train", "g", "--epochs", "1", "--batch-size", "64", "--no-tui", "--json"]);
     assert_eq!(s["epochs"], 1);
 }
+
+#[test]
+fn a_per_class_split_replaces_the_public_one() {
+    // The archive's sha256 covers its name and seed, so the repeat goes to a data dir of its own
+    // (that another seed draws another split is the unit tests' job: the seed alone changes the sha256).
+    let (d, other, third) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let from = cora_text();
+    let import = |dir: &std::path::Path, extra: &[&str]| {
+        let args =
+            [&["download", "authors", "--from", from.to_str().unwrap(), "--format", "text", "--json"][..], extra];
+        ok_json(dir, &args.concat())
+    };
+    let public = import(third.path(), &[]);
+    assert_eq!([&public["train"], &public["val"], &public["test"]], [140, 500, 1000]);
+    // RETEXO's authors' Cora split: 86 per class of Cora's 7, 300 val, 1806 test.
+    let authors = import(d.path(), &["--split-per-class", "86,300,1806"]);
+    assert_eq!([&authors["train"], &authors["val"], &authors["test"]], [602, 300, 1806]);
+    let again = import(other.path(), &["--split-per-class", "86,300,1806"]);
+    assert_eq!(again["sha256"], authors["sha256"], "the same seed draws the same split");
+    let s = ok_json(d.path(), &["train", "authors", "--epochs", "1", "--batch-size", "256", "--no-tui", "--json"]);
+    assert_eq!(s["epochs"], 1);
+
+    let base = ["download", "bad", "--from", from.to_str().unwrap(), "--format", "text"];
+    for (extra, says) in [
+        (&["--split-per-class", "0,300,1806"][..], "at least 1 training node"),
+        (&["--split-per-class", "86,300"][..], "3 parts"),
+        (&["--split-per-class", "86,300,1806", "--split", "60,20,20"][..], "--split"),
+    ] {
+        leapgnn(d.path(), &[&base[..], extra].concat()).assert_error(2, &[says]);
+    }
+    assert!(!d.path().join("bad").exists(), "a refused import leaves nothing behind");
+}

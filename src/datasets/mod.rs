@@ -169,7 +169,13 @@ fn merge(base: &ConvertOptions, over: &ConvertOptions) -> ConvertOptions {
         self_loops: over.self_loops || base.self_loops,
         feature_dim: over.feature_dim.or(base.feature_dim),
         generated_classes: over.generated_classes.or(base.generated_classes),
-        split: over.split.clone().or_else(|| base.split.clone()),
+        // Either kind of split given by flag replaces whichever the entry has.
+        split: if over.split_per_class.is_some() { None } else { over.split.clone().or_else(|| base.split.clone()) },
+        split_per_class: if over.split.is_some() {
+            None
+        } else {
+            over.split_per_class.clone().or_else(|| base.split_per_class.clone())
+        },
         prefix: over.prefix.clone().or_else(|| base.prefix.clone()),
         id_column: over.id_column.clone().or_else(|| base.id_column.clone()),
         label_column: over.label_column.clone().or_else(|| base.label_column.clone()),

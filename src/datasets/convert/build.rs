@@ -178,9 +178,17 @@ pub fn finish(
         (None, Some(c)) => (generated_labels(n, c, seed), c, SplitRule::Fractions(GENERATED_LABEL_SPLIT)),
         (None, None) => (vec![-1; n], 0, raw.split),
     };
-    let rule = match &opts.split {
-        Some(f) => SplitRule::Fractions(split::fractions(f).map_err(DatasetError::input)?),
-        None => default_split,
+    let rule = match (&opts.split, &opts.split_per_class) {
+        (Some(_), Some(_)) => {
+            return Err(DatasetError::input("split and split_per_class both set: give one of them"));
+        }
+        (Some(f), None) => SplitRule::Fractions(split::fractions(f).map_err(DatasetError::input)?),
+        (None, Some(c)) => {
+            let [per_class, val, test] = split::per_class(c).map_err(DatasetError::input)?;
+            let count = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+            SplitRule::PerClass { per_class: count(per_class), val: count(val), test: count(test) }
+        }
+        (None, None) => default_split,
     };
     let [train, val, test] = split::apply(&rule, &labels, num_classes, seed);
 

@@ -84,6 +84,9 @@ pub struct ConvertOptions {
     pub generated_classes: Option<u32>,
     /// Split fractions or percentages (train, val, test) replacing the format's own.
     pub split: Option<Vec<f64>>,
+    /// Planetoid-style random split replacing the format's own: train nodes
+    /// per class, then val and test nodes from the rest (`[20, 500, 1000]`).
+    pub split_per_class: Option<Vec<u64>>,
     /// text: file prefix inside a directory; musae: dataset prefix (`facebook`, `DE`)
     /// when a directory holds several.
     pub prefix: Option<String>,

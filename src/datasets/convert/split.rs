@@ -38,6 +38,25 @@ pub fn fractions(v: &[f64]) -> Result<[f64; 3], String> {
     Ok([a / scale, b / scale, c / scale])
 }
 
+/// Parses `--split-per-class TRAIN,VAL,TEST`: three whole numbers, the train
+/// count at least 1 (PyG's `Planetoid(split="random", num_train_per_class,
+/// num_val, num_test)`).
+pub fn parse_per_class(s: &str) -> Result<[u64; 3], String> {
+    let parts: Result<Vec<u64>, _> = s.split(',').map(|p| p.trim().parse::<u64>()).collect();
+    let parts =
+        parts.map_err(|_| format!("`{s}` is not three whole numbers like 20,500,1000 (train per class, val, test)"))?;
+    per_class(&parts)
+}
+
+/// Checks `split_per_class` values, from the flag or a datasets.toml entry.
+pub fn per_class(v: &[u64]) -> Result<[u64; 3], String> {
+    match *v {
+        [0, _, _] => Err("a per-class split needs at least 1 training node per class, got 0".into()),
+        [t, va, te] => Ok([t, va, te]),
+        _ => Err(format!("a per-class split has 3 parts (train per class, val, test), got {}", v.len())),
+    }
+}
+
 /// Parses `60,20,20` or `0.6,0.2,0.2`.
 pub fn parse_fractions(s: &str) -> Result<[f64; 3], String> {
     let parts: Result<Vec<f64>, _> = s.split(',').map(|p| p.trim().parse::<f64>()).collect();
@@ -134,5 +153,26 @@ mod tests {
         assert!(parse_fractions("60,20").is_err());
         assert!(parse_fractions("80,20,20").unwrap_err().contains("more than 100%"));
         assert!(parse_fractions("a,b,c").is_err());
+    }
+
+    #[test]
+    fn per_class_counts_are_checked() {
+        assert_eq!(parse_per_class("86, 300,1806").unwrap(), [86, 300, 1806]);
+        assert!(parse_per_class("0,300,1806").unwrap_err().contains("at least 1"));
+        assert!(parse_per_class("20,500").unwrap_err().contains("3 parts"));
+        assert!(parse_per_class("20,-1,5").unwrap_err().contains("whole numbers"));
+        assert!(parse_per_class("0.5,1,1").is_err());
+    }
+
+    #[test]
+    fn per_class_stops_where_the_nodes_run_out() {
+        // CiteSeer-like: the asked val + test exceed what the train nodes leave.
+        let labels: Vec<i32> = (0..600).map(|i| if i % 50 == 0 { -1 } else { i % 6 }).collect();
+        let rule = SplitRule::PerClass { per_class: 30, val: 100, test: 1000 };
+        let s = apply(&rule, &labels, 6, 4);
+        assert_eq!([s[0].len(), s[1].len(), s[2].len()], [180, 100, 588 - 280]);
+        assert!(disjoint(&s));
+        assert!(s.iter().flatten().all(|&v| labels[v as usize] >= 0));
+        assert_ne!(s, apply(&rule, &labels, 6, 5));
     }
 }
