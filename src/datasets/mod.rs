@@ -164,18 +164,16 @@ fn report(f: DatasetFile, t0: Instant, action: &'static str, notes: Vec<String>)
 
 /// Registry options overridden by the flags the user set.
 fn merge(base: &ConvertOptions, over: &ConvertOptions) -> ConvertOptions {
+    // The two kinds of split are one setting: either one given by flag replaces whichever the entry has.
+    let splits = if over.split.is_some() || over.split_per_class.is_some() { over } else { base };
+    let (split, split_per_class) = (splits.split.clone(), splits.split_per_class.clone());
     ConvertOptions {
         symmetrize: over.symmetrize.or(base.symmetrize),
         self_loops: over.self_loops || base.self_loops,
         feature_dim: over.feature_dim.or(base.feature_dim),
         generated_classes: over.generated_classes.or(base.generated_classes),
-        // Either kind of split given by flag replaces whichever the entry has.
-        split: if over.split_per_class.is_some() { None } else { over.split.clone().or_else(|| base.split.clone()) },
-        split_per_class: if over.split.is_some() {
-            None
-        } else {
-            over.split_per_class.clone().or_else(|| base.split_per_class.clone())
-        },
+        split,
+        split_per_class,
         prefix: over.prefix.clone().or_else(|| base.prefix.clone()),
         id_column: over.id_column.clone().or_else(|| base.id_column.clone()),
         label_column: over.label_column.clone().or_else(|| base.label_column.clone()),

@@ -42,10 +42,14 @@ pub fn fractions(v: &[f64]) -> Result<[f64; 3], String> {
 /// count at least 1 (PyG's `Planetoid(split="random", num_train_per_class,
 /// num_val, num_test)`).
 pub fn parse_per_class(s: &str) -> Result<[u64; 3], String> {
-    let parts: Result<Vec<u64>, _> = s.split(',').map(|p| p.trim().parse::<u64>()).collect();
-    let parts =
-        parts.map_err(|_| format!("`{s}` is not three whole numbers like 20,500,1000 (train per class, val, test)"))?;
+    let parts = numbers(s)
+        .ok_or_else(|| format!("`{s}` is not three whole numbers like 20,500,1000 (train per class, val, test)"))?;
     per_class(&parts)
+}
+
+/// A comma-separated list of numbers, or None where one does not parse.
+fn numbers<T: std::str::FromStr>(s: &str) -> Option<Vec<T>> {
+    s.split(',').map(|p| p.trim().parse().ok()).collect()
 }
 
 /// Checks `split_per_class` values, from the flag or a datasets.toml entry.
@@ -59,8 +63,7 @@ pub fn per_class(v: &[u64]) -> Result<[u64; 3], String> {
 
 /// Parses `60,20,20` or `0.6,0.2,0.2`.
 pub fn parse_fractions(s: &str) -> Result<[f64; 3], String> {
-    let parts: Result<Vec<f64>, _> = s.split(',').map(|p| p.trim().parse::<f64>()).collect();
-    let parts = parts.map_err(|_| format!("`{s}` is not a list of numbers like 60,20,20"))?;
+    let parts: Vec<f64> = numbers(s).ok_or_else(|| format!("`{s}` is not a list of numbers like 60,20,20"))?;
     fractions(&parts)
 }
 
