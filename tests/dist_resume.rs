@@ -6,7 +6,7 @@
 
 mod dist_support;
 
-use dist_support::{facebook, fails, final_weights, json, local_options, losses, rel_diff};
+use dist_support::{facebook, fails, final_weights, json, local_options, losses, rel_diff, weights};
 use leapgnn::DataDir;
 use leapgnn::cluster::LocalLauncher;
 use leapgnn::train::distributed::{resume_distributed, train_distributed};
@@ -88,15 +88,6 @@ fn auto_time_steps_resume_with_the_t_and_the_measurements_of_the_stopped_run() {
     assert_eq!(steps_per_epoch("mid"), [4, 3, 2, 1]);
     assert_eq!(straight.time_steps, 1);
     assert_same_run(d, "straight", "mid");
-}
-
-/// Every weight of a safetensors file, tensors in name order.
-fn weights(bytes: &[u8]) -> Vec<f32> {
-    let st = safetensors::SafeTensors::deserialize(bytes).unwrap();
-    let mut names = st.names();
-    names.sort();
-    let le = |b: &[u8]| f32::from_le_bytes(b.try_into().unwrap());
-    names.iter().flat_map(|n| st.tensor(n).unwrap().data().chunks_exact(4).map(le).collect::<Vec<_>>()).collect()
 }
 
 /// Stopped on 4 workers, resumed on 2: the same global batches (4 x 1024 =

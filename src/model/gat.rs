@@ -46,6 +46,11 @@ impl GatLayer {
         self.attend(inp, self.project(inp.x)?)
     }
 
+    /// The projection's weight `[h*f, d_in]`.
+    pub fn weight(&self) -> &Tensor {
+        self.lin.weight()
+    }
+
     /// The input rows' projection `[n_src, h*f]`.
     pub fn project(&self, x: &Tensor) -> Result<Tensor> {
         self.lin.forward(x, None)

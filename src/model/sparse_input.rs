@@ -121,42 +121,49 @@ impl CustomOp1 for SparseLinear {
     fn bwd(&self, w: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
         let (d_out, d_in) = w.dims2()?;
         let g = grad.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
-        let x = &*self.x;
-        let end = x.indptr[self.rows];
-        // The used rows by column (a counting sort of their non-zeros), so each
-        // column's gradient row is summed by one thread in a fixed order.
-        let mut start = vec![0usize; d_in + 1];
-        for &c in &x.indices[..end] {
-            start[c as usize + 1] += 1;
-        }
-        for c in 0..d_in {
-            start[c + 1] += start[c];
-        }
-        let mut fill = start.clone();
-        let mut by_col = vec![(0u32, 0f32); end];
-        for i in 0..self.rows {
-            let (cols, vals) = x.row(i);
-            for (&c, &v) in cols.iter().zip(vals) {
-                by_col[fill[c as usize]] = (i as u32, v);
-                fill[c as usize] += 1;
-            }
-        }
-        let mut gwt = vec![0f32; d_in * d_out];
-        let col = |(c, o): (usize, &mut [f32])| {
-            for &(i, v) in &by_col[start[c]..start[c + 1]] {
-                axpy(o, v, &g[i as usize * d_out..(i as usize + 1) * d_out]);
-            }
-        };
-        if d_out > 0 {
-            if end * d_out < PAR_MIN_VALUES {
-                gwt.chunks_mut(d_out).enumerate().for_each(col);
-            } else {
-                gwt.par_chunks_mut(d_out).enumerate().with_min_len(64).for_each(col);
-            }
-        }
-        let gw = transpose(&gwt, d_in, d_out);
+        let gw = weight_grad(&self.x, self.rows, &g, d_out);
         Ok(Some(Tensor::from_vec(gw, (d_out, d_in), w.device())?))
     }
+}
+
+/// `g^T x[..rows]`: the `[d_out, x.dim]` weight gradient of `x W^T` for the
+/// output gradient `g` (`[rows, d_out]` row-major). Each weight column is
+/// summed by one thread over the rows in order, so the result does not
+/// depend on the thread count.
+pub fn weight_grad(x: &CsrRows, rows: usize, g: &[f32], d_out: usize) -> Vec<f32> {
+    let d_in = x.dim;
+    let end = x.indptr[rows];
+    // The used rows by column (a counting sort of their non-zeros).
+    let mut start = vec![0usize; d_in + 1];
+    for &c in &x.indices[..end] {
+        start[c as usize + 1] += 1;
+    }
+    for c in 0..d_in {
+        start[c + 1] += start[c];
+    }
+    let mut fill = start.clone();
+    let mut by_col = vec![(0u32, 0f32); end];
+    for i in 0..rows {
+        let (cols, vals) = x.row(i);
+        for (&c, &v) in cols.iter().zip(vals) {
+            by_col[fill[c as usize]] = (i as u32, v);
+            fill[c as usize] += 1;
+        }
+    }
+    let mut gwt = vec![0f32; d_in * d_out];
+    let col = |(c, o): (usize, &mut [f32])| {
+        for &(i, v) in &by_col[start[c]..start[c + 1]] {
+            axpy(o, v, &g[i as usize * d_out..(i as usize + 1) * d_out]);
+        }
+    };
+    if d_out > 0 {
+        if end * d_out < PAR_MIN_VALUES {
+            gwt.chunks_mut(d_out).enumerate().for_each(col);
+        } else {
+            gwt.par_chunks_mut(d_out).enumerate().with_min_len(64).for_each(col);
+        }
+    }
+    transpose(&gwt, d_in, d_out)
 }
 
 #[cfg(test)]

@@ -20,6 +20,27 @@ pub trait Collective {
     fn bytes(&self) -> ByteCounts;
 }
 
+/// A u64 travels in an f32 all-reduce as four 16-bit pieces: exact in f32.
+const PIECES: usize = 4;
+
+/// An all-reduce buffer that gathers one u64 per worker: `v` in worker
+/// `rank`'s slots, zeros elsewhere (each worker writes only its own, so the
+/// sum is a gather). Read it back with `read_u64_slots`.
+pub fn u64_slots(v: u64, rank: usize, world: usize) -> Vec<f32> {
+    let mut all = vec![0f32; world * PIECES];
+    for (k, slot) in all[rank * PIECES..(rank + 1) * PIECES].iter_mut().enumerate() {
+        *slot = ((v >> (16 * k)) & 0xffff) as f32;
+    }
+    all
+}
+
+/// Every worker's u64 from a summed `u64_slots` buffer, by rank.
+pub fn read_u64_slots(all: &[f32]) -> Vec<u64> {
+    all.chunks_exact(PIECES)
+        .map(|p| p.iter().enumerate().fold(0u64, |v, (k, x)| v | ((*x as u64) << (16 * k))))
+        .collect()
+}
+
 /// The only worker: every collective is the identity and nothing crosses a socket.
 #[derive(Debug, Default)]
 pub struct Solo;

@@ -195,6 +195,12 @@ pub struct TrainConfig {
     /// layers x rounds, one round per epoch.
     #[serde(default)]
     pub rounds: Option<u64>,
+    /// RETEXO: whether a linear conv's weight gradient may cross as its
+    /// factors (the training rows once per stage, their output gradients
+    /// every round) where that is fewer bytes than all-reducing it
+    /// (`--factored-grads`; None: on). Off: every gradient is all-reduced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub factored_grads: Option<bool>,
     /// `--strategy varco`'s compression (None: the authors' defaults).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub varco: Option<super::fullgraph::varco::VarcoConfig>,
@@ -241,6 +247,7 @@ impl Default for TrainConfig {
             eval: EvalMode::Sampled,
             partition: None,
             rounds: None,
+            factored_grads: None,
             varco: None,
             gnnpipe: None,
         }
@@ -523,6 +530,12 @@ impl TrainConfig {
     /// each: one round per epoch, checkpoints at stage boundaries.
     fn check_retexo(&self) -> Result<(), BadInput> {
         let bad = |m: String| Err(BadInput::new(m));
+        if self.factored_grads.is_some() && self.strategy != StrategyKind::Retexo {
+            return bad(format!(
+                "--factored-grads applies to --strategy retexo only (not {}): other strategies all-reduce every gradient",
+                self.strategy
+            ));
+        }
         let Some(rounds) = self.rounds else {
             if self.strategy == StrategyKind::Retexo {
                 return bad("--strategy retexo needs --rounds (training rounds per layer), e.g. 200".into());

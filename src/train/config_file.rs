@@ -128,6 +128,9 @@ impl TrainConfig {
             Some(r) => push("rounds", r.to_string()),
             None => push("epochs", self.epochs.to_string()),
         }
+        if let Some(on) = self.factored_grads {
+            push("factored-grads", if on { "on" } else { "off" }.into());
+        }
         push("lr", self.lr.to_string());
         push("weight-decay", self.weight_decay.to_string());
         push("dropout", self.dropout.to_string());

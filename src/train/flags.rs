@@ -333,6 +333,11 @@ pub struct TrainFlags {
     /// --strategy retexo: training rounds per layer (stage).
     #[arg(long, default_value_t = retexo::ROUNDS)]
     pub rounds: u64,
+    /// --strategy retexo: a stage's conv weight gradient crosses as its factors (the training rows once per
+    /// stage, their output gradients each round) where that is fewer bytes than all-reducing it (on), or is
+    /// all-reduced as every other gradient (off) [default: on].
+    #[arg(long, value_enum)]
+    pub factored_grads: Option<Switch>,
     /// --strategy gnnpipe: graph chunks (METIS) that flow through the pipeline each epoch [default: 8].
     #[arg(long)]
     pub chunks: Option<usize>,
@@ -415,6 +420,7 @@ const DEFINE_THE_RUN: &[&str] = &[
     "slope",
     "ratio",
     "rounds",
+    "factored_grads",
     "chunks",
     "history",
     "pipeline_groups",
@@ -595,10 +601,22 @@ impl TrainFlags {
             eval,
             partition: self.partition.map(|m| m.to_string()),
             rounds,
+            factored_grads: self.retexo_factored_grads(strategy)?,
             varco: self.varco(strategy),
             gnnpipe: self.gnnpipe(strategy),
         };
         Ok(cfg)
+    }
+
+    /// `--factored-grads` for RETEXO; refused elsewhere.
+    fn retexo_factored_grads(&self, strategy: StrategyKind) -> Result<Option<bool>, BadInput> {
+        match (self.factored_grads, strategy) {
+            (Some(s), StrategyKind::Retexo) => Ok(Some(s == Switch::On)),
+            (Some(_), other) => Err(BadInput::new(format!(
+                "--factored-grads applies to --strategy retexo only (not {other}): other strategies all-reduce every gradient"
+            ))),
+            (None, _) => Ok(None),
+        }
     }
 
     /// `--rounds` for RETEXO (its default when not given); refused elsewhere.
@@ -779,6 +797,7 @@ mod tests {
         assert!(e(&["--strategy", "retexo", "--epochs", "3"]).starts_with("--epochs 3 with --strategy retexo"));
         assert!(e(&["--strategy", "retexo", "--rounds", "0"]).starts_with("--rounds 0"));
         assert!(e(&["--rounds", "3"]).starts_with("--rounds 3 applies to --strategy retexo only"));
+        assert!(e(&["--factored-grads", "off"]).starts_with("--factored-grads applies to --strategy retexo only"));
         assert!(
             e(&["--strategy", "varco", "--mode", "minibatch"]).starts_with("--mode minibatch with --strategy varco")
         );

@@ -27,7 +27,7 @@ mod worker;
 // Moved below `train`, `cost` and `locality`; re-exported for existing callers.
 pub use crate::schedule::{MergePlan, Schedule, epoch_order};
 pub use checkpoint::Progress;
-pub use collective::{Collective, CommError, MeshCollective, Solo};
+pub use collective::{Collective, CommError, MeshCollective, Solo, read_u64_slots, u64_slots};
 pub use config::{DeviceKind, EvalMode, Migration, Prefetch, TrainConfig, TrainMode};
 pub use evaluate::{EvalRequest, Evaluation, evaluate};
 pub use naive::{NaiveEpoch, NaiveReport, naive_dry_run};

@@ -136,6 +136,15 @@ pub fn final_weights(d: &Path, run: &str) -> Vec<u8> {
     std::fs::read(ck.join(state["weights"].as_str().unwrap())).unwrap()
 }
 
+/// Every weight of a safetensors file, tensors in name order.
+pub fn weights(bytes: &[u8]) -> Vec<f32> {
+    let st = safetensors::SafeTensors::deserialize(bytes).unwrap();
+    let mut names = st.names();
+    names.sort();
+    let le = |b: &[u8]| f32::from_le_bytes(b.try_into().unwrap());
+    names.iter().flat_map(|n| st.tensor(n).unwrap().data().chunks_exact(4).map(le).collect::<Vec<_>>()).collect()
+}
+
 /// The `prediction` tensor (u32 class per node) of an `infer` output file.
 pub fn predictions(path: &Path) -> Vec<u32> {
     let bytes = std::fs::read(path).unwrap();

@@ -6,6 +6,7 @@ use super::super::strategy::{Iteration, Strategy, StrategyKind};
 use super::super::{Collective, TrainError, Worker};
 use crate::comm::{Category, Mesh};
 use crate::train::strategy::StepSink;
+use crate::train::{read_u64_slots, u64_slots};
 use std::time::Duration;
 
 pub struct ReplicaCheck<'m> {
@@ -17,22 +18,14 @@ pub struct ReplicaCheck<'m> {
     pub passed: u64,
 }
 
-/// A u64 hash travels as four 16-bit pieces: exact in f32, and each worker
-/// writes only its own slots, so the sum is a gather.
-const PIECES: usize = 4;
-
 impl ReplicaCheck<'_> {
     fn check(&self, w: &Worker<'_>, it: &Iteration<'_>) -> Result<(), TrainError> {
         let weights = w.params.flat_values()?;
         let h = xxhash_rust::xxh3::xxh3_64(bytemuck::cast_slice(&weights));
         let (rank, world) = (self.mesh.rank(), self.mesh.world());
-        let mut all = vec![0f32; world * PIECES];
-        for (k, slot) in all[rank * PIECES..(rank + 1) * PIECES].iter_mut().enumerate() {
-            *slot = ((h >> (16 * k)) & 0xffff) as f32;
-        }
+        let mut all = u64_slots(h, rank, world);
         self.mesh.all_reduce_sum(&mut all, Category::Control, self.timeout).map_err(|e| TrainError::Comm(e.into()))?;
-        let mine = &all[rank * PIECES..(rank + 1) * PIECES];
-        match (0..world).find(|&r| &all[r * PIECES..(r + 1) * PIECES] != mine) {
+        match read_u64_slots(&all).iter().position(|&x| x != h) {
             None => Ok(()),
             Some(r) => Err(TrainError::Comm(
                 format!(

@@ -7,6 +7,7 @@
 
 mod chunks;
 mod exchange;
+mod factored;
 pub mod gnnpipe;
 mod halo;
 pub mod inference;

@@ -18,10 +18,17 @@
 //! than to the rows before aggregation); GAT (heads averaged) keeps its
 //! attention graph and recomputes attention each round.
 //!
+//! The summed gradient of a stage's conv weight crosses as its factors where
+//! that is fewer bytes (`factored`): every worker's input rows once per stage,
+//! their output gradients every round. At the end of a stage the workers
+//! compare a hash of the best state they kept (they are replicas and chose
+//! by the same all-reduced counts) instead of broadcasting it.
+//!
 //! One round is one epoch (and one iteration) of the run; checkpoints are
 //! written at the start of every stage and at the end: a resumed run
 //! retrains the stage it was stopped in from its start.
 
+use super::factored::FactoredLinear;
 use super::{HaloPlan, forward_rows};
 use crate::gather::CsrRows;
 use crate::metrics::{EpochRecord, StepRecord, add_bytes};
@@ -32,8 +39,9 @@ use crate::model::{
     AggGraph, GatLayer, Kernel, LayerInput, LayerNorm, Linear, ModelKind, ModelSpec, Params, cross_entropy_sum,
 };
 use crate::train::{Collective, LoopInput, Observer, Progress, TrainError, Worker, checkpoint};
+use crate::train::{read_u64_slots, u64_slots};
 use crate::util::rng::hash_of;
-use candle_core::{Device, Tensor};
+use candle_core::{Device, Tensor, Var};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -171,6 +179,14 @@ impl Rows {
         })
     }
 
+    /// The same rows as CSR (`cols` wide).
+    fn to_csr(&self, cols: usize) -> Result<CsrRows, TrainError> {
+        Ok(match self {
+            Rows::Sparse(c) => (**c).clone(),
+            Rows::Dense(t) => CsrRows::from_dense(&t.flatten_all()?.to_vec1::<f32>()?, cols),
+        })
+    }
+
     /// `x W^T + b`, differentiable in the weights.
     fn linear(&self, lin: &Linear) -> Result<Tensor, TrainError> {
         let y = match self {
@@ -182,6 +198,25 @@ impl Rows {
             None => y,
         })
     }
+}
+
+/// `x W^T`; with `leaf`, of the detached `w`, held as a leaf (returned).
+fn product(x: &Rows, w: &Tensor, leaf: bool) -> Result<(Tensor, Option<Var>), TrainError> {
+    if !leaf {
+        return Ok((x.linear(&Linear::new(w.clone(), None))?, None));
+    }
+    let v = Var::from_tensor(&x.linear(&Linear::new(w.detach(), None))?)?;
+    Ok((v.as_tensor().clone(), Some(v)))
+}
+
+/// A stage's factored weight gradient (`factored`).
+struct Factored {
+    exchange: FactoredLinear,
+    /// The weight's parameter name.
+    weight: String,
+    /// GAT: the rows of the product whose gradient crosses (those the
+    /// training vertices attend over); None: every row (GCN and SAGE).
+    grad_rows: Option<Vec<u32>>,
 }
 
 /// What a stage reads, fixed for the stage.
@@ -267,7 +302,10 @@ impl RetexoModel {
     }
 
     /// Stage `l`'s conv output: of the training vertices (`train`, with
-    /// dropout under `key`) or of every owned vertex (evaluation).
+    /// dropout under `key`) or of every owned vertex (evaluation). With
+    /// `leaf`, the product of the input rows and the conv weight is a leaf
+    /// (returned): its gradient is the output gradient dY that the factored
+    /// exchange sends, and the weight gets none through this pass.
     fn conv(
         &self,
         l: usize,
@@ -275,20 +313,30 @@ impl RetexoModel {
         ids: (&[u32], &[u32]),
         split: &Split,
         train: Option<(u64, u64)>,
-    ) -> Result<Tensor, TrainError> {
+        leaf: bool,
+    ) -> Result<(Tensor, Option<Var>), TrainError> {
         let (src, owned) = ids;
         let rate = if train.is_some() { self.dropout } else { 0.0 };
         match &self.stages[l].conv {
             Conv::Linear(lin) => {
+                let dropped;
                 let x = match train {
                     Some((seed, epoch)) => {
                         let rows = inp.train.as_ref().expect("GCN and SAGE cache their training rows");
                         let s = site(seed, epoch, l, 0);
-                        rows.dropped(rate, |r| vertex_row_key(s, owned[split.train[r] as usize]))?
+                        dropped = rows.dropped(rate, |r| vertex_row_key(s, owned[split.train[r] as usize]))?;
+                        &dropped
                     }
-                    None => return inp.rows.linear(lin),
+                    None => &inp.rows,
                 };
-                x.linear(lin)
+                let (y, v) = product(x, lin.weight(), leaf)?;
+                Ok((
+                    match lin.bias() {
+                        Some(b) => y.broadcast_add(b)?,
+                        None => y,
+                    },
+                    v,
+                ))
             }
             Conv::Gat(gat) => {
                 let graph = inp.graph.as_ref().expect("GAT keeps its graph");
@@ -301,10 +349,7 @@ impl RetexoModel {
                     }
                     None => (&inp.rows, None),
                 };
-                let wh = match x {
-                    Rows::Dense(t) => gat.project(t)?,
-                    Rows::Sparse(c) => gat.project_sparse(c)?,
-                };
+                let (wh, v) = product(x, gat.weight(), leaf)?;
                 let li = LayerInput {
                     x: &wh,
                     graph,
@@ -314,12 +359,56 @@ impl RetexoModel {
                     activation: None,
                 };
                 let y = gat.attend(&li, wh.clone())?;
-                Ok(match train {
+                let y = match train {
                     Some(_) => y.index_select(&Tensor::from_slice(&split.train, split.train.len(), y.device())?, 0)?,
                     None => y,
-                })
+                };
+                Ok((y, v))
             }
         }
+    }
+
+    /// The factored exchange of stage `l`'s conv weight gradient, where it
+    /// moves fewer bytes over `rounds` rounds; every worker decides the same.
+    fn factored(
+        &self,
+        l: usize,
+        inp: &StageInput,
+        ids: (&[u32], &[u32]),
+        split: &Split,
+        coll: &mut dyn Collective,
+        rounds: u64,
+    ) -> Result<Option<Factored>, TrainError> {
+        let (src, owned) = ids;
+        // The rows whose product gets a gradient: GCN and SAGE, the training
+        // vertices' cached aggregates; GAT, the rows the training vertices
+        // attend over (themselves and their in-neighbours).
+        let gat_rows;
+        let (weight, w, rows, ids, grad_rows) = match &self.stages[l].conv {
+            Conv::Linear(lin) => {
+                let rows = inp.train.as_ref().expect("GCN and SAGE cache their training rows");
+                let ids: Vec<u32> = split.train.iter().map(|&p| owned[p as usize]).collect();
+                (format!("stages.{l}.conv.weight"), lin.weight(), rows, ids, None)
+            }
+            Conv::Gat(gat) => {
+                let graph = inp.graph.as_ref().expect("GAT keeps its graph");
+                let mut read = vec![false; graph.num_src()];
+                for &t in &split.train {
+                    graph.row(t as usize).iter().for_each(|&s| read[s as usize] = true);
+                }
+                let pos: Vec<u32> = (0..read.len() as u32).filter(|&p| read[p as usize]).collect();
+                let ids = pos.iter().map(|&p| src[p as usize]).collect();
+                gat_rows = inp.rows.select(&pos)?;
+                (format!("stages.{l}.conv.lin.weight"), gat.weight(), &gat_rows, ids, Some(pos))
+            }
+        };
+        let (d_out, d_in) = w.dims2()?;
+        let rows = rows.to_csr(d_in)?;
+        if !FactoredLinear::pays(coll, &rows, d_out, rounds)? {
+            return Ok(None);
+        }
+        let exchange = FactoredLinear::share(coll, &ids, &rows, d_out)?;
+        Ok(Some(Factored { exchange, weight, grad_rows }))
     }
 
     /// The logits of stage `l` from its conv output `y`, and (for l < L-1) the
@@ -393,9 +482,22 @@ pub fn run(
         // A new optimizer per stage, over this stage's parameters only.
         let mut opt = cfg.optimizer.build(stage.numel(), cfg.lr, cfg.weight_decay);
         let mut best: Option<(f64, Vec<f32>)> = None;
+        let factored = match cfg.factored_grads {
+            Some(false) => None,
+            _ => model.factored(l, &si, (&src, &owned), &split, coll, rounds)?,
+        };
+        // The factored weight's place in the stage's flat gradient.
+        let weight = {
+            let name = factored.as_ref().map_or("", |f| f.weight.as_str());
+            let layout = stage.layout();
+            let numel = |(_, s): &(String, Vec<usize>)| s.iter().product::<usize>();
+            let start: usize = layout.iter().take_while(|e| e.0 != name).map(numel).sum();
+            start..start + layout.iter().find(|e| e.0 == name).map_or(0, numel)
+        };
         for _ in 0..rounds {
             let t0 = Instant::now();
-            let y = model.conv(l, &si, (&src, &owned), &split, Some((cfg.seed, p.epoch)))?;
+            let train = Some((cfg.seed, p.epoch));
+            let (y, leaf) = model.conv(l, &si, (&src, &owned), &split, train, factored.is_some())?;
             let (logits, _) = model.head(l, y)?;
             let loss = if split.train.is_empty() {
                 (logits.sum_all()? * 0.0)?
@@ -403,7 +505,26 @@ pub fn run(
                 (cross_entropy_sum(&logits, &split.train_labels)? / split.global_train.max(1) as f64)?
             };
             let local_loss = loss.to_scalar::<f32>()? as f64;
-            let mut buf = stage.flat_grads(&loss.backward()?)?;
+            let grads = loss.backward()?;
+            let mut buf = stage.flat_grads(&grads)?;
+            // With the factored exchange the weight's (zero) slot stays out of the all-reduce.
+            if factored.is_some() {
+                buf.drain(weight.clone());
+            }
+            let dy = match (&leaf, &factored) {
+                (Some(leaf), Some(f)) => {
+                    let g = match grads.get(leaf.as_tensor()) {
+                        Some(g) => g.clone(),
+                        None => leaf.zeros_like()?,
+                    };
+                    let g = match &f.grad_rows {
+                        Some(r) => g.index_select(&Tensor::from_slice(r, r.len(), g.device())?, 0)?,
+                        None => g,
+                    };
+                    g.flatten_all()?.to_vec1::<f32>()?
+                }
+                _ => Vec::new(),
+            };
             let n = buf.len();
             buf.push(local_loss as f32);
             buf.push(if obs.stop_requested() { 1.0 } else { 0.0 });
@@ -411,12 +532,18 @@ pub fn run(
             let ts = Instant::now();
             coll.all_reduce_sum(&mut buf).map_err(TrainError::Comm)?;
             let (loss_sum, stop_voted) = (buf[n] as f64, buf[n + 1] > 0.0);
+            buf.truncate(n);
+            if let Some(f) = &factored {
+                let s = site(cfg.seed, p.epoch, l, 0);
+                let dw = f.exchange.weight_grad(coll, &dy, model.dropout, |v| vertex_row_key(s, v))?;
+                buf.splice(weight.start..weight.start, dw);
+            }
             if !loss_sum.is_finite() {
                 return Err(TrainError::NonFiniteLoss { epoch: p.epoch, iteration: 0, value: loss_sum });
             }
-            obs.gradient(p.global_iteration, &buf[..n]);
+            obs.gradient(p.global_iteration, &buf);
             let mut weights = stage.flat_values()?;
-            opt.step(&mut weights, &buf[..n]);
+            opt.step(&mut weights, &buf);
             stage.set_flat(&weights)?;
             let sync = ts.elapsed().as_secs_f64();
 
@@ -474,11 +601,18 @@ pub fn run(
                 return Ok(p);
             }
         }
-        // Rank 0's best state is every worker's (their validation counts were all-reduced, so they agree).
-        let (_, weights) = best.expect("a stage trains at least one round");
-        let mut bytes: Vec<u8> = bytemuck::cast_slice(&weights).to_vec();
-        coll.broadcast(&mut bytes, 0).map_err(TrainError::Comm)?;
-        let weights: Vec<f32> = bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        // Every worker kept the same best state (identical replicas, and the
+        // validation counts they chose by were all-reduced): a hash of it is
+        // compared, and only if one differs does rank 0's cross the network.
+        let (_, mut weights) = best.expect("a stage trains at least one round");
+        let digest = xxhash_rust::xxh3::xxh3_64(bytemuck::cast_slice(&weights));
+        let mut all = u64_slots(digest, coll.rank(), coll.world());
+        coll.all_reduce_sum(&mut all).map_err(TrainError::Comm)?;
+        if read_u64_slots(&all).windows(2).any(|p| p[0] != p[1]) {
+            let mut bytes: Vec<u8> = bytemuck::cast_slice(&weights).to_vec();
+            coll.broadcast(&mut bytes, 0).map_err(TrainError::Comm)?;
+            weights = bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        }
         stage.set_flat(&weights)?;
         if l + 1 < layers {
             let t = Instant::now();
@@ -511,7 +645,7 @@ fn embed(
     ids: (&[u32], &[u32]),
     split: &Split,
 ) -> Result<Vec<f32>, TrainError> {
-    let y = model.conv(l, si, ids, split, None)?;
+    let (y, _) = model.conv(l, si, ids, split, None, false)?;
     let (_, e) = model.head(l, y)?;
     let e = e.expect("every stage but the last has a head");
     let d = e.dim(1)?;
@@ -527,7 +661,7 @@ fn accuracies(
     ids: (&[u32], &[u32]),
     split: &Split,
 ) -> Result<(f64, f64), TrainError> {
-    let y = model.conv(l, si, ids, split, None)?;
+    let (y, _) = model.conv(l, si, ids, split, None, false)?;
     let (logits, _) = model.head(l, y)?;
     let c = logits.dim(1)?;
     let flat = logits.flatten_all()?.to_vec1::<f32>()?;

@@ -1,0 +1,234 @@
+//! The weight gradient of a linear layer over constant sparse rows, summed
+//! over the workers without all-reducing the weight. For `y = x W^T` the
+//! summed gradient is dW = sum_k dY_k^T X_k: worker k's input rows X_k and
+//! the gradient of its outputs dY_k. In a RETEXO stage the rows are a
+//! worker's training vertices' (fixed for the whole stage, and few where
+//! labels are scarce: Cora's 140 against a 1,433 x hidden weight), so each
+//! worker sends its rows once per stage and its dY_k (rows x out) every
+//! round, and every worker forms the same sum in the same order. That moves
+//! (W - 1) N d_out floats per round for N training rows over all workers,
+//! where a ring all-reduce of the weight moves 2 (W - 1) d_out d_in; `pays`
+//! picks whichever is fewer bytes over the stage.
+//!
+//! Dropout is applied to the rows each round; its mask is a function of the
+//! run's seed, the round and the vertex id, so a worker redraws a peer's mask
+//! from the vertex ids sent with its rows instead of receiving the dropped
+//! rows every round.
+
+use crate::comm::Category;
+use crate::gather::CsrRows;
+use crate::model::dropout::dropout_sparse;
+use crate::model::sparse_input::weight_grad;
+use crate::train::{Collective, TrainError};
+
+/// Every worker's rows of one stage, in rank order.
+pub struct FactoredLinear {
+    /// Per worker: the vertex ids of its rows (the dropout keys) and the rows, before dropout.
+    parts: Vec<(Vec<u32>, CsrRows)>,
+    d_out: usize,
+}
+
+/// Bytes of one worker's stage message: its row count, ids, per-row counts, columns and values.
+fn message_bytes(rows: &CsrRows) -> u64 {
+    4 + 4 * rows.num_rows() as u64 + rows.wire_bytes() as u64
+}
+
+impl FactoredLinear {
+    /// Whether sending the factors for `rounds` rounds (this worker's `rows`)
+    /// moves fewer bytes than all-reducing the `[d_out, rows.dim]` weight's
+    /// gradient every round. Every worker gets the same answer (the sizes are
+    /// summed over the workers first).
+    pub fn pays(coll: &mut dyn Collective, rows: &CsrRows, d_out: usize, rounds: u64) -> Result<bool, TrainError> {
+        let w = coll.world() as f64;
+        if w < 2.0 {
+            return Ok(false);
+        }
+        let mut total = [message_bytes(rows) as f32, rows.num_rows() as f32];
+        coll.all_reduce_sum(&mut total).map_err(TrainError::Comm)?;
+        let rounds = rounds as f64;
+        let factored = (w - 1.0) * (total[0] as f64 + rounds * total[1] as f64 * (d_out * 4) as f64);
+        let dense = rounds * 2.0 * (w - 1.0) * (d_out * rows.dim * 4) as f64;
+        Ok(factored < dense)
+    }
+
+    /// Sends this worker's `rows` (of vertices `ids`) to every peer and keeps theirs.
+    pub fn share(coll: &mut dyn Collective, ids: &[u32], rows: &CsrRows, d_out: usize) -> Result<Self, TrainError> {
+        let msg = encode(ids, rows);
+        let (w, me) = (coll.world(), coll.rank());
+        let out = (0..w).map(|p| if p == me { Vec::new() } else { msg.clone() }).collect();
+        let got = coll.all_to_all(out, Category::Gradients).map_err(TrainError::Comm)?;
+        let mut parts = Vec::with_capacity(w);
+        for (p, m) in got.iter().enumerate() {
+            parts.push(if p == me { (ids.to_vec(), rows.clone()) } else { decode(m, rows.dim, p)? });
+        }
+        Ok(FactoredLinear { parts, d_out })
+    }
+
+    /// The summed `[d_out, d_in]` weight gradient: sends this worker's `dy`
+    /// (`[its rows, d_out]`) to every peer, then sums every worker's
+    /// `dY_k^T dropout(X_k)` with row r of worker k dropped at `rate` under
+    /// `key(vertex id)`, as that worker's forward pass dropped it.
+    pub fn weight_grad(
+        &self,
+        coll: &mut dyn Collective,
+        dy: &[f32],
+        rate: f32,
+        key: impl Fn(u32) -> u64 + Sync,
+    ) -> Result<Vec<f32>, TrainError> {
+        let (w, me) = (coll.world(), coll.rank());
+        let d = self.d_out;
+        let mine = self.parts[me].1.num_rows();
+        if dy.len() != mine * d {
+            return Err(TrainError::Comm(
+                format!("factored gradient: {} values for {mine} rows of {d}", dy.len()).into(),
+            ));
+        }
+        let bytes: Vec<u8> = bytemuck::cast_slice(dy).to_vec();
+        let out = (0..w).map(|p| if p == me { Vec::new() } else { bytes.clone() }).collect();
+        let mut got = coll.all_to_all(out, Category::Gradients).map_err(TrainError::Comm)?;
+        got[me] = bytes;
+        let mut dys = Vec::with_capacity(w);
+        for (p, ((ids, _), m)) in self.parts.iter().zip(&got).enumerate() {
+            if m.len() != ids.len() * d * 4 {
+                return Err(TrainError::Comm(
+                    format!(
+                        "worker {p} sent {} bytes of output gradient for {} rows of {d} floats",
+                        m.len(),
+                        ids.len()
+                    )
+                    .into(),
+                ));
+            }
+            dys.push(m.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect::<Vec<f32>>());
+        }
+        let (x, g) = stacked(&self.parts, &dys, rate, key);
+        Ok(weight_grad(&x, x.num_rows(), &g, d))
+    }
+}
+
+/// Every worker's dropped rows and output gradients stacked in rank order:
+/// one product, summed in the same order on every worker.
+fn stacked(
+    parts: &[(Vec<u32>, CsrRows)],
+    dys: &[Vec<f32>],
+    rate: f32,
+    key: impl Fn(u32) -> u64 + Sync,
+) -> (CsrRows, Vec<f32>) {
+    let dim = parts.first().map_or(0, |(_, r)| r.dim);
+    let mut x = CsrRows { dim, indptr: vec![0], ..Default::default() };
+    let mut g = Vec::with_capacity(dys.iter().map(Vec::len).sum());
+    for ((ids, rows), dy) in parts.iter().zip(dys) {
+        let mut dropped = rows.clone();
+        dropout_sparse(&mut dropped, rate, |r| key(ids[r]));
+        let base = x.values.len();
+        x.indices.extend_from_slice(&dropped.indices);
+        x.values.extend_from_slice(&dropped.values);
+        x.indptr.extend(dropped.indptr[1..].iter().map(|e| base + e));
+        g.extend_from_slice(dy);
+    }
+    (x, g)
+}
+
+/// `[n][ids; n][row lengths; n][columns; nnz][values; nnz]`, little-endian u32 and f32.
+fn encode(ids: &[u32], rows: &CsrRows) -> Vec<u8> {
+    let mut out = Vec::with_capacity(message_bytes(rows) as usize);
+    out.extend((ids.len() as u32).to_le_bytes());
+    ids.iter().for_each(|v| out.extend(v.to_le_bytes()));
+    rows.indptr.windows(2).for_each(|w| out.extend(((w[1] - w[0]) as u32).to_le_bytes()));
+    rows.indices.iter().for_each(|c| out.extend(c.to_le_bytes()));
+    rows.values.iter().for_each(|v| out.extend(v.to_le_bytes()));
+    out
+}
+
+/// The inverse of `encode`, checking every length and column against the message and `dim`.
+fn decode(m: &[u8], dim: usize, peer: usize) -> Result<(Vec<u32>, CsrRows), TrainError> {
+    let bad = |what: String| TrainError::Comm(format!("worker {peer}'s factored-gradient rows: {what}").into());
+    let words: Vec<u32> = m.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    if !m.len().is_multiple_of(4) || words.is_empty() {
+        return Err(bad(format!("{} bytes is not a whole message", m.len())));
+    }
+    let n = words[0] as usize;
+    if words.len() < 1 + 2 * n {
+        return Err(bad(format!("{n} rows announced in {} bytes", m.len())));
+    }
+    let ids = words[1..1 + n].to_vec();
+    let mut indptr = Vec::with_capacity(n + 1);
+    indptr.push(0usize);
+    for &len in &words[1 + n..1 + 2 * n] {
+        indptr.push(indptr[indptr.len() - 1] + len as usize);
+    }
+    let nnz = indptr[n];
+    let body = &words[1 + 2 * n..];
+    if body.len() != 2 * nnz {
+        return Err(bad(format!("{nnz} non-zeros announced, {} words sent", body.len())));
+    }
+    let indices = body[..nnz].to_vec();
+    if let Some(c) = indices.iter().find(|&&c| c as usize >= dim) {
+        return Err(bad(format!("column {c} of a {dim}-wide input")));
+    }
+    let values = body[nnz..].iter().map(|b| f32::from_bits(*b)).collect();
+    Ok((ids, CsrRows { dim, indptr, indices, values }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::dropout::vertex_row_key;
+
+    fn rows(n: usize, dim: usize, salt: u64) -> CsrRows {
+        let dense: Vec<f32> = (0..n * dim)
+            .map(|i| {
+                let h = crate::util::rng::mix64(i as u64 ^ salt);
+                if h.is_multiple_of(5) { (h % 17) as f32 * 0.1 - 0.8 } else { 0.0 }
+            })
+            .collect();
+        CsrRows::from_dense(&dense, dim)
+    }
+
+    #[test]
+    fn messages_round_trip_and_damaged_ones_are_refused() {
+        let r = rows(7, 30, 1);
+        let ids: Vec<u32> = (100..107).collect();
+        let m = encode(&ids, &r);
+        assert_eq!(m.len() as u64, message_bytes(&r));
+        let (i2, r2) = decode(&m, 30, 1).unwrap();
+        assert_eq!((i2, r2), (ids, r));
+        for cut in [0, 3, 4, 20, m.len() - 4] {
+            assert!(decode(&m[..cut], 30, 1).is_err(), "a message cut to {cut} bytes");
+        }
+        let mut huge = m.clone();
+        huge[..4].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(decode(&huge, 30, 1).is_err());
+        assert!(decode(&m, 10, 1).unwrap_err().to_string().contains("column"));
+    }
+
+    #[test]
+    fn the_stacked_sum_is_the_sum_of_each_workers_dropped_product() {
+        // Solo: the factors of one worker give that worker's gradient; the
+        // stacked product over several parts equals the sum of theirs.
+        let (d, dim) = (6, 40);
+        let parts: Vec<(Vec<u32>, CsrRows)> =
+            (0..3).map(|k| ((k * 10..k * 10 + 5).collect(), rows(5, dim, k as u64 + 7))).collect();
+        let key = |v: u32| vertex_row_key(42, v);
+        let dys: Vec<Vec<f32>> = (0..3).map(|k| (0..5 * d).map(|i| ((i + k) as f32 * 0.37).sin()).collect()).collect();
+        let mut want = vec![0f32; d * dim];
+        for ((ids, r), dy) in parts.iter().zip(&dys) {
+            let mut x = r.clone();
+            dropout_sparse(&mut x, 0.3, |i| key(ids[i]));
+            for (a, b) in want.iter_mut().zip(weight_grad(&x, 5, dy, d)) {
+                *a += b;
+            }
+        }
+        let (x, g) = stacked(&parts, &dys, 0.3, key);
+        let got = weight_grad(&x, x.num_rows(), &g, d);
+        for (a, b) in got.iter().zip(&want) {
+            assert!((a - b).abs() <= 1e-6 * (1.0 + b.abs()), "{a} vs {b}");
+        }
+        let solo = FactoredLinear { parts: parts[..1].to_vec(), d_out: d }
+            .weight_grad(&mut crate::train::Solo, &dys[0], 0.3, key)
+            .unwrap();
+        let mut x0 = parts[0].1.clone();
+        dropout_sparse(&mut x0, 0.3, |i| key(parts[0].0[i]));
+        assert_eq!(solo, weight_grad(&x0, 5, &dys[0], d));
+    }
+}
