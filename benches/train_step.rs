@@ -36,6 +36,7 @@ fn bench(c: &mut Criterion) {
         dropout: 0.5,
         aggr: Default::default(),
         softmax_t: 1.0,
+        self_loops: true,
     };
     let mut params = Params::new(0);
     let model = Model::new(&spec, &mut params, &dev).unwrap();

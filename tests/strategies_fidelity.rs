@@ -2,7 +2,7 @@
 //! seed, one iteration of micrograph, pregather and leapgnn (any T, either
 //! migration) on 4 worker processes sums to the gradient of DGL-style
 //! training, and a few epochs reach the same accuracy. Real processes, real
-//! datasets (Cora, Facebook), METIS partitions.
+//! datasets (Cora, Facebook), METIS partitions; GCN also without self loops.
 
 mod dist_support;
 
@@ -69,6 +69,24 @@ fn cora_one_iteration_gives_the_model_centric_gradient() {
     let tmp = cora();
     // 4 x 35 roots: the whole public train set in one iteration.
     gradients_match(tmp.path(), "cora", CORA, "35");
+}
+
+#[test]
+fn gcn_without_self_loops_gives_the_model_centric_gradient_and_not_the_one_with_them() {
+    let tmp = cora();
+    let d = tmp.path();
+    let gcn = [CORA, &["--workers", "4", "--batch-size", "35", "--model", "gcn"]].concat();
+    let off = [&gcn[..], &["--self-loops", "off"]].concat();
+    let (reference, _) = first_gradient(d, "cora", &[&off[..], &["--strategy", "model-centric"]].concat());
+    let (looped, _) = first_gradient(d, "cora", &[&gcn[..], &["--strategy", "model-centric"]].concat());
+    let e = rel_diff(&reference, &looped);
+    assert!(e > 1e-2, "the self loops change the gradient (relative difference {e})");
+    for v in [&["--strategy", "micrograph"][..], &["--strategy", "leapgnn", "--time-steps", "2"], &["--strategy", "p3"]]
+    {
+        let (g, _) = first_gradient(d, "cora", &[&off[..], v].concat());
+        let e = rel_diff(&reference, &g);
+        assert!(e <= 1e-5, "{v:?} without self loops: relative difference from model-centric {e}");
+    }
 }
 
 #[test]

@@ -55,6 +55,8 @@ const BAD: &[(&[&str], &str, bool)] = &[
     (&["--strategy", "retexo", "--epochs", "5"], "--epochs 5", true),
     (&["--strategy", "retexo", "--checkpoint-every", "3"], "--checkpoint-every 3", true),
     (&["--rounds", "5"], "--rounds 5", true),
+    (&["--factored-grads", "off"], "--factored-grads", true),
+    (&["--model", "sage", "--self-loops", "off"], "--self-loops off", true),
     (&["--partition", "spectral"], "'spectral' for '--partition", true),
     (&["--strategy", "leapgnn", "--time-steps", "5"], "--time-steps 5", false),
     (&["--parts", "3"], "--parts 3", false),

@@ -27,6 +27,7 @@ pub use batch_norm::{BatchNorm, micrograph_weights};
 pub use csr_op::Kernel;
 pub use deepgcn::GenAggr;
 pub use gat::GatLayer;
+pub use gcn::gcn_graph;
 pub use layer_norm::LayerNorm;
 pub use linear::Linear;
 pub use loss::{count_correct, cross_entropy_sum};
@@ -119,10 +120,19 @@ pub struct ModelSpec {
     /// deepgcn's softmax temperature (`--aggr softmax`).
     #[serde(default = "unit")]
     pub softmax_t: f32,
+    /// GCN: a self loop per vertex in every layer, counted in the
+    /// normalisation (PyG's `add_self_loops`); false: in-neighbours only, as
+    /// RETEXO's authors' GCN (`--self-loops`).
+    #[serde(default = "yes")]
+    pub self_loops: bool,
 }
 
 fn unit() -> f32 {
     1.0
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl ModelSpec {
@@ -218,7 +228,7 @@ impl Model {
             layers.push(match spec.kind {
                 ModelKind::SageMean => Layer::Sage(SageLayer::new(params, &prefix, d_in, d_out, SageAggr::Mean, dev)?),
                 ModelKind::SageMax => Layer::Sage(SageLayer::new(params, &prefix, d_in, d_out, SageAggr::Max, dev)?),
-                ModelKind::Gcn => Layer::Gcn(GcnLayer::new(params, &prefix, d_in, d_out, dev)?),
+                ModelKind::Gcn => Layer::Gcn(GcnLayer::new(params, &prefix, d_in, d_out, spec.self_loops, dev)?),
                 ModelKind::Gat if last => Layer::Gat(GatLayer::new(params, &prefix, d_in, 1, d_out, false, dev)?),
                 ModelKind::Gat => {
                     Layer::Gat(GatLayer::new(params, &prefix, d_in, spec.heads, spec.hidden / spec.heads, true, dev)?)
@@ -566,6 +576,7 @@ mod tests {
             dropout: 0.3,
             aggr: GenAggr::Max,
             softmax_t: 1.0,
+            self_loops: true,
         }
     }
 

@@ -158,6 +158,9 @@ pub struct TrainConfig {
     /// deepgcn's softmax temperature (None: 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub softmax_t: Option<f32>,
+    /// GCN's self loops (None: on, but off with `--strategy retexo`, as its authors').
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub self_loops: Option<bool>,
     pub epochs: u64,
     pub lr: f32,
     pub weight_decay: f32,
@@ -227,6 +230,7 @@ impl Default for TrainConfig {
             heads: d::HEADS,
             aggr: None,
             softmax_t: None,
+            self_loops: None,
             epochs: d::EPOCHS,
             lr: d::LR,
             weight_decay: d::WEIGHT_DECAY,
@@ -348,6 +352,7 @@ impl TrainConfig {
             dropout: self.dropout,
             aggr: self.aggr.unwrap_or_default(),
             softmax_t: self.softmax_t.unwrap_or(1.0),
+            self_loops: self.self_loops.unwrap_or(self.strategy != StrategyKind::Retexo),
         }
     }
 
@@ -453,6 +458,15 @@ impl TrainConfig {
 
     /// --aggr and --softmax-t shape deepgcn's GENConv and nothing else.
     fn check_model_flags(&self) -> Result<(), BadInput> {
+        if self.model != ModelKind::Gcn
+            && let Some(on) = self.self_loops
+        {
+            return Err(BadInput::new(format!(
+                "--self-loops {} applies to --model gcn only (not {}): the other models' self terms are part of their layers",
+                if on { "on" } else { "off" },
+                self.model
+            )));
+        }
         if self.model != ModelKind::DeepGcn
             && let Some(a) = self.aggr
         {

@@ -123,6 +123,9 @@ impl TrainConfig {
         if let Some(t) = self.softmax_t {
             push("softmax-t", t.to_string());
         }
+        if let Some(on) = self.self_loops {
+            push("self-loops", if on { "on" } else { "off" }.into());
+        }
         match self.rounds {
             // A RETEXO run's length is its rounds per layer (--epochs is refused).
             Some(r) => push("rounds", r.to_string()),

@@ -202,6 +202,11 @@ pub struct TrainFlags {
     /// --model deepgcn --aggr softmax: the softmax temperature t [default: 1.0].
     #[arg(long)]
     pub softmax_t: Option<f32>,
+    /// --model gcn: a self loop per vertex, counted in the normalisation (on, as PyG's GCNConv), or
+    /// in-neighbours only (off, as DGL's GraphConv on a graph without self loops) [default: on;
+    /// --strategy retexo: off, as its authors'].
+    #[arg(long, value_enum)]
+    pub self_loops: Option<Switch>,
     /// Neighbours per layer, input layer first (`all`: every neighbour); one entry per layer (deepgcn and
     /// film: 2 per layer unless given, the LeapGNN paper's).
     #[arg(long, default_value_t = defaults::fanouts())]
@@ -396,6 +401,7 @@ const DEFINE_THE_RUN: &[&str] = &[
     "heads",
     "aggr",
     "softmax_t",
+    "self_loops",
     "lr",
     "weight_decay",
     "dropout",
@@ -581,6 +587,7 @@ impl TrainFlags {
             heads,
             aggr: self.aggr,
             softmax_t: self.softmax_t,
+            self_loops: self.self_loops.map(|s| s == Switch::On),
             epochs,
             lr: pick("lr", self.lr, authors.lr),
             weight_decay: pick("weight_decay", self.weight_decay, authors.weight_decay),

@@ -2,8 +2,9 @@
 //! over the workers without all-reducing the weight. For `y = x W^T` the
 //! summed gradient is dW = sum_k dY_k^T X_k: worker k's input rows X_k and
 //! the gradient of its outputs dY_k. In a RETEXO stage the rows are a
-//! worker's training vertices' (fixed for the whole stage, and few where
-//! labels are scarce: Cora's 140 against a 1,433 x hidden weight), so each
+//! worker's training vertices' (GAT: the rows they attend over), fixed for
+//! the whole stage and few where labels are scarce (Cora's 140 against a
+//! 1,433 x hidden weight), so each
 //! worker sends its rows once per stage and its dY_k (rows x out) every
 //! round, and every worker forms the same sum in the same order. That moves
 //! (W - 1) N d_out floats per round for N training rows over all workers,

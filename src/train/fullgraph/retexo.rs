@@ -37,7 +37,9 @@ use crate::model::dropout::{dropout_rows, dropout_sparse, vertex_row_key};
 use crate::model::sparse_input::sparse_linear;
 use crate::model::{
     AggGraph, GatLayer, Kernel, LayerInput, LayerNorm, Linear, ModelKind, ModelSpec, Params, cross_entropy_sum,
+    gcn_graph,
 };
+use crate::sample::Fanout;
 use crate::train::{Collective, LoopInput, Observer, Progress, TrainError, Worker, checkpoint};
 use crate::train::{read_u64_slots, u64_slots};
 use crate::util::rng::hash_of;
@@ -82,6 +84,8 @@ struct Stage {
 /// checkpoint holds the whole model).
 pub struct RetexoModel {
     kind: ModelKind,
+    /// GCN: whether the aggregation has a self term (`--self-loops`; off by default, as the authors').
+    self_loops: bool,
     stages: Vec<Stage>,
     dropout: f32,
     kernel: Kernel,
@@ -129,7 +133,7 @@ impl RetexoModel {
             stages.push(Stage { conv, head });
         }
         let kernel = if dev.is_cpu() { Kernel::Fast } else { Kernel::Reference };
-        Ok(RetexoModel { kind: spec.kind, stages, dropout: spec.dropout, kernel })
+        Ok(RetexoModel { kind: spec.kind, self_loops: spec.self_loops, stages, dropout: spec.dropout, kernel })
     }
 }
 
@@ -281,9 +285,8 @@ impl RetexoModel {
                 return Ok(StageInput { rows, train: None, graph: Some(graph) });
             }
             (_, ModelKind::Gcn) => {
-                // 1/sqrt(d_u d_v) over the in-edges only (no self term).
-                let norm: Vec<f32> = b.src.iter().map(|&v| 1.0 / (graph.in_degree(v).max(1) as f32).sqrt()).collect();
-                let g = Arc::new(AggGraph::from_block(b, false).with_weights(|dd, s| norm[dd] * norm[s]));
+                // The authors' GCN has no self term (`--self-loops on` adds it).
+                let g = Arc::new(gcn_graph(b, graph, Fanout::All, self.self_loops));
                 csr_op::weighted_sum(&x, &g, self.kernel)?
             }
             (_, kind) => {
