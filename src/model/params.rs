@@ -149,6 +149,19 @@ impl Params {
         self.entries.iter().map(|p| (p.name.clone(), p.var.dims().to_vec())).collect()
     }
 
+    /// Where parameter `name` lies in the flat buffers (`flat_values`, `flat_grads`).
+    pub fn flat_range(&self, name: &str) -> Option<std::ops::Range<usize>> {
+        let mut start = 0;
+        for p in &self.entries {
+            let n = p.var.elem_count();
+            if p.name == name {
+                return Some(start..start + n);
+            }
+            start += n;
+        }
+        None
+    }
+
     /// All values concatenated in order.
     pub fn flat_values(&self) -> Result<Vec<f32>> {
         values_of(&self.entries)

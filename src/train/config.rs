@@ -544,12 +544,6 @@ impl TrainConfig {
     /// each: one round per epoch, checkpoints at stage boundaries.
     fn check_retexo(&self) -> Result<(), BadInput> {
         let bad = |m: String| Err(BadInput::new(m));
-        if self.factored_grads.is_some() && self.strategy != StrategyKind::Retexo {
-            return bad(format!(
-                "--factored-grads applies to --strategy retexo only (not {}): other strategies all-reduce every gradient",
-                self.strategy
-            ));
-        }
         let Some(rounds) = self.rounds else {
             if self.strategy == StrategyKind::Retexo {
                 return bad("--strategy retexo needs --rounds (training rounds per layer), e.g. 200".into());

@@ -21,6 +21,14 @@ fn pack(x: &[f32], rows: impl Iterator<Item = usize>, (d, k): (usize, usize), ca
     out
 }
 
+/// `msg` (little-endian f32) as `rows` rows of `d`, or why not.
+pub(super) fn decode_rows(msg: &[u8], rows: usize, d: usize, peer: usize, what: &str) -> Result<Vec<f32>, TrainError> {
+    check_len(msg.len(), rows, d, peer, what)?;
+    let mut out = vec![0.0; rows * d];
+    add_from_le(&mut out, msg);
+    Ok(out)
+}
+
 pub(super) fn check_len(got: usize, rows: usize, d: usize, peer: usize, what: &str) -> Result<(), TrainError> {
     if got == rows * d * 4 {
         Ok(())

@@ -16,16 +16,21 @@
 //! from the vertex ids sent with its rows instead of receiving the dropped
 //! rows every round.
 
+use super::exchange::{check_len, decode_rows};
 use crate::comm::Category;
 use crate::gather::CsrRows;
 use crate::model::dropout::dropout_sparse;
 use crate::model::sparse_input::weight_grad;
 use crate::train::{Collective, TrainError};
 
-/// Every worker's rows of one stage, in rank order.
+/// Every worker's rows of one stage, stacked in rank order.
 pub struct FactoredLinear {
-    /// Per worker: the vertex ids of its rows (the dropout keys) and the rows, before dropout.
-    parts: Vec<(Vec<u32>, CsrRows)>,
+    /// All workers' rows before dropout, worker 0's first.
+    rows: CsrRows,
+    /// The vertex id of each stacked row (its dropout key).
+    ids: Vec<u32>,
+    /// How many of the stacked rows each worker sent, by rank.
+    counts: Vec<usize>,
     d_out: usize,
 }
 
@@ -62,13 +67,37 @@ impl FactoredLinear {
         for (p, m) in got.iter().enumerate() {
             parts.push(if p == me { (ids.to_vec(), rows.clone()) } else { decode(m, rows.dim, p)? });
         }
-        Ok(FactoredLinear { parts, d_out })
+        Ok(Self::stack(parts, d_out))
+    }
+
+    /// Every worker's (ids, rows), in rank order, as one block of rows.
+    fn stack(parts: Vec<(Vec<u32>, CsrRows)>, d_out: usize) -> Self {
+        let dim = parts.first().map_or(0, |(_, r)| r.dim);
+        let mut rows = CsrRows { dim, indptr: vec![0], ..Default::default() };
+        let (mut ids, mut counts) = (Vec::new(), Vec::with_capacity(parts.len()));
+        for (part_ids, part) in parts {
+            let base = rows.values.len();
+            rows.indices.extend_from_slice(&part.indices);
+            rows.values.extend_from_slice(&part.values);
+            rows.indptr.extend(part.indptr[1..].iter().map(|e| base + e));
+            counts.push(part_ids.len());
+            ids.extend(part_ids);
+        }
+        FactoredLinear { rows, ids, counts, d_out }
+    }
+
+    /// Every worker's rows with this round's dropout: row r dropped at
+    /// `rate` under `key(its vertex id)`, as its worker's forward pass dropped it.
+    fn dropped(&self, rate: f32, key: impl Fn(u32) -> u64 + Sync) -> CsrRows {
+        let mut x = self.rows.clone();
+        dropout_sparse(&mut x, rate, |r| key(self.ids[r]));
+        x
     }
 
     /// The summed `[d_out, d_in]` weight gradient: sends this worker's `dy`
     /// (`[its rows, d_out]`) to every peer, then sums every worker's
-    /// `dY_k^T dropout(X_k)` with row r of worker k dropped at `rate` under
-    /// `key(vertex id)`, as that worker's forward pass dropped it.
+    /// `dY_k^T dropout(X_k)` in one product over the stacked rows (`dropped`),
+    /// in the same order on every worker.
     pub fn weight_grad(
         &self,
         coll: &mut dyn Collective,
@@ -78,56 +107,21 @@ impl FactoredLinear {
     ) -> Result<Vec<f32>, TrainError> {
         let (w, me) = (coll.world(), coll.rank());
         let d = self.d_out;
-        let mine = self.parts[me].1.num_rows();
-        if dy.len() != mine * d {
-            return Err(TrainError::Comm(
-                format!("factored gradient: {} values for {mine} rows of {d}", dy.len()).into(),
-            ));
-        }
+        check_len(dy.len() * 4, self.counts[me], d, me, "output gradient")?;
         let bytes: Vec<u8> = bytemuck::cast_slice(dy).to_vec();
         let out = (0..w).map(|p| if p == me { Vec::new() } else { bytes.clone() }).collect();
-        let mut got = coll.all_to_all(out, Category::Gradients).map_err(TrainError::Comm)?;
-        got[me] = bytes;
-        let mut dys = Vec::with_capacity(w);
-        for (p, ((ids, _), m)) in self.parts.iter().zip(&got).enumerate() {
-            if m.len() != ids.len() * d * 4 {
-                return Err(TrainError::Comm(
-                    format!(
-                        "worker {p} sent {} bytes of output gradient for {} rows of {d} floats",
-                        m.len(),
-                        ids.len()
-                    )
-                    .into(),
-                ));
+        let got = coll.all_to_all(out, Category::Gradients).map_err(TrainError::Comm)?;
+        let mut g = Vec::with_capacity(self.ids.len() * d);
+        for (p, (m, &n)) in got.iter().zip(&self.counts).enumerate() {
+            if p == me {
+                g.extend_from_slice(dy);
+            } else {
+                g.extend(decode_rows(m, n, d, p, "output gradient")?);
             }
-            dys.push(m.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect::<Vec<f32>>());
         }
-        let (x, g) = stacked(&self.parts, &dys, rate, key);
+        let x = self.dropped(rate, key);
         Ok(weight_grad(&x, x.num_rows(), &g, d))
     }
-}
-
-/// Every worker's dropped rows and output gradients stacked in rank order:
-/// one product, summed in the same order on every worker.
-fn stacked(
-    parts: &[(Vec<u32>, CsrRows)],
-    dys: &[Vec<f32>],
-    rate: f32,
-    key: impl Fn(u32) -> u64 + Sync,
-) -> (CsrRows, Vec<f32>) {
-    let dim = parts.first().map_or(0, |(_, r)| r.dim);
-    let mut x = CsrRows { dim, indptr: vec![0], ..Default::default() };
-    let mut g = Vec::with_capacity(dys.iter().map(Vec::len).sum());
-    for ((ids, rows), dy) in parts.iter().zip(dys) {
-        let mut dropped = rows.clone();
-        dropout_sparse(&mut dropped, rate, |r| key(ids[r]));
-        let base = x.values.len();
-        x.indices.extend_from_slice(&dropped.indices);
-        x.values.extend_from_slice(&dropped.values);
-        x.indptr.extend(dropped.indptr[1..].iter().map(|e| base + e));
-        g.extend_from_slice(dy);
-    }
-    (x, g)
 }
 
 /// `[n][ids; n][row lengths; n][columns; nnz][values; nnz]`, little-endian u32 and f32.
@@ -144,10 +138,10 @@ fn encode(ids: &[u32], rows: &CsrRows) -> Vec<u8> {
 /// The inverse of `encode`, checking every length and column against the message and `dim`.
 fn decode(m: &[u8], dim: usize, peer: usize) -> Result<(Vec<u32>, CsrRows), TrainError> {
     let bad = |what: String| TrainError::Comm(format!("worker {peer}'s factored-gradient rows: {what}").into());
-    let words: Vec<u32> = m.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-    if !m.len().is_multiple_of(4) || words.is_empty() {
+    if !m.len().is_multiple_of(4) || m.is_empty() {
         return Err(bad(format!("{} bytes is not a whole message", m.len())));
     }
+    let words: Vec<u32> = m.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
     let n = words[0] as usize;
     if words.len() < 1 + 2 * n {
         return Err(bad(format!("{n} rows announced in {} bytes", m.len())));
@@ -220,12 +214,13 @@ mod tests {
                 *a += b;
             }
         }
-        let (x, g) = stacked(&parts, &dys, 0.3, key);
+        let f = FactoredLinear::stack(parts.clone(), d);
+        let (x, g) = (f.dropped(0.3, key), dys.concat());
         let got = weight_grad(&x, x.num_rows(), &g, d);
         for (a, b) in got.iter().zip(&want) {
             assert!((a - b).abs() <= 1e-6 * (1.0 + b.abs()), "{a} vs {b}");
         }
-        let solo = FactoredLinear { parts: parts[..1].to_vec(), d_out: d }
+        let solo = FactoredLinear::stack(parts[..1].to_vec(), d)
             .weight_grad(&mut crate::train::Solo, &dys[0], 0.3, key)
             .unwrap();
         let mut x0 = parts[0].1.clone();

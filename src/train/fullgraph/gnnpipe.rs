@@ -46,6 +46,7 @@
 
 use super::HaloPlan;
 use super::chunks::{self, Chunk, VertexRows, flat};
+use super::exchange::decode_rows as decode;
 use crate::BadInput;
 use crate::comm::{Category, add_from_le};
 use crate::metrics::{EpochRecord, StepRecord, add_bytes};
@@ -141,14 +142,6 @@ fn flat_ranges(params: &Params, layers: &Range<usize>) -> Vec<Range<usize>> {
 
 fn le_bytes(x: &[f32]) -> Vec<u8> {
     bytemuck::cast_slice::<f32, u8>(x).to_vec()
-}
-
-/// `msg` (little-endian f32) as `rows` rows of `d`, or why not.
-fn decode(msg: &[u8], rows: usize, d: usize, peer: usize, what: &str) -> Result<Vec<f32>, TrainError> {
-    super::exchange::check_len(msg.len(), rows, d, peer, what)?;
-    let mut out = vec![0.0; rows * d];
-    add_from_le(&mut out, msg);
-    Ok(out)
 }
 
 /// Element-wise sum of a few values over every worker (one small

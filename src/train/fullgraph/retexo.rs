@@ -216,11 +216,26 @@ fn product(x: &Rows, w: &Tensor, leaf: bool) -> Result<(Tensor, Option<Var>), Tr
 /// A stage's factored weight gradient (`factored`).
 struct Factored {
     exchange: FactoredLinear,
-    /// The weight's parameter name.
-    weight: String,
+    /// The weight's place in the stage's flat gradient.
+    weight: std::ops::Range<usize>,
     /// GAT: the rows of the product whose gradient crosses (those the
     /// training vertices attend over); None: every row (GCN and SAGE).
     grad_rows: Option<Vec<u32>>,
+}
+
+impl Factored {
+    /// The gradient of the product leaf `leaf` at the rows that cross, flat.
+    fn output_grad(&self, grads: &candle_core::backprop::GradStore, leaf: &Var) -> Result<Vec<f32>, TrainError> {
+        let g = match grads.get(leaf.as_tensor()) {
+            Some(g) => g.clone(),
+            None => leaf.zeros_like()?,
+        };
+        let g = match &self.grad_rows {
+            Some(r) => g.index_select(&Tensor::from_slice(r, r.len(), g.device())?, 0)?,
+            None => g,
+        };
+        Ok(g.flatten_all()?.to_vec1::<f32>()?)
+    }
 }
 
 /// What a stage reads, fixed for the stage.
@@ -373,12 +388,14 @@ impl RetexoModel {
 
     /// The factored exchange of stage `l`'s conv weight gradient, where it
     /// moves fewer bytes over `rounds` rounds; every worker decides the same.
+    #[allow(clippy::too_many_arguments)]
     fn factored(
         &self,
         l: usize,
         inp: &StageInput,
         ids: (&[u32], &[u32]),
         split: &Split,
+        stage: &Params,
         coll: &mut dyn Collective,
         rounds: u64,
     ) -> Result<Option<Factored>, TrainError> {
@@ -387,7 +404,7 @@ impl RetexoModel {
         // vertices' cached aggregates; GAT, the rows the training vertices
         // attend over (themselves and their in-neighbours).
         let gat_rows;
-        let (weight, w, rows, ids, grad_rows) = match &self.stages[l].conv {
+        let (name, w, rows, ids, grad_rows) = match &self.stages[l].conv {
             Conv::Linear(lin) => {
                 let rows = inp.train.as_ref().expect("GCN and SAGE cache their training rows");
                 let ids: Vec<u32> = split.train.iter().map(|&p| owned[p as usize]).collect();
@@ -410,6 +427,7 @@ impl RetexoModel {
         if !FactoredLinear::pays(coll, &rows, d_out, rounds)? {
             return Ok(None);
         }
+        let weight = stage.flat_range(&name).expect("a stage registers its conv weight");
         let exchange = FactoredLinear::share(coll, &ids, &rows, d_out)?;
         Ok(Some(Factored { exchange, weight, grad_rows }))
     }
@@ -487,15 +505,7 @@ pub fn run(
         let mut best: Option<(f64, Vec<f32>)> = None;
         let factored = match cfg.factored_grads {
             Some(false) => None,
-            _ => model.factored(l, &si, (&src, &owned), &split, coll, rounds)?,
-        };
-        // The factored weight's place in the stage's flat gradient.
-        let weight = {
-            let name = factored.as_ref().map_or("", |f| f.weight.as_str());
-            let layout = stage.layout();
-            let numel = |(_, s): &(String, Vec<usize>)| s.iter().product::<usize>();
-            let start: usize = layout.iter().take_while(|e| e.0 != name).map(numel).sum();
-            start..start + layout.iter().find(|e| e.0 == name).map_or(0, numel)
+            _ => model.factored(l, &si, (&src, &owned), &split, &stage, coll, rounds)?,
         };
         for _ in 0..rounds {
             let t0 = Instant::now();
@@ -511,20 +521,10 @@ pub fn run(
             let grads = loss.backward()?;
             let mut buf = stage.flat_grads(&grads)?;
             // With the factored exchange the weight's (zero) slot stays out of the all-reduce.
-            if factored.is_some() {
-                buf.drain(weight.clone());
-            }
-            let dy = match (&leaf, &factored) {
-                (Some(leaf), Some(f)) => {
-                    let g = match grads.get(leaf.as_tensor()) {
-                        Some(g) => g.clone(),
-                        None => leaf.zeros_like()?,
-                    };
-                    let g = match &f.grad_rows {
-                        Some(r) => g.index_select(&Tensor::from_slice(r, r.len(), g.device())?, 0)?,
-                        None => g,
-                    };
-                    g.flatten_all()?.to_vec1::<f32>()?
+            let dy = match (&factored, &leaf) {
+                (Some(f), Some(leaf)) => {
+                    buf.drain(f.weight.clone());
+                    f.output_grad(&grads, leaf)?
                 }
                 _ => Vec::new(),
             };
@@ -539,7 +539,7 @@ pub fn run(
             if let Some(f) = &factored {
                 let s = site(cfg.seed, p.epoch, l, 0);
                 let dw = f.exchange.weight_grad(coll, &dy, model.dropout, |v| vertex_row_key(s, v))?;
-                buf.splice(weight.start..weight.start, dw);
+                buf.splice(f.weight.start..f.weight.start, dw);
             }
             if !loss_sum.is_finite() {
                 return Err(TrainError::NonFiniteLoss { epoch: p.epoch, iteration: 0, value: loss_sum });
