@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 const EXIT_GRACE: Duration = Duration::from_secs(2);
 /// How long a worker's error waits for a peer lost without a word, its likely cause.
 const CAUSE_GRACE: Duration = Duration::from_secs(1);
+/// Workers' messages the driver loop has not handled yet.
+const READER_QUEUE: usize = 1024;
 
 #[derive(Debug, Clone)]
 pub struct DriverOptions {
@@ -152,8 +154,10 @@ pub fn run_job_stoppable(
     }
 
     // One reader thread per worker feeds a channel; the driver loop also watches
-    // exit codes, silence and Ctrl-C, so no failure mode leaves it waiting.
-    let (tx, rx) = mpsc::channel();
+    // exit codes, silence and Ctrl-C, so no failure mode leaves it waiting. The
+    // channel is bounded: a driver that falls behind holds the readers (and, by
+    // TCP, the workers) back instead of queueing without limit.
+    let (tx, rx) = mpsc::sync_channel(READER_QUEUE);
     for (rank, c) in conns.iter().enumerate() {
         let mut c = c.try_clone()?;
         c.set_read_timeout(None)?;

@@ -5,16 +5,19 @@ use crate::tui::fmt::duration;
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Sender};
+use std::sync::mpsc::{self, SyncSender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// Redraw (and key poll) period: 10 frames per second at most.
 const TICK: Duration = Duration::from_millis(100);
+/// Messages waiting for the drawing thread, which drains them all every
+/// tick: a full queue holds the run back instead of growing without bound.
+const QUEUE: usize = 4096;
 
 /// The drawing thread and its channel.
 struct Live {
-    tx: Sender<Msg>,
+    tx: SyncSender<Msg>,
     thread: JoinHandle<()>,
 }
 
@@ -45,7 +48,7 @@ impl Dashboard {
     /// Raw mode and the alternate screen, then the drawing thread.
     fn open(&self) -> io::Result<Live> {
         let terminal = ratatui::try_init().inspect_err(|_| ratatui::restore())?;
-        let (tx, rx) = mpsc::channel();
+        let (tx, rx) = mpsc::sync_channel(QUEUE);
         let flag = self.stop.clone();
         let spawned = std::thread::Builder::new().name("leapgnn-tui".into()).spawn(move || {
             let mut terminal = terminal;
