@@ -25,6 +25,10 @@
 //! `RETEXO_GCN_SELF_LOOPS=off` trains the full-graph GCN without self loops
 //! (`--self-loops off`), the conv of RETEXO's GCN and of the authors' graphs
 //! (`add_self_loop: false`); by default it is the usual GCN, with them.
+//! `RETEXO_GAT_HEADS=mean` trains the full-graph GAT with RETEXO's heads
+//! (`--gat-heads mean`: every layer --heads heads of its full width,
+//! averaged); by default it is the usual GAT, whose hidden heads split
+//! --hidden and are concatenated.
 //! `RETEXO_SPLIT=authors` trains on the splits of the authors' code
 //! (`data/dataset.py`) instead of the public ones: Cora and CiteSeer as PyG's
 //! `Planetoid(split="random")` with 86 and 178 training nodes per class, 300
@@ -174,6 +178,7 @@ fn main() {
     };
     std::fs::create_dir_all(&data).unwrap();
     let gcn_self_loops = env_or("RETEXO_GCN_SELF_LOOPS", "on") != "off";
+    let gat_mean = env_or("RETEXO_GAT_HEADS", "concat") == "mean";
     // The hyperparameters, and a run-name suffix for each one not the authors' (so RETEXO_DATA's summaries are
     // reused only for the same settings).
     let common: Vec<(&str, String)> = COMMON.iter().map(|(flag, key, d)| (*flag, env_or(key, d))).collect();
@@ -216,11 +221,21 @@ fn main() {
                 if same_conv {
                     fa.extend(["--self-loops", "off"].iter().map(|s| s.to_string()));
                 }
+                // RETEXO's GAT averages full-width heads; RETEXO_GAT_HEADS=mean trains that GAT normally.
+                let same_heads = model == "gat" && gat_mean;
+                if same_heads {
+                    fa.extend(["--gat-heads", "mean"].iter().map(|s| s.to_string()));
+                }
                 let n = seeds.len() as f64;
                 let rs = train(&data, &format!("retexo-{tag}"), &ra);
                 assert_eq!(rs["iterations"].as_u64(), Some(layers * rounds), "RETEXO: one gradient step per round");
                 r.add(&rs, n);
-                let fs = train(&data, &format!("full-{tag}{}", if same_conv { "-noloops" } else { "" }), &fa);
+                let variant = match (same_conv, same_heads) {
+                    (true, _) => "-noloops",
+                    (_, true) => "-meanheads",
+                    _ => "",
+                };
+                let fs = train(&data, &format!("full-{tag}{variant}"), &fa);
                 assert_eq!(fs["iterations"].as_u64(), Some(layers * rounds), "full-graph: one gradient step per epoch");
                 f.add(&fs, n);
             }
@@ -239,14 +254,15 @@ fn main() {
     let mean = if seeds.len() > 1 { "mean over seeds " } else { "seed " };
     println!(
         "RETEXO vs full-graph training, 4 workers, random partition, {split} split, {mean}{}; {}; {}, \
-         {layers} layers; full-graph GCN {}. Test accuracy in %, at the best validation round/epoch; \
+         {layers} layers; full-graph GCN {}, full-graph GAT {}. Test accuracy in %, at the best validation round/epoch; \
          MB = 10^6 bytes sent over the network by the whole run (training and evaluation, all workers); \
          bytes ratio = full-graph / RETEXO; rows ratio = the same for features + activations only \
          (no gradients or control).\n",
         seeds.join(", "),
         settings.join("; "),
         common.iter().map(|(flag, v)| format!("{flag} {v}")).collect::<Vec<_>>().join(" "),
-        if gcn_self_loops { "with self loops" } else { "without self loops (as RETEXO's)" }
+        if gcn_self_loops { "with self loops" } else { "without self loops (as RETEXO's)" },
+        if gat_mean { "with averaged full-width heads (as RETEXO's)" } else { "with concatenated heads" }
     );
     println!(
         "| dataset | model | RETEXO test acc | full-graph test acc | diff (points) | RETEXO MB | full-graph MB | bytes ratio | rows ratio |"

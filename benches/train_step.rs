@@ -37,6 +37,7 @@ fn bench(c: &mut Criterion) {
         aggr: Default::default(),
         softmax_t: 1.0,
         self_loops: true,
+        gat_heads: Default::default(),
     };
     let mut params = Params::new(0);
     let model = Model::new(&spec, &mut params, &dev).unwrap();

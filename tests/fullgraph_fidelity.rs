@@ -34,6 +34,39 @@ fn cora_full_graph_gradient_is_the_single_worker_gradient() {
 }
 
 #[test]
+fn gat_with_averaged_heads_full_graph_gradient_is_the_single_worker_gradient() {
+    let tmp = cora();
+    let d = tmp.path();
+    let args = |w: &'static str| {
+        [
+            "--full-batch",
+            "--model",
+            "gat",
+            "--gat-heads",
+            "mean",
+            "--heads",
+            "3",
+            "--hidden",
+            "16",
+            "--normalize",
+            "l1",
+            "--seed",
+            "2",
+            "--workers",
+            w,
+        ]
+    };
+    let (reference, _) = first_gradient(d, "cora", &args("1"));
+    assert!(reference.iter().any(|&g| g != 0.0));
+    for w in ["2", "4"] {
+        let (g, s) = first_gradient(d, "cora", &args(w));
+        let e = rel_diff(&reference, &g);
+        assert!(e <= 1e-5, "cora gat mean W={w}: relative difference from W=1 {e}");
+        assert!(count(&s["bytes"]["activations"]) > 0, "W={w}: no halo exchange");
+    }
+}
+
+#[test]
 fn facebook_full_graph_gradient_is_the_single_worker_gradient() {
     let tmp = facebook();
     gradients_match(tmp.path(), "facebook", &["--hidden", "16", "--seed", "1"], &["2", "3", "4"]);

@@ -2,7 +2,8 @@
 //! seed, one iteration of micrograph, pregather and leapgnn (any T, either
 //! migration) on 4 worker processes sums to the gradient of DGL-style
 //! training, and a few epochs reach the same accuracy. Real processes, real
-//! datasets (Cora, Facebook), METIS partitions; GCN also without self loops.
+//! datasets (Cora, Facebook), METIS partitions; GCN also without self loops,
+//! GAT also with averaged full-width heads.
 
 mod dist_support;
 
@@ -86,6 +87,28 @@ fn gcn_without_self_loops_gives_the_model_centric_gradient_and_not_the_one_with_
         let (g, _) = first_gradient(d, "cora", &[&off[..], v].concat());
         let e = rel_diff(&reference, &g);
         assert!(e <= 1e-5, "{v:?} without self loops: relative difference from model-centric {e}");
+    }
+}
+
+#[test]
+fn gat_with_averaged_heads_gives_the_model_centric_gradient_and_not_the_concatenated_one() {
+    let tmp = cora();
+    let d = tmp.path();
+    let gat = [CORA, &["--workers", "4", "--batch-size", "35", "--model", "gat", "--heads", "4"]].concat();
+    let mean = [&gat[..], &["--gat-heads", "mean"]].concat();
+    let (reference, _) = first_gradient(d, "cora", &[&mean[..], &["--strategy", "model-centric"]].concat());
+    let (concat, _) = first_gradient(d, "cora", &[&gat[..], &["--strategy", "model-centric"]].concat());
+    // Four full-width heads: the first layer's weight (1433 x 64 per head) is
+    // four times the concatenated heads' (1433 x 16 per head).
+    assert!(reference.len() > 3 * concat.len(), "{} parameters against {}", reference.len(), concat.len());
+    for v in [
+        &["--strategy", "micrograph"][..],
+        &["--strategy", "leapgnn", "--time-steps", "2"],
+        &["--strategy", "pregather"],
+    ] {
+        let (g, _) = first_gradient(d, "cora", &[&mean[..], v].concat());
+        let e = rel_diff(&reference, &g);
+        assert!(e <= 1e-5, "{v:?} with averaged heads: relative difference from model-centric {e}");
     }
 }
 

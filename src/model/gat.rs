@@ -1,6 +1,7 @@
 //! GAT (Velickovic et al. 2018), PyG's `GATConv`: multi-head attention over each
 //! destination's sampled neighbours plus itself; leaky ReLU 0.2, edge softmax,
-//! attention dropout; heads concatenated in hidden layers, averaged in the last.
+//! attention dropout; heads concatenated in hidden layers, averaged in the last
+//! (`--gat-heads concat`), or every layer's heads averaged (`--gat-heads mean`).
 
 use super::dropout::{dropout_rows, edge_row_key};
 use super::sparse_input::sparse_linear;
@@ -9,6 +10,21 @@ use crate::gather::CsrRows;
 use crate::sample::Block;
 use candle_core::{D, Device, Result, Tensor};
 use std::sync::Arc;
+
+/// How GAT combines its heads (`--gat-heads`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum GatHeads {
+    /// Hidden layers: --heads heads of width hidden / heads, concatenated; the
+    /// output layer: one head (the GAT paper's and PyG's example).
+    #[default]
+    Concat,
+    /// Every layer: --heads heads of the layer's full output width, averaged
+    /// (PyG's `GATConv(concat=False)`; RETEXO's GAT).
+    Mean,
+}
+
+crate::value_names!(GatHeads, "--gat-heads");
 
 pub struct GatLayer {
     lin: Linear,

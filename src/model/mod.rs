@@ -26,7 +26,7 @@ pub use agg_graph::AggGraph;
 pub use batch_norm::{BatchNorm, micrograph_weights};
 pub use csr_op::Kernel;
 pub use deepgcn::GenAggr;
-pub use gat::GatLayer;
+pub use gat::{GatHeads, GatLayer};
 pub use gcn::gcn_graph;
 pub use layer_norm::LayerNorm;
 pub use linear::Linear;
@@ -125,6 +125,9 @@ pub struct ModelSpec {
     /// RETEXO's authors' GCN (`--self-loops`).
     #[serde(default = "yes")]
     pub self_loops: bool,
+    /// GAT: heads concatenated in hidden layers, or averaged in every layer.
+    #[serde(default)]
+    pub gat_heads: GatHeads,
 }
 
 fn unit() -> f32 {
@@ -148,9 +151,13 @@ impl ModelSpec {
         if !(0.0..1.0).contains(&self.dropout) {
             return bad(format!("--dropout {} is outside [0, 1)", self.dropout));
         }
-        if self.kind == ModelKind::Gat && (self.heads == 0 || !self.hidden.is_multiple_of(self.heads)) {
+        if self.kind == ModelKind::Gat && self.heads == 0 {
+            return bad("--heads 0: GAT needs at least one attention head".into());
+        }
+        if self.kind == ModelKind::Gat && self.gat_heads == GatHeads::Concat && !self.hidden.is_multiple_of(self.heads)
+        {
             return bad(format!(
-                "--hidden {} is not divisible by --heads {} (GAT splits hidden across heads)",
+                "--hidden {} is not divisible by --heads {} (GAT splits hidden across heads; --gat-heads mean gives every head the full width)",
                 self.hidden, self.heads
             ));
         }
@@ -229,10 +236,13 @@ impl Model {
                 ModelKind::SageMean => Layer::Sage(SageLayer::new(params, &prefix, d_in, d_out, SageAggr::Mean, dev)?),
                 ModelKind::SageMax => Layer::Sage(SageLayer::new(params, &prefix, d_in, d_out, SageAggr::Max, dev)?),
                 ModelKind::Gcn => Layer::Gcn(GcnLayer::new(params, &prefix, d_in, d_out, spec.self_loops, dev)?),
-                ModelKind::Gat if last => Layer::Gat(GatLayer::new(params, &prefix, d_in, 1, d_out, false, dev)?),
-                ModelKind::Gat => {
-                    Layer::Gat(GatLayer::new(params, &prefix, d_in, spec.heads, spec.hidden / spec.heads, true, dev)?)
-                }
+                ModelKind::Gat => Layer::Gat(match spec.gat_heads {
+                    GatHeads::Mean => GatLayer::new(params, &prefix, d_in, spec.heads, d_out, false, dev)?,
+                    GatHeads::Concat if last => GatLayer::new(params, &prefix, d_in, 1, d_out, false, dev)?,
+                    GatHeads::Concat => {
+                        GatLayer::new(params, &prefix, d_in, spec.heads, spec.hidden / spec.heads, true, dev)?
+                    }
+                }),
                 ModelKind::DeepGcn => Layer::Deep(GenLayer::new(
                     params,
                     &prefix,
@@ -577,6 +587,7 @@ mod tests {
             aggr: GenAggr::Max,
             softmax_t: 1.0,
             self_loops: true,
+            gat_heads: GatHeads::Concat,
         }
     }
 

@@ -5,7 +5,7 @@ use crate::BadInput;
 use crate::comm::CachePolicy;
 use crate::format::DatasetFile;
 use crate::gather::RowNorm;
-use crate::model::{GenAggr, ModelKind, ModelSpec};
+use crate::model::{GatHeads, GenAggr, ModelKind, ModelSpec};
 use crate::optim::OptimizerKind;
 use crate::sample::Fanouts;
 use candle_core::Device;
@@ -161,6 +161,9 @@ pub struct TrainConfig {
     /// GCN's self loops (None: on, but off with `--strategy retexo`, as its authors').
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub self_loops: Option<bool>,
+    /// GAT's heads (None: concatenated, but averaged with `--strategy retexo`, whose GAT that is).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gat_heads: Option<GatHeads>,
     pub epochs: u64,
     pub lr: f32,
     pub weight_decay: f32,
@@ -231,6 +234,7 @@ impl Default for TrainConfig {
             aggr: None,
             softmax_t: None,
             self_loops: None,
+            gat_heads: None,
             epochs: d::EPOCHS,
             lr: d::LR,
             weight_decay: d::WEIGHT_DECAY,
@@ -353,6 +357,10 @@ impl TrainConfig {
             aggr: self.aggr.unwrap_or_default(),
             softmax_t: self.softmax_t.unwrap_or(1.0),
             self_loops: self.self_loops.unwrap_or(self.strategy != StrategyKind::Retexo),
+            gat_heads: self.gat_heads.unwrap_or(match self.strategy {
+                StrategyKind::Retexo => GatHeads::Mean,
+                _ => GatHeads::Concat,
+            }),
         }
     }
 
@@ -466,6 +474,19 @@ impl TrainConfig {
                 if on { "on" } else { "off" },
                 self.model
             )));
+        }
+        if let Some(h) = self.gat_heads {
+            if self.model != ModelKind::Gat {
+                return Err(BadInput::new(format!(
+                    "--gat-heads {h} applies to --model gat only (not {}); omit it",
+                    self.model
+                )));
+            }
+            if self.strategy == StrategyKind::Retexo && h != GatHeads::Mean {
+                return Err(BadInput::new(format!(
+                    "--gat-heads {h}: RETEXO's GAT averages its heads in every stage (--gat-heads mean); omit the flag"
+                )));
+            }
         }
         if self.model != ModelKind::DeepGcn
             && let Some(a) = self.aggr

@@ -126,6 +126,9 @@ impl TrainConfig {
         if let Some(on) = self.self_loops {
             push("self-loops", if on { "on" } else { "off" }.into());
         }
+        if let Some(h) = self.gat_heads {
+            push("gat-heads", h.to_string());
+        }
         match self.rounds {
             // A RETEXO run's length is its rounds per layer (--epochs is refused).
             Some(r) => push("rounds", r.to_string()),

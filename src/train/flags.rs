@@ -15,7 +15,7 @@ use super::{EvalMode, MergePlan, ResumeOverrides, StrategyKind, TrainConfig, Tra
 use crate::BadInput;
 use crate::comm::CachePolicy;
 use crate::gather::RowNorm;
-use crate::model::{GenAggr, ModelKind};
+use crate::model::{GatHeads, GenAggr, ModelKind};
 use crate::optim::OptimizerKind;
 use crate::partition::Method;
 use crate::sample::{Fanout, Fanouts};
@@ -207,6 +207,12 @@ pub struct TrainFlags {
     /// --strategy retexo: off, as its authors'].
     #[arg(long, value_enum)]
     pub self_loops: Option<Switch>,
+    /// --model gat: hidden layers' --heads heads split --hidden and are concatenated, the output
+    /// layer has one (concat, the GAT paper's); or every layer has --heads heads of its full width,
+    /// averaged (mean: PyG's GATConv(concat=False), RETEXO's GAT) [default: concat; --strategy
+    /// retexo: mean].
+    #[arg(long, value_enum)]
+    pub gat_heads: Option<GatHeads>,
     /// Neighbours per layer, input layer first (`all`: every neighbour); one entry per layer (deepgcn and
     /// film: 2 per layer unless given, the LeapGNN paper's).
     #[arg(long, default_value_t = defaults::fanouts())]
@@ -402,6 +408,7 @@ const DEFINE_THE_RUN: &[&str] = &[
     "aggr",
     "softmax_t",
     "self_loops",
+    "gat_heads",
     "lr",
     "weight_decay",
     "dropout",
@@ -588,6 +595,7 @@ impl TrainFlags {
             aggr: self.aggr,
             softmax_t: self.softmax_t,
             self_loops: self.self_loops.map(|s| s == Switch::On),
+            gat_heads: self.gat_heads,
             epochs,
             lr: pick("lr", self.lr, authors.lr),
             weight_decay: pick("weight_decay", self.weight_decay, authors.weight_decay),

@@ -6,7 +6,7 @@
 use crate::BadInput;
 use crate::format::DatasetFile;
 use crate::graph::CsrView;
-use crate::model::{ModelKind, ModelSpec};
+use crate::model::{GatHeads, ModelKind, ModelSpec};
 use crate::train::TrainConfig;
 
 /// Vertices, halo and in-edges of one worker.
@@ -58,8 +58,13 @@ pub fn estimate(s: Shape, spec: &ModelSpec, params: usize) -> u64 {
         if l > 0 {
             b += 2 * rows * d_in * f;
         }
-        // Aggregate, transform and output (kept for backward), and their gradients.
-        b += 3 * s.owned * (d_in + d_out) * f;
+        // Aggregate, transform and output (kept for backward), and their
+        // gradients; GAT with averaged heads transforms to every head's full width.
+        let wide = match (spec.kind, spec.gat_heads) {
+            (ModelKind::Gat, GatHeads::Mean) => heads * d_out,
+            _ => d_out,
+        };
+        b += 3 * s.owned * (d_in + wide) * f;
         // GAT: per-edge scores and attention per head, kept for backward.
         b += 3 * s.edges * heads * f;
     }
