@@ -166,15 +166,18 @@ fn the_factored_weight_gradient_trains_the_all_reduced_weights_and_moves_the_byt
             total(&on),
             total(&off)
         );
-        if model != "sage" {
-            continue;
-        }
         // Stage 0's later rounds (the first also sends the rows): the
-        // all-reduce leaves out the [hidden, 2 x 1433] weight, whose ring moves
-        // 2 (W - 1) x its floats x 4 bytes over all workers, and each worker
-        // sends its training rows' output gradients (rows x hidden x 4 bytes,
-        // one 16-byte frame) to each of its W - 1 peers.
-        let weight = hidden * 2 * 1433;
+        // all-reduce leaves out SAGE's [hidden, 2 x 1433] weight, or every
+        // parameter of GAT's conv (8 heads of [hidden, 1433], two attention
+        // vectors of 8 x hidden, a bias of hidden), whose ring moves 2 (W - 1)
+        // x its floats x 4 bytes over all workers, and each worker sends its
+        // training vertices' output gradients (rows x hidden x 4 bytes, one
+        // 16-byte frame) to each of its W - 1 peers.
+        let heads = 8;
+        let weight = match model {
+            "sage" => hidden * 2 * 1433,
+            _ => heads * hidden * 1433 + 2 * heads * hidden + hidden,
+        };
         let per_round = |s: &serde_json::Value, epoch: u64| -> (u64, u64) {
             let recs: Vec<_> = records(d, s).into_iter().filter(|r| count(&r["epoch"]) == epoch).collect();
             assert_eq!(recs.len() as u64, w);

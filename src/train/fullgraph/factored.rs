@@ -1,10 +1,10 @@
 //! The weight gradient of a linear layer over constant sparse rows, summed
 //! over the workers without all-reducing the weight. For `y = x W^T` the
 //! summed gradient is dW = sum_k dY_k^T X_k: worker k's input rows X_k and
-//! the gradient of its outputs dY_k. In a RETEXO stage the rows are a
-//! worker's training vertices' (GAT: the rows they attend over), fixed for
-//! the whole stage and few where labels are scarce (Cora's 140 against a
-//! 1,433 x hidden weight), so each
+//! the gradient of its outputs dY_k. In a RETEXO stage of GCN or GraphSAGE
+//! the rows are a worker's training vertices' cached aggregates (GAT:
+//! `factored_gat`), fixed for the whole stage and few where labels are
+//! scarce (Cora's 140 against a 1,433 x hidden weight), so each
 //! worker sends its rows once per stage and its dY_k (rows x out) every
 //! round, and every worker forms the same sum in the same order. That moves
 //! (W - 1) N d_out floats per round for N training rows over all workers,
@@ -35,7 +35,7 @@ pub struct FactoredLinear {
 }
 
 /// Bytes of one worker's stage message: its row count, ids, per-row counts, columns and values.
-fn message_bytes(rows: &CsrRows) -> u64 {
+pub(super) fn message_bytes(rows: &CsrRows) -> u64 {
     4 + 4 * rows.num_rows() as u64 + rows.wire_bytes() as u64
 }
 
@@ -105,27 +105,39 @@ impl FactoredLinear {
         rate: f32,
         key: impl Fn(u32) -> u64 + Sync,
     ) -> Result<Vec<f32>, TrainError> {
-        let (w, me) = (coll.world(), coll.rank());
         let d = self.d_out;
-        check_len(dy.len() * 4, self.counts[me], d, me, "output gradient")?;
-        let bytes: Vec<u8> = bytemuck::cast_slice(dy).to_vec();
-        let out = (0..w).map(|p| if p == me { Vec::new() } else { bytes.clone() }).collect();
-        let got = coll.all_to_all(out, Category::Gradients).map_err(TrainError::Comm)?;
-        let mut g = Vec::with_capacity(self.ids.len() * d);
-        for (p, (m, &n)) in got.iter().zip(&self.counts).enumerate() {
-            if p == me {
-                g.extend_from_slice(dy);
-            } else {
-                g.extend(decode_rows(m, n, d, p, "output gradient")?);
-            }
-        }
+        let g = all_output_grads(coll, dy, &self.counts, d)?;
         let x = self.dropped(rate, key);
         Ok(weight_grad(&x, x.num_rows(), &g, d))
     }
 }
 
+/// Sends this worker's `dy` (`[counts[rank], d]`) to every peer; returns every
+/// worker's, stacked in rank order.
+pub(super) fn all_output_grads(
+    coll: &mut dyn Collective,
+    dy: &[f32],
+    counts: &[usize],
+    d: usize,
+) -> Result<Vec<f32>, TrainError> {
+    let (w, me) = (coll.world(), coll.rank());
+    check_len(dy.len() * 4, counts[me], d, me, "output gradient")?;
+    let bytes: Vec<u8> = bytemuck::cast_slice(dy).to_vec();
+    let out = (0..w).map(|p| if p == me { Vec::new() } else { bytes.clone() }).collect();
+    let got = coll.all_to_all(out, Category::Gradients).map_err(TrainError::Comm)?;
+    let mut g = Vec::with_capacity(counts.iter().sum::<usize>() * d);
+    for (p, (m, &n)) in got.iter().zip(counts).enumerate() {
+        if p == me {
+            g.extend_from_slice(dy);
+        } else {
+            g.extend(decode_rows(m, n, d, p, "output gradient")?);
+        }
+    }
+    Ok(g)
+}
+
 /// `[n][ids; n][row lengths; n][columns; nnz][values; nnz]`, little-endian u32 and f32.
-fn encode(ids: &[u32], rows: &CsrRows) -> Vec<u8> {
+pub(super) fn encode(ids: &[u32], rows: &CsrRows) -> Vec<u8> {
     let mut out = Vec::with_capacity(message_bytes(rows) as usize);
     out.extend((ids.len() as u32).to_le_bytes());
     ids.iter().for_each(|v| out.extend(v.to_le_bytes()));
@@ -136,7 +148,7 @@ fn encode(ids: &[u32], rows: &CsrRows) -> Vec<u8> {
 }
 
 /// The inverse of `encode`, checking every length and column against the message and `dim`.
-fn decode(m: &[u8], dim: usize, peer: usize) -> Result<(Vec<u32>, CsrRows), TrainError> {
+pub(super) fn decode(m: &[u8], dim: usize, peer: usize) -> Result<(Vec<u32>, CsrRows), TrainError> {
     let bad = |what: String| TrainError::Comm(format!("worker {peer}'s factored-gradient rows: {what}").into());
     if !m.len().is_multiple_of(4) || m.is_empty() {
         return Err(bad(format!("{} bytes is not a whole message", m.len())));

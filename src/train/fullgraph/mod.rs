@@ -8,6 +8,7 @@
 mod chunks;
 mod exchange;
 mod factored;
+mod factored_gat;
 pub mod gnnpipe;
 mod halo;
 pub mod inference;

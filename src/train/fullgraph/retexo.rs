@@ -18,9 +18,11 @@
 //! than to the rows before aggregation); GAT (heads averaged) keeps its
 //! attention graph and recomputes attention each round.
 //!
-//! The summed gradient of a stage's conv weight crosses as its factors where
-//! that is fewer bytes (`factored`): every worker's input rows once per stage,
-//! their output gradients every round. At the end of a stage the workers
+//! The summed gradient of a stage's conv crosses as its factors where that is
+//! fewer bytes (`factored`): every worker's input rows once per stage (GAT:
+//! with the edges of its training vertices), and every round the gradient of
+//! the conv product (GCN, SAGE) or of the conv output (GAT, whose conv every
+//! worker then recomputes for all training vertices). At the end of a stage the workers
 //! compare a hash of the best state they kept (they are replicas and chose
 //! by the same all-reduced counts) instead of broadcasting it.
 //!
@@ -29,6 +31,7 @@
 //! retrains the stage it was stopped in from its start.
 
 use super::factored::FactoredLinear;
+use super::factored_gat::{FactoredGat, GatPart};
 use super::{HaloPlan, forward_rows};
 use crate::gather::CsrRows;
 use crate::metrics::{EpochRecord, StepRecord, add_bytes};
@@ -213,29 +216,27 @@ fn product(x: &Rows, w: &Tensor, leaf: bool) -> Result<(Tensor, Option<Var>), Tr
     Ok((v.as_tensor().clone(), Some(v)))
 }
 
-/// A stage's factored weight gradient (`factored`).
+/// A stage's factored conv gradient (`factored`).
 struct Factored {
-    exchange: FactoredLinear,
-    /// The weight's place in the stage's flat gradient.
-    weight: std::ops::Range<usize>,
-    /// GAT: the rows of the product whose gradient crosses (those the
-    /// training vertices attend over); None: every row (GCN and SAGE).
-    grad_rows: Option<Vec<u32>>,
+    exchange: Exchange,
+    /// The factored parameters' place in the stage's flat gradient.
+    range: std::ops::Range<usize>,
 }
 
-impl Factored {
-    /// The gradient of the product leaf `leaf` at the rows that cross, flat.
-    fn output_grad(&self, grads: &candle_core::backprop::GradStore, leaf: &Var) -> Result<Vec<f32>, TrainError> {
-        let g = match grads.get(leaf.as_tensor()) {
-            Some(g) => g.clone(),
-            None => leaf.zeros_like()?,
-        };
-        let g = match &self.grad_rows {
-            Some(r) => g.index_select(&Tensor::from_slice(r, r.len(), g.device())?, 0)?,
-            None => g,
-        };
-        Ok(g.flatten_all()?.to_vec1::<f32>()?)
-    }
+enum Exchange {
+    /// GCN and SAGE: the weight's, from the training rows and the product's gradient.
+    Linear(FactoredLinear),
+    /// GAT: every conv parameter's, from the attended rows and the output's gradient.
+    Gat(FactoredGat),
+}
+
+/// The gradient of the leaf `leaf` (the conv product, or GAT's output), flat.
+fn leaf_grad(grads: &candle_core::backprop::GradStore, leaf: &Var) -> Result<Vec<f32>, TrainError> {
+    let g = match grads.get(leaf.as_tensor()) {
+        Some(g) => g.clone(),
+        None => leaf.zeros_like()?,
+    };
+    Ok(g.flatten_all()?.to_vec1::<f32>()?)
 }
 
 /// What a stage reads, fixed for the stage.
@@ -367,7 +368,7 @@ impl RetexoModel {
                     }
                     None => (&inp.rows, None),
                 };
-                let (wh, v) = product(x, gat.weight(), leaf)?;
+                let (wh, _) = product(x, gat.weight(), false)?;
                 let li = LayerInput {
                     x: &wh,
                     graph,
@@ -381,7 +382,13 @@ impl RetexoModel {
                     Some(_) => y.index_select(&Tensor::from_slice(&split.train, split.train.len(), y.device())?, 0)?,
                     None => y,
                 };
-                Ok((y, v))
+                if !leaf {
+                    return Ok((y, None));
+                }
+                // The factored exchange recomputes the conv for every worker's
+                // training vertices: here only its output's gradient is needed.
+                let v = Var::from_tensor(&y.detach())?;
+                Ok((v.as_tensor().clone(), Some(v)))
             }
         }
     }
@@ -400,36 +407,38 @@ impl RetexoModel {
         rounds: u64,
     ) -> Result<Option<Factored>, TrainError> {
         let (src, owned) = ids;
-        // The rows whose product gets a gradient: GCN and SAGE, the training
-        // vertices' cached aggregates; GAT, the rows the training vertices
-        // attend over (themselves and their in-neighbours).
-        let gat_rows;
-        let (name, w, rows, ids, grad_rows) = match &self.stages[l].conv {
+        let at = |name: &str| stage.flat_range(&format!("stages.{l}.conv.{name}")).expect("a stage registers its conv");
+        // A conv registers its parameters one after another (`Params::flat_range`).
+        let range = |first: &str, last: &str| at(first).start..at(last).end;
+        match &self.stages[l].conv {
+            // The training vertices' cached aggregates and the gradient of their product.
             Conv::Linear(lin) => {
                 let rows = inp.train.as_ref().expect("GCN and SAGE cache their training rows");
                 let ids: Vec<u32> = split.train.iter().map(|&p| owned[p as usize]).collect();
-                (format!("stages.{l}.conv.weight"), lin.weight(), rows, ids, None)
-            }
-            Conv::Gat(gat) => {
-                let graph = inp.graph.as_ref().expect("GAT keeps its graph");
-                let mut read = vec![false; graph.num_src()];
-                for &t in &split.train {
-                    graph.row(t as usize).iter().for_each(|&s| read[s as usize] = true);
+                let (d_out, d_in) = lin.weight().dims2()?;
+                let rows = rows.to_csr(d_in)?;
+                if !FactoredLinear::pays(coll, &rows, d_out, rounds)? {
+                    return Ok(None);
                 }
-                let pos: Vec<u32> = (0..read.len() as u32).filter(|&p| read[p as usize]).collect();
-                let ids = pos.iter().map(|&p| src[p as usize]).collect();
-                gat_rows = inp.rows.select(&pos)?;
-                (format!("stages.{l}.conv.lin.weight"), gat.weight(), &gat_rows, ids, Some(pos))
+                let exchange = Exchange::Linear(FactoredLinear::share(coll, &ids, &rows, d_out)?);
+                Ok(Some(Factored { exchange, range: range("weight", "weight") }))
             }
-        };
-        let (d_out, d_in) = w.dims2()?;
-        let rows = rows.to_csr(d_in)?;
-        if !FactoredLinear::pays(coll, &rows, d_out, rounds)? {
-            return Ok(None);
+            // The rows the training vertices attend over (themselves and their
+            // in-neighbours), the edges between them and the gradient of the
+            // training vertices' outputs. The recomputation runs the CPU kernels.
+            Conv::Gat(gat) if self.kernel == Kernel::Fast => {
+                let graph = inp.graph.as_ref().expect("GAT keeps its graph");
+                let d_in = gat.weight().dim(1)?;
+                let part = GatPart::new(graph, src, &split.train, |pos| inp.rows.select(pos)?.to_csr(d_in))?;
+                let range = range("lin.weight", "bias");
+                let d_out = at("bias").len();
+                if !FactoredGat::pays(coll, &part, d_out, range.len(), rounds)? {
+                    return Ok(None);
+                }
+                Ok(Some(Factored { exchange: Exchange::Gat(FactoredGat::share(coll, part, d_out)?), range }))
+            }
+            Conv::Gat(_) => Ok(None),
         }
-        let weight = stage.flat_range(&name).expect("a stage registers its conv weight");
-        let exchange = FactoredLinear::share(coll, &ids, &rows, d_out)?;
-        Ok(Some(Factored { exchange, weight, grad_rows }))
     }
 
     /// The logits of stage `l` from its conv output `y`, and (for l < L-1) the
@@ -523,8 +532,8 @@ pub fn run(
             // With the factored exchange the weight's (zero) slot stays out of the all-reduce.
             let dy = match (&factored, &leaf) {
                 (Some(f), Some(leaf)) => {
-                    buf.drain(f.weight.clone());
-                    f.output_grad(&grads, leaf)?
+                    buf.drain(f.range.clone());
+                    leaf_grad(&grads, leaf)?
                 }
                 _ => Vec::new(),
             };
@@ -537,9 +546,16 @@ pub fn run(
             let (loss_sum, stop_voted) = (buf[n] as f64, buf[n + 1] > 0.0);
             buf.truncate(n);
             if let Some(f) = &factored {
-                let s = site(cfg.seed, p.epoch, l, 0);
-                let dw = f.exchange.weight_grad(coll, &dy, model.dropout, |v| vertex_row_key(s, v))?;
-                buf.splice(f.weight.start..f.weight.start, dw);
+                let (s, rate) = (site(cfg.seed, p.epoch, l, 0), model.dropout);
+                let dw = match (&f.exchange, &model.stages[l].conv) {
+                    (Exchange::Gat(x), Conv::Gat(gat)) => {
+                        let attention = (rate > 0.0).then(|| (rate, site(cfg.seed, p.epoch, l, 1)));
+                        x.conv_grad(coll, &dy, gat, &stage, f.range.clone(), rate, |v| vertex_row_key(s, v), attention)?
+                    }
+                    (Exchange::Linear(x), _) => x.weight_grad(coll, &dy, rate, |v| vertex_row_key(s, v))?,
+                    (Exchange::Gat(_), _) => unreachable!("GAT's exchange is built for a GAT stage"),
+                };
+                buf.splice(f.range.start..f.range.start, dw);
             }
             if !loss_sum.is_finite() {
                 return Err(TrainError::NonFiniteLoss { epoch: p.epoch, iteration: 0, value: loss_sum });

@@ -1,0 +1,302 @@
+//! RETEXO's GAT conv gradient, summed over the workers without all-reducing
+//! the conv's parameters. A stage's input rows are fixed and the workers'
+//! parameters are replicas, so a worker's conv outputs at its training
+//! vertices are a function of rows its peers can hold: the rows those
+//! vertices attend over (themselves and their in-neighbours) and the edges
+//! between them. Each worker sends those once per stage; every round it sends
+//! only the gradient of its training vertices' conv outputs (rows x width).
+//! Every worker then runs the conv forward and backward over all workers'
+//! training vertices, stacked in rank order, and so forms the same gradient
+//! of every conv parameter (projection, attention vectors, bias).
+//!
+//! Dropout (of the rows and of the attention coefficients) is keyed by the
+//! round and the global vertex ids, so peers redraw each other's masks. The
+//! softmax of a destination runs over its own edges only, so restricting the
+//! conv to the training destinations changes no output.
+
+use super::factored::{all_output_grads, decode as decode_rows_msg, encode as encode_rows_msg, message_bytes};
+use crate::comm::Category;
+use crate::gather::CsrRows;
+use crate::model::dropout::dropout_sparse;
+use crate::model::{AggGraph, GatLayer, Kernel, LayerInput, Params};
+use crate::train::{Collective, TrainError};
+use candle_core::{Device, Tensor};
+use std::ops::Range;
+use std::sync::Arc;
+
+/// One worker's share: its training vertices first, then the other rows they
+/// attend over, with the edges from each training vertex.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GatPart {
+    /// Global vertex ids, training vertices first.
+    pub ids: Vec<u32>,
+    pub num_dst: usize,
+    /// `indptr[d]..indptr[d + 1]`: destination `d`'s sources, positions into `ids`.
+    pub indptr: Vec<u32>,
+    pub indices: Vec<u32>,
+    /// The input row of each of `ids`.
+    pub rows: CsrRows,
+}
+
+impl GatPart {
+    /// The part of `graph` (destinations first among its sources) that the
+    /// destinations `train` read, with the source rows `rows(positions)`.
+    pub fn new(
+        graph: &AggGraph,
+        src: &[u32],
+        train: &[u32],
+        rows: impl FnOnce(&[u32]) -> Result<CsrRows, TrainError>,
+    ) -> Result<GatPart, TrainError> {
+        let mut at = vec![u32::MAX; graph.num_src()];
+        let mut pos: Vec<u32> = Vec::with_capacity(train.len());
+        for &t in train {
+            at[t as usize] = pos.len() as u32;
+            pos.push(t);
+        }
+        let (mut indptr, mut indices) = (Vec::with_capacity(train.len() + 1), Vec::new());
+        indptr.push(0u32);
+        for &t in train {
+            for &s in graph.row(t as usize) {
+                if at[s as usize] == u32::MAX {
+                    at[s as usize] = pos.len() as u32;
+                    pos.push(s);
+                }
+                indices.push(at[s as usize]);
+            }
+            indptr.push(indices.len() as u32);
+        }
+        let ids = pos.iter().map(|&p| src[p as usize]).collect();
+        Ok(GatPart { ids, num_dst: train.len(), indptr, indices, rows: rows(&pos)? })
+    }
+
+    /// `[n_dst][edge count per destination; n_dst][sources; edges]`, then the
+    /// rows as the linear factors send them (ids and CSR).
+    fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.message_bytes() as usize);
+        out.extend((self.num_dst as u32).to_le_bytes());
+        self.indptr.windows(2).for_each(|w| out.extend((w[1] - w[0]).to_le_bytes()));
+        self.indices.iter().for_each(|s| out.extend(s.to_le_bytes()));
+        out.extend(encode_rows_msg(&self.ids, &self.rows));
+        out
+    }
+
+    fn message_bytes(&self) -> u64 {
+        4 * (1 + self.num_dst + self.indices.len()) as u64 + message_bytes(&self.rows)
+    }
+
+    /// The inverse of `encode`, checking every count and position.
+    fn decode(m: &[u8], dim: usize, peer: usize) -> Result<GatPart, TrainError> {
+        let bad = |what: String| TrainError::Comm(format!("worker {peer}'s attention rows: {what}").into());
+        let word =
+            |i: usize| -> Option<u32> { m.get(4 * i..4 * i + 4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])) };
+        let n_dst = word(0).ok_or_else(|| bad(format!("{} bytes is not a whole message", m.len())))? as usize;
+        if 4 * (1 + n_dst) > m.len() {
+            return Err(bad(format!("{n_dst} destinations announced in {} bytes", m.len())));
+        }
+        let mut indptr = Vec::with_capacity(n_dst + 1);
+        indptr.push(0u32);
+        for d in 0..n_dst {
+            let len = word(1 + d).expect("checked above");
+            let end = indptr[d].checked_add(len).ok_or_else(|| bad("edge counts overflow".into()))?;
+            indptr.push(end);
+        }
+        let edges = indptr[n_dst] as usize;
+        let start = 1 + n_dst;
+        if 4 * (start + edges) > m.len() {
+            return Err(bad(format!("{edges} edges announced in {} bytes", m.len())));
+        }
+        let indices: Vec<u32> = (start..start + edges).map(|i| word(i).expect("checked above")).collect();
+        let (ids, rows) = decode_rows_msg(&m[4 * (start + edges)..], dim, peer)?;
+        if n_dst > ids.len() {
+            return Err(bad(format!("{n_dst} destinations among {} rows", ids.len())));
+        }
+        if let Some(s) = indices.iter().find(|&&s| s as usize >= ids.len()) {
+            return Err(bad(format!("source {s} of {} rows", ids.len())));
+        }
+        Ok(GatPart { ids, num_dst: n_dst, indptr, indices, rows })
+    }
+}
+
+/// Every worker's part of one stage, stacked: all training vertices (rank
+/// order) first, then every part's other rows.
+pub struct FactoredGat {
+    graph: Arc<AggGraph>,
+    /// Input rows before dropout, in source order.
+    rows: CsrRows,
+    /// The global id of each source row (its dropout key).
+    ids: Vec<u32>,
+    /// Training vertices of each worker, by rank.
+    counts: Vec<usize>,
+    d_out: usize,
+}
+
+impl FactoredGat {
+    /// Whether the parts and `rounds` rounds of output gradients `d_out` wide
+    /// are fewer bytes than all-reducing `params` conv parameters every round.
+    /// Every worker gets the same answer (the sizes are summed first).
+    pub fn pays(
+        coll: &mut dyn Collective,
+        part: &GatPart,
+        d_out: usize,
+        params: usize,
+        rounds: u64,
+    ) -> Result<bool, TrainError> {
+        let w = coll.world() as f64;
+        if w < 2.0 {
+            return Ok(false);
+        }
+        let mut total = [part.message_bytes() as f32, part.num_dst as f32];
+        coll.all_reduce_sum(&mut total).map_err(TrainError::Comm)?;
+        let rounds = rounds as f64;
+        let factored = (w - 1.0) * (total[0] as f64 + rounds * total[1] as f64 * (d_out * 4) as f64);
+        let dense = rounds * 2.0 * (w - 1.0) * (params * 4) as f64;
+        Ok(factored < dense)
+    }
+
+    /// Sends this worker's `part` to every peer and stacks all of them.
+    pub fn share(coll: &mut dyn Collective, part: GatPart, d_out: usize) -> Result<Self, TrainError> {
+        let msg = part.encode();
+        let (w, me) = (coll.world(), coll.rank());
+        let out = (0..w).map(|p| if p == me { Vec::new() } else { msg.clone() }).collect();
+        let got = coll.all_to_all(out, Category::Gradients).map_err(TrainError::Comm)?;
+        let dim = part.rows.dim;
+        let mut parts = Vec::with_capacity(w);
+        let mut mine = Some(part);
+        for (p, m) in got.iter().enumerate() {
+            parts.push(if p == me { mine.take().expect("once") } else { GatPart::decode(m, dim, p)? });
+        }
+        Ok(Self::stack(&parts, d_out))
+    }
+
+    fn stack(parts: &[GatPart], d_out: usize) -> Self {
+        let dim = parts.first().map_or(0, |p| p.rows.dim);
+        let n_dst: usize = parts.iter().map(|p| p.num_dst).sum();
+        // Where each part's rows start: its destinations among all destinations,
+        // its other rows after every destination.
+        let (mut dst_at, mut rest_at) = (Vec::new(), Vec::new());
+        let (mut d0, mut r0) = (0usize, n_dst);
+        for p in parts {
+            dst_at.push(d0);
+            rest_at.push(r0);
+            d0 += p.num_dst;
+            r0 += p.ids.len() - p.num_dst;
+        }
+        let place = |k: usize, s: u32| -> u32 {
+            let s = s as usize;
+            (if s < parts[k].num_dst { dst_at[k] + s } else { rest_at[k] + s - parts[k].num_dst }) as u32
+        };
+        let (mut indptr, mut indices) = (vec![0u32], Vec::new());
+        for (k, p) in parts.iter().enumerate() {
+            for d in 0..p.num_dst {
+                let (a, b) = (p.indptr[d] as usize, p.indptr[d + 1] as usize);
+                indices.extend(p.indices[a..b].iter().map(|&s| place(k, s)));
+                indptr.push(indices.len() as u32);
+            }
+        }
+        let mut rows = CsrRows { dim, indptr: vec![0], ..Default::default() };
+        let mut ids = Vec::with_capacity(r0);
+        let mut push = |p: &GatPart, r: std::ops::Range<usize>| {
+            for i in r {
+                let (idx, vals) = p.rows.row(i);
+                rows.indices.extend_from_slice(idx);
+                rows.values.extend_from_slice(vals);
+                rows.indptr.push(rows.values.len());
+                ids.push(p.ids[i]);
+            }
+        };
+        for p in parts {
+            push(p, 0..p.num_dst);
+        }
+        for p in parts {
+            push(p, p.num_dst..p.ids.len());
+        }
+        let graph = Arc::new(AggGraph::new(n_dst, ids.len(), indptr, indices, None));
+        FactoredGat { graph, rows, ids, counts: parts.iter().map(|p| p.num_dst).collect(), d_out }
+    }
+
+    /// The summed gradient of the stage's conv parameters (`conv`, their
+    /// place in the stage's flat layout): sends this worker's output gradient
+    /// `dy` (`[its training vertices, d_out]`) to every peer, then runs `gat`
+    /// over every worker's training vertices with this round's dropout (rows
+    /// at `rate` under `row_key(id)`, attention under `attention`) and
+    /// backpropagates all the output gradients at once.
+    #[allow(clippy::too_many_arguments)]
+    pub fn conv_grad(
+        &self,
+        coll: &mut dyn Collective,
+        dy: &[f32],
+        gat: &GatLayer,
+        stage: &Params,
+        conv: Range<usize>,
+        rate: f32,
+        row_key: impl Fn(u32) -> u64 + Sync,
+        attention: Option<(f32, u64)>,
+    ) -> Result<Vec<f32>, TrainError> {
+        let d = self.d_out;
+        let g = all_output_grads(coll, dy, &self.counts, d)?;
+        let mut x = self.rows.clone();
+        dropout_sparse(&mut x, rate, |r| row_key(self.ids[r]));
+        let wh = gat.project_sparse(&Arc::new(x))?;
+        let li = LayerInput {
+            x: &wh,
+            graph: &self.graph,
+            ids: &self.ids,
+            kernel: Kernel::Fast,
+            attention_dropout: attention,
+            activation: None,
+        };
+        let y = gat.attend(&li, wh.clone())?;
+        let g = Tensor::from_vec(g, (self.graph.num_dst(), d), &Device::Cpu)?;
+        let grads = (y * g)?.sum_all()?.backward()?;
+        let flat = stage.flat_grads(&grads)?;
+        Ok(flat[conv].to_vec())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part() -> GatPart {
+        // Destinations 0 and 1 (ids 10, 11) over rows 10, 11, 12, 13.
+        let dense: Vec<f32> = (0..4 * 5).map(|i| if i % 3 == 0 { i as f32 * 0.25 } else { 0.0 }).collect();
+        GatPart {
+            ids: vec![10, 11, 12, 13],
+            num_dst: 2,
+            indptr: vec![0, 3, 5],
+            indices: vec![2, 0, 3, 1, 2],
+            rows: CsrRows::from_dense(&dense, 5),
+        }
+    }
+
+    #[test]
+    fn parts_round_trip_and_damaged_ones_are_refused() {
+        let p = part();
+        let m = p.encode();
+        assert_eq!(m.len() as u64, p.message_bytes());
+        assert_eq!(GatPart::decode(&m, 5, 1).unwrap(), p);
+        for cut in [0, 3, 4, 8, 20, m.len() - 4] {
+            assert!(GatPart::decode(&m[..cut], 5, 1).is_err(), "a message cut to {cut} bytes");
+        }
+        let mut huge = m.clone();
+        huge[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(GatPart::decode(&huge, 5, 1).is_err());
+        let mut far = m.clone();
+        far[12..16].copy_from_slice(&4u32.to_le_bytes());
+        assert!(GatPart::decode(&far, 5, 1).unwrap_err().to_string().contains("source 4"));
+    }
+
+    #[test]
+    fn stacking_puts_every_destination_first_and_keeps_each_edge() {
+        let (a, mut b) = (part(), part());
+        b.ids = vec![20, 21, 22, 23];
+        let f = FactoredGat::stack(&[a.clone(), b], 3);
+        assert_eq!(f.graph.num_dst(), 4);
+        assert_eq!(f.ids, vec![10, 11, 20, 21, 12, 13, 22, 23]);
+        // Part b's destination 0 reads its rows 2, 0, 3: stacked rows 6, 2, 7.
+        assert_eq!(f.graph.row(2), &[6, 2, 7]);
+        assert_eq!(f.graph.row(1), &[1, 4]);
+        assert_eq!(f.rows.row(6), a.rows.row(2));
+        assert_eq!(f.counts, vec![2, 2]);
+    }
+}
