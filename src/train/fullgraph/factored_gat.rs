@@ -21,6 +21,7 @@ use crate::model::dropout::dropout_sparse;
 use crate::model::{AggGraph, GatLayer, Kernel, LayerInput, Params};
 use crate::train::{Collective, TrainError};
 use candle_core::{Device, Tensor};
+use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -165,53 +166,52 @@ impl FactoredGat {
         for (p, m) in got.iter().enumerate() {
             parts.push(if p == me { mine.take().expect("once") } else { GatPart::decode(m, dim, p)? });
         }
-        Ok(Self::stack(&parts, d_out))
+        Self::stack(&parts, d_out)
     }
 
-    fn stack(parts: &[GatPart], d_out: usize) -> Self {
+    /// One row per vertex, every worker's training vertices first (rank
+    /// order): a vertex's input row is the same on every worker (its features,
+    /// or its exchanged embedding), and so is its dropout mask (keyed by its
+    /// id), so the rows several workers' vertices attend over are kept once.
+    fn stack(parts: &[GatPart], d_out: usize) -> Result<Self, TrainError> {
         let dim = parts.first().map_or(0, |p| p.rows.dim);
         let n_dst: usize = parts.iter().map(|p| p.num_dst).sum();
-        // Where each part's rows start: its destinations among all destinations,
-        // its other rows after every destination.
-        let (mut dst_at, mut rest_at) = (Vec::new(), Vec::new());
-        let (mut d0, mut r0) = (0usize, n_dst);
-        for p in parts {
-            dst_at.push(d0);
-            rest_at.push(r0);
-            d0 += p.num_dst;
-            r0 += p.ids.len() - p.num_dst;
+        let mut at: HashMap<u32, u32> = HashMap::with_capacity(parts.iter().map(|p| p.ids.len()).sum());
+        let mut rows = CsrRows { dim, indptr: vec![0], ..Default::default() };
+        let mut ids = Vec::new();
+        for dst in [true, false] {
+            for (k, p) in parts.iter().enumerate() {
+                let range = if dst { 0..p.num_dst } else { p.num_dst..p.ids.len() };
+                for i in range {
+                    let v = p.ids[i];
+                    if at.contains_key(&v) {
+                        if dst {
+                            return Err(TrainError::Comm(
+                                format!("vertex {v} is a training vertex of two workers (the second: worker {k})")
+                                    .into(),
+                            ));
+                        }
+                        continue;
+                    }
+                    at.insert(v, ids.len() as u32);
+                    let (idx, vals) = p.rows.row(i);
+                    rows.indices.extend_from_slice(idx);
+                    rows.values.extend_from_slice(vals);
+                    rows.indptr.push(rows.values.len());
+                    ids.push(v);
+                }
+            }
         }
-        let place = |k: usize, s: u32| -> u32 {
-            let s = s as usize;
-            (if s < parts[k].num_dst { dst_at[k] + s } else { rest_at[k] + s - parts[k].num_dst }) as u32
-        };
         let (mut indptr, mut indices) = (vec![0u32], Vec::new());
-        for (k, p) in parts.iter().enumerate() {
+        for p in parts {
             for d in 0..p.num_dst {
                 let (a, b) = (p.indptr[d] as usize, p.indptr[d + 1] as usize);
-                indices.extend(p.indices[a..b].iter().map(|&s| place(k, s)));
+                indices.extend(p.indices[a..b].iter().map(|&s| at[&p.ids[s as usize]]));
                 indptr.push(indices.len() as u32);
             }
         }
-        let mut rows = CsrRows { dim, indptr: vec![0], ..Default::default() };
-        let mut ids = Vec::with_capacity(r0);
-        let mut push = |p: &GatPart, r: std::ops::Range<usize>| {
-            for i in r {
-                let (idx, vals) = p.rows.row(i);
-                rows.indices.extend_from_slice(idx);
-                rows.values.extend_from_slice(vals);
-                rows.indptr.push(rows.values.len());
-                ids.push(p.ids[i]);
-            }
-        };
-        for p in parts {
-            push(p, 0..p.num_dst);
-        }
-        for p in parts {
-            push(p, p.num_dst..p.ids.len());
-        }
         let graph = Arc::new(AggGraph::new(n_dst, ids.len(), indptr, indices, None));
-        FactoredGat { graph, rows, ids, counts: parts.iter().map(|p| p.num_dst).collect(), d_out }
+        Ok(FactoredGat { graph, rows, ids, counts: parts.iter().map(|p| p.num_dst).collect(), d_out })
     }
 
     /// The summed gradient of the stage's conv parameters (`conv`, their
@@ -287,16 +287,21 @@ mod tests {
     }
 
     #[test]
-    fn stacking_puts_every_destination_first_and_keeps_each_edge() {
+    fn stacking_puts_every_destination_first_keeps_each_edge_and_each_row_once() {
+        // Part b's vertices 20 and 21 also attend over a's 12 and 13 (and 11,
+        // a's training vertex, which keeps a's row).
         let (a, mut b) = (part(), part());
-        b.ids = vec![20, 21, 22, 23];
-        let f = FactoredGat::stack(&[a.clone(), b], 3);
+        b.ids = vec![20, 21, 11, 13];
+        let f = FactoredGat::stack(&[a.clone(), b], 3).unwrap();
         assert_eq!(f.graph.num_dst(), 4);
-        assert_eq!(f.ids, vec![10, 11, 20, 21, 12, 13, 22, 23]);
-        // Part b's destination 0 reads its rows 2, 0, 3: stacked rows 6, 2, 7.
-        assert_eq!(f.graph.row(2), &[6, 2, 7]);
+        assert_eq!(f.ids, vec![10, 11, 20, 21, 12, 13]);
+        // Part b's destination 0 reads its rows 2, 0, 3 (ids 11, 20, 13): stacked rows 1, 2, 5.
+        assert_eq!(f.graph.row(2), &[1, 2, 5]);
         assert_eq!(f.graph.row(1), &[1, 4]);
-        assert_eq!(f.rows.row(6), a.rows.row(2));
+        assert_eq!(f.rows.row(5), a.rows.row(3));
         assert_eq!(f.counts, vec![2, 2]);
+        // A vertex two workers both train is refused.
+        let twice = FactoredGat::stack(&[a.clone(), a], 3).err().unwrap();
+        assert!(twice.to_string().contains("vertex 10 is a training vertex of two workers"), "{twice}");
     }
 }
