@@ -72,44 +72,43 @@ fn cora_one_iteration_gives_the_model_centric_gradient() {
     gradients_match(tmp.path(), "cora", CORA, "35");
 }
 
+/// Cora, 4 workers: `variant` (extra model flags) under model-centric and
+/// each of `strategies` gives the same gradient (within 1e-5); returns it and
+/// the gradient model-centric gives without the variant's flags.
+fn variant_gradients(d: &Path, model: &[&str], variant: &[&str], strategies: &[&[&str]]) -> (Vec<f32>, Vec<f32>) {
+    let base = [CORA, &["--workers", "4", "--batch-size", "35"], model].concat();
+    let with = [&base[..], variant].concat();
+    let mc = ["--strategy", "model-centric"];
+    let (reference, _) = first_gradient(d, "cora", &[&with[..], &mc].concat());
+    let (without, _) = first_gradient(d, "cora", &[&base[..], &mc].concat());
+    for v in strategies {
+        let (g, _) = first_gradient(d, "cora", &[&with[..], v].concat());
+        let e = rel_diff(&reference, &g);
+        assert!(e <= 1e-5, "{v:?} with {variant:?}: relative difference from model-centric {e}");
+    }
+    (reference, without)
+}
+
 #[test]
 fn gcn_without_self_loops_gives_the_model_centric_gradient_and_not_the_one_with_them() {
     let tmp = cora();
-    let d = tmp.path();
-    let gcn = [CORA, &["--workers", "4", "--batch-size", "35", "--model", "gcn"]].concat();
-    let off = [&gcn[..], &["--self-loops", "off"]].concat();
-    let (reference, _) = first_gradient(d, "cora", &[&off[..], &["--strategy", "model-centric"]].concat());
-    let (looped, _) = first_gradient(d, "cora", &[&gcn[..], &["--strategy", "model-centric"]].concat());
+    let strategies: &[&[&str]] =
+        &[&["--strategy", "micrograph"], &["--strategy", "leapgnn", "--time-steps", "2"], &["--strategy", "p3"]];
+    let (reference, looped) = variant_gradients(tmp.path(), &["--model", "gcn"], &["--self-loops", "off"], strategies);
     let e = rel_diff(&reference, &looped);
     assert!(e > 1e-2, "the self loops change the gradient (relative difference {e})");
-    for v in [&["--strategy", "micrograph"][..], &["--strategy", "leapgnn", "--time-steps", "2"], &["--strategy", "p3"]]
-    {
-        let (g, _) = first_gradient(d, "cora", &[&off[..], v].concat());
-        let e = rel_diff(&reference, &g);
-        assert!(e <= 1e-5, "{v:?} without self loops: relative difference from model-centric {e}");
-    }
 }
 
 #[test]
 fn gat_with_averaged_heads_gives_the_model_centric_gradient_and_not_the_concatenated_one() {
     let tmp = cora();
-    let d = tmp.path();
-    let gat = [CORA, &["--workers", "4", "--batch-size", "35", "--model", "gat", "--heads", "4"]].concat();
-    let mean = [&gat[..], &["--gat-heads", "mean"]].concat();
-    let (reference, _) = first_gradient(d, "cora", &[&mean[..], &["--strategy", "model-centric"]].concat());
-    let (concat, _) = first_gradient(d, "cora", &[&gat[..], &["--strategy", "model-centric"]].concat());
+    let strategies: &[&[&str]] =
+        &[&["--strategy", "micrograph"], &["--strategy", "leapgnn", "--time-steps", "2"], &["--strategy", "pregather"]];
+    let gat = ["--model", "gat", "--heads", "4"];
+    let (reference, concat) = variant_gradients(tmp.path(), &gat, &["--gat-heads", "mean"], strategies);
     // Four full-width heads: the first layer's weight (1433 x 64 per head) is
     // four times the concatenated heads' (1433 x 16 per head).
     assert!(reference.len() > 3 * concat.len(), "{} parameters against {}", reference.len(), concat.len());
-    for v in [
-        &["--strategy", "micrograph"][..],
-        &["--strategy", "leapgnn", "--time-steps", "2"],
-        &["--strategy", "pregather"],
-    ] {
-        let (g, _) = first_gradient(d, "cora", &[&mean[..], v].concat());
-        let e = rel_diff(&reference, &g);
-        assert!(e <= 1e-5, "{v:?} with averaged heads: relative difference from model-centric {e}");
-    }
 }
 
 #[test]

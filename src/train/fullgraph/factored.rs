@@ -45,25 +45,14 @@ impl FactoredLinear {
     /// gradient every round. Every worker gets the same answer (the sizes are
     /// summed over the workers first).
     pub fn pays(coll: &mut dyn Collective, rows: &CsrRows, d_out: usize, rounds: u64) -> Result<bool, TrainError> {
-        let w = coll.world() as f64;
-        if w < 2.0 {
-            return Ok(false);
-        }
-        let mut total = [message_bytes(rows) as f32, rows.num_rows() as f32];
-        coll.all_reduce_sum(&mut total).map_err(TrainError::Comm)?;
-        let rounds = rounds as f64;
-        let factored = (w - 1.0) * (total[0] as f64 + rounds * total[1] as f64 * (d_out * 4) as f64);
-        let dense = rounds * 2.0 * (w - 1.0) * (d_out * rows.dim * 4) as f64;
-        Ok(factored < dense)
+        factors_pay(coll, (message_bytes(rows), rows.num_rows()), d_out, d_out * rows.dim, rounds)
     }
 
     /// Sends this worker's `rows` (of vertices `ids`) to every peer and keeps theirs.
     pub fn share(coll: &mut dyn Collective, ids: &[u32], rows: &CsrRows, d_out: usize) -> Result<Self, TrainError> {
-        let msg = encode(ids, rows);
-        let (w, me) = (coll.world(), coll.rank());
-        let out = (0..w).map(|p| if p == me { Vec::new() } else { msg.clone() }).collect();
-        let got = coll.all_to_all(out, Category::Gradients).map_err(TrainError::Comm)?;
-        let mut parts = Vec::with_capacity(w);
+        let got = to_every_peer(coll, encode(ids, rows))?;
+        let me = coll.rank();
+        let mut parts = Vec::with_capacity(got.len());
         for (p, m) in got.iter().enumerate() {
             parts.push(if p == me { (ids.to_vec(), rows.clone()) } else { decode(m, rows.dim, p)? });
         }
@@ -89,9 +78,7 @@ impl FactoredLinear {
     /// Every worker's rows with this round's dropout: row r dropped at
     /// `rate` under `key(its vertex id)`, as its worker's forward pass dropped it.
     fn dropped(&self, rate: f32, key: impl Fn(u32) -> u64 + Sync) -> CsrRows {
-        let mut x = self.rows.clone();
-        dropout_sparse(&mut x, rate, |r| key(self.ids[r]));
-        x
+        dropped_by_id(&self.rows, &self.ids, rate, key)
     }
 
     /// The summed `[d_out, d_in]` weight gradient: sends this worker's `dy`
@@ -112,6 +99,45 @@ impl FactoredLinear {
     }
 }
 
+/// Whether factors of `mine` = (this worker's stage message bytes, its rows)
+/// plus `rounds` rounds of `d_out`-wide output gradients per row move fewer
+/// bytes than a ring all-reduce of `params` floats every round. Every worker
+/// gets the same answer (the sizes are summed over the workers first).
+pub(super) fn factors_pay(
+    coll: &mut dyn Collective,
+    mine: (u64, usize),
+    d_out: usize,
+    params: usize,
+    rounds: u64,
+) -> Result<bool, TrainError> {
+    let w = coll.world() as f64;
+    if w < 2.0 {
+        return Ok(false);
+    }
+    let mut total = [mine.0 as f32, mine.1 as f32];
+    coll.all_reduce_sum(&mut total).map_err(TrainError::Comm)?;
+    let rounds = rounds as f64;
+    let factored = (w - 1.0) * (total[0] as f64 + rounds * total[1] as f64 * (d_out * 4) as f64);
+    let dense = rounds * 2.0 * (w - 1.0) * (params * 4) as f64;
+    Ok(factored < dense)
+}
+
+/// Sends `msg` to every peer; returns what each worker sent, by rank (empty
+/// for this worker).
+pub(super) fn to_every_peer(coll: &mut dyn Collective, msg: Vec<u8>) -> Result<Vec<Vec<u8>>, TrainError> {
+    let (w, me) = (coll.world(), coll.rank());
+    let out = (0..w).map(|p| if p == me { Vec::new() } else { msg.clone() }).collect();
+    coll.all_to_all(out, Category::Gradients).map_err(TrainError::Comm)
+}
+
+/// `rows` with this round's dropout: row r dropped at `rate` under
+/// `key(ids[r])`, as the worker that owns the row dropped it.
+pub(super) fn dropped_by_id(rows: &CsrRows, ids: &[u32], rate: f32, key: impl Fn(u32) -> u64 + Sync) -> CsrRows {
+    let mut x = rows.clone();
+    dropout_sparse(&mut x, rate, |r| key(ids[r]));
+    x
+}
+
 /// Sends this worker's `dy` (`[counts[rank], d]`) to every peer; returns every
 /// worker's, stacked in rank order.
 pub(super) fn all_output_grads(
@@ -120,11 +146,9 @@ pub(super) fn all_output_grads(
     counts: &[usize],
     d: usize,
 ) -> Result<Vec<f32>, TrainError> {
-    let (w, me) = (coll.world(), coll.rank());
+    let me = coll.rank();
     check_len(dy.len() * 4, counts[me], d, me, "output gradient")?;
-    let bytes: Vec<u8> = bytemuck::cast_slice(dy).to_vec();
-    let out = (0..w).map(|p| if p == me { Vec::new() } else { bytes.clone() }).collect();
-    let got = coll.all_to_all(out, Category::Gradients).map_err(TrainError::Comm)?;
+    let got = to_every_peer(coll, bytemuck::cast_slice(dy).to_vec())?;
     let mut g = Vec::with_capacity(counts.iter().sum::<usize>() * d);
     for (p, (m, &n)) in got.iter().zip(counts).enumerate() {
         if p == me {

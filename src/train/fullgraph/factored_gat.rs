@@ -14,10 +14,12 @@
 //! softmax of a destination runs over its own edges only, so restricting the
 //! conv to the training destinations changes no output.
 
-use super::factored::{all_output_grads, decode as decode_rows_msg, encode as encode_rows_msg, message_bytes};
-use crate::comm::Category;
+use super::factored::{
+    all_output_grads, decode as decode_rows_msg, dropped_by_id, encode as encode_rows_msg, factors_pay, message_bytes,
+    to_every_peer,
+};
+use crate::format::RowRef;
 use crate::gather::CsrRows;
-use crate::model::dropout::dropout_sparse;
 use crate::model::{AggGraph, GatLayer, Kernel, LayerInput, Params};
 use crate::train::{Collective, TrainError};
 use candle_core::{Device, Tensor};
@@ -133,8 +135,8 @@ pub struct FactoredGat {
 
 impl FactoredGat {
     /// Whether the parts and `rounds` rounds of output gradients `d_out` wide
-    /// are fewer bytes than all-reducing `params` conv parameters every round.
-    /// Every worker gets the same answer (the sizes are summed first).
+    /// are fewer bytes than all-reducing `params` conv parameters every round
+    /// (the same answer on every worker).
     pub fn pays(
         coll: &mut dyn Collective,
         part: &GatPart,
@@ -142,26 +144,14 @@ impl FactoredGat {
         params: usize,
         rounds: u64,
     ) -> Result<bool, TrainError> {
-        let w = coll.world() as f64;
-        if w < 2.0 {
-            return Ok(false);
-        }
-        let mut total = [part.message_bytes() as f32, part.num_dst as f32];
-        coll.all_reduce_sum(&mut total).map_err(TrainError::Comm)?;
-        let rounds = rounds as f64;
-        let factored = (w - 1.0) * (total[0] as f64 + rounds * total[1] as f64 * (d_out * 4) as f64);
-        let dense = rounds * 2.0 * (w - 1.0) * (params * 4) as f64;
-        Ok(factored < dense)
+        factors_pay(coll, (part.message_bytes(), part.num_dst), d_out, params, rounds)
     }
 
     /// Sends this worker's `part` to every peer and stacks all of them.
     pub fn share(coll: &mut dyn Collective, part: GatPart, d_out: usize) -> Result<Self, TrainError> {
-        let msg = part.encode();
-        let (w, me) = (coll.world(), coll.rank());
-        let out = (0..w).map(|p| if p == me { Vec::new() } else { msg.clone() }).collect();
-        let got = coll.all_to_all(out, Category::Gradients).map_err(TrainError::Comm)?;
-        let dim = part.rows.dim;
-        let mut parts = Vec::with_capacity(w);
+        let got = to_every_peer(coll, part.encode())?;
+        let (dim, me) = (part.rows.dim, coll.rank());
+        let mut parts = Vec::with_capacity(got.len());
         let mut mine = Some(part);
         for (p, m) in got.iter().enumerate() {
             parts.push(if p == me { mine.take().expect("once") } else { GatPart::decode(m, dim, p)? });
@@ -194,10 +184,8 @@ impl FactoredGat {
                         continue;
                     }
                     at.insert(v, ids.len() as u32);
-                    let (idx, vals) = p.rows.row(i);
-                    rows.indices.extend_from_slice(idx);
-                    rows.values.extend_from_slice(vals);
-                    rows.indptr.push(rows.values.len());
+                    let (indices, values) = p.rows.row(i);
+                    rows.push(RowRef::Sparse { indices, values });
                     ids.push(v);
                 }
             }
@@ -234,8 +222,7 @@ impl FactoredGat {
     ) -> Result<Vec<f32>, TrainError> {
         let d = self.d_out;
         let g = all_output_grads(coll, dy, &self.counts, d)?;
-        let mut x = self.rows.clone();
-        dropout_sparse(&mut x, rate, |r| row_key(self.ids[r]));
+        let x = dropped_by_id(&self.rows, &self.ids, rate, row_key);
         let wh = gat.project_sparse(&Arc::new(x))?;
         let li = LayerInput {
             x: &wh,

@@ -280,6 +280,12 @@ fn site(seed: u64, epoch: u64, l: usize, what: u64) -> u64 {
     hash_of(seed, &[DROPOUT_TAG, epoch, l as u64, what])
 }
 
+/// GAT's attention dropout in stage `l`, round `epoch`: (rate, site), or None
+/// at rate 0 (the local forward pass and the factored recomputation agree).
+fn attention_dropout(rate: f32, seed: u64, epoch: u64, l: usize) -> Option<(f32, u64)> {
+    (rate > 0.0).then(|| (rate, site(seed, epoch, l, 1)))
+}
+
 impl RetexoModel {
     /// Caches stage `l`'s input from the `[owned + halo, d]` rows `h`.
     fn stage_input(
@@ -364,7 +370,7 @@ impl RetexoModel {
                     Some((seed, epoch)) => {
                         let s = site(seed, epoch, l, 0);
                         dropped = inp.rows.dropped(rate, |r| vertex_row_key(s, src[r]))?;
-                        (&dropped, (rate > 0.0).then(|| (rate, site(seed, epoch, l, 1))))
+                        (&dropped, attention_dropout(rate, seed, epoch, l))
                     }
                     None => (&inp.rows, None),
                 };
@@ -549,7 +555,7 @@ pub fn run(
                 let (s, rate) = (site(cfg.seed, p.epoch, l, 0), model.dropout);
                 let dw = match (&f.exchange, &model.stages[l].conv) {
                     (Exchange::Gat(x), Conv::Gat(gat)) => {
-                        let attention = (rate > 0.0).then(|| (rate, site(cfg.seed, p.epoch, l, 1)));
+                        let attention = attention_dropout(rate, cfg.seed, p.epoch, l);
                         x.conv_grad(coll, &dy, gat, &stage, f.range.clone(), rate, |v| vertex_row_key(s, v), attention)?
                     }
                     (Exchange::Linear(x), _) => x.weight_grad(coll, &dy, rate, |v| vertex_row_key(s, v))?,
