@@ -201,9 +201,9 @@ pub struct TrainConfig {
     /// layers x rounds, one round per epoch.
     #[serde(default)]
     pub rounds: Option<u64>,
-    /// RETEXO: whether a linear conv's weight gradient may cross as its
-    /// factors (the training rows once per stage, their output gradients
-    /// every round) where that is fewer bytes than all-reducing it
+    /// RETEXO: whether a stage's gradient may cross as its factors (the
+    /// training rows once per stage, the gradients of their logits or conv
+    /// outputs every round) where that is fewer bytes than all-reducing it
     /// (`--factored-grads`; None: on). Off: every gradient is all-reduced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub factored_grads: Option<bool>,

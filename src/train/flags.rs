@@ -344,9 +344,9 @@ pub struct TrainFlags {
     /// --strategy retexo: training rounds per layer (stage).
     #[arg(long, default_value_t = retexo::ROUNDS)]
     pub rounds: u64,
-    /// --strategy retexo: a stage's conv weight gradient crosses as its factors (the training rows once per
-    /// stage, their output gradients each round) where that is fewer bytes than all-reducing it (on), or is
-    /// all-reduced as every other gradient (off) [default: on].
+    /// --strategy retexo: a stage's gradient crosses as its factors (the training rows once per stage, the
+    /// gradients of their logits each round, every worker recomputing the stage for all training vertices;
+    /// CPU only) where that is fewer bytes than all-reducing it (on), or is all-reduced (off) [default: on].
     #[arg(long, value_enum)]
     pub factored_grads: Option<Switch>,
     /// --strategy gnnpipe: graph chunks (METIS) that flow through the pipeline each epoch [default: 8].

@@ -1,15 +1,22 @@
-//! The weight gradient of a linear layer over constant sparse rows, summed
-//! over the workers without all-reducing the weight. For `y = x W^T` the
-//! summed gradient is dW = sum_k dY_k^T X_k: worker k's input rows X_k and
-//! the gradient of its outputs dY_k. In a RETEXO stage of GCN or GraphSAGE
-//! the rows are a worker's training vertices' cached aggregates (GAT:
-//! `factored_gat`), fixed for the whole stage and few where labels are
-//! scarce (Cora's 140 against a 1,433 x hidden weight), so each
-//! worker sends its rows once per stage and its dY_k (rows x out) every
-//! round, and every worker forms the same sum in the same order. That moves
-//! (W - 1) N d_out floats per round for N training rows over all workers,
-//! where a ring all-reduce of the weight moves 2 (W - 1) d_out d_in; `pays`
-//! picks whichever is fewer bytes over the stage.
+//! A RETEXO stage's gradient, summed over the workers without all-reducing
+//! its parameters. A stage's input rows are fixed for the stage and the
+//! workers' parameters are replicas, so a worker's outputs at its training
+//! vertices are a function of rows its peers can hold. Each worker sends
+//! those rows once per stage (GCN and GraphSAGE: its training vertices'
+//! cached aggregates, here; GAT: the rows they attend over and their edges,
+//! `factored_gat`), and every round only the gradient of its training
+//! vertices' outputs, taken where the stage is narrowest: at the logits when
+//! the stage has a head and fewer classes than conv outputs (Cora: 7 against
+//! 256), else at the conv output. Every worker then runs the stage forward
+//! over all workers' training vertices, stacked in rank order, and
+//! backpropagates every worker's output gradient at once: the same gradient
+//! of every factored parameter on every worker, in the same order.
+//!
+//! Per round that moves (W - 1) N c floats for N training rows over all
+//! workers and c the width of the cut, where a ring all-reduce moves
+//! 2 (W - 1) P for the P factored parameters; `factors_pay` picks whichever
+//! is fewer bytes over the stage. The price is compute: every worker runs
+//! the stage over every training vertex.
 //!
 //! Dropout is applied to the rows each round; its mask is a function of the
 //! run's seed, the round and the vertex id, so a worker redraws a peer's mask
@@ -20,8 +27,11 @@ use super::exchange::{check_len, decode_rows};
 use crate::comm::Category;
 use crate::gather::CsrRows;
 use crate::model::dropout::dropout_sparse;
-use crate::model::sparse_input::weight_grad;
+use crate::model::sparse_input::sparse_linear;
+use crate::model::{Linear, Params};
 use crate::train::{Collective, TrainError};
+use candle_core::Tensor;
+use std::sync::Arc;
 
 /// Every worker's rows of one stage, stacked in rank order.
 pub struct FactoredLinear {
@@ -31,7 +41,6 @@ pub struct FactoredLinear {
     ids: Vec<u32>,
     /// How many of the stacked rows each worker sent, by rank.
     counts: Vec<usize>,
-    d_out: usize,
 }
 
 /// Bytes of one worker's stage message: its row count, ids, per-row counts, columns and values.
@@ -40,27 +49,32 @@ pub(super) fn message_bytes(rows: &CsrRows) -> u64 {
 }
 
 impl FactoredLinear {
-    /// Whether sending the factors for `rounds` rounds (this worker's `rows`)
-    /// moves fewer bytes than all-reducing the `[d_out, rows.dim]` weight's
-    /// gradient every round. Every worker gets the same answer (the sizes are
-    /// summed over the workers first).
-    pub fn pays(coll: &mut dyn Collective, rows: &CsrRows, d_out: usize, rounds: u64) -> Result<bool, TrainError> {
-        factors_pay(coll, (message_bytes(rows), rows.num_rows()), d_out, d_out * rows.dim, rounds)
+    /// Whether sending this worker's `rows` once and `rounds` rounds of
+    /// `width`-wide output gradients moves fewer bytes than all-reducing
+    /// `params` floats every round (the same answer on every worker).
+    pub fn pays(
+        coll: &mut dyn Collective,
+        rows: &CsrRows,
+        width: usize,
+        params: usize,
+        rounds: u64,
+    ) -> Result<bool, TrainError> {
+        factors_pay(coll, (message_bytes(rows), rows.num_rows()), width, params, rounds)
     }
 
     /// Sends this worker's `rows` (of vertices `ids`) to every peer and keeps theirs.
-    pub fn share(coll: &mut dyn Collective, ids: &[u32], rows: &CsrRows, d_out: usize) -> Result<Self, TrainError> {
+    pub fn share(coll: &mut dyn Collective, ids: &[u32], rows: &CsrRows) -> Result<Self, TrainError> {
         let got = to_every_peer(coll, encode(ids, rows))?;
         let me = coll.rank();
         let mut parts = Vec::with_capacity(got.len());
         for (p, m) in got.iter().enumerate() {
             parts.push(if p == me { (ids.to_vec(), rows.clone()) } else { decode(m, rows.dim, p)? });
         }
-        Ok(Self::stack(parts, d_out))
+        Ok(Self::stack(parts))
     }
 
     /// Every worker's (ids, rows), in rank order, as one block of rows.
-    fn stack(parts: Vec<(Vec<u32>, CsrRows)>, d_out: usize) -> Self {
+    fn stack(parts: Vec<(Vec<u32>, CsrRows)>) -> Self {
         let dim = parts.first().map_or(0, |(_, r)| r.dim);
         let mut rows = CsrRows { dim, indptr: vec![0], ..Default::default() };
         let (mut ids, mut counts) = (Vec::new(), Vec::with_capacity(parts.len()));
@@ -72,41 +86,54 @@ impl FactoredLinear {
             counts.push(part_ids.len());
             ids.extend(part_ids);
         }
-        FactoredLinear { rows, ids, counts, d_out }
+        FactoredLinear { rows, ids, counts }
     }
 
-    /// Every worker's rows with this round's dropout: row r dropped at
-    /// `rate` under `key(its vertex id)`, as its worker's forward pass dropped it.
-    fn dropped(&self, rate: f32, key: impl Fn(u32) -> u64 + Sync) -> CsrRows {
-        dropped_by_id(&self.rows, &self.ids, rate, key)
+    /// How many training rows each worker has, by rank.
+    pub fn counts(&self) -> &[usize] {
+        &self.counts
     }
 
-    /// The summed `[d_out, d_in]` weight gradient: sends this worker's `dy`
-    /// (`[its rows, d_out]`) to every peer, then sums every worker's
-    /// `dY_k^T dropout(X_k)` in one product over the stacked rows (`dropped`),
-    /// in the same order on every worker.
-    pub fn weight_grad(
-        &self,
-        coll: &mut dyn Collective,
-        dy: &[f32],
-        rate: f32,
-        key: impl Fn(u32) -> u64 + Sync,
-    ) -> Result<Vec<f32>, TrainError> {
-        let d = self.d_out;
-        let g = all_output_grads(coll, dy, &self.counts, d)?;
-        let x = self.dropped(rate, key);
-        Ok(weight_grad(&x, x.num_rows(), &g, d))
+    /// `dropout(X) W^T + b` over every worker's rows, differentiable in the
+    /// weight and bias: row r dropped at `rate` under `key(its vertex id)`,
+    /// as its worker's forward pass dropped it.
+    pub fn output(&self, lin: &Linear, rate: f32, key: impl Fn(u32) -> u64 + Sync) -> Result<Tensor, TrainError> {
+        let x = Arc::new(dropped_by_id(&self.rows, &self.ids, rate, key));
+        let y = sparse_linear(&x, x.num_rows(), lin.weight())?;
+        Ok(match lin.bias() {
+            Some(b) => y.broadcast_add(b)?,
+            None => y,
+        })
     }
 }
 
+/// The summed gradient of `stage`'s parameters (flat, in its layout) from
+/// `out`, the stage's output over every worker's training vertices (rank
+/// order, `counts` each): sends this worker's output gradient `mine`
+/// (`[counts[rank], width]`) to every peer and backpropagates all of them
+/// through `out` at once.
+pub(super) fn stacked_grads(
+    coll: &mut dyn Collective,
+    out: &Tensor,
+    mine: &[f32],
+    counts: &[usize],
+    stage: &Params,
+) -> Result<Vec<f32>, TrainError> {
+    let width = out.dim(1)?;
+    let g = all_output_grads(coll, mine, counts, width)?;
+    let g = Tensor::from_vec(g, out.shape(), out.device())?;
+    let grads = (out * g)?.sum_all()?.backward()?;
+    Ok(stage.flat_grads(&grads)?)
+}
+
 /// Whether factors of `mine` = (this worker's stage message bytes, its rows)
-/// plus `rounds` rounds of `d_out`-wide output gradients per row move fewer
+/// plus `rounds` rounds of `width`-wide output gradients per row move fewer
 /// bytes than a ring all-reduce of `params` floats every round. Every worker
 /// gets the same answer (the sizes are summed over the workers first).
 pub(super) fn factors_pay(
     coll: &mut dyn Collective,
     mine: (u64, usize),
-    d_out: usize,
+    width: usize,
     params: usize,
     rounds: u64,
 ) -> Result<bool, TrainError> {
@@ -117,7 +144,7 @@ pub(super) fn factors_pay(
     let mut total = [mine.0 as f32, mine.1 as f32];
     coll.all_reduce_sum(&mut total).map_err(TrainError::Comm)?;
     let rounds = rounds as f64;
-    let factored = (w - 1.0) * (total[0] as f64 + rounds * total[1] as f64 * (d_out * 4) as f64);
+    let factored = (w - 1.0) * (total[0] as f64 + rounds * total[1] as f64 * (width * 4) as f64);
     let dense = rounds * 2.0 * (w - 1.0) * (params * 4) as f64;
     Ok(factored < dense)
 }
@@ -205,6 +232,7 @@ pub(super) fn decode(m: &[u8], dim: usize, peer: usize) -> Result<(Vec<u32>, Csr
 mod tests {
     use super::*;
     use crate::model::dropout::vertex_row_key;
+    use crate::model::sparse_input::weight_grad;
 
     fn rows(n: usize, dim: usize, salt: u64) -> CsrRows {
         let dense: Vec<f32> = (0..n * dim)
@@ -234,33 +262,35 @@ mod tests {
     }
 
     #[test]
-    fn the_stacked_sum_is_the_sum_of_each_workers_dropped_product() {
-        // Solo: the factors of one worker give that worker's gradient; the
-        // stacked product over several parts equals the sum of theirs.
-        let (d, dim) = (6, 40);
+    fn the_stacked_output_is_each_workers_dropped_product_and_its_gradient_the_sum_of_theirs() {
+        let (d, dim, n) = (6, 40, 5);
+        let dev = candle_core::Device::Cpu;
+        let mut p = Params::new(3);
+        let w = p.glorot("conv.weight", (d, dim), dim, d, &dev).unwrap();
+        let b = p.glorot("conv.bias", d, dim, d, &dev).unwrap();
+        let lin = Linear::new(w.clone(), Some(b.clone()));
         let parts: Vec<(Vec<u32>, CsrRows)> =
-            (0..3).map(|k| ((k * 10..k * 10 + 5).collect(), rows(5, dim, k as u64 + 7))).collect();
+            (0..3).map(|k| ((k * 10..k * 10 + n as u32).collect(), rows(n, dim, k as u64 + 7))).collect();
         let key = |v: u32| vertex_row_key(42, v);
-        let dys: Vec<Vec<f32>> = (0..3).map(|k| (0..5 * d).map(|i| ((i + k) as f32 * 0.37).sin()).collect()).collect();
-        let mut want = vec![0f32; d * dim];
-        for ((ids, r), dy) in parts.iter().zip(&dys) {
+        let out = FactoredLinear::stack(parts.clone()).output(&lin, 0.3, key).unwrap();
+        let dy: Vec<f32> = (0..3 * n * d).map(|i| (i as f32 * 0.37).sin()).collect();
+        let (mut want_w, mut want_b) = (vec![0f32; d * dim], vec![0f32; d]);
+        for (k, (ids, r)) in parts.iter().enumerate() {
+            // Worker k's rows of the stack are its own dropped product.
             let mut x = r.clone();
             dropout_sparse(&mut x, 0.3, |i| key(ids[i]));
-            for (a, b) in want.iter_mut().zip(weight_grad(&x, 5, dy, d)) {
-                *a += b;
-            }
+            let own = sparse_linear(&Arc::new(x.clone()), n, &w).unwrap().broadcast_add(&b).unwrap();
+            assert_eq!(out.narrow(0, k * n, n).unwrap().to_vec2::<f32>().unwrap(), own.to_vec2::<f32>().unwrap());
+            let dy_k = &dy[k * n * d..(k + 1) * n * d];
+            want_w.iter_mut().zip(weight_grad(&x, n, dy_k, d)).for_each(|(a, g)| *a += g);
+            dy_k.chunks(d).for_each(|row| want_b.iter_mut().zip(row).for_each(|(a, g)| *a += g));
         }
-        let f = FactoredLinear::stack(parts.clone(), d);
-        let (x, g) = (f.dropped(0.3, key), dys.concat());
-        let got = weight_grad(&x, x.num_rows(), &g, d);
+        // Alone, a worker's stacked gradient is sum_k dY_k^T dropout(X_k) and the bias's column sums.
+        let got = stacked_grads(&mut crate::train::Solo, &out, &dy, &[3 * n], &p).unwrap();
+        let want = [want_w, want_b].concat();
+        assert_eq!(got.len(), want.len());
         for (a, b) in got.iter().zip(&want) {
-            assert!((a - b).abs() <= 1e-6 * (1.0 + b.abs()), "{a} vs {b}");
+            assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "{a} vs {b}");
         }
-        let solo = FactoredLinear::stack(parts[..1].to_vec(), d)
-            .weight_grad(&mut crate::train::Solo, &dys[0], 0.3, key)
-            .unwrap();
-        let mut x0 = parts[0].1.clone();
-        dropout_sparse(&mut x0, 0.3, |i| key(parts[0].0[i]));
-        assert_eq!(solo, weight_grad(&x0, 5, &dys[0], d));
     }
 }

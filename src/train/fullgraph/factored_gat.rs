@@ -1,13 +1,11 @@
-//! RETEXO's GAT conv gradient, summed over the workers without all-reducing
-//! the conv's parameters. A stage's input rows are fixed and the workers'
-//! parameters are replicas, so a worker's conv outputs at its training
-//! vertices are a function of rows its peers can hold: the rows those
-//! vertices attend over (themselves and their in-neighbours) and the edges
-//! between them. Each worker sends those once per stage; every round it sends
-//! only the gradient of its training vertices' conv outputs (rows x width).
-//! Every worker then runs the conv forward and backward over all workers'
-//! training vertices, stacked in rank order, and so forms the same gradient
-//! of every conv parameter (projection, attention vectors, bias).
+//! RETEXO's GAT stage gradient, summed over the workers without
+//! all-reducing the stage's parameters (see `factored` for the scheme). A
+//! worker's conv outputs at its training vertices are a function of rows its
+//! peers can hold: the rows those vertices attend over (themselves and their
+//! in-neighbours) and the edges between them. Each worker sends those once
+//! per stage; every round it sends only its training vertices' output
+//! gradients, and every worker runs the conv over all workers' training
+//! vertices, stacked in rank order.
 //!
 //! Dropout (of the rows and of the attention coefficients) is keyed by the
 //! round and the global vertex ids, so peers redraw each other's masks. The
@@ -15,16 +13,14 @@
 //! conv to the training destinations changes no output.
 
 use super::factored::{
-    all_output_grads, decode as decode_rows_msg, dropped_by_id, encode as encode_rows_msg, factors_pay, message_bytes,
-    to_every_peer,
+    decode as decode_rows_msg, dropped_by_id, encode as encode_rows_msg, factors_pay, message_bytes, to_every_peer,
 };
 use crate::format::RowRef;
 use crate::gather::CsrRows;
-use crate::model::{AggGraph, GatLayer, Kernel, LayerInput, Params};
+use crate::model::{AggGraph, GatLayer, Kernel, LayerInput};
 use crate::train::{Collective, TrainError};
-use candle_core::{Device, Tensor};
+use candle_core::Tensor;
 use std::collections::HashMap;
-use std::ops::Range;
 use std::sync::Arc;
 
 /// One worker's share: its training vertices first, then the other rows they
@@ -130,25 +126,24 @@ pub struct FactoredGat {
     ids: Vec<u32>,
     /// Training vertices of each worker, by rank.
     counts: Vec<usize>,
-    d_out: usize,
 }
 
 impl FactoredGat {
-    /// Whether the parts and `rounds` rounds of output gradients `d_out` wide
-    /// are fewer bytes than all-reducing `params` conv parameters every round
+    /// Whether the parts and `rounds` rounds of output gradients `width`
+    /// wide are fewer bytes than all-reducing `params` floats every round
     /// (the same answer on every worker).
     pub fn pays(
         coll: &mut dyn Collective,
         part: &GatPart,
-        d_out: usize,
+        width: usize,
         params: usize,
         rounds: u64,
     ) -> Result<bool, TrainError> {
-        factors_pay(coll, (part.message_bytes(), part.num_dst), d_out, params, rounds)
+        factors_pay(coll, (part.message_bytes(), part.num_dst), width, params, rounds)
     }
 
     /// Sends this worker's `part` to every peer and stacks all of them.
-    pub fn share(coll: &mut dyn Collective, part: GatPart, d_out: usize) -> Result<Self, TrainError> {
+    pub fn share(coll: &mut dyn Collective, part: GatPart) -> Result<Self, TrainError> {
         let got = to_every_peer(coll, part.encode())?;
         let (dim, me) = (part.rows.dim, coll.rank());
         let mut parts = Vec::with_capacity(got.len());
@@ -156,14 +151,14 @@ impl FactoredGat {
         for (p, m) in got.iter().enumerate() {
             parts.push(if p == me { mine.take().expect("once") } else { GatPart::decode(m, dim, p)? });
         }
-        Self::stack(&parts, d_out)
+        Self::stack(&parts)
     }
 
     /// One row per vertex, every worker's training vertices first (rank
     /// order): a vertex's input row is the same on every worker (its features,
     /// or its exchanged embedding), and so is its dropout mask (keyed by its
     /// id), so the rows several workers' vertices attend over are kept once.
-    fn stack(parts: &[GatPart], d_out: usize) -> Result<Self, TrainError> {
+    fn stack(parts: &[GatPart]) -> Result<Self, TrainError> {
         let dim = parts.first().map_or(0, |p| p.rows.dim);
         let n_dst: usize = parts.iter().map(|p| p.num_dst).sum();
         let mut at: HashMap<u32, u32> = HashMap::with_capacity(parts.iter().map(|p| p.ids.len()).sum());
@@ -199,29 +194,24 @@ impl FactoredGat {
             }
         }
         let graph = Arc::new(AggGraph::new(n_dst, ids.len(), indptr, indices, None));
-        Ok(FactoredGat { graph, rows, ids, counts: parts.iter().map(|p| p.num_dst).collect(), d_out })
+        Ok(FactoredGat { graph, rows, ids, counts: parts.iter().map(|p| p.num_dst).collect() })
     }
 
-    /// The summed gradient of the stage's conv parameters (`conv`, their
-    /// place in the stage's flat layout): sends this worker's output gradient
-    /// `dy` (`[its training vertices, d_out]`) to every peer, then runs `gat`
-    /// over every worker's training vertices with this round's dropout (rows
-    /// at `rate` under `row_key(id)`, attention under `attention`) and
-    /// backpropagates all the output gradients at once.
-    #[allow(clippy::too_many_arguments)]
-    pub fn conv_grad(
+    /// How many training vertices each worker has, by rank.
+    pub fn counts(&self) -> &[usize] {
+        &self.counts
+    }
+
+    /// `gat`'s output at every worker's training vertices (rank order) with
+    /// this round's dropout (rows at `rate` under `row_key(id)`, attention
+    /// under `attention`), differentiable in the conv's parameters.
+    pub fn output(
         &self,
-        coll: &mut dyn Collective,
-        dy: &[f32],
         gat: &GatLayer,
-        stage: &Params,
-        conv: Range<usize>,
         rate: f32,
         row_key: impl Fn(u32) -> u64 + Sync,
         attention: Option<(f32, u64)>,
-    ) -> Result<Vec<f32>, TrainError> {
-        let d = self.d_out;
-        let g = all_output_grads(coll, dy, &self.counts, d)?;
+    ) -> Result<Tensor, TrainError> {
         let x = dropped_by_id(&self.rows, &self.ids, rate, row_key);
         let wh = gat.project_sparse(&Arc::new(x))?;
         let li = LayerInput {
@@ -232,11 +222,7 @@ impl FactoredGat {
             attention_dropout: attention,
             activation: None,
         };
-        let y = gat.attend(&li, wh.clone())?;
-        let g = Tensor::from_vec(g, (self.graph.num_dst(), d), &Device::Cpu)?;
-        let grads = (y * g)?.sum_all()?.backward()?;
-        let flat = stage.flat_grads(&grads)?;
-        Ok(flat[conv].to_vec())
+        Ok(gat.attend(&li, wh.clone())?)
     }
 }
 
@@ -279,7 +265,7 @@ mod tests {
         // a's training vertex, which keeps a's row).
         let (a, mut b) = (part(), part());
         b.ids = vec![20, 21, 11, 13];
-        let f = FactoredGat::stack(&[a.clone(), b], 3).unwrap();
+        let f = FactoredGat::stack(&[a.clone(), b]).unwrap();
         assert_eq!(f.graph.num_dst(), 4);
         assert_eq!(f.ids, vec![10, 11, 20, 21, 12, 13]);
         // Part b's destination 0 reads its rows 2, 0, 3 (ids 11, 20, 13): stacked rows 1, 2, 5.
@@ -288,7 +274,7 @@ mod tests {
         assert_eq!(f.rows.row(5), a.rows.row(3));
         assert_eq!(f.counts, vec![2, 2]);
         // A vertex two workers both train is refused.
-        let twice = FactoredGat::stack(&[a.clone(), a], 3).err().unwrap();
+        let twice = FactoredGat::stack(&[a.clone(), a]).err().unwrap();
         assert!(twice.to_string().contains("vertex 10 is a training vertex of two workers"), "{twice}");
     }
 }

@@ -18,19 +18,20 @@
 //! than to the rows before aggregation); GAT (heads averaged) keeps its
 //! attention graph and recomputes attention each round.
 //!
-//! The summed gradient of a stage's conv crosses as its factors where that is
-//! fewer bytes (`factored`): every worker's input rows once per stage (GAT:
-//! with the edges of its training vertices), and every round the gradient of
-//! the conv product (GCN, SAGE) or of the conv output (GAT, whose conv every
-//! worker then recomputes for all training vertices). At the end of a stage the workers
-//! compare a hash of the best state they kept (they are replicas and chose
-//! by the same all-reduced counts) instead of broadcasting it.
+//! The summed gradient of a stage crosses as its factors where that is fewer
+//! bytes (`factored`): every worker's input rows once per stage (GAT: with
+//! the edges of its training vertices), and every round the gradient of its
+//! training vertices' logits (or conv outputs, where those are narrower);
+//! every worker then recomputes the stage for all training vertices. At the
+//! end of a stage the workers compare a hash of the best state they kept
+//! (they are replicas and chose by the same all-reduced counts) instead of
+//! broadcasting it.
 //!
 //! One round is one epoch (and one iteration) of the run; checkpoints are
 //! written at the start of every stage and at the end: a resumed run
 //! retrains the stage it was stopped in from its start.
 
-use super::factored::FactoredLinear;
+use super::factored::{FactoredLinear, stacked_grads};
 use super::factored_gat::{FactoredGat, GatPart};
 use super::{HaloPlan, forward_rows};
 use crate::gather::CsrRows;
@@ -207,30 +208,35 @@ impl Rows {
     }
 }
 
-/// `x W^T`; with `leaf`, of the detached `w`, held as a leaf (returned).
-fn product(x: &Rows, w: &Tensor, leaf: bool) -> Result<(Tensor, Option<Var>), TrainError> {
-    if !leaf {
-        return Ok((x.linear(&Linear::new(w.clone(), None))?, None));
-    }
-    let v = Var::from_tensor(&x.linear(&Linear::new(w.detach(), None))?)?;
-    Ok((v.as_tensor().clone(), Some(v)))
-}
-
-/// A stage's factored conv gradient (`factored`).
+/// A stage's factored gradient (`factored`).
 struct Factored {
     exchange: Exchange,
-    /// The factored parameters' place in the stage's flat gradient.
+    /// The factored parameters' place in the stage's flat gradient: the
+    /// conv's, or the whole stage's when the cut is at the logits.
     range: std::ops::Range<usize>,
+    /// Whether the output gradients cross at the logits (else at the conv output).
+    at_logits: bool,
+    /// Where this worker's training vertices start among every worker's.
+    offset: usize,
 }
 
 enum Exchange {
-    /// GCN and SAGE: the weight's, from the training rows and the product's gradient.
+    /// GCN and SAGE: the training vertices' cached aggregates.
     Linear(FactoredLinear),
-    /// GAT: every conv parameter's, from the attended rows and the output's gradient.
+    /// GAT: the rows the training vertices attend over, and their edges.
     Gat(FactoredGat),
 }
 
-/// The gradient of the leaf `leaf` (the conv product, or GAT's output), flat.
+impl Exchange {
+    fn counts(&self) -> &[usize] {
+        match self {
+            Exchange::Linear(x) => x.counts(),
+            Exchange::Gat(x) => x.counts(),
+        }
+    }
+}
+
+/// The gradient of the leaf `leaf` (this worker's rows of the stacked output), flat.
 fn leaf_grad(grads: &candle_core::backprop::GradStore, leaf: &Var) -> Result<Vec<f32>, TrainError> {
     let g = match grads.get(leaf.as_tensor()) {
         Some(g) => g.clone(),
@@ -327,10 +333,7 @@ impl RetexoModel {
     }
 
     /// Stage `l`'s conv output: of the training vertices (`train`, with
-    /// dropout under `key`) or of every owned vertex (evaluation). With
-    /// `leaf`, the product of the input rows and the conv weight is a leaf
-    /// (returned): its gradient is the output gradient dY that the factored
-    /// exchange sends, and the weight gets none through this pass.
+    /// dropout under `key`) or of every owned vertex (evaluation).
     fn conv(
         &self,
         l: usize,
@@ -338,31 +341,18 @@ impl RetexoModel {
         ids: (&[u32], &[u32]),
         split: &Split,
         train: Option<(u64, u64)>,
-        leaf: bool,
-    ) -> Result<(Tensor, Option<Var>), TrainError> {
+    ) -> Result<Tensor, TrainError> {
         let (src, owned) = ids;
         let rate = if train.is_some() { self.dropout } else { 0.0 };
         match &self.stages[l].conv {
-            Conv::Linear(lin) => {
-                let dropped;
-                let x = match train {
-                    Some((seed, epoch)) => {
-                        let rows = inp.train.as_ref().expect("GCN and SAGE cache their training rows");
-                        let s = site(seed, epoch, l, 0);
-                        dropped = rows.dropped(rate, |r| vertex_row_key(s, owned[split.train[r] as usize]))?;
-                        &dropped
-                    }
-                    None => &inp.rows,
-                };
-                let (y, v) = product(x, lin.weight(), leaf)?;
-                Ok((
-                    match lin.bias() {
-                        Some(b) => y.broadcast_add(b)?,
-                        None => y,
-                    },
-                    v,
-                ))
-            }
+            Conv::Linear(lin) => match train {
+                Some((seed, epoch)) => {
+                    let rows = inp.train.as_ref().expect("GCN and SAGE cache their training rows");
+                    let s = site(seed, epoch, l, 0);
+                    rows.dropped(rate, |r| vertex_row_key(s, owned[split.train[r] as usize]))?.linear(lin)
+                }
+                None => inp.rows.linear(lin),
+            },
             Conv::Gat(gat) => {
                 let graph = inp.graph.as_ref().expect("GAT keeps its graph");
                 let dropped;
@@ -374,7 +364,7 @@ impl RetexoModel {
                     }
                     None => (&inp.rows, None),
                 };
-                let (wh, _) = product(x, gat.weight(), false)?;
+                let wh = x.linear(&Linear::new(gat.weight().clone(), None))?;
                 let li = LayerInput {
                     x: &wh,
                     graph,
@@ -384,23 +374,17 @@ impl RetexoModel {
                     activation: None,
                 };
                 let y = gat.attend(&li, wh.clone())?;
-                let y = match train {
+                Ok(match train {
                     Some(_) => y.index_select(&Tensor::from_slice(&split.train, split.train.len(), y.device())?, 0)?,
                     None => y,
-                };
-                if !leaf {
-                    return Ok((y, None));
-                }
-                // The factored exchange recomputes the conv for every worker's
-                // training vertices: here only its output's gradient is needed.
-                let v = Var::from_tensor(&y.detach())?;
-                Ok((v.as_tensor().clone(), Some(v)))
+                })
             }
         }
     }
 
-    /// The factored exchange of stage `l`'s conv weight gradient, where it
-    /// moves fewer bytes over `rounds` rounds; every worker decides the same.
+    /// The factored exchange of stage `l`'s gradient, where it moves fewer
+    /// bytes over `rounds` rounds; every worker decides the same. Every
+    /// worker recomputes the stage with the CPU kernels.
     #[allow(clippy::too_many_arguments)]
     fn factored(
         &self,
@@ -412,39 +396,63 @@ impl RetexoModel {
         coll: &mut dyn Collective,
         rounds: u64,
     ) -> Result<Option<Factored>, TrainError> {
+        if self.kernel != Kernel::Fast {
+            return Ok(None);
+        }
         let (src, owned) = ids;
         let at = |name: &str| stage.flat_range(&format!("stages.{l}.conv.{name}")).expect("a stage registers its conv");
-        // A conv registers its parameters one after another (`Params::flat_range`).
-        let range = |first: &str, last: &str| at(first).start..at(last).end;
-        match &self.stages[l].conv {
-            // The training vertices' cached aggregates and the gradient of their product.
+        // A conv registers its parameters one after another, its bias last
+        // (`Params::flat_range`), and the head's follow.
+        let first = match &self.stages[l].conv {
+            Conv::Linear(_) => "weight",
+            Conv::Gat(_) => "lin.weight",
+        };
+        let conv = at(first).start..at("bias").end;
+        let conv_width = at("bias").len();
+        // The output gradients cross at the logits where they are narrower.
+        let classes = self.stages[l].head.as_ref().map(|(_, head)| head.weight().dims2()).transpose()?.map(|d| d.0);
+        let (at_logits, width, range) = match classes {
+            Some(c) if c < conv_width => (true, c, 0..stage.numel()),
+            _ => (false, conv_width, conv),
+        };
+        let exchange = match &self.stages[l].conv {
             Conv::Linear(lin) => {
                 let rows = inp.train.as_ref().expect("GCN and SAGE cache their training rows");
                 let ids: Vec<u32> = split.train.iter().map(|&p| owned[p as usize]).collect();
-                let (d_out, d_in) = lin.weight().dims2()?;
-                let rows = rows.to_csr(d_in)?;
-                if !FactoredLinear::pays(coll, &rows, d_out, rounds)? {
+                let rows = rows.to_csr(lin.weight().dim(1)?)?;
+                if !FactoredLinear::pays(coll, &rows, width, range.len(), rounds)? {
                     return Ok(None);
                 }
-                let exchange = Exchange::Linear(FactoredLinear::share(coll, &ids, &rows, d_out)?);
-                Ok(Some(Factored { exchange, range: range("weight", "weight") }))
+                Exchange::Linear(FactoredLinear::share(coll, &ids, &rows)?)
             }
             // The rows the training vertices attend over (themselves and their
-            // in-neighbours), the edges between them and the gradient of the
-            // training vertices' outputs. The recomputation runs the CPU kernels.
-            Conv::Gat(gat) if self.kernel == Kernel::Fast => {
+            // in-neighbours) and the edges between them.
+            Conv::Gat(gat) => {
                 let graph = inp.graph.as_ref().expect("GAT keeps its graph");
                 let d_in = gat.weight().dim(1)?;
                 let part = GatPart::new(graph, src, &split.train, |pos| inp.rows.select(pos)?.to_csr(d_in))?;
-                let range = range("lin.weight", "bias");
-                let d_out = at("bias").len();
-                if !FactoredGat::pays(coll, &part, d_out, range.len(), rounds)? {
+                if !FactoredGat::pays(coll, &part, width, range.len(), rounds)? {
                     return Ok(None);
                 }
-                Ok(Some(Factored { exchange: Exchange::Gat(FactoredGat::share(coll, part, d_out)?), range }))
+                Exchange::Gat(FactoredGat::share(coll, part)?)
             }
-            Conv::Gat(_) => Ok(None),
-        }
+        };
+        let offset = exchange.counts()[..coll.rank()].iter().sum();
+        Ok(Some(Factored { exchange, range, at_logits, offset }))
+    }
+
+    /// Stage `l`'s output over every worker's training vertices (rank order)
+    /// in round `epoch`, differentiable in the stage's parameters: the
+    /// logits, or the conv's output where the exchange cuts there.
+    fn stacked_output(&self, l: usize, f: &Factored, seed: u64, epoch: u64) -> Result<Tensor, TrainError> {
+        let (s, rate) = (site(seed, epoch, l, 0), self.dropout);
+        let key = |v| vertex_row_key(s, v);
+        let y = match (&f.exchange, &self.stages[l].conv) {
+            (Exchange::Linear(x), Conv::Linear(lin)) => x.output(lin, rate, key)?,
+            (Exchange::Gat(x), Conv::Gat(gat)) => x.output(gat, rate, key, attention_dropout(rate, seed, epoch, l))?,
+            _ => unreachable!("a stage's exchange is built for its conv"),
+        };
+        Ok(if f.at_logits { self.head(l, y)?.0 } else { y })
     }
 
     /// The logits of stage `l` from its conv output `y`, and (for l < L-1) the
@@ -524,9 +532,18 @@ pub fn run(
         };
         for _ in 0..rounds {
             let t0 = Instant::now();
-            let train = Some((cfg.seed, p.epoch));
-            let (y, leaf) = model.conv(l, &si, (&src, &owned), &split, train, factored.is_some())?;
-            let (logits, _) = model.head(l, y)?;
+            let (seed, epoch) = (cfg.seed, p.epoch);
+            // Factored: this worker's rows of the stage's output over every
+            // worker's training vertices, held as a leaf whose gradient crosses.
+            let (y, leaf) = match &factored {
+                Some(f) => {
+                    let out = model.stacked_output(l, f, seed, epoch)?;
+                    let v = Var::from_tensor(&out.narrow(0, f.offset, split.train.len())?.detach())?;
+                    (v.as_tensor().clone(), Some((v, out)))
+                }
+                None => (model.conv(l, &si, (&src, &owned), &split, Some((seed, epoch)))?, None),
+            };
+            let logits = if factored.as_ref().is_some_and(|f| f.at_logits) { y } else { model.head(l, y)?.0 };
             let loss = if split.train.is_empty() {
                 (logits.sum_all()? * 0.0)?
             } else {
@@ -535,11 +552,11 @@ pub fn run(
             let local_loss = loss.to_scalar::<f32>()? as f64;
             let grads = loss.backward()?;
             let mut buf = stage.flat_grads(&grads)?;
-            // With the factored exchange the weight's (zero) slot stays out of the all-reduce.
-            let dy = match (&factored, &leaf) {
-                (Some(f), Some(leaf)) => {
+            // The factored parameters' (zero) slots stay out of the all-reduce.
+            let mine = match (&factored, &leaf) {
+                (Some(f), Some((v, _))) => {
                     buf.drain(f.range.clone());
-                    leaf_grad(&grads, leaf)?
+                    leaf_grad(&grads, v)?
                 }
                 _ => Vec::new(),
             };
@@ -551,17 +568,9 @@ pub fn run(
             coll.all_reduce_sum(&mut buf).map_err(TrainError::Comm)?;
             let (loss_sum, stop_voted) = (buf[n] as f64, buf[n + 1] > 0.0);
             buf.truncate(n);
-            if let Some(f) = &factored {
-                let (s, rate) = (site(cfg.seed, p.epoch, l, 0), model.dropout);
-                let dw = match (&f.exchange, &model.stages[l].conv) {
-                    (Exchange::Gat(x), Conv::Gat(gat)) => {
-                        let attention = attention_dropout(rate, cfg.seed, p.epoch, l);
-                        x.conv_grad(coll, &dy, gat, &stage, f.range.clone(), rate, |v| vertex_row_key(s, v), attention)?
-                    }
-                    (Exchange::Linear(x), _) => x.weight_grad(coll, &dy, rate, |v| vertex_row_key(s, v))?,
-                    (Exchange::Gat(_), _) => unreachable!("GAT's exchange is built for a GAT stage"),
-                };
-                buf.splice(f.range.start..f.range.start, dw);
+            if let (Some(f), Some((_, out))) = (&factored, &leaf) {
+                let all = stacked_grads(coll, out, &mine, f.exchange.counts(), &stage)?;
+                buf.splice(f.range.start..f.range.start, all[f.range.clone()].iter().copied());
             }
             if !loss_sum.is_finite() {
                 return Err(TrainError::NonFiniteLoss { epoch: p.epoch, iteration: 0, value: loss_sum });
@@ -670,8 +679,7 @@ fn embed(
     ids: (&[u32], &[u32]),
     split: &Split,
 ) -> Result<Vec<f32>, TrainError> {
-    let (y, _) = model.conv(l, si, ids, split, None, false)?;
-    let (_, e) = model.head(l, y)?;
+    let (_, e) = model.head(l, model.conv(l, si, ids, split, None)?)?;
     let e = e.expect("every stage but the last has a head");
     let d = e.dim(1)?;
     forward_rows(coll, plan, e.flatten_all()?.to_vec1::<f32>()?, d)
@@ -686,8 +694,7 @@ fn accuracies(
     ids: (&[u32], &[u32]),
     split: &Split,
 ) -> Result<(f64, f64), TrainError> {
-    let (y, _) = model.conv(l, si, ids, split, None, false)?;
-    let (logits, _) = model.head(l, y)?;
+    let (logits, _) = model.head(l, model.conv(l, si, ids, split, None)?)?;
     let c = logits.dim(1)?;
     let flat = logits.flatten_all()?.to_vec1::<f32>()?;
     let correct = |set: &[(u32, u32)]| {
