@@ -144,47 +144,51 @@ fn learns_cora_and_moves_far_fewer_bytes_than_full_graph_training() {
 fn the_factored_stage_gradient_trains_the_all_reduced_weights_and_moves_the_bytes_of_its_formula() {
     let tmp = cora();
     let d = tmp.path();
-    let (w, hidden, rounds) = (4u64, 16u64, 4u64);
-    for model in ["sage", "gat"] {
+    let (w, rounds, heads, classes) = (4u64, 4u64, 8u64, 7u64);
+    // Hidden 16: Cora's 7 classes are fewer than the conv's outputs, so the
+    // gradients cross at the logits; hidden 4: at the conv output.
+    for (model, hidden) in [("sage", 16u64), ("gat", 16), ("sage", 4)] {
+        let tag = format!("{model}-h{hidden}");
         let run = |fg: &str| {
             // SGD: Adam divides by the root of each gradient's square, so float
             // rounding in a near-zero gradient (a rare input column) would
             // show as a visible weight difference; SGD's step is the gradient's.
             let sgd = ["--optimizer", "sgd", "--lr", "1"];
-            let rest = ["--model", model, "--hidden", "16", "--rounds", "4", "--seed", "2", "--factored-grads", fg];
-            json(d, &[TRAIN, &rest, &sgd, &["--run", &format!("{model}-{fg}")]].concat())
+            let h = hidden.to_string();
+            let rest = ["--model", model, "--hidden", &h, "--rounds", "4", "--seed", "2", "--factored-grads", fg];
+            json(d, &[TRAIN, &rest, &sgd, &["--run", &format!("{tag}-{fg}")]].concat())
         };
         let (on, off) = (run("on"), run("off"));
         // The same sum of gradients, in another order: the same weights to float rounding.
-        let final_of = |fg: &str| weights(&final_weights(d, &format!("{model}-{fg}")));
+        let final_of = |fg: &str| weights(&final_weights(d, &format!("{tag}-{fg}")));
         let (a, b) = (final_of("on"), final_of("off"));
         assert_eq!(a.len(), b.len());
         for (i, (p, q)) in a.iter().zip(&b).enumerate() {
-            assert!((p - q).abs() <= 1e-5 * (1.0 + q.abs()), "{model}, weight {i}: {p} against {q}");
+            assert!((p - q).abs() <= 1e-5 * (1.0 + q.abs()), "{tag}, weight {i}: {p} against {q}");
         }
-        assert_eq!(on["test_accuracy"], off["test_accuracy"], "{model}");
+        assert_eq!(on["test_accuracy"], off["test_accuracy"], "{tag}");
         let total = |s: &serde_json::Value| bytes(s, "gradients");
         assert!(
             total(&on) * 2 < total(&off),
-            "{model}: factored {} against all-reduced {} bytes",
+            "{tag}: factored {} against all-reduced {} bytes",
             total(&on),
             total(&off)
         );
-        // Stage 0's later rounds (the first also sends the rows): Cora's 7
-        // classes are fewer than the conv's 16 outputs, so the gradients cross
-        // at the logits and the all-reduce leaves out every parameter of the
-        // stage: SAGE's [hidden, 2 x 1433] weight or GAT's conv (8 heads of
+        // Stage 0's later rounds (the first also sends the rows). At the
+        // logits the all-reduce leaves out every parameter of the stage:
+        // SAGE's [hidden, 2 x 1433] weight or GAT's conv (8 heads of
         // [hidden, 1433], two attention vectors of 8 x hidden), the conv's
-        // bias, the LayerNorm and the [7, hidden] head. Their ring moves
-        // 2 (W - 1) x their floats x 4 bytes over all workers; instead each
-        // worker sends its training vertices' logit gradients (rows x 7 x 4
-        // bytes, one 16-byte frame) to each of its W - 1 peers.
-        let (heads, classes) = (8, 7);
+        // bias, the LayerNorm and the [7, hidden] head; at the conv output,
+        // the conv's weight and bias only. Their ring moves 2 (W - 1) x their
+        // floats x 4 bytes over all workers; instead each worker sends its
+        // training vertices' gradients (rows x width x 4 bytes, one 16-byte
+        // frame) to each of its W - 1 peers.
         let conv = match model {
             "sage" => hidden * 2 * 1433 + hidden,
             _ => heads * hidden * 1433 + 2 * heads * hidden + hidden,
         };
-        let stage = conv + 2 * hidden + classes * hidden + classes;
+        let (left_out, width) =
+            if classes < hidden { (conv + 2 * hidden + classes * hidden + classes, classes) } else { (conv, hidden) };
         let per_round = |s: &serde_json::Value, epoch: u64| -> (u64, u64) {
             let recs: Vec<_> = records(d, s).into_iter().filter(|r| count(&r["epoch"]) == epoch).collect();
             assert_eq!(recs.len() as u64, w);
@@ -194,8 +198,8 @@ fn the_factored_stage_gradient_trains_the_all_reduced_weights_and_moves_the_byte
         for epoch in 1..rounds {
             let ((on_sent, roots), (off_sent, _)) = (per_round(&on, epoch), per_round(&off, epoch));
             assert_eq!(roots, 140, "Cora's public training vertices all have in-edges");
-            let factors = (w - 1) * roots * classes * 4 + w * (w - 1) * 16;
-            assert_eq!(off_sent + factors, on_sent + 2 * (w - 1) * stage * 4, "round {epoch}");
+            let factors = (w - 1) * roots * width * 4 + w * (w - 1) * 16;
+            assert_eq!(off_sent + factors, on_sent + 2 * (w - 1) * left_out * 4, "{tag}, round {epoch}");
         }
     }
 }
