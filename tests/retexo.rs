@@ -8,7 +8,7 @@
 
 mod dist_support;
 
-use dist_support::{cora, count, final_weights, halo_counts, json, records, weights};
+use dist_support::{cora, count, final_weights, halo_counts, json, leapgnn, records, weights};
 use std::path::Path;
 
 const TRAIN: &[&str] = &["train", "cora", "--no-tui", "--strategy", "retexo", "--workers", "4"];
@@ -156,9 +156,13 @@ fn the_factored_stage_gradient_trains_the_all_reduced_weights_and_moves_the_byte
             let sgd = ["--optimizer", "sgd", "--lr", "1"];
             let h = hidden.to_string();
             let rest = ["--model", model, "--hidden", &h, "--rounds", "4", "--seed", "2", "--factored-grads", fg];
-            json(d, &[TRAIN, &rest, &sgd, &["--run", &format!("{tag}-{fg}")]].concat())
+            // `-v`: the driver logs each stage's choice.
+            let out = leapgnn(d, &[&["-v"], TRAIN, &rest, &sgd, &["--run", &format!("{tag}-{fg}"), "--json"]].concat());
+            let log = String::from_utf8_lossy(&out.stderr).to_string();
+            assert!(out.status.success(), "{tag}: {log}");
+            (serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap(), log)
         };
-        let (on, off) = (run("on"), run("off"));
+        let ((on, on_log), (off, off_log)) = (run("on"), run("off"));
         // The same sum of gradients, in another order: the same weights to float rounding.
         let final_of = |fg: &str| weights(&final_weights(d, &format!("{tag}-{fg}")));
         let (a, b) = (final_of("on"), final_of("off"));
@@ -189,6 +193,10 @@ fn the_factored_stage_gradient_trains_the_all_reduced_weights_and_moves_the_byte
         };
         let (left_out, width) =
             if classes < hidden { (conv + 2 * hidden + classes * hidden + classes, classes) } else { (conv, hidden) };
+        let cut = if classes < hidden { "its logits" } else { "its conv output" };
+        let said = format!("stage 1: the gradient crosses as factors at {cut} ({width} wide)");
+        assert!(on_log.contains(&said), "{tag}: no `{said}` in {on_log}");
+        assert!(!off_log.contains("the gradient"), "{tag}: --factored-grads off logged a choice: {off_log}");
         let per_round = |s: &serde_json::Value, epoch: u64| -> (u64, u64) {
             let recs: Vec<_> = records(d, s).into_iter().filter(|r| count(&r["epoch"]) == epoch).collect();
             assert_eq!(recs.len() as u64, w);

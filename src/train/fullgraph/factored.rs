@@ -14,7 +14,7 @@
 //!
 //! Per round that moves (W - 1) N c floats for N training rows over all
 //! workers and c the width of the cut, where a ring all-reduce moves
-//! 2 (W - 1) P for the P factored parameters; `factors_pay` picks whichever
+//! 2 (W - 1) P for the P factored parameters; `Cost::pays` picks whichever
 //! is fewer bytes over the stage. The price is compute: every worker runs
 //! the stage over every training vertex.
 //!
@@ -49,17 +49,17 @@ pub(super) fn message_bytes(rows: &CsrRows) -> u64 {
 }
 
 impl FactoredLinear {
-    /// Whether sending this worker's `rows` once and `rounds` rounds of
-    /// `width`-wide output gradients moves fewer bytes than all-reducing
-    /// `params` floats every round (the same answer on every worker).
-    pub fn pays(
+    /// What sending this worker's `rows` once and `rounds` rounds of
+    /// `width`-wide output gradients costs against all-reducing `params`
+    /// floats every round (the same on every worker).
+    pub fn cost(
         coll: &mut dyn Collective,
         rows: &CsrRows,
         width: usize,
         params: usize,
         rounds: u64,
-    ) -> Result<bool, TrainError> {
-        factors_pay(coll, (message_bytes(rows), rows.num_rows()), width, params, rounds)
+    ) -> Result<Cost, TrainError> {
+        Cost::of(coll, (message_bytes(rows), rows.num_rows()), width, params, rounds)
     }
 
     /// Sends this worker's `rows` (of vertices `ids`) to every peer and keeps theirs.
@@ -126,27 +126,41 @@ pub(super) fn stacked_grads(
     Ok(stage.flat_grads(&grads)?)
 }
 
-/// Whether factors of `mine` = (this worker's stage message bytes, its rows)
-/// plus `rounds` rounds of `width`-wide output gradients per row move fewer
-/// bytes than a ring all-reduce of `params` floats every round. Every worker
-/// gets the same answer (the sizes are summed over the workers first).
-pub(super) fn factors_pay(
-    coll: &mut dyn Collective,
-    mine: (u64, usize),
-    width: usize,
-    params: usize,
-    rounds: u64,
-) -> Result<bool, TrainError> {
-    let w = coll.world() as f64;
-    if w < 2.0 {
-        return Ok(false);
+/// The bytes a stage's summed gradient moves over its rounds (all workers),
+/// as factors and as a ring all-reduce.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Cost {
+    pub factors: f64,
+    pub all_reduce: f64,
+}
+
+impl Cost {
+    /// Factors of `mine` = (this worker's stage message bytes, its rows) plus
+    /// `rounds` rounds of `width`-wide output gradients per row, against a
+    /// ring all-reduce of `params` floats every round. Every worker gets the
+    /// same figures (the sizes are summed over the workers first).
+    pub(super) fn of(
+        coll: &mut dyn Collective,
+        mine: (u64, usize),
+        width: usize,
+        params: usize,
+        rounds: u64,
+    ) -> Result<Cost, TrainError> {
+        let w = coll.world() as f64;
+        let mut total = [mine.0 as f32, mine.1 as f32];
+        if w > 1.0 {
+            coll.all_reduce_sum(&mut total).map_err(TrainError::Comm)?;
+        }
+        let rounds = rounds as f64;
+        let factors = (w - 1.0) * (total[0] as f64 + rounds * total[1] as f64 * (width * 4) as f64);
+        let all_reduce = rounds * 2.0 * (w - 1.0) * (params * 4) as f64;
+        Ok(Cost { factors, all_reduce })
     }
-    let mut total = [mine.0 as f32, mine.1 as f32];
-    coll.all_reduce_sum(&mut total).map_err(TrainError::Comm)?;
-    let rounds = rounds as f64;
-    let factored = (w - 1.0) * (total[0] as f64 + rounds * total[1] as f64 * (width * 4) as f64);
-    let dense = rounds * 2.0 * (w - 1.0) * (params * 4) as f64;
-    Ok(factored < dense)
+
+    /// Whether the factors move fewer bytes (never alone: nothing moves).
+    pub fn pays(&self) -> bool {
+        self.factors < self.all_reduce
+    }
 }
 
 /// Sends `msg` to every peer; returns what each worker sent, by rank (empty

@@ -13,7 +13,7 @@
 //! conv to the training destinations changes no output.
 
 use super::factored::{
-    decode as decode_rows_msg, dropped_by_id, encode as encode_rows_msg, factors_pay, message_bytes, to_every_peer,
+    Cost, decode as decode_rows_msg, dropped_by_id, encode as encode_rows_msg, message_bytes, to_every_peer,
 };
 use crate::format::RowRef;
 use crate::gather::CsrRows;
@@ -129,17 +129,17 @@ pub struct FactoredGat {
 }
 
 impl FactoredGat {
-    /// Whether the parts and `rounds` rounds of output gradients `width`
-    /// wide are fewer bytes than all-reducing `params` floats every round
-    /// (the same answer on every worker).
-    pub fn pays(
+    /// What the parts and `rounds` rounds of output gradients `width` wide
+    /// cost against all-reducing `params` floats every round (the same on
+    /// every worker).
+    pub fn cost(
         coll: &mut dyn Collective,
         part: &GatPart,
         width: usize,
         params: usize,
         rounds: u64,
-    ) -> Result<bool, TrainError> {
-        factors_pay(coll, (part.message_bytes(), part.num_dst), width, params, rounds)
+    ) -> Result<Cost, TrainError> {
+        Cost::of(coll, (part.message_bytes(), part.num_dst), width, params, rounds)
     }
 
     /// Sends this worker's `part` to every peer and stacks all of them.

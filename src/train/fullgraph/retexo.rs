@@ -31,7 +31,7 @@
 //! written at the start of every stage and at the end: a resumed run
 //! retrains the stage it was stopped in from its start.
 
-use super::factored::{FactoredLinear, stacked_grads};
+use super::factored::{Cost, FactoredLinear, stacked_grads};
 use super::factored_gat::{FactoredGat, GatPart};
 use super::{HaloPlan, forward_rows};
 use crate::gather::CsrRows;
@@ -46,6 +46,7 @@ use crate::model::{
 use crate::sample::Fanout;
 use crate::train::{Collective, LoopInput, Observer, Progress, TrainError, Worker, checkpoint};
 use crate::train::{read_u64_slots, u64_slots};
+use crate::tui::fmt::bytes;
 use crate::util::rng::hash_of;
 use candle_core::{Device, Tensor, Var};
 use std::sync::Arc;
@@ -383,8 +384,9 @@ impl RetexoModel {
     }
 
     /// The factored exchange of stage `l`'s gradient, where it moves fewer
-    /// bytes over `rounds` rounds; every worker decides the same. Every
-    /// worker recomputes the stage with the CPU kernels.
+    /// bytes over `rounds` rounds (every worker decides the same), and the
+    /// choice in words for the run's log. Every worker recomputes the stage
+    /// with the CPU kernels.
     #[allow(clippy::too_many_arguments)]
     fn factored(
         &self,
@@ -395,9 +397,9 @@ impl RetexoModel {
         stage: &Params,
         coll: &mut dyn Collective,
         rounds: u64,
-    ) -> Result<Option<Factored>, TrainError> {
+    ) -> Result<(Option<Factored>, Option<String>), TrainError> {
         if self.kernel != Kernel::Fast {
-            return Ok(None);
+            return Ok((None, None));
         }
         let (src, owned) = ids;
         let at = |name: &str| stage.flat_range(&format!("stages.{l}.conv.{name}")).expect("a stage registers its conv");
@@ -415,15 +417,27 @@ impl RetexoModel {
             Some(c) if c < conv_width => (true, c, 0..stage.numel()),
             _ => (false, conv_width, conv),
         };
-        let exchange = match &self.stages[l].conv {
+        let said = |c: Cost| {
+            let cut = format!("{} ({width} wide)", if at_logits { "its logits" } else { "its conv output" });
+            let (f, a) = (bytes(c.factors), bytes(c.all_reduce));
+            (c.all_reduce > 0.0).then(|| {
+                if c.pays() {
+                    format!("stage {}: the gradient crosses as factors at {cut}: {f} over the stage, against {a} all-reduced", l + 1)
+                } else {
+                    format!("stage {}: the gradient is all-reduced: {a} over the stage, against {f} as factors at {cut}", l + 1)
+                }
+            })
+        };
+        let (exchange, cost) = match &self.stages[l].conv {
             Conv::Linear(lin) => {
                 let rows = inp.train.as_ref().expect("GCN and SAGE cache their training rows");
                 let ids: Vec<u32> = split.train.iter().map(|&p| owned[p as usize]).collect();
                 let rows = rows.to_csr(lin.weight().dim(1)?)?;
-                if !FactoredLinear::pays(coll, &rows, width, range.len(), rounds)? {
-                    return Ok(None);
+                let cost = FactoredLinear::cost(coll, &rows, width, range.len(), rounds)?;
+                if !cost.pays() {
+                    return Ok((None, said(cost)));
                 }
-                Exchange::Linear(FactoredLinear::share(coll, &ids, &rows)?)
+                (Exchange::Linear(FactoredLinear::share(coll, &ids, &rows)?), cost)
             }
             // The rows the training vertices attend over (themselves and their
             // in-neighbours) and the edges between them.
@@ -431,14 +445,15 @@ impl RetexoModel {
                 let graph = inp.graph.as_ref().expect("GAT keeps its graph");
                 let d_in = gat.weight().dim(1)?;
                 let part = GatPart::new(graph, src, &split.train, |pos| inp.rows.select(pos)?.to_csr(d_in))?;
-                if !FactoredGat::pays(coll, &part, width, range.len(), rounds)? {
-                    return Ok(None);
+                let cost = FactoredGat::cost(coll, &part, width, range.len(), rounds)?;
+                if !cost.pays() {
+                    return Ok((None, said(cost)));
                 }
-                Exchange::Gat(FactoredGat::share(coll, part)?)
+                (Exchange::Gat(FactoredGat::share(coll, part)?), cost)
             }
         };
         let offset = exchange.counts()[..coll.rank()].iter().sum();
-        Ok(Some(Factored { exchange, range, at_logits, offset }))
+        Ok((Some(Factored { exchange, range, at_logits, offset }), said(cost)))
     }
 
     /// Stage `l`'s output over every worker's training vertices (rank order)
@@ -528,7 +543,13 @@ pub fn run(
         let mut best: Option<(f64, Vec<f32>)> = None;
         let factored = match cfg.factored_grads {
             Some(false) => None,
-            _ => model.factored(l, &si, (&src, &owned), &split, &stage, coll, rounds)?,
+            _ => {
+                let (f, said) = model.factored(l, &si, (&src, &owned), &split, &stage, coll, rounds)?;
+                if let Some(line) = said {
+                    obs.event(&line);
+                }
+                f
+            }
         };
         for _ in 0..rounds {
             let t0 = Instant::now();
