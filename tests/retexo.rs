@@ -213,6 +213,42 @@ fn the_factored_stage_gradient_trains_the_all_reduced_weights_and_moves_the_byte
 }
 
 #[test]
+fn a_worker_without_training_vertices_takes_part_in_the_factored_exchange() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    // One training vertex per class: 7 over 8 workers, so at least one trains none.
+    let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets/planetoid/converted/cora");
+    let from = from.to_str().unwrap();
+    json(d, &["download", "cora", "--from", from, "--format", "text", "--split-per-class", "1,50,500"]);
+    let run = |fg: &str| {
+        let args = ["train", "cora", "--no-tui", "--strategy", "retexo", "--workers", "8", "--hidden", "16"];
+        let rest = ["--rounds", "3", "--optimizer", "sgd", "--lr", "1", "--factored-grads", fg, "--run", fg, "--json"];
+        let out = leapgnn(d, &[&["-v"], &args[..], &rest].concat());
+        let log = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(out.status.success(), "--factored-grads {fg}: {log}");
+        (serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap(), log)
+    };
+    let ((on, log), (off, _)) = (run("on"), run("off"));
+    let roots: Vec<u64> =
+        records(d, &on).iter().filter(|r| count(&r["epoch"]) == 0).map(|r| count(&r["roots"])).collect();
+    assert_eq!(roots.iter().sum::<u64>(), 7, "{roots:?}");
+    assert!(roots.contains(&0), "every worker has a training vertex: {roots:?}");
+    // Both stages factor here, the last at its conv output (the classes).
+    for said in [
+        "stage 1: the gradient crosses as factors at its logits (7 wide)",
+        "stage 2: the gradient crosses as factors at its conv output (7 wide)",
+    ] {
+        assert!(log.contains(said), "no `{said}` in {log}");
+    }
+    let (a, b) = (weights(&final_weights(d, "on")), weights(&final_weights(d, "off")));
+    assert_eq!(a.len(), b.len());
+    for (i, (p, q)) in a.iter().zip(&b).enumerate() {
+        assert!((p - q).abs() <= 1e-5 * (1.0 + q.abs()), "weight {i}: {p} against {q}");
+    }
+    assert_eq!(on["test_accuracy"], off["test_accuracy"]);
+}
+
+#[test]
 fn a_run_stopped_mid_stage_resumes_from_the_stage_boundary_to_the_same_weights() {
     let tmp = cora();
     let d = tmp.path();
