@@ -13,6 +13,14 @@ use std::path::Path;
 
 const TRAIN: &[&str] = &["train", "cora", "--no-tui", "--strategy", "retexo", "--workers", "4"];
 
+/// `leapgnn -v ARGS --json`: the summary and the log (`-v`: the driver logs each stage's gradient choice).
+fn verbose_json(d: &Path, args: &[&str]) -> (serde_json::Value, String) {
+    let out = leapgnn(d, &[&["-v"], args, &["--json"]].concat());
+    let log = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "leapgnn {args:?}: {log}");
+    (serde_json::from_slice(&out.stdout).unwrap(), log)
+}
+
 /// Sent bytes of `category` over the whole run (all workers).
 fn bytes(s: &serde_json::Value, category: &str) -> u64 {
     count(&s["bytes"][category])
@@ -156,11 +164,7 @@ fn the_factored_stage_gradient_trains_the_all_reduced_weights_and_moves_the_byte
             let sgd = ["--optimizer", "sgd", "--lr", "1"];
             let h = hidden.to_string();
             let rest = ["--model", model, "--hidden", &h, "--rounds", "4", "--seed", "2", "--factored-grads", fg];
-            // `-v`: the driver logs each stage's choice.
-            let out = leapgnn(d, &[&["-v"], TRAIN, &rest, &sgd, &["--run", &format!("{tag}-{fg}"), "--json"]].concat());
-            let log = String::from_utf8_lossy(&out.stderr).to_string();
-            assert!(out.status.success(), "{tag}: {log}");
-            (serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap(), log)
+            verbose_json(d, &[TRAIN, &rest, &sgd, &["--run", &format!("{tag}-{fg}")]].concat())
         };
         let ((on, on_log), (off, off_log)) = (run("on"), run("off"));
         // The same sum of gradients, in another order: the same weights to float rounding.
@@ -222,11 +226,8 @@ fn a_worker_without_training_vertices_takes_part_in_the_factored_exchange() {
     json(d, &["download", "cora", "--from", from, "--format", "text", "--split-per-class", "1,50,500"]);
     let run = |fg: &str| {
         let args = ["train", "cora", "--no-tui", "--strategy", "retexo", "--workers", "8", "--hidden", "16"];
-        let rest = ["--rounds", "3", "--optimizer", "sgd", "--lr", "1", "--factored-grads", fg, "--run", fg, "--json"];
-        let out = leapgnn(d, &[&["-v"], &args[..], &rest].concat());
-        let log = String::from_utf8_lossy(&out.stderr).to_string();
-        assert!(out.status.success(), "--factored-grads {fg}: {log}");
-        (serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap(), log)
+        let rest = ["--rounds", "3", "--optimizer", "sgd", "--lr", "1", "--factored-grads", fg, "--run", fg];
+        verbose_json(d, &[&args[..], &rest].concat())
     };
     let ((on, log), (off, _)) = (run("on"), run("off"));
     let roots: Vec<u64> =

@@ -8,8 +8,11 @@
 //! broadcast-add backward computes with a slow strided reduction).
 
 use super::dropout::ReluDropout;
+use super::sparse_input::sparse_linear;
+use crate::gather::CsrRows;
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, Device, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
+use std::sync::Arc;
 
 pub struct Linear {
     w: Tensor,
@@ -27,6 +30,15 @@ impl Linear {
     /// `act(x W^T + b)`, `act` = identity when None.
     pub fn forward(&self, x: &Tensor, act: Option<&ReluDropout>) -> Result<Tensor> {
         linear(x, &self.w, self.b.as_ref(), self.fast, act)
+    }
+
+    /// `x W^T + b` for constant CSR rows `x` (CPU): a sparse product, differentiable in W and b.
+    pub fn forward_sparse(&self, x: &Arc<CsrRows>) -> Result<Tensor> {
+        let y = sparse_linear(x, x.num_rows(), &self.w)?;
+        match &self.b {
+            Some(b) => y.broadcast_add(b),
+            None => Ok(y),
+        }
     }
 
     /// `x W[:, cols]^T` for `x` holding only input columns `cols`: no bias, no

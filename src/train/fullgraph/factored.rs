@@ -27,7 +27,6 @@ use super::exchange::{check_len, decode_rows};
 use crate::comm::Category;
 use crate::gather::CsrRows;
 use crate::model::dropout::dropout_sparse;
-use crate::model::sparse_input::sparse_linear;
 use crate::model::{Linear, Params};
 use crate::train::{Collective, TrainError};
 use candle_core::Tensor;
@@ -98,12 +97,7 @@ impl FactoredLinear {
     /// weight and bias: row r dropped at `rate` under `key(its vertex id)`,
     /// as its worker's forward pass dropped it.
     pub fn output(&self, lin: &Linear, rate: f32, key: impl Fn(u32) -> u64 + Sync) -> Result<Tensor, TrainError> {
-        let x = Arc::new(dropped_by_id(&self.rows, &self.ids, rate, key));
-        let y = sparse_linear(&x, x.num_rows(), lin.weight())?;
-        Ok(match lin.bias() {
-            Some(b) => y.broadcast_add(b)?,
-            None => y,
-        })
+        Ok(lin.forward_sparse(&Arc::new(dropped_by_id(&self.rows, &self.ids, rate, key)))?)
     }
 }
 
@@ -246,7 +240,7 @@ pub(super) fn decode(m: &[u8], dim: usize, peer: usize) -> Result<(Vec<u32>, Csr
 mod tests {
     use super::*;
     use crate::model::dropout::vertex_row_key;
-    use crate::model::sparse_input::weight_grad;
+    use crate::model::sparse_input::{sparse_linear, weight_grad};
 
     fn rows(n: usize, dim: usize, salt: u64) -> CsrRows {
         let dense: Vec<f32> = (0..n * dim)

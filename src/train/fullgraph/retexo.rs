@@ -38,7 +38,6 @@ use crate::gather::CsrRows;
 use crate::metrics::{EpochRecord, StepRecord, add_bytes};
 use crate::model::csr_op::{self, Reduce};
 use crate::model::dropout::{dropout_rows, dropout_sparse, vertex_row_key};
-use crate::model::sparse_input::sparse_linear;
 use crate::model::{
     AggGraph, GatLayer, Kernel, LayerInput, LayerNorm, Linear, ModelKind, ModelSpec, Params, cross_entropy_sum,
     gcn_graph,
@@ -198,13 +197,9 @@ impl Rows {
 
     /// `x W^T + b`, differentiable in the weights.
     fn linear(&self, lin: &Linear) -> Result<Tensor, TrainError> {
-        let y = match self {
-            Rows::Dense(t) => return Ok(lin.forward(t, None)?),
-            Rows::Sparse(c) => sparse_linear(c, c.num_rows(), lin.weight())?,
-        };
-        Ok(match lin.bias() {
-            Some(b) => y.broadcast_add(b)?,
-            None => y,
+        Ok(match self {
+            Rows::Dense(t) => lin.forward(t, None)?,
+            Rows::Sparse(c) => lin.forward_sparse(c)?,
         })
     }
 }
@@ -554,17 +549,22 @@ pub fn run(
         for _ in 0..rounds {
             let t0 = Instant::now();
             let (seed, epoch) = (cfg.seed, p.epoch);
-            // Factored: this worker's rows of the stage's output over every
-            // worker's training vertices, held as a leaf whose gradient crosses.
-            let (y, leaf) = match &factored {
+            // Factored: the stage's output over every worker's training
+            // vertices, and this worker's rows of it held as a leaf whose
+            // gradient crosses.
+            let stacked = match &factored {
                 Some(f) => {
                     let out = model.stacked_output(l, f, seed, epoch)?;
                     let v = Var::from_tensor(&out.narrow(0, f.offset, split.train.len())?.detach())?;
-                    (v.as_tensor().clone(), Some((v, out)))
+                    Some((f, out, v))
                 }
-                None => (model.conv(l, &si, (&src, &owned), &split, Some((seed, epoch)))?, None),
+                None => None,
             };
-            let logits = if factored.as_ref().is_some_and(|f| f.at_logits) { y } else { model.head(l, y)?.0 };
+            let (y, at_logits) = match &stacked {
+                Some((f, _, v)) => (v.as_tensor().clone(), f.at_logits),
+                None => (model.conv(l, &si, (&src, &owned), &split, Some((seed, epoch)))?, false),
+            };
+            let logits = if at_logits { y } else { model.head(l, y)?.0 };
             let loss = if split.train.is_empty() {
                 (logits.sum_all()? * 0.0)?
             } else {
@@ -574,12 +574,12 @@ pub fn run(
             let grads = loss.backward()?;
             let mut buf = stage.flat_grads(&grads)?;
             // The factored parameters' (zero) slots stay out of the all-reduce.
-            let mine = match (&factored, &leaf) {
-                (Some(f), Some((v, _))) => {
+            let mine = match &stacked {
+                Some((f, _, v)) => {
                     buf.drain(f.range.clone());
                     leaf_grad(&grads, v)?
                 }
-                _ => Vec::new(),
+                None => Vec::new(),
             };
             let n = buf.len();
             buf.push(local_loss as f32);
@@ -589,7 +589,7 @@ pub fn run(
             coll.all_reduce_sum(&mut buf).map_err(TrainError::Comm)?;
             let (loss_sum, stop_voted) = (buf[n] as f64, buf[n + 1] > 0.0);
             buf.truncate(n);
-            if let (Some(f), Some((_, out))) = (&factored, &leaf) {
+            if let Some((f, out, _)) = &stacked {
                 let all = stacked_grads(coll, out, &mine, f.exchange.counts(), &stage)?;
                 buf.splice(f.range.start..f.range.start, all[f.range.clone()].iter().copied());
             }
