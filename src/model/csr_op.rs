@@ -2,11 +2,12 @@
 //! fast path is a set of custom ops over `AggGraph` (rayon over rows, backward
 //! through the transposed CSR); `Kernel::Reference` computes the same with
 //! index_select + index_add, candle's own differentiable ops (never
-//! scatter_add: its backward is broken for this shape). Both exist so tests
-//! can hold the fast path to the reference, and so devices without the CPU
-//! kernels (cuda) still train.
+//! scatter_add: its backward is broken for this shape), so tests can hold the
+//! fast path to it; `Kernel::Rows` is the reference's formulas over
+//! `row_ops`, whose CUDA kernels make it the path off the CPU.
 
 use super::AggGraph;
+use super::row_ops::{self, segment_max};
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 use std::sync::Arc;
@@ -14,8 +15,20 @@ use std::sync::Arc;
 /// Which implementation of an aggregation to use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kernel {
+    /// The CPU custom ops.
     Fast,
+    /// candle's own ops: what the fast path is held to.
     Reference,
+    /// The reference's formulas over `row_ops` (gather, segment sum, segment
+    /// max), which have CUDA kernels: the path off the CPU.
+    Rows,
+}
+
+impl Kernel {
+    /// The fastest path on `dev`.
+    pub fn for_device(dev: &candle_core::Device) -> Self {
+        if dev.is_cpu() { Kernel::Fast } else { Kernel::Rows }
+    }
 }
 
 /// How a destination combines its sources' rows.
@@ -31,12 +44,12 @@ pub enum Reduce {
 pub fn weighted_sum(x: &Tensor, g: &Arc<AggGraph>, k: Kernel) -> Result<Tensor> {
     match k {
         Kernel::Fast => x.contiguous()?.apply_op1(Agg { g: g.clone(), reduce: Reduce::Sum, with_self: false }),
-        Kernel::Reference => {
-            let mut msgs = x.index_select(&index(g.edge_src(), x)?, 0)?;
+        Kernel::Reference | Kernel::Rows => {
+            let mut msgs = select(x, g.edge_src(), k)?;
             if let Some(w) = g.weights() {
                 msgs = msgs.broadcast_mul(&Tensor::from_slice(w, (w.len(), 1), x.device())?)?;
             }
-            scatter_rows(&msgs, g)
+            scatter_rows(&msgs, g, k)
         }
     }
 }
@@ -57,10 +70,10 @@ pub fn edge_weighted_sum(x: &Tensor, w: &Tensor, g: &Arc<AggGraph>, k: Kernel) -
     }
     match k {
         Kernel::Fast => x.contiguous()?.apply_op2(&w.contiguous()?, EdgeSpmm { g: g.clone(), heads, transpose: false }),
-        Kernel::Reference => {
-            let msgs = x.index_select(&index(g.edge_src(), x)?, 0)?.reshape((e, heads, dim / heads))?;
+        Kernel::Reference | Kernel::Rows => {
+            let msgs = select(x, g.edge_src(), k)?.reshape((e, heads, dim / heads))?;
             let msgs = msgs.broadcast_mul(&w.reshape((e, heads, 1))?)?.reshape((e, dim))?;
-            scatter_rows(&msgs, g)
+            scatter_rows(&msgs, g, k)
         }
     }
 }
@@ -71,7 +84,7 @@ pub fn edge_weighted_sum(x: &Tensor, w: &Tensor, g: &Arc<AggGraph>, k: Kernel) -
 pub fn aggregate_with_self(x: &Tensor, g: &Arc<AggGraph>, reduce: Reduce, k: Kernel) -> Result<Tensor> {
     match k {
         Kernel::Fast => x.contiguous()?.apply_op1(Agg { g: g.clone(), reduce, with_self: true }),
-        Kernel::Reference => {
+        Kernel::Reference | Kernel::Rows => {
             let agg = match reduce {
                 Reduce::Sum => weighted_sum(x, g, k)?,
                 Reduce::Max => max(x, g, k)?,
@@ -85,6 +98,7 @@ pub fn aggregate_with_self(x: &Tensor, g: &Arc<AggGraph>, reduce: Reduce, k: Ker
 pub fn max(x: &Tensor, g: &Arc<AggGraph>, k: Kernel) -> Result<Tensor> {
     match k {
         Kernel::Fast => x.contiguous()?.apply_op1(Agg { g: g.clone(), reduce: Reduce::Max, with_self: false }),
+        Kernel::Rows => segment_max(x, g),
         Kernel::Reference => {
             // Pad every row to the maximum degree with a row of -1e30 (never the max
             // of a non-empty row), reduce over the padded axis, zero empty rows.
@@ -130,7 +144,19 @@ fn index(ids: &[u32], like: &Tensor) -> Result<Tensor> {
 }
 
 /// Reference reduction of per-edge rows into destinations.
-fn scatter_rows(msgs: &Tensor, g: &AggGraph) -> Result<Tensor> {
+/// `x[ids]` along dim 0: candle's index_select, or under `Kernel::Rows` the gather op.
+pub fn select(x: &Tensor, ids: &[u32], k: Kernel) -> Result<Tensor> {
+    match k {
+        Kernel::Rows => row_ops::gather_any_rank(x, ids),
+        _ => x.index_select(&index(ids, x)?, 0),
+    }
+}
+
+/// Edges are sorted by destination, so under `Kernel::Rows` this is a segment sum.
+fn scatter_rows(msgs: &Tensor, g: &AggGraph, k: Kernel) -> Result<Tensor> {
+    if k == Kernel::Rows {
+        return row_ops::sum_segments(msgs, g.indptr(), None);
+    }
     let zeros = Tensor::zeros((g.num_dst(), msgs.dim(1)?), DType::F32, msgs.device())?;
     zeros.index_add(&index(g.edge_dst(), msgs)?, msgs, 0)
 }
@@ -499,10 +525,12 @@ mod tests {
             (out, gs)
         };
         let (of, gf) = run(Kernel::Fast);
-        let (or, gr) = run(Kernel::Reference);
-        close(&of, &or, 1e-5);
-        for (a, b) in gf.iter().zip(&gr) {
-            close(a, b, 1e-5);
+        for k in [Kernel::Reference, Kernel::Rows] {
+            let (or, gr) = run(k);
+            close(&of, &or, 1e-5);
+            for (a, b) in gf.iter().zip(&gr) {
+                close(a, b, 1e-5);
+            }
         }
     }
 

@@ -167,12 +167,10 @@ fn softmax_aggregate(msg: &Tensor, g: &Arc<AggGraph>, t: f32, k: Kernel) -> Resu
     if e == 0 {
         return Tensor::zeros((g.num_dst(), d), DType::F32, dev);
     }
-    let src_idx = Tensor::from_slice(g.edge_src(), e, dev)?;
-    let dst_idx = Tensor::from_slice(g.edge_dst(), e, dev)?;
-    let scores = (msg.index_select(&src_idx, 0)? * t as f64)?;
+    let scores = (csr_op::select(msg, g.edge_src(), k)? * t as f64)?;
     // Stabilised by the per-destination max: a constant that cancels in the ratio.
     let row_max = csr_op::per_row_max(g, &scores.flatten_all()?.to_vec1::<f32>()?, d);
     let p = scores.sub(&Tensor::from_vec(row_max, (e, d), dev)?)?.exp()?;
-    let alpha = p.div(&csr_op::edge_sum(&p, g, k)?.index_select(&dst_idx, 0)?)?;
+    let alpha = p.div(&csr_op::select(&csr_op::edge_sum(&p, g, k)?, g.edge_dst(), k)?)?;
     csr_op::edge_weighted_sum(msg, &alpha, g, k)
 }

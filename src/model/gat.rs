@@ -86,15 +86,14 @@ impl GatLayer {
         let s_src = wh3.broadcast_mul(&self.att_src)?.sum(D::Minus1)?; // [n_src, h]
         let s_dst = wh3.narrow(0, 0, g.num_dst())?.broadcast_mul(&self.att_dst)?.sum(D::Minus1)?;
         let dev = wh.device();
-        let src_idx = Tensor::from_slice(g.edge_src(), g.num_edges(), dev)?;
-        let dst_idx = Tensor::from_slice(g.edge_dst(), g.num_edges(), dev)?;
-        let e = (s_src.index_select(&src_idx, 0)? + s_dst.index_select(&dst_idx, 0)?)?;
+        let k = inp.kernel;
+        let e = (csr_op::select(&s_src, g.edge_src(), k)? + csr_op::select(&s_dst, g.edge_dst(), k)?)?;
         let e = candle_nn::ops::leaky_relu(&e, 0.2)?; // [E, h]
         // Softmax over each destination's edges, stabilised by the per-destination
         // max (a constant: it cancels in the ratio, so no gradient flows through it).
         let row_max = csr_op::per_row_max(g, &e.flatten_all()?.to_vec1::<f32>()?, h);
         let p = e.sub(&Tensor::from_vec(row_max, (g.num_edges(), h), dev)?)?.exp()?;
-        let denom = csr_op::edge_sum(&p, g, inp.kernel)?.index_select(&dst_idx, 0)?;
+        let denom = csr_op::select(&csr_op::edge_sum(&p, g, k)?, g.edge_dst(), k)?;
         let mut alpha = p.div(&denom)?;
         if let Some((rate, site)) = inp.attention_dropout {
             let (ed, es) = (g.edge_dst(), g.edge_src());

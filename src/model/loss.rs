@@ -1,8 +1,10 @@
+use super::row_ops::select_rows;
 use candle_core::{D, Result, Tensor};
 
 /// Sum over rows of -log softmax(logits)[label] (labels in `0..classes`).
-/// Selected with index_select on the flattened log-probabilities, whose
-/// backward is index_add (gather's is scatter_add).
+/// Selected by row from the flattened log-probabilities (`select_rows`:
+/// index_select on the CPU, whose backward is index_add; gather's is
+/// scatter_add).
 pub fn cross_entropy_sum(logits: &Tensor, labels: &[u32]) -> Result<Tensor> {
     let (n, c) = logits.dims2()?;
     if labels.len() != n {
@@ -10,7 +12,7 @@ pub fn cross_entropy_sum(logits: &Tensor, labels: &[u32]) -> Result<Tensor> {
     }
     let lp = candle_nn::ops::log_softmax(logits, D::Minus1)?;
     let idx: Vec<u32> = labels.iter().enumerate().map(|(i, &y)| (i * c) as u32 + y).collect();
-    lp.flatten_all()?.index_select(&Tensor::from_vec(idx, n, logits.device())?, 0)?.sum_all()?.neg()
+    select_rows(&lp.flatten_all()?, &idx)?.sum_all()?.neg()
 }
 
 /// How many rows' argmax equals their label.

@@ -18,6 +18,7 @@ mod layer_norm;
 mod linear;
 mod loss;
 mod params;
+pub mod row_ops;
 mod sage;
 pub mod sparse_input;
 mod split;
@@ -258,7 +259,7 @@ impl Model {
             });
         }
         // The custom CSR kernels run on CPU storage; other devices use candle's own ops.
-        let kernel = if dev.is_cpu() { Kernel::Fast } else { Kernel::Reference };
+        let kernel = Kernel::for_device(dev);
         Ok(Model { spec: spec.clone(), layers, kernel })
     }
 
@@ -633,9 +634,11 @@ mod tests {
             // weights away from max-aggregation ties and ReLU kinks.
             let s = ModelSpec { layers: 3, dropout: 0.0, ..base };
             let (_, fast) = loss_and_grad(&t, &s, Kernel::Fast, None);
-            let (_, reference) = loss_and_grad(&t, &s, Kernel::Reference, None);
-            for (a, b) in fast.iter().zip(&reference) {
-                assert!((a - b).abs() <= 1e-4 * (1.0 + a.abs()), "{} {:?}: {a} vs {b}", s.kind, s.aggr);
+            for k in [Kernel::Reference, Kernel::Rows] {
+                let (_, reference) = loss_and_grad(&t, &s, k, None);
+                for (a, b) in fast.iter().zip(&reference) {
+                    assert!((a - b).abs() <= 1e-4 * (1.0 + a.abs()), "{} {:?} {k:?}: {a} vs {b}", s.kind, s.aggr);
+                }
             }
             let mut params = Params::new(5);
             Model::new(&s, &mut params, &Device::Cpu).unwrap();
@@ -697,9 +700,11 @@ mod tests {
                 (logits.flatten_all().unwrap().to_vec1::<f32>().unwrap(), grads)
             };
             let (lf, gf) = run(Kernel::Fast);
-            let (lr, gr) = run(Kernel::Reference);
-            for (a, b) in lf.iter().zip(&lr).chain(gf.iter().zip(&gr)) {
-                assert!((a - b).abs() <= 1e-4 * (1.0 + a.abs()), "{kind}: {a} vs {b}");
+            for k in [Kernel::Reference, Kernel::Rows] {
+                let (lr, gr) = run(k);
+                for (a, b) in lf.iter().zip(&lr).chain(gf.iter().zip(&gr)) {
+                    assert!((a - b).abs() <= 1e-4 * (1.0 + a.abs()), "{kind} {k:?}: {a} vs {b}");
+                }
             }
             assert!(gf.iter().any(|&g| g != 0.0), "{kind}: no gradient reached the parameters");
         }

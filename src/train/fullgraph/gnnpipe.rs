@@ -50,6 +50,7 @@ use super::exchange::decode_rows as decode;
 use crate::BadInput;
 use crate::comm::{Category, add_from_le};
 use crate::metrics::{EpochRecord, StepRecord, add_bytes};
+use crate::model::row_ops::select_rows;
 use crate::model::{Mode, Params, cross_entropy_sum};
 use crate::train::trainer::dropout_key;
 use crate::train::{Collective, LoopInput, Observer, Progress, TrainError, Worker, checkpoint};
@@ -312,8 +313,8 @@ impl Stage {
                 let mut terms = Vec::with_capacity(layers.len() + 1);
                 if last {
                     if !ch.train.is_empty() {
-                        let pos = Tensor::from_slice(&ch.train, ch.train.len(), y.device())?;
-                        let l = (cross_entropy_sum(&y.index_select(&pos, 0)?, &ch.labels)? / self.global_train as f64)?;
+                        let l =
+                            (cross_entropy_sum(&select_rows(&y, &ch.train)?, &ch.labels)? / self.global_train as f64)?;
                         loss += l.to_scalar::<f32>()? as f64;
                         terms.push(l);
                     }

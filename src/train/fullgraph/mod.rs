@@ -24,6 +24,7 @@ use super::{Collective, TrainError, Worker};
 use crate::comm::ByteCounts;
 use crate::gather::Rows;
 use crate::metrics::{StepRecord, add_bytes};
+use crate::model::row_ops::select_rows;
 use crate::model::{AggGraph, Input, Mode, cross_entropy_sum};
 use crate::sample::Fanout;
 use crate::train::strategy::StepSink;
@@ -190,8 +191,7 @@ impl Strategy for FullGraph {
         let loss = if pos.is_empty() {
             (logits.sum_all()? * 0.0)?
         } else {
-            let n = pos.len();
-            let rows = logits.index_select(&Tensor::from_vec(pos, n, logits.device())?, 0)?;
+            let rows = select_rows(logits, &pos)?;
             (cross_entropy_sum(&rows, &labels)? / it.global_size as f64)?
         };
         let loss_value = loss.to_scalar::<f32>()? as f64;

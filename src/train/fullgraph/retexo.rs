@@ -38,6 +38,7 @@ use crate::gather::CsrRows;
 use crate::metrics::{EpochRecord, StepRecord, add_bytes};
 use crate::model::csr_op::{self, Reduce};
 use crate::model::dropout::{dropout_rows, dropout_sparse, vertex_row_key};
+use crate::model::row_ops::select_rows;
 use crate::model::{
     AggGraph, GatLayer, Kernel, LayerInput, LayerNorm, Linear, ModelKind, ModelSpec, Params, cross_entropy_sum,
     gcn_graph,
@@ -136,7 +137,7 @@ impl RetexoModel {
             };
             stages.push(Stage { conv, head });
         }
-        let kernel = if dev.is_cpu() { Kernel::Fast } else { Kernel::Reference };
+        let kernel = Kernel::for_device(dev);
         Ok(RetexoModel { kind: spec.kind, self_loops: spec.self_loops, stages, dropout: spec.dropout, kernel })
     }
 }
@@ -160,7 +161,7 @@ impl Rows {
     /// The rows at positions `pos`, in that order.
     fn select(&self, pos: &[u32]) -> Result<Rows, TrainError> {
         Ok(match self {
-            Rows::Dense(t) => Rows::Dense(t.index_select(&Tensor::from_slice(pos, pos.len(), t.device())?, 0)?),
+            Rows::Dense(t) => Rows::Dense(select_rows(t, pos)?),
             Rows::Sparse(c) => {
                 let mut out = CsrRows { dim: c.dim, indptr: Vec::with_capacity(pos.len() + 1), ..Default::default() };
                 out.indptr.push(0);
@@ -371,7 +372,7 @@ impl RetexoModel {
                 };
                 let y = gat.attend(&li, wh.clone())?;
                 Ok(match train {
-                    Some(_) => y.index_select(&Tensor::from_slice(&split.train, split.train.len(), y.device())?, 0)?,
+                    Some(_) => select_rows(&y, &split.train)?,
                     None => y,
                 })
             }
