@@ -305,7 +305,7 @@ fn argmax(g: &AggGraph, x: View<'_>) -> Vec<u32> {
 
 // --------------------------------------------------------------- custom ops
 
-fn f32s<'a>(s: &'a CpuStorage, l: &Layout, op: &str) -> Result<&'a [f32]> {
+pub(super) fn f32s<'a>(s: &'a CpuStorage, l: &Layout, op: &str) -> Result<&'a [f32]> {
     let CpuStorage::F32(v) = s else { candle_core::bail!("{op}: expects f32 tensors") };
     let Some((a, b)) = l.contiguous_offsets() else { candle_core::bail!("{op}: expects a contiguous tensor") };
     Ok(&v[a..b])
