@@ -7,7 +7,7 @@
 //! `row_ops`, whose CUDA kernels make it the path off the CPU.
 
 use super::AggGraph;
-use super::row_ops::{self, segment_max};
+use super::row_ops::{self, End, f32s, segment_max};
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 use std::sync::Arc;
@@ -45,7 +45,7 @@ pub fn weighted_sum(x: &Tensor, g: &Arc<AggGraph>, k: Kernel) -> Result<Tensor> 
     match k {
         Kernel::Fast => x.contiguous()?.apply_op1(Agg { g: g.clone(), reduce: Reduce::Sum, with_self: false }),
         Kernel::Reference | Kernel::Rows => {
-            let mut msgs = select(x, g.edge_src(), k)?;
+            let mut msgs = select_edges(x, g, End::Src, k)?;
             if let Some(w) = g.weights() {
                 msgs = msgs.broadcast_mul(&Tensor::from_slice(w, (w.len(), 1), x.device())?)?;
             }
@@ -71,7 +71,7 @@ pub fn edge_weighted_sum(x: &Tensor, w: &Tensor, g: &Arc<AggGraph>, k: Kernel) -
     match k {
         Kernel::Fast => x.contiguous()?.apply_op2(&w.contiguous()?, EdgeSpmm { g: g.clone(), heads, transpose: false }),
         Kernel::Reference | Kernel::Rows => {
-            let msgs = select(x, g.edge_src(), k)?.reshape((e, heads, dim / heads))?;
+            let msgs = select_edges(x, g, End::Src, k)?.reshape((e, heads, dim / heads))?;
             let msgs = msgs.broadcast_mul(&w.reshape((e, heads, 1))?)?.reshape((e, dim))?;
             scatter_rows(&msgs, g, k)
         }
@@ -144,7 +144,8 @@ fn index(ids: &[u32], like: &Tensor) -> Result<Tensor> {
 }
 
 /// Reference reduction of per-edge rows into destinations.
-/// `x[ids]` along dim 0: candle's index_select, or under `Kernel::Rows` the gather op.
+/// `x[ids]` along dim 0 (`x` of rank 1 or 2), differentiable: candle's
+/// index_select, or under `Kernel::Rows` the gather op.
 pub fn select(x: &Tensor, ids: &[u32], k: Kernel) -> Result<Tensor> {
     match k {
         Kernel::Rows => row_ops::gather_any_rank(x, ids),
@@ -152,10 +153,24 @@ pub fn select(x: &Tensor, ids: &[u32], k: Kernel) -> Result<Tensor> {
     }
 }
 
+/// `select` by the fastest path on x's device.
+pub fn select_rows(x: &Tensor, ids: &[u32]) -> Result<Tensor> {
+    select(x, ids, Kernel::for_device(x.device()))
+}
+
+/// One row per edge of `g`, read at its `end`: `select` by the edge list.
+pub fn select_edges(x: &Tensor, g: &Arc<AggGraph>, end: End, k: Kernel) -> Result<Tensor> {
+    match (k, end) {
+        (Kernel::Rows, _) => row_ops::gather_edges(x, g, end),
+        (_, End::Src) => select(x, g.edge_src(), k),
+        (_, End::Dst) => select(x, g.edge_dst(), k),
+    }
+}
+
 /// Edges are sorted by destination, so under `Kernel::Rows` this is a segment sum.
-fn scatter_rows(msgs: &Tensor, g: &AggGraph, k: Kernel) -> Result<Tensor> {
+fn scatter_rows(msgs: &Tensor, g: &Arc<AggGraph>, k: Kernel) -> Result<Tensor> {
     if k == Kernel::Rows {
-        return row_ops::sum_segments(msgs, g.indptr(), None);
+        return row_ops::sum_into_dst(msgs, g);
     }
     let zeros = Tensor::zeros((g.num_dst(), msgs.dim(1)?), DType::F32, msgs.device())?;
     zeros.index_add(&index(g.edge_dst(), msgs)?, msgs, 0)
@@ -304,12 +319,6 @@ fn argmax(g: &AggGraph, x: View<'_>) -> Vec<u32> {
 }
 
 // --------------------------------------------------------------- custom ops
-
-pub(super) fn f32s<'a>(s: &'a CpuStorage, l: &Layout, op: &str) -> Result<&'a [f32]> {
-    let CpuStorage::F32(v) = s else { candle_core::bail!("{op}: expects f32 tensors") };
-    let Some((a, b)) = l.contiguous_offsets() else { candle_core::bail!("{op}: expects a contiguous tensor") };
-    Ok(&v[a..b])
-}
 
 /// Checks `l` is `[rows, _]` and returns the row width.
 fn width(l: &Layout, rows: usize, op: &str) -> Result<usize> {

@@ -13,6 +13,7 @@
 
 use super::batch_norm::BatchNorm;
 use super::dropout::{relu_dropout, vertex_row_key};
+use super::row_ops::End;
 use super::sparse_input::sparse_linear;
 use super::{AggGraph, Input, Kernel, Linear, Params, csr_op};
 use crate::sample::Block;
@@ -167,10 +168,10 @@ fn softmax_aggregate(msg: &Tensor, g: &Arc<AggGraph>, t: f32, k: Kernel) -> Resu
     if e == 0 {
         return Tensor::zeros((g.num_dst(), d), DType::F32, dev);
     }
-    let scores = (csr_op::select(msg, g.edge_src(), k)? * t as f64)?;
+    let scores = (csr_op::select_edges(msg, g, End::Src, k)? * t as f64)?;
     // Stabilised by the per-destination max: a constant that cancels in the ratio.
     let row_max = csr_op::per_row_max(g, &scores.flatten_all()?.to_vec1::<f32>()?, d);
     let p = scores.sub(&Tensor::from_vec(row_max, (e, d), dev)?)?.exp()?;
-    let alpha = p.div(&csr_op::select(&csr_op::edge_sum(&p, g, k)?, g.edge_dst(), k)?)?;
+    let alpha = p.div(&csr_op::select_edges(&csr_op::edge_sum(&p, g, k)?, g, End::Dst, k)?)?;
     csr_op::edge_weighted_sum(msg, &alpha, g, k)
 }

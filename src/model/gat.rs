@@ -4,6 +4,7 @@
 //! (`--gat-heads concat`), or every layer's heads averaged (`--gat-heads mean`).
 
 use super::dropout::{dropout_rows, edge_row_key};
+use super::row_ops::End;
 use super::sparse_input::sparse_linear;
 use super::{AggGraph, LayerInput, Linear, Params, csr_op};
 use crate::gather::CsrRows;
@@ -87,13 +88,13 @@ impl GatLayer {
         let s_dst = wh3.narrow(0, 0, g.num_dst())?.broadcast_mul(&self.att_dst)?.sum(D::Minus1)?;
         let dev = wh.device();
         let k = inp.kernel;
-        let e = (csr_op::select(&s_src, g.edge_src(), k)? + csr_op::select(&s_dst, g.edge_dst(), k)?)?;
+        let e = (csr_op::select_edges(&s_src, g, End::Src, k)? + csr_op::select_edges(&s_dst, g, End::Dst, k)?)?;
         let e = candle_nn::ops::leaky_relu(&e, 0.2)?; // [E, h]
         // Softmax over each destination's edges, stabilised by the per-destination
         // max (a constant: it cancels in the ratio, so no gradient flows through it).
         let row_max = csr_op::per_row_max(g, &e.flatten_all()?.to_vec1::<f32>()?, h);
         let p = e.sub(&Tensor::from_vec(row_max, (g.num_edges(), h), dev)?)?.exp()?;
-        let denom = csr_op::select(&csr_op::edge_sum(&p, g, k)?, g.edge_dst(), k)?;
+        let denom = csr_op::select_edges(&csr_op::edge_sum(&p, g, k)?, g, End::Dst, k)?;
         let mut alpha = p.div(&denom)?;
         if let Some((rate, site)) = inp.attention_dropout {
             let (ed, es) = (g.edge_dst(), g.edge_src());

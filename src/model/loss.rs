@@ -1,4 +1,4 @@
-use super::row_ops::select_rows;
+use super::csr_op::select_rows;
 use candle_core::{D, Result, Tensor};
 
 /// Sum over rows of -log softmax(logits)[label] (labels in `0..classes`).

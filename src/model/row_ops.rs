@@ -9,15 +9,9 @@
 //! tests can hold them to the CPU kernels.
 
 use super::AggGraph;
-use super::csr_op::f32s;
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Tensor};
+use std::borrow::Cow;
 use std::sync::Arc;
-
-/// `x[ids]` along dim 0 (`x` of rank 1 or 2), differentiable, by the fastest
-/// path on x's device.
-pub fn select_rows(x: &Tensor, ids: &[u32]) -> Result<Tensor> {
-    super::csr_op::select(x, ids, super::csr_op::Kernel::for_device(x.device()))
-}
 
 /// The gather op on a tensor of rank 1 or 2.
 pub(crate) fn gather_any_rank(x: &Tensor, ids: &[u32]) -> Result<Tensor> {
@@ -40,7 +34,39 @@ pub fn sum_segments(m: &Tensor, indptr: &[u32], perm: Option<&[u32]>) -> Result<
     {
         candle_core::bail!("sum_segments: the permutation does not index the {n_in} rows");
     }
-    m.contiguous()?.apply_op1(SegmentSum { indptr: Arc::from(indptr), perm: perm.map(Arc::from) })
+    let segments = Segments::Listed { indptr: Arc::from(indptr), perm: perm.map(Arc::from) };
+    m.contiguous()?.apply_op1(SegmentSum { segments })
+}
+
+/// Which end of `g`'s edges a per-edge gather reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum End {
+    Src,
+    Dst,
+}
+
+/// `x[edge_src]` or `x[edge_dst]` of `g`, one row per edge. The backward
+/// sums through the graph's own transpose (sources) or its CSR
+/// (destinations) instead of sorting the indices again at every step.
+pub fn gather_edges(x: &Tensor, g: &Arc<AggGraph>, end: End) -> Result<Tensor> {
+    let rows = match end {
+        End::Src => g.num_src(),
+        End::Dst => g.num_dst(),
+    };
+    let index = Index::Edges(g.clone(), end);
+    if x.dim(0)? != rows {
+        // The graph's transpose covers its own rows only: sort these ids instead.
+        return gather(x, index.ids());
+    }
+    x.contiguous()?.apply_op1(Gather { index })
+}
+
+/// Edge rows summed into their destinations (edges are sorted by destination).
+pub(crate) fn sum_into_dst(m: &Tensor, g: &Arc<AggGraph>) -> Result<Tensor> {
+    if m.dim(0)? != g.num_edges() {
+        candle_core::bail!("sum_into_dst: {} rows for {} edges", m.dim(0)?, g.num_edges());
+    }
+    m.contiguous()?.apply_op1(SegmentSum { segments: Segments::Dst(g.clone()) })
 }
 
 /// Element-wise max over each destination's sources in `g` (0 for a
@@ -60,7 +86,13 @@ pub(crate) fn gather(x: &Tensor, ids: &[u32]) -> Result<Tensor> {
     if let Some(bad) = ids.iter().find(|&&i| i as usize >= rows) {
         candle_core::bail!("gather: row {bad} of a tensor with {rows} rows");
     }
-    x.contiguous()?.apply_op1(Gather { ids: Arc::from(ids) })
+    x.contiguous()?.apply_op1(Gather { index: Index::Ids(Arc::from(ids)) })
+}
+
+pub(super) fn f32s<'a>(s: &'a CpuStorage, l: &Layout, op: &str) -> Result<&'a [f32]> {
+    let CpuStorage::F32(v) = s else { candle_core::bail!("{op}: expects f32 tensors") };
+    let Some((a, b)) = l.contiguous_offsets() else { candle_core::bail!("{op}: expects a contiguous tensor") };
+    Ok(&v[a..b])
 }
 
 fn dims2(l: &Layout, op: &str) -> Result<(usize, usize)> {
@@ -89,8 +121,35 @@ fn transpose(ids: &[u32], rows: usize) -> (Vec<u32>, Vec<u32>) {
     (indptr, perm)
 }
 
+/// A gather's row indices: listed, or one end of a graph's edges.
+enum Index {
+    Ids(Arc<[u32]>),
+    Edges(Arc<AggGraph>, End),
+}
+
+impl Index {
+    fn ids(&self) -> &[u32] {
+        match self {
+            Index::Ids(ids) => ids,
+            Index::Edges(g, End::Src) => g.edge_src(),
+            Index::Edges(g, End::Dst) => g.edge_dst(),
+        }
+    }
+    /// The positions grouped by the row they read, as segments over `rows` rows.
+    fn transposed(&self, rows: usize) -> Segments {
+        match self {
+            Index::Ids(ids) => {
+                let (indptr, perm) = transpose(ids, rows);
+                Segments::Listed { indptr: indptr.into(), perm: Some(perm.into()) }
+            }
+            Index::Edges(g, End::Src) => Segments::Src(g.clone()),
+            Index::Edges(g, End::Dst) => Segments::Dst(g.clone()),
+        }
+    }
+}
+
 struct Gather {
-    ids: Arc<[u32]>,
+    index: Index,
 }
 
 impl CustomOp1 for Gather {
@@ -99,29 +158,70 @@ impl CustomOp1 for Gather {
     }
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
         let (_, w) = dims2(l, self.name())?;
-        let x = f32s(s, l, self.name())?;
-        let mut out = Vec::with_capacity(self.ids.len() * w);
-        for &i in self.ids.iter() {
+        let (x, ids) = (f32s(s, l, self.name())?, self.index.ids());
+        let mut out = Vec::with_capacity(ids.len() * w);
+        for &i in ids {
             out.extend_from_slice(&x[i as usize * w..(i as usize + 1) * w]);
         }
-        Ok((CpuStorage::F32(out), Shape::from((self.ids.len(), w))))
+        Ok((CpuStorage::F32(out), Shape::from((ids.len(), w))))
     }
     #[cfg(feature = "cuda")]
     fn cuda_fwd(&self, s: &candle_core::CudaStorage, l: &Layout) -> Result<(candle_core::CudaStorage, Shape)> {
         let (_, w) = dims2(l, self.name())?;
-        let n = self.ids.len();
-        let out = cuda::gather(s, l, &self.ids, w)?;
-        Ok((out, Shape::from((n, w))))
+        let ids = self.index.ids();
+        let out = cuda::gather(s, l, ids, w)?;
+        Ok((out, Shape::from((ids.len(), w))))
     }
     fn bwd(&self, x: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
-        let (indptr, perm) = transpose(&self.ids, x.dim(0)?);
-        Ok(Some(sum_segments(grad, &indptr, Some(&perm))?))
+        let segments = self.index.transposed(x.dim(0)?);
+        Ok(Some(grad.contiguous()?.apply_op1(SegmentSum { segments })?))
+    }
+}
+
+/// Segments over a tensor's rows: a graph's edges by destination (its CSR)
+/// or by source (its transpose), or listed offsets through an optional
+/// permutation.
+enum Segments {
+    Dst(Arc<AggGraph>),
+    Src(Arc<AggGraph>),
+    Listed { indptr: Arc<[u32]>, perm: Option<Arc<[u32]>> },
+}
+
+impl Segments {
+    fn indptr(&self) -> &[u32] {
+        match self {
+            Segments::Dst(g) => g.indptr(),
+            Segments::Src(g) => &g.transposed().indptr,
+            Segments::Listed { indptr, .. } => indptr,
+        }
+    }
+    fn perm(&self) -> Option<&[u32]> {
+        match self {
+            Segments::Dst(_) => None,
+            Segments::Src(g) => Some(&g.transposed().eid),
+            Segments::Listed { perm, .. } => perm.as_deref(),
+        }
+    }
+    /// The segment each of the `n` input rows is summed into.
+    fn owner(&self, n: usize) -> Cow<'_, [u32]> {
+        match self {
+            Segments::Dst(g) => Cow::Borrowed(g.edge_dst()),
+            Segments::Src(g) => Cow::Borrowed(g.edge_src()),
+            Segments::Listed { indptr, perm } => {
+                let mut owner = vec![0u32; n];
+                for r in 0..indptr.len() - 1 {
+                    for j in indptr[r] as usize..indptr[r + 1] as usize {
+                        owner[perm.as_ref().map_or(j, |p| p[j] as usize)] = r as u32;
+                    }
+                }
+                Cow::Owned(owner)
+            }
+        }
     }
 }
 
 struct SegmentSum {
-    indptr: Arc<[u32]>,
-    perm: Option<Arc<[u32]>>,
+    segments: Segments,
 }
 
 impl CustomOp1 for SegmentSum {
@@ -131,11 +231,12 @@ impl CustomOp1 for SegmentSum {
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
         let (_, w) = dims2(l, self.name())?;
         let m = f32s(s, l, self.name())?;
-        let rows = self.indptr.len() - 1;
+        let (indptr, perm) = (self.segments.indptr(), self.segments.perm());
+        let rows = indptr.len() - 1;
         let mut out = vec![0f32; rows * w];
         for (r, o) in out.chunks_exact_mut(w.max(1)).enumerate().take(rows) {
-            for j in self.indptr[r] as usize..self.indptr[r + 1] as usize {
-                let e = self.perm.as_ref().map_or(j, |p| p[j] as usize);
+            for j in indptr[r] as usize..indptr[r + 1] as usize {
+                let e = perm.map_or(j, |p| p[j] as usize);
                 o.iter_mut().zip(&m[e * w..(e + 1) * w]).for_each(|(a, b)| *a += b);
             }
         }
@@ -144,19 +245,13 @@ impl CustomOp1 for SegmentSum {
     #[cfg(feature = "cuda")]
     fn cuda_fwd(&self, s: &candle_core::CudaStorage, l: &Layout) -> Result<(candle_core::CudaStorage, Shape)> {
         let (_, w) = dims2(l, self.name())?;
-        let rows = self.indptr.len() - 1;
-        let out = cuda::segment_sum(s, l, &self.indptr, self.perm.as_deref(), w)?;
-        Ok((out, Shape::from((rows, w))))
+        let indptr = self.segments.indptr();
+        let out = cuda::segment_sum(s, l, indptr, self.segments.perm(), w)?;
+        Ok((out, Shape::from((indptr.len() - 1, w))))
     }
     fn bwd(&self, m: &Tensor, _res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
         // Each input row receives the gradient of the segment it was summed into.
-        let mut owner = vec![0u32; m.dim(0)?];
-        for r in 0..self.indptr.len() - 1 {
-            for j in self.indptr[r] as usize..self.indptr[r + 1] as usize {
-                owner[self.perm.as_ref().map_or(j, |p| p[j] as usize)] = r as u32;
-            }
-        }
-        Ok(Some(gather(grad, &owner)?))
+        Ok(Some(gather(grad, &self.segments.owner(m.dim(0)?))?))
     }
 }
 

@@ -2,11 +2,14 @@
 // One thread per output element, the column fastest, so a warp reads one
 // row's consecutive floats; a grid-stride loop covers any size.
 
+#define FOR_EACH_ELEMENT(i, total)                                               \
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (total); \
+         i += (size_t)blockDim.x * gridDim.x)
+
 extern "C" __global__ void gather_rows(const float *x, const unsigned int *ids, float *out,
                                        unsigned int n_out, unsigned int width) {
     const size_t total = (size_t)n_out * width;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
-         i += (size_t)blockDim.x * gridDim.x) {
+    FOR_EACH_ELEMENT(i, total) {
         const size_t r = i / width, c = i % width;
         out[i] = x[(size_t)ids[r] * width + c];
     }
@@ -18,8 +21,7 @@ extern "C" __global__ void segment_sum(const float *m, const unsigned int *indpt
                                        const unsigned int *perm, unsigned int has_perm,
                                        float *out, unsigned int n_rows, unsigned int width) {
     const size_t total = (size_t)n_rows * width;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
-         i += (size_t)blockDim.x * gridDim.x) {
+    FOR_EACH_ELEMENT(i, total) {
         const size_t r = i / width, c = i % width;
         float acc = 0.0f;
         for (unsigned int j = indptr[r]; j < indptr[r + 1]; ++j) {
@@ -38,8 +40,7 @@ extern "C" __global__ void segment_max(const float *x, const unsigned int *indpt
                                        unsigned int write_arg, unsigned int n_rows,
                                        unsigned int width) {
     const size_t total = (size_t)n_rows * width;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
-         i += (size_t)blockDim.x * gridDim.x) {
+    FOR_EACH_ELEMENT(i, total) {
         const size_t r = i / width, c = i % width;
         const unsigned int j0 = indptr[r], j1 = indptr[r + 1];
         unsigned int a = 0;
@@ -70,8 +71,7 @@ extern "C" __global__ void max_backward(const float *grad, const unsigned int *a
                                         const unsigned int *t_indptr, const unsigned int *t_dst,
                                         float *out, unsigned int n_src, unsigned int width) {
     const size_t total = (size_t)n_src * width;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
-         i += (size_t)blockDim.x * gridDim.x) {
+    FOR_EACH_ELEMENT(i, total) {
         const size_t s = i / width, c = i % width;
         float acc = 0.0f;
         for (unsigned int j = t_indptr[s]; j < t_indptr[s + 1]; ++j) {

@@ -50,7 +50,7 @@ use super::exchange::decode_rows as decode;
 use crate::BadInput;
 use crate::comm::{Category, add_from_le};
 use crate::metrics::{EpochRecord, StepRecord, add_bytes};
-use crate::model::row_ops::select_rows;
+use crate::model::csr_op::select_rows;
 use crate::model::{Mode, Params, cross_entropy_sum};
 use crate::train::trainer::dropout_key;
 use crate::train::{Collective, LoopInput, Observer, Progress, TrainError, Worker, checkpoint};

@@ -24,7 +24,7 @@ use super::{Collective, TrainError, Worker};
 use crate::comm::ByteCounts;
 use crate::gather::Rows;
 use crate::metrics::{StepRecord, add_bytes};
-use crate::model::row_ops::select_rows;
+use crate::model::csr_op::select_rows;
 use crate::model::{AggGraph, Input, Mode, cross_entropy_sum};
 use crate::sample::Fanout;
 use crate::train::strategy::StepSink;

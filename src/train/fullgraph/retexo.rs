@@ -36,9 +36,8 @@ use super::factored_gat::{FactoredGat, GatPart};
 use super::{HaloPlan, forward_rows};
 use crate::gather::CsrRows;
 use crate::metrics::{EpochRecord, StepRecord, add_bytes};
-use crate::model::csr_op::{self, Reduce};
+use crate::model::csr_op::{self, Reduce, select_rows};
 use crate::model::dropout::{dropout_rows, dropout_sparse, vertex_row_key};
-use crate::model::row_ops::select_rows;
 use crate::model::{
     AggGraph, GatLayer, Kernel, LayerInput, LayerNorm, Linear, ModelKind, ModelSpec, Params, cross_entropy_sum,
     gcn_graph,
