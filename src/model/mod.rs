@@ -24,7 +24,7 @@ pub mod sparse_input;
 mod split;
 
 pub use agg_graph::AggGraph;
-pub use batch_norm::{BatchNorm, micrograph_weights};
+pub use batch_norm::{BatchNorm, micrograph_weights, warm_up_passes};
 pub use csr_op::Kernel;
 pub use deepgcn::GenAggr;
 pub use gat::{GatHeads, GatLayer};

@@ -179,9 +179,9 @@ pub fn run_loop(
 
 /// BatchNorm's statistics before the first step: a training iteration
 /// normalises with the previous one's statistics, and before any there are
-/// none. One forward of the first iteration's batches per layer, nothing
-/// learned, each pass's statistics all-reduced: pass k's make layer k's
-/// inputs those of the initial weights, so after the last every layer's are.
+/// none. Forwards of the first iteration's batches (`warm_up_passes`: one
+/// per layer and one more), nothing learned, each pass's statistics
+/// all-reduced: pass k's make layer k's inputs those of the initial weights.
 fn warm_up_statistics(
     inp: &LoopInput<'_>,
     w: &mut Worker<'_>,
@@ -204,7 +204,7 @@ fn warm_up_statistics(
         ahead: Vec::new(),
     };
     let mut scratch = vec![0f32; w.params.numel()];
-    for _ in 0..w.model.num_layers() {
+    for _ in 0..crate::model::warm_up_passes(w.model.num_layers()) {
         let mut quiet = super::Quiet;
         strategy.iteration(w, coll, &it, &mut scratch, &mut StepSink::new(&mut quiet))?;
         let mut sums = Vec::with_capacity(w.model.norm_sums_len());

@@ -422,8 +422,8 @@ impl Stage {
     }
 
     /// BatchNorm's statistics before the first step, as the common loop sets
-    /// them (`trainer::warm_up_statistics`): one training forward of the
-    /// pipeline per layer with the first epoch's dropout, nothing learned,
+    /// them (`trainer::warm_up_statistics`): `warm_up_passes` training
+    /// forwards of the pipeline with the first epoch's dropout, nothing learned,
     /// after each the statistics of every vertex (summed over the groups);
     /// pass k's make layer k's inputs those of the initial weights. The rows
     /// it leaves are dropped: the first epoch warms the history, as without
@@ -435,7 +435,7 @@ impl Stage {
         bufs: &mut [VertexRows],
         key: u64,
     ) -> Result<(), TrainError> {
-        for _ in 0..w.model.num_layers() {
+        for _ in 0..crate::model::warm_up_passes(w.model.num_layers()) {
             self.forward(w, coll, bufs, Mode::Train { key }, &mut Times::default())?;
             let mut sums = Vec::with_capacity(w.model.norm_sums_len());
             w.model.take_norm_sums(&mut sums);
