@@ -33,6 +33,24 @@ fn cora_full_graph_gradient_is_the_single_worker_gradient() {
     gradients_match(tmp.path(), "cora", &["--normalize", "l1", "--hidden", "16", "--seed", "2"], &["2", "3", "4"]);
 }
 
+/// deepgcn's BatchNorm statistics are the iteration's, summed over the
+/// workers' owned rows, so splitting the graph changes nothing either.
+#[test]
+fn deepgcn_full_graph_gradient_is_the_single_worker_gradient() {
+    let tmp = cora();
+    let d = tmp.path();
+    let common = ["--full-batch", "--model", "deepgcn", "--normalize", "l1", "--hidden", "16", "--seed", "3"];
+    for extra in [&["--layers", "3"][..], &["--aggr", "softmax"][..]] {
+        let args = |w: &'static str| [&common[..], extra, &["--workers", w]].concat();
+        let (reference, _) = first_gradient(d, "cora", &args("1"));
+        assert!(reference.iter().any(|&g| g != 0.0));
+        for w in ["2", "4"] {
+            let e = rel_diff(&reference, &first_gradient(d, "cora", &args(w)).0);
+            assert!(e <= 1e-5, "cora deepgcn {extra:?} W={w}: relative difference from W=1 {e}");
+        }
+    }
+}
+
 #[test]
 fn gat_with_averaged_heads_full_graph_gradient_is_the_single_worker_gradient() {
     let tmp = cora();
