@@ -11,17 +11,18 @@ use std::path::Path;
 
 const MODELS: [&str; 3] = ["gcn", "sage", "gat"];
 
-/// One full-graph step on W = 1 and on each of `workers`: the same gradient.
-fn gradients_match(d: &Path, dataset: &str, common: &[&'static str], workers: &[&'static str]) {
-    for model in MODELS {
-        let args = |w: &'static str| [&["--full-batch", "--model", model, "--workers", w], common].concat();
+/// One full-graph step of each of `models` on W = 1 and on each of
+/// `workers`: the same gradient, and halo rows crossing.
+fn gradients_match<'a>(d: &Path, dataset: &str, models: &[&'a str], common: &[&'a str], workers: &[&'a str]) {
+    for &model in models {
+        let args = |w: &'a str| [&["--full-batch", "--model", model, "--workers", w], common].concat();
         let (reference, s) = first_gradient(d, dataset, &args("1"));
         assert_eq!(s["mode"], "full-graph");
         assert!(reference.iter().any(|&g| g != 0.0));
-        for w in workers {
+        for &w in workers {
             let (g, s) = first_gradient(d, dataset, &args(w));
             let e = rel_diff(&reference, &g);
-            assert!(e <= 1e-5, "{dataset} {model} W={w}: relative difference from W=1 {e}");
+            assert!(e <= 1e-5, "{dataset} {model} {common:?} W={w}: relative difference from W=1 {e}");
             assert!(count(&s["bytes"]["activations"]) > 0, "{dataset} {model} W={w}: no halo exchange");
         }
     }
@@ -30,7 +31,13 @@ fn gradients_match(d: &Path, dataset: &str, common: &[&'static str], workers: &[
 #[test]
 fn cora_full_graph_gradient_is_the_single_worker_gradient() {
     let tmp = cora();
-    gradients_match(tmp.path(), "cora", &["--normalize", "l1", "--hidden", "16", "--seed", "2"], &["2", "3", "4"]);
+    gradients_match(
+        tmp.path(),
+        "cora",
+        &MODELS,
+        &["--normalize", "l1", "--hidden", "16", "--seed", "2"],
+        &["2", "3", "4"],
+    );
 }
 
 /// deepgcn's BatchNorm statistics are the iteration's, summed over the
@@ -38,56 +45,23 @@ fn cora_full_graph_gradient_is_the_single_worker_gradient() {
 #[test]
 fn deepgcn_full_graph_gradient_is_the_single_worker_gradient() {
     let tmp = cora();
-    let d = tmp.path();
-    let common = ["--full-batch", "--model", "deepgcn", "--normalize", "l1", "--hidden", "16", "--seed", "3"];
-    for extra in [&["--layers", "3"][..], &["--aggr", "softmax"][..]] {
-        let args = |w: &'static str| [&common[..], extra, &["--workers", w]].concat();
-        let (reference, _) = first_gradient(d, "cora", &args("1"));
-        assert!(reference.iter().any(|&g| g != 0.0));
-        for w in ["2", "4"] {
-            let e = rel_diff(&reference, &first_gradient(d, "cora", &args(w)).0);
-            assert!(e <= 1e-5, "cora deepgcn {extra:?} W={w}: relative difference from W=1 {e}");
-        }
+    let common = ["--normalize", "l1", "--hidden", "16", "--seed", "3"];
+    for extra in [["--layers", "3"], ["--aggr", "softmax"]] {
+        gradients_match(tmp.path(), "cora", &["deepgcn"], &[&common[..], &extra].concat(), &["2", "4"]);
     }
 }
 
 #[test]
 fn gat_with_averaged_heads_full_graph_gradient_is_the_single_worker_gradient() {
     let tmp = cora();
-    let d = tmp.path();
-    let args = |w: &'static str| {
-        [
-            "--full-batch",
-            "--model",
-            "gat",
-            "--gat-heads",
-            "mean",
-            "--heads",
-            "3",
-            "--hidden",
-            "16",
-            "--normalize",
-            "l1",
-            "--seed",
-            "2",
-            "--workers",
-            w,
-        ]
-    };
-    let (reference, _) = first_gradient(d, "cora", &args("1"));
-    assert!(reference.iter().any(|&g| g != 0.0));
-    for w in ["2", "4"] {
-        let (g, s) = first_gradient(d, "cora", &args(w));
-        let e = rel_diff(&reference, &g);
-        assert!(e <= 1e-5, "cora gat mean W={w}: relative difference from W=1 {e}");
-        assert!(count(&s["bytes"]["activations"]) > 0, "W={w}: no halo exchange");
-    }
+    let common = ["--gat-heads", "mean", "--heads", "3", "--hidden", "16", "--normalize", "l1", "--seed", "2"];
+    gradients_match(tmp.path(), "cora", &["gat"], &common, &["2", "4"]);
 }
 
 #[test]
 fn facebook_full_graph_gradient_is_the_single_worker_gradient() {
     let tmp = facebook();
-    gradients_match(tmp.path(), "facebook", &["--hidden", "16", "--seed", "1"], &["2", "3", "4"]);
+    gradients_match(tmp.path(), "facebook", &MODELS, &["--hidden", "16", "--seed", "1"], &["2", "3", "4"]);
 }
 
 #[test]
