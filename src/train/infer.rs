@@ -81,13 +81,6 @@ pub(crate) fn prepare(
 ) -> Result<(Prepared, DatasetFile), TrainError> {
     let (run_dir, ck) = checkpointed_run(data, run, "infer")?;
     let (cfg, _) = checkpoint::load_config(&ck)?;
-    if cfg.strategy == super::StrategyKind::Retexo {
-        return Err(crate::BadInput::new(format!(
-            "infer {run}: run `{run}` was trained with --strategy retexo, whose stages (conv, LayerNorm, head) \
-             `infer` cannot run yet; its test accuracy is in runs/{run}/summary.json"
-        ))
-        .into());
-    }
     let dataset = crate::datasets::ensure_dataset(data, &cfg.dataset).map_err(TrainError::Dataset)?;
     let ds = if verify { DatasetFile::open_verified(&dataset)? } else { DatasetFile::open(&dataset)? };
     let (model, ..) = build_model(&cfg, &ds)?;
@@ -104,7 +97,11 @@ pub(crate) fn prepare(
         Some(p) => read_nodes(p, ds.num_nodes())?,
         None => (0..ds.num_nodes() as u32).collect(),
     };
-    let width = opts.embeddings.map_or(0, |l| model.out_dim(l));
+    // RETEXO's hidden stages all output `hidden` columns (GAT's heads averaged).
+    let width = match cfg.strategy {
+        super::StrategyKind::Retexo => opts.embeddings.map_or(0, |_| model.spec().hidden),
+        _ => opts.embeddings.map_or(0, |l| model.out_dim(l)),
+    };
     Ok((Prepared { run_dir, checkpoint: ck, cfg, dataset, nodes, width }, ds))
 }
 
@@ -177,9 +174,9 @@ pub fn infer(data: &DataDir, run: &str, opts: &InferOptions) -> Result<InferRepo
     let mut w = Worker::new((0, 1), view, (&cfg.fanouts, &cfg.eval_fanouts), cfg.seed, (model, params), device);
     w.norm = cfg.normalize;
     let mut solo = Solo;
-    let out = fullgraph::inference::run(&mut w, &mut solo, opts.embeddings)?;
+    let out = score(cfg, &mut w, &mut solo, opts.embeddings)?;
     let mut scores = Scores::new(ds.num_nodes(), out.classes, prep.width, opts.embeddings.is_some());
-    scores.place(out.state.plan.owned(), &out.logits, out.embeddings.as_deref()).map_err(TrainError::Rows)?;
+    scores.place(&out.nodes, &out.logits, out.embeddings.as_deref()).map_err(TrainError::Rows)?;
     let out_path = write_outputs(&prep, opts, &scores)?;
     let bytes = solo.bytes().sent;
     Ok(InferReport {
@@ -191,6 +188,20 @@ pub fn infer(data: &DataDir, run: &str, opts: &InferOptions) -> Result<InferRepo
         workers: 1,
         bytes_by_category: bytes,
     })
+}
+
+/// This worker's owned vertices scored with the run's model: layer-wise
+/// inference, or RETEXO's stages for a RETEXO run (its checkpoint holds them).
+pub(crate) fn score(
+    cfg: &TrainConfig,
+    w: &mut Worker<'_>,
+    coll: &mut dyn Collective,
+    embeddings: Option<usize>,
+) -> Result<fullgraph::inference::Scored, TrainError> {
+    match cfg.strategy {
+        super::StrategyKind::Retexo => fullgraph::retexo::score(w, coll, embeddings),
+        _ => Ok(fullgraph::inference::run(w, coll, embeddings)?.into()),
+    }
 }
 
 /// Writes `node_id`, `prediction`, `probs` (and `embeddings`) of `prep.nodes`,

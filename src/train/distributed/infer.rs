@@ -14,10 +14,8 @@ use crate::cluster::{Launcher, ToDriver};
 use crate::comm::{ByteCounts, FeatureClient, FetchStats, Owners, PartRows, RowSource, serve_features};
 use crate::format::{DatasetFile, ManifestFile};
 use crate::metrics::add_bytes;
-use crate::train::infer::{InferOptions, InferReport, Scores, prepare, write_outputs};
-use crate::train::{
-    Collective, FeatureSource, GraphData, MeshCollective, TrainConfig, TrainError, Worker, checkpoint, fullgraph,
-};
+use crate::train::infer::{InferOptions, InferReport, Scores, prepare, score, write_outputs};
+use crate::train::{Collective, FeatureSource, GraphData, MeshCollective, TrainConfig, TrainError, Worker, checkpoint};
 use crate::{BadInput, DataDir};
 use anyhow::Context;
 use base64::Engine as _;
@@ -243,10 +241,11 @@ pub fn run_infer_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow
     w.norm = cfg.normalize;
     w.owners = manifest.map(|(_, m)| Owners::of_workers(m, world));
     let mut coll = MeshCollective { mesh: &mesh, timeout };
-    let out = fullgraph::inference::run(&mut w, &mut coll, spec.embeddings)?;
+    let out = score(cfg, &mut w, &mut coll, spec.embeddings)?;
 
-    let owned = out.state.plan.owned();
-    let (c, d) = (out.classes, spec.embeddings.map_or(0, |l| w.model.out_dim(l)));
+    let owned = &out.nodes;
+    let d = out.embeddings.as_ref().map_or(0, |e| e.len() / owned.len().max(1));
+    let c = out.classes;
     let per_chunk = (CHUNK_BYTES / (4 * (c + d)).max(1)).max(1);
     for start in (0..owned.len()).step_by(per_chunk) {
         let end = (start + per_chunk).min(owned.len());

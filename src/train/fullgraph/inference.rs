@@ -18,6 +18,23 @@ pub struct Outputs {
     pub embeddings: Option<Vec<f32>>,
 }
 
+/// One worker's rows of `infer`: its owned vertices and their outputs.
+pub struct Scored {
+    /// Vertex ids, in the order of the rows below.
+    pub nodes: Vec<u32>,
+    /// `[nodes, classes]`, row-major.
+    pub logits: Vec<f32>,
+    pub classes: usize,
+    /// `[nodes, width]`: the requested hidden layer's output.
+    pub embeddings: Option<Vec<f32>>,
+}
+
+impl From<Outputs> for Scored {
+    fn from(o: Outputs) -> Scored {
+        Scored { nodes: o.state.plan.owned().to_vec(), logits: o.logits, classes: o.classes, embeddings: o.embeddings }
+    }
+}
+
 /// Runs the model over every vertex without dropout; `embeddings` names a
 /// hidden layer (0-based) whose output to keep.
 pub fn run(w: &mut Worker<'_>, coll: &mut dyn Collective, embeddings: Option<usize>) -> Result<Outputs, TrainError> {

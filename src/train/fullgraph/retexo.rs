@@ -689,6 +689,47 @@ pub fn run(
     Ok(p)
 }
 
+/// `infer` of a RETEXO run (the worker's parameters are its stages, loaded
+/// from the checkpoint): the stages' forward over every vertex without
+/// dropout, as training evaluated them, one halo exchange per hidden stage.
+/// Returns the owned vertices' logits of the last stage and, with
+/// `embeddings = Some(l)`, stage l's embedding (relu(LayerNorm(conv)), what
+/// stage l + 1 reads).
+pub fn score(
+    w: &mut Worker<'_>,
+    coll: &mut dyn Collective,
+    embeddings: Option<usize>,
+) -> Result<super::inference::Scored, TrainError> {
+    let spec = w.model.spec().clone();
+    let dev = w.device.clone();
+    let mut params = Params::new(0);
+    let model = RetexoModel::new(&spec, &mut params, &dev)?;
+    params.set_flat(&w.params.flat_values()?)?;
+    let owners = w.owners.as_ref().map(|o| o.as_slice());
+    let plan = HaloPlan::derive(w.graph, owners, w.rank, w.world);
+    // No training vertices: the stage inputs are only evaluated.
+    let split =
+        Split { train: Vec::new(), train_labels: Vec::new(), global_train: 0, val: Vec::new(), test: Vec::new() };
+    let (src, owned) = (plan.block.src.clone(), plan.owned().to_vec());
+    let flat = |t: &Tensor| -> Result<Vec<f32>, TrainError> { Ok(t.flatten_all()?.to_vec1::<f32>()?) };
+    let mut h = w.gather_rows(&src)?.0.into_dense();
+    let mut kept = None;
+    for l in 0..spec.layers {
+        let si = model.stage_input(l, &plan, w.graph, h, &split, &dev)?;
+        let (logits, e) = model.head(l, model.conv(l, &si, (&src, &owned), &split, None)?)?;
+        let Some(e) = e else {
+            let classes = logits.dim(1)?;
+            return Ok(super::inference::Scored { nodes: owned, logits: flat(&logits)?, classes, embeddings: kept });
+        };
+        let (e, d) = (flat(&e)?, e.dim(1)?);
+        if embeddings == Some(l) {
+            kept = Some(e.clone());
+        }
+        h = forward_rows(coll, &plan, e, d)?;
+    }
+    unreachable!("the last stage has no head, so the loop returns its logits")
+}
+
 /// The frozen stage `l`'s embeddings of the owned vertices, exchanged: the
 /// next stage's `[owned + halo, hidden]` input.
 fn embed(
