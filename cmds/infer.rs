@@ -21,7 +21,8 @@ pub struct Args {
     /// safetensors (`node_id`, `prediction`, `probs`, `embeddings`) or npy (a directory of <field>.npy).
     #[arg(long, default_value = "safetensors")]
     pub format: String,
-    /// Also write the output of hidden layer LAYER (0 = the first layer's) as `embeddings`.
+    /// Also write the output of hidden layer LAYER (0 = the first layer's) as `embeddings` (a RETEXO run:
+    /// stage LAYER's embedding, the input of stage LAYER + 1).
     #[arg(long, value_name = "LAYER")]
     pub embeddings: Option<usize>,
     /// Only these node ids (whitespace-separated text), in this order.
