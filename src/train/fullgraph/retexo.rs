@@ -714,20 +714,20 @@ pub fn score(
     let flat = |t: &Tensor| -> Result<Vec<f32>, TrainError> { Ok(t.flatten_all()?.to_vec1::<f32>()?) };
     let mut h = w.gather_rows(&src)?.0.into_dense();
     let mut kept = None;
-    for l in 0..spec.layers {
+    // Every stage but the last has a head: its embedding is the next stage's input.
+    let last = spec.layers.saturating_sub(1);
+    for l in 0..last {
         let si = model.stage_input(l, &plan, w.graph, h, &split, &dev)?;
-        let (logits, e) = model.head(l, model.conv(l, &si, (&src, &owned), &split, None)?)?;
-        let Some(e) = e else {
-            let classes = logits.dim(1)?;
-            return Ok(super::inference::Scored { nodes: owned, logits: flat(&logits)?, classes, embeddings: kept });
-        };
-        let (e, d) = (flat(&e)?, e.dim(1)?);
+        let (e, d) = owned_embedding(&model, l, &si, (&src, &owned), &split)?;
         if embeddings == Some(l) {
             kept = Some(e.clone());
         }
         h = forward_rows(coll, &plan, e, d)?;
     }
-    unreachable!("the last stage has no head, so the loop returns its logits")
+    let si = model.stage_input(last, &plan, w.graph, h, &split, &dev)?;
+    let logits = model.conv(last, &si, (&src, &owned), &split, None)?;
+    let classes = logits.dim(1)?;
+    Ok(super::inference::Scored { nodes: owned, logits: flat(&logits)?, classes, embeddings: kept })
 }
 
 /// The frozen stage `l`'s embeddings of the owned vertices, exchanged: the
@@ -741,10 +741,21 @@ fn embed(
     ids: (&[u32], &[u32]),
     split: &Split,
 ) -> Result<Vec<f32>, TrainError> {
+    let (e, d) = owned_embedding(model, l, si, ids, split)?;
+    forward_rows(coll, plan, e, d)
+}
+
+/// The frozen stage `l`'s embeddings of the owned vertices (`[owned, d]`, flat) and d.
+fn owned_embedding(
+    model: &RetexoModel,
+    l: usize,
+    si: &StageInput,
+    ids: (&[u32], &[u32]),
+    split: &Split,
+) -> Result<(Vec<f32>, usize), TrainError> {
     let (_, e) = model.head(l, model.conv(l, si, ids, split, None)?)?;
     let e = e.expect("every stage but the last has a head");
-    let d = e.dim(1)?;
-    forward_rows(coll, plan, e.flatten_all()?.to_vec1::<f32>()?, d)
+    Ok((e.flatten_all()?.to_vec1::<f32>()?, e.dim(1)?))
 }
 
 /// Validation and test accuracy of stage `l` (with its head) over all workers.
