@@ -711,7 +711,6 @@ pub fn score(
     let split =
         Split { train: Vec::new(), train_labels: Vec::new(), global_train: 0, val: Vec::new(), test: Vec::new() };
     let (src, owned) = (plan.block.src.clone(), plan.owned().to_vec());
-    let flat = |t: &Tensor| -> Result<Vec<f32>, TrainError> { Ok(t.flatten_all()?.to_vec1::<f32>()?) };
     let mut h = w.gather_rows(&src)?.0.into_dense();
     let mut kept = None;
     // Every stage but the last has a head: its embedding is the next stage's input.
@@ -726,8 +725,8 @@ pub fn score(
     }
     let si = model.stage_input(last, &plan, w.graph, h, &split, &dev)?;
     let logits = model.conv(last, &si, (&src, &owned), &split, None)?;
-    let classes = logits.dim(1)?;
-    Ok(super::inference::Scored { nodes: owned, logits: flat(&logits)?, classes, embeddings: kept })
+    let (classes, logits) = (logits.dim(1)?, logits.flatten_all()?.to_vec1::<f32>()?);
+    Ok(super::inference::Scored { nodes: owned, logits, classes, embeddings: kept })
 }
 
 /// The frozen stage `l`'s embeddings of the owned vertices, exchanged: the
