@@ -6,7 +6,7 @@
 mod dist_support;
 
 use dist_support::sshd::{self, Sshd, wait_none_mentioning};
-use dist_support::{Driver, cora, json, remote_workers, signal, wait_gone};
+use dist_support::{Driver, cora, final_weights, json, predictions, remote_workers, signal, wait_gone, weights};
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -216,6 +216,57 @@ fn four_workers_on_two_host_entries_match_four_local_workers() {
     for r in 0..4 {
         assert!(sshd.remote.join(format!("data/cora/parts/metis-4/part-{r}.lgnn")).is_file(), "part {r} not shipped");
     }
+    assert_nothing_left(&sshd);
+    sshd.stop();
+}
+
+/// The largest difference between two runs' final weights.
+fn weight_gap(d: &Path, a: &str, b: &str) -> f32 {
+    let (x, y) = (weights(&final_weights(d, a)), weights(&final_weights(d, b)));
+    assert_eq!(x.len(), y.len(), "{a} and {b} hold different models");
+    x.iter().zip(&y).map(|(p, q)| (p - q).abs()).fold(0.0, f32::max)
+}
+
+#[test]
+fn retexo_and_varco_over_ssh_match_local_workers_and_infer_scores_retexo_there() {
+    let mut sshd = Sshd::start();
+    let profile = sshd.profile(2, "");
+    let p = profile.to_str().unwrap();
+    let tmp = cora();
+    let d = tmp.path();
+    let retexo = ["train", "cora", "--no-tui", "--strategy", "retexo", "--model", "sage", "--hidden", "16"];
+    let varco = ["train", "cora", "--no-tui", "--strategy", "varco", "--hidden", "16", "--compression", "variable"];
+    for (name, args, steps) in [("retexo", &retexo[..], "3"), ("varco", &varco[..], "4")] {
+        // RETEXO counts rounds per stage, VARCO steps.
+        let len = if name == "retexo" { "--rounds" } else { "--epochs" };
+        let common = [len, steps, "--seed", "5"];
+        let local = json(d, &[args, &common, &["--workers", "2", "--run", &format!("{name}-local")]].concat());
+        let remote = json(d, &[args, &common, &["--cluster", p, "--run", &format!("{name}-ssh")]].concat());
+        assert_eq!(remote["workers"], 2, "{name}");
+        assert_eq!(local["iterations"], remote["iterations"], "{name}");
+        let (a, b) = (losses(&local), losses(&remote));
+        assert_eq!(a.len(), b.len(), "{name}");
+        for (x, y) in a.iter().zip(&b) {
+            assert!((x - y).abs() <= 1e-6 * x.abs().max(1.0), "{name}: local {a:?} vs ssh {b:?}");
+        }
+        assert_eq!(local["test_accuracy"], remote["test_accuracy"], "{name}");
+        // The same rows cross the network whichever launcher started the workers.
+        assert!(local["bytes"]["activations"].as_u64().unwrap() > 0, "{name}: {}", local["bytes"]);
+        for c in ["features", "activations"] {
+            assert_eq!(local["bytes"][c], remote["bytes"][c], "{name} {c}");
+        }
+        // The final checkpoint was written on rank 0's host and fetched back.
+        let gap = weight_gap(d, &format!("{name}-local"), &format!("{name}-ssh"));
+        assert!(gap <= 1e-6, "{name}: final weights differ by {gap}");
+        assert_nothing_left(&sshd);
+    }
+    // RETEXO's stages scored on the ssh workers, from the weights shipped to
+    // them: the predictions of in-process inference.
+    let out = d.join("retexo-ssh.safetensors");
+    let r = json(d, &["infer", "retexo-ssh", "--cluster", p, "--out", out.to_str().unwrap()]);
+    assert_eq!(r["workers"], 2);
+    json(d, &["infer", "retexo-ssh"]);
+    assert_eq!(predictions(&out), predictions(&d.join("runs/retexo-ssh/predictions.safetensors")));
     assert_nothing_left(&sshd);
     sshd.stop();
 }
