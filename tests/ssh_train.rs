@@ -228,7 +228,7 @@ fn weight_gap(d: &Path, a: &str, b: &str) -> f32 {
 }
 
 #[test]
-fn retexo_and_varco_over_ssh_match_local_workers_and_infer_scores_retexo_there() {
+fn retexo_varco_and_gnnpipe_over_ssh_match_local_workers_and_infer_scores_retexo_there() {
     let mut sshd = Sshd::start();
     let profile = sshd.profile(2, "");
     let p = profile.to_str().unwrap();
@@ -236,10 +236,14 @@ fn retexo_and_varco_over_ssh_match_local_workers_and_infer_scores_retexo_there()
     let d = tmp.path();
     let retexo = ["train", "cora", "--no-tui", "--strategy", "retexo", "--model", "sage", "--hidden", "16"];
     let varco = ["train", "cora", "--no-tui", "--strategy", "varco", "--hidden", "16", "--compression", "variable"];
-    for (name, args, steps) in [("retexo", &retexo[..], "3"), ("varco", &varco[..], "4")] {
-        // RETEXO counts rounds per stage, VARCO steps.
-        let len = if name == "retexo" { "--rounds" } else { "--epochs" };
-        let common = [len, steps, "--seed", "5"];
+    // GNNPipe: each worker a stage, every feature row shipped with the job.
+    let gnnpipe =
+        ["train", "cora", "--no-tui", "--strategy", "gnnpipe", "--hidden", "16", "--layers", "4", "--chunks", "3"];
+    // RETEXO counts rounds per stage, the others epochs.
+    let runs =
+        [("retexo", &retexo[..], "--rounds"), ("varco", &varco[..], "--epochs"), ("gnnpipe", &gnnpipe[..], "--epochs")];
+    for (name, args, len) in runs {
+        let common = [len, "3", "--seed", "5"];
         let local = json(d, &[args, &common, &["--workers", "2", "--run", &format!("{name}-local")]].concat());
         let remote = json(d, &[args, &common, &["--cluster", p, "--run", &format!("{name}-ssh")]].concat());
         assert_eq!(remote["workers"], 2, "{name}");
