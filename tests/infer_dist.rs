@@ -7,45 +7,14 @@
 mod dist_support;
 
 use dist_support::sshd::{Sshd, wait_none_mentioning};
-use dist_support::{cora, facebook, fails, json};
+use dist_support::{InferOut, cora, facebook, fails, json, load_infer as load, max_abs_diff};
 use leapgnn::format::DatasetFile;
-use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
-/// A safetensors file's tensors as f32 or u32 values by name.
-struct Out {
-    f32s: HashMap<String, (Vec<usize>, Vec<f32>)>,
-    u32s: HashMap<String, Vec<u32>>,
-}
-
-fn load(path: &Path) -> Out {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    let mut out = Out { f32s: HashMap::new(), u32s: HashMap::new() };
-    for (name, v) in st.tensors() {
-        let words = v.data().chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]);
-        match v.dtype() {
-            safetensors::Dtype::F32 => {
-                out.f32s.insert(name, (v.shape().to_vec(), words.map(f32::from_le_bytes).collect()));
-            }
-            safetensors::Dtype::U32 => {
-                out.u32s.insert(name, words.map(u32::from_le_bytes).collect());
-            }
-            d => panic!("{name}: unexpected dtype {d:?}"),
-        }
-    }
-    out
-}
-
-fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
-}
-
 /// The distributed output `b` against the in-process `a`: same nodes, same
 /// shapes, every value within 1e-4, identical predictions.
-fn same_as(a: &Out, b: &Out, what: &str) {
+fn same_as(a: &InferOut, b: &InferOut, what: &str) {
     assert_eq!(a.u32s["node_id"], b.u32s["node_id"], "{what}: node order");
     assert_eq!(a.u32s["prediction"], b.u32s["prediction"], "{what}: predictions (argmax)");
     for field in ["probs", "embeddings"] {

@@ -8,7 +8,9 @@
 
 mod dist_support;
 
-use dist_support::{cora, count, fails, final_weights, halo_counts, json, leapgnn, records, weights};
+use dist_support::{
+    cora, count, fails, final_weights, halo_counts, json, leapgnn, load_infer, max_abs_diff, records, weights,
+};
 use std::path::Path;
 
 const TRAIN: &[&str] = &["train", "cora", "--no-tui", "--strategy", "retexo", "--workers", "4"];
@@ -268,19 +270,6 @@ fn a_run_stopped_mid_stage_resumes_from_the_stage_boundary_to_the_same_weights()
     assert_eq!(rounds.len(), 12, "each round once per worker after the resume: {rounds:?}");
 }
 
-/// A tensor of an `infer` output file: its shape and values (u32 tensors as f32).
-fn tensor(path: &Path, name: &str) -> (Vec<usize>, Vec<f32>) {
-    let bytes = std::fs::read(path).unwrap();
-    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    let t = st.tensor(name).unwrap();
-    let le = |c: &[u8]| [c[0], c[1], c[2], c[3]];
-    let vals = match t.dtype() {
-        safetensors::Dtype::U32 => t.data().chunks_exact(4).map(|c| u32::from_le_bytes(le(c)) as f32).collect(),
-        _ => t.data().chunks_exact(4).map(|c| f32::from_le_bytes(le(c))).collect(),
-    };
-    (t.shape().to_vec(), vals)
-}
-
 #[test]
 fn infer_scores_a_retexo_run_as_its_last_stage_evaluated_it_in_process_and_on_two_workers() {
     use leapgnn::format::DatasetFile;
@@ -298,22 +287,24 @@ fn infer_scores_a_retexo_run_as_its_last_stage_evaluated_it_in_process_and_on_tw
         let r2 = json(d, &["infer", &run, "--workers", "2", "--embeddings", "0", "--out", two.to_str().unwrap()]);
         // The second worker's hidden rows cross once, for the one hidden stage.
         assert!(count(&r2["bytes_by_category"]["activations"]) > 0, "{r2}");
+        let (one, two) = (load_infer(&one), load_infer(&two));
         // The checkpoint holds each stage's best-validation state, which is
         // what the run's test accuracy was taken with.
-        let (_, pred) = tensor(&one, "prediction");
+        let pred = &one.u32s["prediction"];
         let correct = ds.test().iter().filter(|&&v| pred[v as usize] as i32 == ds.labels()[v as usize]).count();
         let acc = correct as f64 / ds.test().len() as f64;
         assert_eq!(acc, s["test_accuracy"].as_f64().unwrap(), "{model}");
         assert!(acc > 0.6, "{model}: test accuracy {acc} (majority class 0.319)");
-        for name in ["prediction", "probs", "embeddings"] {
-            let ((sa, a), (sb, b)) = (tensor(&one, name), tensor(&two, name));
+        assert_eq!(pred, &two.u32s["prediction"], "{model}: one worker and two predict differently");
+        for name in ["probs", "embeddings"] {
+            let ((sa, a), (sb, b)) = (&one.f32s[name], &two.f32s[name]);
             assert_eq!(sa, sb, "{model} {name}");
-            let diff = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+            let diff = max_abs_diff(a, b);
             assert!(diff <= 1e-5, "{model} {name}: one worker and two differ by {diff}");
         }
         // Stage 0's embedding: `hidden` columns (GAT's heads averaged), after the ReLU.
-        let (shape, e) = tensor(&one, "embeddings");
-        assert_eq!(shape, [2708, 32], "{model}");
+        let (shape, e) = &one.f32s["embeddings"];
+        assert_eq!(shape, &[2708, 32], "{model}");
         assert!(e.iter().all(|&x| x >= 0.0) && e.iter().any(|&x| x > 0.0), "{model}");
     }
     // Two stages: stage 0 is the only hidden one.

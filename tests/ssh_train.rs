@@ -6,7 +6,9 @@
 mod dist_support;
 
 use dist_support::sshd::{self, Sshd, wait_none_mentioning};
-use dist_support::{Driver, cora, final_weights, json, predictions, remote_workers, signal, wait_gone, weights};
+use dist_support::{
+    Driver, cora, final_weights, json, max_abs_diff, predictions, remote_workers, signal, wait_gone, weights,
+};
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -28,11 +30,16 @@ fn losses(s: &serde_json::Value) -> Vec<f64> {
 
 /// The per-epoch losses of two runs of SMALL agree (float summation order aside); returns the second's.
 fn same_curve(local: &serde_json::Value, remote: &serde_json::Value) -> Vec<f64> {
+    assert_eq!(losses(local).len(), 2);
+    curves_agree(local, remote, "")
+}
+
+/// The per-epoch losses of two runs agree within 1e-6 (relative); returns the second's.
+fn curves_agree(local: &serde_json::Value, remote: &serde_json::Value, what: &str) -> Vec<f64> {
     let (a, b) = (losses(local), losses(remote));
-    assert_eq!(a.len(), 2);
-    assert_eq!(a.len(), b.len());
+    assert_eq!(a.len(), b.len(), "{what}");
     for (x, y) in a.iter().zip(&b) {
-        assert!((x - y).abs() <= 1e-6 * x.abs().max(1.0), "local {a:?} vs ssh {b:?}");
+        assert!((x - y).abs() <= 1e-6 * x.abs().max(1.0), "{what}: local {a:?} vs ssh {b:?}");
     }
     b
 }
@@ -222,9 +229,7 @@ fn four_workers_on_two_host_entries_match_four_local_workers() {
 
 /// The largest difference between two runs' final weights.
 fn weight_gap(d: &Path, a: &str, b: &str) -> f32 {
-    let (x, y) = (weights(&final_weights(d, a)), weights(&final_weights(d, b)));
-    assert_eq!(x.len(), y.len(), "{a} and {b} hold different models");
-    x.iter().zip(&y).map(|(p, q)| (p - q).abs()).fold(0.0, f32::max)
+    max_abs_diff(&weights(&final_weights(d, a)), &weights(&final_weights(d, b)))
 }
 
 #[test]
@@ -248,11 +253,7 @@ fn retexo_varco_and_gnnpipe_over_ssh_match_local_workers_and_infer_scores_retexo
         let remote = json(d, &[args, &common, &["--cluster", p, "--run", &format!("{name}-ssh")]].concat());
         assert_eq!(remote["workers"], 2, "{name}");
         assert_eq!(local["iterations"], remote["iterations"], "{name}");
-        let (a, b) = (losses(&local), losses(&remote));
-        assert_eq!(a.len(), b.len(), "{name}");
-        for (x, y) in a.iter().zip(&b) {
-            assert!((x - y).abs() <= 1e-6 * x.abs().max(1.0), "{name}: local {a:?} vs ssh {b:?}");
-        }
+        curves_agree(&local, &remote, name);
         assert_eq!(local["test_accuracy"], remote["test_accuracy"], "{name}");
         // The same rows cross the network whichever launcher started the workers.
         assert!(local["bytes"]["activations"].as_u64().unwrap() > 0, "{name}: {}", local["bytes"]);

@@ -97,11 +97,8 @@ pub(crate) fn prepare(
         Some(p) => read_nodes(p, ds.num_nodes())?,
         None => (0..ds.num_nodes() as u32).collect(),
     };
-    // RETEXO's hidden stages all output `hidden` columns (GAT's heads averaged).
-    let width = match cfg.strategy {
-        super::StrategyKind::Retexo => opts.embeddings.map_or(0, |_| model.spec().hidden),
-        _ => opts.embeddings.map_or(0, |l| model.out_dim(l)),
-    };
+    // Every hidden layer (and RETEXO stage: GAT's heads averaged) is `hidden` wide.
+    let width = opts.embeddings.map_or(0, |l| model.out_dim(l));
     Ok((Prepared { run_dir, checkpoint: ck, cfg, dataset, nodes, width }, ds))
 }
 

@@ -145,12 +145,40 @@ pub fn weights(bytes: &[u8]) -> Vec<f32> {
     names.iter().flat_map(|n| st.tensor(n).unwrap().data().chunks_exact(4).map(le).collect::<Vec<_>>()).collect()
 }
 
+/// An `infer` output file's tensors by name: f32 ones with their shapes, and u32 ones.
+pub struct InferOut {
+    pub f32s: std::collections::HashMap<String, (Vec<usize>, Vec<f32>)>,
+    pub u32s: std::collections::HashMap<String, Vec<u32>>,
+}
+
+pub fn load_infer(path: &Path) -> InferOut {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut out = InferOut { f32s: Default::default(), u32s: Default::default() };
+    for (name, v) in st.tensors() {
+        let words = v.data().chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]);
+        match v.dtype() {
+            safetensors::Dtype::F32 => {
+                out.f32s.insert(name, (v.shape().to_vec(), words.map(f32::from_le_bytes).collect()));
+            }
+            safetensors::Dtype::U32 => {
+                out.u32s.insert(name, words.map(u32::from_le_bytes).collect());
+            }
+            d => panic!("{name}: unexpected dtype {d:?}"),
+        }
+    }
+    out
+}
+
 /// The `prediction` tensor (u32 class per node) of an `infer` output file.
 pub fn predictions(path: &Path) -> Vec<u32> {
-    let bytes = std::fs::read(path).unwrap();
-    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    let t = st.tensor("prediction").unwrap();
-    t.data().chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+    load_infer(path).u32s.remove("prediction").expect("an infer file has `prediction`")
+}
+
+/// The largest absolute difference between two equally long slices.
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
 }
 
 /// Halo rows each worker receives from each owner in `dataset`'s

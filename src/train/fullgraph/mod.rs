@@ -50,14 +50,19 @@ pub(crate) fn state(w: &mut Worker<'_>) -> Result<Arc<State>, TrainError> {
     if let Some(s) = &w.full {
         return Ok(s.clone());
     }
-    let owners = w.owners.as_ref().map(|o| o.as_slice());
-    let plan = HaloPlan::derive(w.graph, owners, w.rank, w.world);
+    let plan = worker_plan(w);
     let rows = w.gather_rows(&plan.block.src)?.0.sparse_if_mostly_zero(w.model.spec().in_dim);
     let inputs = w.model.input_rows_of(&plan.block.src, rows, Mode::Eval, &w.device)?;
     let graph = Arc::new(w.model.layer_graph(0, &plan.block, w.graph, Fanout::All));
     let s = Arc::new(State { plan, inputs, graph });
     w.full = Some(s.clone());
     Ok(s)
+}
+
+/// The halo plan of worker `w` over its partition's owners (all vertices with one worker).
+pub(crate) fn worker_plan(w: &Worker<'_>) -> HaloPlan {
+    let owners = w.owners.as_ref().map(|o| o.as_slice());
+    HaloPlan::derive(w.graph, owners, w.rank, w.world)
 }
 
 /// Layer-by-layer forward over owned + halo rows. With `keep`, each layer's

@@ -33,7 +33,7 @@
 
 use super::factored::{Cost, FactoredLinear, stacked_grads};
 use super::factored_gat::{FactoredGat, GatPart};
-use super::{HaloPlan, forward_rows};
+use super::{HaloPlan, forward_rows, worker_plan};
 use crate::gather::CsrRows;
 use crate::metrics::{EpochRecord, StepRecord, add_bytes};
 use crate::model::csr_op::{self, Reduce, select_rows};
@@ -478,6 +478,15 @@ impl RetexoModel {
     }
 }
 
+/// The worker's RETEXO model over a copy of its parameters (`w.params`:
+/// broadcast, restored or loaded), kept apart so a stage can train its subset.
+fn replica(w: &Worker<'_>) -> Result<(RetexoModel, Params), TrainError> {
+    let mut params = Params::new(0);
+    let model = RetexoModel::new(w.model.spec(), &mut params, &w.device)?;
+    params.set_flat(&w.params.flat_values()?)?;
+    Ok((model, params))
+}
+
 /// Runs a RETEXO job from `p` to the end (or `stop_after`); the common loop's
 /// inputs, its own optimizer per stage.
 pub fn run(
@@ -489,13 +498,9 @@ pub fn run(
 ) -> Result<Progress, TrainError> {
     let cfg = inp.cfg;
     let rounds = cfg.rounds.unwrap_or(1).max(1);
-    let spec = w.model.spec().clone();
-    let layers = spec.layers;
+    let layers = w.model.spec().layers;
     let dev = w.device.clone();
-    let mut params = Params::new(cfg.seed);
-    let model = RetexoModel::new(&spec, &mut params, &dev)?;
-    // The worker's parameters are these, broadcast or restored.
-    params.set_flat(&w.params.flat_values()?)?;
+    let (model, params) = replica(w)?;
     if !p.epoch.is_multiple_of(rounds) {
         return Err(crate::BadInput::new(format!(
             "the checkpoint is at round {} but RETEXO checkpoints only at stage boundaries (multiples of --rounds {rounds})",
@@ -505,8 +510,7 @@ pub fn run(
     }
     let first = (p.epoch / rounds) as usize;
 
-    let owners = w.owners.as_ref().map(|o| o.as_slice());
-    let plan = HaloPlan::derive(w.graph, owners, w.rank, w.world);
+    let plan = worker_plan(w);
     let split = Split::new(w, &plan, inp);
     let (src, owned) = (plan.block.src.clone(), plan.owned().to_vec());
     let edges = plan.block.num_edges() as u64;
@@ -700,13 +704,9 @@ pub fn score(
     coll: &mut dyn Collective,
     embeddings: Option<usize>,
 ) -> Result<super::inference::Scored, TrainError> {
-    let spec = w.model.spec().clone();
-    let dev = w.device.clone();
-    let mut params = Params::new(0);
-    let model = RetexoModel::new(&spec, &mut params, &dev)?;
-    params.set_flat(&w.params.flat_values()?)?;
-    let owners = w.owners.as_ref().map(|o| o.as_slice());
-    let plan = HaloPlan::derive(w.graph, owners, w.rank, w.world);
+    let (layers, dev) = (w.model.spec().layers, w.device.clone());
+    let (model, _) = replica(w)?;
+    let plan = worker_plan(w);
     // No training vertices: the stage inputs are only evaluated.
     let split =
         Split { train: Vec::new(), train_labels: Vec::new(), global_train: 0, val: Vec::new(), test: Vec::new() };
@@ -714,7 +714,7 @@ pub fn score(
     let mut h = w.gather_rows(&src)?.0.into_dense();
     let mut kept = None;
     // Every stage but the last has a head: its embedding is the next stage's input.
-    let last = spec.layers.saturating_sub(1);
+    let last = layers.saturating_sub(1);
     for l in 0..last {
         let si = model.stage_input(l, &plan, w.graph, h, &split, &dev)?;
         let (e, d) = owned_embedding(&model, l, &si, (&src, &owned), &split)?;
