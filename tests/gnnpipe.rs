@@ -8,7 +8,10 @@
 
 mod dist_support;
 
-use dist_support::{cora, count, fails, first_gradient, json, predictions, records, rel_diff};
+use dist_support::{
+    cora, count, fails, final_weights, first_gradient, json, predictions, records, rel_diff, scores,
+    straight_and_resumed,
+};
 use std::path::Path;
 
 #[test]
@@ -200,9 +203,70 @@ fn hybrid_groups_sum_only_their_matching_stages_gradients_and_learn_cora() {
     // Every epoch each stage sends its layers' gradient to the matching stage
     // of the other group: the whole model's parameters x 4 bytes per group,
     // plus one all-to-all's frames.
-    let weights = dist_support::final_weights(d, "hy");
+    let weights = final_weights(d, "hy");
     let st = safetensors::SafeTensors::deserialize(&weights).unwrap();
     let params: u64 = st.tensors().iter().map(|(_, v)| v.shape().iter().product::<usize>() as u64).sum();
     let want = epochs * (g * (g - 1) * params * 4 + w * (w - 1) * 16);
     assert_eq!(count(&s["bytes"]["train"]["gradients"]), want, "{}", s["bytes"]);
+}
+
+/// (epoch, worker, bytes sent, loss) of every step record of a run, sorted.
+fn steps(d: &Path, run: &str) -> Vec<(u64, u64, String, String)> {
+    let mut v: Vec<_> = records(d, &serde_json::json!({ "run": run }))
+        .iter()
+        .filter(|r| r.get("time_step").is_some())
+        .map(|r| {
+            (
+                r["epoch"].as_u64().unwrap(),
+                r["worker"].as_u64().unwrap(),
+                r["bytes_out"].to_string(),
+                r["loss"].to_string(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn a_stopped_run_resumes_with_its_stages_history_and_optimizers_and_ends_as_an_uninterrupted_one() {
+    let tmp = cora();
+    let d = tmp.path();
+    // deepgcn on 3 stages (BatchNorm statistics per stage), and a hybrid of 2
+    // pipelines of 2 stages (each group's rows of the history). Both read the
+    // history from epoch 1 on, so a resume that lost it would diverge.
+    let cases: [&[&str]; 2] = [
+        &["--workers", "3", "--model", "deepgcn", "--layers", "4", "--chunks", "3"],
+        &["--workers", "4", "--pipeline-groups", "2", "--model", "gcn", "--layers", "4", "--chunks", "2"],
+    ];
+    for (k, case) in cases.iter().enumerate() {
+        let base =
+            [&["train", "cora", "--no-tui", "--strategy", "gnnpipe", "--normalize", "l1", "--hidden", "16"], *case]
+                .concat();
+        let run = |name: &str, more: &[&str]| json(d, &[&base[..], &["--run", name], more].concat());
+        let [whole, cut, five, seven] = ["whole", "cut", "five", "seven"].map(|r| format!("{r}{k}"));
+        // Stopped after the step of epoch 2, before its evaluation: a stop
+        // always checkpoints the history.
+        let ck = d.join("runs").join(&cut).join("checkpoint");
+        let has_history = || {
+            let mut files = std::fs::read_dir(&ck).unwrap().flatten();
+            assert!(files.any(|e| e.file_name().to_string_lossy().starts_with("history-")), "no history in {ck:?}");
+        };
+        let args = [&base[..], &["--epochs", "5"]].concat();
+        let (w, r) = straight_and_resumed(d, &args, [&whole, &cut], 3, has_history);
+        assert_eq!(r["iterations"], 5);
+        assert_eq!(scores(&r), scores(&w), "case {k}");
+        assert_eq!(steps(d, &cut), steps(d, &whole), "case {k}: step records");
+        assert_eq!(final_weights(d, &cut), final_weights(d, &whole), "case {k}: final weights");
+        // A finished run with periodic checkpoints goes on to more epochs as
+        // a longer run would have.
+        let longer = run(&seven, &["--epochs", "7"]);
+        run(&five, &["--epochs", "5", "--checkpoint-every", "2"]);
+        let more = json(d, &["train", "--resume", &five, "--epochs", "7", "--no-tui"]);
+        assert_eq!(scores(&more), scores(&longer), "case {k}: 5 + 2 epochs");
+        assert_eq!(final_weights(d, &five), final_weights(d, &seven), "case {k}: 5 + 2 epochs");
+        // Without periodic checkpoints the final one has no history to go on from.
+        let err = fails(d, &["train", "--resume", &whole, "--epochs", "9", "--no-tui"], 2);
+        assert!(err.contains("--checkpoint-every"), "{err}");
+    }
 }

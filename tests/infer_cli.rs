@@ -4,7 +4,7 @@
 
 mod dist_support;
 
-use dist_support::{cora, fails, json};
+use dist_support::{cora, fails, json, scores, straight_and_resumed};
 use leapgnn::format::DatasetFile;
 use std::path::Path;
 use std::process::Command;
@@ -101,14 +101,8 @@ fn a_full_graph_run_resumed_after_a_stop_ends_as_an_uninterrupted_one() {
     let tmp = cora();
     let d = tmp.path();
     let fg = ["train", "cora", "--no-tui", "--full-batch", "--epochs", "4", "--hidden", "16"];
-    let whole = json(d, &[&fg[..], &["--run", "whole"]].concat());
-    json(d, &[&fg[..], &["--run", "cut", "--stop-after", "2"]].concat());
-    let resumed = json(d, &["train", "--resume", "cut", "--no-tui"]);
+    let (whole, resumed) = straight_and_resumed(d, &fg, ["whole", "cut"], 2, || ());
     assert_eq!(resumed["iterations"], 4);
-    let fields = |s: &serde_json::Value| -> Vec<[serde_json::Value; 3]> {
-        let h = s["history"].as_array().unwrap();
-        h.iter().map(|e| [e["loss"].clone(), e["val_accuracy"].clone(), e["test_accuracy"].clone()]).collect()
-    };
-    assert_eq!(fields(&resumed), fields(&whole));
-    assert_eq!(fields(&whole).len(), 4);
+    assert_eq!(scores(&resumed), scores(&whole));
+    assert_eq!(scores(&whole).len(), 4);
 }

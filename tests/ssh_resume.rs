@@ -6,7 +6,9 @@
 mod dist_support;
 
 use dist_support::sshd::{Sshd, wait_none_mentioning};
-use dist_support::{Driver, cora, final_weights, json, losses, records, remote_workers, signal, wait_gone};
+use dist_support::{
+    Driver, cora, final_weights, json, losses, records, remote_workers, scores, signal, straight_and_resumed, wait_gone,
+};
 use std::time::{Duration, Instant};
 
 /// 140 roots in global batches of 2 x 8: 9 iterations per epoch.
@@ -26,16 +28,52 @@ fn a_run_stopped_over_ssh_resumes_over_ssh_to_the_uninterrupted_weights() {
     let tmp = cora();
     let d = tmp.path();
     let run = [RUN, &["--cluster", profile.to_str().unwrap(), "--epochs", "2", "--checkpoint-every", "4"]].concat();
-    let straight = json(d, &[&run[..], &["--run", "straight"]].concat());
-    let stopped = json(d, &[&run[..], &["--run", "mid", "--stop-after", "6"]].concat());
-    assert_eq!(stopped["iterations"], 6);
     // The remote copy of the checkpoint is removed: the resume must ship the driver's.
-    std::fs::remove_dir_all(sshd.remote.join("data/runs/mid/checkpoint")).unwrap();
-    let resumed = json(d, &["train", "--resume", "mid", "--no-tui"]);
+    let gone = || std::fs::remove_dir_all(sshd.remote.join("data/runs/mid/checkpoint")).unwrap();
+    let (straight, resumed) = straight_and_resumed(d, &run, ["straight", "mid"], 6, gone);
     assert_eq!(resumed["workers"], 2);
     for k in ["iterations", "final_loss", "test_accuracy", "epochs"] {
         assert_eq!(resumed[k], straight[k], "{k}");
     }
+    assert!(final_weights(d, "mid") == final_weights(d, "straight"), "final weights differ");
+    assert_eq!(losses(d, "mid"), losses(d, "straight"));
+    assert_nothing_left(&sshd);
+    sshd.stop();
+}
+
+/// GNNPipe's stages keep their own optimizer state and embedding history: a
+/// stop gathers them into rank 0's checkpoint, the driver fetches it, and a
+/// resume ships it to every host, where each stage takes its share back.
+#[test]
+fn a_gnnpipe_run_stopped_over_ssh_resumes_its_stages_from_the_shipped_checkpoint() {
+    let mut sshd = Sshd::start();
+    let profile = sshd.profile(2, "");
+    let tmp = cora();
+    let d = tmp.path();
+    let run = [
+        "train",
+        "cora",
+        "--no-tui",
+        "--cluster",
+        profile.to_str().unwrap(),
+        "--strategy",
+        "gnnpipe",
+        "--layers",
+        "3",
+        "--chunks",
+        "3",
+        "--hidden",
+        "16",
+        "--epochs",
+        "4",
+        "--seed",
+        "5",
+    ];
+    // The remote copy of the checkpoint is removed: the resume must ship the driver's.
+    let gone = || std::fs::remove_dir_all(sshd.remote.join("data/runs/mid/checkpoint")).unwrap();
+    let (straight, resumed) = straight_and_resumed(d, &run, ["straight", "mid"], 2, gone);
+    assert_eq!(resumed["workers"], 2);
+    assert_eq!(scores(&resumed), scores(&straight));
     assert!(final_weights(d, "mid") == final_weights(d, "straight"), "final weights differ");
     assert_eq!(losses(d, "mid"), losses(d, "straight"));
     assert_nothing_left(&sshd);

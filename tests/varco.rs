@@ -6,7 +6,10 @@
 
 mod dist_support;
 
-use dist_support::{cora, count, fails, final_weights, first_gradient, halo_counts, json, records, rel_diff};
+use dist_support::{
+    cora, count, fails, final_weights, first_gradient, halo_counts, json, records, rel_diff, scores,
+    straight_and_resumed,
+};
 
 /// r(t) of the schedule, computed here independently of the library.
 fn ratio(t: u64, steps: u64, (max, min, slope): (f64, f64, f64)) -> f64 {
@@ -124,16 +127,10 @@ fn a_stopped_run_resumes_at_its_ratio_and_ends_as_an_uninterrupted_one() {
         "--slope",
         "1",
     ];
-    let whole = json(d, &[&run[..], &["--run", "whole"]].concat());
     // Stopped after step 2, before that epoch's evaluation: the resumed run
     // evaluates it, at step 2's ratio, then trains on from step 3.
-    json(d, &[&run[..], &["--run", "cut", "--stop-after", "2"]].concat());
-    let resumed = json(d, &["train", "--resume", "cut", "--no-tui"]);
+    let (whole, resumed) = straight_and_resumed(d, &run, ["whole", "cut"], 2, || ());
     assert_eq!(resumed["iterations"], 5);
-    let scores = |s: &serde_json::Value| -> Vec<[serde_json::Value; 3]> {
-        let h = s["history"].as_array().unwrap();
-        h.iter().map(|e| [e["loss"].clone(), e["val_accuracy"].clone(), e["test_accuracy"].clone()]).collect()
-    };
     assert_eq!(scores(&resumed), scores(&whole));
     assert_eq!(final_weights(d, "cut"), final_weights(d, "whole"), "final weights differ");
 }

@@ -1,7 +1,8 @@
 //! `runs/<run>/checkpoint/`: the weights (safetensors, PyTorch names and
 //! layouts, loadable with `safetensors.torch.load_file`), the optimizer state
-//! (safetensors, `exp_avg.<param>` ...), and `state.json` (config, position,
-//! history). The tensor files carry the global iteration in their names and
+//! (safetensors, `exp_avg.<param>` ...), for GNNPipe the layers' embedding
+//! history (safetensors, `history.<layer>`: one row per vertex), and
+//! `state.json` (config, position, history). The tensor files carry the global iteration in their names and
 //! `state.json`, written last and atomically, names the pair that belongs to
 //! it: a crash at any point leaves the previous checkpoint whole.
 //!
@@ -56,7 +57,14 @@ struct StateFile {
     optimizer: String,
     /// How the RNG position is encoded.
     rng: String,
+    /// Rows a strategy reads from the previous step (GNNPipe's history), if
+    /// it keeps any: without them it could not go on as the run would have.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    history: Option<String>,
 }
+
+/// Named row blocks (`rows x width`, f32) saved with a checkpoint.
+pub type HistoryRows<'a> = [(String, usize, &'a [f32])];
 
 /// How rank 0's event about a periodic checkpoint starts (the driver of a
 /// run without shared files copies each one back when it reads this).
@@ -74,6 +82,18 @@ pub fn save(
     params: &Params,
     opt: &dyn Optimizer,
 ) -> Result<(), TrainError> {
+    save_with_history(dir, cfg, progress, params, opt, None)
+}
+
+/// `save`, with the strategy's history rows (name, width, row-major rows).
+pub fn save_with_history(
+    dir: &Path,
+    cfg: &TrainConfig,
+    progress: &Progress,
+    params: &Params,
+    opt: &dyn Optimizer,
+    history: Option<&HistoryRows<'_>>,
+) -> Result<(), TrainError> {
     let weights = format!("model-{:09}.safetensors", progress.global_iteration);
     let optimizer = format!("optimizer-{:09}.safetensors", progress.global_iteration);
     let mut named = params.named(&params.flat_values()?, "")?;
@@ -83,6 +103,14 @@ pub fn save(
         .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
     write_atomic(dir.join(&weights), &bytes)?;
     write_atomic(dir.join(&optimizer), &opt.state().to_safetensors(params)?)?;
+    let history = match history {
+        Some(blocks) => {
+            let name = format!("history-{:09}.safetensors", progress.global_iteration);
+            write_atomic(dir.join(&name), &history_bytes(blocks)?)?;
+            Some(name)
+        }
+        None => None,
+    };
     let state = StateFile {
         version: VERSION,
         config: cfg.clone(),
@@ -91,20 +119,45 @@ pub fn save(
         optimizer: optimizer.clone(),
         rng: "counter-based: every draw is a hash of (seed, epoch, iteration, ...); position = (epoch, iteration)"
             .into(),
+        history,
     };
     let json = serde_json::to_vec_pretty(&state).expect("state serialises");
     write_atomic(dir.join(STATE), &json)?;
-    prune(dir, &weights, &optimizer);
+    prune(dir, &state);
     Ok(())
 }
 
-/// Removes the tensor files of older checkpoints (no longer referenced).
-fn prune(dir: &Path, weights: &str, optimizer: &str) {
+fn history_bytes(blocks: &HistoryRows<'_>) -> Result<Vec<u8>, TrainError> {
+    let mut views = Vec::with_capacity(blocks.len());
+    for (name, width, rows) in blocks {
+        let shape = vec![rows.len() / (*width).max(1), *width];
+        let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape, bytemuck::cast_slice(rows))
+            .map_err(|e| candle_core::Error::Msg(format!("history block {name}: {e}")))?;
+        views.push((name.as_str(), view));
+    }
+    Ok(safetensors::tensor::serialize(views, None).map_err(|e| candle_core::Error::Msg(e.to_string()))?)
+}
+
+impl StateFile {
+    /// The tensor files this state names, in the order they are written.
+    fn tensor_files(&self) -> Vec<&str> {
+        [Some(&self.weights), Some(&self.optimizer), self.history.as_ref()]
+            .into_iter()
+            .flatten()
+            .map(|s| s.as_str())
+            .collect()
+    }
+}
+
+/// Removes the tensor files of older checkpoints (those `s` does not name).
+fn prune(dir: &Path, s: &StateFile) {
+    let keep = s.tensor_files();
     if let Ok(entries) = std::fs::read_dir(dir) {
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
-            let ours = name.ends_with(".safetensors") && (name.starts_with("model-") || name.starts_with("optimizer-"));
-            if ours && name != weights && name != optimizer {
+            let ours = name.ends_with(".safetensors")
+                && ["model-", "optimizer-", "history-"].iter().any(|p| name.starts_with(p));
+            if ours && !keep.contains(&name.as_str()) {
                 let _ = std::fs::remove_file(e.path());
             }
         }
@@ -117,7 +170,7 @@ fn prune(dir: &Path, weights: &str, optimizer: &str) {
 pub fn copy_into(dir: &Path, read: &mut dyn FnMut(&str) -> anyhow::Result<Vec<u8>>) -> anyhow::Result<Progress> {
     let json = read(STATE)?;
     let s: StateFile = serde_json::from_slice(&json).map_err(|e| unusable(&dir.join(STATE), e))?;
-    for name in [&s.weights, &s.optimizer] {
+    for name in s.tensor_files() {
         // Names come from another host: plain file names only, never a path.
         if !crate::paths::is_plain_name(name) {
             return Err(unusable(&dir.join(STATE), format!("file name {name:?} is not a plain name")).into());
@@ -125,7 +178,7 @@ pub fn copy_into(dir: &Path, read: &mut dyn FnMut(&str) -> anyhow::Result<Vec<u8
         write_atomic(dir.join(name), &read(name)?)?;
     }
     write_atomic(dir.join(STATE), &json)?;
-    prune(dir, &s.weights, &s.optimizer);
+    prune(dir, &s);
     Ok(s.progress)
 }
 
@@ -157,9 +210,47 @@ pub fn weight_files(dir: &Path) -> Result<[PathBuf; 2], TrainError> {
 
 /// Every file of the checkpoint in `dir`, tensors first and `state.json`
 /// last (what a worker resuming without the driver's filesystem must be sent).
-pub fn files(dir: &Path) -> Result<[PathBuf; 3], TrainError> {
+pub fn files(dir: &Path) -> Result<Vec<PathBuf>, TrainError> {
     let s = read_state(dir)?;
-    Ok([dir.join(s.weights), dir.join(s.optimizer), dir.join(STATE)])
+    let mut out: Vec<PathBuf> = s.tensor_files().into_iter().map(|f| dir.join(f)).collect();
+    out.push(dir.join(STATE));
+    Ok(out)
+}
+
+/// Whether the checkpoint in `dir` holds history rows.
+pub fn has_history(dir: &Path) -> Result<bool, TrainError> {
+    Ok(read_state(dir)?.history.is_some())
+}
+
+/// The history rows saved with the checkpoint in `dir`, if it has any.
+pub fn read_history(dir: &Path) -> Result<Option<SavedHistory>, TrainError> {
+    let Some(name) = read_state(dir)?.history else { return Ok(None) };
+    let path = dir.join(name);
+    let bytes = std::fs::read(&path).map_err(|e| unusable(&path, e))?;
+    // Checked once here, so `rows` reads a well-formed file.
+    safetensors::SafeTensors::deserialize(&bytes).map_err(|e| unusable(&path, e))?;
+    Ok(Some(SavedHistory { path, bytes }))
+}
+
+/// A checkpoint's history file, read.
+pub struct SavedHistory {
+    path: PathBuf,
+    bytes: Vec<u8>,
+}
+
+impl SavedHistory {
+    /// Block `name`, which must be `rows x width` f32.
+    pub fn rows(&self, name: &str, rows: usize, width: usize) -> Result<Vec<f32>, TrainError> {
+        let st = safetensors::SafeTensors::deserialize(&self.bytes).map_err(|e| unusable(&self.path, e))?;
+        let t = st.tensor(name).map_err(|e| unusable(&self.path, format!("block `{name}`: {e}")))?;
+        if t.dtype() != safetensors::Dtype::F32 || t.shape() != [rows, width] {
+            return Err(unusable(
+                &self.path,
+                format!("block `{name}` is {:?} {:?}, the run needs F32 [{rows}, {width}]", t.dtype(), t.shape()),
+            ));
+        }
+        Ok(t.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
+    }
 }
 
 /// Loads only the weights of the checkpoint in `dir` into `params` (inference).

@@ -541,16 +541,7 @@ impl TrainConfig {
                 "--mode minibatch with --strategy gnnpipe: GNNPipe pipelines the full graph through the workers' \
                  layers, so it always trains the whole graph; omit --mode",
             )),
-            (Some(g), StrategyKind::Gnnpipe) => {
-                if self.checkpoint_every > 0 {
-                    return Err(BadInput::new(format!(
-                        "--checkpoint-every {} with --strategy gnnpipe: its stages keep their optimizer state and \
-                         embedding history in memory, so only the final weights are saved; omit --checkpoint-every",
-                        self.checkpoint_every
-                    )));
-                }
-                g.check(self.fanouts.layers(), self.workers)
-            }
+            (Some(g), StrategyKind::Gnnpipe) => g.check(self.fanouts.layers(), self.workers),
             (None, StrategyKind::Gnnpipe) => {
                 Err(BadInput::new("--strategy gnnpipe needs --chunks (graph chunks per pipeline), e.g. 8"))
             }

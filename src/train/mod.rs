@@ -168,10 +168,12 @@ pub fn resumable(
 ) -> Result<(std::path::PathBuf, TrainConfig, Progress), TrainError> {
     let (run_dir, ck) = checkpointed_run(data, run, "--resume")?;
     let (mut cfg, progress) = checkpoint::load_config(&ck)?;
-    if cfg.strategy == StrategyKind::Gnnpipe {
+    let keeps_history = cfg.gnnpipe.as_ref().is_some_and(|g| g.history);
+    if cfg.strategy == StrategyKind::Gnnpipe && keeps_history && !checkpoint::has_history(&ck)? {
         return Err(BadInput::new(format!(
-            "--resume {run}: run `{run}` was trained with --strategy gnnpipe, whose stages keep their optimizer state \
-             and embedding history in memory only; start a new run (its final weights serve `infer`)"
+            "--resume {run}: run `{run}` (--strategy gnnpipe) ended without --checkpoint-every, so its final checkpoint \
+             holds the weights but not the embedding history the next epoch reads; start a new run (with \
+             --checkpoint-every N to be able to go on from it), or use its weights with `infer`"
         ))
         .into());
     }
@@ -278,6 +280,7 @@ fn execute(
         val: &val,
         test: &test,
         checkpoint_dir: Some(&ck),
+        resumed_from: resuming.then_some(ck.as_path()),
         stop_after,
         owners: None,
     };

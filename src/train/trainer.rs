@@ -32,6 +32,9 @@ pub struct LoopInput<'a> {
     pub test: &'a [u32],
     /// Where this worker writes checkpoints (rank 0 only).
     pub checkpoint_dir: Option<&'a Path>,
+    /// The checkpoint this run resumed from, on every rank: what a strategy
+    /// keeps beyond the weights and optimizer state (GNNPipe's history).
+    pub resumed_from: Option<&'a Path>,
     /// Stop (after checkpointing) once this many iterations are done in total.
     pub stop_after: Option<u64>,
     /// The partition's vertex -> worker map (who scores which evaluation
@@ -57,7 +60,7 @@ pub fn run_loop(
     }
     if cfg.strategy == super::StrategyKind::Gnnpipe {
         // Each stage trains its own layers with its own optimizer: its own loop.
-        return super::fullgraph::gnnpipe::run(inp, w, coll, p, obs);
+        return super::fullgraph::gnnpipe::run(inp, w, coll, &*opt, p, obs);
     }
     let save = |p: &Progress, w: &Worker<'_>, opt: &dyn Optimizer| match inp.checkpoint_dir {
         Some(dir) => checkpoint::save(dir, cfg, p, &w.params, opt),

@@ -206,6 +206,29 @@ pub fn halo_counts(d: &Path, dataset: &str, method: &str, parts: usize) -> Vec<V
         .collect()
 }
 
+/// Trains `args` to the end as run `whole`, and as run `cut` stopped after
+/// `stop_after` iterations, `between` done, and resumed: both summaries.
+pub fn straight_and_resumed(
+    d: &Path,
+    args: &[&str],
+    [whole, cut]: [&str; 2],
+    stop_after: u64,
+    between: impl FnOnce(),
+) -> (serde_json::Value, serde_json::Value) {
+    let straight = json(d, &[args, &["--run", whole]].concat());
+    let stopped = json(d, &[args, &["--run", cut, "--stop-after", &stop_after.to_string()]].concat());
+    assert_eq!(stopped["iterations"], stop_after);
+    between();
+    (straight, json(d, &["train", "--resume", cut, "--no-tui"]))
+}
+
+/// Each epoch's (loss, validation accuracy, test accuracy) of a run's
+/// summary: what must repeat exactly (its seconds differ from run to run).
+pub fn scores(s: &serde_json::Value) -> Vec<[serde_json::Value; 3]> {
+    let h = s["history"].as_array().unwrap();
+    h.iter().map(|e| [e["loss"].clone(), e["val_accuracy"].clone(), e["test_accuracy"].clone()]).collect()
+}
+
 /// A JSON count.
 pub fn count(v: &serde_json::Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))

@@ -101,6 +101,7 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
         val: &val,
         test: &test,
         checkpoint_dir: (rank == 0).then_some(ck.as_path()),
+        resumed_from: spec.resume.then_some(ck.as_path()),
         stop_after: spec.stop_after,
         owners: Some(owners.as_slice()),
     };

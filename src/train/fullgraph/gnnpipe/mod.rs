@@ -44,6 +44,8 @@
 //! Stages split a model through its per-layer interface: `Model::layer_forward`
 //! and the parameters named `layers.<l>.*` (`layer_of`).
 
+mod checkpoint;
+
 use super::HaloPlan;
 use super::chunks::{self, Chunk, VertexRows, flat};
 use super::exchange::decode_rows as decode;
@@ -52,8 +54,9 @@ use crate::comm::{Category, add_from_le};
 use crate::metrics::{EpochRecord, StepRecord, add_bytes};
 use crate::model::csr_op::select_rows;
 use crate::model::{Mode, Params, cross_entropy_sum};
+use crate::optim::Optimizer;
 use crate::train::trainer::dropout_key;
-use crate::train::{Collective, LoopInput, Observer, Progress, TrainError, Worker, checkpoint};
+use crate::train::{Collective, LoopInput, Observer, Progress, TrainError, Worker};
 use candle_core::{Tensor, Var};
 use std::ops::Range;
 use std::time::Instant;
@@ -492,30 +495,6 @@ impl Stage {
     }
 }
 
-/// Every stage's layers from their owner: afterwards every worker holds the
-/// whole trained model (for the checkpoint and `infer`).
-fn gather_params(w: &Worker<'_>, coll: &mut dyn Collective, stages: usize) -> Result<(), TrainError> {
-    let layers = w.model.num_layers();
-    // The groups' matching stages hold the same layers: group 0's serve everyone.
-    // Weights, then the buffers (BatchNorm's statistics) that only the owner kept up to date.
-    let values = |q: &Params| -> candle_core::Result<Vec<f32>> {
-        let mut v = q.flat_values()?;
-        v.extend(q.flat_buffers()?);
-        Ok(v)
-    };
-    let mine = le_bytes(&values(&stage_params(&w.params, &stage_layers(w.rank % stages, stages, layers)))?);
-    let out = (0..w.world).map(|q| if w.rank < stages && q != w.rank { mine.clone() } else { Vec::new() }).collect();
-    let got = coll.all_to_all(out, Category::Control).map_err(TrainError::Comm)?;
-    for (q, m) in got.iter().enumerate().take(stages).filter(|&(q, _)| q != w.rank) {
-        let theirs = stage_params(&w.params, &stage_layers(q, stages, layers));
-        let (n, b) = (theirs.numel(), theirs.buffers_numel());
-        let vals = decode(m, 1, n + b, q, "parameters")?;
-        theirs.set_flat(&vals[..n])?;
-        theirs.set_flat_buffers(&vals[n..])?;
-    }
-    Ok(())
-}
-
 /// The whole model's gradient at rank 0 (each stage sends its layers'), for
 /// an observer that asked for it (`--dump-grad`).
 fn whole_gradient(
@@ -548,11 +527,13 @@ fn whole_gradient(
 }
 
 /// Runs a GNNPipe job from `p` to the end (or `stop_after`): the common
-/// loop's inputs, an optimizer per stage.
+/// loop's inputs, an optimizer per stage (its slice of `whole`, the whole
+/// model's: fresh, or restored from the checkpoint `p` comes from).
 pub fn run(
     inp: &LoopInput<'_>,
     w: &mut Worker<'_>,
     coll: &mut dyn Collective,
+    whole: &dyn Optimizer,
     mut p: Progress,
     obs: &mut dyn Observer,
 ) -> Result<Progress, TrainError> {
@@ -636,77 +617,97 @@ pub fn run(
     let mut pending = per_layer_input();
     let edges: u64 = stage.chunks.iter().map(|c| c.plan.block.num_edges() as u64).sum();
     let roots: u64 = stage.chunks.iter().map(|c| c.train.len() as u64).sum();
-    let mut opt = cfg.optimizer.build(stage.own.numel(), cfg.lr, cfg.weight_decay);
+    let mut opt = stage.optimizer(w, cfg, whole)?;
+    if let Some(dir) = inp.resumed_from.filter(|_| g.history) {
+        stage.restore_history(w, dir, &mut bufs)?;
+    }
     let mut setup_seconds = t.elapsed().as_secs_f64();
     if w.model.norm_sums_len() > 0 && p.global_iteration == 0 {
         // Not billed to the first epoch's time or bytes, as in the common loop.
         stage.warm_up(w, coll, &mut bufs, dropout_key(cfg.seed, 0, 0))?;
         mark = coll.bytes();
     }
+    // A stop always leaves a resumable checkpoint; the final one holds the
+    // history only when the run asked for checkpoints (it costs a row per
+    // vertex and hidden layer at rank 0).
+    let history = g.history;
+    let periodic = cfg.checkpoint_every > 0;
 
     while p.epoch < cfg.epochs {
-        let t0 = Instant::now();
-        if !g.history {
-            bufs.iter_mut().for_each(VertexRows::clear);
-        }
-        let mode = Mode::Train { key: dropout_key(cfg.seed, p.epoch, p.iteration) };
-        let mut times = Times::default();
-        let tapes = stage.forward(w, coll, &mut bufs, mode, &mut times)?;
-        pending.iter_mut().for_each(VertexRows::clear);
-        let (loss, mut grad) = stage.backward(coll, tapes, &mut pending, &mut times)?;
-        stage.refresh_groups(coll, &mut bufs, &mut times)?;
-        // BatchNorm's sums of this epoch (non-zero for the stage's own layers
-        // only) ride with the gradient over the groups, as they ride with the
-        // all-reduce in the common loop; they set the next epoch's statistics.
-        let own = grad.len();
-        w.model.take_norm_sums(&mut grad);
-        stage.sum_over_groups(coll, &mut grad)?;
-        w.model.finish_iteration(&grad.split_off(own), false)?;
+        // A checkpoint taken after an epoch's step and before its evaluation
+        // resumes at the evaluation.
+        if p.iteration == 0 {
+            let t0 = Instant::now();
+            if !g.history {
+                bufs.iter_mut().for_each(VertexRows::clear);
+            }
+            let mode = Mode::Train { key: dropout_key(cfg.seed, p.epoch, p.iteration) };
+            let mut times = Times::default();
+            let tapes = stage.forward(w, coll, &mut bufs, mode, &mut times)?;
+            pending.iter_mut().for_each(VertexRows::clear);
+            let (loss, mut grad) = stage.backward(coll, tapes, &mut pending, &mut times)?;
+            stage.refresh_groups(coll, &mut bufs, &mut times)?;
+            // BatchNorm's sums of this epoch (non-zero for the stage's own layers
+            // only) ride with the gradient over the groups, as they ride with the
+            // all-reduce in the common loop; they set the next epoch's statistics.
+            let own = grad.len();
+            w.model.take_norm_sums(&mut grad);
+            stage.sum_over_groups(coll, &mut grad)?;
+            w.model.finish_iteration(&grad.split_off(own), false)?;
 
-        // The loss (the last stage's), the stop vote, and whether anyone wants the whole gradient.
-        let ts = Instant::now();
-        let mut ctl =
-            [loss as f32, f32::from(u8::from(obs.stop_requested())), f32::from(u8::from(obs.wants_gradient()))];
-        sum_small(coll, &mut ctl)?;
-        let (loss, stop_voted) = (ctl[0] as f64, ctl[1] > 0.0);
-        if !loss.is_finite() {
-            return Err(TrainError::NonFiniteLoss { epoch: p.epoch, iteration: p.iteration, value: loss });
-        }
-        if ctl[2] > 0.0
-            && let Some(whole) = whole_gradient(w, coll, stages, &grad)?
-        {
-            obs.gradient(p.global_iteration, &whole);
-        }
-        let mut weights = stage.own.flat_values()?;
-        opt.step(&mut weights, &grad);
-        stage.own.set_flat(&weights)?;
-        let sync = ts.elapsed().as_secs_f64();
+            // The loss (the last stage's), the stop vote, and whether anyone wants the whole gradient.
+            let ts = Instant::now();
+            let mut ctl =
+                [loss as f32, f32::from(u8::from(obs.stop_requested())), f32::from(u8::from(obs.wants_gradient()))];
+            sum_small(coll, &mut ctl)?;
+            let (loss, stop_voted) = (ctl[0] as f64, ctl[1] > 0.0);
+            if !loss.is_finite() {
+                return Err(TrainError::NonFiniteLoss { epoch: p.epoch, iteration: p.iteration, value: loss });
+            }
+            if ctl[2] > 0.0
+                && let Some(all) = whole_gradient(w, coll, stages, &grad)?
+            {
+                obs.gradient(p.global_iteration, &all);
+            }
+            let mut weights = stage.own.flat_values()?;
+            opt.step(&mut weights, &grad);
+            stage.own.set_flat(&weights)?;
+            let sync = ts.elapsed().as_secs_f64();
 
-        let moved = coll.bytes().since(&mark);
-        mark = coll.bytes();
-        let rec = StepRecord {
-            epoch: p.epoch,
-            iteration: p.iteration,
-            worker: w.rank as u32,
-            model: w.rank as u32,
-            roots,
-            edges,
-            bytes_out: moved.sent,
-            bytes_in: moved.received,
-            gather_seconds: times.exchange + std::mem::take(&mut setup_seconds),
-            compute_seconds: times.compute,
-            sync_seconds: sync,
-            loss: if last { loss } else { 0.0 },
-            layer: Some(layers.start as u32),
-            ..Default::default()
-        };
-        add_bytes(&mut p.bytes, &rec.bytes_out);
-        obs.step(&rec)?;
-        let seconds = t0.elapsed().as_secs_f64();
-        p.iteration += 1;
-        p.global_iteration += 1;
-        if inp.stop_after == Some(p.global_iteration) || stop_voted {
-            break;
+            let moved = coll.bytes().since(&mark);
+            mark = coll.bytes();
+            let rec = StepRecord {
+                epoch: p.epoch,
+                iteration: p.iteration,
+                worker: w.rank as u32,
+                model: w.rank as u32,
+                roots,
+                edges,
+                bytes_out: moved.sent,
+                bytes_in: moved.received,
+                gather_seconds: times.exchange + std::mem::take(&mut setup_seconds),
+                compute_seconds: times.compute,
+                sync_seconds: sync,
+                loss: if last { loss } else { 0.0 },
+                layer: Some(layers.start as u32),
+                ..Default::default()
+            };
+            add_bytes(&mut p.bytes, &rec.bytes_out);
+            obs.step(&rec)?;
+            p.epoch_seconds = t0.elapsed().as_secs_f64();
+            p.epoch_loss_sum = loss;
+            p.epoch_iterations = 1;
+            p.iteration += 1;
+            p.global_iteration += 1;
+            let stop = inp.stop_after == Some(p.global_iteration) || stop_voted;
+            if stop || (periodic && p.global_iteration.is_multiple_of(cfg.checkpoint_every)) {
+                stage.save(w, coll, (cfg, inp.checkpoint_dir), &p, opt.as_ref(), (&bufs, history))?;
+                mark = coll.bytes();
+                obs.event(&format!("{} {}", crate::train::checkpoint::WRITTEN, p.global_iteration));
+            }
+            if stop {
+                return Ok(p);
+            }
         }
 
         let te = Instant::now();
@@ -716,10 +717,10 @@ pub fn run(
         add_bytes(&mut p.eval_bytes, &eval.sent);
         let e = EpochRecord {
             epoch: p.epoch,
-            loss,
+            loss: p.epoch_loss_sum,
             val_accuracy: val,
             test_accuracy: test,
-            seconds,
+            seconds: p.epoch_seconds,
             eval_seconds: te.elapsed().as_secs_f64(),
             iterations: 1,
             layer: None,
@@ -728,15 +729,11 @@ pub fn run(
         p.history.push(e);
         p.epoch += 1;
         p.iteration = 0;
+        (p.epoch_loss_sum, p.epoch_iterations, p.epoch_seconds) = (0.0, 0, 0.0);
     }
-    gather_params(w, coll, stages)?;
-    let tail = coll.bytes().since(&mark);
-    add_bytes(&mut p.bytes, &tail.sent);
-    if let Some(dir) = inp.checkpoint_dir {
-        let fresh = cfg.optimizer.build(w.params.numel(), cfg.lr, cfg.weight_decay);
-        checkpoint::save(dir, cfg, &p, &w.params, fresh.as_ref())?;
-        obs.event("final checkpoint written");
-    }
+    // Rank 0 gathers every stage's layers: its checkpoint is the whole model (`infer`).
+    stage.save(w, coll, (cfg, inp.checkpoint_dir), &p, opt.as_ref(), (&bufs, history && periodic))?;
+    obs.event("final checkpoint written");
     Ok(p)
 }
 
