@@ -31,6 +31,7 @@
 //! written at the start of every stage and at the end: a resumed run
 //! retrains the stage it was stopped in from its start.
 
+use super::chunks::flat;
 use super::factored::{Cost, FactoredLinear, stacked_grads};
 use super::factored_gat::{FactoredGat, GatPart};
 use super::{HaloPlan, forward_rows, worker_plan};
@@ -725,7 +726,7 @@ pub fn score(
     }
     let si = model.stage_input(last, &plan, w.graph, h, &split, &dev)?;
     let logits = model.conv(last, &si, (&src, &owned), &split, None)?;
-    let (classes, logits) = (logits.dim(1)?, logits.flatten_all()?.to_vec1::<f32>()?);
+    let (classes, logits) = (logits.dim(1)?, flat(&logits)?);
     Ok(super::inference::Scored { nodes: owned, logits, classes, embeddings: kept })
 }
 
@@ -754,7 +755,7 @@ fn owned_embedding(
 ) -> Result<(Vec<f32>, usize), TrainError> {
     let (_, e) = model.head(l, model.conv(l, si, ids, split, None)?)?;
     let e = e.expect("every stage but the last has a head");
-    Ok((e.flatten_all()?.to_vec1::<f32>()?, e.dim(1)?))
+    Ok((flat(&e)?, e.dim(1)?))
 }
 
 /// Validation and test accuracy of stage `l` (with its head) over all workers.

@@ -8,7 +8,7 @@
 //! the run goes on as it would have; a checkpoint without history (the
 //! final one of a run without `--checkpoint-every`) serves `infer` only.
 
-use super::{Stage, flat_ranges, le_bytes, stage_layers, stage_params};
+use super::{Stage, flat_ranges, input_width as width, le_bytes, stage_layers, stage_params};
 use crate::comm::Category;
 use crate::optim::{OptimState, Optimizer};
 use crate::train::fullgraph::chunks::VertexRows;
@@ -24,11 +24,6 @@ fn group_vertices(w: &Worker<'_>, stages: usize, groups: usize, g: usize) -> Vec
         (Some(owners), 2..) => (0..n).filter(|&v| owners.as_slice()[v as usize] as usize / stages == g).collect(),
         _ => (0..n).collect(),
     }
-}
-
-/// The width of layer `l`'s input rows.
-fn width(w: &Worker<'_>, l: usize) -> usize {
-    if l == 0 { w.model.spec().in_dim } else { w.model.out_dim(l - 1) }
 }
 
 /// `whole`'s slots restricted to `ranges` (a stage's parameters in the flat layout).
@@ -117,10 +112,9 @@ impl Stage {
             step: opt.state().step,
             slots: slots.iter().map(|s| (s.to_string(), vec![0f32; w.params.numel()])).collect(),
         };
-        let mut rows: Vec<(String, usize, Vec<f32>)> = (1..num_layers)
-            .filter(|_| history)
-            .map(|l| (format!("history.{l}"), width(w, l), vec![0f32; n * width(w, l)]))
-            .collect();
+        // Hidden layer l's input rows are rows[l - 1].
+        let hidden = if history { 1..num_layers } else { 1..1 };
+        let mut rows: Vec<VertexRows> = hidden.clone().map(|l| VertexRows::zeros(n, width(w, l))).collect();
         for (q, msg) in got.iter().enumerate() {
             let (s, g) = (q % stages, q / stages);
             let layers = stage_layers(s, stages, num_layers);
@@ -144,17 +138,15 @@ impl Stage {
                 }
             }
             for l in layers.filter(|&l| l > 0 && history) {
-                let (_, d, block) = &mut rows[l - 1];
-                let (these, rest) = hist_vals.split_at(ids.len() * *d);
-                let mut buf = VertexRows { d: *d, vals: std::mem::take(block) };
-                buf.write(&ids, these);
-                *block = buf.vals;
+                let (these, rest) = hist_vals.split_at(ids.len() * rows[l - 1].d);
+                rows[l - 1].write(&ids, these);
                 hist_vals = rest;
             }
         }
         let mut full = cfg.optimizer.build(w.params.numel(), cfg.lr, cfg.weight_decay);
         full.load_state(whole).map_err(|e| TrainError::Comm(format!("checkpoint optimizer state: {e}").into()))?;
-        let blocks: Vec<(String, usize, &[f32])> = rows.iter().map(|(k, d, v)| (k.clone(), *d, v.as_slice())).collect();
+        let blocks: Vec<(String, usize, &[f32])> =
+            hidden.zip(&rows).map(|(l, r)| (format!("history.{l}"), r.d, r.vals.as_slice())).collect();
         checkpoint::save_with_history(dir, cfg, p, &w.params, full.as_ref(), history.then_some(blocks.as_slice()))
     }
 }

@@ -125,6 +125,11 @@ pub fn layer_of(name: &str) -> Option<usize> {
     name.strip_prefix("layers.")?.split('.').next()?.parse().ok()
 }
 
+/// The width of layer `l`'s input rows.
+fn input_width(w: &Worker<'_>, l: usize) -> usize {
+    if l == 0 { w.model.spec().in_dim } else { w.model.out_dim(l - 1) }
+}
+
 /// The parameters of `layers` (sharing storage with `params`).
 fn stage_params(params: &Params, layers: &Range<usize>) -> Params {
     params.subset_where(|name| layer_of(name).is_some_and(|l| layers.contains(&l)))
@@ -553,7 +558,7 @@ pub fn run(
     let layers = stage_layers(s, stages, num_layers);
     let last = s + 1 == stages;
     let n = w.graph.num_nodes();
-    let width = |l: usize| if l == 0 { w.model.spec().in_dim } else { w.model.out_dim(l - 1) };
+    let width = |l: usize| input_width(w, l);
 
     let t = Instant::now();
     let mut mark = coll.bytes();
