@@ -4,6 +4,7 @@
 use crate::Global;
 use anyhow::Context;
 use leapgnn::cluster::ToDriver;
+use leapgnn::cluster::launcher::describe_threads;
 use leapgnn::cluster::worker_session::{self, Job, Reporter};
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -37,7 +38,12 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     }
     let (job, reporter) = worker_session::join(a.driver, a.rank, token.trim(), a.bind, Duration::from_secs(a.timeout))?;
     // The test harness and operators find a worker by these (the driver prefixes `[worker r]`).
-    eprintln!("pid {}, mesh listening on {}", std::process::id(), job.peers[job.rank]);
+    eprintln!(
+        "pid {}, mesh listening on {}, {}",
+        std::process::id(),
+        job.peers[job.rank],
+        describe_threads(rayon::current_num_threads())
+    );
     tracing::info!("worker {} of {}: joined, job {}", job.rank, job.world, job.config);
     let result = match job.config.get("task").and_then(|t| t.as_str()) {
         // Takes the job: the worker's mesh listener is closed once the mesh is built.
@@ -63,6 +69,7 @@ fn run_job(job: &Job, reporter: &Reporter) -> anyhow::Result<serde_json::Value> 
             "rank": job.rank,
             "world": job.world,
             "pid": std::process::id(),
+            "threads": rayon::current_num_threads(),
             "version": env!("CARGO_PKG_VERSION"),
         })),
         // Holds a started worker for `seconds` (the driver may stop it sooner): lets checks and

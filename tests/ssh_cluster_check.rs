@@ -92,6 +92,14 @@ fn check_starts_every_worker_and_reports_data_to_ship() {
     assert_eq!(h["ports"]["ok"], true, "{h}");
     let ports = h["ports"]["detail"].as_str().unwrap();
     assert!(ports.contains("rank 0 started") && ports.contains("rank 1 started"), "{ports}");
+    // The host's two workers share its cores, as the host counts them.
+    let nproc = std::process::Command::new("nproc").output().unwrap();
+    let cores: usize = String::from_utf8_lossy(&nproc.stdout).trim().parse().unwrap();
+    let share = match (cores / 2).max(1) {
+        1 => ", 1 compute thread)".to_string(),
+        n => format!(", {n} compute threads)"),
+    };
+    assert_eq!(ports.matches(&share).count(), 2, "{ports}");
     let d = h["data"]["detail"].as_str().unwrap();
     // 4 distinct files (topology and manifest shared by both ranks); a check sends none.
     assert!(d.contains("0 present and matching, 4 missing or stale"), "{d}");

@@ -348,7 +348,8 @@ fn dropping_a_remote_worker_kills_its_process_group() {
     let l = launcher(&profile).with_log(Arc::new(|_| {}));
     // A driver that admits the worker but never sends a job: the worker would wait for it.
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let spec = WorkerSpec { rank: 0, driver: listener.local_addr().unwrap(), token: "t0k3n".into(), env: vec![] };
+    let spec =
+        WorkerSpec { rank: 0, driver: listener.local_addr().unwrap(), token: "t0k3n".into(), world: 1, env: vec![] };
     let mut worker = l.launch(&spec).unwrap();
     let (stream, _) = listener.accept().unwrap();
     let mut c = ControlConn::new(stream, "worker 0");

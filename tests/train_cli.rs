@@ -4,6 +4,7 @@
 mod train_support;
 
 use std::collections::HashSet;
+use std::process::Command;
 use train_support::{Tiny, fails, json, leapgnn, losses, weights, write_tiny};
 
 const BASE: &[&str] = &["train", "tiny", "--batch-size", "64", "--fanout", "5,5", "--hidden", "32"];
@@ -233,4 +234,33 @@ fn train_without_a_name_generates_and_learns_the_built_in_synthetic_dataset() {
     assert!(s["run"].as_str().unwrap().starts_with("synthetic-small-sage-"), "{s}");
     assert!(s["test_accuracy"].as_f64().unwrap() > 0.8, "{s}");
     assert!(tmp.path().join("synthetic-small/dataset.lgnn").is_file());
+}
+
+#[test]
+fn local_workers_share_the_cores_unless_the_operator_sets_their_threads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    write_tiny(d, "tiny", Tiny::default());
+    // Each worker's compute threads, by rank, from its line "[worker r] pid P, mesh listening on A, N compute threads".
+    let threads = |run: &str, preset: Option<&str>| -> Vec<usize> {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_leapgnn"));
+        c.arg("--data-dir").arg(d).args(args(&["--workers", "3", "--epochs", "1", "--json", "--run", run]));
+        match preset {
+            Some(t) => c.env("RAYON_NUM_THREADS", t),
+            None => c.env_remove("RAYON_NUM_THREADS"),
+        };
+        let out = c.output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{err}");
+        let mut by_rank = vec![0; 3];
+        for l in err.lines().filter(|l| l.contains("mesh listening on")) {
+            let rank: usize = l.strip_prefix("[worker ").unwrap().split(']').next().unwrap().parse().unwrap();
+            let n = l.rsplit(", ").next().unwrap().split(' ').next().unwrap();
+            by_rank[rank] = n.parse().unwrap_or_else(|_| panic!("no thread count in {l:?}"));
+        }
+        by_rank
+    };
+    let cores = std::thread::available_parallelism().unwrap().get();
+    assert_eq!(threads("shared", None), vec![(cores / 3).max(1); 3]);
+    assert_eq!(threads("preset", Some("3")), vec![3; 3], "the operator's RAYON_NUM_THREADS is kept");
 }

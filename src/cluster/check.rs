@@ -7,6 +7,7 @@
 use super::driver::{DriverError, DriverOptions, run_job};
 use super::known_hosts::HostKeyStatus;
 use super::launcher::Launcher;
+use super::launcher::describe_threads;
 use super::local::LocalLauncher;
 use super::profile::{HostSpec, LauncherKind, Profile};
 use super::ship::{self, RemoteState, ShipItem};
@@ -342,12 +343,15 @@ fn start_workers(profile: &Profile, opts: &CheckOptions, hosts: &mut [HostReport
             for (rank, d) in done.iter().enumerate() {
                 if let Some(i) = host_index(rank) {
                     let pid = d["pid"].as_u64().unwrap_or(0);
+                    let threads =
+                        d["threads"].as_u64().map_or(String::new(), |t| format!(", {}", describe_threads(t as usize)));
                     let prev = if hosts[i].ports.ok == Some(true) {
                         format!("{}, ", hosts[i].ports.detail)
                     } else {
                         String::new()
                     };
-                    hosts[i].ports = Check::pass(format!("{prev}rank {rank} started (pid {pid}) and answered"));
+                    hosts[i].ports =
+                        Check::pass(format!("{prev}rank {rank} started (pid {pid}{threads}) and answered"));
                 }
             }
         }

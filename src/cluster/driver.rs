@@ -132,7 +132,7 @@ pub fn run_job_stoppable(
     }
     let mut procs: Vec<Box<dyn WorkerProcess>> = Vec::with_capacity(world);
     for rank in 0..world {
-        let spec = WorkerSpec { rank, driver: addr, token: token.clone(), env: vec![] };
+        let spec = WorkerSpec { rank, driver: addr, token: token.clone(), world, env: vec![] };
         procs.push(launcher.launch(&spec).map_err(|source| DriverError::Launch { rank, source })?);
     }
     let mut conns = admit(&listener, &token, world, opts, &mut procs, interrupted)?;

@@ -18,8 +18,34 @@ pub struct WorkerSpec {
     /// Passed on stdin (inside SSH for remote workers), never on argv, where
     /// other users could read it, nor on the control connection.
     pub token: String,
+    /// Workers in the job, over every host: a launcher shares a host's cores
+    /// among the job's workers on it (`threads_per_worker`).
+    pub world: usize,
     /// Extra environment for the worker (e.g. RAYON_NUM_THREADS).
     pub env: Vec<(String, String)>,
+}
+
+/// The variable that sets a worker's compute threads: rayon's pool and
+/// candle's matrix kernels both read it.
+pub const THREADS_VAR: &str = "RAYON_NUM_THREADS";
+
+/// Compute threads for each of `workers` workers sharing `cores` cores: an
+/// equal share, at least one. Left to themselves, each would start a thread
+/// per core, and the spinning threads of co-located workers slow them all
+/// (torchrun and DGL's launcher divide a machine the same way).
+pub fn threads_per_worker(cores: usize, workers: usize) -> usize {
+    (cores / workers.max(1)).max(1)
+}
+
+/// "1 compute thread", "4 compute threads": how workers and checks say it.
+pub fn describe_threads(n: usize) -> String {
+    format!("{n} compute thread{}", if n == 1 { "" } else { "s" })
+}
+
+/// `THREADS_VAR` as the environment gives it, if set (an operator's choice,
+/// which launchers keep).
+pub fn threads_preset() -> Option<std::ffi::OsString> {
+    std::env::var_os(THREADS_VAR).filter(|v| !v.is_empty())
 }
 
 /// A started worker. Dropping it stops the worker (no orphans).
@@ -94,4 +120,19 @@ pub fn describe_exit(code: i32) -> String {
 pub fn exit_code(status: std::process::ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
     status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(-1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workers_get_an_equal_share_of_the_cores_and_never_none() {
+        assert_eq!(threads_per_worker(16, 4), 4);
+        assert_eq!(threads_per_worker(16, 3), 5);
+        assert_eq!(threads_per_worker(2, 4), 1);
+        assert_eq!(threads_per_worker(8, 0), 8);
+        assert_eq!(describe_threads(1), "1 compute thread");
+        assert_eq!(describe_threads(4), "4 compute threads");
+    }
 }

@@ -1,6 +1,6 @@
 //! Workers as child processes of the driver on this machine.
 
-use super::launcher::{Launcher, LogSink, WorkerProcess, WorkerSpec};
+use super::launcher::{Launcher, LogSink, THREADS_VAR, WorkerProcess, WorkerSpec, threads_per_worker, threads_preset};
 use anyhow::Context;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::CommandExt;
@@ -47,8 +47,13 @@ impl Launcher for LocalLauncher {
             .arg("--driver")
             .arg(spec.driver.to_string())
             .arg("--rank")
-            .arg(spec.rank.to_string())
-            .envs(spec.env.iter().map(|(k, v)| (k, v)))
+            .arg(spec.rank.to_string());
+        // All of them on this machine: each gets its share of the cores unless the operator set it.
+        if threads_preset().is_none() {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            cmd.env(THREADS_VAR, threads_per_worker(cores, spec.world).to_string());
+        }
+        cmd.envs(spec.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -7,7 +7,7 @@
 //! the remote process group (TERM, then KILL), so nothing is left behind.
 
 use super::known_hosts::HostKeyStatus;
-use super::launcher::{Launcher, RemoteDir, WorkerProcess, WorkerSpec};
+use super::launcher::{Launcher, RemoteDir, THREADS_VAR, WorkerProcess, WorkerSpec};
 use super::profile::{HostSpec, Profile, resolve_remote};
 use super::remote_dir::SftpDir;
 use super::ship::{self, ShipItem, Shipped};
@@ -116,6 +116,14 @@ impl SshLauncher {
             Some(&s) => Some(self.profile.spares[s].clone()),
             None => Some(self.profile.hosts[i].clone()),
         }
+    }
+
+    /// How many of a job of `world` ranks run on `rank`'s host (a spare
+    /// takes all of its host's ranks, so the count holds there too).
+    fn workers_on_host_of(&self, rank: usize, world: usize) -> usize {
+        let slots = self.profile.assignment();
+        let host = slots.get(rank);
+        slots.iter().take(world).filter(|&i| Some(i) == host).count().max(1)
     }
 
     /// Moves the ranks of `rank`'s host (found unreachable) to the first
@@ -273,13 +281,20 @@ impl Launcher for SshLauncher {
         if !env.is_empty() {
             env.insert(0, "env".into());
         }
+        // The job's workers on this host share its cores (counted there)
+        // unless the remote environment or the profile's `env` sets them.
+        let here = self.workers_on_host_of(spec.rank, spec.world);
+        let threads = format!(
+            "[ -n \"${THREADS_VAR}\" ] || {{ t=$(( $(nproc 2>/dev/null || echo 1) / {here} )); \
+             [ \"$t\" -ge 1 ] || t=1; export {THREADS_VAR}=$t; }}; "
+        );
         // The login shell execs sh, which prints its pid and execs the worker:
         // one pid throughout, and sshd made it a session (and group) leader.
         let cmd = format!(
             "cd {root} && exec /bin/sh -c {script} leapgnn-worker {env} {bin} --data-dir {data} worker --driver {driver} \
              --rank {rank} --bind {bind}",
             root = quote(&p.layout.root.to_string_lossy()),
-            script = quote(&format!("echo {PID_MARK} $$; exec \"$@\"")),
+            script = quote(&format!("{threads}echo {PID_MARK} $$; exec \"$@\"")),
             env = env.join(" "),
             bin = quote(&p.binary.to_string_lossy()),
             data = quote(&p.layout.data.to_string_lossy()),

@@ -6,7 +6,7 @@ mod sink;
 mod summary;
 mod tensorboard;
 
-pub use record::{ByteCounts, RestartRecord, RowCounts, StepRecord, add_bytes};
+pub use record::{ByteCounts, RestartRecord, RowCounts, StepRecord, add_bytes, sub_bytes};
 pub use run_info::RunInfo;
 pub use sink::JsonlSink;
 pub use summary::{EpochRecord, RunBytes, RunSummary};

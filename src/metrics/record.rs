@@ -37,6 +37,17 @@ pub fn add_bytes(acc: &mut ByteCounts, d: &ByteCounts) {
     acc.control += d.control;
 }
 
+/// `a - b`, category by category, never below zero.
+pub fn sub_bytes(a: &ByteCounts, b: &ByteCounts) -> ByteCounts {
+    ByteCounts {
+        features: a.features.saturating_sub(b.features),
+        gradients: a.gradients.saturating_sub(b.gradients),
+        migration: a.migration.saturating_sub(b.migration),
+        activations: a.activations.saturating_sub(b.activations),
+        control: a.control.saturating_sub(b.control),
+    }
+}
+
 /// One record per (epoch, iteration, time step, worker): one line of `metrics.jsonl`.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct StepRecord {

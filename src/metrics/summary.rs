@@ -76,14 +76,14 @@ pub struct RunBytes {
 impl RunBytes {
     /// `total` with the evaluation's share `eval` split off.
     pub fn split(total: ByteCounts, eval: ByteCounts) -> Self {
-        let train = ByteCounts {
-            features: total.features.saturating_sub(eval.features),
-            gradients: total.gradients.saturating_sub(eval.gradients),
-            migration: total.migration.saturating_sub(eval.migration),
-            activations: total.activations.saturating_sub(eval.activations),
-            control: total.control.saturating_sub(eval.control),
-        };
-        RunBytes { total, train, eval }
+        RunBytes { total, train: super::record::sub_bytes(&total, &eval), eval }
+    }
+
+    /// `self += o`, phase by phase.
+    pub fn add(&mut self, o: &RunBytes) {
+        for (a, b) in [(&mut self.total, &o.total), (&mut self.train, &o.train), (&mut self.eval, &o.eval)] {
+            super::record::add_bytes(a, b);
+        }
     }
 }
 

@@ -219,7 +219,19 @@ pub fn straight_and_resumed(
     let stopped = json(d, &[args, &["--run", cut, "--stop-after", &stop_after.to_string()]].concat());
     assert_eq!(stopped["iterations"], stop_after);
     between();
-    (straight, json(d, &["train", "--resume", cut, "--no-tui"]))
+    let resumed = json(d, &["train", "--resume", cut, "--no-tui"]);
+    // Bytes are the whole run's: each phase moved at least what the straight run's did (the
+    // resumed workers connect and set up again, in training or, where the run resumes at an
+    // evaluation, in that one).
+    let (a, b) = (&straight["bytes"], &resumed["bytes"]);
+    for c in ["features", "gradients", "migration", "activations", "control"] {
+        for phase in ["train", "eval"] {
+            let (x, y) = (count(&a[phase][c]), count(&b[phase][c]));
+            assert!(y >= x, "{phase} {c} bytes: straight {a}, resumed {b}");
+        }
+        assert_eq!(count(&b[c]), count(&b["train"][c]) + count(&b["eval"][c]), "{b}");
+    }
+    (straight, resumed)
 }
 
 /// Each epoch's (loss, validation accuracy, test accuracy) of a run's

@@ -387,6 +387,9 @@ fn execute(
         add_bytes(&mut eval, &d.eval_bytes);
     }
     summary.bytes = RunBytes::split(total, eval);
+    if let Some(before) = resume.as_ref().and_then(|p| bytes_before(&run_dir, p.global_iteration)) {
+        summary.bytes.add(&before);
+    }
     let mut by_rank: Vec<&WorkerDone> = done.iter().collect();
     by_rank.sort_by_key(|d| d.rank);
     summary.peak_rss_bytes = by_rank.iter().filter_map(|d| d.peak_rss_bytes).collect();
@@ -445,6 +448,17 @@ fn fetch_checkpoint(
 }
 
 /// Copies rank 0's checkpoint into the driver's run directory; `None` when files are shared.
+/// What run `run_dir` moved before the checkpoint a resume starts from
+/// (`iteration`): the bytes of its last summary, when that run ended there (it
+/// was stopped there or finished). An attempt that failed after a later
+/// checkpoint wrote no summary, so its bytes are unknown: `None`, and the
+/// resumed run counts from the checkpoint on.
+fn bytes_before(run_dir: &Path, iteration: u64) -> Option<RunBytes> {
+    let text = std::fs::read(run_dir.join("summary.json")).ok()?;
+    let before: RunSummary = serde_json::from_slice(&text).ok()?;
+    (before.iterations == iteration).then_some(before.bytes)
+}
+
 fn copy_checkpoint(launcher: &dyn Launcher, remote_run_dir: &Path, run_dir: &Path) -> anyhow::Result<Option<Progress>> {
     let remote = checkpoint::dir(remote_run_dir);
     let Some(dir) = launcher.open_dir(0, &remote) else { return Ok(None) };

@@ -73,9 +73,10 @@ pub struct WorkerDone {
     /// Iterations done over the whole run.
     pub iterations: u64,
     pub history: Vec<EpochRecord>,
-    /// Everything this worker's mesh moved, for the whole run (socket counts).
+    /// Everything this worker's mesh moved since this process started (socket
+    /// counts; a resumed run's driver adds what the run moved before).
     pub bytes: ByteCounts,
-    /// What this worker sent while evaluating, by category (part of `bytes.sent`).
+    /// What this worker sent while evaluating since it started, by category (part of `bytes.sent`).
     #[serde(default)]
     pub eval_bytes: crate::metrics::ByteCounts,
     /// Every row this worker read through its fetching source (training,

@@ -95,6 +95,8 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
     let ck = checkpoint::dir(&spec.run_dir);
     let progress =
         if spec.resume { checkpoint::restore(&ck, &worker.params, opt.as_mut())? } else { Progress::default() };
+    // The checkpoint's count (rank 0's, before it): this process reports what it moved itself.
+    let eval_before = progress.eval_bytes;
     let inp = LoopInput {
         cfg,
         train: &train,
@@ -116,7 +118,7 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
         iterations: p.global_iteration,
         history: p.history,
         bytes: mesh.bytes(),
-        eval_bytes: p.eval_bytes,
+        eval_bytes: crate::metrics::sub_bytes(&p.eval_bytes, &eval_before),
         fetch,
         remote_fetches,
         time_steps: Some(strategy::Strategy::time_steps(&strat)),
