@@ -447,7 +447,6 @@ fn fetch_checkpoint(
     Ok(())
 }
 
-/// Copies rank 0's checkpoint into the driver's run directory; `None` when files are shared.
 /// What run `run_dir` moved before the checkpoint a resume starts from
 /// (`iteration`): the bytes of its last summary, when that run ended there (it
 /// was stopped there or finished). An attempt that failed after a later
@@ -459,6 +458,7 @@ fn bytes_before(run_dir: &Path, iteration: u64) -> Option<RunBytes> {
     (before.iterations == iteration).then_some(before.bytes)
 }
 
+/// Copies rank 0's checkpoint into the driver's run directory; `None` when files are shared.
 fn copy_checkpoint(launcher: &dyn Launcher, remote_run_dir: &Path, run_dir: &Path) -> anyhow::Result<Option<Progress>> {
     let remote = checkpoint::dir(remote_run_dir);
     let Some(dir) = launcher.open_dir(0, &remote) else { return Ok(None) };
