@@ -6,8 +6,7 @@
 
 use super::driver::{DriverError, DriverOptions, run_job};
 use super::known_hosts::HostKeyStatus;
-use super::launcher::Launcher;
-use super::launcher::describe_threads;
+use super::launcher::{Launcher, describe_threads};
 use super::local::LocalLauncher;
 use super::profile::{HostSpec, LauncherKind, Profile};
 use super::ship::{self, RemoteState, ShipItem};
