@@ -303,17 +303,23 @@ fn argmax(g: &AggGraph, x: View<'_>) -> Vec<u32> {
     let dim = x.width;
     let mut arg = vec![0u32; g.num_dst() * dim];
     if dim > 0 {
-        arg.par_chunks_mut(dim).enumerate().with_min_len(64).for_each(|(d, o)| {
-            let Some((&first, rest)) = g.row(d).split_first() else { return };
-            o.fill(first);
-            for &s in rest {
-                for (c, (&v, best)) in x.row(s as usize).iter().zip(o.iter_mut()).enumerate() {
-                    if v > x.row(*best as usize)[c] {
-                        *best = s;
+        // The winning values ride in a scratch row (one per rayon task) so a
+        // comparison reads no other source's row; the selects vectorise.
+        arg.par_chunks_mut(dim).enumerate().with_min_len(64).for_each_init(
+            || vec![0f32; dim],
+            |best, (d, o)| {
+                let Some((&first, rest)) = g.row(d).split_first() else { return };
+                o.fill(first);
+                best.copy_from_slice(x.row(first as usize));
+                for &s in rest {
+                    for ((&v, b), a) in x.row(s as usize).iter().zip(best.iter_mut()).zip(o.iter_mut()) {
+                        let wins = v > *b;
+                        *b = if wins { v } else { *b };
+                        *a = if wins { s } else { *a };
                     }
                 }
-            }
-        });
+            },
+        );
     }
     arg
 }
@@ -400,12 +406,13 @@ impl CustomOp2 for AggBwd {
             match self.reduce {
                 Reduce::Sum => sum_row(t, self.g.weights(), 1, g_agg, s, o),
                 Reduce::Max => {
+                    // Adding +0.0 where s lost changes no sum (o is never -0.0:
+                    // it starts at +0.0), and the select vectorises.
+                    let me = s as u32;
                     for (dst, _) in t.edges(s) {
                         let won = &arg[dst * d..(dst + 1) * d];
                         for ((o, &a), &gv) in o.iter_mut().zip(won).zip(g_agg.row(dst)) {
-                            if a as usize == s {
-                                *o += gv;
-                            }
+                            *o += if a == me { gv } else { 0.0 };
                         }
                     }
                 }
@@ -627,5 +634,6 @@ mod tests {
         let g = Arc::new(AggGraph::new(n, n, indptr, indices, None).with_mean_weights());
         let x = distinct(n, 32, 5);
         agree(std::slice::from_ref(&x), |t, k| weighted_sum(&t[0], &g, k));
+        agree(std::slice::from_ref(&x), |t, k| aggregate_with_self(&t[0], &g, Reduce::Max, k));
     }
 }
