@@ -95,7 +95,8 @@ fn check_starts_every_worker_and_reports_data_to_ship() {
     // The host's two workers share its cores, as the host counts them.
     let nproc = std::process::Command::new("nproc").output().unwrap();
     let cores: usize = String::from_utf8_lossy(&nproc.stdout).trim().parse().unwrap();
-    let share = format!(", {})", leapgnn::cluster::launcher::describe_threads((cores / 2).max(1)));
+    use leapgnn::cluster::launcher::{describe_threads, threads_per_worker};
+    let share = format!(", {})", describe_threads(threads_per_worker(cores, 2)));
     assert_eq!(ports.matches(&share).count(), 2, "{ports}");
     let d = h["data"]["detail"].as_str().unwrap();
     // 4 distinct files (topology and manifest shared by both ranks); a check sends none.

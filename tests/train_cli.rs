@@ -261,6 +261,6 @@ fn local_workers_share_the_cores_unless_the_operator_sets_their_threads() {
         by_rank
     };
     let cores = std::thread::available_parallelism().unwrap().get();
-    assert_eq!(threads("shared", None), vec![(cores / 3).max(1); 3]);
+    assert_eq!(threads("shared", None), vec![leapgnn::cluster::launcher::threads_per_worker(cores, 3); 3]);
     assert_eq!(threads("preset", Some("3")), vec![3; 3], "the operator's RAYON_NUM_THREADS is kept");
 }
