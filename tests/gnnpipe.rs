@@ -149,6 +149,24 @@ fn learns_cora_close_to_full_graph_training() {
 }
 
 #[test]
+fn history_smoothing_changes_only_what_is_read_from_the_history() {
+    let tmp = cora();
+    let d = tmp.path();
+    let base =
+        ["train", "cora", "--no-tui", "--strategy", "gnnpipe", "--workers", "2", "--layers", "4", "--epochs", "4"];
+    let losses = |chunks: &str, g: &str| -> Vec<f64> {
+        let s = json(d, &[&base[..], &["--chunks", chunks, "--history-smoothing", g]].concat());
+        s["history"].as_array().unwrap().iter().map(|e| e["loss"].as_f64().unwrap()).collect()
+    };
+    // One chunk reads nothing from the history: smoothing it changes nothing.
+    assert_eq!(losses("1", "0.5"), losses("1", "0"));
+    // Three chunks read it from epoch 1 on: epoch 0 alike, then not.
+    let (smooth, plain) = (losses("3", "0.5"), losses("3", "0"));
+    assert_eq!(smooth[..2], plain[..2], "epoch 0 warms the history and epoch 1 reads it unsmoothed");
+    assert!(smooth[2..].iter().zip(&plain[2..]).all(|(a, b)| a != b), "{smooth:?} vs {plain:?}");
+}
+
+#[test]
 fn bad_flags_exit_2_naming_the_flag() {
     let tmp = cora();
     let d = tmp.path();
@@ -161,6 +179,12 @@ fn bad_flags_exit_2_naming_the_flag() {
     assert!(err.contains("--pipeline-groups 3 with --workers 4"), "{err}");
     let err = fails(d, &[&base[..], &["--history", "sometimes"]].concat(), 2);
     assert!(err.contains("--history"), "{err}");
+    let err = fails(d, &[&base[..], &["--history-smoothing", "1"]].concat(), 2);
+    assert!(err.contains("--history-smoothing 1: "), "{err}");
+    let err = fails(d, &[&base[..], &["--history-smoothing", "0.5", "--history", "off"]].concat(), 2);
+    assert!(err.contains("--history-smoothing 0.5 with --history off"), "{err}");
+    let err = fails(d, &["train", "cora", "--no-tui", "--full-batch", "--history-smoothing", "0.5"], 2);
+    assert!(err.contains("--history-smoothing") && err.contains("gnnpipe only"), "{err}");
     let err = fails(d, &["train", "cora", "--no-tui", "--full-batch", "--chunks", "4"], 2);
     assert!(err.contains("--chunks") && err.contains("gnnpipe only"), "{err}");
     let err = fails(d, &[&base[..], &["--chunks", "9999"]].concat(), 2);
@@ -232,12 +256,14 @@ fn steps(d: &Path, run: &str) -> Vec<(u64, u64, String, String)> {
 fn a_stopped_run_resumes_with_its_stages_history_and_optimizers_and_ends_as_an_uninterrupted_one() {
     let tmp = cora();
     let d = tmp.path();
-    // deepgcn on 3 stages (BatchNorm statistics per stage), and a hybrid of 2
-    // pipelines of 2 stages (each group's rows of the history). Both read the
-    // history from epoch 1 on, so a resume that lost it would diverge.
-    let cases: [&[&str]; 2] = [
+    // deepgcn on 3 stages (BatchNorm statistics per stage), a hybrid of 2
+    // pipelines of 2 stages (each group's rows of the history), and a smoothed
+    // history. All read the history from epoch 1 on, so a resume that lost it
+    // (or its smoothing) would diverge.
+    let cases: [&[&str]; 3] = [
         &["--workers", "3", "--model", "deepgcn", "--layers", "4", "--chunks", "3"],
         &["--workers", "4", "--pipeline-groups", "2", "--model", "gcn", "--layers", "4", "--chunks", "2"],
+        &["--workers", "2", "--model", "gcn", "--layers", "4", "--chunks", "3", "--history-smoothing", "0.5"],
     ];
     for (k, case) in cases.iter().enumerate() {
         let base =

@@ -546,7 +546,7 @@ impl TrainConfig {
                 Err(BadInput::new("--strategy gnnpipe needs --chunks (graph chunks per pipeline), e.g. 8"))
             }
             (Some(_), s) => Err(BadInput::new(format!(
-                "--chunks, --history and --pipeline-groups apply to --strategy gnnpipe only (not {s})"
+                "--chunks, --history, --history-smoothing and --pipeline-groups apply to --strategy gnnpipe only (not {s})"
             ))),
             (None, _) => Ok(()),
         }

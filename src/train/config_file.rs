@@ -168,6 +168,7 @@ impl TrainConfig {
         if let Some(g) = &self.gnnpipe {
             push("chunks", g.chunks.to_string());
             push("history", if g.history { "on" } else { "off" }.into());
+            push("history-smoothing", g.history_smoothing.to_string());
             push("pipeline-groups", g.groups.to_string());
         }
         match self.mode {

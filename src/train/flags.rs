@@ -356,6 +356,11 @@ pub struct TrainFlags {
     /// zeros (off; with --chunks 1, exactly full-graph training) [default: on].
     #[arg(long, value_enum)]
     pub history: Option<Switch>,
+    /// --strategy gnnpipe: the rows read from the history are smoothed over the epochs, each epoch's row
+    /// weighing 1 - G and the smoothed history before it G (PipeGCN's smoothing; 0.8 removed the 8-layer
+    /// GCN's oscillation on synthetic-arxiv); 0 = last epoch's rows as they were [default: 0].
+    #[arg(long, value_name = "G")]
+    pub history_smoothing: Option<f32>,
     /// --strategy gnnpipe: graph-parallel groups, each a pipeline of --workers / G stages over its part of the
     /// graph, the groups' matching stages summing their gradients [default: 1].
     #[arg(long)]
@@ -436,6 +441,7 @@ const DEFINE_THE_RUN: &[&str] = &[
     "factored_grads",
     "chunks",
     "history",
+    "history_smoothing",
     "pipeline_groups",
     "dry_run",
 ];
@@ -671,7 +677,7 @@ impl TrainFlags {
     /// `--strategy gnnpipe`'s flags: always a config for gnnpipe; for another
     /// strategy one if any was given, which the config's check then refuses.
     fn gnnpipe(&self, strategy: StrategyKind) -> Option<gnnpipe::GnnPipeConfig> {
-        let given = ["chunks", "history", "pipeline_groups"].iter().any(|id| self.given(id));
+        let given = ["chunks", "history", "history_smoothing", "pipeline_groups"].iter().any(|id| self.given(id));
         if strategy != StrategyKind::Gnnpipe && !given {
             return None;
         }
@@ -679,6 +685,7 @@ impl TrainFlags {
         Some(gnnpipe::GnnPipeConfig {
             chunks: self.chunks.unwrap_or(d.chunks),
             history: self.history.map_or(d.history, |h| h == Switch::On),
+            history_smoothing: self.history_smoothing.unwrap_or(d.history_smoothing),
             groups: self.pipeline_groups.unwrap_or(d.groups),
         })
     }

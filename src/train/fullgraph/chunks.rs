@@ -113,6 +113,7 @@ fn feature_input(w: &Worker<'_>, ids: &[u32]) -> Result<Input, TrainError> {
 }
 
 /// One `d`-wide row per vertex, row-major by vertex id.
+#[derive(Clone)]
 pub(crate) struct VertexRows {
     pub d: usize,
     pub vals: Vec<f32>,

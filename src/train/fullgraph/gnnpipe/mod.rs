@@ -62,13 +62,18 @@ use std::ops::Range;
 use std::time::Instant;
 
 /// GNNPipe's flags.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct GnnPipeConfig {
     /// Graph chunks per epoch (`--chunks`).
     pub chunks: usize,
     /// Rows of chunks not yet computed this epoch come from the previous
     /// epoch (`--history on`) or are zero (`off`).
     pub history: bool,
+    /// The history a row leaves for the next epoch is `g` times the one it
+    /// left before plus `1 - g` times this epoch's row (`--history-smoothing`,
+    /// 0: this epoch's row alone).
+    #[serde(default)]
+    pub history_smoothing: f32,
     /// Graph-parallel groups, each a pipeline over its part of the graph (`--pipeline-groups`).
     #[serde(default = "one")]
     pub groups: usize,
@@ -80,7 +85,7 @@ fn one() -> usize {
 
 impl Default for GnnPipeConfig {
     fn default() -> Self {
-        GnnPipeConfig { chunks: 8, history: true, groups: 1 }
+        GnnPipeConfig { chunks: 8, history: true, history_smoothing: 0.0, groups: 1 }
     }
 }
 
@@ -92,6 +97,18 @@ impl GnnPipeConfig {
             return Err(BadInput::new(
                 "--chunks 0: GNNPipe cuts the graph into at least one chunk; give --chunks 1 or more (e.g. 8)",
             ));
+        }
+        let g = self.history_smoothing;
+        if !(0.0..1.0).contains(&g) {
+            return Err(BadInput::new(format!(
+                "--history-smoothing {g}: the weight of a row's earlier history must lie in [0, 1) \
+                 (0 = no smoothing; 0.8 keeps a fifth of each epoch's row)"
+            )));
+        }
+        if g > 0.0 && !self.history {
+            return Err(BadInput::new(format!(
+                "--history-smoothing {g} with --history off: there is no history to smooth; drop one of them"
+            )));
         }
         if self.chunks > u16::MAX as usize {
             return Err(BadInput::new(format!("--chunks {}: at most {} chunks", self.chunks, u16::MAX)));
@@ -379,6 +396,26 @@ impl Stage {
         Ok((loss, grad))
     }
 
+    /// PipeGCN's smoothing of the history (`--history-smoothing g`): after an
+    /// epoch's forward, every row the stage's chunks computed becomes, for the
+    /// next epoch's history reads, g times its smoothed value so far plus 1 - g
+    /// times this epoch's (`first`: this epoch's alone). The later chunks of
+    /// this epoch have already read its rows as they were, so only history
+    /// reads change. Without it a deep GCN's stale rows made training
+    /// oscillate (README, convergence aids).
+    fn smooth_history(&self, g: f32, bufs: &mut [VertexRows], smoothed: &mut [VertexRows], first: bool) {
+        for (b, sm) in bufs.iter_mut().zip(smoothed.iter_mut()).filter(|(b, _)| !b.vals.is_empty()) {
+            let d = b.d;
+            for &v in self.chunks.iter().flat_map(|ch| ch.plan.owned()) {
+                let r = v as usize * d..(v as usize + 1) * d;
+                for (s, f) in sm.vals[r.clone()].iter_mut().zip(&mut b.vals[r]) {
+                    *s = if first { *f } else { g * *s + (1.0 - g) * *f };
+                    *f = *s;
+                }
+            }
+        }
+    }
+
     /// Hybrid, after an epoch: each group's rows of every layer input this
     /// stage owns go to the matching stage of the groups that hold them as
     /// halo; the next epoch reads them as history (as rows of chunks not yet
@@ -626,6 +663,10 @@ pub fn run(
     if let Some(dir) = inp.resumed_from.filter(|_| g.history) {
         stage.restore_history(w, dir, &mut bufs)?;
     }
+    // The smoothed history (`--history-smoothing`): after each forward the
+    // rows in `bufs` are it, so a checkpoint of `bufs` restores it too.
+    let smoothing = g.history_smoothing;
+    let mut smoothed = if smoothing > 0.0 { bufs.clone() } else { Vec::new() };
     let mut setup_seconds = t.elapsed().as_secs_f64();
     if w.model.norm_sums_len() > 0 && p.global_iteration == 0 {
         // Not billed to the first epoch's time or bytes, as in the common loop.
@@ -649,6 +690,9 @@ pub fn run(
             let mode = Mode::Train { key: dropout_key(cfg.seed, p.epoch, p.iteration) };
             let mut times = Times::default();
             let tapes = stage.forward(w, coll, &mut bufs, mode, &mut times)?;
+            if smoothing > 0.0 {
+                stage.smooth_history(smoothing, &mut bufs, &mut smoothed, p.global_iteration == 0);
+            }
             pending.iter_mut().for_each(VertexRows::clear);
             let (loss, mut grad) = stage.backward(coll, tapes, &mut pending, &mut times)?;
             stage.refresh_groups(coll, &mut bufs, &mut times)?;
