@@ -136,8 +136,14 @@ fn a_second_ctrl_c_forces_an_immediate_stop() {
     );
     let ws = drv.workers(3);
     drv.wait_line(Duration::from_secs(60), |l| l.starts_with("epoch") && l.contains("/1000"));
-    // Back to back, as a user pressing twice: the second lands long before the workers finish the iteration.
+    // The workers are frozen mid-run, so the iteration the first Ctrl-C waits for cannot end before the
+    // second arrives; the second is sent once the first has been taken (two signals sent back to back
+    // can reach the process as one).
+    for w in &ws {
+        signal(w.pid, "STOP");
+    }
     signal(drv.child.id(), "INT");
+    drv.wait_line(Duration::from_secs(30), |l| l.contains("press Ctrl-C again"));
     signal(drv.child.id(), "INT");
     let (code, stderr) = drv.wait_exit(Duration::from_secs(30));
     let pids: Vec<u32> = ws.iter().map(|w| w.pid).collect();
