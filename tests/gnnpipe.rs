@@ -154,16 +154,20 @@ fn history_smoothing_changes_only_what_is_read_from_the_history() {
     let d = tmp.path();
     let base =
         ["train", "cora", "--no-tui", "--strategy", "gnnpipe", "--workers", "2", "--layers", "4", "--epochs", "4"];
-    let losses = |chunks: &str, g: &str| -> Vec<f64> {
-        let s = json(d, &[&base[..], &["--chunks", chunks, "--history-smoothing", g]].concat());
+    let losses_of = |more: &[&str]| -> Vec<f64> {
+        let s = json(d, &[&base[..], more].concat());
         s["history"].as_array().unwrap().iter().map(|e| e["loss"].as_f64().unwrap()).collect()
     };
+    let losses = |chunks: &str, g: &str| losses_of(&["--chunks", chunks, "--history-smoothing", g]);
     // One chunk reads nothing from the history: smoothing it changes nothing.
     assert_eq!(losses("1", "0.5"), losses("1", "0"));
     // Three chunks read it from epoch 1 on: epoch 0 alike, then not.
     let (smooth, plain) = (losses("3", "0.5"), losses("3", "0"));
     assert_eq!(smooth[..2], plain[..2], "epoch 0 warms the history and epoch 1 reads it unsmoothed");
     assert!(smooth[2..].iter().zip(&plain[2..]).all(|(a, b)| a != b), "{smooth:?} vs {plain:?}");
+    // The default smooths with G = 0.8 (`--history off` alone, which refuses an explicit G, is
+    // accepted: one_chunk_without_history_gives_the_full_graph_gradient).
+    assert_eq!(losses_of(&["--chunks", "3"]), losses("3", "0.8"), "the default G");
 }
 
 #[test]
@@ -256,13 +260,27 @@ fn steps(d: &Path, run: &str) -> Vec<(u64, u64, String, String)> {
 fn a_stopped_run_resumes_with_its_stages_history_and_optimizers_and_ends_as_an_uninterrupted_one() {
     let tmp = cora();
     let d = tmp.path();
-    // deepgcn on 3 stages (BatchNorm statistics per stage), a hybrid of 2
-    // pipelines of 2 stages (each group's rows of the history), and a smoothed
-    // history. All read the history from epoch 1 on, so a resume that lost it
-    // (or its smoothing) would diverge.
+    // deepgcn on 3 stages (BatchNorm statistics per stage; the default
+    // smoothing), a hybrid of 2 pipelines of 2 stages (each group's rows of
+    // the history, unsmoothed), and a history smoothed with G = 0.5. All read
+    // the history from epoch 1 on, so a resume that lost it (or its
+    // smoothing) would diverge.
     let cases: [&[&str]; 3] = [
         &["--workers", "3", "--model", "deepgcn", "--layers", "4", "--chunks", "3"],
-        &["--workers", "4", "--pipeline-groups", "2", "--model", "gcn", "--layers", "4", "--chunks", "2"],
+        &[
+            "--workers",
+            "4",
+            "--pipeline-groups",
+            "2",
+            "--model",
+            "gcn",
+            "--layers",
+            "4",
+            "--chunks",
+            "2",
+            "--history-smoothing",
+            "0",
+        ],
         &["--workers", "2", "--model", "gcn", "--layers", "4", "--chunks", "3", "--history-smoothing", "0.5"],
     ];
     for (k, case) in cases.iter().enumerate() {

@@ -357,8 +357,8 @@ pub struct TrainFlags {
     #[arg(long, value_enum)]
     pub history: Option<Switch>,
     /// --strategy gnnpipe: the rows read from the history are smoothed over the epochs, each epoch's row
-    /// weighing 1 - G and the smoothed history before it G (PipeGCN's smoothing; 0.8 removed the 8-layer
-    /// GCN's oscillation on synthetic-arxiv); 0 = last epoch's rows as they were [default: 0].
+    /// weighing 1 - G and the smoothed history before it G (PipeGCN's smoothing; it removed the 8-layer
+    /// models' oscillation); 0 = last epoch's rows as they were [default: 0.8; 0 with --history off].
     #[arg(long, value_name = "G")]
     pub history_smoothing: Option<f32>,
     /// --strategy gnnpipe: graph-parallel groups, each a pipeline of --workers / G stages over its part of the
@@ -682,10 +682,12 @@ impl TrainFlags {
             return None;
         }
         let d = gnnpipe::GnnPipeConfig::default();
+        let history = self.history.map_or(d.history, |h| h == Switch::On);
         Some(gnnpipe::GnnPipeConfig {
             chunks: self.chunks.unwrap_or(d.chunks),
-            history: self.history.map_or(d.history, |h| h == Switch::On),
-            history_smoothing: self.history_smoothing.unwrap_or(d.history_smoothing),
+            history,
+            // With the history off there is nothing to smooth; only an explicit G is refused there.
+            history_smoothing: self.history_smoothing.unwrap_or(if history { d.history_smoothing } else { 0.0 }),
             groups: self.pipeline_groups.unwrap_or(d.groups),
         })
     }

@@ -71,7 +71,8 @@ pub struct GnnPipeConfig {
     pub history: bool,
     /// The history a row leaves for the next epoch is `g` times the one it
     /// left before plus `1 - g` times this epoch's row (`--history-smoothing`,
-    /// 0: this epoch's row alone).
+    /// 0: this epoch's row alone). A run recorded without the field predates
+    /// the flag and ran unsmoothed, so it resumes with 0, not [`SMOOTHING`].
     #[serde(default)]
     pub history_smoothing: f32,
     /// Graph-parallel groups, each a pipeline over its part of the graph (`--pipeline-groups`).
@@ -83,9 +84,13 @@ fn one() -> usize {
     1
 }
 
+/// `--history-smoothing`'s default with the history on: it removed the
+/// 8-layer models' epoch-to-epoch oscillation (README, convergence aid (6)).
+pub const SMOOTHING: f32 = 0.8;
+
 impl Default for GnnPipeConfig {
     fn default() -> Self {
-        GnnPipeConfig { chunks: 8, history: true, history_smoothing: 0.0, groups: 1 }
+        GnnPipeConfig { chunks: 8, history: true, history_smoothing: SMOOTHING, groups: 1 }
     }
 }
 
@@ -813,5 +818,12 @@ mod tests {
         assert!(groups(2).check(4, 8).is_ok());
         assert!(err(groups(2), 3, 8).starts_with("--layers 3"));
         assert!(GnnPipeConfig::default().check(8, 4).is_ok());
+    }
+
+    #[test]
+    fn a_run_recorded_before_smoothing_existed_resumes_unsmoothed() {
+        let old: GnnPipeConfig = serde_json::from_str(r#"{"chunks":4,"history":true,"groups":1}"#).unwrap();
+        assert_eq!(old.history_smoothing, 0.0);
+        assert_eq!(GnnPipeConfig::default().history_smoothing, SMOOTHING);
     }
 }
