@@ -358,7 +358,7 @@ pub struct TrainFlags {
     pub history: Option<Switch>,
     /// --strategy gnnpipe: the rows read from the history are smoothed over the epochs, each epoch's row
     /// weighing 1 - G and the smoothed history before it G (PipeGCN's smoothing; it removed the 8-layer
-    /// models' oscillation); 0 = last epoch's rows as they were [default: 0.8; 0 with --history off].
+    /// GCN's oscillation on synthetic-arxiv); 0 = last epoch's rows as they were [default: 0.8; 0 with --history off].
     #[arg(long, value_name = "G")]
     pub history_smoothing: Option<f32>,
     /// --strategy gnnpipe: graph-parallel groups, each a pipeline of --workers / G stages over its part of the
