@@ -9,7 +9,7 @@
 mod dist_support;
 
 use dist_support::{
-    cora, count, fails, final_weights, first_gradient, json, predictions, records, rel_diff, scores,
+    cora, count, epoch_losses, fails, final_weights, first_gradient, json, predictions, records, rel_diff, scores,
     straight_and_resumed,
 };
 use std::path::Path;
@@ -154,10 +154,7 @@ fn history_smoothing_changes_only_what_is_read_from_the_history() {
     let d = tmp.path();
     let base =
         ["train", "cora", "--no-tui", "--strategy", "gnnpipe", "--workers", "2", "--layers", "4", "--epochs", "4"];
-    let losses_of = |more: &[&str]| -> Vec<f64> {
-        let s = json(d, &[&base[..], more].concat());
-        s["history"].as_array().unwrap().iter().map(|e| e["loss"].as_f64().unwrap()).collect()
-    };
+    let losses_of = |more: &[&str]| epoch_losses(&json(d, &[&base[..], more].concat()));
     let losses = |chunks: &str, g: &str| losses_of(&["--chunks", chunks, "--history-smoothing", g]);
     // One chunk reads nothing from the history: smoothing it changes nothing.
     assert_eq!(losses("1", "0.5"), losses("1", "0"));

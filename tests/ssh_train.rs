@@ -7,7 +7,8 @@ mod dist_support;
 
 use dist_support::sshd::{self, Sshd, wait_none_mentioning};
 use dist_support::{
-    Driver, cora, final_weights, json, max_abs_diff, predictions, remote_workers, signal, wait_gone, weights,
+    Driver, cora, epoch_losses, final_weights, json, max_abs_diff, predictions, remote_workers, signal, wait_gone,
+    weights,
 };
 use std::path::Path;
 use std::process::Command;
@@ -24,19 +25,15 @@ fn read_json(p: &Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))).unwrap()
 }
 
-fn losses(s: &serde_json::Value) -> Vec<f64> {
-    s["history"].as_array().unwrap().iter().map(|e| e["loss"].as_f64().unwrap()).collect()
-}
-
 /// The per-epoch losses of two runs of SMALL agree (float summation order aside); returns the second's.
 fn same_curve(local: &serde_json::Value, remote: &serde_json::Value) -> Vec<f64> {
-    assert_eq!(losses(local).len(), 2);
+    assert_eq!(epoch_losses(local).len(), 2);
     curves_agree(local, remote, "")
 }
 
 /// The per-epoch losses of two runs agree within 1e-6 (relative); returns the second's.
 fn curves_agree(local: &serde_json::Value, remote: &serde_json::Value, what: &str) -> Vec<f64> {
-    let (a, b) = (losses(local), losses(remote));
+    let (a, b) = (epoch_losses(local), epoch_losses(remote));
     assert_eq!(a.len(), b.len(), "{what}");
     for (x, y) in a.iter().zip(&b) {
         assert!((x - y).abs() <= 1e-6 * x.abs().max(1.0), "{what}: local {a:?} vs ssh {b:?}");
@@ -117,7 +114,7 @@ fn ssh_training_matches_local_workers_ships_once_and_fetches_the_checkpoint() {
     let shipped = read_json(&d.join("runs").join(again["run"].as_str().unwrap()).join("shipped.json"));
     assert_eq!(shipped.as_array().unwrap().len(), 9, "{shipped}");
     assert!(shipped.as_array().unwrap().iter().all(|s| s["sent"] == false), "re-sent: {shipped}");
-    assert_eq!(losses(&again), b, "same seed, same curve");
+    assert_eq!(epoch_losses(&again), b, "same seed, same curve");
     assert_nothing_left(&sshd);
     sshd.stop();
 }

@@ -139,6 +139,7 @@ fn a_second_ctrl_c_forces_an_immediate_stop() {
     // The workers are frozen mid-run, so the iteration the first Ctrl-C waits for cannot end before the
     // second arrives; the second is sent once the first has been taken (two signals sent back to back
     // can reach the process as one).
+    let _frozen = Frozen(ws.iter().map(|w| w.pid).collect());
     for w in &ws {
         signal(w.pid, "STOP");
     }
@@ -152,4 +153,22 @@ fn a_second_ctrl_c_forces_an_immediate_stop() {
     assert!(stderr.contains("press Ctrl-C again"), "{stderr}");
     assert!(stderr.lines().any(|l| l.starts_with("error:") && l.contains("interrupted")), "{stderr}");
     assert!(state(d, "forced")["progress"]["global_iteration"].as_u64().unwrap() >= 1);
+}
+
+/// Workers the test froze (SIGSTOP): a stopped process never notices its
+/// driver is gone, so if the test fails before the driver kills them, they
+/// are killed here instead of being left behind. Only on a failure: after a
+/// pass they are gone and their pids may be reused. Declared after the
+/// `Driver`, so dropped before it: the stopped workers' pids are still theirs.
+struct Frozen(Vec<u32>);
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        for pid in &self.0 {
+            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).stderr(Stdio::null()).status();
+        }
+    }
 }

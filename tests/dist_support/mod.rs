@@ -241,6 +241,11 @@ pub fn scores(s: &serde_json::Value) -> Vec<[serde_json::Value; 3]> {
     h.iter().map(|e| [e["loss"].clone(), e["val_accuracy"].clone(), e["test_accuracy"].clone()]).collect()
 }
 
+/// Each epoch's training loss, from a run's summary.
+pub fn epoch_losses(s: &serde_json::Value) -> Vec<f64> {
+    s["history"].as_array().unwrap().iter().map(|e| e["loss"].as_f64().unwrap()).collect()
+}
+
 /// A JSON count.
 pub fn count(v: &serde_json::Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
