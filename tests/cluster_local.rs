@@ -2,7 +2,7 @@
 
 use leapgnn::cluster::driver::{DriverError, DriverOptions, Event, run_job};
 use leapgnn::cluster::job_key::{self, Side};
-use leapgnn::cluster::{ControlConn, LocalLauncher, ToDriver, ToWorker};
+use leapgnn::cluster::{ControlConn, Hello, Launcher, LocalLauncher, ToDriver, ToWorker, WorkerProcess, WorkerSpec};
 use std::io::Write;
 use std::net::TcpListener;
 use std::process::{Command, Stdio};
@@ -84,4 +84,82 @@ fn worker_exits_when_its_driver_goes_away() {
     let status =
         rx.recv_timeout(Duration::from_secs(30)).expect("worker did not exit after losing its driver").unwrap();
     assert!(!status.success(), "a worker that lost its driver must exit non-zero");
+}
+
+/// A worker played by a thread of this test: it joins like a real one, then
+/// runs `script` on its control connection.
+struct Scripted {
+    script: fn(usize, ControlConn, &mpsc::Sender<()>, &mpsc::Receiver<()>),
+    /// Rank 0 says here when it has gone; rank 1 waits for that.
+    gone: std::sync::Mutex<(mpsc::Sender<()>, Option<mpsc::Receiver<()>>)>,
+}
+
+struct ThreadWorker(usize);
+
+impl WorkerProcess for ThreadWorker {
+    fn rank(&self) -> usize {
+        self.0
+    }
+    fn try_exit_code(&mut self) -> Option<i32> {
+        None
+    }
+    fn kill(&mut self) {}
+}
+
+impl Launcher for Scripted {
+    fn name(&self) -> &'static str {
+        "scripted"
+    }
+    fn launch(&self, spec: &WorkerSpec) -> anyhow::Result<Box<dyn WorkerProcess>> {
+        let (rank, token, driver, script) = (spec.rank, spec.token.clone(), spec.driver, self.script);
+        let (tx, rx) = {
+            let mut g = self.gone.lock().unwrap();
+            (g.0.clone(), if rank == 1 { g.1.take() } else { None })
+        };
+        std::thread::spawn(move || {
+            let mut c = ControlConn::connect(driver, Duration::from_secs(20)).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            let nonce = format!("{rank:032x}");
+            let hello = Hello { rank, pid: std::process::id(), version: env!("CARGO_PKG_VERSION").into(), nonce };
+            c.send(&ToDriver::Hello(hello.clone())).unwrap();
+            let Ok(ToWorker::Challenge { nonce: dn, .. }) = c.recv::<ToWorker>() else { panic!("no challenge") };
+            c.send(&ToDriver::Proof(job_key::control_proof(&token, Side::Worker, rank, &hello.nonce, &dn))).unwrap();
+            c.send(&ToDriver::Listening("127.0.0.1:1".parse().unwrap())).unwrap();
+            assert!(matches!(c.recv::<ToWorker>().unwrap(), ToWorker::Job { .. }));
+            let (_, never) = mpsc::channel();
+            script(rank, c, &tx, rx.as_ref().unwrap_or(&never));
+        });
+        Ok(Box::new(ThreadWorker(rank)))
+    }
+}
+
+/// Worker 0 is lost without a word; worker 1 reports a finished step only
+/// after that, then its own error (it noticed the loss): the driver delivers
+/// the step before stopping the job, and names worker 0.
+#[test]
+fn a_step_reported_after_a_peer_was_lost_is_delivered_before_the_job_stops() {
+    let (tx, rx) = mpsc::channel();
+    let launcher = Scripted {
+        script: |rank, mut c, gone, after| {
+            if rank == 0 {
+                c.shutdown();
+                gone.send(()).unwrap();
+                return;
+            }
+            after.recv().unwrap();
+            c.send(&ToDriver::Metrics(serde_json::json!({ "step": 7 }))).unwrap();
+            c.send(&ToDriver::Error("worker 0 left the mesh".into())).unwrap();
+        },
+        gone: std::sync::Mutex::new((tx, Some(rx))),
+    };
+    let stop = AtomicBool::new(false);
+    let mut steps = Vec::new();
+    let err = run_job(&launcher, 2, &serde_json::json!({"task": "scripted"}), &opts(), &stop, |e| {
+        if let Event::Metrics(rank, v) = e {
+            steps.push((rank, v));
+        }
+    })
+    .unwrap_err();
+    assert_eq!(steps, vec![(1, serde_json::json!({ "step": 7 }))], "{err}");
+    assert!(matches!(err, DriverError::Control(_)), "worker 0's loss ends the job, not worker 1's echo: {err}");
 }

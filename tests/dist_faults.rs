@@ -115,12 +115,12 @@ fn a_killed_worker_is_restarted_from_the_checkpoint_and_the_run_ends_as_if_unint
     let restarts: Vec<&serde_json::Value> = recs.iter().filter(|r| r.get("restart").is_some()).collect();
     assert_eq!(restarts.len(), 1, "{restarts:?}");
     assert!(restarts[0]["reason"].as_str().unwrap().contains("worker 1"), "{}", restarts[0]);
-    // One per (iteration, worker), but those of the iteration before the checkpoint may be
-    // missing: the killed worker's (killed after the all-reduce the checkpoint needed, before
-    // reporting) and the others' still on their way when the driver stopped them
-    // (tests/ssh_resume.rs checks which records are missing).
+    // One per (iteration, worker), but the killed worker's of the iteration before the
+    // checkpoint may be missing (killed after the all-reduce the checkpoint needed, before
+    // reporting; tests/ssh_resume.rs checks which record it is). The survivors' are all
+    // there: the driver takes what they sent before they noticed the loss.
     let n = 3 * straight["iterations"].as_u64().unwrap() as usize;
-    assert!((n - 3..=n).contains(&(recs.len() - 1)), "{} records for {n} (iteration, worker) pairs", recs.len() - 1);
+    assert!((n - 1..=n).contains(&(recs.len() - 1)), "{} records for {n} (iteration, worker) pairs", recs.len() - 1);
     let pids: Vec<u32> = ws.iter().map(|w| w.pid).collect();
     assert_eq!(wait_gone(&pids, Duration::from_secs(5)), Vec::<u32>::new(), "workers left behind");
 }

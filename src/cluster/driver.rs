@@ -14,8 +14,9 @@ use std::time::{Duration, Instant};
 
 /// How long a worker's exit may precede the delivery of its last messages.
 const EXIT_GRACE: Duration = Duration::from_secs(2);
-/// How long a worker's error waits for a peer lost without a word, its likely cause.
-const CAUSE_GRACE: Duration = Duration::from_secs(1);
+/// After a worker's failure, how long the others get to report theirs (their
+/// steps finished before they noticed arrive first) before all are stopped.
+const SETTLE_GRACE: Duration = Duration::from_secs(5);
 /// Workers' messages the driver loop has not handled yet.
 const READER_QUEUE: usize = 1024;
 
@@ -183,6 +184,8 @@ pub fn run_job_stoppable(
     let mut last_heard = vec![Instant::now(); world];
     let mut exited_at: Vec<Option<(Instant, i32)>> = vec![None; world];
     let mut stop_sent = false;
+    // The worker whose failure ended the loop.
+    let mut fault = None;
     let result = loop {
         if interrupted.load(Ordering::SeqCst) {
             break Err(DriverError::Interrupted);
@@ -195,7 +198,7 @@ pub fn run_job_stoppable(
             }
         }
         if done.iter().all(Option::is_some) {
-            break Ok(done.into_iter().map(|d| d.expect("all done")).collect());
+            break Ok(std::mem::take(&mut done).into_iter().map(|d| d.expect("all done")).collect());
         }
         match rx.recv_timeout(Duration::from_millis(200)) {
             Ok(Inbound::Msg(rank, m)) => {
@@ -207,12 +210,16 @@ pub fn run_job_stoppable(
                         on_event(Event::Done(rank, v.clone()));
                         done[rank] = Some(v);
                     }
-                    ToDriver::Error(message) => break Err(cause(rank, message, &rx, &done, &mut procs)),
+                    ToDriver::Error(message) => {
+                        fault = Some(rank);
+                        break Err(DriverError::WorkerFailed { rank, message });
+                    }
                     ToDriver::Heartbeat | ToDriver::Hello(_) | ToDriver::Proof(_) | ToDriver::Listening(_) => {}
                 }
             }
             Ok(Inbound::Lost(rank, e)) => {
                 if done[rank].is_none() {
+                    fault = Some(rank);
                     break Err(lost(rank, e, &mut procs[rank]));
                 }
             }
@@ -235,11 +242,17 @@ pub fn run_job_stoppable(
         if let Some((rank, code)) =
             pending().find_map(|r| exited_at[r].filter(|(t, _)| t.elapsed() > EXIT_GRACE).map(|(_, c)| (r, c)))
         {
+            fault = Some(rank);
             break Err(DriverError::Exited { rank, code });
         }
         if let Some(rank) = pending().find(|&r| last_heard[r].elapsed() > opts.silence_timeout) {
+            fault = Some(rank);
             break Err(DriverError::Silent { rank, secs: opts.silence_timeout.as_secs() });
         }
+    };
+    let result = match (result, fault) {
+        (Err(e), Some(rank)) => Err(settle(e, rank, &rx, &done, &mut procs, interrupted, &mut on_event)),
+        (r, _) => r,
     };
     finish(&conns, procs, result)
 }
@@ -263,31 +276,47 @@ fn finish<T>(
     result
 }
 
-/// When one worker dies, its peers report that it left them; which report
-/// comes first is a race. For a moment after `rank`'s error, until each other
-/// worker has reported or been lost, a worker lost without a word (killed,
-/// crashed) is the one named: it is the cause, the errors are its echo.
-fn cause(
+/// After `rank`'s failure `err`, until every other worker has reported (its
+/// error or done) or been lost, for `SETTLE_GRACE` at most. What they sent
+/// before noticing the failure is delivered, so a step they finished is not
+/// lost with the job (a restart keeps its record). And when one worker dies,
+/// its peers report that it left them, which report comes first being a race:
+/// when `err` is a reported error, a worker lost without a word (killed,
+/// crashed) is named instead: it is the cause, the errors are its echo.
+fn settle(
+    err: DriverError,
     rank: usize,
-    message: String,
     rx: &mpsc::Receiver<Inbound>,
     done: &[Option<serde_json::Value>],
     procs: &mut [Box<dyn WorkerProcess>],
+    interrupted: &AtomicBool,
+    on_event: &mut impl FnMut(Event),
 ) -> DriverError {
-    let deadline = Instant::now() + CAUSE_GRACE;
+    let deadline = Instant::now() + SETTLE_GRACE;
+    let reported = matches!(err, DriverError::WorkerFailed { .. });
     let mut spoke: Vec<bool> = done.iter().map(Option::is_some).collect();
     spoke[rank] = true;
-    while !spoke.iter().all(|&s| s) {
+    while !spoke.iter().all(|&s| s) && !interrupted.load(Ordering::SeqCst) {
         let Some(left) = deadline.checked_duration_since(Instant::now()) else { break };
-        match rx.recv_timeout(left) {
-            Ok(Inbound::Msg(r, ToDriver::Error(_) | ToDriver::Done(_))) => spoke[r] = true,
-            Ok(Inbound::Msg(..)) => {}
-            Ok(Inbound::Lost(r, e)) if !spoke[r] => return lost(r, e, &mut procs[r]),
-            Ok(Inbound::Lost(..)) => {}
-            Err(_) => break,
+        // In slices, so that Ctrl-C is not kept waiting.
+        match rx.recv_timeout(left.min(Duration::from_millis(200))) {
+            Ok(Inbound::Msg(r, m)) => match m {
+                ToDriver::Metrics(v) => on_event(Event::Metrics(r, v)),
+                ToDriver::Log(line) => on_event(Event::Log(r, line)),
+                ToDriver::Done(v) => {
+                    spoke[r] = true;
+                    on_event(Event::Done(r, v));
+                }
+                ToDriver::Error(_) => spoke[r] = true,
+                ToDriver::Heartbeat | ToDriver::Hello(_) | ToDriver::Proof(_) | ToDriver::Listening(_) => {}
+            },
+            Ok(Inbound::Lost(r, e)) if reported && !spoke[r] => return lost(r, e, &mut procs[r]),
+            Ok(Inbound::Lost(r, _)) => spoke[r] = true,
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
         }
     }
-    DriverError::WorkerFailed { rank, message }
+    err
 }
 
 fn lost(rank: usize, e: ControlError, p: &mut Box<dyn WorkerProcess>) -> DriverError {
