@@ -7,7 +7,7 @@ use std::io::Write;
 use std::net::TcpListener;
 use std::process::{Command, Stdio};
 use std::sync::atomic::AtomicBool;
-use std::sync::mpsc;
+use std::sync::{Arc, Barrier, mpsc};
 use std::time::Duration;
 
 fn launcher() -> LocalLauncher {
@@ -89,9 +89,9 @@ fn worker_exits_when_its_driver_goes_away() {
 /// A worker played by a thread of this test: it joins like a real one, then
 /// runs `script` on its control connection.
 struct Scripted {
-    script: fn(usize, ControlConn, &mpsc::Sender<()>, &mpsc::Receiver<()>),
-    /// Rank 0 says here when it has gone; rank 1 waits for that.
-    gone: std::sync::Mutex<(mpsc::Sender<()>, Option<mpsc::Receiver<()>>)>,
+    script: fn(usize, ControlConn, &Barrier),
+    /// Shared by the workers' scripts, to order their steps.
+    barrier: Arc<Barrier>,
 }
 
 struct ThreadWorker(usize);
@@ -112,10 +112,7 @@ impl Launcher for Scripted {
     }
     fn launch(&self, spec: &WorkerSpec) -> anyhow::Result<Box<dyn WorkerProcess>> {
         let (rank, token, driver, script) = (spec.rank, spec.token.clone(), spec.driver, self.script);
-        let (tx, rx) = {
-            let mut g = self.gone.lock().unwrap();
-            (g.0.clone(), if rank == 1 { g.1.take() } else { None })
-        };
+        let barrier = self.barrier.clone();
         std::thread::spawn(move || {
             let mut c = ControlConn::connect(driver, Duration::from_secs(20)).unwrap();
             c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
@@ -126,8 +123,7 @@ impl Launcher for Scripted {
             c.send(&ToDriver::Proof(job_key::control_proof(&token, Side::Worker, rank, &hello.nonce, &dn))).unwrap();
             c.send(&ToDriver::Listening("127.0.0.1:1".parse().unwrap())).unwrap();
             assert!(matches!(c.recv::<ToWorker>().unwrap(), ToWorker::Job { .. }));
-            let (_, never) = mpsc::channel();
-            script(rank, c, &tx, rx.as_ref().unwrap_or(&never));
+            script(rank, c, &barrier);
         });
         Ok(Box::new(ThreadWorker(rank)))
     }
@@ -138,19 +134,18 @@ impl Launcher for Scripted {
 /// the step before stopping the job, and names worker 0.
 #[test]
 fn a_step_reported_after_a_peer_was_lost_is_delivered_before_the_job_stops() {
-    let (tx, rx) = mpsc::channel();
     let launcher = Scripted {
-        script: |rank, mut c, gone, after| {
+        script: |rank, mut c, barrier| {
             if rank == 0 {
                 c.shutdown();
-                gone.send(()).unwrap();
+                barrier.wait();
                 return;
             }
-            after.recv().unwrap();
+            barrier.wait();
             c.send(&ToDriver::Metrics(serde_json::json!({ "step": 7 }))).unwrap();
             c.send(&ToDriver::Error("worker 0 left the mesh".into())).unwrap();
         },
-        gone: std::sync::Mutex::new((tx, Some(rx))),
+        barrier: Arc::new(Barrier::new(2)),
     };
     let stop = AtomicBool::new(false);
     let mut steps = Vec::new();

@@ -4,7 +4,7 @@
 
 mod dist_support;
 
-use dist_support::{Driver, cora, fails, json, signal, wait_gone};
+use dist_support::{Driver, cora, fails, json, signal, try_signal, wait_gone};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -168,7 +168,7 @@ impl Drop for Frozen {
             return;
         }
         for pid in &self.0 {
-            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).stderr(Stdio::null()).status();
+            try_signal(*pid, "KILL");
         }
     }
 }

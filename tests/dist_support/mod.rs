@@ -347,8 +347,13 @@ impl Drop for Driver {
 }
 
 pub fn signal(pid: u32, sig: &str) {
-    let ok = Command::new("kill").args([&format!("-{sig}"), &pid.to_string()]).status().unwrap().success();
-    assert!(ok, "kill -{sig} {pid}");
+    assert!(try_signal(pid, sig), "kill -{sig} {pid}");
+}
+
+/// `signal`, for where a failure must not panic (a guard's `drop`): whether it was sent.
+pub fn try_signal(pid: u32, sig: &str) -> bool {
+    let kill = Command::new("kill").args([&format!("-{sig}"), &pid.to_string()]).status();
+    kill.is_ok_and(|s| s.success())
 }
 
 pub fn read_f32(path: &PathBuf) -> Vec<f32> {
