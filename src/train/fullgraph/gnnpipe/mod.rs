@@ -86,7 +86,7 @@ fn one() -> usize {
 
 /// `--history-smoothing`'s default with the history on: it removed the
 /// 8-layer GCN's epoch-to-epoch oscillation on synthetic-arxiv and did better
-/// on average in all but one of the pairs measured (README, convergence aid (6)).
+/// on average in all but one of the pairs measured (docs/results/gnnpipe.md, convergence aid (6)).
 pub const SMOOTHING: f32 = 0.8;
 
 impl Default for GnnPipeConfig {
@@ -408,7 +408,7 @@ impl Stage {
     /// times this epoch's (`first`: this epoch's alone). The later chunks of
     /// this epoch have already read its rows as they were, so only history
     /// reads change. Without it a deep GCN's stale rows made training
-    /// oscillate (README, convergence aids).
+    /// oscillate (docs/results/gnnpipe.md, convergence aids).
     fn smooth_history(&self, g: f32, bufs: &mut [VertexRows], smoothed: &mut [VertexRows], first: bool) {
         for (b, sm) in bufs.iter_mut().zip(smoothed.iter_mut()).filter(|(b, _)| !b.vals.is_empty()) {
             let d = b.d;
