@@ -67,35 +67,43 @@ fn fetch(data: &Path, name: &str) {
     leapgnn(data, &args.iter().map(String::as_str).collect::<Vec<_>>());
 }
 
-/// One run: per step, cumulative training halo bytes and test accuracy.
+/// One step of a run: cumulative training halo bytes, test and validation accuracy.
+struct Step {
+    bytes: f64,
+    test: f64,
+    val: f64,
+}
+
+/// One run, step by step.
 struct Run {
     label: &'static str,
-    path: Vec<(f64, f64)>,
-    /// Per step, validation accuracy.
-    val: Vec<f64>,
+    path: Vec<Step>,
 }
 
 impl Run {
     fn bytes(&self) -> f64 {
-        self.path.last().map_or(0.0, |p| p.0)
+        self.path.last().map_or(0.0, |p| p.bytes)
     }
     fn accuracy(&self) -> f64 {
-        self.path.last().map_or(0.0, |p| p.1)
+        self.path.last().map_or(0.0, |p| p.test)
+    }
+    /// The steps (numbered from 1) whose cumulative bytes are within `budget`.
+    fn within(&self, budget: f64) -> impl Iterator<Item = (usize, &Step)> {
+        self.path.iter().enumerate().take_while(move |(_, p)| p.bytes <= budget).map(|(i, p)| (i + 1, p))
     }
     /// Accuracy after the last step whose cumulative bytes are within `budget`.
     fn at_bytes(&self, budget: f64) -> Option<(usize, f64)> {
-        self.path.iter().enumerate().take_while(|(_, p)| p.0 <= budget).last().map(|(i, p)| (i + 1, p.1))
+        self.within(budget).last().map(|(step, p)| (step, p.test))
     }
     /// Test accuracy at the best validation step (the first, on ties) among
     /// those whose cumulative bytes are within `budget`.
     fn best_within(&self, budget: f64) -> Option<(usize, f64)> {
-        let within = self.path.iter().zip(&self.val).enumerate().take_while(|(_, (p, _))| p.0 <= budget);
-        within
-            .fold(None, |best: Option<(usize, f64, f64)>, (i, (p, &v))| match best {
-                Some((_, _, bv)) if bv >= v => best,
-                _ => Some((i + 1, p.1, v)),
+        self.within(budget)
+            .fold(None, |best: Option<(usize, &Step)>, (step, p)| match best {
+                Some((_, b)) if b.val >= p.val => best,
+                _ => Some((step, p)),
             })
-            .map(|(step, acc, _)| (step, acc))
+            .map(|(step, p)| (step, p.test))
     }
 }
 
@@ -116,18 +124,17 @@ fn train(
         per_step[r["epoch"].as_u64().expect("epoch") as usize] +=
             r["bytes_out"]["activations"].as_f64().expect("bytes");
     }
-    let val =
-        s["history"].as_array().expect("history").iter().map(|h| h["val_accuracy"].as_f64().expect("val")).collect();
     let mut total = 0.0;
     let path = per_step
         .iter()
         .zip(s["history"].as_array().expect("history"))
         .map(|(b, h)| {
             total += b;
-            (total, h["test_accuracy"].as_f64().expect("accuracy"))
+            let accuracy = |key: &str| h[key].as_f64().expect("accuracy");
+            Step { bytes: total, test: accuracy("test_accuracy"), val: accuracy("val_accuracy") }
         })
         .collect();
-    Run { label, path, val }
+    Run { label, path }
 }
 
 fn main() {
@@ -191,7 +198,7 @@ fn plot(path: &Path, panels: &[(String, Vec<Run>)]) {
     root.fill(&WHITE).expect("fill");
     for ((title, runs), area) in panels.iter().zip(root.split_evenly((panels.len().max(1), 1))) {
         let mb = |b: f64| (b / 1e6).max(1e-3);
-        let lo = runs.iter().flat_map(|r| r.path.first()).map(|p| mb(p.0)).fold(f64::INFINITY, f64::min);
+        let lo = runs.iter().flat_map(|r| r.path.first()).map(|p| mb(p.bytes)).fold(f64::INFINITY, f64::min);
         let hi = runs.iter().map(|r| mb(r.bytes())).fold(0.0, f64::max);
         let acc_lo = runs.iter().map(Run::accuracy).fold(1.0, f64::min);
         let mut chart = ChartBuilder::on(&area)
@@ -205,7 +212,7 @@ fn plot(path: &Path, panels: &[(String, Vec<Run>)]) {
         let variable = &runs[1];
         chart
             .draw_series(std::iter::once(PathElement::new(
-                variable.path.iter().map(|p| (mb(p.0), p.1)).collect::<Vec<_>>(),
+                variable.path.iter().map(|p| (mb(p.bytes), p.test)).collect::<Vec<_>>(),
                 COLORS[1].mix(0.4),
             )))
             .expect("path")
