@@ -42,7 +42,7 @@ pub struct Args {
     #[arg(long, requires = "cluster")]
     pub accept_new_host_keys: bool,
     /// Seconds any worker waits for another before failing with that worker's name.
-    #[arg(long, default_value_t = 30.0)]
+    #[arg(long, default_value_t = 30.0, allow_negative_numbers = true)]
     pub comm_timeout: f64,
 }
 

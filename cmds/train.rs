@@ -385,7 +385,7 @@ fn neutronstar(g: &Global, a: &Args, cfg: TrainConfig) -> anyhow::Result<()> {
         let dist = DistOptions {
             launcher: &launcher,
             interrupted: signals::forced_flag(),
-            comm_timeout: Duration::from_secs_f64(a.comm_timeout),
+            comm_timeout: comm_timeout(a.comm_timeout)?,
             check_replicas: 0,
             dump_grad: None,
             worker_lines: None,

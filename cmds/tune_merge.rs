@@ -81,7 +81,7 @@ pub struct Args {
     #[arg(long, value_name = "NAME")]
     pub figures_from: Option<String>,
     /// Seconds any worker waits for another during calibration.
-    #[arg(long, default_value_t = 30.0)]
+    #[arg(long, default_value_t = 30.0, allow_negative_numbers = true)]
     pub comm_timeout: f64,
 }
 
@@ -218,9 +218,7 @@ fn run_calibration(
     a: &Args,
     bar: &ProgressBar,
 ) -> anyhow::Result<Calibration> {
-    if !(a.comm_timeout.is_finite() && a.comm_timeout > 0.0 && a.comm_timeout <= 86_400.0) {
-        return Err(BadInput::new(format!("--comm-timeout {}: expected seconds in (0, 86400]", a.comm_timeout)).into());
-    }
+    let comm_timeout = crate::train::comm_timeout(a.comm_timeout)?;
     let interrupted: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
     ctrlc::set_handler(move || interrupted.store(true, Ordering::SeqCst))
         .context("cannot install the Ctrl-C handler")?;
@@ -255,7 +253,7 @@ fn run_calibration(
         interrupted,
         iterations: a.calibrate_iterations,
         probe: ProbeTask::default(),
-        comm_timeout: Duration::from_secs_f64(a.comm_timeout),
+        comm_timeout,
         stage: &|s| {
             bar.set_length(s.total as u64);
             bar.set_position(s.index as u64);

@@ -182,16 +182,16 @@ pub struct TrainFlags {
     #[arg(long, value_enum)]
     pub compression: Option<varco::Compression>,
     /// --strategy varco: the ratio of the first step, r_max.
-    #[arg(long, default_value_t = varco::VarcoConfig::DEFAULT.max_ratio)]
+    #[arg(long, default_value_t = varco::VarcoConfig::DEFAULT.max_ratio, allow_negative_numbers = true)]
     pub max_ratio: f64,
     /// --strategy varco: the ratio it falls to, r_min.
-    #[arg(long, default_value_t = varco::VarcoConfig::DEFAULT.min_ratio)]
+    #[arg(long, default_value_t = varco::VarcoConfig::DEFAULT.min_ratio, allow_negative_numbers = true)]
     pub min_ratio: f64,
     /// --strategy varco: how fast the ratio falls, s in r(t) = max(r_max - s t (r_max - r_min) / (T - 2), r_min).
-    #[arg(long, default_value_t = varco::VarcoConfig::DEFAULT.slope)]
+    #[arg(long, default_value_t = varco::VarcoConfig::DEFAULT.slope, allow_negative_numbers = true)]
     pub slope: f64,
     /// --strategy varco --compression fixed: the ratio of every step (each layer sends d / ratio columns).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub ratio: Option<f64>,
     /// The GNN.
     #[arg(long, value_enum, default_value_t = defaults::MODEL)]
@@ -200,7 +200,7 @@ pub struct TrainFlags {
     #[arg(long, value_enum)]
     pub aggr: Option<GenAggr>,
     /// --model deepgcn --aggr softmax: the softmax temperature t [default: 1.0].
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub softmax_t: Option<f32>,
     /// --model gcn: a self loop per vertex, counted in the normalisation (on, as PyG's GCNConv), or
     /// in-neighbours only (off, as DGL's GraphConv on a graph without self loops) [default: on;
@@ -240,13 +240,13 @@ pub struct TrainFlags {
     #[arg(long, default_value_t = defaults::EPOCHS)]
     pub epochs: u64,
     /// Learning rate.
-    #[arg(long, default_value_t = defaults::LR)]
+    #[arg(long, default_value_t = defaults::LR, allow_negative_numbers = true)]
     pub lr: f32,
     /// Weight decay.
-    #[arg(long, default_value_t = defaults::WEIGHT_DECAY)]
+    #[arg(long, default_value_t = defaults::WEIGHT_DECAY, allow_negative_numbers = true)]
     pub weight_decay: f32,
     /// Dropout on hidden layers (also input features for gcn/gat; GAT attention too).
-    #[arg(long, default_value_t = defaults::DROPOUT)]
+    #[arg(long, default_value_t = defaults::DROPOUT, allow_negative_numbers = true)]
     pub dropout: f32,
     /// The optimizer (adam adds L2 decay to the gradient, as the PyG/DGL examples).
     #[arg(long, value_enum, default_value_t = defaults::OPTIMIZER)]
@@ -313,7 +313,7 @@ pub struct TrainFlags {
     #[arg(long, value_enum, default_value_t = defaults::CACHE_POLICY)]
     pub cache_policy: CachePolicy,
     /// Seconds any worker waits for another before failing with that worker's name.
-    #[arg(long, default_value_t = defaults::COMM_TIMEOUT_S)]
+    #[arg(long, default_value_t = defaults::COMM_TIMEOUT_S, allow_negative_numbers = true)]
     pub comm_timeout: f64,
     /// Encrypt the control connections and the workers' mesh (AES-256-GCM records, keys per job,
     /// connection and direction; also `[cluster] encrypt = true` in the profile).
@@ -359,7 +359,7 @@ pub struct TrainFlags {
     /// --strategy gnnpipe: the rows read from the history are smoothed over the epochs, each epoch's row
     /// weighing 1 - G and the smoothed history before it G (PipeGCN's smoothing; it removed the 8-layer
     /// GCN's oscillation on synthetic-arxiv); 0 = last epoch's rows as they were [default: 0.8; 0 with --history off].
-    #[arg(long, value_name = "G")]
+    #[arg(long, value_name = "G", allow_negative_numbers = true)]
     pub history_smoothing: Option<f32>,
     /// --strategy gnnpipe: graph-parallel groups, each a pipeline of --workers / G stages over its part of the
     /// graph, the groups' matching stages summing their gradients [default: 1].
@@ -579,7 +579,12 @@ impl TrainFlags {
             TrainMode::Minibatch => self.sampled_fanouts()?,
         };
         let epochs = match rounds {
-            Some(r) => r.saturating_mul(fanouts.layers() as u64),
+            Some(r) => r.checked_mul(fanouts.layers() as u64).ok_or_else(|| {
+                BadInput::new(format!(
+                    "--rounds {r}: {} layers x {r} rounds is more rounds than a run can count; give fewer --rounds",
+                    fanouts.layers()
+                ))
+            })?,
             None => epochs,
         };
         let workers = self.workers.unwrap_or(defaults::WORKERS);
@@ -694,6 +699,9 @@ impl TrainFlags {
 
     /// Mini-batch training: --fanout, --layers (checked against it), --eval-fanout and --eval.
     fn sampled_fanouts(&self) -> Result<(Fanouts, Fanouts, EvalMode), BadInput> {
+        if self.layers == Some(0) {
+            return Err(BadInput::new("--layers must be at least 1"));
+        }
         let fanouts = if self.model.is_deep() && !self.given("fanout") {
             // The deep models' default: the paper's fanout of 2 per layer.
             let layers = self.layers.unwrap_or(self.model.default_layers()).max(1);
@@ -828,6 +836,40 @@ mod tests {
         assert!(e(&["--strategy", "naive"]).contains("add --dry-run"));
         assert!(e(&["--dry-run"]).starts_with("--dry-run costs naive"));
         assert!(e(&["--layers", "3"]).starts_with("--layers 3 does not match --fanout 10,10"));
+        // No layers is refused as such, not as a fanout mismatch, in both engines.
+        for model in ["sage", "deepgcn", "film"] {
+            assert_eq!(e(&["--model", model, "--layers", "0"]), "--layers must be at least 1");
+            assert_eq!(e(&["--model", model, "--layers", "0", "--full-batch"]), "--layers must be at least 1");
+        }
+        let max = u64::MAX.to_string();
+        assert!(e(&["--strategy", "retexo", "--rounds", &max]).starts_with(&format!("--rounds {max}: 2 layers x")));
+    }
+
+    #[test]
+    fn negative_numbers_reach_the_checks_that_name_the_flag() {
+        // Parsed as values (not as unknown short flags), so the config's own check explains the range.
+        for (flag, v) in [("--lr", "-1"), ("--dropout", "-0.5"), ("--weight-decay", "-0.0001"), ("--slope", "-1")] {
+            let f = flags(&[flag, v]);
+            let given: f32 = v.parse().unwrap();
+            let seen = match flag {
+                "--lr" => f.lr,
+                "--dropout" => f.dropout,
+                "--weight-decay" => f.weight_decay,
+                _ => f.slope as f32,
+            };
+            assert_eq!(seen, given, "{flag}");
+        }
+        assert_eq!(flags(&["--history-smoothing", "-0.1"]).history_smoothing, Some(-0.1));
+        assert_eq!(flags(&["--softmax-t", "-2"]).softmax_t, Some(-2.0));
+        assert_eq!(flags(&["--comm-timeout", "-3"]).comm_timeout, -3.0);
+        let e = |args: &[&str]| flags(args).config().and_then(|c| c.check()).unwrap_err().0;
+        assert!(e(&["--lr", "-1"]).starts_with("--lr -1 must be a positive number"));
+        assert!(e(&["--strategy", "varco", "--slope", "-1"]).starts_with("--slope -1 must be zero or positive"));
+        assert!(
+            e(&["--strategy", "gnnpipe", "--layers", "4", "--history-smoothing", "-0.1"])
+                .starts_with("--history-smoothing -0.1")
+        );
+        assert!(e(&["--model", "deepgcn", "--aggr", "softmax", "--softmax-t", "-2"]).starts_with("--softmax-t -2"));
     }
 
     #[test]
