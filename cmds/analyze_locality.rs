@@ -47,7 +47,7 @@ pub struct Args {
     #[arg(long, default_value_t = 128, allow_negative_numbers = true)]
     pub hidden: i64,
     /// Seed of the epoch shuffle and of sampling (as `train --seed`); also of new partitions.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     pub seed: u64,
     /// Write an SVG figure: locality per S with R_sub, and miss rates per strategy.
     #[arg(long)]

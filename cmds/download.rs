@@ -31,10 +31,10 @@ pub struct Args {
     #[arg(long)]
     pub self_loops: bool,
     /// Dimension of the seeded uniform features generated for graphs without features.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub feature_dim: Option<u32>,
     /// Generate seeded labels with this many classes for graphs without labels.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub generated_classes: Option<u32>,
     /// Random split of the labelled nodes, train,val,test in percent (or fractions).
     #[arg(long, value_parser = parse_fractions)]
@@ -50,13 +50,13 @@ pub struct Args {
     #[arg(long, default_value = "auto")]
     pub features: leapgnn::format::FeatureStorage,
     /// Seed of generated features, labels and splits.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     pub seed: u64,
     /// Another registry file instead of the built-in datasets.toml.
     #[arg(long, env = "LEAPGNN_REGISTRY")]
     pub registry: Option<PathBuf>,
     /// Extra rounds over the mirrors after a network failure (with backoff).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, allow_negative_numbers = true)]
     pub retries: u32,
 }
 

@@ -23,7 +23,7 @@ pub struct Args {
     pub format: String,
     /// Also write the output of hidden layer LAYER (0 = the first layer's) as `embeddings` (a RETEXO run:
     /// stage LAYER's embedding, the input of stage LAYER + 1).
-    #[arg(long, value_name = "LAYER")]
+    #[arg(long, value_name = "LAYER", allow_negative_numbers = true)]
     pub embeddings: Option<usize>,
     /// Only these node ids (whitespace-separated text), in this order.
     #[arg(long, value_name = "FILE")]
@@ -31,7 +31,7 @@ pub struct Args {
     /// Distributed inference on W local worker processes, each scoring the nodes of its METIS part (W parts,
     /// the run's seed: the run's own partition when it trained on W workers). Without it (and without
     /// --cluster) inference runs in this process.
-    #[arg(long, value_name = "W")]
+    #[arg(long, value_name = "W", allow_negative_numbers = true)]
     pub workers: Option<usize>,
     /// Distributed inference over a cluster profile (TOML): `launcher = "local"` runs --workers local processes
     /// [default: as many as the run trained on]; `launcher = "ssh"` one worker per slot of its hosts, shipping

@@ -17,7 +17,7 @@ pub struct Args {
     #[arg(long, default_value = "nodes,train")]
     pub balance: String,
     /// Seed of the method's randomness (METIS' seed, shuffles); hash ignores it.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     pub seed: u64,
     /// Recompute even when a partition with the same settings exists.
     #[arg(long)]

@@ -8,16 +8,16 @@ use leapgnn::cluster::slurm::{ScriptOptions, sbatch_script};
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Nodes to allocate.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
     pub nodes: usize,
     /// Workers (tasks) per node; the run has nodes x tasks-per-node workers.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, allow_negative_numbers = true)]
     pub tasks_per_node: usize,
     /// CPUs per worker (its RAYON_NUM_THREADS).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
     pub cpus_per_task: usize,
     /// GPUs per worker (with a `--features cuda` build and `--device cuda` in the train arguments).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub gpus_per_task: Option<usize>,
     /// Wall-clock limit (sbatch --time, e.g. 02:00:00).
     #[arg(long)]

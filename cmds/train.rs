@@ -47,7 +47,10 @@ impl Observer for Watch {
 }
 
 pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
-    // Bad flags are reported before the dashboard takes the terminal.
+    // Bad flags are reported before the dashboard takes the terminal. A
+    // single worker never waits on another, but refuses a bad timeout as
+    // several would.
+    comm_timeout(a.comm_timeout)?;
     let (cfg, profile, resume) = match a.action()? {
         Action::Naive(cfg) => return naive(g, &cfg),
         Action::Neutronstar(cfg) => return neutronstar(g, &a, *cfg),

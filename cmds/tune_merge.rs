@@ -29,7 +29,7 @@ pub struct Args {
     /// Dataset name (registry or --data-dir), dataset directory or archive path.
     pub dataset: String,
     /// Workers (one partition each), as `train --parts`.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub parts: usize,
     /// Cluster profile whose [cost] table holds the figures
     /// [default: <data-dir>/profiles/local.toml when present, else rough built-in figures].
@@ -42,7 +42,7 @@ pub struct Args {
     #[arg(long)]
     pub calibrate: bool,
     /// Iterations of each calibration run (the first is warm-up).
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = 30, allow_negative_numbers = true)]
     pub calibrate_iterations: u64,
     /// Where to write the merge plan [default: <data-dir>/<dataset>/plans/leapgnn-<K>.toml].
     #[arg(long)]
@@ -57,25 +57,25 @@ pub struct Args {
     #[arg(long, default_value_t = defaults::fanouts())]
     pub fanout: Fanouts,
     /// Roots per worker per iteration.
-    #[arg(long, default_value_t = defaults::BATCH_SIZE)]
+    #[arg(long, default_value_t = defaults::BATCH_SIZE, allow_negative_numbers = true)]
     pub batch_size: usize,
     /// Hidden size.
-    #[arg(long, default_value_t = defaults::HIDDEN)]
+    #[arg(long, default_value_t = defaults::HIDDEN, allow_negative_numbers = true)]
     pub hidden: usize,
     /// Feature cache per worker in MiB (filled by degree).
-    #[arg(long, default_value_t = defaults::CACHE_MB)]
+    #[arg(long, default_value_t = defaults::CACHE_MB, allow_negative_numbers = true)]
     pub cache_mb: u64,
     /// Seed of the shuffles and the sampler.
-    #[arg(long, default_value_t = defaults::SEED)]
+    #[arg(long, default_value_t = defaults::SEED, allow_negative_numbers = true)]
     pub seed: u64,
     /// Sampled iterations the prediction averages over.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, allow_negative_numbers = true)]
     pub iterations: usize,
     /// pregather / leapgnn with prefetch (`on`), without (`off`), or both, the plan taking the faster (`auto`).
     #[arg(long, value_enum, value_name = "WHEN", num_args = 0..=1, default_missing_value = "on", default_value_t = defaults::PREFETCH)]
     pub prefetch: Prefetch,
     /// Memory bound per worker in MB for one time step (overrides cost.memory_bytes; 0 = none).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub memory_mb: Option<u64>,
     /// Use figures calibrated on dataset NAME for this one (refused otherwise: they predict badly).
     #[arg(long, value_name = "NAME")]

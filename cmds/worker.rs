@@ -14,13 +14,13 @@ pub struct Args {
     /// The driver's control address.
     #[arg(long)]
     pub driver: SocketAddr,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub rank: usize,
     /// Address to bind the worker mesh listener on.
     #[arg(long, default_value = "127.0.0.1:0")]
     pub bind: SocketAddr,
     /// Seconds to wait for the driver at each step of the start-up.
-    #[arg(long, default_value_t = 60)]
+    #[arg(long, default_value_t = 60, allow_negative_numbers = true)]
     pub timeout: u64,
 }
 

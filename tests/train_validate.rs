@@ -63,15 +63,16 @@ const BAD: &[(&[&str], &str, bool)] = &[
     (&["--partition", "spectral"], "'spectral' for '--partition", true),
     (&["--strategy", "leapgnn", "--time-steps", "5"], "--time-steps 5", false),
     (&["--parts", "3"], "--parts 3", false),
-    (&["--comm-timeout", "0"], "--comm-timeout", false),
+    (&["--comm-timeout", "0"], "--comm-timeout", true),
     // Negative numbers are values, so the range checks name them.
-    (&["--comm-timeout", "-1"], "--comm-timeout -1", false),
-    (&["--strategy", "neutronstar", "--dry-run", "--comm-timeout", "nan"], "--comm-timeout NaN", false),
+    (&["--comm-timeout", "-1"], "--comm-timeout -1", true),
+    (&["--strategy", "neutronstar", "--dry-run", "--comm-timeout", "nan"], "--comm-timeout NaN", true),
     (&["--strategy", "varco", "--slope", "-1"], "--slope -1", true),
     (&["--strategy", "gnnpipe", "--layers", "4", "--history-smoothing", "-0.1"], "--history-smoothing -0.1", true),
     (&["--model", "deepgcn", "--aggr", "softmax", "--softmax-t", "-2"], "--softmax-t -2", true),
     (&["--model", "deepgcn", "--layers", "0"], "--layers must be at least 1", true),
     (&["--strategy", "retexo", "--rounds", "18446744073709551615"], "--rounds 18446744073709551615: 2 layers", true),
+    (&["--epochs", "-5"], "'-5' for '--epochs", true),
 ];
 
 #[test]

@@ -163,10 +163,10 @@ pub struct TrainFlags {
     pub config: Option<PathBuf>,
     /// Worker processes; --batch-size is per worker (global batch = W x B) [default: 1; with an ssh or Slurm
     /// --cluster, its slots or tasks].
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub workers: Option<usize>,
     /// Parts of the partitioning, at least --workers (each worker owns a contiguous range) [default: --workers].
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub parts: Option<usize>,
     /// How the workers split the work. `varco` and `retexo` train on the full graph with their authors' settings
     /// wherever a flag is not given; `naive` and `neutronstar` are only costed (--dry-run).
@@ -219,25 +219,25 @@ pub struct TrainFlags {
     pub fanout: Fanouts,
     /// Number of layers (must match the --fanout entries; full-graph runs: the depth) [default: 2; deepgcn 6,
     /// film 10].
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub layers: Option<usize>,
     /// Fanouts for validation and test, or `all` for the full neighbourhood [default: the training ones].
     #[arg(long)]
     pub eval_fanout: Option<String>,
     /// Roots per worker per iteration.
-    #[arg(long, default_value_t = defaults::BATCH_SIZE)]
+    #[arg(long, default_value_t = defaults::BATCH_SIZE, allow_negative_numbers = true)]
     pub batch_size: usize,
     /// Roots per evaluation batch.
-    #[arg(long, default_value_t = defaults::EVAL_BATCH_SIZE)]
+    #[arg(long, default_value_t = defaults::EVAL_BATCH_SIZE, allow_negative_numbers = true)]
     pub eval_batch_size: usize,
     /// Hidden size.
-    #[arg(long, default_value_t = defaults::HIDDEN)]
+    #[arg(long, default_value_t = defaults::HIDDEN, allow_negative_numbers = true)]
     pub hidden: usize,
     /// GAT attention heads in hidden layers; must divide --hidden.
-    #[arg(long, default_value_t = defaults::HEADS)]
+    #[arg(long, default_value_t = defaults::HEADS, allow_negative_numbers = true)]
     pub heads: usize,
     /// Epochs.
-    #[arg(long, default_value_t = defaults::EPOCHS)]
+    #[arg(long, default_value_t = defaults::EPOCHS, allow_negative_numbers = true)]
     pub epochs: u64,
     /// Learning rate.
     #[arg(long, default_value_t = defaults::LR, allow_negative_numbers = true)]
@@ -252,13 +252,13 @@ pub struct TrainFlags {
     #[arg(long, value_enum, default_value_t = defaults::OPTIMIZER)]
     pub optimizer: OptimizerKind,
     /// Seed of every random choice (init, shuffles, sampling, dropout).
-    #[arg(long, default_value_t = defaults::SEED)]
+    #[arg(long, default_value_t = defaults::SEED, allow_negative_numbers = true)]
     pub seed: u64,
     /// Input feature normalisation.
     #[arg(long, value_enum, default_value_t = defaults::NORMALIZE)]
     pub normalize: RowNorm,
     /// Feature cache per worker in MiB.
-    #[arg(long, default_value_t = defaults::CACHE_MB)]
+    #[arg(long, default_value_t = defaults::CACHE_MB, allow_negative_numbers = true)]
     pub cache_mb: u64,
     /// Time steps per iteration, 1..=W, or `auto` (tuned while training) [leapgnn only; default: the
     /// --merge-plan's, else auto]. micrograph and pregather always take W, model-centric 1.
@@ -287,7 +287,7 @@ pub struct TrainFlags {
     #[arg(long, value_enum, default_value_t = defaults::DEVICE)]
     pub device: DeviceKind,
     /// Checkpoint every N iterations (0: only at the end, which is always written).
-    #[arg(long, default_value_t = defaults::CHECKPOINT_EVERY)]
+    #[arg(long, default_value_t = defaults::CHECKPOINT_EVERY, allow_negative_numbers = true)]
     pub checkpoint_every: u64,
     /// Name of the new run under <data-dir>/runs/ [default: <dataset>-<model>-<unix time>].
     #[arg(long, conflicts_with = "resume")]
@@ -307,7 +307,7 @@ pub struct TrainFlags {
     #[arg(long, value_name = "DIR")]
     pub tensorboard: Option<PathBuf>,
     /// Stop after N iterations in total, as if interrupted (after checkpointing).
-    #[arg(long, hide = true)]
+    #[arg(long, hide = true, allow_negative_numbers = true)]
     pub stop_after: Option<u64>,
     /// Which remote rows fill the --cache-mb cache.
     #[arg(long, value_enum, default_value_t = defaults::CACHE_POLICY)]
@@ -322,10 +322,10 @@ pub struct TrainFlags {
     /// When a worker dies, stops answering or loses its link: stop all, resume from the last
     /// checkpoint, at most N times (local or ssh workers; ssh: spare hosts replace unreachable ones;
     /// see --checkpoint-every).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     pub restarts: u32,
     /// With several workers, check every N iterations that all replicas hold the same weights (0: never).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     pub check_replicas: u64,
     /// The engine: sampled mini-batches, or the whole graph (one step per epoch, a halo exchange of
     /// activations at every layer; the number of layers is --layers) [varco and retexo: full-graph].
@@ -339,10 +339,10 @@ pub struct TrainFlags {
     #[arg(long, value_enum)]
     pub eval: Option<EvalMode>,
     /// Full-graph runs: memory in MiB all workers may use together [default: this machine's MemAvailable].
-    #[arg(long, hide = true)]
+    #[arg(long, hide = true, allow_negative_numbers = true)]
     pub memory_limit_mb: Option<u64>,
     /// --strategy retexo: training rounds per layer (stage).
-    #[arg(long, default_value_t = retexo::ROUNDS)]
+    #[arg(long, default_value_t = retexo::ROUNDS, allow_negative_numbers = true)]
     pub rounds: u64,
     /// --strategy retexo: a stage's gradient crosses as its factors (the training rows once per stage, the
     /// gradients of their logits each round, every worker recomputing the stage for all training vertices;
@@ -350,7 +350,7 @@ pub struct TrainFlags {
     #[arg(long, value_enum)]
     pub factored_grads: Option<Switch>,
     /// --strategy gnnpipe: graph chunks (METIS) that flow through the pipeline each epoch [default: 8].
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub chunks: Option<usize>,
     /// --strategy gnnpipe: in-neighbours in chunks not yet computed this epoch read last epoch's rows (on) or
     /// zeros (off; with --chunks 1, exactly full-graph training) [default: on].
@@ -363,7 +363,7 @@ pub struct TrainFlags {
     pub history_smoothing: Option<f32>,
     /// --strategy gnnpipe: graph-parallel groups, each a pipeline of --workers / G stages over its part of the
     /// graph, the groups' matching stages summing their gradients [default: 1].
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub pipeline_groups: Option<usize>,
     /// How the workers' parts are cut [default: metis; random with --strategy retexo].
     #[arg(long, value_enum)]
