@@ -73,6 +73,9 @@ const BAD: &[(&[&str], &str, bool)] = &[
     (&["--model", "deepgcn", "--layers", "0"], "--layers must be at least 1", true),
     (&["--strategy", "retexo", "--rounds", "18446744073709551615"], "--rounds 18446744073709551615: 2 layers", true),
     (&["--epochs", "-5"], "'-5' for '--epochs", true),
+    // Partitioning happens after the run directory is made, so its limits are checked before.
+    (&["--parts", "70000"], "--parts 70000: at most 65535 parts", false),
+    (&["--parts", "5000"], "--parts 5000: more parts than the", false),
 ];
 
 #[test]

@@ -24,6 +24,21 @@ use std::str::FromStr;
 /// Part ids are u16 on disk.
 pub const MAX_PARTS: usize = u16::MAX as usize;
 
+/// `--parts k` of a graph of `nodes` nodes named `name`: at least 2, ids that
+/// fit on disk, and no part left without a node.
+pub fn check_parts(k: usize, nodes: usize, name: &str) -> Result<(), BadInput> {
+    if k < 2 {
+        return Err(BadInput::new(format!("--parts {k}: need at least 2 parts")));
+    }
+    if k > MAX_PARTS {
+        return Err(BadInput::new(format!("--parts {k}: at most {MAX_PARTS} parts (part ids are 16-bit)")));
+    }
+    if k > nodes {
+        return Err(BadInput::new(format!("--parts {k}: more parts than the {nodes} nodes of {name}")));
+    }
+    Ok(())
+}
+
 /// Allowed imbalance per constraint (max/avg), for the methods that can honour one.
 pub const IMBALANCE: f64 = 1.05;
 

@@ -3,7 +3,7 @@
 
 use super::quality::Quality;
 use super::writer::{Grouping, write_dir};
-use super::{MAX_PARTS, PartitionError, PartitionOptions, Problem, assign, train_flags};
+use super::{PartitionError, PartitionOptions, Problem, assign, train_flags};
 use crate::format::{DatasetFile, ManifestFile, PartFile, PartManifest};
 use crate::{BadInput, DataDir};
 use anyhow::Context;
@@ -99,12 +99,8 @@ impl<'a> Job<'a> {
     /// Checks the options and opens the dataset (structure only: cheap).
     fn open(data: &DataDir, name: &'a str, opts: &'a PartitionOptions) -> Result<Job<'a>, PartitionError> {
         let k = opts.parts;
-        if k < 2 {
-            return Err(BadInput::new(format!("--parts {k}: need at least 2 parts")).into());
-        }
-        if k > MAX_PARTS {
-            return Err(BadInput::new(format!("--parts {k}: at most {MAX_PARTS} parts (part ids are 16-bit)")).into());
-        }
+        // The count alone, before the archive is looked for; against its nodes below.
+        super::check_parts(k, usize::MAX, name)?;
         // The archive `train` would use: a name under --data-dir, or a path (partitioned beside it).
         let path = crate::paths::resolve_archive(data, name);
         let under_data = path == data.dataset_path(name);
@@ -127,11 +123,7 @@ impl<'a> Job<'a> {
             crate::paths::parts_beside(&path, opts.method.name(), k)
         };
         let ds = DatasetFile::open(&path)?;
-        if k > ds.num_nodes() {
-            return Err(
-                BadInput::new(format!("--parts {k}: more parts than the {} nodes of {name}", ds.num_nodes())).into()
-            );
-        }
+        super::check_parts(k, ds.num_nodes(), name)?;
         Ok(Job { name, opts, dir, ds })
     }
 

@@ -370,6 +370,16 @@ impl TrainConfig {
     /// splits, the model (`ModelSpec::check`) and the device.
     pub fn check_all(&self, ds: &DatasetFile) -> Result<(), BadInput> {
         self.check()?;
+        if self.parts > 1 {
+            // Partitioning comes after the run directory; its refusals come before it.
+            crate::partition::check_parts(self.parts, ds.num_nodes(), &self.dataset).map_err(|e| {
+                if self.parts == self.workers {
+                    BadInput::new(format!("{} (one part per worker: --parts is --workers unless given)", e.0))
+                } else {
+                    e
+                }
+            })?;
+        }
         super::splits(ds, &self.dataset)?;
         self.model_spec(ds).check()?;
         self.device.open()?;
