@@ -122,6 +122,62 @@ pub fn exit_code(status: std::process::ExitStatus) -> i32 {
     status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(-1)
 }
 
+/// A worker that is a child process of the driver (a local worker, or the
+/// `srun` that runs one); stopped when dropped.
+pub struct ChildWorker {
+    rank: usize,
+    child: std::process::Child,
+    done: Option<i32>,
+    /// How long a SIGTERM gets before SIGKILL; `None` kills at once.
+    term_grace: Option<std::time::Duration>,
+}
+
+impl ChildWorker {
+    pub fn new(rank: usize, child: std::process::Child, term_grace: Option<std::time::Duration>) -> Self {
+        ChildWorker { rank, child, done: None, term_grace }
+    }
+}
+
+impl WorkerProcess for ChildWorker {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn try_exit_code(&mut self) -> Option<i32> {
+        if self.done.is_none()
+            && let Ok(Some(status)) = self.child.try_wait()
+        {
+            self.done = Some(exit_code(status));
+        }
+        self.done
+    }
+
+    fn kill(&mut self) {
+        if self.try_exit_code().is_some() {
+            return;
+        }
+        if let Some(grace) = self.term_grace {
+            let _ = std::process::Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+            let deadline = std::time::Instant::now() + grace;
+            while self.try_exit_code().is_none() && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
+        if self.try_exit_code().is_none() {
+            let _ = self.child.kill();
+            if let Ok(status) = self.child.wait() {
+                self.done = Some(exit_code(status));
+            }
+        }
+    }
+}
+
+impl Drop for ChildWorker {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,11 +1,13 @@
 //! Workers as child processes of the driver on this machine.
 
-use super::launcher::{Launcher, LogSink, THREADS_VAR, WorkerProcess, WorkerSpec, threads_per_worker, threads_preset};
+use super::launcher::{
+    ChildWorker, Launcher, LogSink, THREADS_VAR, WorkerProcess, WorkerSpec, threads_per_worker, threads_preset,
+};
 use anyhow::Context;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 pub struct LocalLauncher {
@@ -74,42 +76,6 @@ impl Launcher for LocalLauncher {
                 log(format!("[worker {rank}] {line}"));
             }
         });
-        Ok(Box::new(LocalWorker { rank, child, done: None }))
-    }
-}
-
-struct LocalWorker {
-    rank: usize,
-    child: Child,
-    done: Option<i32>,
-}
-
-impl WorkerProcess for LocalWorker {
-    fn rank(&self) -> usize {
-        self.rank
-    }
-
-    fn try_exit_code(&mut self) -> Option<i32> {
-        if self.done.is_none()
-            && let Ok(Some(status)) = self.child.try_wait()
-        {
-            self.done = Some(super::launcher::exit_code(status));
-        }
-        self.done
-    }
-
-    fn kill(&mut self) {
-        if self.try_exit_code().is_none() {
-            let _ = self.child.kill();
-            if let Ok(status) = self.child.wait() {
-                self.done = Some(super::launcher::exit_code(status));
-            }
-        }
-    }
-}
-
-impl Drop for LocalWorker {
-    fn drop(&mut self) {
-        self.kill();
+        Ok(Box::new(ChildWorker::new(rank, child, None)))
     }
 }

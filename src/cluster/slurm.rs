@@ -4,12 +4,12 @@
 //! credential (encrypted with the cluster's MUNGE key, usable once, by this
 //! user only), because Slurm forwards a step's stdin in clear.
 
-use super::launcher::{Launcher, LogSink, WorkerProcess, WorkerSpec};
+use super::launcher::{ChildWorker, Launcher, LogSink, WorkerProcess, WorkerSpec};
 use super::ship::ShipItem;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs, UdpSocket};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -374,7 +374,9 @@ impl Launcher for SlurmLauncher {
                 log(format!("[worker {rank}] {line}"));
             }
         });
-        Ok(Box::new(SlurmWorker { rank, child, done: None }))
+        // SIGTERM makes srun signal its task and wait for it (killing srun itself
+        // would leave the task running until Slurm notices); SIGKILL after a grace period.
+        Ok(Box::new(ChildWorker::new(rank, child, Some(Duration::from_secs(10)))))
     }
 }
 
@@ -389,52 +391,6 @@ impl Drop for SlurmLauncher {
                 (self.log)(format!("sbcast: could not remove {dir} from the nodes: {e}"));
             }
         }
-    }
-}
-
-struct SlurmWorker {
-    rank: usize,
-    child: Child,
-    done: Option<i32>,
-}
-
-impl WorkerProcess for SlurmWorker {
-    fn rank(&self) -> usize {
-        self.rank
-    }
-
-    fn try_exit_code(&mut self) -> Option<i32> {
-        if self.done.is_none()
-            && let Ok(Some(status)) = self.child.try_wait()
-        {
-            self.done = Some(super::launcher::exit_code(status));
-        }
-        self.done
-    }
-
-    /// SIGTERM makes srun signal its task and wait for it (killing srun itself
-    /// would leave the task running until Slurm notices); SIGKILL after a grace period.
-    fn kill(&mut self) {
-        if self.try_exit_code().is_some() {
-            return;
-        }
-        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while self.try_exit_code().is_none() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        if self.try_exit_code().is_none() {
-            let _ = self.child.kill();
-            if let Ok(status) = self.child.wait() {
-                self.done = Some(super::launcher::exit_code(status));
-            }
-        }
-    }
-}
-
-impl Drop for SlurmWorker {
-    fn drop(&mut self) {
-        self.kill();
     }
 }
 
