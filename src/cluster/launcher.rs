@@ -3,6 +3,8 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
 
 /// Where a worker's output lines go (default: the driver's stderr), already
 /// prefixed with the worker's name.
@@ -126,14 +128,14 @@ pub fn exit_code(status: std::process::ExitStatus) -> i32 {
 /// `srun` that runs one); stopped when dropped.
 pub struct ChildWorker {
     rank: usize,
-    child: std::process::Child,
+    child: Child,
     done: Option<i32>,
     /// How long a SIGTERM gets before SIGKILL; `None` kills at once.
-    term_grace: Option<std::time::Duration>,
+    term_grace: Option<Duration>,
 }
 
 impl ChildWorker {
-    pub fn new(rank: usize, child: std::process::Child, term_grace: Option<std::time::Duration>) -> Self {
+    pub fn new(rank: usize, child: Child, term_grace: Option<Duration>) -> Self {
         ChildWorker { rank, child, done: None, term_grace }
     }
 }
@@ -157,10 +159,10 @@ impl WorkerProcess for ChildWorker {
             return;
         }
         if let Some(grace) = self.term_grace {
-            let _ = std::process::Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
-            let deadline = std::time::Instant::now() + grace;
-            while self.try_exit_code().is_none() && std::time::Instant::now() < deadline {
-                std::thread::sleep(std::time::Duration::from_millis(20));
+            let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+            let deadline = Instant::now() + grace;
+            while self.try_exit_code().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
             }
         }
         if self.try_exit_code().is_none() {
