@@ -274,8 +274,9 @@ impl Profile {
                 return Err(invalid(&key("port"), "must be 1..=65535".into()));
             }
             let user = match h.user.or_else(local_user) {
-                Some(u) if !u.is_empty() && !u.chars().any(|c| c.is_whitespace()) => u,
-                _ => return Err(invalid(&key("user"), "missing (and $USER is not set)".into())),
+                Some(u) if !u.is_empty() && !u.chars().any(|c| c.is_whitespace() || c.is_control()) => u,
+                Some(u) => return Err(invalid(&key("user"), format!("{u:?} is not a user name"))),
+                None => return Err(invalid(&key("user"), "missing (and $USER is not set)".into())),
             };
             let identity = match h.identity {
                 Some(s) => {
@@ -451,6 +452,10 @@ mod tests {
                 "host[0].workers",
             ),
             ("[cluster]\nlauncher = \"ssh\"\n[[host]]\naddress = \"\"\n", "host[0].address"),
+            (
+                "[cluster]\nlauncher = \"ssh\"\n[[host]]\naddress = \"a\"\nuser = \"-o X=1\"\n",
+                "host[0].user: \"-o X=1\" is not a user name",
+            ),
             (
                 "[cluster]\nlauncher = \"ssh\"\n[[host]]\naddress = \"a\"\nuser = \"u\"\nidentity = \"/no/such/key\"\n",
                 "/no/such/key is not a file",
