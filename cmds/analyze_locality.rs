@@ -146,7 +146,7 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     if g.json {
         return print_json(&report);
     }
-    print!("{}", report.render());
-    println!("total {:.2} s", report.seconds);
+    let _ = std::io::Write::write_all(&mut std::io::stdout(), report.render().as_bytes());
+    leapgnn::outln!("total {:.2} s", report.seconds);
     Ok(())
 }

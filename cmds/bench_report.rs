@@ -35,8 +35,8 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     if g.json {
         print_json(&serde_json::json!({ "rows": report.rows, "report": path, "plot": svg }))
     } else {
-        eprint!("{}", report.markdown());
-        eprintln!("wrote {} and {}", path.display(), svg.display());
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), report.markdown().as_bytes());
+        leapgnn::elog!("wrote {} and {}", path.display(), svg.display());
         Ok(())
     }
 }

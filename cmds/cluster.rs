@@ -102,13 +102,19 @@ fn print_table(r: &ClusterReport) {
         Some(false) => "FAIL",
         None => "-",
     };
-    println!(
+    leapgnn::outln!(
         "{:<28} {:<9} {:<8} {:<5} {:<6} {:<5} {:<5} result",
-        "host", "reachable", "host_key", "auth", "binary", "data", "ports"
+        "host",
+        "reachable",
+        "host_key",
+        "auth",
+        "binary",
+        "data",
+        "ports"
     );
     for h in &r.hosts {
         let name = format!("{}@{}:{}", h.user, h.address, h.port);
-        println!(
+        leapgnn::outln!(
             "{:<28} {:<9} {:<8} {:<5} {:<6} {:<5} {:<5} {}",
             name,
             mark(&h.reachable),
@@ -121,9 +127,9 @@ fn print_table(r: &ClusterReport) {
         );
         for (what, c) in h.checks() {
             if c.ok == Some(false) || (c.ok == Some(true) && matches!(what, "binary" | "data" | "ports")) {
-                println!("    {what}: {}", c.detail);
+                leapgnn::outln!("    {what}: {}", c.detail);
             }
         }
     }
-    println!("{}: {}", r.profile, if r.ok { "all hosts ok" } else { "some hosts FAILED" });
+    leapgnn::outln!("{}: {}", r.profile, if r.ok { "all hosts ok" } else { "some hosts FAILED" });
 }

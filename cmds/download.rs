@@ -88,16 +88,16 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     };
     let r = datasets::download(&g.data(), &reg, &req).with_context(|| format!("cannot get dataset {name}"))?;
     for n in &r.notes {
-        eprintln!("warning: {n}");
+        leapgnn::elog!("warning: {n}");
     }
     if g.json {
         return print_json(&r);
     }
     if r.action == "present" {
-        eprintln!("{name}: already present (use --force to rebuild)");
+        leapgnn::elog!("{name}: already present (use --force to rebuild)");
     }
     crate::info::print_summary(&r.summary);
-    println!("seconds       {:.2} ({})", r.seconds, r.action);
+    leapgnn::outln!("seconds       {:.2} ({})", r.seconds, r.action);
     Ok(())
 }
 
@@ -136,7 +136,7 @@ fn list(g: &Global, reg: &Registry) -> anyhow::Result<()> {
     if g.json {
         return print_json(&serde_json::json!({ "datasets": rows }));
     }
-    println!("{:<20} {:<10} {:>10}  {:<7}  description", "name", "format", "download", "present");
+    leapgnn::outln!("{:<20} {:<10} {:>10}  {:<7}  description", "name", "format", "download", "present");
     for r in &rows {
         let size = match (r.size, r.download_size) {
             (Some(b), _) => format!("{:.1} MB", b as f64 / 1e6),
@@ -144,7 +144,7 @@ fn list(g: &Global, reg: &Registry) -> anyhow::Result<()> {
             (None, None) if r.format == Format::Synthetic => "generated".to_owned(),
             _ => "-".to_owned(),
         };
-        println!(
+        leapgnn::outln!(
             "{:<20} {:<10} {:>10}  {:<7}  {}",
             r.name,
             r.format,

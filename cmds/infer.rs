@@ -61,7 +61,7 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     if g.json {
         return print_json(&r);
     }
-    eprintln!(
+    leapgnn::elog!(
         "{} nodes: predictions written to {} in {:.2} s ({} worker(s), {:.1} MB moved)",
         r.nodes,
         r.out.display(),
@@ -100,7 +100,7 @@ fn distributed(g: &Global, a: &Args, opts: &InferOptions) -> anyhow::Result<leap
     }
     // Ctrl-C stops the workers, then the driver (nothing to finish or checkpoint).
     signals::install(signals::OnForce::Flag, true).context("cannot install the Ctrl-C / SIGTERM handler")?;
-    let log: LogSink = Arc::new(|l| eprintln!("{l}"));
+    let log: LogSink = Arc::new(|l| leapgnn::elog!("{l}"));
     let ssh = match profile.filter(|_| slurm.is_none()) {
         Some(p) => {
             let (mut cfg, files) = run_files(&data, &a.run)?;

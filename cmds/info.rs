@@ -43,15 +43,19 @@ struct Timed<'a> {
 
 /// The human view of a dataset archive (also printed by `download`).
 pub fn print_summary(s: &DatasetSummary) {
-    println!("name          {}", s.name);
-    println!("path          {}", s.path);
-    println!("source        {}", s.source);
-    println!("nodes         {}", s.nodes);
-    println!("edges         {} (directed CSR entries{})", s.edges, if s.directed { "" } else { ", both directions" });
-    println!("feature_dim   {}{}", s.feature_dim, if s.generated_features { " (generated)" } else { "" });
-    println!("features      {} ({} values stored)", s.feature_storage, s.feature_values);
-    println!("classes       {}", s.classes);
-    println!("split         train {} / val {} / test {}", s.train, s.val, s.test);
-    println!("size          {} bytes", s.bytes);
-    println!("sha256        {}", s.sha256);
+    leapgnn::outln!("name          {}", s.name);
+    leapgnn::outln!("path          {}", s.path);
+    leapgnn::outln!("source        {}", s.source);
+    leapgnn::outln!("nodes         {}", s.nodes);
+    leapgnn::outln!(
+        "edges         {} (directed CSR entries{})",
+        s.edges,
+        if s.directed { "" } else { ", both directions" }
+    );
+    leapgnn::outln!("feature_dim   {}{}", s.feature_dim, if s.generated_features { " (generated)" } else { "" });
+    leapgnn::outln!("features      {} ({} values stored)", s.feature_storage, s.feature_values);
+    leapgnn::outln!("classes       {}", s.classes);
+    leapgnn::outln!("split         train {} / val {} / test {}", s.train, s.val, s.test);
+    leapgnn::outln!("size          {} bytes", s.bytes);
+    leapgnn::outln!("sha256        {}", s.sha256);
 }

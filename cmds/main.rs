@@ -117,14 +117,14 @@ fn main() -> ExitCode {
                 let _ = e.print();
                 return ExitCode::SUCCESS;
             }
-            eprint!("{}", output::clap_error(&e));
+            let _ = std::io::Write::write_all(&mut std::io::stderr(), output::clap_error(&e).as_bytes());
             return ExitCode::from(2);
         }
     };
     let cli = match with_config_file(cli, &argv) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("error: {}", output::one_line(&e));
+            leapgnn::elog!("error: {}", output::one_line(&e));
             return ExitCode::from(leapgnn::error::exit_code(e.chain()));
         }
     };
@@ -150,7 +150,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {}", output::one_line(&e));
+            leapgnn::elog!("error: {}", output::one_line(&e));
             if leapgnn::progress::signals::forced() {
                 return ExitCode::from(leapgnn::progress::signals::FORCED_EXIT);
             }

@@ -32,6 +32,6 @@ pub fn clap_error(e: &clap::Error) -> String {
 
 /// Prints one JSON object on stdout.
 pub fn print_json<T: Serialize>(v: &T) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string(v)?);
+    leapgnn::outln!("{}", serde_json::to_string(v)?);
     Ok(())
 }

@@ -38,20 +38,20 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     let r =
         partition_dataset(&g.data(), &a.dataset, &opts).with_context(|| format!("cannot partition {}", a.dataset))?;
     if r.reused {
-        eprintln!("kept the existing partition in {} (same settings and dataset; --force recomputes it)", r.path);
+        leapgnn::elog!("kept the existing partition in {} (same settings and dataset; --force recomputes it)", r.path);
     }
     if g.json {
         return print_json(&r);
     }
     let mb = |b: u64| b as f64 / (1 << 20) as f64;
-    println!("dataset       {}", r.name);
-    println!("partition     {} parts, {} (balance {}, seed {})", r.parts, r.method, r.constraints, r.seed);
-    println!("path          {}", r.path);
-    println!("edge cut      {} of {} entries ({:.2}%)", r.edge_cut, r.edges, 100.0 * r.edge_cut_fraction);
-    println!("balance       nodes {:.3}, train {:.3} (max/avg)", r.balance.nodes, r.balance.train);
-    println!("part nodes    {:?}", r.part_nodes);
-    println!("part train    {:?}", r.part_train);
+    leapgnn::outln!("dataset       {}", r.name);
+    leapgnn::outln!("partition     {} parts, {} (balance {}, seed {})", r.parts, r.method, r.constraints, r.seed);
+    leapgnn::outln!("path          {}", r.path);
+    leapgnn::outln!("edge cut      {} of {} entries ({:.2}%)", r.edge_cut, r.edges, 100.0 * r.edge_cut_fraction);
+    leapgnn::outln!("balance       nodes {:.3}, train {:.3} (max/avg)", r.balance.nodes, r.balance.train);
+    leapgnn::outln!("part nodes    {:?}", r.part_nodes);
+    leapgnn::outln!("part train    {:?}", r.part_train);
     let rss = r.peak_rss_bytes.map(|b| format!(", peak RSS {:.0} MB", mb(b))).unwrap_or_default();
-    println!("time          {:.2} s{rss}", r.seconds);
+    leapgnn::outln!("time          {:.2} s{rss}", r.seconds);
     Ok(())
 }

@@ -106,15 +106,16 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     if watch.stop_requested() {
         let ck = train::checkpoint::dir(&data.run_dir(&summary.run));
         if summary.workers > 1 {
-            eprintln!(
+            leapgnn::elog!(
                 "stopped on request after iteration {}, checkpoint written to {}",
                 summary.iterations,
                 ck.display()
             );
         } else {
-            eprintln!(
+            leapgnn::elog!(
                 "stopped on request after iteration {}, checkpoint written; continue with `leapgnn train --resume {}`",
-                summary.iterations, summary.run
+                summary.iterations,
+                summary.run
             );
         }
     }
@@ -151,7 +152,7 @@ fn distributed(
             let _ = tx.lock().unwrap_or_else(|e| e.into_inner()).send(l);
         })
     } else {
-        Arc::new(|l| eprintln!("{l}"))
+        Arc::new(|l| leapgnn::elog!("{l}"))
     };
     let (mut ssh, mut slurm) = (None, None);
     // A local profile (`--cluster profiles/local.toml`) is not kept past `placement::place`: read its `encrypt`.
@@ -217,7 +218,7 @@ fn distributed(
     write_atomic(&path, &serde_json::to_vec_pretty(&shipped).expect("shipped serialises"))?;
     let sent: Vec<_> = shipped.iter().filter(|s| s.sent).collect();
     if !g.json {
-        eprintln!(
+        leapgnn::elog!(
             "ssh: sent {} files ({:.1} MB), {} were already current on the hosts (see {})",
             sent.len(),
             sent.iter().map(|s| s.bytes).sum::<u64>() as f64 / 1e6,
@@ -314,13 +315,18 @@ fn naive(g: &Global, cfg: &TrainConfig) -> anyhow::Result<()> {
         return print_json(&r);
     }
     let mb = |b: f64| b / 1e6;
-    println!(
+    leapgnn::outln!(
         "naive per-layer model migration: {} on {} workers ({}), batch {} per worker, fanout {}, {} params",
-        r.dataset, r.workers, r.partition, r.batch_size, r.fanouts, r.params
+        r.dataset,
+        r.workers,
+        r.partition,
+        r.batch_size,
+        r.fanouts,
+        r.params
     );
-    println!("epoch  iters      hops   MB total  MB params  MB partial  MB interm.  MB model-centric features");
+    leapgnn::outln!("epoch  iters      hops   MB total  MB params  MB partial  MB interm.  MB model-centric features");
     for e in &r.epochs {
-        println!(
+        leapgnn::outln!(
             "{:>5}  {:>5}  {:>8}  {:>9.2}  {:>9.2}  {:>10.2}  {:>10.2}  {:>26.2}",
             e.epoch + 1,
             e.iterations,
@@ -332,7 +338,7 @@ fn naive(g: &Global, cfg: &TrainConfig) -> anyhow::Result<()> {
             mb(e.bytes_features_model_centric as f64)
         );
     }
-    println!(
+    leapgnn::outln!(
         "per epoch: naive {:.2} MB vs model-centric remote features {:.2} MB (not trained: a dry run)",
         mb(r.bytes_per_epoch),
         mb(r.bytes_features_model_centric_per_epoch)
@@ -342,14 +348,14 @@ fn naive(g: &Global, cfg: &TrainConfig) -> anyhow::Result<()> {
 
 fn report(s: &RunSummary, dir: &std::path::Path) {
     let (Some(test), Some(val)) = (s.test_accuracy, s.best_val_accuracy) else {
-        eprintln!(
+        leapgnn::elog!(
             "run {}: stopped before its first evaluation, so there is no accuracy to report; {}",
             s.run,
             dir.display()
         );
         return;
     };
-    eprintln!(
+    leapgnn::elog!(
         "run {}: test accuracy {:.4} at best validation {:.4} (epoch {}), final loss {:.4}; {}",
         s.run,
         test,
@@ -359,7 +365,7 @@ fn report(s: &RunSummary, dir: &std::path::Path) {
         dir.display()
     );
     if let Some(n) = s.replica_checks {
-        eprintln!(
+        leapgnn::elog!(
             "--check-replicas: the {} replicas' weights were compared {n} times, identical every time",
             s.workers
         );
@@ -384,7 +390,7 @@ fn neutronstar(g: &Global, a: &Args, cfg: TrainConfig) -> anyhow::Result<()> {
     let r = if cfg.workers > 1 {
         let mut args = vec!["--data-dir".into(), data.root.display().to_string()];
         args.extend((0..g.verbose).map(|_| "-v".to_string()));
-        let launcher = LocalLauncher::current(args)?.with_log(Arc::new(|l| eprintln!("{l}")));
+        let launcher = LocalLauncher::current(args)?.with_log(Arc::new(|l| leapgnn::elog!("{l}")));
         let dist = DistOptions {
             launcher: &launcher,
             interrupted: signals::forced_flag(),
@@ -405,15 +411,23 @@ fn neutronstar(g: &Global, a: &Args, cfg: TrainConfig) -> anyhow::Result<()> {
     if g.json {
         return print_json(&r);
     }
-    println!(
+    leapgnn::outln!(
         "NeutronStar estimate (not a run) from model-centric run {}: {} on {} workers ({}), {} epochs",
-        r.run, r.dataset, r.workers, r.partition, r.epochs
+        r.run,
+        r.dataset,
+        r.workers,
+        r.partition,
+        r.epochs
     );
-    println!(
+    leapgnn::outln!(
         "computation graph: n {} -> n' {}, e {} -> e' {}; c_fetch {:.3e} s per remote row",
-        r.n, r.n_prime, r.e, r.e_prime, r.c_fetch
+        r.n,
+        r.n_prime,
+        r.e,
+        r.e_prime,
+        r.c_fetch
     );
-    println!(
+    leapgnn::outln!(
         "per epoch: model-centric {:.3} s (compute {:.3} s) -> NeutronStar estimate {:.3} s ({:.2}x)",
         r.t_total_per_epoch,
         r.t_comp_per_epoch,

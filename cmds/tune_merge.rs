@@ -154,9 +154,9 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
             .write_into_profile(&profile_path)
             .with_context(|| format!("cannot write the calibrated figures into {}", profile_path.display()))?;
         if !g.json {
-            eprintln!("calibrated figures written into {}", profile_path.display());
+            leapgnn::elog!("calibrated figures written into {}", profile_path.display());
             for s in &c.skipped {
-                eprintln!("calibration skipped {s}");
+                leapgnn::elog!("calibration skipped {s}");
             }
         }
         figures = c.figures.clone();
@@ -308,14 +308,27 @@ fn ms(s: f64) -> String {
 }
 
 fn print_table(cfg: &TrainConfig, f: &Figures, t: &Tuning, out: &Path) {
-    println!(
+    leapgnn::outln!(
         "Predicted iteration time (ms): {}, {} workers, {}, batch {} per worker, fanout {}, hidden {}",
-        cfg.dataset, cfg.workers, cfg.model, cfg.batch_size, cfg.fanouts, cfg.hidden
+        cfg.dataset,
+        cfg.workers,
+        cfg.model,
+        cfg.batch_size,
+        cfg.fanouts,
+        cfg.hidden
     );
-    println!("figures: {}", f.source);
-    println!(
+    leapgnn::outln!("figures: {}", f.source);
+    leapgnn::outln!(
         "{:<14} {:>2} {:>8} {:>10} {:>9} {:>9} {:>9} {:>9} {:>10}",
-        "strategy", "T", "prefetch", "iteration", "sample", "gather", "compute", "sync", "memory MB"
+        "strategy",
+        "T",
+        "prefetch",
+        "iteration",
+        "sample",
+        "gather",
+        "compute",
+        "sync",
+        "memory MB"
     );
     for (i, c) in t.candidates.iter().enumerate() {
         let mark = if i == t.chosen {
@@ -325,7 +338,7 @@ fn print_table(cfg: &TrainConfig, f: &Figures, t: &Tuning, out: &Path) {
         } else {
             "  (over the memory bound)"
         };
-        println!(
+        leapgnn::outln!(
             "{:<14} {:>2} {:>8} {:>10} {:>9} {:>9} {:>9} {:>9} {:>10.1}{mark}",
             c.strategy.to_string(),
             c.time_steps,
@@ -341,7 +354,7 @@ fn print_table(cfg: &TrainConfig, f: &Figures, t: &Tuning, out: &Path) {
     let c = t.chosen();
     let shares = if c.balance.is_empty() { "even shares" } else { "balanced shares" };
     let prefetch = if c.prefetch { ", prefetch" } else { "" };
-    println!(
+    leapgnn::outln!(
         "chosen: leapgnn with {} time steps ({shares}{prefetch}), {} ms per iteration; plan written to {}",
         c.time_steps,
         ms(c.iteration_seconds),
@@ -350,11 +363,15 @@ fn print_table(cfg: &TrainConfig, f: &Figures, t: &Tuning, out: &Path) {
 }
 
 fn print_validation(v: &Validation) {
-    println!(
+    leapgnn::outln!(
         "\nrun {} ({}, {} workers, T = {}, {} iterations): predicted vs measured (ms, mean over workers)",
-        v.run, v.strategy, v.workers, v.time_steps, v.iterations
+        v.run,
+        v.strategy,
+        v.workers,
+        v.time_steps,
+        v.iterations
     );
-    println!("{:<10} {:>10} {:>10} {:>8}", "component", "predicted", "measured", "error");
+    leapgnn::outln!("{:<10} {:>10} {:>10} {:>8}", "component", "predicted", "measured", "error");
     let p = &v.predicted.components;
     let m = &v.measured;
     let e = &v.error;
@@ -365,6 +382,6 @@ fn print_validation(v: &Validation) {
         ("sync", p.sync, m.sync, e.sync),
         ("iteration", v.predicted.iteration_seconds, v.measured_iteration_seconds, e.iteration),
     ] {
-        println!("{name:<10} {:>10} {:>10} {:>+7.1}%", ms(pv), ms(mv), ev * 100.0);
+        leapgnn::outln!("{name:<10} {:>10} {:>10} {:>+7.1}%", ms(pv), ms(mv), ev * 100.0);
     }
 }

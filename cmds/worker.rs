@@ -38,7 +38,7 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     }
     let (job, reporter) = worker_session::join(a.driver, a.rank, token.trim(), a.bind, Duration::from_secs(a.timeout))?;
     // The test harness and operators find a worker by these (the driver prefixes `[worker r]`).
-    eprintln!(
+    leapgnn::elog!(
         "pid {}, mesh listening on {}, {}",
         std::process::id(),
         job.peers[job.rank],

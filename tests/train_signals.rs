@@ -1,4 +1,4 @@
-//! Ctrl-C, SIGTERM and a closed stdout stop a run as the dashboard's `q`
+//! Ctrl-C, SIGTERM and a closed stdout or stderr stop a run as the dashboard's `q`
 //! does, for one worker and for several: the iteration finishes, rank 0
 //! checkpoints it, the summary goes to stderr, exit 0, and `--resume` goes on.
 
@@ -90,20 +90,26 @@ fn ctrl_c_and_sigterm_stop_four_workers_at_one_iteration_with_a_checkpoint_and_r
     stop_with(tmp.path(), 4, "TERM");
 }
 
+/// `train cora` with `args` and `LONG_RUN`, stdout and stderr as given.
+fn long_run(d: &std::path::Path, args: &[&str], stdout: Stdio, stderr: Stdio) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_leapgnn"))
+        .arg("--data-dir")
+        .arg(d)
+        .args(["train", "cora"])
+        .args(args)
+        .args(LONG_RUN)
+        .stdout(stdout)
+        .stderr(stderr)
+        .spawn()
+        .unwrap()
+}
+
 /// `--json-stream | head -2`: the run stops once the reader has gone.
 #[test]
 fn a_closed_json_stream_stops_the_run_and_it_can_be_resumed() {
     let tmp = cora();
     let d = tmp.path();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_leapgnn"))
-        .arg("--data-dir")
-        .arg(d)
-        .args(["train", "cora", "--json-stream", "--run", "piped"])
-        .args(LONG_RUN)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = long_run(d, &["--json-stream", "--run", "piped"], Stdio::piped(), Stdio::piped());
     let mut out = BufReader::new(child.stdout.take().unwrap());
     for _ in 0..2 {
         let mut line = String::new();
@@ -122,6 +128,32 @@ fn a_closed_json_stream_stops_the_run_and_it_can_be_resumed() {
     assert!((1..100).contains(&done), "stopped after {done} iterations");
     let resumed = json(d, &["train", "--resume", "piped", "--epochs", "2"]);
     assert_eq!(resumed["epochs"], 2);
+}
+
+/// `leapgnn train 2>&1 | head -1`: plain progress lines on a stderr whose
+/// reader has gone stop the run as a closed `--json-stream` does, on one
+/// worker and on two (whose relayed lines go to the same closed stderr).
+#[test]
+fn a_closed_stderr_stops_the_run_with_a_checkpoint_and_it_can_be_resumed() {
+    let tmp = cora();
+    let d = tmp.path();
+    for workers in ["1", "2"] {
+        let run = format!("stderr-{workers}");
+        let mut child = long_run(d, &["--workers", workers, "--run", &run], Stdio::null(), Stdio::piped());
+        let mut err = BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        while !line.starts_with("epoch") {
+            line.clear();
+            assert!(err.read_line(&mut line).unwrap() > 0, "{workers} workers: stderr ended before an epoch line");
+        }
+        drop(err); // as `head` exits
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(0), "{workers} workers: a closed stderr is a stop request, not a failure");
+        let done = state(d, &run)["progress"]["global_iteration"].as_u64().unwrap();
+        assert!((1..200).contains(&done), "{workers} workers: stopped after {done} iterations");
+        let resumed = json(d, &["train", "--resume", &run, "--epochs", "3"]);
+        assert_eq!(resumed["epochs"], 3);
+    }
 }
 
 /// A second Ctrl-C does not wait for the iteration: the workers are stopped

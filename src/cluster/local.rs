@@ -21,7 +21,13 @@ pub struct LocalLauncher {
 
 impl LocalLauncher {
     pub fn new(binary: impl Into<PathBuf>, args: Vec<String>) -> Self {
-        LocalLauncher { binary: binary.into(), args, log: Arc::new(|l| eprintln!("{l}")) }
+        LocalLauncher {
+            binary: binary.into(),
+            args,
+            log: Arc::new(|l| {
+                crate::elog!("{l}");
+            }),
+        }
     }
 
     /// Runs this executable.

@@ -221,7 +221,16 @@ struct Sbcast {
 
 impl SlurmLauncher {
     pub fn new(alloc: Allocation, binary: PathBuf, args: Vec<String>) -> Self {
-        SlurmLauncher { alloc, binary, args, srun_args: vec![], log: Arc::new(|l| eprintln!("{l}")), sbcast: None }
+        SlurmLauncher {
+            alloc,
+            binary,
+            args,
+            srun_args: vec![],
+            log: Arc::new(|l| {
+                crate::elog!("{l}");
+            }),
+            sbcast: None,
+        }
     }
 
     /// Copies `items` (files under the data directory, `remote` relative to it) and

@@ -69,7 +69,9 @@ impl SshLauncher {
             accept_new,
             io_timeout: Duration::from_secs(30),
             files: None,
-            log: Arc::new(|l| eprintln!("{l}")),
+            log: Arc::new(|l| {
+                crate::elog!("{l}");
+            }),
             shipped: Mutex::new(vec![]),
             verified: Mutex::new(HashSet::new()),
             job_files: Mutex::new(vec![]),

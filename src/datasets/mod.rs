@@ -206,7 +206,7 @@ pub fn ensure_dataset(data: &DataDir, name: &str) -> anyhow::Result<PathBuf> {
     let reg = Registry::resolve(None)?;
     match reg.get(name) {
         Some(e) if e.format == Format::Synthetic => {
-            eprintln!("{name}: not in {} yet; generating it (synthetic, seed 0)", data.root.display());
+            crate::elog!("{name}: not in {} yet; generating it (synthetic, seed 0)", data.root.display());
             let req = DownloadRequest { name: name.to_owned(), ..Default::default() };
             Ok(PathBuf::from(download(data, &reg, &req)?.summary.path))
         }

@@ -121,7 +121,9 @@ impl Drop for Cleanup {
     fn drop(&mut self) {
         for d in &self.dirs {
             match std::fs::remove_dir_all(d) {
-                Ok(()) => eprintln!("removed {} (--no-keep)", d.display()),
+                Ok(()) => {
+                    crate::elog!("removed {} (--no-keep)", d.display());
+                }
                 Err(e) => tracing::warn!("cannot remove {}: {e}", d.display()),
             }
         }

@@ -66,9 +66,9 @@ pub fn ensure_partition(data: &DataDir, name: &str, method: &str, parts: usize, 
     if job.existing(started).is_some() {
         return Ok(job.dir);
     }
-    eprintln!("no up-to-date {method}-{parts} partition of {name}: creating {}", job.dir.display());
+    crate::elog!("no up-to-date {method}-{parts} partition of {name}: creating {}", job.dir.display());
     let r = job.run(started).with_context(|| format!("cannot partition {name}"))?;
-    eprintln!(
+    crate::elog!(
         "partitioned {name} into {parts} parts with {method}: edge cut {:.1}%, balance nodes {:.3} train {:.3}, {:.1} s; \
          wrote {:.1} MB to {}",
         100.0 * r.edge_cut_fraction,

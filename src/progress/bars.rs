@@ -14,6 +14,8 @@ pub struct Bars {
     state: DashboardState,
     /// Shown iteration, to update the bar once per iteration rather than per record.
     shown: Option<(u64, u64)>,
+    /// A plain line could not be written: stderr's reader has gone (`2>&1 | head`).
+    closed: bool,
 }
 
 fn style(template: &str) -> ProgressStyle {
@@ -50,7 +52,7 @@ impl Bars {
                 .with_prefix("iter")
                 .with_style(style("{prefix:>5} [{bar:30}] {pos}/{len} eta {eta} {msg}")),
         );
-        Bars { multi, epochs, iterations, state: DashboardState::default(), shown: None }
+        Bars { multi, epochs, iterations, state: DashboardState::default(), shown: None, closed: false }
     }
 
     /// Whether bars are drawn (stderr is a terminal).
@@ -58,11 +60,12 @@ impl Bars {
         !self.multi.is_hidden()
     }
 
-    fn line(&self, s: &str) {
+    fn line(&mut self, s: &str) {
         if self.visible() {
             let _ = self.multi.println(s);
-        } else {
-            eprintln!("{s}");
+        } else if !self.closed {
+            use std::io::Write;
+            self.closed = writeln!(std::io::stderr(), "{s}").is_err();
         }
     }
 }
@@ -103,6 +106,11 @@ impl ProgressSink for Bars {
         if self.visible() {
             let _ = self.multi.println(msg);
         }
+    }
+
+    /// A closed stderr stops the run as a closed `--json-stream` does.
+    fn stop_requested(&self) -> bool {
+        self.closed
     }
 
     fn finish(&mut self) {

@@ -26,7 +26,7 @@ pub fn install(on_force: OnForce, quiet: bool) -> Result<(), ctrlc::Error> {
         // ctrlc runs this on its own thread, not in signal context: printing and exiting are safe.
         if SIGNALS.fetch_add(1, Ordering::SeqCst) == 0 {
             if !quiet {
-                eprintln!(
+                crate::elog!(
                     "stopping after this iteration (checkpoint, then summary); press Ctrl-C again to stop at once"
                 );
             }
@@ -34,7 +34,7 @@ pub fn install(on_force: OnForce, quiet: bool) -> Result<(), ctrlc::Error> {
         }
         FORCED.store(true, Ordering::SeqCst);
         if on_force == OnForce::Exit {
-            eprintln!("forced stop: the current iteration is lost (the last checkpoint is kept)");
+            crate::elog!("forced stop: the current iteration is lost (the last checkpoint is kept)");
             std::process::exit(FORCED_EXIT.into());
         }
     })

@@ -1,5 +1,6 @@
 //! Small shared helpers: seeded randomness, memory figures.
 
+pub mod console;
 pub mod rng;
 pub mod value_names;
 

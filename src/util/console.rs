@@ -1,0 +1,25 @@
+//! Lines for the operator on stdout and stderr that survive a closed reader.
+//!
+//! `println!` and `eprintln!` panic when the stream is a pipe whose reader has
+//! gone (`leapgnn train 2>&1 | head -1`), which would kill a run without its
+//! checkpoint. These drop the line instead; the progress lines of a run
+//! check their writes themselves and stop the run, as a closed
+//! `--json-stream` does.
+
+/// `eprintln!` that drops the line when stderr is closed.
+#[macro_export]
+macro_rules! elog {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
+/// `println!` that drops the line when stdout is closed.
+#[macro_export]
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
