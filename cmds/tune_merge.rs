@@ -112,6 +112,12 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     if a.calibrate && a.calibrate_iterations < 2 {
         return Err(BadInput::new("--calibrate-iterations must be at least 2 (the first is warm-up)").into());
     }
+    if let (true, Some(f)) = (a.calibrate, &a.figures_from) {
+        return Err(BadInput::new(format!(
+            "--figures-from {f} with --calibrate: calibration measures this dataset's own figures; omit one of them"
+        ))
+        .into());
+    }
     let out = match &a.out {
         Some(p) => p.clone(),
         None if leapgnn::paths::is_plain_name(&a.dataset) => {

@@ -116,6 +116,12 @@ fn bad_input_is_one_line_and_exit_2() {
     let v =
         json(d, &[&["tune-merge"], JOB, &["--cluster", prof.to_str().unwrap(), "--figures-from", "facebook"]].concat());
     assert_eq!(v["figures"], "calibrated");
+    // --figures-from names the figures' own dataset, and calibration measures its own.
+    let e =
+        fails(d, &[&["tune-merge"], JOB, &["--cluster", prof.to_str().unwrap(), "--figures-from", "cora"]].concat(), 2);
+    assert!(e.contains("--figures-from cora: the figures in") && e.contains("were calibrated on facebook"), "{e}");
+    let e = fails(d, &[&["tune-merge"], JOB, &["--figures-from", "facebook", "--calibrate"]].concat(), 2);
+    assert!(e.contains("--figures-from facebook with --calibrate"), "{e}");
 }
 
 fn train(d: &Path, run: &str, extra: &[&str]) -> serde_json::Value {

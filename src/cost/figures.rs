@@ -121,7 +121,21 @@ impl Figures {
 
     /// Figures calibrated on another dataset predict badly (their compute and
     /// gather rates are that dataset's): refused unless `accepted` names it.
+    /// `accepted` must name the dataset the figures came from: a name they do
+    /// not hold (or built-in figures, calibrated on none) is refused too.
     pub fn check_dataset(&self, dataset: &str, accepted: Option<&str>, origin: &str) -> Result<(), BadInput> {
+        if let Some(a) = accepted
+            && a != self.dataset
+        {
+            let held = if self.dataset.is_empty() {
+                "are not calibrated on any dataset (built-in rough figures)".to_string()
+            } else {
+                format!("were calibrated on {}", self.dataset)
+            };
+            return Err(BadInput::new(format!(
+                "--figures-from {a}: the figures in {origin} {held}; omit --figures-from, or calibrate with --calibrate"
+            )));
+        }
         if self.dataset.is_empty() || self.dataset == dataset || accepted == Some(self.dataset.as_str()) {
             return Ok(());
         }
@@ -291,6 +305,20 @@ mod tests {
         assert_eq!(back, f);
         assert_eq!(back.link(0, 1), (2e9, 1e-5));
         assert_eq!(back.link(1, 0), (3e9, f.latency));
+    }
+
+    #[test]
+    fn figures_from_must_name_the_figures_dataset() {
+        let built_in = Figures::default();
+        assert!(built_in.check_dataset("cora", None, "p.toml").is_ok());
+        let e = built_in.check_dataset("cora", Some("arxiv"), "p.toml").unwrap_err().to_string();
+        assert!(e.starts_with("--figures-from arxiv: the figures in p.toml are not calibrated"), "{e}");
+        let fb = Figures { dataset: "facebook".into(), ..Figures::default() };
+        assert!(fb.check_dataset("facebook", None, "p.toml").is_ok());
+        assert!(fb.check_dataset("cora", Some("facebook"), "p.toml").is_ok());
+        assert!(fb.check_dataset("cora", None, "p.toml").unwrap_err().to_string().contains("--figures-from facebook"));
+        let e = fb.check_dataset("facebook", Some("cora"), "p.toml").unwrap_err().to_string();
+        assert!(e.contains("were calibrated on facebook"), "{e}");
     }
 
     #[test]
