@@ -93,6 +93,17 @@ fn bad_input_is_refused_with_exit_2_naming_the_flag_or_the_figures() {
     json(d, &[&fg[..], &["--epochs", "1", "--run", "one"]].concat());
     let e = fails(d, &["infer", "one", "--embeddings", "1"], 2);
     assert!(e.contains("--embeddings 1"), "{e}");
+    // An --out of the wrong kind for the format is refused before anything is scored, on one worker or two.
+    let (dir, file) = (d.join("outdir"), d.join("outfile"));
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(&file, "kept").unwrap();
+    for workers in [&[][..], &["--workers", "2"]] {
+        let e = fails(d, &[&["infer", "one", "--out", dir.to_str().unwrap()], workers].concat(), 2);
+        assert!(e.contains("a directory, and --format safetensors writes one file"), "{e}");
+        let e = fails(d, &[&["infer", "one", "--format", "npy", "--out", file.to_str().unwrap()], workers].concat(), 2);
+        assert!(e.contains("a file, and --format npy writes a directory"), "{e}");
+    }
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "kept");
     assert!(!d.join("runs/one/predictions.safetensors").exists());
 }
 

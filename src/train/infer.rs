@@ -79,6 +79,7 @@ pub(crate) fn prepare(
     opts: &InferOptions,
     verify: bool,
 ) -> Result<(Prepared, DatasetFile), TrainError> {
+    check_out(opts)?;
     let (run_dir, ck) = checkpointed_run(data, run, "infer")?;
     let (cfg, _) = checkpoint::load_config(&ck)?;
     let dataset = crate::datasets::ensure_dataset(data, &cfg.dataset).map_err(TrainError::Dataset)?;
@@ -234,16 +235,39 @@ pub(crate) fn write_outputs(prep: &Prepared, opts: &InferOptions, scores: &Score
             data: bytemuck::cast_slice(&emb),
         });
     }
-    let out_path = match (&opts.out, opts.format) {
-        (Some(p), _) => p.clone(),
-        (None, OutputFormat::Safetensors) => prep.run_dir.join("predictions.safetensors"),
-        (None, OutputFormat::Npy) => prep.run_dir.join("predictions"),
-    };
+    let out_path = out_path(opts, &prep.run_dir);
     match opts.format {
         OutputFormat::Safetensors => write_safetensors(&out_path, &fields)?,
         OutputFormat::Npy => write_npy_dir(&out_path, &fields)?,
     }
     Ok(out_path)
+}
+
+/// Where the outputs go: `--out`, else beside the run's checkpoint.
+fn out_path(opts: &InferOptions, run_dir: &Path) -> PathBuf {
+    match (&opts.out, opts.format) {
+        (Some(p), _) => p.clone(),
+        (None, OutputFormat::Safetensors) => run_dir.join("predictions.safetensors"),
+        (None, OutputFormat::Npy) => run_dir.join("predictions"),
+    }
+}
+
+/// Refuses, before any scoring, an `--out` of the wrong kind for the format.
+fn check_out(opts: &InferOptions) -> Result<(), BadInput> {
+    let Some(p) = &opts.out else { return Ok(()) };
+    match opts.format {
+        OutputFormat::Safetensors if p.is_dir() => Err(BadInput::new(format!(
+            "--out {}: a directory, and --format safetensors writes one file; give a file path (e.g. {})",
+            p.display(),
+            p.join("predictions.safetensors").display()
+        ))),
+        OutputFormat::Npy if p.exists() && !p.is_dir() => Err(BadInput::new(format!(
+            "--out {}: a file, and --format npy writes a directory of <field>.npy files; give a directory path \
+             (created if missing)",
+            p.display()
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// Node ids, whitespace-separated; each must be a node of the dataset.
