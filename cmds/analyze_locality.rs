@@ -91,6 +91,9 @@ fn fanout_arg(s: &str) -> Result<(Option<u32>, Option<usize>), BadInput> {
 
 /// Fails now, not after the analysis, when `path` cannot be written.
 fn check_writable(flag: &str, path: &Path) -> anyhow::Result<()> {
+    if path.is_dir() {
+        return Err(BadInput::new(format!("{flag} {}: a directory; name a file", path.display())).into());
+    }
     AtomicFile::create(path).map(drop).map_err(|e| {
         BadInput::new(format!("{flag} {}: cannot write there ({e}); choose a writable path", path.display())).into()
     })

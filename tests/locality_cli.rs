@@ -121,6 +121,7 @@ fn bad_input_is_one_error_line_and_exit_2() {
         (vec!["cora-planetoid", "--fanout", "0"], vec!["--fanout 0"]),
         (vec!["cora-planetoid", "--plot", under_file.to_str().unwrap()], vec!["--plot", "cannot write"]),
         (vec!["cora-planetoid", "--plot", "figure.png"], vec!["--plot figure.png", "svg"]),
+        (vec!["cora-planetoid", "--csv", data.to_str().unwrap()], vec!["--csv", "a directory; name a file"]),
         (vec!["cora-planetoid", "--sampling", "node,edge"], vec!["--sampling edge"]),
         (vec!["cora-planetoid", "--method", "metis,magic"], vec!["--method magic"]),
         (vec!["cora-planetoid", "--batch-size", "0"], vec!["--batch-size"]),
