@@ -54,7 +54,7 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = defaults::MODEL)]
     pub model: ModelKind,
     /// Neighbours per layer, input layer first.
-    #[arg(long, default_value_t = defaults::fanouts())]
+    #[arg(long, default_value_t = defaults::fanouts(), allow_hyphen_values = true)]
     pub fanout: Fanouts,
     /// Roots per worker per iteration.
     #[arg(long, default_value_t = defaults::BATCH_SIZE, allow_negative_numbers = true)]

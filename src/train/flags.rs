@@ -215,14 +215,14 @@ pub struct TrainFlags {
     pub gat_heads: Option<GatHeads>,
     /// Neighbours per layer, input layer first (`all`: every neighbour); one entry per layer (deepgcn and
     /// film: 2 per layer unless given, the LeapGNN paper's).
-    #[arg(long, default_value_t = defaults::fanouts())]
+    #[arg(long, default_value_t = defaults::fanouts(), allow_hyphen_values = true)]
     pub fanout: Fanouts,
     /// Number of layers (must match the --fanout entries; full-graph runs: the depth) [default: 2; deepgcn 6,
     /// film 10].
     #[arg(long, allow_negative_numbers = true)]
     pub layers: Option<usize>,
     /// Fanouts for validation and test, or `all` for the full neighbourhood [default: the training ones].
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub eval_fanout: Option<String>,
     /// Roots per worker per iteration.
     #[arg(long, default_value_t = defaults::BATCH_SIZE, allow_negative_numbers = true)]
