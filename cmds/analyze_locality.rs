@@ -17,7 +17,7 @@ pub struct Args {
     /// Dataset name under --data-dir (see `leapgnn download`).
     pub dataset: String,
     /// Numbers of servers S (= workers = partitions), comma-separated.
-    #[arg(long, default_value = "2,4,8,16")]
+    #[arg(long, default_value = "2,4,8,16", allow_hyphen_values = true)]
     pub parts: String,
     /// Partition methods: metis, random, hash, ldg (comma-separated).
     #[arg(long, default_value = "metis,random")]
@@ -27,7 +27,7 @@ pub struct Args {
     pub sampling: String,
     /// GNN depths (sampled layers), comma-separated [default: 2,10; with a --fanout
     /// of several entries, their number].
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub layers: Option<String>,
     /// Neighbours per vertex and layer (node-wise), or new vertices per root and
     /// layer (layer-wise), as `train --fanout` takes it: `10`, or one equal entry

@@ -129,6 +129,8 @@ fn bad_input_is_one_error_line_and_exit_2() {
         (vec!["cora-planetoid", "--fanout", "10,5"], vec!["--fanout 10,5", "every layer alike"]),
         (vec!["cora-planetoid", "--fanout", "5,5", "--layers", "3"], vec!["--fanout 5,5", "--layers"]),
         (vec!["cora-planetoid", "--fanout", "-3"], vec!["--fanout -3"]),
+        (vec!["cora-planetoid", "--layers", "-1"], vec!["--layers -1"]),
+        (vec!["cora-planetoid", "--parts", "-2"], vec!["--parts -2"]),
     ];
     for (args, needles) in cases {
         let mut all = vec!["analyze-locality"];
