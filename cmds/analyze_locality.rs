@@ -149,7 +149,7 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     if g.json {
         return print_json(&report);
     }
-    let _ = std::io::Write::write_all(&mut std::io::stdout(), report.render().as_bytes());
+    crate::output::write_stdout(report.render().as_bytes())?;
     leapgnn::outln!("total {:.2} s", report.seconds);
     Ok(())
 }

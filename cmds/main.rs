@@ -181,7 +181,14 @@ fn init_logging(verbose: u8) {
     // Colour only on a terminal, and never under NO_COLOR (https://no-color.org).
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).try_init();
+    // A log line that cannot be written (stderr's reader has gone) is dropped:
+    // reporting that on the same closed stderr would panic.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(ansi)
+        .with_writer(std::io::stderr)
+        .log_internal_errors(false)
+        .try_init();
 }
 
 /// `train --config FILE`: the file's flags go right after `train`, so those of

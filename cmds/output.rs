@@ -32,6 +32,20 @@ pub fn clap_error(e: &clap::Error) -> String {
 
 /// Prints one JSON object on stdout.
 pub fn print_json<T: Serialize>(v: &T) -> anyhow::Result<()> {
-    leapgnn::outln!("{}", serde_json::to_string(v)?);
-    Ok(())
+    let mut line = serde_json::to_vec(v)?;
+    line.push(b'\n');
+    write_stdout(&line)
+}
+
+/// Writes `bytes` to stdout. A reader that has gone (`| head`) is not an
+/// error, as for any Unix filter; any other failure (a full disk behind `>`) is.
+pub fn write_stdout(bytes: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(anyhow::Error::new(e).context("cannot write to stdout"))
+        }
+        _ => Ok(()),
+    }
 }

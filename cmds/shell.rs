@@ -24,15 +24,21 @@ pub struct ManArgs {
 /// Prints the completion script for `a.shell` to stdout.
 pub fn completions(a: CompletionsArgs) -> anyhow::Result<()> {
     let mut cmd = crate::Cli::command();
-    clap_complete::generate(a.shell, &mut cmd, "leapgnn", &mut std::io::stdout());
-    Ok(())
+    // Into memory first: the generators panic on a failed write.
+    let mut script = Vec::new();
+    clap_complete::generate(a.shell, &mut cmd, "leapgnn", &mut script);
+    crate::output::write_stdout(&script)
 }
 
 /// Prints leapgnn(1), or writes every command's page into `--dir`.
 pub fn man(a: ManArgs) -> anyhow::Result<()> {
     let cmd = crate::Cli::command();
     match a.dir {
-        None => clap_mangen::Man::new(cmd).render(&mut std::io::stdout()).context("cannot write the man page"),
+        None => {
+            let mut page = Vec::new();
+            clap_mangen::Man::new(cmd).render(&mut page).context("cannot render the man page")?;
+            crate::output::write_stdout(&page)
+        }
         Some(dir) => {
             std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
             clap_mangen::generate_to(cmd, &dir)

@@ -73,6 +73,6 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
         data_dir,
         train_args: a.train,
     };
-    let _ = std::io::Write::write_all(&mut std::io::stdout(), sbatch_script(&o).as_bytes());
+    crate::output::write_stdout(sbatch_script(&o).as_bytes())?;
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! `leapgnn completions` and `leapgnn man`: each shell's script is produced
 //! and names the subcommands and flags; bash accepts its script (`bash -n`);
-//! the man pages render, one per command with `--dir`.
+//! the man pages render, one per command with `--dir`; a closed stdout
+//! (`| head -1`) ends them quietly.
 
 use std::process::Command;
 
@@ -42,4 +43,26 @@ fn man_pages_render_for_the_tool_and_each_command() {
     let train = std::fs::read_to_string(dir.join("leapgnn-train.1")).unwrap();
     assert!(train.contains(".TH leapgnn-train") && train.contains("strategy"), "{}", &train[..train.len().min(300)]);
     assert!(dir.join("leapgnn.1").is_file());
+}
+
+/// `leapgnn man | head -1` and the like: stdout is a pipe whose reader is
+/// already closed (so every write fails with EPIPE). Each command still
+/// exits 0 without a word on stderr, as a Unix filter does.
+#[test]
+fn a_closed_stdout_ends_the_output_quietly() {
+    let cases: [&[&str]; 4] =
+        [&["man"], &["completions", "zsh"], &["completions", "bash"], &["slurm-script", "--", "cora", "--epochs", "1"]];
+    for args in cases {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = Command::new(env!("CARGO_BIN_EXE_leapgnn"))
+            .args(args)
+            .stdout(std::process::Stdio::from(writer))
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "leapgnn {args:?}: {err}");
+        assert!(err.is_empty(), "leapgnn {args:?}: {err}");
+    }
 }

@@ -139,7 +139,10 @@ fn a_closed_stderr_stops_the_run_with_a_checkpoint_and_it_can_be_resumed() {
     let d = tmp.path();
     for workers in ["1", "2"] {
         let run = format!("stderr-{workers}");
-        let mut child = long_run(d, &["--workers", workers, "--run", &run], Stdio::null(), Stdio::piped());
+        // Two workers log at -vv as well: a log line on the closed stderr must not panic either.
+        let verbose: &[&str] = if workers == "2" { &["-vv"] } else { &[] };
+        let args = [&["--workers", workers, "--run", &run][..], verbose].concat();
+        let mut child = long_run(d, &args, Stdio::null(), Stdio::piped());
         let mut err = BufReader::new(child.stderr.take().unwrap());
         let mut line = String::new();
         while !line.starts_with("epoch") {
