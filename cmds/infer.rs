@@ -7,7 +7,6 @@ use leapgnn::progress::signals;
 use leapgnn::train::distributed::{InferLaunch, infer_distributed};
 use leapgnn::train::infer::{InferOptions, infer, run_files};
 use std::path::PathBuf;
-use std::sync::Arc;
 
 /// Predictions (class and probabilities) and optionally hidden embeddings of every node of a trained run,
 /// from layer-wise inference over the whole graph, keyed by node id.
@@ -100,7 +99,7 @@ fn distributed(g: &Global, a: &Args, opts: &InferOptions) -> anyhow::Result<leap
     }
     // Ctrl-C stops the workers, then the driver (nothing to finish or checkpoint).
     signals::install(signals::OnForce::Flag, true).context("cannot install the Ctrl-C / SIGTERM handler")?;
-    let log: LogSink = Arc::new(|l| leapgnn::elog!("{l}"));
+    let log: LogSink = leapgnn::cluster::launcher::stderr_log();
     let ssh = match profile.filter(|_| slurm.is_none()) {
         Some(p) => {
             let (mut cfg, files) = run_files(&data, &a.run)?;

@@ -152,7 +152,7 @@ fn distributed(
             let _ = tx.lock().unwrap_or_else(|e| e.into_inner()).send(l);
         })
     } else {
-        Arc::new(|l| leapgnn::elog!("{l}"))
+        leapgnn::cluster::launcher::stderr_log()
     };
     let (mut ssh, mut slurm) = (None, None);
     // A local profile (`--cluster profiles/local.toml`) is not kept past `placement::place`: read its `encrypt`.
@@ -390,7 +390,7 @@ fn neutronstar(g: &Global, a: &Args, cfg: TrainConfig) -> anyhow::Result<()> {
     let r = if cfg.workers > 1 {
         let mut args = vec!["--data-dir".into(), data.root.display().to_string()];
         args.extend((0..g.verbose).map(|_| "-v".to_string()));
-        let launcher = LocalLauncher::current(args)?.with_log(Arc::new(|l| leapgnn::elog!("{l}")));
+        let launcher = LocalLauncher::current(args)?.with_log(leapgnn::cluster::launcher::stderr_log());
         let dist = DistOptions {
             launcher: &launcher,
             interrupted: signals::forced_flag(),

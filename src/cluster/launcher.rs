@@ -10,6 +10,11 @@ use std::time::{Duration, Instant};
 /// prefixed with the worker's name.
 pub type LogSink = std::sync::Arc<dyn Fn(String) + Send + Sync>;
 
+/// The default sink: each line to the driver's stderr, dropped once its reader has gone.
+pub fn stderr_log() -> LogSink {
+    std::sync::Arc::new(|l| crate::elog!("{l}"))
+}
+
 /// What a launcher needs to start one worker.
 #[derive(Debug, Clone)]
 pub struct WorkerSpec {

@@ -1,14 +1,14 @@
 //! Workers as child processes of the driver on this machine.
 
 use super::launcher::{
-    ChildWorker, Launcher, LogSink, THREADS_VAR, WorkerProcess, WorkerSpec, threads_per_worker, threads_preset,
+    ChildWorker, Launcher, LogSink, THREADS_VAR, WorkerProcess, WorkerSpec, stderr_log, threads_per_worker,
+    threads_preset,
 };
 use anyhow::Context;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 
 pub struct LocalLauncher {
     /// The `leapgnn` binary to run (normally the driver's own executable).
@@ -21,13 +21,7 @@ pub struct LocalLauncher {
 
 impl LocalLauncher {
     pub fn new(binary: impl Into<PathBuf>, args: Vec<String>) -> Self {
-        LocalLauncher {
-            binary: binary.into(),
-            args,
-            log: Arc::new(|l| {
-                crate::elog!("{l}");
-            }),
-        }
+        LocalLauncher { binary: binary.into(), args, log: stderr_log() }
     }
 
     /// Runs this executable.

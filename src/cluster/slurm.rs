@@ -4,13 +4,12 @@
 //! credential (encrypted with the cluster's MUNGE key, usable once, by this
 //! user only), because Slurm forwards a step's stdin in clear.
 
-use super::launcher::{ChildWorker, Launcher, LogSink, WorkerProcess, WorkerSpec};
+use super::launcher::{ChildWorker, Launcher, LogSink, WorkerProcess, WorkerSpec, stderr_log};
 use super::ship::ShipItem;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs, UdpSocket};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A token starting with this is a MUNGE credential (`munge --string`).
@@ -221,16 +220,7 @@ struct Sbcast {
 
 impl SlurmLauncher {
     pub fn new(alloc: Allocation, binary: PathBuf, args: Vec<String>) -> Self {
-        SlurmLauncher {
-            alloc,
-            binary,
-            args,
-            srun_args: vec![],
-            log: Arc::new(|l| {
-                crate::elog!("{l}");
-            }),
-            sbcast: None,
-        }
+        SlurmLauncher { alloc, binary, args, srun_args: vec![], log: stderr_log(), sbcast: None }
     }
 
     /// Copies `items` (files under the data directory, `remote` relative to it) and

@@ -7,7 +7,7 @@
 //! the remote process group (TERM, then KILL), so nothing is left behind.
 
 use super::known_hosts::HostKeyStatus;
-use super::launcher::{Launcher, RemoteDir, THREADS_VAR, WorkerProcess, WorkerSpec};
+use super::launcher::{Launcher, RemoteDir, THREADS_VAR, WorkerProcess, WorkerSpec, stderr_log};
 use super::profile::{HostSpec, Profile, resolve_remote};
 use super::remote_dir::SftpDir;
 use super::ship::{self, ShipItem, Shipped};
@@ -69,9 +69,7 @@ impl SshLauncher {
             accept_new,
             io_timeout: Duration::from_secs(30),
             files: None,
-            log: Arc::new(|l| {
-                crate::elog!("{l}");
-            }),
+            log: stderr_log(),
             shipped: Mutex::new(vec![]),
             verified: Mutex::new(HashSet::new()),
             job_files: Mutex::new(vec![]),

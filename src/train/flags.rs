@@ -574,6 +574,10 @@ impl TrainFlags {
             _ if self.given("epochs") => self.epochs,
             _ => authors.epochs.unwrap_or(self.epochs),
         };
+        // Either engine: no layers is refused as such, not as a fanout mismatch.
+        if self.layers == Some(0) {
+            return Err(BadInput::new("--layers must be at least 1"));
+        }
         let (fanouts, eval_fanouts, eval) = match mode {
             TrainMode::FullGraph => self.full_graph_fanouts(authors.layers)?,
             TrainMode::Minibatch => self.sampled_fanouts()?,
@@ -699,12 +703,9 @@ impl TrainFlags {
 
     /// Mini-batch training: --fanout, --layers (checked against it), --eval-fanout and --eval.
     fn sampled_fanouts(&self) -> Result<(Fanouts, Fanouts, EvalMode), BadInput> {
-        if self.layers == Some(0) {
-            return Err(BadInput::new("--layers must be at least 1"));
-        }
         let fanouts = if self.model.is_deep() && !self.given("fanout") {
             // The deep models' default: the paper's fanout of 2 per layer.
-            let layers = self.layers.unwrap_or(self.model.default_layers()).max(1);
+            let layers = self.layers.unwrap_or(self.model.default_layers());
             vec!["2"; layers].join(",").parse()?
         } else {
             self.fanout.clone()
@@ -744,9 +745,6 @@ impl TrainFlags {
         }
         let depth = if self.model.is_deep() { self.model.default_layers() } else { defaults::fanouts().layers() };
         let layers = self.layers.or(author_layers).unwrap_or(depth);
-        if layers == 0 {
-            return Err(BadInput::new("--layers must be at least 1"));
-        }
         let all = Fanouts::all(layers);
         Ok((all.clone(), all, self.eval.unwrap_or(EvalMode::Full)))
     }
