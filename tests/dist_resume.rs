@@ -99,6 +99,10 @@ fn facebook_resumed_from_four_workers_on_two_ends_within_1e5() {
     let run = [&["train", "facebook", "--epochs", "2", "--checkpoint-every", "3"], RUN].concat();
     let straight = json(d, &[&run[..], &["--run", "straight"]].concat());
     json(d, &[&run[..], &["--run", "mid", "--stop-after", "6"]].concat());
+    // What a restart looks at: a lost worker after the last checkpoint is not restarted.
+    let ck = |run: &str| leapgnn::train::checkpoint::dir(&d.join("runs").join(run));
+    assert_eq!(leapgnn::train::checkpoint::finished(&ck("straight")), Some(2));
+    assert_eq!(leapgnn::train::checkpoint::finished(&ck("mid")), None);
     // A global batch that 3 workers cannot split is refused, naming the flag; nothing changes.
     let line = fails(d, &["train", "--resume", "mid", "--workers", "3", "--no-tui"], 2);
     assert!(line.contains("--workers 3") && line.contains("4096"), "{line}");

@@ -193,6 +193,14 @@ pub fn load_config(dir: &Path) -> Result<(TrainConfig, Progress), TrainError> {
     Ok((s.config, s.progress))
 }
 
+/// The run's epoch count when the checkpoint in `dir` is its last: every
+/// epoch trained and evaluated. None for a checkpoint taken on the way, or
+/// one that cannot be read.
+pub fn finished(dir: &Path) -> Option<u64> {
+    let (cfg, p) = load_config(dir).ok()?;
+    (p.epoch >= cfg.epochs).then_some(cfg.epochs)
+}
+
 fn read_state(dir: &Path) -> Result<StateFile, TrainError> {
     let path = dir.join(STATE);
     let text = std::fs::read(&path).map_err(|e| unusable(&path, e))?;

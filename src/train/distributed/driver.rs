@@ -143,8 +143,17 @@ fn recover(
             tracing::warn!("{msg}");
             obs.event(&msg);
         }
-        if !checkpoint::dir(&run_dir).join("state.json").is_file() {
+        let ck = checkpoint::dir(&run_dir);
+        if !ck.join("state.json").is_file() {
             return Err(err);
+        }
+        if let Some(epochs) = checkpoint::finished(&ck) {
+            // Lost while the job wound down: a restart would have nothing to train.
+            return Err(err.context(format!(
+                "run {name} had trained all {epochs} epochs before the failure, so it was not restarted: its final \
+                 weights are in {}, and `leapgnn infer {name}` scores with them",
+                ck.display()
+            )));
         }
         let msg =
             format!("restart {attempt} of {}: {err:#}; resuming run {name} from its last checkpoint", opts.restarts);
@@ -316,13 +325,16 @@ fn execute(
                     Ok(Report::Step(r)) => {
                         if let Some(re) = restart.take() {
                             let rec = re.record(at);
+                            // The step's own position: a checkpoint taken at an epoch's
+                            // last iteration resumes with that epoch's evaluation, and
+                            // its position would name an iteration the epoch does not have.
                             let msg = format!(
-                                "restart {} of {}: training again {:.2} s after the failure, from epoch {} iteration {}",
+                                "restart {} of {}: training again {:.2} s after the failure, at epoch {} iteration {}",
                                 rec.restart,
                                 rec.of,
                                 rec.seconds,
-                                at.0 + 1,
-                                at.1 + 1
+                                r.epoch + 1,
+                                r.iteration + 1
                             );
                             tracing::warn!("{msg}");
                             obs.event(&msg);
