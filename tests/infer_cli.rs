@@ -48,6 +48,11 @@ fn infer_writes_every_nodes_prediction_as_the_run_evaluated_it() {
     let correct = ds.test().iter().filter(|&&v| pred[v as usize] as i32 == ds.labels()[v as usize]).count();
     let last = &s["history"][4];
     assert_eq!(correct as f64 / ds.test().len() as f64, last["test_accuracy"].as_f64().unwrap());
+    // And the accuracies infer reports are those of the file it wrote.
+    for (ids, split) in [(ds.train(), "train"), (ds.val(), "val"), (ds.test(), "test")] {
+        let right = ids.iter().filter(|&&v| pred[v as usize] as i32 == ds.labels()[v as usize]).count();
+        assert_eq!(r["accuracy"][split].as_f64(), Some(right as f64 / ids.len() as f64), "{split}: {r}");
+    }
 
     // As users load it; npy too, and a subset of nodes in the order given.
     std::fs::write(d.join("nodes.txt"), "5\n3 2707\n").unwrap();

@@ -61,6 +61,10 @@ fn facebook_on_4_workers_scores_every_node_as_one_worker_does_and_as_the_run_eva
         let correct = ids.iter().filter(|&&v| pred[v as usize] as i32 == ds.labels()[v as usize]).count();
         assert_eq!(correct as f64 / ids.len() as f64, last[key].as_f64().unwrap(), "{key}");
     }
+    let split_acc = |r: &serde_json::Value| ["train", "val", "test"].map(|k| r["accuracy"][k].as_f64().unwrap());
+    assert_eq!(split_acc(&four), split_acc(&solo), "accuracy on 4 workers and in process");
+    assert_eq!(four["accuracy"]["test"], last["test_accuracy"]);
+    assert_eq!(four["accuracy"]["val"], last["val_accuracy"]);
     assert!(last["test_accuracy"].as_f64().unwrap() > 0.5, "{last}");
 
     // --nodes: those rows, in the order given.

@@ -58,6 +58,37 @@ pub struct InferReport {
     /// `bytes` by category (features: the halo's input rows; activations:
     /// the hidden layers' halo rows; control: the mesh's own traffic).
     pub bytes_by_category: ByteCounts,
+    /// The predictions' accuracy on the dataset's labelled train, validation
+    /// and test nodes (all of each split, whatever `--nodes` writes).
+    pub accuracy: SplitAccuracy,
+}
+
+/// Accuracy of the predictions on each split's labelled nodes.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct SplitAccuracy {
+    pub train: f64,
+    pub val: f64,
+    pub test: f64,
+}
+
+impl SplitAccuracy {
+    /// Of `scores` (every node scored) against `ds`'s labels.
+    pub(crate) fn of(ds: &DatasetFile, name: &str, scores: &Scores) -> Result<SplitAccuracy, TrainError> {
+        let labels = ds.labels();
+        let c = scores.classes;
+        let acc = |ids: &[u32]| {
+            let right = ids
+                .iter()
+                .filter(|&&v| {
+                    let v = v as usize;
+                    fullgraph::inference::argmax(&scores.logits[v * c..(v + 1) * c]) as i32 == labels[v]
+                })
+                .count();
+            right as f64 / ids.len().max(1) as f64
+        };
+        let [train, val, test] = super::splits(ds, name)?;
+        Ok(SplitAccuracy { train: acc(&train), val: acc(&val), test: acc(&test) })
+    }
 }
 
 /// A run checked for inference: where it is, how it was trained, which nodes to write.
@@ -177,6 +208,7 @@ pub fn infer(data: &DataDir, run: &str, opts: &InferOptions) -> Result<InferRepo
     scores.place(&out.nodes, &out.logits, out.embeddings.as_deref()).map_err(TrainError::Rows)?;
     let out_path = write_outputs(&prep, opts, &scores)?;
     let bytes = solo.bytes().sent;
+    let accuracy = SplitAccuracy::of(&ds, &cfg.dataset, &scores)?;
     Ok(InferReport {
         run: run.to_string(),
         out: out_path,
@@ -185,6 +217,7 @@ pub fn infer(data: &DataDir, run: &str, opts: &InferOptions) -> Result<InferRepo
         bytes: bytes.total(),
         workers: 1,
         bytes_by_category: bytes,
+        accuracy,
     })
 }
 

@@ -14,7 +14,7 @@ use crate::cluster::{Launcher, ToDriver};
 use crate::comm::{ByteCounts, FeatureClient, FetchStats, Owners, PartRows, RowSource, serve_features};
 use crate::format::{DatasetFile, ManifestFile};
 use crate::metrics::add_bytes;
-use crate::train::infer::{InferOptions, InferReport, Scores, prepare, score, write_outputs};
+use crate::train::infer::{InferOptions, InferReport, Scores, SplitAccuracy, prepare, score, write_outputs};
 use crate::train::{Collective, FeatureSource, GraphData, MeshCollective, TrainConfig, TrainError, Worker, checkpoint};
 use crate::{BadInput, DataDir};
 use anyhow::Context;
@@ -166,6 +166,7 @@ pub fn infer_distributed(
         add_bytes(&mut bytes, &d.bytes.sent);
     }
     let out = write_outputs(&prep, opts, &scores)?;
+    let accuracy = SplitAccuracy::of(&ds, &cfg.dataset, &scores)?;
     Ok(InferReport {
         run: run.to_string(),
         out,
@@ -174,6 +175,7 @@ pub fn infer_distributed(
         bytes: bytes.total(),
         workers: world,
         bytes_by_category: bytes,
+        accuracy,
     })
 }
 
