@@ -472,7 +472,7 @@ impl RetexoModel {
         match &self.stages[l].head {
             None => Ok((y, None)),
             Some((norm, lin)) => {
-                let e = norm.forward(&y)?.relu()?;
+                let e = norm.forward(&y, crate::model::Kernel::for_device(y.device()))?.relu()?;
                 Ok((lin.forward(&e, None)?, Some(e)))
             }
         }
