@@ -21,6 +21,11 @@ fn first_epoch(l: &str) -> bool {
     l.starts_with("epoch") && l.contains("/1000")
 }
 
+/// The epoch number of an `epoch E/N ...` progress line.
+fn epoch_of(l: &str) -> Option<u64> {
+    l.strip_prefix("epoch")?.split('/').next()?.trim().parse().ok()
+}
+
 fn error_line(stderr: &str) -> &str {
     stderr.lines().rfind(|l| l.starts_with("error:")).unwrap_or_else(|| panic!("no error line in:\n{stderr}"))
 }
@@ -123,4 +128,35 @@ fn a_killed_worker_is_restarted_from_the_checkpoint_and_the_run_ends_as_if_unint
     assert!((n - 1..=n).contains(&(recs.len() - 1)), "{} records for {n} (iteration, worker) pairs", recs.len() - 1);
     let pids: Vec<u32> = ws.iter().map(|w| w.pid).collect();
     assert_eq!(wait_gone(&pids, Duration::from_secs(5)), Vec::<u32>::new(), "workers left behind");
+}
+
+/// The full-graph strategies with loops of their own: GNNPipe (per-stage
+/// optimizers and the embedding history in the checkpoint) and RETEXO (a
+/// checkpoint per stage) restart from their checkpoints as the mini-batch
+/// loop does, and end with the uninterrupted run's weights.
+#[test]
+fn gnnpipe_and_retexo_restart_after_a_killed_worker_and_end_as_if_uninterrupted() {
+    let tmp = cora();
+    let d = tmp.path();
+    let common = ["train", "cora", "--workers", "2", "--hidden", "16", "--no-tui"];
+    let gnnpipe = ["--strategy", "gnnpipe", "--layers", "4", "--epochs", "60", "--checkpoint-every", "5"];
+    let retexo = ["--strategy", "retexo", "--rounds", "200"];
+    for (name, flags) in [("gnnpipe", &gnnpipe[..]), ("retexo", &retexo[..])] {
+        let run = [&common[..], flags].concat();
+        let (straight, killed) = (format!("{name}-straight"), format!("{name}-killed"));
+        json(d, &[&run[..], &["--run", &straight]].concat());
+        let mut drv = Driver::start(d, &[&run[..], &["--run", &killed, "--restarts", "1"]].concat());
+        let ws = drv.workers(2);
+        // Seconds of training left. RETEXO: its second stage has begun, so the
+        // first stage's checkpoint is written.
+        let after = if name == "gnnpipe" { 7 } else { 205 };
+        drv.wait_line(Duration::from_secs(60), |l| epoch_of(l).is_some_and(|e| e >= after));
+        signal(ws[1].pid, "KILL");
+        drv.wait_line(Duration::from_secs(30), |l| l.contains("restart 1 of 1: training again"));
+        let (code, stderr) = drv.wait_exit(Duration::from_secs(60));
+        assert_eq!(code, Some(0), "{name}: {stderr}");
+        assert_eq!(final_weights(d, &killed), final_weights(d, &straight), "{name}: the restarted run ended elsewhere");
+        let pids: Vec<u32> = ws.iter().map(|w| w.pid).collect();
+        assert_eq!(wait_gone(&pids, Duration::from_secs(5)), Vec::<u32>::new(), "{name}: workers left behind");
+    }
 }
