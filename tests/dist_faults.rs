@@ -152,7 +152,9 @@ fn gnnpipe_and_retexo_restart_after_a_killed_worker_and_end_as_if_uninterrupted(
         let after = if name == "gnnpipe" { 7 } else { 205 };
         drv.wait_line(Duration::from_secs(60), |l| epoch_of(l).is_some_and(|e| e >= after));
         signal(ws[1].pid, "KILL");
-        drv.wait_line(Duration::from_secs(30), |l| l.contains("restart 1 of 1: training again"));
+        let again = drv.wait_line(Duration::from_secs(30), |l| l.contains("restart 1 of 1: training again"));
+        // One step per epoch (GNNPipe) or round (RETEXO): the event names the step trained again.
+        assert!(again.ends_with(" iteration 1"), "{name}: {again}");
         let (code, stderr) = drv.wait_exit(Duration::from_secs(60));
         assert_eq!(code, Some(0), "{name}: {stderr}");
         assert_eq!(final_weights(d, &killed), final_weights(d, &straight), "{name}: the restarted run ended elsewhere");
