@@ -147,8 +147,8 @@ fn gnnpipe_and_retexo_restart_after_a_killed_worker_and_end_as_if_uninterrupted(
         json(d, &[&run[..], &["--run", &straight]].concat());
         let mut drv = Driver::start(d, &[&run[..], &["--run", &killed, "--restarts", "1"]].concat());
         let ws = drv.workers(2);
-        // Seconds of training left. RETEXO: its second stage has begun, so the
-        // first stage's checkpoint is written.
+        // Killed with seconds of training still to go; for RETEXO in its second
+        // stage, so that the first stage's checkpoint exists.
         let after = if name == "gnnpipe" { 7 } else { 205 };
         drv.wait_line(Duration::from_secs(60), |l| epoch_of(l).is_some_and(|e| e >= after));
         signal(ws[1].pid, "KILL");
