@@ -103,12 +103,11 @@ struct Message {
     d: usize,
 }
 
-impl Message {
-    fn rows<'a>(&self, s: &'a CpuStorage, l: &Layout) -> Result<(&'a [f32], usize)> {
-        match l.dims() {
-            &[n, w] if w == 3 * self.d => Ok((f32s(s, l, "film-message")?, n)),
-            dims => candle_core::bail!("film-message: expects [rows, {}], got {dims:?}", 3 * self.d),
-        }
+/// The `[n, 3 d]` rows `[gamma | beta | Wh]` as a slice, and n.
+fn message_rows<'a>(s: &'a CpuStorage, l: &Layout, d: usize) -> Result<(&'a [f32], usize)> {
+    match l.dims() {
+        &[n, w] if w == 3 * d => Ok((f32s(s, l, "film-message")?, n)),
+        dims => candle_core::bail!("film-message: expects [rows, {}], got {dims:?}", 3 * d),
     }
 }
 
@@ -118,7 +117,7 @@ impl CustomOp1 for Message {
     }
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> Result<(CpuStorage, Shape)> {
         let d = self.d;
-        let (x, n) = self.rows(s, l)?;
+        let (x, n) = message_rows(s, l, d)?;
         let mut out = vec![0f32; n * d];
         out.par_chunks_mut(d.max(1)).zip(x.par_chunks(3 * d.max(1))).with_min_len(MIN_ROWS).for_each(|(o, r)| {
             let (gamma, rest) = r.split_at(d);
@@ -146,7 +145,7 @@ impl CustomOp2 for MessageBwd {
     }
     fn cpu_fwd(&self, sx: &CpuStorage, lx: &Layout, sg: &CpuStorage, lg: &Layout) -> Result<(CpuStorage, Shape)> {
         let d = self.d;
-        let (x, n) = Message { d }.rows(sx, lx)?;
+        let (x, n) = message_rows(sx, lx, d)?;
         if lg.dims() != [n, d] {
             candle_core::bail!("{}: gradient {:?} for {n} rows of {d}", self.name(), lg.dims());
         }

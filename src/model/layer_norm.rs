@@ -58,19 +58,6 @@ fn moments(row: &[f32]) -> (f32, f32) {
 /// (x `[n, d]`, gamma `[d]`, beta `[d]`) -> the normalised rows.
 struct Fused;
 
-/// x `[n, d]` and a `[d]` operand as slices, checked.
-fn operands<'a>(
-    op: &str,
-    (sx, lx): (&'a CpuStorage, &Layout),
-    (sg, lg): (&'a CpuStorage, &Layout),
-) -> Result<(&'a [f32], &'a [f32], usize)> {
-    let (x, gamma) = (f32s(sx, lx, op)?, f32s(sg, lg, op)?);
-    match lx.dims() {
-        &[_, d] if gamma.len() == d && d > 0 => Ok((x, gamma, d)),
-        dims => candle_core::bail!("{op}: expects [rows, d] and [d], got {dims:?} and {:?}", lg.dims()),
-    }
-}
-
 impl CustomOp3 for Fused {
     fn name(&self) -> &'static str {
         "layer-norm"
@@ -84,8 +71,14 @@ impl CustomOp3 for Fused {
         sb: &CpuStorage,
         lb: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
-        let (x, gamma, d) = operands(self.name(), (sx, lx), (sg, lg))?;
-        let (_, beta, _) = operands(self.name(), (sx, lx), (sb, lb))?;
+        let op = self.name();
+        let (x, gamma, beta) = (f32s(sx, lx, op)?, f32s(sg, lg, op)?, f32s(sb, lb, op)?);
+        let d = match lx.dims() {
+            &[_, d] if d > 0 && gamma.len() == d && beta.len() == d => d,
+            dims => {
+                candle_core::bail!("{op}: expects [rows, d], [d], [d], got {dims:?}, {:?}, {:?}", lg.dims(), lb.dims())
+            }
+        };
         let mut out = vec![0f32; x.len()];
         out.par_chunks_mut(d).zip(x.par_chunks(d)).with_min_len(ROWS).for_each(|(o, r)| {
             let (mean, rstd) = moments(r);

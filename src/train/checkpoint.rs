@@ -48,6 +48,13 @@ pub struct Progress {
     pub auto_steps: Option<super::minibatch::AutoState>,
 }
 
+impl Progress {
+    /// Every one of a run's `epochs` epochs trained and evaluated.
+    pub fn complete(&self, epochs: u64) -> bool {
+        epochs > 0 && self.epoch >= epochs
+    }
+}
+
 #[derive(serde::Serialize, serde::Deserialize)]
 struct StateFile {
     version: u32,
@@ -198,7 +205,7 @@ pub fn load_config(dir: &Path) -> Result<(TrainConfig, Progress), TrainError> {
 /// one that cannot be read.
 pub fn finished(dir: &Path) -> Option<u64> {
     let (cfg, p) = load_config(dir).ok()?;
-    (p.epoch >= cfg.epochs).then_some(cfg.epochs)
+    p.complete(cfg.epochs).then_some(cfg.epochs)
 }
 
 fn read_state(dir: &Path) -> Result<StateFile, TrainError> {

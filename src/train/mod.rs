@@ -181,7 +181,7 @@ pub fn resumable(
         cfg.epochs = e;
     }
     // A resume that would train nothing says so rather than exiting quietly.
-    if progress.epoch >= cfg.epochs && cfg.epochs > 0 {
+    if progress.complete(cfg.epochs) {
         let asked = over.epochs.map_or(String::new(), |e| format!(" and --epochs {e} asks for no more"));
         return Err(BadInput::new(format!(
             "run `{run}` has already trained {} epochs{asked}: nothing to resume; give --epochs above {} to train further",
