@@ -282,7 +282,8 @@ fn finish<T>(
 /// lost with the job (a restart keeps its record). And when one worker dies,
 /// its peers report that it left them, which report comes first being a race:
 /// when `err` is a reported error, a worker lost without a word (killed,
-/// crashed) is named instead: it is the cause, the errors are its echo.
+/// crashed) is named instead: it is the cause, the errors are its echo. It is
+/// named after the others have spoken, so that their last records still count.
 fn settle(
     err: DriverError,
     rank: usize,
@@ -296,6 +297,9 @@ fn settle(
     let reported = matches!(err, DriverError::WorkerFailed { .. });
     let mut spoke: Vec<bool> = done.iter().map(Option::is_some).collect();
     spoke[rank] = true;
+    // Named once the others have had their say: returning at once would drop
+    // what the survivors had sent but their readers had not yet passed on.
+    let mut cause = None;
     while !spoke.iter().all(|&s| s) && !interrupted.load(Ordering::SeqCst) {
         let Some(left) = deadline.checked_duration_since(Instant::now()) else { break };
         // In slices, so that Ctrl-C is not kept waiting.
@@ -310,13 +314,16 @@ fn settle(
                 ToDriver::Error(_) => spoke[r] = true,
                 ToDriver::Heartbeat | ToDriver::Hello(_) | ToDriver::Proof(_) | ToDriver::Listening(_) => {}
             },
-            Ok(Inbound::Lost(r, e)) if reported && !spoke[r] => return lost(r, e, &mut procs[r]),
+            Ok(Inbound::Lost(r, e)) if reported && !spoke[r] && cause.is_none() => {
+                spoke[r] = true;
+                cause = Some(lost(r, e, &mut procs[r]));
+            }
             Ok(Inbound::Lost(r, _)) => spoke[r] = true,
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
         }
     }
-    err
+    cause.unwrap_or(err)
 }
 
 fn lost(rank: usize, e: ControlError, p: &mut Box<dyn WorkerProcess>) -> DriverError {
