@@ -188,8 +188,14 @@ fn bad_flags_exit_2_naming_the_flag() {
     assert!(err.contains("--history-smoothing") && err.contains("gnnpipe only"), "{err}");
     let err = fails(d, &["train", "cora", "--no-tui", "--full-batch", "--chunks", "4"], 2);
     assert!(err.contains("--chunks") && err.contains("gnnpipe only"), "{err}");
-    let err = fails(d, &[&base[..], &["--chunks", "9999"]].concat(), 2);
-    assert!(err.contains("--chunks 9999: the graph has 2708 nodes"), "{err}");
+    // On one worker and on several: the driver refuses it before any worker starts.
+    for workers in ["1", "4"] {
+        let err = fails(d, &[&base[..], &["--workers", workers, "--layers", "4", "--chunks", "9999"]].concat(), 2);
+        assert!(err.contains("--chunks 9999: the graph has 2708 nodes"), "{err}");
+        assert!(!err.contains("[worker"), "refused by a worker, not before launch: {err}");
+    }
+    let err = fails(d, &[&base[..], &["--workers", "4", "--layers", "4", "--pipeline-groups", "0"]].concat(), 2);
+    assert!(err.contains("--pipeline-groups 0: ") && err.contains("--pipeline-groups 1"), "{err}");
 }
 
 #[test]

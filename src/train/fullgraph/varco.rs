@@ -62,8 +62,8 @@ impl VarcoConfig {
                 Ok(())
             } else {
                 Err(BadInput::new(format!(
-                    "{flag} {r}: a compression ratio divides each row's width, so it must be at least 1 \
-                     (1 sends every column)"
+                    "{flag} {r}: a compression ratio divides each row's width, so it must be a finite \
+                     number of at least 1 (1 sends every column; e.g. 16)"
                 )))
             }
         };

@@ -119,7 +119,13 @@ impl GnnPipeConfig {
         if self.chunks > u16::MAX as usize {
             return Err(BadInput::new(format!("--chunks {}: at most {} chunks", self.chunks, u16::MAX)));
         }
-        if self.groups == 0 || !workers.is_multiple_of(self.groups) {
+        if self.groups == 0 {
+            return Err(BadInput::new(
+                "--pipeline-groups 0: the workers form at least one pipeline; give --pipeline-groups 1 (one \
+                 pipeline over the whole graph) or a divisor of --workers",
+            ));
+        }
+        if !workers.is_multiple_of(self.groups) {
             return Err(BadInput::new(format!(
                 "--pipeline-groups {} with --workers {workers}: the workers form groups of equal pipelines, so the \
                  number of groups must divide --workers (1 = one pipeline over the whole graph)",
