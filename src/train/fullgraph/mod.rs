@@ -5,7 +5,7 @@
 //! W = 1 is plain full-batch training. Evaluation and `infer` use the same
 //! forward pass without dropout (`inference`).
 
-pub(crate) mod chunks;
+mod chunks;
 mod exchange;
 mod factored;
 mod factored_gat;
@@ -16,6 +16,8 @@ pub mod memory;
 pub mod retexo;
 pub mod varco;
 
+/// The driver refuses more GNNPipe chunks than vertices before launch, as the workers do.
+pub(crate) use chunks::check_count as check_chunk_count;
 pub use exchange::{backward_columns, backward_rows, forward_columns, forward_rows};
 pub use halo::HaloPlan;
 
