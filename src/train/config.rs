@@ -381,7 +381,7 @@ impl TrainConfig {
             })?;
         }
         if let Some(g) = &self.gnnpipe {
-            super::fullgraph::check_chunk_count(g.chunks, ds.num_nodes())?;
+            g.check_graph(ds.num_nodes())?;
         }
         super::splits(ds, &self.dataset)?;
         self.model_spec(ds).check()?;

@@ -9,7 +9,6 @@
 //! rows are a variable, so that their gradient can reach their own chunk.
 
 use super::{HaloPlan, first_input};
-use crate::BadInput;
 use crate::gather::gather_rows;
 use crate::model::{AggGraph, Input, Mode};
 use crate::partition::{self, Balance, Method, Problem};
@@ -38,23 +37,12 @@ impl Chunk {
     }
 }
 
-/// Refuses more chunks than the graph has vertices (a chunk holds at least
-/// one); the driver calls it before launch, the workers again.
-pub(crate) fn check_count(chunks: usize, n: usize) -> Result<(), BadInput> {
-    if chunks > n {
-        return Err(BadInput::new(format!(
-            "--chunks {chunks}: the graph has {n} nodes, and a chunk holds at least one; give --chunks {n} or fewer"
-        )));
-    }
-    Ok(())
-}
-
 /// vertex -> chunk: METIS on the whole graph (vertices and training vertices
 /// balanced, seeded), renumbered in order of each chunk's lowest vertex (so
-/// none is empty); and the count.
+/// none is empty); and the count. `chunks` is at most the vertex count
+/// (`GnnPipeConfig::check_graph`).
 pub(crate) fn assign(w: &Worker<'_>, chunks: usize, train: &[u32], seed: u64) -> Result<(Vec<u16>, usize), TrainError> {
     let n = w.graph.num_nodes();
-    check_count(chunks, n)?;
     if chunks == 1 {
         return Ok((vec![0; n], 1));
     }

@@ -16,8 +16,6 @@ pub mod memory;
 pub mod retexo;
 pub mod varco;
 
-/// The driver refuses more GNNPipe chunks than vertices before launch, as the workers do.
-pub(crate) use chunks::check_count as check_chunk_count;
 pub use exchange::{backward_columns, backward_rows, forward_columns, forward_rows};
 pub use halo::HaloPlan;
 

@@ -142,6 +142,18 @@ impl GnnPipeConfig {
         }
         Ok(())
     }
+
+    /// Refuses more chunks than the graph has vertices (a chunk holds at
+    /// least one): the driver before launch, each worker again.
+    pub fn check_graph(&self, nodes: usize) -> Result<(), BadInput> {
+        if self.chunks > nodes {
+            return Err(BadInput::new(format!(
+                "--chunks {}: the graph has {nodes} nodes, and a chunk holds at least one; give --chunks {nodes} or fewer",
+                self.chunks
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// The layers of stage `s` of `stages` in a model of `layers` layers.
@@ -595,6 +607,7 @@ pub fn run(
     let g = cfg.gnnpipe.clone().unwrap_or_default();
     let (world, num_layers) = (w.world, w.model.num_layers());
     g.check(num_layers, world)?;
+    g.check_graph(w.graph.num_nodes())?;
     let stages = world / g.groups;
     let (group, s) = (w.rank / stages, w.rank % stages);
     if let Some(bad) = w.params.iter().find(|q| layer_of(&q.name).is_none_or(|l| l >= num_layers)) {
