@@ -6,7 +6,7 @@
 
 mod dist_support;
 
-use dist_support::{cora, fails, final_weights, first_gradient, json, predictions, rel_diff};
+use dist_support::{cora, fails, final_weights, first_gradient, json, predictions, records, rel_diff};
 use leapgnn::format::DatasetFile;
 use std::path::Path;
 
@@ -90,6 +90,31 @@ fn both_engines_learn_cora_and_a_stopped_run_resumes_exactly() {
         assert_eq!(resumed[k], straight[k], "{k}");
     }
     assert_eq!(final_weights(d, "cut"), final_weights(d, "straight"), "final weights differ");
+}
+
+/// BatchNorm's warm-up before the first step runs the full-graph engine's
+/// forwards alone: each of its passes (one per layer and one more) moves one
+/// training forward's halo rows, half of what a step, forward and backward,
+/// moves (the backward sends each halo row's gradient back the same way).
+/// Those bytes count in the run's `train` bytes but in no step's record.
+#[test]
+fn full_graph_warm_up_moves_the_forward_halo_rows_only() {
+    let tmp = cora();
+    let d = tmp.path();
+    let run = ["train", "cora", "--no-tui", "--model", "deepgcn", "--layers", "3", "--hidden", "16"];
+    let s = json(d, &[&run[..], &["--mode", "full-graph", "--epochs", "2", "--workers", "4"]].concat());
+    let recs = records(d, &s);
+    let steps: u64 = s["iterations"].as_u64().unwrap();
+    assert_eq!(steps, 2, "one step per epoch: {s}");
+    let per_run: u64 = recs.iter().map(|r| r["bytes_out"]["activations"].as_u64().unwrap()).sum();
+    assert!(per_run > 0 && per_run.is_multiple_of(2 * steps), "steps moved {per_run} activation bytes");
+    let forward = per_run / (2 * steps);
+    let mut layers: Vec<u64> = recs.iter().map(|r| r["layer"].as_u64().unwrap()).collect();
+    layers.sort();
+    layers.dedup();
+    assert_eq!(layers.len(), 3);
+    let train = s["bytes"]["train"]["activations"].as_u64().unwrap();
+    assert_eq!(train - per_run, (layers.len() as u64 + 1) * forward, "warm-up: {train} - {per_run}, forward {forward}");
 }
 
 #[test]

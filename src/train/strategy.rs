@@ -80,6 +80,21 @@ pub trait Strategy {
         grad: &mut [f32],
         records: &mut StepSink<'_>,
     ) -> Result<f64, TrainError>;
+    /// One of BatchNorm's warm-up passes before the first step
+    /// (`trainer::warm_up_statistics`): the iteration's forwards in training
+    /// mode, nothing learned. By default the whole iteration with its gradient
+    /// dropped; a strategy whose backward crosses the network runs the
+    /// forwards alone.
+    fn statistics_pass(
+        &mut self,
+        w: &mut Worker<'_>,
+        coll: &mut dyn Collective,
+        it: &Iteration<'_>,
+    ) -> Result<(), TrainError> {
+        let mut scratch = vec![0f32; w.params.numel()];
+        self.iteration(w, coll, it, &mut scratch, &mut StepSink::new(&mut super::Quiet))?;
+        Ok(())
+    }
     /// Before the end-of-epoch evaluation, after `done` iterations in all
     /// (also when a resumed run evaluates an epoch it trained before stopping).
     fn before_evaluation(&mut self, _w: &mut Worker<'_>, _done: u64) {}

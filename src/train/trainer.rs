@@ -206,10 +206,8 @@ fn warm_up_statistics(
         dropout_key: hash_of(cfg.seed, &[DROPOUT_TAG, 0, 0]),
         ahead: Vec::new(),
     };
-    let mut scratch = vec![0f32; w.params.numel()];
     for _ in 0..crate::model::warm_up_passes(w.model.num_layers()) {
-        let mut quiet = super::Quiet;
-        strategy.iteration(w, coll, &it, &mut scratch, &mut StepSink::new(&mut quiet))?;
+        strategy.statistics_pass(w, coll, &it)?;
         let mut sums = Vec::with_capacity(w.model.norm_sums_len());
         w.model.take_norm_sums(&mut sums);
         coll.all_reduce_sum(&mut sums).map_err(TrainError::Comm)?;

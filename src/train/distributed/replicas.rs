@@ -60,8 +60,19 @@ impl Strategy for ReplicaCheck<'_> {
         }
         self.inner.iteration(w, coll, it, grad, records)
     }
+    fn statistics_pass(
+        &mut self,
+        w: &mut Worker<'_>,
+        coll: &mut dyn Collective,
+        it: &Iteration<'_>,
+    ) -> Result<(), TrainError> {
+        self.inner.statistics_pass(w, coll, it)
+    }
     fn before_evaluation(&mut self, w: &mut Worker<'_>, done: u64) {
         self.inner.before_evaluation(w, done);
+    }
+    fn settle(&mut self, w: &mut Worker<'_>) -> Result<(), TrainError> {
+        self.inner.settle(w)
     }
     fn auto_state(&self) -> Option<crate::train::minibatch::AutoState> {
         self.inner.auto_state()

@@ -256,4 +256,16 @@ impl Strategy for FullGraph {
         }
         Ok(loss_value)
     }
+
+    /// The forward alone: its backward would move every halo gradient row.
+    fn statistics_pass(
+        &mut self,
+        w: &mut Worker<'_>,
+        coll: &mut dyn Collective,
+        it: &Iteration<'_>,
+    ) -> Result<(), TrainError> {
+        let st = state(w)?;
+        forward(w, &st, coll, Mode::Train { key: it.dropout_key }, false)?;
+        Ok(())
+    }
 }

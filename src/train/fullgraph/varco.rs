@@ -168,6 +168,16 @@ impl Strategy for Varco {
         FullGraph.iteration(w, coll, it, grad, records)
     }
 
+    fn statistics_pass(
+        &mut self,
+        w: &mut Worker<'_>,
+        coll: &mut dyn Collective,
+        it: &Iteration<'_>,
+    ) -> Result<(), TrainError> {
+        w.halo_columns = Some(self.columns_at(w, it.global_index));
+        FullGraph.statistics_pass(w, coll, it)
+    }
+
     /// Evaluation exchanges at the ratio of the step just trained, which a
     /// resumed run may have trained before it stopped.
     fn before_evaluation(&mut self, w: &mut Worker<'_>, done: u64) {
