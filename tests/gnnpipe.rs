@@ -20,8 +20,10 @@ fn one_chunk_without_history_gives_the_full_graph_gradient() {
     let d = tmp.path();
     let common = ["--normalize", "l1", "--hidden", "16", "--seed", "2"];
     // 4 layers on 4 stages, 5 layers on 2 (stages of 2 and 3 layers), and
-    // deepgcn, whose BatchNorm statistics each stage warms up and keeps for its own layers.
-    for (model, layers, workers) in [("gcn", "4", "4"), ("sage", "5", "2"), ("deepgcn", "4", "4")] {
+    // deepgcn, whose BatchNorm statistics each stage warms up and keeps for its own layers;
+    // one stage runs in the driver's process, whose gradient dump must be asked for through
+    // every observer it passes.
+    for (model, layers, workers) in [("gcn", "4", "4"), ("sage", "5", "2"), ("deepgcn", "4", "4"), ("gcn", "3", "1")] {
         let full = [&["--full-batch", "--model", model, "--layers", layers, "--workers", "1"], &common[..]].concat();
         let (reference, _) = first_gradient(d, "cora", &full);
         assert!(reference.iter().any(|&g| g != 0.0));
@@ -35,7 +37,9 @@ fn one_chunk_without_history_gives_the_full_graph_gradient() {
         assert_eq!(s["mode"], "full-graph");
         let e = rel_diff(&reference, &g);
         assert!(e <= 1e-5, "{model}, {layers} layers on {workers} stages: relative difference {e}");
-        assert!(count(&s["bytes"]["activations"]) > 0, "{model}: no rows crossed between stages");
+        if workers != "1" {
+            assert!(count(&s["bytes"]["activations"]) > 0, "{model}: no rows crossed between stages");
+        }
     }
 }
 

@@ -80,6 +80,9 @@ impl Observer for TensorBoard<'_> {
     fn stop_requested(&self) -> bool {
         self.inner.stop_requested()
     }
+    fn wants_gradient(&self) -> bool {
+        self.inner.wants_gradient()
+    }
     fn gradient(&mut self, i: u64, g: &[f32]) {
         self.inner.gradient(i, g)
     }
