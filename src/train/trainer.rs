@@ -144,7 +144,10 @@ pub fn run_loop(
                 obs.event(&format!("{} {}", checkpoint::WRITTEN, p.global_iteration));
             }
             if stop {
+                // Every worker takes the answers it asked for ahead before any
+                // closes its mesh: a peer gone would leave an answer unsent.
                 strategy.settle(w)?;
+                coll.barrier().map_err(TrainError::Comm)?;
                 return Ok(p);
             }
         }
