@@ -94,27 +94,35 @@ fn both_engines_learn_cora_and_a_stopped_run_resumes_exactly() {
 
 /// BatchNorm's warm-up before the first step runs the full-graph engine's
 /// forwards alone: each of its passes (one per layer and one more) moves one
-/// training forward's halo rows, half of what a step, forward and backward,
-/// moves (the backward sends each halo row's gradient back the same way).
-/// Those bytes count in the run's `train` bytes but in no step's record.
+/// training forward's activation bytes and no backward's. A step's record of
+/// layer l >= 1 holds its input's halo rows forward and their gradients back,
+/// the same bytes each way; layer 0's holds VARCO's compressed input rows,
+/// forward only (plain full-graph training fetched them once, as features).
+/// The warm-up counts in the run's `train` bytes but in no step's record.
 #[test]
-fn full_graph_warm_up_moves_the_forward_halo_rows_only() {
+fn full_graph_warm_up_moves_the_forward_activations_only() {
     let tmp = cora();
     let d = tmp.path();
-    let run = ["train", "cora", "--no-tui", "--model", "deepgcn", "--layers", "3", "--hidden", "16"];
-    let s = json(d, &[&run[..], &["--mode", "full-graph", "--epochs", "2", "--workers", "4"]].concat());
-    let recs = records(d, &s);
-    let steps: u64 = s["iterations"].as_u64().unwrap();
-    assert_eq!(steps, 2, "one step per epoch: {s}");
-    let per_run: u64 = recs.iter().map(|r| r["bytes_out"]["activations"].as_u64().unwrap()).sum();
-    assert!(per_run > 0 && per_run.is_multiple_of(2 * steps), "steps moved {per_run} activation bytes");
-    let forward = per_run / (2 * steps);
-    let mut layers: Vec<u64> = recs.iter().map(|r| r["layer"].as_u64().unwrap()).collect();
-    layers.sort();
-    layers.dedup();
-    assert_eq!(layers.len(), 3);
-    let train = s["bytes"]["train"]["activations"].as_u64().unwrap();
-    assert_eq!(train - per_run, (layers.len() as u64 + 1) * forward, "warm-up: {train} - {per_run}, forward {forward}");
+    let run = ["train", "cora", "--no-tui", "--model", "deepgcn", "--layers", "3", "--hidden", "16", "--epochs", "2"];
+    for engine in [&["--mode", "full-graph"][..], &["--strategy", "varco", "--ratio", "4"]] {
+        let s = json(d, &[&run[..], &["--workers", "4"], engine].concat());
+        let steps = s["iterations"].as_u64().unwrap();
+        assert_eq!(steps, 2, "{engine:?}: one step per epoch");
+        let (mut input, mut hidden) = (0u64, 0u64);
+        for r in records(d, &s) {
+            let b = r["bytes_out"]["activations"].as_u64().unwrap();
+            if r["layer"].as_u64().unwrap() == 0 { input += b } else { hidden += b }
+        }
+        assert!(hidden > 0 && hidden.is_multiple_of(2 * steps) && input.is_multiple_of(steps), "{engine:?}");
+        assert_eq!(
+            input > 0,
+            engine[0] == "--strategy",
+            "{engine:?}: layer 0's rows cross at every step with VARCO only"
+        );
+        let forward = input / steps + hidden / (2 * steps);
+        let warm_up = s["bytes"]["train"]["activations"].as_u64().unwrap() - input - hidden;
+        assert_eq!(warm_up, 4 * forward, "{engine:?}: 3 layers, 4 passes of {forward} bytes");
+    }
 }
 
 #[test]
