@@ -4,7 +4,8 @@ use clap::Parser;
 use leapgnn::BadInput;
 use leapgnn::cluster::slurm::{ScriptOptions, sbatch_script};
 
-/// Print an sbatch script that runs `leapgnn train ARGS` on a Slurm allocation, one worker per task.
+/// Print an sbatch script that runs `leapgnn train ARGS` on a Slurm allocation, one worker per task:
+/// `leapgnn slurm-script [OPTIONS] train ARGS`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Nodes to allocate.
@@ -30,8 +31,9 @@ pub struct Args {
     /// Where the job's output goes (%j: the job id).
     #[arg(long, default_value = "leapgnn-%j.out")]
     pub output: String,
-    /// The `train` arguments (after `--`), e.g. `-- cora --strategy leapgnn --epochs 10`.
-    #[arg(last = true, required = true, value_name = "TRAIN_ARGS")]
+    /// The run, after this command's own options: `train cora --strategy leapgnn --epochs 10`
+    /// (or, as before, `-- cora --strategy leapgnn --epochs 10`).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true, value_name = "TRAIN_ARGS")]
     pub train: Vec<String>,
 }
 
@@ -53,10 +55,15 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
             return Err(BadInput::new(format!("{flag} 0: give at least 1")).into());
         }
     }
-    if let Err(e) = TrainOnly::try_parse_from(std::iter::once("train".to_string()).chain(a.train.iter().cloned())) {
+    // `slurm-script [opts] train ARGS` names the subcommand it wraps; `-- ARGS` does not.
+    let mut train = a.train;
+    if train.first().is_some_and(|t| t == "train") {
+        train.remove(0);
+    }
+    if let Err(e) = TrainOnly::try_parse_from(std::iter::once("train".to_string()).chain(train.iter().cloned())) {
         let msg = e.to_string();
         let first = msg.lines().next().unwrap_or("").trim_start_matches("error: ");
-        return Err(BadInput::new(format!("the train arguments after `--` are not valid: {first}")).into());
+        return Err(BadInput::new(format!("the train arguments are not valid: {first}")).into());
     }
     let binary = std::env::current_exe().context("cannot find the leapgnn executable")?;
     let data_dir = std::path::absolute(&g.data_dir).context("cannot make --data-dir absolute")?;
@@ -71,7 +78,7 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
         output: a.output,
         binary,
         data_dir,
-        train_args: a.train,
+        train_args: train,
     };
     crate::output::write_stdout(sbatch_script(&o).as_bytes())?;
     Ok(())

@@ -66,3 +66,22 @@ fn a_closed_stdout_ends_the_output_quietly() {
         assert!(err.is_empty(), "leapgnn {args:?}: {err}");
     }
 }
+
+/// `leapgnn slurm-script [OPTIONS] train ARGS` (CLI.md's form) and
+/// `leapgnn slurm-script [OPTIONS] -- ARGS` print the same script, which runs
+/// `train ARGS`; train arguments that `train` would refuse exit 2 naming them.
+#[test]
+fn slurm_script_takes_the_train_arguments_with_or_without_the_word_train() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().to_str().unwrap();
+    let named = leapgnn(&["--data-dir", d, "slurm-script", "--nodes", "2", "train", "cora", "--epochs", "3"]);
+    let dashed = leapgnn(&["--data-dir", d, "slurm-script", "--nodes", "2", "--", "cora", "--epochs", "3"]);
+    assert_eq!(named, dashed);
+    assert!(named.contains("#SBATCH --nodes=2") && named.contains(" train cora --epochs 3 --cluster slurm"), "{named}");
+    let out = Command::new(env!("CARGO_BIN_EXE_leapgnn"))
+        .args(["--data-dir", d, "slurm-script", "train", "cora", "--epochz", "3"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--epochz"));
+}
