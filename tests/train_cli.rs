@@ -154,6 +154,9 @@ fn bad_input_fails_with_one_error_line_and_exit_2() {
             &["--device", "cuda"],
             "--device cuda: this leapgnn was built without CUDA; build one with `scripts/build-cuda.sh`",
         ),
+        (&["--device", "cuda:1"], "--device cuda:1: this leapgnn was built without CUDA"),
+        (&["--device", "cuda:x"], "--device cuda:x: unknown value; expected cpu, cuda or cuda:N"),
+        (&["--device", "gpu"], "--device gpu: unknown value"),
         // 2^44 MiB is 2^64 bytes: it used to wrap to no cache at all.
         (&["--cache-mb", "17592186044416"], "--cache-mb 17592186044416 is more bytes"),
     ];

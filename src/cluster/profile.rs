@@ -54,6 +54,10 @@ pub struct HostSpec {
     /// Private key file; `None` means the ssh agent (`SSH_AUTH_SOCK`).
     pub identity: Option<PathBuf>,
     pub workers: usize,
+    /// `gpus = G`: the host's workers take its GPUs in turn, each seeing
+    /// one (`CUDA_VISIBLE_DEVICES`), so `--device cuda` runs them on
+    /// different GPUs; `workers` defaults to G.
+    pub gpus: Option<usize>,
 }
 
 impl HostSpec {
@@ -133,6 +137,7 @@ struct RawHost {
     user: Option<String>,
     identity: Option<String>,
     workers: Option<usize>,
+    gpus: Option<usize>,
     spare: Option<bool>,
     // Accepted by the parser only to refuse them with a clear message.
     password: Option<toml::Value>,
@@ -291,11 +296,16 @@ impl Profile {
                 }
                 None => None,
             };
-            let workers = h.workers.unwrap_or(1);
+            if let Some(g) = h.gpus
+                && !(1..=MAX_WORKERS_PER_HOST).contains(&g)
+            {
+                return Err(invalid(&key("gpus"), format!("{g} is outside 1..={MAX_WORKERS_PER_HOST}")));
+            }
+            let workers = h.workers.or(h.gpus).unwrap_or(1);
             if !(1..=MAX_WORKERS_PER_HOST).contains(&workers) {
                 return Err(invalid(&key("workers"), format!("{workers} is outside 1..={MAX_WORKERS_PER_HOST}")));
             }
-            let spec = HostSpec { address, port, user, identity, workers };
+            let spec = HostSpec { address, port, user, identity, workers, gpus: h.gpus };
             if h.spare.unwrap_or(false) { p.spares.push(spec) } else { p.hosts.push(spec) }
         }
         match p.launcher {
@@ -319,6 +329,13 @@ impl Profile {
     /// Rank r trains partition r, so a host owns a contiguous range of parts.
     pub fn assignment(&self) -> Vec<usize> {
         self.hosts.iter().enumerate().flat_map(|(i, h)| std::iter::repeat_n(i, h.workers)).collect()
+    }
+
+    /// `rank`'s place among its host's ranks (0 for the first).
+    pub fn local_index(&self, rank: usize) -> Option<usize> {
+        let slots = self.assignment();
+        let host = *slots.get(rank)?;
+        Some(slots[..rank].iter().filter(|&&i| i == host).count())
     }
 
     pub fn host_of(&self, rank: usize) -> Option<&HostSpec> {
@@ -409,6 +426,24 @@ mod tests {
         assert_eq!(lab.launcher, LauncherKind::Ssh);
         assert_eq!(lab.hosts.len(), 4);
         assert_eq!(lab.world(), lab.assignment().len());
+    }
+
+    #[test]
+    fn gpus_give_each_host_its_workers_and_their_local_indices() {
+        let p = parse(
+            "[cluster]\nlauncher = \"ssh\"\n[[host]]\naddress = \"a\"\nuser = \"u\"\ngpus = 2\n\
+             [[host]]\naddress = \"b\"\nuser = \"u\"\nworkers = 3\ngpus = 2\n[[host]]\naddress = \"c\"\nuser = \"u\"\n",
+        )
+        .unwrap();
+        // workers defaults to gpus; without gpus, to 1.
+        assert_eq!(p.assignment(), vec![0, 0, 1, 1, 1, 2]);
+        assert_eq!(p.hosts.iter().map(|h| h.gpus).collect::<Vec<_>>(), [Some(2), Some(2), None]);
+        let local: Vec<_> = (0..7).map(|r| p.local_index(r)).collect();
+        assert_eq!(local, [Some(0), Some(1), Some(0), Some(1), Some(2), Some(0), None]);
+        let e = parse("[cluster]\nlauncher = \"ssh\"\n[[host]]\naddress = \"a\"\nuser = \"u\"\ngpus = 0\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("host[0].gpus") && e.contains("outside 1..="), "{e}");
     }
 
     #[test]

@@ -276,8 +276,10 @@ impl Launcher for SshLauncher {
         };
         let label = host.label();
         let driver = driver_address(spec.driver, p.local, p.peer).with_context(|| format!("host {label}"))?;
+        // Before the profile's and the job's variables, which win where they set it too.
+        let gpu = host.gpus.zip(self.profile.local_index(spec.rank)).map(|(g, i)| gpu_env(g, i));
         let mut env: Vec<String> =
-            self.profile.env.iter().chain(&spec.env).map(|(k, v)| quote(&format!("{k}={v}"))).collect();
+            gpu.iter().chain(&self.profile.env).chain(&spec.env).map(|(k, v)| quote(&format!("{k}={v}"))).collect();
         if !env.is_empty() {
             env.insert(0, "env".into());
         }
@@ -335,6 +337,12 @@ impl Launcher for SshLauncher {
 /// The driver address a remote worker should dial: an unspecified bind
 /// address becomes this machine's address on the interface that reaches the
 /// host; a loopback one only works for a host on this machine.
+/// The GPU the `i`-th worker of a host with `gpus` GPUs sees, alone: they
+/// take the GPUs in turn, as torchrun's local ranks do.
+fn gpu_env(gpus: usize, i: usize) -> (String, String) {
+    ("CUDA_VISIBLE_DEVICES".into(), (i % gpus.max(1)).to_string())
+}
+
 fn driver_address(driver: SocketAddr, local: SocketAddr, peer: SocketAddr) -> anyhow::Result<SocketAddr> {
     if driver.ip().is_unspecified() {
         return Ok(SocketAddr::new(local.ip(), driver.port()));
@@ -563,6 +571,13 @@ fn exit_code(ch: &mut Channel) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_hosts_workers_take_its_gpus_in_turn() {
+        let seen: Vec<String> = (0..5).map(|i| gpu_env(2, i).1).collect();
+        assert_eq!(seen, ["0", "1", "0", "1", "0"]);
+        assert_eq!(gpu_env(4, 3), ("CUDA_VISIBLE_DEVICES".to_string(), "3".to_string()));
+    }
 
     #[test]
     fn driver_address_follows_the_route_to_the_host() {

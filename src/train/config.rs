@@ -11,33 +11,77 @@ use crate::sample::Fanouts;
 use candle_core::Device;
 use std::path::PathBuf;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
+/// `--device cpu|cuda[:N]`: where the model runs; N picks the GPU (0 when
+/// left out). Saved as the flag spells it (`"cuda"` for GPU 0, so configs
+/// written before the index existed still read).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DeviceKind {
     Cpu,
     /// Needs a build with `--features cuda`.
-    Cuda,
+    Cuda(usize),
 }
 
-crate::value_names!(DeviceKind, "--device");
+impl std::str::FromStr for DeviceKind {
+    type Err = BadInput;
+    fn from_str(s: &str) -> Result<Self, BadInput> {
+        match s {
+            "cpu" => Ok(DeviceKind::Cpu),
+            "cuda" => Ok(DeviceKind::Cuda(0)),
+            _ => s
+                .strip_prefix("cuda:")
+                .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|n| n.parse().ok())
+                .map(DeviceKind::Cuda)
+                .ok_or_else(|| {
+                    BadInput::new(format!(
+                        "--device {s}: unknown value; expected cpu, cuda or cuda:N (N: the GPU's index, from 0)"
+                    ))
+                }),
+        }
+    }
+}
+
+impl std::fmt::Display for DeviceKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeviceKind::Cpu => f.write_str("cpu"),
+            DeviceKind::Cuda(0) => f.write_str("cuda"),
+            DeviceKind::Cuda(n) => write!(f, "cuda:{n}"),
+        }
+    }
+}
+
+impl serde::Serialize for DeviceKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for DeviceKind {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
 
 impl DeviceKind {
     pub fn open(self) -> Result<Device, BadInput> {
         match self {
             DeviceKind::Cpu => Ok(Device::Cpu),
-            DeviceKind::Cuda => Device::new_cuda(0).map_err(|e| {
+            DeviceKind::Cuda(n) => Device::new_cuda(n).map_err(|e| {
                 // candle appends a backtrace to some errors: its first line says what failed.
                 let what = e.to_string();
                 let what = what.lines().next().unwrap_or_default().split("    0: ").next().unwrap_or_default().trim();
                 BadInput::new(if cfg!(feature = "cuda") {
                     format!(
-                        "--device cuda: cannot open CUDA device 0: {what} (is an NVIDIA driver installed and a GPU \
-                         visible? `nvidia-smi` should list it)"
+                        "--device {self}: cannot open CUDA device {n}: {what} (is an NVIDIA driver installed and \
+                         that GPU visible? `nvidia-smi` should list it)"
                     )
                 } else {
-                    "--device cuda: this leapgnn was built without CUDA; build one with `scripts/build-cuda.sh` \
-                     (README: Building) and run it on a host with an NVIDIA driver"
-                        .to_string()
+                    format!(
+                        "--device {self}: this leapgnn was built without CUDA; build one with \
+                         `scripts/build-cuda.sh` (README: Building) and run it on a host with an NVIDIA driver"
+                    )
                 })
             }),
         }
@@ -659,5 +703,24 @@ impl TrainConfig {
             return bad(format!("--prefetch applies to --strategy pregather and leapgnn (not {s})"));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DeviceKind;
+
+    #[test]
+    fn device_spellings_round_trip_and_old_configs_still_read() {
+        for (s, d) in [("cpu", DeviceKind::Cpu), ("cuda", DeviceKind::Cuda(0)), ("cuda:3", DeviceKind::Cuda(3))] {
+            assert_eq!(s.parse::<DeviceKind>().unwrap(), d);
+            assert_eq!(serde_json::to_value(d).unwrap(), s);
+            assert_eq!(serde_json::from_value::<DeviceKind>(s.into()).unwrap(), d);
+        }
+        assert_eq!("cuda:0".parse::<DeviceKind>().unwrap().to_string(), "cuda");
+        for bad in ["gpu", "cuda:", "cuda:-1", "cuda:+1", "cuda:1x", "CUDA", "cuda:99999999999999999999999"] {
+            let e = bad.parse::<DeviceKind>().unwrap_err().to_string();
+            assert!(e.contains(&format!("--device {bad}:")), "{e}");
+        }
     }
 }

@@ -283,8 +283,8 @@ pub struct TrainFlags {
     /// With an ssh profile: record host keys not yet in known_hosts (a changed key is still refused).
     #[arg(long, requires = "cluster")]
     pub accept_new_host_keys: bool,
-    /// Where the model runs (cuda needs a build with `--features cuda`).
-    #[arg(long, value_enum, default_value_t = defaults::DEVICE)]
+    /// Where the model runs: cpu, cuda (GPU 0) or cuda:N (cuda needs a build with `--features cuda`).
+    #[arg(long, value_name = "cpu|cuda[:N]", default_value_t = defaults::DEVICE)]
     pub device: DeviceKind,
     /// Checkpoint every N iterations (0: only at the end, which is always written).
     #[arg(long, default_value_t = defaults::CHECKPOINT_EVERY, allow_negative_numbers = true)]
