@@ -334,15 +334,15 @@ impl Launcher for SshLauncher {
     }
 }
 
-/// The driver address a remote worker should dial: an unspecified bind
-/// address becomes this machine's address on the interface that reaches the
-/// host; a loopback one only works for a host on this machine.
 /// The GPU the `i`-th worker of a host with `gpus` GPUs sees, alone: they
 /// take the GPUs in turn, as torchrun's local ranks do.
 fn gpu_env(gpus: usize, i: usize) -> (String, String) {
     ("CUDA_VISIBLE_DEVICES".into(), (i % gpus.max(1)).to_string())
 }
 
+/// The driver address a remote worker should dial: an unspecified bind
+/// address becomes this machine's address on the interface that reaches the
+/// host; a loopback one only works for a host on this machine.
 fn driver_address(driver: SocketAddr, local: SocketAddr, peer: SocketAddr) -> anyhow::Result<SocketAddr> {
     if driver.ip().is_unspecified() {
         return Ok(SocketAddr::new(local.ip(), driver.port()));
