@@ -89,6 +89,14 @@ fn bad_files_are_refused_with_exit_2_naming_the_file_and_the_key() {
     let e = fails(d, &["train", "--config", &value], 2);
     assert!(e.contains(&value) && e.contains("--epochs") && e.contains("many"), "{e}");
 
+    // A GPU index reads from a file as from the command line (this build has no CUDA).
+    let gpu = write("gpu.toml", "dataset = \"tiny\"\ndevice = \"cuda:1\"\n");
+    let e = fails(d, &["train", "--config", &gpu], 2);
+    assert!(e.contains("--device cuda:1: this leapgnn was built without CUDA"), "{e}");
+    let gpu = write("gpu-bad.toml", "dataset = \"tiny\"\ndevice = \"cuda:one\"\n");
+    let e = fails(d, &["train", "--config", &gpu], 2);
+    assert!(e.contains(&gpu) && e.contains("cuda:one"), "{e}");
+
     let switch = write("switch.toml", "dataset = \"tiny\"\nno-tui = 1\n");
     let e = fails(d, &["train", "--config", &switch], 2);
     assert!(e.contains(&switch) && e.contains("`no-tui`") && e.contains("true or false"), "{e}");
