@@ -283,6 +283,7 @@ fn execute(
         resumed_from: resuming.then_some(ck.as_path()),
         stop_after,
         owners: None,
+        before_iteration: None,
     };
     obs.start(&RunInfo {
         run: run.to_string(),

@@ -40,7 +40,13 @@ pub struct LoopInput<'a> {
     /// The partition's vertex -> worker map (who scores which evaluation
     /// node); None: worker 0 owns every vertex.
     pub owners: Option<&'a [u16]>,
+    /// Called before every training iteration, after the iteration's byte
+    /// count starts (a distributed worker's `--check-replicas`).
+    pub before_iteration: Option<&'a BeforeIteration<'a>>,
 }
+
+/// `LoopInput::before_iteration`.
+pub type BeforeIteration<'a> = dyn Fn(&Worker<'_>, &Iteration<'_>) -> Result<(), TrainError> + 'a;
 
 /// Runs from `progress` to the end of the last epoch (or `stop_after`) and
 /// returns the final progress.
@@ -95,6 +101,9 @@ pub fn run_loop(
             let n = w.params.numel();
             let mut grad = vec![0f32; n];
             let mut sink = StepSink::new(&mut *obs);
+            if let Some(before) = inp.before_iteration {
+                before(w, &it)?;
+            }
             let loss_share = strategy.iteration(w, coll, &it, &mut grad, &mut sink)?;
             let (last, recorded, rows, sent) = sink.finish();
             w.model.take_norm_sums(&mut grad);

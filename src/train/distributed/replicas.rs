@@ -2,23 +2,34 @@
 //! their weights (one tiny all-reduce), so a replica that drifted from the
 //! others stops the run at once instead of silently training a different model.
 
-use super::super::strategy::{Iteration, Strategy, StrategyKind};
-use super::super::{Collective, TrainError, Worker};
+use super::super::strategy::Iteration;
+use super::super::{TrainError, Worker};
 use crate::comm::{Category, Mesh};
-use crate::train::strategy::StepSink;
 use crate::train::{read_u64_slots, u64_slots};
+use std::cell::Cell;
 use std::time::Duration;
 
+/// The training loop calls `before` ahead of every iteration
+/// (`LoopInput::before_iteration`), beside the strategy rather than wrapped
+/// around it, so the strategy's own methods reach the loop unchanged.
 pub struct ReplicaCheck<'m> {
-    pub inner: Box<dyn Strategy>,
     pub mesh: &'m Mesh,
     pub every: u64,
     pub timeout: Duration,
     /// Checks passed so far (reported in the run summary).
-    pub passed: u64,
+    pub passed: Cell<u64>,
 }
 
 impl ReplicaCheck<'_> {
+    /// Compares the replicas before iterations 0, N, 2N, ... of the run.
+    pub fn before(&self, w: &Worker<'_>, it: &Iteration<'_>) -> Result<(), TrainError> {
+        if self.every > 0 && it.global_index.is_multiple_of(self.every) {
+            self.check(w, it)?;
+            self.passed.set(self.passed.get() + 1);
+        }
+        Ok(())
+    }
+
     fn check(&self, w: &Worker<'_>, it: &Iteration<'_>) -> Result<(), TrainError> {
         let weights = w.params.flat_values()?;
         let h = xxhash_rust::xxh3::xxh3_64(bytemuck::cast_slice(&weights));
@@ -36,48 +47,5 @@ impl ReplicaCheck<'_> {
                 .into(),
             )),
         }
-    }
-}
-
-impl Strategy for ReplicaCheck<'_> {
-    fn kind(&self) -> StrategyKind {
-        self.inner.kind()
-    }
-    fn time_steps(&self) -> u32 {
-        self.inner.time_steps()
-    }
-    fn iteration(
-        &mut self,
-        w: &mut Worker<'_>,
-        coll: &mut dyn Collective,
-        it: &Iteration<'_>,
-        grad: &mut [f32],
-        records: &mut StepSink<'_>,
-    ) -> Result<f64, TrainError> {
-        if self.every > 0 && it.global_index.is_multiple_of(self.every) {
-            self.check(w, it)?;
-            self.passed += 1;
-        }
-        self.inner.iteration(w, coll, it, grad, records)
-    }
-    fn statistics_pass(
-        &mut self,
-        w: &mut Worker<'_>,
-        coll: &mut dyn Collective,
-        it: &Iteration<'_>,
-    ) -> Result<(), TrainError> {
-        self.inner.statistics_pass(w, coll, it)
-    }
-    fn before_evaluation(&mut self, w: &mut Worker<'_>, done: u64) {
-        self.inner.before_evaluation(w, done);
-    }
-    fn settle(&mut self, w: &mut Worker<'_>) -> Result<(), TrainError> {
-        self.inner.settle(w)
-    }
-    fn auto_state(&self) -> Option<crate::train::minibatch::AutoState> {
-        self.inner.auto_state()
-    }
-    fn restore_auto(&mut self, s: &crate::train::minibatch::AutoState) -> Result<(), TrainError> {
-        self.inner.restore_auto(s)
     }
 }

@@ -85,13 +85,9 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
     env.auto_plans = spec.auto_plans.clone();
     // p3 reads its column slice of every row from the archive this process already maps.
     worker.all_rows = Some(&ds);
-    let mut strat = ReplicaCheck {
-        inner: strategy::build(cfg.strategy, &env)?,
-        mesh: &mesh,
-        every: spec.check_replicas,
-        timeout,
-        passed: 0,
-    };
+    let mut strat = strategy::build(cfg.strategy, &env)?;
+    let replicas = ReplicaCheck { mesh: &mesh, every: spec.check_replicas, timeout, passed: Default::default() };
+    let check_replicas = |w: &Worker<'_>, it: &strategy::Iteration<'_>| replicas.before(w, it);
     let ck = checkpoint::dir(&spec.run_dir);
     let progress =
         if spec.resume { checkpoint::restore(&ck, &worker.params, opt.as_mut())? } else { Progress::default() };
@@ -106,11 +102,12 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
         resumed_from: spec.resume.then_some(ck.as_path()),
         stop_after: spec.stop_after,
         owners: Some(owners.as_slice()),
+        before_iteration: Some(&check_replicas),
     };
     let mut reporting = Reporting { reporter, rank };
     let mut obs = GradDump { path: spec.dump_grad.clone().filter(|_| rank == 0), inner: &mut reporting };
     let mut coll = MeshCollective { mesh: &mesh, timeout };
-    let p = crate::train::run_loop(&inp, &mut worker, &mut coll, &mut strat, opt.as_mut(), progress, &mut obs)?;
+    let p = crate::train::run_loop(&inp, &mut worker, &mut coll, &mut *strat, opt.as_mut(), progress, &mut obs)?;
 
     let (fetch, remote_fetches) = rows.totals();
     let done = WorkerDone {
@@ -121,9 +118,9 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
         eval_bytes: crate::metrics::sub_bytes(&p.eval_bytes, &eval_before),
         fetch,
         remote_fetches,
-        time_steps: Some(strategy::Strategy::time_steps(&strat)),
+        time_steps: Some(strat.time_steps()),
         peak_rss_bytes: crate::util::peak_rss_bytes(),
-        replica_checks: strat.passed,
+        replica_checks: replicas.passed.get(),
     };
     Ok(serde_json::to_value(done)?)
 }
