@@ -399,8 +399,9 @@ fn execute(
         add_bytes(&mut eval, &d.eval_bytes);
     }
     summary.bytes = RunBytes::split(total, eval);
-    if let Some(before) = resume.as_ref().and_then(|p| bytes_before(&run_dir, p.global_iteration)) {
-        summary.bytes.add(&before);
+    if let Some(before) = resume.as_ref().and_then(|p| summary_before(&run_dir, p.global_iteration)) {
+        summary.bytes.add(&before.bytes);
+        summary.rows += before.rows;
     }
     let mut by_rank: Vec<&WorkerDone> = done.iter().collect();
     by_rank.sort_by_key(|d| d.rank);
@@ -459,15 +460,15 @@ fn fetch_checkpoint(
     Ok(())
 }
 
-/// What run `run_dir` moved before the checkpoint a resume starts from
-/// (`iteration`): the bytes of its last summary, when that run ended there (it
-/// was stopped there or finished). An attempt that failed after a later
-/// checkpoint wrote no summary, so its bytes are unknown: `None`, and the
-/// resumed run counts from the checkpoint on.
-fn bytes_before(run_dir: &Path, iteration: u64) -> Option<RunBytes> {
+/// What run `run_dir` moved and fetched before the checkpoint a resume starts
+/// from (`iteration`): its last summary, when that run ended there (it was
+/// stopped there or finished). An attempt that failed after a later
+/// checkpoint wrote no summary, so its bytes and rows are unknown: `None`, and
+/// the resumed run counts from the checkpoint on.
+fn summary_before(run_dir: &Path, iteration: u64) -> Option<RunSummary> {
     let text = std::fs::read(run_dir.join("summary.json")).ok()?;
     let before: RunSummary = serde_json::from_slice(&text).ok()?;
-    (before.iterations == iteration).then_some(before.bytes)
+    (before.iterations == iteration).then_some(before)
 }
 
 /// Copies rank 0's checkpoint into the driver's run directory; `None` when files are shared.
