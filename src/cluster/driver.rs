@@ -6,6 +6,7 @@
 use super::control::{ControlConn, ControlError, MAX_HANDSHAKE_FRAME, ToDriver, ToWorker};
 use super::job_key::{self, Side};
 use super::launcher::{Launcher, WorkerProcess, WorkerSpec};
+use super::worker_session::HEARTBEAT;
 use std::collections::VecDeque;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -53,6 +54,15 @@ pub enum DriverError {
     WorkerFailed { rank: usize, message: String },
     #[error("worker {rank} sent nothing for {secs}s (no heartbeat): presumed lost")]
     Silent { rank: usize, secs: u64 },
+    /// A worker that stopped (SIGSTOP, a hung host) keeps its connections open,
+    /// so its peers time out waiting for it, each naming whichever peer it
+    /// waited on (in a ring, often another survivor); `echo` is the first of
+    /// those errors.
+    #[error(
+        "worker {rank} stopped answering: nothing from it, not even a heartbeat, for {secs}s, while its peers \
+         gave up waiting (the first to report: {echo})"
+    )]
+    Unresponsive { rank: usize, secs: u64, echo: Box<DriverError> },
     #[error("interrupted: all workers stopped")]
     Interrupted,
     #[error(transparent)]
@@ -79,6 +89,7 @@ impl DriverError {
             | DriverError::Exited { rank, .. }
             | DriverError::WorkerFailed { rank, .. }
             | DriverError::Silent { rank, .. }
+            | DriverError::Unresponsive { rank, .. }
             | DriverError::Launch { rank, .. } => Some(*rank),
             DriverError::Interrupted | DriverError::Control(_) | DriverError::Bind { .. } => None,
         }
@@ -251,7 +262,9 @@ pub fn run_job_stoppable(
         }
     };
     let result = match (result, fault) {
-        (Err(e), Some(rank)) => Err(settle(e, rank, &rx, &done, &mut procs, interrupted, &mut on_event)),
+        (Err(e), Some(rank)) => {
+            Err(settle(e, rank, &rx, &done, &mut last_heard, &mut procs, interrupted, &mut on_event))
+        }
         (r, _) => r,
     };
     finish(&conns, procs, result)
@@ -284,11 +297,15 @@ fn finish<T>(
 /// when `err` is a reported error, a worker lost without a word (killed,
 /// crashed) is named instead: it is the cause, the errors are its echo. It is
 /// named after the others have spoken, so that their last records still count.
+/// Likewise a worker still connected that neither reported nor beat its
+/// heartbeat through the grace: it stopped, and the others timed out on it.
+#[allow(clippy::too_many_arguments)]
 fn settle(
     err: DriverError,
     rank: usize,
     rx: &mpsc::Receiver<Inbound>,
     done: &[Option<serde_json::Value>],
+    last_heard: &mut [Instant],
     procs: &mut [Box<dyn WorkerProcess>],
     interrupted: &AtomicBool,
     on_event: &mut impl FnMut(Event),
@@ -304,16 +321,19 @@ fn settle(
         let Some(left) = deadline.checked_duration_since(Instant::now()) else { break };
         // In slices, so that Ctrl-C is not kept waiting.
         match rx.recv_timeout(left.min(Duration::from_millis(200))) {
-            Ok(Inbound::Msg(r, m)) => match m {
-                ToDriver::Metrics(v) => on_event(Event::Metrics(r, v)),
-                ToDriver::Log(line) => on_event(Event::Log(r, line)),
-                ToDriver::Done(v) => {
-                    spoke[r] = true;
-                    on_event(Event::Done(r, v));
+            Ok(Inbound::Msg(r, m)) => {
+                last_heard[r] = Instant::now();
+                match m {
+                    ToDriver::Metrics(v) => on_event(Event::Metrics(r, v)),
+                    ToDriver::Log(line) => on_event(Event::Log(r, line)),
+                    ToDriver::Done(v) => {
+                        spoke[r] = true;
+                        on_event(Event::Done(r, v));
+                    }
+                    ToDriver::Error(_) => spoke[r] = true,
+                    ToDriver::Heartbeat | ToDriver::Hello(_) | ToDriver::Proof(_) | ToDriver::Listening(_) => {}
                 }
-                ToDriver::Error(_) => spoke[r] = true,
-                ToDriver::Heartbeat | ToDriver::Hello(_) | ToDriver::Proof(_) | ToDriver::Listening(_) => {}
-            },
+            }
             Ok(Inbound::Lost(r, e)) if reported && !spoke[r] && cause.is_none() => {
                 spoke[r] = true;
                 cause = Some(lost(r, e, &mut procs[r]));
@@ -323,7 +343,21 @@ fn settle(
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
         }
     }
-    cause.unwrap_or(err)
+    if let Some(cause) = cause {
+        return cause;
+    }
+    // A live worker beats every HEARTBEAT even while it computes; one silent
+    // for more than two beats and a half did not speak in the grace either.
+    let stale = HEARTBEAT * 5 / 2;
+    let hung = (0..spoke.len())
+        .filter(|&r| !spoke[r] && last_heard[r].elapsed() > stale)
+        .max_by_key(|&r| last_heard[r].elapsed());
+    match hung {
+        Some(r) if reported => {
+            DriverError::Unresponsive { rank: r, secs: last_heard[r].elapsed().as_secs(), echo: Box::new(err) }
+        }
+        _ => err,
+    }
 }
 
 fn lost(rank: usize, e: ControlError, p: &mut Box<dyn WorkerProcess>) -> DriverError {

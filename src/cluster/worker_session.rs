@@ -9,7 +9,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-const HEARTBEAT: Duration = Duration::from_secs(2);
+/// How often a worker tells the driver it is alive (a thread of its own, so a
+/// busy worker still beats; a stopped or hung process does not).
+pub(super) const HEARTBEAT: Duration = Duration::from_secs(2);
 
 /// The job as the worker receives it.
 #[derive(Debug, Clone)]

@@ -127,6 +127,7 @@ fn recover(
                 e,
                 DriverError::Exited { .. }
                     | DriverError::Silent { .. }
+                    | DriverError::Unresponsive { .. }
                     | DriverError::WorkerFailed { .. }
                     | DriverError::Control(_)
                     | DriverError::StartTimeout { .. }
