@@ -17,6 +17,25 @@ fn state(d: &std::path::Path, run: &str) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))).unwrap()
 }
 
+/// Every worker has one record of each iteration of every epoch of run
+/// `run`, whose resumed summary is `resumed`, through the end of the last.
+fn assert_each_record_once(d: &std::path::Path, run: &str, workers: usize, resumed: &serde_json::Value) {
+    let (total, epochs) = (resumed["iterations"].as_u64().unwrap(), resumed["epochs"].as_u64().unwrap());
+    assert_eq!(total % epochs, 0, "{resumed}");
+    let per_epoch = total / epochs;
+    let all: Vec<(u64, u64)> = (0..epochs).flat_map(|e| (0..per_epoch).map(move |i| (e, i))).collect();
+    let metrics = std::fs::read_to_string(d.join("runs").join(run).join("metrics.jsonl")).unwrap();
+    let recs: Vec<serde_json::Value> = metrics.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    for w in 0..workers as u64 {
+        let mine: Vec<(u64, u64)> = recs
+            .iter()
+            .filter(|r| r["worker"] == w)
+            .map(|r| (r["epoch"].as_u64().unwrap(), r["iteration"].as_u64().unwrap()))
+            .collect();
+        assert_eq!(mine, all, "worker {w}'s records after the resume");
+    }
+}
+
 /// Starts `workers` workers, waits for the first epoch, sends `sig` to the driver alone.
 fn stop_with(d: &std::path::Path, workers: usize, sig: &str) {
     let run = format!("{sig}-{workers}");
@@ -46,23 +65,8 @@ fn stop_with(d: &std::path::Path, workers: usize, sig: &str) {
     assert_eq!(resumed["workers"], workers, "{resumed}");
     assert!(resumed["iterations"].as_u64().unwrap() > done, "{resumed}");
     assert_eq!(resumed["epochs"].to_string(), epochs);
-    // The records go on from the checkpoint: every worker has each iteration
-    // of every epoch once (those before the stop kept, the rest written by
-    // the resumed run), through the end of the last one.
-    let total = resumed["iterations"].as_u64().unwrap();
-    assert_eq!(total % (epoch + 1), 0, "{resumed}");
-    let per_epoch = total / (epoch + 1);
-    let all: Vec<(u64, u64)> = (0..=epoch).flat_map(|e| (0..per_epoch).map(move |i| (e, i))).collect();
-    let metrics = std::fs::read_to_string(d.join("runs").join(&run).join("metrics.jsonl")).unwrap();
-    let recs: Vec<serde_json::Value> = metrics.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    for w in 0..workers as u64 {
-        let mine: Vec<(u64, u64)> = recs
-            .iter()
-            .filter(|r| r["worker"] == w)
-            .map(|r| (r["epoch"].as_u64().unwrap(), r["iteration"].as_u64().unwrap()))
-            .collect();
-        assert_eq!(mine, all, "worker {w}'s records after the resume");
-    }
+    // The records go on from the checkpoint (those before the stop kept, the rest written by the resumed run).
+    assert_each_record_once(d, &run, workers, &resumed);
     // Nothing left to train: said, not silently done.
     let line = fails(d, &["train", "--resume", &run, "--epochs", "1"], 2);
     assert!(
@@ -88,6 +92,59 @@ fn ctrl_c_and_sigterm_stop_four_workers_at_one_iteration_with_a_checkpoint_and_r
     let tmp = cora();
     stop_with(tmp.path(), 4, "INT");
     stop_with(tmp.path(), 4, "TERM");
+}
+
+/// Run `run` on `workers` workers, checkpointing every iteration, once its
+/// first epoch is done (so it has a checkpoint); its workers when several.
+fn checkpointing(d: &std::path::Path, workers: &str, run: &str) -> (Driver, Vec<dist_support::Announced>) {
+    let args = [&["train", "cora", "--workers", workers, "--run", run, "--checkpoint-every", "1"], LONG_RUN];
+    let mut drv = Driver::start(d, &args.concat());
+    let ws = if workers == "1" { Vec::new() } else { drv.workers(workers.parse().unwrap()) };
+    drv.wait_line(Duration::from_secs(60), |l| l.starts_with("epoch") && l.contains("/1000"));
+    (drv, ws)
+}
+
+/// One epoch past the one run `run`'s checkpoint is in, as `--epochs`.
+fn next_epoch(d: &std::path::Path, run: &str) -> String {
+    (state(d, run)["progress"]["epoch"].as_u64().unwrap() + 1).to_string()
+}
+
+#[test]
+fn a_run_being_trained_cannot_be_resumed_by_another_process_until_it_ends() {
+    let tmp = cora();
+    let d = tmp.path();
+    for workers in ["1", "2"] {
+        let run = format!("busy-{workers}");
+        let (mut drv, _) = checkpointing(d, workers, &run);
+        // It has a checkpoint, so only the lock stands between a second process and its directory.
+        let line = fails(d, &["train", "--resume", &run, "--no-tui"], 1);
+        let holder = format!("run `{run}` is being trained by another leapgnn process (pid {})", drv.child.id());
+        assert!(line.contains(&holder), "{line}");
+        signal(drv.child.id(), "TERM");
+        let (code, stderr) = drv.wait_exit(Duration::from_secs(60));
+        assert_eq!(code, Some(0), "{stderr}");
+        // The lock went with its holder.
+        let epochs = next_epoch(d, &run);
+        let resumed = json(d, &["train", "--resume", &run, "--epochs", &epochs]);
+        assert_eq!(resumed["epochs"].to_string(), epochs, "{resumed}");
+    }
+}
+
+#[test]
+fn a_run_killed_mid_epoch_keeps_every_record_before_its_last_checkpoint() {
+    let tmp = cora();
+    let d = tmp.path();
+    for workers in ["1", "2"] {
+        let run = format!("killed-{workers}");
+        let (mut drv, ws) = checkpointing(d, workers, &run);
+        // No chance to write anything more: what the resume keeps must already be in the file.
+        signal(drv.child.id(), "KILL");
+        drv.wait_exit(Duration::from_secs(30));
+        let pids: Vec<u32> = ws.iter().map(|w| w.pid).collect();
+        assert_eq!(wait_gone(&pids, Duration::from_secs(10)), Vec::<u32>::new(), "workers left behind");
+        let resumed = json(d, &["train", "--resume", &run, "--epochs", &next_epoch(d, &run)]);
+        assert_each_record_once(d, &run, workers.parse().unwrap(), &resumed);
+    }
 }
 
 /// `train cora` with `args` and `LONG_RUN`, stdout and stderr as given.

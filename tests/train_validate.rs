@@ -105,9 +105,13 @@ fn datasets_without_labels_or_a_taken_run_name_are_refused_before_launch() {
     let line = fails(d, &["train", "bare", "--workers", "4", "--no-tui"], 2);
     assert!(line.contains("--generated-classes"), "{line}");
     assert!(!d.join("runs").exists() && !d.join("bare/parts").exists());
+    // A run directory left without a checkpoint (its run killed early): neither
+    // a new run nor a resume can have it, and both say how to free the name.
     std::fs::create_dir_all(d.join("runs/taken")).unwrap();
     let line = fails(d, &[BASE, &["--workers", "4", "--run", "taken"]].concat(), 2);
-    assert!(line.contains("run `taken` already exists"), "{line}");
+    assert!(line.contains("run `taken` exists") && line.contains("Remove that directory"), "{line}");
+    let line = fails(d, &["train", "--resume", "taken"], 2);
+    assert!(line.contains("has no checkpoint") && line.contains("Remove that directory"), "{line}");
     assert!(!d.join("tiny/parts").exists());
 }
 

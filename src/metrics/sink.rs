@@ -1,20 +1,23 @@
 use super::{RestartRecord, StepRecord};
 use crate::format::{FormatError, write_atomic};
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 
-/// Appends records to `metrics.jsonl`, one JSON object per line.
+/// Appends records to `metrics.jsonl`, one JSON object per line, each line
+/// in one write, unbuffered: a record is in the file once written, so a
+/// process killed after a checkpoint has not lost records from before it
+/// (which a resume keeps, redoing only those after), and lines never tear.
 pub struct JsonlSink {
     path: PathBuf,
-    out: BufWriter<File>,
+    out: File,
 }
 
 impl JsonlSink {
     /// Opens `path` for appending (creating it).
     pub fn append(path: &Path) -> Result<Self, FormatError> {
         let f = OpenOptions::new().create(true).append(true).open(path).map_err(|e| FormatError::io(path, e))?;
-        Ok(JsonlSink { path: path.to_path_buf(), out: BufWriter::new(f) })
+        Ok(JsonlSink { path: path.to_path_buf(), out: f })
     }
 
     /// Rewrites `path` keeping the step records before position `at` (epoch,
@@ -42,16 +45,16 @@ impl JsonlSink {
     }
 
     pub fn write(&mut self, r: &StepRecord) -> Result<(), FormatError> {
-        let line = serde_json::to_string(r).expect("a record always serialises");
-        writeln!(self.out, "{line}").map_err(|e| FormatError::io(&self.path, e))
+        self.line(serde_json::to_string(r).expect("a record always serialises"))
     }
 
     pub fn write_restart(&mut self, r: &RestartRecord) -> Result<(), FormatError> {
-        let line = serde_json::to_string(r).expect("a record always serialises");
-        writeln!(self.out, "{line}").map_err(|e| FormatError::io(&self.path, e))
+        self.line(serde_json::to_string(r).expect("a record always serialises"))
     }
 
-    pub fn flush(&mut self) -> Result<(), FormatError> {
-        self.out.flush().map_err(|e| FormatError::io(&self.path, e))
+    fn line(&mut self, json: String) -> Result<(), FormatError> {
+        let mut line = json.into_bytes();
+        line.push(b'\n');
+        self.out.write_all(&line).map_err(|e| FormatError::io(&self.path, e))
     }
 }

@@ -19,6 +19,7 @@ pub mod minibatch;
 mod naive;
 pub mod neutronstar;
 pub mod placement;
+mod run_lock;
 pub mod strategy;
 pub mod tensorboard;
 mod trainer;
@@ -31,6 +32,7 @@ pub use collective::{Collective, CommError, MeshCollective, Solo, read_u64_slots
 pub use config::{DeviceKind, EvalMode, Migration, Prefetch, TrainConfig, TrainMode};
 pub use evaluate::{EvalRequest, Evaluation, evaluate};
 pub use naive::{NaiveEpoch, NaiveReport, naive_dry_run};
+pub(crate) use run_lock::RunLock;
 pub use strategy::{Iteration, PREFETCH_DEPTH, Strategy, StrategyKind};
 pub use trainer::{LoopInput, run_loop};
 pub use worker::{FeatureSource, GraphData, RowsAsked, StepStats, Worker};
@@ -63,6 +65,14 @@ pub enum TrainError {
     Rows(String),
     #[error("collective operation failed: {0}")]
     Comm(#[source] CommError),
+    /// Another process trains the run (`run_lock`).
+    #[error(
+        "run `{run}` is being trained by another leapgnn process{}; wait for it to end, or stop it (Ctrl-C in its \
+         terminal, or kill -TERM {}), then `leapgnn train --resume {run}`",
+        .holder.map_or(String::new(), |p| format!(" (pid {p})")),
+        .holder.map_or("<pid>".to_string(), |p| p.to_string())
+    )]
+    RunInUse { run: String, holder: Option<u32> },
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,
@@ -205,10 +215,12 @@ pub(crate) fn checkpointed_run(data: &DataDir, run: &str, flag: &str) -> Result<
     check_name(run, flag)?;
     let run_dir = data.run_dir(run);
     let ck = checkpoint::dir(&run_dir);
+    if run_dir.is_dir() && !ck.join("state.json").is_file() {
+        return Err(BadInput::new(format!("{flag} {run}: {}", never_checkpointed(&run_dir, run))).into());
+    }
     if !ck.join("state.json").is_file() {
         return Err(BadInput::new(format!(
-            "{flag} {run}: run `{run}` does not exist in {} or has no checkpoint yet (it stopped before its first one); \
-             list the runs there, or start a new run",
+            "{flag} {run}: run `{run}` does not exist in {}; list the runs there, or start a new run",
             data.runs_dir().display()
         ))
         .into());
@@ -250,6 +262,7 @@ fn execute(
     opts: &RunOptions,
     obs: &mut dyn Observer,
 ) -> Result<RunSummary, TrainError> {
+    let _lock = RunLock::acquire(run_dir, run)?;
     let (stop_after, memory_limit) = (opts.stop_after, opts.memory_limit);
     let path = crate::datasets::ensure_dataset(data, &cfg.dataset).map_err(TrainError::Dataset)?;
     let ds = DatasetFile::open_verified(&path)?;
@@ -298,9 +311,7 @@ fn execute(
         start_iteration: progress.iteration,
     });
     obs.event("worker 0 started in this process");
-    let result = run_loop(&inp, &mut worker, &mut Solo, strategy.as_mut(), opt.as_mut(), progress, &mut obs);
-    obs.sink.flush()?;
-    let p = result?;
+    let p = run_loop(&inp, &mut worker, &mut Solo, strategy.as_mut(), opt.as_mut(), progress, &mut obs)?;
 
     let summary = RunSummary {
         run: run.to_string(),
@@ -389,7 +400,6 @@ impl Observer for Recording<'_> {
     }
     fn epoch(&mut self, e: &EpochRecord, epochs: u64) {
         trace_epoch(e, epochs);
-        let _ = self.sink.flush();
         self.inner.epoch(e, epochs);
     }
     fn start(&mut self, info: &RunInfo) {
@@ -429,10 +439,25 @@ pub(crate) fn check_new_run(data: &DataDir, opts: &RunOptions) -> Result<(), Bad
 }
 
 fn run_taken(data: &DataDir, name: &str) -> BadInput {
+    let dir = data.run_dir(name);
+    if !checkpoint::dir(&dir).join("state.json").is_file() {
+        return BadInput::new(format!("--run {name}: {}", never_checkpointed(&dir, name)));
+    }
     BadInput::new(format!(
         "run `{name}` already exists in {}; continue it with --resume {name} or choose another --run",
         data.runs_dir().display()
     ))
+}
+
+/// A run directory without a checkpoint: its run ended (killed, failed) or
+/// is still starting; either way there is nothing to resume, and only its
+/// removal frees the name.
+fn never_checkpointed(dir: &Path, name: &str) -> String {
+    format!(
+        "run `{name}` exists ({}) but has no checkpoint: it stopped before its first one, or is starting now; \
+         nothing can be resumed from it. Remove that directory to use the name again, or choose another --run",
+        dir.display()
+    )
 }
 
 /// Creates `runs/<run>/`: the requested name (which must be new), or

@@ -7,6 +7,7 @@ use crate::cluster::driver::{DriverError, DriverOptions, Event, run_job_stoppabl
 use crate::format::write_atomic;
 use crate::metrics::{JsonlSink, RestartRecord, RunBytes, RunSummary, add_bytes};
 use crate::schedule::MergePlan;
+use crate::train::RunLock;
 use crate::train::strategy::{StrategyEnv, StrategyKind};
 use crate::train::{Observer, Progress, ResumeOverrides, RunOptions, TrainConfig, TrainError, checkpoint, new_run_dir};
 use crate::{BadInput, DataDir};
@@ -62,6 +63,8 @@ pub fn train_distributed(
     cfg.check_all(&crate::format::DatasetFile::open(&dataset)?)?;
     preflight(data, &cfg, run, opts)?;
     let (name, run_dir) = new_run_dir(data, run.run.as_deref(), &cfg)?;
+    // Held through every restart: this process trains the run until it returns.
+    let _lock = RunLock::acquire(&run_dir, &name)?;
     let result = execute(data, cfg, name.clone(), run_dir, (None, None), run, opts, obs);
     recover(data, &name, result, run, opts, obs)
 }
@@ -101,6 +104,8 @@ pub fn resume_distributed(
     opts: &DistOptions<'_>,
     obs: &mut dyn Observer,
 ) -> anyhow::Result<RunSummary> {
+    let (run_dir, _) = crate::train::checkpointed_run(data, run, "--resume")?;
+    let _lock = RunLock::acquire(&run_dir, run)?;
     let result = resume_once(data, run, over, run_opts, opts, obs, None);
     recover(data, run, result, run_opts, opts, obs)
 }
@@ -350,7 +355,6 @@ fn execute(
                     }
                     Ok(Report::Epoch { record, epochs }) => {
                         crate::train::trace_epoch(&record, epochs);
-                        let _ = sink.flush();
                         obs.epoch(&record, epochs);
                         for line in stragglers.epoch_end(record.epoch) {
                             obs.event(&line);
@@ -383,7 +387,6 @@ fn execute(
     for line in opts.worker_lines.iter().flat_map(|rx| rx.try_iter()) {
         obs.event(&line);
     }
-    sink.flush()?;
     let values =
         result.with_context(|| format!("distributed training of {} on {world} workers failed", cfg.dataset))?;
     if let Some(e) = failure {
