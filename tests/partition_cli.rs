@@ -124,7 +124,8 @@ fn existing_partition_is_kept_unless_forced_or_stale() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     left.sort();
-    assert_eq!(left, ["ldg-2"], "staging directories left behind");
+    // The partition and its lock file (kept: removing a lock file others may wait on would let two hold it).
+    assert_eq!(left, [".ldg-2.lock", "ldg-2"], "staging directories left behind");
 }
 
 #[test]
@@ -196,4 +197,42 @@ fn ensure_partition_creates_once_then_reuses() {
     assert_eq!(std::fs::metadata(p.join("manifest")).unwrap().ino(), inode, "a matching partition was rewritten");
     let e = leapgnn::partition::ensure_partition(&data, "synthetic-small", "kmeans", 2, 0).unwrap_err();
     assert!(e.chain().any(leapgnn::error::is_bad_input), "{e:#}");
+}
+
+#[test]
+fn concurrent_partitions_of_one_target_take_turns_and_leftovers_of_killed_writers_are_swept() {
+    let dir = tempfile::tempdir().unwrap();
+    common::write_synthetic_small(dir.path());
+    let parts = dir.path().join("synthetic-small/parts");
+    // What a writer killed mid-way leaves: its staging directory, and an old partition set aside.
+    for stale in [".random-2.tmp.999999", ".random-2.old.999999"] {
+        std::fs::create_dir_all(parts.join(stale)).unwrap();
+        std::fs::write(parts.join(stale).join("manifest"), b"half").unwrap();
+    }
+    for round in 0..4 {
+        // Two forced rewrites with different seeds at once: without turns, one renamed the
+        // other's directory away mid-write ("No such file or directory", "Directory not empty").
+        let spawn = |seed: &str| {
+            Command::new(env!("CARGO_BIN_EXE_leapgnn"))
+                .arg("--data-dir")
+                .arg(dir.path())
+                .args(["partition", "synthetic-small", "--parts", "2", "--method", "random", "--force", "--seed", seed])
+                .output()
+        };
+        let (a, b) = std::thread::scope(|s| {
+            let a = s.spawn(|| spawn("1"));
+            let b = s.spawn(|| spawn("2"));
+            (a.join().unwrap().unwrap(), b.join().unwrap().unwrap())
+        });
+        for out in [a, b] {
+            assert!(out.status.success(), "round {round}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        let m = ManifestFile::open(parts.join("random-2")).unwrap();
+        m.verify().unwrap();
+        assert!([1, 2].contains(&m.seed()), "round {round}: seed {}", m.seed());
+        let mut left: Vec<String> =
+            std::fs::read_dir(&parts).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        left.sort();
+        assert_eq!(left, [".random-2.lock", "random-2"], "round {round}");
+    }
 }

@@ -142,8 +142,15 @@ fn a_run_killed_mid_epoch_keeps_every_record_before_its_last_checkpoint() {
         drv.wait_exit(Duration::from_secs(30));
         let pids: Vec<u32> = ws.iter().map(|w| w.pid).collect();
         assert_eq!(wait_gone(&pids, Duration::from_secs(10)), Vec::<u32>::new(), "workers left behind");
+        // What a kill in the middle of a save leaves: the resumed run's next save clears it.
+        let ck = d.join("runs").join(&run).join("checkpoint");
+        let half = ["model-000000001.safetensors", "state.json"].map(|f| ck.join(format!(".{f}.tmp.999999")));
+        for f in &half {
+            std::fs::write(f, b"half").unwrap();
+        }
         let resumed = json(d, &["train", "--resume", &run, "--epochs", &next_epoch(d, &run)]);
         assert_each_record_once(d, &run, workers.parse().unwrap(), &resumed);
+        assert!(half.iter().all(|f| !f.exists()), "unfinished writes left in {}", ck.display());
     }
 }
 

@@ -20,12 +20,9 @@ impl AtomicFile {
         fs::create_dir_all(&dir).map_err(|e| FormatError::io(&dir, e))?;
         let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
-        let file = File::create(&tmp).map_err(|e| FormatError::io(&tmp, e))?;
+        // Errors name the file being written, not its temporary name.
+        let file = File::create(&tmp).map_err(|e| FormatError::io(&target, e))?;
         Ok(AtomicFile { target, tmp, file: Some(BufWriter::with_capacity(1 << 20, file)), committed: false })
-    }
-
-    pub fn tmp_path(&self) -> &Path {
-        &self.tmp
     }
 
     pub fn writer(&mut self) -> &mut BufWriter<File> {
@@ -44,8 +41,8 @@ impl AtomicFile {
     /// Flush, fsync, rename over the target, fsync the directory.
     pub fn commit(mut self) -> Result<PathBuf, FormatError> {
         let w = self.file.take().expect("commit twice");
-        let f = w.into_inner().map_err(|e| FormatError::io(&self.tmp, e.into_error()))?;
-        f.sync_all().map_err(|e| FormatError::io(&self.tmp, e))?;
+        let f = w.into_inner().map_err(|e| FormatError::io(&self.target, e.into_error()))?;
+        f.sync_all().map_err(|e| FormatError::io(&self.target, e))?;
         drop(f);
         fs::rename(&self.tmp, &self.target).map_err(|e| FormatError::io(&self.target, e))?;
         self.committed = true;
@@ -75,9 +72,9 @@ fn parent_dir(p: &Path) -> PathBuf {
 
 /// Writes a small file (JSON, TOML, text) atomically.
 pub fn write_atomic(target: impl AsRef<Path>, bytes: &[u8]) -> Result<(), FormatError> {
+    let target = target.as_ref();
     let mut f = AtomicFile::create(target)?;
-    let tmp = f.tmp_path().to_path_buf();
-    f.writer().write_all(bytes).map_err(|e| FormatError::io(tmp, e))?;
+    f.writer().write_all(bytes).map_err(|e| FormatError::io(target, e))?;
     f.commit()?;
     Ok(())
 }

@@ -12,7 +12,7 @@ impl crate::error::Blame for FormatError {
 /// says what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum FormatError {
-    #[error("{path}: {source}")]
+    #[error("{path}: {source}{}", advice(source))]
     Io {
         path: PathBuf,
         #[source]
@@ -43,11 +43,45 @@ pub enum FormatError {
     Serialize { path: PathBuf, detail: String },
 }
 
+/// What to do about the I/O failures an operator can fix.
+pub(crate) fn advice(e: &std::io::Error) -> &'static str {
+    use std::io::ErrorKind::*;
+    match e.kind() {
+        StorageFull | QuotaExceeded => "; free space there, or write elsewhere (--data-dir, --out)",
+        PermissionDenied | ReadOnlyFilesystem => "; make it writable, or write elsewhere (--data-dir, --out)",
+        _ => "",
+    }
+}
+
 impl FormatError {
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         FormatError::Io { path: path.into(), source }
     }
     pub fn corrupt(path: impl Into<PathBuf>, detail: impl Into<String>) -> Self {
         FormatError::Corrupt { path: path.into(), detail: detail.into() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Error, ErrorKind};
+
+    #[test]
+    fn io_errors_an_operator_can_fix_say_how() {
+        let msg = |kind| FormatError::io("/d/runs/r/summary.json", Error::from(kind)).to_string();
+        assert!(msg(ErrorKind::StorageFull).contains("free space there"), "{}", msg(ErrorKind::StorageFull));
+        assert!(msg(ErrorKind::PermissionDenied).contains("make it writable"));
+        assert!(msg(ErrorKind::ReadOnlyFilesystem).contains("--data-dir"));
+        assert_eq!(msg(ErrorKind::NotFound), format!("/d/runs/r/summary.json: {}", Error::from(ErrorKind::NotFound)));
+    }
+
+    #[test]
+    fn a_failed_atomic_write_names_the_target_not_its_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        // A directory where the temporary file would go: creating it fails.
+        std::fs::create_dir(dir.path().join(format!(".x.json.tmp.{}", std::process::id()))).unwrap();
+        let e = crate::format::write_atomic(dir.path().join("x.json"), b"{}").unwrap_err().to_string();
+        assert!(e.contains("x.json") && !e.contains(".tmp."), "{e}");
     }
 }

@@ -45,15 +45,14 @@ where
     T: for<'a> rkyv::Serialize<ArchiveSerializer<'a>>,
 {
     let mut file = AtomicFile::create(path)?;
-    let tmp = file.tmp_path().to_path_buf();
-    let io = |e: std::io::Error| FormatError::io(&tmp, e);
+    let io = |e: std::io::Error| FormatError::io(path, e);
     let mut w = file.take();
     w.write_all(&[0u8; HEADER_LEN]).map_err(io)?;
     let io_error = std::rc::Rc::new(std::cell::Cell::new(None));
     let hw = HashWriter { inner: w, hasher: xxhash_rust::xxh3::Xxh3::new(), len: 0, io_error: io_error.clone() };
     let hw = rkyv::api::high::to_bytes_in::<_, BoxedError>(value, IoWriter::new(hw))
         .map_err(|e| match io_error.get() {
-            Some(kind) => FormatError::io(&tmp, std::io::Error::new(kind, e.to_string())),
+            Some(kind) => FormatError::io(path, std::io::Error::new(kind, e.to_string())),
             None => FormatError::Serialize { path: path.into(), detail: e.to_string() },
         })?
         .into_inner();

@@ -17,6 +17,7 @@ mod partition;
 pub use atomic::{AtomicFile, write_atomic};
 pub use dataset::{ArchivedDataset, Dataset, DatasetFile, DatasetMeta, DatasetSummary};
 pub use error::FormatError;
+pub(crate) use error::advice as io_advice;
 pub use features::{AUTO_SPARSE_DENSITY, FeatureStorage, FeatureTable, FeatureView, RowRef};
 pub use header::{FORMAT_VERSION, Header, Kind};
 pub use mapped::{Mapped, write_archive};

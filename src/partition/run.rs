@@ -2,7 +2,7 @@
 //! new one, write it, report cut / balance / time / memory.
 
 use super::quality::Quality;
-use super::writer::{Grouping, write_dir};
+use super::writer::{Grouping, TargetLock, write_dir};
 use super::{PartitionError, PartitionOptions, Problem, assign, train_flags};
 use crate::format::{DatasetFile, ManifestFile, PartFile, PartManifest};
 use crate::{BadInput, DataDir};
@@ -49,6 +49,7 @@ pub fn partition_dataset(
 ) -> Result<PartitionReport, PartitionError> {
     let started = Instant::now();
     let job = Job::open(data, name, opts)?;
+    let _lock = TargetLock::acquire(&job.dir)?;
     if !opts.force
         && let Some(r) = job.existing(started)
     {
@@ -63,6 +64,7 @@ pub fn ensure_partition(data: &DataDir, name: &str, method: &str, parts: usize, 
     let started = Instant::now();
     let opts = PartitionOptions { seed, ..PartitionOptions::new(method.parse()?, parts) };
     let job = Job::open(data, name, &opts).with_context(|| format!("cannot partition {name}"))?;
+    let _lock = TargetLock::acquire(&job.dir).with_context(|| format!("cannot partition {name}"))?;
     if job.existing(started).is_some() {
         return Ok(job.dir);
     }

@@ -134,3 +134,44 @@ impl Drop for Staging {
         }
     }
 }
+
+/// Held while one process checks, cuts and writes partition directory `dir`:
+/// concurrent `partition` runs (or trains partitioning on demand) of the same
+/// method and K take turns instead of renaming over each other's directories.
+pub struct TargetLock {
+    _file: fs::File,
+}
+
+impl TargetLock {
+    /// Waits for `dir`'s lock (saying so once when another process holds it),
+    /// then removes what killed writers of `dir` left beside it (staging and
+    /// set-aside directories): with the lock held, no live process owns them.
+    pub fn acquire(dir: &Path) -> Result<TargetLock, FormatError> {
+        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let parent = dir.parent().unwrap_or(Path::new("."));
+        fs::create_dir_all(parent).map_err(|e| FormatError::io(parent, e))?;
+        let path = parent.join(format!(".{name}.lock"));
+        let file = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| FormatError::io(&path, e))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(fs::TryLockError::WouldBlock) => {
+                crate::elog!("waiting for another leapgnn process partitioning into {}", dir.display());
+                file.lock().map_err(|e| FormatError::io(&path, e))?;
+            }
+            Err(fs::TryLockError::Error(e)) => return Err(FormatError::io(&path, e)),
+        }
+        let (tmp, old) = (format!(".{name}.tmp."), format!(".{name}.old."));
+        for entry in fs::read_dir(parent).map_err(|e| FormatError::io(parent, e))?.flatten() {
+            let n = entry.file_name().to_string_lossy().into_owned();
+            if n.starts_with(&tmp) || n.starts_with(&old) {
+                let _ = fs::remove_dir_all(entry.path());
+            }
+        }
+        Ok(TargetLock { _file: file })
+    }
+}

@@ -157,15 +157,21 @@ impl StateFile {
     }
 }
 
-/// Removes the tensor files of older checkpoints (those `s` does not name).
+/// Removes the tensor files of older checkpoints (those `s` does not name),
+/// and the temporary files of writes that never finished (a process killed
+/// mid-save): one process saves a run's checkpoints, one after the other, so
+/// once a save is done no temporary file here is still being written.
 fn prune(dir: &Path, s: &StateFile) {
     let keep = s.tensor_files();
+    let prefixes = ["model-", "optimizer-", "history-"];
     if let Ok(entries) = std::fs::read_dir(dir) {
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
-            let ours = name.ends_with(".safetensors")
-                && ["model-", "optimizer-", "history-"].iter().any(|p| name.starts_with(p));
-            if ours && !keep.contains(&name.as_str()) {
+            let ours = name.ends_with(".safetensors") && prefixes.iter().any(|p| name.starts_with(p));
+            let unfinished = name.strip_prefix('.').is_some_and(|rest| {
+                rest.contains(".tmp.") && (rest.starts_with(STATE) || prefixes.iter().any(|p| rest.starts_with(p)))
+            });
+            if (ours && !keep.contains(&name.as_str())) || unfinished {
                 let _ = std::fs::remove_file(e.path());
             }
         }

@@ -73,7 +73,7 @@ pub enum TrainError {
         .holder.map_or("<pid>".to_string(), |p| p.to_string())
     )]
     RunInUse { run: String, holder: Option<u32> },
-    #[error("{path}: {source}")]
+    #[error("{path}: {source}{}", crate::format::io_advice(source))]
     Io {
         path: PathBuf,
         #[source]
