@@ -49,10 +49,14 @@ pub fn partition_dataset(
 ) -> Result<PartitionReport, PartitionError> {
     let started = Instant::now();
     let job = Job::open(data, name, opts)?;
+    // Checked before the lock too, so a matching partition in a read-only place is used as it is.
+    let reuse = |job: &Job<'_>| if opts.force { None } else { job.existing(started) };
+    if let Some(r) = reuse(&job) {
+        return Ok(r);
+    }
     let _lock = TargetLock::acquire(&job.dir)?;
-    if !opts.force
-        && let Some(r) = job.existing(started)
-    {
+    // Another process may have written it while this one waited.
+    if let Some(r) = reuse(&job) {
         return Ok(r);
     }
     job.run(started)
@@ -64,6 +68,9 @@ pub fn ensure_partition(data: &DataDir, name: &str, method: &str, parts: usize, 
     let started = Instant::now();
     let opts = PartitionOptions { seed, ..PartitionOptions::new(method.parse()?, parts) };
     let job = Job::open(data, name, &opts).with_context(|| format!("cannot partition {name}"))?;
+    if job.existing(started).is_some() {
+        return Ok(job.dir);
+    }
     let _lock = TargetLock::acquire(&job.dir).with_context(|| format!("cannot partition {name}"))?;
     if job.existing(started).is_some() {
         return Ok(job.dir);
