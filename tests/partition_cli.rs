@@ -236,3 +236,53 @@ fn concurrent_partitions_of_one_target_take_turns_and_leftovers_of_killed_writer
         assert_eq!(left, [".random-2.lock", "random-2"], "round {round}");
     }
 }
+
+#[test]
+fn a_made_partition_in_a_read_only_data_directory_is_used_as_it_is() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    common::write_synthetic_small(dir.path());
+    partition_json(dir.path(), &["--parts", "2", "--method", "random"]);
+    // Another user, who may read but not write: nothing to create, not even the partition's lock file.
+    let bin = dir.path().join("leapgnn");
+    std::fs::copy(env!("CARGO_BIN_EXE_leapgnn"), &bin).unwrap();
+    let set = |mode: u32| {
+        for e in walk(dir.path()) {
+            let m = if e.is_dir() || e == bin { mode | 0o111 } else { mode };
+            std::fs::set_permissions(&e, std::fs::Permissions::from_mode(m)).unwrap();
+        }
+    };
+    set(0o444);
+    let out = Command::new("runuser")
+        .args(["-u", "nobody", "--"])
+        .arg(&bin)
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args(["partition", "synthetic-small", "--parts", "2", "--method", "random", "--json"])
+        .output();
+    set(0o644);
+    let out = match out {
+        Ok(o) if !String::from_utf8_lossy(&o.stderr).contains("runuser:") => o,
+        other => {
+            eprintln!("skipped: cannot run as `nobody` here (needs root and runuser; CI has both): {other:?}");
+            return;
+        }
+    };
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["reused"], true, "{r}");
+}
+
+/// `root` and everything below it.
+fn walk(root: &Path) -> Vec<std::path::PathBuf> {
+    let mut all = vec![root.to_path_buf()];
+    let mut i = 0;
+    while i < all.len() {
+        if all[i].is_dir() {
+            let children: Vec<_> = std::fs::read_dir(&all[i]).unwrap().map(|e| e.unwrap().path()).collect();
+            all.extend(children);
+        }
+        i += 1;
+    }
+    all
+}
