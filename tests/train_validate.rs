@@ -115,6 +115,21 @@ fn datasets_without_labels_or_a_taken_run_name_are_refused_before_launch() {
     assert!(!d.join("tiny/parts").exists());
 }
 
+#[test]
+fn a_partitioning_that_fails_leaves_no_run_to_block_the_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    write_tiny(d, "tiny", Tiny::default());
+    // A file where the partitions' directory goes: partitioning on demand fails.
+    std::fs::write(d.join("tiny/parts"), b"").unwrap();
+    let run = [BASE, &["--workers", "2", "--epochs", "1", "--run", "p"]].concat();
+    let line = fails(d, &run, 1);
+    assert!(line.contains("cannot partition tiny"), "{line}");
+    assert!(!d.join("runs/p").exists(), "the failed run left its directory");
+    std::fs::remove_file(d.join("tiny/parts")).unwrap();
+    assert_eq!(json(d, &run)["run"], "p");
+}
+
 /// A dataset given by path trains on several workers as on one; its
 /// partition is written beside the archive.
 #[test]

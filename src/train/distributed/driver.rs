@@ -60,8 +60,13 @@ pub fn train_distributed(
     crate::train::check_new_run(data, run)?;
     // Whatever a worker would reject is refused here, before anything is created or started.
     let dataset = crate::datasets::ensure_dataset(data, &cfg.dataset)?;
-    cfg.check_all(&crate::format::DatasetFile::open(&dataset)?)?;
-    preflight(data, &cfg, run, opts)?;
+    let ds = crate::format::DatasetFile::open(&dataset)?;
+    cfg.check_all(&ds)?;
+    // Partitioned before the run's directory exists, so a partitioning that
+    // fails leaves no run behind to block the name.
+    let parts_dir =
+        crate::partition::ensure_partition(data, &cfg.dataset, cfg.partition_method(), cfg.parts, cfg.seed)?;
+    preflight(&ds, &parts_dir, &cfg, run, opts)?;
     let (name, run_dir) = new_run_dir(data, run.run.as_deref(), &cfg)?;
     // Held through every restart: this process trains the run until it returns.
     let _lock = RunLock::acquire(&run_dir, &name)?;
@@ -72,18 +77,20 @@ pub fn train_distributed(
 /// Full-graph runs: every worker of a launcher that shares this machine's
 /// files runs here, so check that they fit before anything is started or
 /// created.
-fn preflight(data: &DataDir, cfg: &TrainConfig, run: &RunOptions, opts: &DistOptions<'_>) -> anyhow::Result<()> {
+fn preflight(
+    ds: &crate::format::DatasetFile,
+    parts_dir: &Path,
+    cfg: &TrainConfig,
+    run: &RunOptions,
+    opts: &DistOptions<'_>,
+) -> anyhow::Result<()> {
     if cfg.mode != crate::train::TrainMode::FullGraph || !opts.launcher.shares_files() {
         return Ok(());
     }
-    let dataset = crate::datasets::ensure_dataset(data, &cfg.dataset)?;
-    let parts_dir =
-        crate::partition::ensure_partition(data, &cfg.dataset, cfg.partition_method(), cfg.parts, cfg.seed)?;
-    let ds = crate::format::DatasetFile::open(&dataset)?;
-    let manifest = crate::format::ManifestFile::open(&parts_dir)?;
-    let (model, params, _, _) = crate::train::build_model(cfg, &ds)?;
+    let manifest = crate::format::ManifestFile::open(parts_dir)?;
+    let (model, params, _, _) = crate::train::build_model(cfg, ds)?;
     crate::train::fullgraph::memory::preflight(
-        &ds,
+        ds,
         cfg,
         Some(&manifest.node_worker(cfg.workers)),
         model.spec(),
