@@ -11,6 +11,14 @@ fn leapgnn(data: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_leapgnn")).arg("--data-dir").arg(data).args(args).output().expect("run leapgnn")
 }
 
+/// The entries of `dir`, sorted by name.
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> =
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    names
+}
+
 fn partition_json(data: &Path, extra: &[&str]) -> Value {
     let mut args = vec!["partition", "synthetic-small", "--json"];
     args.extend_from_slice(extra);
@@ -119,11 +127,7 @@ fn existing_partition_is_kept_unless_forced_or_stale() {
     assert_eq!(repaired["reused"], false);
     ManifestFile::open(repaired["path"].as_str().unwrap()).unwrap().verify().unwrap();
 
-    let mut left: Vec<String> = std::fs::read_dir(dir.path().join("synthetic-small/parts"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    left.sort();
+    let left = names_in(&dir.path().join("synthetic-small/parts"));
     // The partition and its lock file (kept: removing a lock file others may wait on would let two hold it).
     assert_eq!(left, [".ldg-2.lock", "ldg-2"], "staging directories left behind");
 }
@@ -230,10 +234,7 @@ fn concurrent_partitions_of_one_target_take_turns_and_leftovers_of_killed_writer
         let m = ManifestFile::open(parts.join("random-2")).unwrap();
         m.verify().unwrap();
         assert!([1, 2].contains(&m.seed()), "round {round}: seed {}", m.seed());
-        let mut left: Vec<String> =
-            std::fs::read_dir(&parts).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
-        left.sort();
-        assert_eq!(left, [".random-2.lock", "random-2"], "round {round}");
+        assert_eq!(names_in(&parts), [".random-2.lock", "random-2"], "round {round}");
     }
 }
 

@@ -296,16 +296,17 @@ impl Profile {
                 }
                 None => None,
             };
-            if let Some(g) = h.gpus
-                && !(1..=MAX_WORKERS_PER_HOST).contains(&g)
-            {
-                return Err(invalid(&key("gpus"), format!("{g} is outside 1..={MAX_WORKERS_PER_HOST}")));
-            }
-            let workers = h.workers.or(h.gpus).unwrap_or(1);
-            if !(1..=MAX_WORKERS_PER_HOST).contains(&workers) {
-                return Err(invalid(&key("workers"), format!("{workers} is outside 1..={MAX_WORKERS_PER_HOST}")));
-            }
-            let spec = HostSpec { address, port, user, identity, workers, gpus: h.gpus };
+            // A host's GPUs and its workers are counts of the same range.
+            let count = |name: &str, n: usize| {
+                if (1..=MAX_WORKERS_PER_HOST).contains(&n) {
+                    Ok(n)
+                } else {
+                    Err(invalid(&key(name), format!("{n} is outside 1..={MAX_WORKERS_PER_HOST}")))
+                }
+            };
+            let gpus = h.gpus.map(|g| count("gpus", g)).transpose()?;
+            let workers = count("workers", h.workers.or(gpus).unwrap_or(1))?;
+            let spec = HostSpec { address, port, user, identity, workers, gpus };
             if h.spare.unwrap_or(false) { p.spares.push(spec) } else { p.hosts.push(spec) }
         }
         match p.launcher {

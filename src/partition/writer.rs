@@ -3,6 +3,7 @@
 //! the old partition or the new one, never a mix of part files from two runs.
 
 use crate::format::{DatasetFile, FeatureTable, FeatureView, FormatError, PartFeatures, PartManifest, RowRef};
+use crate::util::lock_file::{Lock, try_exclusive};
 use rayon::prelude::*;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -135,9 +136,10 @@ impl Drop for Staging {
     }
 }
 
-/// Held while one process checks, cuts and writes partition directory `dir`:
-/// concurrent `partition` runs (or trains partitioning on demand) of the same
-/// method and K take turns instead of renaming over each other's directories.
+/// Held while one process checks, cuts and writes partition directory `dir`
+/// (`util::lock_file`): concurrent `partition` runs (or trains partitioning
+/// on demand) of the same method and K take turns instead of renaming over
+/// each other's directories.
 pub struct TargetLock {
     _file: fs::File,
 }
@@ -151,20 +153,15 @@ impl TargetLock {
         let parent = dir.parent().unwrap_or(Path::new("."));
         fs::create_dir_all(parent).map_err(|e| FormatError::io(parent, e))?;
         let path = parent.join(format!(".{name}.lock"));
-        let file = fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(|e| FormatError::io(&path, e))?;
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(fs::TryLockError::WouldBlock) => {
+        let io = |e| FormatError::io(&path, e);
+        let file = match try_exclusive(&path).map_err(io)? {
+            Lock::Held(f) => f,
+            Lock::Busy(f) => {
                 crate::elog!("waiting for another leapgnn process partitioning into {}", dir.display());
-                file.lock().map_err(|e| FormatError::io(&path, e))?;
+                f.lock().map_err(io)?;
+                f
             }
-            Err(fs::TryLockError::Error(e)) => return Err(FormatError::io(&path, e)),
-        }
+        };
         let (tmp, old) = (format!(".{name}.tmp."), format!(".{name}.old."));
         for entry in fs::read_dir(parent).map_err(|e| FormatError::io(parent, e))?.flatten() {
             let n = entry.file_name().to_string_lossy().into_owned();

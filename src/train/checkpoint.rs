@@ -206,6 +206,12 @@ pub fn load_config(dir: &Path) -> Result<(TrainConfig, Progress), TrainError> {
     Ok((s.config, s.progress))
 }
 
+/// Whether checkpoint directory `dir` holds a checkpoint (its state is
+/// written last, so its presence marks a complete one).
+pub fn exists(dir: &Path) -> bool {
+    dir.join(STATE).is_file()
+}
+
 /// The run's epoch count when the checkpoint in `dir` is its last: every
 /// epoch trained and evaluated. None for a checkpoint taken on the way, or
 /// one that cannot be read.

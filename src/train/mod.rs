@@ -215,15 +215,16 @@ pub(crate) fn checkpointed_run(data: &DataDir, run: &str, flag: &str) -> Result<
     check_name(run, flag)?;
     let run_dir = data.run_dir(run);
     let ck = checkpoint::dir(&run_dir);
-    if run_dir.is_dir() && !ck.join("state.json").is_file() {
-        return Err(BadInput::new(format!("{flag} {run}: {}", never_checkpointed(&run_dir, run))).into());
-    }
-    if !ck.join("state.json").is_file() {
-        return Err(BadInput::new(format!(
-            "{flag} {run}: run `{run}` does not exist in {}; list the runs there, or start a new run",
-            data.runs_dir().display()
-        ))
-        .into());
+    if !checkpoint::exists(&ck) {
+        let why = if run_dir.is_dir() {
+            never_checkpointed(&run_dir, run)
+        } else {
+            format!(
+                "run `{run}` does not exist in {}; list the runs there, or start a new run",
+                data.runs_dir().display()
+            )
+        };
+        return Err(BadInput::new(format!("{flag} {run}: {why}")).into());
     }
     Ok((run_dir, ck))
 }
@@ -440,7 +441,7 @@ pub(crate) fn check_new_run(data: &DataDir, opts: &RunOptions) -> Result<(), Bad
 
 fn run_taken(data: &DataDir, name: &str) -> BadInput {
     let dir = data.run_dir(name);
-    if !checkpoint::dir(&dir).join("state.json").is_file() {
+    if !checkpoint::exists(&checkpoint::dir(&dir)) {
         return BadInput::new(format!("--run {name}: {}", never_checkpointed(&dir, name)));
     }
     BadInput::new(format!(

@@ -3,10 +3,11 @@
 //! and overwrite its checkpoint, leaving records lost or twice over. The
 //! process that trains a run holds an exclusive lock on `runs/<run>/.lock`
 //! from before its first write to its end (restarts included); the OS drops
-//! the lock when the process ends, however it ends, so no stale lock is left.
+//! the lock when the process ends, however it ends (`util::lock_file`).
 
 use super::TrainError;
-use std::fs::{File, OpenOptions, TryLockError};
+use crate::util::lock_file::{Lock, try_exclusive};
+use std::fs::File;
 use std::io::{Read, Seek, Write};
 use std::path::Path;
 
@@ -21,18 +22,15 @@ impl RunLock {
     pub fn acquire(run_dir: &Path, run: &str) -> Result<RunLock, TrainError> {
         let path = run_dir.join(".lock");
         let io = |source| TrainError::Io { path: path.clone(), source };
-        let mut file =
-            OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path).map_err(io)?;
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(TryLockError::WouldBlock) => {
+        let mut file = match try_exclusive(&path).map_err(io)? {
+            Lock::Held(f) => f,
+            Lock::Busy(mut f) => {
                 // The holder wrote its pid after locking; it may not have yet.
                 let mut text = String::new();
-                let holder = file.read_to_string(&mut text).ok().and_then(|_| text.trim().parse::<u32>().ok());
+                let holder = f.read_to_string(&mut text).ok().and_then(|_| text.trim().parse::<u32>().ok());
                 return Err(TrainError::RunInUse { run: run.to_string(), holder });
             }
-            Err(TryLockError::Error(e)) => return Err(io(e)),
-        }
+        };
         // Who holds it, for the message another process gives.
         file.set_len(0).map_err(io)?;
         file.rewind().map_err(io)?;

@@ -1,6 +1,7 @@
 //! Small shared helpers: seeded randomness, memory figures.
 
 pub mod console;
+pub mod lock_file;
 pub mod rng;
 pub mod value_names;
 

@@ -157,7 +157,7 @@ fn recover(
             obs.event(&msg);
         }
         let ck = checkpoint::dir(&run_dir);
-        if !ck.join("state.json").is_file() {
+        if !checkpoint::exists(&ck) {
             return Err(err);
         }
         if let Some(epochs) = checkpoint::finished(&ck) {
