@@ -6,6 +6,7 @@
 
 mod train_support;
 
+use std::process::Command;
 use train_support::{Tiny, fails, json, write_tiny};
 
 const BASE: &[&str] = &["train", "tiny", "--no-tui"];
@@ -165,4 +166,50 @@ fn verbose_flags_trace_the_driver_and_the_workers() {
     assert!(!v.contains('\u{1b}'), "colour codes in piped stderr");
     let vv = run("-vv");
     assert!(vv.lines().any(|l| l.contains("DEBUG") && l.contains("worker 1: epoch 1 iteration 1 step 0")), "{vv}");
+}
+
+/// Every line on stderr, the driver's and its workers', leaves its process in
+/// one write. stderr is unbuffered, so a line written piece by piece could be
+/// cut by the kill that stops a worker: the relayed line then read `error: `
+/// with nothing after it. Checked with strace on a 2-worker run and on an
+/// error.
+#[test]
+fn stderr_lines_leave_each_process_in_one_write() {
+    if Command::new("strace").arg("-V").output().is_err() {
+        eprintln!("skipped: strace is not installed (CI installs it)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    write_tiny(d, "tiny", Tiny::default());
+    let runs: [&[&str]; 2] =
+        [&["-v", "train", "tiny", "--workers", "2", "--epochs", "1", "--no-tui"], &["train", "missing", "--no-tui"]];
+    for (i, args) in runs.into_iter().enumerate() {
+        let trace = d.join(format!("trace-{i}"));
+        let out = Command::new("strace")
+            .args(["-f", "-qq", "-s", "65536", "-e", "trace=write,writev", "-e", "signal=none", "-o"])
+            .arg(&trace)
+            .arg(env!("CARGO_BIN_EXE_leapgnn"))
+            .arg("--data-dir")
+            .arg(d)
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        let trace = std::fs::read_to_string(&trace).unwrap_or_else(|e| panic!("strace wrote no trace ({e}): {err}"));
+        // `PID write(2, "text\n", N) = N`: the text must end the line it starts.
+        let writes: Vec<&str> =
+            trace.lines().filter(|l| l.contains(" write(2, ") || l.contains(" writev(2, ")).collect();
+        assert!(!writes.is_empty(), "no writes to stderr traced for {args:?}: {err}");
+        for w in &writes {
+            assert!(w.contains("\\n\", ") && !w.contains("writev"), "a piece of a line, for {args:?}: {w}");
+        }
+        if i == 0 {
+            assert!(out.status.success(), "{err}");
+            assert!(writes.iter().any(|w| w.contains("[worker 1]")), "the workers' lines are relayed");
+        } else {
+            assert_eq!(out.status.code(), Some(2), "{err}");
+            assert!(err.starts_with("error: ") && err.contains("no dataset `missing`"), "{err}");
+        }
+    }
 }

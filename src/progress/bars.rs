@@ -65,7 +65,8 @@ impl Bars {
             let _ = self.multi.println(s);
         } else if !self.closed {
             use std::io::Write;
-            self.closed = writeln!(std::io::stderr(), "{s}").is_err();
+            // One write for the whole line, as `elog!` does, so a kill cannot cut it.
+            self.closed = std::io::stderr().write_all(format!("{s}\n").as_bytes()).is_err();
         }
     }
 }

@@ -5,13 +5,20 @@
 //! checkpoint. These drop the line instead; the progress lines of a run
 //! check their writes themselves and stop the run, as a closed
 //! `--json-stream` does.
+//!
+//! Each line leaves in one `write_all` of the whole formatted text. stderr
+//! is unbuffered, so `writeln!` would write every piece of the format on its
+//! own (`"error: "`, the message, `"\n"`): a worker stopped by its driver
+//! between those writes left a line reading just `error: `.
 
 /// `eprintln!` that drops the line when stderr is closed.
 #[macro_export]
 macro_rules! elog {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), $($arg)*);
+        let mut line = format!($($arg)*);
+        line.push('\n');
+        let _ = std::io::stderr().write_all(line.as_bytes());
     }};
 }
 
@@ -20,6 +27,8 @@ macro_rules! elog {
 macro_rules! outln {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        let _ = writeln!(std::io::stdout(), $($arg)*);
+        let mut line = format!($($arg)*);
+        line.push('\n');
+        let _ = std::io::stdout().write_all(line.as_bytes());
     }};
 }
