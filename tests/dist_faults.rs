@@ -30,6 +30,32 @@ fn error_line(stderr: &str) -> &str {
     stderr.lines().rfind(|l| l.starts_with("error:")).unwrap_or_else(|| panic!("no error line in:\n{stderr}"))
 }
 
+/// Waits for run `killed` to exit 0 and checks it ended with run `straight`'s
+/// weights, accuracy and iteration count; returns its one restart record and
+/// its step records' (epoch, iteration, worker), in file order.
+fn ended_as_straight(
+    mut drv: Driver,
+    d: &std::path::Path,
+    straight: &serde_json::Value,
+) -> (serde_json::Value, Vec<(u64, u64, u64)>) {
+    let (code, stderr) = drv.wait_exit(Duration::from_secs(60));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(final_weights(d, "killed"), final_weights(d, "straight"), "the restarted run ended elsewhere");
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.join("runs/killed/summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["test_accuracy"], straight["test_accuracy"]);
+    assert_eq!(summary["iterations"], straight["iterations"]);
+    let lines = std::fs::read_to_string(d.join("runs/killed/metrics.jsonl")).unwrap();
+    let recs: Vec<serde_json::Value> = lines.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let (mut restarts, steps): (Vec<_>, Vec<_>) = recs.into_iter().partition(|r| r.get("restart").is_some());
+    assert_eq!(restarts.len(), 1, "{restarts:?}");
+    let steps = steps
+        .iter()
+        .map(|r| (r["epoch"].as_u64().unwrap(), r["iteration"].as_u64().unwrap(), r["worker"].as_u64().unwrap()))
+        .collect();
+    (restarts.remove(0), steps)
+}
+
 #[test]
 fn a_killed_worker_stops_the_run_with_its_name_and_no_process_is_left() {
     let tmp = cora();
@@ -110,32 +136,17 @@ fn a_killed_worker_is_restarted_from_the_checkpoint_and_the_run_ends_as_if_unint
     println!("from kill -9 to the relaunched workers running: {:.2} s", killed.elapsed().as_secs_f64());
     drv.wait_line(Duration::from_secs(30), |l| l.contains("restart 1 of 1: training again"));
     println!("from kill -9 to training again: {:.2} s", killed.elapsed().as_secs_f64());
-    let (code, stderr) = drv.wait_exit(Duration::from_secs(60));
-    assert_eq!(code, Some(0), "{stderr}");
-    assert_eq!(final_weights(d, "killed"), final_weights(d, "straight"), "the restarted run ended elsewhere");
-    let summary: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(d.join("runs/killed/summary.json")).unwrap()).unwrap();
-    assert_eq!(summary["test_accuracy"], straight["test_accuracy"]);
-    assert_eq!(summary["iterations"], straight["iterations"]);
     // The restart is a record of metrics.jsonl beside the step records, which are each there once.
-    let lines = std::fs::read_to_string(d.join("runs/killed/metrics.jsonl")).unwrap();
-    let recs: Vec<serde_json::Value> = lines.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    let restarts: Vec<&serde_json::Value> = recs.iter().filter(|r| r.get("restart").is_some()).collect();
-    assert_eq!(restarts.len(), 1, "{restarts:?}");
-    assert!(restarts[0]["reason"].as_str().unwrap().contains("worker 1"), "{}", restarts[0]);
+    let (restart, steps) = ended_as_straight(drv, d, &straight);
+    assert!(restart["reason"].as_str().unwrap().contains("worker 1"), "{restart}");
     // One per (iteration, worker), except the records of the iteration the checkpoint
     // follows from the workers that had not finished it: the ring all-reduce lets rank 0
     // finish and checkpoint while the killed worker, or the one waiting for its last
     // share, never does. Rank 0's is there, and every other iteration's: the driver
     // takes what the survivors sent before they noticed the loss.
     let per_epoch = 6;
-    let at = restarts[0]["epoch"].as_u64().unwrap() * per_epoch + restarts[0]["iteration"].as_u64().unwrap();
+    let at = restart["epoch"].as_u64().unwrap() * per_epoch + restart["iteration"].as_u64().unwrap();
     let before = ((at - 1) / per_epoch, (at - 1) % per_epoch);
-    let steps: Vec<(u64, u64, u64)> = recs
-        .iter()
-        .filter(|r| r.get("restart").is_none())
-        .map(|r| (r["epoch"].as_u64().unwrap(), r["iteration"].as_u64().unwrap(), r["worker"].as_u64().unwrap()))
-        .collect();
     let iterations = straight["iterations"].as_u64().unwrap();
     assert_eq!(iterations, 6 * per_epoch);
     let all: Vec<(u64, u64, u64)> =
@@ -147,6 +158,38 @@ fn a_killed_worker_is_restarted_from_the_checkpoint_and_the_run_ends_as_if_unint
     let lost: Vec<_> = all.iter().filter(|x| !steps.contains(x)).collect();
     assert!(steps.iter().all(|x| all.contains(x)), "records of steps never trained: {steps:?}");
     assert!(lost.iter().all(|x| (x.0, x.1) == before && x.2 != 0), "records lost: {lost:?}, checkpoint at {before:?}");
+    let pids: Vec<u32> = ws.iter().map(|w| w.pid).collect();
+    assert_eq!(wait_gone(&pids, Duration::from_secs(5)), Vec::<u32>::new(), "workers left behind");
+}
+
+/// `--restarts` without `--checkpoint-every`: a worker lost before the run's
+/// first checkpoint (here, its only one, at the end) used to end the run with
+/// no restart and no word why. It now trains the run again from the start, and
+/// ends with the uninterrupted run's weights and each step record once.
+#[test]
+fn a_worker_killed_before_the_first_checkpoint_restarts_the_run_from_the_start() {
+    let tmp = cora();
+    let d = tmp.path();
+    // 140 roots in global batches of 2 x 8: 9 iterations per epoch.
+    // Epochs of a tenth of a second: killed after the first, with seconds to go.
+    let run = ["train", "cora", "--workers", "2", "--epochs", "40", "--batch-size", "8", "--hidden", "16"];
+    let run = [&run[..], &["--fanout", "5,5", "--no-tui"]].concat();
+    let straight = json(d, &[&run[..], &["--run", "straight"]].concat());
+    let mut drv = Driver::start(d, &[&run[..], &["--run", "killed", "--restarts", "1"]].concat());
+    let ws = drv.workers(2);
+    drv.wait_line(Duration::from_secs(60), |l| l.starts_with("epoch") && l.contains("/40"));
+    signal(ws[1].pid, "KILL");
+    let again = drv.wait_line(Duration::from_secs(30), |l| l.contains("restart 1 of 1"));
+    assert!(again.contains("no checkpoint yet, so training it again from the start"), "{again}");
+    drv.wait_line(Duration::from_secs(30), |l| l.contains("restart 1 of 1: training again"));
+    let (restart, mut steps) = ended_as_straight(drv, d, &straight);
+    assert_eq!((&restart["epoch"], &restart["iteration"]), (&0.into(), &0.into()), "{restart}");
+    steps.sort_unstable();
+    let iterations = straight["iterations"].as_u64().unwrap();
+    let per_epoch = iterations / 40;
+    let all: Vec<(u64, u64, u64)> =
+        (0..iterations).flat_map(|i| (0..2).map(move |w| (i / per_epoch, i % per_epoch, w))).collect();
+    assert_eq!(steps, all, "each step record once, the failed attempt's dropped");
     let pids: Vec<u32> = ws.iter().map(|w| w.pid).collect();
     assert_eq!(wait_gone(&pids, Duration::from_secs(5)), Vec::<u32>::new(), "workers left behind");
 }

@@ -70,8 +70,8 @@ pub fn train_distributed(
     let (name, run_dir) = new_run_dir(data, run.run.as_deref(), &cfg)?;
     // Held through every restart: this process trains the run until it returns.
     let _lock = RunLock::acquire(&run_dir, &name)?;
-    let result = execute(data, cfg, name.clone(), run_dir, (None, None), run, opts, obs);
-    recover(data, &name, result, run, opts, obs)
+    let result = execute(data, cfg.clone(), name.clone(), run_dir, (None, None), run, opts, obs);
+    recover(data, &name, Some(&cfg), result, run, opts, obs)
 }
 
 /// Full-graph runs: every worker of a launcher that shares this machine's
@@ -114,15 +114,18 @@ pub fn resume_distributed(
     let (run_dir, _) = crate::train::checkpointed_run(data, run, "--resume")?;
     let _lock = RunLock::acquire(&run_dir, run)?;
     let result = resume_once(data, run, over, run_opts, opts, obs, None);
-    recover(data, run, result, run_opts, opts, obs)
+    recover(data, run, None, result, run_opts, opts, obs)
 }
 
 /// `--restarts`: while `result` is a worker's failure (not an interrupt, not
 /// bad input) and restarts are left, resume run `name` from its last
-/// checkpoint. Each restart is an event in the dashboard and a warning.
+/// checkpoint, or, for a new run (`fresh`, its config) that failed before its
+/// first checkpoint, train it again from the start, as `torchrun
+/// --max-restarts` would. Each restart is an event in the dashboard and a warning.
 fn recover(
     data: &DataDir,
     name: &str,
+    fresh: Option<&TrainConfig>,
     mut result: anyhow::Result<RunSummary>,
     run: &RunOptions,
     opts: &DistOptions<'_>,
@@ -152,12 +155,16 @@ fn recover(
         let run_dir = data.run_dir(name);
         if let Err(e) = fetch_checkpoint(opts.launcher, &checkpoint_rel(opts.launcher, data, &run_dir)?, &run_dir, obs)
         {
-            let msg = format!("{e:#}; resuming from the driver's copy of the last checkpoint");
+            let msg = format!("{e:#}; the restart uses the driver's copy of the last checkpoint, if it has one");
             tracing::warn!("{msg}");
             obs.event(&msg);
         }
         let ck = checkpoint::dir(&run_dir);
-        if !checkpoint::exists(&ck) {
+        let from_start = match fresh {
+            Some(cfg) if !checkpoint::exists(&ck) => Some(cfg),
+            _ => None,
+        };
+        if from_start.is_none() && !checkpoint::exists(&ck) {
             return Err(err);
         }
         if let Some(epochs) = checkpoint::finished(&ck) {
@@ -168,12 +175,18 @@ fn recover(
                 ck.display()
             )));
         }
-        let msg =
-            format!("restart {attempt} of {}: {err:#}; resuming run {name} from its last checkpoint", opts.restarts);
+        let how = match from_start {
+            Some(_) => "it had no checkpoint yet, so training it again from the start",
+            None => "resuming it from its last checkpoint",
+        };
+        let msg = format!("restart {attempt} of {}: {err:#}; run {name}: {how}", opts.restarts);
         tracing::warn!("{msg}");
         obs.event(&msg);
         let restart = Restart { attempt, of: opts.restarts, reason: format!("{err:#}"), since: failed };
-        result = resume_once(data, name, &ResumeOverrides::default(), run, opts, obs, Some(restart));
+        result = match from_start {
+            Some(cfg) => execute(data, cfg.clone(), name.to_string(), run_dir, (None, Some(restart)), run, opts, obs),
+            None => resume_once(data, name, &ResumeOverrides::default(), run, opts, obs, Some(restart)),
+        };
     }
     result
 }
