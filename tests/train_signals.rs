@@ -57,10 +57,8 @@ fn stop_with(d: &std::path::Path, workers: usize, sig: &str) {
     let stopped: serde_json::Value =
         serde_json::from_slice(&std::fs::read(d.join("runs").join(&run).join("summary.json")).unwrap()).unwrap();
     assert_eq!(stopped["iterations"], done, "the checkpoint is of the last iteration");
-    // `--resume` goes on from that checkpoint on as many workers: one more
-    // epoch than the checkpoint has started, to its end.
-    let epoch = s["progress"]["epoch"].as_u64().unwrap();
-    let epochs = (epoch + 1).to_string();
+    // `--resume` goes on from that checkpoint on as many workers.
+    let epochs = past_checkpoint(d, &run);
     let resumed = json(d, &["train", "--resume", &run, "--epochs", &epochs]);
     assert_eq!(resumed["workers"], workers, "{resumed}");
     assert!(resumed["iterations"].as_u64().unwrap() > done, "{resumed}");
@@ -104,9 +102,12 @@ fn checkpointing(d: &std::path::Path, workers: &str, run: &str) -> (Driver, Vec<
     (drv, ws)
 }
 
-/// One epoch past the one run `run`'s checkpoint is in, as `--epochs`.
-fn next_epoch(d: &std::path::Path, run: &str) -> String {
-    (state(d, run)["progress"]["epoch"].as_u64().unwrap() + 1).to_string()
+/// `--epochs` through the epoch after the one run `run`'s checkpoint is in.
+/// Through that epoch alone is not enough: a stop that lands on an epoch's
+/// last iteration checkpoints it with only its evaluation left, and such a
+/// resume trains no iteration.
+fn past_checkpoint(d: &std::path::Path, run: &str) -> String {
+    (state(d, run)["progress"]["epoch"].as_u64().unwrap() + 2).to_string()
 }
 
 #[test]
@@ -124,7 +125,7 @@ fn a_run_being_trained_cannot_be_resumed_by_another_process_until_it_ends() {
         let (code, stderr) = drv.wait_exit(Duration::from_secs(60));
         assert_eq!(code, Some(0), "{stderr}");
         // The lock went with its holder.
-        let epochs = next_epoch(d, &run);
+        let epochs = past_checkpoint(d, &run);
         let resumed = json(d, &["train", "--resume", &run, "--epochs", &epochs]);
         assert_eq!(resumed["epochs"].to_string(), epochs, "{resumed}");
     }
@@ -148,7 +149,7 @@ fn a_run_killed_mid_epoch_keeps_every_record_before_its_last_checkpoint() {
         for f in &half {
             std::fs::write(f, b"half").unwrap();
         }
-        let resumed = json(d, &["train", "--resume", &run, "--epochs", &next_epoch(d, &run)]);
+        let resumed = json(d, &["train", "--resume", &run, "--epochs", &past_checkpoint(d, &run)]);
         assert_each_record_once(d, &run, workers.parse().unwrap(), &resumed);
         assert!(half.iter().all(|f| !f.exists()), "unfinished writes left in {}", ck.display());
     }

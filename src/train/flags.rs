@@ -320,8 +320,8 @@ pub struct TrainFlags {
     #[arg(long)]
     pub encrypt: bool,
     /// When a worker dies, stops answering or loses its link: stop all, resume from the last
-    /// checkpoint, at most N times (local or ssh workers; ssh: spare hosts replace unreachable ones;
-    /// see --checkpoint-every).
+    /// checkpoint (from the start before the first one), at most N times (local or ssh workers;
+    /// ssh: spare hosts replace unreachable ones; see --checkpoint-every).
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     pub restarts: u32,
     /// With several workers, check every N iterations that all replicas hold the same weights (0: never).
