@@ -90,10 +90,19 @@ fn check(g: &Global, a: CheckArgs) -> anyhow::Result<()> {
     if report.ok {
         Ok(())
     } else {
-        let bad: Vec<String> =
-            report.hosts.iter().filter(|h| !h.ok).map(|h| format!("{}:{}", h.address, h.port)).collect();
+        let bad: Vec<String> = report
+            .hosts
+            .iter()
+            .filter(|h| !h.ok)
+            .map(|h| format!("{}:{}{}", h.address, h.port, spare_mark(h)))
+            .collect();
         anyhow::bail!("cluster check failed for {} of {} hosts: {}", bad.len(), report.hosts.len(), bad.join(", "))
     }
+}
+
+/// " (spare)" after a spare host's name.
+fn spare_mark(h: &leapgnn::cluster::check::HostReport) -> &'static str {
+    if h.spare { " (spare)" } else { "" }
 }
 
 fn print_table(r: &ClusterReport) {
@@ -113,7 +122,7 @@ fn print_table(r: &ClusterReport) {
         "ports"
     );
     for h in &r.hosts {
-        let name = format!("{}@{}:{}", h.user, h.address, h.port);
+        let name = format!("{}@{}:{}{}", h.user, h.address, h.port, spare_mark(h));
         leapgnn::outln!(
             "{:<28} {:<9} {:<8} {:<5} {:<6} {:<5} {:<5} {}",
             name,

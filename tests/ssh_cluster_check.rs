@@ -11,6 +11,16 @@ fn leapgnn(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_leapgnn")).args(args).output().unwrap()
 }
 
+/// Everything under `dir` (nothing when it does not exist).
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut all = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().map(Result::unwrap) {
+        all.extend(walk(&e.path()));
+        all.push(e.path());
+    }
+    all
+}
+
 fn json(out: &Output) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!("{e}: {}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
@@ -62,6 +72,63 @@ fn check_reports_every_host_and_fails_on_a_bad_one() {
     sshd.stop();
 }
 
+/// A spare is checked like the hosts it stands in for (it must work the day
+/// it takes over), and a data_dir nobody can write fails the check rather
+/// than the run's start.
+#[test]
+fn a_broken_spare_or_an_unwritable_data_dir_fails_the_check() {
+    let mut s1 = Sshd::start();
+    let mut s2 = Sshd::start();
+    // s2's host key is not in s1's known_hosts, which the profile names.
+    let hosts = format!("{}{}spare = true\n", s1.host_entry(2), s2.host_entry(2));
+    let profile = s1.profile_with_hosts(&hosts, "");
+    let out = leapgnn(&["--json", "cluster", "check", profile.to_str().unwrap(), "--timeout", "10"]);
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = json(&out);
+    let rows = v["hosts"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{v}");
+    assert_eq!((&rows[0]["spare"], &rows[0]["ok"]), (&false.into(), &true.into()), "{}", rows[0]);
+    assert_eq!((&rows[1]["spare"], &rows[1]["port"]), (&true.into(), &s2.port.into()), "{}", rows[1]);
+    assert_eq!(rows[1]["host_key"]["ok"], false, "{}", rows[1]);
+    assert_eq!(rows[1]["ranks"], serde_json::json!([]));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("127.0.0.1:{} (spare)", s2.port)), "{err}");
+
+    let profile = s1.profile(2, "data_dir = \"/proc/leapgnn-data\"");
+    let out = leapgnn(&["--json", "cluster", "check", profile.to_str().unwrap(), "--timeout", "10"]);
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let data = &json(&out)["hosts"][0]["data"];
+    assert_eq!(data["ok"], false, "{data}");
+    assert!(data["detail"].as_str().unwrap().contains("data_dir /proc/leapgnn-data"), "{data}");
+    assert_eq!(json(&out)["hosts"][0]["ports"]["ok"], serde_json::Value::Null, "no worker starts after a failure");
+    for s in [&mut s1, &mut s2] {
+        assert_eq!(s.wait_sessions_closed(Duration::from_secs(5)), Vec::<u32>::new());
+        s.stop();
+    }
+}
+
+/// A port that accepts connections but never speaks SSH fails within the
+/// profile's connect_timeout (5 s in the test profiles), not the 20 s I/O bound.
+#[test]
+fn a_port_that_never_speaks_ssh_fails_within_connect_timeout() {
+    let sshd = Sshd::start();
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    // Accept and hold every connection, saying nothing.
+    std::thread::spawn(move || {
+        let held: Vec<_> = silent.incoming().map_while(Result::ok).collect();
+        drop(held);
+    });
+    let host = sshd.host_entry(1).replace(&format!("port = {}", sshd.port), &format!("port = {port}"));
+    let profile = sshd.profile_with_hosts(&host, "");
+    let out = leapgnn(&["--json", "cluster", "check", profile.to_str().unwrap(), "--timeout", "20"]);
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let reachable = &json(&out)["hosts"][0]["reachable"];
+    assert_eq!(reachable["ok"], false, "{reachable}");
+    let detail = reachable["detail"].as_str().unwrap();
+    assert!(detail.contains("no SSH server answered within connect_timeout = 5 s"), "{detail}");
+}
+
 #[test]
 fn check_starts_every_worker_and_reports_data_to_ship() {
     let mut sshd = Sshd::start();
@@ -101,7 +168,9 @@ fn check_starts_every_worker_and_reports_data_to_ship() {
     let d = h["data"]["detail"].as_str().unwrap();
     // 4 distinct files (topology and manifest shared by both ranks); a check sends none.
     assert!(d.contains("0 present and matching, 4 missing or stale"), "{d}");
-    assert!(!sshd.remote.join("data").exists(), "a check must not ship data");
+    // The check may make data_dir (to see that it can be written), but sends nothing into it.
+    let sent: Vec<_> = walk(&sshd.remote.join("data")).into_iter().filter(|p| p.is_file()).collect();
+    assert_eq!(sent, Vec::<std::path::PathBuf>::new(), "a check must not ship data");
 
     // 4 parts on 2 slots: rank r needs parts 2r and 2r + 1 (6 distinct files).
     let four = data.path().join("tiny/parts/metis-4");
@@ -150,4 +219,32 @@ fn local_profile_checks_a_local_worker_and_bad_profiles_exit_2() {
     let out = leapgnn(&["cluster", "check", "/no/such/profile.toml"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/no/such/profile.toml"));
+}
+
+/// A key with a passphrase cannot be used from the profile: the check says
+/// so first, with the ssh-add that fixes it, not a guess about authorized_keys.
+#[test]
+fn a_key_with_a_passphrase_is_named_as_the_cause() {
+    let sshd = Sshd::start();
+    let key = sshd.path("locked_key");
+    let st = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "a passphrase", "-f"])
+        .arg(&key)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    // The server would accept the key: only its passphrase stands in the way.
+    let pubkey = std::fs::read_to_string(key.with_extension("pub")).unwrap();
+    let authorized = sshd.path("authorized_keys");
+    let mut keys = std::fs::read_to_string(&authorized).unwrap();
+    keys.push_str(&pubkey);
+    std::fs::write(&authorized, keys).unwrap();
+    let host = sshd.host_entry(1).replace(&sshd.key.display().to_string(), &key.display().to_string());
+    let profile = sshd.profile_with_hosts(&host, "");
+    let out = leapgnn(&["--json", "cluster", "check", profile.to_str().unwrap(), "--timeout", "10"]);
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let auth = &json(&out)["hosts"][0]["auth"];
+    assert_eq!(auth["ok"], false, "{auth}");
+    let detail = auth["detail"].as_str().unwrap();
+    assert!(detail.contains(&format!("ssh-add {}", key.display())) && !detail.contains("authorized_keys"), "{detail}");
 }

@@ -161,7 +161,7 @@ fn the_ranks_of_a_host_lost_mid_run_restart_on_a_spare_host() {
     }
     // s2 goes away with rank 0 (its sessions are killed): the restart finds it unreachable.
     s2.stop();
-    drv.wait_line(Duration::from_secs(30), |l| l.contains("resuming from the driver's copy"));
+    drv.wait_line(Duration::from_secs(30), |l| l.contains("the restart uses the driver's copy"));
     drv.wait_line(Duration::from_secs(30), |l| l.contains("restart 1 of 1"));
     let spare = format!("spare host {}@127.0.0.1:{}", s1.user, s1.port);
     drv.wait_line(Duration::from_secs(30), |l| l.contains("cannot connect") && l.contains(&spare));
@@ -171,6 +171,39 @@ fn the_ranks_of_a_host_lost_mid_run_restart_on_a_spare_host() {
     assert!(final_weights(d, "moved") == final_weights(d, "straight"), "the run on the spare ended elsewhere");
     assert_eq!(losses(d, "moved"), losses(d, "straight"));
     assert_eq!(wait_gone(&[&pids[..], &again[..]].concat(), Duration::from_secs(5)), Vec::<u32>::new());
+    assert_nothing_left(&s1);
+    s1.stop();
+}
+
+/// A relaunch that cannot reach a host is one more failure, not the end:
+/// with `--restarts 2` and rank 1's host gone for good, the driver uses both
+/// restarts, the second after a pause, and then says why it gave up.
+#[test]
+fn a_relaunch_that_cannot_reach_its_host_uses_the_restarts_left() {
+    let mut s1 = Sshd::start();
+    let mut s2 = Sshd::start();
+    let both = s1.path("known_hosts_both");
+    let keys = [&s1.known_hosts, &s2.known_hosts].map(|k| std::fs::read_to_string(k).unwrap()).concat();
+    std::fs::write(&both, keys).unwrap();
+    let profile = s1.profile_with_hosts(&format!("{}{}", s1.host_entry(1), s2.host_entry(1)), "");
+    let text = std::fs::read_to_string(&profile).unwrap();
+    std::fs::write(&profile, text.replace(&s1.known_hosts.display().to_string(), &both.display().to_string())).unwrap();
+    let tmp = cora();
+    let d = tmp.path();
+    let run = [RUN, &["--cluster", profile.to_str().unwrap(), "--epochs", "1000", "--checkpoint-every", "2"]].concat();
+    let mut drv = Driver::start(d, &[&run[..], &["--run", "gone", "--restarts", "2"]].concat());
+    let pids = remote_workers::<2>(&mut drv);
+    drv.wait_line(Duration::from_secs(60), |l| l.starts_with("epoch") && l.contains("/1000"));
+    s2.stop();
+    drv.wait_line(Duration::from_secs(30), |l| l.contains("restart 1 of 2"));
+    let waited = drv.wait_line(Duration::from_secs(30), |l| l.contains("restart 2 of 2 in 2 s"));
+    assert!(waited.contains("cannot start worker 1") && waited.contains("cannot connect"), "{waited}");
+    drv.wait_line(Duration::from_secs(30), |l| l.contains("restart 2 of 2:"));
+    let (code, stderr) = drv.wait_exit(Duration::from_secs(60));
+    assert_eq!(code, Some(1), "{stderr}");
+    let last = stderr.lines().rfind(|l| l.starts_with("error:")).unwrap_or_default();
+    assert!(last.contains("cannot start worker 1") && last.contains(&format!("127.0.0.1:{}", s2.port)), "{last}");
+    assert_eq!(wait_gone(&pids, Duration::from_secs(5)), Vec::<u32>::new());
     assert_nothing_left(&s1);
     s1.stop();
 }

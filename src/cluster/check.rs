@@ -43,6 +43,9 @@ pub struct HostReport {
     pub port: u16,
     pub user: String,
     pub ranks: Vec<usize>,
+    /// A `spare = true` entry: checked like the others (it must work the day
+    /// it takes a lost host's ranks), but no worker is started there.
+    pub spare: bool,
     pub reachable: Check,
     pub host_key: Check,
     pub auth: Check,
@@ -123,17 +126,18 @@ pub fn check_cluster(profile: &Profile, opts: &CheckOptions) -> anyhow::Result<C
     Ok(ClusterReport { profile: profile.name(), launcher: profile.launcher, hosts, ok })
 }
 
-/// Every host of the launcher's profile, in parallel (no worker started).
+/// Every host of the launcher's profile, spares last, in parallel (no worker started).
 fn check_hosts(launcher: &SshLauncher, data: Option<&RankFiles>) -> Vec<HostReport> {
     let profile = launcher.profile();
     let assignment = profile.assignment();
     std::thread::scope(|s| {
-        let handles: Vec<_> = profile
-            .hosts
-            .iter()
-            .enumerate()
-            .map(|(i, h)| {
-                let ranks: Vec<usize> = (0..assignment.len()).filter(|&r| assignment[r] == i).collect();
+        let regular = profile.hosts.iter().enumerate().map(|(i, h)| {
+            let ranks: Vec<usize> = (0..assignment.len()).filter(|&r| assignment[r] == i).collect();
+            (h, Some(ranks))
+        });
+        let handles: Vec<_> = regular
+            .chain(profile.spares.iter().map(|h| (h, None)))
+            .map(|(h, ranks)| {
                 let data = data.cloned();
                 s.spawn(move || check_host(launcher, h, ranks, data))
             })
@@ -162,14 +166,15 @@ pub fn preflight_with(launcher: &SshLauncher) -> anyhow::Result<ClusterReport> {
 fn first_bad_host(mut report: ClusterReport) -> anyhow::Result<ClusterReport> {
     report.ok = report.hosts.iter().all(|h| h.ok);
     if let Some(h) = report.hosts.iter().find(|h| !h.ok) {
+        let role = if h.spare { "spare host".to_string() } else { format!("host ranks {:?} on", h.ranks) };
         anyhow::bail!(
-            "host {}@{}:{} (ranks {:?}) failed the cluster check: {} (run `leapgnn cluster check {}` for every host)",
+            "{role} {}@{}:{} failed the cluster check: {} (run `leapgnn cluster check {}` for every host{})",
             h.user,
             h.address,
             h.port,
-            h.ranks,
             h.first_failure().unwrap_or_default(),
-            report.profile
+            report.profile,
+            if h.spare { "; a spare must work before it is needed: fix it or remove it from the profile" } else { "" }
         );
     }
     Ok(report)
@@ -189,13 +194,14 @@ fn ssh_launcher(profile: &Profile, opts: &CheckOptions) -> anyhow::Result<SshLau
     Ok(SshLauncher::new(profile.clone())?.accept_new_host_keys(opts.accept_new_host_keys).with_io_timeout(opts.timeout))
 }
 
-fn blank(address: &str, port: u16, user: &str, ranks: Vec<usize>) -> HostReport {
+fn blank(address: &str, port: u16, user: &str, ranks: Option<Vec<usize>>) -> HostReport {
     let not_run = || Check::skip("not run");
     HostReport {
         address: address.into(),
         port,
         user: user.into(),
-        ranks,
+        spare: ranks.is_none(),
+        ranks: ranks.unwrap_or_default(),
         reachable: not_run(),
         host_key: not_run(),
         auth: not_run(),
@@ -206,7 +212,8 @@ fn blank(address: &str, port: u16, user: &str, ranks: Vec<usize>) -> HostReport 
     }
 }
 
-fn check_host(launcher: &SshLauncher, h: &HostSpec, ranks: Vec<usize>, data: Option<RankFiles>) -> HostReport {
+/// `ranks`: the host's ranks, `None` for a spare.
+fn check_host(launcher: &SshLauncher, h: &HostSpec, ranks: Option<Vec<usize>>, data: Option<RankFiles>) -> HostReport {
     let mut r = blank(&h.address, h.port, &h.user, ranks.clone());
     let p = match launcher.prepare(h, &[]) {
         Ok(p) => p,
@@ -240,10 +247,31 @@ fn check_host(launcher: &SshLauncher, h: &HostSpec, ranks: Vec<usize>, data: Opt
         p.binary.display(),
         if bin.is_some_and(|b| b.sent) { " (just shipped)" } else { "" }
     ));
-    if let Some(files) = data {
-        r.data = data_check(&p, &ranks, &files, &h.label());
-    }
+    // Ranks write their run directory under data_dir (a spare's too, once it takes over).
+    r.data = match (writable(&p, &h.label()), data, ranks) {
+        (Err(c), ..) => c,
+        (Ok(()), Some(files), Some(ranks)) => data_check(&p, &ranks, &files, &h.label()),
+        (Ok(()), Some(_), None) => Check::pass(format!(
+            "{} writable; a spare is sent its ranks' data when it takes them",
+            p.layout.data.display()
+        )),
+        (Ok(()), None, _) => Check::pass(format!("{} writable (files not checked)", p.layout.data.display())),
+    };
     r
+}
+
+/// data_dir exists or can be made, and can be written (a read-only file
+/// system, another user's directory): what `train` would otherwise find
+/// only when it ships the data or a worker writes its run directory.
+fn writable(p: &super::ssh::Prepared, label: &str) -> Result<(), Check> {
+    let dir = super::ssh_session::quote(&p.layout.data.to_string_lossy());
+    let cmd = format!("mkdir -p -- {dir} && test -w {dir} || {{ echo 'not writable'; exit 1; }}");
+    super::ssh_session::run_ok(&p.session, label, &cmd).map(drop).map_err(|e| {
+        Check::fail(format!(
+            "data_dir {}: {e} (set data_dir in the profile to a directory this user can write)",
+            p.layout.data.display()
+        ))
+    })
 }
 
 fn auth_method(h: &HostSpec) -> String {
@@ -296,7 +324,7 @@ fn data_check(p: &super::ssh::Prepared, ranks: &[usize], files: &RankFiles, labe
 
 /// The local profile: one row for this machine.
 fn local_row(opts: &CheckOptions) -> HostReport {
-    let mut r = blank("localhost", 0, &std::env::var("USER").unwrap_or_default(), vec![]);
+    let mut r = blank("localhost", 0, &std::env::var("USER").unwrap_or_default(), Some(vec![]));
     r.reachable = Check::pass("local processes");
     r.host_key = Check::skip("not used by the local launcher");
     r.auth = Check::skip("not used by the local launcher");

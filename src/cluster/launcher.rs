@@ -114,9 +114,19 @@ pub fn signal_number(name: &str) -> Option<i32> {
     SIGNALS.iter().find(|(_, n)| *n == name).map(|(s, _)| *s)
 }
 
+/// What `try_exit_code` gives for a remote worker whose connection broke: its
+/// exit is unknown (ssh(1) says 255), and saying it "exited" would send the
+/// operator to the wrong place.
+pub const LINK_LOST: i32 = -255;
+
 /// An exit code as `try_exit_code` gives it, in words: "exited with code 1",
 /// "was killed by SIGKILL".
 pub fn describe_exit(code: i32) -> String {
+    if code == LINK_LOST {
+        return "was cut off: the driver's SSH session to its host broke (the host went down or rebooted, its sshd \
+                stopped, or the network failed)"
+            .into();
+    }
     match SIGNALS.iter().find(|(s, _)| 128 + s == code) {
         Some((_, name)) => format!("was killed by SIG{name}"),
         None => format!("exited with code {code}"),

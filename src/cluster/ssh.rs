@@ -380,8 +380,8 @@ fn start(
     loop {
         let n = ch.read(&mut byte).map_err(SshError::remote(label, "waiting for the worker to start"))?;
         if n == 0 {
-            let _ = ch.wait_close();
-            let code = ch.exit_status().unwrap_or(-1);
+            // A signal (an OOM kill, a kill -9) reads as the shell would report it, not as exit 0.
+            let code = exit_code(&mut ch);
             return Err(SshError::Command {
                 host: label.into(),
                 what: what.into(),
@@ -497,7 +497,7 @@ fn pump(
         }
         End::Lost(e) => {
             (lines.log)(format!("{} lost the SSH connection to {label}: {e}", lines.prefix));
-            255
+            super::launcher::LINK_LOST
         }
     };
     lines.flush();

@@ -34,11 +34,13 @@ pub enum Stage {
 pub enum SshError {
     #[error("host {host}: cannot connect: {detail} (is sshd running there and the port open?)")]
     Unreachable { host: String, detail: String },
-    #[error("host {host}: SSH handshake failed: {source}")]
+    #[error("host {host}: SSH handshake failed: {source}{}", handshake_hint(.source, .within))]
     Handshake {
         host: String,
         #[source]
         source: ssh2::Error,
+        /// The bound it ran under (the profile's connect_timeout).
+        within: Duration,
     },
     #[error("host {host}: {source}")]
     HostKey {
@@ -50,7 +52,7 @@ pub enum SshError {
     Auth { host: String, user: String, method: String, detail: String },
     #[error("host {host}: {what}: {detail}")]
     Remote { host: String, what: String, detail: String },
-    #[error("host {host}: `{what}` failed (exit {code}): {output}")]
+    #[error("host {host}: `{what}` {}: {}", super::launcher::describe_exit(*.code), or_none(.output))]
     Command { host: String, what: String, code: i32, output: String },
     #[error(
         "host {host}: {binary} reports {got:?} but the driver is {want:?}: workers must run the driver's version \
@@ -63,6 +65,24 @@ pub enum SshError {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// Why a handshake can time out, and which setting bounds it.
+fn handshake_hint(e: &ssh2::Error, within: &Duration) -> String {
+    // LIBSSH2_ERROR_TIMEOUT
+    if e.code() != ssh2::ErrorCode::Session(-9) {
+        return String::new();
+    }
+    format!(
+        " (no SSH server answered within connect_timeout = {} s: is the port an sshd's, and the host not \
+         overloaded?)",
+        within.as_secs_f32()
+    )
+}
+
+/// A command's output for a message: "(no output)" rather than nothing.
+fn or_none(output: &str) -> &str {
+    if output.trim().is_empty() { "(no output)" } else { output }
 }
 
 impl SshError {
@@ -103,17 +123,24 @@ pub fn connect(host: &HostSpec, o: &SessionOptions) -> Result<Connected, SshErro
             (Err(e), _) | (_, Err(e)) => return Err(SshError::Unreachable { host: label, detail: e.to_string() }),
         };
         let _ = tcp.set_nodelay(true);
-        let mut session = Session::new().map_err(|source| SshError::Handshake { host: label.clone(), source })?;
-        session.set_timeout(millis(o.io_timeout));
+        let within = o.connect_timeout;
+        let mut session =
+            Session::new().map_err(|source| SshError::Handshake { host: label.clone(), source, within })?;
+        // The handshake is part of connecting: a port that accepts but never
+        // speaks SSH fails within connect_timeout, not the longer I/O bound.
+        session.set_timeout(millis(within));
         session.set_tcp_stream(tcp);
         match session.handshake() {
-            Ok(()) => break (session, local, peer),
+            Ok(()) => {
+                session.set_timeout(millis(o.io_timeout));
+                break (session, local, peer);
+            }
             Err(source) if attempt < HANDSHAKE_ATTEMPTS && dropped_before_banner(&source) => {
                 tracing::debug!("host {label}: connection closed before the SSH banner ({source}); attempt {attempt}");
                 std::thread::sleep(HANDSHAKE_BACKOFF * attempt);
                 attempt += 1;
             }
-            Err(source) => return Err(SshError::Handshake { host: label, source }),
+            Err(source) => return Err(SshError::Handshake { host: label, source, within }),
         }
     };
     let host_key = known_hosts::verify(&session, &host.address, host.port, &o.known_hosts, o.accept_new_host_keys)
@@ -160,8 +187,21 @@ fn authenticate(sess: &Session, host: &HostSpec) -> Result<(), (String, String)>
         Some(key) => {
             let method = format!("with key {}", key.display());
             sess.userauth_pubkey_file(&host.user, None, key, None).map_err(|e| {
-                let hint = "is its public key in the remote ~/.ssh/authorized_keys? (a key with a passphrase must \
-                            be loaded into the ssh agent instead)";
+                // LIBSSH2_ERROR_FILE, LIBSSH2_ERROR_PUBLICKEY_UNVERIFIED: the key file
+                // itself could not be used, most often because it has a passphrase.
+                let unreadable = matches!(e.code(), ssh2::ErrorCode::Session(-16) | ssh2::ErrorCode::Session(-19))
+                    || e.message().contains("extract public key");
+                let hint = if unreadable {
+                    format!(
+                        "the key file cannot be used as it is; if it has a passphrase, load it into the ssh agent \
+                         (ssh-add {}) and leave identity unset for this host",
+                        key.display()
+                    )
+                } else {
+                    "is its public key in the remote ~/.ssh/authorized_keys? (a key with a passphrase must be \
+                     loaded into the ssh agent instead)"
+                        .to_string()
+                };
                 (method.clone(), format!("{e}; {hint}"))
             })?;
         }

@@ -146,10 +146,22 @@ fn recover(
                     | DriverError::WorkerFailed { .. }
                     | DriverError::Control(_)
                     | DriverError::StartTimeout { .. }
+                    // A relaunch that cannot reach a host yet (it reboots, its
+                    // sshd restarts) is one more failure to wait out, not the end.
+                    | DriverError::Launch { .. }
             )
         });
         if !worker_lost || opts.interrupted.load(Ordering::SeqCst) {
             return Err(err);
+        }
+        let delay = restart_delay(attempt);
+        if !delay.is_zero() {
+            let msg = format!("restart {attempt} of {} in {} s: {err:#}", opts.restarts, delay.as_secs());
+            tracing::warn!("{msg}");
+            obs.event(&msg);
+            if !wait_unless_interrupted(delay, opts.interrupted) {
+                return Err(err.context("interrupted while waiting to restart"));
+            }
         }
         // Without shared files the newest checkpoint is on rank 0's host.
         let run_dir = data.run_dir(name);
@@ -209,6 +221,29 @@ fn resume_once(
         opts.launcher.ship_with_job(rel.collect::<anyhow::Result<_>>()?);
     }
     execute(data, cfg, run.to_string(), run_dir, (Some(progress), restart), run_opts, opts, obs)
+}
+
+/// The pause before restart `attempt`: none for the first (a crashed worker
+/// on a healthy host is relaunched at once), then 2, 4, 8 ... s up to a
+/// minute, so that a host that is briefly away (a reboot, an sshd restart)
+/// is not spent through every restart within a second.
+fn restart_delay(attempt: u32) -> Duration {
+    match attempt {
+        0 | 1 => Duration::ZERO,
+        k => Duration::from_secs(1u64 << (k - 1).min(6)).min(Duration::from_secs(60)),
+    }
+}
+
+/// Sleeps `delay` in short steps; false when Ctrl-C came first.
+fn wait_unless_interrupted(delay: Duration, interrupted: &AtomicBool) -> bool {
+    let until = Instant::now() + delay;
+    while Instant::now() < until {
+        if interrupted.load(Ordering::SeqCst) {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50).min(until.saturating_duration_since(Instant::now())));
+    }
+    !interrupted.load(Ordering::SeqCst)
 }
 
 /// A restart under way: what the `RestartRecord` says once training runs again.
@@ -507,4 +542,25 @@ fn copy_checkpoint(launcher: &dyn Launcher, remote_run_dir: &Path, run_dir: &Pat
 
 pub(super) fn absolute(p: &Path) -> anyhow::Result<PathBuf> {
     std::path::absolute(p).with_context(|| format!("cannot make {} absolute", p.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restarts_wait_longer_each_time_up_to_a_minute() {
+        let secs: Vec<u64> = (1..=9).map(|a| restart_delay(a).as_secs()).collect();
+        assert_eq!(secs, [0, 2, 4, 8, 16, 32, 60, 60, 60]);
+    }
+
+    #[test]
+    fn a_wait_ends_at_once_when_interrupted() {
+        let flag = AtomicBool::new(true);
+        let t = Instant::now();
+        assert!(!wait_unless_interrupted(Duration::from_secs(60), &flag));
+        assert!(t.elapsed() < Duration::from_secs(5));
+        flag.store(false, Ordering::SeqCst);
+        assert!(wait_unless_interrupted(Duration::from_millis(10), &flag));
+    }
 }
