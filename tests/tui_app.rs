@@ -42,7 +42,7 @@ fn play(keys: &[KeyCode], msgs: Vec<Msg>) -> (Terminal<TestBackend>, leapgnn::tu
     let mut script = Script { keys: keys.iter().copied().collect(), run: Some(tx), polls: 0 };
     let stop = AtomicBool::new(false);
     let mut t = Terminal::new(TestBackend::new(80, 24)).unwrap();
-    let state = run_terminal(&mut t, &rx, &mut script, &stop, Duration::ZERO).expect("the loop ends cleanly");
+    let state = run_terminal(&mut t, &rx, &mut script, &stop, &|| {}, Duration::ZERO).expect("the loop ends cleanly");
     (t, state, stop.load(Ordering::SeqCst), script.polls)
 }
 
@@ -101,4 +101,34 @@ fn a_run_opens_on_the_step_grid_with_several_workers_and_on_the_overview_alone()
     let (t, _, _, _) = play(&[], msgs);
     let s = screen(&t);
     assert!(s.contains("comm/step") && !s.contains("time steps: epoch"), "{s}");
+}
+
+/// Ctrl-C is a key in raw mode, which no signal follows: the first stops the
+/// run as `q` does, a second forces the stop, as two Ctrl-C do outside the
+/// dashboard (and `q` twice does not).
+#[test]
+fn ctrl_c_twice_forces_the_stop_and_q_twice_does_not() {
+    struct Keys(VecDeque<KeyEvent>, Option<Sender<Msg>>);
+    impl Input for Keys {
+        fn next(&mut self, _wait: Duration) -> io::Result<Option<Event>> {
+            let k = self.0.pop_front();
+            if k.is_none() {
+                self.1 = None;
+            }
+            Ok(k.map(Event::Key))
+        }
+    }
+    let ctrl_c = KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL);
+    let q = KeyEvent::new(KeyCode::Char('q'), KeyModifiers::NONE);
+    for (keys, forced) in [(vec![ctrl_c], 0), (vec![ctrl_c, ctrl_c], 1), (vec![q, ctrl_c], 1), (vec![q, q], 0)] {
+        let (tx, rx) = mpsc::channel();
+        tx.send(Msg::Start(info())).unwrap();
+        let mut input = Keys(keys.iter().copied().collect(), Some(tx));
+        let (stop, count) = (AtomicBool::new(false), std::cell::Cell::new(0));
+        let mut t = Terminal::new(TestBackend::new(80, 24)).unwrap();
+        let force = || count.set(count.get() + 1);
+        run_terminal(&mut t, &rx, &mut input, &stop, &force, Duration::ZERO).expect("the loop ends cleanly");
+        assert!(stop.load(Ordering::SeqCst), "{keys:?}");
+        assert_eq!(count.get(), forced, "{keys:?}");
+    }
 }

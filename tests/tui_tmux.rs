@@ -136,6 +136,69 @@ fn q_stops_the_run_with_a_checkpoint_and_gives_the_terminal_back() {
     );
 }
 
+/// The pids of leapgnn processes training run `run` (not the shell that
+/// started them, whose command line quotes the binary's path).
+fn training(run: &str) -> Vec<u32> {
+    let pattern = format!("leapgnn --data-dir .* --run {run}");
+    let out = Command::new("pgrep").args(["-f", &pattern]).output().expect("pgrep (procps) runs");
+    String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| l.trim().parse().ok()).collect()
+}
+
+/// With one worker a second signal exits at once (130): the terminal is
+/// given back first, not left in raw mode on the alternate screen. SIGINT
+/// then SIGTERM, two signals that cannot merge into one delivery.
+#[test]
+fn a_forced_stop_gives_the_terminal_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cmd = format!(
+        "{} --data-dir {} train synthetic-small --epochs 1000 --run forced-9f3; echo \"leapgnn exited $?\"; stty -a; \
+         exec sleep 600",
+        quote(Path::new(env!("CARGO_BIN_EXE_leapgnn"))),
+        quote(tmp.path())
+    );
+    let tmux = Tmux::start(tmp.path(), 100, 40, &cmd);
+    tmux.wait("dashboard with a finished epoch", Duration::from_secs(90), |s| {
+        s.contains("val ") && s.contains("q stop")
+    });
+    let pids = training("forced-9f3");
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    for sig in ["INT", "TERM"] {
+        assert!(Command::new("kill").args([&format!("-{sig}"), &pids[0].to_string()]).status().unwrap().success());
+    }
+    let after = tmux.wait("exit", Duration::from_secs(30), |s| s.contains("leapgnn exited"));
+    assert!(after.contains("leapgnn exited 130"), "{after}");
+    assert!(after.contains("forced stop"), "{after}");
+    let modes = tmux.run(&["display-message", "-p", "-t", "run", "#{alternate_on} #{cursor_flag}"]);
+    assert_eq!(String::from_utf8_lossy(&modes.stdout).trim(), "0 1", "alternate screen on, or cursor hidden:\n{after}");
+    // `stty -a` of the shell after it: line mode and echo are back.
+    let words: Vec<&str> = after.split_whitespace().collect();
+    assert!(words.contains(&"icanon") && words.contains(&"echo"), "the terminal is still raw:\n{after}");
+}
+
+/// Closing the terminal (here: killing the tmux session, which hangs up the
+/// pane) stops the run as `q` does: the hangup is a stop request, never a
+/// forced stop, and the process ends even though its terminal is gone.
+#[test]
+fn a_closed_terminal_stops_the_run_with_a_checkpoint_and_the_process_ends() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tmux = train_in_tmux(tmp.path(), "--run hangup-7c1");
+    tmux.wait("dashboard with a finished epoch", Duration::from_secs(90), |s| {
+        s.contains("val ") && s.contains("q stop")
+    });
+    let pids = training("hangup-7c1");
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    assert!(tmux.run(&["kill-session", "-t", "run"]).status.success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !training("hangup-7c1").is_empty() {
+        assert!(Instant::now() < deadline, "leapgnn (pid {}) still runs 30 s after its terminal closed", pids[0]);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let run = tmp.path().join("runs/hangup-7c1");
+    assert!(run.join("checkpoint/state.json").is_file(), "no checkpoint after the hangup");
+    let summary: serde_json::Value = serde_json::from_slice(&std::fs::read(run.join("summary.json")).unwrap()).unwrap();
+    assert!(summary["iterations"].as_u64().unwrap() >= 1, "{summary}");
+}
+
 #[test]
 fn no_tui_on_a_terminal_draws_bars_with_epoch_lines_above_them() {
     let tmp = tempfile::tempdir().unwrap();

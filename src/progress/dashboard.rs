@@ -14,6 +14,10 @@ const TICK: Duration = Duration::from_millis(100);
 /// Messages waiting for the drawing thread, which drains them all every
 /// tick: a full queue holds the run back instead of growing without bound.
 const QUEUE: usize = 4096;
+/// How long the end of a run waits for the drawing thread's last frame. A
+/// terminal that went away (closed, ssh dropped) can leave that thread stuck
+/// reading it; the run then ends without it rather than never.
+const LAST_FRAME: Duration = Duration::from_secs(2);
 
 /// The drawing thread and its channel.
 struct Live {
@@ -48,18 +52,19 @@ impl Dashboard {
     /// Raw mode and the alternate screen, then the drawing thread.
     fn open(&self) -> io::Result<Live> {
         let terminal = ratatui::try_init().inspect_err(|_| ratatui::restore())?;
+        super::signals::terminal_taken(true);
         let (tx, rx) = mpsc::sync_channel(QUEUE);
         let flag = self.stop.clone();
         let spawned = std::thread::Builder::new().name("leapgnn-tui".into()).spawn(move || {
             let mut terminal = terminal;
-            let result = run_terminal(&mut terminal, &rx, &mut Crossterm, &flag, TICK);
+            let result = run_terminal(&mut terminal, &rx, &mut Crossterm, &flag, &super::signals::force, TICK);
             drop(terminal); // shows the cursor again
-            ratatui::restore();
+            give_back_terminal();
             if let Err(e) = result {
                 tracing::warn!("the dashboard stopped drawing: {e}");
             }
         });
-        let thread = spawned.inspect_err(|_| ratatui::restore())?;
+        let thread = spawned.inspect_err(|_| give_back_terminal())?;
         Ok(Live { tx, thread })
     }
 
@@ -132,10 +137,28 @@ impl ProgressSink for Dashboard {
             b.finish();
         }
         if let Some(live) = self.live.take() {
-            let _ = live.tx.send(Msg::Finish);
-            let _ = live.thread.join();
+            // try_send: a drawing thread stuck on a dead terminal no longer drains the queue.
+            let _ = live.tx.try_send(Msg::Finish);
+            drop(live.tx);
+            let until = Instant::now() + LAST_FRAME;
+            while !live.thread.is_finished() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if live.thread.is_finished() {
+                let _ = live.thread.join();
+            } else {
+                // Left behind; it ends with the process.
+                give_back_terminal();
+            }
         }
     }
+}
+
+/// Raw mode off, the main screen back (ratatui's restore), and no forced
+/// exit needs to do it again.
+fn give_back_terminal() {
+    ratatui::restore();
+    super::signals::terminal_taken(false);
 }
 
 impl Drop for Dashboard {

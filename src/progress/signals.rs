@@ -1,11 +1,20 @@
 //! Ctrl-C and SIGTERM as stop requests: the first asks the run to stop as the
 //! dashboard's `q` does (finish the iteration, checkpoint, print the summary,
 //! exit 0); a second forces an immediate stop (exit 130, nothing more saved).
+//! SIGHUP (the terminal closed, or ssh dropped) only ever asks for the
+//! graceful stop: a hangup comes twice (the kernel's and the shell's), and
+//! nobody is left at the terminal to have meant a forced stop.
 
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 static SIGNALS: AtomicU32 = AtomicU32::new(0);
 static FORCED: AtomicBool = AtomicBool::new(false);
+static MODE: OnceLock<OnForce> = OnceLock::new();
+/// A dashboard holds the terminal (raw mode, alternate screen): a forced
+/// exit must give it back first.
+static TERMINAL_TAKEN: AtomicBool = AtomicBool::new(false);
 
 /// Exit status of a forced stop (a second Ctrl-C), as shells report SIGINT.
 pub const FORCED_EXIT: u8 = 130;
@@ -21,23 +30,47 @@ pub enum OnForce {
 
 /// Installs the handler for SIGINT, SIGTERM and SIGHUP (once per process).
 /// `quiet`: print nothing (a dashboard owns the terminal).
-pub fn install(on_force: OnForce, quiet: bool) -> Result<(), ctrlc::Error> {
-    ctrlc::set_handler(move || {
-        // ctrlc runs this on its own thread, not in signal context: printing and exiting are safe.
-        if SIGNALS.fetch_add(1, Ordering::SeqCst) == 0 {
-            if !quiet {
-                crate::elog!(
-                    "stopping after this iteration (checkpoint, then summary); press Ctrl-C again to stop at once"
-                );
+pub fn install(on_force: OnForce, quiet: bool) -> std::io::Result<()> {
+    if MODE.set(on_force).is_err() {
+        return Err(std::io::Error::other("the stop-signal handler is already installed"));
+    }
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
+    // Signals are read on this thread, not in signal context: printing and exiting are safe.
+    std::thread::Builder::new().name("leapgnn-signals".into()).spawn(move || {
+        for sig in signals.forever() {
+            if SIGNALS.fetch_add(1, Ordering::SeqCst) == 0 || sig == SIGHUP {
+                if !quiet && sig != SIGHUP {
+                    crate::elog!(
+                        "stopping after this iteration (checkpoint, then summary); press Ctrl-C again to stop at once"
+                    );
+                }
+                continue;
             }
-            return;
+            force();
         }
-        FORCED.store(true, Ordering::SeqCst);
-        if on_force == OnForce::Exit {
-            crate::elog!("forced stop: the current iteration is lost (the last checkpoint is kept)");
-            std::process::exit(FORCED_EXIT.into());
+    })?;
+    Ok(())
+}
+
+/// A second stop request (a signal, or Ctrl-C pressed again in the
+/// dashboard): stop at once. With one worker in this process that is an
+/// exit here, the terminal given back first.
+pub fn force() {
+    SIGNALS.fetch_add(1, Ordering::SeqCst);
+    FORCED.store(true, Ordering::SeqCst);
+    if MODE.get() == Some(&OnForce::Exit) {
+        if TERMINAL_TAKEN.load(Ordering::SeqCst) {
+            ratatui::restore();
+            let _ = ratatui::crossterm::execute!(std::io::stdout(), ratatui::crossterm::cursor::Show);
         }
-    })
+        crate::elog!("forced stop: the current iteration is lost (the last checkpoint is kept)");
+        std::process::exit(FORCED_EXIT.into());
+    }
+}
+
+/// Whether a dashboard holds the terminal now (set by the dashboard).
+pub(crate) fn terminal_taken(taken: bool) {
+    TERMINAL_TAKEN.store(taken, Ordering::SeqCst);
 }
 
 /// The first signal arrived: stop after this iteration.

@@ -40,14 +40,15 @@ impl Input for Crossterm {
 }
 
 /// Runs until `Msg::Finish` arrives or every sender is gone; returns the final
-/// state. `q` sets `stop` (the run checkpoints, then finishes) and the loop
-/// keeps drawing until then. Redraws happen only when something changed,
-/// at most once per `tick`.
+/// state. `q` or Ctrl-C sets `stop` (the run checkpoints, then finishes) and
+/// the loop keeps drawing until then; Ctrl-C once stopping calls `force`.
+/// Redraws happen only when something changed, at most once per `tick`.
 pub fn run_terminal<B: Backend>(
     terminal: &mut Terminal<B>,
     rx: &Receiver<Msg>,
     input: &mut dyn Input,
     stop: &AtomicBool,
+    force: &dyn Fn(),
     tick: Duration,
 ) -> io::Result<DashboardState> {
     let mut state = DashboardState::default();
@@ -80,7 +81,12 @@ pub fn run_terminal<B: Backend>(
         }
         match input.next(tick)? {
             Some(Event::Key(k)) => match ui.on_key(k) {
-                Action::Stop => {
+                Action::Interrupt if stop.load(Ordering::SeqCst) => {
+                    state.push_event("Ctrl-C again: stopping at once");
+                    dirty = true;
+                    force();
+                }
+                Action::Stop | Action::Interrupt => {
                     if !stop.swap(true, Ordering::SeqCst) {
                         state.stopping = true;
                         state.push_event("stop requested: checkpoint, then exit");

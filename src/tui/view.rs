@@ -63,6 +63,9 @@ pub enum Action {
     Redraw,
     /// Stop the run gracefully (checkpoint, then teardown).
     Stop,
+    /// Ctrl-C: the first stops as `q` does, a second one forces the stop,
+    /// as two Ctrl-C do outside the dashboard.
+    Interrupt,
 }
 
 impl Ui {
@@ -72,8 +75,8 @@ impl Ui {
         }
         match key.code {
             KeyCode::Char('q') | KeyCode::Char('Q') => Action::Stop,
-            // Raw mode turns Ctrl-C into a key: it means the same as `q`.
-            KeyCode::Char('c') if key.modifiers.contains(KeyModifiers::CONTROL) => Action::Stop,
+            // Raw mode turns Ctrl-C into a key, which no signal follows.
+            KeyCode::Char('c') if key.modifiers.contains(KeyModifiers::CONTROL) => Action::Interrupt,
             KeyCode::Tab => {
                 self.view = self.view.next();
                 Action::Redraw
