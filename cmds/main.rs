@@ -186,7 +186,7 @@ fn init_logging(verbose: u8) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(ansi)
-        .with_writer(std::io::stderr)
+        .with_writer(leapgnn::progress::LogWriter)
         .log_internal_errors(false)
         .try_init();
 }

@@ -110,7 +110,8 @@ fn tab_switches_views_and_question_mark_opens_the_help() {
 fn q_and_ctrl_c_ask_to_stop_other_keys_do_not() {
     let mut ui = Ui::default();
     assert_eq!(ui.on_key(key(KeyCode::Char('q'))), leapgnn::tui::Action::Stop);
-    assert_eq!(ui.on_key(KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL)), leapgnn::tui::Action::Stop);
+    let ctrl_c = KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL);
+    assert_eq!(ui.on_key(ctrl_c), leapgnn::tui::Action::Interrupt);
     assert_eq!(ui.on_key(key(KeyCode::Char('c'))), leapgnn::tui::Action::Nothing);
     assert_eq!(ui.on_key(key(KeyCode::Char('x'))), leapgnn::tui::Action::Nothing);
 }
@@ -186,4 +187,43 @@ fn the_steps_view_shows_every_worker_and_time_step_of_the_latest_iterations() {
     assert_eq!(cells("w1 miss"), vec!["10.0%"; 6], "{screen}");
     assert_eq!(cells("w1 rcv"), vec!["500kB"; 6], "{screen}");
     assert!(screen.contains("miss = remote / requested") && screen.contains("colour: miss < 10% green"), "{screen}");
+}
+
+/// A restart (`--restarts`) resumes from its checkpoint and sends the
+/// iterations after it again: the dashboard shows each once, not the failed
+/// attempt's share added to the replay's.
+#[test]
+fn a_restart_replaces_what_it_trains_again_instead_of_adding_to_it() {
+    let straight = {
+        let mut s = DashboardState::new(info());
+        iterations(0, 0..6).iter().for_each(|r| s.apply_record(r));
+        s
+    };
+    let mut s = DashboardState::new(info());
+    // The failed attempt got through iteration 5, then half of iteration 6's records.
+    iterations(0, 0..6).iter().for_each(|r| s.apply_record(r));
+    iterations(0, 6..7).iter().take(2).for_each(|r| s.apply_record(r));
+    s.start(leapgnn::metrics::RunInfo { start_epoch: 0, start_iteration: 4, ..info() });
+    assert_eq!(s.position(), Some((0, 3)), "the header goes back to the checkpoint");
+    iterations(0, 4..6).iter().for_each(|r| s.apply_record(r));
+    let cells = |s: &DashboardState| s.recent_cells(8);
+    assert_eq!(cells(&s), cells(&straight));
+    let losses = |s: &DashboardState| s.iterations().iter().map(|i| (i.iteration, i.loss)).collect::<Vec<_>>();
+    assert_eq!(losses(&s), losses(&straight));
+    assert_eq!(s.epoch_rows(), straight.epoch_rows());
+    assert_eq!(s.position(), Some((0, 5)));
+}
+
+/// The header's loss and the loss chart show only iterations whose every
+/// record has arrived: never a partial sum while the last ones come in.
+#[test]
+fn the_loss_shown_is_that_of_the_last_complete_iteration() {
+    let mut s = DashboardState::new(info());
+    iterations(0, 0..3).iter().for_each(|r| s.apply_record(r));
+    // Records carry 0.1 each, 4 per iteration (2 workers x 2 time steps).
+    s.apply_record(&record(0, 3, 0, 0));
+    assert_eq!(s.last_loss().map(|l| (l * 1e6).round()), Some(0.4e6), "iteration 2's full loss, not 3's first share");
+    assert_eq!(s.complete_iterations().count(), 3);
+    s.finished = true;
+    assert_eq!(s.complete_iterations().count(), 4, "once the run has ended, the last one counts");
 }

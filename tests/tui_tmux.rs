@@ -199,6 +199,25 @@ fn a_closed_terminal_stops_the_run_with_a_checkpoint_and_the_process_ends() {
     assert!(summary["iterations"].as_u64().unwrap() >= 1, "{summary}");
 }
 
+/// With `-v` the driver's log lines go to the dashboard's log view while it
+/// holds the terminal, instead of being printed over the panels.
+#[test]
+fn log_lines_go_to_the_log_view_not_over_the_dashboard() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tmux = train_in_tmux(tmp.path(), "--run logs --workers 2 -v");
+    // The steps view (two workers) after two epochs, each of which the driver logs at INFO.
+    let s = tmux.wait("two epochs on the dashboard", Duration::from_secs(90), |s| {
+        s.contains("q stop") && s.contains("epoch ") && !s.contains("epoch 1/") && !s.contains("epoch 2/")
+    });
+    assert!(!s.contains("INFO"), "a log line printed over the dashboard:\n{s}");
+    tmux.keys("BTab");
+    let log = tmux.wait("the log view", Duration::from_secs(10), |s| s.contains(" log "));
+    let wanted = |s: &str| s.lines().any(|l| l.contains("INFO") && l.contains("epoch") && !l.contains("Z  INFO"));
+    let log =
+        if wanted(&log) { log } else { tmux.wait("an INFO line in the log view", Duration::from_secs(30), wanted) };
+    assert!(!log.contains('\u{1b}'), "colour codes in the log view:\n{log}");
+}
+
 #[test]
 fn no_tui_on_a_terminal_draws_bars_with_epoch_lines_above_them() {
     let tmp = tempfile::tempdir().unwrap();

@@ -16,6 +16,16 @@ impl RowCounts {
     }
 }
 
+impl std::ops::SubAssign for RowCounts {
+    /// Takes back rows added before (saturating: never below zero).
+    fn sub_assign(&mut self, o: Self) {
+        self.requested = self.requested.saturating_sub(o.requested);
+        self.local = self.local.saturating_sub(o.local);
+        self.cache_hit = self.cache_hit.saturating_sub(o.cache_hit);
+        self.remote = self.remote.saturating_sub(o.remote);
+    }
+}
+
 impl AddAssign for RowCounts {
     fn add_assign(&mut self, o: Self) {
         self.requested += o.requested;

@@ -3,9 +3,10 @@ use crate::metrics::{EpochRecord, RunInfo, StepRecord};
 use crate::tui::app::{Crossterm, Msg, run_terminal};
 use crate::tui::fmt::duration;
 use std::io;
-use std::sync::Arc;
+use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, SyncSender};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -18,6 +19,77 @@ const QUEUE: usize = 4096;
 /// terminal that went away (closed, ssh dropped) can leave that thread stuck
 /// reading it; the run then ends without it rather than never.
 const LAST_FRAME: Duration = Duration::from_secs(2);
+
+/// While a dashboard holds the terminal that stderr also writes to, log
+/// lines (`tracing`: warnings, `-v`) go to its event log instead of being
+/// printed over it. `None`: they go to stderr.
+static LOG_TO: Mutex<Option<SyncSender<Msg>>> = Mutex::new(None);
+
+/// The `tracing` writer for every command: stderr, or the live dashboard's
+/// event log while there is one. Each line leaves in one write (see `elog!`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LogWriter;
+
+/// One formatted log line, sent when `tracing` drops it.
+pub struct LogLine(Vec<u8>);
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogWriter {
+    type Writer = LogLine;
+    fn make_writer(&'a self) -> LogLine {
+        LogLine(Vec::new())
+    }
+}
+
+impl io::Write for LogLine {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for LogLine {
+    fn drop(&mut self) {
+        if self.0.is_empty() {
+            return;
+        }
+        let to = LOG_TO.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        match to {
+            // Never blocks: a full queue drops the line rather than stall the logger.
+            Some(tx) => {
+                let _ = tx.try_send(Msg::Event(log_event(&String::from_utf8_lossy(&self.0))));
+            }
+            None => {
+                let _ = io::Write::write_all(&mut io::stderr(), &self.0);
+            }
+        }
+    }
+}
+
+/// A log line as an event: no colour codes, no timestamp (the event log has its own).
+fn log_event(line: &str) -> String {
+    let mut plain = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // CSI: ESC [ parameters final-byte (a letter).
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            plain.push(c);
+        }
+    }
+    let plain = plain.trim();
+    match plain.split_once(' ') {
+        Some((stamp, rest)) if stamp.ends_with('Z') && stamp.contains('T') => rest.trim_start().to_string(),
+        _ => plain.to_string(),
+    }
+}
 
 /// The drawing thread and its channel.
 struct Live {
@@ -54,6 +126,9 @@ impl Dashboard {
         let terminal = ratatui::try_init().inspect_err(|_| ratatui::restore())?;
         super::signals::terminal_taken(true);
         let (tx, rx) = mpsc::sync_channel(QUEUE);
+        if io::stderr().is_terminal() {
+            *LOG_TO.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx.clone());
+        }
         let flag = self.stop.clone();
         let spawned = std::thread::Builder::new().name("leapgnn-tui".into()).spawn(move || {
             let mut terminal = terminal;
@@ -78,7 +153,13 @@ impl Dashboard {
 
 impl ProgressSink for Dashboard {
     fn start(&mut self, info: &RunInfo) {
-        if self.live.is_some() || self.fallback.is_some() {
+        if let Some(b) = &mut self.fallback {
+            b.start(info);
+            return;
+        }
+        if self.live.is_some() {
+            // A restart (`--restarts`): the dashboard drops what it showed past the checkpoint.
+            self.send(Msg::Start(info.clone()));
             return;
         }
         match self.open() {
@@ -157,6 +238,7 @@ impl ProgressSink for Dashboard {
 /// Raw mode off, the main screen back (ratatui's restore), and no forced
 /// exit needs to do it again.
 fn give_back_terminal() {
+    *LOG_TO.lock().unwrap_or_else(|e| e.into_inner()) = None;
     ratatui::restore();
     super::signals::terminal_taken(false);
 }

@@ -8,7 +8,7 @@ mod json_stream;
 pub mod signals;
 
 pub use bars::Bars;
-pub use dashboard::Dashboard;
+pub use dashboard::{Dashboard, LogWriter};
 pub use json_stream::JsonStream;
 
 use crate::metrics::{EpochRecord, RunInfo, StepRecord};

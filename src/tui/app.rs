@@ -59,7 +59,10 @@ pub fn run_terminal<B: Backend>(
             match rx.try_recv() {
                 Ok(Msg::Finish) | Err(TryRecvError::Disconnected) => break true,
                 Ok(m) => {
-                    if let Msg::Start(info) = &m {
+                    // The first start picks the view; a restart's keeps the viewer's.
+                    if let Msg::Start(info) = &m
+                        && state.info.run.is_empty()
+                    {
                         ui.view = View::first_for(info.workers, info.time_steps);
                     }
                     apply(&mut state, m);

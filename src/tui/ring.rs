@@ -47,6 +47,11 @@ impl<T> Ring<T> {
         self.items.iter_mut().rev().take(depth).find(|v| want(v))
     }
 
+    /// Keeps the entries `keep` accepts, in order.
+    pub fn retain(&mut self, keep: impl FnMut(&T) -> bool) {
+        self.items.retain(keep);
+    }
+
     /// The newest `n` entries, oldest first.
     pub fn tail(&self, n: usize) -> impl Iterator<Item = &T> {
         self.items.iter().skip(self.items.len().saturating_sub(n))

@@ -185,8 +185,33 @@ impl DashboardState {
         s
     }
 
-    /// A run starts (or resumes): one empty row per worker.
+    /// A run starts (or resumes): one empty row per worker. A restart
+    /// (`--restarts`) starts again from its checkpoint: what was shown from
+    /// there on is dropped, as the run trains it again and sends it anew.
     pub fn start(&mut self, info: RunInfo) {
+        let from = (info.start_epoch, info.start_iteration);
+        if let Some(p) = self.position.filter(|&p| p >= from) {
+            // The shown position goes back to the last iteration kept, and the
+            // epoch's rows lose the steps to be trained again.
+            let kept = self.iterations.iter().rev().map(|i| (i.epoch, i.iteration)).find(|&k| k < from);
+            if kept.map(|k| k.0) == Some(p.0) {
+                for s in self.steps.iter().filter(|s| s.epoch == p.0 && (s.epoch, s.iteration) >= from) {
+                    self.epoch_rows -= s.rows;
+                }
+            } else {
+                let mut rows = RowCounts::default();
+                for s in self.steps.iter().filter(|s| Some(s.epoch) == kept.map(|k| k.0)) {
+                    rows += s.rows;
+                }
+                self.epoch_rows = rows;
+            }
+            self.position = kept;
+        }
+        self.steps.retain(|s| (s.epoch, s.iteration) < from);
+        self.cells.retain(|c| (c.epoch, c.iteration) < from);
+        self.iterations.retain(|i| (i.epoch, i.iteration) < from);
+        // The epoch the checkpoint is in is evaluated again (an epoch's last iteration included).
+        self.epochs.retain(|e| e.epoch < info.start_epoch);
         self.workers = (0..info.workers.min(MAX_WORKERS as u32)).map(WorkerRow::new).collect();
         self.info = info;
     }
@@ -370,8 +395,16 @@ impl DashboardState {
         Some(left as f64 * per_iteration + evals_left as f64 * eval)
     }
 
-    /// Loss of the latest iteration.
+    /// The iterations whose every record has arrived, oldest first: all but
+    /// the newest while the run goes on (its other workers' or time steps'
+    /// records may still come), all of them once it has ended.
+    pub fn complete_iterations(&self) -> impl Iterator<Item = &IterPoint> {
+        let n = self.iterations.len() - usize::from(!self.finished && !self.iterations.is_empty());
+        self.iterations.iter().take(n)
+    }
+
+    /// Loss of the latest complete iteration.
     pub fn last_loss(&self) -> Option<f64> {
-        self.iterations.last().map(|i| i.loss)
+        self.complete_iterations().last().map(|i| i.loss)
     }
 }

@@ -2,7 +2,7 @@
 //! validation accuracy per epoch. Each shows its newest points that fit.
 
 use crate::tui::fmt::{bytes, pct};
-use crate::tui::state::DashboardState;
+use crate::tui::state::{DashboardState, IterPoint};
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Style};
@@ -61,7 +61,7 @@ pub fn per_step(frame: &mut Frame, area: Rect, s: &DashboardState) {
 /// Loss per iteration and validation accuracy per epoch.
 pub fn training(frame: &mut Frame, area: Rect, s: &DashboardState) {
     let [left, right] = halves(area);
-    let its = s.iterations();
+    let its: Vec<&IterPoint> = s.complete_iterations().collect();
     let loss: Vec<u64> = its.iter().map(|i| (i.loss.max(0.0) * 1e4) as u64).collect();
     let title = match its.last() {
         Some(last) => {

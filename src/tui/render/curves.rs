@@ -58,7 +58,7 @@ pub fn draw(frame: &mut Frame, area: Rect, s: &DashboardState) {
 
     let ipe = s.info.iterations_per_epoch.max(1);
     let loss: Vec<(f64, f64)> =
-        s.iterations().iter().map(|i| ((i.epoch * ipe + i.iteration + 1) as f64, i.loss)).collect();
+        s.complete_iterations().map(|i| ((i.epoch * ipe + i.iteration + 1) as f64, i.loss)).collect();
     let (xb, yb) = (bounds(&loss, |p| p.0), bounds(&loss, |p| p.1));
     let lines = vec![line("loss", Color::Magenta, &loss)];
     frame.render_widget(chart(" loss per iteration ", "iteration", lines, xb, yb, |y| format!("{y:.3}")), top);
