@@ -116,3 +116,32 @@ fn wrong_magic_and_newer_version_are_named() {
         &["not a leapgnn archive"],
     );
 }
+
+/// Bytes flipped all over the archive, as bit rot would: `train` (one worker
+/// and the driver of two) and `analyze-locality` refuse it as bad input
+/// (exit 2), never panic and never train or measure on it. A flipped split id
+/// once panicked `train`, which checked the splits before the checksum.
+#[test]
+fn train_and_analyze_locality_refuse_a_damaged_archive() {
+    let d = tempfile::tempdir().unwrap();
+    let (path, bytes) = cora_archive(d.path());
+    let data = d.path().join("data");
+    let mut rng = leapgnn::util::rng::stream(7, "train-corruption");
+    for case in 0..24 {
+        let mut bad = bytes.clone();
+        // Past the header, anywhere; the last case hits the split ids the panic came from.
+        let at = if case == 23 { bytes.len() - 64 } else { rng.random_range(64..bytes.len() - 4) };
+        bad[at..at + 4].copy_from_slice(&[0xff, 0xff, 0xff, 0x00]);
+        std::fs::write(&path, &bad).unwrap();
+        for args in [
+            &["train", "cora-planetoid", "--epochs", "1", "--no-tui"][..],
+            &["train", "cora-planetoid", "--epochs", "1", "--no-tui", "--workers", "2"],
+            &["analyze-locality", "cora-planetoid", "--parts", "2", "--json"],
+        ] {
+            let out = leapgnn(&data, args);
+            assert_ne!(out.code, 101, "flip at {at}, {args:?}: panicked: {}", out.stderr);
+            assert_eq!(out.code, 2, "flip at {at}, {args:?}: {}", out.stderr);
+            assert!(out.stderr.starts_with("error:"), "flip at {at}, {args:?}: {}", out.stderr);
+        }
+    }
+}

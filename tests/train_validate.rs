@@ -18,6 +18,8 @@ const BAD: &[(&[&str], &str, bool)] = &[
     (&["--model", "gat", "--heads", "0"], "--heads 0", true),
     (&["--dropout", "1.5"], "--dropout 1.5", true),
     (&["--hidden", "0"], "--hidden", true),
+    // Refused before the weights are allocated (this aborted the process).
+    (&["--hidden", "4000000000"], "--hidden 4000000000", true),
     (&["--batch-size", "0"], "--batch-size", true),
     (&["--eval-batch-size", "0"], "--eval-batch-size", true),
     (&["--epochs", "0"], "--epochs", true),

@@ -156,6 +156,14 @@ impl<'a> FeatureView<'a> {
             if w[0] > w[1] {
                 return Err(format!("sparse feature offsets decrease at row {r}"));
             }
+            // Monotone up to here, yet past the end: caught before it is used to slice.
+            if w[1] > indices.len() as u64 {
+                return Err(format!(
+                    "sparse feature offset {} of row {r} is past the {} values stored",
+                    w[1],
+                    indices.len()
+                ));
+            }
             let cols = &indices[w[0] as usize..w[1] as usize];
             if let Some(&c) = cols.iter().find(|&&c| c as usize >= dim) {
                 return Err(format!("feature row {r} has column {c} but there are {dim} dims"));
@@ -289,5 +297,21 @@ impl RowRef<'_> {
             RowRef::Dense(r) => r.len(),
             RowRef::Sparse { values, .. } => values.len(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FeatureView;
+
+    /// Offsets that rise past the values stored (in an archive whose checksum
+    /// was made to match) are reported, not used to slice.
+    #[test]
+    fn an_offset_past_the_values_is_an_error_not_a_panic() {
+        let (indices, values) = ([0u32, 1, 2], [1.0f32; 3]);
+        let view = |indptr: &'static [u64]| FeatureView::Sparse { dim: 4, indptr, indices: &indices, values: &values };
+        let e = view(&[0, 1 << 30, 3]).verify().unwrap_err();
+        assert!(e.contains("offset 1073741824 of row 0 is past the 3 values"), "{e}");
+        assert!(view(&[0, 2, 3]).verify().is_ok());
     }
 }

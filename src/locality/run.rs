@@ -30,7 +30,8 @@ pub fn analyze(data: &DataDir, name: &str, opts: &Options, progress: bool) -> an
     let started = Instant::now();
     opts.check()?;
     let path = crate::datasets::ensure_dataset(data, name)?;
-    let ds = DatasetFile::open(&path)?;
+    // Verified (checksum and every invariant): corrupt data must fail, not give other figures.
+    let ds = DatasetFile::open_verified(&path)?;
     let g = ds.graph();
     g.check().map_err(|e| FormatError::corrupt(&path, e))?;
     let n = g.num_nodes();

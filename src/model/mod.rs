@@ -168,9 +168,34 @@ impl ModelSpec {
         if self.classes == 0 {
             return bad("the dataset has no classes to predict".into());
         }
+        // Refused before anything is allocated: an absurd --hidden (or a
+        // corrupt archive's feature or class count) must not abort the
+        // process on a failed allocation.
+        let width = match (self.kind, self.gat_heads) {
+            (ModelKind::Gat, GatHeads::Mean) => self.hidden.checked_mul(self.heads),
+            _ => Some(self.hidden),
+        };
+        let shapes = [(self.in_dim, width), (width.unwrap_or(0), width), (width.unwrap_or(0), Some(self.classes))];
+        for (rows, cols) in shapes {
+            let values = cols.and_then(|c| c.checked_mul(rows));
+            if values.is_none_or(|v| v > MAX_WEIGHT_VALUES) {
+                return bad(format!(
+                    "--hidden {}: with {} input features and {} classes the model needs a {rows} x {} weight \
+                     matrix, more than the {MAX_WEIGHT_VALUES} values (8 GiB) leapgnn builds one of; give a smaller \
+                     --hidden",
+                    self.hidden,
+                    self.in_dim,
+                    self.classes,
+                    cols.map_or("(overflow)".to_string(), |c| c.to_string())
+                ));
+            }
+        }
         Ok(())
     }
 }
+
+/// The most values one weight matrix may hold (2^31 f32: 8 GiB).
+pub const MAX_WEIGHT_VALUES: usize = 1 << 31;
 
 enum Layer {
     Sage(SageLayer),

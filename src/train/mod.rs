@@ -239,6 +239,15 @@ pub(crate) fn splits(ds: &DatasetFile, name: &str) -> Result<[Vec<u32>; 3], BadI
     let labels = ds.labels();
     let mut out: [Vec<u32>; 3] = Default::default();
     for ((split, ids), o) in ["train", "val", "test"].iter().zip([ds.train(), ds.val(), ds.test()]).zip(&mut out) {
+        // Checked before the archive's checksum is (`open_verified` comes later): an id
+        // past the nodes is corruption to report, not an index to follow.
+        if let Some(&v) = ids.iter().find(|&&v| v as usize >= labels.len()) {
+            return Err(BadInput::new(format!(
+                "dataset `{name}` is corrupt: its {split} split names node {v} of {}; download or import it again \
+                 (`leapgnn download {name} --force`)",
+                labels.len()
+            )));
+        }
         *o = ids.iter().copied().filter(|&v| labels[v as usize] >= 0).collect();
         if o.is_empty() {
             return Err(BadInput::new(format!(

@@ -60,7 +60,8 @@ pub fn train_distributed(
     crate::train::check_new_run(data, run)?;
     // Whatever a worker would reject is refused here, before anything is created or started.
     let dataset = crate::datasets::ensure_dataset(data, &cfg.dataset)?;
-    let ds = crate::format::DatasetFile::open(&dataset)?;
+    // Verified here, once: a corrupt archive fails as bad input before any worker starts.
+    let ds = crate::format::DatasetFile::open_verified(&dataset)?;
     cfg.check_all(&ds)?;
     // Partitioned before the run's directory exists, so a partitioning that
     // fails leaves no run behind to block the name.
