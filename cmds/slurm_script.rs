@@ -48,13 +48,6 @@ struct TrainOnly {
 }
 
 pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
-    for (flag, n) in
-        [("--nodes", a.nodes), ("--tasks-per-node", a.tasks_per_node), ("--cpus-per-task", a.cpus_per_task)]
-    {
-        if n == 0 {
-            return Err(BadInput::new(format!("{flag} 0: give at least 1")).into());
-        }
-    }
     // `slurm-script [opts] train ARGS` names the subcommand it wraps; `-- ARGS` does not.
     let mut train = a.train;
     if train.first().is_some_and(|t| t == "train") {
@@ -80,6 +73,6 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
         data_dir,
         train_args: train,
     };
-    crate::output::write_stdout(sbatch_script(&o).as_bytes())?;
+    crate::output::write_stdout(sbatch_script(&o)?.as_bytes())?;
     Ok(())
 }

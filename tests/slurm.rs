@@ -347,3 +347,54 @@ fn cluster_slurm_outside_an_allocation_is_refused() {
     let e = fails(d, &["slurm-script", "--", "cora", "--epochz", "2"], 2);
     assert!(e.contains("--epochz"), "{e}");
 }
+
+/// Every value that goes into an `#SBATCH` line: a newline would end sbatch's
+/// directives there and put the rest into the script as a command.
+#[test]
+fn slurm_script_refuses_values_sbatch_would_misread() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let run = |opts: &[&str]| {
+        let args: Vec<&str> = ["slurm-script"].iter().chain(opts).chain(&["train", "cora"]).copied().collect();
+        dist_support::leapgnn(d, &args)
+    };
+    // Exit 2, no script on stdout, one error line naming the flag.
+    let refused = |opts: &[&str], flag: &str| {
+        let out = run(opts);
+        let e = String::from_utf8_lossy(&out.stderr).to_string();
+        assert_eq!(out.status.code(), Some(2), "{opts:?}: {}", text(&out));
+        assert!(out.stdout.is_empty(), "{opts:?}: no script is printed: {}", text(&out));
+        assert_eq!(e.lines().count(), 1, "{opts:?}: one error line: {e}");
+        assert!(e.starts_with("error: ") && e.contains(flag), "{opts:?}: {e}");
+        e
+    };
+    for flag in ["--job-name", "--time", "--partition", "--output"] {
+        for value in ["x\ntouch /tmp/PWNED", "x\rtouch", "two words", "a#b", "it's", r"a\b", ""] {
+            refused(&[flag, value], flag);
+        }
+    }
+    let e = refused(&["--time", "garbage"], "--time");
+    assert!(e.contains("D-HH:MM:SS") && e.contains("MM:SS") && e.contains("minutes"), "{e}");
+    for bad in ["1:2:3:4", "1-2:3:4:5", "5-", "1:", "99999999999999", "1.5", "+5", "1-"] {
+        refused(&["--time", bad], "--time");
+    }
+    for (flag, n) in [("--nodes", "99999999999"), ("--nodes", "0"), ("--tasks-per-node", "0"), ("--cpus-per-task", "0")]
+    {
+        refused(&[flag, n], flag);
+    }
+    let e = refused(&["--nodes", "1000", "--tasks-per-node", "1000"], "--tasks-per-node");
+    assert!(e.contains("1000000 workers"), "{e}");
+    // Slurm's own formats are accepted and written as given, every directive
+    // in the one block sbatch reads.
+    for t in ["90", "90:30", "02:00:00", "1-12", "1-12:30", "2-00:30:00", "UNLIMITED"] {
+        let out = run(&["--time", t, "--job-name", "gcn-1.a", "--partition", "gpu_a100"]);
+        assert_eq!(out.status.code(), Some(0), "--time {t}: {}", text(&out));
+        let script = String::from_utf8_lossy(&out.stdout);
+        let block: Vec<&str> =
+            script.lines().skip_while(|l| !l.starts_with("#SBATCH")).take_while(|l| l.starts_with("#SBATCH")).collect();
+        for line in [format!("#SBATCH --time={t}"), "#SBATCH --output=leapgnn-%j.out".into()] {
+            assert!(block.contains(&line.as_str()), "{script}");
+        }
+        assert_eq!(script.matches("#SBATCH").count(), block.len(), "{script}");
+    }
+}

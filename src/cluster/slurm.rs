@@ -33,6 +33,9 @@ pub enum SlurmError {
     TooFewTasks { asked: usize, tasks: usize },
     #[error("`{command}` failed: {why}; is Slurm's client ({what}) installed and on PATH?")]
     Command { command: String, what: &'static str, why: String },
+    /// A `slurm-script` option that cannot go into an `#SBATCH` line as given.
+    #[error("slurm-script {flag} {value}: {why}")]
+    ScriptOption { flag: &'static str, value: String, why: String },
 }
 
 impl crate::error::Blame for SlurmError {
@@ -432,9 +435,118 @@ fn shell_word(s: &str) -> String {
     if plain { s.to_string() } else { format!("'{}'", s.replace('\'', r"'\''")) }
 }
 
+/// The most workers a script may ask for: a run has one part per worker and
+/// part ids are 16-bit.
+const MAX_WORKERS: usize = crate::partition::MAX_PARTS;
+/// sbatch keeps a job's time limit in minutes as a u32, with its top values meaning INFINITE.
+const MAX_TIME_MINUTES: u64 = u32::MAX as u64 - 2;
+const TIME_FORMATS: &str = "minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (as sbatch --time), or UNLIMITED";
+
+/// A value for an `#SBATCH` line. sbatch splits such a line at whitespace, takes
+/// quotes and backslashes as quoting and `#` as the start of a comment, and the
+/// script's first line that is not `#SBATCH` ends the directives, so a newline
+/// would both drop the directives after it and put a command into the script.
+/// Such values are refused rather than quoted: a job name or path that needs
+/// quoting is far more likely a mistake than intended.
+fn directive_value(flag: &'static str, value: &str) -> Result<(), SlurmError> {
+    let bad = |why: String| SlurmError::ScriptOption { flag, value: format!("{value:?}"), why };
+    if value.is_empty() {
+        return Err(bad("give a value: an empty one leaves sbatch's directive without its argument".into()));
+    }
+    if let Some(c) = value.chars().find(|c| c.is_control() || c.is_whitespace() || "'\"\\#".contains(*c)) {
+        let what = if c.is_control() { "a control character" } else { "a character sbatch would split or quote at" };
+        return Err(bad(format!(
+            "contains {what} ({c:?}); use letters, digits and punctuation other than quotes, backslash and #"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks `--time` as sbatch reads it; the value goes into the script as given.
+fn time_limit(value: &str) -> Result<(), SlurmError> {
+    let bad = |why: &str| SlurmError::ScriptOption {
+        flag: "--time",
+        value: format!("{value:?}"),
+        why: format!("{why}; give {TIME_FORMATS}"),
+    };
+    if ["UNLIMITED", "INFINITE"].iter().any(|u| value.eq_ignore_ascii_case(u)) {
+        return Ok(());
+    }
+    let field = |f: &str| -> Result<u64, SlurmError> {
+        if f.is_empty() || f.len() > 10 || !f.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad("not a time limit"));
+        }
+        f.parse::<u64>().map_err(|_| bad("not a time limit"))
+    };
+    let (days, rest) = match value.split_once('-') {
+        Some((d, rest)) => (Some(field(d)?), rest),
+        None => (None, value),
+    };
+    let parts = rest.split(':').map(field).collect::<Result<Vec<u64>, _>>()?;
+    // Without days the fields are minutes[:seconds] or hours:minutes:seconds; with
+    // days, hours[:minutes[:seconds]].
+    let seconds = match (days, parts.as_slice()) {
+        (None, [m]) => Some(m * 60),
+        (None, [m, s]) => Some(m * 60 + s),
+        (None | Some(_), [h, m, s]) => Some(h * 3600 + m * 60 + s),
+        (Some(_), [h]) => Some(h * 3600),
+        (Some(_), [h, m]) => Some(h * 3600 + m * 60),
+        _ => None,
+    }
+    .ok_or_else(|| bad("not a time limit"))?;
+    let minutes = days.unwrap_or(0) * 24 * 60 + seconds.div_ceil(60);
+    if minutes > MAX_TIME_MINUTES {
+        return Err(bad(&format!("{minutes} minutes is more than Slurm can hold ({MAX_TIME_MINUTES})")));
+    }
+    Ok(())
+}
+
+impl ScriptOptions {
+    /// Refuses what would not make a working script: a value sbatch would
+    /// misread, a count of 0 or past what a run can have.
+    pub fn check(&self) -> Result<(), SlurmError> {
+        let count = |flag: &'static str, n: usize, max: usize| {
+            if (1..=max).contains(&n) {
+                Ok(())
+            } else {
+                Err(SlurmError::ScriptOption { flag, value: n.to_string(), why: format!("give 1 to {max}") })
+            }
+        };
+        count("--nodes", self.nodes, MAX_WORKERS)?;
+        count("--tasks-per-node", self.tasks_per_node, MAX_WORKERS)?;
+        // Slurm's CPU and GPU counts are 16-bit.
+        count("--cpus-per-task", self.cpus_per_task, u16::MAX as usize)?;
+        if let Some(g) = self.gpus_per_task {
+            count("--gpus-per-task", g, u16::MAX as usize)?;
+        }
+        let workers = self.nodes.saturating_mul(self.tasks_per_node);
+        if workers > MAX_WORKERS {
+            return Err(SlurmError::ScriptOption {
+                flag: "--tasks-per-node",
+                value: self.tasks_per_node.to_string(),
+                why: format!(
+                    "{} nodes x {} tasks is {workers} workers; a run has at most {MAX_WORKERS} (part ids are 16-bit)",
+                    self.nodes, self.tasks_per_node
+                ),
+            });
+        }
+        directive_value("--job-name", &self.job_name)?;
+        directive_value("--output", &self.output)?;
+        if let Some(p) = &self.partition {
+            directive_value("--partition", p)?;
+        }
+        if let Some(t) = &self.time {
+            directive_value("--time", t)?;
+            time_limit(t)?;
+        }
+        Ok(())
+    }
+}
+
 /// An sbatch script that runs `leapgnn train ARGS --cluster slurm` in the batch
 /// step: one worker per task, the job's exit code the driver's.
-pub fn sbatch_script(o: &ScriptOptions) -> String {
+pub fn sbatch_script(o: &ScriptOptions) -> Result<String, SlurmError> {
+    o.check()?;
     let mut s = String::from("#!/bin/bash\n");
     s += "# Generated by `leapgnn slurm-script`; submit with `sbatch FILE`. The driver runs in the\n";
     s += "# batch step and starts one worker per task with srun (`--cluster slurm`).\n";
@@ -466,5 +578,5 @@ pub fn sbatch_script(o: &ScriptOptions) -> String {
         cmd.push("--no-tui".into());
     }
     s += &format!("exec {}\n", cmd.join(" "));
-    s
+    Ok(s)
 }
