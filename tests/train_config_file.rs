@@ -147,3 +147,42 @@ fn a_runs_config_json_replays_the_run() {
         assert_eq!(loss_curve(&a), loss_curve(&b), "job {job:?}");
     }
 }
+
+/// A run's `config.json` is held to what a TOML file is: a key the config does
+/// not have is refused naming it, as is a value of the wrong type, by its key.
+#[test]
+fn a_runs_config_json_refuses_unknown_keys_and_wrong_types_naming_the_key() {
+    let tmp = setup();
+    let d = tmp.path();
+    json(d, &["train", "tiny", "--batch-size", "64", "--fanout", "5,5", "--epochs", "1", "--run", "r"]);
+    let edited = |name: &str, edit: &dyn Fn(&mut serde_json::Map<String, Value>)| {
+        let mut cfg = config_of(d, "r");
+        edit(cfg.as_object_mut().unwrap());
+        let p = d.join(name);
+        std::fs::write(&p, serde_json::to_string(&cfg).unwrap()).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let bogus = edited("bogus.json", &|c| {
+        c.insert("bogus".into(), 1.into());
+    });
+    let e = fails(d, &["train", "--config", &bogus, "--run", "b"], 2);
+    assert!(e.contains(&bogus) && e.contains("unknown key `bogus`"), "{e}");
+    assert!(!d.join("runs/b").exists(), "a refused config starts no run");
+
+    let typed = edited("typed.json", &|c| {
+        c.insert("epochs".into(), "many".into());
+    });
+    let e = fails(d, &["train", "--config", &typed, "--run", "t"], 2);
+    assert!(e.contains(&typed) && e.contains("`epochs`") && e.contains("many"), "{e}");
+    assert!(!e.contains("column"), "the key, not a position in a one-line file: {e}");
+
+    let nested = edited("nested.json", &|c| {
+        c.insert("gnnpipe".into(), serde_json::json!({"chunks": 2, "history": true, "groups": 1, "bogus": 1}));
+    });
+    let e = fails(d, &["train", "--config", &nested, "--run", "n"], 2);
+    assert!(e.contains("unknown key `gnnpipe.bogus`"), "{e}");
+
+    // The file as the run wrote it still replays.
+    let cfg = d.join("runs/r/config.json");
+    json(d, &["train", "--config", cfg.to_str().unwrap(), "--run", "again"]);
+}

@@ -22,6 +22,10 @@ pub enum ConfigFileError {
         "--config {path}: unknown key `{key}`: keys are train's long flags without the dashes (see `leapgnn train --help`), and `dataset`"
     )]
     UnknownKey { path: PathBuf, key: String },
+    #[error(
+        "--config {path}: unknown key `{key}`: a run's config.json holds only the keys leapgnn writes there; remove it, or give the flags in a TOML file"
+    )]
+    UnknownJsonKey { path: PathBuf, key: String },
     #[error("--config {path}: `{key}`: {why}")]
     BadValue { path: PathBuf, key: String, why: String },
 }
@@ -48,9 +52,7 @@ pub fn flags_from_file(path: &Path, flag: &dyn Fn(&str) -> Option<FlagKind>) -> 
     let text = std::fs::read_to_string(path).map_err(|source| ConfigFileError::Read { path: path.into(), source })?;
     let parse = |why: String| ConfigFileError::Parse { path: path.into(), why };
     if path.extension().is_some_and(|e| e == "json") {
-        let cfg: TrainConfig = serde_json::from_str(&text)
-            .map_err(|e| parse(format!("not a run's config.json ({e}); a config file of flags is TOML")))?;
-        return Ok(cfg.to_flags());
+        return Ok(run_config(path, &text)?.to_flags());
     }
     let table: toml::Table = toml::from_str(&text).map_err(|e| parse(format!("not valid TOML: {e}")))?;
     let mut out = Vec::with_capacity(table.len() * 2);
@@ -84,6 +86,112 @@ pub fn flags_from_file(path: &Path, flag: &dyn Fn(&str) -> Option<FlagKind>) -> 
         }
     }
     Ok(positional.into_iter().chain(out).collect())
+}
+
+/// A run's `config.json`, held to what TOML files are: a key the config does not
+/// have is refused (serde would skip it, and a replay would quietly differ from
+/// what the file says), and a value of the wrong type is reported by its key
+/// rather than by serde_json's line and column in a one-line file.
+fn run_config(path: &Path, text: &str) -> Result<TrainConfig, ConfigFileError> {
+    let parse = |e: &dyn std::fmt::Display| ConfigFileError::Parse {
+        path: path.into(),
+        why: format!("not a run's config.json ({e}); a config file of flags is TOML"),
+    };
+    let map = match serde_json::from_str::<serde_json::Value>(text).map_err(|e| parse(&e))? {
+        serde_json::Value::Object(map) => map,
+        other => return Err(parse(&format!("a JSON {}, not an object", json_kind(&other)))),
+    };
+    let unknown = |key: String| ConfigFileError::UnknownJsonKey { path: path.into(), key };
+    let known = struct_fields::<TrainConfig>();
+    if let Some(key) = map.keys().find(|k| !known.contains(&k.as_str())) {
+        return Err(unknown(key.clone()));
+    }
+    for (key, fields) in [
+        ("varco", struct_fields::<super::fullgraph::varco::VarcoConfig>()),
+        ("gnnpipe", struct_fields::<super::fullgraph::gnnpipe::GnnPipeConfig>()),
+    ] {
+        if let Some(serde_json::Value::Object(inner)) = map.get(key)
+            && let Some(k) = inner.keys().find(|k| !fields.contains(&k.as_str()))
+        {
+            return Err(unknown(format!("{key}.{k}")));
+        }
+    }
+    let at = std::cell::RefCell::new(None);
+    let fields = KeyTracking { entries: map.into_iter(), value: None, at: &at };
+    serde::Deserialize::deserialize(serde::de::value::MapAccessDeserializer::new(fields)).map_err(
+        |e: serde_json::Error| match at.take() {
+            // A missing field is found after the last key and names itself.
+            Some(key) if !e.to_string().starts_with("missing field") => {
+                ConfigFileError::BadValue { path: path.into(), key, why: e.to_string() }
+            }
+            _ => parse(&e),
+        },
+    )
+}
+
+fn json_kind(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "boolean",
+        serde_json::Value::Number(_) => "number",
+        serde_json::Value::String(_) => "string",
+        serde_json::Value::Array(_) => "array",
+        serde_json::Value::Object(_) => "object",
+    }
+}
+
+/// A JSON object's entries handed to a derived `Deserialize` one at a time,
+/// remembering the key being read, so an error can be put to its key.
+struct KeyTracking<'a> {
+    entries: serde_json::map::IntoIter,
+    value: Option<serde_json::Value>,
+    at: &'a std::cell::RefCell<Option<String>>,
+}
+
+impl<'de> serde::de::MapAccess<'de> for KeyTracking<'_> {
+    type Error = serde_json::Error;
+
+    fn next_key_seed<K: serde::de::DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, Self::Error> {
+        let Some((key, value)) = self.entries.next() else {
+            *self.at.borrow_mut() = None;
+            return Ok(None);
+        };
+        self.value = Some(value);
+        *self.at.borrow_mut() = Some(key.clone());
+        seed.deserialize(serde_json::Value::String(key)).map(Some)
+    }
+
+    fn next_value_seed<V: serde::de::DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, Self::Error> {
+        seed.deserialize(self.value.take().unwrap_or(serde_json::Value::Null))
+    }
+}
+
+/// The field names a derived `Deserialize` for a struct accepts (its
+/// `#[serde(rename)]`s included): serde hands them to `deserialize_struct`.
+fn struct_fields<T: serde::de::DeserializeOwned>() -> &'static [&'static str] {
+    struct Fields(std::cell::Cell<&'static [&'static str]>);
+    impl<'de> serde::Deserializer<'de> for &Fields {
+        type Error = serde::de::value::Error;
+        fn deserialize_any<V: serde::de::Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
+            Err(serde::de::Error::custom("only structs are asked for their fields"))
+        }
+        fn deserialize_struct<V: serde::de::Visitor<'de>>(
+            self,
+            _: &'static str,
+            fields: &'static [&'static str],
+            visitor: V,
+        ) -> Result<V::Value, Self::Error> {
+            self.0.set(fields);
+            self.deserialize_any(visitor)
+        }
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf option unit
+            unit_struct newtype_struct seq tuple tuple_struct map enum identifier ignored_any
+        }
+    }
+    let f = Fields(std::cell::Cell::new(&[]));
+    let _ = T::deserialize(&f);
+    f.0.get()
 }
 
 fn scalar(v: &toml::Value) -> Option<String> {
