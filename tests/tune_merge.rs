@@ -7,7 +7,7 @@ mod train_support;
 
 use leapgnn::train::MergePlan;
 use std::path::Path;
-use train_support::{fails, json, json_env};
+use train_support::{Tiny, fails, json, json_env, write_tiny};
 
 /// A temp data dir holding synthetic-small (20k nodes, 64-d; generated, seeded).
 fn data() -> tempfile::TempDir {
@@ -295,4 +295,69 @@ fn calibration_stages_and_worker_lines_are_shown_with_v_only_off_a_terminal() {
         assert!(err.contains(&want), "{want:?} not logged with -v:\n{err}");
     }
     assert!(err.contains("] pid "), "the workers' lines are shown with -v:\n{err}");
+}
+
+/// `--validate` replays each record's batch, so a record the run cannot have
+/// written (an iteration past the epoch, a worker it did not have, a negative
+/// time, the same step twice) is refused naming the file, the line and the field.
+#[test]
+fn validate_refuses_records_the_run_cannot_have_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    write_tiny(d, "tiny", Tiny::default());
+    let run = ["train", "tiny", "--workers", "2", "--batch-size", "32", "--epochs", "2", "--no-tui", "--run", "r"];
+    json(d, &run);
+    fn validate(run: &str) -> Vec<&str> {
+        vec!["tune-merge", "tiny", "--parts", "2", "--batch-size", "32", "--validate", run]
+    }
+    let v = json(d, &validate("r"));
+    assert_eq!(v["validation"]["workers"], 2, "{v}");
+    let text = std::fs::read_to_string(d.join("runs/r/metrics.jsonl")).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    // Each case: a copy of the run with `metrics` for its metrics.jsonl, refused
+    // at line `line` for `field`.
+    let refused = |name: &str, metrics: Vec<String>, line: usize, field: &str| {
+        let dir = d.join("runs").join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::copy(d.join("runs/r/config.json"), dir.join("config.json")).unwrap();
+        let path = dir.join("metrics.jsonl");
+        std::fs::write(&path, metrics.join("\n") + "\n").unwrap();
+        let e = fails(d, &validate(name), 2);
+        let at = format!("{} line {line}: `{field}`", path.display());
+        assert!(e.contains(&at), "{name}: expected {at:?} in {e}");
+        e
+    };
+    let record = |line: &str| serde_json::from_str::<serde_json::Value>(line).unwrap();
+    let far = serde_json::Value::from(1_000_000_000_000_000u64);
+    // The run's records with line 4's `field` set to `value`.
+    let at_line_4 = |field: &str, value: serde_json::Value| {
+        let mut r = record(lines[3]);
+        r[field] = value;
+        let mut all: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+        all[3] = r.to_string();
+        all
+    };
+    refused("iteration", at_line_4("iteration", far.clone()), 4, "iteration");
+    refused("worker", at_line_4("worker", 99.into()), 4, "worker");
+    refused("seconds", at_line_4("compute_seconds", (-1.0).into()), 4, "compute_seconds");
+    // Every worker's record of line 4's step moved past the epoch's end: a
+    // complete iteration, which the prediction replays (the old code panicked).
+    let step = record(lines[3]);
+    let same_step = |r: &serde_json::Value| r["epoch"] == step["epoch"] && r["iteration"] == step["iteration"];
+    let first = lines.iter().position(|l| same_step(&record(l))).unwrap();
+    let moved = lines
+        .iter()
+        .map(|l| {
+            let mut r = record(l);
+            if same_step(&r) {
+                r["iteration"] = far.clone();
+            }
+            r.to_string()
+        })
+        .collect();
+    refused("whole-step", moved, first + 1, "iteration");
+    // Line 4 again, at the end.
+    let twice: Vec<String> = lines.iter().chain(&[lines[3]]).map(|l| l.to_string()).collect();
+    let e = refused("twice", twice, lines.len() + 1, "iteration");
+    assert!(e.contains("recorded twice (first at line 4)"), "{e}");
 }

@@ -21,7 +21,7 @@ use super::fit::nnls;
 use super::model::{Shape, compute_units, fetch_parts, fetch_seconds, predict_iteration};
 use super::probe::{ProbeTask, probe_links};
 use super::setup::Setup;
-use super::validate::{measure, read_metrics};
+use super::validate::{RecordBounds, measure, read_run_metrics};
 use super::{ComputeRate, RowSources, layout_of_run};
 use crate::DataDir;
 use crate::cluster::Launcher;
@@ -170,10 +170,10 @@ pub fn calibrate(
             crate::train::train(data, cfg.clone(), &opts, &mut Quiet).map_err(anyhow::Error::from)
         }
         .with_context(|| format!("calibration run of {strategy} (T = {t}) failed"))?;
-        let records = read_metrics(&data.run_dir(&summary.run).join("metrics.jsonl"))?;
+        let job = super::CountJob { batch_size: batch, ..setup.job() };
+        let records = read_run_metrics(&data.run_dir(&summary.run).join("metrics.jsonl"), &RecordBounds::of(&job))?;
         let measured = measure(&records)?;
         let layout = layout_of_run(&cfg, measured.time_steps)?;
-        let job = super::CountJob { batch_size: batch, ..setup.job() };
         let counts = job.count(&layout, &measured.iterations);
         collect(&mut samples, &records, &counts, &f, &shape);
         // The jitter is the job's own: runs at its batch size only.

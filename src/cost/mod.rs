@@ -30,7 +30,7 @@ pub use figures::{ComputeRate, Figures, Link};
 pub use model::{Components, IterationPrediction, Prediction, Shape, predict, predict_iteration};
 pub use planner::{Candidate, PlanInput, Tuning, balanced_shares, layout_of, tune};
 pub use setup::Setup;
-pub use validate::{Errors, Measured, measure, read_metrics};
+pub use validate::{Errors, Measured, RecordBounds, measure, read_metrics, read_run_metrics};
 
 use crate::schedule::MergePlan;
 use crate::train::{StrategyKind, TrainConfig};
@@ -137,9 +137,10 @@ pub fn validate_run(data: &DataDir, run: &str, figures: &Figures) -> anyhow::Res
     })?;
     let cfg: TrainConfig = serde_json::from_slice(&text)
         .map_err(|e| BadInput::new(format!("{}: not a run config: {e}", cfg_path.display())))?;
-    let measured = measure(&read_metrics(&dir.join("metrics.jsonl"))?)
-        .map_err(|e| BadInput::new(format!("--validate {run}: {e}")))?;
     let setup = Setup::open(data, &cfg).with_context(|| format!("cannot set up the prediction of run {run}"))?;
+    let bounds = RecordBounds::of(&setup.job());
+    let measured = measure(&read_run_metrics(&dir.join("metrics.jsonl"), &bounds)?)
+        .map_err(|e| BadInput::new(format!("--validate {run}: {e}")))?;
     let layout = layout_of_run(&cfg, measured.time_steps)?;
     let counts = setup.job().count(&layout, &measured.iterations);
     let predicted = predict(&counts, figures, &setup.shape(cfg.prefetches()));

@@ -30,7 +30,79 @@ pub struct Measured {
     pub components: Components,
 }
 
+/// What a run's step records can hold, from its config and train set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordBounds {
+    pub workers: usize,
+    pub iterations_per_epoch: u64,
+}
+
+impl RecordBounds {
+    pub fn of(job: &super::CountJob) -> Self {
+        let iterations = crate::schedule::batches::iterations(job.train.len(), job.workers, job.batch_size);
+        RecordBounds { workers: job.workers, iterations_per_epoch: iterations as u64 }
+    }
+
+    /// Refuses a record the run cannot have written: the prediction replays
+    /// each record's batch, so an iteration past the epoch's end would index
+    /// past its train ids, and a worker or duplicate the run did not have
+    /// would skew the measured times without a word.
+    fn check(&self, path: &Path, records: &[(usize, StepRecord)]) -> Result<(), BadInput> {
+        let mut seen = std::collections::HashMap::new();
+        for (line, r) in records {
+            let bad = |field: &str, why: String| {
+                BadInput::new(format!(
+                    "{} line {line}: `{field}`: {why}; is this the run's own metrics.jsonl?",
+                    path.display()
+                ))
+            };
+            if r.worker as usize >= self.workers {
+                return Err(bad("worker", format!("{} in a run of {} worker(s)", r.worker, self.workers)));
+            }
+            if r.iteration >= self.iterations_per_epoch {
+                return Err(bad(
+                    "iteration",
+                    format!("{} but an epoch of this run has {} iteration(s)", r.iteration, self.iterations_per_epoch),
+                ));
+            }
+            for (field, s) in [
+                ("sample_seconds", r.sample_seconds),
+                ("gather_seconds", r.gather_seconds),
+                ("compute_seconds", r.compute_seconds),
+                ("sync_seconds", r.sync_seconds),
+            ] {
+                if !(s.is_finite() && s >= 0.0) {
+                    return Err(bad(field, format!("{s} is not a duration (a finite number of seconds, 0 or more)")));
+                }
+            }
+            if let Some(first) = seen.insert((r.epoch, r.iteration, r.time_step, r.worker, r.layer), *line) {
+                return Err(bad(
+                    "iteration",
+                    format!(
+                        "epoch {} iteration {} time step {} of worker {} is recorded twice (first at line {first})",
+                        r.epoch, r.iteration, r.time_step, r.worker
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The step records of a run's `metrics.jsonl`, as the run wrote them.
 pub fn read_metrics(path: &Path) -> Result<Vec<StepRecord>, BadInput> {
+    Ok(read_lines(path)?.into_iter().map(|(_, r)| r).collect())
+}
+
+/// The step records of `path`, each checked against what the run could write.
+pub fn read_run_metrics(path: &Path, bounds: &RecordBounds) -> Result<Vec<StepRecord>, BadInput> {
+    let records = read_lines(path)?;
+    bounds.check(path, &records)?;
+    Ok(records.into_iter().map(|(_, r)| r).collect())
+}
+
+/// Each step record with its line number (from 1).
+fn read_lines(path: &Path) -> Result<Vec<(usize, StepRecord)>, BadInput> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         BadInput::new(format!(
             "cannot read {}: {e}; --validate takes a run name under <data-dir>/runs/",
@@ -44,7 +116,7 @@ pub fn read_metrics(path: &Path) -> Result<Vec<StepRecord>, BadInput> {
         }
         let r: StepRecord = serde_json::from_str(line)
             .map_err(|e| BadInput::new(format!("{} line {}: not a metrics record: {e}", path.display(), i + 1)))?;
-        out.push(r);
+        out.push((i + 1, r));
     }
     Ok(out)
 }

@@ -13,6 +13,11 @@ pub fn epoch_order(train: &[u32], seed: u64, epoch: u64) -> Vec<u32> {
     order
 }
 
+/// Iterations of an epoch over `roots` train ids (0 when there are no workers or batch).
+pub fn iterations(roots: usize, workers: usize, batch: usize) -> usize {
+    roots.div_ceil(workers.saturating_mul(batch).max(1))
+}
+
 pub struct Schedule<'a> {
     order: &'a [u32],
     workers: usize,
@@ -26,7 +31,7 @@ impl<'a> Schedule<'a> {
     }
 
     pub fn iterations(&self) -> usize {
-        self.order.len().div_ceil(self.workers * self.batch)
+        iterations(self.order.len(), self.workers, self.batch)
     }
 
     /// The roots of iteration `i` over all workers.
