@@ -4,6 +4,8 @@
 
 use super::report::BenchReport;
 use crate::format::write_atomic;
+use plotters::coord::ranged1d::{KeyPointHint, NoDefaultFormatting, Ranged, ValueFormatter};
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use std::path::Path;
 
@@ -18,6 +20,66 @@ const COLORS: [RGBColor; 6] = [
 
 fn plot_error(e: impl std::fmt::Display) -> anyhow::Error {
     anyhow::anyhow!("cannot draw the bench plot: {e}")
+}
+
+/// Most ticks on a value axis.
+const MAX_TICKS: usize = 8;
+
+/// The ticks of a value axis from 0 to `top`: multiples of a 1-2-5 step, at most
+/// MAX_TICKS + 1 of them. The axes are given these instead of plotters' own f64
+/// key points, whose search loops forever on an infinite range or one too
+/// narrow for its step to stay a normal number.
+fn ticks(top: f64) -> Vec<f64> {
+    if !(top.is_normal() && top > 0.0) {
+        return vec![0.0];
+    }
+    let most = MAX_TICKS as f64;
+    let magnitude = 10f64.powi((top / most).log10().floor() as i32);
+    let step =
+        [1.0, 2.0, 5.0, 10.0].iter().map(|m| m * magnitude).find(|s| s.is_normal() && top / s <= most).unwrap_or(top);
+    (0..=MAX_TICKS).map(|i| i as f64 * step).take_while(|v| *v <= top).collect()
+}
+
+/// The top of a value axis over values up to `max`, with room for the legend; finite.
+fn axis_top(max: f64) -> f64 {
+    (max * 1.25).min(f64::MAX)
+}
+
+/// A value axis from 0 to `top` that draws `ticks(top)`: plotters' own f64
+/// axis maps values as this one does, but searches its ticks itself.
+struct ValueAxis {
+    range: RangedCoordf64,
+    ticks: Vec<f64>,
+}
+
+impl ValueAxis {
+    fn up_to(top: f64) -> Self {
+        ValueAxis { range: (0.0..top).into(), ticks: ticks(top) }
+    }
+}
+
+impl Ranged for ValueAxis {
+    type FormatOption = NoDefaultFormatting;
+    type ValueType = f64;
+
+    fn map(&self, value: &f64, limit: (i32, i32)) -> i32 {
+        self.range.map(value, limit)
+    }
+
+    fn key_points<Hint: KeyPointHint>(&self, hint: Hint) -> Vec<f64> {
+        // The ticks once, as bold lines; no light ones between them.
+        if hint.weight().allow_light_points() { Vec::new() } else { self.ticks.clone() }
+    }
+
+    fn range(&self) -> std::ops::Range<f64> {
+        self.range.range()
+    }
+}
+
+impl ValueFormatter<f64> for ValueAxis {
+    fn format(value: &f64) -> String {
+        RangedCoordf64::format(value)
+    }
 }
 
 /// Writes `bench.svg` into `dir` (atomically) and returns its path.
@@ -47,7 +109,7 @@ pub fn write_plots(report: &BenchReport, dir: &Path) -> anyhow::Result<std::path
         root.fill(&WHITE).map_err(plot_error)?;
         let (left, right) = root.split_horizontally(550);
 
-        let top = report.rows.iter().filter_map(|r| r.speedup).fold(1.0f64, f64::max) * 1.25;
+        let top = axis_top(report.rows.iter().filter_map(|r| r.speedup).fold(1.0f64, f64::max));
         let mut chart = ChartBuilder::on(&left)
             .caption(
                 format!("Speed-up over model-centric, {} x {}", report.workers, report.dataset),
@@ -56,7 +118,7 @@ pub fn write_plots(report: &BenchReport, dir: &Path) -> anyhow::Result<std::path
             .margin(10)
             .x_label_area_size(30)
             .y_label_area_size(45)
-            .build_cartesian_2d(-0.3..(n - 0.7).max(0.3), 0.0..top)
+            .build_cartesian_2d(-0.3..(n - 0.7).max(0.3), ValueAxis::up_to(top))
             .map_err(plot_error)?;
         chart
             .configure_mesh()
@@ -88,13 +150,13 @@ pub fn write_plots(report: &BenchReport, dir: &Path) -> anyhow::Result<std::path
             .draw()
             .map_err(plot_error)?;
 
-        let top = report.rows.iter().map(|r| r.epoch_seconds).fold(0.0f64, f64::max).max(1e-3) * 1.25;
+        let top = axis_top(report.rows.iter().map(|r| r.epoch_seconds).fold(0.0f64, f64::max).max(1e-3));
         let mut chart = ChartBuilder::on(&right)
             .caption("Epoch seconds", ("sans-serif", 16))
             .margin(10)
             .x_label_area_size(30)
             .y_label_area_size(45)
-            .build_cartesian_2d(-0.5..n - 0.5, 0.0..top)
+            .build_cartesian_2d(-0.5..n - 0.5, ValueAxis::up_to(top))
             .map_err(plot_error)?;
         chart
             .configure_mesh()
@@ -131,4 +193,56 @@ pub fn write_plots(report: &BenchReport, dir: &Path) -> anyhow::Result<std::path
     let path = dir.join("bench.svg");
     write_atomic(&path, svg.as_bytes())?;
     Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::BenchRow;
+
+    #[test]
+    fn ticks_are_few_and_within_the_axis_for_any_top() {
+        for top in [1.25, 0.00125, 1e-300, 1e-310, 5e-324, 1e300, f64::MAX, 7.0, 80.0, f64::INFINITY, 0.0] {
+            let t = ticks(top);
+            assert!(!t.is_empty() && t.len() <= MAX_TICKS + 1, "{top}: {t:?}");
+            assert!(t.windows(2).all(|w| w[0] < w[1]) && t.iter().all(|v| *v >= 0.0), "{top}: {t:?}");
+            assert!(t.iter().all(|v| *v <= top) || t == [0.0], "{top}: {t:?}");
+        }
+        assert_eq!(ticks(10.0), [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]);
+    }
+
+    /// Finite values at the edges of f64 are drawn, not searched forever for
+    /// their axis ticks (plotters' own search did not end for these).
+    #[test]
+    fn the_plot_of_extreme_finite_values_is_written() {
+        for (secs, speedup) in [(f64::MAX, f64::MAX), (5e-324, 1e308), (1e-310, 5e-324), (1e300, 1.0)] {
+            let row = |strategy: &str, speedup| BenchRow {
+                rate: "1gbit".into(),
+                strategy: strategy.into(),
+                variant: None,
+                prefetch: false,
+                epoch_seconds: secs,
+                speedup,
+                features_per_epoch: 0.0,
+                train_features_per_epoch: None,
+                gradients_per_epoch: 0.0,
+                migration_per_epoch: 0.0,
+                activations_per_epoch: 0.0,
+                miss_rate: 0.0,
+                test_accuracy: None,
+                time_steps: 1,
+            };
+            let report = BenchReport {
+                dataset: "d".into(),
+                workers: 2,
+                rows: vec![row("model-centric", Some(1.0)), row("leapgnn", Some(speedup))],
+            };
+            let dir = tempfile::tempdir().unwrap();
+            let (done, finished) = std::sync::mpsc::channel();
+            let at = dir.path().to_path_buf();
+            std::thread::spawn(move || done.send(write_plots(&report, &at).map_err(|e| e.to_string())));
+            let written = finished.recv_timeout(std::time::Duration::from_secs(60));
+            assert!(matches!(written, Ok(Ok(_))), "{secs} s, {speedup}x: {written:?}");
+        }
+    }
 }

@@ -71,6 +71,7 @@ pub fn load_runs(dir: &Path) -> Result<BenchReport, BadInput> {
             .map_err(|e| BadInput::new(format!("cannot read {}: {e}", path.display())))?;
         let mut s: RunSummary = serde_json::from_str(&text)
             .map_err(|e| BadInput::new(format!("{} is not a `train --json` summary: {e}", path.display())))?;
+        check_epoch_seconds(&path, &s.epoch_seconds)?;
         // The full-graph engine's default strategy is graph parallelism, which the bench names `full-graph`.
         if s.mode.as_deref() == Some("full-graph") && s.strategy == "model-centric" {
             s.strategy = "full-graph".into();
@@ -93,7 +94,14 @@ pub fn load_runs(dir: &Path) -> Result<BenchReport, BadInput> {
             let v: serde_json::Value = serde_json::from_str(line)
                 .map_err(|e| BadInput::new(format!("{} line {}: not a JSON record: {e}", path.display(), i + 1)))?;
             if v.get("time_step").is_some() {
-                bytes += v["bytes_in"]["features"].as_u64().unwrap_or(0);
+                bytes = bytes.checked_add(v["bytes_in"]["features"].as_u64().unwrap_or(0)).ok_or_else(|| {
+                    BadInput::new(format!(
+                        "{} line {}: `bytes_in.features`: the records' sum passes {} bytes; is this the run's own metrics.jsonl?",
+                        path.display(),
+                        i + 1,
+                        u64::MAX
+                    ))
+                })?;
             }
         }
         Ok(Some(bytes as f64 / s.epochs.max(1) as f64))
@@ -145,6 +153,23 @@ pub fn load_runs(dir: &Path) -> Result<BenchReport, BadInput> {
         .collect::<Result<_, BadInput>>()?;
     let first = &runs[0].2;
     Ok(BenchReport { dataset: first.dataset.clone(), workers: first.workers, rows })
+}
+
+/// An epoch's seconds the report can divide by and plot: a speed-up over an
+/// epoch of 0 or of a subnormal is infinite, and so is a mean over epochs near
+/// f64::MAX. No real epoch is shorter than a microsecond or longer than three years.
+const EPOCH_SECONDS: std::ops::RangeInclusive<f64> = 1e-6..=1e8;
+
+fn check_epoch_seconds(path: &Path, secs: &[f64]) -> Result<(), BadInput> {
+    match secs.iter().enumerate().find(|(_, s)| !EPOCH_SECONDS.contains(*s)) {
+        Some((i, s)) => Err(BadInput::new(format!(
+            "{}: `epoch_seconds`[{i}] is {s}, not an epoch's time (seconds from {:e} to {:e}); is this a `train --json` summary?",
+            path.display(),
+            EPOCH_SECONDS.start(),
+            EPOCH_SECONDS.end()
+        ))),
+        None => Ok(()),
+    }
 }
 
 fn mean(xs: &[f64]) -> f64 {
