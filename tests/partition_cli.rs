@@ -287,3 +287,35 @@ fn walk(root: &Path) -> Vec<std::path::PathBuf> {
     }
     all
 }
+
+/// METIS at a K too large for Cora leaves parts without a node and prints its
+/// complaints (`***Cannot bisect a graph with 0 vertices!`) with printf: such a
+/// partitioning is refused (exit 2, one line, fewer parts suggested), and
+/// `--json` stdout is the JSON document alone, or nothing.
+#[test]
+fn metis_parts_left_empty_are_refused_and_json_stdout_stays_pure() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let from = common::shared("planetoid/converted/cora");
+    let out = leapgnn(d, &["download", "cora", "--from", from.to_str().unwrap(), "--format", "text"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for args in [
+        &["partition", "cora", "--parts", "600", "--json"][..],
+        &["analyze-locality", "cora", "--parts", "600", "--method", "metis", "--json"],
+    ] {
+        let out = leapgnn(d, args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err} / stdout {}", String::from_utf8_lossy(&out.stdout));
+        assert!(out.stdout.is_empty(), "{args:?}: {}", String::from_utf8_lossy(&out.stdout));
+        // analyze-locality says first that it partitions on demand.
+        let errors: Vec<&str> = err.lines().filter(|l| !l.starts_with("no up-to-date metis-600 partition")).collect();
+        assert!(errors.len() == 1 && errors[0].starts_with("error: "), "{args:?}: {err}");
+        assert!(err.contains("--parts 600") && err.contains("without a node") && err.contains("fewer parts"), "{err}");
+        assert!(!err.contains("Cannot bisect"), "METIS' own complaints are not the error: {err}");
+    }
+    assert!(!d.join("cora/parts/metis-600").exists(), "a refused partition is not written");
+    let out = leapgnn(d, &["partition", "cora", "--parts", "8", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["parts"], 8);
+}

@@ -56,12 +56,34 @@ pub fn assign(p: &Problem<'_>) -> Result<Vec<u16>, PartitionError> {
     let failed = |detail: String| PartitionError::Metis { nodes: n, entries, detail };
     let mut part: Vec<Idx> = vec![0; n];
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    metis::Graph::new(ncon as Idx, p.parts as Idx, &xadj, &adjncy)
-        .map_err(|e| failed(format!("{e:?}")))?
-        .set_vwgt(&vwgt)
-        .set_ubvec(&ubvec)
-        .set_option(metis::option::Seed(seed))
-        .part_kway(&mut part)
-        .map_err(|e| failed(e.to_string()))?;
-    Ok(part.into_iter().map(|q| q as u16).collect())
+    let call = || {
+        metis::Graph::new(ncon as Idx, p.parts as Idx, &xadj, &adjncy)
+            .map_err(|e| format!("{e:?}"))?
+            .set_vwgt(&vwgt)
+            .set_ubvec(&ubvec)
+            .set_option(metis::option::Seed(seed))
+            .part_kway(&mut part)
+            .map_err(|e| e.to_string())
+    };
+    // METIS prints its complaints on stdout, where `--json` output goes.
+    let (done, said) =
+        crate::util::c_stdout::capture(call).map_err(|e| failed(format!("cannot set its output aside: {e}")))?;
+    let said = first_lines(&said);
+    done.map_err(|e| failed(if said.is_empty() { e } else { format!("{e}: {said}") }))?;
+    let part: Vec<u16> = part.into_iter().map(|q| q as u16).collect();
+    if !said.is_empty() {
+        tracing::debug!("METIS said: {said}");
+    }
+    Ok(part)
+}
+
+/// METIS' distinct complaints, on one line.
+fn first_lines(text: &str) -> String {
+    let mut lines: Vec<&str> = Vec::new();
+    for l in text.lines().map(|l| l.trim().trim_start_matches('*')).filter(|l| !l.is_empty()) {
+        if !lines.contains(&l) && lines.len() < 3 {
+            lines.push(l);
+        }
+    }
+    lines.join("; ")
 }

@@ -152,12 +152,30 @@ impl Problem<'_> {
 
 /// node -> part with the chosen method.
 pub fn assign(method: Method, p: &Problem<'_>) -> Result<Vec<u16>, PartitionError> {
-    Ok(match method {
+    let part = match method {
         Method::Metis => metis::assign(p)?,
         Method::Random => random::assign(p),
         Method::Hash => hash::assign(p),
         Method::Ldg => ldg::assign(p),
-    })
+    };
+    // A part without a node is a worker without work and a server without
+    // features; METIS leaves such parts when K is large for the graph.
+    let mut sizes = vec![0usize; p.parts];
+    for &q in &part {
+        if let Some(s) = sizes.get_mut(q as usize) {
+            *s += 1;
+        }
+    }
+    let empty = sizes.iter().filter(|&&s| s == 0).count();
+    if empty > 0 {
+        let (k, n) = (p.parts, part.len());
+        return Err(BadInput::new(format!(
+            "--parts {k}: --method {} left {empty} of the {k} parts without a node ({n} nodes); give fewer parts",
+            method.name()
+        ))
+        .into());
+    }
+    Ok(part)
 }
 
 /// `train` ids as a per-node flag (duplicates in the list count once).

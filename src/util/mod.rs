@@ -1,5 +1,6 @@
 //! Small shared helpers: seeded randomness, memory figures.
 
+pub mod c_stdout;
 pub mod console;
 pub mod lock_file;
 pub mod rng;
