@@ -17,8 +17,17 @@ pub fn capture<T>(f: impl FnOnce() -> T) -> io::Result<(T, String)> {
     let stdout = io::stdout();
     let mut lock = stdout.lock();
     lock.flush()?;
-    let mut file = unnamed_file()?;
-    let saved: OwnedFd = stdout.as_fd().try_clone_to_owned()?;
+    // Without a temporary file (a read-only temp dir) the call still runs, its
+    // complaints on stdout as before: better than refusing to partition.
+    let (mut file, saved) = match unnamed_file().and_then(|f| Ok((f, stdout.as_fd().try_clone_to_owned()?))) {
+        Ok(both) => both,
+        Err(e) => {
+            tracing::debug!("C stdout not set aside: {e}");
+            drop(lock);
+            return Ok((f(), String::new()));
+        }
+    };
+    let saved: OwnedFd = saved;
     // SAFETY: dup2 takes two descriptors and no memory. `file` is open for the
     // whole call, and fd 1 is given back its own description (the `saved`
     // duplicate) by `Restore` below, also when `f` unwinds.
