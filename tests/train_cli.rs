@@ -267,3 +267,29 @@ fn local_workers_share_the_cores_unless_the_operator_sets_their_threads() {
     assert_eq!(threads("shared", None), vec![leapgnn::cluster::launcher::threads_per_worker(cores, 3); 3]);
     assert_eq!(threads("preset", Some("3")), vec![3; 3], "the operator's RAYON_NUM_THREADS is kept");
 }
+
+/// A checkpoint's `state.json` names its files; a hand-edited one that names
+/// a file outside the checkpoint directory is refused (exit 2) by `infer` and
+/// `--resume`, never opened (nor shipped to ssh hosts on a resume).
+#[test]
+fn a_state_json_naming_a_file_outside_its_checkpoint_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    write_tiny(d, "tiny", Tiny::default());
+    json(d, &args(&["--epochs", "1", "--run", "r"]));
+    let state = d.join("runs/r/checkpoint/state.json");
+    let good = std::fs::read_to_string(&state).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&good).unwrap();
+    let weights = v["weights"].as_str().unwrap().to_string();
+    for bad in ["../../../etc/passwd", "/etc/passwd", "sub/model.safetensors"] {
+        v["weights"] = bad.into();
+        std::fs::write(&state, serde_json::to_vec(&v).unwrap()).unwrap();
+        for cmd in [&["infer", "r"][..], &["train", "--resume", "r", "--epochs", "2"]] {
+            let line = fails(d, cmd, 2);
+            assert!(line.contains(&format!("it names `{bad}`")) && line.contains("state.json"), "{cmd:?}: {line}");
+        }
+    }
+    v["weights"] = weights.into();
+    std::fs::write(&state, serde_json::to_vec(&v).unwrap()).unwrap();
+    json(d, &["train", "--resume", "r", "--epochs", "2"]);
+}

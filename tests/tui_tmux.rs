@@ -165,7 +165,9 @@ fn a_forced_stop_gives_the_terminal_back() {
     for sig in ["INT", "TERM"] {
         assert!(Command::new("kill").args([&format!("-{sig}"), &pids[0].to_string()]).status().unwrap().success());
     }
-    let after = tmux.wait("exit", Duration::from_secs(30), |s| s.contains("leapgnn exited"));
+    // `stty -a` prints icanon or -icanon after the exit line: wait for it too.
+    let after =
+        tmux.wait("exit and stty", Duration::from_secs(30), |s| s.contains("leapgnn exited") && s.contains("icanon"));
     assert!(after.contains("leapgnn exited 130"), "{after}");
     assert!(after.contains("forced stop"), "{after}");
     let modes = tmux.run(&["display-message", "-p", "-t", "run", "#{alternate_on} #{cursor_flag}"]);
@@ -262,7 +264,12 @@ fn the_time_step_grid_shows_what_the_records_say() {
     // arrive as they end, so the newest iterations may still be partly empty.
     let grid = tmux.wait("three iterations, 12 cells", Duration::from_secs(60), |s| {
         let lines: Vec<&str> = s.lines().collect();
-        let filled = lines.iter().filter(|l| l.contains(" miss")).map(|l| l.matches('%').count()).sum::<usize>();
+        // The grid's rows only: the legend below it ("miss < 10% green") has percentages too.
+        let filled = lines
+            .iter()
+            .filter(|l| l.contains("w0 miss") || l.contains("w1 miss"))
+            .map(|l| l.matches('%').count())
+            .sum::<usize>();
         filled >= 12
             && lines.iter().position(|l| l.contains("wkr")).is_some_and(|at| lines[at + 1].matches("t1").count() >= 3)
     });

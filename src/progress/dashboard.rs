@@ -170,7 +170,9 @@ impl ProgressSink for Dashboard {
                     (0, 0) => "started".to_string(),
                     (e, i) => format!("resumed at epoch {}, iteration {}", e + 1, i + 1),
                 };
-                let shape = format!("{} epochs of {} iterations", info.epochs, info.iterations_per_epoch);
+                let plural = |n: u64, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
+                let shape =
+                    format!("{} of {}", plural(info.epochs, "epoch"), plural(info.iterations_per_epoch, "iteration"));
                 self.event(&format!("run {} {at}: {shape}", info.run));
             }
             Err(e) => {

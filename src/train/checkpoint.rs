@@ -227,6 +227,13 @@ fn read_state(dir: &Path) -> Result<StateFile, TrainError> {
     if s.version != VERSION {
         return Err(unusable(&path, format!("version {} (this binary reads {VERSION})", s.version)));
     }
+    // The files it names are read, and shipped to ssh hosts on a resume: never
+    // anything outside the checkpoint directory.
+    for name in [Some(&s.weights), Some(&s.optimizer), s.history.as_ref()].into_iter().flatten() {
+        if Path::new(name).file_name().and_then(|n| n.to_str()) != Some(name.as_str()) {
+            return Err(unusable(&path, format!("it names `{name}`, which is not a file of the checkpoint directory")));
+        }
+    }
     Ok(s)
 }
 
