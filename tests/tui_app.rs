@@ -132,3 +132,17 @@ fn ctrl_c_twice_forces_the_stop_and_q_twice_does_not() {
         assert_eq!(count.get(), forced, "{keys:?}");
     }
 }
+
+/// A stop asked for by a signal reaches the screen as `q`'s does: the
+/// STOPPING state and one event, however often the run says so.
+#[test]
+fn a_signal_stop_shows_the_stopping_state_once() {
+    let mut msgs = run_messages();
+    msgs.push(Msg::Stopping("stop requested by a signal: checkpoint, then exit".into()));
+    msgs.push(Msg::Stopping("stop requested by a signal: checkpoint, then exit".into()));
+    let (_, state, stop, _) = play(&[], msgs);
+    assert!(state.stopping, "no STOPPING state");
+    assert!(!stop, "the dashboard's own stop flag is for its keys");
+    let said = state.events().iter().filter(|e| e.contains("by a signal")).count();
+    assert_eq!(said, 1);
+}

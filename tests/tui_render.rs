@@ -227,3 +227,30 @@ fn the_loss_shown_is_that_of_the_last_complete_iteration() {
     s.finished = true;
     assert_eq!(s.complete_iterations().count(), 4, "once the run has ended, the last one counts");
 }
+
+/// The grid reaches back as far as the screen is wide: at 300 columns, 32
+/// step columns, 16 iterations of T = 2 (it stopped at 8 iterations).
+#[test]
+fn a_wide_screen_shows_as_many_iterations_as_fit() {
+    let mut s = DashboardState::new(info());
+    iterations(0, 0..10).iter().chain(&iterations(1, 0..10)).for_each(|r| s.apply_record(r));
+    let screen = render(&s, &Ui { view: View::Steps, help: false }, 300, 24);
+    let header = line_with(&screen, "wkr");
+    let shown: Vec<&str> = header.split_whitespace().filter(|w| w.starts_with('i')).collect();
+    assert_eq!(shown.len(), 32, "{screen}");
+    // Newest first: epoch 2's ten iterations, then epoch 1's last six.
+    assert!(header.contains("e2 i10") && header.contains("e1 i5") && !header.contains("e1 i4"), "{screen}");
+}
+
+/// At 50 columns the key hint took 25 of them and the view tabs were cut
+/// ("overview │ wor"); now the hint makes way for them. Wide enough, both are there.
+#[test]
+fn a_narrow_screen_keeps_the_view_tabs_whole() {
+    let s = scripted();
+    let last = |w: u16| render(&s, &Ui::default(), w, 24).lines().last().unwrap_or_default().to_string();
+    let narrow = last(50);
+    assert!(narrow.contains("overview │ workers │ curves │ log │ steps"), "{narrow}");
+    assert!(!narrow.contains("q stop"), "{narrow}");
+    let wide = last(80);
+    assert!(wide.contains("overview │ workers") && wide.contains("q stop  tab view  ? help"), "{wide}");
+}

@@ -107,6 +107,8 @@ pub struct Dashboard {
     /// Bars, if the terminal could not be taken over.
     fallback: Option<Bars>,
     stop: Arc<AtomicBool>,
+    /// The STOPPING banner was sent for a signal.
+    told_signal: AtomicBool,
     started: Instant,
 }
 
@@ -118,7 +120,13 @@ impl Default for Dashboard {
 
 impl Dashboard {
     pub fn new() -> Self {
-        Dashboard { live: None, fallback: None, stop: Arc::new(AtomicBool::new(false)), started: Instant::now() }
+        Dashboard {
+            live: None,
+            fallback: None,
+            stop: Arc::new(AtomicBool::new(false)),
+            told_signal: AtomicBool::new(false),
+            started: Instant::now(),
+        }
     }
 
     /// Raw mode and the alternate screen, then the drawing thread.
@@ -213,6 +221,10 @@ impl ProgressSink for Dashboard {
         }
     }
     fn stop_requested(&self) -> bool {
+        // A signal stops the run too (the caller reads it): the screen says so once.
+        if super::signals::stop_requested() && !self.told_signal.swap(true, Ordering::SeqCst) {
+            self.send(Msg::Stopping("stop requested by a signal: checkpoint, then exit".into()));
+        }
         self.stop.load(Ordering::SeqCst)
     }
     fn finish(&mut self) {

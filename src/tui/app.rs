@@ -20,6 +20,8 @@ pub enum Msg {
     Record(StepRecord),
     Epoch(EpochRecord),
     Event(String),
+    /// The run was asked to stop other than by a key (a signal): say so, as `q` does.
+    Stopping(String),
     /// The run ended: draw once more and return.
     Finish,
 }
@@ -111,6 +113,12 @@ fn apply(state: &mut DashboardState, m: Msg) {
         Msg::Record(r) => state.apply_record(&r),
         Msg::Epoch(e) => state.apply_epoch(&e),
         Msg::Event(e) => state.push_event(e),
+        Msg::Stopping(why) => {
+            if !state.stopping {
+                state.stopping = true;
+                state.push_event(why);
+            }
+        }
         Msg::Finish => {}
     }
 }

@@ -59,7 +59,11 @@ fn overview(frame: &mut Frame, area: Rect, state: &DashboardState) {
 
 fn footer(frame: &mut Frame, area: Rect, ui: &Ui) {
     let keys = "q stop  tab view  ? help ";
-    let [tabs, help] = Layout::horizontal([Constraint::Fill(1), Constraint::Length(keys.len() as u16)]).areas(area);
+    // The tabs as ratatui draws them: each title padded by a space a side, one divider between.
+    let tabs_width: usize = View::ALL.iter().map(|v| v.title().len() + 3).sum();
+    // Too narrow for both: the tabs stay whole and the key hint goes (`?` still shows it).
+    let hint = if (area.width as usize) < tabs_width + keys.len() { 0 } else { keys.len() as u16 };
+    let [tabs, help] = Layout::horizontal([Constraint::Fill(1), Constraint::Length(hint)]).areas(area);
     let selected = View::ALL.iter().position(|v| *v == ui.view);
     frame.render_widget(
         Tabs::new(View::ALL.map(View::title))

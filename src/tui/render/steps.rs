@@ -14,8 +14,6 @@ use ratatui::widgets::{Block, Cell, Paragraph, Row, Table};
 const CELL: u16 = 8;
 /// Width of the row label column: `w12 rcv`.
 const LABEL: u16 = 7;
-/// Iterations looked back at most.
-const MAX_ITERATIONS: usize = 8;
 
 /// Heatmap colour of a miss rate.
 fn heat(miss: f64) -> Color {
@@ -33,7 +31,8 @@ pub fn draw(frame: &mut Frame, area: Rect, s: &DashboardState) {
     // Whole iterations that fit, newest first (at least the newest one, clipped if need be).
     let mut shown: Vec<((u64, u64), Vec<StepCell>)> = Vec::new();
     let mut columns = 0;
-    for (key, cells) in s.recent_cells(MAX_ITERATIONS) {
+    // Each iteration takes a column at least: as many as the screen is wide.
+    for (key, cells) in s.recent_cells(fit.max(1)) {
         let steps = cells.iter().map(|c| c.time_step + 1).max().unwrap_or(1) as usize;
         if !shown.is_empty() && columns + steps > fit {
             break;
