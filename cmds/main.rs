@@ -132,6 +132,20 @@ fn main() -> ExitCode {
     // rustls needs one process-wide crypto provider; ring is the light one.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let g = cli.global;
+    let uses_data = matches!(
+        cli.command,
+        Command::Download(_)
+            | Command::Info(_)
+            | Command::Partition(_)
+            | Command::AnalyzeLocality(_)
+            | Command::Train(_)
+            | Command::Infer(_)
+            | Command::TuneMerge(_)
+    );
+    if uses_data && let Err(e) = g.data().check() {
+        leapgnn::elog!("error: {e}");
+        return ExitCode::from(2);
+    }
     let result = match cli.command {
         Command::Download(a) => download::run(&g, a),
         Command::Info(a) => info::run(&g, a),

@@ -11,6 +11,20 @@ impl DataDir {
     pub fn new(root: impl Into<PathBuf>) -> Self {
         DataDir { root: root.into() }
     }
+
+    /// A data directory that exists as something else (a file) cannot hold
+    /// datasets: said once, up front, rather than as "no dataset ... download
+    /// it first" by every command that looks inside it.
+    pub fn check(&self) -> Result<(), crate::BadInput> {
+        match std::fs::metadata(&self.root) {
+            Ok(m) if !m.is_dir() => Err(crate::BadInput::new(format!(
+                "--data-dir {} is a file, not a directory; give the directory that holds (or is to hold) the \
+                 datasets, or set LEAPGNN_DATA",
+                self.root.display()
+            ))),
+            _ => Ok(()),
+        }
+    }
     pub fn dataset_dir(&self, name: &str) -> PathBuf {
         self.root.join(name)
     }

@@ -110,6 +110,18 @@ fn bad_input_is_refused_with_exit_2_naming_the_flag_or_the_figures() {
     }
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "kept");
     assert!(!d.join("runs/one/predictions.safetensors").exists());
+    // --nodes: a missing file is a bad flag value (it was a runtime failure, exit 1), and a
+    // huge token (a binary file given by mistake) is quoted cut, not whole.
+    let e = fails(d, &["infer", "one", "--nodes", d.join("missing.txt").to_str().unwrap()], 2);
+    assert!(e.contains("--nodes") && e.contains("missing.txt"), "{e}");
+    let big = d.join("big.txt");
+    std::fs::write(&big, "x".repeat(1 << 20)).unwrap();
+    let e = fails(d, &["infer", "one", "--nodes", big.to_str().unwrap()], 2);
+    assert!(
+        e.contains(&format!("`{}...` is not a node id", "x".repeat(40))) && e.len() < 400,
+        "{}",
+        &e[..e.len().min(400)]
+    );
 }
 
 #[test]

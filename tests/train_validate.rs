@@ -215,3 +215,26 @@ fn stderr_lines_leave_each_process_in_one_write() {
         }
     }
 }
+
+/// A `--data-dir` that is a file is said to be one, once, by every command
+/// that reads it (they answered "no dataset ... download it first", and
+/// download itself "Not a directory").
+#[test]
+fn a_data_dir_that_is_a_file_is_named_as_such() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("not-a-dir");
+    std::fs::write(&file, b"x").unwrap();
+    for args in [
+        &["info", "cora"][..],
+        &["download", "cora-planetoid"],
+        &["partition", "cora", "--parts", "2"],
+        &["train", "cora", "--no-tui"],
+        &["infer", "some-run"],
+    ] {
+        let line = fails(&file, args, 2);
+        assert!(
+            line.contains(&format!("--data-dir {} is a file, not a directory", file.display())),
+            "{args:?}: {line}"
+        );
+    }
+}

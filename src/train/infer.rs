@@ -305,15 +305,20 @@ fn check_out(opts: &InferOptions) -> Result<(), BadInput> {
 
 /// Node ids, whitespace-separated; each must be a node of the dataset.
 fn read_nodes(path: &Path, num_nodes: usize) -> Result<Vec<u32>, TrainError> {
-    let text = std::fs::read_to_string(path).map_err(|e| TrainError::Io { path: path.to_path_buf(), source: e })?;
+    // A file that is not there (or not readable) is a wrong flag value, not a failure of the run.
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| BadInput::new(format!("--nodes {}: {e}; give a text file of node ids", path.display())))?;
     let mut out = Vec::new();
     for (line, l) in text.lines().enumerate() {
         for tok in l.split_whitespace() {
             match tok.parse::<u32>() {
                 Ok(v) if (v as usize) < num_nodes => out.push(v),
                 _ => {
+                    // A token is quoted whole only when short: a binary file given by mistake is one huge token.
+                    let shown: String = tok.chars().take(40).collect();
+                    let cut = if shown.len() < tok.len() { "..." } else { "" };
                     return Err(BadInput::new(format!(
-                        "--nodes {}, line {}: `{tok}` is not a node id of the dataset (0..{num_nodes})",
+                        "--nodes {}, line {}: `{shown}{cut}` is not a node id of the dataset (0..{num_nodes})",
                         path.display(),
                         line + 1
                     ))
