@@ -319,3 +319,35 @@ fn metis_parts_left_empty_are_refused_and_json_stdout_stays_pure() {
     let r: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(r["parts"], 8);
 }
+
+/// `partition` says "kept" only of files it has checked whole: a part or a
+/// manifest with a flipped byte (its structure intact, only the checksum can
+/// tell) is written again, and a damaged dataset is refused (exit 2). It
+/// used to answer "kept the existing partition" with exit 0 for all three.
+#[test]
+fn a_damaged_partition_is_not_kept_and_a_damaged_dataset_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    common::write_synthetic_small(dir.path());
+    let first = partition_json(dir.path(), &["--parts", "2", "--method", "ldg"]);
+    let parts = dir.path().join("synthetic-small/parts/ldg-2");
+    let flip = |path: &Path| {
+        let mut b = std::fs::read(path).unwrap();
+        let mid = b.len() / 2;
+        b[mid] ^= 1;
+        std::fs::write(path, b).unwrap();
+    };
+    for file in ["part-1.lgnn", "manifest"] {
+        flip(&parts.join(file));
+        let again = partition_json(dir.path(), &["--parts", "2", "--method", "ldg"]);
+        assert_eq!(again["reused"], false, "a damaged {file} was kept");
+        assert_eq!(again["edge_cut"], first["edge_cut"]);
+        PartFile::open(&parts, 1).unwrap().verify().unwrap();
+        ManifestFile::open(&parts).unwrap().verify().unwrap();
+        assert_eq!(partition_json(dir.path(), &["--parts", "2", "--method", "ldg"])["reused"], true);
+    }
+    flip(&dir.path().join("synthetic-small/dataset.lgnn"));
+    let out = leapgnn(dir.path(), &["partition", "synthetic-small", "--parts", "2", "--method", "ldg", "--json"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("checksum mismatch") && err.contains("dataset.lgnn"), "{err}");
+}

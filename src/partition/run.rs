@@ -50,7 +50,9 @@ pub fn partition_dataset(
     let started = Instant::now();
     let job = Job::open(data, name, opts)?;
     // Checked before the lock too, so a matching partition in a read-only place is used as it is.
-    let reuse = |job: &Job<'_>| if opts.force { None } else { job.existing(started) };
+    // `partition` says "kept" only of files it has checked whole (a run's
+    // on-demand reuse below does not re-hash them: its workers verify what they read).
+    let reuse = |job: &Job<'_>| if opts.force { None } else { job.existing(started, true) };
     if let Some(r) = reuse(&job) {
         return Ok(r);
     }
@@ -68,11 +70,11 @@ pub fn ensure_partition(data: &DataDir, name: &str, method: &str, parts: usize, 
     let started = Instant::now();
     let opts = PartitionOptions { seed, ..PartitionOptions::new(method.parse()?, parts) };
     let job = Job::open(data, name, &opts).with_context(|| format!("cannot partition {name}"))?;
-    if job.existing(started).is_some() {
+    if job.existing(started, false).is_some() {
         return Ok(job.dir);
     }
     let _lock = TargetLock::acquire(&job.dir).with_context(|| format!("cannot partition {name}"))?;
-    if job.existing(started).is_some() {
+    if job.existing(started, false).is_some() {
         return Ok(job.dir);
     }
     crate::elog!("no up-to-date {method}-{parts} partition of {name}: creating {}", job.dir.display());
@@ -137,8 +139,9 @@ impl<'a> Job<'a> {
     }
 
     /// The report of a partition already on disk that matches this job, if any
-    /// (a corrupt or partial one does not match and is rewritten).
-    fn existing(&self, started: Instant) -> Option<PartitionReport> {
+    /// (a corrupt or partial one does not match and is rewritten). `verify`:
+    /// the dataset, the manifest and every part are hashed and checked too.
+    fn existing(&self, started: Instant, verify: bool) -> Option<PartitionReport> {
         let m = ManifestFile::open(&self.dir).ok()?;
         let same = m.method() == self.opts.method.name()
             && m.parts() == self.opts.parts
@@ -146,7 +149,12 @@ impl<'a> Job<'a> {
             && m.constraints() == self.opts.balance.name()
             && m.dataset_checksum() == self.ds.checksum()
             && m.node_part().len() == self.ds.num_nodes();
-        if !same || !(0..self.opts.parts as u32).all(|i| PartFile::open(&self.dir, i).is_ok()) {
+        let part_ok = |i| PartFile::open(&self.dir, i).is_ok_and(|p| !verify || p.verify().is_ok());
+        if !same || !(0..self.opts.parts as u32).all(part_ok) {
+            return None;
+        }
+        // A damaged dataset fails in `run`, with its own error, rather than being reported as kept.
+        if verify && (self.ds.verify().is_err() || m.verify().is_err()) {
             return None;
         }
         let q = Quality {
