@@ -33,6 +33,22 @@ fn bad_edge_list_lines_name_file_and_line() {
     rejects(&f, "edgelist", &[&format!("{f}:2:"), "expected an edge"]);
     let f = write(d.path(), "big.txt", "0 99999999999\n");
     rejects(&f, "edgelist", &[&format!("{f}:1:"), "too large"]);
+    // An id that fits in u32 but that a one-edge file cannot back (it asked for 34 GB).
+    let f = write(d.path(), "far.txt", "0 4294967294\n");
+    rejects(&f, "edgelist", &[&f, "node id 4294967294 is far past what its 1 edges name"]);
+    write(d.path(), "far.edges.txt", "0 4294967294\n");
+    let prefix = d.path().join("far");
+    rejects(prefix.to_str().unwrap(), "text", &["node id 4294967294 is far past", "far.labels.txt"]);
+    // Ids with gaps are fine within bounds: 1,000 edges naming ids up to 30,000.
+    let gaps: String = (0..1000).map(|i| format!("{} {}\n", i * 30, i * 30 + 1)).collect();
+    let f = write(d.path(), "gaps.txt", &gaps);
+    let out = leapgnn(d.path(), &["download", "gaps", "--from", &f, "--format", "edgelist", "--json"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    // A text dataset without its edges file is a wrong --from (it was an I/O failure, exit 1).
+    let empty = d.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let out = leapgnn(d.path(), &["download", "cora-planetoid", "--from", empty.to_str().unwrap()]);
+    out.assert_error(2, &["cora.edges.txt", "PREFIX.edges.txt"]);
 }
 
 #[test]

@@ -31,6 +31,10 @@ pub fn read(path: &Path, opts: &ConvertOptions) -> Result<Raw, DatasetError> {
         edges.push((u, v));
     }
     let num_nodes = limit.unwrap_or(max_id.map_or(0, |m| m as usize + 1));
+    if limit.is_none() {
+        let fix = "or set num_nodes in its datasets.toml entry";
+        super::lines::check_implied_nodes(num_nodes, edges.len(), &lines.loc().file, fix)?;
+    }
     Ok(Raw { num_nodes, edges, ..Default::default() })
 }
 

@@ -51,6 +51,25 @@ impl<R: Read> Lines<R> {
     }
 }
 
+/// Without a stated node count a graph has `largest id + 1` nodes, and every
+/// node costs memory: an id far past what the edges could name (a stray
+/// `0 4294967294` asked for 34 GB) is refused, not allocated. Ids may have
+/// gaps, up to 16 nodes per endpoint (and a million nodes in any case).
+pub fn check_implied_nodes(nodes: usize, edges: usize, file: &str, fix: &str) -> Result<(), DatasetError> {
+    let named = 2 * edges;
+    if nodes <= 16 * named + (1 << 20) {
+        return Ok(());
+    }
+    Err(DatasetError::invalid(
+        file,
+        format!(
+            "node id {} is far past what its {edges} edges name ({named} endpoints): ids must run 0..n-1 \
+             (renumber them), {fix}",
+            nodes - 1
+        ),
+    ))
+}
+
 /// Splits a record on commas, tabs or spaces (SNAP, CSV and Planetoid text all
 /// fit), skipping empty fields.
 pub fn fields(line: &str) -> impl Iterator<Item = &str> {

@@ -39,6 +39,14 @@ pub fn read(path: &Path, opts: &ConvertOptions) -> Result<Raw, DatasetError> {
     };
 
     let edges_path = part("edges.txt");
+    if !edges_path.is_file() {
+        return Err(DatasetError::input(format!(
+            "--from {}: no {} (a text dataset is PREFIX.edges.txt, with PREFIX.labels.txt, .features.txt and \
+             .train/.val/.test.txt beside it when it has them)",
+            path.display(),
+            edges_path.display()
+        )));
+    }
     let mut lines = open(&edges_path)?;
     let mut edges = Vec::new();
     while let Some((l, at)) = lines.next_line()? {
@@ -48,6 +56,10 @@ pub fn read(path: &Path, opts: &ConvertOptions) -> Result<Raw, DatasetError> {
         edges.push(parse_edge(l, known_n, false).map_err(|m| at.err(m))?);
     }
     let n = known_n.unwrap_or_else(|| edges.iter().map(|&(u, v)| u.max(v) as usize + 1).max().unwrap_or(0));
+    if known_n.is_none() {
+        let fix = format!("or give {} to fix the node count", part("labels.txt").display());
+        super::lines::check_implied_nodes(n, edges.len(), &edges_path.display().to_string(), &fix)?;
+    }
 
     let mut splits: [Option<Vec<u32>>; 3] = Default::default();
     for (slot, ext) in splits.iter_mut().zip(["train.txt", "val.txt", "test.txt"]) {
