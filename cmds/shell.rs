@@ -40,6 +40,13 @@ pub fn man(a: ManArgs) -> anyhow::Result<()> {
             crate::output::write_stdout(&page)
         }
         Some(dir) => {
+            if dir.exists() && !dir.is_dir() {
+                return Err(leapgnn::BadInput::new(format!(
+                    "--dir {} is a file; give a directory for the man pages (created if missing)",
+                    dir.display()
+                ))
+                .into());
+            }
             std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
             clap_mangen::generate_to(cmd, &dir)
                 .with_context(|| format!("cannot write man pages into {}", dir.display()))

@@ -131,6 +131,14 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
             .into());
         }
     };
+    if out.is_dir() {
+        return Err(BadInput::new(format!(
+            "--out {} is a directory; give the merge plan's file path (e.g. {})",
+            out.display(),
+            out.join(format!("leapgnn-{}.toml", a.parts)).display()
+        ))
+        .into());
+    }
     if let Some(run) = &a.validate {
         let dir = data.run_dir(run);
         if !leapgnn::paths::is_plain_name(run) || !dir.join("config.json").is_file() {

@@ -43,6 +43,15 @@ fn man_pages_render_for_the_tool_and_each_command() {
     let train = std::fs::read_to_string(dir.join("leapgnn-train.1")).unwrap();
     assert!(train.contains(".TH leapgnn-train") && train.contains("strategy"), "{}", &train[..train.len().min(300)]);
     assert!(dir.join("leapgnn.1").is_file());
+    // A file where the pages' directory should be is a wrong --dir (exit 2), not a failed write.
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, "kept").unwrap();
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_leapgnn")).args(["man", "--dir", file.to_str().unwrap()]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.starts_with("error: --dir") && err.contains("is a file"), "{err}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "kept");
 }
 
 /// `leapgnn man | head -1` and the like: stdout is a pipe whose reader is

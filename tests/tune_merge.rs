@@ -122,6 +122,9 @@ fn bad_input_is_one_line_and_exit_2() {
     assert!(e.contains("--figures-from cora: the figures in") && e.contains("were calibrated on facebook"), "{e}");
     let e = fails(d, &[&["tune-merge"], JOB, &["--figures-from", "facebook", "--calibrate"]].concat(), 2);
     assert!(e.contains("--figures-from facebook with --calibrate"), "{e}");
+    // A directory for --out is a wrong value (it was a failed write, exit 1), said before any work.
+    let e = fails(d, &[&["tune-merge"], JOB, &["--out", d.to_str().unwrap()]].concat(), 2);
+    assert!(e.contains(&format!("--out {} is a directory", d.display())), "{e}");
 }
 
 fn train(d: &Path, run: &str, extra: &[&str]) -> serde_json::Value {
