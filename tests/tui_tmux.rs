@@ -3,6 +3,9 @@
 //! terminal restored, summary printed, exit 0, and the run resumes from there.
 //! The time-step grid shows exactly what `metrics.jsonl` records.
 
+#[path = "support/sshd.rs"]
+mod sshd;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -190,11 +193,8 @@ fn a_closed_terminal_stops_the_run_with_a_checkpoint_and_the_process_ends() {
     let pids = training("hangup-7c1");
     assert_eq!(pids.len(), 1, "{pids:?}");
     assert!(tmux.run(&["kill-session", "-t", "run"]).status.success());
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !training("hangup-7c1").is_empty() {
-        assert!(Instant::now() < deadline, "leapgnn (pid {}) still runs 30 s after its terminal closed", pids[0]);
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let left = sshd::wait_gone(&pids, Duration::from_secs(30));
+    assert_eq!(left, Vec::<u32>::new(), "leapgnn still runs 30 s after its terminal closed");
     let run = tmp.path().join("runs/hangup-7c1");
     assert!(run.join("checkpoint/state.json").is_file(), "no checkpoint after the hangup");
     let summary: serde_json::Value = serde_json::from_slice(&std::fs::read(run.join("summary.json")).unwrap()).unwrap();

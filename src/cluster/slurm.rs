@@ -488,7 +488,7 @@ fn time_limit(value: &str) -> Result<(), SlurmError> {
     let seconds = match (days, parts.as_slice()) {
         (None, [m]) => Some(m * 60),
         (None, [m, s]) => Some(m * 60 + s),
-        (None | Some(_), [h, m, s]) => Some(h * 3600 + m * 60 + s),
+        (_, [h, m, s]) => Some(h * 3600 + m * 60 + s),
         (Some(_), [h]) => Some(h * 3600),
         (Some(_), [h, m]) => Some(h * 3600 + m * 60),
         _ => None,

@@ -95,6 +95,8 @@ fn log_event(line: &str) -> String {
 struct Live {
     tx: SyncSender<Msg>,
     thread: JoinHandle<()>,
+    /// Disconnected when the drawing thread ends (its sender is dropped then).
+    ended: mpsc::Receiver<()>,
 }
 
 /// The live dashboard, drawn by its own thread from what the run sends. It
@@ -132,13 +134,15 @@ impl Dashboard {
     /// Raw mode and the alternate screen, then the drawing thread.
     fn open(&self) -> io::Result<Live> {
         let terminal = ratatui::try_init().inspect_err(|_| ratatui::restore())?;
-        super::signals::terminal_taken(true);
+        super::signals::terminal_taken();
         let (tx, rx) = mpsc::sync_channel(QUEUE);
         if io::stderr().is_terminal() {
             *LOG_TO.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx.clone());
         }
         let flag = self.stop.clone();
+        let (ending, ended) = mpsc::channel::<()>();
         let spawned = std::thread::Builder::new().name("leapgnn-tui".into()).spawn(move || {
+            let _ending = ending;
             let mut terminal = terminal;
             let result = run_terminal(&mut terminal, &rx, &mut Crossterm, &flag, &super::signals::force, TICK);
             drop(terminal); // shows the cursor again
@@ -148,7 +152,7 @@ impl Dashboard {
             }
         });
         let thread = spawned.inspect_err(|_| give_back_terminal())?;
-        Ok(Live { tx, thread })
+        Ok(Live { tx, thread, ended })
     }
 
     fn send(&self, m: Msg) {
@@ -235,26 +239,20 @@ impl ProgressSink for Dashboard {
             // try_send: a drawing thread stuck on a dead terminal no longer drains the queue.
             let _ = live.tx.try_send(Msg::Finish);
             drop(live.tx);
-            let until = Instant::now() + LAST_FRAME;
-            while !live.thread.is_finished() && Instant::now() < until {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            if live.thread.is_finished() {
-                let _ = live.thread.join();
-            } else {
-                // Left behind; it ends with the process.
-                give_back_terminal();
+            match live.ended.recv_timeout(LAST_FRAME) {
+                Err(mpsc::RecvTimeoutError::Timeout) => give_back_terminal(), // left behind; it ends with the process
+                _ => {
+                    let _ = live.thread.join();
+                }
             }
         }
     }
 }
 
-/// Raw mode off, the main screen back (ratatui's restore), and no forced
-/// exit needs to do it again.
+/// Log lines back to stderr, and the terminal back (`signals::release_terminal`).
 fn give_back_terminal() {
     *LOG_TO.lock().unwrap_or_else(|e| e.into_inner()) = None;
-    ratatui::restore();
-    super::signals::terminal_taken(false);
+    super::signals::release_terminal();
 }
 
 impl Drop for Dashboard {

@@ -60,17 +60,24 @@ pub fn force() {
     FORCED.store(true, Ordering::SeqCst);
     if MODE.get() == Some(&OnForce::Exit) {
         if TERMINAL_TAKEN.load(Ordering::SeqCst) {
-            ratatui::restore();
-            let _ = ratatui::crossterm::execute!(std::io::stdout(), ratatui::crossterm::cursor::Show);
+            release_terminal();
         }
         crate::elog!("forced stop: the current iteration is lost (the last checkpoint is kept)");
         std::process::exit(FORCED_EXIT.into());
     }
 }
 
-/// Whether a dashboard holds the terminal now (set by the dashboard).
-pub(crate) fn terminal_taken(taken: bool) {
-    TERMINAL_TAKEN.store(taken, Ordering::SeqCst);
+/// A dashboard holds the terminal now (raw mode, alternate screen).
+pub(crate) fn terminal_taken() {
+    TERMINAL_TAKEN.store(true, Ordering::SeqCst);
+}
+
+/// Gives the terminal back: raw mode off, the main screen and the cursor
+/// back (the one place that does it, for the dashboard's end and a forced exit).
+pub(crate) fn release_terminal() {
+    ratatui::restore();
+    let _ = ratatui::crossterm::execute!(std::io::stdout(), ratatui::crossterm::cursor::Show);
+    TERMINAL_TAKEN.store(false, Ordering::SeqCst);
 }
 
 /// The first signal arrived: stop after this iteration.

@@ -173,13 +173,12 @@ fn recover(
             obs.event(&msg);
         }
         let ck = checkpoint::dir(&run_dir);
-        let from_start = match fresh {
-            Some(cfg) if !checkpoint::exists(&ck) => Some(cfg),
-            _ => None,
+        // No checkpoint: a new run starts again, a resumed one (which had one) cannot go on.
+        let from_start = match (checkpoint::exists(&ck), fresh) {
+            (true, _) => None,
+            (false, Some(cfg)) => Some(cfg),
+            (false, None) => return Err(err),
         };
-        if from_start.is_none() && !checkpoint::exists(&ck) {
-            return Err(err);
-        }
         if let Some(epochs) = checkpoint::finished(&ck) {
             // Lost while the job wound down: a restart would have nothing to train.
             return Err(err.context(format!(
