@@ -293,3 +293,29 @@ fn a_state_json_naming_a_file_outside_its_checkpoint_is_refused() {
     std::fs::write(&state, serde_json::to_vec(&v).unwrap()).unwrap();
     json(d, &["train", "--resume", "r", "--epochs", "2"]);
 }
+
+/// A hand-edited `hidden` in `state.json` is refused against the weights
+/// file's size (exit 2, naming state.json) by `infer` and `--resume`, before
+/// a model that size is built: 3 layers at hidden 40000 would be a 6.4 GB
+/// matrix, from a checkpoint of a few kilobytes.
+#[test]
+fn a_state_json_describing_a_bigger_model_than_its_weights_is_refused_before_building_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    write_tiny(d, "tiny", Tiny::default());
+    json(d, &args(&["--epochs", "1", "--fanout", "3,3,3", "--run", "r"]));
+    let state = d.join("runs/r/checkpoint/state.json");
+    let good = std::fs::read_to_string(&state).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&good).unwrap();
+    v["config"]["hidden"] = 40000.into();
+    std::fs::write(&state, serde_json::to_vec(&v).unwrap()).unwrap();
+    for cmd in [&["infer", "r"][..], &["train", "--resume", "r", "--epochs", "2"]] {
+        let line = fails(d, cmd, 2);
+        assert!(
+            line.contains("hidden 40000") && line.contains("state.json") && line.contains("bytes"),
+            "{cmd:?}: {line}"
+        );
+    }
+    std::fs::write(&state, good).unwrap();
+    json(d, &["train", "--resume", "r", "--epochs", "2"]);
+}

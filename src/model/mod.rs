@@ -192,6 +192,30 @@ impl ModelSpec {
         }
         Ok(())
     }
+
+    /// A lower bound on the weight values a model of this spec holds (the
+    /// layers' dense matrices; biases, norms and attention vectors left out),
+    /// saturating. A checkpoint's weights file smaller than this cannot be
+    /// this model's, so a restore can refuse a spec before building it.
+    pub fn min_weight_values(&self) -> usize {
+        let (inp, h, c, l) = (self.in_dim, self.hidden, self.classes, self.layers);
+        let mul = |a: usize, b: usize| a.saturating_mul(b);
+        let dims = |i: usize| {
+            let d_in = if i == 0 { inp } else { h };
+            (d_in, if i + 1 == l { c } else { h })
+        };
+        match self.kind {
+            // Encoder, one hidden x hidden Linear per GENConv, the head.
+            ModelKind::DeepGcn => mul(inp, h).saturating_add(mul(l, mul(h, h))).saturating_add(mul(h, c)),
+            // Every layer maps its input to `hidden` (then the head to classes).
+            ModelKind::Film => (0..l).fold(mul(h, c), |s, i| s.saturating_add(mul(dims(i).0, h))),
+            // Each layer holds at least one d_in x d_out matrix.
+            _ => (0..l).fold(0, |s: usize, i| {
+                let (a, b) = dims(i);
+                s.saturating_add(mul(a, b))
+            }),
+        }
+    }
 }
 
 /// The most values one weight matrix may hold (2^31 f32: 8 GiB).
@@ -649,6 +673,30 @@ mod tests {
         let loss = cross_entropy_sum(&logits, &labels).unwrap();
         let grads = params.flat_grads(&loss.backward().unwrap()).unwrap();
         (loss.to_scalar::<f32>().unwrap() as f64, grads)
+    }
+
+    /// The bound a restore refuses a checkpoint by must never exceed what
+    /// the model really holds, for any kind, depth or head layout, or a
+    /// good checkpoint would be refused; and it must grow with hidden^2 once
+    /// a model has a hidden-to-hidden layer (what an edited `hidden` inflates).
+    #[test]
+    fn min_weight_values_bounds_every_models_weights_from_below() {
+        for base in specs(7) {
+            for layers in 1..=4 {
+                for (heads, gat_heads) in [(1, GatHeads::Concat), (4, GatHeads::Concat), (3, GatHeads::Mean)] {
+                    let s = ModelSpec { layers, heads, gat_heads, hidden: 12, ..base.clone() };
+                    let mut params = Params::new(1);
+                    Model::new(&s, &mut params, &Device::Cpu).unwrap();
+                    let (min, have) = (s.min_weight_values(), params.numel());
+                    assert!(min <= have, "{} layers {layers} {gat_heads:?}: bound {min} > {have}", s.kind);
+                    assert!(min > 0);
+                    if layers >= 3 || s.kind == ModelKind::DeepGcn || (s.kind == ModelKind::Film && layers >= 2) {
+                        let wide = ModelSpec { hidden: 1200, ..s.clone() };
+                        assert!(wide.min_weight_values() >= 1200 * 1200, "{} layers {layers}", s.kind);
+                    }
+                }
+            }
+        }
     }
 
     #[test]

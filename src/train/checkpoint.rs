@@ -14,7 +14,7 @@ use super::{TrainConfig, TrainError};
 use crate::BadInput;
 use crate::format::write_atomic;
 use crate::metrics::{ByteCounts, EpochRecord, RowCounts};
-use crate::model::Params;
+use crate::model::{ModelSpec, Params};
 use crate::optim::{OptimState, Optimizer};
 use candle_core::Device;
 use std::collections::HashMap;
@@ -204,6 +204,29 @@ fn unusable(path: &Path, why: impl std::fmt::Display) -> TrainError {
 pub fn load_config(dir: &Path) -> Result<(TrainConfig, Progress), TrainError> {
     let s = read_state(dir)?;
     Ok((s.config, s.progress))
+}
+
+/// Refuses the checkpoint in `dir` for a model of `spec` (its config's, on
+/// its dataset) when the weights file is too small to be that model's: a
+/// `state.json` edited by hand, or another run's, must not make a restore
+/// build a model of gigabytes before the tensor shapes are compared.
+pub fn check_fits(dir: &Path, spec: &ModelSpec) -> Result<(), TrainError> {
+    let s = read_state(dir)?;
+    let path = dir.join(&s.weights);
+    let have = std::fs::metadata(&path).map_err(|e| unusable(&path, e))?.len();
+    let need = (spec.min_weight_values() as u64).saturating_mul(4);
+    if have < need {
+        return Err(unusable(
+            &dir.join(STATE),
+            format!(
+                "its config describes a {} model ({} layers, hidden {}) of at least {need} bytes of weights, but {} \
+                 holds {have}: the state was edited or belongs to another run; put back the run's own state.json, \
+                 or start a new run",
+                spec.kind, spec.layers, spec.hidden, s.weights
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Whether checkpoint directory `dir` holds a checkpoint (its state is

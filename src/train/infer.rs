@@ -115,6 +115,7 @@ pub(crate) fn prepare(
     let (cfg, _) = checkpoint::load_config(&ck)?;
     let dataset = crate::datasets::ensure_dataset(data, &cfg.dataset).map_err(TrainError::Dataset)?;
     let ds = if verify { DatasetFile::open_verified(&dataset)? } else { DatasetFile::open(&dataset)? };
+    checkpoint::check_fits(&ck, &cfg.model_spec(&ds))?;
     let (model, ..) = build_model(&cfg, &ds)?;
     let layers = model.num_layers();
     if let Some(l) = opts.embeddings.filter(|&l| l + 1 >= layers) {

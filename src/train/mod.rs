@@ -178,6 +178,8 @@ pub fn resumable(
 ) -> Result<(std::path::PathBuf, TrainConfig, Progress), TrainError> {
     let (run_dir, ck) = checkpointed_run(data, run, "--resume")?;
     let (mut cfg, progress) = checkpoint::load_config(&ck)?;
+    let dataset = crate::datasets::ensure_dataset(data, &cfg.dataset).map_err(TrainError::Dataset)?;
+    checkpoint::check_fits(&ck, &cfg.model_spec(&DatasetFile::open(&dataset)?))?;
     let keeps_history = cfg.gnnpipe.as_ref().is_some_and(|g| g.history);
     if cfg.strategy == StrategyKind::Gnnpipe && keeps_history && !checkpoint::has_history(&ck)? {
         return Err(BadInput::new(format!(
