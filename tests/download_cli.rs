@@ -121,3 +121,28 @@ fn a_per_class_split_replaces_the_public_one() {
     }
     assert!(!d.path().join("bad").exists(), "a refused import leaves nothing behind");
 }
+
+/// A mirror the downloader cannot use (another scheme, not a URL, no file
+/// name) is refused as the registry is read: exit 2 naming the entry and the
+/// URL, where it used to be retried for 15 s as a network failure (exit 1).
+#[test]
+fn a_registry_url_that_is_not_an_http_file_is_refused_before_any_download() {
+    let d = tempfile::tempdir().unwrap();
+    let reg = d.path().join("mine.toml");
+    for (url, why) in [
+        ("ftp://example.org/x.zip", "http and https only"),
+        ("example.org/x.zip", "is not a URL"),
+        ("https://example.org/data/", "does not end in a file name"),
+    ] {
+        std::fs::write(&reg, format!("[bad]\nformat = \"ogb\"\nurls = [\"{url}\"]\n")).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_leapgnn"))
+            .args(["--data-dir", d.path().to_str().unwrap(), "download", "bad"])
+            .env("LEAPGNN_REGISTRY", &reg)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{url}: {stderr}");
+        assert!(stderr.contains(&format!("[bad]: url `{url}`")) && stderr.contains(why), "{url}: {stderr}");
+        assert!(stderr.contains("mine.toml"), "names the registry file: {stderr}");
+    }
+}

@@ -88,6 +88,9 @@ impl Registry {
             {
                 return Err(bad(format!("[{name}]: sha256 must be 64 hex digits")));
             }
+            for url in &entry.urls {
+                check_url(url).map_err(|why| bad(format!("[{name}]: url `{url}` {why}")))?;
+            }
             entry.name = name.clone();
             entry.table = table;
             if entry.format == Format::Synthetic {
@@ -115,6 +118,20 @@ impl Registry {
     pub fn entries(&self) -> impl Iterator<Item = &Entry> {
         self.entries.values()
     }
+}
+
+/// A mirror the downloader can use: http or https, a host, and a path that
+/// ends in a file name. Refused when the registry is read, so a typo is
+/// named at once rather than retried as a network failure.
+fn check_url(url: &str) -> Result<(), String> {
+    let u = reqwest::Url::parse(url).map_err(|e| format!("is not a URL ({e}); give http://HOST/PATH/FILE"))?;
+    if !matches!(u.scheme(), "http" | "https") {
+        return Err(format!("uses `{}`; leapgnn downloads over http and https only", u.scheme()));
+    }
+    if u.host_str().is_none_or(str::is_empty) {
+        return Err("names no host".into());
+    }
+    super::fetch::url_file_name(url).map(drop).map_err(|_| "does not end in a file name".into())
 }
 
 impl Entry {
