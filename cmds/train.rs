@@ -17,7 +17,7 @@ use leapgnn::train::flags::{Action, TrainFlags};
 use leapgnn::train::tensorboard::TensorBoard;
 use leapgnn::train::{self, Observer, ResumeOverrides, RunOptions, TrainConfig, TrainError};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// `train`'s flags and their rules live in the library (`train::flags`), with the defaults.
@@ -145,15 +145,8 @@ fn distributed(
     let data = g.data();
     // A second Ctrl-C: stop the workers at once.
     let interrupted = signals::forced_flag();
-    let (tx, rx) = mpsc::channel::<String>();
-    let log: LogSink = if dashboard {
-        let tx = Mutex::new(tx);
-        Arc::new(move |l| {
-            let _ = tx.lock().unwrap_or_else(|e| e.into_inner()).send(l);
-        })
-    } else {
-        leapgnn::cluster::launcher::stderr_log()
-    };
+    let (queued, rx) = progress::worker_lines();
+    let log: LogSink = if dashboard { queued } else { leapgnn::cluster::launcher::stderr_log() };
     let (mut ssh, mut slurm) = (None, None);
     // A local profile (`--cluster profiles/local.toml`) is not kept past `placement::place`: read its `encrypt`.
     let file_encrypts =

@@ -68,6 +68,37 @@ impl Drop for LogLine {
     }
 }
 
+/// A sink for the workers' output lines while a dashboard shows them, and
+/// the queue the driver drains into the event log. Bounded: a sink never
+/// blocks (it is called from the thread reading a worker's stderr, and a
+/// stalled reader would stall the worker), so a full queue drops lines and
+/// the next line that fits is preceded by how many were dropped.
+pub fn worker_lines() -> (crate::cluster::launcher::LogSink, mpsc::Receiver<String>) {
+    worker_lines_within(QUEUE)
+}
+
+fn worker_lines_within(capacity: usize) -> (crate::cluster::launcher::LogSink, mpsc::Receiver<String>) {
+    let (tx, rx) = mpsc::sync_channel::<String>(capacity);
+    let dropped = Mutex::new(0u64);
+    let sink = Arc::new(move |line: String| {
+        let mut dropped = dropped.lock().unwrap_or_else(|e| e.into_inner());
+        if *dropped > 0 {
+            let n = *dropped;
+            let note =
+                format!("({n} worker output line{} dropped: the dashboard fell behind)", if n == 1 { "" } else { "s" });
+            if tx.try_send(note).is_err() {
+                *dropped += 1;
+                return;
+            }
+            *dropped = 0;
+        }
+        if let Err(mpsc::TrySendError::Full(_)) = tx.try_send(line) {
+            *dropped += 1;
+        }
+    });
+    (sink, rx)
+}
+
 /// A log line as an event: no colour codes, no timestamp (the event log has its own).
 fn log_event(line: &str) -> String {
     let mut plain = String::with_capacity(line.len());
@@ -258,5 +289,39 @@ fn give_back_terminal() {
 impl Drop for Dashboard {
     fn drop(&mut self) {
         self.finish();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worker_lines_never_block_and_say_how_many_they_dropped() {
+        let (sink, rx) = worker_lines_within(3);
+        for i in 0..8 {
+            sink(format!("line {i}"));
+        }
+        let first: Vec<String> = rx.try_iter().collect();
+        assert_eq!(first, ["line 0", "line 1", "line 2"]);
+        sink("line 8".into());
+        sink("line 9".into());
+        let next: Vec<String> = rx.try_iter().collect();
+        assert_eq!(next, ["(5 worker output lines dropped: the dashboard fell behind)", "line 8", "line 9"]);
+        // While the queue stays full the note waits too, counting every line lost meanwhile.
+        for i in 10..15 {
+            sink(format!("line {i}"));
+        }
+        assert_eq!(rx.try_iter().count(), 3);
+        sink("line 15".into());
+        let last: Vec<String> = rx.try_iter().collect();
+        assert_eq!(last, ["(2 worker output lines dropped: the dashboard fell behind)", "line 15"]);
+        sink("line 16".into());
+        sink("line 17".into());
+        sink("line 18".into());
+        sink("line 19".into());
+        rx.try_iter().count();
+        sink("line 20".into());
+        assert_eq!(rx.try_iter().next().unwrap(), "(1 worker output line dropped: the dashboard fell behind)");
     }
 }

@@ -8,7 +8,7 @@ mod json_stream;
 pub mod signals;
 
 pub use bars::Bars;
-pub use dashboard::{Dashboard, LogWriter};
+pub use dashboard::{Dashboard, LogWriter, worker_lines};
 pub use json_stream::JsonStream;
 
 use crate::metrics::{EpochRecord, RunInfo, StepRecord};
