@@ -75,11 +75,16 @@ fn check(d: &Path, tb: &Path, run: &str, s: &Value) {
     let recs = records(d, run);
     let mut loss: BTreeMap<(u64, u64), f64> = BTreeMap::new();
     let mut sent: BTreeMap<u64, u64> = BTreeMap::new();
+    // Per epoch: (requested, remote) feature rows.
+    let mut rows: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
     let mut steps = 0;
     for r in &recs {
         let (e, i) = (r["epoch"].as_u64().unwrap(), r["iteration"].as_u64().unwrap());
         *loss.entry((e, i)).or_default() += r["loss"].as_f64().unwrap();
         *sent.entry(e).or_default() += total(&r["bytes_out"]);
+        let at = rows.entry(e).or_default();
+        at.0 += r["rows"]["requested"].as_u64().unwrap();
+        at.1 += r["rows"]["remote"].as_u64().unwrap();
         steps = steps.max(r["time_step"].as_u64().unwrap() + 1);
     }
     let per_epoch = s["iterations"].as_u64().unwrap() / history.len() as u64;
@@ -99,6 +104,14 @@ fn check(d: &Path, tb: &Path, run: &str, s: &Value) {
     }
     let all: f64 = got.iter().map(|p| p.1).sum();
     assert!(all > 0.0 || s["workers"] == 1, "a multi-worker run moves bytes");
+    // A miss rate for each epoch that requested rows; none (not 0) for one that requested none.
+    let want: Vec<(u64, f64)> =
+        rows.iter().filter(|(_, r)| r.0 > 0).map(|(e, r)| (*e, r.1 as f64 / r.0 as f64)).collect();
+    let got = tags.get("epoch/miss_rate").cloned().unwrap_or_default();
+    assert_eq!(got.len(), want.len(), "epoch/miss_rate: {got:?} vs {want:?}");
+    for (p, w) in got.iter().zip(&want) {
+        assert!(p.0 == w.0 && close(p.1, w.1), "epoch/miss_rate: {p:?} vs {w:?}");
+    }
 }
 
 #[test]
@@ -118,6 +131,28 @@ fn event_files_read_back_with_tensorboard_equal_the_runs_records() {
     check(d, &tb, "two", &s);
     let files = std::fs::read_dir(tb.join("two")).unwrap().count();
     assert_eq!(files, 1, "one event file per session");
+
+    // The full-graph engine fetches no rows through the cache: no miss rate at all.
+    let s = json(
+        d,
+        &[
+            "train",
+            "cora",
+            "--workers",
+            "2",
+            "--full-batch",
+            "--epochs",
+            "2",
+            "--run",
+            "fg",
+            "--no-tui",
+            "--tensorboard",
+            tbs,
+        ],
+    );
+    assert_eq!(s["rows"]["requested"], 0, "{s}");
+    check(d, &tb, "fg", &s);
+    assert!(read_back(&tb.join("fg")).is_none_or(|tags| !tags.contains_key("epoch/miss_rate")));
 }
 
 #[test]

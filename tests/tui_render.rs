@@ -5,7 +5,10 @@ mod tui_support;
 
 use leapgnn::tui::{DashboardState, Ui, View};
 use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
-use tui_support::{epoch0, info, iterations, line_with, record, render, scripted, worker_cells};
+use ratatui::style::Color;
+use tui_support::{
+    draw_buffer, epoch0, info, iterations, line_with, record, render, scripted, words_with_background, worker_cells,
+};
 
 fn key(c: KeyCode) -> KeyEvent {
     KeyEvent::new(c, KeyModifiers::NONE)
@@ -253,4 +256,45 @@ fn a_narrow_screen_keeps_the_view_tabs_whole() {
     assert!(!narrow.contains("q stop"), "{narrow}");
     let wide = last(80);
     assert!(wide.contains("overview │ workers") && wide.contains("q stop  tab view  ? help"), "{wide}");
+}
+
+/// A record of a step that requested `requested` feature rows and fetched
+/// `remote` of them from other workers (the rest local).
+fn with_rows(mut r: leapgnn::metrics::StepRecord, requested: u64, remote: u64) -> leapgnn::metrics::StepRecord {
+    r.rows = leapgnn::metrics::RowCounts { requested, local: requested - remote, cache_hit: 0, remote };
+    r.miss_rate = r.rows.miss_rate();
+    r
+}
+
+/// In the grid, a step that requested rows and missed none is a real 0.0%
+/// (green); one that requested none is `-` (uncoloured); one whose record has
+/// not come in yet is `…` in both rows.
+#[test]
+fn the_grid_tells_zero_of_many_from_zero_of_none_and_from_not_yet() {
+    let mut s = DashboardState::new(info());
+    for t in 0..2 {
+        s.apply_record(&with_rows(record(0, 0, t, 0), 0, 0));
+        s.apply_record(&with_rows(record(0, 0, t, 1), 100, 0));
+    }
+    // Iteration 2: worker 1's step 1 has not arrived yet.
+    s.apply_record(&with_rows(record(0, 1, 0, 0), 100, 40));
+    s.apply_record(&with_rows(record(0, 1, 0, 1), 100, 0));
+    s.apply_record(&with_rows(record(0, 1, 1, 0), 0, 0));
+    let grid = draw_buffer(&s, &Ui { view: View::Steps, help: false }, 80, 24);
+    let cells = |label: &str| -> Vec<(String, Color)> { words_with_background(&grid, label)[2..].to_vec() };
+    let (green, red) = (Color::Green, Color::Red);
+    // Columns: i2 t0, i2 t1, i1 t0, i1 t1.
+    let cell = |text: &str, bg: Color| (text.to_string(), bg);
+    assert_eq!(
+        cells("w0 miss"),
+        [cell("40.0%", red), cell("-", Color::Reset), cell("-", Color::Reset), cell("-", Color::Reset)]
+    );
+    assert_eq!(
+        cells("w1 miss"),
+        [cell("0.0%", green), cell("…", Color::Reset), cell("0.0%", green), cell("0.0%", green)]
+    );
+    let rcv: Vec<String> = cells("w1 rcv").into_iter().map(|c| c.0).collect();
+    assert_eq!(rcv, ["500kB", "…", "500kB", "500kB"]);
+    let screen = render(&s, &Ui { view: View::Steps, help: false }, 100, 24);
+    assert!(screen.contains("(- none requested, … not in yet)"), "{screen}");
 }

@@ -303,9 +303,9 @@ fn the_time_step_grid_shows_what_the_records_say() {
         for (k, &(e, i, t)) in cols.iter().enumerate() {
             // Each worker's steps arrive on its own connection, as they end: a
             // busy machine may delay one worker's records by an iteration or two,
-            // so a cell may still be empty (in both rows).
-            if miss[k + 2] == "-" {
-                assert_eq!(rcv[k + 2], "-", "{grid}");
+            // so a cell may still be waiting for its record (`…` in both rows).
+            if miss[k + 2] == "…" {
+                assert_eq!(rcv[k + 2], "…", "{grid}");
                 continue;
             }
             let r = records
@@ -314,8 +314,9 @@ fn the_time_step_grid_shows_what_the_records_say() {
                 .unwrap_or_else(|| panic!("no record for epoch {e} iteration {i} step {t} worker {w}"));
             let rows = &r["rows"];
             let (req, remote) = (rows["requested"].as_u64().unwrap(), rows["remote"].as_u64().unwrap());
-            let want = if req == 0 { 0.0 } else { remote as f64 / req as f64 };
-            assert_eq!(miss[k + 2], pct(want), "worker {w}, epoch {e} iteration {i}, step {t}:\n{grid}");
+            // A step that requested no rows has no miss rate: `-`, not 0.0%.
+            let want = if req == 0 { "-".into() } else { pct(remote as f64 / req as f64) };
+            assert_eq!(miss[k + 2], want, "worker {w}, epoch {e} iteration {i}, step {t}:\n{grid}");
             assert_eq!(
                 rcv[k + 2],
                 bytes(total(&r["bytes_in"])),

@@ -228,7 +228,7 @@ mod tests {
                 gradients_per_epoch: 0.0,
                 migration_per_epoch: 0.0,
                 activations_per_epoch: 0.0,
-                miss_rate: 0.0,
+                miss_rate: None,
                 test_accuracy: None,
                 time_steps: 1,
             };

@@ -28,7 +28,8 @@ pub struct BenchRow {
     pub gradients_per_epoch: f64,
     pub migration_per_epoch: f64,
     pub activations_per_epoch: f64,
-    pub miss_rate: f64,
+    /// None for a run that requested no feature rows (full-graph).
+    pub miss_rate: Option<f64>,
     /// None for a run stopped before its first evaluation.
     pub test_accuracy: Option<f64>,
     pub time_steps: u32,
@@ -189,7 +190,7 @@ impl BenchReport {
         );
         for r in &self.rows {
             out.push_str(&format!(
-                "| {} | {} | {} | {} | {:.2} | {} | {} | {} | {} | {} | {} | {:.3} | {} |\n",
+                "| {} | {} | {} | {} | {:.2} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
                 r.rate,
                 r.name(),
                 r.time_steps,
@@ -201,7 +202,7 @@ impl BenchReport {
                 mb(r.gradients_per_epoch),
                 mb(r.migration_per_epoch),
                 mb(r.activations_per_epoch),
-                r.miss_rate,
+                r.miss_rate.map_or("-".into(), |m| format!("{m:.3}")),
                 r.test_accuracy.map_or("-".into(), |a| format!("{a:.4}"))
             ));
         }

@@ -10,9 +10,11 @@ pub struct RowCounts {
 }
 
 impl RowCounts {
-    /// Remote rows / requested rows (0 when nothing was requested).
-    pub fn miss_rate(&self) -> f64 {
-        if self.requested == 0 { 0.0 } else { self.remote as f64 / self.requested as f64 }
+    /// Remote rows / requested rows; None when nothing was requested (a
+    /// full-graph step fetches no rows through the cache), which is not a
+    /// perfect 0 %: every display of a miss rate goes through here.
+    pub fn miss_rate(&self) -> Option<f64> {
+        (self.requested > 0).then(|| self.remote as f64 / self.requested as f64)
     }
 }
 
@@ -76,7 +78,10 @@ pub struct StepRecord {
     /// Sampled edges over all layers.
     pub edges: u64,
     pub rows: RowCounts,
-    pub miss_rate: f64,
+    /// `rows.miss_rate()`: null when the step requested no rows (records
+    /// written before that said 0.0 and still read).
+    #[serde(default)]
+    pub miss_rate: Option<f64>,
     pub bytes_in: ByteCounts,
     pub bytes_out: ByteCounts,
     pub sample_seconds: f64,
@@ -110,4 +115,33 @@ pub struct RestartRecord {
     pub iteration: u64,
     /// Seconds from the failure noticed to the resumed run's first step.
     pub seconds: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_miss_rate_of_no_requested_rows_is_none_and_of_many_a_rate() {
+        let rows = |requested, remote| RowCounts { requested, local: requested - remote, cache_hit: 0, remote };
+        assert_eq!(rows(0, 0).miss_rate(), None);
+        assert_eq!(rows(100, 0).miss_rate(), Some(0.0));
+        assert_eq!(rows(100, 25).miss_rate(), Some(0.25));
+    }
+
+    #[test]
+    fn records_written_with_a_numeric_or_no_miss_rate_still_read() {
+        let old = r#"{"epoch":0,"iteration":0,"time_step":0,"worker":1,"model":1,"roots":0,"edges":4822,
+            "rows":{"requested":0,"local":0,"cache_hit":0,"remote":0},"miss_rate":0.0,
+            "bytes_in":{"features":0,"gradients":0,"migration":0,"activations":0,"control":0},
+            "bytes_out":{"features":0,"gradients":0,"migration":0,"activations":0,"control":0},
+            "sample_seconds":0.0,"gather_seconds":0.0,"compute_seconds":0.03,"sync_seconds":0.0,"loss":0.0,"layer":0}"#;
+        let r: StepRecord = serde_json::from_str(old).unwrap();
+        assert_eq!((r.miss_rate, r.layer), (Some(0.0), Some(0)));
+        let mut v = serde_json::to_value(&r).unwrap();
+        v.as_object_mut().unwrap().remove("miss_rate");
+        assert_eq!(serde_json::from_value::<StepRecord>(v).unwrap().miss_rate, None);
+        let none = StepRecord { miss_rate: r.rows.miss_rate(), ..r };
+        assert!(serde_json::to_value(&none).unwrap()["miss_rate"].is_null());
+    }
 }

@@ -5,7 +5,7 @@
 //! summary of `(tag, simple_value)` pairs) rather than pull in a protobuf
 //! toolchain for four messages.
 
-use super::{ByteCounts, EpochRecord, RunInfo, StepRecord, add_bytes};
+use super::{ByteCounts, EpochRecord, RowCounts, RunInfo, StepRecord, add_bytes};
 use crate::format::FormatError;
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -139,7 +139,8 @@ struct IterationSums {
 /// Turns the run's records into TensorBoard scalars:
 /// - per epoch (step = epoch number): `epoch/loss`, `epoch/val_accuracy`,
 ///   `epoch/test_accuracy`, `epoch/seconds`, `epoch/eval_seconds`,
-///   `epoch/miss_rate`, `epoch/bytes/<category>` and `epoch/bytes/total`
+///   `epoch/miss_rate` (not for an epoch that requested no rows: full-graph),
+///   `epoch/bytes/<category>` and `epoch/bytes/total`
 ///   (bytes sent during the epoch's training steps, all workers);
 /// - per iteration (step = iteration number over the whole run):
 ///   `iteration/loss`, `iteration/seconds` (the slowest worker's working time)
@@ -149,8 +150,7 @@ pub struct TensorBoardLog {
     iterations_per_epoch: u64,
     pending: BTreeMap<(u64, u64), IterationSums>,
     epoch_bytes: ByteCounts,
-    epoch_requested: u64,
-    epoch_remote: u64,
+    epoch_rows: RowCounts,
 }
 
 impl TensorBoardLog {
@@ -160,8 +160,7 @@ impl TensorBoardLog {
             iterations_per_epoch: 1,
             pending: BTreeMap::new(),
             epoch_bytes: ByteCounts::default(),
-            epoch_requested: 0,
-            epoch_remote: 0,
+            epoch_rows: RowCounts::default(),
         })
     }
 
@@ -183,24 +182,23 @@ impl TensorBoardLog {
         }
         steps[t] += r.sample_seconds + r.gather_seconds + r.compute_seconds + r.sync_seconds;
         add_bytes(&mut self.epoch_bytes, &r.bytes_out);
-        self.epoch_requested += r.rows.requested;
-        self.epoch_remote += r.rows.remote;
+        self.epoch_rows += r.rows;
     }
 
     /// Writes the epoch's scalars and those of its iterations, then flushes.
     pub fn epoch(&mut self, e: &EpochRecord) -> Result<(), FormatError> {
         self.write_iterations(|(epoch, _)| epoch <= e.epoch)?;
         let b = std::mem::take(&mut self.epoch_bytes);
-        let miss = if self.epoch_requested == 0 { 0.0 } else { self.epoch_remote as f64 / self.epoch_requested as f64 };
-        (self.epoch_requested, self.epoch_remote) = (0, 0);
+        let miss = std::mem::take(&mut self.epoch_rows).miss_rate();
         let mut v: Vec<(String, f64)> = vec![
             ("epoch/loss".into(), e.loss),
             ("epoch/val_accuracy".into(), e.val_accuracy),
             ("epoch/test_accuracy".into(), e.test_accuracy),
             ("epoch/seconds".into(), e.seconds),
             ("epoch/eval_seconds".into(), e.eval_seconds),
-            ("epoch/miss_rate".into(), miss),
         ];
+        // An epoch that requested no rows has no miss rate: no point, rather than a 0 that reads as perfect.
+        v.extend(miss.map(|m| ("epoch/miss_rate".to_string(), m)));
         for (name, n) in [
             ("features", b.features),
             ("gradients", b.gradients),

@@ -1,7 +1,7 @@
 use super::ProgressSink;
 use crate::metrics::{EpochRecord, RunInfo, StepRecord};
 use crate::tui::DashboardState;
-use crate::tui::fmt::pct;
+use crate::tui::fmt::{pct, rate};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// Progress bars on stderr (epochs, iterations of the current epoch); where
@@ -91,7 +91,7 @@ impl ProgressSink for Bars {
         self.iterations.set_position(it + 1);
         let loss =
             self.state.iterations().iter().rev().nth(1).map_or(String::new(), |i| format!("loss {:.4}  ", i.loss));
-        self.iterations.set_message(format!("{loss}miss {}", pct(self.state.epoch_rows().miss_rate())));
+        self.iterations.set_message(format!("{loss}miss {}", rate(self.state.epoch_rows().miss_rate())));
     }
 
     fn epoch(&mut self, e: &EpochRecord) {

@@ -38,6 +38,12 @@ pub fn pct(f: f64) -> String {
     format!("{:.1}%", 100.0 * f)
 }
 
+/// A rate that may have nothing to be a rate of (a miss rate of no requested
+/// rows): `25.0%`, or `-`, never a `0.0%` that reads as perfect.
+pub fn rate(f: Option<f64>) -> String {
+    f.map_or_else(|| "-".into(), pct)
+}
+
 /// Seconds as `m:ss` or `h:mm:ss`.
 pub fn duration(secs: f64) -> String {
     if !secs.is_finite() || secs < 0.0 {
@@ -60,6 +66,7 @@ mod tests {
         assert_eq!(si(45_600_000.0), "45.6M");
         assert_eq!(bytes(5e6), "5.00MB");
         assert_eq!(pct(0.25), "25.0%");
+        assert_eq!((rate(Some(0.0)), rate(None)), ("0.0%".into(), "-".into()));
         assert_eq!(duration(20.0), "0:20");
         assert_eq!(duration(3723.4), "1:02:03");
         assert_eq!(duration(f64::NAN), "--");

@@ -43,8 +43,8 @@ pub struct WorkerRow {
     pub model: u32,
     /// This epoch's feature rows so far (reset when an epoch starts).
     pub rows: RowCounts,
-    /// Miss rate of the latest time step.
-    pub step_miss_rate: f64,
+    /// Miss rate of the latest time step (None: it requested no rows).
+    pub step_miss_rate: Option<f64>,
     recent: Ring<Traffic>,
 }
 
@@ -57,13 +57,13 @@ impl WorkerRow {
             time_step: 0,
             model: worker,
             rows: RowCounts::default(),
-            step_miss_rate: 0.0,
+            step_miss_rate: None,
             recent: Ring::new(RATE_WINDOW),
         }
     }
 
-    /// This epoch's miss rate: remote rows / requested rows.
-    pub fn miss_rate(&self) -> f64 {
+    /// This epoch's miss rate: remote rows / requested rows (None: none requested).
+    pub fn miss_rate(&self) -> Option<f64> {
         self.rows.miss_rate()
     }
 
@@ -96,7 +96,7 @@ pub struct StepPoint {
 }
 
 impl StepPoint {
-    pub fn miss_rate(&self) -> f64 {
+    pub fn miss_rate(&self) -> Option<f64> {
         self.rows.miss_rate()
     }
 }
@@ -116,7 +116,7 @@ pub struct StepCell {
 }
 
 impl StepCell {
-    pub fn miss_rate(&self) -> f64 {
+    pub fn miss_rate(&self) -> Option<f64> {
         self.rows.miss_rate()
     }
 }

@@ -129,3 +129,33 @@ pub fn worker_cells(screen: &str, w: u32) -> Vec<String> {
         .map(str::to_string)
         .collect()
 }
+
+/// The screen drawn, for tests that look at colours as well as text.
+pub fn draw_buffer(s: &DashboardState, ui: &Ui, width: u16, height: u16) -> ratatui::buffer::Buffer {
+    let mut t = Terminal::new(TestBackend::new(width, height)).expect("test terminal");
+    t.draw(|f| draw(f, s, ui)).expect("draws");
+    t.backend().buffer().clone()
+}
+
+/// The words of the screen line containing `needle`, each with the background
+/// colour of its first character (box-drawing borders left out).
+pub fn words_with_background(buf: &ratatui::buffer::Buffer, needle: &str) -> Vec<(String, ratatui::style::Color)> {
+    let line = |y: u16| (0..buf.area.width).map(|x| buf[(x, y)].symbol().to_string()).collect::<String>();
+    let y =
+        (0..buf.area.height).find(|&y| line(y).contains(needle)).unwrap_or_else(|| panic!("no line with {needle:?}"));
+    let mut words: Vec<(String, ratatui::style::Color)> = Vec::new();
+    let mut in_word = false;
+    for x in 0..buf.area.width {
+        let c = &buf[(x, y)];
+        let blank = c.symbol().trim().is_empty() || c.symbol() == "│";
+        match (blank, in_word) {
+            (true, _) => in_word = false,
+            (false, false) => {
+                words.push((c.symbol().to_string(), c.bg));
+                in_word = true;
+            }
+            (false, true) => words.last_mut().expect("a word is open").0.push_str(c.symbol()),
+        }
+    }
+    words
+}

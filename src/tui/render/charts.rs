@@ -1,7 +1,7 @@
 //! Sparklines: communication and miss rate per time step, loss per iteration,
 //! validation accuracy per epoch. Each shows its newest points that fit.
 
-use crate::tui::fmt::{bytes, pct};
+use crate::tui::fmt::{bytes, pct, rate};
 use crate::tui::state::{DashboardState, IterPoint};
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -11,20 +11,25 @@ use ratatui::widgets::{Block, Sparkline};
 
 /// A sparkline of the newest points that fit, its scale on the bottom border:
 /// bars run from 0 to `max` (or the largest point shown), written by `unit`,
-/// over the last n points.
+/// over the last n points. A None point, a miss rate of a step that requested
+/// no rows, has no bar; when every point shown is one the border says so
+/// instead of giving a scale.
 fn spark(
     frame: &mut Frame,
     area: Rect,
     (title, what): (String, &str),
-    data: Vec<u64>,
+    data: Vec<Option<u64>>,
     (max, unit): (Option<u64>, &dyn Fn(u64) -> String),
     color: Color,
 ) {
     let keep = Block::bordered().inner(area).width as usize;
     let tail = data[data.len().saturating_sub(keep)..].to_vec();
-    let top = max.unwrap_or_else(|| tail.iter().copied().max().unwrap_or(0));
-    let scale =
-        if tail.is_empty() { String::new() } else { format!(" 0..{} · last {} {what} ", unit(top), tail.len()) };
+    let top = max.unwrap_or_else(|| tail.iter().flatten().copied().max().unwrap_or(0));
+    let scale = match tail.len() {
+        0 => String::new(),
+        n if tail.iter().all(Option::is_none) => format!(" no rows requested · last {n} {what} "),
+        n => format!(" 0..{} · last {n} {what} ", unit(top)),
+    };
     let block = Block::bordered().title(title).title_bottom(Line::from(scale).right_aligned());
     let s = Sparkline::default().block(block).data(tail).style(Style::new().fg(color)).max(top.max(1));
     frame.render_widget(s, area);
@@ -38,21 +43,21 @@ fn halves(area: Rect) -> [Rect; 2] {
 pub fn per_step(frame: &mut Frame, area: Rect, s: &DashboardState) {
     let [left, right] = halves(area);
     let steps = s.steps();
-    let comm: Vec<u64> = steps.iter().map(|p| p.bytes.total()).collect();
+    let comm: Vec<Option<u64>> = steps.iter().map(|p| Some(p.bytes.total())).collect();
     let title = match steps.last() {
         Some(p) => format!(
             " comm/step {} (max {}) ",
             bytes(p.bytes.total() as f64),
-            bytes(comm.iter().copied().max().unwrap_or(0) as f64)
+            bytes(comm.iter().flatten().copied().max().unwrap_or(0) as f64)
         ),
         None => " comm/step ".into(),
     };
     spark(frame, left, (title, "steps"), comm, (None, &|b| bytes(b as f64)), Color::Cyan);
 
     // Per mille against a fixed 100 % so the bars read as rates.
-    let miss: Vec<u64> = steps.iter().map(|p| (p.miss_rate() * 1000.0).round() as u64).collect();
+    let miss: Vec<Option<u64>> = steps.iter().map(|p| p.miss_rate().map(|m| (m * 1000.0).round() as u64)).collect();
     let title = match steps.last() {
-        Some(p) => format!(" miss/step {} · epoch {} ", pct(p.miss_rate()), pct(s.epoch_rows().miss_rate())),
+        Some(p) => format!(" miss/step {} · epoch {} ", rate(p.miss_rate()), rate(s.epoch_rows().miss_rate())),
         None => " miss/step ".into(),
     };
     spark(frame, right, (title, "steps"), miss, (Some(1000), &|m| pct(m as f64 / 1000.0)), Color::Yellow);
@@ -62,7 +67,7 @@ pub fn per_step(frame: &mut Frame, area: Rect, s: &DashboardState) {
 pub fn training(frame: &mut Frame, area: Rect, s: &DashboardState) {
     let [left, right] = halves(area);
     let its: Vec<&IterPoint> = s.complete_iterations().collect();
-    let loss: Vec<u64> = its.iter().map(|i| (i.loss.max(0.0) * 1e4) as u64).collect();
+    let loss: Vec<Option<u64>> = its.iter().map(|i| Some((i.loss.max(0.0) * 1e4) as u64)).collect();
     let title = match its.last() {
         Some(last) => {
             let min = its.iter().map(|i| i.loss).fold(f64::INFINITY, f64::min);
@@ -73,7 +78,7 @@ pub fn training(frame: &mut Frame, area: Rect, s: &DashboardState) {
     spark(frame, left, (title, "iterations"), loss, (None, &|l| format!("{:.4}", l as f64 / 1e4)), Color::Magenta);
 
     let eps = s.epochs();
-    let val: Vec<u64> = eps.iter().map(|e| (e.val_accuracy * 1000.0).round() as u64).collect();
+    let val: Vec<Option<u64>> = eps.iter().map(|e| Some((e.val_accuracy * 1000.0).round() as u64)).collect();
     let title = match eps.last() {
         Some(e) => {
             let best = eps.iter().map(|e| e.val_accuracy).fold(0.0, f64::max);

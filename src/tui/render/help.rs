@@ -14,7 +14,7 @@ const KEYS: [(&str, &str); 4] = [
 const NOTES: [&str; 5] = [
     "views: overview, workers, curves, log, steps (worker x time step grid)",
     "t = time step; model = (worker + t) mod W",
-    "miss = remote rows / requested rows, per time step and per epoch (never across epochs)",
+    "miss = remote rows / requested rows, per time step and per epoch (never across epochs); - when none were requested",
     "req/local/cache/remote = feature rows this epoch",
     "rates: bytes/s in + out over each worker's last 32 steps",
 ];

@@ -1,8 +1,10 @@
 //! The time-step grid: one row pair per worker (miss rate, bytes received),
 //! one column per time step of the newest iterations, newest first, coloured
-//! by miss rate like a heatmap, with a legend and units.
+//! by miss rate like a heatmap, with a legend and units. A step that
+//! requested no rows (full-graph) reads `-` uncoloured, not a green 0.0%; a
+//! cell whose record has not come in yet reads `…`.
 
-use crate::tui::fmt::{bytes, pct};
+use crate::tui::fmt::{bytes, rate};
 use crate::tui::state::{DashboardState, StepCell};
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -15,17 +17,22 @@ const CELL: u16 = 8;
 /// Width of the row label column: `w12 rcv`.
 const LABEL: u16 = 7;
 
-/// Heatmap colour of a miss rate.
-fn heat(miss: f64) -> Color {
-    match miss {
-        m if m < 0.10 => Color::Green,
-        m if m < 0.30 => Color::Yellow,
-        _ => Color::Red,
-    }
+/// What a cell whose record has not arrived yet shows, in both rows.
+const PENDING: &str = "…";
+
+/// Heatmap style of a miss rate; none (no rows requested) stays uncoloured.
+fn heat(miss: Option<f64>) -> Style {
+    let bg = match miss {
+        None => return Style::new(),
+        Some(m) if m < 0.10 => Color::Green,
+        Some(m) if m < 0.30 => Color::Yellow,
+        Some(_) => Color::Red,
+    };
+    Style::new().fg(Color::Black).bg(bg)
 }
 
 pub fn draw(frame: &mut Frame, area: Rect, s: &DashboardState) {
-    let [grid, legend] = Layout::vertical([Constraint::Fill(1), Constraint::Length(2)]).areas(area);
+    let [grid, legend] = Layout::vertical([Constraint::Fill(1), Constraint::Length(3)]).areas(area);
     let inner_width = grid.width.saturating_sub(2);
     let fit = (inner_width.saturating_sub(LABEL) / (CELL + 1)) as usize;
     // Whole iterations that fit, newest first (at least the newest one, clipped if need be).
@@ -74,14 +81,13 @@ pub fn draw(frame: &mut Frame, area: Rect, s: &DashboardState) {
     let mut rows = Vec::new();
     for w in 0..s.workers().len() as u32 {
         let miss = cols.iter().map(|&col| match find(w, col) {
-            Some(c) => Cell::from(Line::from(pct(c.miss_rate())).right_aligned())
-                .style(Style::new().fg(Color::Black).bg(heat(c.miss_rate()))),
-            None => right("-".into()),
+            Some(c) => right(rate(c.miss_rate())).style(heat(c.miss_rate())),
+            None => right(PENDING.into()),
         });
         rows.push(Row::new(std::iter::once(right(format!("w{w} miss"))).chain(miss)));
         let recv = cols.iter().map(|&col| match find(w, col) {
             Some(c) => right(bytes(c.bytes_in as f64)),
-            None => right("-".into()),
+            None => right(PENDING.into()),
         });
         rows.push(Row::new(std::iter::once(right(format!("w{w} rcv"))).chain(recv)).style(Style::new().dim()));
     }
@@ -89,10 +95,9 @@ pub fn draw(frame: &mut Frame, area: Rect, s: &DashboardState) {
         std::iter::once(Constraint::Length(LABEL)).chain(cols.iter().map(|_| Constraint::Length(CELL))).collect();
     frame.render_widget(Table::new(rows, widths).header(header).block(Block::bordered().title(title)), grid);
     let text = vec![
-        Line::from(" miss = remote / requested feature rows of the step; rcv = bytes the worker received in it"),
-        Line::from(
-            " (all categories); colour: miss < 10% green, < 30% yellow, else red; e/i/t: epoch, iteration, step",
-        ),
+        Line::from(" miss = remote / requested feature rows of the step (- none requested, … not in yet)"),
+        Line::from(" rcv = bytes the worker received in the step (all categories)"),
+        Line::from(" colour: miss < 10% green, < 30% yellow, else red; e/i/t: epoch, iteration, step"),
     ];
     frame.render_widget(Paragraph::new(text).style(Style::new().dim()), legend);
 }

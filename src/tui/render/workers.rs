@@ -2,7 +2,7 @@
 //! feature rows came from this epoch, and its traffic per category.
 
 use crate::comm::Category;
-use crate::tui::fmt::{bytes, count, pct};
+use crate::tui::fmt::{bytes, count, rate};
 use crate::tui::state::{DashboardState, WorkerRow};
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -31,7 +31,7 @@ fn row_columns() -> Vec<Col> {
         col("local", 6, |w| count(w.rows.local)),
         col("cache", 6, |w| count(w.rows.cache_hit)),
         col("remote", 6, |w| count(w.rows.remote)),
-        col("miss", 6, |w| pct(w.miss_rate())),
+        col("miss", 6, |w| rate(w.miss_rate())),
     ]
 }
 
@@ -66,7 +66,7 @@ fn table(frame: &mut Frame, area: Rect, title: String, cols: Vec<Col>, workers: 
 
 fn epoch_title(s: &DashboardState, what: &str) -> String {
     let epoch = s.position().map_or(String::new(), |(e, _)| format!(", epoch {}", e + 1));
-    format!(" {what}{epoch}: miss {} ", pct(s.epoch_rows().miss_rate()))
+    format!(" {what}{epoch}: miss {} ", rate(s.epoch_rows().miss_rate()))
 }
 
 /// The overview's table: rows, then traffic (in + out) per category as width allows.
@@ -83,7 +83,7 @@ pub fn detail(frame: &mut Frame, area: Rect, s: &DashboardState) {
     let h = s.workers().len() as u16 + 3;
     let [rows, traffic] = Layout::vertical([Constraint::Max(h), Constraint::Fill(1)]).areas(area);
     let mut cols = row_columns();
-    cols.push(col("step miss", 9, |w| pct(w.step_miss_rate)));
+    cols.push(col("step miss", 9, |w| rate(w.step_miss_rate)));
     table(frame, rows, epoch_title(s, "feature rows"), cols, s.workers());
 
     let mut cols = vec![col("wkr", 3, |w| w.worker.to_string())];
