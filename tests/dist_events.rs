@@ -1,15 +1,16 @@
-//! What a distributed run tells the event log: `--time-steps auto`'s decisions
-//! at each epoch boundary, with the T it leaves, the T it takes and why.
+//! What a run tells its observers: `--time-steps auto`'s decisions at each
+//! epoch boundary, with the T it leaves, the T it takes and why; and, before
+//! its first record, what it is (`RunInfo`), the engine included.
 
 mod dist_support;
 
 use dist_support::{cora, local_options, small_cora_job};
 use leapgnn::DataDir;
 use leapgnn::cluster::LocalLauncher;
-use leapgnn::metrics::StepRecord;
+use leapgnn::metrics::{RunInfo, StepRecord};
 use leapgnn::train::distributed::train_distributed;
 use leapgnn::train::strategy::StrategyKind;
-use leapgnn::train::{Observer, RunOptions, TrainConfig, TrainError};
+use leapgnn::train::{EvalMode, Observer, RunOptions, TrainConfig, TrainError, TrainMode};
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicBool;
 
@@ -57,4 +58,62 @@ fn auto_time_steps_log_each_decision_with_the_t_the_next_epoch_runs() {
         assert_eq!((from, to), (log.steps[&e], log.steps[&(e + 1)]), "{d}");
         assert!(d.contains("slowest worker's mean iteration"), "{d}");
     }
+}
+
+/// What a run says it is, and the miss rates of its records.
+#[derive(Default)]
+struct Started {
+    info: Vec<RunInfo>,
+    miss: Vec<Option<f64>>,
+}
+
+impl Observer for Started {
+    fn start(&mut self, info: &RunInfo) {
+        self.info.push(info.clone());
+    }
+    fn step(&mut self, r: &StepRecord) -> Result<(), TrainError> {
+        self.miss.push(r.miss_rate);
+        Ok(())
+    }
+}
+
+/// The dashboard's header names the engine from `RunInfo::mode`: a full-graph
+/// run (driver and workers, or one process) says `full-graph`, a mini-batch
+/// run nothing. Its records request no feature rows, so they carry no miss
+/// rate (JSON null), where a mini-batch run's carry one.
+#[test]
+fn a_full_graph_run_says_so_before_its_first_record_and_records_no_miss_rate() {
+    let tmp = cora();
+    let data = DataDir::new(tmp.path());
+    let full = |workers| TrainConfig {
+        mode: TrainMode::FullGraph,
+        fanouts: "all,all".parse().unwrap(),
+        eval_fanouts: "all,all".parse().unwrap(),
+        eval: EvalMode::Full,
+        ..small_cora_job(workers, 2)
+    };
+    let launcher =
+        LocalLauncher::new(env!("CARGO_BIN_EXE_leapgnn"), vec!["--data-dir".into(), tmp.path().display().to_string()]);
+    let interrupted = AtomicBool::new(false);
+    let opts = local_options(&launcher, &interrupted);
+    let run = |name: &str| RunOptions { run: Some(name.into()), ..Default::default() };
+
+    let mut dist = Started::default();
+    let s = train_distributed(&data, full(2), &run("fg2"), &opts, &mut dist).expect("the run succeeds");
+    let mut solo = Started::default();
+    leapgnn::train::train(&data, full(1), &run("fg1"), &mut solo).expect("the run succeeds");
+    for (who, got) in [("2 workers", &dist), ("1 worker", &solo)] {
+        assert_eq!(got.info.len(), 1, "{who}");
+        let info = &got.info[0];
+        assert_eq!((info.strategy.as_str(), info.mode.as_deref()), ("model-centric", Some("full-graph")), "{who}");
+        assert!(!got.miss.is_empty() && got.miss.iter().all(Option::is_none), "{who}: {:?}", got.miss);
+    }
+    assert_eq!((s.rows.requested, s.miss_rate), (0, None));
+    let json = serde_json::to_value(&s).unwrap();
+    assert!(json["miss_rate"].is_null() && json["mode"] == "full-graph", "{json}");
+
+    let mut mini = Started::default();
+    train_distributed(&data, small_cora_job(2, 1), &run("mb"), &opts, &mut mini).expect("the run succeeds");
+    assert_eq!(mini.info[0].mode, None);
+    assert!(mini.miss.iter().all(Option::is_some), "{:?}", mini.miss);
 }

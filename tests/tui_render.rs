@@ -266,6 +266,55 @@ fn with_rows(mut r: leapgnn::metrics::StepRecord, requested: u64, remote: u64) -
     r
 }
 
+/// A full-graph run: model-centric names a strategy of both engines, so the
+/// header names the engine too; and its steps fetch no feature rows through
+/// the cache, so no view shows a miss rate for them (it showed a green 0.0%).
+#[test]
+fn a_full_graph_run_names_its_engine_and_shows_no_miss_rate_for_steps_that_request_no_rows() {
+    use leapgnn::metrics::RunInfo;
+    let fg = RunInfo {
+        strategy: "model-centric".into(),
+        mode: Some("full-graph".into()),
+        time_steps: 1,
+        iterations_per_epoch: 1,
+        ..info()
+    };
+    let mut s = DashboardState::new(fg);
+    // Two epochs of one step, a record per worker and layer.
+    for e in 0..2 {
+        for layer in 0..2 {
+            for w in 0..2 {
+                let r = leapgnn::metrics::StepRecord { layer: Some(layer), ..with_rows(record(e, 0, 0, w), 0, 0) };
+                s.apply_record(&r);
+            }
+        }
+    }
+    let screen = render(&s, &Ui::default(), 100, 30);
+    let what = line_with(&screen, "leapgnn │");
+    assert!(what.contains("│ model-centric · full-graph │"), "{screen}");
+    // A mini-batch run's header is as it was.
+    let minibatch = render(&scripted(), &Ui::default(), 100, 30);
+    assert!(line_with(&minibatch, "leapgnn │").contains("│ micrograph │ sage"), "{minibatch}");
+
+    assert!(line_with(&screen, "workers, epoch 2").contains("miss - "), "{screen}");
+    for w in 0..2 {
+        let cells = worker_cells(&screen, w);
+        assert_eq!((cells[3].as_str(), cells[7].as_str()), ("0", "-"), "req 0, miss -: {screen}");
+    }
+    assert!(screen.contains("miss/step - · epoch -"), "{screen}");
+    assert!(screen.contains(" no rows requested · last 2 steps "), "{screen}");
+    assert!(!screen.contains("0.0%"), "no view may read 0 of 0 rows as a perfect rate:\n{screen}");
+    let workers = render(&s, &Ui { view: View::Workers, help: false }, 100, 30);
+    assert_eq!(worker_cells(&workers, 1)[8], "-", "step miss: {workers}");
+
+    let grid = draw_buffer(&s, &Ui { view: View::Steps, help: false }, 100, 30);
+    for w in 0..2 {
+        let miss = words_with_background(&grid, &format!("w{w} miss"));
+        // `w0`, `miss`, then the newest two epochs' step: `-`, uncoloured.
+        assert_eq!(miss[2..], [("-".into(), Color::Reset), ("-".into(), Color::Reset)], "{miss:?}");
+    }
+}
+
 /// In the grid, a step that requested rows and missed none is a real 0.0%
 /// (green); one that requested none is `-` (uncoloured); one whose record has
 /// not come in yet is `…` in both rows.

@@ -328,3 +328,28 @@ fn the_time_step_grid_shows_what_the_records_say() {
     assert!(checked >= 12, "{grid}");
     eprintln!("the time-step grid:\n{grid}");
 }
+
+/// A full-graph run on the real binary: the header names the engine beside
+/// the strategy, and the grid's miss cells read `-` (its steps request no
+/// feature rows) where they read a green 0.0%; the bytes are there.
+#[test]
+fn a_full_graph_run_names_its_engine_and_its_steps_have_no_miss_rate() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tmux = train_in_tmux(tmp.path(), "--run fg --workers 2 --full-batch");
+    let grid = tmux.wait("the grid with two epochs", Duration::from_secs(90), |s| {
+        s.contains("time steps: epoch") && s.lines().any(|l| l.contains(" rcv ") && l.matches("B ").count() >= 2)
+    });
+    let header = grid.lines().find(|l| l.contains("leapgnn │")).unwrap_or_else(|| panic!("no header:\n{grid}"));
+    assert!(header.contains("│ model-centric · full-graph │"), "{grid}");
+    for w in 0..2 {
+        let miss = grid.lines().find(|l| l.contains(&format!("w{w} miss"))).unwrap();
+        let cells: Vec<&str> = miss.split_whitespace().filter(|c| *c != "│").skip(2).collect();
+        assert!(cells.contains(&"-") && cells.iter().all(|c| *c == "-" || *c == "…"), "{grid}");
+    }
+    tmux.keys("q");
+    let after = tmux.wait("exit", Duration::from_secs(30), |s| s.contains("leapgnn exited"));
+    assert!(after.contains("leapgnn exited 0"), "{after}");
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(tmp.path().join("runs/fg/summary.json")).unwrap()).unwrap();
+    assert!(summary["mode"] == "full-graph" && summary["miss_rate"].is_null(), "{summary}");
+}

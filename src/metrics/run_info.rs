@@ -4,6 +4,11 @@ pub struct RunInfo {
     pub run: String,
     pub dataset: String,
     pub strategy: String,
+    /// `full-graph` for the full-graph engine, absent (None) for mini-batch
+    /// runs, as in the run summary: model-centric names a strategy of both
+    /// engines, so the strategy alone does not say which one trains.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
     pub model: String,
     pub workers: u32,
     /// Time steps per iteration (1 for model-centric).
@@ -19,5 +24,22 @@ impl RunInfo {
     /// Iterations of the whole run.
     pub fn total_iterations(&self) -> u64 {
         self.epochs * self.iterations_per_epoch
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_info_written_before_the_mode_field_still_reads() {
+        let old = r#"{"run":"r","dataset":"cora","strategy":"model-centric","model":"sage","workers":2,
+            "time_steps":1,"epochs":3,"iterations_per_epoch":5,"start_epoch":0,"start_iteration":0}"#;
+        let info: RunInfo = serde_json::from_str(old).unwrap();
+        assert_eq!((info.mode, info.workers), (None, 2));
+        let fg = RunInfo { mode: Some("full-graph".into()), ..info };
+        let json = serde_json::to_value(&fg).unwrap();
+        assert_eq!(json["mode"], "full-graph");
+        assert_eq!(serde_json::from_value::<RunInfo>(json).unwrap(), fg);
     }
 }

@@ -320,6 +320,12 @@ impl TrainConfig {
         })
     }
 
+    /// The mode as the run summary and the dashboard name it: `full-graph`,
+    /// or None for mini-batch, the default, which older summaries left out.
+    pub fn reported_mode(&self) -> Option<String> {
+        (self.mode == TrainMode::FullGraph).then(|| self.mode.to_string())
+    }
+
     /// Whether this run gathers the next iteration's rows during the current
     /// one (`--prefetch auto` resolved: see `Prefetch`). A merge plan that
     /// cannot be read counts as silent here; `check` reports it.

@@ -314,6 +314,7 @@ fn execute(
         run: run.to_string(),
         dataset: cfg.dataset.clone(),
         strategy: cfg.strategy.to_string(),
+        mode: cfg.reported_mode(),
         model: cfg.model.to_string(),
         workers: Solo.world() as u32,
         time_steps: strategy.time_steps(),
@@ -335,7 +336,7 @@ fn execute(
         dataset: cfg.dataset.clone(),
         model: cfg.model.to_string(),
         iterations: p.global_iteration,
-        mode: (cfg.mode == TrainMode::FullGraph).then(|| cfg.mode.to_string()),
+        mode: cfg.reported_mode(),
         peak_rss_bytes: crate::util::peak_rss_bytes().into_iter().collect(),
         prefetch: cfg.prefetches(),
         ..Default::default()

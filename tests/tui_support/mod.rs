@@ -13,6 +13,7 @@ pub fn info() -> RunInfo {
         run: "demo".into(),
         dataset: "synthetic-small".into(),
         strategy: "micrograph".into(),
+        mode: None,
         model: "sage".into(),
         workers: 2,
         time_steps: 2,

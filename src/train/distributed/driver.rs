@@ -326,6 +326,7 @@ fn execute(
         run: name.clone(),
         dataset: cfg.dataset.clone(),
         strategy: cfg.strategy.to_string(),
+        mode: cfg.reported_mode(),
         model: cfg.model.to_string(),
         workers: world as u32,
         time_steps,
@@ -347,7 +348,7 @@ fn execute(
         dataset: cfg.dataset.clone(),
         model: cfg.model.to_string(),
         time_steps,
-        mode: (cfg.mode == crate::train::TrainMode::FullGraph).then(|| cfg.mode.to_string()),
+        mode: cfg.reported_mode(),
         prefetch: cfg.prefetches(),
         ..Default::default()
     };

@@ -16,7 +16,11 @@ pub fn draw(frame: &mut Frame, area: Rect, s: &DashboardState) {
         sep(),
         Span::styled(i.dataset.clone(), bold),
         sep(),
-        Span::raw(i.strategy.clone()),
+        // The engine beside the strategy: model-centric trains in either.
+        Span::raw(match &i.mode {
+            Some(mode) => format!("{} · {mode}", i.strategy),
+            None => i.strategy.clone(),
+        }),
         sep(),
         Span::raw(i.model.clone()),
         sep(),
