@@ -258,6 +258,20 @@ fn a_narrow_screen_keeps_the_view_tabs_whole() {
     assert!(wide.contains("overview │ workers") && wide.contains("q stop  tab view  ? help"), "{wide}");
 }
 
+/// At 40 columns the five titles do not fit (they were cut to `overview │
+/// workers │ curves │ log │ st`): the view shown keeps its name, the others
+/// their initial, whichever view it is.
+#[test]
+fn a_screen_too_narrow_for_the_tab_titles_names_the_view_shown_and_initials_the_rest() {
+    let s = scripted();
+    let last = |view: View| {
+        render(&s, &Ui { view, help: false }, 40, 24).lines().last().unwrap_or_default().trim_end().to_string()
+    };
+    assert_eq!(last(View::Overview), " overview │ w │ c │ l │ s");
+    assert_eq!(last(View::Steps), " o │ w │ c │ l │ steps");
+    assert_eq!(last(View::Log), " o │ w │ c │ log │ s");
+}
+
 /// A record of a step that requested `requested` feature rows and fetched
 /// `remote` of them from other workers (the rest local).
 fn with_rows(mut r: leapgnn::metrics::StepRecord, requested: u64, remote: u64) -> leapgnn::metrics::StepRecord {

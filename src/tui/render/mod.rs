@@ -57,18 +57,27 @@ fn overview(frame: &mut Frame, area: Rect, state: &DashboardState) {
     log::draw(frame, events, state);
 }
 
+/// The width of tabs as ratatui draws them: each title padded by a space a
+/// side, one divider between.
+fn tabs_width(titles: &[&str]) -> usize {
+    titles.iter().map(|t| t.len() + 3).sum::<usize>() - 1
+}
+
 fn footer(frame: &mut Frame, area: Rect, ui: &Ui) {
     let keys = "q stop  tab view  ? help ";
-    // The tabs as ratatui draws them: each title padded by a space a side, one divider between.
-    let tabs_width: usize = View::ALL.iter().map(|v| v.title().len() + 3).sum();
-    // Too narrow for both: the tabs stay whole and the key hint goes (`?` still shows it).
-    let hint = if (area.width as usize) < tabs_width + keys.len() { 0 } else { keys.len() as u16 };
+    let width = area.width as usize;
+    let mut titles = View::ALL.map(View::title);
+    // Too narrow for every title (40 columns): the view shown keeps its name,
+    // the others their initial, so no tab is cut in the middle of a word.
+    if width < tabs_width(&titles) {
+        titles = View::ALL.map(|v| if v == ui.view { v.title() } else { &v.title()[..1] });
+    }
+    // Too narrow for the tabs and the key hint: the hint goes (`?` still shows it).
+    let hint = if width < tabs_width(&titles) + keys.len() { 0 } else { keys.len() as u16 };
     let [tabs, help] = Layout::horizontal([Constraint::Fill(1), Constraint::Length(hint)]).areas(area);
     let selected = View::ALL.iter().position(|v| *v == ui.view);
     frame.render_widget(
-        Tabs::new(View::ALL.map(View::title))
-            .select(selected)
-            .highlight_style(Style::new().add_modifier(Modifier::REVERSED)),
+        Tabs::new(titles).select(selected).highlight_style(Style::new().add_modifier(Modifier::REVERSED)),
         tabs,
     );
     frame.render_widget(Paragraph::new(Line::from(keys).right_aligned()).style(Style::new().dim()), help);
