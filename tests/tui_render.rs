@@ -276,7 +276,7 @@ fn a_screen_too_narrow_for_the_tab_titles_names_the_view_shown_and_initials_the_
 /// `remote` of them from other workers (the rest local).
 fn with_rows(mut r: leapgnn::metrics::StepRecord, requested: u64, remote: u64) -> leapgnn::metrics::StepRecord {
     r.rows = leapgnn::metrics::RowCounts { requested, local: requested - remote, cache_hit: 0, remote };
-    r.miss_rate = r.rows.miss_rate();
+    r.miss_rate = r.rows.miss_rate().unwrap_or(0.0);
     r
 }
 

@@ -146,7 +146,7 @@ pub fn load_runs(dir: &Path) -> Result<BenchReport, BadInput> {
                 gradients_per_epoch: s.bytes.total.gradients as f64 / epochs,
                 migration_per_epoch: s.bytes.total.migration as f64 / epochs,
                 activations_per_epoch: s.bytes.total.activations as f64 / epochs,
-                miss_rate: s.miss_rate,
+                miss_rate: s.rows.miss_rate(),
                 test_accuracy: s.test_accuracy,
                 time_steps: s.time_steps,
             })

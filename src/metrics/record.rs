@@ -78,10 +78,11 @@ pub struct StepRecord {
     /// Sampled edges over all layers.
     pub edges: u64,
     pub rows: RowCounts,
-    /// `rows.miss_rate()`: null when the step requested no rows (records
-    /// written before that said 0.0 and still read).
-    #[serde(default)]
-    pub miss_rate: Option<f64>,
+    /// `rows.miss_rate()`, 0 when the step requested no rows: the JSON
+    /// field stays a number for the scripts that read it (CLI.md), and
+    /// `rows.requested` tells a step that fetched nothing from one that
+    /// missed nothing (the dashboard shows the former as `-`).
+    pub miss_rate: f64,
     pub bytes_in: ByteCounts,
     pub bytes_out: ByteCounts,
     pub sample_seconds: f64,
@@ -127,21 +128,5 @@ mod tests {
         assert_eq!(rows(0, 0).miss_rate(), None);
         assert_eq!(rows(100, 0).miss_rate(), Some(0.0));
         assert_eq!(rows(100, 25).miss_rate(), Some(0.25));
-    }
-
-    #[test]
-    fn records_written_with_a_numeric_or_no_miss_rate_still_read() {
-        let old = r#"{"epoch":0,"iteration":0,"time_step":0,"worker":1,"model":1,"roots":0,"edges":4822,
-            "rows":{"requested":0,"local":0,"cache_hit":0,"remote":0},"miss_rate":0.0,
-            "bytes_in":{"features":0,"gradients":0,"migration":0,"activations":0,"control":0},
-            "bytes_out":{"features":0,"gradients":0,"migration":0,"activations":0,"control":0},
-            "sample_seconds":0.0,"gather_seconds":0.0,"compute_seconds":0.03,"sync_seconds":0.0,"loss":0.0,"layer":0}"#;
-        let r: StepRecord = serde_json::from_str(old).unwrap();
-        assert_eq!((r.miss_rate, r.layer), (Some(0.0), Some(0)));
-        let mut v = serde_json::to_value(&r).unwrap();
-        v.as_object_mut().unwrap().remove("miss_rate");
-        assert_eq!(serde_json::from_value::<StepRecord>(v).unwrap().miss_rate, None);
-        let none = StepRecord { miss_rate: r.rows.miss_rate(), ..r };
-        assert!(serde_json::to_value(&none).unwrap()["miss_rate"].is_null());
     }
 }

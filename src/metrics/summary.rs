@@ -34,10 +34,9 @@ pub struct RunSummary {
     pub final_loss: f64,
     pub epoch_seconds: Vec<f64>,
     pub rows: RowCounts,
-    /// `rows.miss_rate()`: null for a run that requested no rows (the
-    /// full-graph engine), as summaries before it said 0.0.
-    #[serde(default)]
-    pub miss_rate: Option<f64>,
+    /// `rows.miss_rate()`, 0 for a run that requested no rows (the
+    /// full-graph engine): a number, as scripts read it (CLI.md).
+    pub miss_rate: f64,
     pub bytes: RunBytes,
     pub time_steps: u32,
     pub best_epoch: u64,
@@ -105,7 +104,7 @@ impl RunSummary {
         self.final_loss = history.last().map_or(0.0, |e| e.loss);
         self.epoch_seconds = history.iter().map(|e| e.seconds).collect();
         self.epochs = history.len() as u64;
-        self.miss_rate = self.rows.miss_rate();
+        self.miss_rate = self.rows.miss_rate().unwrap_or(0.0);
         self.history = history;
         self
     }
@@ -129,7 +128,7 @@ mod tests {
         assert_eq!((s.best_epoch, s.best_val_accuracy, s.test_accuracy), (1, Some(0.8), Some(0.7)));
         assert_eq!(s.final_loss, 0.25);
         assert_eq!(s.epochs, 4);
-        assert!((s.miss_rate.unwrap() - 0.4).abs() < 1e-12);
+        assert!((s.miss_rate - 0.4).abs() < 1e-12);
         // A run trained in stages (RETEXO): the last stage's best round, even below an earlier stage's.
         let staged = |epoch, val, test, layer| EpochRecord { layer: Some(layer), ..e(epoch, val, test) };
         let s = RunSummary::default().from_history(vec![
@@ -143,11 +142,8 @@ mod tests {
         assert_eq!((s.test_accuracy, s.best_val_accuracy), (None, None));
         let json = serde_json::to_value(&s).unwrap();
         assert!(json["test_accuracy"].is_null() && json["best_val_accuracy"].is_null(), "{json}");
-        // No rows requested (full-graph): no miss rate, not a perfect 0.0; a summary that said 0.0 still reads.
-        assert!(json["miss_rate"].is_null(), "{json}");
-        let mut old = json;
-        old["miss_rate"] = 0.0.into();
-        assert_eq!(serde_json::from_value::<RunSummary>(old).unwrap().miss_rate, Some(0.0));
+        // No rows requested (full-graph): still a number for scripts, rows.requested says why.
+        assert_eq!((json["miss_rate"].as_f64(), json["rows"]["requested"].as_u64()), (Some(0.0), Some(0)), "{json}");
     }
 
     #[test]

@@ -196,7 +196,7 @@ pub(crate) fn step_record(
         roots: s.roots,
         edges: s.edges,
         rows: s.rows,
-        miss_rate: s.rows.miss_rate(),
+        miss_rate: s.rows.miss_rate().unwrap_or(0.0),
         bytes_in: moved.received,
         bytes_out: moved.sent,
         sample_seconds: s.sample_seconds,

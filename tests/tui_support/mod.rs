@@ -52,7 +52,7 @@ pub fn record(epoch: u64, iteration: u64, time_step: u32, worker: u32) -> StepRe
         roots: 64,
         edges: 640,
         rows,
-        miss_rate: rows.miss_rate(),
+        miss_rate: rows.miss_rate().unwrap_or(0.0),
         bytes_in,
         bytes_out,
         sample_seconds: 0.1,

@@ -208,7 +208,7 @@ impl Strategy for P3 {
             }
         }
         rec.compute_seconds += t.elapsed().as_secs_f64();
-        rec.miss_rate = rec.rows.miss_rate();
+        rec.miss_rate = rec.rows.miss_rate().unwrap_or(0.0);
         let loss = rec.loss;
         records.push(rec)?;
         Ok(loss)
