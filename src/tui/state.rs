@@ -399,12 +399,22 @@ impl DashboardState {
     /// the newest while the run goes on (its other workers' or time steps'
     /// records may still come), all of them once it has ended.
     pub fn complete_iterations(&self) -> impl Iterator<Item = &IterPoint> {
-        let n = self.iterations.len() - usize::from(!self.finished && !self.iterations.is_empty());
-        self.iterations.iter().take(n)
+        all_but_newest(&self.iterations, self.finished)
+    }
+
+    /// The time steps whose every record has arrived, in the same sense: a
+    /// step's bytes and rows are sums over its workers' (and, full-graph,
+    /// its layers') records, so the newest reads low until they are all in.
+    pub fn complete_steps(&self) -> impl Iterator<Item = &StepPoint> {
+        all_but_newest(&self.steps, self.finished)
     }
 
     /// Loss of the latest complete iteration.
     pub fn last_loss(&self) -> Option<f64> {
         self.complete_iterations().last().map(|i| i.loss)
     }
+}
+
+fn all_but_newest<T>(ring: &Ring<T>, finished: bool) -> impl Iterator<Item = &T> {
+    ring.iter().take(ring.len() - usize::from(!finished && !ring.is_empty()))
 }

@@ -2,7 +2,7 @@
 //! validation accuracy per epoch. Each shows its newest points that fit.
 
 use crate::tui::fmt::{bytes, pct, rate};
-use crate::tui::state::{DashboardState, IterPoint};
+use crate::tui::state::{DashboardState, IterPoint, StepPoint};
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Style};
@@ -25,6 +25,7 @@ fn spark(
     let keep = Block::bordered().inner(area).width as usize;
     let tail = data[data.len().saturating_sub(keep)..].to_vec();
     let top = max.unwrap_or_else(|| tail.iter().flatten().copied().max().unwrap_or(0));
+    let what = if tail.len() == 1 { what.strip_suffix('s').unwrap_or(what) } else { what };
     let scale = match tail.len() {
         0 => String::new(),
         n if tail.iter().all(Option::is_none) => format!(" no rows requested · last {n} {what} "),
@@ -42,7 +43,7 @@ fn halves(area: Rect) -> [Rect; 2] {
 /// Bytes sent and miss rate, per (iteration, time step).
 pub fn per_step(frame: &mut Frame, area: Rect, s: &DashboardState) {
     let [left, right] = halves(area);
-    let steps = s.steps();
+    let steps: Vec<&StepPoint> = s.complete_steps().collect();
     let comm: Vec<Option<u64>> = steps.iter().map(|p| Some(p.bytes.total())).collect();
     let title = match steps.last() {
         Some(p) => format!(
