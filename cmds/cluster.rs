@@ -85,6 +85,7 @@ fn check(g: &Global, a: CheckArgs) -> anyhow::Result<()> {
     if g.json {
         print_json(&report)?;
     } else {
+        crate::train::warn_profile(&profile);
         print_table(&report);
     }
     if report.ok {

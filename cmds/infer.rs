@@ -82,6 +82,9 @@ fn distributed(g: &Global, a: &Args, opts: &InferOptions) -> anyhow::Result<leap
     let data = g.data();
     let profile =
         a.cluster.as_deref().map(Profile::load_or_builtin).transpose()?.filter(|p| p.launcher != LauncherKind::Local);
+    if let Some(p) = &profile {
+        crate::train::warn_profile(p);
+    }
     let mut workers = a.workers;
     let mut slurm = None;
     if profile.as_ref().is_some_and(|p| p.launcher == LauncherKind::Slurm) {

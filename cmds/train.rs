@@ -68,6 +68,10 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
             (Some(cfg), profile, None)
         }
     };
+    // Once, before a dashboard can take the terminal.
+    if let Some(p) = &profile {
+        warn_profile(p);
+    }
     let data = g.data();
     let opts = RunOptions {
         run: a.run.clone(),
@@ -220,6 +224,13 @@ fn distributed(
         );
     }
     Ok(summary)
+}
+
+/// The profile's warnings (`Profile::warnings`), one line each.
+pub(crate) fn warn_profile(p: &Profile) {
+    for w in &p.warnings {
+        leapgnn::elog!("warning: {}: {w}", p.name());
+    }
 }
 
 /// `--comm-timeout` seconds, checked.

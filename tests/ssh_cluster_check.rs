@@ -72,6 +72,43 @@ fn check_reports_every_host_and_fails_on_a_bad_one() {
     sshd.stop();
 }
 
+/// Two entries for one sshd stand in for two hosts in tests, and are a slip
+/// in a real profile: allowed, with one warning naming both entries and the
+/// machine, in the JSON report and once on stderr.
+#[test]
+fn two_entries_for_one_machine_pass_with_one_warning() {
+    let mut sshd = Sshd::start();
+    let profile = sshd.profile_with_hosts(&format!("{}{}", sshd.host_entry(1), sshd.host_entry(1)), "");
+    let p = profile.to_str().unwrap();
+    let machine = format!("{}@127.0.0.1:{}", sshd.user, sshd.port);
+
+    let out = leapgnn(&["--json", "cluster", "check", p, "--timeout", "5"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = json(&out);
+    assert_eq!(v["ok"], true);
+    assert_eq!(v["hosts"].as_array().unwrap().len(), 2);
+    let warnings = v["warnings"].as_array().unwrap();
+    assert_eq!(warnings.len(), 1, "{v}");
+    let w = warnings[0].as_str().unwrap();
+    assert!(w.starts_with(&format!("host[0] and host[1] are the same machine, {machine}:")), "{w}");
+    assert!(w.contains("their workers share it"), "{w}");
+
+    let out = leapgnn(&["cluster", "check", p, "--timeout", "5", "--no-workers"]);
+    assert_eq!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let said: Vec<&str> = err.lines().filter(|l| l.starts_with("warning:")).collect();
+    assert_eq!(said.len(), 1, "{err}");
+    assert!(said[0].contains(p) && said[0].contains(&machine), "{err}");
+
+    // Entries for different machines: no warning.
+    let one = sshd.profile(2, "");
+    let out = leapgnn(&["--json", "cluster", "check", one.to_str().unwrap(), "--timeout", "5", "--no-workers"]);
+    assert_eq!(json(&out)["warnings"], serde_json::json!([]));
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("warning:"));
+    assert_eq!(sshd.wait_sessions_closed(Duration::from_secs(5)), Vec::<u32>::new());
+    sshd.stop();
+}
+
 /// A spare is checked like the hosts it stands in for (it must work the day
 /// it takes over), and a data_dir nobody can write fails the check rather
 /// than the run's start.

@@ -7,8 +7,8 @@ mod dist_support;
 
 use dist_support::sshd::{self, Sshd, wait_none_mentioning};
 use dist_support::{
-    Driver, cora, epoch_losses, final_weights, json, max_abs_diff, predictions, remote_workers, signal, wait_gone,
-    weights,
+    Driver, cora, epoch_losses, final_weights, json, leapgnn, max_abs_diff, predictions, remote_workers, signal,
+    wait_gone, weights,
 };
 use std::path::Path;
 use std::process::Command;
@@ -214,7 +214,15 @@ fn four_workers_on_two_host_entries_match_four_local_workers() {
     let tmp = cora();
     let d = tmp.path();
     let local = train(d, &["--workers", "4"]);
-    let remote = train(d, &["--cluster", profile.to_str().unwrap()]);
+    let out = leapgnn(d, &[&["train", "cora"], SMALL, &["--cluster", profile.to_str().unwrap(), "--json"]].concat());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let remote: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // Allowed, and said once: the preflight and every launch read the same profile.
+    let said: Vec<&str> = err.lines().filter(|l| l.starts_with("warning:")).collect();
+    assert_eq!(said.len(), 1, "{err}");
+    let machine = format!("{}@127.0.0.1:{}", sshd.user, sshd.port);
+    assert!(said[0].contains(&format!("host[0] and host[1] are the same machine, {machine}")), "{err}");
     assert_eq!(remote["workers"], 4);
     same_curve(&local, &remote);
     for r in 0..4 {

@@ -85,6 +85,8 @@ pub struct ClusterReport {
     pub launcher: LauncherKind,
     pub hosts: Vec<HostReport>,
     pub ok: bool,
+    /// The profile's warnings (`Profile::warnings`), e.g. two entries for one machine.
+    pub warnings: Vec<String>,
 }
 
 pub struct CheckOptions {
@@ -123,7 +125,13 @@ pub fn check_cluster(profile: &Profile, opts: &CheckOptions) -> anyhow::Result<C
         h.settle();
     }
     let ok = hosts.iter().all(|h| h.ok);
-    Ok(ClusterReport { profile: profile.name(), launcher: profile.launcher, hosts, ok })
+    Ok(ClusterReport {
+        profile: profile.name(),
+        launcher: profile.launcher,
+        hosts,
+        ok,
+        warnings: profile.warnings.clone(),
+    })
 }
 
 /// Every host of the launcher's profile, spares last, in parallel (no worker started).
@@ -160,7 +168,13 @@ pub fn preflight_with(launcher: &SshLauncher) -> anyhow::Result<ClusterReport> {
         h.settle();
     }
     let profile = launcher.profile();
-    first_bad_host(ClusterReport { profile: profile.name(), launcher: profile.launcher, ok: false, hosts })
+    first_bad_host(ClusterReport {
+        profile: profile.name(),
+        launcher: profile.launcher,
+        ok: false,
+        hosts,
+        warnings: profile.warnings.clone(),
+    })
 }
 
 fn first_bad_host(mut report: ClusterReport) -> anyhow::Result<ClusterReport> {

@@ -101,6 +101,9 @@ pub struct Profile {
     /// binary, the dataset and each worker's parts to `remote_dir` on every node with
     /// `sbcast` before the workers start (removed when the run ends).
     pub sbcast: bool,
+    /// What the profile allows but is likely a slip (two `[[host]]` entries
+    /// for one machine), for `train` and `cluster check` to print once.
+    pub warnings: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -166,6 +169,7 @@ impl Profile {
             spares: vec![],
             cost: None,
             sbcast: false,
+            warnings: vec![],
         }
     }
 
@@ -262,6 +266,8 @@ impl Profile {
             p.env.push((k, v));
         }
 
+        // `host[i]` key of each entry, in file order, for the warnings below.
+        let mut keys: Vec<(String, String)> = Vec::new();
         for (i, h) in raw.host.into_iter().enumerate() {
             let key = |field: &str| format!("host[{i}].{field}");
             if h.password.is_some() || h.passphrase.is_some() {
@@ -307,8 +313,10 @@ impl Profile {
             let gpus = h.gpus.map(|g| count("gpus", g)).transpose()?;
             let workers = count("workers", h.workers.or(gpus).unwrap_or(1))?;
             let spec = HostSpec { address, port, user, identity, workers, gpus };
+            keys.push((format!("host[{i}]"), spec.label()));
             if h.spare.unwrap_or(false) { p.spares.push(spec) } else { p.hosts.push(spec) }
         }
+        p.warnings = same_machine_warnings(&keys);
         match p.launcher {
             LauncherKind::Ssh if p.hosts.is_empty() => {
                 Err(invalid("host", "launcher = \"ssh\" needs at least one [[host]] entry that is not a spare".into()))
@@ -365,6 +373,32 @@ impl Profile {
     pub fn name(&self) -> String {
         self.path.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "(built-in local profile)".into())
     }
+}
+
+/// Entries that name one user@address:port. Allowed: one sshd standing in
+/// for several hosts is how the tests (and a laptop rehearsal) run a
+/// multi-host profile; but in a real profile it is usually a copy-paste slip
+/// that doubles one machine's load, so it is said, once per machine.
+fn same_machine_warnings(keys: &[(String, String)]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, (_, label)) in keys.iter().enumerate() {
+        if keys[..i].iter().any(|(_, l)| l == label) {
+            continue;
+        }
+        let same: Vec<&str> = keys[i..].iter().filter(|(_, l)| l == label).map(|(k, _)| k.as_str()).collect();
+        if same.len() < 2 {
+            continue;
+        }
+        let names = match same.split_last() {
+            Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+            None => continue,
+        };
+        out.push(format!(
+            "{names} are the same machine, {label}: their workers share it (fine for a test, a slip otherwise: give \
+             each [[host]] its own address or port)"
+        ));
+    }
+    out
 }
 
 fn home() -> Option<PathBuf> {
@@ -473,6 +507,29 @@ mod tests {
         assert_eq!(p.spares.iter().map(|h| h.address.as_str()).collect::<Vec<_>>(), ["s"]);
         let only = parse("[cluster]\nlauncher = \"ssh\"\n[[host]]\naddress = \"s\"\nuser = \"u\"\nspare = true\n");
         assert!(only.unwrap_err().to_string().contains("not a spare"));
+    }
+
+    #[test]
+    fn entries_for_one_machine_are_allowed_with_one_warning_naming_them() {
+        let host = |a: &str, port: u16, extra: &str| {
+            format!("[[host]]\naddress = \"{a}\"\nuser = \"u\"\nport = {port}\n{extra}")
+        };
+        let text = format!(
+            "[cluster]\nlauncher = \"ssh\"\n{}{}{}{}{}",
+            host("a", 22, ""),
+            host("b", 22, ""),
+            host("a", 22, ""),
+            host("a", 2222, ""),
+            host("a", 22, "spare = true\n")
+        );
+        let p = parse(&text).unwrap();
+        assert_eq!(p.world(), 4);
+        assert_eq!(p.warnings.len(), 1, "{:?}", p.warnings);
+        let w = &p.warnings[0];
+        assert!(w.starts_with("host[0], host[2] and host[4] are the same machine, u@a:22:"), "{w}");
+        assert!(w.contains("their workers share it") && w.contains("a slip otherwise"), "{w}");
+        let distinct = format!("[cluster]\nlauncher = \"ssh\"\n{}{}", host("a", 22, ""), host("a", 2222, ""));
+        assert_eq!(parse(&distinct).unwrap().warnings, Vec::<String>::new());
     }
 
     #[test]
