@@ -1,11 +1,14 @@
 //! `leapgnn cluster check PROFILE`: preflight every host of a cluster profile.
+//! `leapgnn cluster clean PROFILE`: remove what runs left on its hosts.
 
 use crate::Global;
 use crate::output::print_json;
 use anyhow::Context;
 use leapgnn::cluster::Profile;
 use leapgnn::cluster::check::{Check, CheckOptions, ClusterReport, check_cluster};
+use leapgnn::cluster::clean::{CleanOptions, CleanReport};
 use leapgnn::cluster::ship::rank_data_files;
+use leapgnn::train::distributed::clean_hosts;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,6 +26,31 @@ enum Sub {
     /// Ships the leapgnn binary where it is missing or stale (as train would); never sends data.
     /// Exits 1 when any host fails.
     Check(CheckArgs),
+    /// Remove the run directories failed, killed or --keep-remote runs left on every host of a profile.
+    ///
+    /// Looks only in each host's <remote_dir>/<data_dir>/runs/: a run directory goes with everything in
+    /// it; an odd name, a symbolic link or a file there is listed and left alone (never followed). A run
+    /// training from this --data-dir now is left alone; a host's checkpoint newer than this --data-dir's
+    /// copy of the run is copied back first. Exits 1 when a host fails, 2 for bad input.
+    Clean(CleanArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct CleanArgs {
+    /// The cluster profile (TOML), e.g. profiles/lab.toml.
+    profile: PathBuf,
+    /// Only this run's directory.
+    #[arg(long, value_name = "NAME")]
+    run: Option<String>,
+    /// List what would be removed, per host; remove nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Record host keys not yet in known_hosts (a changed key is still refused).
+    #[arg(long)]
+    accept_new_host_keys: bool,
+    /// Seconds allowed for each SSH step.
+    #[arg(long, default_value_t = 30)]
+    timeout: u64,
 }
 
 #[derive(clap::Args, Debug)]
@@ -52,7 +80,69 @@ struct CheckArgs {
 pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     match a.command {
         Sub::Check(c) => check(g, c),
+        Sub::Clean(c) => clean(g, c),
     }
+}
+
+fn clean(g: &Global, a: CleanArgs) -> anyhow::Result<()> {
+    let profile = Profile::load(&a.profile)?;
+    let opts = CleanOptions {
+        run: a.run,
+        dry_run: a.dry_run,
+        accept_new_host_keys: a.accept_new_host_keys,
+        timeout: Duration::from_secs(a.timeout.max(1)),
+    };
+    let report = clean_hosts(&g.data(), &profile, &opts).context("cluster clean")?;
+    if g.json {
+        print_json(&report)?;
+    } else {
+        crate::train::warn_profile(&profile);
+        print_clean(&report);
+    }
+    if report.ok {
+        return Ok(());
+    }
+    let bad: Vec<String> = report
+        .hosts
+        .iter()
+        .filter(|h| !h.ok)
+        .map(|h| h.error.clone().unwrap_or_else(|| format!("host {}@{}:{} failed", h.user, h.address, h.port)))
+        .collect();
+    anyhow::bail!("cluster clean failed for {} of {} hosts: {}", bad.len(), report.hosts.len(), bad.join("; "))
+}
+
+fn print_clean(r: &CleanReport) {
+    let verb = if r.dry_run { "would remove" } else { "removed" };
+    for h in &r.hosts {
+        let name = format!("{}@{}:{}{}", h.user, h.address, h.port, if h.spare { " (spare)" } else { "" });
+        let area = h.runs_dir.as_ref().map(|d| format!(" {}", d.display())).unwrap_or_default();
+        leapgnn::outln!("{name}{area}: {}", if h.ok { "ok" } else { "FAIL" });
+        if let Some(e) = &h.error {
+            leapgnn::outln!("    error: {e}");
+        }
+        for run in &h.removed {
+            leapgnn::outln!(
+                "    {verb} {} ({} files, {:.1} MB){}",
+                run.run,
+                run.files,
+                run.bytes as f64 / 1e6,
+                run.note.as_ref().map(|n| format!(": {n}")).unwrap_or_default()
+            );
+        }
+        for k in &h.kept {
+            leapgnn::outln!("    left {}: {}", k.name, k.why);
+        }
+        if h.ok && h.removed.is_empty() && h.kept.is_empty() {
+            leapgnn::outln!("    nothing to remove");
+        }
+    }
+    let (runs, bytes) = r.hosts.iter().flat_map(|h| &h.removed).fold((0, 0), |(n, b), x| (n + 1, b + x.bytes));
+    leapgnn::outln!(
+        "{}: {verb} {runs} run directories ({:.1} MB){}",
+        r.profile,
+        bytes as f64 / 1e6,
+        if r.dry_run { " (dry run: nothing was removed)" } else { "" }
+    );
 }
 
 fn check(g: &Global, a: CheckArgs) -> anyhow::Result<()> {

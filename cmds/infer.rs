@@ -40,6 +40,10 @@ pub struct Args {
     /// With an ssh profile: record host keys not yet in known_hosts (a changed key is still refused).
     #[arg(long, requires = "cluster")]
     pub accept_new_host_keys: bool,
+    /// With an ssh profile: keep the checkpoint shipped to the hosts (in <data_dir>/runs/RUN there) when
+    /// inference ends; by default that directory is removed.
+    #[arg(long, requires = "cluster")]
+    pub keep_remote: bool,
     /// Seconds any worker waits for another before failing with that worker's name.
     #[arg(long, default_value_t = 30.0, allow_negative_numbers = true)]
     pub comm_timeout: f64,
@@ -135,6 +139,7 @@ fn distributed(g: &Global, a: &Args, opts: &InferOptions) -> anyhow::Result<leap
             (_, Some(_)) => Profile::slurm().driver_bind(),
             _ => Profile::local().driver_bind(),
         },
+        keep_remote: a.keep_remote,
     };
     let result = infer_distributed(&data, &a.run, opts, workers, &launch);
     let result = match &ssh {

@@ -198,6 +198,7 @@ fn distributed(
         auto_planner: Some(&leapgnn::cost::auto_plans),
         restarts: a.restarts,
         encrypt,
+        keep_remote: a.keep_remote,
     };
     let name = cfg.dataset.clone();
     let result = match resume {
@@ -406,6 +407,7 @@ fn neutronstar(g: &Global, a: &Args, cfg: TrainConfig) -> anyhow::Result<()> {
             auto_planner: None,
             restarts: 0,
             encrypt: false,
+            keep_remote: false,
         };
         train::neutronstar::estimate(&data, cfg, |d, c| train_distributed(d, c, &opts, &dist, &mut quiet))
     } else {

@@ -28,8 +28,8 @@ fn a_run_stopped_over_ssh_resumes_over_ssh_to_the_uninterrupted_weights() {
     let tmp = cora();
     let d = tmp.path();
     let run = [RUN, &["--cluster", profile.to_str().unwrap(), "--epochs", "2", "--checkpoint-every", "4"]].concat();
-    // The remote copy of the checkpoint is removed: the resume must ship the driver's.
-    let gone = || std::fs::remove_dir_all(sshd.remote.join("data/runs/mid/checkpoint")).unwrap();
+    // The driver removed the host's run directory when the stop ended the run: the resume must ship its copy.
+    let gone = || assert!(!sshd.remote.join("data/runs/mid").exists(), "the stopped run's remote directory was left");
     let (straight, resumed) = straight_and_resumed(d, &run, ["straight", "mid"], 6, gone);
     assert_eq!(resumed["workers"], 2);
     for k in ["iterations", "final_loss", "test_accuracy", "epochs"] {
@@ -37,6 +37,7 @@ fn a_run_stopped_over_ssh_resumes_over_ssh_to_the_uninterrupted_weights() {
     }
     assert!(final_weights(d, "mid") == final_weights(d, "straight"), "final weights differ");
     assert_eq!(losses(d, "mid"), losses(d, "straight"));
+    assert!(!sshd.remote.join("data/runs/mid").exists(), "the resumed run's remote directory was left");
     assert_nothing_left(&sshd);
     sshd.stop();
 }
@@ -69,13 +70,14 @@ fn a_gnnpipe_run_stopped_over_ssh_resumes_its_stages_from_the_shipped_checkpoint
         "--seed",
         "5",
     ];
-    // The remote copy of the checkpoint is removed: the resume must ship the driver's.
-    let gone = || std::fs::remove_dir_all(sshd.remote.join("data/runs/mid/checkpoint")).unwrap();
+    // The driver removed the host's run directory when the stop ended the run: the resume must ship its copy.
+    let gone = || assert!(!sshd.remote.join("data/runs/mid").exists(), "the stopped run's remote directory was left");
     let (straight, resumed) = straight_and_resumed(d, &run, ["straight", "mid"], 2, gone);
     assert_eq!(resumed["workers"], 2);
     assert_eq!(scores(&resumed), scores(&straight));
     assert!(final_weights(d, "mid") == final_weights(d, "straight"), "final weights differ");
     assert_eq!(losses(d, "mid"), losses(d, "straight"));
+    assert!(!sshd.remote.join("data/runs/mid").exists(), "the resumed run's remote directory was left");
     assert_nothing_left(&sshd);
     sshd.stop();
 }
@@ -115,6 +117,7 @@ fn a_worker_killed_over_ssh_is_restarted_and_the_run_ends_as_if_uninterrupted() 
     assert!(at >= 8 && at.is_multiple_of(2), "resumed from a checkpoint after the first epoch began: {r}");
     assert!(r["seconds"].as_f64().unwrap() > 0.0);
     assert!(final_weights(d, "killed") == final_weights(d, "straight"), "the restarted run ended elsewhere");
+    assert!(!sshd.remote.join("data/runs/killed").exists(), "the restarted run's remote directory was left");
     // Every record once, with the same loss; one may be missing: the killed
     // worker's of the iteration before the checkpoint (killed after that
     // iteration's all-reduce, which the checkpoint needed, and before it

@@ -21,6 +21,23 @@ fn train(d: &Path, extra: &[&str]) -> serde_json::Value {
     json(d, &[&["train", "cora"], SMALL, extra].concat())
 }
 
+/// Every path under `dir`, relative to it, sorted (nothing when it does not exist).
+fn walk(dir: &Path) -> Vec<String> {
+    fn visit(base: &Path, dir: &Path, out: &mut Vec<String>) {
+        for e in std::fs::read_dir(dir).into_iter().flatten().map(Result::unwrap) {
+            let p = e.path();
+            out.push(p.strip_prefix(base).unwrap().display().to_string());
+            if e.file_type().unwrap().is_dir() {
+                visit(base, &p, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    visit(dir, dir, &mut out);
+    out.sort();
+    out
+}
+
 fn read_json(p: &Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))).unwrap()
 }
@@ -93,28 +110,47 @@ fn ssh_training_matches_local_workers_ships_once_and_fetches_the_checkpoint() {
     let part = "cora/parts/metis-2/part-1.lgnn";
     assert_eq!(std::fs::read(sshd.remote.join("data").join(part)).unwrap(), std::fs::read(d.join(part)).unwrap());
 
-    // Rank 0 checkpointed on its host; the driver has the same checkpoint.
+    // Rank 0 checkpointed on its host; the driver fetched that checkpoint and
+    // then removed the run's directory there (it holds nothing the driver lacks).
     let ck = run.join("checkpoint");
     let state = read_json(&ck.join("state.json"));
     assert_eq!(state["progress"]["global_iteration"], remote["iterations"]);
-    let remote_ck = sshd.remote.join("data/runs").join(remote["run"].as_str().unwrap()).join("checkpoint");
+    for f in ["weights", "optimizer"] {
+        assert!(ck.join(state[f].as_str().unwrap()).is_file(), "{f}");
+    }
+    for f in ["config.json", "metrics.jsonl", "summary.json"] {
+        assert!(run.join(f).is_file(), "{f} missing in the driver's run directory");
+    }
+    let runs = sshd.remote.join("data/runs");
+    assert_eq!(walk(&runs), Vec::<String>::new(), "the run directory was left on the host");
+    assert_nothing_left(&sshd);
+
+    // Second run, keeping its directory on the host: everything is current
+    // there, nothing is re-sent (the binary is compared by the preflight and
+    // by each rank, the data by each rank).
+    let again = train(d, &["--cluster", p, "--keep-remote", "--run", "kept"]);
+    let shipped = read_json(&d.join("runs/kept/shipped.json"));
+    assert_eq!(shipped.as_array().unwrap().len(), 9, "{shipped}");
+    assert!(shipped.as_array().unwrap().iter().all(|s| s["sent"] == false), "re-sent: {shipped}");
+    assert_eq!(epoch_losses(&again), b, "same seed, same curve");
+    let (ck, remote_ck) = (d.join("runs/kept/checkpoint"), runs.join("kept/checkpoint"));
+    let state = read_json(&ck.join("state.json"));
     for f in ["weights", "optimizer"] {
         let name = state[f].as_str().unwrap();
         assert_eq!(std::fs::read(ck.join(name)).unwrap(), std::fs::read(remote_ck.join(name)).unwrap(), "{f}");
     }
     assert_eq!(std::fs::read(ck.join("state.json")).unwrap(), std::fs::read(remote_ck.join("state.json")).unwrap());
-    for f in ["config.json", "metrics.jsonl", "summary.json"] {
-        assert!(run.join(f).is_file(), "{f} missing in the driver's run directory");
-    }
     assert_nothing_left(&sshd);
 
-    // Second run: everything is current on the host, nothing is re-sent (the
-    // binary is compared by the preflight and by each rank, the data by each rank).
-    let again = train(d, &["--cluster", p]);
-    let shipped = read_json(&d.join("runs").join(again["run"].as_str().unwrap()).join("shipped.json"));
-    assert_eq!(shipped.as_array().unwrap().len(), 9, "{shipped}");
-    assert!(shipped.as_array().unwrap().iter().all(|s| s["sent"] == false), "re-sent: {shipped}");
-    assert_eq!(epoch_losses(&again), b, "same seed, same curve");
+    // The first run resumes from the driver's copy alone (shipped again), and
+    // its directory on the host is gone again when it ends.
+    let name = remote["run"].as_str().unwrap();
+    let resumed = json(d, &["train", "--resume", name, "--epochs", "3", "--no-tui"]);
+    let per_epoch = remote["iterations"].as_u64().unwrap() / 2;
+    assert_eq!(resumed["iterations"].as_u64(), Some(3 * per_epoch), "{resumed}");
+    let left = walk(&runs);
+    assert!(left.iter().all(|f| f.starts_with("kept")), "the resumed run's directory was left: {left:?}");
+    assert!(left.contains(&"kept/checkpoint/state.json".to_string()), "the kept run was touched: {left:?}");
     assert_nothing_left(&sshd);
     sshd.stop();
 }
@@ -129,6 +165,8 @@ fn a_worker_killed_remotely_fails_the_run_within_10s_naming_host_and_rank() {
     let profile = sshd.profile(2, "");
     let tmp = cora();
     let long = ["--epochs", "1000", "--batch-size", "8", "--hidden", "16", "--fanout", "5,5", "--no-tui"];
+    // Checkpointing on rank 0's host, which stays up: the failed run's last checkpoint is copied back.
+    let long = [&long[..], &["--checkpoint-every", "2", "--run", "killed"]].concat();
     let mut drv =
         Driver::start(tmp.path(), &[&["train", "cora", "--cluster", profile.to_str().unwrap()], &long[..]].concat());
     // Each remote worker's stderr reaches the driver's as "[127.0.0.1:PORT rank R] pid P, mesh listening on A".
@@ -142,6 +180,10 @@ fn a_worker_killed_remotely_fails_the_run_within_10s_naming_host_and_rank() {
     // Whoever notices first (the driver: rank 1's exit; rank 0: its peer gone), rank 1 and its host are named.
     assert!(line.contains(&host) && (line.contains("rank 1") || line.contains("worker 1")), "{line}");
     assert_eq!(wait_gone(&pids, Duration::from_secs(5)), Vec::<u32>::new(), "the surviving worker was left running");
+    // The host's run directory went once the driver held its checkpoint, which resumes.
+    let state = read_json(&tmp.path().join("runs/killed/checkpoint/state.json"));
+    assert!(state["progress"]["global_iteration"].as_u64().unwrap() >= 2, "{state}");
+    assert_eq!(walk(&sshd.remote.join("data/runs")), Vec::<String>::new(), "the failed run's directory was left");
     assert_nothing_left(&sshd);
     sshd.stop();
 }
@@ -277,6 +319,94 @@ fn retexo_varco_and_gnnpipe_over_ssh_match_local_workers_and_infer_scores_retexo
     assert_eq!(r["workers"], 2);
     json(d, &["infer", "retexo-ssh"]);
     assert_eq!(predictions(&out), predictions(&d.join("runs/retexo-ssh/predictions.safetensors")));
+    assert_nothing_left(&sshd);
+    sshd.stop();
+}
+
+/// `cluster clean` over real leftovers (a `--keep-remote` run) and planted
+/// ones: a dry run lists and removes nothing; a run in progress here is left
+/// alone; a host's checkpoint newer than the driver's is copied back first;
+/// odd names and links in the run area (and links inside a run) are never
+/// followed; a second clean has nothing to do; a run area that is a link
+/// fails the host (exit 1); a --run that is a path is bad input (exit 2).
+#[test]
+fn cluster_clean_removes_what_runs_left_and_follows_no_link() {
+    let mut sshd = Sshd::start();
+    let profile = sshd.profile(2, "");
+    let p = profile.to_str().unwrap();
+    let tmp = cora();
+    let d = tmp.path();
+    train(d, &["--cluster", p, "--keep-remote", "--run", "kept"]);
+    let runs = sshd.remote.join("data/runs");
+    let remote_state = std::fs::read(runs.join("kept/checkpoint/state.json")).unwrap();
+    // Planted: a run directory holding links out, a link, a hidden and an odd name.
+    let outside = sshd.path("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("precious"), b"keep me").unwrap();
+    std::fs::create_dir_all(runs.join("planted/checkpoint")).unwrap();
+    std::os::unix::fs::symlink(&outside, runs.join("planted/checkpoint/out")).unwrap();
+    std::os::unix::fs::symlink(outside.join("precious"), runs.join("planted/file")).unwrap();
+    std::os::unix::fs::symlink(&outside, runs.join("evil")).unwrap();
+    for odd in [".hidden", "bad name"] {
+        std::fs::create_dir_all(runs.join(odd)).unwrap();
+    }
+    // The driver lost its copy of the checkpoint: the host's is the only one.
+    std::fs::remove_dir_all(d.join("runs/kept/checkpoint")).unwrap();
+    let clean = |args: &[&str]| leapgnn(d, &[&["--json", "cluster", "clean", p], args].concat());
+    let names = |v: &serde_json::Value, key: &str, field: &str| -> Vec<String> {
+        v["hosts"][0][key].as_array().unwrap().iter().map(|r| r[field].as_str().unwrap().to_string()).collect()
+    };
+
+    let before = walk(&sshd.remote);
+    let out = clean(&["--dry-run"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((v["dry_run"].clone(), v["ok"].clone()), (true.into(), true.into()), "{v}");
+    assert_eq!(names(&v, "removed", "run"), ["kept", "planted"], "{v}");
+    assert_eq!(names(&v, "kept", "name"), [".hidden", "bad name", "evil"], "{v}");
+    let note = v["hosts"][0]["removed"][0]["note"].as_str().unwrap_or_default();
+    assert!(note.contains("would be copied"), "{v}");
+    assert_eq!(walk(&sshd.remote), before, "a dry run removed something");
+    assert!(!d.join("runs/kept/checkpoint").exists(), "a dry run copied something");
+    let human = leapgnn(d, &["cluster", "clean", p, "--dry-run"]);
+    let table = String::from_utf8_lossy(&human.stdout);
+    assert!(table.contains("would remove kept") && table.contains("left evil: a symbolic link"), "{table}");
+
+    // A run this data directory is training now (its lock held) is left alone.
+    let lock = std::fs::File::create(d.join("runs/kept/.lock")).unwrap();
+    lock.lock().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&clean(&["--run", "kept"]).stdout).unwrap();
+    assert_eq!(names(&v, "removed", "run"), Vec::<String>::new(), "{v}");
+    assert!(v["hosts"][0]["kept"][0]["why"].as_str().unwrap().contains("in progress here"), "{v}");
+    assert!(runs.join("kept").is_dir());
+    drop(lock);
+
+    let out = clean(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(names(&v, "removed", "run"), ["kept", "planted"], "{v}");
+    assert_eq!(walk(&runs), [".hidden", "bad name", "evil"], "only the run directories go");
+    assert_eq!(std::fs::read(outside.join("precious")).unwrap(), b"keep me", "a link was followed");
+    // The host's checkpoint came back first, whole, and the run resumes from it.
+    assert_eq!(std::fs::read(d.join("runs/kept/checkpoint/state.json")).unwrap(), remote_state);
+    json(d, &["train", "--resume", "kept", "--epochs", "3", "--no-tui"]);
+    assert_eq!(walk(&runs), [".hidden", "bad name", "evil"], "the resumed run's directory was left");
+
+    let v: serde_json::Value = serde_json::from_slice(&clean(&[]).stdout).unwrap();
+    assert_eq!(names(&v, "removed", "run"), Vec::<String>::new(), "a second clean removed {v}");
+
+    // A run area that is itself a link is refused whole.
+    std::fs::remove_dir_all(&runs).unwrap();
+    std::os::unix::fs::symlink(&outside, &runs).unwrap();
+    std::fs::create_dir_all(outside.join("looks-like-a-run")).unwrap();
+    let out = clean(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("symbolic link") && err.contains(&format!("127.0.0.1:{}", sshd.port)), "{err}");
+    assert!(outside.join("looks-like-a-run").is_dir() && outside.join("precious").is_file());
+
+    let out = clean(&["--run", "../outside"]);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
     assert_nothing_left(&sshd);
     sshd.stop();
 }

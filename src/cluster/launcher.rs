@@ -85,6 +85,43 @@ pub trait Launcher: Sync {
     /// relative to the data directory); replaces the previous set. Nothing
     /// to do when files are shared.
     fn ship_with_job(&self, _files: Vec<(PathBuf, PathBuf)>) {}
+    /// Removes run `run`'s directory (`<data_dir>/runs/<run>`) from every
+    /// host this launcher started workers on, unless `redundant`, given that
+    /// host's `checkpoint/state.json` (if it has one), says why it must stay
+    /// (`Err(reason)`). One outcome per host; none when files are shared.
+    fn remove_run_dir(&self, _run: &str, _redundant: &Redundant) -> Vec<RunDirCleanup> {
+        vec![]
+    }
+    /// The command that removes what `remove_run_dir` could not, for messages.
+    fn clean_command(&self, _run: &str) -> Option<String> {
+        None
+    }
+}
+
+/// Whether a host's copy of a run directory holds nothing the driver lacks,
+/// judged from its `checkpoint/state.json` (`None`: it has no checkpoint).
+pub type Redundant = dyn Fn(Option<&[u8]>) -> Result<(), String> + Sync;
+
+/// What became of a run directory on one host.
+#[derive(Debug)]
+pub struct RunDirCleanup {
+    /// `user@address:port`.
+    pub host: String,
+    /// Its path there.
+    pub path: PathBuf,
+    pub outcome: anyhow::Result<Cleaned>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cleaned {
+    Removed {
+        files: u64,
+        bytes: u64,
+    },
+    /// There was none.
+    Absent,
+    /// Kept, and why (it holds what the driver has no copy of).
+    Kept(String),
 }
 
 /// A directory on a worker's host, read file by file.

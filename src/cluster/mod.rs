@@ -2,6 +2,7 @@
 //! processes, SSH) and the driver <-> worker control protocol.
 
 pub mod check;
+pub mod clean;
 pub mod control;
 pub mod driver;
 pub mod job_key;

@@ -1,50 +1,267 @@
-//! Reading results back from a worker's host over SFTP (the ssh launcher's
-//! `open_dir`): rank 0 writes checkpoints into its remote run directory and
-//! the driver copies them into its own.
+//! A host's remote directories over SFTP: reading results back (the ssh
+//! launcher's `open_dir`: rank 0 writes checkpoints into its remote run
+//! directory and the driver copies them into its own), and the run area,
+//! `<data_dir>/runs/`, which the driver tidies when a run ends and `cluster
+//! clean` empties of what failed runs left.
+//!
+//! Whatever the host shows is untrusted: only directories directly under
+//! `<data_dir>/runs/` with a plain run name are ever removed, a symbolic link
+//! is never followed (the run area itself included), and the removal is
+//! `rm -rf` from inside the run area once its physical path is the one
+//! inspected, so no name or link on the host can point it elsewhere.
 
 use super::launcher::RemoteDir;
-use super::ssh::{RemoteLayout, SshLauncher};
-use super::ssh_session::{self, SshError};
-use ssh2::{Session, Sftp};
+use super::profile::{HostSpec, Profile};
+use super::ssh::RemoteLayout;
+use super::ssh_session::{self, SessionOptions, SshError, quote};
+use serde::Serialize;
+use ssh2::{FileStat, Session, Sftp};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// A file larger than this is not a result the driver reads into memory.
 const MAX_FILE: u64 = 16 << 30;
+/// A checkpoint's `state.json` larger than this is not one leapgnn wrote.
+const MAX_STATE: u64 = 64 << 20;
+/// A run directory is `checkpoint/` and its files: anything nested deeper
+/// was not written by leapgnn, and is not walked further.
+const MAX_DEPTH: usize = 8;
+
+/// One SFTP channel on its own authenticated session to one host, with the
+/// profile's remote directories resolved there.
+pub struct HostSftp {
+    session: Session,
+    sftp: Sftp,
+    pub layout: RemoteLayout,
+    /// `user@address:port`, for messages.
+    pub host: String,
+}
+
+impl HostSftp {
+    pub fn connect(host: &HostSpec, opts: &SessionOptions, profile: &Profile) -> Result<Self, SshError> {
+        let label = host.label();
+        let c = ssh_session::connect(host, opts)?;
+        let sftp = c.session.sftp().map_err(SshError::remote(&label, "starting SFTP"))?;
+        let layout = RemoteLayout::resolve(&sftp, &label, profile)?;
+        Ok(HostSftp { session: c.session, sftp, layout, host: label })
+    }
+
+    /// `<data_dir>/runs` on this host.
+    pub fn runs_dir(&self) -> PathBuf {
+        self.layout.data.join("runs")
+    }
+
+    /// The whole file at `path`, at most `limit` bytes.
+    fn read_file(&self, path: &Path, limit: u64) -> Result<Vec<u8>, SshError> {
+        let what = format!("reading {}", path.display());
+        let mut f = self.sftp.open(path).map_err(SshError::remote(&self.host, what.clone()))?;
+        let mut out = Vec::new();
+        f.by_ref().take(limit).read_to_end(&mut out).map_err(SshError::remote(&self.host, what))?;
+        Ok(out)
+    }
+
+    /// What is at `path`, without following a link; `None` when nothing is.
+    fn lstat(&self, path: &Path) -> Result<Option<FileStat>, SshError> {
+        match self.sftp.lstat(path) {
+            Ok(s) => Ok(Some(s)),
+            // SSH_FX_NO_SUCH_FILE
+            Err(e) if e.code() == ssh2::ErrorCode::SFTP(2) => Ok(None),
+            Err(e) => Err(SshError::remote(&self.host, format!("looking at {}", path.display()))(e)),
+        }
+    }
+
+    /// The run area's physical path, or `None` when there is none yet. A run
+    /// area that is a link (or not a directory) is refused as a whole.
+    fn run_area(&self) -> Result<Option<PathBuf>, SshError> {
+        let runs = self.runs_dir();
+        let Some(st) = self.lstat(&runs)? else { return Ok(None) };
+        if !is_dir(&st) {
+            return Err(SshError::Remote {
+                host: self.host.clone(),
+                what: format!("cleaning {}", runs.display()),
+                detail: format!(
+                    "it is {}, not the directory leapgnn makes, so nothing under it is touched (links are never \
+                     followed); move it away by hand if it is yours",
+                    kind(&st)
+                ),
+            });
+        }
+        let real = self.sftp.realpath(&runs).map_err(SshError::remote(&self.host, "resolving the run area"))?;
+        Ok(Some(real))
+    }
+
+    /// Every entry of the run area: the run directories (sized), and what
+    /// is left alone, with why (an odd name, a link, a file).
+    pub fn list_runs(&self) -> Result<(Vec<RemoteRun>, Vec<LeftAlone>), SshError> {
+        let (mut runs, mut odd) = (Vec::new(), Vec::new());
+        if self.run_area()?.is_none() {
+            return Ok((runs, odd));
+        }
+        let area = self.runs_dir();
+        let entries =
+            self.sftp.readdir(&area).map_err(SshError::remote(&self.host, format!("listing {}", area.display())))?;
+        let mut names: Vec<String> = entries
+            .iter()
+            .filter_map(|(p, _)| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .filter(|n| n != "." && n != "..")
+            .collect();
+        names.sort();
+        for name in names {
+            match self.run(&name)? {
+                Found::Run(r) => runs.push(r),
+                Found::Odd(l) => odd.push(l),
+                Found::Absent => {}
+            }
+        }
+        Ok((runs, odd))
+    }
+
+    /// Run `name`'s directory on this host, looked at without following anything.
+    pub fn run(&self, name: &str) -> Result<Found, SshError> {
+        if !crate::paths::is_plain_name(name) {
+            return Ok(Found::Odd(LeftAlone {
+                name: name.to_string(),
+                why: "not a run name (leapgnn names runs with letters, digits, -, _ and ., never a path)".into(),
+            }));
+        }
+        let path = self.runs_dir().join(name);
+        let Some(st) = self.lstat(&path)? else { return Ok(Found::Absent) };
+        if !is_dir(&st) {
+            return Ok(Found::Odd(LeftAlone {
+                name: name.to_string(),
+                why: format!("{}, not a run directory: not followed, not removed", kind(&st)),
+            }));
+        }
+        let (mut files, mut bytes) = (0, 0);
+        self.tally(&path, 0, &mut files, &mut bytes)?;
+        let state = path.join("checkpoint/state.json");
+        let checkpoint = match self.lstat(&state)? {
+            Some(st) if st.is_file() => Some(self.read_file(&state, MAX_STATE)?),
+            _ => None,
+        };
+        Ok(Found::Run(RemoteRun { run: name.to_string(), path, files, bytes, checkpoint }))
+    }
+
+    /// Counts the files and bytes under `dir`, never through a link.
+    fn tally(&self, dir: &Path, depth: usize, files: &mut u64, bytes: &mut u64) -> Result<(), SshError> {
+        let entries =
+            self.sftp.readdir(dir).map_err(SshError::remote(&self.host, format!("listing {}", dir.display())))?;
+        for (p, _) in entries {
+            // Names the server gives are joined again here: one that is not a
+            // single component (an absolute path, `..`) is not followed.
+            let Some(name) = p.file_name().filter(|n| *n != "." && *n != "..") else { continue };
+            let p = dir.join(name);
+            let Some(st) = self.lstat(&p)? else { continue };
+            if is_dir(&st) && depth < MAX_DEPTH {
+                self.tally(&p, depth + 1, files, bytes)?;
+            } else {
+                *files += 1;
+                *bytes += st.size.unwrap_or(0);
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes run directory `run` (found by `run`/`list_runs`) and everything in it.
+    pub fn remove_run(&self, run: &RemoteRun) -> Result<(), SshError> {
+        // Checked again here: only a plain name directly in the run area.
+        if !crate::paths::is_plain_name(&run.run) {
+            return Err(SshError::Remote {
+                host: self.host.clone(),
+                what: format!("removing {}", run.path.display()),
+                detail: "not a run name".into(),
+            });
+        }
+        let Some(real) = self.run_area()? else { return Ok(()) };
+        // cd -P resolves the run area as it is now; going on only when that is
+        // the directory inspected means a link swapped in meanwhile stops it.
+        // rm -r never follows a link inside, and the name has no `/`.
+        let script = format!(
+            "cd -P -- {area} && [ \"$(pwd -P)\" = {real} ] && rm -rf -- {name}",
+            area = quote(&self.runs_dir().to_string_lossy()),
+            real = quote(&real.to_string_lossy()),
+            name = quote(&run.run),
+        );
+        ssh_session::run_ok(&self.session, &self.host, &script)?;
+        Ok(())
+    }
+}
+
+impl HostSftp {
+    /// Directory `dir` on this host, read file by file over this connection.
+    pub fn dir(&self, dir: PathBuf) -> impl RemoteDir + '_ {
+        On { conn: self, dir }
+    }
+}
+
+struct On<'a> {
+    conn: &'a HostSftp,
+    dir: PathBuf,
+}
+
+impl RemoteDir for On<'_> {
+    fn read(&mut self, name: &str) -> anyhow::Result<Vec<u8>> {
+        Ok(self.conn.read_file(&self.dir.join(name), MAX_FILE)?)
+    }
+}
+
+/// What is at a run's name in the run area.
+pub enum Found {
+    Run(RemoteRun),
+    Odd(LeftAlone),
+    Absent,
+}
+
+/// A run directory under a host's `<data_dir>/runs/`.
+#[derive(Debug, Clone, Serialize)]
+pub struct RemoteRun {
+    pub run: String,
+    /// Its absolute path on the host.
+    pub path: PathBuf,
+    pub files: u64,
+    pub bytes: u64,
+    /// Its `checkpoint/state.json`, when it has a checkpoint.
+    #[serde(skip)]
+    pub checkpoint: Option<Vec<u8>>,
+}
+
+/// An entry of the run area that is not touched, and why.
+#[derive(Debug, Clone, Serialize)]
+pub struct LeftAlone {
+    pub name: String,
+    pub why: String,
+}
+
+fn is_dir(st: &FileStat) -> bool {
+    st.file_type() == ssh2::FileType::Directory
+}
+
+fn kind(st: &FileStat) -> &'static str {
+    match st.file_type() {
+        ssh2::FileType::Symlink => "a symbolic link",
+        ssh2::FileType::RegularFile => "a file",
+        ssh2::FileType::Directory => "a directory",
+        _ => "a special file",
+    }
+}
 
 /// One SFTP channel on its own session, rooted at a remote directory.
 pub struct SftpDir {
-    // Kept alive for `sftp`, whose channel belongs to it.
-    _session: Session,
-    sftp: Sftp,
+    conn: HostSftp,
     dir: PathBuf,
-    host: String,
 }
 
 impl SftpDir {
-    /// Connects to the host of `rank` and resolves `rel` under its data directory.
-    pub fn open(launcher: &SshLauncher, rank: usize, rel: &Path) -> Result<Self, SshError> {
-        let profile = launcher.profile();
-        let host = launcher.host_for(rank).ok_or_else(|| SshError::Remote {
-            host: profile.name(),
-            what: format!("reading {}", rel.display()),
-            detail: format!("the profile has no rank {rank}"),
-        })?;
-        let label = host.label();
-        let c = ssh_session::connect(&host, &launcher.session_options())?;
-        let sftp = c.session.sftp().map_err(SshError::remote(&label, "starting SFTP"))?;
-        let layout = RemoteLayout::resolve(&sftp, &label, profile)?;
-        Ok(SftpDir { _session: c.session, sftp, dir: layout.data.join(rel), host: label })
+    /// Connects to `host` and resolves `rel` under its data directory.
+    pub fn open(host: &HostSpec, opts: &SessionOptions, profile: &Profile, rel: &Path) -> Result<Self, SshError> {
+        let conn = HostSftp::connect(host, opts, profile)?;
+        let dir = conn.layout.data.join(rel);
+        Ok(SftpDir { conn, dir })
     }
 }
 
 impl RemoteDir for SftpDir {
     fn read(&mut self, name: &str) -> anyhow::Result<Vec<u8>> {
-        let path = self.dir.join(name);
-        let what = format!("reading {}", path.display());
-        let mut f = self.sftp.open(&path).map_err(SshError::remote(&self.host, what.clone()))?;
-        let mut out = Vec::new();
-        f.by_ref().take(MAX_FILE).read_to_end(&mut out).map_err(SshError::remote(&self.host, what))?;
-        Ok(out)
+        Ok(self.conn.read_file(&self.dir.join(name), MAX_FILE)?)
     }
 }

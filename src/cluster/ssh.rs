@@ -4,12 +4,17 @@
 //! the rank's files when stale, and runs `leapgnn worker` as the leader of
 //! its own process group with the token on stdin. The worker's output is
 //! streamed into the driver's log as `[host rank R] line`. Stopping kills
-//! the remote process group (TERM, then KILL), so nothing is left behind.
+//! the remote process group (TERM, then KILL), so nothing is left behind;
+//! when a run ends the driver removes its run directory from every host a
+//! worker ran on (`remove_run_dir`; the binary and the data stay, as a cache
+//! for the next run).
 
 use super::known_hosts::HostKeyStatus;
-use super::launcher::{Launcher, RemoteDir, THREADS_VAR, WorkerProcess, WorkerSpec, stderr_log};
+use super::launcher::{
+    Cleaned, Launcher, Redundant, RemoteDir, RunDirCleanup, THREADS_VAR, WorkerProcess, WorkerSpec, stderr_log,
+};
 use super::profile::{HostSpec, Profile, resolve_remote};
-use super::remote_dir::SftpDir;
+use super::remote_dir::{Found, HostSftp, SftpDir};
 use super::ship::{self, ShipItem, Shipped};
 use super::ssh_session::{self, SessionOptions, SshError, millis, quote};
 use anyhow::Context;
@@ -53,6 +58,8 @@ pub struct SshLauncher {
     job_files: Mutex<Vec<ShipItem>>,
     /// Host index -> spare index: hosts found unreachable and the spare that took their ranks.
     moved: Mutex<HashMap<usize, usize>>,
+    /// Every host a worker was started on (once each), for `remove_run_dir`.
+    used: Mutex<Vec<HostSpec>>,
 }
 
 impl SshLauncher {
@@ -74,6 +81,7 @@ impl SshLauncher {
             verified: Mutex::new(HashSet::new()),
             job_files: Mutex::new(vec![]),
             moved: Mutex::new(HashMap::new()),
+            used: Mutex::new(vec![]),
         })
     }
 
@@ -194,6 +202,27 @@ impl SshLauncher {
     }
 }
 
+impl SshLauncher {
+    fn remove_run_dir_on(&self, host: &HostSpec, run: &str, redundant: &Redundant) -> RunDirCleanup {
+        let mut path = PathBuf::from(format!("<data_dir>/runs/{run}"));
+        let outcome = (|| {
+            let conn = HostSftp::connect(host, &self.session_options(), &self.profile)?;
+            path = conn.runs_dir().join(run);
+            let found = match conn.run(run)? {
+                Found::Absent => return Ok(Cleaned::Absent),
+                Found::Odd(o) => return Ok(Cleaned::Kept(o.why)),
+                Found::Run(r) => r,
+            };
+            if let Err(why) = redundant(found.checkpoint.as_deref()) {
+                return Ok(Cleaned::Kept(why));
+            }
+            conn.remove_run(&found)?;
+            Ok(Cleaned::Removed { files: found.files, bytes: found.bytes })
+        })();
+        RunDirCleanup { host: host.label(), path, outcome: outcome.map_err(|e: SshError| e.into()) }
+    }
+}
+
 /// A connected, authenticated session with the binary in place.
 pub struct Prepared {
     pub session: Session,
@@ -275,6 +304,12 @@ impl Launcher for SshLauncher {
             r => r?,
         };
         let label = host.label();
+        {
+            let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
+            if !used.iter().any(|h| h.label() == label) {
+                used.push(host.clone());
+            }
+        }
         let driver = driver_address(spec.driver, p.local, p.peer).with_context(|| format!("host {label}"))?;
         // Before the profile's and the job's variables, which win where they set it too.
         let gpu = host.gpus.zip(self.profile.local_index(spec.rank)).map(|(g, i)| gpu_env(g, i));
@@ -325,7 +360,24 @@ impl Launcher for SshLauncher {
     }
 
     fn open_dir(&self, rank: usize, rel: &Path) -> Option<anyhow::Result<Box<dyn RemoteDir>>> {
-        Some(SftpDir::open(self, rank, rel).map(|d| Box::new(d) as Box<dyn RemoteDir>).map_err(Into::into))
+        let Some(host) = self.host_for(rank) else {
+            return Some(Err(anyhow::anyhow!("{}: the profile has no rank {rank}", self.profile.name())));
+        };
+        let dir = SftpDir::open(&host, &self.session_options(), &self.profile, rel);
+        Some(dir.map(|d| Box::new(d) as Box<dyn RemoteDir>).map_err(Into::into))
+    }
+
+    fn clean_command(&self, run: &str) -> Option<String> {
+        Some(format!("leapgnn cluster clean {} --run {run}", self.profile.name()))
+    }
+
+    fn remove_run_dir(&self, run: &str, redundant: &Redundant) -> Vec<RunDirCleanup> {
+        let hosts = self.used.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        std::thread::scope(|s| {
+            let handles: Vec<_> =
+                hosts.iter().map(|h| s.spawn(move || self.remove_run_dir_on(h, run, redundant))).collect();
+            handles.into_iter().map(|t| t.join().expect("a run directory's removal panicked")).collect()
+        })
     }
 
     fn ship_with_job(&self, files: Vec<(PathBuf, PathBuf)>) {

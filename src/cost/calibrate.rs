@@ -163,6 +163,7 @@ pub fn calibrate(
             auto_planner: Some(&super::auto_plans),
             restarts: 0,
             encrypt: false,
+            keep_remote: false,
         };
         let summary = if w > 1 {
             train_distributed(data, cfg.clone(), &opts, &dist, &mut Quiet)

@@ -201,6 +201,14 @@ fn unusable(path: &Path, why: impl std::fmt::Display) -> TrainError {
 }
 
 /// The config saved with the checkpoint in `dir`.
+/// The global iteration a checkpoint's `state.json` (its bytes, e.g. read
+/// from another host) was taken after; `None` when it is not one this
+/// version reads.
+pub fn state_iteration(state_json: &[u8]) -> Option<u64> {
+    let s: StateFile = serde_json::from_slice(state_json).ok()?;
+    (s.version == VERSION).then_some(s.progress.global_iteration)
+}
+
 pub fn load_config(dir: &Path) -> Result<(TrainConfig, Progress), TrainError> {
     let s = read_state(dir)?;
     Ok((s.config, s.progress))

@@ -283,6 +283,10 @@ pub struct TrainFlags {
     /// With an ssh profile: record host keys not yet in known_hosts (a changed key is still refused).
     #[arg(long, requires = "cluster")]
     pub accept_new_host_keys: bool,
+    /// With an ssh profile: keep the run's directory on the hosts when it ends (rank 0's checkpoint, the
+    /// copies a resume shipped). By default it is removed once the driver has copied the checkpoint back.
+    #[arg(long)]
+    pub keep_remote: bool,
     /// Where the model runs: cpu, cuda (GPU 0) or cuda:N (cuda needs a build with `--features cuda`).
     #[arg(long, value_name = "cpu|cuda[:N]", default_value_t = defaults::DEVICE)]
     pub device: DeviceKind,

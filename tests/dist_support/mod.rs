@@ -65,6 +65,7 @@ pub fn local_options<'a>(
         auto_planner: Some(&leapgnn::cost::auto_plans),
         restarts: 0,
         encrypt: false,
+        keep_remote: false,
     }
 }
 

@@ -4,6 +4,7 @@
 use super::{DistJob, Report, WorkerDone};
 use crate::cluster::Launcher;
 use crate::cluster::driver::{DriverError, DriverOptions, Event, run_job_stoppable};
+use crate::cluster::launcher::Cleaned;
 use crate::format::write_atomic;
 use crate::metrics::{JsonlSink, RestartRecord, RunBytes, RunSummary, add_bytes};
 use crate::schedule::MergePlan;
@@ -42,6 +43,10 @@ pub struct DistOptions<'a> {
     pub restarts: u32,
     /// `--encrypt`: control connections and mesh carry sealed records (`comm::seal`).
     pub encrypt: bool,
+    /// `--keep-remote`: leave the run's directory on the hosts (a launcher
+    /// without shared files) when the run ends; by default it is removed
+    /// once the driver holds everything in it.
+    pub keep_remote: bool,
 }
 
 /// Predicts a `leapgnn` merge plan for every T that fits, for a run of the config.
@@ -72,7 +77,9 @@ pub fn train_distributed(
     // Held through every restart: this process trains the run until it returns.
     let _lock = RunLock::acquire(&run_dir, &name)?;
     let result = execute(data, cfg.clone(), name.clone(), run_dir, (None, None), run, opts, obs);
-    recover(data, &name, Some(&cfg), result, run, opts, obs)
+    let result = recover(data, &name, Some(&cfg), result, run, opts, obs);
+    tidy_hosts(data, &name, result.is_ok(), opts, obs);
+    result
 }
 
 /// Full-graph runs: every worker of a launcher that shares this machine's
@@ -115,7 +122,83 @@ pub fn resume_distributed(
     let (run_dir, _) = crate::train::checkpointed_run(data, run, "--resume")?;
     let _lock = RunLock::acquire(&run_dir, run)?;
     let result = resume_once(data, run, over, run_opts, opts, obs, None);
-    recover(data, run, None, result, run_opts, opts, obs)
+    let result = recover(data, run, None, result, run_opts, opts, obs);
+    tidy_hosts(data, run, result.is_ok(), opts, obs);
+    result
+}
+
+/// Once run `name` has ended, its directory on the hosts (rank 0's
+/// checkpoints, the copies a resume shipped) is redundant: `--resume` and
+/// `infer` read only the driver's copy, and ship it again. So it is removed
+/// from every host, unless `--keep-remote`, or a host's checkpoint is newer
+/// than the driver's (it could not be copied back: kept, and said). A run
+/// that failed first gets a last try at copying rank 0's checkpoint back;
+/// one stopped by force gets nothing (the user wants out; `cluster clean`
+/// tidies later).
+fn tidy_hosts(data: &DataDir, name: &str, ended_ok: bool, opts: &DistOptions<'_>, obs: &mut dyn Observer) {
+    if opts.launcher.shares_files() || opts.keep_remote {
+        return;
+    }
+    let run_dir = data.run_dir(name);
+    if opts.interrupted.load(Ordering::SeqCst) {
+        let clean = opts.launcher.clean_command(name).unwrap_or_else(|| "leapgnn cluster clean".into());
+        let msg = format!("run {name}: stopped by force, so its directory on the hosts was left; `{clean}` removes it");
+        tracing::warn!("{msg}");
+        obs.event(&msg);
+        return;
+    }
+    if !ended_ok && let Ok(rel) = checkpoint_rel(opts.launcher, data, &run_dir) {
+        // Nothing to copy (no checkpoint yet, or rank 0's host gone) is no news here: the guard below decides.
+        if let Err(e) = fetch_checkpoint(opts.launcher, &rel, &run_dir, obs) {
+            tracing::info!("{e:#}");
+        }
+    }
+    for (warn, msg) in remove_remote_run(opts.launcher, data, name) {
+        if warn {
+            tracing::warn!("{msg}");
+        } else {
+            tracing::info!("{msg}");
+        }
+        obs.event(&msg);
+    }
+}
+
+/// Removes run `name`'s directory from the hosts `launcher` started workers
+/// on, where the driver's checkpoint is at least as new as the host's.
+/// Returns what happened, one line per host: (a warning?, the line).
+pub(super) fn remove_remote_run(launcher: &dyn Launcher, data: &DataDir, name: &str) -> Vec<(bool, String)> {
+    let local = checkpoint::load_config(&checkpoint::dir(&data.run_dir(name))).ok().map(|(_, p)| p.global_iteration);
+    let redundant = move |remote: Option<&[u8]>| -> Result<(), String> {
+        let Some(state) = remote else { return Ok(()) };
+        match (checkpoint::state_iteration(state), local) {
+            (Some(there), Some(here)) if there <= here => Ok(()),
+            (Some(there), Some(here)) => Err(format!(
+                "its checkpoint (after iteration {there}) is newer than the driver's (after iteration {here})"
+            )),
+            (Some(there), None) => Err(format!("its checkpoint (after iteration {there}) is the only one")),
+            (None, _) => Err("its checkpoint/state.json is not one this version reads".into()),
+        }
+    };
+    let clean = launcher.clean_command(name).unwrap_or_else(|| "leapgnn cluster clean".into());
+    let clean = format!("`{clean}` removes it (copying a newer checkpoint back first)");
+    launcher
+        .remove_run_dir(name, &redundant)
+        .into_iter()
+        .filter_map(|c| match c.outcome {
+            Ok(Cleaned::Absent) => None,
+            Ok(Cleaned::Removed { files, bytes }) => Some((
+                false,
+                format!(
+                    "removed {} from {} ({files} files, {:.1} MB): the driver holds the run",
+                    c.path.display(),
+                    c.host,
+                    bytes as f64 / 1e6
+                ),
+            )),
+            Ok(Cleaned::Kept(why)) => Some((true, format!("kept {} on {}: {why}; {clean}", c.path.display(), c.host))),
+            Err(e) => Some((true, format!("could not remove {} from {}: {e:#}; {clean}", c.path.display(), c.host))),
+        })
+        .collect()
 }
 
 /// `--restarts`: while `result` is a worker's failure (not an interrupt, not

@@ -41,6 +41,8 @@ pub struct InferLaunch<'a> {
     pub comm_timeout: Duration,
     /// Where the control listener binds (the profile's `driver_bind`).
     pub driver_bind: SocketAddr,
+    /// `--keep-remote`: leave the checkpoint shipped to the hosts there.
+    pub keep_remote: bool,
 }
 
 /// The `infer` task of a job, as every worker receives it.
@@ -78,6 +80,28 @@ pub struct InferDone {
 /// Runs inference with run `run`'s last checkpoint on `workers` workers
 /// (default: as many as the run trained on) and writes what `infer` writes.
 pub fn infer_distributed(
+    data: &DataDir,
+    run: &str,
+    opts: &InferOptions,
+    workers: Option<usize>,
+    launch: &InferLaunch<'_>,
+) -> anyhow::Result<InferReport> {
+    let result = infer_on_workers(data, run, opts, workers, launch);
+    // The hosts' copies of the checkpoint were shipped from the driver's: nothing of them is lost.
+    let forced = launch.interrupted.load(Ordering::SeqCst);
+    if !launch.keep_remote && !forced && !launch.launcher.shares_files() {
+        for (warn, line) in driver::remove_remote_run(launch.launcher, data, run) {
+            if warn {
+                tracing::warn!("{line}");
+            } else {
+                tracing::info!("{line}");
+            }
+        }
+    }
+    result
+}
+
+fn infer_on_workers(
     data: &DataDir,
     run: &str,
     opts: &InferOptions,

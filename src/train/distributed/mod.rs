@@ -10,10 +10,14 @@
 //! With the `local` launcher that is the driver's own run directory; a
 //! launcher without a shared filesystem (`ssh`) gets job paths relative to
 //! each worker's data directory, and the driver copies rank 0's final
-//! checkpoint back (`Launcher::open_dir`).
+//! checkpoint back (`Launcher::open_dir`); when the run ends it removes the
+//! run's directory from the hosts (`Launcher::remove_run_dir`), since resume
+//! and infer read only its own copy. `hosts.rs` is the driver's side of
+//! `cluster clean`, which removes what runs that could not do so left.
 
 mod driver;
 mod grad_dump;
+mod hosts;
 mod infer;
 mod replicas;
 mod rows;
@@ -22,6 +26,7 @@ mod worker;
 
 pub use driver::{AutoPlanner, DistOptions, resume_distributed, train_distributed};
 pub use grad_dump::GradDump;
+pub use hosts::clean_hosts;
 pub use infer::{InferDone, InferJob, InferLaunch, infer_distributed, run_infer_worker};
 pub use replicas::ReplicaCheck;
 pub use rows::FetchingRows;

@@ -1,0 +1,207 @@
+//! `cluster clean`: what failed, killed or `--keep-remote` runs left in the
+//! run area (`<data_dir>/runs/`) of every host of a profile, listed and
+//! removed (`remote_dir` does the looking and the removing, refusing odd
+//! names and links). What the driver's side knows of a run (whether it is
+//! training now, whether its checkpoint is older than a host's) comes from
+//! the caller (`LocalRuns`): the cluster layer knows no checkpoints.
+
+use super::launcher::RemoteDir;
+use super::profile::{HostSpec, LauncherKind, Profile};
+use super::remote_dir::{Found, HostSftp, LeftAlone, RemoteRun};
+use super::ssh_session::SessionOptions;
+use crate::BadInput;
+use serde::Serialize;
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub struct CleanOptions {
+    /// Only this run (a plain run name).
+    pub run: Option<String>,
+    /// List what would be removed; remove nothing.
+    pub dry_run: bool,
+    pub accept_new_host_keys: bool,
+    /// Bound on each SSH step.
+    pub timeout: Duration,
+}
+
+/// The driver's side of each run found on a host.
+pub trait LocalRuns {
+    /// Held while run `run`'s directory is removed (so that no `--resume`
+    /// starts meanwhile); `Err(why)` when the run is in progress here.
+    fn hold(&self, run: &str) -> Result<Option<Box<dyn std::any::Any>>, String>;
+    /// Makes sure nothing is lost with the host's copy, whose checkpoint
+    /// state is `state`, read from `checkpoint`: `Ok(Some(note))` when it did
+    /// something first (or would, with `dry_run`), `Err(why)` to keep it.
+    fn secure(
+        &self,
+        run: &str,
+        state: &[u8],
+        checkpoint: &mut dyn RemoteDir,
+        dry_run: bool,
+    ) -> Result<Option<String>, String>;
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CleanReport {
+    pub profile: String,
+    pub dry_run: bool,
+    /// Every host answered and every removal it was asked for succeeded.
+    pub ok: bool,
+    pub hosts: Vec<HostClean>,
+    pub warnings: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct HostClean {
+    pub address: String,
+    pub port: u16,
+    pub user: String,
+    pub spare: bool,
+    pub ok: bool,
+    /// Why the host failed (cannot connect, a run area that is a link, a removal that failed).
+    pub error: Option<String>,
+    /// `<data_dir>/runs` there, once connected.
+    pub runs_dir: Option<PathBuf>,
+    /// The run directories removed (with `dry_run`: that would be removed).
+    pub removed: Vec<CleanedRun>,
+    /// What was left alone, and why.
+    pub kept: Vec<LeftAlone>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct CleanedRun {
+    pub run: String,
+    pub path: PathBuf,
+    pub files: u64,
+    pub bytes: u64,
+    /// What was done first (a newer checkpoint copied back).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// Cleans every host of `profile` (spares too; an entry for a machine seen
+/// already is skipped), one host after another.
+pub fn clean_cluster(profile: &Profile, opts: &CleanOptions, local: &dyn LocalRuns) -> anyhow::Result<CleanReport> {
+    if profile.launcher != LauncherKind::Ssh {
+        return Err(BadInput::new(format!(
+            "{}: cluster clean works on ssh profiles (launcher = \"ssh\"); the runs of local workers are in \
+             --data-dir, and a Slurm job's sbcast copies are removed when it ends",
+            profile.name()
+        ))
+        .into());
+    }
+    if let Some(run) = &opts.run
+        && !crate::paths::is_plain_name(run)
+    {
+        return Err(BadInput::new(format!(
+            "--run {run:?}: a run name is letters, digits, `-`, `_` or `.` (one directory under runs/, never a path)"
+        ))
+        .into());
+    }
+    let session = SessionOptions {
+        known_hosts: profile.known_hosts.clone(),
+        accept_new_host_keys: profile.accept_new_host_keys || opts.accept_new_host_keys,
+        connect_timeout: profile.connect_timeout,
+        io_timeout: opts.timeout,
+    };
+    let mut seen: Vec<String> = Vec::new();
+    let mut hosts = Vec::new();
+    let entries = profile.hosts.iter().map(|h| (h, false)).chain(profile.spares.iter().map(|h| (h, true)));
+    for (h, spare) in entries {
+        if seen.contains(&h.label()) {
+            continue;
+        }
+        seen.push(h.label());
+        hosts.push(clean_host(h, spare, profile, &session, opts, local));
+    }
+    let ok = hosts.iter().all(|h| h.ok);
+    Ok(CleanReport { profile: profile.name(), dry_run: opts.dry_run, ok, hosts, warnings: profile.warnings.clone() })
+}
+
+fn clean_host(
+    h: &HostSpec,
+    spare: bool,
+    profile: &Profile,
+    session: &SessionOptions,
+    opts: &CleanOptions,
+    local: &dyn LocalRuns,
+) -> HostClean {
+    let mut r = HostClean {
+        address: h.address.clone(),
+        port: h.port,
+        user: h.user.clone(),
+        spare,
+        ok: true,
+        error: None,
+        runs_dir: None,
+        removed: vec![],
+        kept: vec![],
+    };
+    let conn = match HostSftp::connect(h, session, profile) {
+        Ok(c) => c,
+        Err(e) => return r.failed(e.to_string()),
+    };
+    r.runs_dir = Some(conn.runs_dir());
+    let found = match &opts.run {
+        Some(run) => conn.run(run).map(|f| match f {
+            Found::Run(run) => (vec![run], vec![]),
+            Found::Odd(o) => (vec![], vec![o]),
+            Found::Absent => (vec![], vec![]),
+        }),
+        None => conn.list_runs(),
+    };
+    let (runs, odd) = match found {
+        Ok(f) => f,
+        Err(e) => return r.failed(e.to_string()),
+    };
+    r.kept = odd;
+    for run in runs {
+        match clean_run(&conn, &run, opts.dry_run, local) {
+            Ok(note) => r.removed.push(CleanedRun {
+                run: run.run.clone(),
+                path: run.path.clone(),
+                files: run.files,
+                bytes: run.bytes,
+                note,
+            }),
+            Err((why, failed)) => {
+                r.ok &= !failed;
+                if failed && r.error.is_none() {
+                    r.error = Some(format!("{}: {why}", run.run));
+                }
+                r.kept.push(LeftAlone { name: run.run.clone(), why });
+            }
+        }
+    }
+    r
+}
+
+/// Removes one run directory; `Err((why, failed))` when it stays (`failed`:
+/// because something went wrong, rather than by choice).
+fn clean_run(
+    conn: &HostSftp,
+    run: &RemoteRun,
+    dry_run: bool,
+    local: &dyn LocalRuns,
+) -> Result<Option<String>, (String, bool)> {
+    let _held = local.hold(&run.run).map_err(|why| (why, false))?;
+    let note = match &run.checkpoint {
+        Some(state) => {
+            let mut ck = conn.dir(run.path.join("checkpoint"));
+            local.secure(&run.run, state, &mut ck, dry_run).map_err(|why| (why, true))?
+        }
+        None => None,
+    };
+    if !dry_run {
+        conn.remove_run(run).map_err(|e| (e.to_string(), true))?;
+    }
+    Ok(note)
+}
+
+impl HostClean {
+    fn failed(mut self, error: String) -> Self {
+        self.ok = false;
+        self.error = Some(error);
+        self
+    }
+}
