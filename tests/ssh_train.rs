@@ -319,6 +319,8 @@ fn retexo_varco_and_gnnpipe_over_ssh_match_local_workers_and_infer_scores_retexo
     assert_eq!(r["workers"], 2);
     json(d, &["infer", "retexo-ssh"]);
     assert_eq!(predictions(&out), predictions(&d.join("runs/retexo-ssh/predictions.safetensors")));
+    // The checkpoint infer shipped to the host went when it ended.
+    assert_eq!(walk(&sshd.remote.join("data/runs")), Vec::<String>::new(), "infer left its checkpoint copy");
     assert_nothing_left(&sshd);
     sshd.stop();
 }
