@@ -177,12 +177,14 @@ impl HostSftp {
         // the directory inspected means a link swapped in meanwhile stops it.
         // rm -r never follows a link inside, and the name has no `/`.
         let script = format!(
-            "cd -P -- {area} && [ \"$(pwd -P)\" = {real} ] && rm -rf -- {name}",
+            "cd -P -- {area} || exit 1; [ \"$(pwd -P)\" = {real} ] || {{ echo 'the run area is no longer the \
+             directory inspected (replaced by a link?): nothing removed'; exit 1; }}; rm -rf -- {name}",
             area = quote(&self.runs_dir().to_string_lossy()),
             real = quote(&real.to_string_lossy()),
             name = quote(&run.run),
         );
-        ssh_session::run_ok(&self.session, &self.host, &script)?;
+        // Through sh whatever the login shell (csh has no `$(...)`).
+        ssh_session::run_ok(&self.session, &self.host, &format!("/bin/sh -c {}", quote(&script)))?;
         Ok(())
     }
 }
