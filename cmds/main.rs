@@ -92,7 +92,7 @@ enum Command {
     Infer(infer::Args),
     /// Predict iteration time per strategy and number of time steps; pick a merge plan.
     TuneMerge(tune_merge::Args),
-    /// Cluster profiles: check every host before training on it.
+    /// Cluster profiles: check every host before training on it; clean what runs left on the hosts.
     Cluster(cluster::Args),
     /// Print an sbatch script that trains on a Slurm allocation (`train --cluster slurm`).
     SlurmScript(slurm_script::Args),
