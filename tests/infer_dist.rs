@@ -133,7 +133,19 @@ fn over_ssh_the_workers_get_the_runs_weights_and_score_as_in_process() {
     json(d, &["infer", "cr", "--embeddings", "0", "--out", &out("here.safetensors")]);
     let r = json(
         d,
-        &["infer", "cr", "--embeddings", "0", "--cluster", profile.to_str().unwrap(), "--out", &out("ssh.safetensors")],
+        // --keep-remote: what was shipped stays on the host to be looked at (tests/ssh_train.rs
+        // checks that without it nothing does).
+        &[
+            "infer",
+            "cr",
+            "--embeddings",
+            "0",
+            "--keep-remote",
+            "--cluster",
+            profile.to_str().unwrap(),
+            "--out",
+            &out("ssh.safetensors"),
+        ],
     );
     assert_eq!((r["workers"].as_u64(), r["nodes"].as_u64()), (Some(2), Some(2708)));
     same_as(&load(&d.join("here.safetensors")), &load(&d.join("ssh.safetensors")), "ssh, W=2");
