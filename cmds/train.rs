@@ -109,7 +109,16 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     let summary = result?;
     if watch.stop_requested() {
         let ck = train::checkpoint::dir(&data.run_dir(&summary.run));
-        if summary.workers > 1 {
+        if signals::time_limit() {
+            leapgnn::elog!(
+                "stopped for the job's time limit (SIGUSR1 from `slurm-script --stop-before`) after iteration {}, \
+                 checkpoint written to {}; continue in a new job: `leapgnn slurm-script [OPTIONS] train --resume {}` \
+                 prints its script",
+                summary.iterations,
+                ck.display(),
+                summary.run
+            );
+        } else if summary.workers > 1 {
             leapgnn::elog!(
                 "stopped on request after iteration {}, checkpoint written to {}",
                 summary.iterations,

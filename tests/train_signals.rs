@@ -255,6 +255,44 @@ fn a_second_ctrl_c_forces_an_immediate_stop() {
     assert!(state(d, "forced")["progress"]["global_iteration"].as_u64().unwrap() >= 1);
 }
 
+/// SIGUSR1 is the time-limit warning `slurm-script --stop-before` asks Slurm
+/// for: the same graceful stop, said to be for the time limit. Slurm's own
+/// SIGTERM at the limit, should it come while that stop runs, is a first stop
+/// request and not a second: it does not force the stop (exit 0, not 130).
+#[test]
+fn sigusr1_stops_for_the_time_limit_and_a_sigterm_after_it_does_not_force_the_stop() {
+    let tmp = cora();
+    let d = tmp.path();
+    let mut drv = Driver::start(d, &[&["train", "cora", "--workers", "2", "--run", "limit"], LONG_RUN].concat());
+    let ws = drv.workers(2);
+    drv.wait_line(Duration::from_secs(60), |l| l.starts_with("epoch") && l.contains("/1000"));
+    // Frozen workers hold the iteration the stop waits for until both signals are taken.
+    let _frozen = Frozen(ws.iter().map(|w| w.pid).collect());
+    for w in &ws {
+        signal(w.pid, "STOP");
+    }
+    signal(drv.child.id(), "USR1");
+    drv.wait_line(Duration::from_secs(30), |l| l.starts_with("SIGUSR1 (the time-limit warning"));
+    signal(drv.child.id(), "TERM");
+    drv.wait_line(Duration::from_secs(30), |l| l.contains("press Ctrl-C again"));
+    for w in &ws {
+        signal(w.pid, "CONT");
+    }
+    let (code, stderr) = drv.wait_exit(Duration::from_secs(60));
+    assert_eq!(code, Some(0), "{stderr}");
+    let pids: Vec<u32> = ws.iter().map(|w| w.pid).collect();
+    assert_eq!(wait_gone(&pids, Duration::from_secs(5)), Vec::<u32>::new(), "workers left behind");
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("stopped for the job's time limit"))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    let done = state(d, "limit")["progress"]["global_iteration"].as_u64().unwrap();
+    assert!(line.contains(&format!("after iteration {done},")) && line.contains("train --resume limit`"), "{line}");
+    let epochs = past_checkpoint(d, "limit");
+    let resumed = json(d, &["train", "--resume", "limit", "--epochs", &epochs]);
+    assert_each_record_once(d, "limit", 2, &resumed);
+}
+
 /// Workers the test froze (SIGSTOP): a stopped process never notices its
 /// driver is gone, so if the test fails before the driver kills them, they
 /// are killed here instead of being left behind. Only on a failure: after a

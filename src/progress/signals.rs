@@ -4,13 +4,20 @@
 //! SIGHUP (the terminal closed, or ssh dropped) only ever asks for the
 //! graceful stop: a hangup comes twice (the kernel's and the shell's), and
 //! nobody is left at the terminal to have meant a forced stop.
+//! SIGUSR1 is the time-limit warning that `slurm-script --stop-before` asks
+//! Slurm for (`#SBATCH --signal=B:USR1@SECONDS`): the same graceful stop,
+//! never a forced one (nobody pressed anything; the SIGTERM Slurm sends at
+//! the limit itself is taken as a first stop request, not a second), and
+//! remembered so that the run can say it stopped for the time limit and how
+//! to go on.
 
-use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 static SIGNALS: AtomicU32 = AtomicU32::new(0);
 static FORCED: AtomicBool = AtomicBool::new(false);
+static TIME_LIMIT: AtomicBool = AtomicBool::new(false);
 static MODE: OnceLock<OnForce> = OnceLock::new();
 /// A dashboard holds the terminal (raw mode, alternate screen): a forced
 /// exit must give it back first.
@@ -28,16 +35,28 @@ pub enum OnForce {
     Flag,
 }
 
-/// Installs the handler for SIGINT, SIGTERM and SIGHUP (once per process).
+/// Installs the handler for SIGINT, SIGTERM, SIGHUP and SIGUSR1 (once per process).
 /// `quiet`: print nothing (a dashboard owns the terminal).
 pub fn install(on_force: OnForce, quiet: bool) -> std::io::Result<()> {
     if MODE.set(on_force).is_err() {
         return Err(std::io::Error::other("the stop-signal handler is already installed"));
     }
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP, SIGUSR1])?;
     // Signals are read on this thread, not in signal context: printing and exiting are safe.
     std::thread::Builder::new().name("leapgnn-signals".into()).spawn(move || {
         for sig in signals.forever() {
+            // Not counted with the others: Slurm's own SIGTERM at the limit, which
+            // may come while this stop still runs, must not force it.
+            if sig == SIGUSR1 {
+                let first = !TIME_LIMIT.swap(true, Ordering::SeqCst) && SIGNALS.load(Ordering::SeqCst) == 0;
+                if !quiet && first {
+                    crate::elog!(
+                        "SIGUSR1 (the time-limit warning of `slurm-script --stop-before`): stopping after this \
+                         iteration (checkpoint, then summary)"
+                    );
+                }
+                continue;
+            }
             if SIGNALS.fetch_add(1, Ordering::SeqCst) == 0 || sig == SIGHUP {
                 if !quiet && sig != SIGHUP {
                     crate::elog!(
@@ -82,7 +101,12 @@ pub(crate) fn release_terminal() {
 
 /// The first signal arrived: stop after this iteration.
 pub fn stop_requested() -> bool {
-    SIGNALS.load(Ordering::SeqCst) > 0
+    SIGNALS.load(Ordering::SeqCst) > 0 || TIME_LIMIT.load(Ordering::SeqCst)
+}
+
+/// SIGUSR1 came: the stop is for the job's time limit.
+pub fn time_limit() -> bool {
+    TIME_LIMIT.load(Ordering::SeqCst)
 }
 
 /// The flag a second signal sets (give it to the driver as its `interrupted`).
