@@ -2,7 +2,7 @@ use crate::Global;
 use anyhow::Context;
 use clap::Parser;
 use leapgnn::BadInput;
-use leapgnn::cluster::slurm::{ScriptOptions, sbatch_script};
+use leapgnn::cluster::slurm::{DEFAULT_STOP_BEFORE, ScriptOptions, sbatch_script};
 
 /// Print an sbatch script that runs `leapgnn train ARGS` on a Slurm allocation, one worker per task:
 /// `leapgnn slurm-script [OPTIONS] train ARGS`.
@@ -31,6 +31,10 @@ pub struct Args {
     /// Where the job's output goes (%j: the job id).
     #[arg(long, default_value = "leapgnn-%j.out")]
     pub output: String,
+    /// Seconds before the time limit at which Slurm warns the driver (SIGUSR1), which then
+    /// checkpoints and stops so that `train --resume RUN` continues; 0: no warning.
+    #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_STOP_BEFORE, allow_negative_numbers = true)]
+    pub stop_before: u64,
     /// The run, after this command's own options: `train cora --strategy leapgnn --epochs 10`
     /// (or, as before, `-- cora --strategy leapgnn --epochs 10`).
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true, value_name = "TRAIN_ARGS")]
@@ -69,6 +73,7 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
         time: a.time,
         partition: a.partition,
         output: a.output,
+        stop_before: a.stop_before,
         binary,
         data_dir,
         train_args: train,

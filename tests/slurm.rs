@@ -84,7 +84,7 @@ impl Slurm {
              SelectType=select/cons_tres\nSelectTypeParameters=CR_Core\nStateSaveLocation={d}/state\n\
              SlurmdSpoolDir={d}/spool\nSlurmctldPidFile={d}/slurmctld.pid\nSlurmdPidFile={d}/slurmd.pid\n\
              SlurmctldLogFile={d}/slurmctld.log\nSlurmdLogFile={d}/slurmd.log\nSlurmUser=root\nSlurmdUser=root\n\
-             ReturnToService=2\nMpiDefault=none\nKillWait=20\nSlurmdParameters=config_overrides\n\
+             ReturnToService=2\nMpiDefault=none\nKillWait=20\nOverTimeLimit=0\nSlurmdParameters=config_overrides\n\
              NodeName={host} NodeAddr=127.0.0.1 CPUs=8 State=UNKNOWN\n\
              PartitionName=test Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES\n",
             free_port(),
@@ -139,8 +139,15 @@ impl Slurm {
 
     /// Writes `leapgnn slurm-script` for `train` into `data`; returns the file.
     fn script(&self, data: &Path, name: &str, train: &[&str]) -> PathBuf {
+        self.script_with(data, name, &[], train)
+    }
+
+    /// `script`, with more `slurm-script` options.
+    fn script_with(&self, data: &Path, name: &str, opts: &[&str], train: &[&str]) -> PathBuf {
         let out = Command::new(env!("CARGO_BIN_EXE_leapgnn"))
-            .args(["--data-dir", data.to_str().unwrap(), "slurm-script", "--tasks-per-node", "2", "--output"])
+            .args(["--data-dir", data.to_str().unwrap(), "slurm-script", "--tasks-per-node", "2"])
+            .args(opts)
+            .arg("--output")
             .arg(data.join(format!("{name}.out")))
             .arg("--")
             .args(train)
@@ -384,6 +391,46 @@ fn slurm_script_refuses_values_sbatch_would_misread() {
     }
     let e = refused(&["--nodes", "1000", "--tasks-per-node", "1000"], "--tasks-per-node");
     assert!(e.contains("1000000 workers"), "{e}");
+    // The time-limit warning's lead: within sbatch --signal's range, and
+    // below the time limit (the warning would otherwise come at the start).
+    for bad in ["65536", "x", "-1", "1.5"] {
+        refused(&["--stop-before", bad], "--stop-before");
+    }
+    let e = refused(&["--time", "2", "--stop-before", "120"], "--stop-before");
+    assert!(e.contains("120 s") && e.contains("or 0"), "{e}");
+    let e = refused(&["--time", "1"], "--stop-before 120");
+    assert!(e.contains("60 s"), "the default lead is checked too: {e}");
+    let directives = |script: &str| -> Vec<String> {
+        script.lines().filter(|l| l.starts_with("#SBATCH")).map(String::from).collect()
+    };
+    for (opts, signal) in [
+        (&["--time", "02:00:00"][..], Some("B:USR1@120")),
+        (&[][..], Some("B:USR1@120")),
+        (&["--time", "2", "--stop-before", "90"][..], Some("B:USR1@90")),
+        (&["--time", "2", "--stop-before", "0"][..], None),
+        (&["--time", "UNLIMITED"][..], None),
+    ] {
+        let out = run(opts);
+        assert_eq!(out.status.code(), Some(0), "{opts:?}: {}", text(&out));
+        let script = String::from_utf8_lossy(&out.stdout);
+        let lines = directives(&script);
+        let signals: Vec<&String> = lines.iter().filter(|l| l.starts_with("#SBATCH --signal")).collect();
+        match signal {
+            Some(sig) => {
+                assert_eq!(signals, [&format!("#SBATCH --signal={sig}")], "{opts:?}: {script}");
+                // Ignored by the shell before it becomes the driver, which takes it.
+                let trap = script.lines().position(|l| l == "trap '' USR1").expect("trap");
+                let exec = script.lines().position(|l| l.starts_with("exec ")).expect("exec");
+                assert!(trap < exec, "{script}");
+            }
+            None => assert!(signals.is_empty() && !script.contains("trap"), "{opts:?}: {script}"),
+        }
+    }
+    // A resumed run keeps its saved cluster: --cluster would be refused.
+    let out = dist_support::leapgnn(d, &["slurm-script", "--time", "10", "train", "--resume", "r1", "--epochs", "9"]);
+    let script = String::from_utf8_lossy(&out.stdout);
+    let exec = script.lines().find(|l| l.starts_with("exec ")).unwrap_or_else(|| panic!("{}", text(&out)));
+    assert!(exec.ends_with(" train --resume r1 --epochs 9 --no-tui"), "{exec}");
     // Slurm's own formats are accepted and written as given, every directive
     // in the one block sbatch reads.
     for t in ["90", "90:30", "02:00:00", "1-12", "1-12:30", "2-00:30:00", "UNLIMITED"] {
@@ -397,4 +444,60 @@ fn slurm_script_refuses_values_sbatch_would_misread() {
         }
         assert_eq!(script.matches("#SBATCH").count(), block.len(), "{script}");
     }
+}
+
+/// The job's state and exit code as slurmctld keeps them for a while after the end.
+fn job_state(slurm: &Slurm, job: &str) -> (String, String) {
+    let o = slurm.cmd("scontrol").args(["show", "job", job]).output().unwrap();
+    let t = String::from_utf8_lossy(&o.stdout).to_string();
+    let field = |k: &str| {
+        t.split_whitespace().find_map(|w| w.strip_prefix(k)).unwrap_or_else(|| panic!("no {k} in {t}")).to_string()
+    };
+    (field("JobState="), field("ExitCode="))
+}
+
+/// `--stop-before`: Slurm's SIGUSR1 ahead of the time limit (`--time 1`, the
+/// shortest) stops the run with a checkpoint before the limit, the job ends
+/// COMPLETED and not TIMEOUT, and a new job from `slurm-script train --resume`
+/// trains on to the records of a run that was never stopped, loss for loss.
+#[test]
+fn the_time_limit_warning_stops_with_a_checkpoint_and_a_new_job_resumes_it() {
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(slurm) = Slurm::start() else { return };
+    let tmp = cora();
+    let d = tmp.path();
+    json(d, &["partition", "cora", "--parts", "2"]);
+    let run = ["cora", "--batch-size", "8", "--hidden", "16", "--fanout", "5,5", "--seed", "4"];
+    // Slurm checks time limits about every 30 s (and sends the warning at such
+    // a check): 45 s ahead of a 60 s limit comes at the first check after the start.
+    let limited = [&run[..], &["--epochs", "100000", "--run", "limited"]].concat();
+    let script = slurm.script_with(d, "limited", &["--time", "1", "--stop-before", "45"], &limited);
+    let out = slurm.cmd("sbatch").args(["--parsable", "--ntasks=2"]).arg(&script).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let job = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    // The limit is enforced by the check after the 60 s, at most 90 s in: give it that and the kill.
+    until("the job to end", Duration::from_secs(150), || slurm.gone(&job));
+    let log = std::fs::read_to_string(d.join("limited.out")).unwrap();
+    assert_eq!(job_state(&slurm, &job), ("COMPLETED".into(), "0:0".into()), "{log}");
+    assert!(!log.contains("DUE TO TIME LIMIT"), "{log}");
+    assert!(
+        log.contains("stopped for the job's time limit") && log.contains("train --resume limited"),
+        "the driver says why it stopped and how to go on: {log}"
+    );
+    let state: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.join("runs/limited/checkpoint/state.json")).unwrap()).unwrap();
+    let stopped: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.join("runs/limited/summary.json")).unwrap()).unwrap();
+    assert_eq!(state["progress"]["global_iteration"], stopped["iterations"], "the checkpoint is of the last iteration");
+    // Two epochs past the stop, in a new job, as the log says.
+    let epochs = (state["progress"]["epoch"].as_u64().unwrap() + 2).to_string();
+    let script =
+        slurm.script_with(d, "resumed", &["--time", "5"], &["train", "--resume", "limited", "--epochs", &epochs]);
+    let out = slurm.cmd("sbatch").args(["--wait", "--ntasks=2"]).arg(&script).output().unwrap();
+    let log = std::fs::read_to_string(d.join("resumed.out")).unwrap_or_default();
+    assert!(out.status.success(), "sbatch: {}\njob output:\n{log}", text(&out));
+    json(d, &[&["train", "--workers", "2", "--no-tui", "--run", "whole", "--epochs", &epochs][..], &run[..]].concat());
+    let (limited, whole) = (curve(d, "limited"), curve(d, "whole"));
+    assert_eq!(limited.len(), whole.len(), "{log}");
+    assert_eq!(limited, whole, "the same records, loss for loss");
 }

@@ -421,6 +421,9 @@ pub struct ScriptOptions {
     pub time: Option<String>,
     pub partition: Option<String>,
     pub output: String,
+    /// Seconds before the time limit at which Slurm sends the driver
+    /// `TIME_LIMIT_SIGNAL` (`#SBATCH --signal`); 0 sends none.
+    pub stop_before: u64,
     /// The leapgnn executable the nodes run (absolute).
     pub binary: PathBuf,
     /// `--data-dir` (absolute; the nodes must see it, e.g. on the shared filesystem).
@@ -440,6 +443,15 @@ fn shell_word(s: &str) -> String {
 const MAX_WORKERS: usize = crate::partition::MAX_PARTS;
 /// sbatch keeps a job's time limit in minutes as a u32, with its top values meaning INFINITE.
 const MAX_TIME_MINUTES: u64 = u32::MAX as u64 - 2;
+/// The signal `--stop-before` asks Slurm for; the driver takes it as a
+/// graceful stop for the time limit (`progress::signals`).
+pub const TIME_LIMIT_SIGNAL: &str = "USR1";
+/// `--stop-before`'s default: the iteration under way, a checkpoint and the
+/// workers' stop, with room for Slurm sending the warning up to a minute late
+/// or early (it checks time limits about every 30 s).
+pub const DEFAULT_STOP_BEFORE: u64 = 120;
+/// sbatch keeps `--signal`'s lead time as a 16-bit count of seconds.
+const MAX_STOP_BEFORE: u64 = u16::MAX as u64;
 const TIME_FORMATS: &str = "minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (as sbatch --time), or UNLIMITED";
 
 /// A value for an `#SBATCH` line. sbatch splits such a line at whitespace, takes
@@ -462,15 +474,16 @@ fn directive_value(flag: &'static str, value: &str) -> Result<(), SlurmError> {
     Ok(())
 }
 
-/// Checks `--time` as sbatch reads it; the value goes into the script as given.
-fn time_limit(value: &str) -> Result<(), SlurmError> {
+/// Checks `--time` as sbatch reads it (the value goes into the script as
+/// given); its length in seconds, None for no limit.
+fn time_limit(value: &str) -> Result<Option<u64>, SlurmError> {
     let bad = |why: &str| SlurmError::ScriptOption {
         flag: "--time",
         value: format!("{value:?}"),
         why: format!("{why}; give {TIME_FORMATS}"),
     };
     if ["UNLIMITED", "INFINITE"].iter().any(|u| value.eq_ignore_ascii_case(u)) {
-        return Ok(());
+        return Ok(None);
     }
     let field = |f: &str| -> Result<u64, SlurmError> {
         if f.is_empty() || f.len() > 10 || !f.bytes().all(|b| b.is_ascii_digit()) {
@@ -498,7 +511,7 @@ fn time_limit(value: &str) -> Result<(), SlurmError> {
     if minutes > MAX_TIME_MINUTES {
         return Err(bad(&format!("{minutes} minutes is more than Slurm can hold ({MAX_TIME_MINUTES})")));
     }
-    Ok(())
+    Ok(Some(days.unwrap_or(0) * 24 * 3600 + seconds))
 }
 
 impl ScriptOptions {
@@ -535,11 +548,39 @@ impl ScriptOptions {
         if let Some(p) = &self.partition {
             directive_value("--partition", p)?;
         }
-        if let Some(t) = &self.time {
-            directive_value("--time", t)?;
-            time_limit(t)?;
+        let limit = match &self.time {
+            Some(t) => {
+                directive_value("--time", t)?;
+                time_limit(t)?
+            }
+            None => None,
+        };
+        let lead =
+            |why: String| SlurmError::ScriptOption { flag: "--stop-before", value: self.stop_before.to_string(), why };
+        if self.stop_before > MAX_STOP_BEFORE {
+            return Err(lead(format!(
+                "give 0 to {MAX_STOP_BEFORE} seconds (sbatch --signal's range); 0 asks for no warning"
+            )));
+        }
+        if let Some(limit) = limit
+            && self.stop_before > 0
+            && self.stop_before >= limit
+        {
+            // Slurm would send the warning as soon as the job starts: it would stop at once.
+            return Err(lead(format!(
+                "the warning would come as the job starts, before any training: --time {} is {limit} s; give \
+                 --stop-before below that (a checkpoint and the workers' stop must fit in it), or 0 for no warning",
+                self.time.as_deref().unwrap_or_default()
+            )));
         }
         Ok(())
+    }
+
+    /// The `--signal` directive's value, unless no warning is asked for or
+    /// the job has no time limit to warn of.
+    fn signal(&self) -> Option<String> {
+        let unlimited = self.time.as_deref().is_some_and(|t| time_limit(t).is_ok_and(|l| l.is_none()));
+        (self.stop_before > 0 && !unlimited).then(|| format!("B:{TIME_LIMIT_SIGNAL}@{}", self.stop_before))
     }
 }
 
@@ -564,14 +605,29 @@ pub fn sbatch_script(o: &ScriptOptions) -> Result<String, SlurmError> {
         s += &format!("#SBATCH --partition={p}\n");
     }
     s += &format!("#SBATCH --output={}\n", o.output);
+    let signal = o.signal();
+    if let Some(sig) = &signal {
+        s += &format!("#SBATCH --signal={sig}\n");
+    }
     s += "set -euo pipefail\n";
     s += "# Each worker's compute threads: the CPUs of its task (srun passes the environment on).\n";
     s += "export RAYON_NUM_THREADS=\"${SLURM_CPUS_PER_TASK:-1}\"\n";
+    if signal.is_some() {
+        s += &format!(
+            "# SIG{TIME_LIMIT_SIGNAL} {} s before the time limit: the driver (exec'd below) checkpoints and stops; \
+             `train --resume RUN`\n# goes on. Ignored until the driver takes it: its default action would end the \
+             job.\n",
+            o.stop_before
+        );
+        s += &format!("trap '' {TIME_LIMIT_SIGNAL}\n");
+    }
     let mut cmd = vec![shell_word(&o.binary.display().to_string()), "--data-dir".into()];
     cmd.push(shell_word(&o.data_dir.display().to_string()));
     cmd.push("train".into());
     cmd.extend(o.train_args.iter().map(|a| shell_word(a)));
-    if !o.train_args.iter().any(|a| a == "--cluster" || a.starts_with("--cluster=")) {
+    // A resumed run keeps its saved cluster (and refuses --cluster).
+    let resumes = o.train_args.iter().any(|a| a == "--resume" || a.starts_with("--resume="));
+    if !resumes && !o.train_args.iter().any(|a| a == "--cluster" || a.starts_with("--cluster=")) {
         cmd.extend(["--cluster".into(), "slurm".into()]);
     }
     if !o.train_args.iter().any(|a| a == "--no-tui") {
