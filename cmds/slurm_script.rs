@@ -2,7 +2,7 @@ use crate::Global;
 use anyhow::Context;
 use clap::Parser;
 use leapgnn::BadInput;
-use leapgnn::cluster::slurm::{DEFAULT_STOP_BEFORE, ScriptOptions, sbatch_script};
+use leapgnn::cluster::slurm::{ScriptOptions, sbatch_script};
 
 /// Print an sbatch script that runs `leapgnn train ARGS` on a Slurm allocation, one worker per task:
 /// `leapgnn slurm-script [OPTIONS] train ARGS`.
@@ -33,8 +33,9 @@ pub struct Args {
     pub output: String,
     /// Seconds before the time limit at which Slurm warns the driver (SIGUSR1), which then
     /// checkpoints and stops so that `train --resume RUN` continues; 0: no warning.
-    #[arg(long, value_name = "SECONDS", default_value_t = DEFAULT_STOP_BEFORE, allow_negative_numbers = true)]
-    pub stop_before: u64,
+    /// [default: 120, at most half the --time limit]
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
+    pub stop_before: Option<u64>,
     /// The run, after this command's own options: `train cora --strategy leapgnn --epochs 10`
     /// (or, as before, `-- cora --strategy leapgnn --epochs 10`).
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true, value_name = "TRAIN_ARGS")]

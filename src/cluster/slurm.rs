@@ -438,8 +438,9 @@ pub struct ScriptOptions {
     pub partition: Option<String>,
     pub output: String,
     /// Seconds before the time limit at which Slurm sends the driver
-    /// `TIME_LIMIT_SIGNAL` (`#SBATCH --signal`); 0 sends none.
-    pub stop_before: u64,
+    /// `TIME_LIMIT_SIGNAL` (`#SBATCH --signal`); 0 sends none. None: the
+    /// default, `DEFAULT_STOP_BEFORE` or half a shorter time limit.
+    pub stop_before: Option<u64>,
     /// The leapgnn executable the nodes run (absolute).
     pub binary: PathBuf,
     /// `--data-dir` (absolute; the nodes must see it, e.g. on the shared filesystem).
@@ -573,16 +574,18 @@ impl ScriptOptions {
             }
             None => None,
         };
+        // The default shrinks to fit a short limit; a lead the user gave is checked as given.
+        let Some(stop_before) = self.stop_before else { return Ok(()) };
         let lead =
-            |why: String| SlurmError::ScriptOption { flag: "--stop-before", value: self.stop_before.to_string(), why };
-        if self.stop_before > MAX_STOP_BEFORE {
+            |why: String| SlurmError::ScriptOption { flag: "--stop-before", value: stop_before.to_string(), why };
+        if stop_before > MAX_STOP_BEFORE {
             return Err(lead(format!(
                 "give 0 to {MAX_STOP_BEFORE} seconds (sbatch --signal's range); 0 asks for no warning"
             )));
         }
         if let Some(limit) = limit
-            && self.stop_before > 0
-            && self.stop_before >= limit
+            && stop_before > 0
+            && stop_before >= limit
         {
             // Slurm would send the warning as soon as the job starts: it would stop at once.
             return Err(lead(format!(
@@ -594,11 +597,20 @@ impl ScriptOptions {
         Ok(())
     }
 
+    /// The warning's lead in seconds: as given, or by default
+    /// `DEFAULT_STOP_BEFORE`, at most half the time limit (a 1-minute test
+    /// job is warned 30 s ahead rather than refused).
+    fn lead(&self) -> u64 {
+        let limit = self.time.as_deref().and_then(|t| time_limit(t).ok().flatten());
+        self.stop_before.unwrap_or_else(|| limit.map_or(DEFAULT_STOP_BEFORE, |l| DEFAULT_STOP_BEFORE.min(l / 2)))
+    }
+
     /// The `--signal` directive's value, unless no warning is asked for or
     /// the job has no time limit to warn of.
     fn signal(&self) -> Option<String> {
         let unlimited = self.time.as_deref().is_some_and(|t| time_limit(t).is_ok_and(|l| l.is_none()));
-        (self.stop_before > 0 && !unlimited).then(|| format!("B:{TIME_LIMIT_SIGNAL}@{}", self.stop_before))
+        let lead = self.lead();
+        (lead > 0 && !unlimited).then(|| format!("B:{TIME_LIMIT_SIGNAL}@{lead}"))
     }
 }
 
@@ -635,7 +647,7 @@ pub fn sbatch_script(o: &ScriptOptions) -> Result<String, SlurmError> {
             "# SIG{TIME_LIMIT_SIGNAL} {} s before the time limit: the driver (exec'd below) checkpoints and stops; \
              `train --resume RUN`\n# goes on. Ignored until the driver takes it: its default action would end the \
              job.\n",
-            o.stop_before
+            o.lead()
         );
         s += &format!("trap '' {TIME_LIMIT_SIGNAL}\n");
     }
