@@ -35,6 +35,8 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
         // Slurm's SIGKILL after KillWait still ends a worker whose driver is gone.
         ctrlc::set_handler(|| tracing::info!("signal ignored: the driver stops this worker"))
             .context("cannot install the worker's signal handler")?;
+        leapgnn::progress::signals::ignore_time_limit_warning()
+            .context("cannot install the worker's SIGUSR1 handler")?;
     }
     let (job, reporter) = worker_session::join(a.driver, a.rank, token.trim(), a.bind, Duration::from_secs(a.timeout))?;
     // The test harness and operators find a worker by these (the driver prefixes `[worker r]`).

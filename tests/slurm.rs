@@ -324,11 +324,24 @@ fn scancel_stops_every_task_and_leaves_a_checkpoint_that_loads() {
     until("training records", Duration::from_secs(120), || {
         std::fs::read_to_string(&metrics).is_ok_and(|m| m.lines().count() >= 30)
     });
+    // A time-limit warning sent to the steps, not the batch shell (`--signal=USR1@S`
+    // without `B:`), reaches the workers only: they say so and train on.
+    let usr1 = slurm.cmd("scancel").args(["--signal=USR1", &job]).output().unwrap();
+    assert!(usr1.status.success(), "{}", text(&usr1));
+    let log = d.join("long.out");
+    until("both workers to ignore SIGUSR1", Duration::from_secs(30), || {
+        std::fs::read_to_string(&log).is_ok_and(|l| l.matches("SIGUSR1 ignored").count() == 2)
+    });
+    let lines = std::fs::read_to_string(&metrics).unwrap().lines().count();
+    until("training to go on", Duration::from_secs(60), || {
+        std::fs::read_to_string(&metrics).is_ok_and(|m| m.lines().count() >= lines + 30)
+    });
+    assert!(!slurm.gone(&job), "the job still runs");
     let c = slurm.cmd("scancel").arg(&job).output().unwrap();
     assert!(c.status.success(), "{}", text(&c));
     until("the job to end", Duration::from_secs(60), || slurm.gone(&job));
     until("every task to exit", Duration::from_secs(30), || processes_naming(d).is_empty());
-    let log = std::fs::read_to_string(d.join("long.out")).unwrap();
+    let log = std::fs::read_to_string(&log).unwrap();
     assert!(log.contains("stopped on request"), "the driver stopped the workers after a checkpoint: {log}");
     // The checkpoint loads: inference from it covers every node.
     let r = json(d, &["infer", "long"]);

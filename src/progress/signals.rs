@@ -99,6 +99,23 @@ pub(crate) fn release_terminal() {
     TERMINAL_TAKEN.store(false, Ordering::SeqCst);
 }
 
+/// A Slurm worker's SIGUSR1: an `#SBATCH --signal=USR1@S` without `B:`
+/// sends the time-limit warning to every step rather than the batch shell,
+/// and its default action would end the worker (and with it the run). Only
+/// the driver acts on the warning; the worker says where it should go.
+pub fn ignore_time_limit_warning() -> std::io::Result<()> {
+    let mut signals = signal_hook::iterator::Signals::new([SIGUSR1])?;
+    std::thread::Builder::new().name("leapgnn-usr1".into()).spawn(move || {
+        for _ in signals.forever() {
+            crate::elog!(
+                "SIGUSR1 ignored: only the driver acts on the time-limit warning; send it to the batch shell \
+                 (`#SBATCH --signal=B:USR1@SECONDS`, as `slurm-script --stop-before` writes)"
+            );
+        }
+    })?;
+    Ok(())
+}
+
 /// The first signal arrived: stop after this iteration.
 pub fn stop_requested() -> bool {
     SIGNALS.load(Ordering::SeqCst) > 0 || TIME_LIMIT.load(Ordering::SeqCst)
