@@ -424,6 +424,8 @@ fn slurm_script_refuses_values_sbatch_would_misread() {
         (&["--time", "1"][..], Some("B:USR1@30")),
         (&["--time", "3"][..], Some("B:USR1@90")),
         (&["--time", "UNLIMITED"][..], None),
+        // sbatch reads a limit of 0 as none: nothing to warn of, whatever the lead.
+        (&["--time", "0", "--stop-before", "60"][..], None),
     ] {
         let out = run(opts);
         assert_eq!(out.status.code(), Some(0), "{opts:?}: {}", text(&out));

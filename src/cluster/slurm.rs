@@ -420,6 +420,8 @@ mod tests {
             ("1-2:3", Some(93_780)),
             ("1-2:3:4", Some(93_784)),
             ("UNLIMITED", None),
+            ("0", None),
+            ("00:00:00", None),
         ] {
             assert_eq!(time_limit(t).unwrap(), s, "{t}");
         }
@@ -530,7 +532,9 @@ fn time_limit(value: &str) -> Result<Option<u64>, SlurmError> {
     if minutes > MAX_TIME_MINUTES {
         return Err(bad(&format!("{minutes} minutes is more than Slurm can hold ({MAX_TIME_MINUTES})")));
     }
-    Ok(Some(days.unwrap_or(0) * 24 * 3600 + seconds))
+    // sbatch: "a time limit of zero requests that no time limit be imposed".
+    let total = days.unwrap_or(0) * 24 * 3600 + seconds;
+    Ok((total > 0).then_some(total))
 }
 
 impl ScriptOptions {
