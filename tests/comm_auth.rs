@@ -236,3 +236,46 @@ fn a_crowd_of_silent_and_dribbling_strangers_does_not_delay_the_mesh() {
         }
     });
 }
+
+#[test]
+fn a_stranger_dribbling_its_hello_is_dropped_at_the_handshake_deadline() {
+    // One byte every 300 ms, each within a 700 ms handshake timeout: only a
+    // deadline for the whole handshake (not per read) drops it in time.
+    let (mut ls, addrs) = listeners(2);
+    let (l0, l1) = (ls.remove(0), ls.remove(0));
+    let config = |rank| {
+        let mut c = MeshConfig::new(rank, addrs.clone(), secret());
+        c.handshake_timeout = Duration::from_millis(700);
+        c.connect_timeout = Duration::from_secs(30);
+        c
+    };
+    let (cfg0, cfg1) = (config(0), config(1));
+    thread::scope(|s| {
+        let worker0 = s.spawn(move || {
+            let m = Mesh::establish(l0, &cfg0).unwrap();
+            m.barrier(LONG).unwrap();
+            m.refused().to_vec()
+        });
+        let mut c = TcpStream::connect(addrs[0]).unwrap();
+        let from = c.local_addr().unwrap();
+        let started = Instant::now();
+        let mut hello = Header { kind: Kind::Hello, category: Category::Control, tag: 0, len: 44 }.encode().to_vec();
+        hello.extend_from_slice(&Hello::new(2, 1).encode());
+        let mut dropped = None;
+        for b in hello {
+            if c.write_all(&[b]).is_err() {
+                dropped = Some(started.elapsed());
+                break;
+            }
+            thread::sleep(Duration::from_millis(300));
+        }
+        // Worker 1 comes only now, so that the mesh's end does not cut the stranger.
+        let worker1 = s.spawn(move || Mesh::establish(l1, &cfg1).unwrap().barrier(LONG).unwrap());
+        worker1.join().unwrap();
+        let refused = worker0.join().unwrap();
+        let dropped = dropped.expect("the stranger dribbled its whole hello (18 s) without being dropped");
+        assert!(dropped < Duration::from_secs(3), "the dribbling stranger was held for {dropped:?}");
+        let r = refused.iter().find(|r| r.from == from).expect("the stranger is among the refusals");
+        assert!(r.reason.contains("within"), "{}", r.reason);
+    });
+}

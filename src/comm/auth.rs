@@ -127,8 +127,11 @@ impl Conn<'_> {
     }
 
     fn expect(&mut self, kind: Kind) -> Result<Vec<u8>, String> {
-        self.stream.set_read_timeout(Some(self.time_left()?)).map_err(|e| e.to_string())?;
-        let (h, payload) = frame::read_frame(&mut &*self.stream, MAX_HANDSHAKE_FRAME).map_err(|e| match e {
+        self.time_left()?;
+        // Each read waits only for what is left of the deadline: a frame sent a
+        // byte at a time must arrive whole within it, not a byte per timeout.
+        let mut by_deadline = ByDeadline { stream: self.stream, deadline: self.deadline };
+        let (h, payload) = frame::read_frame(&mut by_deadline, MAX_HANDSHAKE_FRAME).map_err(|e| match e {
             FrameError::Io(e) => self.io_reason(e, &format!("waiting for its {kind:?}")),
             other => other.to_string(),
         })?;
@@ -157,6 +160,23 @@ impl Conn<'_> {
             nonces: [connector.nonce, acceptor.nonce],
             connector: dialled,
         }
+    }
+}
+
+/// Reads from a handshaking stream, each read bounded by the time left.
+struct ByDeadline<'a> {
+    stream: &'a TcpStream,
+    deadline: &'a Deadline,
+}
+
+impl io::Read for ByDeadline<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.deadline.remaining();
+        if left.is_zero() {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "the handshake deadline passed"));
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        (&mut &*self.stream).read(buf)
     }
 }
 
