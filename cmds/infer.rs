@@ -84,8 +84,10 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
 fn distributed(g: &Global, a: &Args, opts: &InferOptions) -> anyhow::Result<leapgnn::train::infer::InferReport> {
     let comm_timeout = crate::train::comm_timeout(a.comm_timeout)?;
     let data = g.data();
-    let profile =
-        a.cluster.as_deref().map(Profile::load_or_builtin).transpose()?.filter(|p| p.launcher != LauncherKind::Local);
+    let profile = a.cluster.as_deref().map(Profile::load_or_builtin).transpose()?;
+    // Read before a local profile is set aside: its `encrypt = true` holds for local workers too.
+    let encrypt = profile.as_ref().is_some_and(|p| p.encrypt);
+    let profile = profile.filter(|p| p.launcher != LauncherKind::Local);
     if let Some(p) = &profile {
         crate::train::warn_profile(p);
     }
@@ -140,6 +142,7 @@ fn distributed(g: &Global, a: &Args, opts: &InferOptions) -> anyhow::Result<leap
             _ => Profile::local().driver_bind(),
         },
         keep_remote: a.keep_remote,
+        encrypt,
     };
     let result = infer_distributed(&data, &a.run, opts, workers, &launch);
     let result = match &ssh {

@@ -7,7 +7,7 @@ mod comm_support;
 mod dist_support;
 
 use comm_support::with_mesh;
-use dist_support::{cora, final_weights, json};
+use dist_support::{cora, final_weights, json, leapgnn};
 use leapgnn::comm::Category;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -87,4 +87,22 @@ fn training_with_encrypt_ends_where_training_without_it_does() {
     assert!(final_weights(d, "plain") == final_weights(d, "sealed"));
     // The byte counts are the frames' (the same), not the records' framing.
     assert_eq!(plain["bytes"]["features"], sealed["bytes"]["features"]);
+}
+
+#[test]
+fn infer_with_a_profile_that_encrypts_seals_its_workers_connections() {
+    let tmp = cora();
+    let d = tmp.path();
+    json(d, &["train", "cora", "--no-tui", "--full-batch", "--epochs", "1", "--hidden", "16", "--run", "one"]);
+    // Each worker says so once it has switched its control connection to sealed records.
+    let sealed_workers = |profile: &str| {
+        let path = d.join("profile.toml");
+        std::fs::write(&path, profile).unwrap();
+        let out = leapgnn(d, &["-v", "infer", "one", "--cluster", path.to_str().unwrap(), "--workers", "2"]);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{err}");
+        err.lines().filter(|l| l.contains("carry sealed records (--encrypt)")).count()
+    };
+    assert_eq!(sealed_workers("[cluster]\nlauncher = \"local\"\n"), 0);
+    assert_eq!(sealed_workers("[cluster]\nlauncher = \"local\"\nencrypt = true\n"), 2, "infer ignored encrypt = true");
 }

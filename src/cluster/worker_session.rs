@@ -97,6 +97,7 @@ pub fn join(
     let encrypt = job_key::wants_encryption(token);
     if encrypt {
         conn.encrypt(job_key::control_keys(token, Side::Worker, rank, &nonce, &driver_nonce));
+        tracing::info!("worker {rank}: the control connection and the mesh carry sealed records (--encrypt)");
     }
     let listener = TcpListener::bind(mesh_bind)
         .map_err(|e| anyhow::anyhow!("worker {rank}: cannot bind the mesh listener on {mesh_bind}: {e}"))?;

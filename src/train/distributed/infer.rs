@@ -43,6 +43,8 @@ pub struct InferLaunch<'a> {
     pub driver_bind: SocketAddr,
     /// `--keep-remote`: leave the checkpoint shipped to the hosts there.
     pub keep_remote: bool,
+    /// The profile's `encrypt = true`: control connections and mesh carry sealed records.
+    pub encrypt: bool,
 }
 
 /// The `infer` task of a job, as every worker receives it.
@@ -150,6 +152,7 @@ fn infer_on_workers(
     let driver_opts = DriverOptions {
         silence_timeout: (launch.comm_timeout * 2).max(Duration::from_secs(10)),
         bind: launch.driver_bind,
+        encrypt: launch.encrypt,
         ..DriverOptions::default()
     };
     let values = run_job(launch.launcher, world, &task, &driver_opts, launch.interrupted, |ev| {
