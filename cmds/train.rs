@@ -164,7 +164,8 @@ fn distributed(
     // A local profile (`--cluster profiles/local.toml`) is not kept past `placement::place`: read its `encrypt`.
     let file_encrypts =
         || cfg.cluster.as_deref().and_then(|p| Profile::load_or_builtin(p).ok()).is_some_and(|p| p.encrypt);
-    let encrypt = a.encrypt || profile.as_ref().map_or_else(file_encrypts, |p| p.encrypt);
+    // A run started with --encrypt keeps it when resumed (its saved config says so).
+    let encrypt = a.encrypt || cfg.encrypt || profile.as_ref().map_or_else(file_encrypts, |p| p.encrypt);
     match profile {
         Some(p) if p.launcher == LauncherKind::Slurm => {
             let alloc = Allocation::from_env(Some(cfg.workers))?;

@@ -106,3 +106,16 @@ fn infer_with_a_profile_that_encrypts_seals_its_workers_connections() {
     assert_eq!(sealed_workers("[cluster]\nlauncher = \"local\"\n"), 0);
     assert_eq!(sealed_workers("[cluster]\nlauncher = \"local\"\nencrypt = true\n"), 2, "infer ignored encrypt = true");
 }
+
+#[test]
+fn a_run_started_with_encrypt_resumes_encrypted_without_the_flag() {
+    let tmp = cora();
+    let d = tmp.path();
+    let run = ["train", "cora", "--no-tui", "--workers", "2", "--epochs", "1", "--batch-size", "64", "--hidden", "16"];
+    json(d, &[&run[..], &["--run", "sealed", "--encrypt"]].concat());
+    let out = leapgnn(d, &["-v", "train", "--resume", "sealed", "--epochs", "2", "--no-tui"]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    let sealed = err.lines().filter(|l| l.contains("carry sealed records (--encrypt)")).count();
+    assert_eq!(sealed, 2, "the resumed run's workers did not encrypt: {err}");
+}

@@ -229,6 +229,10 @@ pub struct TrainConfig {
     pub merge_plan: Option<PathBuf>,
     pub migration: Migration,
     pub cluster: Option<PathBuf>,
+    /// `--encrypt`: kept with the run, so that `--resume` (and the resume a
+    /// Slurm script runs) goes on encrypted without the flag given again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub encrypt: bool,
     /// pregather / leapgnn: fetch iteration i+1's rows while computing i
     /// (`prefetches` says whether this run does).
     #[serde(default)]
@@ -294,6 +298,7 @@ impl Default for TrainConfig {
             merge_plan: None,
             migration: d::MIGRATION,
             cluster: None,
+            encrypt: false,
             prefetch: d::PREFETCH,
             mode: d::MODE,
             eval: EvalMode::Sampled,

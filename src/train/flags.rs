@@ -630,6 +630,7 @@ impl TrainFlags {
             merge_plan: self.merge_plan.clone(),
             migration: self.migration,
             cluster: self.cluster.clone(),
+            encrypt: self.encrypt,
             prefetch: self.prefetch,
             mode,
             eval,
