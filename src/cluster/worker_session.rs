@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 /// busy worker still beats; a stopped or hung process does not).
 pub(super) const HEARTBEAT: Duration = Duration::from_secs(2);
 
-/// The job as the worker receives it.
-#[derive(Debug, Clone)]
+/// The job as the worker receives it. Its Debug shows the secret's length only.
+#[derive(Clone)]
 pub struct Job {
     pub rank: usize,
     pub world: usize,
@@ -26,6 +26,20 @@ pub struct Job {
     pub config: serde_json::Value,
     /// Bound before the job arrived; its address is `peers[rank]`.
     pub listener: Arc<TcpListener>,
+}
+
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Job")
+            .field("rank", &self.rank)
+            .field("world", &self.world)
+            .field("peers", &self.peers)
+            .field("secret", &format_args!("<{} bytes, not shown>", self.secret.len()))
+            .field("encrypt", &self.encrypt)
+            .field("config", &self.config)
+            .field("listener", &self.listener)
+            .finish()
+    }
 }
 
 /// Shared sender for reports (metrics, logs, done, error) from any thread.
@@ -168,5 +182,27 @@ mod tests {
         let err = join(addr, 1, "the-token", mesh, Duration::from_secs(10)).err().expect("a bad proof is refused");
         assert_eq!(driver.join().unwrap(), 1);
         assert!(err.to_string().contains("could not prove"), "{err}");
+    }
+
+    #[test]
+    fn a_jobs_debug_shows_no_secret() {
+        let secret: Vec<u8> = (200..232).collect();
+        let listener = Arc::new(TcpListener::bind("127.0.0.1:0").unwrap());
+        let job = Job {
+            rank: 0,
+            world: 1,
+            peers: vec![listener.local_addr().unwrap()],
+            secret: secret.clone(),
+            encrypt: true,
+            config: serde_json::json!({"task": "ping"}),
+            listener,
+        };
+        let shown = format!("{job:?}");
+        assert!(shown.contains("<32 bytes, not shown>") && shown.contains("ping"), "{shown}");
+        assert!(!shown.contains("200, 201"), "{shown}");
+        let mesh = crate::comm::MeshConfig::new(0, job.peers.clone(), secret);
+        let shown = format!("{mesh:?}");
+        assert!(shown.contains("<32 bytes, not shown>") && shown.contains("handshake_timeout"), "{shown}");
+        assert!(!shown.contains("200, 201"), "{shown}");
     }
 }

@@ -24,7 +24,8 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 /// How to build a mesh. `addrs[r]` is the address worker r listens on.
-#[derive(Clone, Debug)]
+/// Its Debug shows the secret's length only, so that no log or error shows it.
+#[derive(Clone)]
 pub struct MeshConfig {
     pub rank: usize,
     pub addrs: Vec<SocketAddr>,
@@ -48,6 +49,23 @@ pub struct MeshConfig {
     /// `--encrypt`: every link's traffic after its handshake travels as
     /// sealed records (`seal`), keyed per link and direction.
     pub encrypt: bool,
+}
+
+impl std::fmt::Debug for MeshConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MeshConfig")
+            .field("rank", &self.rank)
+            .field("addrs", &self.addrs)
+            .field("secret", &format_args!("<{} bytes, not shown>", self.secret.len()))
+            .field("connect_timeout", &self.connect_timeout)
+            .field("handshake_timeout", &self.handshake_timeout)
+            .field("write_timeout", &self.write_timeout)
+            .field("linger", &self.linger)
+            .field("max_frame", &self.max_frame)
+            .field("max_queued", &self.max_queued)
+            .field("encrypt", &self.encrypt)
+            .finish()
+    }
 }
 
 impl MeshConfig {
