@@ -264,6 +264,7 @@ fn run_calibration(
     let opts = CalibrateOptions {
         launcher,
         driver_bind: profile.driver_bind(),
+        encrypt: profile.encrypt,
         interrupted,
         iterations: a.calibrate_iterations,
         probe: ProbeTask::default(),

@@ -364,3 +364,23 @@ fn validate_refuses_records_the_run_cannot_have_written() {
     let e = refused("twice", twice, lines.len() + 1, "iteration");
     assert!(e.contains("recorded twice (first at line 4)"), "{e}");
 }
+
+/// A profile's `encrypt = true` holds for the calibration too: its probe and
+/// runs move the dataset's features between the workers.
+#[test]
+fn calibration_with_a_profile_that_encrypts_seals_its_workers_connections() {
+    let _one = timed();
+    let tmp = data();
+    let d = tmp.path();
+    let prof = d.join("sealed.toml");
+    std::fs::write(&prof, "[cluster]\nlauncher = \"local\"\nencrypt = true\n").unwrap();
+    let job = ["tune-merge", "synthetic-small", "--parts", "2", "--batch-size", "256", "--calibrate"];
+    let args = [&job[..], &["--calibrate-iterations", "2", "--cluster", prof.to_str().unwrap()]].concat();
+    // RUST_LOG reaches the workers, whose info line says they seal.
+    let out = train_support::leapgnn_env(d, &args, &[("RUST_LOG", "info")]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let sealed = err.lines().filter(|l| l.contains("carry sealed records (--encrypt)")).count();
+    // The probe's 2 workers, and each 2-worker run's.
+    assert!(sealed >= 2 * 4, "only {sealed} workers sealed their connections:\n{err}");
+}

@@ -42,6 +42,9 @@ pub struct CalibrateOptions<'a> {
     pub comm_timeout: Duration,
     /// Where the control listener binds (the profile's `driver_bind`).
     pub driver_bind: std::net::SocketAddr,
+    /// The profile's `encrypt = true`: the probe and the runs seal their traffic
+    /// (as the runs the figures predict will).
+    pub encrypt: bool,
     /// Told as each stage starts: its index, the number of stages and what
     /// it does (for a progress bar).
     pub stage: &'a dyn Fn(Stage<'_>),
@@ -116,7 +119,7 @@ pub fn calibrate(
     };
     if w > 1 {
         stage(&format!("probing the links between {w} workers"));
-        let links = probe_links(o.launcher, w, &o.probe, o.interrupted, o.driver_bind)?;
+        let links = probe_links(o.launcher, w, &o.probe, o.interrupted, o.driver_bind, o.encrypt)?;
         let mut bw: Vec<f64> = links.iter().map(|l| l.bandwidth).collect();
         let mut lat: Vec<f64> = links.iter().map(|l| l.latency).collect();
         f.bandwidth = median(&mut bw).unwrap_or(f.bandwidth);
@@ -162,7 +165,7 @@ pub fn calibrate(
             driver_bind: o.driver_bind,
             auto_planner: Some(&super::auto_plans),
             restarts: 0,
-            encrypt: false,
+            encrypt: o.encrypt,
             keep_remote: false,
         };
         let summary = if w > 1 {

@@ -98,12 +98,13 @@ pub fn probe_links(
     task: &ProbeTask,
     interrupted: &AtomicBool,
     driver_bind: std::net::SocketAddr,
+    encrypt: bool,
 ) -> anyhow::Result<Vec<Link>> {
     if world < 2 {
         return Ok(Vec::new());
     }
     let config = serde_json::json!({ "task": "probe", "probe": task });
-    let opts = DriverOptions { bind: driver_bind, ..DriverOptions::default() };
+    let opts = DriverOptions { bind: driver_bind, encrypt, ..DriverOptions::default() };
     let values = run_job(launcher, world, &config, &opts, interrupted, |_| {})
         .with_context(|| format!("the bandwidth/latency probe among {world} workers failed"))?;
     let mut links: Vec<Link> = Vec::new();
