@@ -416,7 +416,7 @@ fn neutronstar(g: &Global, a: &Args, cfg: TrainConfig) -> anyhow::Result<()> {
             driver_bind: Profile::local().driver_bind(),
             auto_planner: None,
             restarts: 0,
-            encrypt: false,
+            encrypt: cfg.encrypt,
             keep_remote: false,
         };
         train::neutronstar::estimate(&data, cfg, |d, c| train_distributed(d, c, &opts, &dist, &mut quiet))

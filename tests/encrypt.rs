@@ -119,3 +119,16 @@ fn a_run_started_with_encrypt_resumes_encrypted_without_the_flag() {
     let sealed = err.lines().filter(|l| l.contains("carry sealed records (--encrypt)")).count();
     assert_eq!(sealed, 2, "the resumed run's workers did not encrypt: {err}");
 }
+
+#[test]
+fn a_neutronstar_estimate_with_encrypt_seals_its_workers_connections() {
+    let tmp = cora();
+    let d = tmp.path();
+    let args = ["-v", "train", "cora", "--no-tui", "--strategy", "neutronstar", "--dry-run", "--workers", "2"];
+    let out =
+        leapgnn(d, &[&args[..], &["--epochs", "1", "--batch-size", "64", "--hidden", "16", "--encrypt"]].concat());
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    let sealed = err.lines().filter(|l| l.contains("carry sealed records (--encrypt)")).count();
+    assert_eq!(sealed, 2, "the estimate's run ignored --encrypt: {err}");
+}
