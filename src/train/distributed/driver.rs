@@ -440,7 +440,8 @@ fn execute(
     let driver_opts = DriverOptions {
         silence_timeout: (opts.comm_timeout * 2).max(Duration::from_secs(10)),
         bind: opts.driver_bind,
-        encrypt: opts.encrypt,
+        // A run that was started encrypted stays so, whichever path resumes it.
+        encrypt: opts.encrypt || cfg.encrypt,
         ..DriverOptions::default()
     };
     let stop = AtomicBool::new(false);
