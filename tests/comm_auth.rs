@@ -279,3 +279,55 @@ fn a_stranger_dribbling_its_hello_is_dropped_at_the_handshake_deadline() {
         assert!(r.reason.contains("within"), "{}", r.reason);
     });
 }
+
+#[test]
+fn a_slow_genuine_worker_is_not_evicted_by_a_crowd_of_silent_strangers() {
+    // Worker 1 reaches worker 0 through a proxy that holds worker 1's bytes
+    // back for 1.5 s after its hello (a slow link); meanwhile more silent
+    // strangers than may wait at once crowd worker 0's door. They, not the
+    // worker that said hello, must make way.
+    let (mut ls, addrs) = listeners(2);
+    let (l0, l1) = (ls.remove(0), ls.remove(0));
+    let proxy = TcpListener::bind("127.0.0.1:0").unwrap();
+    let via = proxy.local_addr().unwrap();
+    let crowd_now = Arc::new(std::sync::Barrier::new(2));
+    let held = crowd_now.clone();
+    let target = addrs[0];
+    thread::spawn(move || {
+        let (down, _) = proxy.accept().unwrap();
+        let up = TcpStream::connect(target).unwrap();
+        let (mut d2, mut u2) = (down.try_clone().unwrap(), up.try_clone().unwrap());
+        thread::spawn(move || {
+            let _ = std::io::copy(&mut u2, &mut d2);
+        });
+        let (mut down, mut up) = (down, up);
+        let mut hello = [0u8; frame::HEADER_LEN + Hello::LEN];
+        down.read_exact(&mut hello).unwrap();
+        up.write_all(&hello).unwrap();
+        held.wait();
+        thread::sleep(Duration::from_millis(1500));
+        let _ = std::io::copy(&mut down, &mut up);
+    });
+    let config = |rank| {
+        let mut c = MeshConfig::new(rank, addrs.clone(), secret());
+        c.handshake_timeout = Duration::from_secs(20);
+        c.connect_timeout = Duration::from_secs(10);
+        if rank == 1 {
+            c.addrs[0] = via;
+        }
+        c
+    };
+    let (cfg0, cfg1) = (config(0), config(1));
+    thread::scope(|s| {
+        let worker0 = s.spawn(move || Mesh::establish(l0, &cfg0).map(|m| m.barrier(LONG)));
+        let worker1 = s.spawn(move || Mesh::establish(l1, &cfg1).map(|m| m.barrier(LONG)));
+        crowd_now.wait();
+        thread::sleep(Duration::from_millis(200));
+        let silent: Vec<TcpStream> =
+            (0..2 * leapgnn::comm::MAX_UNAUTHENTICATED).map(|_| TcpStream::connect(addrs[0]).unwrap()).collect();
+        let r1 = worker1.join().unwrap();
+        let r0 = worker0.join().unwrap();
+        drop(silent);
+        assert!(r1.is_ok() && r0.is_ok(), "worker 1: {:?}, worker 0: {:?}", r1.err(), r0.err());
+    });
+}

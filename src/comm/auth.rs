@@ -14,6 +14,7 @@ use rand::Rng;
 use sha2::Sha256;
 use std::io::{self, Write};
 use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 pub const NONCE_LEN: usize = 32;
@@ -227,6 +228,19 @@ pub fn accept(
     rank: usize,
     deadline: &Deadline,
 ) -> Result<Shook, String> {
+    accept_marking(stream, secret, world, rank, deadline, &AtomicBool::new(false))
+}
+
+/// `accept`, raising `said_hello` once the caller's hello has come and fits
+/// this job (a genuine worker says it as it connects; a silent stranger never).
+pub fn accept_marking(
+    stream: &TcpStream,
+    secret: &[u8],
+    world: usize,
+    rank: usize,
+    deadline: &Deadline,
+    said_hello: &AtomicBool,
+) -> Result<Shook, String> {
     let mut c = Conn { stream, deadline, wire_in: 0, wire_out: 0 };
     let theirs = Hello::decode(&c.expect(Kind::Hello)?)?;
     check_hello(&theirs, world)?;
@@ -237,6 +251,7 @@ pub fn accept(
             rank + 1
         ));
     }
+    said_hello.store(true, Ordering::SeqCst);
     let mine = Hello::new(world, rank);
     c.send(Kind::Hello, &mine.encode())?;
     c.send(Kind::Proof, &proof(secret, Role::Acceptor, &theirs, &mine).finalize().into_bytes())?;

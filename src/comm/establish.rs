@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::io;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, mpsc};
+use std::sync::{Arc, Mutex, mpsc};
 use std::thread::{self, Scope};
 use std::time::Duration;
 
@@ -40,7 +40,9 @@ enum Event {
 const ACCEPT_POLL: Duration = Duration::from_millis(5);
 const MAX_DIAL_BACKOFF: Duration = Duration::from_millis(500);
 /// Incoming connections that may be proving themselves at once; one more
-/// evicts the oldest, so a crowd of strangers holds neither memory nor the door.
+/// evicts the oldest that has not said a fitting hello (else the oldest), so a
+/// crowd of strangers holds neither memory nor the door, nor pushes out a
+/// genuine worker whose handshake is slow.
 pub const MAX_UNAUTHENTICATED: usize = 32;
 
 /// Handshakes in progress, shut down when establishment ends so their threads
@@ -48,8 +50,9 @@ pub const MAX_UNAUTHENTICATED: usize = 32;
 struct Pending {
     next: AtomicU64,
     /// None once establishment has ended: later handshakes are not started.
-    /// The flag marks incoming connections, the only ones that may be evicted.
-    streams: Mutex<Option<HashMap<u64, (TcpStream, bool)>>>,
+    /// Incoming connections, the only ones that may be evicted, carry the flag
+    /// their handshake raises once the caller's hello has come.
+    streams: Mutex<Option<HashMap<u64, (TcpStream, Option<Arc<AtomicBool>>)>>>,
 }
 
 impl Pending {
@@ -63,26 +66,31 @@ impl Pending {
         &self,
         stream: &TcpStream,
         incoming: bool,
-        shake: impl FnOnce(&TcpStream) -> Result<Shook, String>,
+        shake: impl FnOnce(&TcpStream, &AtomicBool) -> Result<Shook, String>,
     ) -> Result<Shook, String> {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let clone = stream.try_clone().map_err(|e| e.to_string())?;
+        let said_hello = Arc::new(AtomicBool::new(false));
         match lock(&self.streams).as_mut() {
             Some(streams) => {
                 if incoming {
-                    let waiting = streams.iter().filter(|(_, (_, inc))| *inc).map(|(&i, _)| i);
-                    if waiting.clone().count() >= MAX_UNAUTHENTICATED
-                        && let Some(oldest) = waiting.min()
-                        && let Some((s, _)) = streams.remove(&oldest)
+                    let waiting: Vec<(u64, bool)> = streams
+                        .iter()
+                        .filter_map(|(&i, (_, hello))| hello.as_ref().map(|h| (i, h.load(Ordering::SeqCst))))
+                        .collect();
+                    let silent = waiting.iter().filter(|(_, hello)| !hello).map(|&(i, _)| i).min();
+                    if waiting.len() >= MAX_UNAUTHENTICATED
+                        && let Some(victim) = silent.or_else(|| waiting.iter().map(|&(i, _)| i).min())
+                        && let Some((s, _)) = streams.remove(&victim)
                     {
                         let _ = s.shutdown(Shutdown::Both);
                     }
                 }
-                streams.insert(id, (clone, incoming))
+                streams.insert(id, (clone, incoming.then(|| said_hello.clone())))
             }
             None => return Err("the mesh was already complete (or had failed)".into()),
         };
-        let out = shake(stream);
+        let out = shake(stream, &said_hello);
         if let Some(streams) = lock(&self.streams).as_mut() {
             streams.remove(&id);
         }
@@ -171,7 +179,9 @@ fn accept_loop<'scope>(
                 s.spawn(move || {
                     let shook = stream.set_nonblocking(false).map_err(|e| e.to_string()).and_then(|()| {
                         let dl = Deadline::after(cfg.handshake_timeout);
-                        pending.shake(&stream, true, |st| auth::accept(st, &cfg.secret, world, cfg.rank, &dl))
+                        pending.shake(&stream, true, |st, hello| {
+                            auth::accept_marking(st, &cfg.secret, world, cfg.rank, &dl, hello)
+                        })
                     });
                     // Report before the stream closes: whoever sees the refusal
                     // (the stranger's EOF) can rely on it being recorded.
@@ -215,7 +225,7 @@ fn dial(p: usize, cfg: &MeshConfig, deadline: &Deadline, stop: &AtomicBool, pend
                 // long as the mesh may take: it may still be busy starting up.
                 return Some(
                     match pending
-                        .shake(&stream, false, |st| auth::connect(st, &cfg.secret, world, cfg.rank, p, deadline))
+                        .shake(&stream, false, |st, _| auth::connect(st, &cfg.secret, world, cfg.rank, p, deadline))
                     {
                         Ok(shook) => Event::Ready(stream, shook),
                         Err(reason) => Event::Failed(CommError::Handshake { peer, reason }),

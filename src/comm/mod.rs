@@ -38,7 +38,7 @@ pub use cache::CachePolicy;
 pub use counters::{ByteCounts, Category, Counters, PerCategory};
 pub use deadline::Deadline;
 pub use error::{CommError, PeerId};
-pub use establish::Refusal;
+pub use establish::{MAX_UNAUTHENTICATED, Refusal};
 pub use features::{FeatureClient, FetchStats, Owners, RowsInFlight, serve_features};
 pub use mesh::{Mesh, MeshConfig, Message, Service};
 pub use rows::{NotHeld, PartRows, RowSource, TableRows};
