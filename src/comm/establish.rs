@@ -45,6 +45,9 @@ const MAX_DIAL_BACKOFF: Duration = Duration::from_millis(500);
 /// genuine worker whose handshake is slow.
 pub const MAX_UNAUTHENTICATED: usize = 32;
 
+/// A stream in handshake, and for an incoming one its said-hello flag.
+type Waiting = (TcpStream, Option<Arc<AtomicBool>>);
+
 /// Handshakes in progress, shut down when establishment ends so their threads
 /// return at once instead of at their handshake deadline.
 struct Pending {
@@ -52,7 +55,7 @@ struct Pending {
     /// None once establishment has ended: later handshakes are not started.
     /// Incoming connections, the only ones that may be evicted, carry the flag
     /// their handshake raises once the caller's hello has come.
-    streams: Mutex<Option<HashMap<u64, (TcpStream, Option<Arc<AtomicBool>>)>>>,
+    streams: Mutex<Option<HashMap<u64, Waiting>>>,
 }
 
 impl Pending {
