@@ -243,6 +243,10 @@ mod tests {
         assert!(read(&[two.clone(), one.clone()].concat(), pair().1).is_err(), "reordered");
         let other = Keys::derive(b"another job", b"nonces", "test", "b->a", "a->b");
         assert!(read(&one, other).is_err(), "another key");
+        // Reflected: a record sent back to the end that sealed it opens with the other direction's key.
+        assert!(read(&one, pair().0).is_err(), "reflected");
+        // Truncated inside a record: an error, not a clean end of stream.
+        assert!(read(&[one.clone(), two[..two.len() - 1].to_vec()].concat(), pair().1).is_err(), "truncated");
         let huge = [u32::MAX.to_le_bytes().to_vec(), vec![0; 8]].concat();
         let e = read(&huge, pair().1).unwrap_err();
         assert!(e.to_string().contains("outside"), "{e}");
