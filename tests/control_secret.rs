@@ -239,3 +239,35 @@ fn strangers_on_the_driver_port_do_not_delay_the_workers() {
         }
     }
 }
+
+/// Something at the driver's address that answers a worker's hello with a
+/// Shutdown has proved nothing: the worker must not obey it (it used to
+/// exit 0 at once, as if its job were done).
+#[test]
+fn a_worker_obeys_no_shutdown_before_the_driver_proves_the_token() {
+    use leapgnn::cluster::{ControlConn, ToDriver, ToWorker};
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let impostor = thread::spawn(move || {
+        let (s, _) = l.accept().unwrap();
+        let mut c = ControlConn::new(s, "worker");
+        assert!(matches!(c.recv::<ToDriver>().unwrap(), ToDriver::Hello(_)));
+        c.send(&ToWorker::Shutdown).unwrap();
+        thread::sleep(Duration::from_millis(500));
+    });
+    let tmp = tempfile::tempdir().unwrap();
+    let mut w = std::process::Command::new(env!("CARGO_BIN_EXE_leapgnn"))
+        .arg("--data-dir")
+        .arg(tmp.path())
+        .args(["worker", "--driver", &addr.to_string(), "--rank", "0", "--timeout", "10"])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    writeln!(w.stdin.take().unwrap(), "{}", job_key::random_hex(job_key::TOKEN_BYTES)).unwrap();
+    let out = w.wait_with_output().unwrap();
+    impostor.join().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "the worker obeyed an unproved Shutdown: {err}");
+    assert!(err.contains("could not prove it holds this job's token"), "{err}");
+}

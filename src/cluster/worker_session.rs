@@ -90,7 +90,7 @@ pub fn join(
             {
                 break (conn, nonce, dn);
             }
-            Ok(ToWorker::Stop | ToWorker::Shutdown) => std::process::exit(0),
+            // Anything else, a Shutdown included, comes from a peer that proved nothing: obey none of it.
             Ok(_) => anyhow::bail!(
                 "worker {rank}: the program at {driver} could not prove it holds this job's token \
                  (is another program listening on the driver's address?)"
