@@ -164,8 +164,8 @@ fn distributed(
     // A local profile (`--cluster profiles/local.toml`) is not kept past `placement::place`: read its `encrypt`.
     let file_encrypts =
         || cfg.cluster.as_deref().and_then(|p| Profile::load_or_builtin(p).ok()).is_some_and(|p| p.encrypt);
-    // A run started with --encrypt keeps it when resumed (its saved config says so).
-    let encrypt = a.encrypt || cfg.encrypt || profile.as_ref().map_or_else(file_encrypts, |p| p.encrypt);
+    // A run started with --encrypt keeps it when resumed: the driver adds its saved config's.
+    let encrypt = a.encrypt || profile.as_ref().map_or_else(file_encrypts, |p| p.encrypt);
     match profile {
         Some(p) if p.launcher == LauncherKind::Slurm => {
             let alloc = Allocation::from_env(Some(cfg.workers))?;
@@ -416,7 +416,8 @@ fn neutronstar(g: &Global, a: &Args, cfg: TrainConfig) -> anyhow::Result<()> {
             driver_bind: Profile::local().driver_bind(),
             auto_planner: None,
             restarts: 0,
-            encrypt: cfg.encrypt,
+            // The driver takes --encrypt from the run's config.
+            encrypt: false,
             keep_remote: false,
         };
         train::neutronstar::estimate(&data, cfg, |d, c| train_distributed(d, c, &opts, &dist, &mut quiet))

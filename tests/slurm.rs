@@ -159,6 +159,13 @@ impl Slurm {
         path
     }
 
+    /// Submits `script` on 2 tasks without waiting; returns the job id.
+    fn submit(&self, script: &Path) -> String {
+        let out = self.cmd("sbatch").args(["--parsable", "--ntasks=2"]).arg(script).output().unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
     fn gone(&self, job: &str) -> bool {
         self.cmd("squeue")
             .args(["-h", "-j", job])
@@ -317,9 +324,7 @@ fn scancel_stops_every_task_and_leaves_a_checkpoint_that_loads() {
         "5",
     ];
     let script = slurm.script(d, "long", &[&long[..], &["--run", "long"]].concat());
-    let out = slurm.cmd("sbatch").args(["--parsable", "--ntasks=2"]).arg(&script).output().unwrap();
-    assert!(out.status.success(), "{}", text(&out));
-    let job = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let job = slurm.submit(&script);
     let metrics = d.join("runs/long/metrics.jsonl");
     until("training records", Duration::from_secs(120), || {
         std::fs::read_to_string(&metrics).is_ok_and(|m| m.lines().count() >= 30)
@@ -489,9 +494,7 @@ fn the_time_limit_warning_stops_with_a_checkpoint_and_a_new_job_resumes_it() {
     // a check): 45 s ahead of a 60 s limit comes at the first check after the start.
     let limited = [&run[..], &["--epochs", "100000", "--run", "limited"]].concat();
     let script = slurm.script_with(d, "limited", &["--time", "1", "--stop-before", "45"], &limited);
-    let out = slurm.cmd("sbatch").args(["--parsable", "--ntasks=2"]).arg(&script).output().unwrap();
-    assert!(out.status.success(), "{}", text(&out));
-    let job = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let job = slurm.submit(&script);
     // The limit is enforced by the check after the 60 s, at most 90 s in: give it that and the kill.
     until("the job to end", Duration::from_secs(150), || slurm.gone(&job));
     let log = std::fs::read_to_string(d.join("limited.out")).unwrap();

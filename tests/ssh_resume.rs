@@ -5,7 +5,7 @@
 
 mod dist_support;
 
-use dist_support::sshd::{Sshd, wait_none_mentioning};
+use dist_support::sshd::Sshd;
 use dist_support::{
     Driver, cora, final_weights, json, losses, records, remote_workers, scores, signal, straight_and_resumed, wait_gone,
 };
@@ -14,12 +14,6 @@ use std::time::{Duration, Instant};
 /// 140 roots in global batches of 2 x 8: 9 iterations per epoch.
 const RUN: &[&str] =
     &["train", "cora", "--no-tui", "--batch-size", "8", "--hidden", "16", "--fanout", "5,5", "--seed", "5"];
-
-fn assert_nothing_left(sshd: &Sshd) {
-    let marker = sshd.remote.display().to_string();
-    assert_eq!(wait_none_mentioning(&marker, Duration::from_secs(5)), Vec::<u32>::new(), "processes left");
-    assert_eq!(sshd.wait_sessions_closed(Duration::from_secs(5)), Vec::<u32>::new(), "ssh sessions left open");
-}
 
 #[test]
 fn a_run_stopped_over_ssh_resumes_over_ssh_to_the_uninterrupted_weights() {
@@ -38,7 +32,7 @@ fn a_run_stopped_over_ssh_resumes_over_ssh_to_the_uninterrupted_weights() {
     assert!(final_weights(d, "mid") == final_weights(d, "straight"), "final weights differ");
     assert_eq!(losses(d, "mid"), losses(d, "straight"));
     assert!(!sshd.remote.join("data/runs/mid").exists(), "the resumed run's remote directory was left");
-    assert_nothing_left(&sshd);
+    sshd.assert_nothing_left();
     sshd.stop();
 }
 
@@ -78,7 +72,7 @@ fn a_gnnpipe_run_stopped_over_ssh_resumes_its_stages_from_the_shipped_checkpoint
     assert!(final_weights(d, "mid") == final_weights(d, "straight"), "final weights differ");
     assert_eq!(losses(d, "mid"), losses(d, "straight"));
     assert!(!sshd.remote.join("data/runs/mid").exists(), "the resumed run's remote directory was left");
-    assert_nothing_left(&sshd);
+    sshd.assert_nothing_left();
     sshd.stop();
 }
 
@@ -130,7 +124,7 @@ fn a_worker_killed_over_ssh_is_restarted_and_the_run_ends_as_if_uninterrupted() 
     assert!(k.iter().all(|x| s.contains(x)) && k.windows(2).all(|w| w[0] != w[1]), "records differ or repeat");
     assert!(lost.iter().all(|x| (x.0, x.1, x.3) == (before.0, before.1, 1)), "records lost: {lost:?}");
     assert_eq!(wait_gone(&[&pids[..], &again[..]].concat(), Duration::from_secs(5)), Vec::<u32>::new());
-    assert_nothing_left(&sshd);
+    sshd.assert_nothing_left();
     sshd.stop();
 }
 
@@ -174,7 +168,7 @@ fn the_ranks_of_a_host_lost_mid_run_restart_on_a_spare_host() {
     assert!(final_weights(d, "moved") == final_weights(d, "straight"), "the run on the spare ended elsewhere");
     assert_eq!(losses(d, "moved"), losses(d, "straight"));
     assert_eq!(wait_gone(&[&pids[..], &again[..]].concat(), Duration::from_secs(5)), Vec::<u32>::new());
-    assert_nothing_left(&s1);
+    s1.assert_nothing_left();
     s1.stop();
 }
 
@@ -207,6 +201,6 @@ fn a_relaunch_that_cannot_reach_its_host_uses_the_restarts_left() {
     let last = stderr.lines().rfind(|l| l.starts_with("error:")).unwrap_or_default();
     assert!(last.contains("cannot start worker 1") && last.contains(&format!("127.0.0.1:{}", s2.port)), "{last}");
     assert_eq!(wait_gone(&pids, Duration::from_secs(5)), Vec::<u32>::new());
-    assert_nothing_left(&s1);
+    s1.assert_nothing_left();
     s1.stop();
 }

@@ -5,7 +5,7 @@
 
 mod dist_support;
 
-use dist_support::sshd::{self, Sshd, wait_none_mentioning};
+use dist_support::sshd::{self, Sshd};
 use dist_support::{
     Driver, cora, epoch_losses, final_weights, json, leapgnn, max_abs_diff, predictions, remote_workers, signal,
     wait_gone, weights,
@@ -56,14 +56,6 @@ fn curves_agree(local: &serde_json::Value, remote: &serde_json::Value, what: &st
         assert!((x - y).abs() <= 1e-6 * x.abs().max(1.0), "{what}: local {a:?} vs ssh {b:?}");
     }
     b
-}
-
-/// Nothing the test started is left: no process mentions the remote
-/// directory (workers run from it) and every ssh session has closed.
-fn assert_nothing_left(sshd: &Sshd) {
-    let marker = sshd.remote.display().to_string();
-    assert_eq!(wait_none_mentioning(&marker, Duration::from_secs(5)), Vec::<u32>::new(), "processes left");
-    assert_eq!(sshd.wait_sessions_closed(Duration::from_secs(5)), Vec::<u32>::new(), "ssh sessions left open");
 }
 
 #[test]
@@ -123,7 +115,7 @@ fn ssh_training_matches_local_workers_ships_once_and_fetches_the_checkpoint() {
     }
     let runs = sshd.remote.join("data/runs");
     assert_eq!(walk(&runs), Vec::<String>::new(), "the run directory was left on the host");
-    assert_nothing_left(&sshd);
+    sshd.assert_nothing_left();
 
     // Second run, keeping its directory on the host: everything is current
     // there, nothing is re-sent (the binary is compared by the preflight and
@@ -140,7 +132,7 @@ fn ssh_training_matches_local_workers_ships_once_and_fetches_the_checkpoint() {
         assert_eq!(std::fs::read(ck.join(name)).unwrap(), std::fs::read(remote_ck.join(name)).unwrap(), "{f}");
     }
     assert_eq!(std::fs::read(ck.join("state.json")).unwrap(), std::fs::read(remote_ck.join("state.json")).unwrap());
-    assert_nothing_left(&sshd);
+    sshd.assert_nothing_left();
 
     // The first run resumes from the driver's copy alone (shipped again), and
     // its directory on the host is gone again when it ends.
@@ -151,7 +143,7 @@ fn ssh_training_matches_local_workers_ships_once_and_fetches_the_checkpoint() {
     let left = walk(&runs);
     assert!(left.iter().all(|f| f.starts_with("kept")), "the resumed run's directory was left: {left:?}");
     assert!(left.contains(&"kept/checkpoint/state.json".to_string()), "the kept run was touched: {left:?}");
-    assert_nothing_left(&sshd);
+    sshd.assert_nothing_left();
     sshd.stop();
 }
 
@@ -184,7 +176,7 @@ fn a_worker_killed_remotely_fails_the_run_within_10s_naming_host_and_rank() {
     let state = read_json(&tmp.path().join("runs/killed/checkpoint/state.json"));
     assert!(state["progress"]["global_iteration"].as_u64().unwrap() >= 2, "{state}");
     assert_eq!(walk(&sshd.remote.join("data/runs")), Vec::<String>::new(), "the failed run's directory was left");
-    assert_nothing_left(&sshd);
+    sshd.assert_nothing_left();
     sshd.stop();
 }
 
@@ -244,7 +236,7 @@ fn train_refuses_an_unknown_host_key_a_wrong_key_a_dead_port_and_a_wrong_worker_
     let (code, err) = run(&profile, &["--accept-new-host-keys"]);
     assert_eq!(code, Some(0), "{err}");
     assert!(std::fs::read_to_string(&sshd.known_hosts).unwrap().starts_with(&format!("[127.0.0.1]:{} ", sshd.port)));
-    assert_nothing_left(&sshd);
+    sshd.assert_nothing_left();
     sshd.stop();
 }
 
@@ -270,7 +262,7 @@ fn four_workers_on_two_host_entries_match_four_local_workers() {
     for r in 0..4 {
         assert!(sshd.remote.join(format!("data/cora/parts/metis-4/part-{r}.lgnn")).is_file(), "part {r} not shipped");
     }
-    assert_nothing_left(&sshd);
+    sshd.assert_nothing_left();
     sshd.stop();
 }
 
@@ -310,7 +302,7 @@ fn retexo_varco_and_gnnpipe_over_ssh_match_local_workers_and_infer_scores_retexo
         // The final checkpoint was written on rank 0's host and fetched back.
         let gap = weight_gap(d, &format!("{name}-local"), &format!("{name}-ssh"));
         assert!(gap <= 1e-6, "{name}: final weights differ by {gap}");
-        assert_nothing_left(&sshd);
+        sshd.assert_nothing_left();
     }
     // RETEXO's stages scored on the ssh workers, from the weights shipped to
     // them: the predictions of in-process inference.
@@ -321,7 +313,7 @@ fn retexo_varco_and_gnnpipe_over_ssh_match_local_workers_and_infer_scores_retexo
     assert_eq!(predictions(&out), predictions(&d.join("runs/retexo-ssh/predictions.safetensors")));
     // The checkpoint infer shipped to the host went when it ended.
     assert_eq!(walk(&sshd.remote.join("data/runs")), Vec::<String>::new(), "infer left its checkpoint copy");
-    assert_nothing_left(&sshd);
+    sshd.assert_nothing_left();
     sshd.stop();
 }
 
@@ -409,6 +401,6 @@ fn cluster_clean_removes_what_runs_left_and_follows_no_link() {
 
     let out = clean(&["--run", "../outside"]);
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_nothing_left(&sshd);
+    sshd.assert_nothing_left();
     sshd.stop();
 }

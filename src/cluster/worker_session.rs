@@ -34,7 +34,7 @@ impl std::fmt::Debug for Job {
             .field("rank", &self.rank)
             .field("world", &self.world)
             .field("peers", &self.peers)
-            .field("secret", &format_args!("<{} bytes, not shown>", self.secret.len()))
+            .field("secret", &crate::comm::Redacted(&self.secret))
             .field("encrypt", &self.encrypt)
             .field("config", &self.config)
             .field("listener", &self.listener)

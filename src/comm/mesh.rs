@@ -14,7 +14,7 @@ use super::deadline::Deadline;
 use super::error::{CommError, PeerId};
 use super::establish::{self, Refusal};
 use super::frame::{self, FrameError, Kind};
-use super::{auth, seal, tag};
+use super::{Redacted, auth, seal, tag};
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, BufReader, BufWriter, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -56,7 +56,7 @@ impl std::fmt::Debug for MeshConfig {
         f.debug_struct("MeshConfig")
             .field("rank", &self.rank)
             .field("addrs", &self.addrs)
-            .field("secret", &format_args!("<{} bytes, not shown>", self.secret.len()))
+            .field("secret", &Redacted(&self.secret))
             .field("connect_timeout", &self.connect_timeout)
             .field("handshake_timeout", &self.handshake_timeout)
             .field("write_timeout", &self.write_timeout)

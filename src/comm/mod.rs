@@ -42,3 +42,13 @@ pub use establish::{MAX_UNAUTHENTICATED, Refusal};
 pub use features::{FeatureClient, FetchStats, Owners, RowsInFlight, serve_features};
 pub use mesh::{Mesh, MeshConfig, Message, Service};
 pub use rows::{NotHeld, PartRows, RowSource, TableRows};
+
+/// A key or job secret in `Debug` output: its length, never its bytes (a
+/// `{:?}` of a struct that holds one may end up in an error or a `-vv` log).
+pub struct Redacted<'a>(pub &'a [u8]);
+
+impl std::fmt::Debug for Redacted<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "<{} bytes, not shown>", self.0.len())
+    }
+}

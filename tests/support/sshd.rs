@@ -161,6 +161,14 @@ impl Sshd {
         }
     }
 
+    /// Nothing a test started over this server is left: no process mentions
+    /// the remote directory (workers run from it) and every session has closed.
+    pub fn assert_nothing_left(&self) {
+        let marker = self.remote.display().to_string();
+        assert_eq!(wait_none_mentioning(&marker, Duration::from_secs(5)), Vec::<u32>::new(), "processes left");
+        assert_eq!(self.wait_sessions_closed(Duration::from_secs(5)), Vec::<u32>::new(), "ssh sessions left open");
+    }
+
     /// Stops sshd and any session it left; asserts every one of them is gone.
     pub fn stop(&mut self) {
         let left = self.descendants();
