@@ -25,6 +25,7 @@ pub struct Args {
 }
 
 pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
+    leapgnn::util::core_dumps::disable_or_warn("worker");
     let mut token = String::new();
     std::io::stdin().read_line(&mut token).context("worker: cannot read the job token from stdin")?;
     // Started by the Slurm launcher: the token is sealed with MUNGE (Slurm forwards stdin in clear).

@@ -271,3 +271,58 @@ fn a_worker_obeys_no_shutdown_before_the_driver_proves_the_token() {
     assert_ne!(out.status.code(), Some(0), "the worker obeyed an unproved Shutdown: {err}");
     assert!(err.contains("could not prove it holds this job's token"), "{err}");
 }
+
+/// The soft core-file limit of process `pid`, as /proc shows it ("0", "unlimited", ...).
+fn core_limit(pid: u32) -> String {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let line = limits.lines().find(|l| l.starts_with("Max core file size")).unwrap();
+    line["Max core file size".len()..].split_whitespace().next().unwrap().to_string()
+}
+
+/// A process that holds the job token writes no core file, whatever limit it
+/// was started with: a crash would otherwise put the token on disk.
+#[test]
+fn neither_the_worker_nor_the_driver_can_write_the_token_into_a_core_file() {
+    use leapgnn::cluster::{ControlConn, ToDriver};
+    // The worker starts with core files allowed, as a host's login shell may leave it.
+    let raise = "ulimit -S -c unlimited && exec \"$0\" \"$@\"";
+    let probe = std::process::Command::new("sh").args(["-c", raise, "cat", "/proc/self/limits"]).output().unwrap();
+    let shown = String::from_utf8_lossy(&probe.stdout);
+    assert!(shown.lines().any(|l| l.starts_with("Max core file size") && l.contains("unlimited")), "{shown}");
+
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut w = std::process::Command::new("sh")
+        .args(["-c", raise, env!("CARGO_BIN_EXE_leapgnn")])
+        .arg("--data-dir")
+        .arg(tmp.path())
+        .args(["worker", "--driver", &addr.to_string(), "--rank", "0", "--timeout", "10"])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    writeln!(w.stdin.take().unwrap(), "{}", job_key::random_hex(job_key::TOKEN_BYTES)).unwrap();
+    let (s, _) = l.accept().unwrap();
+    let mut c = ControlConn::new(s, "worker");
+    let ToDriver::Hello(hello) = c.recv::<ToDriver>().unwrap() else { panic!("no hello") };
+    assert_eq!(hello.pid, w.id(), "exec keeps the pid");
+    // The worker holds the token now (it has read it and proved nothing yet).
+    assert_eq!(core_limit(hello.pid), "0", "the worker kept the core-file limit it was started with");
+    drop(c);
+    w.kill().unwrap();
+    w.wait().unwrap();
+
+    // The driver: this test process, with core files allowed before the job.
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit read or write one live local `rlimit`.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_CORE, &mut limit), 0);
+        limit.rlim_cur = limit.rlim_max;
+        assert_eq!(libc::setrlimit(libc::RLIMIT_CORE, &limit), 0);
+    }
+    assert_ne!(core_limit(std::process::id()), "0");
+    let launcher = LocalLauncher::new(env!("CARGO_BIN_EXE_leapgnn"), vec![]).with_log(Arc::new(|_| {}));
+    run_job(&launcher, 1, &serde_json::json!({"task": "ping"}), &opts(), &AtomicBool::new(false), |_| {}).unwrap();
+    assert_eq!(core_limit(std::process::id()), "0", "the driver kept core files on");
+}

@@ -193,8 +193,9 @@ impl ControlConn {
         if len > limit || len < sealed {
             return Err(ControlError::TooLarge { peer: self.peer.clone(), len, limit });
         }
-        let mut body = vec![0u8; len];
-        self.read_by(&mut body, deadline).map_err(|e| self.io("reading a message", e))?;
+        let mut body = Vec::new();
+        read_growing(&mut body, len, |chunk| self.read_by(chunk, deadline))
+            .map_err(|e| self.io("reading a message", e))?;
         let plain = match &self.crypt {
             None => &body[..],
             Some(c) => {
@@ -238,10 +239,49 @@ impl ControlConn {
     }
 }
 
+/// Memory for a message grows with the bytes that came, not with the length
+/// its prefix claims: a peer (or bytes injected into an encrypted connection,
+/// which fail the tag check only once all have come) cannot make us allocate
+/// 64 MiB with four bytes.
+const READ_CHUNK: usize = 1 << 20;
+
+/// Reads `len` bytes into `buf` with `read_exact`, a chunk of at most
+/// `READ_CHUNK` at a time.
+fn read_growing(
+    buf: &mut Vec<u8>,
+    len: usize,
+    mut read_exact: impl FnMut(&mut [u8]) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    buf.clear();
+    while buf.len() < len {
+        let start = buf.len();
+        buf.resize(start + (len - start).min(READ_CHUNK), 0);
+        read_exact(&mut buf[start..])?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::net::TcpListener;
+
+    /// A prefix claiming 64 MiB followed by 10 bytes costs about one chunk, not 64 MiB.
+    #[test]
+    fn memory_follows_the_bytes_that_came_not_the_claimed_length() {
+        let mut came = std::io::Cursor::new(vec![7u8; 10]);
+        let mut buf = Vec::new();
+        let e = read_growing(&mut buf, MAX_CONTROL_FRAME, |b| came.read_exact(b)).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof);
+        assert!(buf.capacity() <= 2 * READ_CHUNK, "{} bytes allocated for 10 received", buf.capacity());
+
+        // A message of several chunks arrives whole and in order.
+        let len = 2 * READ_CHUNK + 3;
+        let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        let mut src = std::io::Cursor::new(data.clone());
+        read_growing(&mut buf, len, |b| src.read_exact(b)).unwrap();
+        assert_eq!(buf, data);
+    }
 
     #[test]
     fn messages_roundtrip_and_garbage_is_refused() {

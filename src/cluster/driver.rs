@@ -137,6 +137,7 @@ pub fn run_job_stoppable(
 ) -> Result<Vec<serde_json::Value>, DriverError> {
     let listener = TcpListener::bind(opts.bind).map_err(|source| DriverError::Bind { addr: opts.bind, source })?;
     let addr = listener.local_addr().map_err(|source| DriverError::Bind { addr: opts.bind, source })?;
+    crate::util::core_dumps::disable_or_warn("driver");
     // Travels only over each worker's launch channel (stdin, inside SSH for remote ones).
     let mut token = job_key::random_hex(job_key::TOKEN_BYTES);
     if opts.encrypt {
