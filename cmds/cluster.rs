@@ -31,7 +31,8 @@ enum Sub {
     /// Looks only in each host's <remote_dir>/<data_dir>/runs/: a run directory goes with everything in
     /// it; an odd name, a symbolic link or a file there is listed and left alone (never followed). A run
     /// training from this --data-dir now is left alone; a host's checkpoint newer than this --data-dir's
-    /// copy of the run is copied back first. Exits 1 when a host fails, 2 for bad input.
+    /// copy of the run is copied back first. With --binaries, also the binaries earlier builds shipped to
+    /// <remote_dir>/bin/. Exits 1 when a host fails, 2 for bad input.
     Clean(CleanArgs),
 }
 
@@ -48,6 +49,11 @@ struct CleanArgs {
     /// Record host keys not yet in known_hosts (a changed key is still refused).
     #[arg(long)]
     accept_new_host_keys: bool,
+    /// Also remove the binaries earlier builds shipped to each host's <remote_dir>/bin/: all but the one
+    /// this leapgnn ships (a worker already running keeps its copy open), and the temp files of
+    /// uploads that stopped over an hour ago.
+    #[arg(long)]
+    binaries: bool,
     /// Seconds allowed for each SSH step.
     #[arg(long, default_value_t = 30)]
     timeout: u64,
@@ -91,6 +97,7 @@ fn clean(g: &Global, a: CleanArgs) -> anyhow::Result<()> {
         dry_run: a.dry_run,
         accept_new_host_keys: a.accept_new_host_keys,
         timeout: Duration::from_secs(a.timeout.max(1)),
+        binaries: a.binaries,
     };
     let report = clean_hosts(&g.data(), &profile, &opts).context("cluster clean")?;
     if g.json {
@@ -132,13 +139,21 @@ fn print_clean(r: &CleanReport) {
         for k in &h.kept {
             leapgnn::outln!("    left {}: {}", k.name, k.why);
         }
-        if h.ok && h.removed.is_empty() && h.kept.is_empty() {
+        for b in &h.binaries {
+            leapgnn::outln!("    {verb} {} ({:.1} MB)", b.path.display(), b.bytes as f64 / 1e6);
+        }
+        if h.ok && h.removed.is_empty() && h.kept.is_empty() && h.binaries.is_empty() {
             leapgnn::outln!("    nothing to remove");
         }
     }
     let (runs, bytes) = r.hosts.iter().flat_map(|h| &h.removed).fold((0, 0), |(n, b), x| (n + 1, b + x.bytes));
+    let binaries: Vec<_> = r.hosts.iter().flat_map(|h| &h.binaries).collect();
+    let also = match binaries.len() {
+        0 => String::new(),
+        n => format!(" and {n} binary files ({:.1} MB)", binaries.iter().map(|b| b.bytes).sum::<u64>() as f64 / 1e6),
+    };
     leapgnn::outln!(
-        "{}: {verb} {runs} run directories ({:.1} MB){}",
+        "{}: {verb} {runs} run directories ({:.1} MB){also}{}",
         r.profile,
         bytes as f64 / 1e6,
         if r.dry_run { " (dry run: nothing was removed)" } else { "" }

@@ -389,6 +389,45 @@ fn cluster_clean_removes_what_runs_left_and_follows_no_link() {
     let v: serde_json::Value = serde_json::from_slice(&clean(&[]).stdout).unwrap();
     assert_eq!(names(&v, "removed", "run"), Vec::<String>::new(), "a second clean removed {v}");
 
+    // --binaries: what earlier builds shipped to bin/ goes; the binary this
+    // leapgnn ships, an upload that may be in progress and anything that is
+    // not leapgnn's (a link named like a binary included) stay.
+    let bin = sshd.remote.join("bin");
+    let current = walk(&bin);
+    assert_eq!(current.len(), 2, "the binary and its .sha256: {current:?}");
+    let old = "leapgnn-00000000deadbeef";
+    std::fs::write(bin.join(old), vec![7u8; 1000]).unwrap();
+    std::fs::write(bin.join(format!("{old}.sha256")), b"0  leapgnn\n").unwrap();
+    let (stopped, uploading) = (format!(".{old}.tmp.1-a-0"), format!(".{old}.tmp.2-b-0"));
+    std::fs::write(bin.join(&stopped), b"cut off").unwrap();
+    let touched = Command::new("touch").args(["-d", "2 hours ago"]).arg(bin.join(&stopped)).status().unwrap();
+    assert!(touched.success());
+    std::fs::write(bin.join(&uploading), b"arriving").unwrap();
+    std::fs::write(bin.join("notes.txt"), b"mine").unwrap();
+    std::os::unix::fs::symlink(outside.join("precious"), bin.join("leapgnn-1111111111111111")).unwrap();
+    let planted = walk(&bin);
+    let v: serde_json::Value = serde_json::from_slice(&clean(&[]).stdout).unwrap();
+    assert_eq!(v["hosts"][0]["binaries"], serde_json::json!([]), "bin/ is cleaned only when asked: {v}");
+    let out = clean(&["--binaries", "--dry-run"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let stale = [stopped.clone(), old.to_string(), format!("{old}.sha256")];
+    assert_eq!(names(&v, "binaries", "name"), stale, "{v}");
+    assert_eq!(v["hosts"][0]["binaries"][1]["bytes"], 1000, "{v}");
+    assert_eq!(walk(&bin), planted, "a dry run removed something");
+    let human = leapgnn(d, &["cluster", "clean", p, "--binaries", "--dry-run"]);
+    let table = String::from_utf8_lossy(&human.stdout);
+    assert!(table.contains(&format!("would remove {}", bin.join(old).display())), "{table}");
+    assert!(table.contains("and 3 binary files"), "{table}");
+    let out = clean(&["--binaries"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut left = [current.clone(), vec![uploading, "leapgnn-1111111111111111".into(), "notes.txt".into()]].concat();
+    left.sort();
+    assert_eq!(walk(&bin), left);
+    assert_eq!(std::fs::read(outside.join("precious")).unwrap(), b"keep me", "a link was followed");
+    let v: serde_json::Value = serde_json::from_slice(&clean(&["--binaries"]).stdout).unwrap();
+    assert_eq!(v["hosts"][0]["binaries"], serde_json::json!([]), "a second clean removed {v}");
+
     // A run area that is itself a link is refused whole.
     std::fs::remove_dir_all(&runs).unwrap();
     std::os::unix::fs::symlink(&outside, &runs).unwrap();

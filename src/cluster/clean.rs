@@ -7,7 +7,7 @@
 
 use super::launcher::RemoteDir;
 use super::profile::{HostSpec, LauncherKind, Profile};
-use super::remote_dir::{Found, HostSftp, LeftAlone, RemoteRun};
+use super::remote_dir::{Found, HostSftp, LeftAlone, RemoteRun, StaleFile};
 use super::ssh_session::SessionOptions;
 use crate::BadInput;
 use serde::Serialize;
@@ -22,6 +22,9 @@ pub struct CleanOptions {
     pub accept_new_host_keys: bool,
     /// Bound on each SSH step.
     pub timeout: Duration,
+    /// Also remove what earlier builds shipped to `<remote_dir>/bin/`: every
+    /// binary but the one this leapgnn ships (`ssh::binary_to_ship`).
+    pub binaries: bool,
 }
 
 /// The driver's side of each run found on a host.
@@ -66,6 +69,9 @@ pub struct HostClean {
     pub removed: Vec<CleanedRun>,
     /// What was left alone, and why.
     pub kept: Vec<LeftAlone>,
+    /// The binaries (and upload temp files) removed from `bin/`, with
+    /// `--binaries` (with `dry_run`: that would be removed).
+    pub binaries: Vec<StaleFile>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -104,6 +110,14 @@ pub fn clean_cluster(profile: &Profile, opts: &CleanOptions, local: &dyn LocalRu
         connect_timeout: profile.connect_timeout,
         io_timeout: opts.timeout,
     };
+    // The name the binary this leapgnn ships has on a host: that one stays.
+    let keep = match opts.binaries {
+        true => {
+            let item = super::ship::binary_item(&super::ssh::binary_to_ship(profile)?)?;
+            Some(item.remote.file_name().unwrap_or_default().to_string_lossy().into_owned())
+        }
+        false => None,
+    };
     let mut seen: Vec<String> = Vec::new();
     let mut hosts = Vec::new();
     let entries = profile.hosts.iter().map(|h| (h, false)).chain(profile.spares.iter().map(|h| (h, true)));
@@ -112,7 +126,7 @@ pub fn clean_cluster(profile: &Profile, opts: &CleanOptions, local: &dyn LocalRu
             continue;
         }
         seen.push(h.label());
-        hosts.push(clean_host(h, spare, profile, &session, opts, local));
+        hosts.push(clean_host(h, spare, profile, &session, opts, keep.as_deref(), local));
     }
     let ok = hosts.iter().all(|h| h.ok);
     Ok(CleanReport { profile: profile.name(), dry_run: opts.dry_run, ok, hosts, warnings: profile.warnings.clone() })
@@ -124,6 +138,7 @@ fn clean_host(
     profile: &Profile,
     session: &SessionOptions,
     opts: &CleanOptions,
+    keep: Option<&str>,
     local: &dyn LocalRuns,
 ) -> HostClean {
     let mut r = HostClean {
@@ -136,6 +151,7 @@ fn clean_host(
         runs_dir: None,
         removed: vec![],
         kept: vec![],
+        binaries: vec![],
     };
     let conn = match HostSftp::connect(h, session, profile) {
         Ok(c) => c,
@@ -170,6 +186,21 @@ fn clean_host(
                     r.error = Some(format!("{}: {why}", run.run));
                 }
                 r.kept.push(LeftAlone { name: run.run.clone(), why });
+            }
+        }
+    }
+    if let Some(keep) = keep {
+        let stale = conn.stale_binaries(keep).and_then(|stale| {
+            if !opts.dry_run {
+                conn.remove_binaries(&stale)?;
+            }
+            Ok(stale)
+        });
+        match stale {
+            Ok(stale) => r.binaries = stale,
+            Err(e) => {
+                r.ok = false;
+                r.error.get_or_insert(e.to_string());
             }
         }
     }

@@ -73,12 +73,17 @@ impl HostSftp {
     /// The run area's physical path, or `None` when there is none yet. A run
     /// area that is a link (or not a directory) is refused as a whole.
     fn run_area(&self) -> Result<Option<PathBuf>, SshError> {
-        let runs = self.runs_dir();
-        let Some(st) = self.lstat(&runs)? else { return Ok(None) };
+        self.physical_dir(&self.runs_dir())
+    }
+
+    /// `dir`'s physical path, or `None` when nothing is there; a link or a
+    /// non-directory there is refused as a whole.
+    fn physical_dir(&self, dir: &Path) -> Result<Option<PathBuf>, SshError> {
+        let Some(st) = self.lstat(dir)? else { return Ok(None) };
         if !is_dir(&st) {
             return Err(SshError::Remote {
                 host: self.host.clone(),
-                what: format!("cleaning {}", runs.display()),
+                what: format!("cleaning {}", dir.display()),
                 detail: format!(
                     "it is {}, not the directory leapgnn makes, so nothing under it is touched (links are never \
                      followed); move it away by hand if it is yours",
@@ -86,7 +91,8 @@ impl HostSftp {
                 ),
             });
         }
-        let real = self.sftp.realpath(&runs).map_err(SshError::remote(&self.host, "resolving the run area"))?;
+        let real =
+            self.sftp.realpath(dir).map_err(SshError::remote(&self.host, format!("resolving {}", dir.display())))?;
         Ok(Some(real))
     }
 
@@ -173,19 +179,112 @@ impl HostSftp {
             });
         }
         let Some(real) = self.run_area()? else { return Ok(()) };
-        // cd -P resolves the run area as it is now; going on only when that is
-        // the directory inspected means a link swapped in meanwhile stops it.
-        // rm -r never follows a link inside, and the name has no `/`.
+        self.remove_in(&self.runs_dir(), &real, std::slice::from_ref(&run.run))
+    }
+
+    /// `rm -rf` of `names` (single components) inside `dir`, whose physical
+    /// path was `real` when inspected.
+    fn remove_in(&self, dir: &Path, real: &Path, names: &[String]) -> Result<(), SshError> {
+        if names.is_empty() {
+            return Ok(());
+        }
+        // cd -P resolves the directory as it is now; going on only when that is
+        // the one inspected means a link swapped in meanwhile stops it. rm -r
+        // never follows a link inside, and no name has a `/`.
+        let names: Vec<String> = names.iter().map(|n| quote(n)).collect();
         let script = format!(
-            "cd -P -- {area} || exit 1; [ \"$(pwd -P)\" = {real} ] || {{ echo 'the run area is no longer the \
-             directory inspected (replaced by a link?): nothing removed'; exit 1; }}; rm -rf -- {name}",
-            area = quote(&self.runs_dir().to_string_lossy()),
+            "cd -P -- {dir} || exit 1; [ \"$(pwd -P)\" = {real} ] || {{ echo '{shown} is no longer the \
+             directory inspected (replaced by a link?): nothing removed'; exit 1; }}; rm -rf -- {names}",
+            dir = quote(&dir.to_string_lossy()),
             real = quote(&real.to_string_lossy()),
-            name = quote(&run.run),
+            shown = dir.display().to_string().replace('\'', ""),
+            names = names.join(" "),
         );
         // Through sh whatever the login shell (csh has no `$(...)`).
         ssh_session::run_ok(&self.session, &self.host, &format!("/bin/sh -c {}", quote(&script)))?;
         Ok(())
+    }
+
+    /// What earlier builds left in `<remote_dir>/bin/`: every shipped binary
+    /// (and its `.sha256`) but `keep` (the file name this leapgnn ships as),
+    /// and the temp files of uploads that stopped more than `TEMP_AGE` ago
+    /// (a younger one may be an upload in progress). Only regular files
+    /// leapgnn names; anything else there is not looked at.
+    pub fn stale_binaries(&self, keep: &str) -> Result<Vec<StaleFile>, SshError> {
+        let bin = self.layout.root.join("bin");
+        if self.physical_dir(&bin)?.is_none() {
+            return Ok(vec![]);
+        }
+        let entries =
+            self.sftp.readdir(&bin).map_err(SshError::remote(&self.host, format!("listing {}", bin.display())))?;
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let mut stale = Vec::new();
+        for (p, _) in entries {
+            let Some(name) = p.file_name().map(|n| n.to_string_lossy().into_owned()) else { continue };
+            let Some(st) = self.lstat(&bin.join(&name))? else { continue };
+            if !st.is_file() {
+                continue;
+            }
+            let old = now.saturating_sub(st.mtime.unwrap_or(now)) > TEMP_AGE.as_secs();
+            let go = match shipped_binary(&name) {
+                Some(Shipped::Binary(b)) | Some(Shipped::Sidecar(b)) => b != keep,
+                Some(Shipped::Temp) => old,
+                None => false,
+            };
+            if go {
+                stale.push(StaleFile { path: bin.join(&name), name, bytes: st.size.unwrap_or(0) });
+            }
+        }
+        stale.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(stale)
+    }
+
+    /// Removes files `stale_binaries` found.
+    pub fn remove_binaries(&self, stale: &[StaleFile]) -> Result<(), SshError> {
+        let bin = self.layout.root.join("bin");
+        let Some(real) = self.physical_dir(&bin)? else { return Ok(()) };
+        let names: Vec<String> = stale.iter().map(|f| f.name.clone()).filter(|n| shipped_binary(n).is_some()).collect();
+        self.remove_in(&bin, &real, &names)
+    }
+}
+
+/// An upload stopped this long ago is not coming back (an upload in
+/// progress writes its temp file all along).
+const TEMP_AGE: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// A file leapgnn shipped to a host's `bin/`.
+#[derive(Debug, Clone, Serialize)]
+pub struct StaleFile {
+    pub name: String,
+    pub path: PathBuf,
+    pub bytes: u64,
+}
+
+#[derive(Debug, PartialEq)]
+enum Shipped<'a> {
+    /// `leapgnn-<16 hex>`: the binary's name (as `ship::binary_item` makes it).
+    Binary(&'a str),
+    /// `leapgnn-<16 hex>.sha256`, of the binary named.
+    Sidecar(&'a str),
+    /// `.leapgnn-<16 hex>[.sha256].tmp.<tag>`: an upload's temp file.
+    Temp,
+}
+
+/// Which of leapgnn's files in `bin/` `name` is, if any.
+fn shipped_binary(name: &str) -> Option<Shipped<'_>> {
+    let is_binary = |n: &str| {
+        n.strip_prefix("leapgnn-")
+            .is_some_and(|h| h.len() == 16 && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
+    };
+    if let Some((file, tag)) = name.strip_prefix('.').and_then(|n| n.split_once(".tmp.")) {
+        let file = file.strip_suffix(".sha256").unwrap_or(file);
+        let plain_tag = !tag.is_empty() && tag.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+        return (is_binary(file) && plain_tag).then_some(Shipped::Temp);
+    }
+    match name.strip_suffix(".sha256") {
+        Some(b) if is_binary(b) => Some(Shipped::Sidecar(b)),
+        None if is_binary(name) => Some(Shipped::Binary(name)),
+        _ => None,
     }
 }
 
@@ -265,5 +364,33 @@ impl SftpDir {
 impl RemoteDir for SftpDir {
     fn read(&mut self, name: &str) -> anyhow::Result<Vec<u8>> {
         Ok(self.conn.read_file(&self.dir.join(name), MAX_FILE)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Shipped, shipped_binary};
+
+    #[test]
+    fn only_the_names_leapgnn_ships_are_recognised() {
+        let h = "0123456789abcdef";
+        assert_eq!(shipped_binary(&format!("leapgnn-{h}")), Some(Shipped::Binary(&format!("leapgnn-{h}"))));
+        assert_eq!(shipped_binary(&format!("leapgnn-{h}.sha256")), Some(Shipped::Sidecar(&format!("leapgnn-{h}"))));
+        for temp in [format!(".leapgnn-{h}.tmp.123-abc-0"), format!(".leapgnn-{h}.sha256.tmp.9-f-1")] {
+            assert_eq!(shipped_binary(&temp), Some(Shipped::Temp), "{temp}");
+        }
+        for other in [
+            "leapgnn".to_string(),
+            "leapgnn-0123".into(),
+            format!("leapgnn-{}", h.to_uppercase()),
+            format!("leapgnn-{h}.old"),
+            format!("leapgnn-{h}x"),
+            format!(".leapgnn-{h}.tmp."),
+            format!(".leapgnn-{h}.tmp.a/b"),
+            format!(".other-{h}.tmp.1"),
+            "my-script.sh".into(),
+        ] {
+            assert_eq!(shipped_binary(&other), None, "{other}");
+        }
     }
 }

@@ -62,13 +62,18 @@ pub struct SshLauncher {
     used: Mutex<Vec<HostSpec>>,
 }
 
+/// `profile.binary`, or this executable when the profile names none.
+pub fn binary_to_ship(profile: &Profile) -> anyhow::Result<PathBuf> {
+    match &profile.binary {
+        Some(b) => Ok(b.clone()),
+        None => std::env::current_exe().context("cannot find the leapgnn executable to ship"),
+    }
+}
+
 impl SshLauncher {
-    /// Ships `profile.binary`, or this executable when the profile names none.
+    /// Ships `binary_to_ship(&profile)`.
     pub fn new(profile: Profile) -> anyhow::Result<Self> {
-        let binary = match &profile.binary {
-            Some(b) => b.clone(),
-            None => std::env::current_exe().context("cannot find the leapgnn executable to ship")?,
-        };
+        let binary = binary_to_ship(&profile)?;
         let accept_new = profile.accept_new_host_keys;
         Ok(SshLauncher {
             profile,
