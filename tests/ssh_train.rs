@@ -443,3 +443,44 @@ fn cluster_clean_removes_what_runs_left_and_follows_no_link() {
     sshd.assert_nothing_left();
     sshd.stop();
 }
+
+/// A run whose workers run on a host is in progress there, whichever machine
+/// drives it: `cluster clean` from another data directory (a second driver,
+/// which holds no lock of it) leaves it alone, and removes what it left once
+/// its workers are gone.
+#[test]
+fn cluster_clean_leaves_alone_a_run_another_driver_is_training() {
+    let mut sshd = Sshd::start();
+    let profile = sshd.profile(2, "");
+    let p = profile.to_str().unwrap();
+    let (elsewhere, here) = (cora(), cora());
+    let long = ["--epochs", "1000", "--batch-size", "8", "--hidden", "16", "--fanout", "5,5", "--no-tui"];
+    let args = [&["train", "cora", "--cluster", p, "--run", "shared", "--checkpoint-every", "2"], &long[..]].concat();
+    let mut drv = Driver::start(elsewhere.path(), &args);
+    let pids: [u32; 2] = remote_workers(&mut drv);
+    drv.wait_line(Duration::from_secs(60), |l| l.starts_with("epoch") && l.contains("/1000"));
+    let runs = sshd.remote.join("data/runs");
+
+    let out = leapgnn(here.path(), &["--json", "cluster", "clean", p]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["hosts"][0]["removed"], serde_json::json!([]), "{v}");
+    assert_eq!(v["hosts"][0]["kept"][0]["name"], "shared", "{v}");
+    let why = v["hosts"][0]["kept"][0]["why"].as_str().unwrap();
+    assert!(why.contains("in progress") && why.contains("rank 0, 1"), "{why}");
+    assert!(runs.join("shared/checkpoint").is_dir(), "the run in progress lost its directory");
+
+    // The machine driving it dies with its workers: what they left is no longer in progress.
+    signal(drv.child.id(), "KILL");
+    for pid in pids {
+        signal(pid, "KILL");
+    }
+    assert_eq!(wait_gone(&pids, Duration::from_secs(10)), Vec::<u32>::new());
+    let out = leapgnn(here.path(), &["--json", "cluster", "clean", p]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["hosts"][0]["removed"][0]["run"], "shared", "{v}");
+    assert_eq!(walk(&runs), Vec::<String>::new());
+    sshd.assert_nothing_left();
+    sshd.stop();
+}

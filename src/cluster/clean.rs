@@ -216,6 +216,22 @@ fn clean_run(
     local: &dyn LocalRuns,
 ) -> Result<Option<String>, (String, bool)> {
     let _held = local.hold(&run.run).map_err(|why| (why, false))?;
+    // Held by this data directory or not, a run whose workers run on the host is in progress.
+    match conn.running_ranks(run) {
+        Ok(ranks) if ranks.is_empty() => {}
+        Ok(ranks) => {
+            let ranks: Vec<String> = ranks.iter().map(|r| r.to_string()).collect();
+            return Err((
+                format!(
+                    "in progress: its workers run on this host (rank {}), for a driver on another machine or \
+                     another --data-dir: left alone",
+                    ranks.join(", ")
+                ),
+                false,
+            ));
+        }
+        Err(e) => return Err((format!("cannot tell whether its workers run there, so it stays: {e}"), true)),
+    }
     let note = match &run.checkpoint {
         Some(state) => {
             let mut ck = conn.dir(run.path.join("checkpoint"));

@@ -11,6 +11,7 @@ pub mod launcher;
 pub mod local;
 pub mod profile;
 pub mod remote_dir;
+pub mod run_busy;
 pub mod ship;
 pub mod slurm;
 pub mod ssh;

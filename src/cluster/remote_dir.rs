@@ -182,6 +182,14 @@ impl HostSftp {
         self.remove_in(&self.runs_dir(), &real, std::slice::from_ref(&run.run))
     }
 
+    /// The ranks of the workers running in run directory `run` on this host
+    /// (each holds its `run_busy` mark): a driver elsewhere is training it.
+    pub fn running_ranks(&self, run: &RemoteRun) -> Result<Vec<usize>, SshError> {
+        let script = super::run_busy::running_ranks_script(&quote(&run.path.to_string_lossy()));
+        let out = ssh_session::run_ok(&self.session, &self.host, &format!("/bin/sh -c {}", quote(&script)))?;
+        Ok(super::run_busy::parse_running(&out))
+    }
+
     /// `rm -rf` of `names` (single components) inside `dir`, whose physical
     /// path was `real` when inspected.
     fn remove_in(&self, dir: &Path, real: &Path, names: &[String]) -> Result<(), SshError> {

@@ -36,6 +36,7 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
         }
     }
     let (rank, world) = (job.rank, job.world);
+    let _busy = crate::cluster::run_busy::mark(&spec.run_dir, rank);
     let cfg = &spec.config;
     let timeout = Duration::from_millis(spec.comm_timeout_ms.max(1));
 

@@ -1,0 +1,95 @@
+//! A worker holds a lock file in its run directory for as long as it runs
+//! (`.worker-<rank>.lock`, an OS lock the kernel drops however the process
+//! ends), so that `cluster clean`, run from any machine, can tell a run in
+//! progress on a host (a driver elsewhere is training it) from what an ended
+//! run left there: it asks the host with `flock -n`.
+
+use crate::util::lock_file::{self, Lock};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+/// Held by a running worker; removes its lock file when dropped (a worker
+/// killed leaves the file unlocked, which reads as "not running").
+pub struct RunBusy {
+    path: PathBuf,
+    _file: File,
+}
+
+impl Drop for RunBusy {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+pub fn lock_name(rank: usize) -> String {
+    format!(".worker-{rank}.lock")
+}
+
+/// Marks run directory `run_dir` (made if missing) as in use by worker
+/// `rank`. `None`, with a warning, when it cannot: the mark only protects
+/// the run from a `cluster clean` elsewhere, never a reason to fail it.
+pub fn mark(run_dir: &Path, rank: usize) -> Option<RunBusy> {
+    let path = run_dir.join(lock_name(rank));
+    let held = std::fs::create_dir_all(run_dir).and_then(|_| lock_file::try_exclusive(&path));
+    match held {
+        Ok(Lock::Held(file)) => Some(RunBusy { path, _file: file }),
+        Ok(Lock::Busy(_)) => {
+            tracing::warn!(
+                "{} is held by another worker of rank {rank}: two drivers run this run at once?",
+                path.display()
+            );
+            None
+        }
+        Err(e) => {
+            tracing::warn!("cannot mark {} as in use ({e}): a cluster clean elsewhere could remove it", path.display());
+            None
+        }
+    }
+}
+
+/// The `/bin/sh` script that prints the rank of every worker running in
+/// directory `dir` (already quoted), one per line, or fails when the host
+/// cannot tell (no `flock(1)`).
+pub fn running_ranks_script(dir: &str) -> String {
+    format!(
+        "command -v flock >/dev/null 2>&1 || {{ echo 'flock(1) is not installed, so whether workers are running \
+         there cannot be told'; exit 1; }}; cd -P -- {dir} || exit 1; for f in .worker-*.lock; do \
+         [ -f \"$f\" ] || continue; flock -n \"$f\" true || echo \"$f\"; done"
+    )
+}
+
+/// The ranks in `running_ranks_script`'s output.
+pub fn parse_running(out: &str) -> Vec<usize> {
+    let mut ranks: Vec<usize> =
+        out.lines().filter_map(|l| l.trim().strip_prefix(".worker-")?.strip_suffix(".lock")?.parse().ok()).collect();
+    ranks.sort_unstable();
+    ranks
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The host's check sees exactly the locks a live process holds, through
+    /// the real flock(1) and sh.
+    #[test]
+    fn the_shell_check_sees_the_workers_that_hold_their_mark() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("run");
+        let check = || {
+            let script = running_ranks_script(&format!("'{}'", dir.display()));
+            let out = std::process::Command::new("/bin/sh").args(["-c", &script]).output().unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+            parse_running(&String::from_utf8_lossy(&out.stdout))
+        };
+        let (a, b) = (mark(&dir, 3).unwrap(), mark(&dir, 0).unwrap());
+        assert!(mark(&dir, 3).is_none(), "a second holder of one rank's mark");
+        std::fs::write(dir.join(lock_name(7)), b"").unwrap(); // left by a worker killed
+        assert_eq!(check(), [0, 3]);
+        drop(a);
+        assert!(!dir.join(lock_name(3)).exists());
+        assert_eq!(check(), [0]);
+        drop(b);
+        assert_eq!(check(), Vec::<usize>::new());
+    }
+}
