@@ -134,3 +134,39 @@ fn a_full_graph_run_resumed_after_a_stop_ends_as_an_uninterrupted_one() {
     assert_eq!(scores(&resumed), scores(&whole));
     assert_eq!(scores(&whole).len(), 4);
 }
+
+#[test]
+fn an_out_that_cannot_take_the_outputs_is_refused_before_scoring() {
+    let tmp = cora();
+    let d = tmp.path();
+    json(d, &["train", "cora", "--no-tui", "--full-batch", "--epochs", "1", "--hidden", "16", "--run", "one"]);
+    // `-` is not standard output: it was written as a file named `-` in the working directory.
+    for workers in [&[][..], &["--workers", "2"]] {
+        let out = Command::new(env!("CARGO_BIN_EXE_leapgnn"))
+            .current_dir(d)
+            .arg("--data-dir")
+            .arg(d)
+            .args([&["infer", "one", "--out", "-"], workers].concat())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains("--out -") && err.contains("not standard output") && err.contains("./-"), "{err}");
+        assert!(!d.join("-").exists());
+    }
+    // Under a file, or where nothing can be created: exit 2 naming --out and the culprit (it was
+    // exit 1 after scoring every node, with `File exists` naming the file only).
+    std::fs::write(d.join("afile"), "kept").unwrap();
+    let under = d.join("afile/p.safetensors");
+    let e = fails(d, &["infer", "one", "--out", under.to_str().unwrap()], 2);
+    assert!(e.contains("--out") && e.contains("afile is a file, not a directory"), "{e}");
+    let e = fails(d, &["infer", "one", "--workers", "2", "--format", "npy", "--out", under.to_str().unwrap()], 2);
+    assert!(e.contains("afile is a file, not a directory"), "{e}");
+    assert_eq!(std::fs::read_to_string(d.join("afile")).unwrap(), "kept");
+    let e = fails(d, &["infer", "one", "--out", "/proc/leapgnn-infer/p.safetensors"], 2);
+    assert!(e.contains("cannot create files in /proc") && e.contains("give a writable location"), "{e}");
+    // A missing directory is created.
+    let deep = d.join("new/sub/p.safetensors");
+    assert_eq!(json(d, &["infer", "one", "--out", deep.to_str().unwrap()])["nodes"], 2708);
+    assert_eq!(load(&deep).len(), 3);
+}

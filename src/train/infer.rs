@@ -286,22 +286,56 @@ fn out_path(opts: &InferOptions, run_dir: &Path) -> PathBuf {
     }
 }
 
-/// Refuses, before any scoring, an `--out` of the wrong kind for the format.
+/// Refuses, before any scoring, an `--out` that cannot take the outputs: of
+/// the wrong kind for the format, `-` (there is no stream to write to), under
+/// a file, in a directory this process cannot create files in.
 fn check_out(opts: &InferOptions) -> Result<(), BadInput> {
     let Some(p) = &opts.out else { return Ok(()) };
-    match opts.format {
-        OutputFormat::Safetensors if p.is_dir() => Err(BadInput::new(format!(
-            "--out {}: a directory, and --format safetensors writes one file; give a file path (e.g. {})",
-            p.display(),
-            p.join("predictions.safetensors").display()
-        ))),
-        OutputFormat::Npy if p.exists() && !p.is_dir() => Err(BadInput::new(format!(
-            "--out {}: a file, and --format npy writes a directory of <field>.npy files; give a directory path \
-             (created if missing)",
-            p.display()
-        ))),
-        _ => Ok(()),
+    let bad = |why: String| Err(BadInput::new(format!("--out {}: {why}", p.display())));
+    if p.as_os_str() == "-" {
+        return bad("infer writes a file (safetensors) or a directory of .npy files, not standard output; give a \
+                    path (./- for a file named -), then read it, e.g. with safetensors.numpy.load_file"
+            .into());
     }
+    match opts.format {
+        OutputFormat::Safetensors if p.is_dir() => {
+            return bad(format!(
+                "a directory, and --format safetensors writes one file; give a file path (e.g. {})",
+                p.join("predictions.safetensors").display()
+            ));
+        }
+        OutputFormat::Npy if p.exists() && !p.is_dir() => {
+            return bad("a file, and --format npy writes a directory of <field>.npy files; give a directory path \
+                        (created if missing)"
+                .into());
+        }
+        _ => {}
+    }
+    // The directory the files go in: the safetensors file's, or the npy directory itself.
+    let dir = match opts.format {
+        OutputFormat::Safetensors => p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new(".")),
+        OutputFormat::Npy => p.as_path(),
+    };
+    // Its nearest existing ancestor (itself if it exists) is where a file or the missing directories are created.
+    let existing = dir.ancestors().find(|a| a.as_os_str().is_empty() || a.exists()).unwrap_or(Path::new("."));
+    let existing = if existing.as_os_str().is_empty() { Path::new(".") } else { existing };
+    if !existing.is_dir() {
+        return bad(format!(
+            "{} is a file, not a directory, so nothing can be written under it; give a path in a directory",
+            existing.display()
+        ));
+    }
+    let probe = existing.join(format!(".leapgnn-infer-probe.{}", std::process::id()));
+    match std::fs::OpenOptions::new().write(true).create_new(true).open(&probe) {
+        Ok(f) => {
+            drop(f);
+            let _ = std::fs::remove_file(&probe);
+        }
+        Err(e) => {
+            return bad(format!("cannot create files in {} ({e}); give a writable location", existing.display()));
+        }
+    }
+    Ok(())
 }
 
 /// Node ids, whitespace-separated; each must be a node of the dataset.
