@@ -170,3 +170,34 @@ fn an_out_that_cannot_take_the_outputs_is_refused_before_scoring() {
     assert_eq!(json(d, &["infer", "one", "--out", deep.to_str().unwrap()])["nodes"], 2708);
     assert_eq!(load(&deep).len(), 3);
 }
+
+#[test]
+fn an_npy_directory_holds_one_inferences_fields_never_a_mix() {
+    let tmp = cora();
+    let d = tmp.path();
+    json(d, &["train", "cora", "--no-tui", "--full-batch", "--epochs", "1", "--hidden", "16", "--run", "one"]);
+    let dir = d.join("npy");
+    let npy = ["infer", "one", "--format", "npy", "--out", dir.to_str().unwrap()];
+    json(d, &[&npy[..], &["--embeddings", "0"]].concat());
+    let size = |f: &str| std::fs::metadata(dir.join(f)).map(|m| m.len()).ok();
+    let all = size("node_id.npy").unwrap();
+    assert_eq!(size("embeddings.npy"), Some(128 + 2708 * 16 * 4));
+    // Three nodes without --embeddings: the 2708 rows of embeddings.npy were left beside them.
+    std::fs::write(d.join("nodes.txt"), "3 1 2").unwrap();
+    json(d, &[&npy[..], &["--nodes", d.join("nodes.txt").to_str().unwrap()]].concat());
+    assert_eq!(size("node_id.npy"), Some(128 + 3 * 4));
+    assert_eq!(size("probs.npy"), Some(128 + 3 * 7 * 4));
+    assert_eq!(size("embeddings.npy"), None, "a stale embeddings.npy describes other nodes");
+    // A field's file that cannot be replaced: refused before anything is written (node_id.npy and
+    // prediction.npy were replaced before probs.npy failed, a mix of two inferences).
+    std::fs::remove_file(dir.join("probs.npy")).unwrap();
+    std::fs::create_dir(dir.join("probs.npy")).unwrap();
+    let e = fails(d, &npy, 2);
+    assert!(e.contains("probs.npy is a directory") && e.contains("remove or rename it"), "{e}");
+    assert_eq!(size("node_id.npy"), Some(128 + 3 * 4));
+    std::fs::remove_dir(dir.join("probs.npy")).unwrap();
+    json(d, &npy);
+    assert_eq!((size("node_id.npy"), size("probs.npy")), (Some(all), Some(128 + 2708 * 7 * 4)));
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left.len(), 3, "no temporary file is left: {left:?}");
+}

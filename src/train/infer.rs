@@ -8,7 +8,7 @@
 use super::{
     Collective, GraphData, Solo, TrainConfig, TrainError, Worker, build_model, checkpoint, checkpointed_run, fullgraph,
 };
-use crate::format::{DatasetFile, write_atomic};
+use crate::format::{AtomicFile, DatasetFile, write_atomic};
 use crate::metrics::ByteCounts;
 use crate::{BadInput, DataDir};
 use std::path::{Path, PathBuf};
@@ -288,7 +288,8 @@ fn out_path(opts: &InferOptions, run_dir: &Path) -> PathBuf {
 
 /// Refuses, before any scoring, an `--out` that cannot take the outputs: of
 /// the wrong kind for the format, `-` (there is no stream to write to), under
-/// a file, in a directory this process cannot create files in.
+/// a file, in a directory this process cannot create files in, or (npy) with
+/// a field's file name taken by a directory.
 fn check_out(opts: &InferOptions) -> Result<(), BadInput> {
     let Some(p) = &opts.out else { return Ok(()) };
     let bad = |why: String| Err(BadInput::new(format!("--out {}: {why}", p.display())));
@@ -335,7 +336,24 @@ fn check_out(opts: &InferOptions) -> Result<(), BadInput> {
             return bad(format!("cannot create files in {} ({e}); give a writable location", existing.display()));
         }
     }
+    if opts.format == OutputFormat::Npy {
+        for f in npy_fields(opts.embeddings.is_some()) {
+            let file = p.join(format!("{f}.npy"));
+            if file.is_dir() {
+                return bad(format!(
+                    "{} is a directory, where --format npy writes field `{f}`; remove or rename it, or give another \
+                     --out",
+                    file.display()
+                ));
+            }
+        }
+    }
     Ok(())
+}
+
+/// The fields `--format npy` writes, as `<field>.npy`.
+fn npy_fields(embeddings: bool) -> impl Iterator<Item = &'static str> {
+    ["node_id", "prediction", "probs"].into_iter().chain(embeddings.then_some("embeddings"))
 }
 
 /// Node ids, whitespace-separated; each must be a node of the dataset.
@@ -400,8 +418,16 @@ fn write_safetensors(path: &Path, fields: &[Field<'_>]) -> Result<(), TrainError
 }
 
 /// `<dir>/<field>.npy` for every field (NumPy format 1.0, little-endian).
+/// Every file is written and synced under a temporary name first and only
+/// then are they renamed into place, so an error (or a kill) while writing
+/// leaves the directory's previous files as they were, not some fields new
+/// and the others of an earlier `infer`; an `embeddings.npy` that this call
+/// does not write (no `--embeddings`) is removed first, as it would describe
+/// other nodes.
 fn write_npy_dir(dir: &Path, fields: &[Field<'_>]) -> Result<(), TrainError> {
+    use std::io::Write as _;
     std::fs::create_dir_all(dir).map_err(|e| TrainError::Io { path: dir.to_path_buf(), source: e })?;
+    let mut staged = Vec::with_capacity(fields.len());
     for f in fields {
         let descr = match f.dtype {
             Dtype::U32 => "<u4",
@@ -414,12 +440,29 @@ fn write_npy_dir(dir: &Path, fields: &[Field<'_>]) -> Result<(), TrainError> {
         let pad = 64 - (10 + header.len() + 1) % 64;
         header.push_str(&" ".repeat(pad % 64));
         header.push('\n');
-        let mut bytes = Vec::with_capacity(10 + header.len() + f.data.len());
-        bytes.extend_from_slice(b"\x93NUMPY\x01\x00");
-        bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
-        bytes.extend_from_slice(header.as_bytes());
-        bytes.extend_from_slice(f.data);
-        write_atomic(dir.join(format!("{}.npy", f.name)), &bytes)?;
+        let path = dir.join(format!("{}.npy", f.name));
+        let io = |e: std::io::Error| TrainError::Io { path: path.clone(), source: e };
+        let mut file = AtomicFile::create(&path)?;
+        let w = file.writer();
+        w.write_all(b"\x93NUMPY\x01\x00").map_err(io)?;
+        w.write_all(&(header.len() as u16).to_le_bytes()).map_err(io)?;
+        w.write_all(header.as_bytes()).map_err(io)?;
+        w.write_all(f.data).map_err(io)?;
+        w.flush().map_err(io)?;
+        w.get_ref().sync_all().map_err(io)?;
+        staged.push(file);
+    }
+    for f in npy_fields(true).filter(|f| !fields.iter().any(|x| x.name == *f)) {
+        let stale = dir.join(format!("{f}.npy"));
+        match std::fs::remove_file(&stale) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(TrainError::Io { path: stale, source: e });
+            }
+            _ => {}
+        }
+    }
+    for file in staged {
+        file.commit()?;
     }
     Ok(())
 }
