@@ -201,3 +201,21 @@ fn an_npy_directory_holds_one_inferences_fields_never_a_mix() {
     let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(left.len(), 3, "no temporary file is left: {left:?}");
 }
+
+#[test]
+fn a_run_on_a_dataset_since_replaced_is_refused_naming_the_dataset_before_any_worker_starts() {
+    let tmp = cora();
+    let d = tmp.path();
+    json(d, &["train", "cora", "--no-tui", "--full-batch", "--epochs", "1", "--hidden", "16", "--run", "one"]);
+    // `cora` re-imported from another graph: 4714 feature columns and 4 classes instead of 1433 and 7.
+    let fb = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets/musae-facebook");
+    json(d, &["download", "cora", "--from", fb.to_str().unwrap(), "--format", "musae", "--force"]);
+    for workers in [&[][..], &["--workers", "2"]] {
+        // On 2 workers it was exit 1, after partitioning the new dataset and starting both workers.
+        let e = fails(d, &[&["infer", "one"], workers].concat(), 2);
+        assert!(e.contains("run `one` does not fit dataset `cora` as it is now"), "{e}");
+        assert!(e.contains("4714 feature columns, 4 classes") && e.contains("re-imported or replaced"), "{e}");
+    }
+    assert!(!d.join("cora/parts/metis-2").exists());
+    assert!(!d.join("runs/one/predictions.safetensors").exists());
+}

@@ -115,8 +115,24 @@ pub(crate) fn prepare(
     let (cfg, _) = checkpoint::load_config(&ck)?;
     let dataset = crate::datasets::ensure_dataset(data, &cfg.dataset).map_err(TrainError::Dataset)?;
     let ds = if verify { DatasetFile::open_verified(&dataset)? } else { DatasetFile::open(&dataset)? };
-    checkpoint::check_fits(&ck, &cfg.model_spec(&ds))?;
-    let (model, ..) = build_model(&cfg, &ds)?;
+    // The weights must be those of the model this dataset gives the run's config: checked here, before
+    // any worker starts or partition is made, and said to be about the dataset, which may have changed.
+    let misfit = |e: TrainError| -> TrainError {
+        BadInput::new(format!(
+            "run `{run}` does not fit dataset `{}` as it is now ({} nodes, {} feature columns, {} classes in {}): \
+             {e}; was the dataset re-imported or replaced since the run trained? Infer with the data the run \
+             trained on, or train again",
+            cfg.dataset,
+            ds.num_nodes(),
+            ds.feature_dim(),
+            ds.num_classes(),
+            dataset.display()
+        ))
+        .into()
+    };
+    checkpoint::check_fits(&ck, &cfg.model_spec(&ds)).map_err(misfit)?;
+    let (model, params, ..) = build_model(&cfg, &ds)?;
+    checkpoint::load_weights(&ck, &params).map_err(misfit)?;
     let layers = model.num_layers();
     if let Some(l) = opts.embeddings.filter(|&l| l + 1 >= layers) {
         return Err(BadInput::new(format!(
