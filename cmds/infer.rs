@@ -4,6 +4,7 @@ use anyhow::Context;
 use leapgnn::BadInput;
 use leapgnn::cluster::{Allocation, Launcher, LauncherKind, LogSink, Profile, SlurmLauncher};
 use leapgnn::progress::signals;
+use leapgnn::train::DeviceKind;
 use leapgnn::train::distributed::{InferLaunch, infer_distributed};
 use leapgnn::train::infer::{InferOptions, infer, run_files};
 use std::path::PathBuf;
@@ -44,6 +45,9 @@ pub struct Args {
     /// inference ends; by default that directory is removed.
     #[arg(long, requires = "cluster")]
     pub keep_remote: bool,
+    /// Where the model runs: cpu, cuda (GPU 0) or cuda:N [default: the device the run trained on].
+    #[arg(long, value_name = "cpu|cuda[:N]")]
+    pub device: Option<DeviceKind>,
     /// Seconds any worker waits for another before failing with that worker's name.
     #[arg(long, default_value_t = 30.0, allow_negative_numbers = true)]
     pub comm_timeout: f64,
@@ -55,6 +59,7 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
         format: a.format.parse()?,
         embeddings: a.embeddings,
         nodes: a.nodes.clone(),
+        device: a.device,
     };
     let r = if a.workers.is_none() && a.cluster.is_none() {
         infer(&g.data(), &a.run, &opts).with_context(|| format!("inference with run {} failed", a.run))?

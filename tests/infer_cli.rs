@@ -219,3 +219,33 @@ fn a_run_on_a_dataset_since_replaced_is_refused_naming_the_dataset_before_any_wo
     assert!(!d.join("cora/parts/metis-2").exists());
     assert!(!d.join("runs/one/predictions.safetensors").exists());
 }
+
+#[test]
+fn a_run_trained_on_a_gpu_is_inferred_on_the_cpu_with_device_cpu() {
+    let tmp = cora();
+    let d = tmp.path();
+    json(d, &["train", "cora", "--no-tui", "--full-batch", "--epochs", "2", "--hidden", "16", "--run", "cpu"]);
+    // The same run as a GPU run's checkpoint says it: its saved config names the device.
+    let copy = Command::new("cp").arg("-r").arg(d.join("runs/cpu")).arg(d.join("runs/gpu")).status().unwrap();
+    assert!(copy.success());
+    let state = d.join("runs/gpu/checkpoint/state.json");
+    let mut s: serde_json::Value = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
+    assert_eq!(s["config"]["device"], "cpu");
+    s["config"]["device"] = "cuda".into();
+    std::fs::write(&state, serde_json::to_vec(&s).unwrap()).unwrap();
+    if !cfg!(feature = "cuda") {
+        // It named a --device flag infer did not have, and nothing could run it here.
+        let e = fails(d, &["infer", "gpu"], 2);
+        assert!(e.contains("run `gpu` trained with --device cuda") && e.contains("give infer --device cpu"), "{e}");
+    }
+    let want = json(d, &["infer", "cpu", "--out", d.join("cpu.safetensors").to_str().unwrap()]);
+    for workers in [&[][..], &["--workers", "2"]] {
+        let out = d.join("gpu.safetensors");
+        let got = json(d, &[&["infer", "gpu", "--device", "cpu", "--out", out.to_str().unwrap()], workers].concat());
+        assert_eq!(got["accuracy"], want["accuracy"], "{workers:?}");
+        let (a, b) = (load(&d.join("cpu.safetensors")), load(&out));
+        assert_eq!(a.iter().find(|t| t.0 == "prediction"), b.iter().find(|t| t.0 == "prediction"), "{workers:?}");
+    }
+    let e = fails(d, &["infer", "gpu", "--device", "tpu"], 2);
+    assert!(e.contains("--device tpu"), "{e}");
+}

@@ -6,7 +6,8 @@
 //! workers (`distributed::infer_distributed`), each scoring the nodes it owns.
 
 use super::{
-    Collective, GraphData, Solo, TrainConfig, TrainError, Worker, build_model, checkpoint, checkpointed_run, fullgraph,
+    Collective, DeviceKind, GraphData, Solo, TrainConfig, TrainError, Worker, build_model, checkpoint,
+    checkpointed_run, fullgraph,
 };
 use crate::format::{AtomicFile, DatasetFile, write_atomic};
 use crate::metrics::ByteCounts;
@@ -42,6 +43,8 @@ pub struct InferOptions {
     pub embeddings: Option<usize>,
     /// Node ids to write (whitespace-separated text), in that order; default every node.
     pub nodes: Option<PathBuf>,
+    /// Where the model runs; default the device the run trained on.
+    pub device: Option<DeviceKind>,
 }
 
 /// What `infer --json` prints.
@@ -112,7 +115,10 @@ pub(crate) fn prepare(
 ) -> Result<(Prepared, DatasetFile), TrainError> {
     check_out(opts)?;
     let (run_dir, ck) = checkpointed_run(data, run, "infer")?;
-    let (cfg, _) = checkpoint::load_config(&ck)?;
+    let (mut cfg, _) = checkpoint::load_config(&ck)?;
+    if let Some(d) = opts.device {
+        cfg.device = d;
+    }
     let dataset = crate::datasets::ensure_dataset(data, &cfg.dataset).map_err(TrainError::Dataset)?;
     let ds = if verify { DatasetFile::open_verified(&dataset)? } else { DatasetFile::open(&dataset)? };
     // The weights must be those of the model this dataset gives the run's config: checked here, before
@@ -131,7 +137,9 @@ pub(crate) fn prepare(
         .into()
     };
     checkpoint::check_fits(&ck, &cfg.model_spec(&ds)).map_err(misfit)?;
-    let (model, params, ..) = build_model(&cfg, &ds)?;
+    // On the CPU: the shapes are the same on any device, and the driver of distributed inference need not
+    // have the workers' GPUs.
+    let (model, params, ..) = build_model(&TrainConfig { device: DeviceKind::Cpu, ..cfg.clone() }, &ds)?;
     checkpoint::load_weights(&ck, &params).map_err(misfit)?;
     let layers = model.num_layers();
     if let Some(l) = opts.embeddings.filter(|&l| l + 1 >= layers) {
@@ -214,7 +222,16 @@ pub fn infer(data: &DataDir, run: &str, opts: &InferOptions) -> Result<InferRepo
     let t0 = Instant::now();
     let (prep, ds) = prepare(data, run, opts, true)?;
     let cfg = &prep.cfg;
-    let (model, params, _, device) = build_model(cfg, &ds)?;
+    let (model, params, _, device) = build_model(cfg, &ds).map_err(|e| match (opts.device, cfg.device) {
+        // The saved device, not one the user asked for: say where it came from and how to run elsewhere.
+        (None, DeviceKind::Cuda(_)) => BadInput::new(format!(
+            "run `{run}` trained with --device {}, which infer uses unless given --device: {e}; or give infer \
+             --device cpu (the weights are the same on any device)",
+            cfg.device
+        ))
+        .into(),
+        _ => e,
+    })?;
     checkpoint::load_weights(&prep.checkpoint, &params)?;
     let view = GraphData { graph: ds.graph(), features: &ds, labels: ds.labels() };
     let mut w = Worker::new((0, 1), view, (&cfg.fanouts, &cfg.eval_fanouts), cfg.seed, (model, params), device);
