@@ -213,7 +213,7 @@ fn a_run_on_a_dataset_since_replaced_is_refused_naming_the_dataset_before_any_wo
     for workers in [&[][..], &["--workers", "2"]] {
         // On 2 workers it was exit 1, after partitioning the new dataset and starting both workers.
         let e = fails(d, &[&["infer", "one"], workers].concat(), 2);
-        assert!(e.contains("run `one` does not fit dataset `cora` as it is now"), "{e}");
+        assert!(e.contains("run `one` cannot be used with dataset `cora` as it is now"), "{e}");
         assert!(e.contains("4714 feature columns, 4 classes") && e.contains("re-imported or replaced"), "{e}");
     }
     assert!(!d.join("cora/parts/metis-2").exists());
@@ -248,4 +248,43 @@ fn a_run_trained_on_a_gpu_is_inferred_on_the_cpu_with_device_cpu() {
     }
     let e = fails(d, &["infer", "gpu", "--device", "tpu"], 2);
     assert!(e.contains("--device tpu"), "{e}");
+}
+
+#[test]
+fn an_out_that_names_the_runs_weights_or_another_input_is_refused_and_left_whole() {
+    let tmp = cora();
+    let d = tmp.path();
+    json(d, &["train", "cora", "--no-tui", "--full-batch", "--epochs", "1", "--hidden", "16", "--run", "one"]);
+    let ck = d.join("runs/one/checkpoint");
+    let weights = std::fs::read_dir(&ck)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.file_name().unwrap().to_str().unwrap().starts_with("model-"))
+        .unwrap();
+    std::fs::write(d.join("nodes.txt"), "1 2 3").unwrap();
+    // By another name too: a relative path through `..`, and a hard link.
+    std::fs::hard_link(d.join("cora/dataset.lgnn"), d.join("linked.lgnn")).unwrap();
+    let through = d.join("runs/one/../one/checkpoint/state.json");
+    let list = d.join("nodes.txt");
+    let nodes = ["--nodes", list.to_str().unwrap()];
+    let kept = |p: &Path| std::fs::read(p).unwrap();
+    let before: Vec<Vec<u8>> = [&weights, &ck.join("state.json"), &d.join("cora/dataset.lgnn")].map(|p| kept(p)).into();
+    for (out, named) in [
+        (weights.clone(), weights.file_name().unwrap().to_str().unwrap().to_string()),
+        (through, "state.json".into()),
+        (d.join("linked.lgnn"), "dataset.lgnn".into()),
+        (d.join("runs/one/summary.json"), "summary.json".into()),
+        (d.join("nodes.txt"), "nodes.txt".into()),
+    ] {
+        for workers in [&[][..], &["--workers", "2"]] {
+            // The weights were overwritten with the predictions (exit 0), and the run could not be inferred again.
+            let args = [&["infer", "one", "--out", out.to_str().unwrap()], &nodes[..], workers].concat();
+            let e = fails(d, &args, 2);
+            assert!(e.contains("--out") && e.contains(&named) && e.contains("would destroy"), "{e}");
+        }
+    }
+    let after: Vec<Vec<u8>> = [&weights, &ck.join("state.json"), &d.join("cora/dataset.lgnn")].map(|p| kept(p)).into();
+    assert!(before == after, "an input was changed");
+    assert_eq!(std::fs::read_to_string(d.join("nodes.txt")).unwrap(), "1 2 3");
+    assert_eq!(json(d, &["infer", "one"])["nodes"], 2708);
 }

@@ -121,13 +121,18 @@ pub(crate) fn prepare(
     }
     let dataset = crate::datasets::ensure_dataset(data, &cfg.dataset).map_err(TrainError::Dataset)?;
     let ds = if verify { DatasetFile::open_verified(&dataset)? } else { DatasetFile::open(&dataset)? };
+    let mut inputs = checkpoint::files(&ck)?;
+    inputs.extend(["config.json", "summary.json", "metrics.jsonl"].map(|f| run_dir.join(f)));
+    inputs.push(dataset.clone());
+    inputs.extend(opts.nodes.clone());
+    check_out_not_input(opts, &inputs)?;
     // The weights must be those of the model this dataset gives the run's config: checked here, before
     // any worker starts or partition is made, and said to be about the dataset, which may have changed.
     let misfit = |e: TrainError| -> TrainError {
         BadInput::new(format!(
-            "run `{run}` does not fit dataset `{}` as it is now ({} nodes, {} feature columns, {} classes in {}): \
-             {e}; was the dataset re-imported or replaced since the run trained? Infer with the data the run \
-             trained on, or train again",
+            "the checkpoint of run `{run}` cannot be used with dataset `{}` as it is now ({} nodes, {} feature \
+             columns, {} classes in {}): {e}; if the dataset was re-imported or replaced since the run trained, \
+             infer with the data the run trained on, or train again",
             cfg.dataset,
             ds.num_nodes(),
             ds.feature_dim(),
@@ -379,6 +384,27 @@ fn check_out(opts: &InferOptions) -> Result<(), BadInput> {
                     file.display()
                 ));
             }
+        }
+    }
+    Ok(())
+}
+
+/// Refuses an `--out` file that is one of `inputs` (the run's checkpoint and
+/// records, its dataset's archive, the `--nodes` list), by any name: the
+/// predictions written over it would destroy it.
+fn check_out_not_input(opts: &InferOptions, inputs: &[PathBuf]) -> Result<(), BadInput> {
+    use std::os::unix::fs::MetadataExt;
+    // npy writes <field>.npy files in a directory, none of them an input.
+    let Some(p) = opts.out.as_ref().filter(|_| opts.format == OutputFormat::Safetensors) else { return Ok(()) };
+    // Not there yet: nothing to lose.
+    let Ok(out) = std::fs::metadata(p) else { return Ok(()) };
+    for f in inputs {
+        if std::fs::metadata(f).is_ok_and(|m| (m.dev(), m.ino()) == (out.dev(), out.ino())) {
+            return Err(BadInput::new(format!(
+                "--out {}: that is {}, which the predictions written over it would destroy; give another path",
+                p.display(),
+                f.display()
+            )));
         }
     }
     Ok(())
