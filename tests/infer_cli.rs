@@ -97,7 +97,12 @@ fn bad_input_is_refused_with_exit_2_naming_the_flag_or_the_figures() {
     assert!(e.contains("`nosuchrun` does not exist"), "{e}");
     json(d, &[&fg[..], &["--epochs", "1", "--run", "one"]].concat());
     let e = fails(d, &["infer", "one", "--embeddings", "1"], 2);
-    assert!(e.contains("--embeddings 1"), "{e}");
+    assert!(e.contains("--embeddings 1") && e.contains("its hidden layers are 0..=0"), "{e}");
+    // A one-layer model has no hidden layer (it was offered hidden layers 0..=0, and 0 refused).
+    json(d, &[&fg[..], &["--epochs", "1", "--layers", "1", "--run", "flat"]].concat());
+    let e = fails(d, &["infer", "flat", "--embeddings", "0"], 2);
+    assert!(e.contains("--embeddings 0") && e.contains("1 layer and no hidden layer"), "{e}");
+    assert!(!e.contains("0..="), "{e}");
     // An --out of the wrong kind for the format is refused before anything is scored, on one worker or two.
     let (dir, file) = (d.join("outdir"), d.join("outfile"));
     std::fs::create_dir(&dir).unwrap();

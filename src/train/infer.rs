@@ -148,10 +148,13 @@ pub(crate) fn prepare(
     checkpoint::load_weights(&ck, &params).map_err(misfit)?;
     let layers = model.num_layers();
     if let Some(l) = opts.embeddings.filter(|&l| l + 1 >= layers) {
+        let hidden = match layers {
+            // Its only layer is the output layer: there is no hidden layer to offer.
+            0 | 1 => "1 layer and no hidden layer, so it has no embeddings; omit --embeddings".to_string(),
+            _ => format!("{layers} layers, so its hidden layers are 0..={}", layers - 2),
+        };
         return Err(BadInput::new(format!(
-            "--embeddings {l}: the run's model has {layers} layers, so its hidden layers are 0..={}; the last layer's \
-             output is `probs`",
-            layers.saturating_sub(2)
+            "--embeddings {l}: the run's model has {hidden}; the last layer's output is `probs`"
         ))
         .into());
     }
