@@ -118,3 +118,38 @@ fn p3_refuses_gat_naming_the_models_that_work() {
         assert!(e.contains("--model gat") && e.contains("sage") && e.contains("gcn"), "{e}");
     }
 }
+
+/// The activations the training step records bill are exactly P3's two
+/// all-to-alls: each worker sends every other batch's `[n_m, hidden]` partial
+/// to its owner, and each owner sends the gradient of its summed partial back
+/// to every other worker, one 16-byte frame per message. Summed over the
+/// workers that is 2 (W - 1) (4 hidden S + 16 W), S the first-layer outputs of
+/// all W batches, which depends on the sampled batches only: two hidden sizes
+/// must give the same whole S.
+#[test]
+fn p3_records_bill_exactly_the_partials_and_their_gradients() {
+    let tmp = cora();
+    let d = tmp.path();
+    let w = 3u64;
+    let s_of = |hidden: u64| {
+        let (h, run) = (hidden.to_string(), format!("h{hidden}"));
+        let args = ["--strategy", "p3", "--workers", "3", "--batch-size", "16", "--epochs", "1", "--stop-after", "1"];
+        let s = json(
+            d,
+            &[
+                &["train", "cora", "--no-tui", "--fanout", "5,5", "--seed", "5", "--hidden", &h, "--run", &run],
+                &args[..],
+            ]
+            .concat(),
+        );
+        let (_, total) = training_bytes(d, &s);
+        let per_worker_pair = total / (2 * (w - 1));
+        assert_eq!(per_worker_pair * 2 * (w - 1), total, "hidden {hidden}: {total} bytes of activations");
+        let rows = per_worker_pair - 16 * w;
+        assert_eq!(rows % (4 * hidden), 0, "hidden {hidden}: {total} bytes are not whole rows plus frames");
+        rows / (4 * hidden)
+    };
+    let (a, b) = (s_of(8), s_of(12));
+    assert_eq!(a, b, "the same batches' first-layer outputs at hidden 8 and 12");
+    assert!(a >= 3 * 16, "at least the 48 roots: {a}");
+}
