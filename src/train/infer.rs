@@ -205,8 +205,15 @@ impl Scores {
     /// A node id out of range or placed twice is refused.
     pub fn place(&mut self, ids: &[u32], logits: &[f32], emb: Option<&[f32]>) -> Result<(), String> {
         let (c, d) = (self.classes, self.width);
-        if logits.len() != ids.len() * c || emb.is_some_and(|e| e.len() != ids.len() * d) {
-            return Err(format!("{} node ids but {} logits (expected {} per node)", ids.len(), logits.len(), c));
+        if logits.len() != ids.len() * c {
+            return Err(format!("{} node ids but {} logits (expected {c} per node)", ids.len(), logits.len()));
+        }
+        match (emb, &self.embeddings) {
+            (Some(e), Some(_)) if e.len() != ids.len() * d => {
+                return Err(format!("{} node ids but {} embedding values (expected {d} per node)", ids.len(), e.len()));
+            }
+            (None, Some(_)) => return Err(format!("{} node ids came without their embeddings", ids.len())),
+            _ => {}
         }
         for (i, &v) in ids.iter().enumerate() {
             let v = v as usize;
@@ -527,4 +534,27 @@ fn write_npy_dir(dir: &Path, fields: &[Field<'_>]) -> Result<(), TrainError> {
         file.commit()?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Scores;
+
+    /// A worker's reply that does not fit is refused, naming what is short.
+    #[test]
+    fn rows_that_do_not_fit_are_refused_naming_what_is_wrong() {
+        let mut s = Scores::new(3, 2, 4, true);
+        let e = s.place(&[0, 1], &[0.0; 4], Some(&[0.0; 7])).unwrap_err();
+        assert_eq!(e, "2 node ids but 7 embedding values (expected 4 per node)");
+        let e = s.place(&[0, 1], &[0.0; 3], Some(&[0.0; 8])).unwrap_err();
+        assert_eq!(e, "2 node ids but 3 logits (expected 2 per node)");
+        let e = s.place(&[0], &[0.0; 2], None).unwrap_err();
+        assert_eq!(e, "1 node ids came without their embeddings");
+        s.place(&[2, 0], &[1.0, 2.0, 3.0, 4.0], Some(&[5.0; 8])).unwrap();
+        assert_eq!(s.place(&[0], &[0.0; 2], Some(&[0.0; 4])).unwrap_err(), "node 0 was scored twice");
+        assert_eq!(
+            s.place(&[3], &[0.0; 2], Some(&[0.0; 4])).unwrap_err(),
+            "node 3 is not a node of the dataset (3 nodes)"
+        );
+    }
 }
