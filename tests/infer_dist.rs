@@ -169,3 +169,89 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// Starts local workers, but first gives run `run`'s checkpoint other weights,
+/// as a run still training writes a new checkpoint while infer starts.
+struct CheckpointMovesOn {
+    inner: leapgnn::cluster::LocalLauncher,
+    checkpoint: std::path::PathBuf,
+    newer: std::path::PathBuf,
+}
+
+impl leapgnn::cluster::Launcher for CheckpointMovesOn {
+    fn name(&self) -> &'static str {
+        "checkpoint-moves-on"
+    }
+
+    fn launch(&self, spec: &leapgnn::cluster::WorkerSpec) -> anyhow::Result<Box<dyn leapgnn::cluster::WorkerProcess>> {
+        if spec.rank == 0 {
+            std::fs::copy(&self.newer, self.checkpoint.join("model-newer.safetensors")).unwrap();
+            let path = self.checkpoint.join("state.json");
+            let mut state: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+            state["weights"] = "model-newer.safetensors".into();
+            std::fs::write(&path, serde_json::to_vec(&state).unwrap()).unwrap();
+        }
+        self.inner.launch(spec)
+    }
+
+    fn shares_files(&self) -> bool {
+        true
+    }
+}
+
+/// The driver checks the weights the checkpoint names as infer starts; every
+/// worker scores with those, not with whatever checkpoint a run still
+/// training has written by the time it loads them (a mix of two models, one
+/// per worker's nodes, with no error).
+#[test]
+fn every_worker_scores_with_the_weights_the_driver_checked() {
+    use leapgnn::train::distributed::{InferLaunch, infer_distributed};
+    use leapgnn::train::infer::{InferOptions, OutputFormat};
+    let tmp = cora();
+    let d = tmp.path();
+    let fg = ["train", "cora", "--no-tui", "--full-batch", "--epochs", "2", "--hidden", "16"];
+    json(d, &[&fg[..], &["--seed", "1", "--run", "a"]].concat());
+    json(d, &[&fg[..], &["--seed", "2", "--run", "b"]].concat());
+    let out = |name: &str| d.join(name);
+    json(d, &["infer", "a", "--out", out("a.safetensors").to_str().unwrap()]);
+    json(d, &["infer", "b", "--out", out("b.safetensors").to_str().unwrap()]);
+    let (a, b) = (load(&out("a.safetensors")), load(&out("b.safetensors")));
+    assert_ne!(a.f32s["probs"].1, b.f32s["probs"].1, "the two runs must score differently for this test");
+
+    let checkpoint = d.join("runs/a/checkpoint");
+    let b_state: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.join("runs/b/checkpoint/state.json")).unwrap()).unwrap();
+    let launcher = CheckpointMovesOn {
+        inner: leapgnn::cluster::LocalLauncher::new(
+            env!("CARGO_BIN_EXE_leapgnn"),
+            vec!["--data-dir".into(), d.display().to_string()],
+        ),
+        newer: d.join("runs/b/checkpoint").join(b_state["weights"].as_str().unwrap()),
+        checkpoint,
+    };
+    let interrupted = std::sync::atomic::AtomicBool::new(false);
+    let launch = InferLaunch {
+        launcher: &launcher,
+        interrupted: &interrupted,
+        stop_requested: &|| false,
+        comm_timeout: Duration::from_secs(30),
+        driver_bind: "127.0.0.1:0".parse().unwrap(),
+        keep_remote: false,
+        encrypt: false,
+    };
+    let opts = InferOptions {
+        out: Some(out("moved.safetensors")),
+        format: OutputFormat::Safetensors,
+        embeddings: None,
+        nodes: None,
+        device: None,
+    };
+    let data = leapgnn::DataDir::new(d);
+    infer_distributed(&data, "a", &opts, Some(2), &launch).unwrap();
+    let moved = load(&out("moved.safetensors"));
+    let (got, want) = (&moved.u32s["prediction"], &a.u32s["prediction"]);
+    let differ = got.iter().zip(want).filter(|(x, y)| x != y).count();
+    assert_eq!((got.len(), differ), (want.len(), 0), "predictions that are not the checked weights'");
+    let e = max_abs_diff(&moved.f32s["probs"].1, &a.f32s["probs"].1);
+    assert!(e <= 1e-4, "the workers scored with other weights than the driver checked (probs differ by {e})");
+}

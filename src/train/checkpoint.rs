@@ -322,8 +322,20 @@ pub fn load_weights(dir: &Path, params: &Params) -> Result<(), TrainError> {
     set_weights(dir, &read_state(dir)?, params)
 }
 
+/// The weights file the checkpoint in `dir` names now. A run still training
+/// names a newer one with each checkpoint (and prunes old ones): inference
+/// pins this one, so that every worker scores with the same weights.
+pub fn weights_file(dir: &Path) -> Result<PathBuf, TrainError> {
+    Ok(dir.join(read_state(dir)?.weights))
+}
+
 fn set_weights(dir: &Path, s: &StateFile, params: &Params) -> Result<(), TrainError> {
-    let wpath = dir.join(&s.weights);
+    load_weights_file(&dir.join(&s.weights), params)
+}
+
+/// Loads weights file `wpath` (a checkpoint's `weights_file`) into `params`.
+pub fn load_weights_file(wpath: &Path, params: &Params) -> Result<(), TrainError> {
+    let wpath = wpath.to_path_buf();
     let bytes = std::fs::read(&wpath).map_err(|e| unusable(&wpath, e))?;
     let mut tensors = candle_core::safetensors::load_buffer(&bytes, &Device::Cpu).map_err(|e| unusable(&wpath, e))?;
     params.set_buffers(&tensors).map_err(|e| unusable(&wpath, e))?;

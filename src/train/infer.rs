@@ -98,6 +98,9 @@ impl SplitAccuracy {
 pub(crate) struct Prepared {
     pub run_dir: PathBuf,
     pub checkpoint: PathBuf,
+    /// The weights file the checkpoint named when checked: every worker loads
+    /// this one, whatever checkpoint a run still training writes meanwhile.
+    pub weights: PathBuf,
     pub cfg: TrainConfig,
     pub dataset: PathBuf,
     pub nodes: Vec<u32>,
@@ -116,6 +119,7 @@ pub(crate) fn prepare(
     check_out(opts)?;
     let (run_dir, ck) = checkpointed_run(data, run, "infer")?;
     let (mut cfg, _) = checkpoint::load_config(&ck)?;
+    let weights = checkpoint::weights_file(&ck)?;
     if let Some(d) = opts.device {
         cfg.device = d;
     }
@@ -145,7 +149,7 @@ pub(crate) fn prepare(
     // On the CPU: the shapes are the same on any device, and the driver of distributed inference need not
     // have the workers' GPUs.
     let (model, params, ..) = build_model(&TrainConfig { device: DeviceKind::Cpu, ..cfg.clone() }, &ds)?;
-    checkpoint::load_weights(&ck, &params).map_err(misfit)?;
+    checkpoint::load_weights_file(&weights, &params).map_err(misfit)?;
     let layers = model.num_layers();
     if let Some(l) = opts.embeddings.filter(|&l| l + 1 >= layers) {
         let hidden = match layers {
@@ -164,7 +168,7 @@ pub(crate) fn prepare(
     };
     // Every hidden layer (and RETEXO stage: GAT's heads averaged) is `hidden` wide.
     let width = opts.embeddings.map_or(0, |l| model.out_dim(l));
-    Ok((Prepared { run_dir, checkpoint: ck, cfg, dataset, nodes, width }, ds))
+    Ok((Prepared { run_dir, checkpoint: ck, weights, cfg, dataset, nodes, width }, ds))
 }
 
 /// The run's saved config and the checkpoint files inference reads (what a
@@ -247,7 +251,7 @@ pub fn infer(data: &DataDir, run: &str, opts: &InferOptions) -> Result<InferRepo
         .into(),
         _ => e,
     })?;
-    checkpoint::load_weights(&prep.checkpoint, &params)?;
+    checkpoint::load_weights_file(&prep.weights, &params)?;
     let view = GraphData { graph: ds.graph(), features: &ds, labels: ds.labels() };
     let mut w = Worker::new((0, 1), view, (&cfg.fanouts, &cfg.eval_fanouts), cfg.seed, (model, params), device);
     w.norm = cfg.normalize;

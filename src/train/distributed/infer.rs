@@ -56,6 +56,8 @@ pub struct InferJob {
     /// None with one worker (it owns every node).
     pub parts_dir: Option<PathBuf>,
     pub checkpoint: PathBuf,
+    /// The weights file in `checkpoint` the driver checked (`Prepared::weights`).
+    pub weights: PathBuf,
     pub embeddings: Option<usize>,
     pub comm_timeout_ms: u64,
 }
@@ -139,6 +141,7 @@ fn infer_on_workers(
         dataset: on_worker(&prep.dataset)?,
         parts_dir: parts_dir.as_deref().map(on_worker).transpose()?,
         checkpoint: on_worker(&prep.checkpoint)?,
+        weights: on_worker(&prep.weights)?,
         embeddings: opts.embeddings,
         comm_timeout_ms: launch.comm_timeout.as_millis() as u64,
     };
@@ -229,7 +232,8 @@ pub fn run_infer_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow
     let t0 = Instant::now();
     let mut spec: InferJob = serde_json::from_value(job.config.get("infer").cloned().unwrap_or_default())
         .context("the driver sent a malformed infer job (are driver and worker the same version?)")?;
-    for p in [Some(&mut spec.dataset), spec.parts_dir.as_mut(), Some(&mut spec.checkpoint)].into_iter().flatten() {
+    let paths = [Some(&mut spec.dataset), spec.parts_dir.as_mut(), Some(&mut spec.checkpoint), Some(&mut spec.weights)];
+    for p in paths.into_iter().flatten() {
         if p.is_relative() {
             *p = data.root.join(&*p);
         }
@@ -252,7 +256,12 @@ pub fn run_infer_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow
         None => anyhow::bail!("the driver sent an infer job for {world} workers without a partition"),
     };
     let (model, params, _, device) = crate::train::build_model(cfg, &ds)?;
-    checkpoint::load_weights(&spec.checkpoint, &params)?;
+    checkpoint::load_weights_file(&spec.weights, &params).map_err(|e| {
+        anyhow::anyhow!(
+            "{e}: the driver checked this checkpoint's weights as it started; if the run is still training, \
+             it may have written a newer checkpoint and removed these meanwhile: infer again"
+        )
+    })?;
 
     let mesh = join_mesh(job, timeout, reporter)?;
     // Own part's rows, the rest from their owners; one worker reads the archive.
