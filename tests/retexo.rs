@@ -259,7 +259,7 @@ fn a_run_stopped_mid_stage_resumes_from_the_stage_boundary_to_the_same_weights()
     let base = ["train", "cora", "--no-tui", "--strategy", "retexo"];
     let whole = json(d, &[&base[..], &common, &["--run", "whole"]].concat());
     // Stopped after round 5 of 6 (stage 2's second round): the checkpoint is stage 2's start.
-    json(d, &[&base[..], &common, &["--run", "cut", "--stop-after", "5"]].concat());
+    let stopped = json(d, &[&base[..], &common, &["--run", "cut", "--stop-after", "5"]].concat());
     let state: serde_json::Value =
         serde_json::from_slice(&std::fs::read(d.join("runs/cut/checkpoint/state.json")).unwrap()).unwrap();
     assert_eq!(count(&state["progress"]["epoch"]), 3, "{state}");
@@ -268,6 +268,21 @@ fn a_run_stopped_mid_stage_resumes_from_the_stage_boundary_to_the_same_weights()
     assert_eq!(resumed["test_accuracy"], whole["test_accuracy"]);
     let rounds: Vec<u64> = records(d, &resumed).iter().map(|r| count(&r["epoch"])).collect();
     assert_eq!(rounds.len(), 12, "each round once per worker after the resume: {rounds:?}");
+    // The bytes are the whole run's: what the stopped run moved (its summary,
+    // stage 1's rounds among them) and what the resumed workers moved
+    // (workers.json, each since it started). They were the resumed workers'
+    // only: stage 1's gradients were missing.
+    let workers: Vec<serde_json::Value> =
+        serde_json::from_slice(&std::fs::read(d.join("runs/cut/workers.json")).unwrap()).unwrap();
+    assert_eq!(workers.len(), 2);
+    for cat in ["features", "gradients", "activations", "control"] {
+        let since: u64 = workers.iter().map(|w| count(&w["bytes"]["sent"][cat])).sum();
+        let eval: u64 = workers.iter().map(|w| count(&w["eval_bytes"][cat])).sum();
+        assert_eq!(bytes(&resumed, cat), bytes(&stopped, cat) + since, "{cat}: {}", resumed["bytes"]);
+        assert_eq!(count(&resumed["bytes"]["eval"][cat]), count(&stopped["bytes"]["eval"][cat]) + eval, "{cat}");
+        assert!(bytes(&resumed, cat) >= bytes(&whole, cat), "{cat}: {} against {}", resumed["bytes"], whole["bytes"]);
+    }
+    assert!(bytes(&stopped, "gradients") > 0, "{}", stopped["bytes"]);
 }
 
 #[test]

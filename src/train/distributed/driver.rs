@@ -606,13 +606,16 @@ fn fetch_checkpoint(
 
 /// What run `run_dir` moved and fetched before the checkpoint a resume starts
 /// from (`iteration`): its last summary, when that run ended there (it was
-/// stopped there or finished). An attempt that failed after a later
-/// checkpoint wrote no summary, so its bytes and rows are unknown: `None`, and
-/// the resumed run counts from the checkpoint on.
+/// stopped there or finished) or after it: RETEXO checkpoints at the start
+/// of a stage, so a run stopped in mid-stage ends past its checkpoint, and
+/// its summary holds every byte it moved (the stage's rounds it trains again
+/// cross the sockets again, and are counted again). An attempt that failed
+/// after a later checkpoint wrote no summary, so its bytes and rows are
+/// unknown: `None`, and the resumed run counts from the checkpoint on.
 fn summary_before(run_dir: &Path, iteration: u64) -> Option<RunSummary> {
     let text = std::fs::read(run_dir.join("summary.json")).ok()?;
     let before: RunSummary = serde_json::from_slice(&text).ok()?;
-    (before.iterations == iteration).then_some(before)
+    (before.iterations >= iteration).then_some(before)
 }
 
 /// Copies rank 0's checkpoint into the driver's run directory; `None` when files are shared.
