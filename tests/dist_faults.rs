@@ -226,3 +226,36 @@ fn gnnpipe_and_retexo_restart_after_a_killed_worker_and_end_as_if_uninterrupted(
         assert_eq!(wait_gone(&pids, Duration::from_secs(5)), Vec::<u32>::new(), "{name}: workers left behind");
     }
 }
+
+/// Ctrl-Z, then `fg`: a driver stopped for longer than the workers' silence
+/// timeout (10 s here) and continued. Its workers (process groups of their
+/// own) trained on, then waited for it, and their reports were queued; the
+/// driver used to count its own absence as their silence and, as it came
+/// back, ended the run with `worker 0 sent nothing for 10s (no heartbeat):
+/// presumed lost`. The run now ends as the uninterrupted one does. (SIGSTOP:
+/// Ctrl-Z's SIGTSTP can be ignored by the kernel outside a terminal's job control.)
+#[test]
+fn a_driver_stopped_and_continued_ends_its_run_as_if_uninterrupted() {
+    let tmp = cora();
+    let d = tmp.path();
+    let run = ["train", "cora", "--workers", "2", "--full-batch", "--model", "gcn", "--hidden", "16"];
+    let run = [&run[..], &["--epochs", "300", "--comm-timeout", "2", "--no-tui"]].concat();
+    let straight = json(d, &[&run[..], &["--run", "straight"]].concat());
+    let mut drv = Driver::start(d, &[&run[..], &["--run", "paused"]].concat());
+    let ws = drv.workers(2);
+    drv.wait_line(Duration::from_secs(60), |l| l.starts_with("epoch") && l.contains("/300"));
+    let pid = drv.child.id();
+    signal(pid, "STOP");
+    // The fault itself, not a wait for something: stopped past the silence timeout.
+    std::thread::sleep(Duration::from_secs(12));
+    signal(pid, "CONT");
+    let (code, stderr) = drv.wait_exit(Duration::from_secs(60));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(final_weights(d, "paused"), final_weights(d, "straight"), "the continued run ended elsewhere");
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.join("runs/paused/summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["test_accuracy"], straight["test_accuracy"]);
+    assert_eq!(summary["iterations"], 300);
+    let pids: Vec<u32> = ws.iter().map(|w| w.pid).collect();
+    assert_eq!(wait_gone(&pids, Duration::from_secs(5)), Vec::<u32>::new(), "workers left behind");
+}

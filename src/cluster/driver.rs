@@ -20,6 +20,10 @@ const EXIT_GRACE: Duration = Duration::from_secs(2);
 const SETTLE_GRACE: Duration = Duration::from_secs(5);
 /// Workers' messages the driver loop has not handled yet.
 const READER_QUEUE: usize = 1024;
+/// A turn of the driver loop longer than this (it polls every 200 ms) means
+/// the driver was not listening: stopped (Ctrl-Z, SIGSTOP), descheduled, or
+/// slow to handle an event. That time is not the workers' silence.
+const STALL: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone)]
 pub struct DriverOptions {
@@ -198,6 +202,7 @@ pub fn run_job_stoppable(
     let mut stop_sent = false;
     // The worker whose failure ended the loop.
     let mut fault = None;
+    let mut turn = Instant::now();
     let result = loop {
         if interrupted.load(Ordering::SeqCst) {
             break Err(DriverError::Interrupted);
@@ -256,6 +261,21 @@ pub fn run_job_stoppable(
         {
             fault = Some(rank);
             break Err(DriverError::Exited { rank, code });
+        }
+        // Silence counts only while this loop listened: after a stall (the
+        // driver stopped by Ctrl-Z and continued by `fg`) the workers' messages
+        // of the meantime are still queued, and every worker would otherwise
+        // look silent for as long as the driver was away.
+        let gap = turn.elapsed();
+        turn = Instant::now();
+        if gap > STALL {
+            tracing::debug!(
+                "the driver did not listen for {:.1} s; that is not the workers' silence",
+                gap.as_secs_f64()
+            );
+            for t in last_heard.iter_mut() {
+                *t += gap;
+            }
         }
         if let Some(rank) = pending().find(|&r| last_heard[r].elapsed() > opts.silence_timeout) {
             fault = Some(rank);
