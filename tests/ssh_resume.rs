@@ -204,3 +204,48 @@ fn a_relaunch_that_cannot_reach_its_host_uses_the_restarts_left() {
     s1.assert_nothing_left();
     s1.stop();
 }
+
+/// RETEXO checkpoints at the start of each stage. Without shared files the
+/// driver copies rank 0's checkpoints back as rank 0 announces them, and
+/// RETEXO's announcement did not read as one: the driver never had a copy
+/// until the run ended, so a driver killed in stage 2 left a run that could
+/// not be resumed (no checkpoint), and a lost rank-0 host restarted the run
+/// from the start. Now the copy follows each stage's checkpoint, and a run
+/// whose driver was killed in stage 2 resumes there to the uninterrupted
+/// run's weights.
+#[test]
+fn a_retexo_run_whose_driver_was_killed_over_ssh_resumes_from_its_stage() {
+    let mut sshd = Sshd::start();
+    let profile = sshd.profile(2, "");
+    let tmp = cora();
+    let d = tmp.path();
+    let run = ["train", "cora", "--no-tui", "--cluster", profile.to_str().unwrap(), "--strategy", "retexo"];
+    let run = [&run[..], &["--hidden", "16", "--rounds", "300", "--seed", "5"]].concat();
+    json(d, &[&run[..], &["--run", "straight"]].concat());
+    let mut drv = Driver::start(d, &[&run[..], &["--run", "cut"]].concat());
+    let pids = remote_workers::<2>(&mut drv);
+    // In stage 2 (rounds 301 to 600).
+    drv.wait_line(Duration::from_secs(60), |l| {
+        l.strip_prefix("epoch").and_then(|e| e.split('/').next()?.trim().parse::<u64>().ok()).is_some_and(|e| e > 301)
+    });
+    // The driver copies stage 2's checkpoint back while training goes on: wait for it.
+    let copied = d.join("runs/cut/checkpoint/state.json");
+    let at_stage_2 = || {
+        let state: Option<serde_json::Value> =
+            std::fs::read(&copied).ok().and_then(|b| serde_json::from_slice(&b).ok());
+        state.is_some_and(|s| s["progress"]["epoch"] == 300)
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !at_stage_2() {
+        assert!(Instant::now() < deadline, "stage 2's checkpoint was not copied back within 30 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    signal(drv.child.id(), "KILL");
+    let _ = drv.wait_exit(Duration::from_secs(10));
+    // The workers go when their driver does.
+    assert_eq!(wait_gone(&pids, Duration::from_secs(30)), Vec::<u32>::new());
+    let resumed = json(d, &["train", "--resume", "cut", "--no-tui"]);
+    assert_eq!(resumed["workers"], 2);
+    assert!(final_weights(d, "cut") == final_weights(d, "straight"), "the resumed run ended elsewhere");
+    sshd.stop();
+}

@@ -536,7 +536,9 @@ pub fn run(
         if let Some(dir) = inp.checkpoint_dir {
             let fresh = cfg.optimizer.build(params.numel(), cfg.lr, cfg.weight_decay);
             checkpoint::save(dir, cfg, &p, &params, fresh.as_ref())?;
-            obs.event(&format!("checkpoint written at the start of stage {} (round {})", l + 1, p.epoch));
+            // Read as every periodic checkpoint's event: without shared files
+            // the driver copies the checkpoint back when it sees this.
+            obs.event(&format!("{} {} (the start of stage {})", checkpoint::WRITTEN, p.global_iteration, l + 1));
         }
         // A new optimizer per stage, over this stage's parameters only.
         let mut opt = cfg.optimizer.build(stage.numel(), cfg.lr, cfg.weight_decay);
