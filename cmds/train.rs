@@ -10,7 +10,7 @@ use leapgnn::cluster::{
     Allocation, Launcher, LauncherKind, LocalLauncher, LogSink, Profile, SlurmLauncher, SshLauncher,
 };
 use leapgnn::format::write_atomic;
-use leapgnn::metrics::{EpochRecord, RunInfo, RunSummary, StepRecord};
+use leapgnn::metrics::{EpochRecord, RestartRecord, RunInfo, RunSummary, StepRecord};
 use leapgnn::progress::{self, ProgressSink, signals};
 use leapgnn::train::distributed::{DistOptions, GradDump, resume_distributed, train_distributed};
 use leapgnn::train::flags::{Action, TrainFlags};
@@ -39,6 +39,9 @@ impl Observer for Watch {
     }
     fn event(&mut self, msg: &str) {
         self.0.event(msg);
+    }
+    fn restart(&mut self, r: &RestartRecord) {
+        self.0.restart(r);
     }
     /// `q` in the dashboard, a closed `--json-stream` reader, Ctrl-C or SIGTERM.
     fn stop_requested(&self) -> bool {

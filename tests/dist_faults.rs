@@ -259,3 +259,45 @@ fn a_driver_stopped_and_continued_ends_its_run_as_if_uninterrupted() {
     let pids: Vec<u32> = ws.iter().map(|w| w.pid).collect();
     assert_eq!(wait_gone(&pids, Duration::from_secs(5)), Vec::<u32>::new(), "workers left behind");
 }
+
+/// `--json-stream` is `metrics.jsonl` as it is written. After a restart the
+/// file drops the failed attempt's records from the checkpoint on and holds
+/// a restart record; the stream cannot take lines back, and it had no restart
+/// record either, so a reader got those steps twice with no sign of why. It
+/// now gets the restart record before the steps trained again: dropping the
+/// records it names as stale leaves exactly the file's lines. (VARCO, whose
+/// step records are one per layer.)
+#[test]
+fn the_json_stream_of_a_restarted_run_says_where_training_went_on() {
+    let tmp = cora();
+    let d = tmp.path();
+    let run = ["train", "cora", "--workers", "3", "--strategy", "varco", "--hidden", "16", "--epochs", "200"];
+    let run =
+        [&run[..], &["--checkpoint-every", "5", "--restarts", "1", "--json-stream", "--run", "streamed"]].concat();
+    let (mut drv, out) = Driver::start_streaming(d, &run);
+    let ws = drv.workers(3);
+    let parse = |l: &str| serde_json::from_str::<serde_json::Value>(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+    let mut stream = Vec::new();
+    // Killed past two checkpoints (every 5 steps), with most of the run to go.
+    while stream.last().is_none_or(|r: &serde_json::Value| r["epoch"].as_u64().unwrap() < 11) {
+        stream.push(parse(&out.recv_timeout(Duration::from_secs(60)).expect("a record within 60 s")));
+    }
+    signal(ws[1].pid, "KILL");
+    let (code, stderr) = drv.wait_exit(Duration::from_secs(120));
+    assert_eq!(code, Some(0), "{stderr}");
+    stream.extend(out.iter().map(|l| parse(&l)));
+    let at = |r: &serde_json::Value| (r["epoch"].as_u64().unwrap(), r["iteration"].as_u64().unwrap());
+    let restarts: Vec<usize> = (0..stream.len()).filter(|&i| stream[i].get("restart").is_some()).collect();
+    assert_eq!(restarts.len(), 1, "one restart record in the stream");
+    let (i, from) = (restarts[0], at(&stream[restarts[0]]));
+    assert!(stream[i + 1..].iter().all(|r| at(r) >= from), "a step before the restart's position after it");
+    let stale = stream[..i].iter().filter(|r| at(r) >= from).count();
+    println!("{stale} records of the failed attempt past its checkpoint, then the restart at {from:?}");
+    let kept: Vec<&serde_json::Value> =
+        stream.iter().enumerate().filter(|&(j, r)| j >= i || at(r) < from).map(|x| x.1).collect();
+    let file: Vec<serde_json::Value> =
+        std::fs::read_to_string(d.join("runs/streamed/metrics.jsonl")).unwrap().lines().map(parse).collect();
+    assert_eq!(kept, file.iter().collect::<Vec<_>>(), "the stream, less its stale records, is the file");
+    let pids: Vec<u32> = ws.iter().map(|w| w.pid).collect();
+    assert_eq!(wait_gone(&pids, Duration::from_secs(5)), Vec::<u32>::new(), "workers left behind");
+}

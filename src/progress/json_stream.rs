@@ -1,5 +1,5 @@
 use super::ProgressSink;
-use crate::metrics::{EpochRecord, StepRecord};
+use crate::metrics::{EpochRecord, RestartRecord, StepRecord};
 use std::io::Write;
 
 /// Every step record as one JSON line, flushed at once so a pipeline sees it
@@ -28,8 +28,9 @@ impl<W: Write> JsonStream<W> {
     }
 }
 
-impl<W: Write> ProgressSink for JsonStream<W> {
-    fn record(&mut self, r: &StepRecord) {
+impl<W: Write> JsonStream<W> {
+    /// One record as one line, in one write.
+    fn line(&mut self, r: &impl serde::Serialize) {
         if self.closed {
             return;
         }
@@ -37,6 +38,18 @@ impl<W: Write> ProgressSink for JsonStream<W> {
         serde_json::to_writer(&mut self.line, r).expect("a record always serialises");
         self.line.push(b'\n');
         self.closed = self.out.write_all(&self.line).and_then(|()| self.out.flush()).is_err();
+    }
+}
+
+impl<W: Write> ProgressSink for JsonStream<W> {
+    fn record(&mut self, r: &StepRecord) {
+        self.line(r);
+    }
+    /// The restart record, as `metrics.jsonl` has it: the stream cannot take
+    /// back the failed attempt's records since its position, but a reader
+    /// can drop them on seeing it.
+    fn restart(&mut self, r: &RestartRecord) {
+        self.line(r);
     }
     fn epoch(&mut self, _: &EpochRecord) {}
     fn event(&mut self, _: &str) {}

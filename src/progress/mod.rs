@@ -11,7 +11,7 @@ pub use bars::Bars;
 pub use dashboard::{Dashboard, LogWriter, worker_lines};
 pub use json_stream::JsonStream;
 
-use crate::metrics::{EpochRecord, RunInfo, StepRecord};
+use crate::metrics::{EpochRecord, RestartRecord, RunInfo, StepRecord};
 use std::io::IsTerminal;
 
 pub trait ProgressSink {
@@ -23,6 +23,9 @@ pub trait ProgressSink {
     fn epoch(&mut self, e: &EpochRecord);
     /// Something worth a log line: a worker started, a checkpoint was written.
     fn event(&mut self, msg: &str);
+    /// `--restarts`: training goes on again from the record's position (the
+    /// driver also says so in an `event`).
+    fn restart(&mut self, _r: &RestartRecord) {}
     /// Whether the user asked to stop (the trainer checkpoints, then ends).
     fn stop_requested(&self) -> bool {
         false

@@ -103,6 +103,10 @@ pub trait Observer {
     fn epoch(&mut self, _e: &EpochRecord, _epochs: u64) {}
     /// Something worth a log line (a checkpoint was written).
     fn event(&mut self, _msg: &str) {}
+    /// `--restarts`: the workers were relaunched and train again from
+    /// `r.epoch`, `r.iteration`; comes just before that step's first record
+    /// (the records since that position, of the failed attempt, are stale).
+    fn restart(&mut self, _r: &crate::metrics::RestartRecord) {}
     /// Polled after every iteration: true stops the run after a checkpoint.
     fn stop_requested(&self) -> bool {
         false
@@ -420,6 +424,9 @@ impl Observer for Recording<'_> {
     }
     fn event(&mut self, msg: &str) {
         self.inner.event(msg);
+    }
+    fn restart(&mut self, r: &crate::metrics::RestartRecord) {
+        self.inner.restart(r);
     }
     fn stop_requested(&self) -> bool {
         self.inner.stop_requested()

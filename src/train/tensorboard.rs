@@ -77,6 +77,9 @@ impl Observer for TensorBoard<'_> {
     fn event(&mut self, msg: &str) {
         self.inner.event(msg)
     }
+    fn restart(&mut self, r: &crate::metrics::RestartRecord) {
+        self.inner.restart(r)
+    }
     fn stop_requested(&self) -> bool {
         self.inner.stop_requested()
     }

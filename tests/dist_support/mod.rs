@@ -267,25 +267,41 @@ pub struct Driver {
     pub seen: Vec<String>,
 }
 
+/// Each line of `from`, as it comes, on a channel.
+fn line_channel(from: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(from).lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                return;
+            }
+        }
+    });
+    lines
+}
+
 impl Driver {
     pub fn start(data: &Path, args: &[&str]) -> Driver {
+        Driver::spawn(data, args, Stdio::null())
+    }
+
+    /// `start`, with the driver's stdout lines (`--json-stream`) on a channel.
+    pub fn start_streaming(data: &Path, args: &[&str]) -> (Driver, mpsc::Receiver<String>) {
+        let mut d = Driver::spawn(data, args, Stdio::piped());
+        let out = line_channel(d.child.stdout.take().unwrap());
+        (d, out)
+    }
+
+    fn spawn(data: &Path, args: &[&str], stdout: Stdio) -> Driver {
         let mut child = Command::new(env!("CARGO_BIN_EXE_leapgnn"))
             .arg("--data-dir")
             .arg(data)
             .args(args)
-            .stdout(Stdio::null())
+            .stdout(stdout)
             .stderr(Stdio::piped())
             .spawn()
             .expect("driver starts");
-        let err = child.stderr.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for l in BufReader::new(err).lines().map_while(Result::ok) {
-                if tx.send(l).is_err() {
-                    return;
-                }
-            }
-        });
+        let lines = line_channel(child.stderr.take().unwrap());
         Driver { child, lines, seen: Vec::new() }
     }
 

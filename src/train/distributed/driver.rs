@@ -487,6 +487,7 @@ fn execute(
                             if let Err(e) = sink.write_restart(&rec) {
                                 failure.get_or_insert(e.into());
                             }
+                            obs.restart(&rec);
                         }
                         crate::train::trace_step(&r);
                         summary.rows += r.rows;
