@@ -265,7 +265,9 @@ pub fn run_job_stoppable(
         // Silence counts only while this loop listened: after a stall (the
         // driver stopped by Ctrl-Z and continued by `fg`) the workers' messages
         // of the meantime are still queued, and every worker would otherwise
-        // look silent for as long as the driver was away.
+        // look silent for as long as the driver was away. Only the excess
+        // over STALL is forgiven, so a loop that is merely slow at every turn
+        // still finds a silent worker, later.
         let gap = turn.elapsed();
         turn = Instant::now();
         if gap > STALL {
@@ -274,7 +276,7 @@ pub fn run_job_stoppable(
                 gap.as_secs_f64()
             );
             for t in last_heard.iter_mut() {
-                *t += gap;
+                *t += gap - STALL;
             }
         }
         if let Some(rank) = pending().find(|&r| last_heard[r].elapsed() > opts.silence_timeout) {
