@@ -326,3 +326,33 @@ fn infer_scores_a_retexo_run_as_its_last_stage_evaluated_it_in_process_and_on_tw
     let e = fails(d, &["infer", "rx-sage", "--embeddings", "1"], 2);
     assert!(e.contains("--embeddings 1"), "{e}");
 }
+
+/// A stop at a stage's last round used to throw the whole stage away: the
+/// checkpoint stayed at the stage's start, and the resumed run trained it
+/// again. The workers now finish the stage (its best state, the embeddings
+/// the next stage reads) and stop at the next stage's checkpoint; the resume
+/// trains the next stage only, to the uninterrupted run's weights.
+#[test]
+fn a_run_stopped_at_a_stages_last_round_keeps_the_stage() {
+    let tmp = cora();
+    let d = tmp.path();
+    let common = ["--workers", "2", "--model", "sage", "--hidden", "16", "--rounds", "3", "--seed", "3"];
+    let base = ["train", "cora", "--no-tui", "--strategy", "retexo"];
+    let whole = json(d, &[&base[..], &common, &["--run", "whole"]].concat());
+    let stopped = json(d, &[&base[..], &common, &["--run", "cut", "--stop-after", "3"]].concat());
+    assert_eq!(stopped["iterations"], 3);
+    let state: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.join("runs/cut/checkpoint/state.json")).unwrap()).unwrap();
+    assert_eq!(count(&state["progress"]["epoch"]), 3, "the checkpoint is stage 2's start: {}", state["progress"]);
+    let resumed = json(d, &["train", "--no-tui", "--resume", "cut"]);
+    assert_eq!(final_weights(d, "whole"), final_weights(d, "cut"));
+    assert_eq!(resumed["test_accuracy"], whole["test_accuracy"]);
+    let rounds: Vec<u64> = records(d, &resumed).iter().map(|r| count(&r["epoch"])).collect();
+    assert_eq!(rounds.len(), 12, "each round once per worker after the resume: {rounds:?}");
+    // Stage 1 trained once: the resumed workers moved only stage 2's gradients.
+    let workers: Vec<serde_json::Value> =
+        serde_json::from_slice(&std::fs::read(d.join("runs/cut/workers.json")).unwrap()).unwrap();
+    let since: u64 = workers.iter().map(|w| count(&w["bytes"]["sent"]["gradients"])).sum();
+    assert_eq!(bytes(&resumed, "gradients"), bytes(&whole, "gradients"), "{}", resumed["bytes"]);
+    assert!(since < bytes(&stopped, "gradients"), "{since} against {}", stopped["bytes"]);
+}

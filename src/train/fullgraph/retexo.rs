@@ -529,6 +529,9 @@ pub fn run(
         h = embed(&model, l, &si, coll, &plan, (&src, &owned), &split)?;
     }
     let mut exchange_seconds = t.elapsed().as_secs_f64();
+    // A stop at a stage's last round: the stage is finished and the run stops
+    // at the next stage's checkpoint, instead of training the stage again.
+    let mut stop_at_next_stage = false;
 
     for l in first..layers {
         let stage = params.subset(&format!("stages.{l}."));
@@ -539,6 +542,12 @@ pub fn run(
             // Read as every periodic checkpoint's event: without shared files
             // the driver copies the checkpoint back when it sees this.
             obs.event(&format!("{} {} (the start of stage {})", checkpoint::WRITTEN, p.global_iteration, l + 1));
+        }
+        if stop_at_next_stage {
+            obs.event(&format!("stopped at the end of stage {l}: a resumed run goes on with stage {}", l + 1));
+            let sent = coll.bytes().since(&mark).sent;
+            add_bytes(&mut p.bytes, &sent);
+            return Ok(p);
         }
         // A new optimizer per stage, over this stage's parameters only.
         let mut opt = cfg.optimizer.build(stage.numel(), cfg.lr, cfg.weight_decay);
@@ -651,6 +660,11 @@ pub fn run(
             p.epoch += 1;
             p.global_iteration += 1;
             if inp.stop_after == Some(p.global_iteration) || stop_voted {
+                if p.epoch == (l as u64 + 1) * rounds {
+                    // Every worker voted alike: all finish the stage together.
+                    stop_at_next_stage = true;
+                    break;
+                }
                 obs.event(&format!(
                     "stopped in stage {} at round {}: a resumed run retrains the stage from its checkpoint at round {}",
                     l + 1,
