@@ -355,4 +355,11 @@ fn a_run_stopped_at_a_stages_last_round_keeps_the_stage() {
     let since: u64 = workers.iter().map(|w| count(&w["bytes"]["sent"]["gradients"])).sum();
     assert_eq!(bytes(&resumed, "gradients"), bytes(&whole, "gradients"), "{}", resumed["bytes"]);
     assert!(since < bytes(&stopped, "gradients"), "{since} against {}", stopped["bytes"]);
+    // Finished: a resume has nothing to train, and no --epochs makes a RETEXO
+    // run longer (they told the user to give --epochs, which RETEXO refuses,
+    // naming --rounds, which --resume refuses).
+    for more in [&[][..], &["--epochs", "9"]] {
+        let err = fails(d, &[&["train", "--no-tui", "--resume", "cut"], more].concat(), 2);
+        assert!(err.contains("cannot be made longer") && err.contains("new run with more --rounds"), "{err}");
+    }
 }

@@ -193,10 +193,20 @@ pub fn resumable(
         ))
         .into());
     }
+    // A resume that would train nothing says so rather than exiting quietly.
+    if progress.complete(cfg.epochs) && cfg.strategy == StrategyKind::Retexo {
+        // Its length is its layers x --rounds, which a resume keeps: no --epochs goes further.
+        return Err(BadInput::new(format!(
+            "run `{run}` (--strategy retexo) has trained every round of its {} stages: nothing to \
+             resume, and a RETEXO run cannot be made longer (its length is --layers x --rounds); train a new run with \
+             more --rounds, or use this one's weights with `infer {run}`",
+            cfg.fanouts.layers()
+        ))
+        .into());
+    }
     if let Some(e) = over.epochs {
         cfg.epochs = e;
     }
-    // A resume that would train nothing says so rather than exiting quietly.
     if progress.complete(cfg.epochs) {
         let asked = over.epochs.map_or(String::new(), |e| format!(" and --epochs {e} asks for no more"));
         return Err(BadInput::new(format!(
