@@ -112,24 +112,35 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     let summary = result?;
     if watch.stop_requested() {
         let ck = train::checkpoint::dir(&data.run_dir(&summary.run));
+        // RETEXO checkpoints at a stage's start: a stop inside a stage resumes from there, not from the stop.
+        let saved = train::checkpoint::load_config(&ck).ok().map(|(_, p)| p.global_iteration);
+        let from = match saved {
+            Some(c) if c != summary.iterations => {
+                format!(
+                    " (the checkpoint is of iteration {c}, where its stage starts: --resume trains again from there)"
+                )
+            }
+            _ => String::new(),
+        };
         if signals::time_limit() {
             leapgnn::elog!(
                 "stopped for the job's time limit (SIGUSR1 from `slurm-script --stop-before`) after iteration {}, \
-                 checkpoint written to {}; continue in a new job: `leapgnn slurm-script [OPTIONS] train --resume {}` \
-                 prints its script",
+                 checkpoint written to {}{from}; continue in a new job: `leapgnn slurm-script [OPTIONS] train --resume \
+                 {}` prints its script",
                 summary.iterations,
                 ck.display(),
                 summary.run
             );
         } else if summary.workers > 1 {
             leapgnn::elog!(
-                "stopped on request after iteration {}, checkpoint written to {}",
+                "stopped on request after iteration {}, checkpoint written to {}{from}",
                 summary.iterations,
                 ck.display()
             );
         } else {
             leapgnn::elog!(
-                "stopped on request after iteration {}, checkpoint written; continue with `leapgnn train --resume {}`",
+                "stopped on request after iteration {}, checkpoint written{from}; continue with `leapgnn train --resume \
+                 {}`",
                 summary.iterations,
                 summary.run
             );

@@ -9,7 +9,8 @@
 mod dist_support;
 
 use dist_support::{
-    cora, count, fails, final_weights, halo_counts, json, leapgnn, load_infer, max_abs_diff, records, weights,
+    Driver, cora, count, fails, final_weights, halo_counts, json, leapgnn, load_infer, max_abs_diff, records, signal,
+    weights,
 };
 use std::path::Path;
 
@@ -362,4 +363,27 @@ fn a_run_stopped_at_a_stages_last_round_keeps_the_stage() {
         let err = fails(d, &[&["train", "--no-tui", "--resume", "cut"], more].concat(), 2);
         assert!(err.contains("cannot be made longer") && err.contains("new run with more --rounds"), "{err}");
     }
+}
+
+/// Ctrl-C inside a stage: the driver says that the checkpoint is the stage's
+/// start, where --resume goes on, not the iteration the run stopped at.
+#[test]
+fn a_stop_inside_a_stage_says_where_the_checkpoint_is() {
+    let tmp = cora();
+    let d = tmp.path();
+    let args = ["train", "cora", "--no-tui", "--strategy", "retexo", "--workers", "2", "--hidden", "16"];
+    let mut drv = Driver::start(d, &[&args[..], &["--rounds", "100000", "--run", "long"]].concat());
+    drv.wait_line(std::time::Duration::from_secs(60), |l| {
+        l.starts_with("epoch") && l.split_whitespace().nth(1).is_some_and(|e| e.starts_with("2/"))
+    });
+    signal(drv.child.id(), "INT");
+    let (code, stderr) = drv.wait_exit(std::time::Duration::from_secs(60));
+    assert_eq!(code, Some(0), "{stderr}");
+    let line = stderr.lines().find(|l| l.starts_with("stopped on request after iteration ")).unwrap_or_default();
+    let after: u64 = line["stopped on request after iteration ".len()..].split(',').next().unwrap().parse().unwrap();
+    assert!(after >= 2, "{line}");
+    assert!(
+        line.ends_with("(the checkpoint is of iteration 0, where its stage starts: --resume trains again from there)"),
+        "{line}"
+    );
 }

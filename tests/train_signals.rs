@@ -47,6 +47,7 @@ fn stop_with(d: &std::path::Path, workers: usize, sig: &str) {
     let (code, stderr) = drv.wait_exit(Duration::from_secs(60));
     assert_eq!(code, Some(0), "SIG{sig} with {workers} workers:\n{stderr}");
     assert!(stderr.contains("stopped on request after iteration"), "{stderr}");
+    assert!(!stderr.contains("the checkpoint is of iteration"), "the checkpoint is the stop's own:\n{stderr}");
     assert!(stderr.contains(&format!("run {run}: test accuracy")), "no summary:\n{stderr}");
     let pids: Vec<u32> = ws.iter().map(|w| w.pid).collect();
     assert_eq!(wait_gone(&pids, Duration::from_secs(5)), Vec::<u32>::new(), "workers left behind");
