@@ -20,6 +20,7 @@ mod loss;
 mod params;
 pub mod row_ops;
 mod sage;
+mod seed;
 pub mod sparse_input;
 mod split;
 
@@ -33,6 +34,7 @@ pub use layer_norm::LayerNorm;
 pub use linear::Linear;
 pub use loss::{count_correct, cross_entropy_sum};
 pub use params::{Param, Params};
+pub use seed::{backward_from, seeded};
 
 use crate::BadInput;
 use crate::gather::{CsrRows, Rows};

@@ -116,7 +116,7 @@ pub(super) fn stacked_grads(
     let width = out.dim(1)?;
     let g = all_output_grads(coll, mine, counts, width)?;
     let g = Tensor::from_vec(g, out.shape(), out.device())?;
-    let grads = (out * g)?.sum_all()?.backward()?;
+    let grads = crate::model::backward_from(out, &g)?;
     Ok(stage.flat_grads(&grads)?)
 }
 

@@ -25,7 +25,7 @@ use crate::comm::ByteCounts;
 use crate::gather::Rows;
 use crate::metrics::{StepRecord, add_bytes};
 use crate::model::csr_op::select_rows;
-use crate::model::{AggGraph, Input, Mode, cross_entropy_sum};
+use crate::model::{AggGraph, Input, Mode, backward_from, cross_entropy_sum};
 use crate::sample::Fanout;
 use crate::train::strategy::StepSink;
 use candle_core::{Tensor, Var};
@@ -124,14 +124,14 @@ pub(crate) fn forward(
             let k = columns(w, l + 1, d);
             let rows = forward_columns(coll, plan, y.flatten_all()?.to_vec1::<f32>()?, (d, k))?;
             f.moved[l + 1] = (coll.bytes().since(&b0), t.elapsed().as_secs_f64());
-            let x = Tensor::from_vec(rows, (plan.rows(), d), &candle_core::Device::Cpu)?.to_device(&w.device)?;
+            // Var::from_vec wraps the rows (from_tensor would copy them).
             h = Some(if train {
-                let v = Var::from_tensor(&x)?;
+                let v = Var::from_vec(rows, (plan.rows(), d), &w.device)?;
                 let t = v.as_tensor().clone();
                 f.inputs.push(v);
                 t
             } else {
-                x
+                Tensor::from_vec(rows, (plan.rows(), d), &candle_core::Device::Cpu)?.to_device(&w.device)?
             });
         }
         f.outs.push(y);
@@ -227,7 +227,7 @@ impl Strategy for FullGraph {
             *secs += t.elapsed().as_secs_f64();
             let t = Instant::now();
             let g = Tensor::from_vec(g, (plan.owned().len(), d), &candle_core::Device::Cpu)?.to_device(&w.device)?;
-            grads = (&f.outs[l] * g)?.sum_all()?.backward()?;
+            grads = backward_from(&f.outs[l], &g)?;
             add(&grads)?;
             f.compute[l] += t.elapsed().as_secs_f64();
         }

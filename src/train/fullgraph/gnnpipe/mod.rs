@@ -300,8 +300,8 @@ impl Stage {
                     (0, _) => None,
                     (_, Some(rows)) => {
                         bufs[0].write(ch.plan.owned(), &rows);
-                        let x = Tensor::from_vec(rows, (ch.len(), self.d_in), &candle_core::Device::Cpu)?;
-                        Some(Var::from_tensor(&x.to_device(&w.device)?)?)
+                        // Var::from_vec wraps the rows (from_tensor would copy them).
+                        Some(Var::from_vec(rows, (ch.len(), self.d_in), &w.device)?)
                     }
                     (_, None) => {
                         return Err(TrainError::Comm(
@@ -374,7 +374,7 @@ impl Stage {
                         )
                     })?;
                     let g = Tensor::from_vec(g, y.dims2()?, &candle_core::Device::Cpu)?.to_device(y.device())?;
-                    terms.push((&y * g)?.sum_all()?);
+                    terms.push(crate::model::seeded(&y, &g)?);
                 }
                 for (x, buf) in layers.iter().zip(pending.iter()) {
                     if let Some(own) = &x.own {
@@ -382,7 +382,7 @@ impl Stage {
                         if g.iter().any(|&v| v != 0.0) {
                             let g = Tensor::from_vec(g, own.dims2()?, &candle_core::Device::Cpu)?
                                 .to_device(own.device())?;
-                            terms.push((own * g)?.sum_all()?);
+                            terms.push(crate::model::seeded(own, &g)?);
                         }
                     }
                 }
