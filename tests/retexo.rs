@@ -252,15 +252,23 @@ fn a_worker_without_training_vertices_takes_part_in_the_factored_exchange() {
     assert_eq!(on["test_accuracy"], off["test_accuracy"]);
 }
 
+/// Runs `whole` (2 workers, 2 stages of 3 rounds) and the same run `cut`,
+/// stopped after round `stop_after`; returns both summaries.
+fn whole_and_stopped(d: &Path, stop_after: u64) -> (serde_json::Value, serde_json::Value) {
+    let common = ["--workers", "2", "--model", "sage", "--hidden", "16", "--rounds", "3", "--seed", "3"];
+    let base = ["train", "cora", "--no-tui", "--strategy", "retexo"];
+    let whole = json(d, &[&base[..], &common, &["--run", "whole"]].concat());
+    let stop = stop_after.to_string();
+    let stopped = json(d, &[&base[..], &common, &["--run", "cut", "--stop-after", &stop]].concat());
+    (whole, stopped)
+}
+
 #[test]
 fn a_run_stopped_mid_stage_resumes_from_the_stage_boundary_to_the_same_weights() {
     let tmp = cora();
     let d = tmp.path();
-    let common = ["--workers", "2", "--model", "sage", "--hidden", "16", "--rounds", "3", "--seed", "3"];
-    let base = ["train", "cora", "--no-tui", "--strategy", "retexo"];
-    let whole = json(d, &[&base[..], &common, &["--run", "whole"]].concat());
     // Stopped after round 5 of 6 (stage 2's second round): the checkpoint is stage 2's start.
-    let stopped = json(d, &[&base[..], &common, &["--run", "cut", "--stop-after", "5"]].concat());
+    let (whole, stopped) = whole_and_stopped(d, 5);
     let state: serde_json::Value =
         serde_json::from_slice(&std::fs::read(d.join("runs/cut/checkpoint/state.json")).unwrap()).unwrap();
     assert_eq!(count(&state["progress"]["epoch"]), 3, "{state}");
@@ -337,10 +345,7 @@ fn infer_scores_a_retexo_run_as_its_last_stage_evaluated_it_in_process_and_on_tw
 fn a_run_stopped_at_a_stages_last_round_keeps_the_stage() {
     let tmp = cora();
     let d = tmp.path();
-    let common = ["--workers", "2", "--model", "sage", "--hidden", "16", "--rounds", "3", "--seed", "3"];
-    let base = ["train", "cora", "--no-tui", "--strategy", "retexo"];
-    let whole = json(d, &[&base[..], &common, &["--run", "whole"]].concat());
-    let stopped = json(d, &[&base[..], &common, &["--run", "cut", "--stop-after", "3"]].concat());
+    let (whole, stopped) = whole_and_stopped(d, 3);
     assert_eq!(stopped["iterations"], 3);
     let state: serde_json::Value =
         serde_json::from_slice(&std::fs::read(d.join("runs/cut/checkpoint/state.json")).unwrap()).unwrap();

@@ -55,6 +55,12 @@ mod tests {
     use super::*;
     use candle_core::{Device, Var};
 
+    /// `v`'s gradient in `s`, as bits (so -0.0 and 0.0 differ).
+    fn bits(s: &GradStore, v: &Var) -> Vec<u32> {
+        let g = s.get(v.as_tensor()).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        g.iter().map(|f| f.to_bits()).collect()
+    }
+
     /// Every gradient equals the plain form's, bit for bit, including a
     /// tensor used twice and a -0.0 in the seed.
     #[test]
@@ -71,18 +77,7 @@ mod tests {
         let want = (&out * &g).unwrap().sum_all().unwrap().backward().unwrap();
         let got = backward_from(&out, &g).unwrap();
         for v in [&w, &b] {
-            let bits = |s: &GradStore| -> Vec<u32> {
-                s.get(v.as_tensor())
-                    .unwrap()
-                    .flatten_all()
-                    .unwrap()
-                    .to_vec1::<f32>()
-                    .unwrap()
-                    .iter()
-                    .map(|f| f.to_bits())
-                    .collect()
-            };
-            assert_eq!(bits(&got), bits(&want));
+            assert_eq!(bits(&got, v), bits(&want, v));
         }
         assert!(backward_from(&out, &g.narrow(0, 0, 4).unwrap()).is_err());
         // A sum of seeds and a loss, as GNNPipe backpropagates its terms.
@@ -96,18 +91,7 @@ mod tests {
         let got =
             ((&loss + seeded(&out, &g).unwrap()).unwrap() + seeded(&out, &g2).unwrap()).unwrap().backward().unwrap();
         for v in [&w, &b] {
-            let bits = |s: &GradStore| -> Vec<u32> {
-                s.get(v.as_tensor())
-                    .unwrap()
-                    .flatten_all()
-                    .unwrap()
-                    .to_vec1::<f32>()
-                    .unwrap()
-                    .iter()
-                    .map(|f| f.to_bits())
-                    .collect()
-            };
-            assert_eq!(bits(&got), bits(&want));
+            assert_eq!(bits(&got, v), bits(&want, v));
         }
     }
 }
