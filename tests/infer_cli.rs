@@ -293,3 +293,43 @@ fn an_out_that_names_the_runs_weights_or_another_input_is_refused_and_left_whole
     assert_eq!(std::fs::read_to_string(d.join("nodes.txt")).unwrap(), "1 2 3");
     assert_eq!(json(d, &["infer", "one"])["nodes"], 2708);
 }
+
+/// A dataset re-imported with the same shapes but other contents (one label
+/// changed) is not the one a run trained on: `infer` and `--resume` refuse it
+/// (exit 2, naming both versions) instead of scoring or training on it
+/// without a word; with the run's own data back, both go on.
+#[test]
+fn a_dataset_replaced_by_one_of_the_same_shapes_is_refused_by_infer_and_resume() {
+    let tmp = cora();
+    let d = tmp.path();
+    let args = ["train", "cora", "--no-tui", "--full-batch", "--epochs", "1", "--hidden", "16", "--run", "one"];
+    json(d, &args);
+    let shared = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets/planetoid/converted");
+    let edited = d.join("edited");
+    std::fs::create_dir_all(&edited).unwrap();
+    for f in ["edges", "features", "labels", "train", "val", "test"] {
+        std::fs::copy(shared.join(format!("cora.{f}.txt")), edited.join(format!("cora.{f}.txt"))).unwrap();
+    }
+    let labels = std::fs::read_to_string(edited.join("cora.labels.txt")).unwrap();
+    let (first, rest) = labels.split_once('\n').unwrap();
+    let other = (first.trim().parse::<u32>().unwrap() + 1) % 7;
+    std::fs::write(edited.join("cora.labels.txt"), format!("{other}\n{rest}")).unwrap();
+    let import = |from: &Path| {
+        let from = from.join("cora");
+        let args = ["download", "cora", "--from", from.to_str().unwrap(), "--format", "text", "--features", "dense"];
+        json(d, &[&args[..], &["--force"]].concat());
+    };
+    import(&edited);
+    for cmd in
+        [&["infer", "one"][..], &["infer", "one", "--workers", "2"], &["train", "--resume", "one", "--epochs", "2"]]
+    {
+        let e = fails(d, cmd, 2);
+        assert!(e.contains("run `one` cannot be used with dataset `cora` as it is now"), "{cmd:?}: {e}");
+        assert!(e.contains("it is not the version the run trained on (2708 nodes, 1433 feature columns"), "{e}");
+        assert!(e.contains("re-imported or replaced"), "{e}");
+    }
+    assert!(!d.join("runs/one/predictions.safetensors").exists());
+    import(&shared);
+    json(d, &["infer", "one"]);
+    json(d, &["train", "--no-tui", "--resume", "one", "--epochs", "2"]);
+}

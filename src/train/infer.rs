@@ -125,6 +125,7 @@ pub(crate) fn prepare(
     }
     let dataset = crate::datasets::ensure_dataset(data, &cfg.dataset).map_err(TrainError::Dataset)?;
     let ds = if verify { DatasetFile::open_verified(&dataset)? } else { DatasetFile::open(&dataset)? };
+    super::run_dataset::check(&run_dir, run, &cfg.dataset, &ds, "infer")?;
     let mut inputs = checkpoint::files(&ck)?;
     inputs.extend(["config.json", "summary.json", "metrics.jsonl"].map(|f| run_dir.join(f)));
     inputs.push(dataset.clone());

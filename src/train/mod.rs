@@ -19,6 +19,7 @@ pub mod minibatch;
 mod naive;
 pub mod neutronstar;
 pub mod placement;
+pub(crate) mod run_dataset;
 mod run_lock;
 pub mod strategy;
 pub mod tensorboard;
@@ -156,8 +157,10 @@ pub fn train(
     cfg.check()?;
     check_new_run(data, opts)?;
     let path = crate::datasets::ensure_dataset(data, &cfg.dataset).map_err(TrainError::Dataset)?;
-    cfg.check_all(&DatasetFile::open(&path)?)?;
+    let ds = DatasetFile::open(&path)?;
+    cfg.check_all(&ds)?;
     let (run, run_dir) = new_run_dir(data, opts.run.as_deref(), &cfg)?;
+    run_dataset::record(&run_dir, &ds)?;
     execute(data, cfg, &run, &run_dir, false, opts, obs)
 }
 
@@ -183,7 +186,9 @@ pub fn resumable(
     let (run_dir, ck) = checkpointed_run(data, run, "--resume")?;
     let (mut cfg, progress) = checkpoint::load_config(&ck)?;
     let dataset = crate::datasets::ensure_dataset(data, &cfg.dataset).map_err(TrainError::Dataset)?;
-    checkpoint::check_fits(&ck, &cfg.model_spec(&DatasetFile::open(&dataset)?))?;
+    let ds = DatasetFile::open(&dataset)?;
+    run_dataset::check(&run_dir, run, &cfg.dataset, &ds, "--resume")?;
+    checkpoint::check_fits(&ck, &cfg.model_spec(&ds))?;
     let keeps_history = cfg.gnnpipe.as_ref().is_some_and(|g| g.history);
     if cfg.strategy == StrategyKind::Gnnpipe && keeps_history && !checkpoint::has_history(&ck)? {
         return Err(BadInput::new(format!(
