@@ -13,11 +13,11 @@
 use candle_core::Device;
 use criterion::{Criterion, criterion_group, criterion_main};
 use leapgnn::format::DatasetFile;
-use leapgnn::model::{Model, ModelKind, ModelSpec, Params};
+use leapgnn::model::{Model, ModelKind, Params};
 use leapgnn::sample::Fanouts;
 use leapgnn::train::fullgraph::FullGraph;
 use leapgnn::train::strategy::StepSink;
-use leapgnn::train::{GraphData, Iteration, Quiet, Solo, Strategy, Worker};
+use leapgnn::train::{GraphData, Iteration, Quiet, Solo, Strategy, TrainConfig, Worker};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -43,19 +43,9 @@ fn bench(c: &mut Criterion) {
     group.sample_size(10).measurement_time(Duration::from_secs(10));
     for kind in env("FULLGRAPH_MODELS", "sage,gcn,gat").split(',') {
         let kind = <ModelKind as clap::ValueEnum>::from_str(kind, true).expect("FULLGRAPH_MODELS");
-        let spec = ModelSpec {
-            kind,
-            in_dim: ds.feature_dim(),
-            hidden,
-            classes: ds.num_classes(),
-            layers,
-            heads: 4,
-            dropout: 0.5,
-            aggr: Default::default(),
-            softmax_t: 1.0,
-            self_loops: true,
-            gat_heads: Default::default(),
-        };
+        // The model `train --mode full-graph --model KIND --hidden H` builds, other flags at their defaults.
+        let cfg = TrainConfig { model: kind, hidden, fanouts: fanouts.clone(), ..TrainConfig::default() };
+        let spec = cfg.model_spec(&ds);
         let mut params = Params::new(0);
         let model = Model::new(&spec, &mut params, &Device::Cpu).expect("model");
         let data = GraphData { graph: ds.graph(), features: &ds, labels: ds.labels() };

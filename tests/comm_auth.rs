@@ -294,16 +294,19 @@ fn a_slow_genuine_worker_is_not_evicted_by_a_crowd_of_silent_strangers() {
     let held = crowd_now.clone();
     let target = addrs[0];
     thread::spawn(move || {
-        let (down, _) = proxy.accept().unwrap();
-        let up = TcpStream::connect(target).unwrap();
+        let (mut down, _) = proxy.accept().unwrap();
+        let mut up = TcpStream::connect(target).unwrap();
+        let mut hello = [0u8; frame::HEADER_LEN + Hello::LEN];
+        down.read_exact(&mut hello).unwrap();
+        up.write_all(&hello).unwrap();
+        // Worker 0's hello in answer: it has taken worker 1's hello (and marked
+        // it as said) before the crowd comes.
+        up.read_exact(&mut hello).unwrap();
+        down.write_all(&hello).unwrap();
         let (mut d2, mut u2) = (down.try_clone().unwrap(), up.try_clone().unwrap());
         thread::spawn(move || {
             let _ = std::io::copy(&mut u2, &mut d2);
         });
-        let (mut down, mut up) = (down, up);
-        let mut hello = [0u8; frame::HEADER_LEN + Hello::LEN];
-        down.read_exact(&mut hello).unwrap();
-        up.write_all(&hello).unwrap();
         held.wait();
         thread::sleep(Duration::from_millis(1500));
         let _ = std::io::copy(&mut down, &mut up);
@@ -322,7 +325,6 @@ fn a_slow_genuine_worker_is_not_evicted_by_a_crowd_of_silent_strangers() {
         let worker0 = s.spawn(move || Mesh::establish(l0, &cfg0).map(|m| m.barrier(LONG)));
         let worker1 = s.spawn(move || Mesh::establish(l1, &cfg1).map(|m| m.barrier(LONG)));
         crowd_now.wait();
-        thread::sleep(Duration::from_millis(200));
         let silent: Vec<TcpStream> =
             (0..2 * leapgnn::comm::MAX_UNAUTHENTICATED).map(|_| TcpStream::connect(addrs[0]).unwrap()).collect();
         let r1 = worker1.join().unwrap();

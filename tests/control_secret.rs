@@ -240,6 +240,35 @@ fn strangers_on_the_driver_port_do_not_delay_the_workers() {
     }
 }
 
+/// A real worker of rank 0 for the driver at `addr`, handed a fresh token
+/// on stdin; through `sh -c WRAPPER` (which execs it: the same pid) if given.
+fn start_worker(
+    wrapper: Option<&str>,
+    addr: SocketAddr,
+    data: &std::path::Path,
+    stderr: std::process::Stdio,
+) -> std::process::Child {
+    let bin = env!("CARGO_BIN_EXE_leapgnn");
+    let mut cmd = match wrapper {
+        Some(script) => {
+            let mut c = std::process::Command::new("sh");
+            c.args(["-c", script, bin]);
+            c
+        }
+        None => std::process::Command::new(bin),
+    };
+    let mut w = cmd
+        .arg("--data-dir")
+        .arg(data)
+        .args(["worker", "--driver", &addr.to_string(), "--rank", "0", "--timeout", "10"])
+        .stdin(std::process::Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .unwrap();
+    writeln!(w.stdin.take().unwrap(), "{}", job_key::random_hex(job_key::TOKEN_BYTES)).unwrap();
+    w
+}
+
 /// Something at the driver's address that answers a worker's hello with a
 /// Shutdown has proved nothing: the worker must not obey it (it used to
 /// exit 0 at once, as if its job were done).
@@ -253,18 +282,12 @@ fn a_worker_obeys_no_shutdown_before_the_driver_proves_the_token() {
         let mut c = ControlConn::new(s, "worker");
         assert!(matches!(c.recv::<ToDriver>().unwrap(), ToDriver::Hello(_)));
         c.send(&ToWorker::Shutdown).unwrap();
-        thread::sleep(Duration::from_millis(500));
+        // Open until the worker hangs up, so that it reads the Shutdown, not an end of stream.
+        c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        assert!(c.recv::<ToDriver>().is_err(), "the worker said more after an unproved Shutdown");
     });
     let tmp = tempfile::tempdir().unwrap();
-    let mut w = std::process::Command::new(env!("CARGO_BIN_EXE_leapgnn"))
-        .arg("--data-dir")
-        .arg(tmp.path())
-        .args(["worker", "--driver", &addr.to_string(), "--rank", "0", "--timeout", "10"])
-        .stdin(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    writeln!(w.stdin.take().unwrap(), "{}", job_key::random_hex(job_key::TOKEN_BYTES)).unwrap();
+    let w = start_worker(None, addr, tmp.path(), std::process::Stdio::piped());
     let out = w.wait_with_output().unwrap();
     impostor.join().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
@@ -293,16 +316,7 @@ fn neither_the_worker_nor_the_driver_can_write_the_token_into_a_core_file() {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     let tmp = tempfile::tempdir().unwrap();
-    let mut w = std::process::Command::new("sh")
-        .args(["-c", raise, env!("CARGO_BIN_EXE_leapgnn")])
-        .arg("--data-dir")
-        .arg(tmp.path())
-        .args(["worker", "--driver", &addr.to_string(), "--rank", "0", "--timeout", "10"])
-        .stdin(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    writeln!(w.stdin.take().unwrap(), "{}", job_key::random_hex(job_key::TOKEN_BYTES)).unwrap();
+    let mut w = start_worker(Some(raise), addr, tmp.path(), std::process::Stdio::null());
     let (s, _) = l.accept().unwrap();
     let mut c = ControlConn::new(s, "worker");
     let ToDriver::Hello(hello) = c.recv::<ToDriver>().unwrap() else { panic!("no hello") };

@@ -5,13 +5,10 @@
 
 mod dist_support;
 
-use dist_support::{Driver, cora, final_weights, json, signal, wait_gone};
+use dist_support::{Driver, LONG_RUN, cora, final_weights, json, signal, wait_gone};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
-
-/// Long enough never to finish before the test acts on it.
-const LONG_RUN: &[&str] = &["--epochs", "1000", "--batch-size", "8", "--hidden", "16", "--fanout", "5,5", "--no-tui"];
 
 fn start(d: &std::path::Path, workers: &str, extra: &[&str]) -> Driver {
     Driver::start(d, &[&["train", "cora", "--workers", workers], LONG_RUN, extra].concat())

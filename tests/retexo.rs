@@ -263,20 +263,28 @@ fn whole_and_stopped(d: &Path, stop_after: u64) -> (serde_json::Value, serde_jso
     (whole, stopped)
 }
 
+/// Resumes `cut` (see `whole_and_stopped`), whose checkpoint must be stage
+/// 2's start, and checks that it ends as `whole` did, each round recorded
+/// once per worker; returns the resumed summary.
+fn resumed_from_stage_2(d: &Path, whole: &serde_json::Value) -> serde_json::Value {
+    let state: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.join("runs/cut/checkpoint/state.json")).unwrap()).unwrap();
+    assert_eq!(count(&state["progress"]["epoch"]), 3, "the checkpoint is stage 2's start: {}", state["progress"]);
+    let resumed = json(d, &["train", "--no-tui", "--resume", "cut"]);
+    assert_eq!(final_weights(d, "whole"), final_weights(d, "cut"));
+    assert_eq!(resumed["test_accuracy"], whole["test_accuracy"]);
+    let rounds: Vec<u64> = records(d, &resumed).iter().map(|r| count(&r["epoch"])).collect();
+    assert_eq!(rounds.len(), 12, "each round once per worker after the resume: {rounds:?}");
+    resumed
+}
+
 #[test]
 fn a_run_stopped_mid_stage_resumes_from_the_stage_boundary_to_the_same_weights() {
     let tmp = cora();
     let d = tmp.path();
     // Stopped after round 5 of 6 (stage 2's second round): the checkpoint is stage 2's start.
     let (whole, stopped) = whole_and_stopped(d, 5);
-    let state: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(d.join("runs/cut/checkpoint/state.json")).unwrap()).unwrap();
-    assert_eq!(count(&state["progress"]["epoch"]), 3, "{state}");
-    let resumed = json(d, &["train", "--no-tui", "--resume", "cut"]);
-    assert_eq!(final_weights(d, "whole"), final_weights(d, "cut"));
-    assert_eq!(resumed["test_accuracy"], whole["test_accuracy"]);
-    let rounds: Vec<u64> = records(d, &resumed).iter().map(|r| count(&r["epoch"])).collect();
-    assert_eq!(rounds.len(), 12, "each round once per worker after the resume: {rounds:?}");
+    let resumed = resumed_from_stage_2(d, &whole);
     // The bytes are the whole run's: what the stopped run moved (its summary,
     // stage 1's rounds among them) and what the resumed workers moved
     // (workers.json, each since it started). They were the resumed workers'
@@ -347,14 +355,7 @@ fn a_run_stopped_at_a_stages_last_round_keeps_the_stage() {
     let d = tmp.path();
     let (whole, stopped) = whole_and_stopped(d, 3);
     assert_eq!(stopped["iterations"], 3);
-    let state: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(d.join("runs/cut/checkpoint/state.json")).unwrap()).unwrap();
-    assert_eq!(count(&state["progress"]["epoch"]), 3, "the checkpoint is stage 2's start: {}", state["progress"]);
-    let resumed = json(d, &["train", "--no-tui", "--resume", "cut"]);
-    assert_eq!(final_weights(d, "whole"), final_weights(d, "cut"));
-    assert_eq!(resumed["test_accuracy"], whole["test_accuracy"]);
-    let rounds: Vec<u64> = records(d, &resumed).iter().map(|r| count(&r["epoch"])).collect();
-    assert_eq!(rounds.len(), 12, "each round once per worker after the resume: {rounds:?}");
+    let resumed = resumed_from_stage_2(d, &whole);
     // Stage 1 trained once: the resumed workers moved only stage 2's gradients.
     let workers: Vec<serde_json::Value> =
         serde_json::from_slice(&std::fs::read(d.join("runs/cut/workers.json")).unwrap()).unwrap();

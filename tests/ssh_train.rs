@@ -7,8 +7,8 @@ mod dist_support;
 
 use dist_support::sshd::{self, Sshd};
 use dist_support::{
-    Driver, cora, epoch_losses, final_weights, json, leapgnn, max_abs_diff, predictions, remote_workers, signal,
-    wait_gone, weights,
+    Driver, LONG_RUN, cora, epoch_losses, final_weights, json, leapgnn, max_abs_diff, predictions, remote_workers,
+    signal, wait_gone, weights,
 };
 use std::path::Path;
 use std::process::Command;
@@ -156,9 +156,8 @@ fn a_worker_killed_remotely_fails_the_run_within_10s_naming_host_and_rank() {
     let mut sshd = Sshd::start();
     let profile = sshd.profile(2, "");
     let tmp = cora();
-    let long = ["--epochs", "1000", "--batch-size", "8", "--hidden", "16", "--fanout", "5,5", "--no-tui"];
     // Checkpointing on rank 0's host, which stays up: the failed run's last checkpoint is copied back.
-    let long = [&long[..], &["--checkpoint-every", "2", "--run", "killed"]].concat();
+    let long = [LONG_RUN, &["--checkpoint-every", "2", "--run", "killed"]].concat();
     let mut drv =
         Driver::start(tmp.path(), &[&["train", "cora", "--cluster", profile.to_str().unwrap()], &long[..]].concat());
     // Each remote worker's stderr reaches the driver's as "[127.0.0.1:PORT rank R] pid P, mesh listening on A".
@@ -454,8 +453,7 @@ fn cluster_clean_leaves_alone_a_run_another_driver_is_training() {
     let profile = sshd.profile(2, "");
     let p = profile.to_str().unwrap();
     let (elsewhere, here) = (cora(), cora());
-    let long = ["--epochs", "1000", "--batch-size", "8", "--hidden", "16", "--fanout", "5,5", "--no-tui"];
-    let args = [&["train", "cora", "--cluster", p, "--run", "shared", "--checkpoint-every", "2"], &long[..]].concat();
+    let args = [&["train", "cora", "--cluster", p, "--run", "shared", "--checkpoint-every", "2"], LONG_RUN].concat();
     let mut drv = Driver::start(elsewhere.path(), &args);
     let pids: [u32; 2] = remote_workers(&mut drv);
     drv.wait_line(Duration::from_secs(60), |l| l.starts_with("epoch") && l.contains("/1000"));

@@ -4,13 +4,10 @@
 
 mod dist_support;
 
-use dist_support::{Driver, cora, fails, json, signal, try_signal, wait_gone};
+use dist_support::{Driver, LONG_RUN, cora, fails, json, signal, try_signal, wait_gone};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
-
-/// Long enough never to finish before the test acts on it.
-const LONG_RUN: &[&str] = &["--epochs", "1000", "--batch-size", "8", "--hidden", "16", "--fanout", "5,5", "--no-tui"];
 
 fn state(d: &std::path::Path, run: &str) -> serde_json::Value {
     let path = d.join("runs").join(run).join("checkpoint/state.json");

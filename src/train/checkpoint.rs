@@ -268,8 +268,8 @@ fn read_state(dir: &Path) -> Result<StateFile, TrainError> {
     Ok(s)
 }
 
-/// The files `load_weights` reads: `state.json` and the weights it names
-/// (what a worker without the driver's filesystem must be sent).
+/// `state.json` and the weights file it names now (what an inference worker
+/// without the driver's filesystem must be sent).
 pub fn weight_files(dir: &Path) -> Result<[PathBuf; 2], TrainError> {
     Ok([dir.join(STATE), dir.join(read_state(dir)?.weights)])
 }
@@ -317,11 +317,6 @@ impl SavedHistory {
     }
 }
 
-/// Loads only the weights of the checkpoint in `dir` into `params` (inference).
-pub fn load_weights(dir: &Path, params: &Params) -> Result<(), TrainError> {
-    set_weights(dir, &read_state(dir)?, params)
-}
-
 /// The weights file the checkpoint in `dir` names now. A run still training
 /// names a newer one with each checkpoint (and prunes old ones): inference
 /// pins this one, so that every worker scores with the same weights.
@@ -329,18 +324,13 @@ pub fn weights_file(dir: &Path) -> Result<PathBuf, TrainError> {
     Ok(dir.join(read_state(dir)?.weights))
 }
 
-fn set_weights(dir: &Path, s: &StateFile, params: &Params) -> Result<(), TrainError> {
-    load_weights_file(&dir.join(&s.weights), params)
-}
-
 /// Loads weights file `wpath` (a checkpoint's `weights_file`) into `params`.
 pub fn load_weights_file(wpath: &Path, params: &Params) -> Result<(), TrainError> {
-    let wpath = wpath.to_path_buf();
-    let bytes = std::fs::read(&wpath).map_err(|e| unusable(&wpath, e))?;
-    let mut tensors = candle_core::safetensors::load_buffer(&bytes, &Device::Cpu).map_err(|e| unusable(&wpath, e))?;
-    params.set_buffers(&tensors).map_err(|e| unusable(&wpath, e))?;
+    let bytes = std::fs::read(wpath).map_err(|e| unusable(wpath, e))?;
+    let mut tensors = candle_core::safetensors::load_buffer(&bytes, &Device::Cpu).map_err(|e| unusable(wpath, e))?;
+    params.set_buffers(&tensors).map_err(|e| unusable(wpath, e))?;
     tensors.retain(|name, _| !params.is_buffer(name));
-    params.set_flat(&params.flat_from(&tensors, "").map_err(|e| unusable(&wpath, e))?)?;
+    params.set_flat(&params.flat_from(&tensors, "").map_err(|e| unusable(wpath, e))?)?;
     Ok(())
 }
 
@@ -348,7 +338,7 @@ pub fn load_weights_file(wpath: &Path, params: &Params) -> Result<(), TrainError
 /// `params` and `opt` (built from the saved config) and returns its progress.
 pub fn restore(dir: &Path, params: &Params, opt: &mut dyn Optimizer) -> Result<Progress, TrainError> {
     let s = read_state(dir)?;
-    set_weights(dir, &s, params)?;
+    load_weights_file(&dir.join(&s.weights), params)?;
     let opath = dir.join(&s.optimizer);
     let bytes = std::fs::read(&opath).map_err(|e| unusable(&opath, e))?;
     let state =

@@ -20,6 +20,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+/// Training flags of a Cora run long enough never to finish before the test acts on it.
+pub const LONG_RUN: &[&str] =
+    &["--epochs", "1000", "--batch-size", "8", "--hidden", "16", "--fanout", "5,5", "--no-tui"];
+
 /// A temp data dir holding Cora (public Planetoid split) as `cora`, features
 /// stored dense (the tests count dense rows' bytes on the wire).
 pub fn cora() -> tempfile::TempDir {
