@@ -376,7 +376,7 @@ fn naive(g: &Global, cfg: &TrainConfig) -> anyhow::Result<()> {
 }
 
 fn report(s: &RunSummary, dir: &std::path::Path) {
-    let (Some(test), Some(val)) = (s.test_accuracy, s.best_val_accuracy) else {
+    let (Some(test), Some(val), Some(loss)) = (s.test_accuracy, s.best_val_accuracy, s.final_loss) else {
         leapgnn::elog!(
             "run {}: stopped before its first evaluation, so there is no accuracy to report; {}",
             s.run,
@@ -390,7 +390,7 @@ fn report(s: &RunSummary, dir: &std::path::Path) {
         test,
         val,
         s.best_epoch + 1,
-        s.final_loss,
+        loss,
         dir.display()
     );
     if let Some(n) = s.replica_checks {

@@ -193,9 +193,12 @@ fn a_run_stopped_before_its_first_evaluation_reports_no_accuracy() {
     // 5 iterations per epoch: stopped at 2, before the epoch's evaluation.
     let s = json(d, &args(&["--epochs", "2", "--run", "early", "--stop-after", "2"]));
     assert!(s["test_accuracy"].is_null() && s["best_val_accuracy"].is_null(), "{s}");
+    // No epoch finished, so no epoch loss either (it read 0.0, a perfect fit).
+    assert!(s["final_loss"].is_null(), "{s}");
     assert_eq!(s["iterations"], 2, "{s}");
     let s = json(d, &["train", "--resume", "early"]);
     assert!(s["test_accuracy"].as_f64().is_some_and(|a| a > 0.0), "{s}");
+    assert!(s["final_loss"].as_f64().is_some_and(|l| l > 0.0), "{s}");
 }
 
 #[test]

@@ -31,7 +31,10 @@ pub struct RunSummary {
     pub test_accuracy: Option<f64>,
     #[serde(default)]
     pub best_val_accuracy: Option<f64>,
-    pub final_loss: f64,
+    /// The last epoch's mean training loss; `None` (JSON null) for a run
+    /// stopped before it finished an epoch, like the accuracies.
+    #[serde(default)]
+    pub final_loss: Option<f64>,
     pub epoch_seconds: Vec<f64>,
     pub rows: RowCounts,
     /// `rows.miss_rate()`, 0 for a run that requested no rows (the
@@ -101,7 +104,7 @@ impl RunSummary {
             self.test_accuracy = Some(best.test_accuracy);
             self.best_epoch = best.epoch;
         }
-        self.final_loss = history.last().map_or(0.0, |e| e.loss);
+        self.final_loss = history.last().map(|e| e.loss);
         self.epoch_seconds = history.iter().map(|e| e.seconds).collect();
         self.epochs = history.len() as u64;
         self.miss_rate = self.rows.miss_rate().unwrap_or(0.0);
@@ -126,7 +129,7 @@ mod tests {
         let s = RunSummary { rows: RowCounts { requested: 10, remote: 4, ..Default::default() }, ..Default::default() }
             .from_history(vec![e(0, 0.5, 0.4), e(1, 0.8, 0.7), e(2, 0.8, 0.9), e(3, 0.6, 0.95)]);
         assert_eq!((s.best_epoch, s.best_val_accuracy, s.test_accuracy), (1, Some(0.8), Some(0.7)));
-        assert_eq!(s.final_loss, 0.25);
+        assert_eq!(s.final_loss, Some(0.25));
         assert_eq!(s.epochs, 4);
         assert!((s.miss_rate - 0.4).abs() < 1e-12);
         // A run trained in stages (RETEXO): the last stage's best round, even below an earlier stage's.
