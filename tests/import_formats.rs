@@ -168,3 +168,54 @@ fn split_and_feature_dim_flags_override_the_format() {
         (Some(4039), Some(176_468), Some(8))
     );
 }
+
+/// A process holding the lock on `path` the way an import's writer holds its
+/// temporary file's (flock(2)) until it is killed.
+struct LockHolder(std::process::Child);
+
+impl LockHolder {
+    fn start(path: &Path) -> LockHolder {
+        use std::io::BufRead;
+        let mut c = std::process::Command::new("sh")
+            .args(["-c", "exec 9>>\"$1\" && flock 9 && echo held && exec sleep 600", "sh", p(path)])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(c.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let h = LockHolder(c);
+        assert_eq!(line, "held\n", "flock(1) could not lock {}", path.display());
+        h
+    }
+
+    fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for LockHolder {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+#[test]
+fn an_import_removes_the_temp_file_a_killed_import_left_and_not_a_live_ones() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("cora-planetoid");
+    std::fs::create_dir_all(&dir).unwrap();
+    // What an import killed with SIGKILL mid-write leaves: its temp file, unlocked.
+    let killed = dir.join(".dataset.lgnn.tmp.4000000");
+    LockHolder::start(&killed).kill();
+    let live = dir.join(".dataset.lgnn.tmp.4000001");
+    let _writer = LockHolder::start(&live);
+    for f in [&killed, &live] {
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        std::fs::File::options().write(true).open(f).unwrap().set_modified(old).unwrap();
+    }
+    let j = ok_json(d.path(), &["download", "cora-planetoid", "--from", p(&cora_text()), "--json"]);
+    assert_eq!(j["action"], "imported");
+    assert!(!killed.exists(), "the killed import's temp file is still there");
+    assert!(live.exists(), "a live writer's temp file was removed");
+}

@@ -2,10 +2,16 @@ use super::FormatError;
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// A file written under a temporary name next to its target and renamed into
 /// place after fsync, so a crash or error never leaves a half-written file at
 /// the target path. Dropped without `commit`, the temp file is removed.
+///
+/// The writer holds an OS lock on its temp file, so the temp file of a writer
+/// that was killed (kill -9, OOM, power loss) is recognisable: nobody holds
+/// its lock. The next write of the same target removes such leftovers, which
+/// for a dataset or an `infer --out` can be gigabytes.
 pub struct AtomicFile {
     target: PathBuf,
     tmp: PathBuf,
@@ -22,6 +28,10 @@ impl AtomicFile {
         let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
         // Errors name the file being written, not its temporary name.
         let file = File::create(&tmp).map_err(|e| FormatError::io(&target, e))?;
+        // Where the file system has no locks, the write goes on unlocked and
+        // leftovers are kept (an unlocked temp file may be a live writer's).
+        let _ = file.lock();
+        remove_abandoned(&dir, &name, &tmp);
         Ok(AtomicFile { target, tmp, file: Some(BufWriter::with_capacity(1 << 20, file)), committed: false })
     }
 
@@ -63,6 +73,40 @@ impl Drop for AtomicFile {
     }
 }
 
+/// How long a temp file is left alone after its last write whatever its lock
+/// says: a writer locks its file just after creating it.
+const CREATE_GRACE: Duration = Duration::from_secs(2);
+
+/// Removes the temp files of earlier writes of `name` in `dir` whose writer is
+/// gone: regular files named `.{name}.tmp.<pid>` whose lock can be taken.
+fn remove_abandoned(dir: &Path, name: &str, ours: &Path) {
+    let prefix = format!(".{name}.tmp.");
+    let Ok(entries) = fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        let n = e.file_name();
+        let is_temp = n
+            .to_str()
+            .and_then(|n| n.strip_prefix(&prefix))
+            .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()));
+        let path = e.path();
+        if !is_temp || path == ours {
+            continue;
+        }
+        // Never through a link, never a directory (the partition writer's
+        // staging directories share the naming and clean up after themselves).
+        let Ok(meta) = fs::symlink_metadata(&path) else { continue };
+        let settled = meta.modified().ok().and_then(|m| m.elapsed().ok()).is_some_and(|age| age >= CREATE_GRACE);
+        if !meta.is_file() || !settled {
+            continue;
+        }
+        if let Ok(f) = File::open(&path)
+            && f.try_lock().is_ok()
+        {
+            let _ = fs::remove_file(&path);
+        }
+    }
+}
+
 fn parent_dir(p: &Path) -> PathBuf {
     match p.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
@@ -77,4 +121,72 @@ pub fn write_atomic(target: impl AsRef<Path>, bytes: &[u8]) -> Result<(), Format
     f.writer().write_all(bytes).map_err(|e| FormatError::io(target, e))?;
     f.commit()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::SystemTime;
+
+    fn aged(path: &Path) {
+        let f = File::options().write(true).open(path).unwrap();
+        f.set_modified(SystemTime::now() - Duration::from_secs(3600)).unwrap();
+    }
+
+    #[test]
+    fn a_write_removes_abandoned_temp_files_of_its_target_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let temp = |n: &str| d.join(n);
+        // Unlocked and settled: a writer that died.
+        let dead = temp(".x.json.tmp.4242");
+        fs::write(&dead, b"half").unwrap();
+        aged(&dead);
+        // Locked: a live writer, however old its last write.
+        let live = temp(".x.json.tmp.4343");
+        fs::write(&live, b"half").unwrap();
+        aged(&live);
+        let holder = File::open(&live).unwrap();
+        holder.lock().unwrap();
+        // Unlocked but just written: maybe a writer between create and lock.
+        let fresh = temp(".x.json.tmp.4444");
+        fs::write(&fresh, b"half").unwrap();
+        // Not ours to judge: another target's, a directory, a link, other names.
+        let others = [".y.json.tmp.4242", ".x.json.tmp.", ".x.json.tmp.12a", ".x.json.part"].map(temp);
+        for p in &others {
+            fs::write(p, b"keep").unwrap();
+            aged(p);
+        }
+        let staging = temp(".x.json.tmp.4545");
+        fs::create_dir(&staging).unwrap();
+        let link = temp(".x.json.tmp.4646");
+        std::os::unix::fs::symlink(&others[0], &link).unwrap();
+
+        write_atomic(d.join("x.json"), b"{}").unwrap();
+        assert_eq!(fs::read(d.join("x.json")).unwrap(), b"{}");
+        assert!(!dead.exists(), "the dead writer's temp file stayed");
+        for p in [&live, &fresh, &staging, &link].into_iter().chain(&others) {
+            assert!(fs::symlink_metadata(p).is_ok(), "{} was removed", p.display());
+        }
+        // Once its writer is gone, the old one goes with the next write.
+        drop(holder);
+        write_atomic(d.join("x.json"), b"[]").unwrap();
+        assert!(!live.exists());
+        assert!(fresh.exists(), "fresh files stay until they settle");
+    }
+
+    #[test]
+    fn a_writer_holds_the_lock_on_its_temp_file_until_it_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = AtomicFile::create(dir.path().join("x.bin")).unwrap();
+        w.writer().write_all(b"data").unwrap();
+        let probe = File::open(&w.tmp).unwrap();
+        assert!(probe.try_lock().is_err(), "a writer's temp file must be locked while it writes");
+        aged(&w.tmp);
+        // Another writer of the same target leaves a live writer's file alone.
+        remove_abandoned(dir.path(), "x.bin", &dir.path().join(".x.bin.tmp.1"));
+        assert!(w.tmp.exists());
+        w.commit().unwrap();
+        assert_eq!(fs::read(dir.path().join("x.bin")).unwrap(), b"data");
+    }
 }
