@@ -162,5 +162,18 @@ fn a_file_in_place_of_the_directory_is_refused_before_anything_starts() {
     std::fs::write(d.join("tb"), "not a directory").unwrap();
     let e = fails(d, &["train", "cora", "--no-tui", "--tensorboard", d.join("tb").to_str().unwrap()], 2);
     assert!(e.contains("--tensorboard") && e.contains("not a directory"), "{e}");
+    // Below a file, or where nothing can be made (/proc), it was taken, the
+    // run trained and wrote no event file, and said nothing off a terminal.
+    let below = d.join("tb").join("logs");
+    for dir in [below.as_path(), Path::new("/proc/leapgnn-tb")] {
+        let e = fails(d, &["train", "cora", "--no-tui", "--tensorboard", dir.to_str().unwrap()], 2);
+        assert!(e.contains("--tensorboard") && e.contains(dir.to_str().unwrap()), "{e}");
+        assert!(e.contains("not a directory") || e.contains("cannot create"), "{e}");
+    }
     assert!(!d.join("runs").exists(), "nothing is created for a refused run");
+    // A directory yet to be made, several levels down, is fine; the probe leaves nothing.
+    let deep = d.join("new").join("tb");
+    json(d, &["train", "cora", "--epochs", "1", "--tensorboard", deep.to_str().unwrap()]);
+    let made: Vec<_> = std::fs::read_dir(&deep).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(made.len(), 1, "one run's directory: {made:?}");
 }

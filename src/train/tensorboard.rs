@@ -6,7 +6,7 @@ use super::{Observer, TrainError};
 use crate::BadInput;
 use crate::format::FormatError;
 use crate::metrics::{EpochRecord, RunInfo, StepRecord, TensorBoardLog};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Passes everything on to `inner`; without a directory it writes nothing.
 pub struct TensorBoard<'a> {
@@ -16,17 +16,12 @@ pub struct TensorBoard<'a> {
 }
 
 impl<'a> TensorBoard<'a> {
-    /// Refuses a `dir` that is a file before any worker starts; the directory
-    /// itself is made when the run starts (a rejected run leaves nothing behind).
+    /// Refuses a `dir` that is a file, or that cannot be made or written,
+    /// before any worker starts; the directory itself is made when the run
+    /// starts (a rejected run leaves nothing behind).
     pub fn new(dir: Option<PathBuf>, inner: &'a mut dyn Observer) -> Result<Self, BadInput> {
-        if let Some(dir) = &dir
-            && dir.exists()
-            && !dir.is_dir()
-        {
-            return Err(BadInput::new(format!(
-                "--tensorboard {}: not a directory; give a directory (event files go to DIR/<run>/)",
-                dir.display()
-            )));
+        if let Some(dir) = &dir {
+            writable(dir)?;
         }
         Ok(TensorBoard { dir, log: None, inner })
     }
@@ -34,7 +29,10 @@ impl<'a> TensorBoard<'a> {
     /// Logging is a side channel: a failed write costs the curves, not the run.
     fn keep(&mut self, r: Result<(), FormatError>) {
         if let Err(e) = r {
-            self.inner.event(&format!("--tensorboard: {e}; no more TensorBoard events are written"));
+            // Also a warning: events reach neither a pipe nor --json's stderr.
+            let msg = format!("--tensorboard: {e}; no more TensorBoard events are written");
+            tracing::warn!("{msg}");
+            self.inner.event(&msg);
             self.log = None;
         }
     }
@@ -48,6 +46,32 @@ impl<'a> TensorBoard<'a> {
     }
 }
 
+/// `dir`, or the nearest of its ancestors that exists, is a directory this
+/// process can create in: tried with an empty directory, removed at once.
+fn writable(dir: &Path) -> Result<(), BadInput> {
+    let refuse = |why: String| {
+        BadInput::new(format!(
+            "--tensorboard {}: {why}; give a directory you can write (event files go to DIR/<run>/)",
+            dir.display()
+        ))
+    };
+    let base = dir.ancestors().map(|a| if a.as_os_str().is_empty() { Path::new(".") } else { a }).find(|a| a.exists());
+    let Some(base) = base else { return Err(refuse("no part of it exists".into())) };
+    if !base.is_dir() {
+        let what =
+            if base == dir { "not a directory".to_string() } else { format!("{} is not a directory", base.display()) };
+        return Err(refuse(what));
+    }
+    let probe = base.join(format!(".leapgnn-probe-{}", std::process::id()));
+    match std::fs::create_dir(&probe) {
+        Ok(()) => {
+            let _ = std::fs::remove_dir(&probe);
+            Ok(())
+        }
+        Err(e) => Err(refuse(format!("cannot create anything in {} ({e})", base.display()))),
+    }
+}
+
 impl Observer for TensorBoard<'_> {
     fn start(&mut self, info: &RunInfo) {
         let Some(dir) = &self.dir else { return self.inner.start(info) };
@@ -57,7 +81,11 @@ impl Observer for TensorBoard<'_> {
                 self.inner.event(&format!("TensorBoard events: {}", log.path().display()));
                 self.log = Some(log);
             }
-            Err(e) => self.inner.event(&format!("--tensorboard: {e}; the run goes on without TensorBoard events")),
+            Err(e) => {
+                let msg = format!("--tensorboard: {e}; the run goes on without TensorBoard events");
+                tracing::warn!("{msg}");
+                self.inner.event(&msg);
+            }
         }
         self.inner.start(info)
     }

@@ -366,7 +366,10 @@ fn execute(
     let auto_plans = match (opts.auto_planner, saved) {
         (_, Some(s)) => s.plans.clone(),
         (Some(plan), None) if auto && world > 1 => plan(data, &cfg).unwrap_or_else(|e| {
-            obs.event(&format!("--time-steps auto: no cost model prediction ({e:#}); trying every T, one epoch each"));
+            // A warning too: events reach neither a pipe nor --json's stderr.
+            let msg = format!("--time-steps auto: no cost model prediction ({e:#}); trying every T, one epoch each");
+            tracing::warn!("{msg}");
+            obs.event(&msg);
             Vec::new()
         }),
         _ => Vec::new(),
