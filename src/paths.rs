@@ -79,3 +79,36 @@ pub fn resolve_archive(data: &DataDir, name_or_path: &str) -> PathBuf {
     }
     data.dataset_path(name_or_path)
 }
+
+/// Why files cannot be made in a directory (`can_create_in`).
+#[derive(Debug)]
+pub enum Uncreatable {
+    /// This, the nearest existing ancestor, is not a directory.
+    NotADirectory(PathBuf),
+    /// Creating a file in this existing directory failed.
+    Refused(PathBuf, std::io::Error),
+}
+
+/// Whether files can be created in `dir` or, when it does not exist yet, in
+/// its nearest existing ancestor (where the missing directories would be
+/// made): tried with an empty file, removed at once. For refusing an output
+/// path before any work rather than after it.
+pub fn can_create_in(dir: &Path) -> Result<(), Uncreatable> {
+    let existing = dir
+        .ancestors()
+        .map(|a| if a.as_os_str().is_empty() { Path::new(".") } else { a })
+        .find(|a| a.exists())
+        .unwrap_or(Path::new("."));
+    if !existing.is_dir() {
+        return Err(Uncreatable::NotADirectory(existing.to_path_buf()));
+    }
+    let probe = existing.join(format!(".leapgnn-probe.{}", std::process::id()));
+    match std::fs::OpenOptions::new().write(true).create_new(true).open(&probe) {
+        Ok(f) => {
+            drop(f);
+            let _ = std::fs::remove_file(&probe);
+            Ok(())
+        }
+        Err(e) => Err(Uncreatable::Refused(existing.to_path_buf(), e)),
+    }
+}

@@ -133,8 +133,7 @@ impl Mesh {
                 self.send(p, t, category, data.clone())?;
             }
         } else {
-            *data =
-                self.recv_within(root, t, &Deadline::after(timeout), || format!("the broadcast from worker {root}"))?;
+            *data = self.recv_within(root, t, &Deadline::after(timeout), || "its broadcast".to_string())?;
         }
         Ok(())
     }

@@ -344,6 +344,7 @@ fn out_path(opts: &InferOptions, run_dir: &Path) -> PathBuf {
 /// a file, in a directory this process cannot create files in, or (npy) with
 /// a field's file name taken by a directory.
 fn check_out(opts: &InferOptions) -> Result<(), BadInput> {
+    use crate::paths::Uncreatable;
     let Some(p) = &opts.out else { return Ok(()) };
     let bad = |why: String| Err(BadInput::new(format!("--out {}: {why}", p.display())));
     if p.as_os_str() == "-" {
@@ -370,22 +371,15 @@ fn check_out(opts: &InferOptions) -> Result<(), BadInput> {
         OutputFormat::Safetensors => p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new(".")),
         OutputFormat::Npy => p.as_path(),
     };
-    // Its nearest existing ancestor (itself if it exists) is where a file or the missing directories are created.
-    let existing = dir.ancestors().find(|a| a.as_os_str().is_empty() || a.exists()).unwrap_or(Path::new("."));
-    let existing = if existing.as_os_str().is_empty() { Path::new(".") } else { existing };
-    if !existing.is_dir() {
-        return bad(format!(
-            "{} is a file, not a directory, so nothing can be written under it; give a path in a directory",
-            existing.display()
-        ));
-    }
-    let probe = existing.join(format!(".leapgnn-infer-probe.{}", std::process::id()));
-    match std::fs::OpenOptions::new().write(true).create_new(true).open(&probe) {
-        Ok(f) => {
-            drop(f);
-            let _ = std::fs::remove_file(&probe);
+    match crate::paths::can_create_in(dir) {
+        Ok(()) => {}
+        Err(Uncreatable::NotADirectory(file)) => {
+            return bad(format!(
+                "{} is a file, not a directory, so nothing can be written under it; give a path in a directory",
+                file.display()
+            ));
         }
-        Err(e) => {
+        Err(Uncreatable::Refused(existing, e)) => {
             return bad(format!("cannot create files in {} ({e}); give a writable location", existing.display()));
         }
     }

@@ -47,29 +47,19 @@ impl<'a> TensorBoard<'a> {
 }
 
 /// `dir`, or the nearest of its ancestors that exists, is a directory this
-/// process can create in: tried with an empty directory, removed at once.
+/// process can create in.
 fn writable(dir: &Path) -> Result<(), BadInput> {
-    let refuse = |why: String| {
-        BadInput::new(format!(
-            "--tensorboard {}: {why}; give a directory you can write (event files go to DIR/<run>/)",
-            dir.display()
-        ))
+    use crate::paths::Uncreatable;
+    let why = match crate::paths::can_create_in(dir) {
+        Ok(()) => return Ok(()),
+        Err(Uncreatable::NotADirectory(p)) if p == dir => "not a directory".to_string(),
+        Err(Uncreatable::NotADirectory(p)) => format!("{} is not a directory", p.display()),
+        Err(Uncreatable::Refused(p, e)) => format!("cannot create anything in {} ({e})", p.display()),
     };
-    let base = dir.ancestors().map(|a| if a.as_os_str().is_empty() { Path::new(".") } else { a }).find(|a| a.exists());
-    let Some(base) = base else { return Err(refuse("no part of it exists".into())) };
-    if !base.is_dir() {
-        let what =
-            if base == dir { "not a directory".to_string() } else { format!("{} is not a directory", base.display()) };
-        return Err(refuse(what));
-    }
-    let probe = base.join(format!(".leapgnn-probe-{}", std::process::id()));
-    match std::fs::create_dir(&probe) {
-        Ok(()) => {
-            let _ = std::fs::remove_dir(&probe);
-            Ok(())
-        }
-        Err(e) => Err(refuse(format!("cannot create anything in {} ({e})", base.display()))),
-    }
+    Err(BadInput::new(format!(
+        "--tensorboard {}: {why}; give a directory you can write (event files go to DIR/<run>/)",
+        dir.display()
+    )))
 }
 
 impl Observer for TensorBoard<'_> {
