@@ -219,3 +219,77 @@ fn an_import_removes_the_temp_file_a_killed_import_left_and_not_a_live_ones() {
     assert!(!killed.exists(), "the killed import's temp file is still there");
     assert!(live.exists(), "a live writer's temp file was removed");
 }
+
+/// `text` as a Windows tool saves it: a UTF-8 byte-order mark first and CRLF line ends.
+fn windows_text(text: &[u8]) -> Vec<u8> {
+    let text = String::from_utf8(text.to_vec()).unwrap();
+    let crlf = text.lines().map(|l| format!("{l}\r\n")).collect::<String>();
+    [b"\xef\xbb\xbf".as_slice(), crlf.as_bytes()].concat()
+}
+
+fn gunzip(bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(bytes), &mut out).unwrap();
+    out
+}
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut e, bytes).unwrap();
+    e.finish().unwrap()
+}
+
+/// Sources saved by Windows tools (a byte-order mark before the first line,
+/// CRLF line ends) import to the same archive as the originals, in every text
+/// format: the mark made the first id `\u{feff}0`, "not a non-negative integer".
+#[test]
+fn byte_order_marks_and_crlf_import_like_the_originals() {
+    let d = tempfile::tempdir().unwrap();
+    let import = |name: &str, from: &Path, format: &str| {
+        let j = ok_json(d.path(), &["download", name, "--from", p(from), "--format", format, "--json"]);
+        content(Path::new(j["path"].as_str().unwrap()))
+    };
+    let windows_copy = |dir: &Path, files: &[(String, Vec<u8>)], gz: bool| {
+        let files: Vec<(String, Vec<u8>)> = files
+            .iter()
+            .map(|(n, b)| (n.clone(), if gz { gzip(&windows_text(&gunzip(b))) } else { windows_text(b) }))
+            .collect();
+        write_tree(dir, &files);
+    };
+
+    // text: every Planetoid file of Cora (edges, features with its `# dim=` header, labels, splits).
+    let text_files: Vec<(String, Vec<u8>)> = ["edges", "features", "labels", "train", "val", "test"]
+        .iter()
+        .map(|ext| {
+            let name = format!("cora.{ext}.txt");
+            let bytes = std::fs::read(shared("planetoid/converted").join(&name)).unwrap();
+            (name, bytes)
+        })
+        .collect();
+    let win_text = d.path().join("win-text");
+    windows_copy(&win_text, &text_files, false);
+    assert!(import("wt", &win_text.join("cora"), "text") == import("t", &cora_text(), "text"), "text differs");
+
+    // musae: the CSV header lines and the JSON object.
+    let musae = shared("musae-facebook");
+    let musae_files: Vec<(String, Vec<u8>)> = ["facebook_edges.csv", "facebook_features.json", "facebook_target.csv"]
+        .iter()
+        .map(|n| (n.to_string(), std::fs::read(musae.join(n)).unwrap()))
+        .collect();
+    let win_musae = d.path().join("win-musae");
+    windows_copy(&win_musae, &musae_files, false);
+    assert!(import("wm", &win_musae, "musae") == import("m", &musae, "musae"), "musae differs");
+
+    // ogb: gzipped CSVs, read line by line (labels, splits) and in parallel blocks (edges, features).
+    let ogb_files = ogb_files_from_text(&cora_text(), "cora");
+    let (plain, win_ogb) = (d.path().join("ogb"), d.path().join("win-ogb"));
+    write_tree(&plain, &ogb_files);
+    windows_copy(&win_ogb, &ogb_files, true);
+    assert!(import("wo", &win_ogb, "ogb") == import("o", &plain, "ogb"), "ogb differs");
+
+    // edgelist: a gzipped SNAP file.
+    let snap = shared("snap/facebook_combined.txt.gz");
+    let win_snap = d.path().join("win-ego.txt.gz");
+    std::fs::write(&win_snap, gzip(&windows_text(&gunzip(&std::fs::read(&snap).unwrap())))).unwrap();
+    assert!(import("we", &win_snap, "edgelist") == import("e", &snap, "edgelist"), "edgelist differs");
+}

@@ -43,12 +43,30 @@ impl<R: Read> Lines<R> {
         if n == 0 {
             return Ok(None);
         }
-        Ok(Some((self.buf.trim_end_matches(['\n', '\r']), &self.at)))
+        let line = self.buf.trim_end_matches(['\n', '\r']);
+        let line = if self.at.line == 1 { strip_bom(line) } else { line };
+        Ok(Some((line, &self.at)))
     }
 
     pub fn loc(&self) -> &Loc {
         &self.at
     }
+}
+
+/// The UTF-8 byte-order mark that Windows tools (Excel's "CSV UTF-8",
+/// PowerShell's `Out-File`) put before a text file's first line.
+pub const BOM: &str = "\u{feff}";
+
+/// `first_line` without a leading byte-order mark: invisible in an editor and
+/// in an error message, it made the first id `\u{feff}0`, "not a
+/// non-negative integer".
+pub fn strip_bom(first_line: &str) -> &str {
+    first_line.strip_prefix(BOM).unwrap_or(first_line)
+}
+
+/// `bytes` (a whole text file) without a leading byte-order mark.
+pub fn strip_bom_bytes(bytes: &[u8]) -> &[u8] {
+    bytes.strip_prefix(BOM.as_bytes()).unwrap_or(bytes)
 }
 
 /// Without a stated node count a graph has `largest id + 1` nodes, and every
@@ -176,6 +194,7 @@ pub fn for_each_block<R: Read>(
             let line = first_line + buf[..e.valid_up_to()].iter().filter(|&&b| b == b'\n').count() as u64;
             DatasetError::parse(file, line, "not UTF-8 text; the file is corrupt")
         })?;
+        let text = if first_line == 1 { strip_bom(text) } else { text };
         let body = text.strip_suffix('\n').unwrap_or(text);
         if !body.is_empty() {
             let lines: Vec<&str> = body.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l)).collect();

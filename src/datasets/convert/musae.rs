@@ -159,9 +159,10 @@ fn read_edges(src: &mut Source, name: &str, n: usize) -> Result<Vec<(u32, u32)>,
 fn read_features(src: &mut Source, name: &str, n: usize) -> Result<super::build::Dense, DatasetError> {
     let shown = src.display(name);
     let bytes = src.read_part(name)?;
-    let map: HashMap<String, Vec<u32>> = serde_json::from_slice(&bytes).map_err(|e| {
-        DatasetError::parse(&shown, e.line() as u64, format!("not a JSON object of id -> [columns]: {e}"))
-    })?;
+    let map: HashMap<String, Vec<u32>> =
+        serde_json::from_slice(super::lines::strip_bom_bytes(&bytes)).map_err(|e| {
+            DatasetError::parse(&shown, e.line() as u64, format!("not a JSON object of id -> [columns]: {e}"))
+        })?;
     let mut by_node: Vec<Option<&Vec<u32>>> = vec![None; n];
     for (k, cols) in &map {
         let v = parse_id(k, "node id").map_err(|m| DatasetError::invalid(&shown, m))? as usize;
