@@ -162,3 +162,47 @@ fn unknown_names_formats_and_paths_are_usage_errors() {
     std::fs::write(&reg, "[a]\nformat = \"text\"\nurls = 3\n").unwrap();
     leapgnn(d.path(), &["download", "a", "--registry", reg.to_str().unwrap()]).assert_error(2, &["bad.toml", "[a]"]);
 }
+
+/// A NaN or infinite feature value is refused at import, naming where it is:
+/// it was stored, and the first training iteration's loss came out NaN.
+#[test]
+fn non_finite_features_are_refused_at_import() {
+    let d = tempfile::tempdir().unwrap();
+    // OGB: `nan`, `inf` and a value past f32's range in node 5's row (line 6).
+    for bad in ["nan", "-inf", "1e39"] {
+        let mut files = ogb_files_from_text(&cora_text(), "cora");
+        let feat = files.iter_mut().find(|(n, _)| n.ends_with("node-feat.csv.gz")).unwrap();
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&feat.1[..]), &mut text).unwrap();
+        let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+        lines[5] = lines[5].replacen('0', bad, 1);
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut gz, (lines.join("\n") + "\n").as_bytes()).unwrap();
+        feat.1 = gz.finish().unwrap();
+        let tree = d.path().join(format!("ogb-{bad}"));
+        write_tree(&tree, &files);
+        let t = tree.to_str().unwrap();
+        rejects(t, "ogb", &[&format!("{t}/cora/raw/node-feat.csv.gz:6:"), &format!("`{bad}` is not a finite number")]);
+    }
+
+    // npz: gnn-benchmark Cora with its first stored feature value made NaN.
+    let src = std::fs::read(shared("gnn-benchmark/cora.npz")).unwrap();
+    let mut zip = zip::ZipArchive::new(std::io::Cursor::new(src)).unwrap();
+    let mut files = Vec::new();
+    for i in 0..zip.len() {
+        let mut f = zip.by_index(i).unwrap();
+        let name = f.name().unwrap().to_string();
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut f, &mut bytes).unwrap();
+        if name == "attr_data.npy" {
+            assert!(String::from_utf8_lossy(&bytes[..64]).contains("'<f4'"), "attr_data is not float32");
+            let start = 10 + u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+            bytes[start..start + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+        }
+        files.push((name, bytes));
+    }
+    let npz = d.path().join("nan.npz");
+    write_zip(&npz, &files);
+    let n = npz.to_str().unwrap();
+    rejects(n, "npz", &[n, "feature value NaN at node 0", "features must be finite numbers"]);
+}

@@ -116,6 +116,23 @@ pub fn generated_labels(num_nodes: usize, classes: u32, seed: u64) -> Vec<i32> {
     (0..num_nodes as u64).into_par_iter().map(|v| (hash_of(seed, &[LABEL_TAG, v]) % classes as u64) as i32).collect()
 }
 
+/// Every feature value is a finite number: one NaN or infinity (an OGB CSV's
+/// `nan`, a value past f32's range, an npz array holding them) made the first
+/// training iteration's loss NaN, long after the import said nothing.
+fn check_finite(f: &Dense) -> Result<(), String> {
+    let Some(i) = f.values.par_iter().position_first(|x| !x.is_finite()) else {
+        return Ok(());
+    };
+    let d = (f.dim as usize).max(1);
+    Err(format!(
+        "feature value {} at node {} column {} (of {} columns): features must be finite numbers; fix that value in the source",
+        f.values[i],
+        i / d,
+        i % d,
+        f.dim
+    ))
+}
+
 /// The format-independent steps; `source` is recorded in the metadata.
 pub fn finish(
     mut raw: Raw,
@@ -152,6 +169,7 @@ pub fn finish(
                     f.dim
                 )));
             }
+            check_finite(&f).map_err(|m| DatasetError::invalid(source, m))?;
             f
         }
         None => {

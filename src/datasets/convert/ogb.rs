@@ -108,7 +108,11 @@ fn read_features(src: &mut Source, name: &str, n: usize) -> Result<Dense, Datase
                 if k == dim {
                     return Err(err(format!("more than {dim} values (the first row has {dim})")));
                 }
-                row[k] = tok.trim().parse::<f32>().map_err(|_| err(format!("`{tok}` is not a number")))?;
+                let x = tok.trim().parse::<f32>().map_err(|_| err(format!("`{tok}` is not a number")))?;
+                if !x.is_finite() {
+                    return Err(err(format!("`{tok}` is not a finite number (features must be)")));
+                }
+                row[k] = x;
                 k += 1;
             }
             if k != dim {
