@@ -68,6 +68,18 @@ pub fn parts_beside(archive: &Path, method: &str, parts: usize) -> PathBuf {
     base.join(format!("{method}-{parts}"))
 }
 
+/// Where the `method`-`parts` partition of dataset `name_or_path` lives, as
+/// `partition` and every on-demand partitioning write it: under `data` for a
+/// dataset there, beside the archive for a path elsewhere.
+pub fn partition_dir(data: &DataDir, name_or_path: &str, method: &str, parts: usize) -> PathBuf {
+    let archive = resolve_archive(data, name_or_path);
+    if archive == data.dataset_path(name_or_path) {
+        data.parts_dir(name_or_path, method, parts)
+    } else {
+        parts_beside(&archive, method, parts)
+    }
+}
+
 /// A dataset argument is either a registry/dataset name or a path to an archive.
 pub fn resolve_archive(data: &DataDir, name_or_path: &str) -> PathBuf {
     let p = Path::new(name_or_path);

@@ -181,3 +181,33 @@ fn fanout_takes_trains_syntax() {
     assert!(!data.join("cora-planetoid/parts/random-4").exists(), "--no-keep left the partition");
     assert!(data.join("cora-planetoid/parts/random-2").is_dir(), "--no-keep removed one it did not make");
 }
+
+/// A dataset given as a path has its partitions beside the archive, where
+/// `partition` puts them: analyze-locality uses the ones there and `--no-keep`
+/// removes only those it made. It looked under --data-dir instead, so it took
+/// every partition for new and `--no-keep` deleted ones `partition` had made.
+#[test]
+fn a_dataset_path_keeps_the_partitions_beside_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    cora(&data);
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let archive = elsewhere.join("c.lgnn");
+    std::fs::copy(data.join("cora-planetoid/dataset.lgnn"), &archive).unwrap();
+    let a = archive.to_str().unwrap();
+    let made = crate::import_support::ok_json(&data, &["partition", a, "--parts", "2", "--method", "random", "--json"]);
+    let kept = elsewhere.join("c.parts/random-2");
+    assert_eq!(made["path"].as_str(), Some(kept.to_str().unwrap()));
+    let manifest = std::fs::read(kept.join("manifest")).unwrap();
+
+    let args = ["--parts", "2,4", "--method", "random", "--sampling", "node", "--layers", "2", "--batches", "2"];
+    let out = leapgnn(&data, &[&["analyze-locality", a, "--no-keep"][..], &args[..]].concat());
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(kept.is_dir(), "--no-keep removed the partition `partition` made: {}", out.stderr);
+    assert_eq!(std::fs::read(kept.join("manifest")).unwrap(), manifest, "the partition was rewritten");
+    assert!(!elsewhere.join("c.parts/random-4").exists(), "--no-keep left the partition it made");
+    assert!(out.stderr.contains("random-4") && !out.stderr.contains("random-2"), "{}", out.stderr);
+    let under_data: Vec<_> = std::fs::read_dir(&data).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(under_data, ["cora-planetoid"], "wrote under --data-dir");
+}

@@ -142,7 +142,8 @@ fn partition_of(
     parts: usize,
     seed: u64,
 ) -> anyhow::Result<(ManifestFile, Option<std::path::PathBuf>)> {
-    let dir = data.parts_dir(name, method.name(), parts);
+    // Where `ensure_partition` reads and writes it (beside the archive for a dataset given as a path).
+    let dir = crate::paths::partition_dir(data, name, method.name(), parts);
     if let Ok(m) = ManifestFile::open(&dir)
         && m.check_matches(ds, parts).is_ok()
     {

@@ -114,7 +114,6 @@ impl<'a> Job<'a> {
         super::check_parts(k, usize::MAX, name)?;
         // The archive `train` would use: a name under --data-dir, or a path (partitioned beside it).
         let path = crate::paths::resolve_archive(data, name);
-        let under_data = path == data.dataset_path(name);
         if !path.is_file() {
             let msg = if crate::paths::is_plain_name(name) {
                 format!(
@@ -128,11 +127,7 @@ impl<'a> Job<'a> {
             };
             return Err(BadInput::new(msg).into());
         }
-        let dir = if under_data {
-            data.parts_dir(name, opts.method.name(), k)
-        } else {
-            crate::paths::parts_beside(&path, opts.method.name(), k)
-        };
+        let dir = crate::paths::partition_dir(data, name, opts.method.name(), k);
         let ds = DatasetFile::open(&path)?;
         super::check_parts(k, ds.num_nodes(), name)?;
         Ok(Job { name, opts, dir, ds })
