@@ -293,3 +293,46 @@ fn byte_order_marks_and_crlf_import_like_the_originals() {
     std::fs::write(&win_snap, gzip(&windows_text(&gunzip(&std::fs::read(&snap).unwrap())))).unwrap();
     assert!(import("we", &win_snap, "edgelist") == import("e", &snap, "edgelist"), "edgelist differs");
 }
+
+/// A present archive is kept as it is; an import asking for something else
+/// (another source, a split, a seed) says it was not done and how to do it,
+/// where it used to report `present` alone and leave the old data in place.
+#[test]
+fn a_kept_archive_says_which_requested_changes_were_not_made() {
+    let d = tempfile::tempdir().unwrap();
+    let cora = cora_text();
+    let first = ok_json(d.path(), &["download", "c", "--from", p(&cora), "--format", "text", "--json"]);
+    let again = |extra: &[&str]| {
+        let mut args = vec!["download", "c", "--format", "text", "--json"];
+        args.extend_from_slice(extra);
+        let out = leapgnn(d.path(), &args);
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        let j = out.json();
+        (j["action"].as_str().unwrap().to_owned(), j["sha256"].clone(), out.stderr)
+    };
+    // The same source, spelled another way: kept without a word.
+    let dotted = cora.parent().unwrap().join(".").join(cora.file_name().unwrap());
+    let (action, sha, stderr) = again(&["--from", p(&dotted)]);
+    assert_eq!((action.as_str(), &sha), ("present", &first["sha256"]));
+    assert!(!stderr.contains("warning"), "{stderr}");
+
+    let citeseer = shared("planetoid/converted/citeseer");
+    let cases: [(&[&str], &[&str]); 3] = [
+        (&["--from", p(&citeseer)], &["--from", "citeseer", "it was made from", "cora"]),
+        (&["--from", p(&cora), "--split", "50,25,25"], &["the conversion flags given"]),
+        (&["--from", p(&cora), "--seed", "3"], &["--seed 3 (it was made with 0)"]),
+    ];
+    for (extra, needles) in cases {
+        let (action, sha, stderr) = again(extra);
+        assert_eq!((action.as_str(), &sha), ("present", &first["sha256"]), "{extra:?}");
+        let line = stderr.lines().find(|l| l.starts_with("warning:")).unwrap_or_else(|| panic!("{extra:?}: {stderr}"));
+        for n in needles.iter().chain(&["was kept as it is", "--force"]) {
+            assert!(line.contains(n), "{extra:?}: `{n}` not in {line}");
+        }
+    }
+    // --force makes the import asked for.
+    let (action, _, _) = again(&["--from", p(&citeseer), "--force"]);
+    assert_eq!(action, "imported");
+    let j = ok_json(d.path(), &["info", "c", "--json"]);
+    assert_eq!(j["nodes"], 3327);
+}

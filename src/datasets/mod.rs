@@ -82,7 +82,10 @@ pub fn download(data: &DataDir, reg: &Registry, req: &DownloadRequest) -> Result
     let mut notes = Vec::new();
     if !req.force && target.exists() {
         match DatasetFile::open_verified(&target) {
-            Ok(f) => return Ok(report(f, t0, "present", notes)),
+            Ok(f) => {
+                notes.extend(not_applied(&f, req, &target));
+                return Ok(report(f, t0, "present", notes));
+            }
             Err(e) => notes.push(format!("{e}; rebuilding it")),
         }
     }
@@ -145,6 +148,47 @@ pub fn download(data: &DataDir, reg: &Registry, req: &DownloadRequest) -> Result
     }
     ds.write(&target)?;
     Ok(report(DatasetFile::open_verified(&target)?, t0, action, notes))
+}
+
+/// What `req` asks of a conversion that the archive kept at `target` was not
+/// made with (another --from, another --seed) or may not have been (converter
+/// flags, which an archive does not record): said, since a present archive is
+/// left as it is and the import asked for does not happen.
+fn not_applied(f: &DatasetFile, req: &DownloadRequest, target: &Path) -> Option<String> {
+    let meta = f.meta_owned();
+    let mut asked = Vec::new();
+    if let Some(from) = &req.from
+        && canonical(from) != canonical(Path::new(&meta.source))
+    {
+        asked.push(format!("--from {} (it was made from {})", from.display(), meta.source));
+    }
+    if req.seed != meta.seed {
+        asked.push(format!("--seed {} (it was made with {})", req.seed, meta.seed));
+    }
+    if req.options != ConvertOptions::default() {
+        asked.push("the conversion flags given".to_string());
+    }
+    if asked.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "{} is already at {} and was kept as it is, without {}: add --force to convert it again",
+        req.name,
+        target.display(),
+        asked.join(", ")
+    ))
+}
+
+/// `p` with its links and `.`/`..` resolved as far as it exists (a text
+/// source's `DIR/PREFIX` names no file: its directory is resolved).
+fn canonical(p: &Path) -> PathBuf {
+    if let Ok(c) = std::fs::canonicalize(p) {
+        return c;
+    }
+    match (p.parent().map(std::fs::canonicalize), p.file_name()) {
+        (Some(Ok(dir)), Some(name)) => dir.join(name),
+        _ => p.to_path_buf(),
+    }
 }
 
 /// A failed download says how to go on without the network.
