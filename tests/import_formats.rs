@@ -336,3 +336,28 @@ fn a_kept_archive_says_which_requested_changes_were_not_made() {
     let j = ok_json(d.path(), &["info", "c", "--json"]);
     assert_eq!(j["nodes"], 3327);
 }
+
+/// A split that leaves val or test (or train) without a labelled node is
+/// said at import, and `train`'s refusal gives the command that fixes it
+/// (with --force: without it the present archive is kept as it is).
+#[test]
+fn an_import_whose_split_leaves_a_set_empty_says_so() {
+    let d = tempfile::tempdir().unwrap();
+    let cora = cora_text();
+    let import = |extra: &[&str]| {
+        let mut args = vec!["download", "c", "--from", p(&cora), "--format", "text", "--json"];
+        args.extend_from_slice(extra);
+        let out = leapgnn(d.path(), &args);
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        out
+    };
+    let out = import(&["--split", "100,0,0"]);
+    assert_eq!(out.json()["train"], 2708);
+    let line = out.stderr.lines().find(|l| l.starts_with("warning:")).unwrap_or_else(|| panic!("{}", out.stderr));
+    assert!(line.contains("c has no labelled val or test nodes") && line.contains("--force"), "{line}");
+    let t = leapgnn(d.path(), &["train", "c", "--epochs", "1"]);
+    t.assert_error(2, &["no labelled val nodes", "leapgnn download c --force --split 60,20,20"]);
+    let out = import(&["--force", "--split", "60,20,20"]);
+    assert_eq!(out.json()["action"], "imported");
+    assert!(!out.stderr.contains("warning"), "{}", out.stderr);
+}

@@ -146,6 +146,7 @@ pub fn download(data: &DataDir, reg: &Registry, req: &DownloadRequest) -> Result
             req.name
         ));
     }
+    notes.extend(empty_splits(&ds));
     ds.write(&target)?;
     Ok(report(DatasetFile::open_verified(&target)?, t0, action, notes))
 }
@@ -176,6 +177,30 @@ fn not_applied(f: &DatasetFile, req: &DownloadRequest, target: &Path) -> Option<
         req.name,
         target.display(),
         asked.join(", ")
+    ))
+}
+
+/// A labelled dataset whose split leaves train, val or test without a
+/// labelled node (`--split 100,0,0`, a source's empty split file): `train`
+/// refuses it, so the import says so while the flags are at hand.
+fn empty_splits(ds: &crate::format::Dataset) -> Option<String> {
+    if ds.meta.num_classes == 0 {
+        return None;
+    }
+    let labelled = |ids: &[u32]| ids.iter().any(|&v| ds.labels[v as usize] >= 0);
+    let empty: Vec<&str> = [("train", &ds.train), ("val", &ds.val), ("test", &ds.test)]
+        .into_iter()
+        .filter(|(_, ids)| !labelled(ids))
+        .map(|(s, _)| s)
+        .collect();
+    if empty.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "{} has no labelled {} nodes: `leapgnn train` needs train, val and test nodes; re-import it with --force \
+         and a split that gives each a share (e.g. --split 60,20,20)",
+        ds.meta.name,
+        empty.join(" or ")
     ))
 }
 

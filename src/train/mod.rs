@@ -272,7 +272,7 @@ pub(crate) fn splits(ds: &DatasetFile, name: &str) -> Result<[Vec<u32>; 3], BadI
         *o = ids.iter().copied().filter(|&v| labels[v as usize] >= 0).collect();
         if o.is_empty() {
             return Err(BadInput::new(format!(
-                "dataset `{name}` has no labelled {split} nodes; re-import it with a split (`leapgnn download ... --split 60,20,20`)"
+                "dataset `{name}` has no labelled {split} nodes; re-import it with a split (`leapgnn download {name} --force --split 60,20,20`, adding the --from and --format it was imported with, if any)"
             )));
         }
         let mut sorted = o.clone();
