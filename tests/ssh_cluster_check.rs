@@ -226,6 +226,34 @@ fn check_starts_every_worker_and_reports_data_to_ship() {
     let d = json(&out)["hosts"][0]["data"]["detail"].as_str().unwrap().to_string();
     assert!(d.contains("random-2") && d.contains("does not exist"), "{d}");
 
+    // The dataset given as a path, as train takes it: the same files (it
+    // looked for <data-dir>/<path>/dataset.lgnn and failed).
+    let by_path = |dataset: &std::path::Path| {
+        let mut a = args(&["--parts", "2"]);
+        a.extend(["--dataset".to_string(), dataset.to_str().unwrap().to_string()]);
+        leapgnn(&a.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    for path in [data.path().join("tiny"), data.path().join("tiny/dataset.lgnn")] {
+        let out = by_path(&path);
+        assert!(out.status.success(), "{}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
+        let d = json(&out)["hosts"][0]["data"]["detail"].as_str().unwrap().to_string();
+        assert!(d.contains("0 present and matching, 4 missing or stale"), "{d}");
+    }
+    // An archive outside the data directory, its partition beside it: train
+    // refuses to ship it, and so does the check.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let outside = elsewhere.path().join("tiny.lgnn");
+    std::fs::copy(data.path().join("tiny/dataset.lgnn"), &outside).unwrap();
+    let beside = elsewhere.path().join("tiny.parts/metis-2");
+    std::fs::create_dir_all(&beside).unwrap();
+    for f in ["manifest", "part-0.lgnn", "part-1.lgnn"] {
+        std::fs::copy(parts.join(f), beside.join(f)).unwrap();
+    }
+    let out = by_path(&outside);
+    assert_eq!(out.status.code(), Some(1));
+    let d = json(&out)["hosts"][0]["data"]["detail"].as_str().unwrap().to_string();
+    assert!(d.contains("outside the data directory") && d.contains("tiny.lgnn"), "{d}");
+
     // --parts must be at least the profile's worker slots (bad input: exit 2).
     let out = run(&["--dataset", "tiny", "--parts", "1"]);
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));

@@ -305,6 +305,13 @@ fn data_check(p: &super::ssh::Prepared, ranks: &[usize], files: &RankFiles, labe
     let mut needed = std::collections::BTreeMap::new();
     for &rank in ranks {
         for item in files(rank) {
+            if item.remote.is_absolute() {
+                return Check::fail(format!(
+                    "rank {rank} needs {}, outside the data directory: train ships files from the data directory \
+                     only; import the dataset there first (`leapgnn download NAME --from ...`)",
+                    item.local.display()
+                ));
+            }
             let remote = p.layout.data.join(&item.remote);
             needed.entry(remote.clone()).or_insert((rank, ShipItem { remote, ..item }));
         }

@@ -60,7 +60,11 @@ pub fn binary_item(binary: &Path) -> Result<ShipItem, SshError> {
 
 /// The files rank `rank` of `workers` needs of a dataset cut in `parts` parts:
 /// the topology, the manifest and the parts it owns (`format::worker_parts`).
-/// Remote paths mirror the local layout under the data directory.
+/// `name` is a dataset's name or the path of its archive, as `train` takes it
+/// (its partitions lie beside an archive outside the data directory,
+/// `paths::partition_dir`). Remote paths mirror the local layout under the
+/// data directory; a file outside it keeps its absolute path (`remote` is
+/// then absolute, which `train` refuses to ship).
 pub fn rank_data_files(
     data: &DataDir,
     name: &str,
@@ -68,8 +72,10 @@ pub fn rank_data_files(
     (parts, workers): (usize, usize),
     rank: usize,
 ) -> Vec<ShipItem> {
-    let owned = format::worker_parts(rank, parts, workers);
-    rank_files(&data.root, &data.dataset_path(name), &data.parts_dir(name, method, parts), owned)
+    let abs = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let dataset = abs(&crate::paths::resolve_archive(data, name));
+    let parts_dir = abs(&crate::paths::partition_dir(data, name, method, parts));
+    rank_files(&abs(&data.root), &dataset, &parts_dir, format::worker_parts(rank, parts, workers))
 }
 
 /// The same for a dataset archive and partition directory under `root` (the
