@@ -78,12 +78,13 @@ pub fn run_loop(
     if p.global_iteration == 0 && w.model.norm_sums_len() > 0 {
         warm_up_statistics(inp, w, coll, strategy)?;
     }
+    let mut first_bytes0 = Some(fenced_start(coll)?);
     while p.epoch < cfg.epochs {
         let order = batches::epoch_order(inp.train, cfg.seed, p.epoch);
         let sched = batches::Schedule::new(&order, coll.world(), cfg.loop_batch_size(inp.train.len()));
         while (p.iteration as usize) < sched.iterations() {
             let t0 = Instant::now();
-            let bytes0 = coll.bytes();
+            let bytes0 = first_bytes0.take().unwrap_or_else(|| coll.bytes());
             let it = Iteration {
                 epoch: p.epoch,
                 index: p.iteration,
@@ -197,6 +198,19 @@ pub fn run_loop(
 /// none. Forwards of the first iteration's batches (`warm_up_passes`: one
 /// per layer and one more), nothing learned, each pass's statistics
 /// all-reduced: pass k's make layer k's inputs those of the initial weights.
+/// Where the first training record's byte count starts: this worker's
+/// counters, read before a barrier. A peer past the barrier may at once ask
+/// this worker's feature server for rows (the full-graph engine's and
+/// RETEXO's halo fetch, a first batch's remote rows), and the server answers
+/// whatever this worker is doing: read after the barrier, or with none, the
+/// count could start after the reply had left, and no record would carry it
+/// (on 4 workers a full-graph run's records missed up to half of the fetch).
+pub(crate) fn fenced_start(coll: &mut dyn Collective) -> Result<crate::comm::ByteCounts, TrainError> {
+    let mark = coll.bytes();
+    coll.barrier().map_err(TrainError::Comm)?;
+    Ok(mark)
+}
+
 fn warm_up_statistics(
     inp: &LoopInput<'_>,
     w: &mut Worker<'_>,

@@ -501,6 +501,9 @@ pub fn run(
     let rounds = cfg.rounds.unwrap_or(1).max(1);
     let layers = w.model.spec().layers;
     let dev = w.device.clone();
+    // Bytes not yet billed to a record (the exchanges before a stage, the
+    // broadcast after one), from before the barrier that starts the run.
+    let mut mark = crate::train::trainer::fenced_start(coll)?;
     let (model, params) = replica(w)?;
     if !p.epoch.is_multiple_of(rounds) {
         return Err(crate::BadInput::new(format!(
@@ -516,8 +519,6 @@ pub fn run(
     let (src, owned) = (plan.block.src.clone(), plan.owned().to_vec());
     let edges = plan.block.num_edges() as u64;
 
-    // Bytes not yet billed to a record (the exchanges before a stage, the broadcast after one).
-    let mut mark = coll.bytes();
     let t = Instant::now();
     // Stage 0's input: the owned + halo feature rows, fetched from the feature
     // service as the full-graph engine fetches them (sparse rows stay sparse
