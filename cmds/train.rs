@@ -385,12 +385,12 @@ fn report(s: &RunSummary, dir: &std::path::Path) {
         return;
     };
     leapgnn::elog!(
-        "run {}: test accuracy {:.4} at best validation {:.4} (epoch {}), final loss {:.4}; {}",
+        "run {}: test accuracy {:.4} at best validation {:.4} (epoch {}), final loss {}; {}",
         s.run,
         test,
         val,
         s.best_epoch + 1,
-        loss,
+        leapgnn::tui::fmt::loss(loss),
         dir.display()
     );
     if let Some(n) = s.replica_checks {

@@ -368,3 +368,35 @@ fn the_grid_tells_zero_of_many_from_zero_of_none_and_from_not_yet() {
     let screen = render(&s, &Ui { view: View::Steps, help: false }, 100, 24);
     assert!(screen.contains("(- none requested, … not in yet)"), "{screen}");
 }
+
+/// A loss that has fallen below a thousandth (full-graph training without
+/// dropout reaches 1e-6) is shown with its digits, and its chart keeps its
+/// bars: not `loss 0.0000 (min 0.0000)` over an empty chart scaled `0..0.0000`.
+#[test]
+fn a_loss_below_a_thousandth_keeps_its_digits_and_its_bars() {
+    let mut s = DashboardState::new(info());
+    // Iteration i's loss: (10 - i) x 1e-6 in all (4 records of 1/4 each).
+    for (i, r) in iterations(0, 0..10).into_iter().enumerate() {
+        let it = (i / 4) as f64;
+        s.apply_record(&leapgnn::metrics::StepRecord { loss: (10.0 - it) * 0.25e-6, ..r });
+    }
+    s.apply_epoch(&leapgnn::metrics::EpochRecord { loss: 5.5e-6, ..epoch0() });
+    let screen = render(&s, &Ui::default(), 80, 24);
+    // The newest complete iteration is the 9th (index 8): 2e-6; the first 1e-5.
+    assert!(line_with(&screen, "epoch 1/3").contains("loss 2.00e-6"), "{screen}");
+    assert!(screen.contains(" loss 2.00e-6 (min 2.00e-6) "), "{screen}");
+    assert!(screen.contains(" 0..1.00e-5 · last 9 iterations "), "{screen}");
+    // The chart's bars: the row under its title holds the first (tallest) bar.
+    let chart_row = screen.lines().skip_while(|l| !l.contains(" loss 2.00e-6 (min")).nth(1).unwrap();
+    let left_half: String = chart_row.chars().take(40).collect();
+    assert!(left_half.contains('█'), "no bar in the loss chart:\n{screen}");
+
+    let mut ui = Ui::default();
+    ui.on_key(key(KeyCode::Tab));
+    ui.on_key(key(KeyCode::Tab));
+    assert_eq!(ui.view, View::Curves);
+    let screen = render(&s, &ui, 80, 24);
+    let row: Vec<&str> = line_with(&screen, "5.50e-6").split_whitespace().filter(|c| *c != "│").collect();
+    assert!(row.ends_with(&["1", "5.50e-6", "71.2%", "70.1%", "10.0", "2.0"]), "{row:?}");
+    assert!(line_with(&screen, "1.00e-5│").contains("⠉"), "the loss curve is drawn on its own scale:\n{screen}");
+}

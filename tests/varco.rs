@@ -145,3 +145,39 @@ fn the_minibatch_refusal_reads_as_one_sentence() {
     );
     assert!(!err.contains("  "), "a run of spaces in `{err}`");
 }
+
+/// VARCO's defaults (no dropout, no weight decay) take Cora's loss below a
+/// thousandth within 30 steps: the epoch lines and the closing line print it
+/// with its digits (`2.35e-6`), as the summary has it, not as `0.0000`.
+#[test]
+fn a_loss_below_a_thousandth_is_printed_with_its_digits() {
+    let tmp = cora();
+    let d = tmp.path();
+    let args =
+        ["train", "cora", "--no-tui", "--strategy", "varco", "--workers", "2", "--hidden", "16", "--epochs", "30"];
+    // (--json prints no epoch lines: the summary is read from the run's directory.)
+    let out = dist_support::leapgnn(d, &[&args[..], &["--run", "tiny-loss"]].concat());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let summary = std::fs::read(d.join("runs/tiny-loss/summary.json")).unwrap();
+    let s: serde_json::Value = serde_json::from_slice(&summary).unwrap();
+    let after = |l: &str, key: &str| -> Option<f64> {
+        l.split(key).nth(1)?.split(|c: char| c.is_whitespace() || c == ';').next()?.parse().ok()
+    };
+    // What a printed loss may differ by: half its last digit.
+    let close = |printed: f64, loss: f64| {
+        let digit = if loss.abs() < 1e-3 { loss.abs() * 5e-3 } else { 5e-5 };
+        (printed - loss).abs() <= digit * 1.0001
+    };
+    let printed: Vec<f64> =
+        err.lines().filter(|l| l.trim_start().starts_with("epoch ")).filter_map(|l| after(l, "loss ")).collect();
+    let history: Vec<f64> = s["history"].as_array().unwrap().iter().map(|e| e["loss"].as_f64().unwrap()).collect();
+    assert_eq!(printed.len(), history.len(), "{err}");
+    assert!(history.iter().any(|&l| l > 0.0 && l < 1e-4), "the loss stays above 1e-4: {history:?}");
+    for (p, h) in printed.iter().zip(&history) {
+        assert!(close(*p, *h), "printed loss {p} for {h}:\n{err}");
+    }
+    let last = err.lines().find(|l| l.contains("final loss ")).unwrap_or_else(|| panic!("{err}"));
+    let final_loss = s["final_loss"].as_f64().unwrap();
+    assert!(after(last, "final loss ").is_some_and(|p| close(p, final_loss)), "{last} for {final_loss}");
+}

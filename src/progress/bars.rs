@@ -25,9 +25,9 @@ fn style(template: &str) -> ProgressStyle {
 /// The line printed when an epoch ends.
 pub fn epoch_line(e: &EpochRecord, epochs: u64) -> String {
     format!(
-        "epoch {:>3}/{epochs}  loss {:.4}  val {:.4}  test {:.4}  {:.2} s (+{:.2} s eval)",
+        "epoch {:>3}/{epochs}  loss {}  val {:.4}  test {:.4}  {:.2} s (+{:.2} s eval)",
         e.epoch + 1,
-        e.loss,
+        crate::tui::fmt::loss(e.loss),
         e.val_accuracy,
         e.test_accuracy,
         e.seconds,
@@ -89,8 +89,13 @@ impl ProgressSink for Bars {
         // The previous iteration is complete now: show its loss.
         self.shown = Some((epoch, it));
         self.iterations.set_position(it + 1);
-        let loss =
-            self.state.iterations().iter().rev().nth(1).map_or(String::new(), |i| format!("loss {:.4}  ", i.loss));
+        let loss = self
+            .state
+            .iterations()
+            .iter()
+            .rev()
+            .nth(1)
+            .map_or(String::new(), |i| format!("loss {}  ", crate::tui::fmt::loss(i.loss)));
         self.iterations.set_message(format!("{loss}miss {}", rate(self.state.epoch_rows().miss_rate())));
     }
 

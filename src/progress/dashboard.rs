@@ -239,9 +239,9 @@ impl ProgressSink for Dashboard {
                 self.send(Msg::Epoch(e.clone()));
                 // The log keeps every epoch's end, past what the curves still show.
                 self.event(&format!(
-                    "epoch {} ended: loss {:.4}, val {}, test {}, {:.1} s",
+                    "epoch {} ended: loss {}, val {}, test {}, {:.1} s",
                     e.epoch + 1,
-                    e.loss,
+                    crate::tui::fmt::loss(e.loss),
                     crate::tui::fmt::pct(e.val_accuracy),
                     crate::tui::fmt::pct(e.test_accuracy),
                     e.seconds

@@ -44,6 +44,13 @@ pub fn rate(f: Option<f64>) -> String {
     f.map_or_else(|| "-".into(), pct)
 }
 
+/// A loss: four decimals (`0.0266`), and below 0.001 three significant
+/// digits (`2.35e-6`), so that a loss still falling (full-graph training
+/// without dropout reaches 1e-6) never reads as a flat `0.0000`.
+pub fn loss(x: f64) -> String {
+    if x != 0.0 && x.abs() < 1e-3 { format!("{x:.2e}") } else { format!("{x:.4}") }
+}
+
 /// Seconds as `m:ss` or `h:mm:ss`.
 pub fn duration(secs: f64) -> String {
     if !secs.is_finite() || secs < 0.0 {
@@ -70,5 +77,7 @@ mod tests {
         assert_eq!(duration(20.0), "0:20");
         assert_eq!(duration(3723.4), "1:02:03");
         assert_eq!(duration(f64::NAN), "--");
+        assert_eq!((loss(0.02664), loss(0.001), loss(0.0)), ("0.0266".into(), "0.0010".into(), "0.0000".into()));
+        assert_eq!((loss(2.3456e-6), loss(0.000_91)), ("2.35e-6".into(), "9.10e-4".into()));
     }
 }

@@ -1,7 +1,7 @@
 //! Sparklines: communication and miss rate per time step, loss per iteration,
 //! validation accuracy per epoch. Each shows its newest points that fit.
 
-use crate::tui::fmt::{bytes, pct, rate};
+use crate::tui::fmt::{bytes, loss as fmt_loss, pct, rate};
 use crate::tui::state::{DashboardState, IterPoint, StepPoint};
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -68,15 +68,20 @@ pub fn per_step(frame: &mut Frame, area: Rect, s: &DashboardState) {
 pub fn training(frame: &mut Frame, area: Rect, s: &DashboardState) {
     let [left, right] = halves(area);
     let its: Vec<&IterPoint> = s.complete_iterations().collect();
-    let loss: Vec<Option<u64>> = its.iter().map(|i| Some((i.loss.max(0.0) * 1e4) as u64)).collect();
+    // Bars in millionths of the largest loss shown, whatever its size: a
+    // fixed unit (1e-4 once) leaves a loss that has fallen below it barless.
+    let keep = Block::bordered().inner(left).width as usize;
+    let top = its[its.len().saturating_sub(keep)..].iter().map(|i| i.loss).fold(0.0, f64::max);
+    let per_unit = if top > 0.0 && top.is_finite() { top / 1e6 } else { 1.0 };
+    let loss: Vec<Option<u64>> = its.iter().map(|i| Some((i.loss.max(0.0) / per_unit).round() as u64)).collect();
     let title = match its.last() {
         Some(last) => {
             let min = its.iter().map(|i| i.loss).fold(f64::INFINITY, f64::min);
-            format!(" loss {:.4} (min {min:.4}) ", last.loss)
+            format!(" loss {} (min {}) ", fmt_loss(last.loss), fmt_loss(min))
         }
         None => " loss ".into(),
     };
-    spark(frame, left, (title, "iterations"), loss, (None, &|l| format!("{:.4}", l as f64 / 1e4)), Color::Magenta);
+    spark(frame, left, (title, "iterations"), loss, (None, &|l| fmt_loss(l as f64 * per_unit)), Color::Magenta);
 
     let eps = s.epochs();
     let val: Vec<Option<u64>> = eps.iter().map(|e| Some((e.val_accuracy * 1000.0).round() as u64)).collect();

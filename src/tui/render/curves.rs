@@ -1,6 +1,6 @@
 //! Loss per iteration and accuracy per epoch as line charts, with the epoch table.
 
-use crate::tui::fmt::pct;
+use crate::tui::fmt::{loss as fmt_loss, pct};
 use crate::tui::state::DashboardState;
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -61,7 +61,7 @@ pub fn draw(frame: &mut Frame, area: Rect, s: &DashboardState) {
         s.complete_iterations().map(|i| ((i.epoch * ipe + i.iteration + 1) as f64, i.loss)).collect();
     let (xb, yb) = (bounds(&loss, |p| p.0), bounds(&loss, |p| p.1));
     let lines = vec![line("loss", Color::Magenta, &loss)];
-    frame.render_widget(chart(" loss per iteration ", "iteration", lines, xb, yb, |y| format!("{y:.3}")), top);
+    frame.render_widget(chart(" loss per iteration ", "iteration", lines, xb, yb, fmt_loss), top);
 
     let val: Vec<(f64, f64)> = s.epochs().iter().map(|e| ((e.epoch + 1) as f64, e.val_accuracy)).collect();
     let test: Vec<(f64, f64)> = s.epochs().iter().map(|e| ((e.epoch + 1) as f64, e.test_accuracy)).collect();
@@ -78,7 +78,7 @@ pub fn draw(frame: &mut Frame, area: Rect, s: &DashboardState) {
     let rows = s.epochs().tail(fit).map(|e| {
         Row::new([
             right((e.epoch + 1).to_string()),
-            right(format!("{:.4}", e.loss)),
+            right(fmt_loss(e.loss)),
             right(pct(e.val_accuracy)),
             right(pct(e.test_accuracy)),
             right(format!("{:.1}", e.seconds)),

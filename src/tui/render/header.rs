@@ -1,4 +1,4 @@
-use crate::tui::fmt::{duration, pct};
+use crate::tui::fmt::{duration, loss, pct};
 use crate::tui::state::DashboardState;
 use ratatui::Frame;
 use ratatui::layout::Rect;
@@ -52,7 +52,7 @@ pub fn draw(frame: &mut Frame, area: Rect, s: &DashboardState) {
     progress.extend(field("ETA", s.eta_seconds().map_or("--".into(), duration)));
     if let Some(l) = s.last_loss() {
         progress.push(Span::raw("  "));
-        progress.extend(field("loss", format!("{l:.4}")));
+        progress.extend(field("loss", loss(l)));
     }
     if let Some(e) = s.epochs().last() {
         progress.push(Span::raw("  "));
