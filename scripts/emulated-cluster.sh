@@ -22,7 +22,8 @@ usage: scripts/emulated-cluster.sh [options] [-- extra `leapgnn train` flags]
   --sweep R1,R2,...    run every strategy at each of these rates (overrides --rate)
   --strategies LIST    default model-centric,micrograph,pregather,leapgnn,p3; `full-graph` is the
                        full-graph engine's graph parallelism (varco, retexo and gnnpipe run on it too)
-  --epochs E           epochs per run (default 2)
+  --epochs E           epochs per run (default 2; retexo, which takes no --epochs: E rounds per
+                       layer, one round an epoch, unless flags after -- give --rounds)
   --batch-size B       roots per worker per iteration (default 1024)
   --seed S             (default 0)
   --bin PATH           leapgnn binary (default target/release/leapgnn, built if missing)
@@ -44,7 +45,8 @@ usage: scripts/emulated-cluster.sh [options] [-- extra `leapgnn train` flags]
   --check-only         set up, run `leapgnn cluster check`, tear down (no training)
   -h, --help           this text
 
-Every run uses the same partition (METIS, one part per host) and seed. The
+Every run uses the same partition (METIS, one part per host; retexo too, whose own
+default is random parts, unless flags after -- give --partition) and seed. The
 leapgnn strategy uses the merge plan from `leapgnn tune-merge` when that
 command succeeds, else `--time-steps auto`.
 EOF
@@ -357,14 +359,27 @@ fi
 "$BIN" "${DATA_ARGS[@]}" partition "$DATASET" --parts "$HOSTS" --method metis --seed "$SEED" >&2
 
 IFS=, read -r -a STRATS <<<"$STRATEGIES"
-COMMON=(--cluster "$PROFILE" --workers "$HOSTS" --parts "$HOSTS" --epochs "$EPOCHS" --seed "$SEED" --no-tui --json)
+COMMON=(--cluster "$PROFILE" --workers "$HOSTS" --parts "$HOSTS" --seed "$SEED" --no-tui --json)
+# Whether the flags after -- give flag $1 (as `--flag value` or `--flag=value`).
+extra_has() {
+	local a
+	for a in "${EXTRA[@]}"; do [[ $a == "$1" || $a == "$1="* ]] && return 0; done
+	return 1
+}
 # One training run into run-<rate>-<label>.json (+ its step records); a failed
 # run is reported and left out of the report.
 train_run() {
-	local rate=$1 label=$2 run=bench-$TAG-$1-${2//@/-}
+	local rate=$1 label=$2 run=bench-$TAG-$1-${2//@/-} span=(--epochs "$EPOCHS")
 	shift 2
+	if [[ $label == retexo ]]; then
+		# RETEXO refuses --epochs (a run is --layers x --rounds rounds, one round an
+		# epoch) and partitions at random by default: E rounds per layer, METIS parts.
+		span=()
+		extra_has --rounds || span+=(--rounds "$EPOCHS")
+		extra_has --partition || span+=(--partition metis)
+	fi
 	echo "emulated-cluster: rate $rate, $label" >&2
-	if ! "$BIN" "${DATA_ARGS[@]}" train "$DATASET" "${COMMON[@]}" --run "$run" "$@" "${EXTRA[@]}" \
+	if ! "$BIN" "${DATA_ARGS[@]}" train "$DATASET" "${COMMON[@]}" "${span[@]}" --run "$run" "$@" "${EXTRA[@]}" \
 		>"$OUT/run-$rate-$label.json.tmp"; then
 		echo "emulated-cluster: $label at $rate failed; it is missing from the report" >&2
 		rm -f "$OUT/run-$rate-$label.json.tmp"
