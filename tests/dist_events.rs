@@ -1,6 +1,7 @@
 //! What a run tells its observers: `--time-steps auto`'s decisions at each
 //! epoch boundary, with the T it leaves, the T it takes and why; and, before
-//! its first record, what it is (`RunInfo`), the engine included.
+//! its first record, what it is (`RunInfo`), the engine included; and the
+//! workers' refusal of a partition replaced after the driver read it.
 
 mod dist_support;
 
@@ -116,4 +117,36 @@ fn a_full_graph_run_says_so_before_its_first_record_and_records_no_miss_rate() {
     train_distributed(&data, small_cora_job(2, 1), &run("mb"), &opts, &mut mini).expect("the run succeeds");
     assert_eq!(mini.info[0].mode, None);
     assert!(mini.miss.iter().all(Option::is_some), "{:?}", mini.miss);
+}
+
+/// Workers started through a wrapper that re-partitions the dataset with
+/// another seed first, as a second `train --seed 9` on the same dataset and
+/// parts does while this run starts: the workers open a partitioning the
+/// driver never read, and refuse it (they trained on it without a word).
+#[test]
+fn workers_refuse_a_partition_replaced_after_the_driver_read_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = cora();
+    let data = DataDir::new(tmp.path());
+    let bin = env!("CARGO_BIN_EXE_leapgnn");
+    let wrapper = tmp.path().join("repartition-then-work.sh");
+    let script = format!(
+        "#!/bin/sh\n'{bin}' --data-dir '{}' partition cora --parts 2 --seed 9 >/dev/null 2>&1 || exit 3\nexec '{bin}' \"$@\"\n",
+        tmp.path().display()
+    );
+    std::fs::write(&wrapper, script).unwrap();
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let launcher = LocalLauncher::new(&wrapper, vec!["--data-dir".into(), tmp.path().display().to_string()]);
+    let interrupted = AtomicBool::new(false);
+    let opts = local_options(&launcher, &interrupted);
+    let run = RunOptions { run: Some("raced".into()), ..Default::default() };
+    let e = train_distributed(&data, small_cora_job(2, 1), &run, &opts, &mut Log::default())
+        .expect_err("workers on another partitioning than the driver's");
+    let e = format!("{e:#}");
+    assert!(e.contains("was replaced after this run's driver read it") && e.contains("metis-2"), "{e}");
+    // Unraced, the same job trains.
+    let plain = LocalLauncher::new(bin, vec!["--data-dir".into(), tmp.path().display().to_string()]);
+    let opts = local_options(&plain, &interrupted);
+    let run = RunOptions { run: Some("calm".into()), ..Default::default() };
+    train_distributed(&data, small_cora_job(2, 1), &run, &opts, &mut Log::default()).expect("the run succeeds");
 }

@@ -153,6 +153,11 @@ impl ManifestFile {
     pub fn part_train(&self) -> &[u64] {
         native(&self.archived().part_train[..])
     }
+    /// The manifest's own checksum (its header's): which partitioning this
+    /// is, as a run's driver and workers compare it.
+    pub fn checksum(&self) -> u64 {
+        self.inner.header().checksum
+    }
     pub fn dataset_checksum(&self) -> u64 {
         self.archived().dataset_checksum.to_native()
     }

@@ -384,6 +384,7 @@ fn execute(
         cfg.parts,
         cfg.seed,
     )?)?;
+    let partition_checksum = Some(crate::format::ManifestFile::open(&parts_dir)?.checksum());
     let run_dir = absolute(&run_dir)?;
     tracing::info!(
         "run {name}: {} ({} nodes) on {world} workers, partition {}, {} time step(s) per iteration",
@@ -406,6 +407,7 @@ fn execute(
         check_replicas: opts.check_replicas,
         comm_timeout_ms: opts.comm_timeout.as_millis() as u64,
         auto_plans,
+        partition_checksum,
     };
     let task = serde_json::json!({ "task": "train", "train": job });
     let train_ids = ds.train().len();

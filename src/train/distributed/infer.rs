@@ -60,6 +60,9 @@ pub struct InferJob {
     pub weights: PathBuf,
     pub embeddings: Option<usize>,
     pub comm_timeout_ms: u64,
+    /// As `DistJob::partition_checksum`.
+    #[serde(default)]
+    pub partition_checksum: Option<u64>,
 }
 
 /// One chunk of a worker's rows (`ToDriver::Metrics`): f32 little-endian, base64.
@@ -130,9 +133,12 @@ fn infer_on_workers(
         1 => None,
         _ => Some(crate::partition::ensure_partition(data, &cfg.dataset, "metis", world, cfg.seed)?),
     };
+    let mut partition_checksum = None;
     if let Some(p) = &parts_dir {
         // A partition of another version of the dataset is refused here, before any worker starts.
-        ManifestFile::open(p)?.check_matches(&ds, world)?;
+        let m = ManifestFile::open(p)?;
+        m.check_matches(&ds, world)?;
+        partition_checksum = Some(m.checksum());
     }
     let root = driver::absolute(&data.root)?;
     let on_worker = |p: &std::path::Path| driver::worker_path(launch.launcher, &root, &driver::absolute(p)?);
@@ -144,6 +150,7 @@ fn infer_on_workers(
         weights: on_worker(&prep.weights)?,
         embeddings: opts.embeddings,
         comm_timeout_ms: launch.comm_timeout.as_millis() as u64,
+        partition_checksum,
     };
     let task = serde_json::json!({ "task": "infer", "infer": job });
     let part = parts_dir.as_ref().map_or_else(|| "none".into(), |p| p.display().to_string());
@@ -248,6 +255,7 @@ pub fn run_infer_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow
     let manifest = match &spec.parts_dir {
         Some(p) => {
             let m = Arc::new(ManifestFile::open(p)?);
+            super::check_partition(&m, p, spec.partition_checksum)?;
             m.verify()?;
             m.check_matches(&ds, world)?;
             Some((p.clone(), m))

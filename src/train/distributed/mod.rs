@@ -58,6 +58,33 @@ pub struct DistJob {
     /// leapgnn `--time-steps auto`: the cost model's plan for every T.
     #[serde(default)]
     pub auto_plans: Vec<crate::schedule::MergePlan>,
+    /// The checksum of the partition manifest the driver read
+    /// (`ManifestFile::checksum`): workers refuse another partitioning that
+    /// replaced it meanwhile (`check_partition`).
+    #[serde(default)]
+    pub partition_checksum: Option<u64>,
+}
+
+/// Refuses the partition a worker opened when it is not the one its driver
+/// read: another leapgnn process re-partitioned the same dataset into as many
+/// parts with other settings (another `--seed`, `--balance`) in between, and
+/// workers that read different partitionings would disagree on who owns
+/// which node.
+pub(crate) fn check_partition(
+    manifest: &crate::format::ManifestFile,
+    dir: &std::path::Path,
+    driver_read: Option<u64>,
+) -> Result<(), crate::BadInput> {
+    match driver_read {
+        Some(c) if c != manifest.checksum() => Err(crate::BadInput::new(format!(
+            "the partition in {} was replaced after this run's driver read it (manifest checksum {:016x}, the driver's \
+             {c:016x}): another leapgnn process partitioned the dataset into as many parts with other settings (--seed, \
+             --balance) meanwhile; run one after the other, or give runs sharing a dataset the same --seed",
+            dir.display(),
+            manifest.checksum()
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// What a worker sends as `ToDriver::Metrics`.

@@ -43,6 +43,7 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
     let ds = DatasetFile::open_verified(&spec.dataset)?;
     let [train, val, test] = crate::train::splits(&ds, &cfg.dataset)?;
     let manifest = Arc::new(ManifestFile::open(&spec.parts_dir)?);
+    super::check_partition(&manifest, &spec.parts_dir, spec.partition_checksum)?;
     // Checksums on first use by this run: a damaged partition is refused before training.
     manifest.verify()?;
     // The worker owns a contiguous range of the parts (`format::worker_parts`);
