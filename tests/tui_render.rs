@@ -400,3 +400,29 @@ fn a_loss_below_a_thousandth_keeps_its_digits_and_its_bars() {
     assert!(row.ends_with(&["1", "5.50e-6", "71.2%", "70.1%", "10.0", "2.0"]), "{row:?}");
     assert!(line_with(&screen, "1.00e-5│").contains("⠉"), "the loss curve is drawn on its own scale:\n{screen}");
 }
+
+/// RETEXO's epochs are rounds of one stage (layer) after another: the header
+/// says which stage runs (it showed `epoch 4/6` alone).
+#[test]
+fn a_retexo_run_shows_its_stage_beside_the_epoch() {
+    use leapgnn::metrics::RunInfo;
+    let retexo = RunInfo {
+        strategy: "retexo".into(),
+        mode: Some("full-graph".into()),
+        time_steps: 1,
+        epochs: 6,
+        iterations_per_epoch: 1,
+        stages: Some(2),
+        ..info()
+    };
+    for (epoch, stage) in [(0, "stage 1/2"), (2, "stage 1/2"), (3, "stage 2/2"), (5, "stage 2/2")] {
+        let mut s = DashboardState::new(retexo.clone());
+        s.apply_record(&record(epoch, 0, 0, 0));
+        let screen = render(&s, &Ui::default(), 120, 30);
+        let line = line_with(&screen, "epoch ");
+        assert!(line.contains(&format!("{stage}  epoch {}/6", epoch + 1)), "epoch {epoch}: {line}");
+    }
+    // Every other strategy's header is as it was.
+    let plain = render(&scripted(), &Ui::default(), 120, 30);
+    assert!(!plain.contains("stage"), "{plain}");
+}

@@ -18,12 +18,24 @@ pub struct RunInfo {
     /// Where this session starts: past 0 when a run is resumed.
     pub start_epoch: u64,
     pub start_iteration: u64,
+    /// RETEXO: the stages (one per layer) its `epochs` rounds divide into,
+    /// evenly; absent for every other strategy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stages: Option<u32>,
 }
 
 impl RunInfo {
     /// Iterations of the whole run.
     pub fn total_iterations(&self) -> u64 {
         self.epochs * self.iterations_per_epoch
+    }
+
+    /// RETEXO: the stage (1-based) that 1-based `epoch` trains, and how many
+    /// stages there are.
+    pub fn stage_of(&self, epoch: u64) -> Option<(u64, u64)> {
+        let stages = u64::from(self.stages.filter(|&s| s > 0)?);
+        let rounds = (self.epochs / stages).max(1);
+        Some(((epoch.max(1) - 1) / rounds + 1).min(stages)).map(|s| (s, stages))
     }
 }
 

@@ -341,6 +341,7 @@ fn execute(
         iterations_per_epoch: Schedule::new(&train, Solo.world(), cfg.loop_batch_size(train.len())).iterations() as u64,
         start_epoch: progress.epoch,
         start_iteration: progress.iteration,
+        stages: cfg.stages(),
     });
     obs.event("worker 0 started in this process");
     let p = run_loop(&inp, &mut worker, &mut Solo, strategy.as_mut(), opt.as_mut(), progress, &mut obs)?;

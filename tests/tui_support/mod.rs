@@ -21,6 +21,7 @@ pub fn info() -> RunInfo {
         iterations_per_epoch: 10,
         start_epoch: 0,
         start_iteration: 0,
+        stages: None,
     }
 }
 

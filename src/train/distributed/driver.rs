@@ -424,6 +424,7 @@ fn execute(
             .iterations() as u64,
         start_epoch: resume.as_ref().map_or(0, |p| p.epoch),
         start_iteration: resume.as_ref().map_or(0, |p| p.iteration),
+        stages: cfg.stages(),
     });
 
     // Resuming: the records after the checkpoint are dropped, to be written again.

@@ -45,6 +45,11 @@ pub fn draw(frame: &mut Frame, area: Rect, s: &DashboardState) {
         None => (i.start_epoch + 1, i.start_iteration),
     };
     let field = |label: &str, value: String| [Span::raw(format!("{label} ")).dim(), Span::styled(value, bold)];
+    // RETEXO: its epochs are rounds of one stage (layer) after another.
+    if let Some((stage, stages)) = i.stage_of(epoch) {
+        progress.extend(field("stage", format!("{stage}/{stages}")));
+        progress.push(Span::raw("  "));
+    }
     progress.extend(field("epoch", format!("{epoch}/{}", i.epochs)));
     progress.push(Span::raw("  "));
     progress.extend(field("iter", format!("{iteration}/{}", i.iterations_per_epoch)));
