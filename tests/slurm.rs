@@ -219,7 +219,10 @@ fn cora_over_slurm_trains_the_local_launchers_loss_curve() {
     let d = tmp.path();
     json(d, &["partition", "cora", "--parts", "2"]);
     let script = slurm.script(d, "ok", &[&JOB[..], &["--run", "slurm"]].concat());
-    let out = slurm.cmd("sbatch").args(["--wait", "--ntasks=2"]).arg(&script).output().unwrap();
+    // Submitted from a directory holding a `slurm/` folder (job scripts, say):
+    // the script's `--cluster slurm` is still the allocation, not that folder.
+    std::fs::create_dir_all(d.join("slurm")).unwrap();
+    let out = slurm.cmd("sbatch").args(["--wait", "--ntasks=2"]).arg(&script).current_dir(d).output().unwrap();
     let log = std::fs::read_to_string(d.join("ok.out")).unwrap_or_default();
     assert!(out.status.success(), "sbatch: {}\njob output:\n{log}", text(&out));
     json(
@@ -357,8 +360,12 @@ fn scancel_stops_every_task_and_leaves_a_checkpoint_that_loads() {
 fn cluster_slurm_outside_an_allocation_is_refused() {
     let tmp = cora();
     let d = tmp.path();
+    // From a directory holding a `slurm/` folder, which is no profile file.
+    let cwd = tempfile::tempdir().unwrap();
+    std::fs::create_dir(cwd.path().join("slurm")).unwrap();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_leapgnn"));
     cmd.args(["--data-dir", d.to_str().unwrap(), "train", "cora", "--cluster", "slurm", "--no-tui"]);
+    cmd.current_dir(cwd.path());
     for (k, _) in std::env::vars_os() {
         if k.to_string_lossy().starts_with("SLURM_") {
             cmd.env_remove(k);

@@ -179,8 +179,10 @@ impl Profile {
     }
 
     /// `--cluster slurm` (when no file of that name exists) or a profile file.
+    /// A directory named `slurm` where the job is submitted (one holding the
+    /// job scripts, say) is not a profile: `--cluster slurm` is the allocation.
     pub fn load_or_builtin(path: &Path) -> Result<Self, ProfileError> {
-        if path == Path::new("slurm") && !path.exists() {
+        if path == Path::new("slurm") && !path.is_file() {
             return Ok(Profile::slurm());
         }
         Self::load(path)
