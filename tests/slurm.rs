@@ -267,9 +267,12 @@ fn cora_over_slurm_trains_the_local_launchers_loss_curve() {
 }
 
 /// `sbcast = true`: the nodes need not see the data directory. The job's
-/// binary, dataset and parts go to a node-local directory with sbcast, the
-/// workers run from there and train the local launcher's loss curve, and the
-/// copy is removed when the run ends.
+/// binary, dataset and parts go to a node-local directory with sbcast, and the
+/// workers run from there and open only that copy (their mapped archives say
+/// so). Rank 0 checkpoints into it and the driver reads the checkpoint back:
+/// stopped by the time-limit warning, a new job resumes the run (its
+/// checkpoint shipped with sbcast too) and trains on to the local launcher's
+/// records, loss for loss; each job's copy is removed when it ends.
 #[test]
 fn sbcast_ships_the_job_to_the_nodes_and_removes_it_after() {
     let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
@@ -281,18 +284,82 @@ fn sbcast_ships_the_job_to_the_nodes_and_removes_it_after() {
     let profile = d.join("sbcast.toml");
     let toml = format!("[cluster]\nlauncher = \"slurm\"\nsbcast = true\nremote_dir = {:?}\n", node_local.path());
     std::fs::write(&profile, toml).unwrap();
-    let train = [&JOB[..], &["--run", "shipped", "--cluster", profile.to_str().unwrap()]].concat();
+    let run = ["cora", "--batch-size", "8", "--hidden", "16", "--fanout", "5,5", "--seed", "4"];
+    let train = [&run[..], &["--epochs", "100000", "--checkpoint-every", "5"]].concat();
+    let train = [&train[..], &["--run", "shipped", "--cluster", profile.to_str().unwrap()]].concat();
     let script = slurm.script(d, "ship", &train);
-    let out = slurm.cmd("sbatch").args(["--wait", "--ntasks=2"]).arg(&script).output().unwrap();
-    let log = std::fs::read_to_string(d.join("ship.out")).unwrap_or_default();
-    assert!(out.status.success(), "sbatch: {}\njob output:\n{log}", text(&out));
+    let job = slurm.submit(&script);
+    let mapped = || archives_mapped_by_workers_of(node_local.path());
+    until("both workers to map their dataset", Duration::from_secs(120), || {
+        mapped().iter().filter(|(_, files)| files.iter().any(|f| f.ends_with("dataset.lgnn"))).count() == 2
+    });
+    for (pid, files) in mapped() {
+        for f in files {
+            assert!(f.starts_with(node_local.path()), "worker {pid} opened {} outside the sbcast copy", f.display());
+        }
+    }
+    let metrics = d.join("runs/shipped/metrics.jsonl");
+    until("training records", Duration::from_secs(60), || {
+        std::fs::read_to_string(&metrics).is_ok_and(|m| m.lines().count() >= 30)
+    });
+    // The time-limit warning: the workers checkpoint and stop while the job still runs.
+    let usr1 = slurm.cmd("scancel").args(["--batch", "--signal=USR1", &job]).output().unwrap();
+    assert!(usr1.status.success(), "{}", text(&usr1));
+    until("the job to end", Duration::from_secs(60), || slurm.gone(&job));
+    let log = std::fs::read_to_string(d.join("ship.out")).unwrap();
+    assert_eq!(job_state(&slurm, &job), ("COMPLETED".into(), "0:0".into()), "{log}");
     // The binary, the archive, the manifest and the two parts.
     assert!(log.contains("sbcast: copied 5 files"), "{log}");
-    let local = ["cora", "--epochs", "2", "--batch-size", "8", "--hidden", "16", "--fanout", "5,5", "--seed", "4"];
-    json(d, &[&["train", "--workers", "2", "--no-tui", "--run", "local"][..], &local[..]].concat());
-    assert_eq!(curve(d, "shipped"), curve(d, "local"), "the same records, loss for loss");
+    assert!(log.contains("stopped for the job's time limit"), "{log}");
+    let state: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.join("runs/shipped/checkpoint/state.json")).unwrap()).unwrap();
+    let stopped: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.join("runs/shipped/summary.json")).unwrap()).unwrap();
+    assert_eq!(state["progress"]["global_iteration"], stopped["iterations"], "the stop's checkpoint came back: {log}");
+    until("every task to exit", Duration::from_secs(30), || processes_naming(node_local.path()).is_empty());
     let left: Vec<_> = std::fs::read_dir(node_local.path()).unwrap().collect();
     assert!(left.is_empty(), "the node-local copy was not removed: {left:?}\n{log}");
+
+    // Two epochs past the stop, in a new job with a copy of its own.
+    let epochs = (state["progress"]["epoch"].as_u64().unwrap() + 2).to_string();
+    let script = slurm.script(d, "reship", &["train", "--resume", "shipped", "--epochs", &epochs]);
+    let out = slurm.cmd("sbatch").args(["--wait", "--ntasks=2"]).arg(&script).output().unwrap();
+    let log = std::fs::read_to_string(d.join("reship.out")).unwrap_or_default();
+    assert!(out.status.success(), "sbatch: {}\njob output:\n{log}", text(&out));
+    // The job's files, then the checkpoint (its state and tensor files).
+    assert!(log.contains("sbcast: copied 5 files") && log.matches("sbcast: copied").count() == 2, "{log}");
+    json(d, &[&["train", "--workers", "2", "--no-tui", "--run", "local", "--epochs", &epochs][..], &run[..]].concat());
+    let (shipped, local) = (curve(d, "shipped"), curve(d, "local"));
+    assert_eq!(shipped.len(), local.len(), "{log}");
+    assert_eq!(shipped, local, "the same records, loss for loss");
+    let left: Vec<_> = std::fs::read_dir(node_local.path()).unwrap().collect();
+    assert!(left.is_empty(), "the node-local copy was not removed: {left:?}\n{log}");
+}
+
+/// The `.lgnn` files (archives, parts) each worker process run from under
+/// `dir` has mapped, by pid.
+fn archives_mapped_by_workers_of(dir: &Path) -> Vec<(String, Vec<PathBuf>)> {
+    let needle = dir.to_str().unwrap();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| {
+            let p = e.ok()?.path();
+            let cmd = std::fs::read(p.join("cmdline")).ok()?;
+            let argv: Vec<String> = cmd.split(|&b| b == 0).map(|a| String::from_utf8_lossy(a).to_string()).collect();
+            // The worker itself, not the srun that started it.
+            let worker = argv.first()?.starts_with(needle) && argv.iter().any(|a| a == "worker");
+            let maps = std::fs::read_to_string(p.join("maps")).ok().filter(|_| worker)?;
+            let mut files: Vec<PathBuf> = maps
+                .lines()
+                .filter_map(|l| l.split_whitespace().nth(5))
+                .filter(|f| f.ends_with(".lgnn"))
+                .map(PathBuf::from)
+                .collect();
+            files.sort();
+            files.dedup();
+            Some((p.file_name()?.to_string_lossy().to_string(), files))
+        })
+        .collect()
 }
 
 /// Processes whose command line names `dir` (the run's workers and driver).

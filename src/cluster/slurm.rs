@@ -4,7 +4,7 @@
 //! credential (encrypted with the cluster's MUNGE key, usable once, by this
 //! user only), because Slurm forwards a step's stdin in clear.
 
-use super::launcher::{ChildWorker, Launcher, LogSink, WorkerProcess, WorkerSpec, stderr_log};
+use super::launcher::{ChildWorker, Launcher, LogSink, RemoteDir, WorkerProcess, WorkerSpec, stderr_log};
 use super::ship::ShipItem;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs, UdpSocket};
@@ -17,6 +17,9 @@ pub const MUNGE_PREFIX: &str = "MUNGE:";
 
 /// How long a Slurm or MUNGE command may take before we give up on it.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long reading one file back from a node (`srun cat`, a checkpoint's
+/// weights) may take.
+const READ_TIMEOUT: Duration = Duration::from_secs(300);
 
 #[derive(Debug, thiserror::Error)]
 pub enum SlurmError {
@@ -137,16 +140,16 @@ fn hostnames(list: &str) -> Result<Vec<String>, SlurmError> {
 
 /// Runs a short command with `input` on stdin; its stdout, or why it failed.
 fn run(cmd: &mut Command, input: Option<&str>, what: &'static str) -> Result<String, SlurmError> {
-    run_within(cmd, input, what, COMMAND_TIMEOUT)
+    run_within(cmd, input, what, COMMAND_TIMEOUT).map(|o| String::from_utf8_lossy(&o).into_owned())
 }
 
-/// `run`, allowed `limit`.
+/// `run`, allowed `limit`; its stdout as bytes.
 fn run_within(
     cmd: &mut Command,
     input: Option<&str>,
     what: &'static str,
     limit: Duration,
-) -> Result<String, SlurmError> {
+) -> Result<Vec<u8>, SlurmError> {
     let command = format!("{cmd:?}").replace('"', "");
     let fail = |why: String| SlurmError::Command { command: command.clone(), what, why };
     let mut child = cmd
@@ -160,8 +163,8 @@ fn run_within(
     }
     let (mut out, mut err) = (child.stdout.take().expect("piped"), child.stderr.take().expect("piped"));
     let reader = std::thread::spawn(move || {
-        let (mut o, mut e) = (String::new(), String::new());
-        let _ = out.read_to_string(&mut o);
+        let (mut o, mut e) = (Vec::new(), String::new());
+        let _ = out.read_to_end(&mut o);
         let _ = err.read_to_string(&mut e);
         (o, e)
     });
@@ -219,6 +222,10 @@ struct Sbcast {
     items: Vec<ShipItem>,
     /// The outcome of the copy (made once, by the first launch).
     done: std::sync::Mutex<Option<Result<(), String>>>,
+    /// Files the next job's workers need besides `items` (a checkpoint to
+    /// resume from, `Launcher::ship_with_job`), as (local path, path under
+    /// the data directory): copied by that job's first launch.
+    job_files: std::sync::Mutex<Vec<(PathBuf, PathBuf)>>,
 }
 
 impl SlurmLauncher {
@@ -238,7 +245,7 @@ impl SlurmLauncher {
             self.args.drain(i..end);
         }
         self.args.splice(0..0, ["--data-dir".to_string(), data]);
-        self.sbcast = Some(Sbcast { dir, items, done: std::sync::Mutex::new(None) });
+        self.sbcast = Some(Sbcast { dir, items, done: Default::default(), job_files: Default::default() });
         self
     }
 
@@ -269,11 +276,17 @@ impl SlurmLauncher {
         )
     }
 
-    /// The sbcast copy, once: the directories on every node, then each file
-    /// (sbcast sends it to all the job's nodes). Allowed a minute plus 10 MB/s.
+    /// The sbcast copy, once: the binary and the job's files.
     fn broadcast(&self, s: &Sbcast) -> Result<(), String> {
         let mut files: Vec<(PathBuf, PathBuf)> = vec![(self.binary.clone(), s.dir.join("leapgnn"))];
         files.extend(s.items.iter().map(|i| (i.local.clone(), s.dir.join("data").join(&i.remote))));
+        self.copy_to_nodes(s, &files)
+    }
+
+    /// Copies each (local, remote) file to every node: the directories
+    /// first, then each file (sbcast sends it to all the job's nodes).
+    /// Allowed a minute plus 10 MB/s per file.
+    fn copy_to_nodes(&self, s: &Sbcast, files: &[(PathBuf, PathBuf)]) -> Result<(), String> {
         let mut dirs: Vec<String> =
             files.iter().filter_map(|(_, r)| r.parent()).map(|d| d.display().to_string()).collect();
         dirs.sort();
@@ -283,7 +296,7 @@ impl SlurmLauncher {
         self.on_every_node(&mkdir, "srun mkdir").map_err(|e| e.to_string())?;
         let t = Instant::now();
         let mut bytes = 0u64;
-        for (local, remote) in &files {
+        for (local, remote) in files {
             let size = std::fs::metadata(local).map_err(|e| format!("cannot read {}: {e}", local.display()))?.len();
             bytes += size;
             let limit = Duration::from_secs(60 + size / 10_000_000);
@@ -344,6 +357,14 @@ impl Launcher for SlurmLauncher {
             if let Err(why) = done.get_or_insert_with(|| self.broadcast(s)) {
                 anyhow::bail!("--cluster: sbcast could not copy the job's files to the nodes: {why}");
             }
+            // Taken by the job's first launch: its other workers find them there.
+            let extra = std::mem::take(&mut *s.job_files.lock().unwrap_or_else(|e| e.into_inner()));
+            let extra: Vec<_> = extra.into_iter().map(|(local, rel)| (local, s.dir.join("data").join(rel))).collect();
+            if !extra.is_empty()
+                && let Err(why) = self.copy_to_nodes(s, &extra)
+            {
+                anyhow::bail!("--cluster: sbcast could not copy the checkpoint to resume from to the nodes: {why}");
+            }
         }
         let (node_ip, local_ip) = Self::route(node)?;
         let driver =
@@ -379,6 +400,52 @@ impl Launcher for SlurmLauncher {
         // SIGTERM makes srun signal its task and wait for it (killing srun itself
         // would leave the task running until Slurm notices); SIGKILL after a grace period.
         Ok(Box::new(ChildWorker::new(rank, child, Some(Duration::from_secs(10)))))
+    }
+
+    /// With sbcast the workers' data directory is the node-local copy: the job
+    /// names files relative to it, and rank 0's checkpoints are read back.
+    fn shares_files(&self) -> bool {
+        self.sbcast.is_none()
+    }
+
+    fn open_dir(&self, rank: usize, rel: &std::path::Path) -> Option<anyhow::Result<Box<dyn RemoteDir>>> {
+        let s = self.sbcast.as_ref()?;
+        let Some(node) = self.alloc.node_of_rank.get(rank) else {
+            return Some(Err(anyhow::anyhow!("rank {rank} is outside the allocation's {} tasks", self.alloc.world())));
+        };
+        let dir = NodeDir { job_id: self.alloc.job_id.clone(), node: node.clone(), dir: s.dir.join("data").join(rel) };
+        Some(Ok(Box::new(dir)))
+    }
+
+    fn ship_with_job(&self, files: Vec<(PathBuf, PathBuf)>) {
+        if let Some(s) = &self.sbcast {
+            *s.job_files.lock().unwrap_or_else(|e| e.into_inner()) = files;
+        }
+    }
+}
+
+/// A directory in a node's sbcast copy, read file by file with `srun cat`.
+struct NodeDir {
+    job_id: String,
+    node: String,
+    dir: PathBuf,
+}
+
+impl RemoteDir for NodeDir {
+    fn read(&mut self, name: &str) -> anyhow::Result<Vec<u8>> {
+        let path = self.dir.join(name);
+        let out = run_within(
+            Command::new("srun")
+                .arg(format!("--jobid={}", self.job_id))
+                .args(["--nodes=1", "--ntasks=1", "--overlap", "--quiet"])
+                .arg(format!("--nodelist={}", self.node))
+                .args(["cat", "--"])
+                .arg(&path),
+            None,
+            "srun cat",
+            READ_TIMEOUT,
+        );
+        out.map_err(|e| anyhow::anyhow!("cannot read {} on node {}: {e}", path.display(), self.node))
     }
 }
 
