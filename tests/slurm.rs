@@ -393,12 +393,21 @@ fn scancel_stops_every_task_and_leaves_a_checkpoint_that_loads() {
         "--checkpoint-every",
         "5",
     ];
-    let script = slurm.script(d, "long", &[&long[..], &["--run", "long"]].concat());
+    // Two CPUs per task: each worker's step gets both (srun does not inherit
+    // sbatch's --cpus-per-task; a step of one CPU would run both threads on it).
+    let script = slurm.script_with(d, "long", &["--cpus-per-task", "2"], &[&long[..], &["--run", "long"]].concat());
     let job = slurm.submit(&script);
     let metrics = d.join("runs/long/metrics.jsonl");
     until("training records", Duration::from_secs(120), || {
         std::fs::read_to_string(&metrics).is_ok_and(|m| m.lines().count() >= 30)
     });
+    let steps = slurm.cmd("scontrol").args(["-o", "show", "step", &job]).output().unwrap();
+    let steps = String::from_utf8_lossy(&steps.stdout).to_string();
+    let workers: Vec<&str> = steps.lines().filter(|l| l.contains("Name=leapgnn-worker-")).collect();
+    assert_eq!(workers.len(), 2, "{steps}");
+    for step in workers {
+        assert!(step.split_whitespace().any(|w| w == "CPUs=2"), "a worker's step has not its task's 2 CPUs: {step}");
+    }
     // A time-limit warning sent to the steps, not the batch shell (`--signal=USR1@S`
     // without `B:`), reaches the workers only: they say so and train on.
     let usr1 = slurm.cmd("scancel").args(["--signal=USR1", &job]).output().unwrap();

@@ -375,6 +375,7 @@ impl Launcher for SlurmLauncher {
             .args(["--nodes=1", "--ntasks=1", "--exact", "--overlap", "--quiet", "--kill-on-bad-exit=0"])
             .arg(format!("--nodelist={node}"))
             .arg(format!("--job-name=leapgnn-worker-{}", spec.rank))
+            .args(step_cpus().map(|c| format!("--cpus-per-task={c}")))
             .args(&self.srun_args)
             .arg(self.step_binary())
             .args(&self.args)
@@ -422,6 +423,18 @@ impl Launcher for SlurmLauncher {
             *s.job_files.lock().unwrap_or_else(|e| e.into_inner()) = files;
         }
     }
+}
+
+/// The CPUs each worker's step asks for: the allocation's per task. srun
+/// does not take sbatch's `--cpus-per-task` from `SLURM_CPUS_PER_TASK`
+/// (since Slurm 22.05; only from `SRUN_CPUS_PER_TASK`, which it reads
+/// itself), so an `--exact` step would get one CPU, its `RAYON_NUM_THREADS`
+/// threads all on it.
+fn step_cpus() -> Option<usize> {
+    if std::env::var_os("SRUN_CPUS_PER_TASK").is_some_and(|v| !v.is_empty()) {
+        return None;
+    }
+    std::env::var("SLURM_CPUS_PER_TASK").ok()?.trim().parse().ok().filter(|&n: &usize| n > 0)
 }
 
 /// A directory in a node's sbcast copy, read file by file with `srun cat`.
