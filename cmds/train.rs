@@ -54,7 +54,15 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     // single worker never waits on another, but refuses a bad timeout as
     // several would.
     comm_timeout(a.comm_timeout)?;
-    let (cfg, profile, resume) = match a.action()? {
+    let mut action = a.action()?;
+    // Slurm requeued this job (its node failed): the script's `--run NAME` goes on with the run it started.
+    if matches!(action, Action::Train(_))
+        && let Some(r) = train::slurm_job::requeued_run(&g.data(), a.run.as_deref())?
+    {
+        leapgnn::elog!("{}", r.describe());
+        action = Action::Resume { run: r.run, overrides: ResumeOverrides::default() };
+    }
+    let (cfg, profile, resume) = match action {
         Action::Naive(cfg) => return naive(g, &cfg),
         Action::Neutronstar(cfg) => return neutronstar(g, &a, *cfg),
         Action::Resume { run, overrides } => {

@@ -1,8 +1,9 @@
 //! The Slurm launcher over a real single-host Slurm (munged, slurmctld and
 //! slurmd on 127.0.0.1, started here as root; `.ci/run` installs them): Cora
 //! with 2 tasks trains to the local launcher's loss curve from the script
-//! `leapgnn slurm-script` prints; `scancel` stops every task and leaves a
-//! checkpoint that loads; exit codes propagate; outside an allocation
+//! `leapgnn slurm-script` prints; a job Slurm requeues resumes its run;
+//! `scancel` stops every task and leaves a checkpoint that loads; exit codes
+//! propagate; outside an allocation
 //! `--cluster slurm` is refused.
 
 mod dist_support;
@@ -421,6 +422,21 @@ fn scancel_stops_every_task_and_leaves_a_checkpoint_that_loads() {
         std::fs::read_to_string(&metrics).is_ok_and(|m| m.lines().count() >= lines + 30)
     });
     assert!(!slurm.gone(&job), "the job still runs");
+    // Slurm requeues a job whose node fails (here `scontrol requeue`) and runs
+    // its script again: the driver stops with a checkpoint, and the same job
+    // then resumes its run instead of failing on the taken --run name.
+    let ok = |o: Output| assert!(o.status.success(), "{}", text(&o));
+    ok(slurm.cmd("scontrol").args(["requeue", &job]).output().unwrap());
+    until("the job to be requeued", Duration::from_secs(60), || job_state(&slurm, &job).0 == "PENDING");
+    // Not the 2 minutes Slurm waits before a requeued job may start.
+    ok(slurm.cmd("scontrol").args(["update", &format!("jobid={job}"), "starttime=now"]).output().unwrap());
+    let resumed = format!("Slurm requeued job {job} (restart 1): resuming run long");
+    until("the requeued job to resume its run", Duration::from_secs(120), || {
+        std::fs::read_to_string(&log).is_ok_and(|l| l.contains(&resumed))
+    });
+    until("training to go on after the requeue", Duration::from_secs(60), || {
+        std::fs::read_to_string(&log).is_ok_and(|l| l.lines().filter(|l| l.starts_with("epoch")).count() >= 2)
+    });
     let c = slurm.cmd("scancel").arg(&job).output().unwrap();
     assert!(c.status.success(), "{}", text(&c));
     until("the job to end", Duration::from_secs(60), || slurm.gone(&job));

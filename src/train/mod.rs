@@ -21,6 +21,7 @@ pub mod neutronstar;
 pub mod placement;
 pub(crate) mod run_dataset;
 mod run_lock;
+pub mod slurm_job;
 pub mod strategy;
 pub mod tensorboard;
 mod trainer;
@@ -161,6 +162,7 @@ pub fn train(
     cfg.check_all(&ds)?;
     let (run, run_dir) = new_run_dir(data, opts.run.as_deref(), &cfg)?;
     run_dataset::record(&run_dir, &ds)?;
+    slurm_job::record(&run_dir)?;
     execute(data, cfg, &run, &run_dir, false, opts, obs)
 }
 
