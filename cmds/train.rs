@@ -66,7 +66,11 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
         Action::Naive(cfg) => return naive(g, &cfg),
         Action::Neutronstar(cfg) => return neutronstar(g, &a, *cfg),
         Action::Resume { run, overrides } => {
-            let cfg = multi_worker_config(&g.data(), &run);
+            // On the workers it resumes on (`--workers`): a Slurm allocation must hold that many tasks.
+            let cfg = match (multi_worker_config(&g.data(), &run), overrides.workers) {
+                (Some(c), Some(w)) => Some(c.on_workers(w)?),
+                (c, _) => c,
+            };
             let profile = match &cfg {
                 Some(c) => train::placement::resume_profile(c, a.workers)?,
                 None => None,

@@ -265,6 +265,26 @@ fn cora_over_slurm_trains_the_local_launchers_loss_curve() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     let log = std::fs::read_to_string(d.join("many.out")).unwrap();
     assert!(log.contains("--workers 3") && log.contains("2 task"), "{log}");
+
+    // A run of 4 workers goes on with `--resume --workers 2` in a job of 2
+    // tasks (the same global batch over the same 4 parts).
+    let four = ["cora", "--epochs", "1", "--batch-size", "4", "--hidden", "16", "--fanout", "5,5", "--run", "four"];
+    let script = slurm.script(d, "four", &four);
+    let out = slurm.cmd("sbatch").args(["--wait", "--ntasks=4", "--ntasks-per-node=4"]).arg(&script).output().unwrap();
+    let log = std::fs::read_to_string(d.join("four.out")).unwrap_or_default();
+    assert!(out.status.success(), "sbatch: {}\njob output:\n{log}", text(&out));
+    let script = slurm.script(d, "two", &["train", "--resume", "four", "--epochs", "2", "--workers", "2"]);
+    let out = slurm.cmd("sbatch").args(["--wait", "--ntasks=2"]).arg(&script).output().unwrap();
+    let log = std::fs::read_to_string(d.join("two.out")).unwrap_or_default();
+    assert!(out.status.success(), "sbatch: {}\njob output:\n{log}", text(&out));
+    let records = curve(d, "four");
+    let workers = |epoch: u64| {
+        let mut w: Vec<u64> = records.iter().filter(|r| r.0 == epoch).map(|r| r.2).collect();
+        w.sort();
+        w.dedup();
+        w
+    };
+    assert_eq!((workers(0), workers(1)), (vec![0, 1, 2, 3], vec![0, 1]), "{log}");
 }
 
 /// `sbcast = true`: the nodes need not see the data directory. The job's
@@ -612,6 +632,14 @@ fn the_time_limit_warning_stops_with_a_checkpoint_and_a_new_job_resumes_it() {
     let epochs = (state["progress"]["epoch"].as_u64().unwrap() + 2).to_string();
     let script =
         slurm.script_with(d, "resumed", &["--time", "5"], &["train", "--resume", "limited", "--epochs", &epochs]);
+    // A job of one task cannot hold the run's two workers: refused at once,
+    // naming the run's number of workers (no --workers was given).
+    let one = ["--wait", "--ntasks=1", "--ntasks-per-node=1"];
+    let out = slurm.cmd("sbatch").args(one).arg(&script).output().unwrap();
+    let log = std::fs::read_to_string(d.join("resumed.out")).unwrap_or_default();
+    assert_eq!(out.status.code(), Some(2), "{}\n{log}", text(&out));
+    assert!(log.contains("the run trains on 2 workers") && log.contains("1 task(s)"), "{log}");
+    assert!(!log.contains("--workers 2"), "{log}");
     let out = slurm.cmd("sbatch").args(["--wait", "--ntasks=2"]).arg(&script).output().unwrap();
     let log = std::fs::read_to_string(d.join("resumed.out")).unwrap_or_default();
     assert!(out.status.success(), "sbatch: {}\njob output:\n{log}", text(&out));

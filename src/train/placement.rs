@@ -72,12 +72,14 @@ fn ssh_slots(profile: &Profile, workers: Option<usize>) -> Result<usize, BadInpu
 
 /// The profile a multi-worker run `cfg` was started with, for its resume on
 /// `workers` (the flag, else the run's own): an ssh profile must still have
-/// that many slots. `None` for local workers.
+/// that many slots, a Slurm allocation at least that many tasks. `None` for
+/// local workers.
 #[allow(clippy::result_large_err)]
 pub fn resume_profile(cfg: &TrainConfig, workers: Option<usize>) -> Result<Option<Profile>, PlacementError> {
     let Some(path) = &cfg.cluster else { return Ok(None) };
     let profile = Profile::load_or_builtin(path)
         .map_err(|source| PlacementError::ResumeProfile { path: path.clone(), source })?;
+    let given = workers;
     let workers = workers.unwrap_or(cfg.workers);
     match profile.launcher {
         LauncherKind::Local => Ok(None),
@@ -88,6 +90,28 @@ pub fn resume_profile(cfg: &TrainConfig, workers: Option<usize>) -> Result<Optio
             profile.world()
         ))
         .into()),
+        LauncherKind::Slurm => {
+            let tasks = Allocation::from_env(None)?.world();
+            if tasks < workers {
+                let asked = match given {
+                    Some(w) => format!("--workers {w}"),
+                    None => format!("the run trains on {workers} workers (its own number)"),
+                };
+                let fewer = if tasks >= 2 {
+                    format!(
+                        ", or give --workers {tasks} (a mini-batch run goes on with the same global batch split over them)"
+                    )
+                } else {
+                    String::new()
+                };
+                return Err(BadInput::new(format!(
+                    "--resume: {asked}, but this Slurm allocation has {tasks} task(s) (SLURM_NTASKS): submit the \
+                     job with {workers} tasks (`slurm-script --nodes N --tasks-per-node M` with N x M = {workers}){fewer}"
+                ))
+                .into());
+            }
+            Ok(Some(profile))
+        }
         _ => Ok(Some(profile)),
     }
 }
