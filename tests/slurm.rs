@@ -265,6 +265,12 @@ fn cora_over_slurm_trains_the_local_launchers_loss_curve() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     let log = std::fs::read_to_string(d.join("many.out")).unwrap();
     assert!(log.contains("--workers 3") && log.contains("2 task"), "{log}");
+    // One task (sbatch's default): refused saying so, not naming a --parts 1 never given.
+    let script = slurm.script(d, "one", &["cora", "--epochs", "1"]);
+    let out = slurm.cmd("sbatch").args(["--wait", "--ntasks=1", "--ntasks-per-node=1"]).arg(&script).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let log = std::fs::read_to_string(d.join("one.out")).unwrap();
+    assert!(log.contains("1 task") && log.contains("at least 2") && !log.contains("--parts"), "{log}");
 
     // A run of 4 workers goes on with `--resume --workers 2` in a job of 2
     // tasks (the same global batch over the same 4 parts).

@@ -40,7 +40,7 @@ pub fn place(
     let slots = match profile.as_ref().map(|p| (p, p.launcher)) {
         None | Some((_, LauncherKind::Local)) => None,
         // One worker per task of the allocation, or the first --workers of them.
-        Some((_, LauncherKind::Slurm)) => Some(Allocation::from_env(workers)?.world()),
+        Some((_, LauncherKind::Slurm)) => Some(slurm_tasks(workers)?),
         Some((p, LauncherKind::Ssh)) => Some(ssh_slots(p, workers)?),
     };
     if let Some(slots) = slots {
@@ -48,6 +48,28 @@ pub fn place(
         cfg.parts = parts.unwrap_or(slots);
     }
     Ok((cfg, profile.filter(|p| p.launcher != LauncherKind::Local)))
+}
+
+/// A Slurm allocation runs one worker per task (or the first --workers of
+/// them): at least 2, as a run over Slurm is a multi-worker run.
+#[allow(clippy::result_large_err)]
+fn slurm_tasks(workers: Option<usize>) -> Result<usize, PlacementError> {
+    let tasks = Allocation::from_env(workers)?.world();
+    if tasks >= 2 {
+        return Ok(tasks);
+    }
+    let (what, fix) = match workers {
+        Some(w) => (format!("--workers {w}"), "give --workers 2 or more, or omit it (one worker per task)"),
+        None => (
+            format!("the Slurm allocation has {tasks} task (SLURM_NTASKS)"),
+            "submit the job with 2 tasks or more (sbatch --ntasks=2, or the script of `slurm-script --tasks-per-node 2`)",
+        ),
+    };
+    Err(BadInput::new(format!(
+        "--cluster slurm: {what}, but a run over Slurm has one worker per task and at least 2: {fix}, or train on \
+         one worker without --cluster"
+    ))
+    .into())
 }
 
 /// An ssh profile runs one worker per slot: --workers, when given, must agree.
