@@ -2,6 +2,7 @@ use crate::Global;
 use crate::output::print_json;
 use anyhow::Context;
 use leapgnn::BadInput;
+use leapgnn::cluster::ship::{ShipItem, rank_files};
 use leapgnn::cluster::{Allocation, Launcher, LauncherKind, LogSink, Profile, SlurmLauncher};
 use leapgnn::progress::signals;
 use leapgnn::train::DeviceKind;
@@ -99,10 +100,19 @@ fn distributed(g: &Global, a: &Args, opts: &InferOptions) -> anyhow::Result<leap
     let mut workers = a.workers;
     let mut slurm = None;
     if profile.as_ref().is_some_and(|p| p.launcher == LauncherKind::Slurm) {
+        let p = profile.as_ref().expect("a Slurm profile");
         let alloc = Allocation::from_env(a.workers)?;
-        workers = Some(alloc.world());
-        let binary = std::env::current_exe().context("cannot find the leapgnn executable to start workers")?;
-        slurm = Some(SlurmLauncher::new(alloc, binary, crate::train::worker_args(g, &data)?));
+        let world = alloc.world();
+        workers = Some(world);
+        let binary = match &p.binary {
+            Some(b) => b.clone(),
+            None => std::env::current_exe().context("cannot find the leapgnn executable to start workers")?,
+        };
+        let mut l = SlurmLauncher::new(alloc, binary, crate::train::worker_args(g, &data)?);
+        if p.sbcast {
+            l = l.with_sbcast(std::path::Path::new(&p.remote_dir), sbcast_items(&data, &a.run, world)?);
+        }
+        slurm = Some(l);
     } else if let Some(p) = &profile {
         let slots = p.world();
         if let Some(w) = a.workers.filter(|&w| w != slots) {
@@ -155,4 +165,27 @@ fn distributed(g: &Global, a: &Args, opts: &InferOptions) -> anyhow::Result<leap
         None => result,
     };
     result.with_context(|| format!("inference with run {} failed", a.run))
+}
+
+/// `sbcast = true`: what the workers of an inference on `world` of them read
+/// under the data directory: the dataset archive, the METIS partition in
+/// `world` parts they score by (none for one worker) and the run's checkpoint.
+fn sbcast_items(data: &leapgnn::DataDir, run: &str, world: usize) -> anyhow::Result<Vec<ShipItem>> {
+    let (cfg, weights) = run_files(data, run)?;
+    let root = std::path::absolute(&data.root)?;
+    let dataset = std::path::absolute(leapgnn::datasets::ensure_dataset(data, &cfg.dataset)?)?;
+    let item = |local: PathBuf| ShipItem {
+        remote: local.strip_prefix(&root).unwrap_or(&local).into(),
+        local,
+        executable: false,
+    };
+    let mut items = std::collections::BTreeSet::from([item(dataset.clone())]);
+    if world > 1 {
+        let parts = leapgnn::partition::ensure_partition(data, &cfg.dataset, "metis", world, cfg.seed)?;
+        items.extend(rank_files(&root, &dataset, &std::path::absolute(parts)?, 0..world));
+    }
+    for w in weights {
+        items.insert(item(std::path::absolute(w)?));
+    }
+    Ok(items.into_iter().collect())
 }

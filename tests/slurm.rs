@@ -299,7 +299,9 @@ fn cora_over_slurm_trains_the_local_launchers_loss_curve() {
 /// so). Rank 0 checkpoints into it and the driver reads the checkpoint back:
 /// stopped by the time-limit warning, a new job resumes the run (its
 /// checkpoint shipped with sbcast too) and trains on to the local launcher's
-/// records, loss for loss; each job's copy is removed when it ends.
+/// records, loss for loss; `infer --cluster` with the profile ships the
+/// checkpoint too and predicts what one process does; each job's copy is
+/// removed when it ends.
 #[test]
 fn sbcast_ships_the_job_to_the_nodes_and_removes_it_after() {
     let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
@@ -361,6 +363,22 @@ fn sbcast_ships_the_job_to_the_nodes_and_removes_it_after() {
     assert_eq!(shipped, local, "the same records, loss for loss");
     let left: Vec<_> = std::fs::read_dir(node_local.path()).unwrap().collect();
     assert!(left.is_empty(), "the node-local copy was not removed: {left:?}\n{log}");
+
+    // infer with the profile, in an allocation: the run's checkpoint goes with
+    // the job's files, and the workers' predictions are those of one process.
+    let (on_nodes, here) = (d.join("on-nodes.safetensors"), d.join("here.safetensors"));
+    let out = slurm
+        .cmd("salloc")
+        .args(["--ntasks=2", env!("CARGO_BIN_EXE_leapgnn"), "--data-dir", d.to_str().unwrap(), "infer", "shipped"])
+        .args(["--cluster", profile.to_str().unwrap(), "--out", on_nodes.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("sbcast: copied"), "{}", text(&out));
+    json(d, &["infer", "shipped", "--out", here.to_str().unwrap()]);
+    assert!(std::fs::read(&on_nodes).unwrap() == std::fs::read(&here).unwrap(), "the same predictions, bit for bit");
+    let left: Vec<_> = std::fs::read_dir(node_local.path()).unwrap().collect();
+    assert!(left.is_empty(), "the node-local copy was not removed: {left:?}");
 }
 
 /// The `.lgnn` files (archives, parts) each worker process run from under
