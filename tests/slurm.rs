@@ -369,12 +369,15 @@ fn sbcast_ships_the_job_to_the_nodes_and_removes_it_after() {
     let (on_nodes, here) = (d.join("on-nodes.safetensors"), d.join("here.safetensors"));
     let out = slurm
         .cmd("salloc")
+        .env_remove("RAYON_NUM_THREADS")
         .args(["--ntasks=2", env!("CARGO_BIN_EXE_leapgnn"), "--data-dir", d.to_str().unwrap(), "infer", "shipped"])
         .args(["--cluster", profile.to_str().unwrap(), "--out", on_nodes.to_str().unwrap()])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));
     assert!(text(&out).contains("sbcast: copied"), "{}", text(&out));
+    // salloc sets no RAYON_NUM_THREADS: each worker gets its step's one CPU's worth.
+    assert_eq!(text(&out).matches("1 compute thread\n").count(), 2, "{}", text(&out));
     json(d, &["infer", "shipped", "--out", here.to_str().unwrap()]);
     assert!(std::fs::read(&on_nodes).unwrap() == std::fs::read(&here).unwrap(), "the same predictions, bit for bit");
     let left: Vec<_> = std::fs::read_dir(node_local.path()).unwrap().collect();

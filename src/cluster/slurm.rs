@@ -4,7 +4,9 @@
 //! credential (encrypted with the cluster's MUNGE key, usable once, by this
 //! user only), because Slurm forwards a step's stdin in clear.
 
-use super::launcher::{ChildWorker, Launcher, LogSink, RemoteDir, WorkerProcess, WorkerSpec, stderr_log};
+use super::launcher::{
+    ChildWorker, Launcher, LogSink, RemoteDir, THREADS_VAR, WorkerProcess, WorkerSpec, stderr_log, threads_preset,
+};
 use super::ship::ShipItem;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs, UdpSocket};
@@ -386,6 +388,11 @@ impl Launcher for SlurmLauncher {
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
+        // The step's CPUs, unless the operator set the threads (slurm-script's does): left
+        // alone, each worker would start a thread per core of its node, whatever it was given.
+        if threads_preset().is_none() {
+            cmd.env(THREADS_VAR, task_cpus().to_string());
+        }
         let mut child = cmd.spawn().map_err(|e| anyhow::anyhow!("cannot run srun for worker {}: {e}", spec.rank))?;
         let mut stdin = child.stdin.take().expect("piped stdin");
         writeln!(stdin, "{sealed}")
@@ -435,6 +442,15 @@ fn step_cpus() -> Option<usize> {
         return None;
     }
     std::env::var("SLURM_CPUS_PER_TASK").ok()?.trim().parse().ok().filter(|&n: &usize| n > 0)
+}
+
+/// The CPUs of each task: `SRUN_CPUS_PER_TASK` or `SLURM_CPUS_PER_TASK`,
+/// else one (a step's default).
+fn task_cpus() -> usize {
+    ["SRUN_CPUS_PER_TASK", "SLURM_CPUS_PER_TASK"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok()?.trim().parse().ok().filter(|&n: &usize| n > 0))
+        .unwrap_or(1)
 }
 
 /// A directory in a node's sbcast copy, read file by file with `srun cat`.
