@@ -29,17 +29,27 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     let mut token = String::new();
     std::io::stdin().read_line(&mut token).context("worker: cannot read the job token from stdin")?;
     // Started by the Slurm launcher: the token is sealed with MUNGE (Slurm forwards stdin in clear).
-    if token.starts_with(leapgnn::cluster::slurm::MUNGE_PREFIX) {
+    // At most one signal waits to be relayed; more say nothing new.
+    let (signalled, relay) = std::sync::mpsc::sync_channel::<()>(1);
+    let slurm = token.starts_with(leapgnn::cluster::slurm::MUNGE_PREFIX);
+    if slurm {
         token = leapgnn::cluster::slurm::open_token(token.trim())?;
         // `scancel` signals every step at once: the driver, signalled too, stops the workers
         // after a checkpoint; a worker that died first would take that checkpoint with it.
-        // Slurm's SIGKILL after KillWait still ends a worker whose driver is gone.
-        ctrlc::set_handler(|| tracing::info!("signal ignored: the driver stops this worker"))
-            .context("cannot install the worker's signal handler")?;
+        // A driver under salloc is not signalled: the worker tells it. Slurm's SIGKILL after
+        // KillWait still ends a worker whose driver is gone.
+        ctrlc::set_handler(move || {
+            tracing::info!("signal ignored: the driver stops this worker");
+            let _ = signalled.try_send(());
+        })
+        .context("cannot install the worker's signal handler")?;
         leapgnn::progress::signals::ignore_time_limit_warning()
             .context("cannot install the worker's SIGUSR1 handler")?;
     }
     let (job, reporter) = worker_session::join(a.driver, a.rank, token.trim(), a.bind, Duration::from_secs(a.timeout))?;
+    if slurm {
+        worker_session::relay_step_signals(&reporter, relay);
+    }
     // The test harness and operators find a worker by these (the driver prefixes `[worker r]`).
     leapgnn::elog!(
         "pid {}, mesh listening on {}, {}",

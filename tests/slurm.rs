@@ -2,13 +2,14 @@
 //! slurmd on 127.0.0.1, started here as root; `.ci/run` installs them): Cora
 //! with 2 tasks trains to the local launcher's loss curve from the script
 //! `leapgnn slurm-script` prints; a job Slurm requeues resumes its run;
-//! `scancel` stops every task and leaves a checkpoint that loads; exit codes
+//! `scancel`, or salloc giving its allocation up, stops every task and leaves
+//! a checkpoint that loads; exit codes
 //! propagate; outside an allocation
 //! `--cluster slurm` is refused.
 
 mod dist_support;
 
-use dist_support::{cora, fails, json};
+use dist_support::{LONG_RUN, cora, fails, json};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -493,6 +494,46 @@ fn scancel_stops_every_task_and_leaves_a_checkpoint_that_loads() {
     // The checkpoint loads: inference from it covers every node.
     let r = json(d, &["infer", "long"]);
     assert_eq!(r["nodes"], 2708, "{log}");
+}
+
+/// Under `salloc` the driver runs outside the allocation: when salloc gives
+/// it up (here SIGINT to salloc alone, as when its session goes), Slurm
+/// signals the workers' steps and not the driver. The workers tell it, and
+/// it stops them after the iteration with a checkpoint, before Slurm's
+/// SIGKILL; nothing of the run is left running.
+#[test]
+fn a_revoked_salloc_allocation_stops_the_run_with_a_checkpoint() {
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(slurm) = Slurm::start() else { return };
+    let tmp = cora();
+    let d = tmp.path();
+    json(d, &["partition", "cora", "--parts", "2"]);
+    let log = std::fs::File::create(d.join("salloc.log")).unwrap();
+    let mut salloc = slurm
+        .cmd("salloc")
+        .args(["--ntasks=2", env!("CARGO_BIN_EXE_leapgnn"), "--data-dir", d.to_str().unwrap(), "train", "cora"])
+        .args(LONG_RUN)
+        .args(["--run", "held", "--cluster", "slurm"])
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let metrics = d.join("runs/held/metrics.jsonl");
+    until("training records", Duration::from_secs(120), || {
+        std::fs::read_to_string(&metrics).is_ok_and(|m| m.lines().count() >= 30)
+    });
+    let int = Command::new("kill").args(["-INT", &salloc.id().to_string()]).status().unwrap();
+    assert!(int.success());
+    until("salloc to end", Duration::from_secs(60), || salloc.try_wait().unwrap().is_some());
+    until("every process of the run to exit", Duration::from_secs(30), || processes_naming(d).is_empty());
+    let log = std::fs::read_to_string(d.join("salloc.log")).unwrap();
+    assert!(log.contains("Slurm signalled this worker's step") && log.contains("--resume held"), "{log}");
+    let state: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.join("runs/held/checkpoint/state.json")).unwrap()).unwrap();
+    let stopped: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.join("runs/held/summary.json")).unwrap()).unwrap();
+    assert_eq!(state["progress"]["global_iteration"], stopped["iterations"], "the stop's checkpoint: {log}");
+    assert!(stopped["iterations"].as_u64().unwrap() < 9000, "stopped before the end: {log}");
 }
 
 #[test]

@@ -9,6 +9,30 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// What a Slurm worker tells the driver (a log line) when Slurm signals its
+/// step (SIGTERM, SIGINT): the job was cancelled, reached its time limit or
+/// lost its allocation. A driver in the batch step is signalled too, but one
+/// under `salloc` (outside the allocation) is not: the line is its cue to stop
+/// every worker after the iteration, with a checkpoint, before Slurm's
+/// SIGKILL `KillWait` seconds later.
+pub const STEP_SIGNALLED: &str = "Slurm signalled this worker's step (the job was cancelled, reached its time limit \
+                                  or lost its allocation): asking the driver to stop after this iteration, with a \
+                                  checkpoint";
+
+/// Relays each signal `signalled` receives (from the worker's handler) to the
+/// driver as `STEP_SIGNALLED`, from a thread of its own, for as long as the
+/// worker runs.
+pub fn relay_step_signals(reporter: &Reporter, signalled: std::sync::mpsc::Receiver<()>) {
+    let reporter = reporter.clone();
+    std::thread::spawn(move || {
+        while signalled.recv().is_ok() {
+            if reporter.send(&ToDriver::Log(STEP_SIGNALLED.into())).is_err() {
+                break;
+            }
+        }
+    });
+}
+
 /// How often a worker tells the driver it is alive (a thread of its own, so a
 /// busy worker still beats; a stopped or hung process does not).
 pub(super) const HEARTBEAT: Duration = Duration::from_secs(2);

@@ -518,6 +518,16 @@ fn execute(
                     if rank == 0 && line.starts_with(checkpoint::WRITTEN) {
                         let _ = fetch_tx.try_send(());
                     }
+                    // Slurm is ending the job (a driver under salloc hears of it only so).
+                    if line.starts_with(crate::cluster::worker_session::STEP_SIGNALLED)
+                        && !stop.swap(true, Ordering::SeqCst)
+                    {
+                        tracing::warn!(
+                            "worker {rank}: {line}; stopping every worker after this iteration: `leapgnn train \
+                             --resume {}` goes on from the checkpoint",
+                            summary.run
+                        );
+                    }
                     Ok(())
                 }
                 Event::Done(..) | Event::Idle => Ok(()),
