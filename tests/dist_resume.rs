@@ -2,11 +2,12 @@
 //! 127.0.0.1: a run stopped in mid-epoch and resumed ends as the
 //! uninterrupted run does, bit for bit (model-centric, and leapgnn with
 //! `--time-steps auto`, whose tuning the checkpoint carries), and on another
-//! number of workers within float summation order.
+//! number of workers within float summation order (also micrograph and
+//! pregather runs on Cora).
 
 mod dist_support;
 
-use dist_support::{facebook, fails, final_weights, json, local_options, losses, rel_diff, weights};
+use dist_support::{cora, facebook, fails, final_weights, json, local_options, losses, rel_diff, weights};
 use leapgnn::DataDir;
 use leapgnn::cluster::LocalLauncher;
 use leapgnn::train::distributed::{resume_distributed, train_distributed};
@@ -126,4 +127,36 @@ fn facebook_resumed_from_four_workers_on_two_ends_within_1e5() {
         (cfg["workers"].as_u64(), cfg["batch_size"].as_u64(), cfg["parts"].as_u64()),
         (Some(2), Some(2048), Some(4))
     );
+}
+
+/// micrograph and pregather take one time step per worker, so a run of
+/// theirs moves to another number of workers as any other: the config they
+/// saved holds the old W as their time steps, which the resume once took
+/// for a `--time-steps` the user gave (4 -> 2 was refused naming a flag the
+/// strategy does not take; 2 -> 4 too, as "--time-steps 2 does not apply").
+/// Cora, 4 parts, 40 roots a global batch: 4 iterations an epoch, stopped
+/// in the first epoch's third.
+#[test]
+fn micrograph_and_pregather_resume_on_another_number_of_workers() {
+    let tmp = cora();
+    let d = tmp.path();
+    let common = ["--fanout", "5,5", "--hidden", "16", "--seed", "3", "--epochs", "2", "--parts", "4", "--no-tui"];
+    for (strategy, from, batch, to) in [("micrograph", "4", "10", "2"), ("pregather", "2", "20", "4")] {
+        let args = [&["train", "cora", "--strategy", strategy, "--workers", from, "--batch-size", batch], &common[..]];
+        let (straight, cut) = (format!("{strategy}-straight"), format!("{strategy}-mid"));
+        let whole = json(d, &[&args.concat()[..], &["--run", &straight]].concat());
+        let stopped =
+            json(d, &[&args.concat()[..], &["--run", &cut, "--stop-after", "3", "--checkpoint-every", "3"]].concat());
+        assert_eq!(stopped["iterations"], 3, "{strategy}");
+        let resumed = json(d, &["train", "--resume", &cut, "--workers", to, "--no-tui"]);
+        assert_eq!(resumed["workers"].to_string(), to, "{strategy}: {resumed}");
+        assert_eq!(resumed["time_steps"].to_string(), to, "{strategy}: one time step per worker: {resumed}");
+        assert_eq!(resumed["iterations"], whole["iterations"], "{strategy}");
+        let e = rel_diff(&weights(&final_weights(d, &straight)), &weights(&final_weights(d, &cut)));
+        assert!(e <= 1e-5, "{strategy} {from} -> {to} workers: final weights differ by {e}");
+        // The records after the checkpoint come from the new workers, one per time step.
+        let recs = losses(d, &cut);
+        let after: Vec<_> = recs.iter().filter(|r| r.0 == 1).collect();
+        assert_eq!(after.len(), 4 * to.parse::<usize>().unwrap().pow(2), "{strategy}: {after:?}");
+    }
 }

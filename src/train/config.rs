@@ -389,10 +389,16 @@ impl TrainConfig {
         if self.merge_plan.is_some() {
             return refuse("its --merge-plan was written for its own number of workers".into());
         }
-        if let Some(t) = self.time_steps.filter(|&t| t as usize > workers) {
+        // micrograph and pregather take one time step per worker: the saved
+        // count is the old W's, not a choice the new W must honour.
+        let time_steps = match self.strategy {
+            StrategyKind::Micrograph | StrategyKind::Pregather => Some(workers as u32),
+            _ => self.time_steps,
+        };
+        if let Some(t) = time_steps.filter(|&t| t as usize > workers) {
             return refuse(format!("its --time-steps {t} needs at least {t} workers"));
         }
-        Ok(TrainConfig { workers, batch_size: global / workers, ..self.clone() })
+        Ok(TrainConfig { workers, batch_size: global / workers, time_steps, ..self.clone() })
     }
 
     /// Roots per worker per iteration as the loop schedules them: the whole
