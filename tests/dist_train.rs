@@ -1,5 +1,6 @@
 //! Distributed model-centric training with real worker processes on
-//! 127.0.0.1, against the single worker on Cora.
+//! 127.0.0.1, against the single worker on Cora (and the feature cache of
+//! every sampled strategy).
 
 mod dist_support;
 
@@ -105,6 +106,32 @@ fn a_cache_holding_every_remote_row_makes_the_miss_rate_zero() {
     // A small cache serves some rows and misses others.
     let s = train(d, &["--epochs", "1", "--batch-size", "16", "--workers", "2", "--cache-mb", "1"]);
     assert!(s["rows"]["cache_hit"].as_u64().unwrap() > 0 && s["rows"]["remote"].as_u64().unwrap() > 0, "{s}");
+}
+
+/// `--cache-policy presample` ranks the rows the worker's training draws: a
+/// micrograph strategy's worker trains the roots it owns from every batch,
+/// not batch b(i, rank), so its cache must hold their neighbourhoods. Cora,
+/// 3 workers on 7 parts, 1 MiB a worker (about 180 of the ~1,800 remote
+/// rows): the rows the routed roots need fit, and none is fetched; the
+/// presample of model-centric's batches once left 240 of them to fetch.
+#[test]
+fn the_presample_cache_holds_the_rows_of_the_roots_a_micrograph_worker_trains() {
+    let tmp = cora();
+    let d = tmp.path();
+    let run = ["train", "cora", "--no-tui", "--workers", "3", "--parts", "7", "--batch-size", "20", "--epochs", "2"];
+    let model = ["--fanout", "5,5", "--hidden", "16", "--seed", "3", "--cache-mb", "1", "--cache-policy", "presample"];
+    for strategy in [
+        &["--strategy", "micrograph"][..],
+        &["--strategy", "pregather"],
+        &["--strategy", "leapgnn", "--time-steps", "2"],
+    ] {
+        let s = json(d, &[&run[..], &model, strategy].concat());
+        assert!(s["rows"]["cache_hit"].as_u64().unwrap() > 0, "{strategy:?}: {s}");
+        assert_eq!(s["rows"]["remote"], 0, "{strategy:?}: rows missed by the presampled cache: {}", s["rows"]);
+    }
+    // Model-centric's own batches draw more remote rows than 1 MiB holds.
+    let s = json(d, &[&run[..], &model, &["--strategy", "model-centric"]].concat());
+    assert!(s["rows"]["remote"].as_u64().unwrap() > 0, "{s}");
 }
 
 #[test]

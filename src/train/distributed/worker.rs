@@ -61,7 +61,7 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
         let ids = match cfg.cache_policy {
             CachePolicy::Degree => cache::by_degree(ds.graph(), owners.as_slice(), rank, budget),
             CachePolicy::Presample => {
-                let accesses = presample(&ds, cfg, &train, rank, world);
+                let accesses = presample(&ds, cfg, &train, owners.as_slice(), (rank, world));
                 cache::by_frequency(&accesses, owners.as_slice(), rank, budget)
             }
         };
@@ -144,16 +144,36 @@ pub(super) fn join_mesh(job: Job, timeout: Duration, reporter: &Reporter) -> any
     Ok(mesh)
 }
 
-/// The input rows this worker's own batches draw in the first epochs.
-fn presample(ds: &DatasetFile, cfg: &crate::train::TrainConfig, train: &[u32], rank: usize, world: usize) -> Vec<u32> {
+/// The input rows this worker's training draws in the first epochs: its own
+/// batches b(i, rank) (model-centric, p3), or, where a micrograph strategy
+/// routes every batch's roots to their owner, the roots of the iteration it
+/// owns (sampled as one set: a root's neighbours do not depend on its
+/// company). Sampling model-centric's batches for those filled their caches
+/// with the neighbourhoods of roots other workers train.
+fn presample(
+    ds: &DatasetFile,
+    cfg: &crate::train::TrainConfig,
+    train: &[u32],
+    owners: &[u16],
+    (rank, world): (usize, usize),
+) -> Vec<u32> {
+    use crate::train::StrategyKind::{Leapgnn, Micrograph, Pregather};
+    let routed = matches!(cfg.strategy, Micrograph | Pregather | Leapgnn);
     let sampler = NeighborSampler::new(ds.graph(), cfg.fanouts.clone(), cfg.seed);
     let mut map = NodeMap::new(ds.num_nodes());
-    let mut accesses = Vec::new();
+    let (mut accesses, mut roots) = (Vec::new(), Vec::new());
     for epoch in 0..PRESAMPLE_EPOCHS.min(cfg.epochs) {
         let order = batches::epoch_order(train, cfg.seed, epoch);
         let sched = batches::Schedule::new(&order, world, cfg.batch_size);
         for i in 0..sched.iterations() {
-            accesses.extend_from_slice(sampler.sample(sched.worker(i, rank), epoch, &mut map).input_nodes());
+            let mine = if routed {
+                roots.clear();
+                crate::schedule::routing::owned_by(sched.global(i), Some(owners), rank, &mut roots);
+                &roots[..]
+            } else {
+                sched.worker(i, rank)
+            };
+            accesses.extend_from_slice(sampler.sample(mine, epoch, &mut map).input_nodes());
         }
     }
     accesses
