@@ -148,6 +148,45 @@ fn a_runs_config_json_replays_the_run() {
     }
 }
 
+/// A micrograph or pregather run's `config.json` holds its time steps, one
+/// per worker, which are not a flag of theirs: a replay with another
+/// `--workers` (or `--strategy`) takes the count of its own, as the same
+/// flags on the command line do (it once failed: `--time-steps 4 does not
+/// apply to --strategy micrograph, which always takes one time step per
+/// worker (2)`).
+#[test]
+fn a_micrograph_runs_config_json_replays_on_other_workers_and_strategies() {
+    let tmp = setup();
+    let d = tmp.path();
+    let job = ["--batch-size", "16", "--fanout", "5,5", "--hidden", "16", "--epochs", "1", "--parts", "4"];
+    for strategy in ["micrograph", "pregather"] {
+        let first = format!("{strategy}-4");
+        json(d, &[&["train", "tiny", "--run", &first, "--workers", "4", "--strategy", strategy], &job[..]].concat());
+        assert_eq!(config_of(d, &first)["time_steps"], 4);
+        let cfg = d.join("runs").join(&first).join("config.json");
+        let cfg = cfg.to_str().unwrap();
+        for (over, steps) in [
+            (&["--workers", "2"][..], 2),
+            (&["--workers", "3"], 3),
+            (&["--strategy", "model-centric"], 1),
+            (&["--strategy", "leapgnn", "--time-steps", "2"], 2),
+        ] {
+            let again = format!("{first}-{}", over.join("").replace('-', ""));
+            let s = json(d, &[&["train", "--config", cfg, "--run", &again], over].concat());
+            assert_eq!(s["time_steps"], steps, "{strategy} {over:?}: {s}");
+            let c = config_of(d, &again);
+            assert_eq!(c["time_steps"], steps, "{strategy} {over:?}: {c}");
+            // The rest is the replayed run's: from the file, not from the defaults.
+            assert_eq!((c["parts"].as_u64(), c["batch_size"].as_u64()), (Some(4), Some(16)), "{c}");
+        }
+        // Replayed as it was, it is the same run.
+        let same = format!("{first}-again");
+        json(d, &["train", "--config", cfg, "--run", &same]);
+        assert_eq!(config_of(d, &first), config_of(d, &same), "{strategy}");
+        assert_eq!(weights(d, &first), weights(d, &same), "{strategy}");
+    }
+}
+
 /// A run's `config.json` is held to what a TOML file is: a key the config does
 /// not have is refused naming it, as is a value of the wrong type, by its key.
 #[test]

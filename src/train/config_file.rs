@@ -289,7 +289,12 @@ impl TrainConfig {
                 push("fanout", self.fanouts.to_string());
                 push("eval-fanout", self.eval_fanouts.to_string());
                 push("batch-size", self.batch_size.to_string());
-                push("time-steps", self.time_steps.map_or_else(|| "auto".into(), |t| t.to_string()));
+                // Only leapgnn's count is chosen; the others' follows --workers
+                // (micrograph, pregather: one per worker; the rest: 1), so a
+                // replay with another --workers or --strategy takes its own.
+                if self.strategy == super::StrategyKind::Leapgnn {
+                    push("time-steps", self.time_steps.map_or_else(|| "auto".into(), |t| t.to_string()));
+                }
                 push("migration", word(&self.migration));
                 if let Some(p) = &self.merge_plan {
                     push("merge-plan", p.display().to_string());
