@@ -313,3 +313,61 @@ fn a_key_with_a_passphrase_is_named_as_the_cause() {
     let detail = auth["detail"].as_str().unwrap();
     assert!(detail.contains(&format!("ssh-add {}", key.display())) && !detail.contains("authorized_keys"), "{detail}");
 }
+
+/// The permission bits of `path` (following a link).
+fn mode(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o7777
+}
+
+/// `--accept-new-host-keys` rewrites the file that decides which servers are
+/// trusted: it must never become writable by other local users (who could
+/// then add a key of theirs and sit in the middle of the next run, token
+/// and all), not even under `umask 000`, and a private file stays private.
+#[test]
+fn recording_a_host_key_leaves_known_hosts_writable_by_its_owner_only() {
+    let mut sshd = Sshd::start();
+    let profile = sshd.profile(1, "");
+    let p = profile.to_str().unwrap();
+    let known = std::fs::read_to_string(&sshd.known_hosts).unwrap();
+    let check_under_umask_000 = || {
+        let script = "umask 000 && exec \"$0\" \"$@\"";
+        Command::new("sh")
+            .args(["-c", script, env!("CARGO_BIN_EXE_leapgnn")])
+            .args(["--json", "cluster", "check", p, "--timeout", "5", "--no-workers", "--accept-new-host-keys"])
+            .output()
+            .unwrap()
+    };
+
+    // No known_hosts yet: the one made is the owner's alone.
+    std::fs::remove_file(&sshd.known_hosts).unwrap();
+    let out = check_under_umask_000();
+    assert_eq!(json(&out)["hosts"][0]["host_key"]["ok"], true, "{}", String::from_utf8_lossy(&out.stderr));
+    let recorded = std::fs::read_to_string(&sshd.known_hosts).unwrap();
+    assert!(recorded.starts_with(known.trim_end()), "the server's key was recorded: {recorded}");
+    assert_eq!(mode(&sshd.known_hosts), 0o600, "a new known_hosts under umask 000");
+
+    // A private file behind a link (a managed dotfile) that knows another
+    // host: the key is added to the file the link names, which stays 0600.
+    let real = sshd.path("dotfiles-known_hosts");
+    let other = "[127.0.0.1]:1 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKtmvTQ1Xs6b3vQ0Fc5cXc9cQv4pXKxTgk5O3nWbqk3S\n";
+    std::fs::write(&real, other).unwrap();
+    std::fs::set_permissions(&real, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    std::fs::remove_file(&sshd.known_hosts).unwrap();
+    std::os::unix::fs::symlink(&real, &sshd.known_hosts).unwrap();
+    let out = check_under_umask_000();
+    assert_eq!(json(&out)["hosts"][0]["host_key"]["ok"], true, "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(std::fs::symlink_metadata(&sshd.known_hosts).unwrap().file_type().is_symlink(), "the link was replaced");
+    assert_eq!(std::fs::read_to_string(&real).unwrap(), format!("{other}{recorded}"));
+    assert_eq!(mode(&real), 0o600, "a private known_hosts was opened up");
+
+    // One that others could already write loses that, and keeps the rest.
+    std::fs::remove_file(&sshd.known_hosts).unwrap();
+    std::fs::write(&sshd.known_hosts, other).unwrap();
+    std::fs::set_permissions(&sshd.known_hosts, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
+    let out = check_under_umask_000();
+    assert_eq!(json(&out)["hosts"][0]["host_key"]["ok"], true, "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(mode(&sshd.known_hosts), 0o644);
+    assert_eq!(sshd.wait_sessions_closed(Duration::from_secs(5)), Vec::<u32>::new());
+    sshd.stop();
+}

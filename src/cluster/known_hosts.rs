@@ -98,8 +98,25 @@ pub fn verify(
     }
     text.push_str(line.trim_end());
     text.push('\n');
-    crate::format::write_atomic(file, text.as_bytes()).map_err(|e| record(e.to_string()))?;
+    let (target, mode) = rewrite_target(file);
+    crate::format::write_atomic_mode(&target, text.as_bytes(), mode).map_err(|e| record(e.to_string()))?;
     Ok(HostKeyStatus::Recorded)
+}
+
+/// Where a new key is written and with which permission bits. The file that
+/// decides which servers are trusted must stay writable by its owner only:
+/// rewritten, it keeps its own bits without any group or world write (a
+/// new file is 0600, whatever the umask), so no other local user can slip a
+/// key of theirs in. A symbolic link (a managed dotfile) stays a link: its
+/// target is rewritten.
+fn rewrite_target(file: &Path) -> (PathBuf, u32) {
+    use std::os::unix::fs::PermissionsExt;
+    let target = match std::fs::symlink_metadata(file) {
+        Ok(m) if m.file_type().is_symlink() => std::fs::canonicalize(file).unwrap_or_else(|_| file.into()),
+        _ => file.into(),
+    };
+    let mode = std::fs::metadata(&target).map_or(0o600, |m| m.permissions().mode() & 0o755);
+    (target, mode)
 }
 
 /// The name OpenSSH uses for a host in known_hosts: `addr` on port 22, `[addr]:port` otherwise.

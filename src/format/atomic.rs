@@ -21,13 +21,35 @@ pub struct AtomicFile {
 
 impl AtomicFile {
     pub fn create(target: impl AsRef<Path>) -> Result<Self, FormatError> {
-        let target = target.as_ref().to_path_buf();
+        Self::open(target.as_ref(), None)
+    }
+
+    /// `create`, the file having exactly the permission bits `mode` (umask
+    /// or not) from before its first byte is written: for a file that must
+    /// never be readable or writable by others, not even for a moment.
+    pub fn create_with_mode(target: impl AsRef<Path>, mode: u32) -> Result<Self, FormatError> {
+        Self::open(target.as_ref(), Some(mode))
+    }
+
+    fn open(target: &Path, mode: Option<u32>) -> Result<Self, FormatError> {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        let target = target.to_path_buf();
         let dir = parent_dir(&target);
         fs::create_dir_all(&dir).map_err(|e| FormatError::io(&dir, e))?;
         let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
         // Errors name the file being written, not its temporary name.
-        let file = File::create(&tmp).map_err(|e| FormatError::io(&target, e))?;
+        let file = match mode {
+            None => File::create(&tmp),
+            // Owner-only as it is made (a leftover temp keeps its bits: set them again, still empty).
+            Some(m) => {
+                fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp).and_then(|f| {
+                    f.set_permissions(fs::Permissions::from_mode(m))?;
+                    Ok(f)
+                })
+            }
+        }
+        .map_err(|e| FormatError::io(&target, e))?;
         // Where the file system has no locks, the write goes on unlocked and
         // leftovers are kept (an unlocked temp file may be a live writer's).
         let _ = file.lock();
@@ -118,6 +140,16 @@ fn parent_dir(p: &Path) -> PathBuf {
 pub fn write_atomic(target: impl AsRef<Path>, bytes: &[u8]) -> Result<(), FormatError> {
     let target = target.as_ref();
     let mut f = AtomicFile::create(target)?;
+    f.writer().write_all(bytes).map_err(|e| FormatError::io(target, e))?;
+    f.commit()?;
+    Ok(())
+}
+
+/// `write_atomic` of a file whose permission bits are exactly `mode` from its
+/// first byte on (`AtomicFile::create_with_mode`).
+pub fn write_atomic_mode(target: impl AsRef<Path>, bytes: &[u8], mode: u32) -> Result<(), FormatError> {
+    let target = target.as_ref();
+    let mut f = AtomicFile::create_with_mode(target, mode)?;
     f.writer().write_all(bytes).map_err(|e| FormatError::io(target, e))?;
     f.commit()?;
     Ok(())
