@@ -169,6 +169,43 @@ fn changed_host_key_is_refused_even_when_recording_is_allowed() {
     sshd.stop();
 }
 
+/// A host key that known_hosts marks `@revoked` (a compromised key) is
+/// refused as OpenSSH refuses it: even where the same file still lists it
+/// for the host, and never recorded by accept_new_host_keys.
+#[test]
+fn a_revoked_host_key_is_refused_even_where_it_is_known() {
+    let mut sshd = Sshd::start();
+    let known = std::fs::read_to_string(&sshd.known_hosts).unwrap();
+    let mut f = known.split_whitespace().skip(1);
+    let revoked = format!("@revoked * {} {}\n", f.next().unwrap(), f.next().unwrap());
+    let host_of = |profile: &Path| Profile::load(profile).unwrap().hosts[0].clone();
+
+    std::fs::write(&sshd.known_hosts, format!("{revoked}{known}")).unwrap();
+    let profile = sshd.profile(1, "");
+    let e = launcher(&profile).prepare(&host_of(&profile), &[]).err().expect("a revoked key must be refused");
+    let e = e.to_string();
+    assert!(e.contains("REVOKED HOST KEY") && e.contains(&format!("line 1 of {}", sshd.known_hosts.display())), "{e}");
+    assert!(e.contains(&format!("127.0.0.1:{}", sshd.port)), "{e}");
+    assert!(std::fs::read_dir(&sshd.remote).unwrap().next().is_none(), "nothing may be shipped to it");
+
+    // Only the revocation: accept_new_host_keys must not record the key.
+    std::fs::write(&sshd.known_hosts, &revoked).unwrap();
+    let profile = sshd.profile(1, "accept_new_host_keys = true");
+    let e = launcher(&profile).prepare(&host_of(&profile), &[]).err().expect("a revoked key is never new").to_string();
+    assert!(e.contains("REVOKED HOST KEY"), "{e}");
+    assert_eq!(std::fs::read_to_string(&sshd.known_hosts).unwrap(), revoked, "the revoked key was recorded");
+
+    // Another key revoked: this host's passes.
+    keygen(&sshd.path("retired"));
+    let retired = std::fs::read_to_string(sshd.path("retired.pub")).unwrap();
+    std::fs::write(&sshd.known_hosts, format!("@revoked * {retired}{known}")).unwrap();
+    let profile = sshd.profile(1, "");
+    let p = launcher(&profile).prepare(&host_of(&profile), &[]).unwrap();
+    assert_eq!(p.host_key, HostKeyStatus::Known);
+    drop(p);
+    sshd.stop();
+}
+
 #[test]
 fn wrong_key_and_unreachable_port_are_refused_with_the_host_named() {
     let mut sshd = Sshd::start();

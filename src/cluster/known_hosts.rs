@@ -30,6 +30,12 @@ pub enum HostKeyError {
          `ssh-keygen -R '{name}' -f {file}`"
     )]
     Changed { file: PathBuf, name: String, fingerprint: String },
+    #[error(
+        "REVOKED HOST KEY: the server offered {fingerprint}, which line {line} of {file} marks @revoked \
+         (a key known to be compromised or retired); refused. Give the host a new key, or remove that line if the \
+         revocation is a mistake"
+    )]
+    Revoked { file: PathBuf, line: usize, fingerprint: String },
     #[error("the server sent no host key")]
     NoKey,
     #[error("cannot read known_hosts file {file}: {source}")]
@@ -55,6 +61,10 @@ pub fn verify(
 ) -> Result<HostKeyStatus, HostKeyError> {
     let (key, key_type) = sess.host_key().ok_or(HostKeyError::NoKey)?;
     let fingerprint = fingerprint(sess);
+    // libssh2 reads no markers: an `@revoked` line would pass for a host named "@revoked".
+    if let Some(line) = revoked_at(file, key)? {
+        return Err(HostKeyError::Revoked { file: file.into(), line, fingerprint });
+    }
     match check(sess, file, address, port, key)? {
         CheckResult::Match => return Ok(HostKeyStatus::Known),
         CheckResult::Mismatch => {
@@ -138,6 +148,27 @@ pub fn openssh_fingerprint(blob: &[u8]) -> String {
     use base64::Engine;
     use sha2::Digest;
     format!("SHA256:{}", base64::engine::general_purpose::STANDARD_NO_PAD.encode(sha2::Sha256::digest(blob)))
+}
+
+/// The line (1-based) of `file` that marks `key` (a public key blob)
+/// `@revoked`, whichever hosts it names: OpenSSH never accepts such a key,
+/// and neither do we, for any host.
+fn revoked_at(file: &Path, key: &[u8]) -> Result<Option<usize>, HostKeyError> {
+    use base64::Engine;
+    let text = match std::fs::read_to_string(file) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(HostKeyError::Read { file: file.into(), source }),
+    };
+    let b64 = base64::engine::general_purpose::STANDARD;
+    Ok(text
+        .lines()
+        .position(|l| {
+            let mut f = l.split_whitespace();
+            // `@revoked <hosts> <type> <base64 key> [comment]`
+            f.next() == Some("@revoked") && f.nth(2).and_then(|k| b64.decode(k).ok()).is_some_and(|blob| blob == key)
+        })
+        .map(|i| i + 1))
 }
 
 fn check(sess: &Session, file: &Path, address: &str, port: u16, key: &[u8]) -> Result<CheckResult, HostKeyError> {
