@@ -340,3 +340,95 @@ fn neither_the_worker_nor_the_driver_can_write_the_token_into_a_core_file() {
     run_job(&launcher, 1, &serde_json::json!({"task": "ping"}), &opts(), &AtomicBool::new(false), |_| {}).unwrap();
     assert_eq!(core_limit(std::process::id()), "0", "the driver kept core files on");
 }
+
+/// A writer into a shared buffer (what the driver logged).
+#[derive(Clone)]
+struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Capture {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Before the real workers start, a stranger sends the driver's port a
+/// message naming a variant of its own; the workers wait (a FIFO their
+/// wrapper reads) until the driver has refused the stranger and dropped it.
+struct Injecting {
+    inner: LocalLauncher,
+    fifo: std::path::PathBuf,
+    payload: Vec<u8>,
+    stranger: Mutex<Option<thread::JoinHandle<()>>>,
+}
+
+impl Launcher for Injecting {
+    fn name(&self) -> &'static str {
+        "injecting"
+    }
+
+    fn launch(&self, spec: &WorkerSpec) -> anyhow::Result<Box<dyn WorkerProcess>> {
+        let (driver, fifo, payload) = (spec.driver, self.fifo.clone(), self.payload.clone());
+        self.stranger.lock().unwrap().get_or_insert_with(|| {
+            thread::spawn(move || {
+                let mut s = TcpStream::connect(driver).unwrap();
+                s.write_all(&(payload.len() as u32).to_le_bytes()).unwrap();
+                s.write_all(&payload).unwrap();
+                // Refused and dropped: the driver has handled (and logged) it.
+                s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+                let mut b = [0u8; 64];
+                match s.read(&mut b) {
+                    Ok(0) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+                    other => panic!("the stranger was not dropped: {other:?}"),
+                }
+                std::fs::write(&fifo, b"go\n").unwrap();
+            })
+        });
+        self.inner.launch(spec)
+    }
+}
+
+/// Strangers choose what the driver logs about them: a message naming a
+/// variant of its own came back in serde's error as it was sent, so anyone
+/// who reaches the driver's port could write terminal control sequences
+/// (a title, colours, a cleared screen) and whole forged lines into the
+/// operator's terminal or the dashboard's log. What they sent is shown
+/// escaped, on the one line of the refusal.
+#[test]
+fn a_stranger_cannot_write_control_characters_or_lines_into_the_drivers_log() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fifo = tmp.path().join("go");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let wrapper = tmp.path().join("wait-then-work.sh");
+    let bin = env!("CARGO_BIN_EXE_leapgnn");
+    std::fs::write(&wrapper, format!("#!/bin/sh\nread go < '{}'\nexec '{bin}' \"$@\"\n", fifo.display())).unwrap();
+    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let forged = "epoch   9/9  loss 0.0000  FORGED";
+    let variant = format!("\u{1b}]0;PWNED\u{7}\u{1b}[2J\r\n{forged}");
+    let l = Injecting {
+        inner: LocalLauncher::new(&wrapper, vec![]).with_log(Arc::new(|l| eprintln!("{l}"))),
+        fifo,
+        payload: serde_json::to_vec(&serde_json::json!({ variant: 1 })).unwrap(),
+        stranger: Mutex::new(None),
+    };
+    let buf = Arc::new(Mutex::new(Vec::new()));
+    let w = Capture(buf.clone());
+    let subscriber = tracing_subscriber::fmt().with_writer(move || w.clone()).with_ansi(false).finish();
+    let ping = serde_json::json!({"task": "ping"});
+    let done = tracing::subscriber::with_default(subscriber, || {
+        run_job(&l, 1, &ping, &opts(), &AtomicBool::new(false), |_| {}).unwrap()
+    });
+    l.stranger.lock().unwrap().take().unwrap().join().unwrap();
+    assert_eq!(done.len(), 1, "the worker was admitted after the stranger");
+    let log = String::from_utf8_lossy(&buf.lock().unwrap()).into_owned();
+    let refusal: Vec<&str> = log.lines().filter(|l| l.contains("refused a control connection")).collect();
+    assert_eq!(refusal.len(), 1, "{log}");
+    assert!(refusal[0].contains("PWNED") && refusal[0].contains(forged), "the refusal shows what came: {log:?}");
+    let control: Vec<char> = log.chars().filter(|c| c.is_control() && *c != '\n').collect();
+    assert!(control.is_empty(), "control characters from a stranger reached the log: {control:?} in {log:?}");
+    assert!(!log.lines().any(|l| l.starts_with(forged)), "a stranger wrote a line of its own: {log:?}");
+}

@@ -207,8 +207,9 @@ impl ControlConn {
                 })?
             }
         };
+        // serde quotes an unknown variant or field as it came: from a stranger, anything.
         serde_json::from_slice(plain)
-            .map_err(|e| ControlError::Malformed { peer: self.peer.clone(), detail: e.to_string() })
+            .map_err(|e| ControlError::Malformed { peer: self.peer.clone(), detail: printable(&e.to_string()) })
     }
 
     fn read_by(&mut self, buf: &mut [u8], deadline: Option<Instant>) -> std::io::Result<()> {
@@ -237,6 +238,13 @@ impl ControlConn {
     fn io(&self, what: &'static str, source: std::io::Error) -> ControlError {
         ControlError::Io { peer: self.peer.clone(), what, source }
     }
+}
+
+/// `s` with its control characters escaped (`\u{1b}`, `\n`): text a peer
+/// chose may go into the operator's log, where a raw escape sequence would
+/// drive their terminal and a newline would start a line of the peer's making.
+pub fn printable(s: &str) -> String {
+    s.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
 }
 
 /// Memory for a message grows with the bytes that came, not with the length
@@ -281,6 +289,11 @@ mod tests {
         let mut src = std::io::Cursor::new(data.clone());
         read_growing(&mut buf, len, |b| src.read_exact(b)).unwrap();
         assert_eq!(buf, data);
+    }
+
+    #[test]
+    fn control_characters_are_escaped_and_the_rest_kept() {
+        assert_eq!(printable("a\u{1b}[2J\r\nb\u{7} é"), "a\\u{1b}[2J\\r\\nb\\u{7} é");
     }
 
     #[test]
