@@ -120,6 +120,26 @@ fn a_run_started_with_encrypt_resumes_encrypted_without_the_flag() {
     assert_eq!(sealed, 2, "the resumed run's workers did not encrypt: {err}");
 }
 
+/// A run trained with --encrypt is scored the same way: `infer` has no flag
+/// of its own, and its workers move every node's features and embeddings
+/// (they went in clear unless the profile said `encrypt = true`).
+#[test]
+fn infer_of_a_run_trained_with_encrypt_seals_its_workers_connections() {
+    let tmp = cora();
+    let d = tmp.path();
+    let train =
+        ["train", "cora", "--no-tui", "--workers", "2", "--epochs", "1", "--batch-size", "64", "--hidden", "16"];
+    let sealed_workers = |run: &str, encrypt: &[&str]| {
+        json(d, &[&train[..], &["--run", run], encrypt].concat());
+        let out = leapgnn(d, &["-v", "infer", run, "--workers", "2"]);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{err}");
+        err.lines().filter(|l| l.contains("carry sealed records (--encrypt)")).count()
+    };
+    assert_eq!(sealed_workers("sealed", &["--encrypt"]), 2, "infer dropped the run's --encrypt");
+    assert_eq!(sealed_workers("plain", &[]), 0);
+}
+
 #[test]
 fn a_neutronstar_estimate_with_encrypt_seals_its_workers_connections() {
     let tmp = cora();

@@ -162,7 +162,9 @@ fn infer_on_workers(
     let driver_opts = DriverOptions {
         silence_timeout: (launch.comm_timeout * 2).max(Duration::from_secs(10)),
         bind: launch.driver_bind,
-        encrypt: launch.encrypt,
+        // A run trained with --encrypt keeps it (config.json), as `train --resume` does:
+        // its features and embeddings cross the network sealed here too.
+        encrypt: launch.encrypt || cfg.encrypt,
         ..DriverOptions::default()
     };
     let values = run_job(launch.launcher, world, &task, &driver_opts, launch.interrupted, |ev| {
