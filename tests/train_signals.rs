@@ -308,3 +308,59 @@ impl Drop for Frozen {
         }
     }
 }
+
+/// Bytes waiting in the pipe `out` reads, and what it holds at most.
+fn pipe_fill(out: &std::process::ChildStdout) -> (i32, i32) {
+    use std::os::fd::AsRawFd;
+    let fd = out.as_raw_fd();
+    let mut queued: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one c_int, to a live local; F_GETPIPE_SZ reads nothing; `fd` is open (owned by `out`).
+    let (r, size) = unsafe { (libc::ioctl(fd, libc::FIONREAD, &mut queued), libc::fcntl(fd, libc::F_GETPIPE_SZ)) };
+    assert!(r == 0 && size > 0, "FIONREAD / F_GETPIPE_SZ on the driver's stdout failed");
+    (queued, size)
+}
+
+/// Whether a thread of process `pid` sleeps in a pipe write.
+fn blocked_writing_a_pipe(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
+    tasks.flatten().any(|t| std::fs::read_to_string(t.path().join("wchan")).is_ok_and(|w| w.contains("pipe_write")))
+}
+
+/// `--json-stream | less` left on its first page: the reader takes nothing,
+/// the pipe fills and the run waits for room. Ctrl-C must still stop it as
+/// ever (the iteration finishes, rank 0 checkpoints, summary, exit 0), the
+/// lines the reader never took dropped; the run used to write its lines on
+/// its own thread and sat in the full pipe, deaf to Ctrl-C and even to a
+/// second one.
+#[test]
+fn ctrl_c_stops_a_run_whose_json_stream_reader_stopped_reading() {
+    let tmp = cora();
+    let d = tmp.path();
+    for workers in ["2", "1"] {
+        let run = format!("stalled-{workers}");
+        let args = [&["train", "cora", "--workers", workers, "--json-stream", "--run", &run][..], LONG_RUN].concat();
+        let (mut drv, out) = Driver::start_stalled(d, &args);
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        // Full: the pipe holds most of what it can (the rest is in pages a write cannot fill) and the driver
+        // sleeps writing to it.
+        loop {
+            let (queued, size) = pipe_fill(&out);
+            if queued > size - 16384 && blocked_writing_a_pipe(drv.child.id()) {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{workers} workers: the pipe holds {queued} of {size} bytes");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        signal(drv.child.id(), "INT");
+        let (code, stderr) = drv.wait_exit(Duration::from_secs(30));
+        assert_eq!(code, Some(0), "{workers} workers:\n{stderr}");
+        assert!(stderr.contains("stopped on request after iteration"), "{stderr}");
+        assert!(stderr.contains(&format!("run {run}: test accuracy")), "no summary:\n{stderr}");
+        assert!(state(d, &run)["progress"]["global_iteration"].as_u64().unwrap() >= 1);
+        // What did reach the pipe is whole records, in metrics.jsonl's order.
+        let mut taken = String::new();
+        std::io::Read::read_to_string(&mut { out }, &mut taken).unwrap();
+        let file = std::fs::read_to_string(d.join("runs").join(&run).join("metrics.jsonl")).unwrap();
+        assert!(taken.ends_with('\n') && file.starts_with(&taken), "{workers} workers: the stream is not a prefix");
+    }
+}

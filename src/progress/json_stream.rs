@@ -1,15 +1,62 @@
 use super::ProgressSink;
+use super::signals;
 use crate::metrics::{EpochRecord, RestartRecord, StepRecord};
+use std::collections::VecDeque;
 use std::io::Write;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Lines waiting for the reader: a reader slower than the run holds it back
+/// once this many are queued, instead of the queue growing without bound.
+const QUEUE: usize = 1024;
+/// How often a run held back by a full queue looks for a stop request.
+const POLL: Duration = Duration::from_millis(100);
+/// How long the end of a stopped run waits for a reader that takes nothing
+/// (a pipe into `less` left on its first page): then the lines it did not
+/// take are dropped, as the dashboard gives up its last frame.
+const LAST_LINES: Duration = Duration::from_secs(2);
 
 /// Every step record as one JSON line, flushed at once so a pipeline sees it
 /// live. A closed reader (`| head`) stops the run as the dashboard's `q`
 /// does: the iteration finishes, is checkpointed, and the summary goes to stderr.
-pub struct JsonStream<W: Write> {
-    out: W,
+///
+/// The lines are written by a thread of their own through a bounded queue:
+/// a reader that stops reading holds the run back (it waits for room), but a
+/// stop request (Ctrl-C, SIGTERM) still stops it, the lines that find no room
+/// after the request being dropped; written on the run's own thread, a line
+/// blocked in a full pipe kept even a second Ctrl-C from stopping the run.
+pub struct JsonStream<W: Write + Send + 'static> {
+    shared: Arc<Shared>,
+    writer: Option<JoinHandle<W>>,
     /// One record's line, reused: a record goes out in one write.
     line: Vec<u8>,
+}
+
+#[derive(Default)]
+struct Queue {
+    lines: VecDeque<Vec<u8>>,
+    /// The writer is writing a line it took off the queue.
+    busy: bool,
+    /// The reader has gone (a write failed): nothing more is written.
     closed: bool,
+    /// No more lines will come: the writer ends once the queue is empty.
+    ended: bool,
+}
+
+#[derive(Default)]
+struct Shared {
+    queue: Mutex<Queue>,
+    /// Signalled when a line is queued or the stream ends.
+    ready: Condvar,
+    /// Signalled when the writer took a line or finished one.
+    room: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 impl JsonStream<std::io::Stdout> {
@@ -18,30 +65,98 @@ impl JsonStream<std::io::Stdout> {
     }
 }
 
-impl<W: Write> JsonStream<W> {
+impl<W: Write + Send + 'static> JsonStream<W> {
     pub fn new(out: W) -> Self {
-        JsonStream { out, line: Vec::new(), closed: false }
+        let shared = Arc::new(Shared::default());
+        let s = Arc::clone(&shared);
+        let writer = std::thread::Builder::new()
+            .name("leapgnn-json-stream".into())
+            .spawn(move || write_lines(&s, out))
+            .expect("the JSON stream's writer thread starts");
+        JsonStream { shared, writer: Some(writer), line: Vec::new() }
     }
 
-    pub fn into_inner(self) -> W {
-        self.out
+    /// The writer, once every line is written (after `finish`).
+    pub fn into_inner(mut self) -> W {
+        self.end();
+        self.writer.take().expect("the writer is joined once").join().expect("the JSON stream's writer ended")
     }
-}
 
-impl<W: Write> JsonStream<W> {
-    /// One record as one line, in one write.
+    /// One record as one line, queued whole. A full queue holds the run back
+    /// until the reader makes room, unless a stop was asked for.
     fn line(&mut self, r: &impl serde::Serialize) {
-        if self.closed {
-            return;
-        }
         self.line.clear();
         serde_json::to_writer(&mut self.line, r).expect("a record always serialises");
         self.line.push(b'\n');
-        self.closed = self.out.write_all(&self.line).and_then(|()| self.out.flush()).is_err();
+        let mut q = self.shared.lock();
+        while !q.closed && q.lines.len() >= QUEUE {
+            if signals::stop_requested() || signals::forced() {
+                return;
+            }
+            q = self.shared.room.wait_timeout(q, POLL).unwrap_or_else(|e| e.into_inner()).0;
+        }
+        if q.closed {
+            return;
+        }
+        q.lines.push_back(self.line.clone());
+        self.shared.ready.notify_one();
+    }
+
+    /// No more lines: waits until the writer has written the queue (or the
+    /// reader has gone). After a stop request a reader that takes nothing for
+    /// `LAST_LINES` is given up, its lines dropped.
+    fn end(&mut self) {
+        let mut q = self.shared.lock();
+        q.ended = true;
+        self.shared.ready.notify_one();
+        let mut waited_since = None;
+        let mut pending = q.lines.len();
+        while !q.closed && (q.busy || !q.lines.is_empty()) {
+            if signals::stop_requested() || signals::forced() {
+                // A line taken off the queue is progress: the timer starts again.
+                let since = waited_since.get_or_insert_with(Instant::now);
+                if q.lines.len() < pending {
+                    pending = q.lines.len();
+                    *since = Instant::now();
+                }
+                if since.elapsed() > LAST_LINES {
+                    q.lines.clear();
+                    q.closed = true;
+                    return;
+                }
+            }
+            q = self.shared.room.wait_timeout(q, POLL).unwrap_or_else(|e| e.into_inner()).0;
+        }
     }
 }
 
-impl<W: Write> ProgressSink for JsonStream<W> {
+/// The writer thread: each queued line in one write, flushed, until the
+/// stream ends or a write fails (the reader has gone).
+fn write_lines<W: Write>(shared: &Shared, mut out: W) -> W {
+    let mut q = shared.lock();
+    loop {
+        let Some(line) = q.lines.pop_front() else {
+            if q.ended || q.closed {
+                return out;
+            }
+            q = shared.ready.wait(q).unwrap_or_else(|e| e.into_inner());
+            continue;
+        };
+        q.busy = true;
+        drop(q);
+        shared.room.notify_all();
+        let ok = out.write_all(&line).and_then(|()| out.flush()).is_ok();
+        q = shared.lock();
+        q.busy = false;
+        if !ok {
+            q.closed = true;
+            q.lines.clear();
+        }
+        shared.room.notify_all();
+    }
+}
+
+impl<W: Write + Send + 'static> ProgressSink for JsonStream<W> {
     fn record(&mut self, r: &StepRecord) {
         self.line(r);
     }
@@ -54,9 +169,17 @@ impl<W: Write> ProgressSink for JsonStream<W> {
     fn epoch(&mut self, _: &EpochRecord) {}
     fn event(&mut self, _: &str) {}
     fn stop_requested(&self) -> bool {
-        self.closed
+        self.shared.lock().closed
     }
     fn finish(&mut self) {
-        let _ = self.out.flush();
+        self.end();
+    }
+}
+
+impl<W: Write + Send + 'static> Drop for JsonStream<W> {
+    /// Lets the writer thread end once it has written what is queued.
+    fn drop(&mut self) {
+        self.shared.lock().ended = true;
+        self.shared.ready.notify_one();
     }
 }

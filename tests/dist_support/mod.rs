@@ -296,6 +296,14 @@ impl Driver {
         (d, out)
     }
 
+    /// `start`, with the driver's stdout (`--json-stream`) a pipe this test
+    /// holds and does not read: a reader that stopped reading.
+    pub fn start_stalled(data: &Path, args: &[&str]) -> (Driver, std::process::ChildStdout) {
+        let mut d = Driver::spawn(data, args, Stdio::piped());
+        let out = d.child.stdout.take().unwrap();
+        (d, out)
+    }
+
     fn spawn(data: &Path, args: &[&str], stdout: Stdio) -> Driver {
         let mut child = Command::new(env!("CARGO_BIN_EXE_leapgnn"))
             .arg("--data-dir")
