@@ -54,6 +54,12 @@ fn until(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) {
 impl Slurm {
     /// None (after saying why) where Slurm cannot run; CI must not get there.
     fn start() -> Option<Slurm> {
+        Self::start_as(None)
+    }
+
+    /// `start`, the node named `name` in slurm.conf (NodeName, with NodeAddr
+    /// 127.0.0.1) instead of this host's name.
+    fn start_as(name: Option<&str>) -> Option<Slurm> {
         let missing: Vec<_> = ["munged", "munge", "slurmctld", "slurmd", "sbatch", "scancel", "squeue"]
             .into_iter()
             .filter(|c| !have(c))
@@ -79,6 +85,7 @@ impl Slurm {
         }
         let host = String::from_utf8(Command::new("hostname").arg("-s").output().unwrap().stdout).unwrap();
         let host = host.trim();
+        let node = name.unwrap_or(host);
         let conf = format!(
             "ClusterName=leapgnntest\nSlurmctldHost={host}(127.0.0.1)\nSlurmctldPort={}\nSlurmdPort={}\n\
              AuthType=auth/munge\nCredType=cred/munge\nProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n\
@@ -87,8 +94,8 @@ impl Slurm {
              SlurmdSpoolDir={d}/spool\nSlurmctldPidFile={d}/slurmctld.pid\nSlurmdPidFile={d}/slurmd.pid\n\
              SlurmctldLogFile={d}/slurmctld.log\nSlurmdLogFile={d}/slurmd.log\nSlurmUser=root\nSlurmdUser=root\n\
              ReturnToService=2\nMpiDefault=none\nKillWait=20\nOverTimeLimit=0\nSlurmdParameters=config_overrides\n\
-             NodeName={host} NodeAddr=127.0.0.1 CPUs=8 State=UNKNOWN\n\
-             PartitionName=test Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES\n",
+             NodeName={node} NodeAddr=127.0.0.1 CPUs=8 State=UNKNOWN\n\
+             PartitionName=test Nodes={node} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES\n",
             free_port(),
             free_port(),
             d = d.display()
@@ -101,7 +108,7 @@ impl Slurm {
             until("munged", Duration::from_secs(20), munge_works);
         }
         s.spawn(Command::new("slurmctld").args(["-D", "-i"]));
-        s.spawn(Command::new("slurmd").args(["-D"]));
+        s.spawn(Command::new("slurmd").args(["-D", "-N", node]));
         until("the node to be idle", Duration::from_secs(60), || {
             s.cmd("sinfo")
                 .args(["-h", "-o", "%t"])
@@ -292,6 +299,28 @@ fn cora_over_slurm_trains_the_local_launchers_loss_curve() {
         w
     };
     assert_eq!((workers(0), workers(1)), (vec![0, 1, 2, 3], vec![0, 1]), "{log}");
+}
+
+/// A cluster that names its nodes in slurm.conf only, not in DNS
+/// (`NodeName=leapnode NodeAddr=127.0.0.1`): the driver reaches the workers
+/// at the node's NodeAddr, as Slurm itself does, and the job trains.
+#[test]
+fn a_node_whose_name_does_not_resolve_is_reached_at_its_node_addr() {
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    const NODE: &str = "leapnode";
+    assert!(std::net::ToSocketAddrs::to_socket_addrs(&(NODE, 9)).is_err(), "{NODE} must not resolve here");
+    let Some(slurm) = Slurm::start_as(Some(NODE)) else { return };
+    let tmp = cora();
+    let d = tmp.path();
+    json(d, &["partition", "cora", "--parts", "2"]);
+    let script = slurm.script(d, "named", &[&JOB[..], &["--run", "named"]].concat());
+    let out = slurm.cmd("sbatch").args(["--wait", "--ntasks=2"]).arg(&script).output().unwrap();
+    let log = std::fs::read_to_string(d.join("named.out")).unwrap_or_default();
+    assert!(out.status.success(), "sbatch: {}\njob output:\n{log}", text(&out));
+    let mut workers: Vec<u64> = curve(d, "named").iter().map(|r| r.2).collect();
+    workers.sort();
+    workers.dedup();
+    assert_eq!(workers, [0, 1], "both workers trained: {log}");
 }
 
 /// `sbcast = true`: the nodes need not see the data directory. The job's

@@ -214,6 +214,8 @@ pub struct SlurmLauncher {
     pub log: LogSink,
     /// Files to copy to every node with sbcast before the first worker starts.
     sbcast: Option<Sbcast>,
+    /// Each node's address and this host's address towards it, by node name.
+    routes: std::sync::Mutex<std::collections::HashMap<String, (IpAddr, IpAddr)>>,
 }
 
 /// `sbcast = true`: what goes to the nodes, where, and whether it went.
@@ -232,7 +234,15 @@ struct Sbcast {
 
 impl SlurmLauncher {
     pub fn new(alloc: Allocation, binary: PathBuf, args: Vec<String>) -> Self {
-        SlurmLauncher { alloc, binary, args, srun_args: vec![], log: stderr_log(), sbcast: None }
+        SlurmLauncher {
+            alloc,
+            binary,
+            args,
+            srun_args: vec![],
+            log: stderr_log(),
+            sbcast: None,
+            routes: Default::default(),
+        }
     }
 
     /// Copies `items` (files under the data directory, `remote` relative to it) and
@@ -331,18 +341,61 @@ impl SlurmLauncher {
     }
 
     /// An address of `node` that this host reaches it at, and the address of
-    /// the interface this host reaches it from.
-    fn route(node: &str) -> anyhow::Result<(IpAddr, IpAddr)> {
-        let peer = (node, 9)
-            .to_socket_addrs()
-            .map_err(|e| anyhow::anyhow!("cannot resolve Slurm node {node}: {e}"))?
-            .find(|a| a.is_ipv4())
-            .ok_or_else(|| anyhow::anyhow!("Slurm node {node} has no IPv4 address"))?;
+    /// the interface this host reaches it from; looked up once per node.
+    fn route(&self, node: &str) -> anyhow::Result<(IpAddr, IpAddr)> {
+        let mut routes = self.routes.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(r) = routes.get(node) {
+            return Ok(*r);
+        }
+        let peer = node_ip(node)?;
         // Connecting a UDP socket sends nothing; it picks the outgoing interface.
         let probe = UdpSocket::bind("0.0.0.0:0")?;
-        probe.connect(peer)?;
-        Ok((peer.ip(), probe.local_addr()?.ip()))
+        probe.connect(SocketAddr::new(peer, 9))?;
+        let route = (peer, probe.local_addr()?.ip());
+        routes.insert(node.to_string(), route);
+        Ok(route)
     }
+}
+
+/// The IPv4 address Slurm reaches `node` at: its `NodeAddr` (which differs
+/// from the node's name where the names are not in DNS, as in
+/// `NodeName=node1 NodeAddr=10.0.0.5`), resolved if it is a host name; the
+/// node's name itself where scontrol does not say.
+fn node_ip(node: &str) -> anyhow::Result<IpAddr> {
+    let resolve = |name: &str| -> Result<IpAddr, String> {
+        (name, 9)
+            .to_socket_addrs()
+            .map_err(|e| e.to_string())?
+            .map(|a| a.ip())
+            .find(IpAddr::is_ipv4)
+            .ok_or_else(|| "no IPv4 address".to_string())
+    };
+    let addr = match run(Command::new("scontrol").args(["-o", "show", "node", node]), None, "scontrol") {
+        Ok(out) => node_addr(&out).ok_or_else(|| format!("`scontrol show node {node}` gives no NodeAddr")),
+        Err(e) => Err(e.to_string()),
+    };
+    let why = match addr {
+        Ok(a) => match resolve(&a) {
+            Ok(ip) => return Ok(ip),
+            Err(e) => format!("its NodeAddr {a} does not resolve ({e})"),
+        },
+        Err(e) => e,
+    };
+    resolve(node).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot find the address of Slurm node {node}: {why}, and the name {node} does not resolve ({e}); give \
+             the node a NodeAddr in slurm.conf that this host can reach (an IP address, or a name in DNS or /etc/hosts)"
+        )
+    })
+}
+
+/// The `NodeAddr=` field of `scontrol -o show node` output.
+fn node_addr(scontrol: &str) -> Option<String> {
+    scontrol
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("NodeAddr="))
+        .filter(|a| !a.is_empty() && *a != "(null)")
+        .map(String::from)
 }
 
 impl Launcher for SlurmLauncher {
@@ -368,7 +421,7 @@ impl Launcher for SlurmLauncher {
                 anyhow::bail!("--cluster: sbcast could not copy the checkpoint to resume from to the nodes: {why}");
             }
         }
-        let (node_ip, local_ip) = Self::route(node)?;
+        let (node_ip, local_ip) = self.route(node)?;
         let driver =
             if spec.driver.ip().is_unspecified() { SocketAddr::new(local_ip, spec.driver.port()) } else { spec.driver };
         let sealed = seal_token(&spec.token)?;
@@ -503,6 +556,14 @@ mod tests {
         assert!(tasks_per_node("2(x3").is_err());
         assert!(tasks_per_node("x").is_err());
         assert!(tasks_per_node("1(x999999999)").is_err());
+    }
+
+    #[test]
+    fn node_addr_is_read_from_scontrol() {
+        let line = "NodeName=node1 Arch=x86_64 CPUTot=8 NodeAddr=10.0.0.5 NodeHostName=node1 Version=22.05.8";
+        assert_eq!(node_addr(line).as_deref(), Some("10.0.0.5"));
+        assert_eq!(node_addr("NodeName=node1 NodeAddr=(null) State=IDLE"), None);
+        assert_eq!(node_addr("Node node1 not found"), None);
     }
 
     /// `--stop-before` is compared with these: sbatch's fields, in seconds.
