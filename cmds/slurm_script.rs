@@ -2,10 +2,10 @@ use crate::Global;
 use anyhow::Context;
 use clap::Parser;
 use leapgnn::BadInput;
-use leapgnn::cluster::slurm::{ScriptOptions, sbatch_script};
+use leapgnn::cluster::slurm::{ScriptCommand, ScriptOptions, sbatch_script};
 
-/// Print an sbatch script that runs `leapgnn train ARGS` on a Slurm allocation, one worker per task:
-/// `leapgnn slurm-script [OPTIONS] train ARGS`.
+/// Print an sbatch script that runs `leapgnn train ARGS` (or `leapgnn infer RUN ARGS`) on a Slurm allocation,
+/// one worker per task: `leapgnn slurm-script [OPTIONS] train ARGS` or `... infer RUN ARGS`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Nodes to allocate.
@@ -32,12 +32,12 @@ pub struct Args {
     #[arg(long, default_value = "leapgnn-%j.out")]
     pub output: String,
     /// Seconds before the time limit at which Slurm warns the driver (SIGUSR1), which then
-    /// checkpoints and stops so that `train --resume RUN` continues; 0: no warning.
+    /// checkpoints and stops so that `train --resume RUN` continues; 0: no warning (an infer job gets none).
     /// [default: 120, at most half the --time limit]
     #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
     pub stop_before: Option<u64>,
-    /// The run, after this command's own options: `train cora --strategy leapgnn --epochs 10`
-    /// (or, as before, `-- cora --strategy leapgnn --epochs 10`).
+    /// The job, after this command's own options: `train cora --strategy leapgnn --epochs 10`
+    /// (or, as before, `-- cora --strategy leapgnn --epochs 10`), or `infer RUN [--out FILE ...]`.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true, value_name = "TRAIN_ARGS")]
     pub train: Vec<String>,
 }
@@ -52,16 +52,38 @@ struct TrainOnly {
     train: crate::train::Args,
 }
 
+/// The infer arguments, parsed as `infer` would.
+#[derive(Parser)]
+#[command(name = "leapgnn infer")]
+struct InferOnly {
+    #[command(flatten)]
+    global: Global,
+    #[command(flatten)]
+    infer: crate::infer::Args,
+}
+
 pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
-    // `slurm-script [opts] train ARGS` names the subcommand it wraps; `-- ARGS` does not.
-    let mut train = a.train;
-    if train.first().is_some_and(|t| t == "train") {
-        train.remove(0);
+    // `slurm-script [opts] train ARGS` names the subcommand it wraps; `-- ARGS` does not (train).
+    let mut args = a.train;
+    let command = match args.first().map(String::as_str) {
+        Some("infer") => ScriptCommand::Infer,
+        _ => ScriptCommand::Train,
+    };
+    if args.first().is_some_and(|t| t == command.name()) {
+        args.remove(0);
     }
-    if let Err(e) = TrainOnly::try_parse_from(std::iter::once("train".to_string()).chain(train.iter().cloned())) {
+    let argv = std::iter::once(command.name().to_string()).chain(args.iter().cloned());
+    let parsed = match command {
+        ScriptCommand::Train => TrainOnly::try_parse_from(argv).map(drop),
+        ScriptCommand::Infer => InferOnly::try_parse_from(argv).map(drop),
+    };
+    if let Err(e) = parsed {
+        // clap's message up to its usage, on one line (a missing argument is named on the next).
         let msg = e.to_string();
-        let first = msg.lines().next().unwrap_or("").trim_start_matches("error: ");
-        return Err(BadInput::new(format!("the train arguments are not valid: {first}")).into());
+        let what: Vec<&str> = msg.lines().map(str::trim).take_while(|l| !l.is_empty()).collect();
+        let what = what.join(" ");
+        let what = what.trim_start_matches("error: ");
+        return Err(BadInput::new(format!("the {} arguments are not valid: {what}", command.name())).into());
     }
     let binary = std::env::current_exe().context("cannot find the leapgnn executable")?;
     let data_dir = std::path::absolute(&g.data_dir).context("cannot make --data-dir absolute")?;
@@ -77,7 +99,8 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
         stop_before: a.stop_before,
         binary,
         data_dir,
-        train_args: train,
+        command,
+        args,
     };
     crate::output::write_stdout(sbatch_script(&o)?.as_bytes())?;
     Ok(())

@@ -323,6 +323,48 @@ fn a_node_whose_name_does_not_resolve_is_reached_at_its_node_addr() {
     assert_eq!(workers, [0, 1], "both workers trained: {log}");
 }
 
+/// `slurm-script ... infer RUN ARGS`: the same #SBATCH block and checks as
+/// for train, no time-limit warning (nothing to checkpoint); submitted to the
+/// real Slurm on 2 tasks, its predictions are a local `infer`'s, bit for bit.
+#[test]
+fn slurm_script_infer_predicts_what_a_local_infer_does() {
+    let tmp = cora();
+    let d = tmp.path();
+    let script = |opts: &[&str]| dist_support::leapgnn(d, &[&["slurm-script"][..], opts].concat());
+    // Its arguments are checked as infer's; a warning is refused, none is written.
+    let out = script(&["infer", "r1", "--outt", "x"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("infer arguments") && e.contains("--outt"), "{e}");
+    // Without the run: refused naming it.
+    let out = script(&["infer"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("<RUN>") && e.lines().count() == 1, "{e}");
+    let out = script(&["--time", "10", "--stop-before", "60", "infer", "r1"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--stop-before"), "{}", text(&out));
+    let out = script(&["--time", "10", "--cpus-per-task", "2", "infer", "r1", "--out", "p.safetensors"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(s.contains("#SBATCH --time=10\n") && s.contains("#SBATCH --cpus-per-task=2\n"), "{s}");
+    assert!(!s.contains("--signal") && !s.contains("trap"), "{s}");
+    let exec = s.lines().find(|l| l.starts_with("exec ")).unwrap_or_else(|| panic!("{s}"));
+    assert!(exec.ends_with(" infer r1 --out p.safetensors --cluster slurm"), "{exec}");
+
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(slurm) = Slurm::start() else { return };
+    json(d, &["train", "--workers", "2", "--no-tui", "--run", "trained", "cora", "--epochs", "1", "--hidden", "16"]);
+    let (on_nodes, here) = (d.join("on-nodes.safetensors"), d.join("here.safetensors"));
+    let script = slurm.script(d, "infer", &["infer", "trained", "--out", on_nodes.to_str().unwrap()]);
+    let out = slurm.cmd("sbatch").args(["--wait", "--ntasks=2"]).arg(&script).output().unwrap();
+    let log = std::fs::read_to_string(d.join("infer.out")).unwrap_or_default();
+    assert!(out.status.success(), "sbatch: {}\njob output:\n{log}", text(&out));
+    assert!(log.contains("(2 worker(s)"), "two workers scored the nodes: {log}");
+    json(d, &["infer", "trained", "--out", here.to_str().unwrap()]);
+    assert!(std::fs::read(&on_nodes).unwrap() == std::fs::read(&here).unwrap(), "the same predictions, bit for bit");
+}
+
 /// `sbcast = true`: the nodes need not see the data directory. The job's
 /// binary, dataset and parts go to a node-local directory with sbcast, and the
 /// workers run from there and open only that copy (their mapped archives say
