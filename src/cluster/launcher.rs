@@ -16,7 +16,7 @@ pub fn stderr_log() -> LogSink {
 }
 
 /// What a launcher needs to start one worker.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct WorkerSpec {
     pub rank: usize,
     /// The driver's control listener the worker connects back to.
@@ -30,6 +30,20 @@ pub struct WorkerSpec {
     pub world: usize,
     /// Extra environment for the worker (e.g. RAYON_NUM_THREADS).
     pub env: Vec<(String, String)>,
+}
+
+/// Everything but the token, so that a `{:?}` in a log or an error message
+/// never prints the secret.
+impl std::fmt::Debug for WorkerSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerSpec")
+            .field("rank", &self.rank)
+            .field("driver", &self.driver)
+            .field("token", &"<redacted>")
+            .field("world", &self.world)
+            .field("env", &self.env)
+            .finish()
+    }
 }
 
 /// The variable that sets a worker's compute threads: rayon's pool and
@@ -244,5 +258,20 @@ mod tests {
         assert_eq!(threads_per_worker(8, 0), 8);
         assert_eq!(describe_threads(1), "1 compute thread");
         assert_eq!(describe_threads(4), "4 compute threads");
+    }
+
+    #[test]
+    fn a_worker_specs_debug_form_leaves_the_token_out() {
+        let token = crate::cluster::job_key::random_hex(crate::cluster::job_key::TOKEN_BYTES);
+        let spec = WorkerSpec {
+            rank: 1,
+            driver: "127.0.0.1:9".parse().unwrap(),
+            token: token.clone(),
+            world: 2,
+            env: vec![("RAYON_NUM_THREADS".into(), "3".into())],
+        };
+        let shown = format!("{spec:?} {spec:#?}");
+        assert!(!shown.contains(&token) && shown.contains("<redacted>"), "{shown}");
+        assert!(shown.contains("rank: 1") && shown.contains("RAYON_NUM_THREADS"), "{shown}");
     }
 }
