@@ -310,13 +310,12 @@ impl Drop for Frozen {
 }
 
 /// Bytes waiting in the pipe `out` reads, and what it holds at most.
-fn pipe_fill(out: &std::process::ChildStdout) -> (i32, i32) {
-    use std::os::fd::AsRawFd;
+fn pipe_fill(out: &impl std::os::fd::AsRawFd) -> (i32, i32) {
     let fd = out.as_raw_fd();
     let mut queued: libc::c_int = 0;
     // SAFETY: FIONREAD writes one c_int, to a live local; F_GETPIPE_SZ reads nothing; `fd` is open (owned by `out`).
     let (r, size) = unsafe { (libc::ioctl(fd, libc::FIONREAD, &mut queued), libc::fcntl(fd, libc::F_GETPIPE_SZ)) };
-    assert!(r == 0 && size > 0, "FIONREAD / F_GETPIPE_SZ on the driver's stdout failed");
+    assert!(r == 0 && size > 0, "FIONREAD / F_GETPIPE_SZ on the driver's pipe failed");
     (queued, size)
 }
 
@@ -363,4 +362,66 @@ fn ctrl_c_stops_a_run_whose_json_stream_reader_stopped_reading() {
         let file = std::fs::read_to_string(d.join("runs").join(&run).join("metrics.jsonl")).unwrap();
         assert!(taken.ends_with('\n') && file.starts_with(&taken), "{workers} workers: the stream is not a prefix");
     }
+}
+
+/// `train -vv 2>&1 >/dev/null | less` left on its first page: stderr fills and
+/// the driver sleeps writing its log. A second Ctrl-C must still stop it (exit
+/// 130) and its workers: the signal thread printed its "stopping after this
+/// iteration" line into the full pipe and heard no more signals, and the
+/// driver never got to look at them, so only SIGKILL ended it.
+#[test]
+fn a_second_ctrl_c_stops_a_run_whose_stderr_nobody_reads() {
+    let tmp = cora();
+    let d = tmp.path();
+    let args = [&["-vv", "train", "cora", "--workers", "2", "--run", "deaf"][..], LONG_RUN].concat();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_leapgnn"))
+        .arg("--data-dir")
+        .arg(d)
+        .args(&args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = child.stderr.take().unwrap();
+    let pid = child.id();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let workers = loop {
+        let (queued, size) = pipe_fill(&err);
+        let workers: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+            .flat_map(|c| c.split_whitespace().map(|p| p.parse::<u32>().unwrap()).collect::<Vec<_>>())
+            .collect();
+        if queued > size - 16384 && blocked_writing_a_pipe(pid) && workers.len() == 2 {
+            break workers;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("stderr never filled: {queued} of {size} bytes, workers {workers:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    signal(pid, "INT");
+    signal(pid, "INT");
+    let deadline = std::time::Instant::now() + Duration::from_secs(45);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            for w in &workers {
+                try_signal(*w, "KILL");
+            }
+            panic!("the driver was still running 45 s after a second Ctrl-C");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(130));
+    // Its workers stop as they do when their driver is gone.
+    assert_eq!(wait_gone(&workers, Duration::from_secs(60)), Vec::<u32>::new());
+    drop(err);
 }

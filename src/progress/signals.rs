@@ -50,18 +50,14 @@ pub fn install(on_force: OnForce, quiet: bool) -> std::io::Result<()> {
             if sig == SIGUSR1 {
                 let first = !TIME_LIMIT.swap(true, Ordering::SeqCst) && SIGNALS.load(Ordering::SeqCst) == 0;
                 if !quiet && first {
-                    crate::elog!(
-                        "SIGUSR1 (the time-limit warning of `slurm-script --stop-before`): stopping after this \
-                         iteration (checkpoint, then summary)"
-                    );
+                    say("SIGUSR1 (the time-limit warning of `slurm-script --stop-before`): stopping after this \
+                         iteration (checkpoint, then summary)");
                 }
                 continue;
             }
             if SIGNALS.fetch_add(1, Ordering::SeqCst) == 0 || sig == SIGHUP {
                 if !quiet && sig != SIGHUP {
-                    crate::elog!(
-                        "stopping after this iteration (checkpoint, then summary); press Ctrl-C again to stop at once"
-                    );
+                    say("stopping after this iteration (checkpoint, then summary); press Ctrl-C again to stop at once");
                 }
                 continue;
             }
@@ -76,13 +72,51 @@ pub fn install(on_force: OnForce, quiet: bool) -> std::io::Result<()> {
 /// exit here, the terminal given back first.
 pub fn force() {
     SIGNALS.fetch_add(1, Ordering::SeqCst);
-    FORCED.store(true, Ordering::SeqCst);
+    if FORCED.swap(true, Ordering::SeqCst) {
+        return;
+    }
     if MODE.get() == Some(&OnForce::Exit) {
-        if TERMINAL_TAKEN.load(Ordering::SeqCst) {
-            release_terminal();
-        }
-        crate::elog!("forced stop: the current iteration is lost (the last checkpoint is kept)");
-        std::process::exit(FORCED_EXIT.into());
+        exit_forced();
+    }
+    // The caller stops its workers and exits; unless it cannot, stuck where
+    // nothing reads (a stderr or stdout pipe whose reader stopped): then this
+    // exits after a grace, and the workers stop as they do when their
+    // driver is gone.
+    let _ = std::thread::Builder::new().name("leapgnn-force".into()).spawn(|| {
+        std::thread::sleep(FORCE_GRACE);
+        exit_forced();
+    });
+}
+
+/// How long a forced stop waits for the run to stop its workers itself.
+const FORCE_GRACE: std::time::Duration = std::time::Duration::from_secs(15);
+
+fn exit_forced() -> ! {
+    if TERMINAL_TAKEN.load(Ordering::SeqCst) {
+        release_terminal();
+    }
+    say_within(
+        "forced stop: the current iteration is lost (the last checkpoint is kept)",
+        std::time::Duration::from_secs(1),
+    );
+    std::process::exit(FORCED_EXIT.into());
+}
+
+/// Prints `msg` on stderr from a thread of its own, so that a stderr nobody
+/// reads (a full pipe) never keeps the signal thread from the next signal.
+fn say(msg: &'static str) {
+    let _ = std::thread::Builder::new().name("leapgnn-say".into()).spawn(move || crate::elog!("{msg}"));
+}
+
+/// `say`, waiting at most `within` for the line to be written.
+fn say_within(msg: &'static str, within: std::time::Duration) {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    let spawned = std::thread::Builder::new().name("leapgnn-say".into()).spawn(move || {
+        crate::elog!("{msg}");
+        let _ = tx.send(());
+    });
+    if spawned.is_ok() {
+        let _ = rx.recv_timeout(within);
     }
 }
 
