@@ -2,43 +2,33 @@
 //! logged and never disturb the genuine workers; misconfigured workers get
 //! errors that name the peer.
 
+#[path = "support/capture.rs"]
+mod capture;
 mod comm_support;
 
+use capture::Capture;
 use comm_support::{listeners, secret};
 use leapgnn::comm::auth::{Hello, MAX_HANDSHAKE_FRAME};
 use leapgnn::comm::frame::{self, Header, Kind};
 use leapgnn::comm::{Category, CommError, Mesh, MeshConfig};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
 const LONG: Duration = Duration::from_secs(10);
 
-#[derive(Clone)]
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Capture {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// Everything logged by this test binary.
 fn logs() -> String {
-    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    static LOGS: OnceLock<Capture> = OnceLock::new();
     let buf = LOGS.get_or_init(|| {
-        let buf = Arc::new(Mutex::new(Vec::new()));
-        let w = Capture(buf.clone());
-        tracing_subscriber::fmt().with_writer(move || w.clone()).with_ansi(false).init();
-        buf
+        let w = Capture::default();
+        let sink = w.clone();
+        tracing_subscriber::fmt().with_writer(move || sink.clone()).with_ansi(false).init();
+        w
     });
-    String::from_utf8_lossy(&buf.lock().unwrap()).into_owned()
+    buf.text()
 }
 
 /// Waits until the worker drops `s`, and checks it sent nothing more.

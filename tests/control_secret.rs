@@ -1,6 +1,10 @@
 //! The job's secrets never cross the control connection, and strangers on the
 //! driver's port cannot stall the admission of the real workers.
 
+#[path = "support/capture.rs"]
+mod capture;
+
+use capture::Capture;
 use leapgnn::cluster::driver::{ADMIT_DEADLINE, DriverOptions, run_job};
 use leapgnn::cluster::job_key;
 use leapgnn::cluster::{Launcher, LocalLauncher, WorkerProcess, WorkerSpec};
@@ -341,20 +345,6 @@ fn neither_the_worker_nor_the_driver_can_write_the_token_into_a_core_file() {
     assert_eq!(core_limit(std::process::id()), "0", "the driver kept core files on");
 }
 
-/// A writer into a shared buffer (what the driver logged).
-#[derive(Clone)]
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Capture {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// Before the real workers start, a stranger sends the driver's port a
 /// message naming a variant of its own; the workers wait (a FIFO their
 /// wrapper reads) until the driver has refused the stranger and dropped it.
@@ -415,8 +405,8 @@ fn a_stranger_cannot_write_control_characters_or_lines_into_the_drivers_log() {
         payload: serde_json::to_vec(&serde_json::json!({ variant: 1 })).unwrap(),
         stranger: Mutex::new(None),
     };
-    let buf = Arc::new(Mutex::new(Vec::new()));
-    let w = Capture(buf.clone());
+    let buf = Capture::default();
+    let w = buf.clone();
     let subscriber = tracing_subscriber::fmt().with_writer(move || w.clone()).with_ansi(false).finish();
     let ping = serde_json::json!({"task": "ping"});
     let done = tracing::subscriber::with_default(subscriber, || {
@@ -424,7 +414,7 @@ fn a_stranger_cannot_write_control_characters_or_lines_into_the_drivers_log() {
     });
     l.stranger.lock().unwrap().take().unwrap().join().unwrap();
     assert_eq!(done.len(), 1, "the worker was admitted after the stranger");
-    let log = String::from_utf8_lossy(&buf.lock().unwrap()).into_owned();
+    let log = buf.text();
     let refusal: Vec<&str> = log.lines().filter(|l| l.contains("refused a control connection")).collect();
     assert_eq!(refusal.len(), 1, "{log}");
     assert!(refusal[0].contains("PWNED") && refusal[0].contains(forged), "the refusal shows what came: {log:?}");

@@ -138,18 +138,16 @@ fn parent_dir(p: &Path) -> PathBuf {
 
 /// Writes a small file (JSON, TOML, text) atomically.
 pub fn write_atomic(target: impl AsRef<Path>, bytes: &[u8]) -> Result<(), FormatError> {
-    let target = target.as_ref();
-    let mut f = AtomicFile::create(target)?;
-    f.writer().write_all(bytes).map_err(|e| FormatError::io(target, e))?;
-    f.commit()?;
-    Ok(())
+    write_all(AtomicFile::create(target.as_ref())?, target.as_ref(), bytes)
 }
 
 /// `write_atomic` of a file whose permission bits are exactly `mode` from its
 /// first byte on (`AtomicFile::create_with_mode`).
 pub fn write_atomic_mode(target: impl AsRef<Path>, bytes: &[u8], mode: u32) -> Result<(), FormatError> {
-    let target = target.as_ref();
-    let mut f = AtomicFile::create_with_mode(target, mode)?;
+    write_all(AtomicFile::create_with_mode(target.as_ref(), mode)?, target.as_ref(), bytes)
+}
+
+fn write_all(mut f: AtomicFile, target: &Path, bytes: &[u8]) -> Result<(), FormatError> {
     f.writer().write_all(bytes).map_err(|e| FormatError::io(target, e))?;
     f.commit()?;
     Ok(())
