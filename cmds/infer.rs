@@ -174,11 +174,7 @@ fn sbcast_items(data: &leapgnn::DataDir, run: &str, world: usize) -> anyhow::Res
     let (cfg, weights) = run_files(data, run)?;
     let root = std::path::absolute(&data.root)?;
     let dataset = std::path::absolute(leapgnn::datasets::ensure_dataset(data, &cfg.dataset)?)?;
-    let item = |local: PathBuf| ShipItem {
-        remote: local.strip_prefix(&root).unwrap_or(&local).into(),
-        local,
-        executable: false,
-    };
+    let item = |local: PathBuf| ShipItem::data_file(&root, local);
     let mut items = std::collections::BTreeSet::from([item(dataset.clone())]);
     if world > 1 {
         let parts = leapgnn::partition::ensure_partition(data, &cfg.dataset, "metis", world, cfg.seed)?;

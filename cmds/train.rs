@@ -308,9 +308,7 @@ pub(crate) fn ssh_launcher(
     let root = std::path::absolute(&data.root)?;
     let extra: Vec<ShipItem> = extra
         .into_iter()
-        .map(|p| {
-            std::path::absolute(&p).map(|local| ShipItem { remote: relative(&root, &local), local, executable: false })
-        })
+        .map(|p| std::path::absolute(&p).map(|local| ShipItem::data_file(&root, local)))
         .collect::<Result<_, _>>()?;
     let rank_files = job_files(data, cfg)?;
     let files = Arc::new(move |rank| {
@@ -333,11 +331,6 @@ fn job_files(
     let root = std::path::absolute(&data.root)?;
     let (k, w) = (cfg.parts.max(cfg.workers), cfg.workers);
     Ok(move |rank| rank_files(&root, &dataset, &parts, leapgnn::format::worker_parts(rank, k, w)))
-}
-
-/// `local` relative to the data directory `root` (where workers find it), as `rank_files` ships.
-fn relative(root: &std::path::Path, local: &std::path::Path) -> PathBuf {
-    local.strip_prefix(root).unwrap_or(local).to_path_buf()
 }
 
 /// Adds "rank R on user@host:port" to a failure that one worker caused.

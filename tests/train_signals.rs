@@ -325,6 +325,17 @@ fn blocked_writing_a_pipe(pid: u32) -> bool {
     tasks.flatten().any(|t| std::fs::read_to_string(t.path().join("wchan")).is_ok_and(|w| w.contains("pipe_write")))
 }
 
+/// Whether process `pid` is held back by `pipe`, which nobody reads: it holds
+/// most of what it can (the rest is in pages a write cannot fill) and a
+/// thread of `pid` sleeps writing to it. If not, how full it is.
+fn stalled_on(pipe: &impl std::os::fd::AsRawFd, pid: u32) -> Result<(), String> {
+    let (queued, size) = pipe_fill(pipe);
+    if queued > size - 16384 && blocked_writing_a_pipe(pid) {
+        return Ok(());
+    }
+    Err(format!("the pipe holds {queued} of {size} bytes"))
+}
+
 /// `--json-stream | less` left on its first page: the reader takes nothing,
 /// the pipe fills and the run waits for room. Ctrl-C must still stop it as
 /// ever (the iteration finishes, rank 0 checkpoints, summary, exit 0), the
@@ -340,14 +351,8 @@ fn ctrl_c_stops_a_run_whose_json_stream_reader_stopped_reading() {
         let args = [&["train", "cora", "--workers", workers, "--json-stream", "--run", &run][..], LONG_RUN].concat();
         let (mut drv, out) = Driver::start_stalled(d, &args);
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        // Full: the pipe holds most of what it can (the rest is in pages a write cannot fill) and the driver
-        // sleeps writing to it.
-        loop {
-            let (queued, size) = pipe_fill(&out);
-            if queued > size - 16384 && blocked_writing_a_pipe(drv.child.id()) {
-                break;
-            }
-            assert!(std::time::Instant::now() < deadline, "{workers} workers: the pipe holds {queued} of {size} bytes");
+        while let Err(fill) = stalled_on(&out, drv.child.id()) {
+            assert!(std::time::Instant::now() < deadline, "{workers} workers: {fill}");
             std::thread::sleep(Duration::from_millis(20));
         }
         signal(drv.child.id(), "INT");
@@ -386,7 +391,7 @@ fn a_second_ctrl_c_stops_a_run_whose_stderr_nobody_reads() {
     let pid = child.id();
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     let workers = loop {
-        let (queued, size) = pipe_fill(&err);
+        let stalled = stalled_on(&err, pid);
         let workers: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
             .into_iter()
             .flatten()
@@ -394,12 +399,12 @@ fn a_second_ctrl_c_stops_a_run_whose_stderr_nobody_reads() {
             .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
             .flat_map(|c| c.split_whitespace().map(|p| p.parse::<u32>().unwrap()).collect::<Vec<_>>())
             .collect();
-        if queued > size - 16384 && blocked_writing_a_pipe(pid) && workers.len() == 2 {
+        if stalled.is_ok() && workers.len() == 2 {
             break workers;
         }
         if std::time::Instant::now() > deadline {
             let _ = child.kill();
-            panic!("stderr never filled: {queued} of {size} bytes, workers {workers:?}");
+            panic!("stderr never filled ({stalled:?}), workers {workers:?}");
         }
         std::thread::sleep(Duration::from_millis(20));
     };

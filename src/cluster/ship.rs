@@ -26,6 +26,15 @@ pub struct ShipItem {
     pub executable: bool,
 }
 
+impl ShipItem {
+    /// A data file `local` under the data directory `root` (both absolute,
+    /// or both relative alike), shipped to the same place under the remote
+    /// data directory; a file outside `root` keeps its path.
+    pub fn data_file(root: &Path, local: PathBuf) -> ShipItem {
+        ShipItem { remote: local.strip_prefix(root).unwrap_or(&local).to_path_buf(), local, executable: false }
+    }
+}
+
 /// What happened to one item on one host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Shipped {
@@ -84,11 +93,7 @@ pub fn rank_files(root: &Path, dataset: &Path, parts_dir: &Path, owned: std::ops
     [dataset.to_path_buf(), format::manifest_path(parts_dir)]
         .into_iter()
         .chain(owned.map(|p| format::part_path(parts_dir, p as u32)))
-        .map(|local| ShipItem {
-            remote: local.strip_prefix(root).unwrap_or(&local).to_path_buf(),
-            local,
-            executable: false,
-        })
+        .map(|local| ShipItem::data_file(root, local))
         .collect()
 }
 

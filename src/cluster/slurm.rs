@@ -494,16 +494,18 @@ fn step_cpus() -> Option<usize> {
     if std::env::var_os("SRUN_CPUS_PER_TASK").is_some_and(|v| !v.is_empty()) {
         return None;
     }
-    std::env::var("SLURM_CPUS_PER_TASK").ok()?.trim().parse().ok().filter(|&n: &usize| n > 0)
+    cpus_var("SLURM_CPUS_PER_TASK")
 }
 
 /// The CPUs of each task: `SRUN_CPUS_PER_TASK` or `SLURM_CPUS_PER_TASK`,
 /// else one (a step's default).
 fn task_cpus() -> usize {
-    ["SRUN_CPUS_PER_TASK", "SLURM_CPUS_PER_TASK"]
-        .iter()
-        .find_map(|v| std::env::var(v).ok()?.trim().parse().ok().filter(|&n: &usize| n > 0))
-        .unwrap_or(1)
+    cpus_var("SRUN_CPUS_PER_TASK").or_else(|| cpus_var("SLURM_CPUS_PER_TASK")).unwrap_or(1)
+}
+
+/// A positive CPU count in environment variable `var`.
+fn cpus_var(var: &str) -> Option<usize> {
+    std::env::var(var).ok()?.trim().parse().ok().filter(|&n: &usize| n > 0)
 }
 
 /// A directory in a node's sbcast copy, read file by file with `srun cat`.

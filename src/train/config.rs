@@ -325,13 +325,13 @@ impl TrainConfig {
         })
     }
 
-    /// The mode as the run summary and the dashboard name it: `full-graph`,
-    /// or None for mini-batch, the default, which older summaries left out.
     /// RETEXO's stages (one per layer), for `RunInfo::stages`.
     pub fn stages(&self) -> Option<u32> {
-        (self.strategy == crate::train::strategy::StrategyKind::Retexo).then(|| self.fanouts.layers() as u32)
+        (self.strategy == StrategyKind::Retexo).then(|| self.fanouts.layers() as u32)
     }
 
+    /// The mode as the run summary and the dashboard name it: `full-graph`,
+    /// or None for mini-batch, the default, which older summaries left out.
     pub fn reported_mode(&self) -> Option<String> {
         (self.mode == TrainMode::FullGraph).then(|| self.mode.to_string())
     }

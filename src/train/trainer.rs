@@ -193,11 +193,6 @@ pub fn run_loop(
     Ok(p)
 }
 
-/// BatchNorm's statistics before the first step: a training iteration
-/// normalises with the previous one's statistics, and before any there are
-/// none. Forwards of the first iteration's batches (`warm_up_passes`: one
-/// per layer and one more), nothing learned, each pass's statistics
-/// all-reduced: pass k's make layer k's inputs those of the initial weights.
 /// Where the first training record's byte count starts: this worker's
 /// counters, read before a barrier. A peer past the barrier may at once ask
 /// this worker's feature server for rows (the full-graph engine's and
@@ -211,6 +206,11 @@ pub(crate) fn fenced_start(coll: &mut dyn Collective) -> Result<crate::comm::Byt
     Ok(mark)
 }
 
+/// BatchNorm's statistics before the first step: a training iteration
+/// normalises with the previous one's statistics, and before any there are
+/// none. Forwards of the first iteration's batches (`warm_up_passes`: one
+/// per layer and one more), nothing learned, each pass's statistics
+/// all-reduced: pass k's make layer k's inputs those of the initial weights.
 fn warm_up_statistics(
     inp: &LoopInput<'_>,
     w: &mut Worker<'_>,
