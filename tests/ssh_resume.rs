@@ -228,7 +228,12 @@ fn a_retexo_run_whose_driver_was_killed_over_ssh_resumes_from_its_stage() {
     drv.wait_line(Duration::from_secs(60), |l| {
         l.strip_prefix("epoch").and_then(|e| e.split('/').next()?.trim().parse::<u64>().ok()).is_some_and(|e| e > 301)
     });
-    // The driver copies stage 2's checkpoint back while training goes on: wait for it.
+    // The driver copies stage 2's checkpoint back while training goes on: wait for it, the
+    // workers frozen meanwhile, so that stage 2 cannot end (and its final checkpoint replace
+    // that one) before a copy slowed by a loaded machine comes; the copy needs only sshd.
+    for &pid in &pids {
+        signal(pid, "STOP");
+    }
     let copied = d.join("runs/cut/checkpoint/state.json");
     let at_stage_2 = || {
         let state: Option<serde_json::Value> =
@@ -237,11 +242,20 @@ fn a_retexo_run_whose_driver_was_killed_over_ssh_resumes_from_its_stage() {
     };
     let deadline = Instant::now() + Duration::from_secs(30);
     while !at_stage_2() {
-        assert!(Instant::now() < deadline, "stage 2's checkpoint was not copied back within 30 s");
+        if Instant::now() >= deadline {
+            for &pid in &pids {
+                signal(pid, "KILL");
+            }
+            panic!("stage 2's checkpoint was not copied back within 30 s");
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
     signal(drv.child.id(), "KILL");
     let _ = drv.wait_exit(Duration::from_secs(10));
+    // Thawed, they find their driver gone.
+    for &pid in &pids {
+        signal(pid, "CONT");
+    }
     // The workers go when their driver does.
     assert_eq!(wait_gone(&pids, Duration::from_secs(30)), Vec::<u32>::new());
     let resumed = json(d, &["train", "--resume", "cut", "--no-tui"]);
