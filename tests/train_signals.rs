@@ -409,6 +409,24 @@ fn a_second_ctrl_c_stops_a_run_whose_stderr_nobody_reads() {
         std::thread::sleep(Duration::from_millis(20));
     };
     signal(pid, "INT");
+    // The second only once the first was taken (two pending SIGINTs are one): its line
+    // is printed by a thread of its own, named leapgnn-say.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let says = || {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == "leapgnn-say"))
+    };
+    while !says() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the first Ctrl-C was not taken within 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
     signal(pid, "INT");
     let deadline = std::time::Instant::now() + Duration::from_secs(45);
     let status = loop {
