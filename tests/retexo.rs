@@ -284,7 +284,21 @@ fn a_run_stopped_mid_stage_resumes_from_the_stage_boundary_to_the_same_weights()
     let d = tmp.path();
     // Stopped after round 5 of 6 (stage 2's second round): the checkpoint is stage 2's start.
     let (whole, stopped) = whole_and_stopped(d, 5);
+    // Its stage 2 is untrained there: infer used to score it anyway, at chance
+    // (Cora test accuracy 0.08-0.16 against the 0.59-0.72 the run reported),
+    // without a word. It is refused, in process and on workers, before any
+    // output is written.
+    for workers in [&[][..], &["--workers", "2"]] {
+        let e = fails(d, &[&["infer", "cut"][..], workers].concat(), 2);
+        for said in ["stopped in stage 2 of 2", "round 3 of 6", "untrained", "train --resume cut"] {
+            assert!(e.contains(said), "{workers:?}: no `{said}` in {e}");
+        }
+        assert!(!d.join("runs/cut/predictions.safetensors").exists(), "{workers:?}");
+    }
     let resumed = resumed_from_stage_2(d, &whole);
+    // Finished, it is inferred as the run reported it.
+    let r = json(d, &["infer", "cut"]);
+    assert_eq!(r["accuracy"]["test"], resumed["test_accuracy"], "{r}");
     // The bytes are the whole run's: what the stopped run moved (its summary,
     // stage 1's rounds among them) and what the resumed workers moved
     // (workers.json, each since it started). They were the resumed workers'

@@ -118,7 +118,8 @@ pub(crate) fn prepare(
 ) -> Result<(Prepared, DatasetFile), TrainError> {
     check_out(opts)?;
     let (run_dir, ck) = checkpointed_run(data, run, "infer")?;
-    let (mut cfg, _) = checkpoint::load_config(&ck)?;
+    let (mut cfg, progress) = checkpoint::load_config(&ck)?;
+    check_stages_complete(run, &cfg, progress.epoch)?;
     let weights = checkpoint::weights_file(&ck)?;
     if let Some(d) = opts.device {
         cfg.device = d;
@@ -172,11 +173,34 @@ pub(crate) fn prepare(
     Ok((Prepared { run_dir, checkpoint: ck, weights, cfg, dataset, nodes, width }, ds))
 }
 
+/// Refuses a RETEXO run stopped before its last stage ended. RETEXO
+/// checkpoints only where a stage starts (`epoch` = stage x rounds), so such
+/// a checkpoint holds the stage it stopped in (and every later one) at its
+/// initial weights: scored, it predicts at chance, far from the accuracy the
+/// stopped run reported. `epoch` is the checkpoint's round.
+fn check_stages_complete(run: &str, cfg: &TrainConfig, epoch: u64) -> Result<(), BadInput> {
+    if cfg.strategy != super::StrategyKind::Retexo || epoch >= cfg.epochs {
+        return Ok(());
+    }
+    let rounds = cfg.rounds.unwrap_or(1).max(1);
+    let layers = cfg.epochs / rounds;
+    Err(BadInput::new(format!(
+        "run `{run}` is a RETEXO run that stopped in stage {} of {layers}: its checkpoint is of round {epoch} of {}, \
+         where that stage starts, so stage {} and later hold untrained weights and would predict at chance; finish \
+         the run with `leapgnn train --resume {run}`, then infer",
+        epoch / rounds + 1,
+        cfg.epochs,
+        epoch / rounds + 1,
+    )))
+}
+
 /// The run's saved config and the checkpoint files inference reads (what a
 /// launcher without the driver's filesystem ships to every worker).
 pub fn run_files(data: &DataDir, run: &str) -> Result<(TrainConfig, Vec<PathBuf>), TrainError> {
     let (_, ck) = checkpointed_run(data, run, "infer")?;
-    let (cfg, _) = checkpoint::load_config(&ck)?;
+    let (cfg, progress) = checkpoint::load_config(&ck)?;
+    // Refused before any host is reached or file shipped.
+    check_stages_complete(run, &cfg, progress.epoch)?;
     Ok((cfg, checkpoint::weight_files(&ck)?.to_vec()))
 }
 
