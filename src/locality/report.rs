@@ -33,7 +33,9 @@ pub struct Row {
     pub remote_rows_model_centric: f64,
     pub remote_rows_micrograph: f64,
     pub remote_rows_pregather: f64,
-    /// rows x feature dim x 4.
+    /// The rows' bytes as the feature service sends them: rows x feature dim
+    /// x 4 for dense features; a count plus a column and a value per non-zero
+    /// for features stored sparse (`RowRef::wire_bytes`).
     pub bytes_model_centric: f64,
     pub bytes_micrograph: f64,
     pub bytes_pregather: f64,

@@ -8,33 +8,56 @@
 //!   the iteration as one de-duplicated request.
 //!
 //! A row is remote when a server other than the requesting worker owns it.
+//! Its bytes are those it takes in a feature service reply
+//! (`RowRef::wire_bytes`): 4 x dim when the dataset stores its features
+//! dense, a count plus a column and a value per non-zero when sparse, as
+//! `train` sends them.
 
 use super::owners::{OwnerTable, Trainer};
 use super::sampler::Sampler;
+use crate::format::FeatureView;
 use crate::sample::{LayerNodes, VertexSet};
 
-/// Requested feature rows and how many of them are remote.
+/// Requested feature rows and how many of them are remote, with their bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Requests {
     pub rows: u64,
     pub remote: u64,
+    pub bytes: u64,
+    pub remote_bytes: u64,
+}
+
+/// Bytes of row `v` as the feature service sends it.
+fn wire(features: &FeatureView<'_>, v: u32) -> u64 {
+    features.row(v as usize).wire_bytes()
 }
 
 impl Requests {
     /// The request for `vertices` by each of `who` (owners read once per vertex).
-    pub fn of_each(vertices: &[u32], owners: &OwnerTable, who: &[Trainer]) -> Vec<Self> {
-        let mut remote = vec![0u64; who.len()];
+    pub fn of_each(vertices: &[u32], owners: &OwnerTable, who: &[Trainer], features: &FeatureView<'_>) -> Vec<Self> {
+        let mut out = vec![Requests::default(); who.len()];
         for &v in vertices {
-            let o = owners.of(v);
-            for (r, t) in remote.iter_mut().zip(who) {
-                *r += u64::from(o[t.column] != t.home);
+            let (o, b) = (owners.of(v), wire(features, v));
+            for (r, t) in out.iter_mut().zip(who) {
+                r.count(b, o[t.column] != t.home);
             }
         }
-        remote.into_iter().map(|remote| Requests { rows: vertices.len() as u64, remote }).collect()
+        out
+    }
+    /// One requested row of `bytes`.
+    fn count(&mut self, bytes: u64, remote: bool) {
+        self.rows += 1;
+        self.bytes += bytes;
+        if remote {
+            self.remote += 1;
+            self.remote_bytes += bytes;
+        }
     }
     pub fn add(&mut self, o: Requests) {
         self.rows += o.rows;
         self.remote += o.remote;
+        self.bytes += o.bytes;
+        self.remote_bytes += o.remote_bytes;
     }
     /// Remote rows / requested rows (0 for no request).
     pub fn miss_rate(&self) -> f64 {
@@ -56,17 +79,17 @@ impl GroupScratch {
 }
 
 /// What worker `server` requests in one iteration whose worker batches are
-/// `batches` (b(i, m) for every model m): (micrograph, pregather).
+/// `batches` (b(i, m) for every model m): (micrograph, pregather). `owner`
+/// is each node's server (a column of the `OwnerTable`).
 pub fn owner_iteration(
     sampler: &Sampler<'_>,
     batches: &[&[u32]],
     server: u16,
-    owners: &OwnerTable,
-    column: usize,
+    owner: &[u16],
     epoch: u64,
+    features: &FeatureView<'_>,
     s: &mut GroupScratch,
 ) -> (Requests, Requests) {
-    let owner = owners.column(column);
     let (mut micro, mut pre) = (Requests::default(), Requests::default());
     s.union.clear();
     for batch in batches {
@@ -76,14 +99,11 @@ pub fn owner_iteration(
             continue;
         }
         sampler.nodes(&s.group, epoch, &mut s.nodes);
-        let input = s.nodes.input_nodes();
-        micro.rows += input.len() as u64;
-        for &v in input {
-            let remote = u64::from(owner[v as usize] != server);
-            micro.remote += remote;
+        for &v in s.nodes.input_nodes() {
+            let (b, remote) = (wire(features, v), owner[v as usize] != server);
+            micro.count(b, remote);
             if s.union.insert(v) {
-                pre.rows += 1;
-                pre.remote += remote;
+                pre.count(b, remote);
             }
         }
     }

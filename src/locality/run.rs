@@ -10,7 +10,7 @@ use super::requests::{GroupScratch, Requests, owner_iteration};
 use super::sampler::Sampler;
 use super::scratch::Pool;
 use super::{Options, Setting};
-use crate::format::{DatasetFile, FormatError, ManifestFile};
+use crate::format::{DatasetFile, FeatureView, FormatError, ManifestFile};
 use crate::partition::{Method, ensure_partition};
 use crate::sample::{LayerNodes, NodeMap};
 use crate::schedule::{Schedule, epoch_order};
@@ -88,7 +88,7 @@ pub fn analyze(data: &DataDir, name: &str, opts: &Options, progress: bool) -> an
             partition_seeds: &partition_seeds,
             dims: ModelDims { in_dim: ds.feature_dim(), hidden: opts.hidden, classes: ds.num_classes().max(1), layers },
             num_nodes: n,
-            feature_dim: ds.feature_dim(),
+            features: ds.features(),
             batch: opts.batch_size,
         };
         for (m, row) in pass.run(&members, opts.micrographs, &bar) {
@@ -198,7 +198,8 @@ struct Pass<'a> {
     partition_seeds: &'a [u64],
     dims: ModelDims,
     num_nodes: usize,
-    feature_dim: usize,
+    /// The rows whose reply bytes the requests count.
+    features: FeatureView<'a>,
     batch: usize,
 }
 
@@ -271,7 +272,7 @@ impl Pass<'_> {
                 let mut scratch = pool.get();
                 let (map, naive) = &mut *scratch;
                 let blocks = self.sampler.blocks(&self.order[start..start + len], EPOCH, map);
-                let req = Requests::of_each(blocks.input_nodes(), self.owners, &who);
+                let req = Requests::of_each(blocks.input_nodes(), self.owners, &who, &self.features);
                 (req, naive_migration(&blocks, self.owners, &who, &self.dims, naive))
             })
             .collect();
@@ -294,7 +295,9 @@ impl Pass<'_> {
             .map(|t| {
                 let (i, r) = (t / s, t % s);
                 let mut scratch = pool.get();
-                owner_iteration(&self.sampler, &sched.workers(i), r as u16, self.owners, m.column, EPOCH, &mut scratch)
+                let batches = sched.workers(i);
+                let owner = self.owners.column(m.column);
+                owner_iteration(&self.sampler, &batches, r as u16, owner, EPOCH, &self.features, &mut scratch)
             })
             .reduce(
                 || (Requests::default(), Requests::default()),
@@ -317,9 +320,9 @@ impl Pass<'_> {
     ) -> Row {
         let s = m.setting;
         let per = (m.iterations * s.parts) as f64;
-        let row_bytes = (self.feature_dim * 4) as f64;
         let rows = |r: Requests| r.rows as f64 / per;
         let remote = |r: Requests| r.remote as f64 / per;
+        let (bytes, remote_bytes) = (|r: Requests| r.bytes as f64 / per, |r: Requests| r.remote_bytes as f64 / per);
         let words = |w: u64| 4.0 * w as f64 / per;
         let mc = centric.req;
         Row {
@@ -342,12 +345,12 @@ impl Pass<'_> {
             remote_rows_model_centric: remote(mc),
             remote_rows_micrograph: remote(micro),
             remote_rows_pregather: remote(pre),
-            bytes_model_centric: rows(mc) * row_bytes,
-            bytes_micrograph: rows(micro) * row_bytes,
-            bytes_pregather: rows(pre) * row_bytes,
-            remote_bytes_model_centric: remote(mc) * row_bytes,
-            remote_bytes_micrograph: remote(micro) * row_bytes,
-            remote_bytes_pregather: remote(pre) * row_bytes,
+            bytes_model_centric: bytes(mc),
+            bytes_micrograph: bytes(micro),
+            bytes_pregather: bytes(pre),
+            remote_bytes_model_centric: remote_bytes(mc),
+            remote_bytes_micrograph: remote_bytes(micro),
+            remote_bytes_pregather: remote_bytes(pre),
             bytes_naive_migration: words(centric.naive.words()),
             naive_hops: centric.naive.hops as f64 / per,
             naive_bytes_params: words(centric.naive.params),
