@@ -148,6 +148,7 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
             ))
             .into());
         }
+        leapgnn::cost::validatable_run(&data, run)?;
     }
     let (profile_path, profile) = profile(&data, a.cluster.as_deref(), a.calibrate)?;
     let mut figures = Figures::of_profile(&profile)?;

@@ -101,6 +101,18 @@ fn bad_input_is_one_line_and_exit_2() {
     assert!(e.contains("--parts"), "{e}");
     let e = fails(d, &[&["tune-merge"], JOB, &["--validate", "nosuchrun"]].concat(), 2);
     assert!(e.contains("nosuchrun") && e.contains("runs"), "{e}");
+    // A full-graph run has no sampled iterations to predict: it used to be compared with model-centric
+    // blocks and report errors of +150 % (--full-batch) to +1100 % (RETEXO).
+    for (run, strategy, how) in [
+        ("fg", "model-centric", ["--full-batch", "--epochs", "1", "--no-tui"]),
+        ("rx", "retexo", ["--rounds", "1", "--hidden", "16"]),
+    ] {
+        let args = ["train", "synthetic-small", "--workers", "2", "--strategy", strategy, "--no-tui", "--run", run];
+        json(d, &[&args[..], &how].concat());
+        let e = fails(d, &[&["tune-merge"], JOB, &["--validate", run]].concat(), 2);
+        assert!(e.contains(&format!("--validate {run}")) && e.contains("full-graph mode"), "{e}");
+        assert!(e.contains(&format!("--strategy {strategy}")) && e.contains("mini-batch run"), "{e}");
+    }
     let prof = d.join("lab.toml");
     std::fs::write(&prof, "[cluster]\nlauncher = \"local\"\n[cost]\nbandwidth = -3.0\n").unwrap();
     let e = fails(d, &[&["tune-merge"], JOB, &["--cluster", prof.to_str().unwrap()]].concat(), 2);

@@ -33,7 +33,7 @@ pub use setup::Setup;
 pub use validate::{Errors, Measured, RecordBounds, measure, read_metrics, read_run_metrics};
 
 use crate::schedule::MergePlan;
-use crate::train::{StrategyKind, TrainConfig};
+use crate::train::{StrategyKind, TrainConfig, TrainMode};
 use crate::{BadInput, DataDir};
 use anyhow::Context;
 
@@ -123,11 +123,10 @@ pub struct Validation {
     pub error: Errors,
 }
 
-/// Predicts exactly the iterations run `run` measured (its config, its
-/// partition, its batches) and compares.
-pub fn validate_run(data: &DataDir, run: &str, figures: &Figures) -> anyhow::Result<Validation> {
-    let dir = data.run_dir(run);
-    let cfg_path = dir.join("config.json");
+/// The config of run `run`, checked to be one the cost model predicts:
+/// refused (before any work) when it trained in full-graph mode.
+pub fn validatable_run(data: &DataDir, run: &str) -> Result<TrainConfig, BadInput> {
+    let cfg_path = data.run_dir(run).join("config.json");
     let text = std::fs::read(&cfg_path).map_err(|e| {
         BadInput::new(format!(
             "--validate {run}: cannot read {}: {e}; give the name of a run under {}",
@@ -137,6 +136,25 @@ pub fn validate_run(data: &DataDir, run: &str, figures: &Figures) -> anyhow::Res
     })?;
     let cfg: TrainConfig = serde_json::from_slice(&text)
         .map_err(|e| BadInput::new(format!("{}: not a run config: {e}", cfg_path.display())))?;
+    if cfg.mode == TrainMode::FullGraph {
+        // Its iterations are whole-graph steps (RETEXO, VARCO and GNNPipe are
+        // full-graph too): compared with sampled blocks, the "error" was
+        // +150 % to +1100 %, about nothing.
+        return Err(BadInput::new(format!(
+            "--validate {run}: run `{run}` trained in full-graph mode (--strategy {}), one whole-graph step per \
+             epoch; the cost model predicts sampled mini-batch iterations only (model-centric, micrograph, \
+             pregather, leapgnn, p3): give a mini-batch run",
+            cfg.strategy
+        )));
+    }
+    Ok(cfg)
+}
+
+/// Predicts exactly the iterations run `run` measured (its config, its
+/// partition, its batches) and compares.
+pub fn validate_run(data: &DataDir, run: &str, figures: &Figures) -> anyhow::Result<Validation> {
+    let dir = data.run_dir(run);
+    let cfg = validatable_run(data, run)?;
     let setup = Setup::open(data, &cfg).with_context(|| format!("cannot set up the prediction of run {run}"))?;
     let bounds = RecordBounds::of(&setup.job());
     let measured = measure(&read_run_metrics(&dir.join("metrics.jsonl"), &bounds)?)
