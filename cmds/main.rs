@@ -161,6 +161,11 @@ fn main() -> ExitCode {
         Command::Man(a) => shell::man(a),
         Command::Worker(a) => worker::run(&g, a),
     };
+    // A line of human output lost to a failing stdout (a full disk behind `>`) fails the command.
+    let result = result.and_then(|()| match leapgnn::util::console::stdout_failure() {
+        Some(e) => Err(anyhow::Error::new(e).context("cannot write to stdout")),
+        None => Ok(()),
+    });
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

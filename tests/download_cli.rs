@@ -146,3 +146,48 @@ fn a_registry_url_that_is_not_an_http_file_is_refused_before_any_download() {
         assert!(stderr.contains("mine.toml"), "names the registry file: {stderr}");
     }
 }
+
+/// `leapgnn info NAME > file` on a full disk: the human output of `info`,
+/// `download --list` and `partition` is lost, and the command says so (exit
+/// 1, `cannot write to stdout`), as their `--json` output always did; it
+/// exited 0 with nothing written. A reader that has gone (`| head`) is still
+/// no error.
+#[test]
+fn human_output_to_a_full_disk_fails_and_to_a_closed_reader_does_not() {
+    let d = tempfile::tempdir().unwrap();
+    ok_json(d.path(), &["download", "cora-planetoid", "--from", cora_text().to_str().unwrap(), "--json"]);
+    let cases: [&[&str]; 5] = [
+        &["download", "--list"],
+        &["download", "--list", "--json"],
+        &["info", "cora-planetoid"],
+        &["info", "cora-planetoid", "--json"],
+        &["partition", "cora-planetoid", "--parts", "2"],
+    ];
+    let run = |args: &[&str], stdout: std::process::Stdio| {
+        Command::new(env!("CARGO_BIN_EXE_leapgnn"))
+            .arg("--data-dir")
+            .arg(d.path())
+            .args(args)
+            .env_remove("LEAPGNN_REGISTRY")
+            .stdout(stdout)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap()
+    };
+    for args in cases {
+        let full = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+        let out = run(args, full.into());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "leapgnn {args:?} > /dev/full: {err}");
+        assert!(
+            err.lines().any(|l| l.starts_with("error: cannot write to stdout") && l.contains("No space left")),
+            "leapgnn {args:?} > /dev/full: {err}"
+        );
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = run(args, writer.into());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "leapgnn {args:?} | (closed): {err}");
+        assert!(!err.contains("error"), "leapgnn {args:?} | (closed): {err}");
+    }
+}
