@@ -76,6 +76,16 @@ const BAD: &[(&[&str], &str, bool)] = &[
     (&["--model", "deepgcn", "--layers", "0"], "--layers must be at least 1", true),
     (&["--strategy", "retexo", "--rounds", "18446744073709551615"], "--rounds 18446744073709551615: 2 layers", true),
     (&["--epochs", "-5"], "'-5' for '--epochs", true),
+    // Flags that did nothing where they were given (the run trained without them, silently).
+    (&["--full-batch", "--cache-mb", "8"], "--cache-mb 8: the feature cache", true),
+    (&["--strategy", "varco", "--cache-policy", "presample"], "--cache-policy: the feature cache", true),
+    (&["--cache-policy", "presample"], "--cache-policy presample chooses", true),
+    (
+        &["--strategy", "gnnpipe", "--layers", "4", "--check-replicas", "5"],
+        "--check-replicas 5 with --strategy gnnpipe",
+        true,
+    ),
+    (&["--strategy", "retexo", "--check-replicas", "5"], "--check-replicas 5 with --strategy retexo", true),
     // Partitioning happens after the run directory is made, so its limits are checked before.
     (&["--parts", "70000"], "--parts 70000: at most 65535 parts", false),
     (&["--parts", "5000"], "--parts 5000: more parts than the", false),

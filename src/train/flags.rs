@@ -567,6 +567,14 @@ impl TrainFlags {
         let pick =
             |id: &str, flag: f32, author: Option<f32>| if self.given(id) { flag } else { author.unwrap_or(flag) };
         let rounds = self.retexo_rounds(strategy)?;
+        self.check_replicas_apply(strategy)?;
+        if self.cache_policy != defaults::CACHE_POLICY && self.cache_mb == 0 && mode == TrainMode::Minibatch {
+            return Err(BadInput::new(format!(
+                "--cache-policy {} chooses the rows that fill the --cache-mb cache, but --cache-mb is 0 (no cache); \
+                 give --cache-mb M (MiB per worker) or omit --cache-policy",
+                self.cache_policy
+            )));
+        }
         let epochs = match rounds {
             Some(_) if self.given("epochs") => {
                 return Err(BadInput::new(format!(
@@ -641,6 +649,28 @@ impl TrainFlags {
             gnnpipe: self.gnnpipe(strategy),
         };
         Ok(cfg)
+    }
+
+    /// `--check-replicas` compares the replicas of one model between
+    /// iterations; a GNNPipe worker holds its own layers (no replicas), and
+    /// RETEXO's stages are not checked: refused there rather than ignored.
+    fn check_replicas_apply(&self, strategy: StrategyKind) -> Result<(), BadInput> {
+        let why = match strategy {
+            _ if self.check_replicas == 0 => return Ok(()),
+            StrategyKind::Gnnpipe => {
+                "each GNNPipe worker is a pipeline stage holding its own block of layers, so \
+                                      there are no replicas to compare"
+            }
+            StrategyKind::Retexo => {
+                "RETEXO's stages are not checked (its rounds run outside the iterations the \
+                                     check runs in)"
+            }
+            _ => return Ok(()),
+        };
+        Err(BadInput::new(format!(
+            "--check-replicas {} with --strategy {strategy}: {why}; omit --check-replicas",
+            self.check_replicas
+        )))
     }
 
     /// `--factored-grads` for RETEXO; refused elsewhere.
@@ -747,6 +777,17 @@ impl TrainFlags {
                      node (give the number of layers with --layers), so omit {flag} or use --mode minibatch"
                 )));
             }
+        }
+        // The feature cache holds remote rows for sampled batches; the full-graph
+        // engine moves whole layers of activations and has none to fill.
+        if self.cache_mb > 0 || self.cache_policy != defaults::CACHE_POLICY {
+            let flag =
+                if self.cache_mb > 0 { format!("--cache-mb {}", self.cache_mb) } else { "--cache-policy".into() };
+            return Err(BadInput::new(format!(
+                "{flag}: the feature cache holds remote rows for sampled mini-batches; --mode full-graph exchanges \
+                 each layer's activations (a halo exchange) and has no feature cache, so omit --cache-mb and \
+                 --cache-policy or use --mode minibatch"
+            )));
         }
         let depth = if self.model.is_deep() { self.model.default_layers() } else { defaults::fanouts().layers() };
         let layers = self.layers.or(author_layers).unwrap_or(depth);
