@@ -4,7 +4,7 @@
 
 mod dist_support;
 
-use dist_support::{Driver, LONG_RUN, cora, fails, json, signal, try_signal, wait_gone};
+use dist_support::{Driver, LONG_RUN, Tiny, cora, fails, json, signal, try_signal, wait_gone, write_tiny};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -447,4 +447,44 @@ fn a_second_ctrl_c_stops_a_run_whose_stderr_nobody_reads() {
     // Its workers stop as they do when their driver is gone.
     assert_eq!(wait_gone(&workers, Duration::from_secs(60)), Vec::<u32>::new());
     drop(err);
+}
+
+/// SIGTERM while the driver partitions with METIS (Slurm's or systemd's
+/// stop as the run starts): GKlib catches SIGTERM for the length of a METIS
+/// call, so the signal ended METIS instead of asking the run to stop, and the
+/// run failed 'METIS failed on 200000 nodes ... (METIS returned an error); try
+/// --method ldg', exit 1. Now the partition is made and the SIGTERM asks the
+/// graceful stop: exit 0 after the first iteration or two, checkpointed,
+/// workers gone.
+#[test]
+fn sigterm_while_metis_partitions_stops_the_run_gracefully() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    // Random edges: METIS takes long enough on them (seconds) to be caught in the act.
+    write_tiny(d, "wide", Tiny { nodes: 200_000, dim: 4, ..Tiny::default() });
+    let args = ["train", "wide", "--workers", "2", "--run", "metis-term", "--no-tui", "--batch-size", "64"];
+    let mut drv = Driver::start(d, &[&args[..], &["--fanout", "2,2", "--hidden", "8", "--epochs", "1000"]].concat());
+    // METIS' printf is set aside while it runs: the driver's fd 1 then points at an unlinked
+    // `.leapgnn-stdout-*` file (util::c_stdout), the sign that the METIS call is under way.
+    let fd1 = format!("/proc/{}/fd/1", drv.child.id());
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_link(&fd1).is_ok_and(|p| p.to_string_lossy().contains(".leapgnn-stdout-")) {
+        assert!(drv.child.try_wait().unwrap().is_none(), "the driver ended before METIS ran:\n{}", drv.seen.join("\n"));
+        assert!(std::time::Instant::now() < deadline, "METIS never started");
+        std::thread::yield_now();
+    }
+    signal(drv.child.id(), "TERM");
+    let ws = drv.workers(2);
+    let (code, stderr) = drv.wait_exit(Duration::from_secs(120));
+    assert!(!stderr.contains("METIS failed"), "{stderr}");
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("stopped on request after iteration"), "{stderr}");
+    let pids: Vec<u32> = ws.iter().map(|w| w.pid).collect();
+    assert_eq!(wait_gone(&pids, Duration::from_secs(5)), Vec::<u32>::new(), "workers left behind");
+    // Stopped at its first iterations (the workers agree on one), checkpointed there.
+    let done = state(d, "metis-term")["progress"]["global_iteration"].as_u64().unwrap();
+    assert!((1..=3).contains(&done), "{stderr}");
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.join("runs/metis-term/summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["iterations"], done, "the checkpoint is of the last iteration");
 }
