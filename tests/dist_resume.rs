@@ -198,3 +198,32 @@ fn losses_are_read_back_exactly_from_a_checkpoint_and_a_workers_report() {
     let state = std::fs::read_to_string(d.join("runs/two/checkpoint/state.json")).unwrap();
     assert_eq!(two, loss_digits(&state), "the summary's history is not what rank 0 checkpointed");
 }
+
+/// `--workers` naming the run's own number of workers is no move. A
+/// full-graph run resumed with it (a script that always gives `--workers`)
+/// was refused, exit 2: `--workers 2 with --resume: a full-graph run's
+/// batches are cut per worker; resume on the run's own 2 workers (omit
+/// --workers)`. Another number is still refused.
+#[test]
+fn a_full_graph_run_resumes_with_its_own_number_of_workers_given() {
+    let tmp = cora();
+    let d = tmp.path();
+    let base = ["train", "cora", "--no-tui", "--workers", "2", "--hidden", "16"];
+    let cases: [&[&str]; 4] = [
+        &["--full-batch", "--model", "deepgcn", "--layers", "2", "--epochs", "4"],
+        &["--strategy", "varco", "--epochs", "4"],
+        &["--strategy", "gnnpipe", "--layers", "2", "--epochs", "4"],
+        &["--strategy", "retexo", "--rounds", "2"],
+    ];
+    for (k, flags) in cases.iter().enumerate() {
+        let args = [&base[..], flags].concat();
+        let (straight, cut) = (format!("straight{k}"), format!("cut{k}"));
+        json(d, &[&args[..], &["--run", &straight]].concat());
+        json(d, &[&args[..], &["--run", &cut, "--stop-after", "3"]].concat());
+        let e = fails(d, &["train", "--resume", &cut, "--workers", "3", "--no-tui"], 2);
+        assert!(e.contains("--workers 3") && e.contains("full-graph"), "{flags:?}: {e}");
+        let resumed = json(d, &["train", "--resume", &cut, "--workers", "2", "--no-tui"]);
+        assert_eq!(resumed["workers"], 2, "{flags:?}");
+        assert_eq!(final_weights(d, &cut), final_weights(d, &straight), "{flags:?}: final weights differ");
+    }
+}

@@ -359,8 +359,12 @@ impl TrainConfig {
     /// --workers N`): the same global batch (W x `--batch-size`) split N ways,
     /// the same partition (its K parts in contiguous ranges per worker), so
     /// every iteration trains the same roots and sums the same gradient, up
-    /// to float summation order.
+    /// to float summation order. The run's own number of workers is no move:
+    /// the config as it was, whatever the run (full-graph, `--merge-plan`).
     pub fn on_workers(&self, workers: usize) -> Result<TrainConfig, BadInput> {
+        if workers == self.workers {
+            return Ok(self.clone());
+        }
         let refuse = |why: String| {
             Err(BadInput::new(format!(
                 "--workers {workers} with --resume: {why}; resume on the run's own {} workers (omit --workers)",

@@ -225,7 +225,7 @@ pub fn resumable(
     if let Some(c) = over.checkpoint_every {
         cfg.checkpoint_every = c;
     }
-    if let Some(w) = over.workers.filter(|&w| w != cfg.workers) {
+    if let Some(w) = over.workers {
         cfg = cfg.on_workers(w)?;
     }
     cfg.check()?;
