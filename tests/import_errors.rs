@@ -206,3 +206,64 @@ fn non_finite_features_are_refused_at_import() {
     let n = npz.to_str().unwrap();
     rejects(n, "npz", &[n, "feature value NaN at node 0", "features must be finite numbers"]);
 }
+
+/// `--from <(zcat edges.gz)` hands a pipe: the format sniff read its first
+/// bytes (the first edge, lost), and with no size to bound decompression by
+/// anything past 64 KiB was "a zip bomb". A FIFO nobody writes blocked the
+/// open forever. Both are refused at once, saying to save the data to a file.
+#[test]
+fn a_pipe_or_fifo_source_is_refused_not_half_read() {
+    let d = tempfile::tempdir().unwrap();
+    let edges: String = (0..1000).map(|i| format!("{i} {}\n", i + 1)).collect();
+    let file = write(d.path(), "e.txt", &edges);
+    let data = d.path().join("data");
+    // As a shell's process substitution gives it: /dev/fd/N, a pipe with a writer.
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(r#""$0" --data-dir "$1" download piped --from <(cat "$2") --format edgelist --feature-dim 4 --generated-classes 2"#)
+        .arg(env!("CARGO_BIN_EXE_leapgnn"))
+        .arg(&data)
+        .arg(&file)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "a pipe was imported: {stderr}");
+    assert!(
+        stderr.contains("is a pipe (FIFO), not a regular file") && stderr.contains("save it to a file"),
+        "{stderr}"
+    );
+    assert!(!data.join("piped/dataset.lgnn").exists());
+
+    // A named FIFO with no writer: refused without opening it (coreutils timeout bounds the old hang).
+    let fifo = d.path().join("fifo");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let out = std::process::Command::new("timeout")
+        .args(["60", env!("CARGO_BIN_EXE_leapgnn"), "--data-dir"])
+        .arg(&data)
+        .args(["download", "fifo", "--format", "edgelist", "--from"])
+        .arg(&fifo)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "exit code (124: it blocked opening the FIFO): {stderr}");
+    assert!(stderr.contains(&format!("{}: is a pipe (FIFO)", fifo.display())), "{stderr}");
+
+    // The same edges from the file import whole.
+    let j = ok_json(
+        &data,
+        &[
+            "download",
+            "filed",
+            "--from",
+            &file,
+            "--format",
+            "edgelist",
+            "--feature-dim",
+            "4",
+            "--generated-classes",
+            "2",
+            "--json",
+        ],
+    );
+    assert_eq!(j["edges"], 1000);
+}

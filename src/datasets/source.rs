@@ -33,6 +33,19 @@ impl Source {
             names.sort();
             return Ok(Source { path: path.into(), kind: Kind::Dir, names });
         }
+        if !meta.is_file() {
+            // A pipe (`--from <(zcat ...)`) would lose the bytes the format sniff
+            // reads, and has no size to bound decompression by; a FIFO with no
+            // writer would block the open forever.
+            return Err(DatasetError::invalid(
+                path.display().to_string(),
+                format!(
+                    "is a {}, not a regular file or directory: a source is read more than once, so save it to a \
+                     file first and give that file to --from",
+                    special_kind(&meta.file_type())
+                ),
+            ));
+        }
         let mut magic = [0u8; 4];
         let mut f = File::open(path).map_err(|e| DatasetError::io(path, e))?;
         let n = f.read(&mut magic).map_err(|e| DatasetError::io(path, e))?;
@@ -137,6 +150,20 @@ impl Source {
         let mut buf = Vec::new();
         self.open_part(name)?.read_to_end(&mut buf).map_err(|e| read_error(&shown, 0, e))?;
         Ok(buf)
+    }
+}
+
+/// What a non-regular file is, for the error that refuses it.
+fn special_kind(t: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_fifo() {
+        "pipe (FIFO)"
+    } else if t.is_char_device() || t.is_block_device() {
+        "device"
+    } else if t.is_socket() {
+        "socket"
+    } else {
+        "special file"
     }
 }
 
