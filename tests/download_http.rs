@@ -22,6 +22,8 @@ enum Mode {
     DropHalf,
     /// Serve other bytes of the same length.
     Wrong,
+    /// Send the headers and half the body, then the rest once `release`d.
+    Hold,
 }
 
 #[derive(Default)]
@@ -31,11 +33,12 @@ struct State {
     drops_left: usize,
     requests: usize,
     ranges: Vec<Option<String>>,
+    released: bool,
 }
 
 struct Server {
     port: u16,
-    state: Arc<Mutex<State>>,
+    state: Arc<(Mutex<State>, std::sync::Condvar)>,
     stop: Arc<AtomicBool>,
     accept: Option<std::thread::JoinHandle<()>>,
 }
@@ -44,7 +47,8 @@ impl Server {
     fn start(files: HashMap<String, Vec<u8>>) -> Server {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
-        let state = Arc::new(Mutex::new(State { mode: Some(Mode::Ok), ..Default::default() }));
+        let state =
+            Arc::new((Mutex::new(State { mode: Some(Mode::Ok), ..Default::default() }), std::sync::Condvar::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let files = Arc::new(files);
         let (st, sp) = (state.clone(), stop.clone());
@@ -66,16 +70,21 @@ impl Server {
         format!("http://127.0.0.1:{}{path}", self.port)
     }
     fn set(&self, mode: Mode) {
-        self.state.lock().unwrap().mode = Some(mode);
+        self.state.0.lock().unwrap().mode = Some(mode);
     }
     fn drop_next(&self, n: usize) {
-        self.state.lock().unwrap().drops_left = n;
+        self.state.0.lock().unwrap().drops_left = n;
     }
     fn requests(&self) -> usize {
-        self.state.lock().unwrap().requests
+        self.state.0.lock().unwrap().requests
     }
     fn ranges(&self) -> Vec<Option<String>> {
-        self.state.lock().unwrap().ranges.clone()
+        self.state.0.lock().unwrap().ranges.clone()
+    }
+    /// Lets every held response (and every later one) finish.
+    fn release(&self) {
+        self.state.0.lock().unwrap().released = true;
+        self.state.1.notify_all();
     }
 }
 
@@ -89,7 +98,11 @@ impl Drop for Server {
     }
 }
 
-fn serve(conn: TcpStream, state: &Mutex<State>, files: &HashMap<String, Vec<u8>>) -> std::io::Result<()> {
+fn serve(
+    conn: TcpStream,
+    state: &(Mutex<State>, std::sync::Condvar),
+    files: &HashMap<String, Vec<u8>>,
+) -> std::io::Result<()> {
     conn.set_read_timeout(Some(Duration::from_secs(10)))?;
     let mut reader = BufReader::new(conn.try_clone()?);
     let mut request = String::new();
@@ -108,7 +121,7 @@ fn serve(conn: TcpStream, state: &Mutex<State>, files: &HashMap<String, Vec<u8>>
         }
     }
     let mode = {
-        let mut s = state.lock().unwrap();
+        let mut s = state.0.lock().unwrap();
         s.requests += 1;
         s.ranges.push(range.clone());
         if s.drops_left > 0 {
@@ -150,6 +163,20 @@ fn serve(conn: TcpStream, state: &Mutex<State>, files: &HashMap<String, Vec<u8>>
         out.write_all(&part[..part.len() / 2])?;
         out.flush()?;
         return out.shutdown(Shutdown::Both);
+    }
+    if mode == Mode::Hold {
+        write!(out, "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n", part.len())?;
+        for h in &headers {
+            write!(out, "{h}\r\n")?;
+        }
+        out.write_all(b"\r\n")?;
+        out.write_all(&part[..part.len() / 2])?;
+        out.flush()?;
+        let s = state.0.lock().unwrap();
+        let (s, _) = state.1.wait_timeout_while(s, Duration::from_secs(60), |s| !s.released).unwrap();
+        drop(s);
+        out.write_all(&part[part.len() / 2..])?;
+        return out.flush();
     }
     respond(&mut out, status, &headers, part)
 }
@@ -367,4 +394,62 @@ fn an_unresolvable_host_fails_without_retries_but_other_mirrors_are_tried() {
     let j = leapgnn(&f.data(), &["download", "ogb-cora", "--registry", both.to_str().unwrap(), "--json"]).json();
     assert_eq!(j["nodes"], 2708, "{j}");
     assert_eq!(f.server.requests(), 1);
+}
+
+/// Two `download`s of one dataset into one --data-dir at once: they wrote the
+/// same `.part` together (the second truncated or appended to the first's),
+/// so one failed renaming a `.part` the other had renamed and the other
+/// converted a garbled file. Now the second waits for the first and finds
+/// the dataset present, the file fetched once.
+#[test]
+fn two_concurrent_downloads_take_turns() {
+    use std::process::{Command, Stdio};
+    let f = Fixture::new(false);
+    f.server.set(Mode::Hold);
+    let start = || {
+        Command::new(env!("CARGO_BIN_EXE_leapgnn"))
+            .arg("--data-dir")
+            .arg(f.data())
+            .args(["download", "ogb-cora", "--json", "--registry", f.registry.to_str().unwrap()])
+            .env_remove("LEAPGNN_REGISTRY")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let first = start();
+    while f.server.requests() == 0 {
+        assert!(std::time::Instant::now() < deadline, "the first download made no request");
+        std::thread::sleep(Duration::from_millis(10)); // poll interval
+    }
+    let mut second = start();
+    // The second either says it waits (its stderr) or requests the file too.
+    let stderr = Arc::new(Mutex::new(String::new()));
+    let mut pipe = second.stderr.take().unwrap();
+    let sink = stderr.clone();
+    let reader = std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n @ 1..) = std::io::Read::read(&mut pipe, &mut buf) {
+            sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    while !stderr.lock().unwrap().contains("waiting for another leapgnn process") && f.server.requests() < 2 {
+        assert!(std::time::Instant::now() < deadline, "the second download neither waited nor requested");
+        std::thread::sleep(Duration::from_millis(10)); // poll interval
+    }
+    f.server.release();
+    let (a, b) = (first.wait_with_output().unwrap(), second.wait_with_output().unwrap());
+    reader.join().unwrap();
+    let b_err = stderr.lock().unwrap().clone();
+    assert!(a.status.success(), "first: {}", String::from_utf8_lossy(&a.stderr));
+    assert!(b.status.success(), "second: {b_err}");
+    let action = |o: &std::process::Output| {
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()["action"].as_str().unwrap().to_owned()
+    };
+    assert_eq!((action(&a), action(&b)), ("downloaded".to_owned(), "present".to_owned()));
+    assert_eq!(f.server.requests(), 1, "the file was fetched twice");
+    f.assert_matches_local_import();
+    let lock = f.data().join(".ogb-cora.download.lock");
+    assert!(!lock.exists(), "the lock file stays after both ended");
 }

@@ -80,14 +80,16 @@ pub fn download(data: &DataDir, reg: &Registry, req: &DownloadRequest) -> Result
     }
     let target = data.dataset_path(&req.name);
     let mut notes = Vec::new();
-    if !req.force && target.exists() {
-        match DatasetFile::open_verified(&target) {
-            Ok(f) => {
-                notes.extend(not_applied(&f, req, &target));
-                return Ok(report(f, t0, "present", notes));
-            }
-            Err(e) => notes.push(format!("{e}; rebuilding it")),
-        }
+    if let Some(present) = present(&target, req, t0, &mut notes) {
+        return Ok(present);
+    }
+    // One process at a time fetches and builds a dataset: two would write the
+    // same `.part` at once. The second, once it has the lock, finds the
+    // dataset the first made.
+    let _lock = DownloadLock::acquire(data, &req.name)?;
+    let mut again = Vec::new(); // an invalid archive was noted above
+    if let Some(present) = present(&target, req, t0, &mut again) {
+        return Ok(present);
     }
 
     let options = match entry {
@@ -149,6 +151,77 @@ pub fn download(data: &DataDir, reg: &Registry, req: &DownloadRequest) -> Result
     notes.extend(empty_splits(&ds));
     ds.write(&target)?;
     Ok(report(DatasetFile::open_verified(&target)?, t0, action, notes))
+}
+
+/// The report of a valid archive already at `target` (unless `--force`); an
+/// invalid one is noted for rebuilding.
+fn present(target: &Path, req: &DownloadRequest, t0: Instant, notes: &mut Vec<String>) -> Option<DownloadReport> {
+    if req.force || !target.exists() {
+        return None;
+    }
+    match DatasetFile::open_verified(target) {
+        Ok(f) => {
+            notes.extend(not_applied(&f, req, target));
+            Some(report(f, t0, "present", std::mem::take(notes)))
+        }
+        Err(e) => {
+            notes.push(format!("{e}; rebuilding it"));
+            None
+        }
+    }
+}
+
+/// Held while one process fetches, converts and writes dataset `name`
+/// (`util::lock_file`): `<data-dir>/.<name>.download.lock`, there only while
+/// a download runs. The holder removes it when done; a waiter that then gets
+/// the lock of the removed file sees that the path now names another file
+/// (or none) and locks again, so two processes never hold it at once.
+struct DownloadLock {
+    path: PathBuf,
+    _file: std::fs::File,
+}
+
+impl DownloadLock {
+    fn acquire(data: &DataDir, name: &str) -> Result<DownloadLock, DatasetError> {
+        use crate::util::lock_file::{Lock, try_exclusive};
+        use std::os::unix::fs::MetadataExt;
+        std::fs::create_dir_all(&data.root).map_err(|e| DatasetError::io(&data.root, e))?;
+        let path = data.root.join(format!(".{name}.download.lock"));
+        let io = |e| DatasetError::io(&path, e);
+        let mut said = false;
+        loop {
+            let file = match try_exclusive(&path).map_err(io)? {
+                Lock::Held(f) => f,
+                Lock::Busy(f) => {
+                    if !std::mem::replace(&mut said, true) {
+                        crate::elog!(
+                            "waiting for another leapgnn process getting {name} into {} (lock {})",
+                            data.root.display(),
+                            path.display()
+                        );
+                    }
+                    f.lock().map_err(io)?;
+                    f
+                }
+            };
+            let locked = file.metadata().map_err(io)?;
+            match std::fs::metadata(&path) {
+                Ok(now) if (now.dev(), now.ino()) == (locked.dev(), locked.ino()) => {
+                    return Ok(DownloadLock { path, _file: file });
+                }
+                Ok(_) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(io(e)),
+            }
+        }
+    }
+}
+
+impl Drop for DownloadLock {
+    /// Removed while still locked (the file is closed after this).
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
 }
 
 /// What `req` asks of a conversion that the archive kept at `target` was not
