@@ -24,6 +24,8 @@ enum Mode {
     Wrong,
     /// Send the headers and half the body, then the rest once `release`d.
     Hold,
+    /// 200 with an HTML page instead of the file (a proxy's or a portal's).
+    Page,
 }
 
 #[derive(Default)]
@@ -135,6 +137,9 @@ fn serve(
     let Some(body) = files.get(&path) else {
         return respond(&mut out, "404 Not Found", &[], b"no such file");
     };
+    if mode == Mode::Page {
+        return respond(&mut out, "200 OK", &[], b"<html><body>Please log in to continue</body></html>");
+    }
     if let Mode::Status(code) = mode {
         let reason = if code == 404 { "Not Found" } else { "Internal Server Error" };
         return respond(&mut out, &format!("{code} {reason}"), &[], b"nope");
@@ -452,4 +457,24 @@ fn two_concurrent_downloads_take_turns() {
     f.assert_matches_local_import();
     let lock = f.data().join(".ogb-cora.download.lock");
     assert!(!lock.exists(), "the lock file stays after both ended");
+}
+
+/// A registry entry without sha256 (the OGB ones) served a page instead of
+/// the zip: the page was kept as the download, and every rerun converted it
+/// again and failed the same way ('no file ... is this the right format?').
+/// Now it is deleted with the failure, and the rerun fetches the real file.
+#[test]
+fn an_unverified_download_that_does_not_convert_is_fetched_again() {
+    let f = Fixture::new(false);
+    f.server.set(Mode::Page);
+    let kept = f.data().join("ogb-cora/download/cora.zip");
+    f.download(&["--retries", "0"]).assert_error(1, &["cora.zip", "does not convert", "no sha256", "rerun"]);
+    assert!(!kept.exists(), "the page was kept as the download");
+    f.assert_nothing_in_place();
+    assert!(!f.data().join("ogb-cora").exists(), "a download that came to nothing left a directory");
+    f.server.set(Mode::Ok);
+    let j = f.download(&[]).json();
+    assert_eq!((j["action"].as_str(), j["nodes"].as_u64()), (Some("downloaded"), Some(2708)));
+    assert_eq!(f.server.requests(), 2);
+    f.assert_matches_local_import();
 }

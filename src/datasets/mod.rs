@@ -128,7 +128,11 @@ pub fn download(data: &DataDir, reg: &Registry, req: &DownloadRequest) -> Result
             fetch::remove_if_empty(&dir, &data.dataset_dir(&req.name));
             local_copy_hint(e, &req.name)
         })?;
-        let mut ds = convert::convert(format, &file, &req.name, req.seed, &options)?;
+        let mut ds = convert::convert(format, &file, &req.name, req.seed, &options).map_err(|e| {
+            let e = unverified_download(e, &file, &url, entry.sha256.is_some() || req.format.is_some());
+            fetch::remove_if_empty(&dir, &data.dataset_dir(&req.name));
+            e
+        })?;
         ds.meta.source = url;
         (ds, "downloaded")
     };
@@ -286,6 +290,30 @@ fn canonical(p: &Path) -> PathBuf {
     match (p.parent().map(std::fs::canonicalize), p.file_name()) {
         (Some(Ok(dir)), Some(name)) => dir.join(name),
         _ => p.to_path_buf(),
+    }
+}
+
+/// A download the registry has no sha256 for that does not convert is most
+/// likely cut short (a server that closed early without a Content-Length) or
+/// not the file at all (an error page served with 200): kept, it would be
+/// converted again by every rerun, failing the same way, so it is deleted
+/// and the rerun fetches it again. A checked download, or one converted with
+/// another `--format` than the registry's, is kept (the file is not the fault).
+fn unverified_download(e: DatasetError, file: &Path, url: &str, keep: bool) -> DatasetError {
+    use crate::error::Blame;
+    if keep || !e.is_bad_input() {
+        return e;
+    }
+    let gone = match std::fs::remove_file(file) {
+        Ok(()) => "it was deleted, so rerun to download it again".to_owned(),
+        Err(r) => format!("delete {} ({r}) and rerun to download it again", file.display()),
+    };
+    DatasetError::Download {
+        url: url.to_owned(),
+        msg: format!(
+            "the downloaded file does not convert ({e}); the registry has no sha256 to check it by, so it is \
+             likely cut short or not the dataset (an error page): {gone}"
+        ),
     }
 }
 
