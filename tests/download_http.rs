@@ -109,7 +109,8 @@ fn serve(
     let mut reader = BufReader::new(conn.try_clone()?);
     let mut request = String::new();
     reader.read_line(&mut request)?;
-    let path = request.split_whitespace().nth(1).unwrap_or("/").to_owned();
+    let target = request.split_whitespace().nth(1).unwrap_or("/");
+    let path = target.split('?').next().unwrap_or(target).to_owned();
     let mut range = None;
     loop {
         let mut h = String::new();
@@ -477,4 +478,43 @@ fn an_unverified_download_that_does_not_convert_is_fetched_again() {
     assert_eq!((j["action"].as_str(), j["nodes"].as_u64()), (Some("downloaded"), Some(2708)));
     assert_eq!(f.server.requests(), 2);
     f.assert_matches_local_import();
+}
+
+/// A mirror URL that carries a secret (`https://user:TOKEN@host/...`, a
+/// `?token=` of a signed URL): the retry warnings, the error line, the JSON's
+/// `source` and the archive (`info`, shipped to every worker) showed it in
+/// full. Now the user name, password and query values read `***`; the
+/// request itself still carries them (basic auth, the query).
+#[test]
+fn secrets_in_a_mirror_url_are_not_shown_or_stored() {
+    let f = Fixture::new(true);
+    let secret = f.server.url("/ogb/cora.zip").replace("http://", "http://bob:hunter2@") + "?token=SECRET";
+    let registry = f.dir.path().join("secret.toml");
+    std::fs::write(&registry, format!("[ogb-cora]\nformat = \"ogb\"\nurls = [\"{secret}\"]\n")).unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["download", "ogb-cora", "--registry", registry.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        leapgnn(&f.data(), &args)
+    };
+    let shown = f.server.url("/ogb/cora.zip").replace("http://", "http://***@") + "?token=***";
+    f.server.set(Mode::Status(500));
+    let out = run(&["--retries", "1"]);
+    out.assert_error(1, &[&shown, "HTTP 500"]);
+    assert!(
+        out.stderr.contains("retrying") && !out.stderr.contains("hunter2") && !out.stderr.contains("SECRET"),
+        "{}",
+        out.stderr
+    );
+
+    f.server.set(Mode::Ok);
+    let out = run(&["--json"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(out.json()["source"], shown.as_str());
+    let info = leapgnn(&f.data(), &["info", "ogb-cora"]);
+    assert!(info.stdout.contains(&shown), "{}", info.stdout);
+    let archive = std::fs::read(f.archive()).unwrap();
+    for s in ["hunter2", "SECRET"] {
+        assert!(!archive.windows(s.len()).any(|w| w == s.as_bytes()), "the archive holds `{s}`");
+        assert!(!out.stderr.contains(s) && !info.stdout.contains(s));
+    }
 }

@@ -44,8 +44,8 @@ pub fn fetch(dir: &Path, spec: &FetchSpec<'_>, notes: &mut Vec<String>) -> Resul
 
     if done.is_file() {
         match spec.sha256 {
-            Some(want) if sha256_file(&done)?.eq_ignore_ascii_case(want) => return Ok((done, first.clone())),
-            None if !spec.force => return Ok((done, first.clone())),
+            Some(want) if sha256_file(&done)?.eq_ignore_ascii_case(want) => return Ok((done, shown_url(first))),
+            None if !spec.force => return Ok((done, shown_url(first))),
             _ => {
                 notes.push(format!("{}: discarded (checksum unknown or wrong), downloading again", done.display()));
                 fs::remove_file(&done).map_err(|e| DatasetError::io(&done, e))?;
@@ -57,7 +57,7 @@ pub fn fetch(dir: &Path, spec: &FetchSpec<'_>, notes: &mut Vec<String>) -> Resul
         .connect_timeout(CONNECT_TIMEOUT)
         .timeout(READ_TIMEOUT)
         .build()
-        .map_err(|e| DatasetError::Download { url: first.clone(), msg: format!("cannot set up HTTP: {e}") })?;
+        .map_err(|e| DatasetError::Download { url: shown_url(first), msg: format!("cannot set up HTTP: {e}") })?;
     let mut last = None;
     let mut url_used = None;
     'rounds: for round in 0..=spec.retries {
@@ -68,7 +68,7 @@ pub fn fetch(dir: &Path, spec: &FetchSpec<'_>, notes: &mut Vec<String>) -> Resul
         for url in spec.urls {
             match attempt(&client, url, &part, spec.progress) {
                 Ok(()) => {
-                    url_used = Some(url.clone());
+                    url_used = Some(shown_url(url));
                     break 'rounds;
                 }
                 Err(Failure::Fatal(e)) => return Err(e),
@@ -157,7 +157,7 @@ fn is_unresolved(chain: &str) -> bool {
 
 /// One request: resumes from the `.part` length when there is one.
 fn attempt(client: &Client, url: &str, part: &Path, progress: bool) -> Result<(), Failure> {
-    let net = |msg: String| DatasetError::Download { url: url.to_owned(), msg };
+    let net = |msg: String| DatasetError::Download { url: shown_url(url), msg };
     let have = fs::metadata(part).map(|m| m.len()).unwrap_or(0);
     let mut req = client.get(url);
     if have > 0 {
@@ -242,7 +242,7 @@ fn progress_bar(total: Option<u64>, start: u64, url: &str) -> ProgressBar {
     )
     .unwrap_or_else(|_| ProgressStyle::default_bar());
     bar.set_style(style);
-    bar.set_message(url.rsplit('/').next().unwrap_or(url).to_owned());
+    bar.set_message(url_file_name(url).unwrap_or_default());
     bar.set_position(start);
     bar
 }
@@ -265,9 +265,32 @@ pub fn url_file_name(url: &str) -> Result<String, DatasetError> {
     let path = url.split(['?', '#']).next().unwrap_or(url);
     let name = path.rsplit('/').next().unwrap_or_default();
     if name.is_empty() || name.starts_with('.') || name.contains('\\') {
-        return Err(DatasetError::input(format!("{url}: the URL does not end in a file name")));
+        return Err(DatasetError::input(format!("{}: the URL does not end in a file name", shown_url(url))));
     }
     Ok(name.to_owned())
+}
+
+/// `url` as it may be shown and stored: a user name and password
+/// (`https://user:TOKEN@host/...`) and the values of query parameters
+/// (`?token=...`, signed URLs) are secrets, replaced by `***`.
+pub fn shown_url(url: &str) -> String {
+    let Ok(mut u) = reqwest::Url::parse(url) else {
+        // Not a URL: keep what precedes any `@` or `?` out of sight all the same.
+        let tail = url.rsplit('@').next().unwrap_or(url);
+        return match tail.split_once('?') {
+            Some((head, _)) => format!("{head}?***"),
+            None => tail.to_owned(),
+        };
+    };
+    if !u.username().is_empty() || u.password().is_some() {
+        let _ = u.set_password(None);
+        let _ = u.set_username("***");
+    }
+    if u.query().is_some() {
+        let pairs: Vec<(String, String)> = u.query_pairs().map(|(k, _)| (k.into_owned(), "***".to_owned())).collect();
+        u.query_pairs_mut().clear().extend_pairs(pairs);
+    }
+    u.to_string()
 }
 
 /// sha256 of a file, hex.
@@ -313,5 +336,16 @@ mod tests {
         assert!(url_file_name("http://h/a/").is_err());
         assert_eq!(backoff(1), Duration::from_secs(1));
         assert_eq!(backoff(10), MAX_BACKOFF);
+    }
+
+    #[test]
+    fn shown_urls_hide_credentials_and_query_values() {
+        assert_eq!(
+            shown_url("https://bob:hunter2@h.org/d/a.zip?token=SECRET&dl=1"),
+            "https://***@h.org/d/a.zip?token=***&dl=***"
+        );
+        assert_eq!(shown_url("https://TOKEN@h.org/a.zip"), "https://***@h.org/a.zip");
+        assert_eq!(shown_url("http://h.org/a.zip"), "http://h.org/a.zip");
+        assert_eq!(shown_url("not a url?key=SECRET"), "not a url?***");
     }
 }

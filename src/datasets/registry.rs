@@ -89,7 +89,7 @@ impl Registry {
                 return Err(bad(format!("[{name}]: sha256 must be 64 hex digits")));
             }
             for url in &entry.urls {
-                check_url(url).map_err(|why| bad(format!("[{name}]: url `{url}` {why}")))?;
+                check_url(url).map_err(|why| bad(format!("[{name}]: url `{}` {why}", super::fetch::shown_url(url))))?;
             }
             entry.name = name.clone();
             entry.table = table;
