@@ -26,6 +26,8 @@ enum Mode {
     Hold,
     /// 200 with an HTML page instead of the file (a proxy's or a portal's).
     Page,
+    /// 302 back to the same URL, forever.
+    Loop,
 }
 
 #[derive(Default)]
@@ -138,6 +140,9 @@ fn serve(
     let Some(body) = files.get(&path) else {
         return respond(&mut out, "404 Not Found", &[], b"no such file");
     };
+    if mode == Mode::Loop {
+        return respond(&mut out, "302 Found", &[format!("Location: {path}")], b"");
+    }
     if mode == Mode::Page {
         return respond(&mut out, "200 OK", &[], b"<html><body>Please log in to continue</body></html>");
     }
@@ -517,4 +522,21 @@ fn secrets_in_a_mirror_url_are_not_shown_or_stored() {
         assert!(!archive.windows(s.len()).any(|w| w == s.as_bytes()), "the archive holds `{s}`");
         assert!(!out.stderr.contains(s) && !info.stdout.contains(s));
     }
+}
+
+/// A mirror that redirects to itself: reqwest gives up after 10 redirects,
+/// and every retry round looped again (with backoff) before the error said
+/// 'gave up after N attempts; rerun to resume', which cannot help. Now the
+/// first loop fails at once, saying to check the URL.
+#[test]
+fn a_redirect_loop_is_not_retried() {
+    let f = Fixture::new(true);
+    f.server.set(Mode::Loop);
+    let out = f.download(&["--retries", "2"]);
+    out.assert_error(1, &["cora.zip", "too many redirects", "not retried", "check the URL"]);
+    assert!(!out.stderr.contains("retrying") && !out.stderr.contains("rerun to resume"), "{}", out.stderr);
+    let per_round = f.server.requests();
+    assert!((2..=11).contains(&per_round), "{per_round} requests: one round of redirects expected");
+    f.assert_nothing_in_place();
+    assert!(!f.data().join("ogb-cora").exists());
 }

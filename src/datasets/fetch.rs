@@ -164,8 +164,12 @@ fn attempt(client: &Client, url: &str, part: &Path, progress: bool) -> Result<()
         req = req.header(RANGE, format!("bytes={have}-"));
     }
     let mut resp = req.send().map_err(|e| {
+        let redirect = e.is_redirect();
         let chain = error_chain(&e.without_url());
-        if is_unresolved(&chain) {
+        if redirect {
+            // A redirect loop, or one past the limit: the same request will loop again.
+            Failure::Fatal(net(format!("{chain}; not retried: check the URL in the registry")))
+        } else if is_unresolved(&chain) {
             Failure::Unresolved(net(format!(
                 "cannot resolve the host ({chain}); not retried: check the network and the URL"
             )))
