@@ -28,6 +28,13 @@ enum Mode {
     Page,
     /// 302 back to the same URL, forever.
     Loop,
+    /// The file followed by 1 MiB more; `announce`: Content-Length says so,
+    /// else the body ends when the connection closes.
+    Longer {
+        announce: bool,
+    },
+    /// 429 with `Retry-After: 3` to the first request, then the file.
+    Busy,
 }
 
 #[derive(Default)]
@@ -37,6 +44,8 @@ struct State {
     drops_left: usize,
     requests: usize,
     ranges: Vec<Option<String>>,
+    /// When each request came.
+    times: Vec<std::time::Instant>,
     released: bool,
 }
 
@@ -85,6 +94,9 @@ impl Server {
     fn ranges(&self) -> Vec<Option<String>> {
         self.state.0.lock().unwrap().ranges.clone()
     }
+    fn times(&self) -> Vec<std::time::Instant> {
+        self.state.0.lock().unwrap().times.clone()
+    }
     /// Lets every held response (and every later one) finish.
     fn release(&self) {
         self.state.0.lock().unwrap().released = true;
@@ -125,16 +137,18 @@ fn serve(
             range = Some(v.trim().to_owned());
         }
     }
-    let mode = {
+    let (mode, nth) = {
         let mut s = state.0.lock().unwrap();
         s.requests += 1;
         s.ranges.push(range.clone());
-        if s.drops_left > 0 {
+        s.times.push(std::time::Instant::now());
+        let mode = if s.drops_left > 0 {
             s.drops_left -= 1;
             Mode::DropHalf
         } else {
             s.mode.unwrap()
-        }
+        };
+        (mode, s.requests)
     };
     let mut out = conn;
     let Some(body) = files.get(&path) else {
@@ -145,6 +159,18 @@ fn serve(
     }
     if mode == Mode::Page {
         return respond(&mut out, "200 OK", &[], b"<html><body>Please log in to continue</body></html>");
+    }
+    if mode == Mode::Busy && nth == 1 {
+        return respond(&mut out, "429 Too Many Requests", &["Retry-After: 3".to_owned()], b"slow down");
+    }
+    if let Mode::Longer { announce } = mode {
+        let mut long = body.clone();
+        long.resize(body.len() + (1 << 20), b'x');
+        let length = if announce { format!("Content-Length: {}\r\n", long.len()) } else { String::new() };
+        write!(out, "HTTP/1.1 200 OK\r\n{length}Connection: close\r\n\r\n")?;
+        // The client hangs up once it has seen enough: that write error is expected.
+        out.write_all(&long)?;
+        return out.flush();
     }
     if let Mode::Status(code) = mode {
         let reason = if code == 404 { "Not Found" } else { "Internal Server Error" };
@@ -539,4 +565,33 @@ fn a_redirect_loop_is_not_retried() {
     assert!((2..=11).contains(&per_round), "{per_round} requests: one round of redirects expected");
     f.assert_nothing_in_place();
     assert!(!f.data().join("ogb-cora").exists());
+}
+
+#[test]
+fn a_body_longer_than_the_registry_size_is_refused_as_it_arrives() {
+    for announce in [true, false] {
+        let f = Fixture::new(true);
+        f.server.set(Mode::Longer { announce });
+        let out = f.download(&["--retries", "2"]);
+        let got = if announce { "the server announces" } else { "the server sent more than" };
+        out.assert_error(1, &["cora.zip", got, "refused and deleted", "check the entry's size"]);
+        assert_eq!(f.server.requests(), 1, "announce {announce}: retried, {}", out.stderr);
+        assert!(!f.part().exists(), "announce {announce}: the partial file was kept");
+        f.assert_nothing_in_place();
+    }
+}
+
+#[test]
+fn a_busy_server_is_asked_again_no_sooner_than_its_retry_after() {
+    let f = Fixture::new(true);
+    f.server.set(Mode::Busy);
+    let out = f.download(&["--retries", "2"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stderr.contains("HTTP 429") && out.stderr.contains("retrying in 3 s"), "{}", out.stderr);
+    let t = f.server.times();
+    assert_eq!(t.len(), 2, "one 429, then the file");
+    // The backoff alone waits 1 s before the second round.
+    let gap = t[1] - t[0];
+    assert!(gap >= std::time::Duration::from_secs(3), "asked again after {gap:?}, the server said Retry-After: 3");
+    f.assert_matches_local_import();
 }

@@ -17,6 +17,8 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Longest wait for response headers or for the next chunk of the body.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(60);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// The longest wait a server's `Retry-After` may ask for; a longer one is cut to this.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(120);
 
 /// What to fetch and how.
 #[derive(Debug, Clone)]
@@ -56,27 +58,32 @@ pub fn fetch(dir: &Path, spec: &FetchSpec<'_>, notes: &mut Vec<String>) -> Resul
     let client = Client::builder()
         .connect_timeout(CONNECT_TIMEOUT)
         .timeout(READ_TIMEOUT)
+        .redirect(redirect_policy())
         .build()
         .map_err(|e| DatasetError::Download { url: shown_url(first), msg: format!("cannot set up HTTP: {e}") })?;
     let mut last = None;
     let mut url_used = None;
+    // The longest wait a server asked for (`Retry-After`) in the last round.
+    let mut asked = Duration::ZERO;
     'rounds: for round in 0..=spec.retries {
         if round > 0 {
-            std::thread::sleep(backoff(round));
+            std::thread::sleep(backoff(round).max(asked));
         }
+        asked = Duration::ZERO;
         let mut all_unresolved = true;
         for url in spec.urls {
-            match attempt(&client, url, &part, spec.progress) {
+            match attempt(&client, url, &part, spec.size, spec.progress) {
                 Ok(()) => {
                     url_used = Some(shown_url(url));
                     break 'rounds;
                 }
                 Err(Failure::Fatal(e)) => return Err(e),
                 Err(Failure::Unresolved(e)) => last = Some(e),
-                Err(Failure::Retry(e)) => {
+                Err(Failure::Retry(e, wait)) => {
                     all_unresolved = false;
+                    asked = asked.max(wait.unwrap_or_default());
                     if round < spec.retries {
-                        tracing::warn!("{e}; retrying in {} s", backoff(round + 1).as_secs());
+                        tracing::warn!("{e}; retrying in {} s", backoff(round + 1).max(asked).as_secs());
                     }
                     last = Some(e);
                 }
@@ -142,8 +149,9 @@ pub fn remove_if_empty(dir: &Path, parent: &Path) {
 }
 
 enum Failure {
-    /// The network or server failed: try again (the `.part` is kept for resume).
-    Retry(DatasetError),
+    /// The network or server failed: try again (the `.part` is kept for resume),
+    /// not before the wait the server asked for (`Retry-After`), if any.
+    Retry(DatasetError, Option<Duration>),
     /// Retrying cannot help (HTTP 404, a local write error).
     Fatal(DatasetError),
     /// The host name does not resolve: another mirror may, a retry will not.
@@ -155,8 +163,41 @@ fn is_unresolved(chain: &str) -> bool {
     chain.contains("dns error") || chain.contains("failed to lookup address")
 }
 
-/// One request: resumes from the `.part` length when there is one.
-fn attempt(client: &Client, url: &str, part: &Path, progress: bool) -> Result<(), Failure> {
+/// Redirects as reqwest's default policy follows them (loops and chains over
+/// 10 are errors), except from https to plain http: the file would arrive
+/// unauthenticated, and an entry without a sha256 has nothing else to check it.
+fn redirect_policy() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|attempt| {
+        if downgrades(attempt.previous(), attempt.url()) {
+            let msg = format!(
+                "redirected from https to plain http ({}): refused, the file would arrive unauthenticated; \
+                 give the registry entry an https mirror",
+                shown_url(attempt.url().as_str())
+            );
+            attempt.error(msg)
+        } else {
+            reqwest::redirect::Policy::default().redirect(attempt)
+        }
+    })
+}
+
+/// Whether following a redirect to `next` leaves https for an unencrypted scheme.
+fn downgrades(previous: &[reqwest::Url], next: &reqwest::Url) -> bool {
+    previous.iter().any(|u| u.scheme() == "https") && next.scheme() != "https"
+}
+
+/// A 429's or 503's `Retry-After`, in seconds (an HTTP date is not read:
+/// the backoff applies), capped at `MAX_RETRY_AFTER`.
+fn retry_after(resp: &reqwest::blocking::Response) -> Option<Duration> {
+    let v = resp.headers().get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
+    let secs: u64 = v.trim().parse().ok()?;
+    Some(Duration::from_secs(secs).min(MAX_RETRY_AFTER))
+}
+
+/// One request: resumes from the `.part` length when there is one. A body
+/// longer than the registry's `size` is refused as it arrives, so that a
+/// wrong mirror cannot fill the disk before the size is checked.
+fn attempt(client: &Client, url: &str, part: &Path, size: Option<u64>, progress: bool) -> Result<(), Failure> {
     let net = |msg: String| DatasetError::Download { url: shown_url(url), msg };
     let have = fs::metadata(part).map(|m| m.len()).unwrap_or(0);
     let mut req = client.get(url);
@@ -174,7 +215,7 @@ fn attempt(client: &Client, url: &str, part: &Path, progress: bool) -> Result<()
                 "cannot resolve the host ({chain}); not retried: check the network and the URL"
             )))
         } else {
-            Failure::Retry(net(format!("request failed: {chain}")))
+            Failure::Retry(net(format!("request failed: {chain}")), None)
         }
     })?;
     let status = resp.status();
@@ -182,10 +223,10 @@ fn attempt(client: &Client, url: &str, part: &Path, progress: bool) -> Result<()
     let (start, total) = match status {
         StatusCode::PARTIAL_CONTENT => {
             let (s, t) = parse_content_range(content_range.as_deref())
-                .ok_or_else(|| Failure::Retry(net(format!("bad Content-Range {content_range:?}"))))?;
+                .ok_or_else(|| Failure::Retry(net(format!("bad Content-Range {content_range:?}")), None))?;
             if s != have {
                 let _ = fs::remove_file(part);
-                return Err(Failure::Retry(net(format!("server resumed at byte {s}, not {have}; restarting"))));
+                return Err(Failure::Retry(net(format!("server resumed at byte {s}, not {have}; restarting")), None));
             }
             (have, t.or(resp.content_length().map(|l| have + l)))
         }
@@ -196,14 +237,27 @@ fn attempt(client: &Client, url: &str, part: &Path, progress: bool) -> Result<()
                 return Ok(()); // the .part is already complete
             }
             let _ = fs::remove_file(part);
-            return Err(Failure::Retry(net("server refused to resume; restarting".into())));
+            return Err(Failure::Retry(net("server refused to resume; restarting".into()), None));
         }
         s if s.is_server_error() || s == StatusCode::REQUEST_TIMEOUT || s == StatusCode::TOO_MANY_REQUESTS => {
-            return Err(Failure::Retry(net(format!("HTTP {s}"))));
+            return Err(Failure::Retry(net(format!("HTTP {s}")), retry_after(&resp)));
         }
         s => return Err(Failure::Fatal(net(format!("HTTP {s}; check the URL in the registry")))),
     };
 
+    let too_long = |got: String| {
+        let _ = fs::remove_file(part);
+        let size = size.unwrap_or_default();
+        Failure::Fatal(net(format!(
+            "{got}, the registry says the file has {size}: refused and deleted before the disk fills; \
+             check the entry's size and URL in the registry"
+        )))
+    };
+    if let (Some(size), Some(t)) = (size, total)
+        && t > size
+    {
+        return Err(too_long(format!("the server announces {t} bytes")));
+    }
     let fatal_io = |e: std::io::Error| Failure::Fatal(DatasetError::io(part, e));
     let mut file = if start == 0 {
         File::create(part).map_err(fatal_io)?
@@ -220,9 +274,13 @@ fn attempt(client: &Client, url: &str, part: &Path, progress: bool) -> Result<()
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => {
                 let _ = file.flush();
-                return Err(Failure::Retry(net(format!("connection lost after {pos} bytes: {e}"))));
+                return Err(Failure::Retry(net(format!("connection lost after {pos} bytes: {e}")), None));
             }
         };
+        if size.is_some_and(|size| pos + n as u64 > size) {
+            drop(file);
+            return Err(too_long(format!("the server sent more than {} bytes", size.unwrap_or_default())));
+        }
         file.write_all(&buf[..n]).map_err(fatal_io)?;
         pos += n as u64;
         if let Some(b) = &bar {
@@ -234,7 +292,7 @@ fn attempt(client: &Client, url: &str, part: &Path, progress: bool) -> Result<()
         b.finish_and_clear();
     }
     match total {
-        Some(t) if pos != t => Err(Failure::Retry(net(format!("connection closed after {pos} of {t} bytes")))),
+        Some(t) if pos != t => Err(Failure::Retry(net(format!("connection closed after {pos} of {t} bytes")), None)),
         _ => Ok(()),
     }
 }
@@ -340,6 +398,16 @@ mod tests {
         assert!(url_file_name("http://h/a/").is_err());
         assert_eq!(backoff(1), Duration::from_secs(1));
         assert_eq!(backoff(10), MAX_BACKOFF);
+    }
+
+    #[test]
+    fn only_a_redirect_leaving_https_is_a_downgrade() {
+        let u = |s: &str| reqwest::Url::parse(s).unwrap();
+        assert!(downgrades(&[u("https://a.org/x.zip")], &u("http://a.org/x.zip")));
+        assert!(downgrades(&[u("https://a.org/x"), u("https://b.org/y")], &u("http://c.org/x.zip")));
+        assert!(!downgrades(&[u("https://a.org/x.zip")], &u("https://b.org/x.zip")));
+        assert!(!downgrades(&[u("http://a.org/x.zip")], &u("http://b.org/x.zip")));
+        assert!(!downgrades(&[u("http://a.org/x.zip")], &u("https://b.org/x.zip")));
     }
 
     #[test]
