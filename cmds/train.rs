@@ -121,6 +121,9 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     tb.finish();
     // The terminal is back before anything else is printed.
     watch.0.finish();
+    // `--json-stream > /dev/full`: the records are lost. The run stopped with its
+    // checkpoint, as for a reader that has gone, but it fails (exit 1) naming why.
+    let lost = watch.0.output_failure();
     let summary = result?;
     if watch.stop_requested() {
         let ck = train::checkpoint::dir(&data.run_dir(&summary.run));
@@ -134,7 +137,15 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
             }
             _ => String::new(),
         };
-        if signals::time_limit() {
+        if let Some(e) = &lost {
+            leapgnn::elog!(
+                "stopped after iteration {} as the --json-stream records could not be written to stdout ({e}), \
+                 checkpoint written to {}{from}; continue with `leapgnn train --resume {}` once stdout can take them",
+                summary.iterations,
+                ck.display(),
+                summary.run
+            );
+        } else if signals::time_limit() {
             leapgnn::elog!(
                 "stopped for the job's time limit (SIGUSR1 from `slurm-script --stop-before`) after iteration {}, \
                  checkpoint written to {}{from}; continue in a new job: `leapgnn slurm-script [OPTIONS] train --resume \
@@ -159,10 +170,14 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
         }
     }
     if g.json {
-        return print_json(&summary);
+        print_json(&summary)?;
+    } else {
+        report(&summary, &data.run_dir(&summary.run));
     }
-    report(&summary, &data.run_dir(&summary.run));
-    Ok(())
+    match lost {
+        Some(e) => Err(anyhow::Error::new(e).context("cannot write to stdout")),
+        None => Ok(()),
+    }
 }
 
 /// W > 1: the driver starts the workers, as local processes (in their own

@@ -193,6 +193,46 @@ fn a_closed_json_stream_stops_the_run_and_it_can_be_resumed() {
     assert_eq!(resumed["epochs"], 2);
 }
 
+/// `--json-stream > /dev/full`: the records are lost, so the run stops with
+/// its checkpoint as for a reader that has gone, but fails (exit 1) naming
+/// why; a reader that has gone before the first record (a closed pipe) stays
+/// a quiet stop, exit 0. On one worker and on two. The full disk used to end
+/// as 'stopped on request', exit 0.
+#[test]
+fn a_json_stream_on_a_full_disk_fails_the_run_with_its_checkpoint_and_a_closed_pipe_does_not() {
+    let tmp = cora();
+    let d = tmp.path();
+    for workers in ["1", "2"] {
+        let full = format!("full-{workers}");
+        let args = [&["train", "cora", "--workers", workers, "--json-stream", "--run", &full][..], LONG_RUN].concat();
+        let dev_full = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+        let mut drv = Driver::start_to(d, &args, Stdio::from(dev_full));
+        let (code, stderr) = drv.wait_exit(Duration::from_secs(60));
+        assert_eq!(code, Some(1), "{workers} workers:\n{stderr}");
+        let last = stderr.lines().last().unwrap();
+        assert!(last.starts_with("error: cannot write to stdout: No space left on device"), "{stderr}");
+        assert!(stderr.contains("could not be written to stdout"), "{stderr}");
+        assert!(!stderr.contains("stopped on request"), "{stderr}");
+        assert!(stderr.contains(&format!("run {full}: ")), "no summary:\n{stderr}");
+        let done = state(d, &full)["progress"]["global_iteration"].as_u64().unwrap();
+        assert!((1..100).contains(&done), "{workers} workers: stopped after {done} iterations");
+        let epochs = past_checkpoint(d, &full);
+        let resumed = json(d, &["train", "--resume", &full, "--epochs", &epochs]);
+        assert_eq!(resumed["epochs"].to_string(), epochs, "{resumed}");
+
+        let gone = format!("gone-{workers}");
+        let args = [&["train", "cora", "--workers", workers, "--json-stream", "--run", &gone][..], LONG_RUN].concat();
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let mut drv = Driver::start_to(d, &args, Stdio::from(writer));
+        let (code, stderr) = drv.wait_exit(Duration::from_secs(60));
+        assert_eq!(code, Some(0), "{workers} workers:\n{stderr}");
+        assert!(stderr.contains("stopped on request after iteration"), "{stderr}");
+        assert!(!stderr.contains("error:"), "{stderr}");
+        assert!(state(d, &gone)["progress"]["global_iteration"].as_u64().unwrap() >= 1);
+    }
+}
+
 /// `leapgnn train 2>&1 | head -1`: plain progress lines on a stderr whose
 /// reader has gone stop the run as a closed `--json-stream` does, on one
 /// worker and on two (whose relayed lines go to the same closed stderr).

@@ -40,6 +40,10 @@ struct Queue {
     busy: bool,
     /// The reader has gone (a write failed): nothing more is written.
     closed: bool,
+    /// The write that closed the stream failed for another reason than a
+    /// reader that has gone (a full disk behind `>`): the records are lost,
+    /// and the run must not end as if it had merely been stopped.
+    failure: Option<std::io::Error>,
     /// No more lines will come: the writer ends once the queue is empty.
     ended: bool,
 }
@@ -131,7 +135,9 @@ impl<W: Write + Send + 'static> JsonStream<W> {
 }
 
 /// The writer thread: each queued line in one write, flushed, until the
-/// stream ends or a write fails (the reader has gone).
+/// stream ends or a write fails. A reader that has gone (EPIPE) is a quiet
+/// stop, as for any Unix filter; any other failure (ENOSPC, EIO) is kept for
+/// `output_failure`.
 fn write_lines<W: Write>(shared: &Shared, mut out: W) -> W {
     let mut q = shared.lock();
     loop {
@@ -145,12 +151,15 @@ fn write_lines<W: Write>(shared: &Shared, mut out: W) -> W {
         q.busy = true;
         drop(q);
         shared.room.notify_all();
-        let ok = out.write_all(&line).and_then(|()| out.flush()).is_ok();
+        let written = out.write_all(&line).and_then(|()| out.flush());
         q = shared.lock();
         q.busy = false;
-        if !ok {
+        if let Err(e) = written {
             q.closed = true;
             q.lines.clear();
+            if e.kind() != std::io::ErrorKind::BrokenPipe {
+                q.failure = Some(e);
+            }
         }
         shared.room.notify_all();
     }
@@ -170,6 +179,9 @@ impl<W: Write + Send + 'static> ProgressSink for JsonStream<W> {
     fn event(&mut self, _: &str) {}
     fn stop_requested(&self) -> bool {
         self.shared.lock().closed
+    }
+    fn output_failure(&mut self) -> Option<std::io::Error> {
+        self.shared.lock().failure.take()
     }
     fn finish(&mut self) {
         self.end();

@@ -30,6 +30,12 @@ pub trait ProgressSink {
     fn stop_requested(&self) -> bool {
         false
     }
+    /// Why the sink's output could not be written, when that stopped the run
+    /// and is not a reader that has gone (`--json-stream > /dev/full`): the
+    /// run then fails with it. Taken once, after `finish`.
+    fn output_failure(&mut self) -> Option<std::io::Error> {
+        None
+    }
     /// The run ended: release the terminal, clear the bars. Idempotent.
     fn finish(&mut self);
 }

@@ -304,6 +304,11 @@ impl Driver {
         (d, out)
     }
 
+    /// `start`, with the driver's stdout where the test puts it (`> /dev/full`, a closed pipe).
+    pub fn start_to(data: &Path, args: &[&str], stdout: Stdio) -> Driver {
+        Driver::spawn(data, args, stdout)
+    }
+
     fn spawn(data: &Path, args: &[&str], stdout: Stdio) -> Driver {
         let mut child = Command::new(env!("CARGO_BIN_EXE_leapgnn"))
             .arg("--data-dir")
