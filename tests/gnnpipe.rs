@@ -135,6 +135,34 @@ fn only_chunk_rows_and_their_gradients_cross_between_stages() {
     }
 }
 
+/// `--chunks` up to the node count is accepted before launch, and so it
+/// trains: METIS leaves chunks empty when they are many (most of 2,708 on
+/// Cora), and the pipeline runs the chunks that hold vertices, as many ticks
+/// as there are of them. Workers failed with 'error: --parts 2708: --method
+/// metis left 2439 of the 2708 parts without a node', a flag not given.
+#[test]
+fn as_many_chunks_as_nodes_trains_on_the_chunks_metis_fills() {
+    let tmp = cora();
+    let d = tmp.path();
+    let (w, hidden, n) = (2u64, 16u64, 2708u64);
+    let args = ["train", "cora", "--no-tui", "--strategy", "gnnpipe", "--chunks", "2708", "--hidden", "16"];
+    let one = json(d, &[&args[..], &["--workers", "1", "--epochs", "2"]].concat());
+    assert_eq!(count(&one["epochs"]), 2, "{one}");
+    // Two stages, -v: the driver logs the stage's line saying how many chunks METIS filled.
+    let out = dist_support::leapgnn(d, &[&["-v"][..], &args, &["--workers", "2", "--epochs", "1", "--json"]].concat());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let said = err.lines().find_map(|l| l.split("METIS left ").nth(1)).unwrap_or_else(|| panic!("{err}"));
+    let used: u64 = said.rsplit(": ").next().unwrap().trim_end_matches(" chunks").parse().unwrap();
+    assert!((2..n).contains(&used), "{said}");
+    assert!(said.starts_with(&format!("{} of the 2708 chunks empty", n - used)), "{said}");
+    // As many ticks as filled chunks: each but the last an all-to-all of 16-byte frames, twice (rows, gradients).
+    let ticks = used + w - 1;
+    let train = (w - 1) * 2 * n * hidden * 4 + 2 * (ticks - 1) * w * (w - 1) * 16;
+    assert_eq!(count(&s["bytes"]["train"]["activations"]), train, "{}", s["bytes"]);
+}
+
 #[test]
 fn learns_cora_close_to_full_graph_training() {
     let tmp = cora();
