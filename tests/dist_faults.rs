@@ -159,6 +159,65 @@ fn a_killed_worker_is_restarted_from_the_checkpoint_and_the_run_ends_as_if_unint
     assert_eq!(wait_gone(&pids, Duration::from_secs(5)), Vec::<u32>::new(), "workers left behind");
 }
 
+/// A first Ctrl-C during the pause before a restart (`--restarts 3`: none
+/// before the first, 2 s before the second, 4 s before the third) ends the
+/// pause at once, and the run stops at its last checkpoint without starting
+/// the workers again: exit 0, 'stopped on request', a summary of that
+/// checkpoint, the failed attempt's records after it dropped, and
+/// `--resume` goes on. The driver used to sit out the pause, start the
+/// workers again, train an iteration and only then stop.
+#[test]
+fn ctrl_c_while_waiting_to_restart_stops_at_the_checkpoint_without_relaunching() {
+    let tmp = cora();
+    let d = tmp.path();
+    let mut drv = start(d, "2", &["--checkpoint-every", "1", "--restarts", "3", "--run", "paused"]);
+    let mut all = Vec::new();
+    let mut ws = drv.workers(2);
+    drv.wait_line(Duration::from_secs(60), first_epoch);
+    // Two restarts, then the third failure's 4 s pause.
+    for restart in 1..=3 {
+        all.extend(ws.iter().map(|w| w.pid));
+        signal(ws[1].pid, "KILL");
+        if restart == 3 {
+            drv.wait_line(Duration::from_secs(30), |l| l.contains("restart 3 of 3 in 4 s"));
+            break;
+        }
+        ws = drv.workers(2);
+        drv.wait_line(Duration::from_secs(30), |l| l.contains(&format!("restart {restart} of 3: training again")));
+    }
+    let waiting = drv.seen.len();
+    signal(drv.child.id(), "INT");
+    let (code, stderr) = drv.wait_exit(Duration::from_secs(30));
+    assert_eq!(code, Some(0), "{stderr}");
+    let after: Vec<&String> = drv.seen[waiting..].iter().collect();
+    assert!(!after.iter().any(|l| l.contains("] pid ")), "workers started again after the stop: {after:?}");
+    assert!(stderr.contains("stopped on request before restarting it"), "{stderr}");
+    assert!(stderr.contains("run paused: test accuracy"), "no summary:\n{stderr}");
+    assert_eq!(wait_gone(&all, Duration::from_secs(5)), Vec::<u32>::new(), "workers left behind");
+    let run = d.join("runs/paused");
+    let state: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(run.join("checkpoint/state.json")).unwrap()).unwrap();
+    let p = &state["progress"];
+    let done = p["global_iteration"].as_u64().unwrap();
+    assert!(stderr.contains(&format!("stopped on request after iteration {done}, checkpoint")), "{stderr}");
+    let summary: serde_json::Value = serde_json::from_slice(&std::fs::read(run.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["iterations"], done, "{summary}");
+    assert_eq!(summary["epochs"], p["epoch"], "{summary}");
+    // The step records are those before the checkpoint, each worker's of each iteration once.
+    let at = (p["epoch"].as_u64().unwrap(), p["iteration"].as_u64().unwrap());
+    let lines = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+    let steps: Vec<(u64, u64)> = lines
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|r| r.get("restart").is_none())
+        .map(|r| (r["epoch"].as_u64().unwrap(), r["iteration"].as_u64().unwrap()))
+        .collect();
+    assert!(steps.iter().all(|&s| s < at), "records past the checkpoint {at:?}");
+    let epochs = (at.0 + 2).to_string();
+    let resumed = json(d, &["train", "--resume", "paused", "--epochs", &epochs]);
+    assert!(resumed["iterations"].as_u64().unwrap() > done, "{resumed}");
+}
+
 /// `--restarts` without `--checkpoint-every`: a worker lost before the run's
 /// first checkpoint (here, its only one, at the end) used to end the run with
 /// no restart and no word why. It now trains the run again from the start, and

@@ -240,13 +240,19 @@ fn recover(
         if !worker_lost || opts.interrupted.load(Ordering::SeqCst) {
             return Err(err);
         }
+        // Ctrl-C, SIGTERM or `q` came before the relaunch: the run stops where its checkpoint is.
+        if obs.stop_requested() {
+            return stopped_before_restart(data, name, err, opts, obs);
+        }
         let delay = restart_delay(attempt);
         if !delay.is_zero() {
             let msg = format!("restart {attempt} of {} in {} s: {err:#}", opts.restarts, delay.as_secs());
             tracing::warn!("{msg}");
             obs.event(&msg);
-            if !wait_unless_interrupted(delay, opts.interrupted) {
-                return Err(err.context("interrupted while waiting to restart"));
+            match wait_unless_interrupted(delay, opts.interrupted, &|| obs.stop_requested()) {
+                Waited::Out => {}
+                Waited::Forced => return Err(err.context("interrupted while waiting to restart")),
+                Waited::Stop => return stopped_before_restart(data, name, err, opts, obs),
             }
         }
         // Without shared files the newest checkpoint is on rank 0's host.
@@ -319,16 +325,99 @@ fn restart_delay(attempt: u32) -> Duration {
     }
 }
 
-/// Sleeps `delay` in short steps; false when Ctrl-C came first.
-fn wait_unless_interrupted(delay: Duration, interrupted: &AtomicBool) -> bool {
+/// How a wait before a restart ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Waited {
+    /// The whole delay passed.
+    Out,
+    /// A first Ctrl-C, SIGTERM or `q` (`stop`): the run stops from its checkpoint.
+    Stop,
+    /// A second Ctrl-C (`interrupted`): the run ends at once.
+    Forced,
+}
+
+/// Sleeps `delay` in short steps, ending at once on a stop request or a
+/// forced stop.
+fn wait_unless_interrupted(delay: Duration, interrupted: &AtomicBool, stop: &dyn Fn() -> bool) -> Waited {
     let until = Instant::now() + delay;
-    while Instant::now() < until {
+    loop {
         if interrupted.load(Ordering::SeqCst) {
-            return false;
+            return Waited::Forced;
+        }
+        if stop() {
+            return Waited::Stop;
+        }
+        if Instant::now() >= until {
+            return Waited::Out;
         }
         std::thread::sleep(Duration::from_millis(50).min(until.saturating_duration_since(Instant::now())));
     }
-    !interrupted.load(Ordering::SeqCst)
+}
+
+/// A stop was asked for after a worker was lost and before the relaunch:
+/// the workers are not started again, and the run ends as any stopped run,
+/// at its last checkpoint (fetched from rank 0's host first). Its records
+/// after that checkpoint, of the attempt that failed, are dropped as a
+/// resume would drop them, and the summary is the checkpoint's: its
+/// iterations and epochs, and the rows and training bytes of the step
+/// records kept (the evaluations' bytes are in the workers' final reports
+/// only, which a lost attempt never sent). Without a checkpoint there is
+/// nothing to keep: the failure is returned, saying so.
+fn stopped_before_restart(
+    data: &DataDir,
+    name: &str,
+    err: anyhow::Error,
+    opts: &DistOptions<'_>,
+    obs: &mut dyn Observer,
+) -> anyhow::Result<RunSummary> {
+    let run_dir = data.run_dir(name);
+    if let Err(e) = fetch_checkpoint(opts.launcher, &checkpoint_rel(opts.launcher, data, &run_dir)?, &run_dir, obs) {
+        let msg = format!("{e:#}; the stop keeps the driver's copy of the last checkpoint, if it has one");
+        tracing::warn!("{msg}");
+        obs.event(&msg);
+    }
+    let ck = checkpoint::dir(&run_dir);
+    if !checkpoint::exists(&ck) {
+        return Err(err.context(format!(
+            "stopped on request before the restart; run {name} has no checkpoint yet, so nothing of it is kept: \
+             start it again (--checkpoint-every N keeps one every N iterations)"
+        )));
+    }
+    let (cfg, p) = checkpoint::load_config(&ck)?;
+    let path = run_dir.join("metrics.jsonl");
+    drop(JsonlSink::append_before(&path, (p.epoch, p.iteration))?);
+    let mut summary = RunSummary {
+        run: name.to_string(),
+        strategy: cfg.strategy.to_string(),
+        workers: cfg.workers,
+        dataset: cfg.dataset.clone(),
+        model: cfg.model.to_string(),
+        time_steps: match &p.auto_steps {
+            Some(a) => a.current,
+            None => crate::train::strategy::build(cfg.strategy, &StrategyEnv::new(&cfg, None)?)?.time_steps(),
+        },
+        mode: cfg.reported_mode(),
+        prefetch: cfg.prefetches(),
+        iterations: p.global_iteration,
+        ..Default::default()
+    };
+    let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut train = crate::metrics::ByteCounts::default();
+    for r in text.lines().filter_map(|l| serde_json::from_str::<crate::metrics::StepRecord>(l).ok()) {
+        summary.rows += r.rows;
+        add_bytes(&mut train, &r.bytes_out);
+    }
+    summary.bytes = RunBytes::split(train, Default::default());
+    let summary = summary.from_history(p.history);
+    let msg = format!(
+        "run {name}: stopped on request before restarting it ({err:#}); the workers were not started again, and the \
+         run ends at its checkpoint after iteration {}",
+        p.global_iteration
+    );
+    tracing::warn!("{msg}");
+    obs.event(&msg);
+    write_atomic(run_dir.join("summary.json"), &serde_json::to_vec_pretty(&summary).expect("summary serialises"))?;
+    Ok(summary)
 }
 
 /// A restart under way: what the `RestartRecord` says once training runs again.
@@ -662,12 +751,13 @@ mod tests {
     }
 
     #[test]
-    fn a_wait_ends_at_once_when_interrupted() {
+    fn a_wait_ends_at_once_when_interrupted_or_asked_to_stop() {
         let flag = AtomicBool::new(true);
         let t = Instant::now();
-        assert!(!wait_unless_interrupted(Duration::from_secs(60), &flag));
-        assert!(t.elapsed() < Duration::from_secs(5));
+        assert_eq!(wait_unless_interrupted(Duration::from_secs(60), &flag, &|| true), Waited::Forced);
         flag.store(false, Ordering::SeqCst);
-        assert!(wait_unless_interrupted(Duration::from_millis(10), &flag));
+        assert_eq!(wait_unless_interrupted(Duration::from_secs(60), &flag, &|| true), Waited::Stop);
+        assert!(t.elapsed() < Duration::from_secs(5));
+        assert_eq!(wait_unless_interrupted(Duration::from_millis(10), &flag, &|| false), Waited::Out);
     }
 }
