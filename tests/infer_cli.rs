@@ -333,3 +333,82 @@ fn a_dataset_replaced_by_one_of_the_same_shapes_is_refused_by_infer_and_resume()
     json(d, &["infer", "one"]);
     json(d, &["train", "--no-tui", "--resume", "one", "--epochs", "2"]);
 }
+
+/// Flips one bit of `path`'s byte `at` bytes before its end.
+fn flip(path: &Path, at: usize) {
+    let mut b = std::fs::read(path).unwrap();
+    let i = b.len() - at;
+    b[i] ^= 0x40;
+    std::fs::write(path, b).unwrap();
+}
+
+/// The checkpoint file of run `run` whose name starts with `prefix`.
+fn checkpoint_file(d: &Path, run: &str, prefix: &str) -> std::path::PathBuf {
+    std::fs::read_dir(d.join("runs").join(run).join("checkpoint"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.file_name().unwrap().to_str().unwrap().starts_with(prefix))
+        .unwrap()
+}
+
+fn copy_run(d: &Path, from: &str, to: &str) {
+    let status = Command::new("cp").arg("-r").arg(d.join("runs").join(from)).arg(d.join("runs").join(to)).status();
+    assert!(status.unwrap().success());
+}
+
+/// A checkpoint records each tensor file's sha256: a flipped bit in the
+/// weights or the optimizer state is refused (exit 2, naming the file) by
+/// `infer` (one worker or two) and `--resume` (one process, or two workers)
+/// instead of loading a model nobody trained (it was exit 0). A checkpoint
+/// of a version before the record (no `sha256` in `state.json`) still loads.
+#[test]
+fn a_corrupt_checkpoint_file_is_refused_by_infer_and_resume_and_an_old_one_still_loads() {
+    let tmp = cora();
+    let d = tmp.path();
+    let fg = ["train", "cora", "--no-tui", "--full-batch", "--epochs", "1", "--hidden", "16", "--run", "fg"];
+    json(d, &fg);
+    let mb = ["--workers", "2", "--epochs", "1", "--batch-size", "256", "--hidden", "16", "--fanout", "5,5"];
+    json(d, &[&["train", "cora", "--no-tui", "--run", "mb"][..], &mb].concat());
+    let refused = |args: &[&str], file: &Path| {
+        let e = fails(d, args, 2);
+        assert!(e.contains(&format!("checkpoint file {} is corrupt", file.display())), "{args:?}: {e}");
+        assert!(e.contains("state.json recorded") && e.contains("put back the run's own copy"), "{e}");
+    };
+    for run in ["fg", "mb"] {
+        let bad = format!("{run}-bad");
+        copy_run(d, run, &bad);
+        let state = d.join("runs").join(&bad).join("checkpoint/state.json");
+        let before = std::fs::read(&state).unwrap();
+        let weights = checkpoint_file(d, &bad, "model-");
+        flip(&weights, 100);
+        for workers in [&[][..], &["--workers", "2"]] {
+            refused(&[&["infer", &bad], workers].concat(), &weights);
+        }
+        refused(&["train", "--no-tui", "--resume", &bad, "--epochs", "2"], &weights);
+        flip(&weights, 100);
+        // The optimizer state only matters to a resume.
+        let optimizer = checkpoint_file(d, &bad, "optimizer-");
+        flip(&optimizer, 1);
+        refused(&["train", "--no-tui", "--resume", &bad, "--epochs", "2"], &optimizer);
+        assert_eq!(std::fs::read(&state).unwrap(), before, "a refused resume left the checkpoint as it was");
+        assert!(!d.join("runs").join(&bad).join("predictions.safetensors").exists());
+        json(d, &["infer", &bad]);
+        flip(&optimizer, 1);
+
+        // As written by a version before the record: read unchecked, as before.
+        let old = format!("{run}-old");
+        copy_run(d, run, &old);
+        let state = d.join("runs").join(&old).join("checkpoint/state.json");
+        let mut s: serde_json::Value = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
+        assert_eq!(s["sha256"].as_object().map(|m| m.len()), Some(2), "{s}");
+        s.as_object_mut().unwrap().remove("sha256");
+        std::fs::write(&state, serde_json::to_vec_pretty(&s).unwrap()).unwrap();
+        let (want, got) = (json(d, &["infer", run]), json(d, &["infer", &old]));
+        assert_eq!(got["accuracy"], want["accuracy"]);
+        let resumed = json(d, &["train", "--no-tui", "--resume", &old, "--epochs", "2"]);
+        assert_eq!(
+            resumed["iterations"],
+            json(d, &["train", "--no-tui", "--resume", run, "--epochs", "2"])["iterations"]
+        );
+    }
+}

@@ -136,8 +136,6 @@ impl<T> Mapped<T> {
 
     /// sha256 of the whole file, as scripts compare it.
     pub fn sha256_hex(&self) -> String {
-        use sha2::Digest;
-        let d = sha2::Sha256::digest(&self.map[..]);
-        d.iter().map(|b| format!("{b:02x}")).collect()
+        super::sha256_hex(&self.map[..])
     }
 }

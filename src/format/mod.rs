@@ -29,6 +29,12 @@ pub use partition::{
 #[cfg(target_endian = "big")]
 compile_error!("leapgnn archives are little-endian and read zero-copy; big-endian hosts are not supported");
 
+/// sha256 of `bytes`, lowercase hex (as `sha256sum` prints it).
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// Archived little-endian primitives viewed as native slices (zero-copy).
 pub fn native<T: bytemuck::Pod, A: bytemuck::Pod>(s: &[A]) -> &[T] {
     bytemuck::cast_slice(s)

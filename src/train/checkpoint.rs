@@ -5,19 +5,22 @@
 //! `state.json` (config, position, history). The tensor files carry the
 //! global iteration in their names and `state.json`, written last and
 //! atomically, names the files that belong to it: a crash at any point
-//! leaves the previous checkpoint whole.
+//! leaves the previous checkpoint whole. It records each tensor file's
+//! sha256 too, checked whenever one is read (a checkpoint written before
+//! the record has none and is read unchecked): a damaged or swapped file
+//! is refused instead of loaded as a model nobody trained.
 //!
 //! Every random draw is a pure function of (seed, epoch, iteration, ...), so
 //! the RNG position is the (epoch, iteration) position itself.
 
 use super::{TrainConfig, TrainError};
 use crate::BadInput;
-use crate::format::write_atomic;
+use crate::format::{sha256_hex, write_atomic};
 use crate::metrics::{ByteCounts, EpochRecord, RowCounts};
 use crate::model::{ModelSpec, Params};
 use crate::optim::{OptimState, Optimizer};
 use candle_core::Device;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 const STATE: &str = "state.json";
@@ -69,6 +72,10 @@ struct StateFile {
     /// it keeps any: without them it could not go on as the run would have.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     history: Option<String>,
+    /// Each tensor file's sha256 (file name -> hex) as written; absent in
+    /// checkpoints of versions before it, which are read unchecked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sha256: Option<BTreeMap<String, String>>,
 }
 
 /// Named row blocks (`rows x width`, f32) saved with a checkpoint.
@@ -109,12 +116,17 @@ pub fn save_with_history(
     let meta = HashMap::from([("format".to_string(), "pt".to_string())]);
     let bytes = safetensors::tensor::serialize(named.iter().map(|(k, v)| (k.as_str(), v)), Some(meta))
         .map_err(|e| candle_core::Error::Msg(e.to_string()))?;
-    write_atomic(dir.join(&weights), &bytes)?;
-    write_atomic(dir.join(&optimizer), &opt.state().to_safetensors(params)?)?;
+    let mut sha256 = BTreeMap::new();
+    let mut write = |name: &str, bytes: &[u8]| -> Result<(), TrainError> {
+        sha256.insert(name.to_string(), sha256_hex(bytes));
+        Ok(write_atomic(dir.join(name), bytes)?)
+    };
+    write(&weights, &bytes)?;
+    write(&optimizer, &opt.state().to_safetensors(params)?)?;
     let history = match history {
         Some(blocks) => {
             let name = format!("history-{:09}.safetensors", progress.global_iteration);
-            write_atomic(dir.join(&name), &history_bytes(blocks)?)?;
+            write(&name, &history_bytes(blocks)?)?;
             Some(name)
         }
         None => None,
@@ -128,6 +140,7 @@ pub fn save_with_history(
         rng: "counter-based: every draw is a hash of (seed, epoch, iteration, ...); position = (epoch, iteration)"
             .into(),
         history,
+        sha256: Some(sha256),
     };
     let json = serde_json::to_vec_pretty(&state).expect("state serialises");
     write_atomic(dir.join(STATE), &json)?;
@@ -155,6 +168,38 @@ impl StateFile {
             .map(|s| s.as_str())
             .collect()
     }
+
+    /// The sha256 recorded for tensor file `name` (None in a checkpoint of
+    /// a version before the record).
+    fn digest(&self, name: &str) -> Option<&str> {
+        self.sha256.as_ref()?.get(name).map(String::as_str)
+    }
+}
+
+/// Refuses `bytes`, read from checkpoint file `path`, when they are not
+/// those whose sha256 (`want`) the checkpoint's state recorded.
+fn check_digest(path: &Path, bytes: &[u8], want: Option<&str>) -> Result<(), TrainError> {
+    let Some(want) = want else { return Ok(()) };
+    let have = sha256_hex(bytes);
+    if have.eq_ignore_ascii_case(want) {
+        return Ok(());
+    }
+    let state = path.parent().map_or_else(|| PathBuf::from(STATE), |d| d.join(STATE));
+    Err(BadInput::new(format!(
+        "checkpoint file {} is corrupt: its sha256 is {have}, but {} recorded {want} when the run wrote it, so the \
+         file was damaged or replaced since and would load as a model nobody trained; put back the run's own copy \
+         of the file (from a backup, or the host that trained it), or train the run again",
+        path.display(),
+        state.display()
+    ))
+    .into())
+}
+
+/// Reads checkpoint file `path`, checked against its recorded sha256 `want`.
+fn read_checked(path: &Path, want: Option<&str>) -> Result<Vec<u8>, TrainError> {
+    let bytes = std::fs::read(path).map_err(|e| unusable(path, e))?;
+    check_digest(path, &bytes, want)?;
+    Ok(bytes)
 }
 
 /// Removes the tensor files of older checkpoints (those `s` does not name),
@@ -189,7 +234,10 @@ pub fn copy_into(dir: &Path, read: &mut dyn FnMut(&str) -> anyhow::Result<Vec<u8
         if !crate::paths::is_plain_name(name) {
             return Err(unusable(&dir.join(STATE), format!("file name {name:?} is not a plain name")).into());
         }
-        write_atomic(dir.join(name), &read(name)?)?;
+        let bytes = read(name)?;
+        // A file damaged on the way (or on the host) is refused before it replaces a good one here.
+        check_digest(&dir.join(name), &bytes, s.digest(name))?;
+        write_atomic(dir.join(name), &bytes)?;
     }
     write_atomic(dir.join(STATE), &json)?;
     prune(dir, &s);
@@ -283,6 +331,17 @@ pub fn files(dir: &Path) -> Result<Vec<PathBuf>, TrainError> {
     Ok(out)
 }
 
+/// Refuses the checkpoint in `dir` when a tensor file it names is not the
+/// one it wrote (its sha256 differs from the recorded one): checked before
+/// a resume starts any worker or ships any file.
+pub fn verify(dir: &Path) -> Result<(), TrainError> {
+    let s = read_state(dir)?;
+    for name in s.tensor_files() {
+        read_checked(&dir.join(name), s.digest(name))?;
+    }
+    Ok(())
+}
+
 /// Whether the checkpoint in `dir` holds history rows.
 pub fn has_history(dir: &Path) -> Result<bool, TrainError> {
     Ok(read_state(dir)?.history.is_some())
@@ -290,9 +349,10 @@ pub fn has_history(dir: &Path) -> Result<bool, TrainError> {
 
 /// The history rows saved with the checkpoint in `dir`, if it has any.
 pub fn read_history(dir: &Path) -> Result<Option<SavedHistory>, TrainError> {
-    let Some(name) = read_state(dir)?.history else { return Ok(None) };
+    let s = read_state(dir)?;
+    let Some(name) = &s.history else { return Ok(None) };
     let path = dir.join(name);
-    let bytes = std::fs::read(&path).map_err(|e| unusable(&path, e))?;
+    let bytes = read_checked(&path, s.digest(name))?;
     Ok(Some(SavedHistory { path, bytes }))
 }
 
@@ -317,17 +377,32 @@ impl SavedHistory {
     }
 }
 
-/// The weights file the checkpoint in `dir` names now. A run still training
-/// names a newer one with each checkpoint (and prunes old ones): inference
-/// pins this one, so that every worker scores with the same weights.
-pub fn weights_file(dir: &Path) -> Result<PathBuf, TrainError> {
-    Ok(dir.join(read_state(dir)?.weights))
+/// The weights file the checkpoint in `dir` names now, and the sha256 it
+/// recorded for it (None in a checkpoint of a version before the record).
+/// A run still training names a newer one with each checkpoint (and prunes
+/// old ones): inference pins this one, so that every worker scores with the
+/// same weights.
+pub fn weights_file(dir: &Path) -> Result<(PathBuf, Option<String>), TrainError> {
+    let s = read_state(dir)?;
+    let sha = s.digest(&s.weights).map(str::to_string);
+    Ok((dir.join(&s.weights), sha))
 }
 
-/// Loads weights file `wpath` (a checkpoint's `weights_file`) into `params`.
-pub fn load_weights_file(wpath: &Path, params: &Params) -> Result<(), TrainError> {
-    let bytes = std::fs::read(wpath).map_err(|e| unusable(wpath, e))?;
-    let mut tensors = candle_core::safetensors::load_buffer(&bytes, &Device::Cpu).map_err(|e| unusable(wpath, e))?;
+/// Reads weights file `wpath` (a checkpoint's `weights_file`), refused
+/// unless its sha256 is `sha256` (when one was recorded).
+pub fn read_weights(wpath: &Path, sha256: Option<&str>) -> Result<Vec<u8>, TrainError> {
+    read_checked(wpath, sha256)
+}
+
+/// Loads weights file `wpath` (a checkpoint's `weights_file`, whose sha256
+/// it recorded is `sha256`) into `params`.
+pub fn load_weights_file(wpath: &Path, sha256: Option<&str>, params: &Params) -> Result<(), TrainError> {
+    load_weights(wpath, &read_weights(wpath, sha256)?, params)
+}
+
+/// Loads `bytes`, read from weights file `wpath`, into `params`.
+pub fn load_weights(wpath: &Path, bytes: &[u8], params: &Params) -> Result<(), TrainError> {
+    let mut tensors = candle_core::safetensors::load_buffer(bytes, &Device::Cpu).map_err(|e| unusable(wpath, e))?;
     params.set_buffers(&tensors).map_err(|e| unusable(wpath, e))?;
     tensors.retain(|name, _| !params.is_buffer(name));
     params.set_flat(&params.flat_from(&tensors, "").map_err(|e| unusable(wpath, e))?)?;
@@ -338,9 +413,9 @@ pub fn load_weights_file(wpath: &Path, params: &Params) -> Result<(), TrainError
 /// `params` and `opt` (built from the saved config) and returns its progress.
 pub fn restore(dir: &Path, params: &Params, opt: &mut dyn Optimizer) -> Result<Progress, TrainError> {
     let s = read_state(dir)?;
-    load_weights_file(&dir.join(&s.weights), params)?;
+    load_weights_file(&dir.join(&s.weights), s.digest(&s.weights), params)?;
     let opath = dir.join(&s.optimizer);
-    let bytes = std::fs::read(&opath).map_err(|e| unusable(&opath, e))?;
+    let bytes = read_checked(&opath, s.digest(&s.optimizer))?;
     let state =
         OptimState::from_safetensors(&bytes, params, s.config.optimizer.slots()).map_err(|e| unusable(&opath, e))?;
     opt.load_state(state).map_err(|e| unusable(&opath, e))?;

@@ -101,6 +101,9 @@ pub(crate) struct Prepared {
     /// The weights file the checkpoint named when checked: every worker loads
     /// this one, whatever checkpoint a run still training writes meanwhile.
     pub weights: PathBuf,
+    /// The sha256 the checkpoint recorded for `weights` (None in one of a
+    /// version before the record): every worker checks it as it loads them.
+    pub weights_sha256: Option<String>,
     pub cfg: TrainConfig,
     pub dataset: PathBuf,
     pub nodes: Vec<u32>,
@@ -120,7 +123,9 @@ pub(crate) fn prepare(
     let (run_dir, ck) = checkpointed_run(data, run, "infer")?;
     let (mut cfg, progress) = checkpoint::load_config(&ck)?;
     check_stages_complete(run, &cfg, progress.epoch)?;
-    let weights = checkpoint::weights_file(&ck)?;
+    let (weights, weights_sha256) = checkpoint::weights_file(&ck)?;
+    // A damaged or swapped weights file is refused as what it is, before the dataset is even opened.
+    let weight_bytes = checkpoint::read_weights(&weights, weights_sha256.as_deref())?;
     if let Some(d) = opts.device {
         cfg.device = d;
     }
@@ -151,7 +156,7 @@ pub(crate) fn prepare(
     // On the CPU: the shapes are the same on any device, and the driver of distributed inference need not
     // have the workers' GPUs.
     let (model, params, ..) = build_model(&TrainConfig { device: DeviceKind::Cpu, ..cfg.clone() }, &ds)?;
-    checkpoint::load_weights_file(&weights, &params).map_err(misfit)?;
+    checkpoint::load_weights(&weights, &weight_bytes, &params).map_err(misfit)?;
     let layers = model.num_layers();
     if let Some(l) = opts.embeddings.filter(|&l| l + 1 >= layers) {
         let hidden = match layers {
@@ -170,7 +175,7 @@ pub(crate) fn prepare(
     };
     // Every hidden layer (and RETEXO stage: GAT's heads averaged) is `hidden` wide.
     let width = opts.embeddings.map_or(0, |l| model.out_dim(l));
-    Ok((Prepared { run_dir, checkpoint: ck, weights, cfg, dataset, nodes, width }, ds))
+    Ok((Prepared { run_dir, checkpoint: ck, weights, weights_sha256, cfg, dataset, nodes, width }, ds))
 }
 
 /// Refuses a RETEXO run stopped before its last stage ended. RETEXO
@@ -201,6 +206,8 @@ pub fn run_files(data: &DataDir, run: &str) -> Result<(TrainConfig, Vec<PathBuf>
     let (cfg, progress) = checkpoint::load_config(&ck)?;
     // Refused before any host is reached or file shipped.
     check_stages_complete(run, &cfg, progress.epoch)?;
+    let (weights, sha256) = checkpoint::weights_file(&ck)?;
+    checkpoint::read_weights(&weights, sha256.as_deref())?;
     Ok((cfg, checkpoint::weight_files(&ck)?.to_vec()))
 }
 
@@ -276,7 +283,7 @@ pub fn infer(data: &DataDir, run: &str, opts: &InferOptions) -> Result<InferRepo
         .into(),
         _ => e,
     })?;
-    checkpoint::load_weights_file(&prep.weights, &params)?;
+    checkpoint::load_weights_file(&prep.weights, prep.weights_sha256.as_deref(), &params)?;
     let view = GraphData { graph: ds.graph(), features: &ds, labels: ds.labels() };
     let mut w = Worker::new((0, 1), view, (&cfg.fanouts, &cfg.eval_fanouts), cfg.seed, (model, params), device);
     w.norm = cfg.normalize;

@@ -191,6 +191,8 @@ pub fn resumable(
     let ds = DatasetFile::open(&dataset)?;
     run_dataset::check(&run_dir, run, &cfg.dataset, &ds, "--resume")?;
     checkpoint::check_fits(&ck, &cfg.model_spec(&ds))?;
+    // Before any worker starts or file is shipped: a damaged checkpoint would train on from a model nobody trained.
+    checkpoint::verify(&ck)?;
     let keeps_history = cfg.gnnpipe.as_ref().is_some_and(|g| g.history);
     if cfg.strategy == StrategyKind::Gnnpipe && keeps_history && !checkpoint::has_history(&ck)? {
         return Err(BadInput::new(format!(

@@ -58,6 +58,9 @@ pub struct InferJob {
     pub checkpoint: PathBuf,
     /// The weights file in `checkpoint` the driver checked (`Prepared::weights`).
     pub weights: PathBuf,
+    /// As `Prepared::weights_sha256` (a driver of a version before it sends none).
+    #[serde(default)]
+    pub weights_sha256: Option<String>,
     pub embeddings: Option<usize>,
     pub comm_timeout_ms: u64,
     /// As `DistJob::partition_checksum`.
@@ -148,6 +151,7 @@ fn infer_on_workers(
         parts_dir: parts_dir.as_deref().map(on_worker).transpose()?,
         checkpoint: on_worker(&prep.checkpoint)?,
         weights: on_worker(&prep.weights)?,
+        weights_sha256: prep.weights_sha256.clone(),
         embeddings: opts.embeddings,
         comm_timeout_ms: launch.comm_timeout.as_millis() as u64,
         partition_checksum,
@@ -266,7 +270,7 @@ pub fn run_infer_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow
         None => anyhow::bail!("the driver sent an infer job for {world} workers without a partition"),
     };
     let (model, params, _, device) = crate::train::build_model(cfg, &ds)?;
-    checkpoint::load_weights_file(&spec.weights, &params).map_err(|e| {
+    checkpoint::load_weights_file(&spec.weights, spec.weights_sha256.as_deref(), &params).map_err(|e| {
         anyhow::anyhow!(
             "{e}: the driver checked this checkpoint's weights as it started; if the run is still training, \
              it may have written a newer checkpoint and removed these meanwhile: infer again"
