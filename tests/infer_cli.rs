@@ -412,3 +412,77 @@ fn a_corrupt_checkpoint_file_is_refused_by_infer_and_resume_and_an_old_one_still
         );
     }
 }
+
+/// A checkpoint copied into a run's folder from a run on another dataset is
+/// refused by `infer` and `--resume` (exit 2) as that: it was said to be the
+/// dataset, re-imported or replaced since, which it was not. So is a weights
+/// file of another run's (in a checkpoint without digests, as earlier
+/// versions wrote them), whichever way the shapes differ.
+#[test]
+fn a_checkpoint_copied_in_from_a_run_on_another_dataset_is_refused_as_that_not_as_a_reimport() {
+    let tmp = cora();
+    let d = tmp.path();
+    let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets/planetoid/converted/citeseer");
+    json(d, &["download", "citeseer", "--from", from.to_str().unwrap(), "--format", "text"]);
+    for (ds, run) in [("cora", "c"), ("citeseer", "s")] {
+        json(d, &["train", ds, "--no-tui", "--full-batch", "--epochs", "1", "--hidden", "16", "--run", run]);
+    }
+    let ck = |run: &str| d.join("runs").join(run).join("checkpoint");
+    let swap_in = |from: &str, to: &str, prefix: &str| {
+        for e in std::fs::read_dir(ck(from)).unwrap() {
+            let p = e.unwrap().path();
+            if p.file_name().unwrap().to_str().unwrap().starts_with(prefix) {
+                std::fs::copy(&p, ck(to).join(p.file_name().unwrap())).unwrap();
+            }
+        }
+    };
+    let not_reimport = |args: &[&str], says: &str| {
+        let e = fails(d, args, 2);
+        assert!(e.contains(says), "{args:?}: {e}");
+        assert!(!e.contains("re-imported"), "{args:?}: {e}");
+        e
+    };
+    // The whole checkpoint (its state.json too).
+    copy_run(d, "s", "s-all");
+    swap_in("c", "s-all", "");
+    let copied = "copied in from another run";
+    for args in [
+        &["infer", "s-all"][..],
+        &["infer", "s-all", "--workers", "2"],
+        &["train", "--resume", "s-all", "--epochs", "2"],
+    ] {
+        let e = not_reimport(args, copied);
+        assert!(e.contains("is of a run on dataset `cora`") && e.contains("trained on dataset `citeseer`"), "{e}");
+        assert!(e.contains("runs/s-all/dataset.json"), "{e}");
+    }
+    // A run from before the record named its dataset: its config.json says which.
+    let record = d.join("runs/s-all/dataset.json");
+    let mut r: serde_json::Value = serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
+    assert_eq!(r.as_object_mut().unwrap().remove("dataset"), Some("citeseer".into()));
+    std::fs::write(&record, serde_json::to_vec(&r).unwrap()).unwrap();
+    let e = not_reimport(&["infer", "s-all"], copied);
+    assert!(e.contains("runs/s-all/config.json"), "{e}");
+
+    // The weights file alone, in checkpoints without digests: CiteSeer's is bigger than Cora's model.
+    let old = |run: &str| {
+        let state = ck(run).join("state.json");
+        let mut s: serde_json::Value = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
+        s.as_object_mut().unwrap().remove("sha256").unwrap();
+        std::fs::write(&state, serde_json::to_vec(&s).unwrap()).unwrap();
+    };
+    for (from, to) in [("s", "c"), ("c", "s")] {
+        let run = format!("{to}-weights");
+        copy_run(d, to, &run);
+        old(&run);
+        swap_in(from, &run, "model-");
+        for workers in [&[][..], &["--workers", "2"]] {
+            let e = fails(d, &[&["infer", &run], workers].concat(), 2);
+            assert!(!e.contains("re-imported"), "{e}");
+            assert!(e.contains(copied) || e.contains("belongs to another run"), "{e}");
+        }
+    }
+    // The runs themselves are untouched and go on.
+    for run in ["c", "s"] {
+        json(d, &["infer", run]);
+    }
+}

@@ -276,8 +276,8 @@ pub fn check_fits(dir: &Path, spec: &ModelSpec) -> Result<(), TrainError> {
             &dir.join(STATE),
             format!(
                 "its config describes a {} model ({} layers, hidden {}) of at least {need} bytes of weights, but {} \
-                 holds {have}: the state was edited or belongs to another run; put back the run's own state.json, \
-                 or start a new run",
+                 holds {have}: the state or that file was edited or belongs to another run; put back the run's own \
+                 checkpoint files, or start a new run",
                 spec.kind, spec.layers, spec.hidden, s.weights
             ),
         ));

@@ -122,6 +122,7 @@ pub(crate) fn prepare(
     check_out(opts)?;
     let (run_dir, ck) = checkpointed_run(data, run, "infer")?;
     let (mut cfg, progress) = checkpoint::load_config(&ck)?;
+    super::run_dataset::check_same_dataset(&run_dir, run, &cfg.dataset, "infer")?;
     check_stages_complete(run, &cfg, progress.epoch)?;
     let (weights, weights_sha256) = checkpoint::weights_file(&ck)?;
     // A damaged or swapped weights file is refused as what it is, before the dataset is even opened.
@@ -131,15 +132,25 @@ pub(crate) fn prepare(
     }
     let dataset = crate::datasets::ensure_dataset(data, &cfg.dataset).map_err(TrainError::Dataset)?;
     let ds = if verify { DatasetFile::open_verified(&dataset)? } else { DatasetFile::open(&dataset)? };
-    super::run_dataset::check(&run_dir, run, &cfg.dataset, &ds, "infer")?;
+    let trained_on = super::run_dataset::check(&run_dir, run, &cfg.dataset, &ds, "infer")?;
     let mut inputs = checkpoint::files(&ck)?;
     inputs.extend(["config.json", "summary.json", "metrics.jsonl"].map(|f| run_dir.join(f)));
     inputs.push(dataset.clone());
     inputs.extend(opts.nodes.clone());
     check_out_not_input(opts, &inputs)?;
     // The weights must be those of the model this dataset gives the run's config: checked here, before
-    // any worker starts or partition is made, and said to be about the dataset, which may have changed.
+    // any worker starts or partition is made, and said to be about the dataset, which may have changed;
+    // unless it is the very version the run trained on: then the checkpoint's files are not the run's.
     let misfit = |e: TrainError| -> TrainError {
+        if trained_on {
+            return BadInput::new(format!(
+                "the checkpoint of run `{run}` does not fit the model its config builds on dataset `{}`, which is \
+                 the version the run trained on: {e}; so the checkpoint's files were edited or copied in from \
+                 another run; put back the run's own checkpoint, or train again",
+                cfg.dataset
+            ))
+            .into();
+        }
         BadInput::new(format!(
             "the checkpoint of run `{run}` cannot be used with dataset `{}` as it is now ({} nodes, {} feature \
              columns, {} classes in {}): {e}; if the dataset was re-imported or replaced since the run trained, \
@@ -152,7 +163,8 @@ pub(crate) fn prepare(
         ))
         .into()
     };
-    checkpoint::check_fits(&ck, &cfg.model_spec(&ds)).map_err(misfit)?;
+    // Its own message says what to do when the dataset is not in question.
+    checkpoint::check_fits(&ck, &cfg.model_spec(&ds)).map_err(|e| if trained_on { e } else { misfit(e) })?;
     // On the CPU: the shapes are the same on any device, and the driver of distributed inference need not
     // have the workers' GPUs.
     let (model, params, ..) = build_model(&TrainConfig { device: DeviceKind::Cpu, ..cfg.clone() }, &ds)?;
@@ -202,8 +214,9 @@ fn check_stages_complete(run: &str, cfg: &TrainConfig, epoch: u64) -> Result<(),
 /// The run's saved config and the checkpoint files inference reads (what a
 /// launcher without the driver's filesystem ships to every worker).
 pub fn run_files(data: &DataDir, run: &str) -> Result<(TrainConfig, Vec<PathBuf>), TrainError> {
-    let (_, ck) = checkpointed_run(data, run, "infer")?;
+    let (run_dir, ck) = checkpointed_run(data, run, "infer")?;
     let (cfg, progress) = checkpoint::load_config(&ck)?;
+    super::run_dataset::check_same_dataset(&run_dir, run, &cfg.dataset, "infer")?;
     // Refused before any host is reached or file shipped.
     check_stages_complete(run, &cfg, progress.epoch)?;
     let (weights, sha256) = checkpoint::weights_file(&ck)?;

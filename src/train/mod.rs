@@ -161,7 +161,7 @@ pub fn train(
     let ds = DatasetFile::open(&path)?;
     cfg.check_all(&ds)?;
     let (run, run_dir) = new_run_dir(data, opts.run.as_deref(), &cfg)?;
-    run_dataset::record(&run_dir, &ds)?;
+    run_dataset::record(&run_dir, &cfg.dataset, &ds)?;
     slurm_job::record(&run_dir)?;
     execute(data, cfg, &run, &run_dir, false, opts, obs)
 }
@@ -187,6 +187,7 @@ pub fn resumable(
 ) -> Result<(std::path::PathBuf, TrainConfig, Progress), TrainError> {
     let (run_dir, ck) = checkpointed_run(data, run, "--resume")?;
     let (mut cfg, progress) = checkpoint::load_config(&ck)?;
+    run_dataset::check_same_dataset(&run_dir, run, &cfg.dataset, "--resume")?;
     let dataset = crate::datasets::ensure_dataset(data, &cfg.dataset).map_err(TrainError::Dataset)?;
     let ds = DatasetFile::open(&dataset)?;
     run_dataset::check(&run_dir, run, &cfg.dataset, &ds, "--resume")?;

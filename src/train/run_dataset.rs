@@ -1,7 +1,9 @@
 //! Which version of its dataset a run trained on (`runs/<run>/dataset.json`,
 //! written when the run starts), so that `--resume` and `infer` refuse a
 //! dataset re-imported or replaced since: one of the same shapes would
-//! otherwise be trained on, or scored, without a word.
+//! otherwise be trained on, or scored, without a word. It names the
+//! dataset too, so that a checkpoint copied in from a run on another
+//! dataset is said to be that, not a re-import.
 
 use super::TrainError;
 use crate::BadInput;
@@ -17,11 +19,15 @@ struct Version {
     nodes: usize,
     features: usize,
     classes: usize,
+    /// The dataset's name (absent in records of versions before it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    dataset: Option<String>,
 }
 
 impl Version {
-    fn of(ds: &DatasetFile) -> Version {
+    fn of(name: &str, ds: &DatasetFile) -> Version {
         Version {
+            dataset: Some(name.to_string()),
             checksum: format!("{:016x}", ds.checksum()),
             nodes: ds.num_nodes(),
             features: ds.feature_dim(),
@@ -30,24 +36,25 @@ impl Version {
     }
 }
 
-/// Records that the run in `run_dir` trains on `ds` as it is now.
-pub(crate) fn record(run_dir: &Path, ds: &DatasetFile) -> Result<(), TrainError> {
-    let json = serde_json::to_vec_pretty(&Version::of(ds)).expect("a dataset version serialises");
+/// Records that the run in `run_dir` trains on `ds` (dataset `name`) as it is now.
+pub(crate) fn record(run_dir: &Path, name: &str, ds: &DatasetFile) -> Result<(), TrainError> {
+    let json = serde_json::to_vec_pretty(&Version::of(name, ds)).expect("a dataset version serialises");
     Ok(write_atomic(run_dir.join(FILE), &json)?)
 }
 
 /// Refuses `ds` for run `run` (in `run_dir`) when it is not the version the
 /// run trained on; `what` is the command (`--resume`, `infer`). A run from
 /// before this record, or whose record cannot be read, is not checked.
-pub(crate) fn check(run_dir: &Path, run: &str, name: &str, ds: &DatasetFile, what: &str) -> Result<(), TrainError> {
-    let Ok(text) = std::fs::read(run_dir.join(FILE)) else { return Ok(()) };
+/// Returns whether it was (`ds` is then the very version the run trained on).
+pub(crate) fn check(run_dir: &Path, run: &str, name: &str, ds: &DatasetFile, what: &str) -> Result<bool, TrainError> {
+    let Ok(text) = std::fs::read(run_dir.join(FILE)) else { return Ok(false) };
     let Ok(then) = serde_json::from_slice::<Version>(&text) else {
         tracing::warn!("{}: not a dataset record; the dataset's version is not checked", run_dir.join(FILE).display());
-        return Ok(());
+        return Ok(false);
     };
-    let now = Version::of(ds);
+    let now = Version::of(name, ds);
     if then.checksum == now.checksum {
-        return Ok(());
+        return Ok(true);
     }
     Err(BadInput::new(format!(
         "{what} {run}: run `{run}` cannot be used with dataset `{name}` as it is now ({} nodes, {} feature columns, \
@@ -55,6 +62,33 @@ pub(crate) fn check(run_dir: &Path, run: &str, name: &str, ds: &DatasetFile, wha
          classes, checksum {}), so it was re-imported or replaced since, and the run's weights would meet other \
          data; put back the data the run trained on, or train a new run",
         now.nodes, now.features, now.classes, now.checksum, then.nodes, then.features, then.classes, then.checksum
+    ))
+    .into())
+}
+
+/// Refuses the checkpoint of run `run` (in `run_dir`) whose config names
+/// dataset `name` when the run trained on another one (its record says so,
+/// or for a run from before the record names no dataset, its `config.json`):
+/// the checkpoint's files were copied in from a run on that other dataset.
+/// Checked before that dataset is opened (or downloaded); `what` is the
+/// command. A run whose record and config cannot be read is not checked.
+pub(crate) fn check_same_dataset(run_dir: &Path, run: &str, name: &str, what: &str) -> Result<(), TrainError> {
+    let named_in = |file: &str| -> Option<(String, std::path::PathBuf)> {
+        let path = run_dir.join(file);
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).ok()?).ok()?;
+        Some((v.get("dataset")?.as_str()?.to_string(), path))
+    };
+    let Some((trained, source)) = named_in(FILE).or_else(|| named_in("config.json")) else { return Ok(()) };
+    if trained == name {
+        return Ok(());
+    }
+    Err(BadInput::new(format!(
+        "{what} {run}: the checkpoint in {} is of a run on dataset `{name}` (its state.json's config), but run \
+         `{run}` trained on dataset `{trained}` ({}): the checkpoint's files were copied in from another run, and \
+         its weights are not this run's; put back run `{run}`'s own checkpoint, or use the run the checkpoint came \
+         from",
+        super::checkpoint::dir(run_dir).display(),
+        source.display()
     ))
     .into())
 }

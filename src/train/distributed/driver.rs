@@ -76,7 +76,7 @@ pub fn train_distributed(
     let (name, run_dir) = new_run_dir(data, run.run.as_deref(), &cfg)?;
     // Held through every restart: this process trains the run until it returns.
     let _lock = RunLock::acquire(&run_dir, &name)?;
-    crate::train::run_dataset::record(&run_dir, &ds)?;
+    crate::train::run_dataset::record(&run_dir, &cfg.dataset, &ds)?;
     crate::train::slurm_job::record(&run_dir)?;
     let result = execute(data, cfg.clone(), name.clone(), run_dir, (None, None), run, opts, obs);
     let result = recover(data, &name, Some(&cfg), result, run, opts, obs);
