@@ -139,6 +139,7 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
         ))
         .into());
     }
+    let mut validated = None;
     if let Some(run) = &a.validate {
         let dir = data.run_dir(run);
         if !leapgnn::paths::is_plain_name(run) || !dir.join("config.json").is_file() {
@@ -148,7 +149,9 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
             ))
             .into());
         }
-        leapgnn::cost::validatable_run(&data, run)?;
+        let run_cfg = leapgnn::cost::validatable_run(&data, run)?;
+        leapgnn::cost::check_calibrated_for(run, &run_cfg, &cfg.dataset, a.calibrate)?;
+        validated = Some((run, run_cfg.dataset));
     }
     let (profile_path, profile) = profile(&data, a.cluster.as_deref(), a.calibrate)?;
     let mut figures = Figures::of_profile(&profile)?;
@@ -156,7 +159,14 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
         figures.memory_bytes = mb << 20;
     }
     if !a.calibrate {
-        figures.check_dataset(&cfg.dataset, a.figures_from.as_deref(), &profile_path.display().to_string())?;
+        let origin = profile_path.display().to_string();
+        figures.check_dataset(&cfg.dataset, a.figures_from.as_deref(), &origin)?;
+        // The run is predicted with these figures too: they must be its dataset's as well.
+        if let Some((run, dataset)) = &validated {
+            figures
+                .check_dataset(dataset, a.figures_from.as_deref(), &origin)
+                .map_err(|e| BadInput::new(format!("--validate {run}: run `{run}` trained on {dataset}, and {e}")))?;
+        }
     }
 
     let mut calibration = None;

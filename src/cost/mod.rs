@@ -150,6 +150,23 @@ pub fn validatable_run(data: &DataDir, run: &str) -> Result<TrainConfig, BadInpu
     Ok(cfg)
 }
 
+/// Refuses to validate run `run` (of config `run_cfg`) with figures
+/// `--calibrate` measures on `dataset` when the run trained on another: the
+/// figures would be that dataset's (compute and gather rates differ between
+/// graphs), and the errors printed about nothing. Checked before any
+/// calibration starts.
+pub fn check_calibrated_for(run: &str, run_cfg: &TrainConfig, dataset: &str, calibrate: bool) -> Result<(), BadInput> {
+    if !calibrate || run_cfg.dataset == dataset {
+        return Ok(());
+    }
+    Err(BadInput::new(format!(
+        "--validate {run} with --calibrate: run `{run}` trained on {}, but --calibrate measures the figures of \
+         {dataset}, which would not predict it; validate it with `tune-merge {} ... --validate {run}` (calibrated \
+         on {} with --calibrate)",
+        run_cfg.dataset, run_cfg.dataset, run_cfg.dataset
+    )))
+}
+
 /// Predicts exactly the iterations run `run` measured (its config, its
 /// partition, its batches) and compares.
 pub fn validate_run(data: &DataDir, run: &str, figures: &Figures) -> anyhow::Result<Validation> {
