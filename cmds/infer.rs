@@ -26,7 +26,8 @@ pub struct Args {
     /// stage LAYER's embedding, the input of stage LAYER + 1).
     #[arg(long, value_name = "LAYER", allow_negative_numbers = true)]
     pub embeddings: Option<usize>,
-    /// Only these node ids (whitespace-separated text), in this order.
+    /// Only these node ids (whitespace-separated text), in this order; an id listed twice gets its row twice, as
+    /// `probs[ids]` would in NumPy or PyTorch.
     #[arg(long, value_name = "FILE")]
     pub nodes: Option<PathBuf>,
     /// Distributed inference on W local worker processes, each scoring the nodes of its METIS part (W parts,

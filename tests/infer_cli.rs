@@ -486,3 +486,46 @@ fn a_checkpoint_copied_in_from_a_run_on_another_dataset_is_refused_as_that_not_a
         json(d, &["infer", run]);
     }
 }
+
+/// `--nodes` is a gather, as `probs[ids]` in NumPy or PyTorch: an id listed
+/// twice gets its row twice, in the order given, each row that node's own
+/// (on one worker or two, in either format), and `--help` says so.
+#[test]
+fn an_id_listed_twice_in_nodes_gets_its_row_twice_as_an_index_would_give_it() {
+    let tmp = cora();
+    let d = tmp.path();
+    json(d, &["train", "cora", "--no-tui", "--full-batch", "--epochs", "1", "--hidden", "16", "--run", "one"]);
+    let all = d.join("all.safetensors");
+    json(d, &["infer", "one", "--out", all.to_str().unwrap()]);
+    let field =
+        |t: &[(String, String, Vec<usize>, Vec<u8>)], name: &str| t.iter().find(|x| x.0 == name).unwrap().clone();
+    let reference = load(&all);
+    let (probs, classes) = (field(&reference, "probs").3, 7 * 4);
+    let list = d.join("ids.txt");
+    std::fs::write(&list, "5 3 5\n2707 3\n").unwrap();
+    let ids = [5u32, 3, 5, 2707, 3];
+    for workers in [&[][..], &["--workers", "2"]] {
+        let out = d.join("dup.safetensors");
+        let r = json(
+            d,
+            &[&["infer", "one", "--nodes", list.to_str().unwrap(), "--out", out.to_str().unwrap()], workers].concat(),
+        );
+        assert_eq!(r["nodes"], 5, "{r}");
+        let t = load(&out);
+        assert_eq!(u32s(&field(&t, "node_id").3), ids);
+        let got = field(&t, "probs");
+        assert_eq!(got.2, [5, 7]);
+        for (row, &v) in ids.iter().enumerate() {
+            let v = v as usize;
+            assert_eq!(got.3[row * classes..(row + 1) * classes], probs[v * classes..(v + 1) * classes], "row {row}");
+        }
+    }
+    let help = leapgnn_help(d);
+    assert!(help.contains("an id listed twice gets its row twice"), "{help}");
+}
+
+fn leapgnn_help(d: &Path) -> String {
+    let out = dist_support::leapgnn(d, &["infer", "--help"]);
+    assert!(out.status.success());
+    String::from_utf8(out.stdout).unwrap().split_whitespace().collect::<Vec<_>>().join(" ")
+}
