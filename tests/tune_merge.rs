@@ -448,3 +448,50 @@ fn calibration_with_a_profile_that_encrypts_seals_its_workers_connections() {
     // The probe's 2 workers, and each 2-worker run's.
     assert!(sealed >= 2 * 4, "only {sealed} workers sealed their connections:\n{err}");
 }
+
+/// The copy of local rows has a cost: a pre-gathering run's later steps only
+/// copy (their rows are this worker's or already fetched) and measure a
+/// gather above 0, so the fitted `local_byte_seconds` is above 0 and every
+/// prefetched configuration predicts a gather above 0. The joint fit with the
+/// fetching records set it to 0 (Cora, 2 workers: predicted 0.00 ms, measured
+/// 0.16 ms at T = 1).
+#[test]
+fn calibrated_copy_cost_is_positive_and_prefetch_predicts_a_gather() {
+    let _one = timed();
+    let tmp = data();
+    let d = tmp.path();
+    let prof = d.join("copy.toml");
+    let v = json(
+        d,
+        &[
+            "tune-merge",
+            "synthetic-small",
+            "--parts",
+            "2",
+            "--batch-size",
+            "256",
+            "--calibrate",
+            "--calibrate-iterations",
+            "4",
+            "--cluster",
+            prof.to_str().unwrap(),
+        ],
+    );
+    let runs = v["calibration"]["runs"].as_array().unwrap();
+    let pregather = runs.iter().find(|r| r["strategy"] == "pregather").expect("a pregather calibration run");
+    let metrics =
+        std::fs::read_to_string(d.join("runs").join(pregather["run"].as_str().unwrap()).join("metrics.jsonl")).unwrap();
+    let copy_only: Vec<f64> = metrics
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|r| r["time_step"] == 1 && r["rows"]["remote"] == 0 && r["roots"].as_u64() > Some(0))
+        .map(|r| r["gather_seconds"].as_f64().unwrap())
+        .collect();
+    assert!(!copy_only.is_empty() && copy_only.iter().all(|g| *g > 0.0), "{copy_only:?}");
+    let figures: toml::Table = toml::from_str(&std::fs::read_to_string(&prof).unwrap()).unwrap();
+    let per_byte = figures["cost"]["local_byte_seconds"].as_float().unwrap();
+    assert!(per_byte > 0.0, "copies measured {copy_only:?} s, fitted {per_byte} s per byte");
+    for p in v["predictions"].as_array().unwrap().iter().filter(|p| p["prefetch"] == true) {
+        assert!(p["components"]["gather"].as_f64().unwrap() > 0.0, "{p}");
+    }
+}

@@ -262,11 +262,43 @@ fn fit(f: &mut Figures, s: &Samples, shape: &Shape, workers: usize) {
         (f.sample_edge_seconds, f.sample_block_seconds) = (c[0], c[1]);
     }
     if !s.gather.1.is_empty() {
-        let c = nnls(&s.gather.0, &s.gather.1);
-        (f.local_byte_seconds, f.remote_row_seconds, f.request_seconds) = (c[0], c[1], c[2]);
-        // No pre-gathering run (one worker): the burst was not measured.
-        if s.gather.0.iter().any(|r| r[3] > 0.0) {
-            f.contention = c[3];
+        // The cost of a copied byte is fitted on the records that only copy
+        // (no remote rows, no pre-gather: a pre-gathering run's later steps,
+        // or one worker): where a block also fetches, its local rows are
+        // copied while the owners' replies travel, so its gather hardly grows
+        // with them, and a joint fit set the copy's cost to 0 (every
+        // prefetched configuration then predicted a gather of 0).
+        let only_copies = |r: &Vec<f64>| r[0] > 0.0 && r[1] == 0.0 && r[2] == 0.0 && r[3] == 0.0;
+        let copies: Vec<(f64, f64)> =
+            s.gather.0.iter().zip(&s.gather.1).filter(|(r, _)| only_copies(r)).map(|(r, &y)| (r[0], y)).collect();
+        if copies.is_empty() {
+            let c = nnls(&s.gather.0, &s.gather.1);
+            (f.local_byte_seconds, f.remote_row_seconds, f.request_seconds) = (c[0], c[1], c[2]);
+            if s.gather.0.iter().any(|r| r[3] > 0.0) {
+                f.contention = c[3];
+            }
+        } else {
+            f.local_byte_seconds = nnls(
+                &copies.iter().map(|&(x, _)| vec![x]).collect::<Vec<_>>(),
+                &copies.iter().map(|&(_, y)| y).collect::<Vec<_>>(),
+            )[0];
+            // The fetch's terms, on what the copies leave of the fetching records.
+            let (x, y): (Vec<Vec<f64>>, Vec<f64>) = s
+                .gather
+                .0
+                .iter()
+                .zip(&s.gather.1)
+                .filter(|(r, _)| !only_copies(r))
+                .map(|(r, &y)| (r[1..].to_vec(), y - r[0] * f.local_byte_seconds))
+                .unzip();
+            if !x.is_empty() {
+                let c = nnls(&x, &y);
+                (f.remote_row_seconds, f.request_seconds) = (c[0], c[1]);
+                // No pre-gathering run (one worker): the burst was not measured.
+                if x.iter().any(|r| r[2] > 0.0) {
+                    f.contention = c[2];
+                }
+            }
         }
     }
     if !s.compute.1.is_empty() {
