@@ -191,7 +191,8 @@ fn serve(
     } else {
         ("200 OK", vec![], body)
     };
-    if mode == Mode::DropHalf {
+    if mode == Mode::DropHalf || mode == Mode::Hold {
+        // The headers for the whole part, and its first half.
         write!(out, "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n", part.len())?;
         for h in &headers {
             write!(out, "{h}\r\n")?;
@@ -199,16 +200,11 @@ fn serve(
         out.write_all(b"\r\n")?;
         out.write_all(&part[..part.len() / 2])?;
         out.flush()?;
+    }
+    if mode == Mode::DropHalf {
         return out.shutdown(Shutdown::Both);
     }
     if mode == Mode::Hold {
-        write!(out, "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n", part.len())?;
-        for h in &headers {
-            write!(out, "{h}\r\n")?;
-        }
-        out.write_all(b"\r\n")?;
-        out.write_all(&part[..part.len() / 2])?;
-        out.flush()?;
         let s = state.0.lock().unwrap();
         let (s, _) = state.1.wait_timeout_while(s, Duration::from_secs(60), |s| !s.released).unwrap();
         drop(s);
