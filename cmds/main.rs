@@ -213,16 +213,10 @@ fn init_logging(verbose: u8) {
 /// `train --config FILE`: the file's flags go right after `train`, so those of
 /// the command line (later) override them, and one parser checks them all.
 fn with_config_file(cli: Cli, argv: &[OsString]) -> anyhow::Result<Cli> {
-    use leapgnn::train::config_file::{FlagKind, flags_from_file};
     let Command::Train(a) = &cli.command else { return Ok(cli) };
     let Some(path) = a.config.clone() else { return Ok(cli) };
     let cmd = <train::Args as clap::Args>::augment_args(clap::Command::new("train"));
-    let kind = |name: &str| {
-        cmd.get_arguments()
-            .find(|x| x.get_long() == Some(name) && name != "config")
-            .map(|x| if x.get_action().takes_values() { FlagKind::Value } else { FlagKind::Switch })
-    };
-    let mut flags = flags_from_file(&path, &kind)?;
+    let mut flags = leapgnn::train::config_file::flags_from_file(&path, &TrainFlags(cmd))?;
     if a.dataset.is_some() && flags.first().is_some_and(|f| !f.starts_with("--")) {
         flags.remove(0);
     }
@@ -246,6 +240,58 @@ fn with_config_file(cli: Cli, argv: &[OsString]) -> anyhow::Result<Cli> {
         let first = msg.lines().next().unwrap_or("").trim_start_matches("error: ").to_string();
         leapgnn::BadInput::new(format!("--config {}: {first}", path.display())).into()
     })
+}
+
+/// train's flags as clap has them, for the keys of a `--config` file.
+struct TrainFlags(clap::Command);
+
+impl TrainFlags {
+    fn arg(&self, name: &str) -> Option<&clap::Arg> {
+        self.0.get_arguments().find(|x| x.get_long() == Some(name) && name != "config")
+    }
+}
+
+impl leapgnn::train::config_file::FlagParser for TrainFlags {
+    fn kind(&self, name: &str) -> Option<leapgnn::train::config_file::FlagKind> {
+        use leapgnn::train::config_file::FlagKind;
+        self.arg(name).map(|x| if x.get_action().takes_values() { FlagKind::Value } else { FlagKind::Switch })
+    }
+
+    /// The flag's own parser on the value, the flag alone in its command (what
+    /// it requires or conflicts with is for the whole command line to say).
+    fn check(&self, name: &str, value: &str) -> Result<(), String> {
+        use clap::builder::Resettable;
+        let Some(arg) = self.arg(name) else { return Ok(()) };
+        let alone = arg.clone().conflicts_with(Resettable::Reset).requires(Resettable::Reset);
+        let cmd = clap::Command::new("train").no_binary_name(true).arg(alone);
+        match cmd.try_get_matches_from([format!("--{name}={value}")]) {
+            Ok(_) => Ok(()),
+            Err(e) => Err(expected(arg, &e)),
+        }
+    }
+}
+
+/// What `arg` takes, for a value it refused with `e`: "expected a whole
+/// number (as --epochs takes)", or the flag's own parser's reason.
+fn expected(arg: &clap::Arg, e: &clap::Error) -> String {
+    use std::any::TypeId;
+    let parser = arg.get_value_parser().type_id();
+    let is = |types: &[TypeId]| types.iter().any(|t| parser == *t);
+    let names: Vec<String> =
+        arg.get_possible_values().iter().filter(|v| !v.is_hide_set()).map(|v| v.get_name().to_string()).collect();
+    let what = if !names.is_empty() {
+        format!("one of {}", names.join(", "))
+    } else if is(&[TypeId::of::<u64>(), TypeId::of::<u32>(), TypeId::of::<usize>()]) {
+        "a whole number, 0 or more".into()
+    } else if is(&[TypeId::of::<f64>(), TypeId::of::<f32>()]) {
+        "a number".into()
+    } else {
+        return match std::error::Error::source(e) {
+            Some(why) => why.to_string(),
+            None => e.to_string().lines().next().unwrap_or("").trim_start_matches("error: ").to_string(),
+        };
+    };
+    format!("expected {what} (as --{} takes)", arg.get_long().unwrap_or_default())
 }
 
 #[cfg(test)]

@@ -85,9 +85,32 @@ fn bad_files_are_refused_with_exit_2_naming_the_file_and_the_key() {
     let e = fails(d, &["train", "--config", &unknown], 2);
     assert!(e.contains(&unknown) && e.contains("unknown key `epoch`"), "{e}");
 
+    // A value of the wrong type is put to its key, as the file writes it, and
+    // to what the flag takes; nothing is started.
     let value = write("value.toml", "dataset = \"tiny\"\nepochs = \"many\"\n");
     let e = fails(d, &["train", "--config", &value], 2);
-    assert!(e.contains(&value) && e.contains("--epochs") && e.contains("many"), "{e}");
+    assert!(
+        e.contains(&format!(
+            "--config {value}: epochs = \"many\": expected a whole number, 0 or more (as --epochs takes)"
+        )),
+        "{e}"
+    );
+    assert!(!d.join("runs").exists(), "a run was started");
+    for (text, said) in [
+        ("lr = \"fast\"", "lr = \"fast\": expected a number (as --lr takes)"),
+        ("hidden = 2.5", "hidden = 2.5: expected a whole number, 0 or more (as --hidden takes)"),
+        ("workers = -1", "workers = -1: expected a whole number, 0 or more (as --workers takes)"),
+        ("model = \"gcnn\"", "model = \"gcnn\": expected one of sage, sage-max, gcn, gat,"),
+        ("prefetch = \"maybe\"", "prefetch = \"maybe\": expected one of on, off, auto (as --prefetch takes)"),
+        ("fanout = [5, \"x\"]", "fanout = [5, \"x\"]: bad fanout `x` in `5,x`"),
+    ] {
+        let file = write("typed.toml", &format!("dataset = \"tiny\"\n{text}\n"));
+        let e = fails(d, &["train", "--config", &file], 2);
+        assert!(e.contains(&format!("--config {file}: {said}")), "{text}: {e}");
+    }
+    // The command line's own flags keep clap's message.
+    let e = fails(d, &["train", "tiny", "--epochs", "many"], 2);
+    assert!(e.contains("invalid value 'many' for '--epochs <EPOCHS>'"), "{e}");
 
     // A GPU index reads from a file as from the command line (this build has no CUDA).
     let gpu = write("gpu.toml", "dataset = \"tiny\"\ndevice = \"cuda:1\"\n");

@@ -28,6 +28,9 @@ pub enum ConfigFileError {
     UnknownJsonKey { path: PathBuf, key: String },
     #[error("--config {path}: `{key}`: {why}")]
     BadValue { path: PathBuf, key: String, why: String },
+    /// A value its flag's parser refuses, shown as the file writes it.
+    #[error("--config {path}: {key} = {shown}: {why}; correct it in the file")]
+    WrongType { path: PathBuf, key: String, shown: String, why: String },
 }
 
 impl crate::error::Blame for ConfigFileError {
@@ -45,10 +48,20 @@ pub enum FlagKind {
     Value,
 }
 
-/// The flags `path` stands for. `flag(name)` says what the long flag `--name`
-/// takes (`None`: no such flag). The positional NAME comes back first, as a
-/// bare word, when the file names one.
-pub fn flags_from_file(path: &Path, flag: &dyn Fn(&str) -> Option<FlagKind>) -> Result<Vec<String>, ConfigFileError> {
+/// What the file's keys are checked against: train's flags, as its parser has them.
+pub trait FlagParser {
+    /// What the long flag `--name` takes (`None`: no such flag).
+    fn kind(&self, name: &str) -> Option<FlagKind>;
+    /// Whether `value` parses as `--name`'s value; `Err`: what is wrong with
+    /// it, as "expected a whole number (as --epochs takes)".
+    fn check(&self, name: &str, value: &str) -> Result<(), String>;
+}
+
+/// The flags `path` stands for, each value checked by its flag's parser here,
+/// so a wrong one is put to its key in the file rather than to the flag it
+/// became. The positional NAME comes back first, as a bare word, when the
+/// file names one.
+pub fn flags_from_file(path: &Path, flags: &dyn FlagParser) -> Result<Vec<String>, ConfigFileError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigFileError::Read { path: path.into(), source })?;
     let parse = |why: String| ConfigFileError::Parse { path: path.into(), why };
     if path.extension().is_some_and(|e| e == "json") {
@@ -64,7 +77,7 @@ pub fn flags_from_file(path: &Path, flag: &dyn Fn(&str) -> Option<FlagKind>) -> 
             positional = Some(scalar(value).ok_or_else(|| bad("expected a dataset name or path"))?);
             continue;
         }
-        match flag(&name) {
+        match flags.kind(&name) {
             None => return Err(ConfigFileError::UnknownKey { path: path.into(), key: key.clone() }),
             Some(FlagKind::Switch) => match value {
                 toml::Value::Boolean(true) => out.push(format!("--{name}")),
@@ -81,6 +94,12 @@ pub fn flags_from_file(path: &Path, flag: &dyn Fn(&str) -> Option<FlagKind>) -> 
                     }
                     v => scalar(v).ok_or_else(|| bad("expected a number, a word or a list"))?,
                 };
+                flags.check(&name, &v).map_err(|why| ConfigFileError::WrongType {
+                    path: path.into(),
+                    key: key.clone(),
+                    shown: value.to_string(),
+                    why,
+                })?;
                 out.extend([format!("--{name}"), v]);
             }
         }
