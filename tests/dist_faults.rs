@@ -192,6 +192,9 @@ fn ctrl_c_while_waiting_to_restart_stops_at_the_checkpoint_without_relaunching()
     let after: Vec<&String> = drv.seen[waiting..].iter().collect();
     assert!(!after.iter().any(|l| l.contains("] pid ")), "workers started again after the stop: {after:?}");
     assert!(stderr.contains("stopped on request before restarting it"), "{stderr}");
+    // The Ctrl-C is answered for what it does there: no iteration is running.
+    assert!(stderr.contains("stopping instead of restarting (the workers are not started again"), "{stderr}");
+    assert!(!stderr.contains("stopping after this iteration"), "{stderr}");
     assert!(stderr.contains("run paused: test accuracy"), "no summary:\n{stderr}");
     assert_eq!(wait_gone(&all, Duration::from_secs(5)), Vec::<u32>::new(), "workers left behind");
     let run = d.join("runs/paused");

@@ -22,6 +22,9 @@ static MODE: OnceLock<OnForce> = OnceLock::new();
 /// A dashboard holds the terminal (raw mode, alternate screen): a forced
 /// exit must give it back first.
 static TERMINAL_TAKEN: AtomicBool = AtomicBool::new(false);
+/// A distributed run is waiting out a restart's pause (`--restarts`): no
+/// iteration is running, and a stop request ends the run before the relaunch.
+static RESTART_WAIT: AtomicBool = AtomicBool::new(false);
 
 /// Exit status of a forced stop (a second Ctrl-C), as shells report SIGINT.
 pub const FORCED_EXIT: u8 = 130;
@@ -50,14 +53,24 @@ pub fn install(on_force: OnForce, quiet: bool) -> std::io::Result<()> {
             if sig == SIGUSR1 {
                 let first = !TIME_LIMIT.swap(true, Ordering::SeqCst) && SIGNALS.load(Ordering::SeqCst) == 0;
                 if !quiet && first {
-                    say("SIGUSR1 (the time-limit warning of `slurm-script --stop-before`): stopping after this \
-                         iteration (checkpoint, then summary)");
+                    say(if RESTART_WAIT.load(Ordering::SeqCst) {
+                        "SIGUSR1 (the time-limit warning of `slurm-script --stop-before`): stopping instead of \
+                         restarting (the workers are not started again; the run ends at its last checkpoint)"
+                    } else {
+                        "SIGUSR1 (the time-limit warning of `slurm-script --stop-before`): stopping after this \
+                         iteration (checkpoint, then summary)"
+                    });
                 }
                 continue;
             }
             if SIGNALS.fetch_add(1, Ordering::SeqCst) == 0 || sig == SIGHUP {
                 if !quiet && sig != SIGHUP {
-                    say("stopping after this iteration (checkpoint, then summary); press Ctrl-C again to stop at once");
+                    say(if RESTART_WAIT.load(Ordering::SeqCst) {
+                        "stopping instead of restarting (the workers are not started again; the run ends at its \
+                         last checkpoint); press Ctrl-C again to stop at once"
+                    } else {
+                        "stopping after this iteration (checkpoint, then summary); press Ctrl-C again to stop at once"
+                    });
                 }
                 continue;
             }
@@ -117,6 +130,23 @@ fn say_within(msg: &'static str, within: std::time::Duration) {
     });
     if spawned.is_ok() {
         let _ = rx.recv_timeout(within);
+    }
+}
+
+/// Held while a run waits out a restart's pause, so that a stop request
+/// there is answered for what it does (no relaunch), not as a stop "after
+/// this iteration" when none is running.
+pub struct RestartWait(());
+
+/// The restart's pause begins; it ends when the value is dropped.
+pub fn restart_wait() -> RestartWait {
+    RESTART_WAIT.store(true, Ordering::SeqCst);
+    RestartWait(())
+}
+
+impl Drop for RestartWait {
+    fn drop(&mut self) {
+        RESTART_WAIT.store(false, Ordering::SeqCst);
     }
 }
 

@@ -246,6 +246,8 @@ fn recover(
         }
         let delay = restart_delay(attempt);
         if !delay.is_zero() {
+            // Before the line announcing the pause: a Ctrl-C that answers it is told what it does.
+            let _pause = crate::progress::signals::restart_wait();
             let msg = format!("restart {attempt} of {} in {} s: {err:#}", opts.restarts, delay.as_secs());
             tracing::warn!("{msg}");
             obs.event(&msg);
