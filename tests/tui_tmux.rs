@@ -353,3 +353,22 @@ fn a_full_graph_run_names_its_engine_and_its_steps_have_no_miss_rate() {
         serde_json::from_slice(&std::fs::read(tmp.path().join("runs/fg/summary.json")).unwrap()).unwrap();
     assert!(summary["mode"] == "full-graph" && summary["rows"]["requested"] == 0, "{summary}");
 }
+
+/// `TERM=dumb` has no cursor addressing and no alternate screen: the run
+/// prints the epoch lines of `--no-tui` instead of drawing the dashboard
+/// (which wrote its escape sequences there regardless, and left nothing of
+/// the run but the summary line).
+#[test]
+fn a_dumb_terminal_gets_epoch_lines_not_the_dashboard() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cmd = format!(
+        "env TERM=dumb {} --data-dir {} train synthetic-small --epochs 2 --run dumb; echo \"leapgnn exited $?\"; exec sleep 600",
+        quote(Path::new(env!("CARGO_BIN_EXE_leapgnn"))),
+        quote(tmp.path())
+    );
+    let tmux = Tmux::start(tmp.path(), 100, 30, &cmd);
+    let after = tmux.wait("exit", Duration::from_secs(90), |s| s.contains("leapgnn exited"));
+    assert!(after.contains("leapgnn exited 0"), "{after}");
+    assert!(after.contains("epoch   1/2  loss") && after.contains("epoch   2/2  loss"), "{after}");
+    assert!(after.contains("run dumb: test accuracy"), "{after}");
+}

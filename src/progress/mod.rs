@@ -50,9 +50,14 @@ impl ProgressSink for Silent {
     fn finish(&mut self) {}
 }
 
-/// Whether the dashboard can run here: it draws on stdout and reads keys from stdin.
+/// Whether the dashboard can run here: it draws on stdout and reads keys
+/// from stdin, with cursor addressing and an alternate screen, which a
+/// terminal that calls itself `TERM=dumb` does not have (it gets the
+/// epoch lines of `--no-tui`).
 pub fn interactive() -> bool {
-    std::io::stdout().is_terminal() && std::io::stdin().is_terminal()
+    std::io::stdout().is_terminal()
+        && std::io::stdin().is_terminal()
+        && std::env::var_os("TERM").is_none_or(|t| t != "dumb")
 }
 
 /// The sink for these flags: `--json-stream` wins (stdout carries records),
