@@ -80,6 +80,10 @@ const BAD: &[(&[&str], &str, bool)] = &[
     (&["--full-batch", "--cache-mb", "8"], "--cache-mb 8: the feature cache", true),
     (&["--strategy", "varco", "--cache-policy", "presample"], "--cache-policy: the feature cache", true),
     (&["--cache-policy", "presample"], "--cache-policy presample chooses", true),
+    // Layer-wise evaluation takes no batches: the run evaluated the same with any value.
+    (&["--full-batch", "--eval-batch-size", "64"], "--eval-batch-size 64 sizes sampled", true),
+    (&["--strategy", "varco", "--eval-batch-size", "8"], "--eval-batch-size 8 sizes sampled", true),
+    (&["--eval-fanout", "all", "--eval-batch-size", "64"], "--eval full (the default with --eval-fanout all)", true),
     (
         &["--strategy", "gnnpipe", "--layers", "4", "--check-replicas", "5"],
         "--check-replicas 5 with --strategy gnnpipe",

@@ -241,7 +241,10 @@ impl TrainConfig {
         push("workers", self.workers.to_string());
         push("parts", self.parts.to_string());
         push("model", word(&self.model));
-        push("eval-batch-size", self.eval_batch_size.to_string());
+        if self.eval == super::EvalMode::Sampled {
+            // Layer-wise evaluation takes no batches, and refuses the flag.
+            push("eval-batch-size", self.eval_batch_size.to_string());
+        }
         push("hidden", self.hidden.to_string());
         push("heads", self.heads.to_string());
         if let Some(a) = self.aggr {

@@ -227,7 +227,7 @@ pub struct TrainFlags {
     /// Roots per worker per iteration.
     #[arg(long, default_value_t = defaults::BATCH_SIZE, allow_negative_numbers = true)]
     pub batch_size: usize,
-    /// Roots per evaluation batch.
+    /// Roots per evaluation batch (sampled evaluation only: --eval full and --mode full-graph take no batches).
     #[arg(long, default_value_t = defaults::EVAL_BATCH_SIZE, allow_negative_numbers = true)]
     pub eval_batch_size: usize,
     /// Hidden size.
@@ -594,6 +594,18 @@ impl TrainFlags {
             TrainMode::FullGraph => self.full_graph_fanouts(authors.layers)?,
             TrainMode::Minibatch => self.sampled_fanouts()?,
         };
+        if eval == EvalMode::Full && self.given("eval_batch_size") {
+            // Layer-wise inference computes every node's layer at once, in no batches.
+            let why = match mode {
+                TrainMode::FullGraph => "--mode full-graph evaluates",
+                TrainMode::Minibatch => "--eval full (the default with --eval-fanout all) evaluates",
+            };
+            return Err(BadInput::new(format!(
+                "--eval-batch-size {} sizes sampled evaluation's batches, but {why} with layer-wise inference over \
+                 all nodes, in no batches; omit --eval-batch-size, or give --eval sampled with --mode minibatch",
+                self.eval_batch_size
+            )));
+        }
         let epochs = match rounds {
             Some(r) => r.checked_mul(fanouts.layers() as u64).ok_or_else(|| {
                 BadInput::new(format!(
