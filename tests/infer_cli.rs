@@ -529,3 +529,86 @@ fn leapgnn_help(d: &Path) -> String {
     assert!(out.status.success());
     String::from_utf8(out.stdout).unwrap().split_whitespace().collect::<Vec<_>>().join(" ")
 }
+
+/// The files of run `run`'s checkpoint: (name, bytes), `state.json` last.
+fn checkpoint_files(d: &Path, run: &str) -> Vec<(String, Vec<u8>)> {
+    let dir = d.join("runs").join(run).join("checkpoint");
+    let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .map(|p| (p.file_name().unwrap().to_str().unwrap().to_string(), std::fs::read(&p).unwrap()))
+        .collect();
+    files.sort_by_key(|(n, _)| n == "state.json");
+    files
+}
+
+/// Writes `files` into `dir` as a run saving a checkpoint does: each
+/// atomically, `state.json` last, then the tensor files of `old` removed.
+fn save_as_a_run_does(dir: &Path, files: &[(String, Vec<u8>)], old: &[(String, Vec<u8>)]) {
+    for (name, bytes) in files {
+        let tmp = dir.join(format!(".{name}.tmp.test"));
+        std::fs::write(&tmp, bytes).unwrap();
+        std::fs::rename(&tmp, dir.join(name)).unwrap();
+    }
+    for (name, _) in old.iter().filter(|(n, _)| n != "state.json") {
+        let _ = std::fs::remove_file(dir.join(name));
+    }
+}
+
+/// `infer RUN` while the run writes new checkpoints (a `train --resume` with
+/// `--checkpoint-every 1`, each save writing new tensor files, then
+/// `state.json`, then removing the old files): every inference succeeds and
+/// writes the predictions of one whole checkpoint. It failed with `checkpoint
+/// .../model-000000004.safetensors cannot be used: No such file or directory`
+/// (exit 1) when the run removed the file between infer reading `state.json`
+/// and loading the weights.
+#[test]
+fn infer_while_the_run_rewrites_its_checkpoint_scores_one_whole_checkpoint() {
+    let tmp = cora();
+    let d = tmp.path();
+    let common = ["--no-tui", "--full-batch", "--hidden", "16", "--checkpoint-every", "1"];
+    json(d, &[&["train", "cora", "--run", "one", "--epochs", "1"], &common[..]].concat());
+    json(d, &[&["train", "cora", "--run", "live", "--epochs", "3"], &common[..]].concat());
+    let probs = |out: &Path| load(out).into_iter().find(|t| t.0 == "probs").unwrap().3;
+    let (a, b) = (checkpoint_files(d, "one"), checkpoint_files(d, "live"));
+    let out = d.join("p.safetensors");
+    let out_arg = out.to_str().unwrap();
+    json(d, &["infer", "live", "--out", out_arg]);
+    let probs_b = probs(&out);
+    let dir = d.join("runs/live/checkpoint");
+    save_as_a_run_does(&dir, &a, &b);
+    json(d, &["infer", "live", "--out", out_arg]);
+    let probs_a = probs(&out);
+    assert_ne!(probs_a, probs_b, "the two checkpoints score differently");
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (stop, dir) = (stop.clone(), dir.clone());
+        std::thread::spawn(move || {
+            let mut saves = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                save_as_a_run_does(&dir, &b, &a);
+                save_as_a_run_does(&dir, &a, &b);
+                saves += 2;
+            }
+            saves
+        })
+    };
+    let mut outcomes = Vec::new();
+    for _ in 0..12 {
+        let o = Command::new(env!("CARGO_BIN_EXE_leapgnn"))
+            .args(["--data-dir", d.to_str().unwrap(), "infer", "live", "--out", out_arg])
+            .output()
+            .unwrap();
+        let p = o.status.success().then(|| probs(&out));
+        outcomes.push((o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned(), p));
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let saves = writer.join().unwrap();
+    assert!(saves > 12, "the checkpoint was rewritten while infer ran ({saves} saves)");
+    for (code, stderr, p) in outcomes {
+        assert_eq!(code, Some(0), "infer while the run saves:\n{stderr}");
+        let p = p.unwrap();
+        assert!(p == probs_a || p == probs_b, "the predictions are of neither checkpoint:\n{stderr}");
+    }
+}

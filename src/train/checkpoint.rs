@@ -270,6 +270,11 @@ pub fn check_fits(dir: &Path, spec: &ModelSpec) -> Result<(), TrainError> {
     let s = read_state(dir)?;
     let path = dir.join(&s.weights);
     let have = std::fs::metadata(&path).map_err(|e| unusable(&path, e))?.len();
+    weights_fit(dir, &s.weights, have, spec)
+}
+
+/// `check_fits` for weights file `name` of `dir`, `have` bytes long (already read).
+pub fn weights_fit(dir: &Path, name: &str, have: u64, spec: &ModelSpec) -> Result<(), TrainError> {
     let need = (spec.min_weight_values() as u64).saturating_mul(4);
     if have < need {
         return Err(unusable(
@@ -278,7 +283,7 @@ pub fn check_fits(dir: &Path, spec: &ModelSpec) -> Result<(), TrainError> {
                 "its config describes a {} model ({} layers, hidden {}) of at least {need} bytes of weights, but {} \
                  holds {have}: the state or that file was edited or belongs to another run; put back the run's own \
                  checkpoint files, or start a new run",
-                spec.kind, spec.layers, spec.hidden, s.weights
+                spec.kind, spec.layers, spec.hidden, name
             ),
         ));
     }
@@ -386,6 +391,33 @@ pub fn weights_file(dir: &Path) -> Result<(PathBuf, Option<String>), TrainError>
     let s = read_state(dir)?;
     let sha = s.digest(&s.weights).map(str::to_string);
     Ok((dir.join(&s.weights), sha))
+}
+
+/// The weights the checkpoint in `dir` names now, read and checked against
+/// their sha256: the file, its recorded sha256 and its bytes. A run still
+/// training replaces its checkpoint (new files, then `state.json`, then the
+/// old files removed), so a file gone between reading the state and reading
+/// it is followed to the checkpoint that replaced it.
+pub fn pinned_weights(dir: &Path) -> Result<(PathBuf, Option<String>, Vec<u8>), TrainError> {
+    const ATTEMPTS: usize = 20;
+    let mut attempt = 0;
+    loop {
+        let (wpath, sha) = weights_file(dir)?;
+        match std::fs::read(&wpath) {
+            Ok(bytes) => {
+                check_digest(&wpath, &bytes, sha.as_deref())?;
+                return Ok((wpath, sha, bytes));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && attempt + 1 < ATTEMPTS => {
+                // Replaced meanwhile only if the state names another file now.
+                if weights_file(dir)?.0 == wpath {
+                    return Err(unusable(&wpath, e));
+                }
+                attempt += 1;
+            }
+            Err(e) => return Err(unusable(&wpath, e)),
+        }
+    }
 }
 
 /// Reads weights file `wpath` (a checkpoint's `weights_file`), refused

@@ -104,6 +104,9 @@ pub(crate) struct Prepared {
     /// The sha256 the checkpoint recorded for `weights` (None in one of a
     /// version before the record): every worker checks it as it loads them.
     pub weights_sha256: Option<String>,
+    /// The bytes of `weights`, checked against `weights_sha256`: in-process
+    /// inference loads these, not the file, which the run may have removed since.
+    pub weight_bytes: Vec<u8>,
     pub cfg: TrainConfig,
     pub dataset: PathBuf,
     pub nodes: Vec<u32>,
@@ -124,9 +127,9 @@ pub(crate) fn prepare(
     let (mut cfg, progress) = checkpoint::load_config(&ck)?;
     super::run_dataset::check_same_dataset(&run_dir, run, &cfg.dataset, "infer")?;
     check_stages_complete(run, &cfg, progress.epoch)?;
-    let (weights, weights_sha256) = checkpoint::weights_file(&ck)?;
     // A damaged or swapped weights file is refused as what it is, before the dataset is even opened.
-    let weight_bytes = checkpoint::read_weights(&weights, weights_sha256.as_deref())?;
+    // Read once: a run still training may replace (and remove) it at any time from here on.
+    let (weights, weights_sha256, weight_bytes) = checkpoint::pinned_weights(&ck)?;
     if let Some(d) = opts.device {
         cfg.device = d;
     }
@@ -164,7 +167,9 @@ pub(crate) fn prepare(
         .into()
     };
     // Its own message says what to do when the dataset is not in question.
-    checkpoint::check_fits(&ck, &cfg.model_spec(&ds)).map_err(|e| if trained_on { e } else { misfit(e) })?;
+    let name = weights.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    checkpoint::weights_fit(&ck, &name, weight_bytes.len() as u64, &cfg.model_spec(&ds))
+        .map_err(|e| if trained_on { e } else { misfit(e) })?;
     // On the CPU: the shapes are the same on any device, and the driver of distributed inference need not
     // have the workers' GPUs.
     let (model, params, ..) = build_model(&TrainConfig { device: DeviceKind::Cpu, ..cfg.clone() }, &ds)?;
@@ -187,7 +192,7 @@ pub(crate) fn prepare(
     };
     // Every hidden layer (and RETEXO stage: GAT's heads averaged) is `hidden` wide.
     let width = opts.embeddings.map_or(0, |l| model.out_dim(l));
-    Ok((Prepared { run_dir, checkpoint: ck, weights, weights_sha256, cfg, dataset, nodes, width }, ds))
+    Ok((Prepared { run_dir, checkpoint: ck, weights, weights_sha256, weight_bytes, cfg, dataset, nodes, width }, ds))
 }
 
 /// Refuses a RETEXO run stopped before its last stage ended. RETEXO
@@ -296,7 +301,7 @@ pub fn infer(data: &DataDir, run: &str, opts: &InferOptions) -> Result<InferRepo
         .into(),
         _ => e,
     })?;
-    checkpoint::load_weights_file(&prep.weights, prep.weights_sha256.as_deref(), &params)?;
+    checkpoint::load_weights(&prep.weights, &prep.weight_bytes, &params)?;
     let view = GraphData { graph: ds.graph(), features: &ds, labels: ds.labels() };
     let mut w = Worker::new((0, 1), view, (&cfg.fanouts, &cfg.eval_fanouts), cfg.seed, (model, params), device);
     w.norm = cfg.normalize;
