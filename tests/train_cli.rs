@@ -322,3 +322,51 @@ fn a_state_json_describing_a_bigger_model_than_its_weights_is_refused_before_bui
     std::fs::write(&state, good).unwrap();
     json(d, &["train", "--resume", "r", "--epochs", "2"]);
 }
+
+/// `leapgnn` (--json) run with its address space capped at `bytes` (what
+/// `prlimit --as` or `ulimit -v` does).
+fn leapgnn_capped(data: &std::path::Path, args: &[&str], bytes: u64) -> std::process::Output {
+    use std::os::unix::process::CommandExt;
+    let mut c = Command::new(env!("CARGO_BIN_EXE_leapgnn"));
+    c.arg("--data-dir").arg(data).args(args);
+    // SAFETY: between fork and exec the closure only calls setrlimit, which is
+    // async-signal-safe, on a `rlimit` it owns; it allocates nothing.
+    unsafe {
+        c.pre_exec(move || {
+            let limit = libc::rlimit { rlim_cur: bytes, rlim_max: bytes };
+            match libc::setrlimit(libc::RLIMIT_AS, &limit) {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            }
+        });
+    }
+    c.output().expect("leapgnn runs")
+}
+
+/// A model too big for the memory the process may use is refused before it
+/// is built (exit 2, one error line with the figures and what to do), where
+/// the model's set-up used to abort the process on a failed allocation
+/// ('memory allocation of 6400000000 bytes failed', SIGABRT): hidden 40000
+/// over 3 layers is 25 GB of weights, gradient and Adam state, here under a
+/// 2 GiB address-space limit. The same limit trains the usual hidden 32.
+#[test]
+fn a_model_too_big_for_memory_is_refused_before_it_is_built() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    write_tiny(d, "tiny", Tiny::default());
+    let cap = 2 << 30;
+    for workers in ["1", "2"] {
+        let huge = args(&["--epochs", "1", "--fanout", "3,3,3", "--hidden", "40000", "--workers", workers]);
+        let out = leapgnn_capped(d, &huge, cap);
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert_eq!(out.status.code(), Some(2), "--workers {workers}: {err}");
+        let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(lines.len(), 1, "--workers {workers}: {err}");
+        for needle in ["error: ", "--hidden 40000 --layers 3", "MiB", "RLIMIT_AS", "give a smaller --hidden"] {
+            assert!(lines[0].contains(needle), "--workers {workers}: no `{needle}` in {err}");
+        }
+    }
+    let small = args(&["--epochs", "1", "--json"]);
+    let out = leapgnn_capped(d, &small, cap);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}

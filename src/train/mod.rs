@@ -303,6 +303,7 @@ fn execute(
     let path = crate::datasets::ensure_dataset(data, &cfg.dataset).map_err(TrainError::Dataset)?;
     let ds = DatasetFile::open_verified(&path)?;
     let [train, val, test] = splits(&ds, &cfg.dataset)?;
+    check_model_memory(&cfg, &ds)?;
     let (model, params, mut opt, device) = build_model(&cfg, &ds)?;
     if cfg.mode == TrainMode::FullGraph {
         fullgraph::memory::preflight(&ds, &cfg, None, model.spec(), params.numel(), memory_limit)?;
@@ -376,6 +377,46 @@ fn total_bytes(p: &Progress) -> ByteCounts {
     let mut t = p.bytes;
     add_bytes(&mut t, &p.eval_bytes);
     t
+}
+
+/// Refuses, before anything is allocated, to train a model whose weights,
+/// gradient and optimizer state cannot fit in the memory this process may use
+/// (MemAvailable, or the address-space limit when one is set): an absurd
+/// `--hidden` x `--layers` would otherwise abort the process on a failed
+/// allocation (or bring the OOM killer) deep inside the model's set-up or its
+/// first backward pass. The figure is a lower bound (the layers' dense
+/// matrices only), so a model that fits is never refused.
+pub(crate) fn check_model_memory(cfg: &TrainConfig, ds: &DatasetFile) -> Result<(), BadInput> {
+    let spec = cfg.model_spec(ds);
+    spec.check()?;
+    let Some((usable, source)) = crate::util::usable_memory() else { return Ok(()) };
+    // Values, gradient and the optimizer's slots, f32 each; on a GPU only the
+    // values drawn here pass through this machine's memory.
+    let copies = match cfg.device {
+        DeviceKind::Cpu => 2 + cfg.optimizer.slots().len() as u64,
+        DeviceKind::Cuda(_) => 1,
+    };
+    let need = (spec.min_weight_values() as u64).saturating_mul(4).saturating_mul(copies);
+    if need <= usable {
+        return Ok(());
+    }
+    let mib = |b: u64| b.div_ceil(1 << 20);
+    Err(BadInput::new(format!(
+        "--hidden {} --layers {}: the {} model has at least {} weights (with {} input features and {} classes), \
+         which ({}) need at least {} MiB, but {} MiB are available ({source}); give a smaller --hidden or fewer --layers, or train on a machine with more memory",
+        spec.hidden,
+        spec.layers,
+        spec.kind,
+        spec.min_weight_values(),
+        spec.in_dim,
+        spec.classes,
+        match copies {
+            1 => "their values, drawn on this machine".to_string(),
+            _ => format!("with their gradient and the optimizer's {} state slot(s)", copies - 2),
+        },
+        mib(need),
+        mib(usable)
+    )))
 }
 
 /// The model of `cfg` for `ds` (seeded initial weights), its optimizer, and the device.

@@ -68,6 +68,12 @@ pub fn train_distributed(
     // Verified here, once: a corrupt archive fails as bad input before any worker starts.
     let ds = crate::format::DatasetFile::open_verified(&dataset)?;
     cfg.check_all(&ds)?;
+    // Every worker builds the whole model: refused here, before anything is
+    // partitioned or started, when they run on this machine (each ssh or
+    // Slurm host checks its own).
+    if opts.launcher.shares_files() {
+        crate::train::check_model_memory(&cfg, &ds)?;
+    }
     // Partitioned before the run's directory exists, so a partitioning that
     // fails leaves no run behind to block the name.
     let parts_dir =
