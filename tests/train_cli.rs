@@ -370,3 +370,39 @@ fn a_model_too_big_for_memory_is_refused_before_it_is_built() {
     let out = leapgnn_capped(d, &small, cap);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// A hand-edited `state.json` whose position the run cannot have reached is
+/// refused by `--resume` (exit 2, naming state.json and the figures): an
+/// iteration past the epoch's last used to be resumed with exit 0, the loop
+/// skipping the epoch and reporting it trained with loss 0.0000; an epoch
+/// count without its records was taken as the run's length. The run's own
+/// state resumes, from the middle of an epoch too.
+#[test]
+fn a_state_json_at_a_position_the_run_never_reached_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    write_tiny(d, "tiny", Tiny::default());
+    // Stopped after 1 of its iterations per epoch: epoch 0, iteration 1.
+    json(d, &args(&["--epochs", "2", "--stop-after", "1", "--run", "r"]));
+    let state = d.join("runs/r/checkpoint/state.json");
+    let good = std::fs::read_to_string(&state).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&good).unwrap();
+    assert_eq!((v["progress"]["epoch"].as_u64(), v["progress"]["iteration"].as_u64()), (Some(0), Some(1)));
+    let per_epoch = json(d, &args(&["--epochs", "1", "--run", "whole"]))["history"][0]["iterations"].as_u64().unwrap();
+    assert!(per_epoch > 1, "{per_epoch} iterations per epoch");
+    let edits: [(&str, u64, &str); 3] = [
+        ("iteration", per_epoch + 1, &format!("but an epoch of this run has {per_epoch} iteration(s)")),
+        ("iteration", 1_000_000_000_000_000, "iteration 1000000000000000 of epoch 0"),
+        ("epoch", 1, "1 epoch(s) are done but holds the records of 0"),
+    ];
+    for (field, value, needle) in edits {
+        let mut bad = v.clone();
+        bad["progress"][field] = value.into();
+        std::fs::write(&state, serde_json::to_vec(&bad).unwrap()).unwrap();
+        let line = fails(d, &["train", "--resume", "r", "--epochs", "2"], 2);
+        assert!(line.contains(needle) && line.contains("state.json"), "{field} {value}: {line}");
+    }
+    std::fs::write(&state, good).unwrap();
+    let s = json(d, &["train", "--resume", "r", "--epochs", "2"]);
+    assert_eq!((s["epochs"].as_u64(), s["iterations"].as_u64()), (Some(2), Some(2 * per_epoch)), "{s}");
+}

@@ -192,6 +192,7 @@ pub fn resumable(
     let ds = DatasetFile::open(&dataset)?;
     run_dataset::check(&run_dir, run, &cfg.dataset, &ds, "--resume")?;
     checkpoint::check_fits(&ck, &cfg.model_spec(&ds))?;
+    check_progress(&ck, &cfg, &progress, ds.train().len())?;
     // Before any worker starts or file is shipped: a damaged checkpoint would train on from a model nobody trained.
     checkpoint::verify(&ck)?;
     let keeps_history = cfg.gnnpipe.as_ref().is_some_and(|g| g.history);
@@ -233,6 +234,42 @@ pub fn resumable(
     }
     cfg.check()?;
     Ok((run_dir, cfg, progress))
+}
+
+/// Refuses a checkpoint whose position cannot be one its run reached: an
+/// epoch count without a record per epoch, or an iteration past the epoch's
+/// last (a `state.json` edited by hand or mixed with another run's). Resumed
+/// as it was, the loop skipped the rest of the epoch and reported an epoch
+/// of no iterations (loss 0) as trained.
+fn check_progress(ck: &Path, cfg: &TrainConfig, p: &Progress, train_ids: usize) -> Result<(), TrainError> {
+    // Iterations of one epoch: the schedule's, one step for GNNPipe, none
+    // counted within an epoch by RETEXO (each round is its own epoch).
+    let per_epoch = match cfg.strategy {
+        StrategyKind::Retexo => 0,
+        StrategyKind::Gnnpipe => 1,
+        _ => Schedule::new(&vec![0; train_ids], cfg.workers.max(1), cfg.loop_batch_size(train_ids)).iterations() as u64,
+    };
+    let why = if p.history.len() as u64 != p.epoch {
+        Some(format!("it says {} epoch(s) are done but holds the records of {}", p.epoch, p.history.len()))
+    } else if p.iteration > per_epoch {
+        Some(format!(
+            "it says iteration {} of epoch {} is next, but an epoch of this run has {per_epoch} iteration(s)",
+            p.iteration, p.epoch
+        ))
+    } else if p.global_iteration < p.iteration {
+        Some(format!("its global iteration {} is below its iteration {} in the epoch", p.global_iteration, p.iteration))
+    } else {
+        None
+    };
+    match why {
+        Some(why) => Err(BadInput::new(format!(
+            "checkpoint {} cannot be used: {why}, so it is not a position the run reached: the state was edited or \
+             belongs to another run; put back the run's own checkpoint files, or start a new run",
+            ck.join("state.json").display()
+        ))
+        .into()),
+        None => Ok(()),
+    }
 }
 
 /// The directory of run `run` (named by `flag`) and its checkpoint directory,
