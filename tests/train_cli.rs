@@ -406,3 +406,41 @@ fn a_state_json_at_a_position_the_run_never_reached_is_refused() {
     let s = json(d, &["train", "--resume", "r", "--epochs", "2"]);
     assert_eq!((s["epochs"].as_u64(), s["iterations"].as_u64()), (Some(2), Some(2 * per_epoch)), "{s}");
 }
+
+/// A checkpoint of a version before the sha256 record (state.json without
+/// `sha256`) whose weights file is damaged is refused by a multi-worker
+/// `--resume` before any worker starts (exit 2, one error line naming the
+/// file), as a one-process resume refuses it: the workers used to find it
+/// after starting, and the run failed at run time (exit 1, 'worker 0 failed:
+/// ... cannot be used: incomplete metadata, file not fully covered').
+#[test]
+fn a_damaged_checkpoint_without_digests_is_refused_before_workers_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    write_tiny(d, "tiny", Tiny::default());
+    json(d, &args(&["--epochs", "1", "--workers", "2", "--checkpoint-every", "1", "--run", "r"]));
+    let ck = d.join("runs/r/checkpoint");
+    let state = ck.join("state.json");
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
+    assert!(v.as_object_mut().unwrap().remove("sha256").is_some(), "{v}");
+    std::fs::write(&state, serde_json::to_vec(&v).unwrap()).unwrap();
+    let weights = ck.join(v["weights"].as_str().unwrap());
+    let good = std::fs::read(&weights).unwrap();
+    // Past the size check (a file too small for the model is refused by that).
+    for cut in [good.len() - 4, good.len() / 2 + 1] {
+        std::fs::write(&weights, &good[..cut]).unwrap();
+        let out = leapgnn(d, &["train", "--resume", "r", "--epochs", "2"]);
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert_eq!(out.status.code(), Some(2), "cut at {cut}: {err}");
+        assert!(!err.contains("[worker"), "cut at {cut}: a worker was started: {err}");
+        let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(lines.len(), 1, "cut at {cut}: {err}");
+        assert!(
+            lines[0].contains("not a well-formed safetensors file") && lines[0].contains(&*weights.to_string_lossy()),
+            "cut at {cut}: {err}"
+        );
+    }
+    std::fs::write(&weights, good).unwrap();
+    let s = json(d, &["train", "--resume", "r", "--epochs", "2"]);
+    assert_eq!(s["epochs"].as_u64(), Some(2), "{s}");
+}

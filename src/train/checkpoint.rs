@@ -342,7 +342,21 @@ pub fn files(dir: &Path) -> Result<Vec<PathBuf>, TrainError> {
 pub fn verify(dir: &Path) -> Result<(), TrainError> {
     let s = read_state(dir)?;
     for name in s.tensor_files() {
-        read_checked(&dir.join(name), s.digest(name))?;
+        let path = dir.join(name);
+        let bytes = read_checked(&path, s.digest(name))?;
+        // A checkpoint of a version before the digests is at least a set of
+        // well-formed safetensors files (header, dtypes, shapes and offsets
+        // covering the file): else a multi-worker resume found the damage
+        // only in the workers, after starting them, and failed at run time.
+        safetensors::SafeTensors::deserialize(&bytes).map_err(|e| {
+            unusable(
+                &path,
+                format!(
+                    "it is not a well-formed safetensors file ({e}); put back the run's own copy of the file (from a \
+                     backup, or the host that trained it), or train the run again"
+                ),
+            )
+        })?;
     }
     Ok(())
 }
