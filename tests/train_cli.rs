@@ -444,3 +444,30 @@ fn a_damaged_checkpoint_without_digests_is_refused_before_workers_start() {
     let s = json(d, &["train", "--resume", "r", "--epochs", "2"]);
     assert_eq!(s["epochs"].as_u64(), Some(2), "{s}");
 }
+
+/// A `metrics.jsonl` line damaged into bytes that are not UTF-8 is dropped
+/// by `--resume` like a torn or unparsable line, keeping every record before
+/// the checkpoint: the resume used to fail (exit 1, 'metrics.jsonl: stream
+/// did not contain valid UTF-8') with nothing to say what to do, while a line
+/// of garbage ASCII was dropped.
+#[test]
+fn a_resume_drops_a_metrics_line_that_is_not_utf8() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    write_tiny(d, "tiny", Tiny::default());
+    json(d, &args(&["--epochs", "2", "--stop-after", "1", "--run", "r"]));
+    let metrics = d.join("runs/r/metrics.jsonl");
+    let mut bytes = std::fs::read(&metrics).unwrap();
+    assert_eq!(bytes.iter().filter(|&&b| b == b'\n').count(), 1, "one record before the stop");
+    bytes.extend_from_slice(b"{\"epoch\":0,\"iteration\":\xff\xfe}\n\xc3\x28 torn");
+    std::fs::write(&metrics, &bytes).unwrap();
+    let s = json(d, &["train", "--resume", "r", "--epochs", "2"]);
+    let text = std::fs::read_to_string(&metrics).expect("metrics.jsonl is UTF-8 again");
+    let records: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let at: Vec<(u64, u64)> =
+        records.iter().map(|r| (r["epoch"].as_u64().unwrap(), r["iteration"].as_u64().unwrap())).collect();
+    let per_epoch = s["history"][0]["iterations"].as_u64().unwrap();
+    let want: Vec<(u64, u64)> = (0..2).flat_map(|e| (0..per_epoch).map(move |i| (e, i))).collect();
+    assert_eq!(at, want, "{text}");
+    assert_eq!(s["iterations"].as_u64(), Some(2 * per_epoch), "{s}");
+}

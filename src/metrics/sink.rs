@@ -27,15 +27,19 @@ impl JsonlSink {
         if path.exists() {
             let f = File::open(path).map_err(|e| FormatError::io(path, e))?;
             let mut kept = Vec::new();
-            for line in BufReader::new(f).lines() {
+            // Lines as bytes: a damaged line (not UTF-8, as much as not JSON)
+            // is dropped like a torn one rather than failing the resume.
+            for line in BufReader::new(f).split(b'\n') {
                 let line = line.map_err(|e| FormatError::io(path, e))?;
                 // A torn last line (crash mid-write) is dropped along with the rest it belongs to.
-                let keep = match serde_json::from_str::<StepRecord>(&line) {
+                let keep = match serde_json::from_slice::<StepRecord>(&line) {
                     Ok(r) => (r.epoch, r.iteration) < at,
-                    Err(_) => serde_json::from_str::<RestartRecord>(&line).is_ok_and(|r| (r.epoch, r.iteration) <= at),
+                    Err(_) => {
+                        serde_json::from_slice::<RestartRecord>(&line).is_ok_and(|r| (r.epoch, r.iteration) <= at)
+                    }
                 };
                 if keep {
-                    kept.extend_from_slice(line.as_bytes());
+                    kept.extend_from_slice(&line);
                     kept.push(b'\n');
                 }
             }
