@@ -371,3 +371,32 @@ fn recording_a_host_key_leaves_known_hosts_writable_by_its_owner_only() {
     assert_eq!(sshd.wait_sessions_closed(Duration::from_secs(5)), Vec::<u32>::new());
     sshd.stop();
 }
+
+/// A known_hosts that is not all UTF-8 (a comment in Latin-1, as an older
+/// tool or a hand edit leaves it) is read as OpenSSH reads it: the server's
+/// key on the next line is still found, and a key recorded with
+/// --accept-new-host-keys keeps every other byte of the file. It used to
+/// fail every host's check ('stream did not contain valid UTF-8').
+#[test]
+fn a_known_hosts_with_latin1_comments_still_verifies_and_records_keys() {
+    let mut sshd = Sshd::start();
+    let profile = sshd.profile(1, "");
+    let p = profile.to_str().unwrap();
+    let known = std::fs::read(&sshd.known_hosts).unwrap();
+    let mut latin1 = b"# serveur de l'\xe9quipe (h\xf4te de calcul)\n".to_vec();
+    latin1.extend_from_slice(&known);
+    std::fs::write(&sshd.known_hosts, &latin1).unwrap();
+    let out = leapgnn(&["--json", "cluster", "check", p, "--timeout", "5", "--no-workers"]);
+    let v = json(&out);
+    assert_eq!(v["hosts"][0]["host_key"]["ok"], true, "{v}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+
+    // Only the comment: the key is new, recorded after the file's own bytes.
+    let comment = b"# h\xf4te \xe9\n".to_vec();
+    std::fs::write(&sshd.known_hosts, &comment).unwrap();
+    let out = leapgnn(&["--json", "cluster", "check", p, "--timeout", "5", "--no-workers", "--accept-new-host-keys"]);
+    assert_eq!(json(&out)["hosts"][0]["host_key"]["ok"], true, "{}", String::from_utf8_lossy(&out.stderr));
+    let recorded = std::fs::read(&sshd.known_hosts).unwrap();
+    assert!(recorded.starts_with(&comment) && recorded.len() > comment.len() + 40, "{recorded:?}");
+    sshd.stop();
+}

@@ -98,18 +98,15 @@ pub fn verify(
         .next()
         .ok_or_else(|| record("libssh2 returned no entry".into()))?;
     let line = one.write_string(&host, KnownHostFileKind::OpenSSH).map_err(|e| record(e.to_string()))?;
-    let mut text = match std::fs::read_to_string(file) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(source) => return Err(HostKeyError::Read { file: file.into(), source }),
-    };
-    if !text.is_empty() && !text.ends_with('\n') {
-        text.push('\n');
+    // The other lines are kept byte for byte, UTF-8 or not.
+    let mut text = read_bytes(file)?.unwrap_or_default();
+    if !text.is_empty() && !text.ends_with(b"\n") {
+        text.push(b'\n');
     }
-    text.push_str(line.trim_end());
-    text.push('\n');
+    text.extend_from_slice(line.trim_end().as_bytes());
+    text.push(b'\n');
     let (target, mode) = rewrite_target(file);
-    crate::format::write_atomic_mode(&target, text.as_bytes(), mode).map_err(|e| record(e.to_string()))?;
+    crate::format::write_atomic_mode(&target, &text, mode).map_err(|e| record(e.to_string()))?;
     Ok(HostKeyStatus::Recorded)
 }
 
@@ -155,20 +152,31 @@ pub fn openssh_fingerprint(blob: &[u8]) -> String {
 /// and neither do we, for any host.
 fn revoked_at(file: &Path, key: &[u8]) -> Result<Option<usize>, HostKeyError> {
     use base64::Engine;
-    let text = match std::fs::read_to_string(file) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => return Err(HostKeyError::Read { file: file.into(), source }),
-    };
+    let Some(bytes) = read_bytes(file)? else { return Ok(None) };
     let b64 = base64::engine::general_purpose::STANDARD;
-    Ok(text
-        .lines()
+    Ok(lines(&bytes)
         .position(|l| {
             let mut f = l.split_whitespace();
             // `@revoked <hosts> <type> <base64 key> [comment]`
             f.next() == Some("@revoked") && f.nth(2).and_then(|k| b64.decode(k).ok()).is_some_and(|blob| blob == key)
         })
         .map(|i| i + 1))
+}
+
+/// The bytes of `file`, None when it does not exist.
+fn read_bytes(file: &Path) -> Result<Option<Vec<u8>>, HostKeyError> {
+    match std::fs::read(file) {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(HostKeyError::Read { file: file.into(), source }),
+    }
+}
+
+/// The lines of a known_hosts file. OpenSSH reads it as bytes, so a comment
+/// in another encoding (Latin-1, say) is no error: such bytes read as U+FFFD
+/// here, and the host names, key types and keys, ASCII all, are unchanged.
+fn lines(bytes: &[u8]) -> impl Iterator<Item = std::borrow::Cow<'_, str>> {
+    bytes.split(|&b| b == b'\n').map(|l| String::from_utf8_lossy(l.strip_suffix(b"\r").unwrap_or(l)))
 }
 
 fn check(sess: &Session, file: &Path, address: &str, port: u16, key: &[u8]) -> Result<CheckResult, HostKeyError> {
@@ -181,12 +189,8 @@ fn check(sess: &Session, file: &Path, address: &str, port: u16, key: &[u8]) -> R
 /// lines are simply not relevant to the keys it can check.
 fn load(sess: &Session, file: &Path) -> Result<KnownHosts, HostKeyError> {
     let mut kh = sess.known_hosts().map_err(|_| HostKeyError::Failure { file: file.into() })?;
-    let text = match std::fs::read_to_string(file) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(kh),
-        Err(source) => return Err(HostKeyError::Read { file: file.into(), source }),
-    };
-    for (i, line) in text.lines().enumerate() {
+    let Some(bytes) = read_bytes(file)? else { return Ok(kh) };
+    for (i, line) in lines(&bytes).enumerate() {
         let l = line.trim();
         if l.is_empty() || l.starts_with('#') {
             continue;
