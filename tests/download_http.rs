@@ -316,7 +316,8 @@ fn http_errors_fail_cleanly_and_retries_are_bounded() {
 fn checksum_mismatch_deletes_the_partial_file() {
     let f = Fixture::new(true);
     f.server.set(Mode::Wrong);
-    f.download(&["--retries", "0"]).assert_error(1, &["sha256 mismatch", "cora.zip.part", "rerun"]);
+    let out = f.download(&["--retries", "0"]);
+    out.assert_error(1, &["sha256 mismatch", "cora.zip.part", "rerun", "check the entry's sha256 and URL"]);
     assert!(!f.part().exists(), "the bad download was kept");
     f.assert_nothing_in_place();
     f.server.set(Mode::Ok);

@@ -25,7 +25,9 @@ pub enum DatasetError {
     #[error("{url}: {msg}")]
     Download { url: String, msg: String },
     #[error(
-        "{file}: sha256 mismatch (expected {expected}, got {actual}); the partial file was deleted, rerun to download it again"
+        "{file}: sha256 mismatch (expected {expected}, got {actual}); the partial file was deleted, rerun to download \
+         it again (if the same sha256 comes back, the mirror serves another file than the registry pins: check the \
+         entry's sha256 and URL in the registry)"
     )]
     Checksum { file: PathBuf, expected: String, actual: String },
     #[error(transparent)]
