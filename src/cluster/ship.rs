@@ -9,7 +9,6 @@ use super::ssh_session::{SshError, quote, run_ok};
 use crate::DataDir;
 use crate::format;
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 use ssh2::{OpenFlags, OpenType, Session, Sftp};
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -115,17 +114,7 @@ pub fn local_sha256(path: &Path) -> Result<String, SshError> {
     {
         return Ok(sha.clone());
     }
-    let mut f = std::fs::File::open(path).map_err(local)?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf).map_err(local)?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-    }
-    let sha: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    let sha = std::fs::File::open(path).and_then(format::sha256_read).map_err(local)?;
     CACHE
         .lock()
         .unwrap_or_else(|e| e.into_inner())

@@ -7,7 +7,6 @@ use indicatif::{ProgressBar, ProgressStyle};
 use reqwest::StatusCode;
 use reqwest::blocking::Client;
 use reqwest::header::{CONTENT_RANGE, RANGE};
-use sha2::Digest;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -357,17 +356,7 @@ pub fn shown_url(url: &str) -> String {
 
 /// sha256 of a file, hex.
 pub fn sha256_file(path: &Path) -> Result<String, DatasetError> {
-    let mut f = File::open(path).map_err(|e| DatasetError::io(path, e))?;
-    let mut h = sha2::Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf).map_err(|e| DatasetError::io(path, e))?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-    }
-    Ok(format!("{:x}", h.finalize()))
+    File::open(path).and_then(crate::format::sha256_read).map_err(|e| DatasetError::io(path, e))
 }
 
 /// reqwest hides the useful part (connection refused, timed out) in its sources.

@@ -32,7 +32,23 @@ compile_error!("leapgnn archives are little-endian and read zero-copy; big-endia
 /// sha256 of `bytes`, lowercase hex (as `sha256sum` prints it).
 pub fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest;
-    sha2::Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+    format!("{:x}", sha2::Sha256::digest(bytes))
+}
+
+/// sha256 of everything `r` yields, lowercase hex, read in 1 MiB pieces (a
+/// file too big to hold: a downloaded archive, a partition to ship).
+pub fn sha256_read(mut r: impl std::io::Read) -> std::io::Result<String> {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = r.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(format!("{:x}", h.finalize()))
 }
 
 /// Archived little-endian primitives viewed as native slices (zero-copy).

@@ -201,18 +201,13 @@ pub(crate) fn prepare(
 /// initial weights: scored, it predicts at chance, far from the accuracy the
 /// stopped run reported. `epoch` is the checkpoint's round.
 fn check_stages_complete(run: &str, cfg: &TrainConfig, epoch: u64) -> Result<(), BadInput> {
-    if cfg.strategy != super::StrategyKind::Retexo || epoch >= cfg.epochs {
-        return Ok(());
-    }
-    let rounds = cfg.rounds.unwrap_or(1).max(1);
-    let layers = cfg.epochs / rounds;
+    let Some(stages) = cfg.stages().filter(|_| epoch < cfg.epochs) else { return Ok(()) };
+    let stage = epoch / cfg.rounds.unwrap_or(1).max(1) + 1;
     Err(BadInput::new(format!(
-        "run `{run}` is a RETEXO run that stopped in stage {} of {layers}: its checkpoint is of round {epoch} of {}, \
-         where that stage starts, so stage {} and later hold untrained weights and would predict at chance; finish \
-         the run with `leapgnn train --resume {run}`, then infer",
-        epoch / rounds + 1,
+        "run `{run}` is a RETEXO run that stopped in stage {stage} of {stages}: its checkpoint is of round {epoch} of \
+         {}, where that stage starts, so stage {stage} and later hold untrained weights and would predict at \
+         chance; finish the run with `leapgnn train --resume {run}`, then infer",
         cfg.epochs,
-        epoch / rounds + 1,
     )))
 }
 
