@@ -12,7 +12,7 @@ use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Mode {
@@ -35,6 +35,8 @@ enum Mode {
     },
     /// 429 with `Retry-After: 3` to the first request, then the file.
     Busy,
+    /// The same with `Retry-After` as an HTTP date 3 s after the next whole second.
+    BusyUntil,
 }
 
 #[derive(Default)]
@@ -46,6 +48,10 @@ struct State {
     ranges: Vec<Option<String>>,
     /// When each request came.
     times: Vec<std::time::Instant>,
+    /// The same, by the wall clock (what an HTTP date is compared with).
+    clock: Vec<SystemTime>,
+    /// The date the last `BusyUntil` 429 asked to wait for.
+    retry_at: Option<SystemTime>,
     released: bool,
 }
 
@@ -97,6 +103,12 @@ impl Server {
     fn times(&self) -> Vec<std::time::Instant> {
         self.state.0.lock().unwrap().times.clone()
     }
+    fn clock(&self) -> Vec<SystemTime> {
+        self.state.0.lock().unwrap().clock.clone()
+    }
+    fn retry_at(&self) -> Option<SystemTime> {
+        self.state.0.lock().unwrap().retry_at
+    }
     /// Lets every held response (and every later one) finish.
     fn release(&self) {
         self.state.0.lock().unwrap().released = true;
@@ -142,6 +154,7 @@ fn serve(
         s.requests += 1;
         s.ranges.push(range.clone());
         s.times.push(std::time::Instant::now());
+        s.clock.push(SystemTime::now());
         let mode = if s.drops_left > 0 {
             s.drops_left -= 1;
             Mode::DropHalf
@@ -162,6 +175,14 @@ fn serve(
     }
     if mode == Mode::Busy && nth == 1 {
         return respond(&mut out, "429 Too Many Requests", &["Retry-After: 3".to_owned()], b"slow down");
+    }
+    if mode == Mode::BusyUntil && nth == 1 {
+        // An HTTP date has whole seconds: the next one, then 3 more.
+        let secs = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() + 1 + 3;
+        let at = UNIX_EPOCH + Duration::from_secs(secs);
+        state.0.lock().unwrap().retry_at = Some(at);
+        let header = format!("Retry-After: {}", httpdate::fmt_http_date(at));
+        return respond(&mut out, "429 Too Many Requests", &[header], b"slow down");
     }
     if let Mode::Longer { announce } = mode {
         let mut long = body.clone();
@@ -590,5 +611,20 @@ fn a_busy_server_is_asked_again_no_sooner_than_its_retry_after() {
     // The backoff alone waits 1 s before the second round.
     let gap = t[1] - t[0];
     assert!(gap >= std::time::Duration::from_secs(3), "asked again after {gap:?}, the server said Retry-After: 3");
+    f.assert_matches_local_import();
+}
+
+/// `Retry-After` as an HTTP date (RFC 9110's other form): it was ignored,
+/// so the backoff alone (1 s) came before the date the server named.
+#[test]
+fn a_busy_server_is_asked_again_no_sooner_than_its_retry_after_date() {
+    let f = Fixture::new(true);
+    f.server.set(Mode::BusyUntil);
+    let out = f.download(&["--retries", "2"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stderr.contains("HTTP 429"), "{}", out.stderr);
+    let (t, at) = (f.server.clock(), f.server.retry_at().expect("the first request got the 429"));
+    assert_eq!(t.len(), 2, "one 429, then the file");
+    assert!(t[0] < at && t[1] >= at, "asked again at {:?}, before the Retry-After date {at:?}", t[1]);
     f.assert_matches_local_import();
 }

@@ -10,7 +10,7 @@ use reqwest::header::{CONTENT_RANGE, RANGE};
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Longest wait for response headers or for the next chunk of the body.
@@ -185,12 +185,23 @@ fn downgrades(previous: &[reqwest::Url], next: &reqwest::Url) -> bool {
     previous.iter().any(|u| u.scheme() == "https") && next.scheme() != "https"
 }
 
-/// A 429's or 503's `Retry-After`, in seconds (an HTTP date is not read:
-/// the backoff applies), capped at `MAX_RETRY_AFTER`.
+/// A 429's or 503's `Retry-After`, capped at `MAX_RETRY_AFTER`.
 fn retry_after(resp: &reqwest::blocking::Response) -> Option<Duration> {
     let v = resp.headers().get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
-    let secs: u64 = v.trim().parse().ok()?;
-    Some(Duration::from_secs(secs).min(MAX_RETRY_AFTER))
+    parse_retry_after(v, SystemTime::now())
+}
+
+/// `Retry-After` in either form RFC 9110 allows: delay-seconds, or an
+/// HTTP-date (`Wed, 21 Oct 2026 07:28:00 GMT`), read as the wait from `now`
+/// until then (none when it has passed). `None` when it is neither: the
+/// backoff alone applies.
+fn parse_retry_after(v: &str, now: SystemTime) -> Option<Duration> {
+    let v = v.trim();
+    let wait = match v.parse::<u64>() {
+        Ok(secs) => Duration::from_secs(secs),
+        Err(_) => httpdate::parse_http_date(v).ok()?.duration_since(now).unwrap_or_default(),
+    };
+    Some(wait.min(MAX_RETRY_AFTER))
 }
 
 /// One request: resumes from the `.part` length when there is one. A body
@@ -408,5 +419,21 @@ mod tests {
         assert_eq!(shown_url("https://TOKEN@h.org/a.zip"), "https://***@h.org/a.zip");
         assert_eq!(shown_url("http://h.org/a.zip"), "http://h.org/a.zip");
         assert_eq!(shown_url("not a url?key=SECRET"), "not a url?***");
+    }
+
+    #[test]
+    fn retry_after_reads_seconds_and_http_dates_both_capped() {
+        let now = httpdate::parse_http_date("Wed, 21 Oct 2026 07:28:00 GMT").unwrap();
+        let secs = |s: u64| Some(Duration::from_secs(s));
+        assert_eq!(parse_retry_after(" 7 ", now), secs(7));
+        assert_eq!(parse_retry_after("100000", now), Some(MAX_RETRY_AFTER));
+        assert_eq!(parse_retry_after("Wed, 21 Oct 2026 07:28:09 GMT", now), secs(9));
+        // RFC 850 and asctime, the obsolete forms a recipient must still read.
+        assert_eq!(parse_retry_after("Wednesday, 21-Oct-26 07:28:30 GMT", now), secs(30));
+        assert_eq!(parse_retry_after("Wed Oct 21 07:29:00 2026", now), secs(60));
+        assert_eq!(parse_retry_after("Wed, 21 Oct 2026 08:28:00 GMT", now), Some(MAX_RETRY_AFTER));
+        assert_eq!(parse_retry_after("Wed, 21 Oct 2026 07:27:00 GMT", now), secs(0), "a date gone by");
+        assert_eq!(parse_retry_after("soon", now), None);
+        assert_eq!(parse_retry_after("-3", now), None);
     }
 }
