@@ -106,7 +106,8 @@ struct Listed<'a> {
     name: &'a str,
     format: Format,
     description: &'a str,
-    urls: &'a [String],
+    /// As every other output shows them: secrets replaced by `***`.
+    urls: Vec<String>,
     sha256: Option<&'a str>,
     size: Option<u64>,
     download_size: Option<&'a str>,
@@ -124,7 +125,7 @@ fn list(g: &Global, reg: &Registry) -> anyhow::Result<()> {
                 name: &e.name,
                 format: e.format,
                 description: &e.description,
-                urls: &e.urls,
+                urls: e.urls.iter().map(|u| datasets::fetch::shown_url(u)).collect(),
                 sha256: e.sha256.as_deref(),
                 size: e.size,
                 download_size: e.download_size.as_deref(),

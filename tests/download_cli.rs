@@ -29,6 +29,32 @@ fn list_shows_the_registry_and_what_is_present() {
     assert!(human.code == 0 && human.stdout.lines().any(|l| l.starts_with("cora-planetoid") && l.contains("yes")));
 }
 
+/// `--list --json` printed a mirror's user name, password and query values
+/// in full, where every other output shows `***` in their place.
+#[test]
+fn list_hides_the_secrets_in_mirror_urls() {
+    let d = tempfile::tempdir().unwrap();
+    let reg = d.path().join("secret.toml");
+    let url = "https://bob:hunter2@mirror.example.org/d/cora.zip?token=SECRET&dl=1";
+    std::fs::write(
+        &reg,
+        format!("[my-cora]\nformat = \"ogb\"\nurls = [\"{url}\", \"https://TOKEN@m.example.org/c.zip\"]\n"),
+    )
+    .unwrap();
+    let j = ok_json(d.path(), &["download", "--list", "--json", "--registry", reg.to_str().unwrap()]);
+    assert_eq!(
+        j["datasets"][0]["urls"],
+        serde_json::json!([
+            "https://***@mirror.example.org/d/cora.zip?token=***&dl=***",
+            "https://***@m.example.org/c.zip"
+        ])
+    );
+    let text = j.to_string();
+    for s in ["bob", "hunter2", "SECRET", "TOKEN"] {
+        assert!(!text.contains(s), "`{s}` shown: {text}");
+    }
+}
+
 #[test]
 fn info_prints_the_download_fields() {
     let d = tempfile::tempdir().unwrap();
