@@ -461,16 +461,19 @@ fn two_concurrent_downloads_take_turns() {
     use std::process::{Command, Stdio};
     let f = Fixture::new(false);
     f.server.set(Mode::Hold);
+    // Killed if the test fails while they run, as the guards are dropped.
     let start = || {
-        Command::new(env!("CARGO_BIN_EXE_leapgnn"))
-            .arg("--data-dir")
-            .arg(f.data())
-            .args(["download", "ogb-cora", "--json", "--registry", f.registry.to_str().unwrap()])
-            .env_remove("LEAPGNN_REGISTRY")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
+        Reaped::new(
+            Command::new(env!("CARGO_BIN_EXE_leapgnn"))
+                .arg("--data-dir")
+                .arg(f.data())
+                .args(["download", "ogb-cora", "--json", "--registry", f.registry.to_str().unwrap()])
+                .env_remove("LEAPGNN_REGISTRY")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        )
     };
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     let first = start();
@@ -481,7 +484,7 @@ fn two_concurrent_downloads_take_turns() {
     let mut second = start();
     // The second either says it waits (its stderr) or requests the file too.
     let stderr = Arc::new(Mutex::new(String::new()));
-    let mut pipe = second.stderr.take().unwrap();
+    let mut pipe = second.child().stderr.take().unwrap();
     let sink = stderr.clone();
     let reader = std::thread::spawn(move || {
         let mut buf = [0u8; 4096];
@@ -494,7 +497,7 @@ fn two_concurrent_downloads_take_turns() {
         std::thread::sleep(Duration::from_millis(10)); // poll interval
     }
     f.server.release();
-    let (a, b) = (first.wait_with_output().unwrap(), second.wait_with_output().unwrap());
+    let (a, b) = (first.wait_with_output(), second.wait_with_output());
     reader.join().unwrap();
     let b_err = stderr.lock().unwrap().clone();
     assert!(a.status.success(), "first: {}", String::from_utf8_lossy(&a.stderr));

@@ -171,32 +171,26 @@ fn split_and_feature_dim_flags_override_the_format() {
 
 /// A process holding the lock on `path` the way an import's writer holds its
 /// temporary file's (flock(2)) until it is killed.
-struct LockHolder(std::process::Child);
+struct LockHolder(Reaped);
 
 impl LockHolder {
     fn start(path: &Path) -> LockHolder {
         use std::io::BufRead;
-        let mut c = std::process::Command::new("sh")
-            .args(["-c", "exec 9>>\"$1\" && flock 9 && echo held && exec sleep 600", "sh", p(path)])
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut h = LockHolder(Reaped::new(
+            std::process::Command::new("sh")
+                .args(["-c", "exec 9>>\"$1\" && flock 9 && echo held && exec sleep 600", "sh", p(path)])
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap(),
+        ));
         let mut line = String::new();
-        std::io::BufReader::new(c.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let h = LockHolder(c);
+        std::io::BufReader::new(h.0.child().stdout.take().unwrap()).read_line(&mut line).unwrap();
         assert_eq!(line, "held\n", "flock(1) could not lock {}", path.display());
         h
     }
 
     fn kill(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Drop for LockHolder {
-    fn drop(&mut self) {
-        self.kill();
+        self.0.kill();
     }
 }
 

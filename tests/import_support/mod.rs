@@ -18,6 +18,35 @@ pub fn cora_text() -> PathBuf {
     shared("planetoid/converted/cora")
 }
 
+/// A child process that is killed and waited for when dropped, so that a
+/// test failing while it runs leaves no process behind.
+pub struct Reaped(Option<std::process::Child>);
+
+impl Reaped {
+    pub fn new(child: std::process::Child) -> Reaped {
+        Reaped(Some(child))
+    }
+    pub fn child(&mut self) -> &mut std::process::Child {
+        self.0.as_mut().expect("not yet waited for")
+    }
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+    /// Waits for it to end on its own, reading what is left of its piped output.
+    pub fn wait_with_output(mut self) -> std::process::Output {
+        self.0.take().expect("not yet waited for").wait_with_output().unwrap()
+    }
+}
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
 pub struct Out {
     pub code: i32,
     pub stdout: String,
