@@ -8,7 +8,10 @@
 
 mod dist_support;
 
-use dist_support::{cora, facebook, fails, final_weights, json, leapgnn, local_options, losses, rel_diff, weights};
+use dist_support::{
+    Driver, LONG_RUN, cora, facebook, fails, final_weights, json, leapgnn, local_options, losses, rel_diff, signal,
+    weights,
+};
 use leapgnn::DataDir;
 use leapgnn::cluster::LocalLauncher;
 use leapgnn::train::distributed::{resume_distributed, train_distributed};
@@ -226,4 +229,52 @@ fn a_full_graph_run_resumes_with_its_own_number_of_workers_given() {
         assert_eq!(resumed["workers"], 2, "{flags:?}");
         assert_eq!(final_weights(d, &cut), final_weights(d, &straight), "{flags:?}: final weights differ");
     }
+}
+
+/// `download --force` and `partition --force` of the very dataset and
+/// partitioning a run trains on, while it trains: both go ahead, writing new
+/// files renamed into place, while the run's workers keep the files they
+/// mapped. So the run neither fails nor meets the new data: its records are
+/// those of the same run on the data as it was. Its `--resume` then refuses
+/// the re-imported dataset.
+#[test]
+fn a_forced_reimport_and_repartition_while_a_run_trains_leave_it_on_its_data() {
+    let tmp = cora();
+    let d = tmp.path();
+    // The dataset as the run starts on it, for the undisturbed run below.
+    let before = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(before.path().join("cora")).unwrap();
+    std::fs::copy(d.join("cora/dataset.lgnn"), before.path().join("cora/dataset.lgnn")).unwrap();
+    fn train(run: &str) -> Vec<&str> {
+        [&["train", "cora", "--workers", "2", "--seed", "4", "--run", run][..], LONG_RUN].concat()
+    }
+    let epoch_line = |l: &str| l.starts_with("epoch ") && l.contains("/1000");
+    let within = std::time::Duration::from_secs(120);
+
+    let mut drv = Driver::start(d, &train("busy"));
+    drv.wait_line(within, epoch_line);
+    let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets/planetoid/converted/cora");
+    let reimport = ["download", "cora", "--force", "--from", from.to_str().unwrap(), "--format", "text"];
+    let other_split = ["--features", "dense", "--split", "60,20,20", "--seed", "3"];
+    let j = json(d, &[&reimport[..], &other_split].concat());
+    assert_eq!((j["action"].as_str(), j["train"].as_u64()), (Some("imported"), Some(1624)), "{j}");
+    let j = json(d, &["partition", "cora", "--parts", "2", "--force", "--seed", "5"]);
+    assert_eq!((j["reused"].as_bool(), j["seed"].as_u64()), (Some(false), Some(5)), "{j}");
+    // An epoch trained wholly after both.
+    drv.wait_line(within, epoch_line);
+    drv.wait_line(within, epoch_line);
+    signal(drv.child.id(), "INT");
+    let (code, stderr) = drv.wait_exit(within);
+    assert_eq!(code, Some(0), "the run failed: {stderr}");
+    let busy = summary(d, "busy");
+    let done = busy["iterations"].as_u64().unwrap();
+    assert!(done >= 3 * 9, "{done} iterations: three epochs of 9 expected");
+
+    let done = done.to_string();
+    let straight = [&train("straight")[..], &["--stop-after", &done]].concat();
+    json(before.path(), &straight);
+    assert_eq!(losses(d, "busy"), losses(before.path(), "straight"), "the run met the re-imported data");
+
+    let e = fails(d, &["train", "--resume", "busy", "--no-tui"], 2);
+    assert!(e.contains("re-imported or replaced since"), "{e}");
 }
