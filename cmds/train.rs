@@ -91,6 +91,7 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     let opts = RunOptions {
         run: a.run.clone(),
         stop_after: a.stop_after,
+        stop_in_evaluation: a.stop_in_evaluation,
         memory_limit: a.memory_limit_mb.map(|m| m.saturating_mul(1 << 20)),
     };
     let tty = progress::interactive();

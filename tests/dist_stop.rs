@@ -4,7 +4,7 @@
 
 mod dist_support;
 
-use dist_support::{cora, facebook, local_options, small_cora_job, wait_gone};
+use dist_support::{cora, facebook, final_weights, json, local_options, scores, small_cora_job, wait_gone};
 use leapgnn::DataDir;
 use leapgnn::cluster::LocalLauncher;
 use leapgnn::metrics::StepRecord;
@@ -143,4 +143,50 @@ fn time_step_records_arrive_before_their_iteration_ends() {
         stops.push(s.iterations);
     }
     panic!("no run stopped in the iteration whose step 0 asked it to (stopped after {stops:?}): step records batched?");
+}
+
+/// A stop request that comes while the workers evaluate (`--stop-in-evaluation
+/// E` asks the last worker during epoch E's evaluation) is voted on in the sum
+/// of the evaluation's counts, so every loop stops at that epoch's end, its
+/// checkpoint at iteration E x iterations per epoch, instead of training an
+/// iteration of the next epoch to vote; `--resume` goes on with epoch E + 1
+/// and ends as the uninterrupted run does. Rank 0, which checkpoints, hears
+/// of the request only through the vote. Sampled and full evaluation, the
+/// full-graph engine's loops, and one worker.
+#[test]
+fn a_stop_asked_for_during_an_evaluation_ends_the_run_at_that_epoch() {
+    let tmp = cora();
+    let d = tmp.path();
+    let mb = ["--fanout", "5,5", "--epochs", "3"];
+    // (flags, the epoch whose evaluation the stop comes in, iterations per epoch);
+    // 140 training roots in global batches of 2 x 16 (1 x 32): 5 iterations per epoch.
+    let cases: [(&[&str], u64, u64); 7] = [
+        (&[&mb[..], &["--workers", "2", "--batch-size", "16", "--eval", "sampled"]].concat(), 1, 5),
+        (&[&mb[..], &["--workers", "2", "--batch-size", "16", "--eval", "full"]].concat(), 2, 5),
+        (&[&mb[..], &["--workers", "1", "--batch-size", "32"]].concat(), 1, 5),
+        (&["--workers", "2", "--full-batch", "--model", "deepgcn", "--layers", "2", "--epochs", "4"], 2, 1),
+        (&["--workers", "2", "--strategy", "varco", "--epochs", "4"], 2, 1),
+        (&["--workers", "2", "--strategy", "gnnpipe", "--layers", "2", "--epochs", "4"], 2, 1),
+        // The end of stage 1 of 2: RETEXO stops at stage boundaries.
+        (&["--workers", "2", "--strategy", "retexo", "--rounds", "2"], 2, 1),
+    ];
+    for (k, (flags, epoch, per_epoch)) in cases.iter().enumerate() {
+        let args = [&["train", "cora", "--no-tui", "--hidden", "16"][..], flags].concat();
+        let (straight, cut) = (format!("straight{k}"), format!("cut{k}"));
+        let whole = json(d, &[&args[..], &["--run", &straight]].concat());
+        let stopped = json(d, &[&args[..], &["--run", &cut, "--stop-in-evaluation", &epoch.to_string()]].concat());
+        let at = epoch * per_epoch;
+        assert_eq!(stopped["iterations"], at, "{flags:?}: stopped at the end of epoch {epoch}");
+        assert_eq!(stopped["epochs"], *epoch, "{flags:?}: the epoch stopped in is evaluated");
+        assert_eq!(scores(&stopped)[..], scores(&whole)[..*epoch as usize], "{flags:?}");
+        let state: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(d.join(format!("runs/{cut}/checkpoint/state.json"))).unwrap())
+                .unwrap();
+        let p = &state["progress"];
+        assert_eq!((&p["global_iteration"], &p["epoch"], &p["iteration"]), (&at.into(), &(*epoch).into(), &0.into()));
+        let resumed = json(d, &["train", "--resume", &cut, "--no-tui"]);
+        assert_eq!(scores(&resumed), scores(&whole), "{flags:?}: losses and accuracies of every epoch");
+        assert_eq!(resumed["iterations"], whole["iterations"], "{flags:?}");
+        assert!(final_weights(d, &cut) == final_weights(d, &straight), "{flags:?}: final weights differ");
+    }
 }

@@ -313,6 +313,10 @@ pub struct TrainFlags {
     /// Stop after N iterations in total, as if interrupted (after checkpointing).
     #[arg(long, hide = true, allow_negative_numbers = true)]
     pub stop_after: Option<u64>,
+    /// Ask the last worker to stop while it evaluates epoch N (RETEXO: round N), as if a stop
+    /// request came then.
+    #[arg(long, hide = true, allow_negative_numbers = true)]
+    pub stop_in_evaluation: Option<u64>,
     /// Which remote rows fill the --cache-mb cache.
     #[arg(long, value_enum, default_value_t = defaults::CACHE_POLICY)]
     pub cache_policy: CachePolicy,

@@ -109,7 +109,8 @@ pub trait Observer {
     /// `r.epoch`, `r.iteration`; comes just before that step's first record
     /// (the records since that position, of the failed attempt, are stale).
     fn restart(&mut self, _r: &crate::metrics::RestartRecord) {}
-    /// Polled after every iteration: true stops the run after a checkpoint.
+    /// Polled in every iteration and evaluation: true stops the run after a
+    /// checkpoint, at the end of that iteration or epoch.
     fn stop_requested(&self) -> bool {
         false
     }
@@ -134,6 +135,9 @@ pub struct RunOptions {
     /// Stop after this many iterations in total, checkpointing first (tests
     /// use it to interrupt a run at a known point).
     pub stop_after: Option<u64>,
+    /// Ask the last worker to stop while it evaluates the epoch that makes
+    /// this many done (tests: a stop request that comes during an evaluation).
+    pub stop_in_evaluation: Option<u64>,
     /// Full-graph runs: the memory the workers may use in all, instead of
     /// this machine's MemAvailable (tests and capped jobs).
     pub memory_limit: Option<u64>,
@@ -369,6 +373,7 @@ fn execute(
         checkpoint_dir: Some(&ck),
         resumed_from: resuming.then_some(ck.as_path()),
         stop_after,
+        stop_in_evaluation: opts.stop_in_evaluation,
         owners: None,
         before_iteration: None,
     };

@@ -37,12 +37,23 @@ pub struct LoopInput<'a> {
     pub resumed_from: Option<&'a Path>,
     /// Stop (after checkpointing) once this many iterations are done in total.
     pub stop_after: Option<u64>,
+    /// Tests: the last worker is asked to stop while it evaluates the epoch
+    /// that makes this many epochs (RETEXO: rounds) done, as a stop request
+    /// that comes during an evaluation reaches one worker.
+    pub stop_in_evaluation: Option<u64>,
     /// The partition's vertex -> worker map (who scores which evaluation
     /// node); None: worker 0 owns every vertex.
     pub owners: Option<&'a [u16]>,
     /// Called before every training iteration, after the iteration's byte
     /// count starts (a distributed worker's `--check-replicas`).
     pub before_iteration: Option<&'a BeforeIteration<'a>>,
+}
+
+impl LoopInput<'_> {
+    /// Whether `stop_in_evaluation` asks this worker to stop in the evaluation of `epoch`.
+    pub(crate) fn raises_stop_in_evaluation(&self, epoch: u64, coll: &dyn Collective) -> bool {
+        self.stop_in_evaluation == Some(epoch + 1) && coll.rank() + 1 == coll.world()
+    }
 }
 
 /// `LoopInput::before_iteration`.
@@ -71,6 +82,18 @@ pub fn run_loop(
     let save = |p: &Progress, w: &Worker<'_>, opt: &dyn Optimizer| match inp.checkpoint_dir {
         Some(dir) => checkpoint::save(dir, cfg, p, &w.params, opt),
         None => Ok(()),
+    };
+    // A periodic or a stop's checkpoint, with the event the driver copies it back on.
+    let checkpoint_now = |p: &mut Progress,
+                          w: &Worker<'_>,
+                          strategy: &dyn Strategy,
+                          opt: &dyn Optimizer,
+                          obs: &mut dyn Observer|
+     -> Result<(), TrainError> {
+        p.auto_steps = strategy.auto_state();
+        save(p, w, opt)?;
+        obs.event(&format!("{} {}", checkpoint::WRITTEN, p.global_iteration));
+        Ok(())
     };
     if let Some(s) = &p.auto_steps {
         strategy.restore_auto(s)?;
@@ -149,22 +172,23 @@ pub fn run_loop(
             p.global_iteration += 1;
             let stop = inp.stop_after == Some(p.global_iteration) || stop_voted;
             if stop || (cfg.checkpoint_every > 0 && p.global_iteration.is_multiple_of(cfg.checkpoint_every)) {
-                p.auto_steps = strategy.auto_state();
-                save(&p, w, opt)?;
-                obs.event(&format!("{} {}", checkpoint::WRITTEN, p.global_iteration));
+                checkpoint_now(&mut p, w, strategy, opt, obs)?;
             }
             if stop {
-                // Every worker takes the answers it asked for ahead before any
-                // closes its mesh: a peer gone would leave an answer unsent.
-                strategy.settle(w)?;
-                coll.barrier().map_err(TrainError::Comm)?;
-                return Ok(p);
+                return stop_now(p, w, coll, strategy);
             }
         }
         let te = Instant::now();
         strategy.before_evaluation(w, p.global_iteration);
-        let req =
-            EvalRequest { sets: &[inp.val, inp.test], owners: inp.owners, epoch: p.epoch, batch: cfg.eval_batch_size };
+        let raised = inp.raises_stop_in_evaluation(p.epoch, coll);
+        let asked = || raised || obs.stop_requested();
+        let req = EvalRequest {
+            sets: &[inp.val, inp.test],
+            owners: inp.owners,
+            epoch: p.epoch,
+            batch: cfg.eval_batch_size,
+            stop: &asked,
+        };
         let eval = evaluate(w, coll, &req)?;
         add_bytes(&mut p.eval_bytes, &eval.moved.sent);
         let acc = eval.accuracies;
@@ -185,11 +209,31 @@ pub fn run_loop(
         p.epoch_loss_sum = 0.0;
         p.epoch_iterations = 0;
         p.epoch_seconds = 0.0;
+        // Asked to stop while evaluating: the run stops at the epoch's end, as
+        // after an iteration (a stop at the last epoch's end is its end).
+        if eval.stop && p.epoch < cfg.epochs {
+            checkpoint_now(&mut p, w, strategy, opt, obs)?;
+            return stop_now(p, w, coll, strategy);
+        }
     }
     // The final state (a periodic checkpoint at the last iteration predates the last evaluation).
     p.auto_steps = strategy.auto_state();
     save(&p, w, opt)?;
     obs.event("final checkpoint written");
+    Ok(p)
+}
+
+/// Ends a stopped run where `p` is (checkpointed).
+fn stop_now(
+    p: Progress,
+    w: &mut Worker<'_>,
+    coll: &mut dyn Collective,
+    strategy: &mut dyn Strategy,
+) -> Result<Progress, TrainError> {
+    // Every worker takes the answers it asked for ahead before any
+    // closes its mesh: a peer gone would leave an answer unsent.
+    strategy.settle(w)?;
+    coll.barrier().map_err(TrainError::Comm)?;
     Ok(p)
 }
 

@@ -501,6 +501,7 @@ fn execute(
         run_dir: on_worker(&run_dir)?,
         resume: resume.is_some(),
         stop_after: run.stop_after,
+        stop_in_evaluation: run.stop_in_evaluation,
         dump_grad: opts.dump_grad.as_deref().map(absolute).transpose()?,
         check_replicas: opts.check_replicas,
         comm_timeout_ms: opts.comm_timeout.as_millis() as u64,

@@ -49,6 +49,9 @@ pub struct DistJob {
     /// Continue from the checkpoint in `run_dir`.
     pub resume: bool,
     pub stop_after: Option<u64>,
+    /// `RunOptions::stop_in_evaluation`.
+    #[serde(default)]
+    pub stop_in_evaluation: Option<u64>,
     /// Rank 0 writes the first iteration's summed gradient here (tests).
     pub dump_grad: Option<PathBuf>,
     /// Compare the replicas' weights every this many iterations (0: never).

@@ -105,6 +105,7 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
         checkpoint_dir: (rank == 0).then_some(ck.as_path()),
         resumed_from: spec.resume.then_some(ck.as_path()),
         stop_after: spec.stop_after,
+        stop_in_evaluation: spec.stop_in_evaluation,
         owners: Some(owners.as_slice()),
         before_iteration: Some(&check_replicas),
     };

@@ -5,6 +5,7 @@
 
 use super::{State, forward, state};
 use crate::model::Mode;
+use crate::train::evaluate::StopVote;
 use crate::train::{Collective, TrainError, Worker};
 use std::sync::Arc;
 
@@ -52,8 +53,14 @@ pub fn argmax(row: &[f32]) -> usize {
 }
 
 /// Accuracy on each of `sets` (labelled ids): every vertex scored by its owner,
-/// one all-reduce of the counts.
-pub fn accuracies(w: &mut Worker<'_>, coll: &mut dyn Collective, sets: &[&[u32]]) -> Result<Vec<f64>, TrainError> {
+/// one all-reduce of the counts, which carries the workers' stop votes
+/// (`stop`: whether this one is asked to stop); and whether any voted.
+pub fn accuracies(
+    w: &mut Worker<'_>,
+    coll: &mut dyn Collective,
+    sets: &[&[u32]],
+    stop: &dyn Fn() -> bool,
+) -> Result<(Vec<f64>, bool), TrainError> {
     let out = run(w, coll, None)?;
     let plan = &out.state.plan;
     let c = out.classes;
@@ -69,6 +76,9 @@ pub fn accuracies(w: &mut Worker<'_>, coll: &mut dyn Collective, sets: &[&[u32]]
         counts.push(correct as f32);
         counts.push(total as f32);
     }
+    let vote = StopVote::new::<f32>(stop(), sets.first().map_or(0, |s| s.len()), coll.world());
+    vote.cast(&mut counts);
     coll.all_reduce_sum(&mut counts).map_err(TrainError::Comm)?;
-    Ok(counts.chunks(2).map(|c| if c[1] > 0.0 { c[0] as f64 / c[1] as f64 } else { 0.0 }).collect())
+    let stop = vote.tally(&mut counts);
+    Ok((counts.chunks(2).map(|c| if c[1] > 0.0 { c[0] as f64 / c[1] as f64 } else { 0.0 }).collect(), stop))
 }

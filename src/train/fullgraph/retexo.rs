@@ -44,6 +44,7 @@ use crate::model::{
     gcn_graph,
 };
 use crate::sample::Fanout;
+use crate::train::evaluate::StopVote;
 use crate::train::{Collective, LoopInput, Observer, Progress, TrainError, Worker, checkpoint};
 use crate::train::{read_u64_slots, u64_slots};
 use crate::tui::fmt::bytes;
@@ -620,7 +621,10 @@ pub fn run(
             let sync = ts.elapsed().as_secs_f64();
 
             let te = Instant::now();
-            let (val, test) = accuracies(&model, l, &si, coll, (&src, &owned), &split)?;
+            let raised = inp.raises_stop_in_evaluation(p.epoch, coll);
+            let asked = || raised || obs.stop_requested();
+            let (val, test, stop_in_eval) =
+                accuracies(&model, l, &si, coll, (&src, &owned), &split, (inp.val.len(), &asked))?;
             if best.as_ref().is_none_or(|(b, _)| val > *b) {
                 best = Some((val, weights));
             }
@@ -660,7 +664,8 @@ pub fn run(
             p.history.push(e);
             p.epoch += 1;
             p.global_iteration += 1;
-            if inp.stop_after == Some(p.global_iteration) || stop_voted {
+            // A stop asked for while the round evaluated ends the run at this round too.
+            if inp.stop_after == Some(p.global_iteration) || stop_voted || stop_in_eval {
                 if p.epoch == (l as u64 + 1) * rounds {
                     // Every worker voted alike: all finish the stage together.
                     stop_at_next_stage = true;
@@ -775,7 +780,9 @@ fn owned_embedding(
     Ok((flat(&e)?, e.dim(1)?))
 }
 
-/// Validation and test accuracy of stage `l` (with its head) over all workers.
+/// Validation and test accuracy of stage `l` (with its head) over all
+/// workers, and whether any worker voted to stop in their sum (`stop`: this
+/// one is asked to; `val`: the validation set's size).
 fn accuracies(
     model: &RetexoModel,
     l: usize,
@@ -783,7 +790,8 @@ fn accuracies(
     coll: &mut dyn Collective,
     ids: (&[u32], &[u32]),
     split: &Split,
-) -> Result<(f64, f64), TrainError> {
+    (val, stop): (usize, &dyn Fn() -> bool),
+) -> Result<(f64, f64, bool), TrainError> {
     let (logits, _) = model.head(l, model.conv(l, si, ids, split, None)?)?;
     let c = logits.dim(1)?;
     let flat = logits.flatten_all()?.to_vec1::<f32>()?;
@@ -793,7 +801,10 @@ fn accuracies(
             .count() as f32
     };
     let mut counts = [correct(&split.val), split.val.len() as f32, correct(&split.test), split.test.len() as f32];
+    let vote = StopVote::new::<f32>(stop(), val, coll.world());
+    vote.cast(&mut counts);
     coll.all_reduce_sum(&mut counts).map_err(TrainError::Comm)?;
+    let stop = vote.tally(&mut counts);
     let ratio = |a: f32, b: f32| if b > 0.0 { a as f64 / b as f64 } else { 0.0 };
-    Ok((ratio(counts[0], counts[1]), ratio(counts[2], counts[3])))
+    Ok((ratio(counts[0], counts[1]), ratio(counts[2], counts[3]), stop))
 }

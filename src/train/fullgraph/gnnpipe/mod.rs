@@ -55,6 +55,7 @@ use crate::metrics::{EpochRecord, StepRecord, add_bytes};
 use crate::model::csr_op::select_rows;
 use crate::model::{Mode, Params, cross_entropy_sum};
 use crate::optim::Optimizer;
+use crate::train::evaluate::StopVote;
 use crate::train::trainer::dropout_key;
 use crate::train::{Collective, LoopInput, Observer, Progress, TrainError, Worker};
 use candle_core::{Tensor, Var};
@@ -516,14 +517,17 @@ impl Stage {
     }
 
     /// Validation and test accuracy: each stage its layers for every vertex
-    /// (no dropout, no history), every row sent on to the next stage.
+    /// (no dropout, no history), every row sent on to the next stage; and
+    /// whether any worker voted to stop in the counts' sum (`stop`: this
+    /// one is asked to).
     fn accuracies(
         &self,
         w: &Worker<'_>,
         coll: &mut dyn Collective,
         sets: [&[u32]; 2],
+        stop: &dyn Fn() -> bool,
         times: &mut Times,
-    ) -> Result<(f64, f64), TrainError> {
+    ) -> Result<(f64, f64, bool), TrainError> {
         // Group 0 (ranks 0..S) evaluates; the other groups' stages take part in the exchanges only.
         let (s, n) = (self.s, w.graph.num_nodes());
         let evaluates = self.rank < self.stages;
@@ -555,9 +559,13 @@ impl Stage {
                 counts[2 * i + 1] = ids.len() as f32;
             }
         }
+        // Only the last stage of group 0 scores, but every worker votes.
+        let vote = StopVote::new::<f32>(stop(), sets[0].len(), coll.world());
+        vote.cast(&mut counts);
         sum_small(coll, &mut counts)?;
+        let stop = vote.tally(&mut counts);
         let ratio = |a: f32, b: f32| if b > 0.0 { a as f64 / b as f64 } else { 0.0 };
-        Ok((ratio(counts[0], counts[1]), ratio(counts[2], counts[3])))
+        Ok((ratio(counts[0], counts[1]), ratio(counts[2], counts[3]), stop))
     }
 }
 
@@ -785,7 +793,9 @@ pub fn run(
         }
 
         let te = Instant::now();
-        let (val, test) = stage.accuracies(w, coll, [inp.val, inp.test], &mut Times::default())?;
+        let raised = inp.raises_stop_in_evaluation(p.epoch, coll);
+        let asked = || raised || obs.stop_requested();
+        let (val, test, stop) = stage.accuracies(w, coll, [inp.val, inp.test], &asked, &mut Times::default())?;
         let eval = coll.bytes().since(&mark);
         mark = coll.bytes();
         add_bytes(&mut p.eval_bytes, &eval.sent);
@@ -804,6 +814,13 @@ pub fn run(
         p.epoch += 1;
         p.iteration = 0;
         (p.epoch_loss_sum, p.epoch_iterations, p.epoch_seconds) = (0.0, 0, 0.0);
+        // Asked to stop while evaluating: the run stops at the epoch's end, as
+        // after a step (a stop at the last epoch's end is its end).
+        if stop && p.epoch < cfg.epochs {
+            stage.save(w, coll, (cfg, inp.checkpoint_dir), &p, opt.as_ref(), (&bufs, history))?;
+            obs.event(&format!("{} {}", crate::train::checkpoint::WRITTEN, p.global_iteration));
+            return Ok(p);
+        }
     }
     // Rank 0 gathers every stage's layers: its checkpoint is the whole model (`infer`).
     stage.save(w, coll, (cfg, inp.checkpoint_dir), &p, opt.as_ref(), (&bufs, history && periodic))?;
