@@ -5,7 +5,7 @@
 
 mod dist_support;
 
-use dist_support::{Driver, LONG_RUN, cora, final_weights, json, signal, wait_gone};
+use dist_support::{Driver, LONG_RUN, cora, count, final_weights, json, signal, wait_gone};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
@@ -206,6 +206,13 @@ fn ctrl_c_while_waiting_to_restart_stops_at_the_checkpoint_without_relaunching()
     let summary: serde_json::Value = serde_json::from_slice(&std::fs::read(run.join("summary.json")).unwrap()).unwrap();
     assert_eq!(summary["iterations"], done, "{summary}");
     assert_eq!(summary["epochs"], p["epoch"], "{summary}");
+    // The evaluations' bytes the checkpoint counted (rank 0's), as the epochs it evaluated moved them.
+    let bytes = &summary["bytes"];
+    assert!(count(&p["eval_bytes"]["features"]) > 0, "{state}");
+    for c in ["features", "gradients", "migration", "activations", "control"] {
+        assert_eq!(bytes["eval"][c], p["eval_bytes"][c], "{c}: {bytes}");
+        assert_eq!(count(&bytes[c]), count(&bytes["train"][c]) + count(&bytes["eval"][c]), "{c}: {bytes}");
+    }
     // The step records are those before the checkpoint, each worker's of each iteration once.
     let at = (p["epoch"].as_u64().unwrap(), p["iteration"].as_u64().unwrap());
     let lines = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();

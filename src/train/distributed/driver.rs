@@ -367,10 +367,10 @@ fn wait_unless_interrupted(delay: Duration, interrupted: &AtomicBool, stop: &dyn
 /// at its last checkpoint (fetched from rank 0's host first). Its records
 /// after that checkpoint, of the attempt that failed, are dropped as a
 /// resume would drop them, and the summary is the checkpoint's: its
-/// iterations and epochs, and the rows and training bytes of the step
-/// records kept (the evaluations' bytes are in the workers' final reports
-/// only, which a lost attempt never sent). Without a checkpoint there is
-/// nothing to keep: the failure is returned, saying so.
+/// iterations and epochs, the rows and training bytes of the step records
+/// kept, and the evaluations' bytes the checkpoint counted: rank 0's, the
+/// other workers' being in final reports a lost attempt never sent. Without
+/// a checkpoint there is nothing to keep: the failure is returned, saying so.
 fn stopped_before_restart(
     data: &DataDir,
     name: &str,
@@ -416,6 +416,7 @@ fn stopped_before_restart(
         add_bytes(&mut train, &r.bytes_out);
     }
     summary.bytes = RunBytes::split(train, Default::default());
+    summary.bytes.add(&RunBytes::split(p.eval_bytes, p.eval_bytes));
     let summary = summary.from_history(p.history);
     let msg = format!(
         "run {name}: stopped on request before restarting it ({err:#}); the workers were not started again, and the \
