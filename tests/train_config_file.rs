@@ -103,6 +103,12 @@ fn bad_files_are_refused_with_exit_2_naming_the_file_and_the_key() {
         ("model = \"gcnn\"", "model = \"gcnn\": expected one of sage, sage-max, gcn, gat,"),
         ("prefetch = \"maybe\"", "prefetch = \"maybe\": expected one of on, off, auto (as --prefetch takes)"),
         ("fanout = [5, \"x\"]", "fanout = [5, \"x\"]: bad fanout `x` in `5,x`"),
+        // A negative count was taken for a flag ("unexpected argument '-1' found"), the
+        // others reached the strategy's own check, naming `--time-steps on` for `true`.
+        ("time-steps = -1", "time-steps = -1: expected `auto` or a whole number of time steps, 1 or more"),
+        ("time-steps = 2.5", "time-steps = 2.5: expected `auto` or a whole number of time steps, 1 or more"),
+        ("time-steps = true", "time-steps = true: expected `auto` or a whole number of time steps, 1 or more"),
+        ("time-steps = 0", "time-steps = 0: expected `auto` or a whole number of time steps, 1 or more"),
     ] {
         let file = write("typed.toml", &format!("dataset = \"tiny\"\n{text}\n"));
         let e = fails(d, &["train", "--config", &file], 2);

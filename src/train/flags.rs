@@ -262,7 +262,7 @@ pub struct TrainFlags {
     pub cache_mb: u64,
     /// Time steps per iteration, 1..=W, or `auto` (tuned while training) [leapgnn only; default: the
     /// --merge-plan's, else auto]. micrograph and pregather always take W, model-centric 1.
-    #[arg(long)]
+    #[arg(long, value_parser = time_steps_value, allow_negative_numbers = true)]
     pub time_steps: Option<String>,
     /// Merge plan written by `tune-merge` (leapgnn): time steps and per-step shares of each worker's roots.
     #[arg(long)]
@@ -836,6 +836,17 @@ impl TrainFlags {
                 Ok(Some(t))
             }
         }
+    }
+}
+
+/// `--time-steps`' parser: `auto` or a count of 1 or more, checked where
+/// clap reads the value, so that a `--config` file's wrong value is put to
+/// its key, and a negative one is refused as a value, not taken for a flag.
+fn time_steps_value(s: &str) -> Result<String, String> {
+    match s.parse::<u32>() {
+        Ok(t) if t >= 1 => Ok(s.to_string()),
+        _ if s == "auto" => Ok(s.to_string()),
+        _ => Err("expected `auto` or a whole number of time steps, 1 or more".into()),
     }
 }
 
