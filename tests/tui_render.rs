@@ -426,3 +426,156 @@ fn a_retexo_run_shows_its_stage_beside_the_epoch() {
     let plain = render(&scripted(), &Ui::default(), 120, 30);
     assert!(!plain.contains("stage"), "{plain}");
 }
+
+/// Eight workers of eight time steps, a run and dataset named at length, a
+/// worker's log line naming its 40-character host: what a cluster run sends.
+fn crowded() -> DashboardState {
+    let mut s = DashboardState::new(leapgnn::metrics::RunInfo {
+        run: "sweep-2026-11-30-leapgnn-t8-cache512-seed7".into(),
+        dataset: "/scratch/someone/datasets/ogbn-papers100M-relabelled".into(),
+        workers: 8,
+        time_steps: 8,
+        ..info()
+    });
+    s.push_event("[worker 7] started on gpu-node-0123456789.cluster.example.org (pid 4242)");
+    for e in 0..2 {
+        for i in 0..5 {
+            (0..8).flat_map(|t| (0..8).map(move |w| record(e, i, t, w))).for_each(|r| s.apply_record(&r));
+        }
+        s.apply_epoch(&leapgnn::metrics::EpochRecord { epoch: e, ..epoch0() });
+    }
+    s
+}
+
+/// The words of `line` between box borders.
+fn words(line: &str) -> Vec<&str> {
+    line.split(|c: char| c.is_whitespace() || c == '│').filter(|w| !w.is_empty()).collect()
+}
+
+/// At 40x10 the header cut the run's numbers (`loss 6.`), the overview's
+/// worker table had no row left, the workers view dropped the miss rate for
+/// the row counts, the grid squeezed eight step columns into three
+/// (`e2 i5` read `2 i5`) and the epoch table cut its headers (`ain s`).
+/// Now a part is whole or absent, names end in `…`, and what is left out is counted.
+#[test]
+fn eight_workers_and_long_names_at_40x10_keep_every_number_whole() {
+    let s = crowded();
+    let at = |view: View| render(&s, &Ui { view, help: false }, 40, 10);
+    let screen = at(View::Overview);
+    let lines: Vec<&str> = screen.lines().collect();
+    assert!(lines.iter().all(|l| fmt_width(l) <= 40), "{screen}");
+    // The names are elided; W and T stay.
+    assert!(lines[0].contains('…') && lines[0].contains("W 8") && lines[0].contains("T 8"), "{screen}");
+    // Each progress field whole or absent: 64 records of 0.1 make the loss 6.4000.
+    for whole in ["epoch 2/3", "iter 5/10", "loss 6.4000", "val 71.2%", "test 70.1%"] {
+        let label = whole.split(' ').next().unwrap();
+        assert!(!lines[1].contains(&format!("{label} ")) || lines[1].contains(whole), "{whole}: {screen}");
+    }
+    assert!(lines[1].contains("epoch 2/3") && lines[1].contains("ETA"), "{screen}");
+    // Worker 0 misses (25 x 8 x 5) of (100 x 8 x 5) rows this epoch; the others 10 %.
+    let w0 = worker_cells(&screen, 0);
+    assert!(w0.contains(&"25.0%".into()) && w0.contains(&"1.00k".into()), "{screen}");
+    assert!(screen.contains(" 1 of 8 workers shown "), "{screen}");
+
+    let workers = at(View::Workers);
+    assert!(worker_cells(&workers, 3).contains(&"10.0%".into()), "the miss rate gives way last: {workers}");
+    assert!(workers.contains(" 4 of 8 workers shown "), "{workers}");
+
+    let grid = at(View::Steps);
+    let header = words(line_with(&grid, "wkr"));
+    assert_eq!(header, ["wkr", "e2", "i5", "e2", "i5", "e2", "i5"], "{grid}");
+    assert!(words(line_with(&grid, "w0 miss"))[2..] == ["25.0%"; 3], "{grid}");
+    assert!(grid.contains("e2 i5: steps 0-2 of 8"), "{grid}");
+
+    let curves = at(View::Curves);
+    let head = words(line_with(&curves, "│epoch"));
+    assert!(head.iter().all(|w| ["epoch", "loss", "val", "test", "train", "s", "eval"].contains(w)), "{curves}");
+    assert!(head.contains(&"val") && head.contains(&"test"), "{curves}");
+
+    let log = at(View::Log);
+    assert!(line_with(&log, "[worker 7] started on gpu-node").trim_end().ends_with("…│"), "{log}");
+}
+
+/// Columns a line of the screen takes (every glyph the dashboard draws takes one).
+fn fmt_width(l: &str) -> usize {
+    l.chars().count()
+}
+
+/// The other sizes a terminal comes in, from one too small for any view to a
+/// wall screen, and a resize from each to the next in one terminal: nothing
+/// panics, no view is drawn where it cannot fit, and every resize leaves the
+/// screen as a fresh one of its size.
+#[test]
+fn every_view_draws_at_20x5_80x24_and_300x80_and_after_resizes() {
+    use ratatui::Terminal;
+    use ratatui::backend::TestBackend;
+    let s = crowded();
+    let sizes = [(20, 5), (80, 24), (300, 80), (40, 10), (1, 1), (80, 24)];
+    let mut t = Terminal::new(TestBackend::new(300, 80)).unwrap();
+    for view in View::ALL {
+        for help in [false, true] {
+            let ui = Ui { view, help };
+            for (w, h) in sizes {
+                t.backend_mut().resize(w, h);
+                t.draw(|f| leapgnn::tui::draw(f, &s, &ui)).unwrap();
+                let shown = tui_support::screen(&t);
+                assert_eq!(shown, render(&s, &ui, w, h), "{view:?} at {w}x{h}");
+            }
+        }
+    }
+    let tiny = render(&s, &Ui::default(), 20, 5);
+    assert!(tiny.contains("epoch 2/3") && tiny.contains("20x5: the views") && tiny.contains("40x10"), "{tiny}");
+    assert!(!tiny.contains("┌"), "no view squeezed into 20x5:\n{tiny}");
+
+    let wide = render(&s, &Ui::default(), 300, 80);
+    let head = line_with(&wide, "leapgnn │");
+    assert!(head.contains("/scratch/someone/datasets/ogbn-papers100M-relabelled") && !head.contains('…'), "{head}");
+    assert!(head.contains("run sweep-2026-11-30-leapgnn-t8-cache512-seed7"), "{head}");
+    for w in 0..8 {
+        assert!(worker_cells(&wide, w).len() == 13, "every column for worker {w}: {wide}");
+    }
+    assert!(wide.contains("gpu-node-0123456789.cluster.example.org (pid 4242)"), "{wide}");
+
+    let grid = render(&s, &Ui { view: View::Steps, help: false }, 80, 24);
+    assert!(grid.contains(" 7 of 8 workers shown "), "{grid}");
+    assert!(line_with(&grid, "w6 rcv").contains("500kB"), "{grid}");
+}
+
+/// The accuracy chart's lines were told apart by colour alone (green val,
+/// cyan test, both braille), and ratatui drops the legend at 80x24: under
+/// NO_COLOR nothing said which line was which. Each line has its own mark,
+/// and the chart's bottom border names it.
+#[test]
+fn the_accuracy_lines_are_told_apart_without_colour() {
+    let mut s = scripted();
+    s.apply_epoch(&leapgnn::metrics::EpochRecord { epoch: 1, val_accuracy: 0.9, test_accuracy: 0.3, ..epoch0() });
+    let screen = render(&s, &Ui { view: View::Curves, help: false }, 80, 24);
+    let key = line_with(&screen, "⠒ val");
+    assert!(key.contains("⠒ val  • test ┘"), "{screen}");
+    // The chart's plot, left of the epoch table: both marks drawn, and never the same glyph.
+    let plot: Vec<String> = screen
+        .lines()
+        .skip_while(|l| !l.contains("accuracy"))
+        .map(|l| l.chars().take(80 - 46).collect::<String>())
+        .collect();
+    let glyphs = |keep: fn(char) -> bool| plot.iter().flat_map(|l| l.chars()).filter(|c| keep(*c)).count();
+    assert!(glyphs(|c| c == '•') > 0, "no test mark:\n{screen}");
+    assert!(glyphs(|c| ('\u{2801}'..='\u{28ff}').contains(&c)) > 0, "no val line:\n{screen}");
+    // The x axis of epochs 1..2 is labelled 1 and 2 (it read `1 2 2`, 1.5 rounded).
+    let labels = plot.iter().find(|l| words(l).first() == Some(&"1")).unwrap();
+    assert_eq!(words(labels), ["1", "2"], "{screen}");
+}
+
+/// `--time-steps auto` changes T from one epoch to the next: the header said
+/// the T the run started with (`T 2`) while the grid showed four steps.
+#[test]
+fn the_header_shows_the_time_steps_the_records_run() {
+    let mut s = DashboardState::new(info());
+    for i in 0..3 {
+        (0..4).flat_map(|t| (0..2).map(move |w| record(1, i, t, w))).for_each(|r| s.apply_record(&r));
+    }
+    let screen = render(&s, &Ui::default(), 100, 24);
+    assert!(line_with(&screen, "leapgnn │").contains("│ T 4 │"), "{screen}");
+    let fresh = render(&DashboardState::new(info()), &Ui::default(), 100, 24);
+    assert!(line_with(&fresh, "leapgnn │").contains("│ T 2 │"), "{fresh}");
+}

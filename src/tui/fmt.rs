@@ -51,6 +51,42 @@ pub fn loss(x: f64) -> String {
     if x != 0.0 && x.abs() < 1e-3 { format!("{x:.2e}") } else { format!("{x:.4}") }
 }
 
+/// Columns `s` takes on a terminal (a CJK character two, a combining mark none).
+pub fn width(s: &str) -> usize {
+    unicode_width::UnicodeWidthStr::width(s)
+}
+
+/// `s` cut to `max` columns, the cut marked with `…` in the last one: a name
+/// that does not fit says so instead of ending mid-word as if that were all.
+pub fn elide(s: &str, max: usize) -> String {
+    if width(s) <= max {
+        return s.to_string();
+    }
+    let mut out = String::new();
+    let mut used = 0;
+    for c in s.chars() {
+        let w = unicode_width::UnicodeWidthChar::width(c).unwrap_or(0);
+        if used + w + 1 > max {
+            break;
+        }
+        out.push(c);
+        used += w;
+    }
+    if max > 0 {
+        out.push('…');
+    }
+    out
+}
+
+/// The first of `variants` (longest first) that fits `max` columns, else the
+/// last elided: a title keeps its numbers by dropping words, not by being cut.
+pub fn first_fitting(variants: &[String], max: usize) -> String {
+    match variants.iter().find(|v| width(v) <= max) {
+        Some(v) => v.clone(),
+        None => variants.last().map_or_else(String::new, |v| elide(v, max)),
+    }
+}
+
 /// Seconds as `m:ss` or `h:mm:ss`.
 pub fn duration(secs: f64) -> String {
     if !secs.is_finite() || secs < 0.0 {
@@ -79,5 +115,15 @@ mod tests {
         assert_eq!(duration(f64::NAN), "--");
         assert_eq!((loss(0.02664), loss(0.001), loss(0.0)), ("0.0266".into(), "0.0010".into(), "0.0000".into()));
         assert_eq!((loss(2.3456e-6), loss(0.000_91)), ("2.35e-6".into(), "9.10e-4".into()));
+        assert_eq!(
+            (elide("compute-node-01", 8), elide("node", 8), elide("ab", 0)),
+            ("compute…".into(), "node".into(), "".into())
+        );
+        assert_eq!(elide("数据集名", 5), "数据…");
+        let v = [" comm/step 1.60MB (max 1.60MB) ".to_string(), " comm 1.60MB ".to_string()];
+        assert_eq!(
+            (first_fitting(&v, 40), first_fitting(&v, 14), first_fitting(&v, 8)),
+            (v[0].clone(), v[1].clone(), " comm 1…".into())
+        );
     }
 }

@@ -409,6 +409,16 @@ impl DashboardState {
         all_but_newest(&self.steps, self.finished)
     }
 
+    /// Time steps of the newest complete iteration, as its records say:
+    /// `--time-steps auto` changes T from one epoch to the next, and the
+    /// run's start (`info`) only knows the first.
+    pub fn time_steps(&self) -> u32 {
+        let Some(last) = self.complete_iterations().last() else { return self.info.time_steps };
+        let key = (last.epoch, last.iteration);
+        let seen = self.cells.iter().rev().filter(|c| (c.epoch, c.iteration) == key).map(|c| c.time_step + 1).max();
+        seen.unwrap_or(self.info.time_steps)
+    }
+
     /// Loss of the latest complete iteration.
     pub fn last_loss(&self) -> Option<f64> {
         self.complete_iterations().last().map(|i| i.loss)

@@ -1,6 +1,7 @@
 //! Pure rendering: a frame is a function of the state and the viewer's choices.
 
 mod charts;
+mod columns;
 mod curves;
 mod header;
 mod help;
@@ -14,13 +15,25 @@ use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Modifier, Style};
 use ratatui::text::Line;
-use ratatui::widgets::{Paragraph, Tabs};
+use ratatui::widgets::{Paragraph, Tabs, Wrap};
+
+/// The smallest screen the views are laid out for (the overview's table
+/// with a worker row and one chart; a step column of the grid).
+pub const MIN_WIDTH: u16 = 40;
+pub const MIN_HEIGHT: u16 = 10;
 
 /// Draws the whole screen.
 pub fn draw(frame: &mut Frame, state: &DashboardState, ui: &Ui) {
     let [head, body, foot] =
         Layout::vertical([Constraint::Length(2), Constraint::Fill(1), Constraint::Length(1)]).areas(frame.area());
     header::draw(frame, head, state);
+    let area = frame.area();
+    if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
+        // The header still says how far the run is; the views would be cut to pieces.
+        let why = format!("{}x{}: the views need {MIN_WIDTH}x{MIN_HEIGHT}; q stops", area.width, area.height);
+        frame.render_widget(Paragraph::new(why).wrap(Wrap { trim: true }), body.union(foot));
+        return;
+    }
     match ui.view {
         View::Overview => overview(frame, body, state),
         View::Workers => workers::detail(frame, body, state),
@@ -35,26 +48,37 @@ pub fn draw(frame: &mut Frame, state: &DashboardState, ui: &Ui) {
 }
 
 /// Everything at a glance; at 80x24 the worker table yields rows to the
-/// charts and log before they disappear.
+/// charts and log before they disappear. A part is drawn whole or not at
+/// all: the heights are worked out to add up to the screen's, never more
+/// (ratatui would squeeze every part to a border without content).
 fn overview(frame: &mut Frame, area: Rect, state: &DashboardState) {
+    const MIN_TABLE: u16 = 4;
     const MIN_CHART: u16 = 3;
     const MIN_LOG: u16 = 3;
+    let h = area.height;
     let wanted = state.workers().len().max(1) as u16 + 3;
-    let table = wanted.min(area.height.saturating_sub(2 * MIN_CHART + MIN_LOG).max(4));
+    let table = wanted.min(h.saturating_sub(2 * MIN_CHART + MIN_LOG).max(MIN_TABLE)).min(h);
     // What the table leaves goes to the two chart rows (up to 6 bar lines each), then the log.
-    let rest = area.height.saturating_sub(table);
+    let mut rest = h - table;
     let chart = (rest.saturating_sub(MIN_LOG + 3) / 2).clamp(MIN_CHART, 8);
-    let [t, comm, curves, events] = Layout::vertical([
-        Constraint::Length(table),
-        Constraint::Length(chart),
-        Constraint::Length(chart),
-        Constraint::Fill(1),
-    ])
-    .areas(area);
+    let mut take = |want: u16, min: u16| {
+        let got = if rest >= min { want.min(rest) } else { 0 };
+        rest -= got;
+        got
+    };
+    let (comm, curves) = (take(chart, MIN_CHART), take(chart, MIN_CHART));
+    let events = take(u16::MAX, MIN_LOG);
+    let [t, c, k, e] = Layout::vertical([table, comm, curves, events].map(Constraint::Length)).areas(area);
     workers::compact(frame, t, state);
-    charts::per_step(frame, comm, state);
-    charts::training(frame, curves, state);
-    log::draw(frame, events, state);
+    if comm > 0 {
+        charts::per_step(frame, c, state);
+    }
+    if curves > 0 {
+        charts::training(frame, k, state);
+    }
+    if events > 0 {
+        log::draw(frame, e, state);
+    }
 }
 
 /// The width of tabs as ratatui draws them: each title padded by a space a

@@ -4,7 +4,7 @@
 //! requested no rows (full-graph) reads `-` uncoloured, not a green 0.0%; a
 //! cell whose record has not come in yet reads `…`.
 
-use crate::tui::fmt::{bytes, rate};
+use crate::tui::fmt::{bytes, elide, first_fitting, rate};
 use crate::tui::state::{DashboardState, StepCell};
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -32,8 +32,11 @@ fn heat(miss: Option<f64>) -> Style {
 }
 
 pub fn draw(frame: &mut Frame, area: Rect, s: &DashboardState) {
-    let [grid, legend] = Layout::vertical([Constraint::Fill(1), Constraint::Length(3)]).areas(area);
+    // The legend gives way to the grid's first worker (borders, two header lines, two rows).
+    let legend_height = if area.height >= 3 + 6 { 3 } else { 0 };
+    let [grid, legend] = Layout::vertical([Constraint::Fill(1), Constraint::Length(legend_height)]).areas(area);
     let inner_width = grid.width.saturating_sub(2);
+    // Every column whole: more than fit would be squeezed until `e2 i5` reads `2 i5`.
     let fit = (inner_width.saturating_sub(LABEL) / (CELL + 1)) as usize;
     // Whole iterations that fit, newest first (at least the newest one, clipped if need be).
     let mut shown: Vec<((u64, u64), Vec<StepCell>)> = Vec::new();
@@ -47,18 +50,32 @@ pub fn draw(frame: &mut Frame, area: Rect, s: &DashboardState) {
         columns += steps;
         shown.push((key, cells));
     }
-    let title = match shown.first() {
-        Some(((e, i), _)) => format!(" time steps: epoch {}, iteration {} first, then older ", e + 1, i + 1),
-        None => " time steps (no records yet) ".into(),
-    };
-    // (iteration key, time step) per column.
+    // (iteration key, time step) per column; the newest iteration's first steps
+    // alone when all of its do not fit.
     let cols: Vec<((u64, u64), u32)> = shown
         .iter()
         .flat_map(|(k, cells)| {
             let steps = cells.iter().map(|c| c.time_step + 1).max().unwrap_or(1);
             (0..steps).map(move |t| (*k, t))
         })
+        .take(fit)
         .collect();
+    let room = inner_width as usize;
+    let titles = match shown.first() {
+        Some(((e, i), _)) if cols.len() < columns => {
+            let (e, i, n) = (e + 1, i + 1, cols.len());
+            vec![
+                format!(" time steps: epoch {e}, iteration {i}, its first {n} of {columns} steps "),
+                format!(" e{e} i{i}: steps 0-{} of {columns} ", n - 1),
+            ]
+        }
+        Some(((e, i), _)) => vec![
+            format!(" time steps: epoch {}, iteration {} first, then older ", e + 1, i + 1),
+            format!(" time steps: e{} i{} first ", e + 1, i + 1),
+        ],
+        None => vec![" time steps (no records yet) ".into(), " no records yet ".into()],
+    };
+    let title = first_fitting(&titles, room);
     let bold = Style::new().add_modifier(Modifier::BOLD | Modifier::UNDERLINED);
     let right = |s: String| Cell::from(Line::from(s).right_aligned());
     // Two header lines: the iteration (with its epoch, as the grid may reach back
@@ -79,7 +96,10 @@ pub fn draw(frame: &mut Frame, area: Rect, s: &DashboardState) {
             .and_then(|(_, cells)| cells.iter().find(|c| c.worker == w && c.time_step == t).copied())
     };
     let mut rows = Vec::new();
-    for w in 0..s.workers().len() as u32 {
+    // Two lines per worker under the header's two: those that fit.
+    let workers = s.workers().len();
+    let fit_workers = (grid.height.saturating_sub(4) / 2) as usize;
+    for w in 0..workers.min(fit_workers) as u32 {
         let miss = cols.iter().map(|&col| match find(w, col) {
             Some(c) => right(rate(c.miss_rate())).style(heat(c.miss_rate())),
             None => right(PENDING.into()),
@@ -93,11 +113,17 @@ pub fn draw(frame: &mut Frame, area: Rect, s: &DashboardState) {
     }
     let widths: Vec<Constraint> =
         std::iter::once(Constraint::Length(LABEL)).chain(cols.iter().map(|_| Constraint::Length(CELL))).collect();
-    frame.render_widget(Table::new(rows, widths).header(header).block(Block::bordered().title(title)), grid);
-    let text = vec![
-        Line::from(" miss = remote / requested feature rows of the step (- none requested, … not in yet)"),
-        Line::from(" rcv = bytes the worker received in the step (all categories)"),
-        Line::from(" colour: miss < 10% green, < 30% yellow, else red; e/i/t: epoch, iteration, step"),
-    ];
-    frame.render_widget(Paragraph::new(text).style(Style::new().dim()), legend);
+    let mut block = Block::bordered().title(title);
+    if fit_workers < workers {
+        let note = [format!(" {fit_workers} of {workers} workers shown "), format!(" {fit_workers}/{workers} ")];
+        block = block.title_bottom(Line::from(first_fitting(&note, room)).right_aligned());
+    }
+    frame.render_widget(Table::new(rows, widths).header(header).block(block), grid);
+    let text = [
+        " miss = remote / requested feature rows of the step (- none requested, … not in yet)",
+        " rcv = bytes the worker received in the step (all categories)",
+        " colour: miss < 10% green, < 30% yellow, else red; e/i/t: epoch, iteration, step",
+    ]
+    .map(|l| Line::from(elide(l, legend.width.into())));
+    frame.render_widget(Paragraph::new(text.to_vec()).style(Style::new().dim()), legend);
 }
