@@ -114,6 +114,11 @@ fn bad_files_are_refused_with_exit_2_naming_the_file_and_the_key() {
         let e = fails(d, &["train", "--config", &file], 2);
         assert!(e.contains(&format!("--config {file}: {said}")), "{text}: {e}");
     }
+    // A value starting with `-` is the key's value, not a flag: as two words
+    // (`--cluster -lab.toml`) clap took it for one ("unexpected argument").
+    let dashed = write("dashed.toml", "dataset = \"tiny\"\ncluster = \"-lab.toml\"\n");
+    let e = fails(d, &["train", "--config", &dashed], 2);
+    assert!(e.contains("cannot read cluster profile -lab.toml"), "{e}");
     // The command line's own flags keep clap's message.
     let e = fails(d, &["train", "tiny", "--epochs", "many"], 2);
     assert!(e.contains("invalid value 'many' for '--epochs <EPOCHS>'"), "{e}");

@@ -100,7 +100,9 @@ pub fn flags_from_file(path: &Path, flags: &dyn FlagParser) -> Result<Vec<String
                     shown: value.to_string(),
                     why,
                 })?;
-                out.extend([format!("--{name}"), v]);
+                // One word `--flag=value`: as two, a value starting with `-`
+                // (`lr = -0.1`, `run = "-x"`) would be read by clap as a flag.
+                out.push(format!("--{name}={v}"));
             }
         }
     }
@@ -236,7 +238,7 @@ impl TrainConfig {
     /// builds it again (how `--config runs/RUN/config.json` replays a run).
     pub fn to_flags(&self) -> Vec<String> {
         let mut f = vec![self.dataset.clone()];
-        let mut push = |flag: &str, v: String| f.extend([format!("--{flag}"), v]);
+        let mut push = |flag: &str, v: String| f.push(format!("--{flag}={v}"));
         push("strategy", self.strategy.to_string());
         push("workers", self.workers.to_string());
         push("parts", self.parts.to_string());
