@@ -217,3 +217,49 @@ fn human_output_to_a_full_disk_fails_and_to_a_closed_reader_does_not() {
         assert!(!err.contains("error"), "leapgnn {args:?} | (closed): {err}");
     }
 }
+
+/// A `--registry` that cannot be read (missing, a directory, a symlink loop,
+/// bytes that are not text) is the user's to fix: exit 2 naming the file and
+/// what the flag wants, where it was exit 1 with the bare OS error. A key no
+/// part of leapgnn reads (a misspelt `symetrize`) is refused, where it was
+/// ignored and the dataset converted without it; and a synthetic entry too
+/// big for this machine is refused before it is generated, where it wrote
+/// pages for minutes until the OOM killer came.
+#[test]
+fn a_registry_that_is_unreadable_misspelt_or_too_big_is_refused_with_exit_2() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().join("a-dir.toml");
+    std::fs::create_dir(&dir).unwrap();
+    let looped = d.path().join("loop.toml");
+    std::os::unix::fs::symlink(&looped, &looped).unwrap();
+    let binary = d.path().join("binary.toml");
+    std::fs::write(&binary, [0xff, 0xfe, 0x00, 0x5b, 0x78, 0x5d]).unwrap();
+    let missing = d.path().join("missing.toml");
+    for reg in [&dir, &looped, &binary, &missing] {
+        let r = reg.to_str().unwrap();
+        leapgnn(d.path(), &["download", "x", "--registry", r])
+            .assert_error(2, &[r, "cannot read it as a dataset registry", "--registry"]);
+    }
+    let reg = d.path().join("mine.toml");
+    let reg_s = reg.to_str().unwrap();
+    std::fs::write(&reg, "[x]\nformat = \"edgelist\"\nurls = [\"http://127.0.0.1:9/x.txt\"]\nsymetrize = true\n")
+        .unwrap();
+    leapgnn(d.path(), &["download", "x", "--registry", reg_s])
+        .assert_error(2, &[reg_s, "[x]: unknown key `symetrize`", "symmetrize"]);
+    // The generator's own keys are known to synthetic entries.
+    std::fs::write(
+        &reg,
+        "[x]\nformat = \"synthetic\"\nnodes = 200\nedges = 400\nfeature_dim = 4\nclasses = 2\nhomophily = 0.5\n",
+    )
+    .unwrap();
+    let v = ok_json(d.path(), &["download", "x", "--registry", reg_s, "--json"]);
+    assert_eq!(v["nodes"], 200);
+    std::fs::write(
+        &reg,
+        "[y]\nformat = \"synthetic\"\nnodes = 1000\nedges = 5000\nfeature_dim = 4000000000\nclasses = 2\n",
+    )
+    .unwrap();
+    leapgnn(d.path(), &["download", "y", "--registry", reg_s])
+        .assert_error(2, &["synthetic dataset `y`", "1000 nodes x 4000000000 features", "MiB are available"]);
+    assert!(!d.path().join("y").join("dataset.lgnn").exists());
+}

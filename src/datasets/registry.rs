@@ -67,8 +67,20 @@ impl Registry {
         }
     }
 
+    /// A file that cannot be read as text is the user's to fix, as a typo in
+    /// it is: refused as bad input, with what the flag wants.
     pub fn load(path: &Path) -> Result<Registry, DatasetError> {
-        let text = std::fs::read_to_string(path).map_err(|e| DatasetError::io(path, e))?;
+        let unreadable = |why: String| {
+            DatasetError::invalid(
+                path.display().to_string(),
+                format!(
+                    "cannot read it as a dataset registry ({why}); give --registry (or ${REGISTRY_ENV}) a TOML file \
+                     of [NAME] tables like the built-in datasets.toml, or neither to use the built-in one"
+                ),
+            )
+        };
+        let bytes = std::fs::read(path).map_err(|e| unreadable(e.to_string()))?;
+        let text = String::from_utf8(bytes).map_err(|e| unreadable(format!("not UTF-8 text: {e}")))?;
         Registry::parse(&text, Some(path))
     }
 
@@ -93,9 +105,11 @@ impl Registry {
             }
             entry.name = name.clone();
             entry.table = table;
-            if entry.format == Format::Synthetic {
-                entry.synthetic_spec().map_err(|e| bad(e.to_string()))?;
-            }
+            let spec = match entry.format {
+                Format::Synthetic => Some(entry.synthetic_spec().map_err(|e| bad(e.to_string()))?),
+                _ => None,
+            };
+            check_keys(&entry, spec.as_ref()).map_err(bad)?;
             entries.insert(name, entry);
         }
         Ok(Registry { file: file.map(Path::to_path_buf), entries })
@@ -117,6 +131,39 @@ impl Registry {
 
     pub fn entries(&self) -> impl Iterator<Item = &Entry> {
         self.entries.values()
+    }
+}
+
+/// Keys of an entry read by `Entry` itself; the converter's and the
+/// generator's keys come from their own types.
+const ENTRY_KEYS: [&str; 7] = ["format", "urls", "sha256", "size", "download_size", "description", "expect"];
+
+/// Refuses a key nothing reads: the entry shares its table with the
+/// converter options (and the generator's spec), so no one type can deny
+/// unknown fields, and a misspelt `symetrize` or `feature_dims` would
+/// otherwise convert quietly without it.
+fn check_keys(entry: &Entry, spec: Option<&SyntheticSpec>) -> Result<(), String> {
+    let keys_of = |v: serde_json::Value| match v {
+        serde_json::Value::Object(m) => m.into_iter().map(|(k, _)| k).collect(),
+        _ => Vec::new(),
+    };
+    let mut known: Vec<String> = ENTRY_KEYS.iter().map(|k| k.to_string()).collect();
+    known.extend(keys_of(serde_json::to_value(ConvertOptions::default()).expect("options serialise")));
+    if let Some(spec) = spec {
+        known.extend(keys_of(serde_json::to_value(spec).expect("a synthetic spec serialises")));
+    }
+    match entry.table.keys().find(|k| !known.contains(k)) {
+        None => Ok(()),
+        Some(k) => {
+            known.sort();
+            known.dedup();
+            Err(format!(
+                "[{}]: unknown key `{k}`; the keys of an entry are {} (see the comment at the top of the built-in \
+                 datasets.toml)",
+                entry.name,
+                known.join(", ")
+            ))
+        }
     }
 }
 

@@ -133,6 +133,7 @@ const TAG_MISLEADING: u64 = 0x3151;
 /// Generates the dataset `name` from `spec`; the same (spec, seed) gives the same bytes.
 pub fn generate(name: &str, spec: &SyntheticSpec, seed: u64) -> Result<Dataset, BadInput> {
     validate(name, spec)?;
+    check_memory(name, spec)?;
     let n = spec.nodes as usize;
     let layout = Layout::new(spec, seed);
     let keys = draw_graph(name, spec, &layout, seed)?;
@@ -207,6 +208,32 @@ fn validate(name: &str, s: &SyntheticSpec) -> Result<(), BadInput> {
         }
     }
     Ok(())
+}
+
+/// Refuses, before anything is allocated, a graph whose feature table and
+/// edges cannot fit in the memory this process may use: a registry entry
+/// of 1000 nodes x 4e9 features passes `validate` (it is only 16 TB) and
+/// then writes pages until the OOM killer comes, the command seemingly hung.
+/// A lower bound (features and both directions of every edge), so a graph
+/// that fits is never refused. Not part of `validate`: the built-in
+/// registry holds graphs larger than some machines, refused only when built.
+fn check_memory(name: &str, s: &SyntheticSpec) -> Result<(), BadInput> {
+    let Some((usable, source)) = crate::util::usable_memory() else { return Ok(()) };
+    let need =
+        s.nodes.saturating_mul(s.feature_dim as u64).saturating_mul(4).saturating_add(s.edges.saturating_mul(16));
+    if need <= usable {
+        return Ok(());
+    }
+    let mib = |b: u64| b.div_ceil(1 << 20);
+    Err(BadInput::new(format!(
+        "synthetic dataset `{name}`: {} nodes x {} features and {} edges need at least {} MiB, but {} MiB are \
+         available ({source}); give smaller nodes, feature_dim or edges, or generate it on a machine with more memory",
+        s.nodes,
+        s.feature_dim,
+        s.edges,
+        mib(need),
+        mib(usable)
+    )))
 }
 
 /// Nodes laid out by community in "position" space (community c holds positions
