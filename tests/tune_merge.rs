@@ -117,6 +117,26 @@ fn bad_input_is_one_line_and_exit_2() {
     std::fs::write(&prof, "[cluster]\nlauncher = \"local\"\n[cost]\nbandwidth = -3.0\n").unwrap();
     let e = fails(d, &[&["tune-merge"], JOB, &["--cluster", prof.to_str().unwrap()]].concat(), 2);
     assert!(e.contains("lab.toml") && e.contains("cost.bandwidth"), "{e}");
+    // Finite figures beyond any cluster predicted inf or NaN ms per iteration, chose a plan from
+    // them and wrote it, exit 0; and a second link entry for a pair was ignored without a word.
+    for (table, key) in [
+        ("latency = 1e308", "cost.latency = 100000000"),
+        ("bandwidth = 1e-300", "cost.bandwidth = 0.000"),
+        ("jitter = 1e300", "cost.jitter = 1000000"),
+        (
+            "[cost.compute.sage]\nedge_seconds = 1e300\nrow_seconds = 0\ninput_seconds = 0\nblock_seconds = 0",
+            "cost.compute.sage.edge_seconds",
+        ),
+        (
+            "[[cost.links]]\nfrom = 0\nto = 1\nbandwidth = 1e9\nlatency = 1e-5\n[[cost.links]]\nfrom = 0\nto = 1\nbandwidth = 1.0\nlatency = 0.0",
+            "cost.links[0 -> 1]",
+        ),
+    ] {
+        let table = if table.starts_with('[') { table.to_string() } else { format!("[cost]\n{table}") };
+        std::fs::write(&prof, format!("[cluster]\nlauncher = \"local\"\n{table}\n")).unwrap();
+        let e = fails(d, &[&["tune-merge"], JOB, &["--cluster", prof.to_str().unwrap()]].concat(), 2);
+        assert!(e.contains("lab.toml") && e.contains(key), "{table}: {e}");
+    }
     std::fs::write(&prof, "[cluster]\nlauncher = \"local\"\n[cost]\nbandwith = 3.0\n").unwrap();
     let e = fails(d, &[&["tune-merge"], JOB, &["--cluster", prof.to_str().unwrap()]].concat(), 2);
     assert!(e.contains("lab.toml") && e.contains("bandwith"), "{e}");

@@ -90,6 +90,19 @@ pub struct Figures {
 
 pub const DEFAULT_SOURCE: &str = "default (rough, uncalibrated)";
 
+/// Bounds of the figures `check` accepts. Each is far beyond any real
+/// cluster, and within them every prediction stays finite: a `[cost]` table
+/// with `latency = 1e308` or `bandwidth = 1e-300` (a hand edit, a unit
+/// slip) otherwise predicted `inf` or `NaN` ms per iteration, chose a plan
+/// from those, and wrote it with exit 0. Per unit of work, seconds (an hour
+/// per row or edge) and factors (jitter, contention) alike.
+const MAX_FIGURE: f64 = 3600.0;
+/// Bytes per second: one byte per second to a petabyte per second.
+const MIN_BANDWIDTH: f64 = 1.0;
+const MAX_BANDWIDTH: f64 = 1e15;
+const SECONDS_RANGE: &str = "must be between 0 and 3600 (seconds per unit of work, or a factor)";
+const BANDWIDTH_RANGE: &str = "must be between 1 and 1e15 bytes per second";
+
 impl Default for Figures {
     fn default() -> Self {
         Figures {
@@ -167,8 +180,8 @@ impl Figures {
             )))
         };
         for (k, v) in [("bandwidth", self.bandwidth)] {
-            if !(v.is_finite() && v > 0.0) {
-                return bad(k, v, "must be a positive number of bytes per second");
+            if !(MIN_BANDWIDTH..=MAX_BANDWIDTH).contains(&v) {
+                return bad(k, v, BANDWIDTH_RANGE);
             }
         }
         let times = [
@@ -185,17 +198,21 @@ impl Figures {
             ("contention", self.contention),
         ];
         for (k, v) in times {
-            if !(v.is_finite() && v >= 0.0) {
-                return bad(k, v, "must be zero or a positive number of seconds");
+            if !(0.0..=MAX_FIGURE).contains(&v) {
+                return bad(k, v, SECONDS_RANGE);
             }
         }
-        for l in &self.links {
-            if !(l.bandwidth.is_finite() && l.bandwidth > 0.0 && l.latency.is_finite() && l.latency >= 0.0) {
-                return bad(
-                    &format!("links[{} -> {}]", l.from, l.to),
-                    l.bandwidth,
-                    "needs bandwidth > 0, latency >= 0",
-                );
+        for (i, l) in self.links.iter().enumerate() {
+            let key = format!("links[{} -> {}]", l.from, l.to);
+            if !(MIN_BANDWIDTH..=MAX_BANDWIDTH).contains(&l.bandwidth) {
+                return bad(&format!("{key}.bandwidth"), l.bandwidth, BANDWIDTH_RANGE);
+            }
+            if !(0.0..=MAX_FIGURE).contains(&l.latency) {
+                return bad(&format!("{key}.latency"), l.latency, SECONDS_RANGE);
+            }
+            // `link` takes the first entry: a second one for the pair would be ignored without a word.
+            if self.links[..i].iter().any(|o| (o.from, o.to) == (l.from, l.to)) {
+                return bad(&key, l.bandwidth, "a second entry for the same pair of workers; keep one");
             }
         }
         for (m, c) in &self.compute {
@@ -205,8 +222,8 @@ impl Figures {
                 ("input_seconds", c.input_seconds),
                 ("block_seconds", c.block_seconds),
             ] {
-                if !(v.is_finite() && v >= 0.0) {
-                    return bad(&format!("compute.{m}.{k}"), v, "must be zero or a positive number of seconds");
+                if !(0.0..=MAX_FIGURE).contains(&v) {
+                    return bad(&format!("compute.{m}.{k}"), v, SECONDS_RANGE);
                 }
             }
         }
