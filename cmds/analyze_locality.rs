@@ -100,6 +100,7 @@ fn check_writable(flag: &str, path: &Path) -> anyhow::Result<()> {
 }
 
 pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
+    crate::output::exit_on_interrupt()?;
     let (fanout, depth) = match a.fanout.as_deref() {
         Some(f) => fanout_arg(f)?,
         None => (None, None),

@@ -91,6 +91,7 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
 }
 
 fn clean(g: &Global, a: CleanArgs) -> anyhow::Result<()> {
+    crate::output::exit_on_interrupt()?;
     let profile = Profile::load(&a.profile)?;
     let opts = CleanOptions {
         run: a.run,

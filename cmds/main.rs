@@ -173,6 +173,10 @@ fn main() -> ExitCode {
             if leapgnn::progress::signals::forced() {
                 return ExitCode::from(leapgnn::progress::signals::FORCED_EXIT);
             }
+            // A command that stopped its workers for Ctrl-C or SIGTERM (`tune-merge --calibrate`).
+            if let Some(code) = leapgnn::util::interrupt::exit_code() {
+                return ExitCode::from(code);
+            }
             ExitCode::from(leapgnn::error::exit_code(e.chain()))
         }
     }

@@ -3,6 +3,13 @@
 use serde::Serialize;
 
 /// The whole error chain on one line: "what failed: why: root cause".
+/// Ctrl-C and SIGTERM end the command with 130 / 143 once its temporary
+/// files are removed (`util::interrupt`): for the commands that train nothing.
+pub fn exit_on_interrupt() -> anyhow::Result<()> {
+    use anyhow::Context;
+    leapgnn::util::interrupt::install().context("cannot install the SIGINT / SIGTERM handler")
+}
+
 pub fn one_line(e: &anyhow::Error) -> String {
     let mut parts: Vec<String> = Vec::new();
     for cause in e.chain() {

@@ -25,6 +25,7 @@ pub struct Args {
 }
 
 pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
+    crate::output::exit_on_interrupt()?;
     let Ok(parts) = usize::try_from(a.parts) else {
         return Err(leapgnn::BadInput::new(format!("--parts {}: need at least 2 parts", a.parts)).into());
     };

@@ -18,7 +18,7 @@ use leapgnn::train::flags::defaults;
 use leapgnn::train::{Prefetch, TrainConfig};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 /// Predict iteration time per strategy and T = 1..W from exact counts of
@@ -104,6 +104,7 @@ struct Output<'a> {
 }
 
 pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
+    crate::output::exit_on_interrupt()?;
     let data = g.data();
     let cfg = config(&a)?;
     if a.iterations == 0 {
@@ -245,8 +246,8 @@ fn run_calibration(
 ) -> anyhow::Result<Calibration> {
     let comm_timeout = crate::train::comm_timeout(a.comm_timeout)?;
     let interrupted: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
-    ctrlc::set_handler(move || interrupted.store(true, Ordering::SeqCst))
-        .context("cannot install the Ctrl-C handler")?;
+    // The first signal stops the workers (the run fails as interrupted, exit 130 / 143); a second exits at once.
+    leapgnn::util::interrupt::stop_first(interrupted);
     // Calibrated where it will train: local processes, or the profile's ssh hosts.
     // What the workers print (pids, mesh addresses) is shown with -v only.
     let chatter: leapgnn::cluster::LogSink = std::sync::Arc::new(|l| tracing::info!("{l}"));

@@ -1,6 +1,8 @@
 //! `leapgnn analyze-locality` end to end: the real binary on the shared graphs.
 
 mod import_support;
+#[path = "support/interrupt.rs"]
+mod interrupt;
 mod locality_support;
 
 use import_support::{leapgnn, ok_json, shared};
@@ -253,5 +255,30 @@ fn predicted_feature_bytes_are_what_train_moves() {
     for name in ["model_centric", "micrograph", "pregather"] {
         let (rows, bytes) = (r[format!("rows_{name}")].as_f64().unwrap(), r[format!("bytes_{name}")].as_f64().unwrap());
         assert_eq!(bytes, rows * 1433.0 * 4.0, "{name}: {r}");
+    }
+}
+
+/// Ctrl-C or SIGTERM while analyze-locality partitions and samples: exit
+/// 130 / 143 (the signal's default killed it, no exit code), no temporary
+/// left beside the partitions, and the CSV of an earlier run untouched.
+#[test]
+fn an_interrupted_analysis_exits_130_or_143_and_leaves_earlier_outputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path();
+    facebook(data);
+    let csv = data.join("locality.csv");
+    std::fs::write(&csv, "an earlier run's table\n").unwrap();
+    for (sig, code) in [("INT", 130), ("TERM", 143)] {
+        let args = ["analyze-locality", "facebook", "--parts", "2,4", "--method", "metis,random", "--csv"];
+        let args = [&args[..], &[csv.to_str().unwrap()]].concat();
+        // Paused with the first partition written, before it is put in place.
+        let pause = [("LEAPGNN_TEST_PAUSE", "partition-staged")];
+        let ended = interrupt::interrupt_at(data, &args, &pause, "test pause: partition-staged", sig);
+        assert_eq!(ended.code, Some(code), "SIG{sig}: {}", ended.stderr);
+        let parts = data.join("facebook/parts");
+        assert_eq!(interrupt::temporaries(&parts), Vec::<String>::new(), "SIG{sig}");
+        assert_eq!(interrupt::temporaries(data), Vec::<String>::new(), "SIG{sig}");
+        assert_eq!(std::fs::read_to_string(&csv).unwrap(), "an earlier run's table\n", "SIG{sig}");
+        std::fs::remove_dir_all(&parts).unwrap();
     }
 }

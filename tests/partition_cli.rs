@@ -1,6 +1,8 @@
 //! `leapgnn partition` end to end: the real binary on a generated dataset.
 
 mod common;
+#[path = "support/interrupt.rs"]
+mod interrupt;
 
 use leapgnn::format::{DatasetFile, ManifestFile, PartFile};
 use serde_json::Value;
@@ -350,4 +352,48 @@ fn a_damaged_partition_is_not_kept_and_a_damaged_dataset_is_refused() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("checksum mismatch") && err.contains("dataset.lgnn"), "{err}");
+}
+
+/// Ctrl-C or SIGTERM while `partition --force` replaces an existing
+/// partition: exit 130 / 143, no staging directory left beside it, and the
+/// previous partition still there and whole. The signal's default killed the
+/// process where it stood (no exit code) and left `.metis-2.tmp.PID`, a copy
+/// of every feature row, until the next partition of the same K.
+#[test]
+fn an_interrupted_repartition_exits_130_or_143_and_keeps_the_previous_partition() {
+    let dir = tempfile::tempdir().unwrap();
+    common::write_synthetic_small(dir.path());
+    partition_json(dir.path(), &["--parts", "2"]);
+    let parts = dir.path().join("synthetic-small/parts");
+    let manifest = std::fs::read(parts.join("metis-2/manifest")).unwrap();
+    for (sig, code) in [("INT", 130), ("TERM", 143)] {
+        let args = ["partition", "synthetic-small", "--parts", "2", "--seed", "7", "--force"];
+        let pause = [("LEAPGNN_TEST_PAUSE", "partition-staged")];
+        let ended = interrupt::interrupt_at(dir.path(), &args, &pause, "test pause: partition-staged", sig);
+        assert_eq!(ended.code, Some(code), "SIG{sig}: {}", ended.stderr);
+        assert_eq!(interrupt::temporaries(&parts), Vec::<String>::new(), "SIG{sig}: left in {}", parts.display());
+        assert_eq!(std::fs::read(parts.join("metis-2/manifest")).unwrap(), manifest, "SIG{sig}");
+        ManifestFile::open(parts.join("metis-2")).unwrap();
+    }
+    // Still the partition of seed 0, whole: a plain run keeps it rather than cutting it again.
+    let kept = partition_json(dir.path(), &["--parts", "2"]);
+    assert_eq!(kept["reused"], true, "{kept}");
+}
+
+/// A partition writer killed (SIGKILL, power loss) between its two renames
+/// left the old partition set aside (`.metis-2.old.PID`) and none in place;
+/// the next writer's clean-up deleted that whole partition as a leftover and
+/// cut it again. It is put back instead, and kept.
+#[test]
+fn a_partition_set_aside_by_a_killed_writer_is_put_back() {
+    let dir = tempfile::tempdir().unwrap();
+    common::write_synthetic_small(dir.path());
+    partition_json(dir.path(), &["--parts", "2"]);
+    let parts = dir.path().join("synthetic-small/parts");
+    let manifest = std::fs::read(parts.join("metis-2/manifest")).unwrap();
+    std::fs::rename(parts.join("metis-2"), parts.join(".metis-2.old.4194304")).unwrap();
+    let kept = partition_json(dir.path(), &["--parts", "2"]);
+    assert_eq!(kept["reused"], true, "{kept}");
+    assert_eq!(std::fs::read(parts.join("metis-2/manifest")).unwrap(), manifest);
+    assert_eq!(interrupt::temporaries(&parts), Vec::<String>::new());
 }

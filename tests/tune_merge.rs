@@ -2,6 +2,8 @@
 //! input, calibration on 4 local worker processes, and predictions checked
 //! against measured runs.
 
+#[path = "support/interrupt.rs"]
+mod interrupt;
 #[path = "train_support/mod.rs"]
 mod train_support;
 
@@ -513,5 +515,38 @@ fn calibrated_copy_cost_is_positive_and_prefetch_predicts_a_gather() {
     assert!(per_byte > 0.0, "copies measured {copy_only:?} s, fitted {per_byte} s per byte");
     for p in v["predictions"].as_array().unwrap().iter().filter(|p| p["prefetch"] == true) {
         assert!(p["components"]["gather"].as_f64().unwrap() > 0.0, "{p}");
+    }
+}
+
+/// Ctrl-C or SIGTERM during `--calibrate`: the workers are stopped, the
+/// command exits 130 / 143 (it exited 1, 'calibration failed: ...
+/// interrupted: all workers stopped'), the profile is as it was, and the
+/// interrupted calibration run leaves no run directory (it left one with an
+/// empty metrics.jsonl, named by nothing).
+#[test]
+fn an_interrupted_calibration_exits_130_or_143_with_its_workers_stopped_and_the_profile_kept() {
+    let _one = timed();
+    let tmp = data();
+    let d = tmp.path();
+    let prof = d.join("lab.toml");
+    let before = "# my lab\n[cluster]\nlauncher = \"local\"\n";
+    std::fs::write(&prof, before).unwrap();
+    for (sig, code) in [("INT", 130), ("TERM", 143)] {
+        let args = [&["-v", "tune-merge"], JOB, &["--calibrate", "--cluster", prof.to_str().unwrap()]].concat();
+        // The probe is done and the first calibration run starts.
+        let ended = interrupt::interrupt_at(d, &args, &[], "calibration stage 2/", sig);
+        assert_eq!(ended.code, Some(code), "SIG{sig}: {}", ended.stderr);
+        assert_eq!(std::fs::read_to_string(&prof).unwrap(), before, "SIG{sig}");
+        assert_eq!(interrupt::temporaries(d), Vec::<String>::new(), "SIG{sig}");
+        let pids: Vec<&str> =
+            ended.stderr.lines().filter_map(|l| l.split("] pid ").nth(1)?.split(',').next()).collect();
+        assert!(pids.len() >= 4, "the probe's and a run's workers announce themselves: {}", ended.stderr);
+        for pid in pids {
+            assert!(!Path::new(&format!("/proc/{pid}")).exists(), "SIG{sig}: worker {pid} still running");
+        }
+        for run in std::fs::read_dir(d.join("runs")).into_iter().flatten() {
+            let run = run.unwrap().path();
+            assert!(run.join("summary.json").exists(), "SIG{sig}: an interrupted run left {}", run.display());
+        }
     }
 }

@@ -172,8 +172,13 @@ pub fn calibrate(
             train_distributed(data, cfg.clone(), &opts, &dist, &mut Quiet)
         } else {
             crate::train::train(data, cfg.clone(), &opts, &mut Quiet).map_err(anyhow::Error::from)
+        };
+        // An interrupted run measured nothing and no figures will name it: a
+        // leftover run directory (with an empty metrics.jsonl) is all it would leave.
+        if summary.is_err() && o.interrupted.load(std::sync::atomic::Ordering::SeqCst) {
+            let _ = std::fs::remove_dir_all(data.run_dir(&name));
         }
-        .with_context(|| format!("calibration run of {strategy} (T = {t}) failed"))?;
+        let summary = summary.with_context(|| format!("calibration run of {strategy} (T = {t}) failed"))?;
         let job = super::CountJob { batch_size: batch, ..setup.job() };
         let records = read_run_metrics(&data.run_dir(&summary.run).join("metrics.jsonl"), &RecordBounds::of(&job))?;
         let measured = measure(&records)?;

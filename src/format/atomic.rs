@@ -17,6 +17,8 @@ pub struct AtomicFile {
     tmp: PathBuf,
     file: Option<BufWriter<File>>,
     committed: bool,
+    /// Removed by an interrupt of `partition`, `tune-merge`, ... (`util::interrupt`).
+    _temp: crate::util::interrupt::Registered,
 }
 
 impl AtomicFile {
@@ -38,6 +40,8 @@ impl AtomicFile {
         fs::create_dir_all(&dir).map_err(|e| FormatError::io(&dir, e))?;
         let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
+        // Before the file exists: an interrupt after its creation finds it registered.
+        let temp = crate::util::interrupt::Registered::new(&tmp);
         // Errors name the file being written, not its temporary name.
         let file = match mode {
             None => File::create(&tmp),
@@ -54,7 +58,13 @@ impl AtomicFile {
         // leftovers are kept (an unlocked temp file may be a live writer's).
         let _ = file.lock();
         remove_abandoned(&dir, &name, &tmp);
-        Ok(AtomicFile { target, tmp, file: Some(BufWriter::with_capacity(1 << 20, file)), committed: false })
+        Ok(AtomicFile {
+            target,
+            tmp,
+            file: Some(BufWriter::with_capacity(1 << 20, file)),
+            committed: false,
+            _temp: temp,
+        })
     }
 
     pub fn writer(&mut self) -> &mut BufWriter<File> {
@@ -76,7 +86,8 @@ impl AtomicFile {
         let f = w.into_inner().map_err(|e| FormatError::io(&self.target, e.into_error()))?;
         f.sync_all().map_err(|e| FormatError::io(&self.target, e))?;
         drop(f);
-        fs::rename(&self.tmp, &self.target).map_err(|e| FormatError::io(&self.target, e))?;
+        crate::util::interrupt::settle(|| fs::rename(&self.tmp, &self.target))
+            .map_err(|e| FormatError::io(&self.target, e))?;
         self.committed = true;
         if let Ok(d) = File::open(parent_dir(&self.target)) {
             let _ = d.sync_all();

@@ -3,6 +3,7 @@
 //! the old partition or the new one, never a mix of part files from two runs.
 
 use crate::format::{DatasetFile, FeatureTable, FeatureView, FormatError, PartFeatures, PartManifest, RowRef};
+use crate::util::interrupt::{Registered, settle};
 use crate::util::lock_file::{Lock, try_exclusive};
 use rayon::prelude::*;
 use std::fs;
@@ -87,6 +88,7 @@ pub fn write_dir(dir: &Path, ds: &DatasetFile, groups: &Grouping, manifest: &Par
         .write(&staging.path)?;
     }
     manifest.write(&staging.path)?;
+    crate::util::interrupt::test_pause("partition-staged");
     staging.replace(dir)
 }
 
@@ -94,6 +96,7 @@ pub fn write_dir(dir: &Path, ds: &DatasetFile, groups: &Grouping, manifest: &Par
 struct Staging {
     path: PathBuf,
     done: bool,
+    _temp: Registered,
 }
 
 impl Staging {
@@ -101,8 +104,9 @@ impl Staging {
         if path.exists() {
             fs::remove_dir_all(&path).map_err(|e| FormatError::io(&path, e))?;
         }
+        let temp = Registered::new(&path);
         fs::create_dir_all(&path).map_err(|e| FormatError::io(&path, e))?;
-        Ok(Staging { path, done: false })
+        Ok(Staging { path, done: false, _temp: temp })
     }
 
     /// Renames over `target`, moving an existing directory aside first (a
@@ -111,10 +115,15 @@ impl Staging {
         let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let old = target.with_file_name(format!(".{name}.old.{}", std::process::id()));
         let had_old = target.exists();
-        if had_old {
-            fs::rename(target, &old).map_err(|e| FormatError::io(target, e))?;
-        }
-        fs::rename(&self.path, target).map_err(|e| FormatError::io(target, e))?;
+        // Set aside, the old directory is a temporary too; the two renames are
+        // one step for an interrupt, which never leaves the target missing.
+        let _old = Registered::new(&old);
+        settle(|| {
+            if had_old {
+                fs::rename(target, &old).map_err(|e| FormatError::io(target, e))?;
+            }
+            fs::rename(&self.path, target).map_err(|e| FormatError::io(target, e))
+        })?;
         self.done = true;
         if had_old {
             fs::remove_dir_all(&old).map_err(|e| FormatError::io(&old, e))?;
@@ -165,6 +174,11 @@ impl TargetLock {
         let (tmp, old) = (format!(".{name}.tmp."), format!(".{name}.old."));
         for entry in fs::read_dir(parent).map_err(|e| FormatError::io(parent, e))?.flatten() {
             let n = entry.file_name().to_string_lossy().into_owned();
+            // A writer killed (SIGKILL) between its two renames left the old
+            // partition set aside and none in place: put it back, it is whole.
+            if n.starts_with(&old) && !dir.exists() && fs::rename(entry.path(), dir).is_ok() {
+                continue;
+            }
             if n.starts_with(&tmp) || n.starts_with(&old) {
                 let _ = fs::remove_dir_all(entry.path());
             }
