@@ -297,6 +297,33 @@ fn a_state_json_naming_a_file_outside_its_checkpoint_is_refused() {
     json(d, &["train", "--resume", "r", "--epochs", "2"]);
 }
 
+/// A `state.json` that does not parse (emptied, truncated, bytes that are
+/// not JSON, a field of the wrong type) is refused by `infer` and `--resume`
+/// with exit 2 naming it and saying what to do; the message gave only
+/// serde's `EOF while parsing a value at line 1 column 0`.
+#[test]
+fn a_damaged_state_json_is_refused_with_what_to_do() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    write_tiny(d, "tiny", Tiny::default());
+    json(d, &args(&["--epochs", "1", "--run", "r"]));
+    let state = d.join("runs/r/checkpoint/state.json");
+    let good = std::fs::read(&state).unwrap();
+    let wrong_type = String::from_utf8(good.clone()).unwrap().replacen("\"version\": 1", "\"version\": \"one\"", 1);
+    for bad in [&b""[..], &good[..good.len() / 2], &[0xff, 0x00, 0x7b][..], wrong_type.as_bytes()] {
+        std::fs::write(&state, bad).unwrap();
+        for cmd in [&["infer", "r"][..], &["train", "--resume", "r", "--epochs", "2"]] {
+            let line = fails(d, cmd, 2);
+            assert!(
+                line.contains("state.json") && line.contains("put back the run's own state.json"),
+                "{cmd:?}: {line}"
+            );
+        }
+    }
+    std::fs::write(&state, &good).unwrap();
+    json(d, &["train", "--resume", "r", "--epochs", "2"]);
+}
+
 /// A hand-edited `hidden` in `state.json` is refused against the weights
 /// file's size (exit 2, naming state.json) by `infer` and `--resume`, before
 /// a model that size is built: 3 layers at hidden 40000 would be a 6.4 GB

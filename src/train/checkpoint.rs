@@ -307,7 +307,16 @@ pub fn finished(dir: &Path) -> Option<u64> {
 fn read_state(dir: &Path) -> Result<StateFile, TrainError> {
     let path = dir.join(STATE);
     let text = std::fs::read(&path).map_err(|e| unusable(&path, e))?;
-    let s: StateFile = serde_json::from_slice(&text).map_err(|e| unusable(&path, e))?;
+    // leapgnn writes it whole (atomically): what does not parse was damaged or edited since.
+    let s: StateFile = serde_json::from_slice(&text).map_err(|e| {
+        unusable(
+            &path,
+            format!(
+                "it is not the state leapgnn wrote ({e}): it was damaged or edited since; put back the run's own \
+                 state.json (from a backup, or the host that trained it), or train the run again"
+            ),
+        )
+    })?;
     if s.version != VERSION {
         return Err(unusable(&path, format!("version {} (this binary reads {VERSION})", s.version)));
     }
