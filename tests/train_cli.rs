@@ -398,6 +398,38 @@ fn a_model_too_big_for_memory_is_refused_before_it_is_built() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
+/// A full-graph run whose estimated peak does not fit under the address-space
+/// limit (`ulimit -v`, `prlimit --as`) is refused before it starts (exit 2,
+/// naming RLIMIT_AS and what to change), on one worker and on two (each
+/// worker process inherits the limit), where the preflight compared the
+/// estimate with MemAvailable alone and the run died on a failed allocation.
+/// The weights of --hidden 40000 over 16 features fit (the model check
+/// passes); its activations, 4000 x 40000 floats each, do not. The same limit
+/// trains a full-graph run of the usual width.
+#[test]
+fn a_full_graph_run_over_the_address_space_limit_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    write_tiny(d, "tiny", Tiny { nodes: 4000, ..Tiny::default() });
+    // The full-graph estimate needs the partition (which worker owns what).
+    json(d, &["partition", "tiny", "--parts", "2"]);
+    let cap = 2 << 30;
+    for workers in ["1", "2"] {
+        let wide = ["train", "tiny", "--full-batch", "--epochs", "1", "--hidden", "40000", "--workers", workers];
+        let out = leapgnn_capped(d, &wide, cap);
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert_eq!(out.status.code(), Some(2), "--workers {workers}: {err}");
+        let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(lines.len(), 1, "--workers {workers}: {err}");
+        let needles = ["error: ", "--mode full-graph needs", "2048 MiB are available to each worker", "RLIMIT_AS"];
+        for needle in needles.into_iter().chain(["prlimit --as", "a smaller --hidden"]) {
+            assert!(lines[0].contains(needle), "--workers {workers}: no `{needle}` in {err}");
+        }
+    }
+    let out = leapgnn_capped(d, &["train", "tiny", "--full-batch", "--epochs", "1", "--hidden", "32", "--json"], cap);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
 /// A hand-edited `state.json` whose position the run cannot have reached is
 /// refused by `--resume` (exit 2, naming state.json and the figures): an
 /// iteration past the epoch's last used to be resumed with exit 0, the loop

@@ -346,7 +346,8 @@ pub struct TrainFlags {
     /// else sampled].
     #[arg(long, value_enum)]
     pub eval: Option<EvalMode>,
-    /// Full-graph runs: memory in MiB all workers may use together [default: this machine's MemAvailable].
+    /// Full-graph runs: memory in MiB all workers may use together [default: this machine's MemAvailable, and
+    /// each worker within the address-space limit (ulimit -v) it inherits].
     #[arg(long, hide = true, allow_negative_numbers = true)]
     pub memory_limit_mb: Option<u64>,
     /// --strategy retexo: training rounds per layer (stage).

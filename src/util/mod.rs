@@ -23,18 +23,26 @@ pub fn mem_available() -> Option<u64> {
     proc_kib("/proc/meminfo", "MemAvailable:")
 }
 
+/// Where `usable_memory`'s figures come from, as error messages name them.
+pub const MEM_AVAILABLE_SOURCE: &str = "MemAvailable in /proc/meminfo";
+pub const RLIMIT_AS_SOURCE: &str = "this process's address-space limit, RLIMIT_AS";
+
+/// This process's address-space limit (RLIMIT_AS soft limit, `ulimit -v` /
+/// `prlimit --as`), in bytes; None when unlimited. Child processes inherit it.
+pub fn address_space_limit() -> Option<u64> {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit only writes the `rlimit` behind the pointer, a live local.
+    (unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut limit) } == 0 && limit.rlim_cur != libc::RLIM_INFINITY)
+        .then_some(limit.rlim_cur)
+}
+
 /// The memory this process may allocate, in bytes, and where the figure comes
 /// from: the smaller of MemAvailable in /proc/meminfo and the address-space
 /// limit (RLIMIT_AS, `ulimit -v` / `prlimit --as`) when one is set. None when
 /// neither is known.
 pub fn usable_memory() -> Option<(u64, &'static str)> {
-    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit only writes the `rlimit` behind the pointer, a live local.
-    let rlimit_as = (unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut limit) } == 0
-        && limit.rlim_cur != libc::RLIM_INFINITY)
-        .then_some(limit.rlim_cur);
-    let avail = mem_available().map(|b| (b, "MemAvailable in /proc/meminfo"));
-    let capped = rlimit_as.map(|b| (b, "this process's address-space limit, RLIMIT_AS"));
+    let avail = mem_available().map(|b| (b, MEM_AVAILABLE_SOURCE));
+    let capped = address_space_limit().map(|b| (b, RLIMIT_AS_SOURCE));
     match (avail, capped) {
         (Some(a), Some(c)) => Some(if c.0 < a.0 { c } else { a }),
         (a, c) => a.or(c),

@@ -75,9 +75,11 @@ pub fn estimate(s: Shape, spec: &ModelSpec, params: usize) -> u64 {
     b
 }
 
-/// Refuses a full-graph run of `cfg` on `ds` that will not fit in `limit`
-/// bytes (default: this machine's MemAvailable; every worker runs here).
-/// Returns the per-worker estimates.
+/// Refuses a full-graph run of `cfg` on `ds` whose workers (all on this
+/// machine) will not fit: together in `limit` bytes when given
+/// (`--memory-limit-mb`), else together in MemAvailable and each within the
+/// address-space limit (RLIMIT_AS), which every worker process inherits from
+/// this one. Returns the per-worker estimates.
 pub fn preflight(
     ds: &DatasetFile,
     cfg: &TrainConfig,
@@ -88,36 +90,65 @@ pub fn preflight(
 ) -> Result<Vec<u64>, BadInput> {
     let per_worker: Vec<u64> =
         shapes(ds.graph(), owners, cfg.workers.max(1)).into_iter().map(|s| estimate(s, spec, params)).collect();
-    let (avail, flag) = match limit {
-        Some(l) => (Some(l), Some("--memory-limit-mb")),
-        None => (crate::util::mem_available(), None),
-    };
-    match avail {
-        Some(a) => check(&per_worker, a, flag)?,
+    let budgets = match limit {
+        Some(l) => vec![Budget { bytes: l, each: false, source: "--memory-limit-mb" }],
         None => {
-            tracing::warn!("cannot read MemAvailable from /proc/meminfo: the full-graph memory estimate is not checked")
+            let together = crate::util::mem_available().map(|bytes| Budget {
+                bytes,
+                each: false,
+                source: crate::util::MEM_AVAILABLE_SOURCE,
+            });
+            let each = crate::util::address_space_limit().map(|bytes| Budget {
+                bytes,
+                each: true,
+                source: crate::util::RLIMIT_AS_SOURCE,
+            });
+            together.into_iter().chain(each).collect()
         }
+    };
+    if budgets.is_empty() {
+        tracing::warn!(
+            "cannot read MemAvailable from /proc/meminfo and no address-space limit is set: the full-graph memory estimate is not checked"
+        );
     }
-    Ok(per_worker)
+    // Of the budgets exceeded, name the tightest (as util::usable_memory does for one process).
+    match budgets.into_iter().filter(|b| !b.fits(&per_worker)).min_by_key(|b| b.bytes) {
+        Some(b) => Err(b.refusal(&per_worker)),
+        None => Ok(per_worker),
+    }
 }
 
-/// Refuses a run whose workers (all on this machine) need more than
-/// `available` bytes, with the figures.
-pub fn check(per_worker: &[u64], available: u64, limit_flag: Option<&str>) -> Result<(), BadInput> {
-    let total: u64 = per_worker.iter().sum();
-    if total <= available {
-        return Ok(());
+/// Memory the workers' estimates are held against.
+struct Budget {
+    bytes: u64,
+    /// Per worker process (an address-space limit) rather than all of them together.
+    each: bool,
+    source: &'static str,
+}
+
+impl Budget {
+    fn fits(&self, per_worker: &[u64]) -> bool {
+        let need = if self.each { per_worker.iter().copied().max() } else { Some(per_worker.iter().sum()) };
+        need.unwrap_or(0) <= self.bytes
     }
-    let mib = |b: u64| b.div_ceil(1 << 20);
-    let source = limit_flag.unwrap_or("MemAvailable in /proc/meminfo");
-    Err(BadInput::new(format!(
-        "--mode full-graph needs an estimated {} MiB ({} worker(s), the largest {} MiB) but {} MiB are available ({source}); \
-         use more machines (--cluster), a smaller --hidden, or --mode minibatch",
-        mib(total),
-        per_worker.len(),
-        mib(per_worker.iter().copied().max().unwrap_or(0)),
-        mib(available)
-    )))
+
+    fn refusal(&self, per_worker: &[u64]) -> BadInput {
+        let mib = |b: u64| b.div_ceil(1 << 20);
+        let total: u64 = per_worker.iter().sum();
+        let (to, raise) = match self.each {
+            true => (" to each worker", "raise the limit (ulimit -v, prlimit --as), "),
+            false => ("", ""),
+        };
+        BadInput::new(format!(
+            "--mode full-graph needs an estimated {} MiB ({} worker(s), the largest {} MiB) but {} MiB are available{to} ({}); \
+             {raise}use more machines (--cluster), a smaller --hidden, or --mode minibatch",
+            mib(total),
+            per_worker.len(),
+            mib(per_worker.iter().copied().max().unwrap_or(0)),
+            mib(self.bytes),
+            self.source
+        ))
+    }
 }
 
 #[cfg(test)]
