@@ -1,13 +1,14 @@
-//! Before a full-graph run starts: its peak memory per worker (layer inputs
-//! and outputs of owned + halo rows for every layer, their gradients, the
-//! aggregation graph, the optimizer), checked against what the machine has.
+//! Before a full-graph run starts: its peak memory per worker (the input rows,
+//! every layer's inputs and outputs of owned + halo rows and their gradients,
+//! GAT's attention, the aggregation graph, the optimizer), checked against
+//! what the machine has.
 //! After: each worker's peak RSS for the summary.
 
 use crate::BadInput;
-use crate::format::DatasetFile;
+use crate::format::{DatasetFile, FeatureView};
 use crate::graph::CsrView;
 use crate::model::{GatHeads, ModelKind, ModelSpec};
-use crate::train::TrainConfig;
+use crate::train::{DeviceKind, TrainConfig};
 
 /// Vertices, halo and in-edges of one worker.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -15,12 +16,17 @@ pub struct Shape {
     pub owned: u64,
     pub halo: u64,
     pub edges: u64,
+    /// Feature values stored for the owned + halo rows, when the features
+    /// are stored sparse (0 otherwise).
+    pub sparse_values: u64,
 }
 
-/// The shape of every worker's share, from one pass over the in-edges.
-pub fn shapes(graph: CsrView<'_>, owners: Option<&[u16]>, world: usize) -> Vec<Shape> {
+/// The shape of every worker's share, from one pass over the in-edges;
+/// `sparse_rows` is the offsets of features stored sparse.
+pub fn shapes(graph: CsrView<'_>, sparse_rows: Option<&[u64]>, owners: Option<&[u16]>, world: usize) -> Vec<Shape> {
     let n = graph.num_nodes();
     let owner = |v: u32| owners.map_or(0, |o| o[v as usize] as usize);
+    let values = |v: u32| sparse_rows.map_or(0, |p| p[v as usize + 1] - p[v as usize]);
     let mut out = vec![Shape::default(); world];
     // One bit per (worker, vertex): already counted in that worker's halo.
     let words = n.div_ceil(64);
@@ -29,6 +35,7 @@ pub fn shapes(graph: CsrView<'_>, owners: Option<&[u16]>, world: usize) -> Vec<S
         let p = owner(v);
         let s = &mut out[p];
         s.owned += 1;
+        s.sparse_values += values(v);
         let nbrs = graph.in_neighbors(v);
         s.edges += nbrs.len() as u64;
         for &u in nbrs {
@@ -37,6 +44,7 @@ pub fn shapes(graph: CsrView<'_>, owners: Option<&[u16]>, world: usize) -> Vec<S
                 if seen[word] & bit == 0 {
                     seen[word] |= bit;
                     s.halo += 1;
+                    s.sparse_values += values(u);
                 }
             }
         }
@@ -44,29 +52,72 @@ pub fn shapes(graph: CsrView<'_>, owners: Option<&[u16]>, world: usize) -> Vec<S
     out
 }
 
-/// Peak bytes of one worker training `spec` full-graph with `params` weights.
-pub fn estimate(s: Shape, spec: &ModelSpec, params: usize) -> u64 {
+/// Resident memory of a worker before its tensors: the binary, its runtime,
+/// the mapped topology (Cora trains full-graph at hidden 16 in 45 MB).
+const PROCESS_BYTES: u64 = 64 << 20;
+
+/// Copies of a hidden layer's `[rows, d]` input alive at the peak: the
+/// previous layer's output, its flat copy for the exchange, the exchanged
+/// rows wrapped as the input variable, the activation and dropout between
+/// them, and on the way back the gradient of each. Measured (peak RSS,
+/// hidden 16..512, Cora, CiteSeer and Facebook): 9.1 per value.
+const HIDDEN_INPUT_COPIES: u64 = 10;
+
+/// GAT: copies of the projection `[rows, heads x width]` alive at the peak:
+/// the projection, its products with both attention vectors (broadcast to the
+/// full width before the per-head sum), the weighted sum, the head mean, the
+/// bias and ELU, and their gradients. Measured as above: 18.8.
+const GAT_PROJECTION_COPIES: u64 = 20;
+
+/// GAT: `[edges, heads]` tensors alive at the peak: per edge and head, the
+/// source and destination scores, their sum, the LeakyReLU, the stabilised
+/// exponent, its denominator, the attention and its dropout, their
+/// gradients, and the temporaries of the quotient and exponent rules.
+/// Measured as above (heads 1 to 16): 51.3.
+const GAT_EDGE_COPIES: u64 = 52;
+
+/// Peak bytes of one worker training `spec` full-graph with `params` weights;
+/// with `sparse_input`, the first layer reads the stored sparse rows
+/// (`Model::input_rows_of` keeps them sparse on the CPU).
+pub fn estimate(s: Shape, spec: &ModelSpec, params: usize, sparse_input: bool) -> u64 {
     let rows = s.owned + s.halo;
     let f = 4u64;
-    // Cached input rows and the dropped-out copy the first layer reads.
-    let mut b = 2 * rows * spec.in_dim as u64 * f;
-    let heads = if spec.kind == ModelKind::Gat { spec.heads as u64 } else { 1 };
-    for l in 0..spec.layers {
-        let d_in = if l == 0 { spec.in_dim } else { spec.hidden } as u64;
-        let d_out = if l + 1 == spec.layers { spec.classes } else { spec.hidden } as u64;
-        // A hidden input: the exchanged rows and their gradient.
-        if l > 0 {
-            b += 2 * rows * d_in * f;
-        }
-        // Aggregate, transform and output (kept for backward), and their
-        // gradients; GAT with averaged heads transforms to every head's full width.
-        let wide = match (spec.kind, spec.gat_heads) {
-            (ModelKind::Gat, GatHeads::Mean) => heads * d_out,
-            _ => d_out,
+    // Cached input rows and the dropped-out copy the first layer reads: as
+    // CSR (column and value per stored value, an offset per row) when sparse.
+    let mut b = PROCESS_BYTES
+        + match sparse_input {
+            true => 2 * (8 * s.sparse_values + 8 * (rows + 1)),
+            false => 2 * rows * spec.in_dim as u64 * f,
         };
-        b += 3 * s.owned * (d_in + wide) * f;
-        // GAT: per-edge scores and attention per head, kept for backward.
-        b += 3 * s.edges * heads * f;
+    for l in 0..spec.layers {
+        let last = l + 1 == spec.layers;
+        let d_in = if l == 0 { spec.in_dim } else { spec.hidden } as u64;
+        let d_out = if last { spec.classes } else { spec.hidden } as u64;
+        if l > 0 {
+            b += HIDDEN_INPUT_COPIES * rows * d_in * f;
+        }
+        // A dense input's aggregate is as wide as the input; sparse rows are
+        // multiplied first, into projections as wide as the output.
+        let wide_input = if l == 0 && sparse_input { 0 } else { 3 * s.owned * d_in * f };
+        b += wide_input;
+        if spec.kind == ModelKind::Gat {
+            // The paper's concatenated heads end in one head of the class width.
+            let (heads, width) = match spec.gat_heads {
+                GatHeads::Mean => (spec.heads as u64, spec.heads as u64 * d_out),
+                GatHeads::Concat if last => (1, d_out),
+                GatHeads::Concat => (spec.heads as u64, d_out),
+            };
+            // Attention runs over the in-edges and a self loop per vertex.
+            let edges = s.edges + s.owned;
+            b += GAT_PROJECTION_COPIES * rows * width * f + GAT_EDGE_COPIES * edges * heads * f;
+            b += 3 * s.owned * d_out * f;
+        } else if l == 0 && sparse_input {
+            // Both sparse products (neighbours' over all rows, own over the
+            // owned), the aggregate and the output, and their gradients.
+            b += 3 * (rows + s.owned) * d_out * f;
+        } else {
+            b += 3 * s.owned * d_out * f;
+        }
     }
     // The aggregation graph and its transpose (index, weight and edge id per edge).
     b += 4 * (s.edges + s.owned) * 4 + rows * 4;
@@ -88,8 +139,17 @@ pub fn preflight(
     params: usize,
     limit: Option<u64>,
 ) -> Result<Vec<u64>, BadInput> {
-    let per_worker: Vec<u64> =
-        shapes(ds.graph(), owners, cfg.workers.max(1)).into_iter().map(|s| estimate(s, spec, params)).collect();
+    let features = ds.features();
+    let sparse_rows = match features {
+        FeatureView::Sparse { indptr, .. } => Some(indptr),
+        FeatureView::Dense { .. } => None,
+    };
+    // What Model::input_rows_of keeps sparse.
+    let sparse_input = sparse_rows.is_some() && cfg.device == DeviceKind::Cpu && spec.kind != ModelKind::SageMax;
+    let per_worker: Vec<u64> = shapes(ds.graph(), sparse_rows, owners, cfg.workers.max(1))
+        .into_iter()
+        .map(|s| estimate(s, spec, params, sparse_input))
+        .collect();
     let budgets = match limit {
         Some(l) => vec![Budget { bytes: l, each: false, source: "--memory-limit-mb" }],
         None => {
@@ -162,12 +222,17 @@ mod tests {
         let edges: Vec<(u32, u32)> = (0..50u32).flat_map(|v| [(v, (v * 7 + 3) % 50), ((v * 11) % 50, v)]).collect();
         let csr = Csr::from_edges(50, &edges, true);
         let owners: Vec<u16> = (0..50).map(|v| (v % 4) as u16).collect();
-        let shapes = shapes(csr.view(), Some(&owners), 4);
+        let shapes = shapes(csr.view(), None, Some(&owners), 4);
         for (r, s) in shapes.iter().enumerate() {
             let p = HaloPlan::derive(csr.view(), Some(&owners), r, 4);
             assert_eq!(
                 *s,
-                Shape { owned: p.owned().len() as u64, halo: p.halo().len() as u64, edges: p.block.num_edges() as u64 }
+                Shape {
+                    owned: p.owned().len() as u64,
+                    halo: p.halo().len() as u64,
+                    edges: p.block.num_edges() as u64,
+                    sparse_values: 0
+                }
             );
         }
     }
