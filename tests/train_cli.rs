@@ -370,6 +370,19 @@ fn leapgnn_capped(data: &std::path::Path, args: &[&str], bytes: u64) -> std::pro
     c.output().expect("leapgnn runs")
 }
 
+/// Runs `args` capped at `bytes` of address space and checks that it is
+/// refused as bad input: exit 2 and one error line holding every needle.
+fn refused_capped(data: &std::path::Path, args: &[&str], bytes: u64, needles: &[&str]) {
+    let out = leapgnn_capped(data, args, bytes);
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{args:?}: {err}");
+    for needle in needles {
+        assert!(lines[0].contains(needle), "{args:?}: no `{needle}` in {err}");
+    }
+}
+
 /// A model too big for the memory the process may use is refused before it
 /// is built (exit 2, one error line with the figures and what to do), where
 /// the model's set-up used to abort the process on a failed allocation
@@ -384,30 +397,28 @@ fn a_model_too_big_for_memory_is_refused_before_it_is_built() {
     let cap = 2 << 30;
     for workers in ["1", "2"] {
         let huge = args(&["--epochs", "1", "--fanout", "3,3,3", "--hidden", "40000", "--workers", workers]);
-        let out = leapgnn_capped(d, &huge, cap);
-        let err = String::from_utf8_lossy(&out.stderr).to_string();
-        assert_eq!(out.status.code(), Some(2), "--workers {workers}: {err}");
-        let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
-        assert_eq!(lines.len(), 1, "--workers {workers}: {err}");
-        for needle in ["error: ", "--hidden 40000 --layers 3", "MiB", "RLIMIT_AS", "give a smaller --hidden"] {
-            assert!(lines[0].contains(needle), "--workers {workers}: no `{needle}` in {err}");
-        }
+        refused_capped(
+            d,
+            &huge,
+            cap,
+            &["error: ", "--hidden 40000 --layers 3", "MiB", "RLIMIT_AS", "give a smaller --hidden"],
+        );
     }
     let small = args(&["--epochs", "1", "--json"]);
     let out = leapgnn_capped(d, &small, cap);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
-/// A full-graph run whose estimated peak does not fit under the address-space
-/// limit (`ulimit -v`, `prlimit --as`) is refused before it starts (exit 2,
-/// naming RLIMIT_AS and what to change), on one worker and on two (each
-/// worker process inherits the limit), where the preflight compared the
-/// estimate with MemAvailable alone and the run died on a failed allocation.
-/// The weights of --hidden 40000 over 16 features fit (the model check
-/// passes); its activations, 4000 x 40000 floats each, do not. The same limit
-/// trains a full-graph run of the usual width.
+/// A run whose estimated peak does not fit under the address-space limit
+/// (`ulimit -v`, `prlimit --as`) is refused before it starts (exit 2, naming
+/// RLIMIT_AS and what to change). Full-graph, on one worker and on two (each
+/// worker process inherits the limit): the preflight compared the estimate
+/// with MemAvailable alone. Mini-batch: the model check counted the weights
+/// alone. Both runs died on a failed allocation. --hidden 40000 over 16
+/// features is 12 MB of weights, which fit; a layer over 4,000 rows is
+/// 640 MB, held several times. The same limit trains the usual widths.
 #[test]
-fn a_full_graph_run_over_the_address_space_limit_is_refused() {
+fn runs_over_the_address_space_limit_are_refused_before_they_start() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
     write_tiny(d, "tiny", Tiny { nodes: 4000, ..Tiny::default() });
@@ -416,18 +427,17 @@ fn a_full_graph_run_over_the_address_space_limit_is_refused() {
     let cap = 2 << 30;
     for workers in ["1", "2"] {
         let wide = ["train", "tiny", "--full-batch", "--epochs", "1", "--hidden", "40000", "--workers", workers];
-        let out = leapgnn_capped(d, &wide, cap);
-        let err = String::from_utf8_lossy(&out.stderr).to_string();
-        assert_eq!(out.status.code(), Some(2), "--workers {workers}: {err}");
-        let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
-        assert_eq!(lines.len(), 1, "--workers {workers}: {err}");
         let needles = ["error: ", "--mode full-graph needs", "2048 MiB are available to each worker", "RLIMIT_AS"];
-        for needle in needles.into_iter().chain(["prlimit --as", "a smaller --hidden"]) {
-            assert!(lines[0].contains(needle), "--workers {workers}: no `{needle}` in {err}");
-        }
+        refused_capped(d, &wide, cap, &[&needles[..], &["prlimit --as", "a smaller --hidden"]].concat());
     }
-    let out = leapgnn_capped(d, &["train", "tiny", "--full-batch", "--epochs", "1", "--hidden", "32", "--json"], cap);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let wide = ["train", "tiny", "--epochs", "1", "--batch-size", "4000", "--fanout", "5,5", "--hidden", "40000"];
+    let needles =
+        ["error: ", "--batch-size 4000 --hidden 40000", "sampled layers", "2048 MiB are available", "RLIMIT_AS"];
+    refused_capped(d, &wide, cap, &[&needles[..], &["give a smaller --batch-size, --hidden or --fanout"]].concat());
+    for usual in [&["--full-batch", "--hidden", "32"][..], &["--fanout", "5,5", "--hidden", "32"]] {
+        let out = leapgnn_capped(d, &[&["train", "tiny", "--epochs", "1", "--json"][..], usual].concat(), cap);
+        assert!(out.status.success(), "{usual:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
 }
 
 /// A hand-edited `state.json` whose position the run cannot have reached is

@@ -54,7 +54,7 @@ pub fn shapes(graph: CsrView<'_>, sparse_rows: Option<&[u64]>, owners: Option<&[
 
 /// Resident memory of a worker before its tensors: the binary, its runtime,
 /// the mapped topology (Cora trains full-graph at hidden 16 in 45 MB).
-const PROCESS_BYTES: u64 = 64 << 20;
+pub(crate) const PROCESS_BYTES: u64 = 64 << 20;
 
 /// Copies of a hidden layer's `[rows, d]` input alive at the peak: the
 /// previous layer's output, its flat copy for the exchange, the exchanged
@@ -74,7 +74,7 @@ const GAT_PROJECTION_COPIES: u64 = 20;
 /// exponent, its denominator, the attention and its dropout, their
 /// gradients, and the temporaries of the quotient and exponent rules.
 /// Measured as above (heads 1 to 16): 51.3.
-const GAT_EDGE_COPIES: u64 = 52;
+pub(crate) const GAT_EDGE_COPIES: u64 = 52;
 
 /// Peak bytes of one worker training `spec` full-graph with `params` weights;
 /// with `sparse_input`, the first layer reads the stored sparse rows
