@@ -129,6 +129,41 @@ fn a_run_being_trained_cannot_be_resumed_by_another_process_until_it_ends() {
     }
 }
 
+/// Before its first checkpoint (none until the end without
+/// `--checkpoint-every`) a run in training has a directory without one, as
+/// a run that died early has: a second `--run` of its name or a `--resume`
+/// of it is told the run is in training, not to remove its directory.
+#[test]
+fn a_run_before_its_first_checkpoint_is_refused_as_in_training_not_as_dead() {
+    let tmp = cora();
+    let d = tmp.path();
+    for workers in ["1", "2"] {
+        let run = format!("starting-{workers}");
+        let mut drv = Driver::start(d, &[&["train", "cora", "--workers", workers, "--run", &run], LONG_RUN].concat());
+        let ws = if workers == "1" { Vec::new() } else { drv.workers(2) };
+        drv.wait_line(Duration::from_secs(60), |l| l.starts_with("epoch") && l.contains("/1000"));
+        assert!(!d.join("runs").join(&run).join("checkpoint/state.json").exists(), "a checkpoint before the end");
+        let holder = format!("run `{run}` is being trained by another leapgnn process (pid {})", drv.child.id());
+        for args in [
+            vec!["train", "cora", "--run", &run, "--epochs", "2", "--no-tui"],
+            vec!["train", "cora", "--run", &run, "--epochs", "2", "--workers", "2", "--json"],
+            vec!["train", "--resume", &run, "--no-tui"],
+            vec!["train", "--resume", &run, "--workers", "2", "--json"],
+        ] {
+            let line = fails(d, &args, 1);
+            assert!(line.contains(&holder) && !line.contains("Remove that directory"), "{args:?}: {line}");
+        }
+        signal(drv.child.id(), "TERM");
+        let (code, stderr) = drv.wait_exit(Duration::from_secs(60));
+        assert_eq!(code, Some(0), "{stderr}");
+        let pids: Vec<u32> = ws.iter().map(|w| w.pid).collect();
+        assert_eq!(wait_gone(&pids, Duration::from_secs(10)), Vec::<u32>::new(), "workers left behind");
+        // Ended, with the stop's checkpoint: the name is taken by a run to resume.
+        let line = fails(d, &["train", "cora", "--run", &run, "--no-tui"], 2);
+        assert!(line.contains(&format!("continue it with --resume {run}")), "{line}");
+    }
+}
+
 #[test]
 fn a_run_killed_mid_epoch_keeps_every_record_before_its_last_checkpoint() {
     let tmp = cora();

@@ -165,9 +165,10 @@ pub fn train(
     let ds = DatasetFile::open(&path)?;
     cfg.check_all(&ds)?;
     let (run, run_dir) = new_run_dir(data, opts.run.as_deref(), &cfg)?;
+    let lock = RunLock::acquire(&run_dir, &run)?;
     run_dataset::record(&run_dir, &cfg.dataset, &ds)?;
     slurm_job::record(&run_dir)?;
-    execute(data, cfg, &run, &run_dir, false, opts, obs)
+    execute(data, cfg, (&run, &run_dir, lock), false, opts, obs)
 }
 
 /// Continues run `run` from its last checkpoint.
@@ -178,8 +179,9 @@ pub fn resume(
     opts: &RunOptions,
     obs: &mut dyn Observer,
 ) -> Result<RunSummary, TrainError> {
+    let lock = lock_run(data, run, "--resume")?;
     let (run_dir, cfg, _) = resumable(data, run, over)?;
-    execute(data, cfg, run, &run_dir, true, opts, obs)
+    execute(data, cfg, (run, &run_dir, lock), true, opts, obs)
 }
 
 /// Run `run`'s directory, its config with `over` applied (checked), and the
@@ -283,17 +285,27 @@ pub(crate) fn checkpointed_run(data: &DataDir, run: &str, flag: &str) -> Result<
     let run_dir = data.run_dir(run);
     let ck = checkpoint::dir(&run_dir);
     if !checkpoint::exists(&ck) {
-        let why = if run_dir.is_dir() {
-            never_checkpointed(&run_dir, run)
-        } else {
-            format!(
-                "run `{run}` does not exist in {}; list the runs there, or start a new run",
-                data.runs_dir().display()
-            )
-        };
+        let why = if run_dir.is_dir() { never_checkpointed(&run_dir, run) } else { no_such_run(data, run) };
         return Err(BadInput::new(format!("{flag} {run}: {why}")).into());
     }
     Ok((run_dir, ck))
+}
+
+fn no_such_run(data: &DataDir, run: &str) -> String {
+    format!("run `{run}` does not exist in {}; list the runs there, or start a new run", data.runs_dir().display())
+}
+
+/// Locks run `run` (named by `flag`) to train it on, before anything of it
+/// is read: while another process trains it, its checkpoint may be
+/// replaced under the reader, and a run before its first checkpoint looks
+/// like one that died; the refusal says the run is in training instead.
+pub(crate) fn lock_run(data: &DataDir, run: &str, flag: &str) -> Result<RunLock, TrainError> {
+    check_name(run, flag)?;
+    let run_dir = data.run_dir(run);
+    if !run_dir.is_dir() {
+        return Err(BadInput::new(format!("{flag} {run}: {}", no_such_run(data, run))).into());
+    }
+    RunLock::acquire(&run_dir, run)
 }
 
 /// Train, validation and test ids that have a label, checked.
@@ -333,13 +345,11 @@ pub(crate) fn splits(ds: &DatasetFile, name: &str) -> Result<[Vec<u32>; 3], BadI
 fn execute(
     data: &DataDir,
     cfg: TrainConfig,
-    run: &str,
-    run_dir: &Path,
+    (run, run_dir, _lock): (&str, &Path, RunLock),
     resuming: bool,
     opts: &RunOptions,
     obs: &mut dyn Observer,
 ) -> Result<RunSummary, TrainError> {
-    let _lock = RunLock::acquire(run_dir, run)?;
     let (stop_after, memory_limit) = (opts.stop_after, opts.memory_limit);
     let path = crate::datasets::ensure_dataset(data, &cfg.dataset).map_err(TrainError::Dataset)?;
     let ds = DatasetFile::open_verified(&path)?;
@@ -637,7 +647,7 @@ fn check_name(name: &str, flag: &str) -> Result<(), BadInput> {
 }
 
 /// Refuses a `--run` name that `new_run_dir` would refuse, before anything is created.
-pub(crate) fn check_new_run(data: &DataDir, opts: &RunOptions) -> Result<(), BadInput> {
+pub(crate) fn check_new_run(data: &DataDir, opts: &RunOptions) -> Result<(), TrainError> {
     let Some(name) = opts.run.as_deref() else { return Ok(()) };
     check_name(name, "--run")?;
     if data.run_dir(name).exists() {
@@ -646,15 +656,20 @@ pub(crate) fn check_new_run(data: &DataDir, opts: &RunOptions) -> Result<(), Bad
     Ok(())
 }
 
-fn run_taken(data: &DataDir, name: &str) -> BadInput {
+fn run_taken(data: &DataDir, name: &str) -> TrainError {
     let dir = data.run_dir(name);
+    // A run in training is said to be one: its directory is no leftover to remove, nor one to resume now.
+    if let Err(e) = run_lock::check_free(&dir, name) {
+        return e;
+    }
     if !checkpoint::exists(&checkpoint::dir(&dir)) {
-        return BadInput::new(format!("--run {name}: {}", never_checkpointed(&dir, name)));
+        return BadInput::new(format!("--run {name}: {}", never_checkpointed(&dir, name))).into();
     }
     BadInput::new(format!(
         "run `{name}` already exists in {}; continue it with --resume {name} or choose another --run",
         data.runs_dir().display()
     ))
+    .into()
 }
 
 /// A run directory without a checkpoint: its run ended (killed, failed) or
@@ -682,7 +697,7 @@ pub(crate) fn new_run_dir(
         let dir = data.run_dir(name);
         return match std::fs::create_dir(&dir) {
             Ok(()) => Ok((name.to_string(), dir)),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(run_taken(data, name).into()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(run_taken(data, name)),
             Err(e) => Err(TrainError::Io { path: dir, source: e }),
         };
     }

@@ -11,6 +11,10 @@ use std::fs::File;
 use std::io::{Read, Seek, Write};
 use std::path::Path;
 
+/// How many times `acquire` tries a busy lock (5 ms apart) before it
+/// takes the run for one in use.
+const PROBE_TRIES: usize = 20;
+
 /// Held while this process trains the run; released on drop.
 #[derive(Debug)]
 pub struct RunLock {
@@ -22,14 +26,16 @@ impl RunLock {
     pub fn acquire(run_dir: &Path, run: &str) -> Result<RunLock, TrainError> {
         let path = run_dir.join(".lock");
         let io = |source| TrainError::Io { path: path.clone(), source };
-        let mut file = match try_exclusive(&path).map_err(io)? {
-            Lock::Held(f) => f,
-            Lock::Busy(mut f) => {
-                // The holder wrote its pid after locking; it may not have yet.
-                let mut text = String::new();
-                let holder = f.read_to_string(&mut text).ok().and_then(|_| text.trim().parse::<u32>().ok());
-                return Err(TrainError::RunInUse { run: run.to_string(), holder });
+        // `check_free` holds it for an instant: a lock still busy after a
+        // few tries has a real holder.
+        let mut tries = 0;
+        let mut file = loop {
+            match try_exclusive(&path).map_err(io)? {
+                Lock::Held(f) => break f,
+                Lock::Busy(_) if tries < PROBE_TRIES => tries += 1,
+                Lock::Busy(f) => return Err(in_use(f, run)),
             }
+            std::thread::sleep(std::time::Duration::from_millis(5));
         };
         // Who holds it, for the message another process gives.
         file.set_len(0).map_err(io)?;
@@ -37,6 +43,31 @@ impl RunLock {
         write!(file, "{}", std::process::id()).map_err(io)?;
         Ok(RunLock { _file: file })
     }
+}
+
+/// Refuses run `run` (directory `run_dir`, which exists) while another
+/// process trains it, for a `--run` of its name: a run still before its
+/// first checkpoint must not be taken for one that died before it, whose
+/// directory the message says to remove. The probe holds the lock for an
+/// instant only when nobody does; a holder that comes for it in that instant
+/// tries again (`acquire`).
+pub fn check_free(run_dir: &Path, run: &str) -> Result<(), TrainError> {
+    let path = run_dir.join(".lock");
+    if !path.is_file() {
+        return Ok(());
+    }
+    match try_exclusive(&path).map_err(|source| TrainError::Io { path: path.clone(), source })? {
+        Lock::Held(_) => Ok(()),
+        Lock::Busy(f) => Err(in_use(f, run)),
+    }
+}
+
+/// The refusal of a run whose lock file `f` another process holds.
+fn in_use(mut f: File, run: &str) -> TrainError {
+    // The holder wrote its pid after locking; it may not have yet.
+    let mut text = String::new();
+    let holder = f.read_to_string(&mut text).ok().and_then(|_| text.trim().parse::<u32>().ok());
+    TrainError::RunInUse { run: run.to_string(), holder }
 }
 
 #[cfg(test)]
@@ -52,6 +83,20 @@ mod tests {
         let msg = e.to_string();
         assert!(msg.contains("run `r`") && msg.contains(&std::process::id().to_string()), "{msg}");
         drop(first);
+        RunLock::acquire(dir.path(), "r").unwrap();
+    }
+
+    #[test]
+    fn check_free_refuses_while_held_and_leaves_a_free_run_free() {
+        let dir = tempfile::tempdir().unwrap();
+        check_free(dir.path(), "r").unwrap();
+        assert!(!dir.path().join(".lock").exists(), "the probe made a lock file");
+        let held = RunLock::acquire(dir.path(), "r").unwrap();
+        let e = check_free(dir.path(), "r").unwrap_err();
+        assert!(matches!(e, TrainError::RunInUse { holder: Some(p), .. } if p == std::process::id()), "{e:?}");
+        drop(held);
+        check_free(dir.path(), "r").unwrap();
+        // The probe let go of it.
         RunLock::acquire(dir.path(), "r").unwrap();
     }
 }

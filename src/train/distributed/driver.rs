@@ -127,8 +127,7 @@ pub fn resume_distributed(
     opts: &DistOptions<'_>,
     obs: &mut dyn Observer,
 ) -> anyhow::Result<RunSummary> {
-    let (run_dir, _) = crate::train::checkpointed_run(data, run, "--resume")?;
-    let _lock = RunLock::acquire(&run_dir, run)?;
+    let _lock = crate::train::lock_run(data, run, "--resume")?;
     let result = resume_once(data, run, over, run_opts, opts, obs, None);
     let result = recover(data, run, None, result, run_opts, opts, obs);
     tidy_hosts(data, run, result.is_ok(), opts, obs);
