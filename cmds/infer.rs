@@ -72,13 +72,14 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
         return print_json(&r);
     }
     leapgnn::elog!(
-        "{} nodes: predictions written to {} in {:.2} s ({} worker(s), {:.1} MB moved); accuracy train {:.4}, val \
-         {:.4}, test {:.4}",
+        "{} nodes: predictions written to {} in {:.2} s ({} worker(s), {:.1} MB moved) with the checkpoint of \
+         iteration {}; accuracy train {:.4}, val {:.4}, test {:.4}",
         r.nodes,
         r.out.display(),
         r.seconds,
         r.workers,
         r.bytes as f64 / 1e6,
+        r.checkpoint_iteration,
         r.accuracy.train,
         r.accuracy.val,
         r.accuracy.test

@@ -7,7 +7,7 @@
 mod dist_support;
 
 use dist_support::sshd::{Sshd, wait_none_mentioning};
-use dist_support::{InferOut, cora, facebook, fails, json, load_infer as load, max_abs_diff};
+use dist_support::{Driver, InferOut, cora, facebook, fails, json, load_infer as load, max_abs_diff, signal};
 use leapgnn::format::DatasetFile;
 use std::path::Path;
 use std::time::Duration;
@@ -170,8 +170,9 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
     out
 }
 
-/// Starts local workers, but first gives run `run`'s checkpoint other weights,
-/// as a run still training writes a new checkpoint while infer starts.
+/// Starts local workers, but first gives run `run`'s checkpoint other weights
+/// and removes the old ones, as a run still training saves a new checkpoint
+/// while infer starts.
 struct CheckpointMovesOn {
     inner: leapgnn::cluster::LocalLauncher,
     checkpoint: std::path::PathBuf,
@@ -188,8 +189,11 @@ impl leapgnn::cluster::Launcher for CheckpointMovesOn {
             std::fs::copy(&self.newer, self.checkpoint.join("model-newer.safetensors")).unwrap();
             let path = self.checkpoint.join("state.json");
             let mut state: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+            let old = state["weights"].as_str().unwrap().to_string();
             state["weights"] = "model-newer.safetensors".into();
             std::fs::write(&path, serde_json::to_vec(&state).unwrap()).unwrap();
+            // As a save does once the new state is written.
+            std::fs::remove_file(self.checkpoint.join(old)).unwrap();
         }
         self.inner.launch(spec)
     }
@@ -202,7 +206,8 @@ impl leapgnn::cluster::Launcher for CheckpointMovesOn {
 /// The driver checks the weights the checkpoint names as infer starts; every
 /// worker scores with those, not with whatever checkpoint a run still
 /// training has written by the time it loads them (a mix of two models, one
-/// per worker's nodes, with no error).
+/// per worker's nodes, with no error), and the run removing them meanwhile
+/// fails nothing.
 #[test]
 fn every_worker_scores_with_the_weights_the_driver_checked() {
     use leapgnn::train::distributed::{InferLaunch, infer_distributed};
@@ -254,4 +259,51 @@ fn every_worker_scores_with_the_weights_the_driver_checked() {
     assert_eq!((got.len(), differ), (want.len(), 0), "predictions that are not the checked weights'");
     let e = max_abs_diff(&moved.f32s["probs"].1, &a.f32s["probs"].1);
     assert!(e <= 1e-4, "the workers scored with other weights than the driver checked (probs differ by {e})");
+}
+
+/// `infer` of a run training with `--checkpoint-every 1` (a new checkpoint,
+/// the old one's files removed, at every iteration), in process and on 1 and
+/// 2 workers, over and over: each succeeds, says which checkpoint it scored
+/// with, and scores as that checkpoint does (a run trained to that
+/// iteration, seeded alike, has the same weights).
+#[test]
+fn infer_of_a_run_writing_a_checkpoint_every_iteration_scores_one_whole_checkpoint() {
+    let tmp = cora();
+    let d = tmp.path();
+    let fg = ["--no-tui", "--full-batch", "--hidden", "16", "--seed", "3"];
+    let live = [&["train", "cora", "--run", "live", "--epochs", "100000", "--checkpoint-every", "1"][..], &fg].concat();
+    let mut drv = Driver::start(d, &live);
+    drv.wait_line(Duration::from_secs(60), |l| l.starts_with("epoch"));
+    let mut scored = Vec::new();
+    for round in 0..3 {
+        for workers in [None, Some("1"), Some("2")] {
+            let out = d.join(format!("live-{round}-{}.safetensors", workers.unwrap_or("0")));
+            let mut args = vec!["infer", "live", "--out", out.to_str().unwrap()];
+            args.extend(workers.map(|w| ["--workers", w]).into_iter().flatten());
+            let r = json(d, &args);
+            assert_eq!(r["nodes"], 2708, "{r}");
+            scored.push((r["checkpoint_iteration"].as_u64().unwrap(), out));
+        }
+    }
+    signal(drv.child.id(), "TERM");
+    let (code, stderr) = drv.wait_exit(Duration::from_secs(60));
+    assert_eq!(code, Some(0), "{stderr}");
+    let runs = d.join("runs/live");
+    let left: Vec<_> = walk(&runs).into_iter().filter(|p| p.to_string_lossy().contains(".infer-")).collect();
+    assert!(left.is_empty(), "copies left in {}: {left:?}", runs.display());
+    scored.sort();
+    // The first and the last checkpoint scored (each trained again), or one if all scored the same.
+    for (it, out) in [scored.first().unwrap(), scored.last().unwrap()] {
+        let run = format!("at-{it}");
+        if !d.join("runs").join(&run).exists() {
+            let epochs = it.to_string();
+            json(d, &[&["train", "cora", "--run", &run, "--epochs", &epochs][..], &fg].concat());
+            json(d, &["infer", &run, "--out", d.join(format!("{run}.safetensors")).to_str().unwrap()]);
+        }
+        let want = load(&d.join(format!("{run}.safetensors")));
+        let got = load(out);
+        assert_eq!(got.u32s["prediction"], want.u32s["prediction"], "{}: iteration {it}'s predictions", out.display());
+        let e = max_abs_diff(&got.f32s["probs"].1, &want.f32s["probs"].1);
+        assert!(e <= 1e-4, "{}: probs differ from iteration {it}'s by {e}", out.display());
+    }
 }

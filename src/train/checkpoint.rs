@@ -417,19 +417,21 @@ pub fn weights_file(dir: &Path) -> Result<(PathBuf, Option<String>), TrainError>
 }
 
 /// The weights the checkpoint in `dir` names now, read and checked against
-/// their sha256: the file, its recorded sha256 and its bytes. A run still
-/// training replaces its checkpoint (new files, then `state.json`, then the
-/// old files removed), so a file gone between reading the state and reading
-/// it is followed to the checkpoint that replaced it.
-pub fn pinned_weights(dir: &Path) -> Result<(PathBuf, Option<String>, Vec<u8>), TrainError> {
+/// their sha256: the file, its recorded sha256, its bytes and the global
+/// iteration they were saved after. A run still training replaces its
+/// checkpoint (new files, then `state.json`, then the old files removed),
+/// so a file gone between reading the state and reading it is followed to
+/// the checkpoint that replaced it.
+pub fn pinned_weights(dir: &Path) -> Result<(PathBuf, Option<String>, Vec<u8>, u64), TrainError> {
     const ATTEMPTS: usize = 20;
     let mut attempt = 0;
     loop {
-        let (wpath, sha) = weights_file(dir)?;
+        let s = read_state(dir)?;
+        let (wpath, sha) = (dir.join(&s.weights), s.digest(&s.weights).map(str::to_string));
         match std::fs::read(&wpath) {
             Ok(bytes) => {
                 check_digest(&wpath, &bytes, sha.as_deref())?;
-                return Ok((wpath, sha, bytes));
+                return Ok((wpath, sha, bytes, s.progress.global_iteration));
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && attempt + 1 < ATTEMPTS => {
                 // Replaced meanwhile only if the state names another file now.

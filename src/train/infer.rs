@@ -58,6 +58,9 @@ pub struct InferReport {
     pub bytes: u64,
     /// Processes that computed it (1: this one).
     pub workers: usize,
+    /// The global iteration of the checkpoint whose weights scored: of a run
+    /// still training, the last checkpoint complete when inference started.
+    pub checkpoint_iteration: u64,
     /// `bytes` by category (features: the halo's input rows; activations:
     /// the hidden layers' halo rows; control: the mesh's own traffic).
     pub bytes_by_category: ByteCounts,
@@ -107,6 +110,8 @@ pub(crate) struct Prepared {
     /// The bytes of `weights`, checked against `weights_sha256`: in-process
     /// inference loads these, not the file, which the run may have removed since.
     pub weight_bytes: Vec<u8>,
+    /// The global iteration those weights were saved after.
+    pub iteration: u64,
     pub cfg: TrainConfig,
     pub dataset: PathBuf,
     pub nodes: Vec<u32>,
@@ -129,7 +134,7 @@ pub(crate) fn prepare(
     check_stages_complete(run, &cfg, progress.epoch)?;
     // A damaged or swapped weights file is refused as what it is, before the dataset is even opened.
     // Read once: a run still training may replace (and remove) it at any time from here on.
-    let (weights, weights_sha256, weight_bytes) = checkpoint::pinned_weights(&ck)?;
+    let (weights, weights_sha256, weight_bytes, iteration) = checkpoint::pinned_weights(&ck)?;
     if let Some(d) = opts.device {
         cfg.device = d;
     }
@@ -192,7 +197,19 @@ pub(crate) fn prepare(
     };
     // Every hidden layer (and RETEXO stage: GAT's heads averaged) is `hidden` wide.
     let width = opts.embeddings.map_or(0, |l| model.out_dim(l));
-    Ok((Prepared { run_dir, checkpoint: ck, weights, weights_sha256, weight_bytes, cfg, dataset, nodes, width }, ds))
+    let prep = Prepared {
+        run_dir,
+        checkpoint: ck,
+        weights,
+        weights_sha256,
+        weight_bytes,
+        iteration,
+        cfg,
+        dataset,
+        nodes,
+        width,
+    };
+    Ok((prep, ds))
 }
 
 /// Refuses a RETEXO run stopped before its last stage ended. RETEXO
@@ -314,6 +331,7 @@ pub fn infer(data: &DataDir, run: &str, opts: &InferOptions) -> Result<InferRepo
         seconds: t0.elapsed().as_secs_f64(),
         bytes: bytes.total(),
         workers: 1,
+        checkpoint_iteration: prep.iteration,
         bytes_by_category: bytes,
         accuracy,
     })

@@ -145,12 +145,13 @@ fn infer_on_workers(
     }
     let root = driver::absolute(&data.root)?;
     let on_worker = |p: &std::path::Path| driver::worker_path(launch.launcher, &root, &driver::absolute(p)?);
+    let pinned = launch.launcher.shares_files().then(|| WeightsCopy::write(&prep)).flatten();
     let job = InferJob {
         config: cfg.clone(),
         dataset: on_worker(&prep.dataset)?,
         parts_dir: parts_dir.as_deref().map(on_worker).transpose()?,
         checkpoint: on_worker(&prep.checkpoint)?,
-        weights: on_worker(&prep.weights)?,
+        weights: on_worker(pinned.as_ref().map_or(&prep.weights, |c| &c.0))?,
         weights_sha256: prep.weights_sha256.clone(),
         embeddings: opts.embeddings,
         comm_timeout_ms: launch.comm_timeout.as_millis() as u64,
@@ -217,9 +218,40 @@ fn infer_on_workers(
         seconds: t0.elapsed().as_secs_f64(),
         bytes: bytes.total(),
         workers: world,
+        checkpoint_iteration: prep.iteration,
         bytes_by_category: bytes,
         accuracy,
     })
+}
+
+/// The weights the driver checked, copied for workers that read this
+/// machine's files: a run still training writes a new checkpoint at every
+/// save and removes the files of the one before, so workers reading the
+/// checkpoint's own file could find it gone (the copy is removed on drop).
+struct WeightsCopy(PathBuf);
+
+impl WeightsCopy {
+    /// `None` when the run's directory takes no file (read-only): the
+    /// workers then read the checkpoint's own file, as good for a run that has ended.
+    fn write(prep: &crate::train::infer::Prepared) -> Option<WeightsCopy> {
+        static COPIES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = COPIES.fetch_add(1, Ordering::Relaxed);
+        let name = prep.weights.file_name()?.to_string_lossy();
+        let path = prep.run_dir.join(format!(".infer-{}-{n}.{name}", std::process::id()));
+        match crate::format::write_atomic(&path, &prep.weight_bytes) {
+            Ok(()) => Some(WeightsCopy(path)),
+            Err(e) => {
+                tracing::warn!("cannot copy the checked weights for the workers ({e}): they read {}", name);
+                None
+            }
+        }
+    }
+}
+
+impl Drop for WeightsCopy {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 fn place(scores: &mut Scores, v: serde_json::Value) -> anyhow::Result<()> {
