@@ -126,8 +126,16 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     // checkpoint, as for a reader that has gone, but it fails (exit 1) naming why.
     let lost = watch.0.output_failure();
     let summary = result?;
-    if watch.stop_requested() {
-        let ck = train::checkpoint::dir(&data.run_dir(&summary.run));
+    let ck = train::checkpoint::dir(&data.run_dir(&summary.run));
+    // A stop asked for after the last iteration (while the final checkpoint was written) stopped nothing.
+    let stopped = watch.stop_requested() && (lost.is_some() || train::checkpoint::finished(&ck).is_none());
+    if watch.stop_requested() && !stopped {
+        leapgnn::elog!(
+            "the stop request came after the last epoch: run {} had finished (nothing is left to resume)",
+            summary.run
+        );
+    }
+    if stopped {
         // RETEXO checkpoints at a stage's start: a stop inside a stage resumes from there, not from the stop.
         let saved = train::checkpoint::load_config(&ck).ok().map(|(_, p)| p.global_iteration);
         let from = match saved {

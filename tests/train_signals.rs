@@ -164,6 +164,32 @@ fn a_run_before_its_first_checkpoint_is_refused_as_in_training_not_as_dead() {
     }
 }
 
+/// A stop asked for once the last epoch is done (its line printed, the
+/// final checkpoint being written) stops nothing: the run is not said to
+/// be stopped, nor to be continued with `--resume`, which would refuse it.
+#[test]
+fn a_stop_after_the_last_epoch_does_not_call_the_finished_run_stopped() {
+    let tmp = cora();
+    let d = tmp.path();
+    for (workers, sig) in [("1", "INT"), ("2", "TERM")] {
+        let run = format!("late-{workers}");
+        let args = ["train", "cora", "--workers", workers, "--run", &run, "--full-batch", "--epochs", "3"];
+        let mut drv = Driver::start(d, &[&args[..], &["--hidden", "256", "--no-tui"]].concat());
+        let ws = if workers == "1" { Vec::new() } else { drv.workers(2) };
+        drv.wait_line(Duration::from_secs(60), |l| l.starts_with("epoch") && l.contains("3/3"));
+        signal(drv.child.id(), sig);
+        let (code, stderr) = drv.wait_exit(Duration::from_secs(60));
+        assert_eq!(code, Some(0), "{stderr}");
+        assert!(!stderr.contains("stopped on request") && !stderr.contains("--resume"), "{stderr}");
+        assert!(stderr.contains(&format!("run {run}: test accuracy")), "no summary:\n{stderr}");
+        let pids: Vec<u32> = ws.iter().map(|w| w.pid).collect();
+        assert_eq!(wait_gone(&pids, Duration::from_secs(10)), Vec::<u32>::new(), "workers left behind");
+        assert_eq!(state(d, &run)["progress"]["global_iteration"], 3);
+        let line = fails(d, &["train", "--resume", &run, "--no-tui"], 2);
+        assert!(line.contains("nothing to resume"), "{line}");
+    }
+}
+
 #[test]
 fn a_run_killed_mid_epoch_keeps_every_record_before_its_last_checkpoint() {
     let tmp = cora();
