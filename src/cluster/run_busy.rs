@@ -25,11 +25,22 @@ pub fn lock_name(rank: usize) -> String {
     format!(".worker-{rank}.lock")
 }
 
-/// Marks run directory `run_dir` (made if missing) as in use by worker
-/// `rank`. `None`, with a warning, when it cannot: the mark only protects
-/// the run from a `cluster clean` elsewhere, never a reason to fail it.
+/// Marks run directory `run_dir` (made if missing) as in use by training
+/// worker `rank`. `None`, with a warning, when it cannot: the mark only
+/// protects the run from a `cluster clean` elsewhere, never a reason to fail it.
 pub fn mark(run_dir: &Path, rank: usize) -> Option<RunBusy> {
-    let path = run_dir.join(lock_name(rank));
+    mark_as(run_dir, rank, lock_name(rank))
+}
+
+/// `mark`, for inference worker `rank`: a mark of its own (this process's),
+/// since `infer` of a run still training runs beside that run's workers of
+/// the same ranks, which hold theirs.
+pub fn mark_infer(run_dir: &Path, rank: usize) -> Option<RunBusy> {
+    mark_as(run_dir, rank, format!(".worker-{rank}.infer-{}.lock", std::process::id()))
+}
+
+fn mark_as(run_dir: &Path, rank: usize, name: String) -> Option<RunBusy> {
+    let path = run_dir.join(name);
     let held = std::fs::create_dir_all(run_dir).and_then(|_| lock_file::try_exclusive(&path));
     match held {
         Ok(Lock::Held(file)) => Some(RunBusy { path, _file: file }),
@@ -60,9 +71,11 @@ pub fn running_ranks_script(dir: &str) -> String {
 
 /// The ranks in `running_ranks_script`'s output.
 pub fn parse_running(out: &str) -> Vec<usize> {
-    let mut ranks: Vec<usize> =
-        out.lines().filter_map(|l| l.trim().strip_prefix(".worker-")?.strip_suffix(".lock")?.parse().ok()).collect();
+    // `.worker-<rank>.lock`, or `.worker-<rank>.infer-<pid>.lock` (`mark_infer`).
+    let rank = |l: &str| l.trim().strip_prefix(".worker-")?.strip_suffix(".lock")?.split('.').next()?.parse().ok();
+    let mut ranks: Vec<usize> = out.lines().filter_map(rank).collect();
     ranks.sort_unstable();
+    ranks.dedup();
     ranks
 }
 
@@ -90,6 +103,13 @@ mod tests {
         assert!(!dir.join(lock_name(3)).exists());
         assert_eq!(check(), [0]);
         drop(b);
+        assert_eq!(check(), Vec::<usize>::new());
+        // An inference worker beside a training worker of its rank: both marked, the rank listed once.
+        let (t, i) = (mark(&dir, 1).unwrap(), mark_infer(&dir, 1).unwrap());
+        assert_eq!(check(), [1]);
+        drop(t);
+        assert_eq!(check(), [1]);
+        drop(i);
         assert_eq!(check(), Vec::<usize>::new());
     }
 }

@@ -285,7 +285,7 @@ pub fn run_infer_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow
     }
     let (rank, world) = (job.rank, job.world);
     // The checkpoint shipped here is in the run's directory on this host.
-    let _busy = spec.checkpoint.parent().and_then(|run_dir| crate::cluster::run_busy::mark(run_dir, rank));
+    let _busy = spec.checkpoint.parent().and_then(|run_dir| crate::cluster::run_busy::mark_infer(run_dir, rank));
     let cfg = &spec.config;
     let timeout = Duration::from_millis(spec.comm_timeout_ms.max(1));
 
