@@ -352,6 +352,14 @@ fn a_second_ctrl_c_forces_an_immediate_stop() {
     assert!(stderr.contains("press Ctrl-C again"), "{stderr}");
     assert!(stderr.lines().any(|l| l.starts_with("error:") && l.contains("interrupted")), "{stderr}");
     assert!(state(d, "forced")["progress"]["global_iteration"].as_u64().unwrap() >= 1);
+    // The workers killed could not remove their marks; the driver did.
+    let left: Vec<String> = std::fs::read_dir(d.join("runs/forced"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".worker-"))
+        .collect();
+    assert_eq!(left, Vec::<String>::new(), "marks of the killed workers left in the run directory");
 }
 
 /// SIGUSR1 is the time-limit warning `slurm-script --stop-before` asks Slurm

@@ -58,6 +58,24 @@ fn mark_as(run_dir: &Path, rank: usize, name: String) -> Option<RunBusy> {
     }
 }
 
+/// Removes the marks in run directory `run_dir` that no process holds:
+/// those of workers killed (stopped by force, or lost), which could not
+/// remove their own. Called by the driver once its workers are gone.
+pub fn remove_stale(run_dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(run_dir) else { return };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if !(name.starts_with(".worker-") && name.ends_with(".lock")) {
+            continue;
+        }
+        // Held for the removal, so a worker still holding it is left alone.
+        if let Ok(Lock::Held(_file)) = lock_file::try_exclusive(&e.path()) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
 /// The `/bin/sh` script that prints the rank of every worker running in
 /// directory `dir` (already quoted), one per line, or fails when the host
 /// cannot tell (no `flock(1)`).
@@ -111,5 +129,13 @@ mod tests {
         assert_eq!(check(), [1]);
         drop(i);
         assert_eq!(check(), Vec::<usize>::new());
+        // What killed workers leave goes; a live worker's mark stays.
+        let live = mark(&dir, 2).unwrap();
+        std::fs::write(dir.join(".worker-5.infer-99.lock"), b"").unwrap();
+        remove_stale(&dir);
+        let left: Vec<String> =
+            std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+        assert_eq!(left, [lock_name(2)]);
+        drop(live);
     }
 }

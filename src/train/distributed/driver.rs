@@ -143,7 +143,12 @@ pub fn resume_distributed(
 /// one stopped by force gets nothing (the user wants out; `cluster clean`
 /// tidies later).
 fn tidy_hosts(data: &DataDir, name: &str, ended_ok: bool, opts: &DistOptions<'_>, obs: &mut dyn Observer) {
-    if opts.launcher.shares_files() || opts.keep_remote {
+    if opts.launcher.shares_files() {
+        // The workers wrote in this very directory; those stopped by force left their marks.
+        crate::cluster::run_busy::remove_stale(&data.run_dir(name));
+        return;
+    }
+    if opts.keep_remote {
         return;
     }
     let run_dir = data.run_dir(name);

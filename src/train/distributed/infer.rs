@@ -99,6 +99,10 @@ pub fn infer_distributed(
     let result = infer_on_workers(data, run, opts, workers, launch);
     // The hosts' copies of the checkpoint were shipped from the driver's: nothing of them is lost.
     let forced = launch.interrupted.load(Ordering::SeqCst);
+    if launch.launcher.shares_files() {
+        // Workers stopped by force left their marks in the run's directory.
+        crate::cluster::run_busy::remove_stale(&data.run_dir(run));
+    }
     if !launch.keep_remote && !forced && !launch.launcher.shares_files() {
         for (warn, line) in driver::remove_remote_run(launch.launcher, data, run) {
             if warn {
