@@ -267,7 +267,10 @@ fn distributed(
         }
         None => train_distributed(&data, cfg, opts, &dist, obs),
     };
-    let Some(ssh) = &ssh else { return result.with_context(|| format!("training on {name} failed")) };
+    let Some(ssh) = &ssh else {
+        // A resume's error already says so, and the dataset is not what it is about.
+        return if resume.is_some() { result } else { result.with_context(|| format!("training on {name} failed")) };
+    };
     let summary = result
         .map_err(|e| name_host(ssh.profile(), e))
         .with_context(|| format!("training on {name} over ssh failed"))?;

@@ -119,6 +119,8 @@ fn a_run_being_trained_cannot_be_resumed_by_another_process_until_it_ends() {
         let line = fails(d, &["train", "--resume", &run, "--no-tui"], 1);
         let holder = format!("run `{run}` is being trained by another leapgnn process (pid {})", drv.child.id());
         assert!(line.contains(&holder), "{line}");
+        // About the run, not "training on cora failed: ..." (a multi-worker resume said so).
+        assert!(line.starts_with(&format!("error: cannot resume run {run}: run `{run}`")), "{line}");
         signal(drv.child.id(), "TERM");
         let (code, stderr) = drv.wait_exit(Duration::from_secs(60));
         assert_eq!(code, Some(0), "{stderr}");
@@ -152,6 +154,9 @@ fn a_run_before_its_first_checkpoint_is_refused_as_in_training_not_as_dead() {
         ] {
             let line = fails(d, &args, 1);
             assert!(line.contains(&holder) && !line.contains("Remove that directory"), "{args:?}: {line}");
+            if args[1] == "--resume" {
+                assert!(line.starts_with(&format!("error: cannot resume run {run}: run `{run}`")), "{line}");
+            }
         }
         signal(drv.child.id(), "TERM");
         let (code, stderr) = drv.wait_exit(Duration::from_secs(60));
