@@ -262,7 +262,7 @@ fn flags_that_do_not_fit_the_strategy_are_refused() {
     let cases: &[(&[&str], &str)] = &[
         (&["--time-steps", "3"], "does not apply to --strategy model-centric"),
         (&["--strategy", "leapgnn", "--workers", "4", "--time-steps", "5"], "at most one time step per worker"),
-        (&["--strategy", "leapgnn", "--time-steps", "0"], "--time-steps 0"),
+        (&["--strategy", "leapgnn", "--time-steps", "0"], "'0' for '--time-steps"),
         (
             &["--strategy", "micrograph", "--workers", "4", "--time-steps", "2"],
             "does not apply to --strategy micrograph",

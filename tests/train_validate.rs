@@ -42,7 +42,7 @@ const BAD: &[(&[&str], &str, bool)] = &[
     (&["--prefetch", "sometimes"], "--prefetch", true),
     (&["--time-steps", "2"], "--time-steps 2", true),
     (&["--time-steps", "two"], "--time-steps", true),
-    (&["--strategy", "leapgnn", "--time-steps", "0"], "--time-steps 0", true),
+    (&["--strategy", "leapgnn", "--time-steps", "0"], "'0' for '--time-steps", true),
     (&["--strategy", "micrograph", "--merge-plan", "plan.json"], "--merge-plan", true),
     (&["--run", "../elsewhere"], "--run", true),
     (&["--strategy", "varco", "--mode", "minibatch"], "--mode minibatch", true),

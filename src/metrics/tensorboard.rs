@@ -149,8 +149,10 @@ pub struct TensorBoardLog {
     writer: EventWriter,
     iterations_per_epoch: u64,
     pending: BTreeMap<(u64, u64), IterationSums>,
-    epoch_bytes: ByteCounts,
-    epoch_rows: RowCounts,
+    /// Per epoch, by the records' own epoch: the driver merges the workers'
+    /// streams, so a worker's first record of epoch e+1 can come before rank
+    /// 0's record of epoch e, and counted by arrival it was billed to e.
+    epoch_sums: BTreeMap<u64, (ByteCounts, RowCounts)>,
 }
 
 impl TensorBoardLog {
@@ -159,8 +161,7 @@ impl TensorBoardLog {
             writer: EventWriter::create(dir)?,
             iterations_per_epoch: 1,
             pending: BTreeMap::new(),
-            epoch_bytes: ByteCounts::default(),
-            epoch_rows: RowCounts::default(),
+            epoch_sums: BTreeMap::new(),
         })
     }
 
@@ -181,15 +182,16 @@ impl TensorBoardLog {
             steps.resize(t + 1, 0.0);
         }
         steps[t] += r.sample_seconds + r.gather_seconds + r.compute_seconds + r.sync_seconds;
-        add_bytes(&mut self.epoch_bytes, &r.bytes_out);
-        self.epoch_rows += r.rows;
+        let (bytes, rows) = self.epoch_sums.entry(r.epoch).or_default();
+        add_bytes(bytes, &r.bytes_out);
+        *rows += r.rows;
     }
 
     /// Writes the epoch's scalars and those of its iterations, then flushes.
     pub fn epoch(&mut self, e: &EpochRecord) -> Result<(), FormatError> {
         self.write_iterations(|(epoch, _)| epoch <= e.epoch)?;
-        let b = std::mem::take(&mut self.epoch_bytes);
-        let miss = std::mem::take(&mut self.epoch_rows).miss_rate();
+        let (b, rows) = self.take_epoch_sums(e.epoch);
+        let miss = rows.miss_rate();
         let mut v: Vec<(String, f64)> = vec![
             ("epoch/loss".into(), e.loss),
             ("epoch/val_accuracy".into(), e.val_accuracy),
@@ -211,6 +213,18 @@ impl TensorBoardLog {
         }
         self.writer.scalars(e.epoch, &v)?;
         self.writer.flush()
+    }
+
+    /// The bytes and rows of the records of `epoch` (and of any earlier one
+    /// come late), leaving those of later epochs.
+    fn take_epoch_sums(&mut self, epoch: u64) -> (ByteCounts, RowCounts) {
+        let later = self.epoch_sums.split_off(&(epoch + 1));
+        let (mut b, mut rows) = (ByteCounts::default(), RowCounts::default());
+        for (bytes, r) in std::mem::replace(&mut self.epoch_sums, later).into_values() {
+            add_bytes(&mut b, &bytes);
+            rows += r;
+        }
+        (b, rows)
     }
 
     /// The iterations of a run stopped in mid-epoch.
@@ -243,6 +257,27 @@ impl TensorBoardLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_epochs_bytes_are_its_records_whatever_order_they_come_in() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = TensorBoardLog::create(dir.path()).unwrap();
+        let rec = |epoch, worker, features| {
+            let mut r = StepRecord { epoch, worker, ..StepRecord::default() };
+            r.bytes_out.features = features;
+            r.rows.requested = features;
+            r
+        };
+        log.step(&rec(0, 0, 100));
+        // Worker 1's first record of epoch 1, read before rank 0's record of epoch 0.
+        log.step(&rec(1, 1, 7));
+        log.step(&rec(0, 1, 20));
+        let (b, rows) = log.take_epoch_sums(0);
+        assert_eq!((b.features, rows.requested), (120, 120));
+        log.step(&rec(1, 0, 3));
+        let (b, rows) = log.take_epoch_sums(1);
+        assert_eq!((b.features, rows.requested), (10, 10));
+    }
 
     #[test]
     fn varint_matches_protobuf() {
