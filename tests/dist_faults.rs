@@ -228,6 +228,34 @@ fn ctrl_c_while_waiting_to_restart_stops_at_the_checkpoint_without_relaunching()
     assert!(resumed["iterations"].as_u64().unwrap() > done, "{resumed}");
 }
 
+/// A `--restarts` relaunch of a run whose dataset was re-imported since it
+/// began refuses the new data (the weights would meet other nodes), and says
+/// that the restart refused it: its error used to start `--resume r1:`, a flag
+/// the user never typed.
+#[test]
+fn a_restart_that_meets_a_reimported_dataset_is_refused_as_the_restart() {
+    let tmp = cora();
+    let d = tmp.path();
+    let mut drv = start(d, "2", &["--checkpoint-every", "1", "--restarts", "1", "--run", "r1"]);
+    let ws = drv.workers(2);
+    // The second epoch's line: the first epoch's checkpoint is written.
+    drv.wait_line(Duration::from_secs(60), first_epoch);
+    drv.wait_line(Duration::from_secs(60), first_epoch);
+    let from = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets/planetoid/converted/cora");
+    let reimport = ["download", "cora", "--force", "--from", from.to_str().unwrap(), "--format", "text"];
+    let j = json(d, &[&reimport[..], &["--features", "dense", "--split", "60,20,20", "--seed", "3"]].concat());
+    assert_eq!(j["action"], "imported", "{j}");
+    signal(ws[1].pid, "KILL");
+    let (code, stderr) = drv.wait_exit(Duration::from_secs(60));
+    assert_eq!(code, Some(2), "{stderr}");
+    let e = error_line(&stderr);
+    assert!(e.contains("restart 1 of 1, resuming run r1: run `r1` cannot be used with dataset `cora`"), "{e}");
+    assert!(e.contains("re-imported or replaced since"), "{e}");
+    assert!(!e.contains("--resume"), "{e}");
+    let pids: Vec<u32> = ws.iter().map(|w| w.pid).collect();
+    assert_eq!(wait_gone(&pids, Duration::from_secs(5)), Vec::<u32>::new(), "workers left behind");
+}
+
 /// `--restarts` without `--checkpoint-every`: a worker lost before the run's
 /// first checkpoint (here, its only one, at the end) used to end the run with
 /// no restart and no word why. It now trains the run again from the start, and

@@ -180,23 +180,25 @@ pub fn resume(
     obs: &mut dyn Observer,
 ) -> Result<RunSummary, TrainError> {
     let lock = lock_run(data, run, "--resume")?;
-    let (run_dir, cfg, _) = resumable(data, run, over)?;
+    let (run_dir, cfg, _) = resumable(data, run, over, "--resume")?;
     execute(data, cfg, (run, &run_dir, lock), true, opts, obs)
 }
 
 /// Run `run`'s directory, its config with `over` applied (checked), and the
-/// progress of its last checkpoint.
+/// progress of its last checkpoint. `what` starts every refusal: the flag
+/// the user typed, or the restart that resumes the run without one.
 pub fn resumable(
     data: &DataDir,
     run: &str,
     over: &ResumeOverrides,
+    what: &str,
 ) -> Result<(std::path::PathBuf, TrainConfig, Progress), TrainError> {
-    let (run_dir, ck) = checkpointed_run(data, run, "--resume")?;
+    let (run_dir, ck) = checkpointed_run(data, run, what)?;
     let (mut cfg, progress) = checkpoint::load_config(&ck)?;
-    run_dataset::check_same_dataset(&run_dir, run, &cfg.dataset, "--resume")?;
+    run_dataset::check_same_dataset(&run_dir, run, &cfg.dataset, what)?;
     let dataset = crate::datasets::ensure_dataset(data, &cfg.dataset).map_err(TrainError::Dataset)?;
     let ds = DatasetFile::open(&dataset)?;
-    run_dataset::check(&run_dir, run, &cfg.dataset, &ds, "--resume")?;
+    run_dataset::check(&run_dir, run, &cfg.dataset, &ds, what)?;
     checkpoint::check_fits(&ck, &cfg.model_spec(&ds))?;
     check_progress(&ck, &cfg, &progress, ds.train().len())?;
     // Before any worker starts or file is shipped: a damaged checkpoint would train on from a model nobody trained.
@@ -204,7 +206,7 @@ pub fn resumable(
     let keeps_history = cfg.gnnpipe.as_ref().is_some_and(|g| g.history);
     if cfg.strategy == StrategyKind::Gnnpipe && keeps_history && !checkpoint::has_history(&ck)? {
         return Err(BadInput::new(format!(
-            "--resume {run}: run `{run}` (--strategy gnnpipe) ended without --checkpoint-every, so its final checkpoint \
+            "{what} {run}: run `{run}` (--strategy gnnpipe) ended without --checkpoint-every, so its final checkpoint \
              holds the weights but not the embedding history the next epoch reads; start a new run (with \
              --checkpoint-every N to be able to go on from it), or use its weights with `infer`"
         ))

@@ -315,7 +315,11 @@ fn resume_once(
     obs: &mut dyn Observer,
     restart: Option<Restart>,
 ) -> anyhow::Result<RunSummary> {
-    let (run_dir, cfg, progress) = crate::train::resumable(data, run, over)?;
+    // A restart was never typed as `--resume`: its refusal names the restart.
+    let what = restart
+        .as_ref()
+        .map_or_else(|| "--resume".into(), |r| format!("restart {} of {}, resuming run", r.attempt, r.of));
+    let (run_dir, cfg, progress) = crate::train::resumable(data, run, over, &what)?;
     if !opts.launcher.shares_files() {
         // Every worker restores the weights and the optimizer state: each host gets the checkpoint.
         let root = absolute(&data.root)?;
