@@ -246,6 +246,21 @@ fn a_registry_that_is_unreadable_misspelt_or_too_big_is_refused_with_exit_2() {
         .unwrap();
     leapgnn(d.path(), &["download", "x", "--registry", reg_s])
         .assert_error(2, &[reg_s, "[x]: unknown key `symetrize`", "symmetrize"]);
+    // A value of the wrong type said "invalid type: unit variant, expected string only" for
+    // `format = 5`, naming neither the value nor the formats; each is now put to its entry and key.
+    for (entry, said) in [
+        (
+            "format = 5",
+            &["[x]: format = 5: invalid type: integer `5`", "ogb, npz, edgelist, musae, text, synthetic"][..],
+        ),
+        ("format = [\"npz\"]", &["[x]: format = [\"npz\"]: invalid type: sequence", "one of: ogb, npz"]),
+        ("format = \"npz\"\nsize = \"big\"", &["[x]: size = \"big\": invalid type: string \"big\"", "expected u64"]),
+        ("format = \"npz\"\nsymmetrize = \"yes\"", &["[x]: symmetrize = \"yes\":", "expected a boolean"]),
+    ] {
+        std::fs::write(&reg, format!("[x]\n{entry}\nurls = [\"http://127.0.0.1:9/x.npz\"]\n")).unwrap();
+        leapgnn(d.path(), &["download", "x", "--registry", reg_s])
+            .assert_error(2, &[&[reg_s][..], said, &["correct it in the file"]].concat());
+    }
     // The generator's own keys are known to synthetic entries.
     std::fs::write(
         &reg,

@@ -93,8 +93,8 @@ impl Registry {
             let toml::Value::Table(table) = value else {
                 return Err(bad(format!("`{name}` must be a table ([{name}])")));
             };
-            let mut entry = Entry::deserialize(table.clone()).map_err(|e| bad(format!("[{name}]: {e}")))?;
-            entry.options = ConvertOptions::deserialize(table.clone()).map_err(|e| bad(format!("[{name}]: {e}")))?;
+            let mut entry: Entry = keyed(&name, &table).map_err(bad)?;
+            entry.options = keyed(&name, &table).map_err(bad)?;
             if let Some(h) = &entry.sha256
                 && (h.len() != 64 || !h.bytes().all(|b| b.is_ascii_hexdigit()))
             {
@@ -132,6 +132,18 @@ impl Registry {
     pub fn entries(&self) -> impl Iterator<Item = &Entry> {
         self.entries.values()
     }
+}
+
+/// `T` from the entry `[name]`; a wrong value is put to its key, as the file
+/// writes it (serde's own words named neither entry nor value).
+fn keyed<T: serde::de::DeserializeOwned>(name: &str, table: &toml::Table) -> Result<T, String> {
+    crate::util::keyed::deserialize(table.clone()).map_err(|(key, e): (_, toml::de::Error)| {
+        let why = e.message().trim_end();
+        match key.and_then(|k| table.get(&k).map(|v| (k, v))) {
+            Some((k, v)) => format!("[{name}]: {k} = {v}: {why}; correct it in the file"),
+            None => format!("[{name}]: {why}"),
+        }
+    })
 }
 
 /// Keys of an entry read by `Entry` itself; the converter's and the

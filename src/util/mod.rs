@@ -4,6 +4,7 @@ pub mod c_stdout;
 pub mod console;
 pub mod core_dumps;
 pub mod interrupt;
+pub mod keyed;
 pub mod lock_file;
 pub mod rng;
 pub mod value_names;

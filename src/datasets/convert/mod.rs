@@ -21,7 +21,7 @@ use crate::format::Dataset;
 use std::path::Path;
 
 /// A source layout (`format = ...` in datasets.toml, `--format` on the command line).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Format {
     Ogb,
@@ -60,6 +60,26 @@ impl std::str::FromStr for Format {
             let names: Vec<&str> = Format::ALL.iter().map(|f| f.as_str()).collect();
             format!("unknown format `{s}` (one of: {})", names.join(", "))
         })
+    }
+}
+
+/// By name, through `FromStr`: the derived one called any value but a string
+/// (`format = 5` in a registry) "invalid type: unit variant, expected string
+/// only", naming neither what was found nor the formats.
+impl<'de> serde::Deserialize<'de> for Format {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Name;
+        impl serde::de::Visitor<'_> for Name {
+            type Value = Format;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                let names: Vec<&str> = Format::ALL.iter().map(|f| f.as_str()).collect();
+                write!(f, "a format name, one of: {}", names.join(", "))
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Format, E> {
+                s.parse().map_err(E::custom)
+            }
+        }
+        d.deserialize_str(Name)
     }
 }
 
