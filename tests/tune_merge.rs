@@ -139,6 +139,18 @@ fn bad_input_is_one_line_and_exit_2() {
         let e = fails(d, &[&["tune-merge"], JOB, &["--cluster", prof.to_str().unwrap()]].concat(), 2);
         assert!(e.contains("lab.toml") && e.contains(key), "{table}: {e}");
     }
+    // A link to a worker no host has (a typo in from/to) priced every transfer at the default link, silently.
+    std::fs::write(
+        &prof,
+        "[cluster]\nlauncher = \"ssh\"\n[[host]]\naddress = \"127.0.0.1\"\nuser = \"gnn\"\nworkers = 2\n\
+         [[host]]\naddress = \"127.0.0.2\"\nuser = \"gnn\"\n\
+         [[cost.links]]\nfrom = 0\nto = 2\nbandwidth = 1e9\nlatency = 1e-5\n\
+         [[cost.links]]\nfrom = 3\nto = 0\nbandwidth = 1e9\nlatency = 1e-5\n",
+    )
+    .unwrap();
+    let e = fails(d, &[&["tune-merge"], JOB, &["--cluster", prof.to_str().unwrap()]].concat(), 2);
+    assert!(e.contains("lab.toml") && e.contains("cost.links[3 -> 0]: there is no worker 3"), "{e}");
+    assert!(e.contains("gnn@127.0.0.1:22 (ranks 0..=1), gnn@127.0.0.2:22 (rank 2)"), "{e}");
     std::fs::write(&prof, "[cluster]\nlauncher = \"local\"\n[cost]\nbandwith = 3.0\n").unwrap();
     let e = fails(d, &[&["tune-merge"], JOB, &["--cluster", prof.to_str().unwrap()]].concat(), 2);
     assert!(e.contains("lab.toml") && e.contains("bandwith"), "{e}");

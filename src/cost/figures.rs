@@ -245,7 +245,45 @@ impl Figures {
                 .map_err(|e| BadInput::new(format!("{origin}: the [cost] table is malformed: {e}")))?,
         };
         f.check(&origin)?;
+        f.check_link_ranks(profile, &origin)?;
         Ok(f)
+    }
+
+    /// A link naming a worker the profile's hosts do not have (a typo, or a
+    /// host removed since the calibration) would never be looked up: the
+    /// model would price every transfer at the default link without a word.
+    /// Only a profile with `[[host]]`s fixes its worker count; a local or
+    /// Slurm one takes it from `--workers` and may use fewer than it measured.
+    fn check_link_ranks(&self, profile: &Profile, origin: &str) -> Result<(), BadInput> {
+        let world = profile.world();
+        if world == 0 {
+            return Ok(());
+        }
+        let Some((l, missing)) =
+            self.links.iter().find_map(|l| [l.from, l.to].into_iter().find(|&r| r >= world).map(|r| (l, r)))
+        else {
+            return Ok(());
+        };
+        let mut first = 0;
+        let hosts: Vec<String> = profile
+            .hosts
+            .iter()
+            .map(|h| {
+                let ranks = match h.workers {
+                    1 => format!("rank {first}"),
+                    n => format!("ranks {first}..={}", first + n - 1),
+                };
+                first += h.workers;
+                format!("{} ({ranks})", h.label())
+            })
+            .collect();
+        Err(BadInput::new(format!(
+            "{origin}: cost.links[{} -> {}]: there is no worker {missing}: the profile's hosts are {}; correct the \
+             entry's from/to, or remove it (or recalibrate with `leapgnn tune-merge ... --calibrate`)",
+            l.from,
+            l.to,
+            hosts.join(", ")
+        )))
     }
 
     /// Replaces the `[cost]` table of the profile file at `path` (every other
