@@ -171,6 +171,29 @@ fn bad_input_is_one_line_and_exit_2() {
     // A directory for --out is a wrong value (it was a failed write, exit 1), said before any work.
     let e = fails(d, &[&["tune-merge"], JOB, &["--out", d.to_str().unwrap()]].concat(), 2);
     assert!(e.contains(&format!("--out {} is a directory", d.display())), "{e}");
+    // A plan written onto a symbolic link (kept in a shared directory) replaced the link with a
+    // file of its own; it now goes to the file linked to. A link to nothing is refused, naming it.
+    std::fs::create_dir_all(d.join("shared")).unwrap();
+    std::fs::write(d.join("shared/plan.toml"), "old").unwrap();
+    let link = d.join("plan.toml");
+    std::os::unix::fs::symlink("shared/plan.toml", &link).unwrap();
+    let v = json(d, &[&["tune-merge"], JOB, &["--out", link.to_str().unwrap()]].concat());
+    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink(), "the link was replaced");
+    let plan = std::fs::read_to_string(d.join("shared/plan.toml")).unwrap();
+    assert!(plan.starts_with("workers = 4\ntime_steps = "), "{plan}");
+    assert_eq!(v["plan"], link.to_str().unwrap(), "the plan is reported where it was asked for");
+    assert!(
+        std::fs::read_dir(d.join("shared")).unwrap().all(|e| !e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .contains(".tmp."))
+    );
+    let dangling = d.join("gone.toml");
+    std::os::unix::fs::symlink("nowhere/plan.toml", &dangling).unwrap();
+    let e = fails(d, &[&["tune-merge"], JOB, &["--out", dangling.to_str().unwrap()]].concat(), 2);
+    assert!(e.contains("gone.toml: a symbolic link to nowhere/plan.toml, which does not exist"), "{e}");
+    assert!(!d.join("nowhere").exists());
 }
 
 fn train(d: &Path, run: &str, extra: &[&str]) -> serde_json::Value {

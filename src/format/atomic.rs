@@ -13,7 +13,10 @@ use std::time::Duration;
 /// its lock. The next write of the same target removes such leftovers, which
 /// for a dataset or an `infer --out` can be gigabytes.
 pub struct AtomicFile {
+    /// As the caller named it, for messages.
     target: PathBuf,
+    /// Where the bytes go: `target`, or the file it links to (`resolve`).
+    dest: PathBuf,
     tmp: PathBuf,
     file: Option<BufWriter<File>>,
     committed: bool,
@@ -35,10 +38,11 @@ impl AtomicFile {
 
     fn open(target: &Path, mode: Option<u32>) -> Result<Self, FormatError> {
         use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        let dest = resolve(target)?;
         let target = target.to_path_buf();
-        let dir = parent_dir(&target);
+        let dir = parent_dir(&dest);
         fs::create_dir_all(&dir).map_err(|e| FormatError::io(&dir, e))?;
-        let name = target.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
         // Before the file exists: an interrupt after its creation finds it registered.
         let temp = crate::util::interrupt::Registered::new(&tmp);
@@ -60,6 +64,7 @@ impl AtomicFile {
         remove_abandoned(&dir, &name, &tmp);
         Ok(AtomicFile {
             target,
+            dest,
             tmp,
             file: Some(BufWriter::with_capacity(1 << 20, file)),
             committed: false,
@@ -86,10 +91,10 @@ impl AtomicFile {
         let f = w.into_inner().map_err(|e| FormatError::io(&self.target, e.into_error()))?;
         f.sync_all().map_err(|e| FormatError::io(&self.target, e))?;
         drop(f);
-        crate::util::interrupt::settle(|| fs::rename(&self.tmp, &self.target))
+        crate::util::interrupt::settle(|| fs::rename(&self.tmp, &self.dest))
             .map_err(|e| FormatError::io(&self.target, e))?;
         self.committed = true;
-        if let Ok(d) = File::open(parent_dir(&self.target)) {
+        if let Ok(d) = File::open(parent_dir(&self.dest)) {
             let _ = d.sync_all();
         }
         Ok(self.target.clone())
@@ -104,6 +109,28 @@ impl Drop for AtomicFile {
             let _ = fs::remove_file(&self.tmp);
         }
     }
+}
+
+/// The file a write of `target` replaces. A symbolic link is written
+/// through: a profile kept in a shared directory and linked into place (as
+/// dotfile managers do) was replaced by a regular file of its own, so the
+/// shared file never saw the update. The temp file goes next to the real
+/// file, so the rename stays in one directory and atomic, and the link stays.
+fn resolve(target: &Path) -> Result<PathBuf, FormatError> {
+    let is_link = fs::symlink_metadata(target).is_ok_and(|m| m.file_type().is_symlink());
+    if !is_link {
+        return Ok(target.to_path_buf());
+    }
+    fs::canonicalize(target).map_err(|e| {
+        let why = match fs::read_link(target) {
+            Ok(to) if e.kind() == std::io::ErrorKind::NotFound => format!(
+                "to {}, which does not exist; create it, or remove the link to write a file of its own there",
+                to.display()
+            ),
+            _ => format!("that cannot be followed ({e}); point it at a file, or remove it"),
+        };
+        FormatError::Link { path: target.to_path_buf(), why }
+    })
 }
 
 /// How long a temp file is left alone after its last write whatever its lock
@@ -214,6 +241,62 @@ mod tests {
         write_atomic(d.join("x.json"), b"[]").unwrap();
         assert!(!live.exists());
         assert!(fresh.exists(), "fresh files stay until they settle");
+    }
+
+    /// No `.NAME.tmp.PID` file left in `dir`.
+    fn no_temp_files(dir: &Path) {
+        let left: Vec<_> = fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().contains(".tmp."))
+            .collect();
+        assert!(left.is_empty(), "temp files left in {}: {left:?}", dir.display());
+    }
+
+    #[test]
+    fn a_write_onto_a_symbolic_link_replaces_the_file_it_points_to_and_keeps_the_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let (shared, profiles) = (dir.path().join("shared"), dir.path().join("profiles"));
+        fs::create_dir_all(&shared).unwrap();
+        fs::create_dir_all(&profiles).unwrap();
+        fs::write(shared.join("lab.toml"), b"old").unwrap();
+        // Relative, as dotfile managers make them; and a link to that link.
+        let link = profiles.join("lab.toml");
+        std::os::unix::fs::symlink("../shared/lab.toml", &link).unwrap();
+        let chained = dir.path().join("lab.toml");
+        std::os::unix::fs::symlink(&link, &chained).unwrap();
+        for (via, bytes) in [(&link, &b"new"[..]), (&chained, b"newer")] {
+            write_atomic(via, bytes).unwrap();
+            assert_eq!(fs::read(shared.join("lab.toml")).unwrap(), bytes);
+            assert!(fs::symlink_metadata(&link).unwrap().file_type().is_symlink(), "the link was replaced");
+            assert_eq!(fs::read_link(&link).unwrap(), Path::new("../shared/lab.toml"));
+            assert!(fs::symlink_metadata(&chained).unwrap().file_type().is_symlink());
+            for d in [dir.path(), &shared, &profiles] {
+                no_temp_files(d);
+            }
+        }
+        // The writer's own path is what its errors and its result name.
+        let w = AtomicFile::create(&link).unwrap();
+        assert_eq!(w.commit().unwrap(), link);
+    }
+
+    #[test]
+    fn a_write_onto_a_dangling_or_looping_link_is_refused_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let dangling = d.join("lab.toml");
+        std::os::unix::fs::symlink("gone/lab.toml", &dangling).unwrap();
+        let looped = d.join("loop.toml");
+        std::os::unix::fs::symlink("loop.toml", &looped).unwrap();
+        for (link, said) in [(&dangling, "to gone/lab.toml, which does not exist"), (&looped, "cannot be followed")] {
+            let e = write_atomic(link, b"x").unwrap_err();
+            assert!(matches!(e, FormatError::Link { .. }), "{e}");
+            let e = e.to_string();
+            assert!(e.starts_with(&format!("{}: a symbolic link", link.display())) && e.contains(said), "{e}");
+            assert!(fs::symlink_metadata(link).unwrap().file_type().is_symlink(), "the link was replaced");
+        }
+        assert!(!d.join("gone").exists(), "a directory was made for the dangling link");
+        no_temp_files(d);
     }
 
     #[test]

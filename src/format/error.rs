@@ -39,6 +39,10 @@ pub enum FormatError {
     Checksum { path: PathBuf, stored: u64, computed: u64 },
     #[error("{path}: corrupt archive: {detail}; delete it and re-create it")]
     Corrupt { path: PathBuf, detail: String },
+    /// A write onto a symbolic link goes to the file it points to; one that
+    /// points nowhere (or in a circle) has no such file.
+    #[error("{path}: a symbolic link {why}")]
+    Link { path: PathBuf, why: String },
     #[error("{path}: cannot serialise: {detail}")]
     Serialize { path: PathBuf, detail: String },
 }
