@@ -7,7 +7,7 @@ use leapgnn::cluster::{Allocation, Launcher, LauncherKind, LogSink, Profile, Slu
 use leapgnn::progress::signals;
 use leapgnn::train::DeviceKind;
 use leapgnn::train::distributed::{InferLaunch, infer_distributed};
-use leapgnn::train::infer::{InferOptions, infer, run_files};
+use leapgnn::train::infer::{InferOptions, infer, run_config};
 use std::path::PathBuf;
 
 /// Predictions (class and probabilities) and optionally hidden embeddings of every node of a trained run,
@@ -132,10 +132,10 @@ fn distributed(g: &Global, a: &Args, opts: &InferOptions) -> anyhow::Result<leap
     let log: LogSink = leapgnn::cluster::launcher::stderr_log();
     let ssh = match profile.filter(|_| slurm.is_none()) {
         Some(p) => {
-            let (mut cfg, files) = run_files(&data, &a.run)?;
+            let mut cfg = run_config(&data, &a.run)?;
             let w = workers.unwrap_or(cfg.workers);
             (cfg.workers, cfg.parts) = (w, w);
-            Some(crate::train::ssh_launcher(&data, &cfg, p, a.accept_new_host_keys, files)?.with_log(log.clone()))
+            Some(crate::train::ssh_launcher(&data, &cfg, p, a.accept_new_host_keys)?.with_log(log.clone()))
         }
         None => None,
     };
@@ -170,10 +170,11 @@ fn distributed(g: &Global, a: &Args, opts: &InferOptions) -> anyhow::Result<leap
 }
 
 /// `sbcast = true`: what the workers of an inference on `world` of them read
-/// under the data directory: the dataset archive, the METIS partition in
-/// `world` parts they score by (none for one worker) and the run's checkpoint.
+/// under the data directory: the dataset archive and the METIS partition in
+/// `world` parts they score by (none for one worker); the weights go with
+/// the job, as the driver checked them.
 fn sbcast_items(data: &leapgnn::DataDir, run: &str, world: usize) -> anyhow::Result<Vec<ShipItem>> {
-    let (cfg, weights) = run_files(data, run)?;
+    let cfg = run_config(data, run)?;
     let root = std::path::absolute(&data.root)?;
     let dataset = std::path::absolute(leapgnn::datasets::ensure_dataset(data, &cfg.dataset)?)?;
     let item = |local: PathBuf| ShipItem::data_file(&root, local);
@@ -181,9 +182,6 @@ fn sbcast_items(data: &leapgnn::DataDir, run: &str, world: usize) -> anyhow::Res
     if world > 1 {
         let parts = leapgnn::partition::ensure_partition(data, &cfg.dataset, "metis", world, cfg.seed)?;
         items.extend(rank_files(&root, &dataset, &std::path::absolute(parts)?, 0..world));
-    }
-    for w in weights {
-        items.insert(item(std::path::absolute(w)?));
     }
     Ok(items.into_iter().collect())
 }

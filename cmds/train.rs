@@ -16,7 +16,6 @@ use leapgnn::train::distributed::{DistOptions, GradDump, resume_distributed, tra
 use leapgnn::train::flags::{Action, TrainFlags};
 use leapgnn::train::tensorboard::TensorBoard;
 use leapgnn::train::{self, Observer, ResumeOverrides, RunOptions, TrainConfig, TrainError};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -231,7 +230,7 @@ fn distributed(
             }
             slurm = Some(l);
         }
-        Some(p) => ssh = Some(ssh_launcher(&data, &cfg, p, a.accept_new_host_keys, vec![])?.with_log(log.clone())),
+        Some(p) => ssh = Some(ssh_launcher(&data, &cfg, p, a.accept_new_host_keys)?.with_log(log.clone())),
         None => {}
     }
     let local;
@@ -321,29 +320,17 @@ pub(crate) fn worker_args(g: &Global, data: &DataDir) -> anyhow::Result<Vec<Stri
 
 /// Checks every host first (the same checks as `cluster check`, failing on
 /// the first bad host), partitions here if needed, and ships each rank the
-/// dataset archive, the partition manifest and the parts it owns, plus `extra`
-/// (files under the data directory, e.g. a checkpoint to infer with).
+/// dataset archive, the partition manifest and the parts it owns (a job's
+/// own files, such as a checkpoint, go with it: `Launcher::ship_with_job`).
 pub(crate) fn ssh_launcher(
     data: &DataDir,
     cfg: &TrainConfig,
     profile: Profile,
     accept_new: bool,
-    extra: Vec<PathBuf>,
 ) -> anyhow::Result<SshLauncher> {
     let launcher = SshLauncher::new(profile)?.accept_new_host_keys(accept_new);
     preflight_with(&launcher)?;
-    let root = std::path::absolute(&data.root)?;
-    let extra: Vec<ShipItem> = extra
-        .into_iter()
-        .map(|p| std::path::absolute(&p).map(|local| ShipItem::data_file(&root, local)))
-        .collect::<Result<_, _>>()?;
-    let rank_files = job_files(data, cfg)?;
-    let files = Arc::new(move |rank| {
-        let mut files = rank_files(rank);
-        files.extend(extra.iter().cloned());
-        files
-    });
-    Ok(launcher.with_rank_files(files))
+    Ok(launcher.with_rank_files(Arc::new(job_files(data, cfg)?)))
 }
 
 /// The files rank r needs under the data directory (the dataset archive, the

@@ -263,8 +263,7 @@ fn run_calibration(
             &slurm
         }
         LauncherKind::Ssh => {
-            ssh = crate::train::ssh_launcher(data, cfg, profile.clone(), a.accept_new_host_keys, vec![])?
-                .with_log(chatter);
+            ssh = crate::train::ssh_launcher(data, cfg, profile.clone(), a.accept_new_host_keys)?.with_log(chatter);
             &ssh
         }
         _ => {

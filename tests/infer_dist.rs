@@ -174,11 +174,16 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
 
 /// Starts local workers, but first gives run `run`'s checkpoint other weights
 /// and removes the old ones, as a run still training saves a new checkpoint
-/// while infer starts.
+/// while infer starts. With `host`, the workers do not share the driver's
+/// files: they have their own data directory `host` (`inner` runs them on
+/// it), which gets the dataset and what the job ships as ssh would, when
+/// the workers start.
 struct CheckpointMovesOn {
     inner: leapgnn::cluster::LocalLauncher,
     checkpoint: std::path::PathBuf,
     newer: std::path::PathBuf,
+    host: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    shipped: std::sync::Mutex<Vec<(std::path::PathBuf, std::path::PathBuf)>>,
 }
 
 impl leapgnn::cluster::Launcher for CheckpointMovesOn {
@@ -196,12 +201,25 @@ impl leapgnn::cluster::Launcher for CheckpointMovesOn {
             std::fs::write(&path, serde_json::to_vec(&state).unwrap()).unwrap();
             // As a save does once the new state is written.
             std::fs::remove_file(self.checkpoint.join(old)).unwrap();
+            if let Some((data, host)) = &self.host {
+                let dataset = data.join("cora");
+                let files =
+                    walk(&dataset).into_iter().map(|f| (f.clone(), f.strip_prefix(data).unwrap().to_path_buf()));
+                for (local, there) in files.chain(self.shipped.lock().unwrap().iter().cloned()) {
+                    std::fs::create_dir_all(host.join(&there).parent().unwrap()).unwrap();
+                    std::fs::copy(&local, host.join(&there)).unwrap_or_else(|e| panic!("{}: {e}", local.display()));
+                }
+            }
         }
         self.inner.launch(spec)
     }
 
     fn shares_files(&self) -> bool {
-        true
+        self.host.is_none()
+    }
+
+    fn ship_with_job(&self, files: Vec<(std::path::PathBuf, std::path::PathBuf)>) {
+        *self.shipped.lock().unwrap() = files;
     }
 }
 
@@ -210,8 +228,17 @@ impl leapgnn::cluster::Launcher for CheckpointMovesOn {
 /// training has written by the time it loads them (a mix of two models, one
 /// per worker's nodes, with no error), and the run removing them meanwhile
 /// fails nothing.
+///
+/// Without shared files (ssh, Slurm with sbcast) the same: the weights used
+/// to be shipped from the checkpoint's file as the workers started, so one
+/// removed since the check failed infer, naming the file.
 #[test]
 fn every_worker_scores_with_the_weights_the_driver_checked() {
+    checked_weights_scored(false);
+    checked_weights_scored(true);
+}
+
+fn checked_weights_scored(shipped: bool) {
     use leapgnn::train::distributed::{InferLaunch, infer_distributed};
     use leapgnn::train::infer::{InferOptions, OutputFormat};
     let tmp = cora();
@@ -228,13 +255,17 @@ fn every_worker_scores_with_the_weights_the_driver_checked() {
     let checkpoint = d.join("runs/a/checkpoint");
     let b_state: serde_json::Value =
         serde_json::from_slice(&std::fs::read(d.join("runs/b/checkpoint/state.json")).unwrap()).unwrap();
+    let host = tempfile::tempdir().unwrap();
+    let workers_data = if shipped { host.path() } else { d };
     let launcher = CheckpointMovesOn {
         inner: leapgnn::cluster::LocalLauncher::new(
             env!("CARGO_BIN_EXE_leapgnn"),
-            vec!["--data-dir".into(), d.display().to_string()],
+            vec!["--data-dir".into(), workers_data.display().to_string()],
         ),
         newer: d.join("runs/b/checkpoint").join(b_state["weights"].as_str().unwrap()),
         checkpoint,
+        host: shipped.then(|| (d.to_path_buf(), host.path().to_path_buf())),
+        shipped: Default::default(),
     };
     let interrupted = std::sync::atomic::AtomicBool::new(false);
     let launch = InferLaunch {
@@ -254,7 +285,14 @@ fn every_worker_scores_with_the_weights_the_driver_checked() {
         device: None,
     };
     let data = leapgnn::DataDir::new(d);
-    infer_distributed(&data, "a", &opts, Some(2), &launch).unwrap();
+    infer_distributed(&data, "a", &opts, Some(2), &launch).unwrap_or_else(|e| panic!("shipped {shipped}: {e:#}"));
+    if shipped {
+        let weights = launcher.shipped.lock().unwrap().clone();
+        assert_eq!(weights.len(), 1, "{weights:?}");
+        // Where the checkpoint named them when checked; the driver's copy is gone with the inference.
+        assert!(weights[0].1.starts_with("runs/a/checkpoint"), "{weights:?}");
+        assert!(!weights[0].0.exists(), "{weights:?}");
+    }
     let moved = load(&out("moved.safetensors"));
     let (got, want) = (&moved.u32s["prediction"], &a.u32s["prediction"]);
     let differ = got.iter().zip(want).filter(|(x, y)| x != y).count();
@@ -317,4 +355,45 @@ fn infer_of_a_run_writing_a_checkpoint_every_iteration_scores_one_whole_checkpoi
         let e = max_abs_diff(&got.f32s["probs"].1, &want.f32s["probs"].1);
         assert!(e <= 1e-4, "{}: probs differ from iteration {it}'s by {e}", out.display());
     }
+}
+
+/// An infer killed (SIGKILL) could not remove its copy of the checked
+/// weights from the run's directory, where it stayed for ever. The next
+/// infer of the run removes it, and keeps the copy of an infer still running
+/// (which holds the copy's lock: no pid is trusted, which the system may
+/// have given to another process since); a `train --resume` removes it too.
+#[test]
+fn the_copy_of_an_infer_killed_is_removed_by_the_next_and_a_live_ones_is_kept() {
+    let tmp = cora();
+    let d = tmp.path();
+    json(d, &["train", "cora", "--no-tui", "--full-batch", "--epochs", "2", "--hidden", "16", "--run", "k"]);
+    let run = d.join("runs/k");
+    let copies = || -> Vec<std::path::PathBuf> {
+        let is_copy = |p: &std::path::PathBuf| p.file_name().unwrap().to_string_lossy().starts_with(".infer-");
+        walk(&run).into_iter().filter(is_copy).collect()
+    };
+    let pause = [("LEAPGNN_TEST_PAUSE", "infer-weights-copied")];
+    let paused = |name: &str| {
+        let out = d.join(name);
+        let mut drv = Driver::start_env(d, &["infer", "k", "--workers", "2", "--out", out.to_str().unwrap()], &pause);
+        drv.wait_line(Duration::from_secs(60), |l| l.contains("test pause: infer-weights-copied"));
+        drv
+    };
+    let mut killed = paused("killed.safetensors");
+    let left = copies();
+    assert_eq!(left.len(), 1, "one copy for the workers: {left:?}");
+    signal(killed.child.id(), "KILL");
+    killed.child.wait().unwrap();
+    assert_eq!(copies(), left, "the killed infer's copy is there until the next infer");
+
+    let mut live = paused("live.safetensors");
+    let now = copies();
+    assert!(!now.contains(&left[0]), "the killed infer's copy is left: {now:?}");
+    assert_eq!(now.len(), 1, "the live infer's copy: {now:?}");
+    json(d, &["infer", "k", "--out", d.join("in-process.safetensors").to_str().unwrap()]);
+    assert_eq!(copies(), now, "the copy of an infer still running was removed");
+    signal(live.child.id(), "KILL");
+    live.child.wait().unwrap();
+    json(d, &["train", "--resume", "k", "--epochs", "3", "--no-tui"]);
+    assert_eq!(copies(), Vec::<std::path::PathBuf>::new(), "train --resume left the killed infer's copy");
 }

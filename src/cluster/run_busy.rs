@@ -62,14 +62,18 @@ fn mark_as(run_dir: &Path, rank: usize, name: String) -> Option<RunBusy> {
 /// those of workers killed (stopped by force, or lost), which could not
 /// remove their own. Called by the driver once its workers are gone.
 pub fn remove_stale(run_dir: &Path) {
+    remove_unheld(run_dir, |name| name.starts_with(".worker-") && name.ends_with(".lock"));
+}
+
+/// Removes the files of `run_dir` named as `ours` accepts whose OS lock no
+/// process holds: their owner ended without removing them (SIGKILL).
+pub fn remove_unheld(run_dir: &Path, ours: impl Fn(&str) -> bool) {
     let Ok(entries) = std::fs::read_dir(run_dir) else { return };
     for e in entries.flatten() {
-        let name = e.file_name();
-        let name = name.to_string_lossy();
-        if !(name.starts_with(".worker-") && name.ends_with(".lock")) {
+        if !ours(&e.file_name().to_string_lossy()) {
             continue;
         }
-        // Held for the removal, so a worker still holding it is left alone.
+        // Held for the removal, so a file its owner still holds is left alone.
         if let Ok(Lock::Held(_file)) = lock_file::try_exclusive(&e.path()) {
             let _ = std::fs::remove_file(e.path());
         }

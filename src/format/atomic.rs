@@ -86,18 +86,25 @@ impl AtomicFile {
     }
 
     /// Flush, fsync, rename over the target, fsync the directory.
-    pub fn commit(mut self) -> Result<PathBuf, FormatError> {
+    pub fn commit(self) -> Result<PathBuf, FormatError> {
+        self.commit_held().map(|(path, _)| path)
+    }
+
+    /// `commit`, returning the file still open: the OS lock its writer took
+    /// goes with the file to its target name and lasts as long as the
+    /// handle, so that others tell a file in use from one a process killed
+    /// left behind (nobody holds its lock).
+    pub fn commit_held(mut self) -> Result<(PathBuf, File), FormatError> {
         let w = self.file.take().expect("commit twice");
         let f = w.into_inner().map_err(|e| FormatError::io(&self.target, e.into_error()))?;
         f.sync_all().map_err(|e| FormatError::io(&self.target, e))?;
-        drop(f);
         crate::util::interrupt::settle(|| fs::rename(&self.tmp, &self.dest))
             .map_err(|e| FormatError::io(&self.target, e))?;
         self.committed = true;
         if let Ok(d) = File::open(parent_dir(&self.dest)) {
             let _ = d.sync_all();
         }
-        Ok(self.target.clone())
+        Ok((self.target.clone(), f))
     }
 }
 
@@ -176,19 +183,23 @@ fn parent_dir(p: &Path) -> PathBuf {
 
 /// Writes a small file (JSON, TOML, text) atomically.
 pub fn write_atomic(target: impl AsRef<Path>, bytes: &[u8]) -> Result<(), FormatError> {
+    write_all(AtomicFile::create(target.as_ref())?, target.as_ref(), bytes).map(drop)
+}
+
+/// `write_atomic`, the file held as `AtomicFile::commit_held` holds it.
+pub fn write_atomic_held(target: impl AsRef<Path>, bytes: &[u8]) -> Result<File, FormatError> {
     write_all(AtomicFile::create(target.as_ref())?, target.as_ref(), bytes)
 }
 
 /// `write_atomic` of a file whose permission bits are exactly `mode` from its
 /// first byte on (`AtomicFile::create_with_mode`).
 pub fn write_atomic_mode(target: impl AsRef<Path>, bytes: &[u8], mode: u32) -> Result<(), FormatError> {
-    write_all(AtomicFile::create_with_mode(target.as_ref(), mode)?, target.as_ref(), bytes)
+    write_all(AtomicFile::create_with_mode(target.as_ref(), mode)?, target.as_ref(), bytes).map(drop)
 }
 
-fn write_all(mut f: AtomicFile, target: &Path, bytes: &[u8]) -> Result<(), FormatError> {
+fn write_all(mut f: AtomicFile, target: &Path, bytes: &[u8]) -> Result<File, FormatError> {
     f.writer().write_all(bytes).map_err(|e| FormatError::io(target, e))?;
-    f.commit()?;
-    Ok(())
+    Ok(f.commit_held()?.1)
 }
 
 #[cfg(test)]

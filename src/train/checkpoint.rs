@@ -330,12 +330,6 @@ fn read_state(dir: &Path) -> Result<StateFile, TrainError> {
     Ok(s)
 }
 
-/// `state.json` and the weights file it names now (what an inference worker
-/// without the driver's filesystem must be sent).
-pub fn weight_files(dir: &Path) -> Result<[PathBuf; 2], TrainError> {
-    Ok([dir.join(STATE), dir.join(read_state(dir)?.weights)])
-}
-
 /// Every file of the checkpoint in `dir`, tensors first and `state.json`
 /// last (what a worker resuming without the driver's filesystem must be sent).
 pub fn files(dir: &Path) -> Result<Vec<PathBuf>, TrainError> {

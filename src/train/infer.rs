@@ -129,6 +129,7 @@ pub(crate) fn prepare(
 ) -> Result<(Prepared, DatasetFile), TrainError> {
     check_out(opts)?;
     let (run_dir, ck) = checkpointed_run(data, run, "infer")?;
+    super::distributed::infer::remove_stale_copies(&run_dir);
     let (mut cfg, progress) = checkpoint::load_config(&ck)?;
     super::run_dataset::check_same_dataset(&run_dir, run, &cfg.dataset, "infer")?;
     check_stages_complete(run, &cfg, progress.epoch)?;
@@ -228,17 +229,18 @@ fn check_stages_complete(run: &str, cfg: &TrainConfig, epoch: u64) -> Result<(),
     )))
 }
 
-/// The run's saved config and the checkpoint files inference reads (what a
-/// launcher without the driver's filesystem ships to every worker).
-pub fn run_files(data: &DataDir, run: &str) -> Result<(TrainConfig, Vec<PathBuf>), TrainError> {
+/// The run's saved config, its checkpoint checked as inference will check
+/// it: refused before a launcher without the driver's files reaches a host
+/// (inference ships the weights it checks itself, `Launcher::ship_with_job`).
+pub fn run_config(data: &DataDir, run: &str) -> Result<TrainConfig, TrainError> {
     let (run_dir, ck) = checkpointed_run(data, run, "infer")?;
     let (cfg, progress) = checkpoint::load_config(&ck)?;
     super::run_dataset::check_same_dataset(&run_dir, run, &cfg.dataset, "infer")?;
     // Refused before any host is reached or file shipped.
     check_stages_complete(run, &cfg, progress.epoch)?;
-    let (weights, sha256) = checkpoint::weights_file(&ck)?;
-    checkpoint::read_weights(&weights, sha256.as_deref())?;
-    Ok((cfg, checkpoint::weight_files(&ck)?.to_vec()))
+    // Followed to the checkpoint that replaced it, as `prepare` does, when a run still training removes it.
+    checkpoint::pinned_weights(&ck)?;
+    Ok(cfg)
 }
 
 /// The last layer's outputs (and the `--embeddings` layer's) of every node,

@@ -307,7 +307,9 @@ pub(crate) fn lock_run(data: &DataDir, run: &str, flag: &str) -> Result<RunLock,
     if !run_dir.is_dir() {
         return Err(BadInput::new(format!("{flag} {run}: {}", no_such_run(data, run))).into());
     }
-    RunLock::acquire(&run_dir, run)
+    let lock = RunLock::acquire(&run_dir, run)?;
+    distributed::infer::remove_stale_copies(&run_dir);
+    Ok(lock)
 }
 
 /// Train, validation and test ids that have a label, checked.

@@ -309,11 +309,21 @@ impl Driver {
         Driver::spawn(data, args, stdout)
     }
 
+    /// `start`, with these variables in its environment (`LEAPGNN_TEST_PAUSE`).
+    pub fn start_env(data: &Path, args: &[&str], env: &[(&str, &str)]) -> Driver {
+        Driver::spawn_env(data, args, Stdio::null(), env)
+    }
+
     fn spawn(data: &Path, args: &[&str], stdout: Stdio) -> Driver {
+        Driver::spawn_env(data, args, stdout, &[])
+    }
+
+    fn spawn_env(data: &Path, args: &[&str], stdout: Stdio, env: &[(&str, &str)]) -> Driver {
         let mut child = Command::new(env!("CARGO_BIN_EXE_leapgnn"))
             .arg("--data-dir")
             .arg(data)
             .args(args)
+            .envs(env.iter().copied())
             .stdout(stdout)
             .stderr(Stdio::piped())
             .spawn()

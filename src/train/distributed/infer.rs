@@ -149,13 +149,24 @@ fn infer_on_workers(
     }
     let root = driver::absolute(&data.root)?;
     let on_worker = |p: &std::path::Path| driver::worker_path(launch.launcher, &root, &driver::absolute(p)?);
-    let pinned = launch.launcher.shares_files().then(|| WeightsCopy::write(&prep)).flatten();
+    let pinned = WeightsCopy::write(&prep);
+    let checked = pinned.as_ref().map_or(&prep.weights, |c| &c.path);
+    let weights = if launch.launcher.shares_files() {
+        on_worker(checked)?
+    } else {
+        // The hosts get the bytes checked here, under the checkpoint's own name, whatever the run has
+        // written or removed since.
+        let there = on_worker(&prep.weights)?;
+        launch.launcher.ship_with_job(vec![(driver::absolute(checked)?, there.clone())]);
+        there
+    };
+    crate::util::interrupt::test_pause("infer-weights-copied");
     let job = InferJob {
         config: cfg.clone(),
         dataset: on_worker(&prep.dataset)?,
         parts_dir: parts_dir.as_deref().map(on_worker).transpose()?,
         checkpoint: on_worker(&prep.checkpoint)?,
-        weights: on_worker(pinned.as_ref().map_or(&prep.weights, |c| &c.0))?,
+        weights,
         weights_sha256: prep.weights_sha256.clone(),
         embeddings: opts.embeddings,
         comm_timeout_ms: launch.comm_timeout.as_millis() as u64,
@@ -228,11 +239,27 @@ fn infer_on_workers(
     })
 }
 
-/// The weights the driver checked, copied for workers that read this
-/// machine's files: a run still training writes a new checkpoint at every
-/// save and removes the files of the one before, so workers reading the
-/// checkpoint's own file could find it gone (the copy is removed on drop).
-struct WeightsCopy(PathBuf);
+/// The weights the driver checked, copied for the workers (or, without
+/// shared files, to be shipped to them): a run still training writes a new
+/// checkpoint at every save and removes the files of the one before, so the
+/// checkpoint's own file could be gone, or another, by the time a worker
+/// reads it. Removed on drop; held locked while it exists, so that a copy an
+/// infer killed left behind is told from a live one (`remove_stale_copies`)
+/// without trusting a pid that may have been reused.
+struct WeightsCopy {
+    path: PathBuf,
+    _held: std::fs::File,
+}
+
+/// The name of every copy starts so.
+const COPY_PREFIX: &str = ".infer-";
+
+/// Removes the weights copies in run directory `run_dir` whose infer is
+/// gone (killed before it could remove its own): called by every infer and
+/// train of the run as it starts.
+pub(crate) fn remove_stale_copies(run_dir: &std::path::Path) {
+    crate::cluster::run_busy::remove_unheld(run_dir, |name| name.starts_with(COPY_PREFIX));
+}
 
 impl WeightsCopy {
     /// `None` when the run's directory takes no file (read-only): the
@@ -241,9 +268,9 @@ impl WeightsCopy {
         static COPIES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let n = COPIES.fetch_add(1, Ordering::Relaxed);
         let name = prep.weights.file_name()?.to_string_lossy();
-        let path = prep.run_dir.join(format!(".infer-{}-{n}.{name}", std::process::id()));
-        match crate::format::write_atomic(&path, &prep.weight_bytes) {
-            Ok(()) => Some(WeightsCopy(path)),
+        let path = prep.run_dir.join(format!("{COPY_PREFIX}{}-{n}.{name}", std::process::id()));
+        match crate::format::write_atomic_held(&path, &prep.weight_bytes) {
+            Ok(held) => Some(WeightsCopy { path, _held: held }),
             Err(e) => {
                 tracing::warn!("cannot copy the checked weights for the workers ({e}): they read {}", name);
                 None
@@ -254,7 +281,7 @@ impl WeightsCopy {
 
 impl Drop for WeightsCopy {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
+        let _ = std::fs::remove_file(&self.path);
     }
 }
 

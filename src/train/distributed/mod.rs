@@ -18,7 +18,7 @@
 mod driver;
 mod grad_dump;
 mod hosts;
-mod infer;
+pub(crate) mod infer;
 mod replicas;
 mod rows;
 mod stragglers;
