@@ -88,10 +88,11 @@ fn bad_input_is_refused_with_exit_2_naming_the_flag_or_the_figures() {
     assert!(e.contains("--fanout"), "{e}");
     let e = fails(d, &[&fg[..], &["--strategy", "leapgnn"]].concat(), 2);
     assert!(e.contains("--strategy leapgnn"), "{e}");
-    let e = fails(d, &[&fg[..], &["--memory-limit-mb", "1"]].concat(), 2);
-    assert!(e.contains("MiB") && e.contains("1 MiB are available"), "{e}");
+    // 10 MiB: the model's weights (3 MiB each) fit, the full graph does not.
+    let e = fails(d, &[&fg[..], &["--memory-limit-mb", "10"]].concat(), 2);
+    assert!(e.contains("--mode full-graph needs") && e.contains("10 MiB are available"), "{e}");
     json(d, &["partition", "cora", "--parts", "2"]);
-    let e = fails(d, &[&fg[..], &["--workers", "2", "--memory-limit-mb", "1"]].concat(), 2);
+    let e = fails(d, &[&fg[..], &["--workers", "2", "--memory-limit-mb", "10"]].concat(), 2);
     assert!(e.contains("2 worker(s)"), "{e}");
     let e = fails(d, &["infer", "nosuchrun"], 2);
     assert!(e.contains("`nosuchrun` does not exist"), "{e}");

@@ -440,6 +440,44 @@ fn runs_over_the_address_space_limit_are_refused_before_they_start() {
     }
 }
 
+/// The local workers of a mini-batch run share this machine's memory, so
+/// they are held against it together: under a `--memory-limit-mb` that one
+/// worker's estimate fits but four's sum does not, one worker trains and four
+/// are refused (exit 2, one line naming 4 workers and their sum) before any
+/// is started. The old check held one worker's share against the memory and
+/// ignored the limit in mini-batch mode.
+#[test]
+fn local_mini_batch_workers_are_held_against_the_memory_together() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    write_tiny(d, "tiny", Tiny::default());
+    fn run<'a>(workers: &'a str, limit: &'a str) -> [&'a str; 8] {
+        ["train", "tiny", "--epochs", "1", "--workers", workers, "--memory-limit-mb", limit]
+    }
+    // The figures, from a refusal under a limit no worker fits in (the model's
+    // weights do: well under a MiB).
+    let e = fails(d, &run("4", "10"), 2);
+    let mib_before = |needle: &str| -> u64 {
+        let at = e.find(needle).unwrap_or_else(|| panic!("no `{needle}` in {e}"));
+        e[..at].rsplit(['(', ' ']).next().unwrap().parse().unwrap_or_else(|_| panic!("{needle}: {e}"))
+    };
+    let (each, sum) = (mib_before(" MiB per worker"), mib_before(" MiB for the 4 workers on this machine together"));
+    assert!(each > 10 && sum > each, "{e}");
+    let limit = (sum - 1).to_string();
+    let one = json(d, &run("1", &limit));
+    assert_eq!(one["epochs"].as_u64(), Some(1), "{one}");
+    let e = fails(d, &run("4", &limit), 2);
+    for needle in [
+        format!("({each} MiB per worker, {sum} MiB for the 4 workers on this machine together)"),
+        format!("but {limit} MiB are available (--memory-limit-mb)"),
+        "fewer --workers".into(),
+    ] {
+        assert!(e.contains(&needle), "no `{needle}` in {e}");
+    }
+    // Refused before the run's directory: the one worker's run is all there is.
+    assert_eq!(std::fs::read_dir(d.join("runs")).unwrap().count(), 1);
+}
+
 /// A hand-edited `state.json` whose position the run cannot have reached is
 /// refused by `--resume` (exit 2, naming state.json and the figures): an
 /// iteration past the epoch's last used to be resumed with exit 0, the loop

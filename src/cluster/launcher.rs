@@ -89,6 +89,12 @@ pub trait Launcher: Sync {
     fn shares_files(&self) -> bool {
         true
     }
+    /// How many of `world` workers run on this machine, sharing its memory
+    /// with each other and the driver (all local processes; none of those on
+    /// other hosts, which check their own memory).
+    fn local_workers(&self, world: usize) -> usize {
+        world
+    }
     /// The directory `rel` (relative to the data directory) on the host of
     /// `rank`, for reading results back; `None` when files are shared.
     fn open_dir(&self, _rank: usize, _rel: &Path) -> Option<anyhow::Result<Box<dyn RemoteDir>>> {

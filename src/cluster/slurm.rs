@@ -469,6 +469,10 @@ impl Launcher for SlurmLauncher {
         self.sbcast.is_none()
     }
 
+    fn local_workers(&self, _world: usize) -> usize {
+        0
+    }
+
     fn open_dir(&self, rank: usize, rel: &std::path::Path) -> Option<anyhow::Result<Box<dyn RemoteDir>>> {
         let s = self.sbcast.as_ref()?;
         let Some(node) = self.alloc.node_of_rank.get(rank) else {

@@ -364,6 +364,10 @@ impl Launcher for SshLauncher {
         false
     }
 
+    fn local_workers(&self, _world: usize) -> usize {
+        0
+    }
+
     fn open_dir(&self, rank: usize, rel: &Path) -> Option<anyhow::Result<Box<dyn RemoteDir>>> {
         let Some(host) = self.host_for(rank) else {
             return Some(Err(anyhow::anyhow!("{}: the profile has no rank {rank}", self.profile.name())));

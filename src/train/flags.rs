@@ -346,9 +346,10 @@ pub struct TrainFlags {
     /// else sampled].
     #[arg(long, value_enum)]
     pub eval: Option<EvalMode>,
-    /// Full-graph runs: memory in MiB all workers may use together [default: this machine's MemAvailable, and
-    /// each worker within the address-space limit (ulimit -v) it inherits].
-    #[arg(long, hide = true, allow_negative_numbers = true)]
+    /// Memory in MiB that the workers on this machine may use together, checked before the run starts (the
+    /// model, and one iteration's sampled layers or the full graph's activations) [default: this machine's
+    /// MemAvailable, and each worker within the address-space limit (ulimit -v) it inherits].
+    #[arg(long, allow_negative_numbers = true)]
     pub memory_limit_mb: Option<u64>,
     /// --strategy retexo: training rounds per layer (stage).
     #[arg(long, default_value_t = retexo::ROUNDS, allow_negative_numbers = true)]

@@ -138,8 +138,8 @@ pub struct RunOptions {
     /// Ask the last worker to stop while it evaluates the epoch that makes
     /// this many done (tests: a stop request that comes during an evaluation).
     pub stop_in_evaluation: Option<u64>,
-    /// Full-graph runs: the memory the workers may use in all, instead of
-    /// this machine's MemAvailable (tests and capped jobs).
+    /// The memory the workers on this machine may use in all, instead of its
+    /// MemAvailable and the address-space limit (tests and capped jobs).
     pub memory_limit: Option<u64>,
 }
 
@@ -358,7 +358,7 @@ fn execute(
     let path = crate::datasets::ensure_dataset(data, &cfg.dataset).map_err(TrainError::Dataset)?;
     let ds = DatasetFile::open_verified(&path)?;
     let [train, val, test] = splits(&ds, &cfg.dataset)?;
-    check_model_memory(&cfg, &ds)?;
+    check_model_memory(&cfg, &ds, 1, memory_limit)?;
     let (model, params, mut opt, device) = build_model(&cfg, &ds)?;
     if cfg.mode == TrainMode::FullGraph {
         fullgraph::memory::preflight(&ds, &cfg, None, model.spec(), params.numel(), memory_limit)?;
@@ -437,17 +437,28 @@ fn total_bytes(p: &Progress) -> ByteCounts {
 
 /// Refuses, before anything is allocated, to train a model whose weights,
 /// gradient and optimizer state cannot fit in the memory this process may use
-/// (MemAvailable, or the address-space limit when one is set): an absurd
-/// `--hidden` x `--layers` would otherwise abort the process on a failed
-/// allocation (or bring the OOM killer) deep inside the model's set-up or its
-/// first backward pass. The weights' figure is a lower bound (the layers'
-/// dense matrices only), so a model that fits is never refused for them; a
-/// mini-batch run on the CPU then adds an estimate of one iteration's
-/// activations (`sampled_activation_bytes`), an upper bound.
-pub(crate) fn check_model_memory(cfg: &TrainConfig, ds: &DatasetFile) -> Result<(), BadInput> {
+/// (MemAvailable, or the address-space limit when one is set; `limit` bytes,
+/// `--memory-limit-mb`, instead of both): an absurd `--hidden` x `--layers`
+/// would otherwise abort the process on a failed allocation (or bring the OOM
+/// killer) deep inside the model's set-up or its first backward pass. The
+/// weights' figure is a lower bound (the layers' dense matrices only), so a
+/// model that fits is never refused for them; a mini-batch run on the CPU
+/// then adds an estimate of one iteration's activations
+/// (`sampled_activation_bytes`), an upper bound. `local` workers run on this
+/// machine: they share its memory, so they are held against it together (as
+/// the full-graph preflight holds its workers), each within the
+/// address-space limit it inherits.
+pub(crate) fn check_model_memory(
+    cfg: &TrainConfig,
+    ds: &DatasetFile,
+    local: usize,
+    limit: Option<u64>,
+) -> Result<(), BadInput> {
+    use fullgraph::memory::Budget;
     let spec = cfg.model_spec(ds);
     spec.check()?;
-    let Some((usable, source)) = crate::util::usable_memory() else { return Ok(()) };
+    let budgets = fullgraph::memory::budgets(limit);
+    let local = local.max(1);
     // Values, gradient and the optimizer's slots, f32 each; on a GPU only the
     // values drawn here pass through this machine's memory.
     let copies = match cfg.device {
@@ -456,10 +467,17 @@ pub(crate) fn check_model_memory(cfg: &TrainConfig, ds: &DatasetFile) -> Result<
     };
     let need = (spec.min_weight_values() as u64).saturating_mul(4).saturating_mul(copies);
     let mib = |b: u64| b.div_ceil(1 << 20);
-    if need > usable {
+    // What a budget held against the workers together adds to one worker's figure.
+    let together = |b: &Budget, per_worker: &[u64]| match (local, b.each) {
+        (1, _) | (_, true) => String::new(),
+        _ => format!(", {} MiB for the {local} workers on this machine together", mib(b.need(per_worker))),
+    };
+    let fewer = if local > 1 { ", fewer --workers (or --cluster to spread them over machines)" } else { "" };
+    let weights = vec![need; local];
+    if let Some(b) = fullgraph::memory::exceeded(&budgets, &weights) {
         return Err(BadInput::new(format!(
             "--hidden {} --layers {}: the {} model has at least {} weights (with {} input features and {} classes), \
-             which ({}) need at least {} MiB, but {} MiB are available ({source}); give a smaller --hidden or fewer --layers, or train on a machine with more memory",
+             which ({}) need at least {} MiB{}, but {} MiB are available ({}); give a smaller --hidden or fewer --layers{fewer}, or train on a machine with more memory",
             spec.hidden,
             spec.layers,
             spec.kind,
@@ -471,35 +489,39 @@ pub(crate) fn check_model_memory(cfg: &TrainConfig, ds: &DatasetFile) -> Result<
                 _ => format!("with their gradient and the optimizer's {} state slot(s)", copies - 2),
             },
             mib(need),
-            mib(usable)
+            together(b, &weights),
+            mib(b.bytes),
+            b.source
         )));
     }
     if cfg.mode == TrainMode::FullGraph || cfg.device != DeviceKind::Cpu {
         return Ok(()); // the full-graph preflight counts its own; a GPU holds them
     }
     let (rows, activations) = sampled_activation_bytes(cfg, ds, &spec);
-    // Sampling reads the mapped archive (topology and feature rows) all over.
-    let resident = fullgraph::memory::PROCESS_BYTES + ds.file_len();
-    let total = need.saturating_add(activations).saturating_add(resident);
+    let own = need.saturating_add(activations).saturating_add(fullgraph::memory::PROCESS_BYTES);
+    // Sampling reads the mapped archive (topology and feature rows) all over:
+    // in every worker's address space, but in this machine's memory once.
+    let mut per_worker = vec![own; local];
+    per_worker[0] = own.saturating_add(ds.file_len());
     tracing::debug!(
-        "memory estimate: {} MiB ({} of weights, {} of activations over up to {rows} rows, {} resident), {} MiB usable",
-        total >> 20,
+        "memory estimate: {} MiB per worker ({} of weights, {} of activations over up to {rows} rows, {} resident), {local} on this machine",
+        per_worker[0] >> 20,
         need >> 20,
         activations >> 20,
-        resident >> 20,
-        usable >> 20
+        (per_worker[0] - need - activations) >> 20,
     );
-    if total <= usable {
-        return Ok(());
-    }
+    let Some(b) = fullgraph::memory::exceeded(&budgets, &per_worker) else { return Ok(()) };
     Err(BadInput::new(format!(
-        "--batch-size {} --hidden {}: one iteration's sampled layers (up to {rows} rows) need an estimated {} MiB beside the model's {} MiB, \
-         but {} MiB are available ({source}); give a smaller --batch-size, --hidden or --fanout, or train on a machine with more memory",
+        "--batch-size {} --hidden {}: one iteration's sampled layers (up to {rows} rows) need an estimated {} MiB beside the model's {} MiB \
+         ({} MiB per worker{}), but {} MiB are available ({}); give a smaller --batch-size, --hidden or --fanout{fewer}, or train on a machine with more memory",
         cfg.batch_size,
         spec.hidden,
         mib(activations),
         mib(need),
-        mib(usable)
+        mib(per_worker[0]),
+        together(b, &per_worker),
+        mib(b.bytes),
+        b.source
     )))
 }
 

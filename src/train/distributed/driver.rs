@@ -69,10 +69,11 @@ pub fn train_distributed(
     let ds = crate::format::DatasetFile::open_verified(&dataset)?;
     cfg.check_all(&ds)?;
     // Every worker builds the whole model: refused here, before anything is
-    // partitioned or started, when they run on this machine (each ssh or
-    // Slurm host checks its own).
-    if opts.launcher.shares_files() {
-        crate::train::check_model_memory(&cfg, &ds)?;
+    // partitioned or started, when they run on this machine, all of them
+    // together (each ssh or Slurm host checks its own).
+    let local = opts.launcher.local_workers(cfg.workers);
+    if local > 0 {
+        crate::train::check_model_memory(&cfg, &ds, local, run.memory_limit)?;
     }
     // Partitioned before the run's directory exists, so a partitioning that
     // fails leaves no run behind to block the name.

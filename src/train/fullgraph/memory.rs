@@ -150,7 +150,24 @@ pub fn preflight(
         .into_iter()
         .map(|s| estimate(s, spec, params, sparse_input))
         .collect();
-    let budgets = match limit {
+    let budgets = budgets(limit);
+    if budgets.is_empty() {
+        tracing::warn!(
+            "cannot read MemAvailable from /proc/meminfo and no address-space limit is set: the full-graph memory estimate is not checked"
+        );
+    }
+    match exceeded(&budgets, &per_worker) {
+        Some(b) => Err(b.refusal(&per_worker)),
+        None => Ok(per_worker),
+    }
+}
+
+/// What the workers on this machine are held against: `limit` bytes together
+/// when given (`--memory-limit-mb`), else MemAvailable together and the
+/// address-space limit (RLIMIT_AS), which every worker process inherits from
+/// this one, each.
+pub(crate) fn budgets(limit: Option<u64>) -> Vec<Budget> {
+    match limit {
         Some(l) => vec![Budget { bytes: l, each: false, source: "--memory-limit-mb" }],
         None => {
             let together = crate::util::mem_available().map(|bytes| Budget {
@@ -165,31 +182,34 @@ pub fn preflight(
             });
             together.into_iter().chain(each).collect()
         }
-    };
-    if budgets.is_empty() {
-        tracing::warn!(
-            "cannot read MemAvailable from /proc/meminfo and no address-space limit is set: the full-graph memory estimate is not checked"
-        );
     }
-    // Of the budgets exceeded, name the tightest (as util::usable_memory does for one process).
-    match budgets.into_iter().filter(|b| !b.fits(&per_worker)).min_by_key(|b| b.bytes) {
-        Some(b) => Err(b.refusal(&per_worker)),
-        None => Ok(per_worker),
-    }
+}
+
+/// Of `budgets`, the tightest that `per_worker` exceeds (as
+/// util::usable_memory names the tighter for one process).
+pub(crate) fn exceeded<'a>(budgets: &'a [Budget], per_worker: &[u64]) -> Option<&'a Budget> {
+    budgets.iter().filter(|b| !b.fits(per_worker)).min_by_key(|b| b.bytes)
 }
 
 /// Memory the workers' estimates are held against.
-struct Budget {
-    bytes: u64,
+pub(crate) struct Budget {
+    pub bytes: u64,
     /// Per worker process (an address-space limit) rather than all of them together.
-    each: bool,
-    source: &'static str,
+    pub each: bool,
+    pub source: &'static str,
 }
 
 impl Budget {
+    /// What `per_worker` asks of this budget: the largest worker, or their sum.
+    pub fn need(&self, per_worker: &[u64]) -> u64 {
+        match self.each {
+            true => per_worker.iter().copied().max().unwrap_or(0),
+            false => per_worker.iter().fold(0u64, |a, &b| a.saturating_add(b)),
+        }
+    }
+
     fn fits(&self, per_worker: &[u64]) -> bool {
-        let need = if self.each { per_worker.iter().copied().max() } else { Some(per_worker.iter().sum()) };
-        need.unwrap_or(0) <= self.bytes
+        self.need(per_worker) <= self.bytes
     }
 
     fn refusal(&self, per_worker: &[u64]) -> BadInput {
