@@ -440,6 +440,12 @@ fn runs_over_the_address_space_limit_are_refused_before_they_start() {
     }
 }
 
+/// The figure in MiB just before `needle` in the refusal `e`.
+fn mib_before(e: &str, needle: &str) -> u64 {
+    let at = e.find(needle).unwrap_or_else(|| panic!("no `{needle}` in {e}"));
+    e[..at].rsplit(['(', ' ']).next().unwrap().parse().unwrap_or_else(|_| panic!("{needle}: {e}"))
+}
+
 /// The local workers of a mini-batch run share this machine's memory, so
 /// they are held against it together: under a `--memory-limit-mb` that one
 /// worker's estimate fits but four's sum does not, one worker trains and four
@@ -457,11 +463,8 @@ fn local_mini_batch_workers_are_held_against_the_memory_together() {
     // The figures, from a refusal under a limit no worker fits in (the model's
     // weights do: well under a MiB).
     let e = fails(d, &run("4", "10"), 2);
-    let mib_before = |needle: &str| -> u64 {
-        let at = e.find(needle).unwrap_or_else(|| panic!("no `{needle}` in {e}"));
-        e[..at].rsplit(['(', ' ']).next().unwrap().parse().unwrap_or_else(|_| panic!("{needle}: {e}"))
-    };
-    let (each, sum) = (mib_before(" MiB per worker"), mib_before(" MiB for the 4 workers on this machine together"));
+    let (each, sum) =
+        (mib_before(&e, " MiB per worker"), mib_before(&e, " MiB for the 4 workers on this machine together"));
     assert!(each > 10 && sum > each, "{e}");
     let limit = (sum - 1).to_string();
     let one = json(d, &run("1", &limit));
@@ -476,6 +479,68 @@ fn local_mini_batch_workers_are_held_against_the_memory_together() {
     }
     // Refused before the run's directory: the one worker's run is all there is.
     assert_eq!(std::fs::read_dir(d.join("runs")).unwrap().count(), 1);
+}
+
+/// On `wide`, 4000 nodes of 1024 features, runs `run(plain, limit)` and
+/// `run(more, limit)` of 2 workers, first under
+/// a 10 MiB limit to read their sums from the refusals, checks that `more`
+/// adds `extra` MiB, then under a limit between the sums: `plain` trains and
+/// `more` is refused before it starts. Returns that refusal.
+fn between_the_sums(
+    run: impl Fn(&str, &str) -> Vec<String>,
+    (plain, more): (&str, &str),
+    extra: std::ops::RangeInclusive<u64>,
+) -> String {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    write_tiny(d, "wide", Tiny { nodes: 4000, dim: 1024, ..Tiny::default() });
+    let refusal =
+        |flag: &str, limit: &str| fails(d, &run(flag, limit).iter().map(String::as_str).collect::<Vec<_>>(), 2);
+    let sum = |e: String| mib_before(&e, " MiB for the 2 workers on this machine together");
+    let (low, high) = (sum(refusal(plain, "10")), sum(refusal(more, "10")));
+    assert!(extra.contains(&(high - low)), "{plain}: {low} MiB, {more}: {high} MiB, expected {extra:?} more");
+    let limit = ((low + high) / 2).to_string();
+    let s = json(d, &run(plain, &limit).iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(s["epochs"].as_u64(), Some(1), "{s}");
+    refusal(more, &limit)
+}
+
+/// A worker's `--cache-mb` feature cache is part of its memory estimate, as
+/// much of it as the graph can fill: 4000 rows of 1024 floats (15.6 MiB) with
+/// `--cache-mb 64` add 15.6 MiB per worker, not 64. Under a limit between the
+/// two workers' sums with and without it, the run without a cache trains and
+/// the one with it is refused naming the cache. The old estimate left the
+/// cache out and trained both.
+#[test]
+fn the_feature_cache_counts_in_each_workers_memory() {
+    let run = |cache: &str, limit: &str| {
+        let a = ["train", "wide", "--epochs", "1", "--workers", "2", "--cache-mb", cache, "--memory-limit-mb", limit];
+        a.map(String::from).to_vec()
+    };
+    // 2 x 15.6 MiB, rounded up in the sum.
+    let e = between_the_sums(run, ("0", "64"), 31..=33);
+    for needle in ["MiB of --cache-mb feature cache", "give a smaller --batch-size, --hidden, --cache-mb or --fanout"] {
+        assert!(e.contains(needle), "no `{needle}` in {e}");
+    }
+}
+
+/// pregather and leapgnn hold an iteration's input rows in a store, and with
+/// `--prefetch on` the next iteration's too: two stores of the 4000 rows of
+/// 1024 floats a layer of 1024 roots reads here, 31.25 MiB per worker, which
+/// the estimate adds to model-centric's. Under a limit between the two, the
+/// model-centric run trains and the leapgnn one is refused before it starts.
+#[test]
+fn pregathered_and_prefetched_rows_count_in_each_workers_memory() {
+    let run = |strategy: &str, limit: &str| {
+        let mut a = vec!["train", "wide", "--epochs", "1", "--workers", "2", "--memory-limit-mb", limit];
+        a.extend(["--batch-size", "1024", "--fanout", "10,10", "--strategy", strategy]);
+        if strategy == "leapgnn" {
+            a.extend(["--prefetch", "on"]);
+        }
+        a.into_iter().map(String::from).collect()
+    };
+    // 2 workers x 2 stores x 4000 rows x 4 KiB, rounded up in the sum.
+    between_the_sums(run, ("model-centric", "leapgnn"), 62..=64);
 }
 
 /// A hand-edited `state.json` whose position the run cannot have reached is

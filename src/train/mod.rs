@@ -498,31 +498,52 @@ pub(crate) fn check_model_memory(
         return Ok(()); // the full-graph preflight counts its own; a GPU holds them
     }
     let (rows, activations) = sampled_activation_bytes(cfg, ds, &spec);
-    let own = need.saturating_add(activations).saturating_add(fullgraph::memory::PROCESS_BYTES);
+    let cache = feature_cache_bytes(cfg, ds);
+    let own = need.saturating_add(activations).saturating_add(cache).saturating_add(fullgraph::memory::PROCESS_BYTES);
     // Sampling reads the mapped archive (topology and feature rows) all over:
     // in every worker's address space, but in this machine's memory once.
     let mut per_worker = vec![own; local];
     per_worker[0] = own.saturating_add(ds.file_len());
     tracing::debug!(
-        "memory estimate: {} MiB per worker ({} of weights, {} of activations over up to {rows} rows, {} resident), {local} on this machine",
+        "memory estimate: {} MiB per worker ({} of weights, {} of activations over up to {rows} rows, {} of feature cache, {} resident), {local} on this machine",
         per_worker[0] >> 20,
         need >> 20,
         activations >> 20,
-        (per_worker[0] - need - activations) >> 20,
+        cache >> 20,
+        (per_worker[0] - need - activations - cache) >> 20,
     );
     let Some(b) = fullgraph::memory::exceeded(&budgets, &per_worker) else { return Ok(()) };
     Err(BadInput::new(format!(
         "--batch-size {} --hidden {}: one iteration's sampled layers (up to {rows} rows) need an estimated {} MiB beside the model's {} MiB \
-         ({} MiB per worker{}), but {} MiB are available ({}); give a smaller --batch-size, --hidden or --fanout{fewer}, or train on a machine with more memory",
+         ({} MiB per worker{}{}), but {} MiB are available ({}); give a smaller --batch-size, --hidden{} or --fanout{fewer}, or train on a machine with more memory",
         cfg.batch_size,
         spec.hidden,
         mib(activations),
         mib(need),
         mib(per_worker[0]),
+        match cache {
+            0 => String::new(),
+            c => format!(" with {} MiB of --cache-mb feature cache", mib(c)),
+        },
         together(b, &per_worker),
         mib(b.bytes),
-        b.source
+        b.source,
+        if cache > 0 { ", --cache-mb" } else { "" },
     )))
+}
+
+/// What a worker's `--cache-mb` feature cache holds (the rows fetched once
+/// before training): at most its budget, and never more than the graph's
+/// rows; with its id -> slot table, 4 bytes per node. Only the workers of a
+/// run of several fetch remote rows to cache.
+fn feature_cache_bytes(cfg: &TrainConfig, ds: &DatasetFile) -> u64 {
+    if cfg.workers < 2 || cfg.cache_mb == 0 {
+        return 0;
+    }
+    let n = ds.num_nodes() as u64;
+    let rows = crate::comm::cache::rows_within(cfg.cache_mb.saturating_mul(1 << 20), ds.features().mean_row_bytes());
+    let rows = (rows as u64).min(n);
+    (rows as f64 * ds.features().mean_row_bytes()) as u64 + 4 * n
 }
 
 /// Copies of every sampled layer's `[rows, width]` output alive at an
@@ -573,7 +594,13 @@ fn sampled_activation_bytes(cfg: &TrainConfig, ds: &DatasetFile, spec: &crate::m
         }
         (widest, b)
     };
-    let train = bytes(cfg.batch_size as u64, &cfg.fanouts.0);
+    let mut train = bytes(cfg.batch_size as u64, &cfg.fanouts.0);
+    // pregather and leapgnn hold the iteration's input rows in a store beside
+    // the steps' own copies, and `--prefetch` the next PREFETCH_DEPTH
+    // iterations' stores too.
+    let pregathers = matches!(cfg.strategy, StrategyKind::Pregather | StrategyKind::Leapgnn);
+    let stores = pregathers as u64 + if cfg.prefetches() { PREFETCH_DEPTH as u64 } else { 0 };
+    train.1 = train.1.saturating_add(stores.saturating_mul(train.0).saturating_mul(row_bytes));
     let eval = match cfg.eval {
         EvalMode::Full => bytes(n, &vec![crate::sample::Fanout::All; spec.layers]),
         EvalMode::Sampled => bytes(cfg.eval_batch_size as u64, &cfg.eval_fanouts.0),
