@@ -440,6 +440,27 @@ fn runs_over_the_address_space_limit_are_refused_before_they_start() {
     }
 }
 
+/// A full-graph run of several workers that cannot fit even with the graph
+/// shared evenly is refused before the graph is partitioned, as README
+/// promises: one error line (no `creating .../parts/metis-2` before it) and
+/// no partition written. The old driver partitioned first.
+#[test]
+fn a_full_graph_run_that_cannot_fit_is_refused_before_partitioning() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    write_tiny(d, "tiny", Tiny::default());
+    let e =
+        fails(d, &["train", "tiny", "--full-batch", "--workers", "2", "--epochs", "1", "--memory-limit-mb", "10"], 2);
+    for needle in ["--mode full-graph needs at least", "2 worker(s), each an even share", "10 MiB are available"] {
+        assert!(e.contains(needle), "no `{needle}` in {e}");
+    }
+    assert!(!d.join("tiny/parts").exists(), "a refused run partitioned the graph");
+    // What fits is partitioned and trained.
+    let s = json(d, &["train", "tiny", "--full-batch", "--workers", "2", "--epochs", "1"]);
+    assert_eq!(s["epochs"].as_u64(), Some(1), "{s}");
+    assert!(d.join("tiny/parts").exists());
+}
+
 /// The figure in MiB just before `needle` in the refusal `e`.
 fn mib_before(e: &str, needle: &str) -> u64 {
     let at = e.find(needle).unwrap_or_else(|| panic!("no `{needle}` in {e}"));

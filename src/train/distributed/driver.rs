@@ -75,11 +75,15 @@ pub fn train_distributed(
     if local > 0 {
         crate::train::check_model_memory(&cfg, &ds, local, run.memory_limit)?;
     }
+    // A full-graph run that cannot fit even with the graph shared evenly and
+    // no halo is refused before a partitioning that can take minutes; the
+    // partition's own halo is checked after it.
+    preflight(&ds, None, &cfg, run, opts)?;
     // Partitioned before the run's directory exists, so a partitioning that
     // fails leaves no run behind to block the name.
     let parts_dir =
         crate::partition::ensure_partition(data, &cfg.dataset, cfg.partition_method(), cfg.parts, cfg.seed)?;
-    preflight(&ds, &parts_dir, &cfg, run, opts)?;
+    preflight(&ds, Some(&parts_dir), &cfg, run, opts)?;
     let (name, run_dir) = new_run_dir(data, run.run.as_deref(), &cfg)?;
     // Held through every restart: this process trains the run until it returns.
     let _lock = RunLock::acquire(&run_dir, &name)?;
@@ -93,10 +97,10 @@ pub fn train_distributed(
 
 /// Full-graph runs: every worker of a launcher that shares this machine's
 /// files runs here, so check that they fit before anything is started or
-/// created.
+/// created: with the partition in `parts_dir`, or without one a lower bound.
 fn preflight(
     ds: &crate::format::DatasetFile,
-    parts_dir: &Path,
+    parts_dir: Option<&Path>,
     cfg: &TrainConfig,
     run: &RunOptions,
     opts: &DistOptions<'_>,
@@ -104,12 +108,15 @@ fn preflight(
     if cfg.mode != crate::train::TrainMode::FullGraph || !opts.launcher.shares_files() {
         return Ok(());
     }
-    let manifest = crate::format::ManifestFile::open(parts_dir)?;
+    let owners = match parts_dir {
+        Some(dir) => Some(crate::format::ManifestFile::open(dir)?.node_worker(cfg.workers)),
+        None => None,
+    };
     let (model, params, _, _) = crate::train::build_model(cfg, ds)?;
     crate::train::fullgraph::memory::preflight(
         ds,
         cfg,
-        Some(&manifest.node_worker(cfg.workers)),
+        owners.as_deref(),
         model.spec(),
         params.numel(),
         run.memory_limit,

@@ -130,7 +130,11 @@ pub fn estimate(s: Shape, spec: &ModelSpec, params: usize, sparse_input: bool) -
 /// machine) will not fit: together in `limit` bytes when given
 /// (`--memory-limit-mb`), else together in MemAvailable and each within the
 /// address-space limit (RLIMIT_AS), which every worker process inherits from
-/// this one. Returns the per-worker estimates.
+/// this one. Returns the per-worker estimates. Without `owners`, a run of
+/// several workers is held to a lower bound, each worker with an even share
+/// of the vertices, edges and stored values and no halo (the estimate grows
+/// with each, so their sum and the largest are never above the partition's):
+/// a run that cannot fit is refused before the graph is partitioned.
 pub fn preflight(
     ds: &DatasetFile,
     cfg: &TrainConfig,
@@ -146,10 +150,19 @@ pub fn preflight(
     };
     // What Model::input_rows_of keeps sparse.
     let sparse_input = sparse_rows.is_some() && cfg.device == DeviceKind::Cpu && spec.kind != ModelKind::SageMax;
-    let per_worker: Vec<u64> = shapes(ds.graph(), sparse_rows, owners, cfg.workers.max(1))
-        .into_iter()
-        .map(|s| estimate(s, spec, params, sparse_input))
-        .collect();
+    let world = cfg.workers.max(1);
+    let bound = owners.is_none() && world > 1;
+    let shares = match bound {
+        false => shapes(ds.graph(), sparse_rows, owners, world),
+        true => {
+            let [all] = shapes(ds.graph(), sparse_rows, None, 1)[..] else { unreachable!("one worker's shape") };
+            let w = world as u64;
+            let even =
+                Shape { owned: all.owned / w, halo: 0, edges: all.edges / w, sparse_values: all.sparse_values / w };
+            vec![even; world]
+        }
+    };
+    let per_worker: Vec<u64> = shares.into_iter().map(|s| estimate(s, spec, params, sparse_input)).collect();
     let budgets = budgets(limit);
     if budgets.is_empty() {
         tracing::warn!(
@@ -157,7 +170,7 @@ pub fn preflight(
         );
     }
     match exceeded(&budgets, &per_worker) {
-        Some(b) => Err(b.refusal(&per_worker)),
+        Some(b) => Err(b.refusal(&per_worker, bound)),
         None => Ok(per_worker),
     }
 }
@@ -212,15 +225,20 @@ impl Budget {
         self.need(per_worker) <= self.bytes
     }
 
-    fn refusal(&self, per_worker: &[u64]) -> BadInput {
+    /// `bound`: the figures are `preflight`'s lower bound, before partitioning.
+    fn refusal(&self, per_worker: &[u64], bound: bool) -> BadInput {
         let mib = |b: u64| b.div_ceil(1 << 20);
         let total: u64 = per_worker.iter().sum();
         let (to, raise) = match self.each {
             true => (" to each worker", "raise the limit (ulimit -v, prlimit --as), "),
             false => ("", ""),
         };
+        let (figure, share) = match bound {
+            true => ("at least", ", each an even share of the graph"),
+            false => ("an estimated", ""),
+        };
         BadInput::new(format!(
-            "--mode full-graph needs an estimated {} MiB ({} worker(s), the largest {} MiB) but {} MiB are available{to} ({}); \
+            "--mode full-graph needs {figure} {} MiB ({} worker(s){share}, the largest {} MiB) but {} MiB are available{to} ({}); \
              {raise}use more machines (--cluster), a smaller --hidden, or --mode minibatch",
             mib(total),
             per_worker.len(),
