@@ -137,17 +137,13 @@ fn run_config(path: &Path, text: &str) -> Result<TrainConfig, ConfigFileError> {
             return Err(unknown(format!("{key}.{k}")));
         }
     }
-    let at = std::cell::RefCell::new(None);
-    let fields = KeyTracking { entries: map.into_iter(), value: None, at: &at };
-    serde::Deserialize::deserialize(serde::de::value::MapAccessDeserializer::new(fields)).map_err(
-        |e: serde_json::Error| match at.take() {
-            // A missing field is found after the last key and names itself.
-            Some(key) if !e.to_string().starts_with("missing field") => {
-                ConfigFileError::BadValue { path: path.into(), key, why: e.to_string() }
-            }
-            _ => parse(&e),
-        },
-    )
+    crate::util::keyed::deserialize(map).map_err(|(at, e): (_, serde_json::Error)| match at {
+        // A missing field is found after the last key and names itself.
+        Some(key) if !e.to_string().starts_with("missing field") => {
+            ConfigFileError::BadValue { path: path.into(), key, why: e.to_string() }
+        }
+        _ => parse(&e),
+    })
 }
 
 fn json_kind(v: &serde_json::Value) -> &'static str {
@@ -158,32 +154,6 @@ fn json_kind(v: &serde_json::Value) -> &'static str {
         serde_json::Value::String(_) => "string",
         serde_json::Value::Array(_) => "array",
         serde_json::Value::Object(_) => "object",
-    }
-}
-
-/// A JSON object's entries handed to a derived `Deserialize` one at a time,
-/// remembering the key being read, so an error can be put to its key.
-struct KeyTracking<'a> {
-    entries: serde_json::map::IntoIter,
-    value: Option<serde_json::Value>,
-    at: &'a std::cell::RefCell<Option<String>>,
-}
-
-impl<'de> serde::de::MapAccess<'de> for KeyTracking<'_> {
-    type Error = serde_json::Error;
-
-    fn next_key_seed<K: serde::de::DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, Self::Error> {
-        let Some((key, value)) = self.entries.next() else {
-            *self.at.borrow_mut() = None;
-            return Ok(None);
-        };
-        self.value = Some(value);
-        *self.at.borrow_mut() = Some(key.clone());
-        seed.deserialize(serde_json::Value::String(key)).map(Some)
-    }
-
-    fn next_value_seed<V: serde::de::DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, Self::Error> {
-        seed.deserialize(self.value.take().unwrap_or(serde_json::Value::Null))
     }
 }
 
