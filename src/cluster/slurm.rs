@@ -19,7 +19,7 @@ pub const MUNGE_PREFIX: &str = "MUNGE:";
 
 /// How long a Slurm or MUNGE command may take before we give up on it.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long reading one file back from a node (`srun cat`, a checkpoint's
+/// How long reading one file back from a node (an `srun` step, a checkpoint's
 /// weights) may take.
 const READ_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -512,29 +512,69 @@ fn cpus_var(var: &str) -> Option<usize> {
     std::env::var(var).ok()?.trim().parse().ok().filter(|&n: &usize| n > 0)
 }
 
-/// A directory in a node's sbcast copy, read file by file with `srun cat`.
+/// A directory in a node's sbcast copy, read file by file with `srun`.
 struct NodeDir {
     job_id: String,
     node: String,
     dir: PathBuf,
 }
 
+/// How often a read that srun delivered incomplete is tried.
+const READ_ATTEMPTS: usize = 3;
+
+/// Run by `sh` on the node: the file's size, a newline, then the file,
+/// both from one open descriptor (a checkpoint renamed over it in between
+/// cannot make them disagree). srun under load can lose the end of a
+/// step's output with exit status 0 (only its stderr says "io error with
+/// slurmstepd"), and the size is how the reader knows.
+const SIZED_CAT: &str = r#"exec < "$1" || exit 1; stat -L -c %s /dev/stdin && exec cat"#;
+
 impl RemoteDir for NodeDir {
     fn read(&mut self, name: &str) -> anyhow::Result<Vec<u8>> {
         let path = self.dir.join(name);
-        let out = run_within(
-            Command::new("srun")
-                .arg(format!("--jobid={}", self.job_id))
-                .args(["--nodes=1", "--ntasks=1", "--overlap", "--quiet"])
-                .arg(format!("--nodelist={}", self.node))
-                .args(["cat", "--"])
-                .arg(&path),
-            None,
-            "srun cat",
-            READ_TIMEOUT,
-        );
-        out.map_err(|e| anyhow::anyhow!("cannot read {} on node {}: {e}", path.display(), self.node))
+        let fail = |why: String| anyhow::anyhow!("cannot read {} on node {}: {why}", path.display(), self.node);
+        let mut lost = String::new();
+        for _ in 0..READ_ATTEMPTS {
+            let out = run_within(
+                Command::new("srun")
+                    .arg(format!("--jobid={}", self.job_id))
+                    .args(["--nodes=1", "--ntasks=1", "--overlap", "--quiet"])
+                    .arg(format!("--nodelist={}", self.node))
+                    .args(["sh", "-c", SIZED_CAT, "sh"])
+                    .arg(&path),
+                None,
+                "srun sh",
+                READ_TIMEOUT,
+            )
+            .map_err(|e| fail(e.to_string()))?;
+            match sized_contents(out) {
+                Ok(bytes) => return Ok(bytes),
+                Err(why) => lost = why,
+            }
+        }
+        Err(fail(format!(
+            "srun delivered it incomplete {READ_ATTEMPTS} times (the last: {lost}); the node or its slurmstepd is \
+             overloaded or failing: check `scontrol show node {}` and try again",
+            self.node
+        )))
     }
+}
+
+/// The file in `SIZED_CAT`'s output: refused unless exactly as long as its size line says.
+fn sized_contents(mut out: Vec<u8>) -> Result<Vec<u8>, String> {
+    let Some(nl) = out.iter().position(|&b| b == b'\n') else {
+        return Err(format!("{} bytes without the size line", out.len()));
+    };
+    let size: usize = std::str::from_utf8(&out[..nl])
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .ok_or_else(|| format!("a size line {:?} that is not a number", String::from_utf8_lossy(&out[..nl])))?;
+    let got = out.len() - nl - 1;
+    if got != size {
+        return Err(format!("{got} of its {size} bytes"));
+    }
+    out.drain(..=nl);
+    Ok(out)
 }
 
 impl Drop for SlurmLauncher {
@@ -554,6 +594,32 @@ impl Drop for SlurmLauncher {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_node_file_is_taken_only_whole() {
+        assert_eq!(sized_contents(b"5\nab\ncd".to_vec()).unwrap(), b"ab\ncd");
+        assert_eq!(sized_contents(b"0\n".to_vec()).unwrap(), b"");
+        // What srun hands back when it loses the end of the output: a prefix.
+        assert_eq!(sized_contents(b"5\nab\n".to_vec()).unwrap_err(), "3 of its 5 bytes");
+        assert!(sized_contents(b"5\nab\ncdef".to_vec()).is_err());
+        assert!(sized_contents(b"12".to_vec()).is_err());
+        assert!(sized_contents(b"x\nab".to_vec()).is_err());
+    }
+
+    /// `SIZED_CAT` as the node runs it: the size, then the bytes, from one
+    /// descriptor; a missing file fails the command.
+    #[test]
+    fn the_node_side_command_frames_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("blob");
+        let bytes: Vec<u8> = (0..70_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+        std::fs::write(&f, &bytes).unwrap();
+        let out = Command::new("sh").args(["-c", SIZED_CAT, "sh"]).arg(&f).output().unwrap();
+        assert!(out.status.success());
+        assert_eq!(sized_contents(out.stdout).unwrap(), bytes);
+        let out = Command::new("sh").args(["-c", SIZED_CAT, "sh"]).arg(dir.path().join("gone")).output().unwrap();
+        assert!(!out.status.success() && out.stdout.is_empty());
+    }
 
     #[test]
     fn tasks_per_node_expands_repeats() {
