@@ -103,6 +103,10 @@ pub trait Observer {
         Ok(())
     }
     fn epoch(&mut self, _e: &EpochRecord, _epochs: u64) {}
+    /// What this process sent while evaluating epoch `epoch` (before `epoch`
+    /// reports it): a driver counts every worker's from these when an
+    /// attempt that evaluated is lost before its workers' final reports.
+    fn evaluated(&mut self, _epoch: u64, _sent: &crate::metrics::ByteCounts) {}
     /// Something worth a log line (a checkpoint was written).
     fn event(&mut self, _msg: &str) {}
     /// `--restarts`: the workers were relaunched and train again from

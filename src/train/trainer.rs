@@ -191,6 +191,7 @@ pub fn run_loop(
         };
         let eval = evaluate(w, coll, &req)?;
         add_bytes(&mut p.eval_bytes, &eval.moved.sent);
+        obs.evaluated(p.epoch, &eval.moved.sent);
         let acc = eval.accuracies;
         let rec = EpochRecord {
             epoch: p.epoch,

@@ -1,6 +1,7 @@
 //! The driver of a distributed run: partition (METIS) if needed, start the
 //! workers, send the job, write what they report, and build the summary.
 
+use super::ledger::Ledger;
 use super::{DistJob, Report, WorkerDone};
 use crate::cluster::Launcher;
 use crate::cluster::driver::{DriverError, DriverOptions, Event, run_job_stoppable};
@@ -89,8 +90,9 @@ pub fn train_distributed(
     let _lock = RunLock::acquire(&run_dir, &name)?;
     crate::train::run_dataset::record(&run_dir, &cfg.dataset, &ds)?;
     crate::train::slurm_job::record(&run_dir)?;
-    let result = execute(data, cfg.clone(), name.clone(), run_dir, (None, None), run, opts, obs);
-    let result = recover(data, &name, Some(&cfg), result, run, opts, obs);
+    let mut ledger = Ledger::default();
+    let result = execute(data, cfg.clone(), name.clone(), run_dir, (None, None), &mut ledger, run, opts, obs);
+    let result = recover(data, &name, Some(&cfg), result, &mut ledger, run, opts, obs);
     tidy_hosts(data, &name, result.is_ok(), opts, obs);
     result
 }
@@ -136,8 +138,9 @@ pub fn resume_distributed(
     obs: &mut dyn Observer,
 ) -> anyhow::Result<RunSummary> {
     let _lock = crate::train::lock_run(data, run, "--resume")?;
-    let result = resume_once(data, run, over, run_opts, opts, obs, None);
-    let result = recover(data, run, None, result, run_opts, opts, obs);
+    let mut ledger = Ledger::default();
+    let result = resume_once(data, run, over, &mut ledger, run_opts, opts, obs, None);
+    let result = recover(data, run, None, result, &mut ledger, run_opts, opts, obs);
     tidy_hosts(data, run, result.is_ok(), opts, obs);
     result
 }
@@ -225,12 +228,15 @@ pub(super) fn remove_remote_run(launcher: &dyn Launcher, data: &DataDir, name: &
 /// bad input) and restarts are left, resume run `name` from its last
 /// checkpoint, or, for a new run (`fresh`, its config) that failed before its
 /// first checkpoint, train it again from the start, as `torchrun
-/// --max-restarts` would. Each restart is an event in the dashboard and a warning.
+/// --max-restarts` would. Each restart is an event in the dashboard and a
+/// warning. `ledger` holds what the attempts so far reported.
+#[allow(clippy::too_many_arguments)]
 fn recover(
     data: &DataDir,
     name: &str,
     fresh: Option<&TrainConfig>,
     mut result: anyhow::Result<RunSummary>,
+    ledger: &mut Ledger,
     run: &RunOptions,
     opts: &DistOptions<'_>,
     obs: &mut dyn Observer,
@@ -260,7 +266,7 @@ fn recover(
         }
         // Ctrl-C, SIGTERM or `q` came before the relaunch: the run stops where its checkpoint is.
         if obs.stop_requested() {
-            return stopped_before_restart(data, name, err, opts, obs);
+            return stopped_before_restart(data, name, err, ledger, opts, obs);
         }
         let delay = restart_delay(attempt);
         if !delay.is_zero() {
@@ -272,7 +278,7 @@ fn recover(
             match wait_unless_interrupted(delay, opts.interrupted, &|| obs.stop_requested()) {
                 Waited::Out => {}
                 Waited::Forced => return Err(err.context("interrupted while waiting to restart")),
-                Waited::Stop => return stopped_before_restart(data, name, err, opts, obs),
+                Waited::Stop => return stopped_before_restart(data, name, err, ledger, opts, obs),
             }
         }
         // Without shared files the newest checkpoint is on rank 0's host.
@@ -307,17 +313,21 @@ fn recover(
         obs.event(&msg);
         let restart = Restart { attempt, of: opts.restarts, reason: format!("{err:#}"), since: failed };
         result = match from_start {
-            Some(cfg) => execute(data, cfg.clone(), name.to_string(), run_dir, (None, Some(restart)), run, opts, obs),
-            None => resume_once(data, name, &ResumeOverrides::default(), run, opts, obs, Some(restart)),
+            Some(cfg) => {
+                execute(data, cfg.clone(), name.to_string(), run_dir, (None, Some(restart)), ledger, run, opts, obs)
+            }
+            None => resume_once(data, name, &ResumeOverrides::default(), ledger, run, opts, obs, Some(restart)),
         };
     }
     result
 }
 
+#[allow(clippy::too_many_arguments)]
 fn resume_once(
     data: &DataDir,
     run: &str,
     over: &ResumeOverrides,
+    ledger: &mut Ledger,
     run_opts: &RunOptions,
     opts: &DistOptions<'_>,
     obs: &mut dyn Observer,
@@ -335,7 +345,7 @@ fn resume_once(
         let rel = files.iter().map(|f| Ok((f.clone(), worker_path(opts.launcher, &root, f)?)));
         opts.launcher.ship_with_job(rel.collect::<anyhow::Result<_>>()?);
     }
-    execute(data, cfg, run.to_string(), run_dir, (Some(progress), restart), run_opts, opts, obs)
+    execute(data, cfg, run.to_string(), run_dir, (Some(progress), restart), ledger, run_opts, opts, obs)
 }
 
 /// The pause before restart `attempt`: none for the first (a crashed worker
@@ -383,14 +393,15 @@ fn wait_unless_interrupted(delay: Duration, interrupted: &AtomicBool, stop: &dyn
 /// at its last checkpoint (fetched from rank 0's host first). Its records
 /// after that checkpoint, of the attempt that failed, are dropped as a
 /// resume would drop them, and the summary is the checkpoint's: its
-/// iterations and epochs, the rows and training bytes of the step records
-/// kept, and the evaluations' bytes the checkpoint counted: rank 0's, the
-/// other workers' being in final reports a lost attempt never sent. Without
-/// a checkpoint there is nothing to keep: the failure is returned, saying so.
+/// iterations and epochs, and the rows and bytes of the training up to it
+/// (`Ledger::resume_at`: every worker's step records and evaluations).
+/// Without a checkpoint there is nothing to keep: the failure is returned,
+/// saying so.
 fn stopped_before_restart(
     data: &DataDir,
     name: &str,
     err: anyhow::Error,
+    ledger: &mut Ledger,
     opts: &DistOptions<'_>,
     obs: &mut dyn Observer,
 ) -> anyhow::Result<RunSummary> {
@@ -425,14 +436,7 @@ fn stopped_before_restart(
         iterations: p.global_iteration,
         ..Default::default()
     };
-    let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
-    let mut train = crate::metrics::ByteCounts::default();
-    for r in text.lines().filter_map(|l| serde_json::from_str::<crate::metrics::StepRecord>(l).ok()) {
-        summary.rows += r.rows;
-        add_bytes(&mut train, &r.bytes_out);
-    }
-    summary.bytes = RunBytes::split(train, Default::default());
-    summary.bytes.add(&RunBytes::split(p.eval_bytes, p.eval_bytes));
+    (summary.rows, summary.bytes) = ledger.resume_at((p.epoch, p.iteration), || before(&run_dir, &p));
     let summary = summary.from_history(p.history);
     let msg = format!(
         "run {name}: stopped on request before restarting it ({err:#}); the workers were not started again, and the \
@@ -467,6 +471,7 @@ fn execute(
     name: String,
     run_dir: PathBuf,
     (resume, restart): (Option<Progress>, Option<Restart>),
+    ledger: &mut Ledger,
     run: &RunOptions,
     opts: &DistOptions<'_>,
     obs: &mut dyn Observer,
@@ -546,6 +551,7 @@ fn execute(
     // Resuming: the records after the checkpoint are dropped, to be written again.
     let at = resume.as_ref().map_or((0, 0), |p| (p.epoch, p.iteration));
     let mut sink = JsonlSink::append_before(&run_dir.join("metrics.jsonl"), at)?;
+    let (rows_before, bytes_before) = ledger.resume_at(at, || before(&run_dir, resume.as_ref()?));
     let mut restart = restart;
     let mut summary = RunSummary {
         run: name,
@@ -614,6 +620,7 @@ fn execute(
                         }
                         crate::train::trace_step(&r);
                         summary.rows += r.rows;
+                        ledger.step(&r);
                         stragglers.step(&r);
                         sink.write(&r).map_err(TrainError::from).and_then(|()| obs.step(&r))
                     }
@@ -623,6 +630,10 @@ fn execute(
                         for line in stragglers.epoch_end(record.epoch) {
                             obs.event(&line);
                         }
+                        Ok(())
+                    }
+                    Ok(Report::Eval { epoch, sent }) => {
+                        ledger.eval(epoch, sent);
                         Ok(())
                     }
                     Err(e) => Err(BadInput::new(format!("worker {rank} sent a malformed metrics record: {e}")).into()),
@@ -677,10 +688,8 @@ fn execute(
         add_bytes(&mut eval, &d.eval_bytes);
     }
     summary.bytes = RunBytes::split(total, eval);
-    if let Some(before) = resume.as_ref().and_then(|p| summary_before(&run_dir, p.global_iteration)) {
-        summary.bytes.add(&before.bytes);
-        summary.rows += before.rows;
-    }
+    summary.bytes.add(&bytes_before);
+    summary.rows += rows_before;
     let mut by_rank: Vec<&WorkerDone> = done.iter().collect();
     by_rank.sort_by_key(|d| d.rank);
     summary.peak_rss_bytes = by_rank.iter().filter_map(|d| d.peak_rss_bytes).collect();
@@ -750,6 +759,11 @@ fn summary_before(run_dir: &Path, iteration: u64) -> Option<RunSummary> {
     let text = std::fs::read(run_dir.join("summary.json")).ok()?;
     let before: RunSummary = serde_json::from_slice(&text).ok()?;
     (before.iterations >= iteration).then_some(before)
+}
+
+/// `summary_before` the checkpoint `p`, as a `Ledger`'s base.
+fn before(run_dir: &Path, p: &Progress) -> Option<(crate::metrics::RowCounts, RunBytes)> {
+    summary_before(run_dir, p.global_iteration).map(|s| (s.rows, s.bytes))
 }
 
 /// Copies rank 0's checkpoint into the driver's run directory; `None` when files are shared.

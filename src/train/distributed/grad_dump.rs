@@ -19,6 +19,9 @@ impl Observer for GradDump<'_> {
     fn epoch(&mut self, e: &EpochRecord, epochs: u64) {
         self.inner.epoch(e, epochs)
     }
+    fn evaluated(&mut self, epoch: u64, sent: &crate::metrics::ByteCounts) {
+        self.inner.evaluated(epoch, sent)
+    }
     fn start(&mut self, info: &crate::metrics::RunInfo) {
         self.inner.start(info)
     }

@@ -19,6 +19,7 @@ mod driver;
 mod grad_dump;
 mod hosts;
 pub(crate) mod infer;
+mod ledger;
 mod replicas;
 mod rows;
 mod stragglers;
@@ -98,6 +99,11 @@ pub enum Report {
     Epoch {
         record: EpochRecord,
         epochs: u64,
+    },
+    /// Every worker: what it sent while evaluating `epoch`.
+    Eval {
+        epoch: u64,
+        sent: crate::metrics::ByteCounts,
     },
 }
 

@@ -204,6 +204,9 @@ impl Observer for Reporting<'_> {
             let _ = self.send(Report::Epoch { record: e.clone(), epochs });
         }
     }
+    fn evaluated(&mut self, epoch: u64, sent: &crate::metrics::ByteCounts) {
+        let _ = self.send(Report::Eval { epoch, sent: *sent });
+    }
     /// Rank 0's events (checkpoints written) go to the driver's event log.
     fn event(&mut self, msg: &str) {
         if self.rank == 0 {

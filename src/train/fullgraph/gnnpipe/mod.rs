@@ -799,6 +799,7 @@ pub fn run(
         let eval = coll.bytes().since(&mark);
         mark = coll.bytes();
         add_bytes(&mut p.eval_bytes, &eval.sent);
+        obs.evaluated(p.epoch, &eval.sent);
         let e = EpochRecord {
             epoch: p.epoch,
             loss: p.epoch_loss_sum,
