@@ -146,3 +146,52 @@ fn a_signal_stop_shows_the_stopping_state_once() {
     let said = state.events().iter().filter(|e| e.contains("by a signal")).count();
     assert_eq!(said, 1);
 }
+
+/// A run of `workers` workers: epoch 0's first two iterations, every worker's records.
+fn wide_run(workers: u32) -> Vec<Msg> {
+    let mut msgs = vec![Msg::Start(leapgnn::metrics::RunInfo { workers, ..info() })];
+    for i in 0..2 {
+        for t in 0..2 {
+            msgs.extend((0..workers).map(|w| Msg::Record(tui_support::record(0, i, t, w))));
+        }
+    }
+    msgs
+}
+
+/// The workers whose rows the time-step grid (the view a many-worker run opens on) shows.
+fn grid_workers(screen: &str, workers: u32) -> Vec<u32> {
+    (0..workers).filter(|w| screen.contains(&format!("w{w} miss"))).collect()
+}
+
+/// The grid at 80x24 holds 7 of 16 workers: the keys move it through all of
+/// them, a page at a time or one row, and the border says which are shown.
+#[test]
+fn arrow_page_home_and_end_keys_scroll_the_worker_grid_and_tables() {
+    use KeyCode::*;
+    let cases: [(&[KeyCode], std::ops::Range<u32>, &str); 9] = [
+        (&[], 0..7, " 7 of 16 workers shown "),
+        (&[Down, Down], 2..9, " 3-9 of 16 workers shown "),
+        (&[Char('j'), Char('j'), Char('k')], 1..8, " 2-8 of 16 workers shown "),
+        (&[End], 9..16, " 10-16 of 16 workers shown "),
+        // Past the end nothing moves, and the first step back up shows at once.
+        (&[End, Down, Down, Up], 8..15, " 9-15 of 16 workers shown "),
+        (&[PageDown], 7..14, " 8-14 of 16 workers shown "),
+        (&[PageDown, PageDown, PageDown], 9..16, " 10-16 of 16 workers shown "),
+        (&[End, PageUp], 2..9, " 3-9 of 16 workers shown "),
+        (&[End, Home], 0..7, " 7 of 16 workers shown "),
+    ];
+    for (keys, rows, note) in cases {
+        let (t, _, stop, _) = play(keys, wide_run(16));
+        let s = screen(&t);
+        assert!(!stop);
+        assert_eq!(grid_workers(&s, 16), rows.collect::<Vec<_>>(), "{keys:?}\n{s}");
+        assert!(s.contains(note), "{keys:?}\n{s}");
+    }
+    // The overview's table (9 rows here) scrolls with the grid: after a page
+    // down it shows workers 7 to 15, the last page.
+    let (t, _, _, _) = play(&[PageDown, Tab], wide_run(16));
+    let s = screen(&t);
+    let shown: Vec<u32> = (0..16).filter(|&w| s.lines().any(|l| tui_support::row_of(l) == Some(w))).collect();
+    assert_eq!(shown, (7..16).collect::<Vec<_>>(), "{s}");
+    assert!(s.contains(" 8-16 of 16 workers shown "), "{s}");
+}

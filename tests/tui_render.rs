@@ -177,7 +177,7 @@ fn history_stays_bounded_over_a_long_run() {
 #[test]
 fn the_steps_view_shows_every_worker_and_time_step_of_the_latest_iterations() {
     let s = scripted();
-    let ui = Ui { view: View::Steps, help: false };
+    let ui = Ui { view: View::Steps, ..Ui::default() };
     let screen = render(&s, &ui, 80, 24);
     // Epoch 2 (index 1) has reached iteration 4: it comes first, then 3, 2, ...
     assert!(screen.contains("time steps: epoch 2, iteration 4 first"), "{screen}");
@@ -243,7 +243,7 @@ fn the_loss_shown_is_that_of_the_last_complete_iteration() {
 fn a_wide_screen_shows_as_many_iterations_as_fit() {
     let mut s = DashboardState::new(info());
     iterations(0, 0..10).iter().chain(&iterations(1, 0..10)).for_each(|r| s.apply_record(r));
-    let screen = render(&s, &Ui { view: View::Steps, help: false }, 300, 24);
+    let screen = render(&s, &Ui { view: View::Steps, ..Ui::default() }, 300, 24);
     let header = line_with(&screen, "wkr");
     let shown: Vec<&str> = header.split_whitespace().filter(|w| w.starts_with('i')).collect();
     assert_eq!(shown.len(), 32, "{screen}");
@@ -261,7 +261,7 @@ fn a_narrow_screen_keeps_the_view_tabs_whole() {
     assert!(narrow.contains("overview │ workers │ curves │ log │ steps"), "{narrow}");
     assert!(!narrow.contains("q stop"), "{narrow}");
     let wide = last(80);
-    assert!(wide.contains("overview │ workers") && wide.contains("q stop  tab view  ? help"), "{wide}");
+    assert!(wide.contains("overview │ workers") && wide.contains("q stop  tab view  ↑↓ scroll  ? help"), "{wide}");
 }
 
 /// At 40 columns the five titles do not fit (they were cut to `overview │
@@ -271,7 +271,7 @@ fn a_narrow_screen_keeps_the_view_tabs_whole() {
 fn a_screen_too_narrow_for_the_tab_titles_names_the_view_shown_and_initials_the_rest() {
     let s = scripted();
     let last = |view: View| {
-        render(&s, &Ui { view, help: false }, 40, 24).lines().last().unwrap_or_default().trim_end().to_string()
+        render(&s, &Ui { view, ..Ui::default() }, 40, 24).lines().last().unwrap_or_default().trim_end().to_string()
     };
     assert_eq!(last(View::Overview), " overview │ w │ c │ l │ s");
     assert_eq!(last(View::Steps), " o │ w │ c │ l │ steps");
@@ -325,10 +325,10 @@ fn a_full_graph_run_names_its_engine_and_shows_no_miss_rate_for_steps_that_reque
     // The newest step is left out while the run goes on (its records may not all be in).
     assert!(screen.contains(" no rows requested · last 1 step "), "{screen}");
     assert!(!screen.contains("0.0%"), "no view may read 0 of 0 rows as a perfect rate:\n{screen}");
-    let workers = render(&s, &Ui { view: View::Workers, help: false }, 100, 30);
+    let workers = render(&s, &Ui { view: View::Workers, ..Ui::default() }, 100, 30);
     assert_eq!(worker_cells(&workers, 1)[8], "-", "step miss: {workers}");
 
-    let grid = draw_buffer(&s, &Ui { view: View::Steps, help: false }, 100, 30);
+    let grid = draw_buffer(&s, &Ui { view: View::Steps, ..Ui::default() }, 100, 30);
     for w in 0..2 {
         let miss = words_with_background(&grid, &format!("w{w} miss"));
         // `w0`, `miss`, then the newest two epochs' step: `-`, uncoloured.
@@ -350,7 +350,7 @@ fn the_grid_tells_zero_of_many_from_zero_of_none_and_from_not_yet() {
     s.apply_record(&with_rows(record(0, 1, 0, 0), 100, 40));
     s.apply_record(&with_rows(record(0, 1, 0, 1), 100, 0));
     s.apply_record(&with_rows(record(0, 1, 1, 0), 0, 0));
-    let grid = draw_buffer(&s, &Ui { view: View::Steps, help: false }, 80, 24);
+    let grid = draw_buffer(&s, &Ui { view: View::Steps, ..Ui::default() }, 80, 24);
     let cells = |label: &str| -> Vec<(String, Color)> { words_with_background(&grid, label)[2..].to_vec() };
     let (green, red) = (Color::Green, Color::Red);
     // Columns: i2 t0, i2 t1, i1 t0, i1 t1.
@@ -365,7 +365,7 @@ fn the_grid_tells_zero_of_many_from_zero_of_none_and_from_not_yet() {
     );
     let rcv: Vec<String> = cells("w1 rcv").into_iter().map(|c| c.0).collect();
     assert_eq!(rcv, ["500kB", "…", "500kB", "500kB"]);
-    let screen = render(&s, &Ui { view: View::Steps, help: false }, 100, 24);
+    let screen = render(&s, &Ui { view: View::Steps, ..Ui::default() }, 100, 24);
     assert!(screen.contains("(- none requested, … not in yet)"), "{screen}");
 }
 
@@ -460,7 +460,7 @@ fn words(line: &str) -> Vec<&str> {
 #[test]
 fn eight_workers_and_long_names_at_40x10_keep_every_number_whole() {
     let s = crowded();
-    let at = |view: View| render(&s, &Ui { view, help: false }, 40, 10);
+    let at = |view: View| render(&s, &Ui { view, ..Ui::default() }, 40, 10);
     let screen = at(View::Overview);
     let lines: Vec<&str> = screen.lines().collect();
     assert!(lines.iter().all(|l| fmt_width(l) <= 40), "{screen}");
@@ -514,7 +514,7 @@ fn every_view_draws_at_20x5_80x24_and_300x80_and_after_resizes() {
     let mut t = Terminal::new(TestBackend::new(300, 80)).unwrap();
     for view in View::ALL {
         for help in [false, true] {
-            let ui = Ui { view, help };
+            let ui = Ui { view, help, ..Ui::default() };
             for (w, h) in sizes {
                 t.backend_mut().resize(w, h);
                 t.draw(|f| leapgnn::tui::draw(f, &s, &ui)).unwrap();
@@ -536,7 +536,7 @@ fn every_view_draws_at_20x5_80x24_and_300x80_and_after_resizes() {
     }
     assert!(wide.contains("gpu-node-0123456789.cluster.example.org (pid 4242)"), "{wide}");
 
-    let grid = render(&s, &Ui { view: View::Steps, help: false }, 80, 24);
+    let grid = render(&s, &Ui { view: View::Steps, ..Ui::default() }, 80, 24);
     assert!(grid.contains(" 7 of 8 workers shown "), "{grid}");
     assert!(line_with(&grid, "w6 rcv").contains("500kB"), "{grid}");
 }
@@ -549,7 +549,7 @@ fn every_view_draws_at_20x5_80x24_and_300x80_and_after_resizes() {
 fn the_accuracy_lines_are_told_apart_without_colour() {
     let mut s = scripted();
     s.apply_epoch(&leapgnn::metrics::EpochRecord { epoch: 1, val_accuracy: 0.9, test_accuracy: 0.3, ..epoch0() });
-    let screen = render(&s, &Ui { view: View::Curves, help: false }, 80, 24);
+    let screen = render(&s, &Ui { view: View::Curves, ..Ui::default() }, 80, 24);
     let key = line_with(&screen, "⠒ val");
     assert!(key.contains("⠒ val  • test ┘"), "{screen}");
     // The chart's plot, left of the epoch table: both marks drawn, and never the same glyph.
@@ -578,4 +578,37 @@ fn the_header_shows_the_time_steps_the_records_run() {
     assert!(line_with(&screen, "leapgnn │").contains("│ T 4 │"), "{screen}");
     let fresh = render(&DashboardState::new(info()), &Ui::default(), 100, 24);
     assert!(line_with(&fresh, "leapgnn │").contains("│ T 2 │"), "{fresh}");
+}
+
+/// Every worker of a 64-worker run can be brought on screen in each view
+/// that lists workers, by ↓ one row at a time from the first page to End.
+#[test]
+fn down_reaches_every_worker_of_a_64_worker_run_in_every_worker_view() {
+    let mut s = DashboardState::new(leapgnn::metrics::RunInfo { workers: 64, ..info() });
+    for t in 0..2 {
+        for w in 0..64 {
+            s.apply_record(&record(0, 0, t, w));
+        }
+    }
+    for view in [View::Overview, View::Workers, View::Steps] {
+        let mut ui = Ui { view, ..Ui::default() };
+        let mut seen = std::collections::BTreeSet::new();
+        let mut page = 0;
+        for _ in 0..64 {
+            let mut t = ratatui::Terminal::new(ratatui::backend::TestBackend::new(100, 30)).expect("test terminal");
+            t.draw(|f| page = leapgnn::tui::draw_paged(f, &s, &ui)).expect("draws");
+            let screen = tui_support::screen(&t);
+            let on_screen = |w: u32| match view {
+                View::Steps => screen.contains(&format!("w{w} miss")),
+                _ => screen.lines().any(|l| tui_support::row_of(l) == Some(w)),
+            };
+            seen.extend((0..64).filter(|&w| on_screen(w)));
+            if let leapgnn::tui::Action::Scroll(how) = ui.on_key(key(KeyCode::Down)) {
+                ui.scroll_by(how, page, s.workers().len());
+            }
+        }
+        assert!(page > 0 && page < 64, "{view:?}: a page of {page}");
+        assert_eq!(seen.len(), 64, "{view:?}: seen {seen:?}");
+        assert_eq!(ui.scroll, 64 - page, "{view:?}: ↓ went past the last page");
+    }
 }

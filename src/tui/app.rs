@@ -1,7 +1,7 @@
 //! The terminal loop: apply what the run sends, draw, answer keys. Generic
 //! over the backend and the key source so tests drive it without a terminal.
 
-use super::render::draw;
+use super::render::draw_paged;
 use super::state::DashboardState;
 use super::view::{Action, Ui, View};
 use crate::metrics::{EpochRecord, RunInfo, StepRecord};
@@ -56,6 +56,8 @@ pub fn run_terminal<B: Backend>(
     let mut state = DashboardState::default();
     let mut ui = Ui::default();
     let mut dirty = true;
+    // Workers a page of the view shown holds, as last drawn.
+    let mut page = 0;
     loop {
         let done = loop {
             match rx.try_recv() {
@@ -78,7 +80,7 @@ pub fn run_terminal<B: Backend>(
             dirty = true;
         }
         if dirty {
-            terminal.draw(|f| draw(f, &state, &ui)).map_err(|e| io::Error::other(e.to_string()))?;
+            terminal.draw(|f| page = draw_paged(f, &state, &ui)).map_err(|e| io::Error::other(e.to_string()))?;
             dirty = false;
         }
         if done {
@@ -96,6 +98,10 @@ pub fn run_terminal<B: Backend>(
                         state.stopping = true;
                         state.push_event("stop requested: checkpoint, then exit");
                     }
+                    dirty = true;
+                }
+                Action::Scroll(how) => {
+                    ui.scroll_by(how, page, state.workers().len());
                     dirty = true;
                 }
                 Action::Redraw => dirty = true,

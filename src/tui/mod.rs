@@ -10,10 +10,10 @@ mod state;
 mod view;
 
 pub use app::{Msg, run_terminal};
-pub use render::draw;
+pub use render::{draw, draw_paged};
 pub use ring::Ring;
 pub use state::{
     CELL_HISTORY, DashboardState, EPOCH_HISTORY, EVENT_HISTORY, ITERATION_HISTORY, IterPoint, STEP_HISTORY, StepCell,
     StepPoint, WorkerRow,
 };
-pub use view::{Action, Ui, View};
+pub use view::{Action, Scroll, Ui, View};

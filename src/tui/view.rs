@@ -49,11 +49,26 @@ impl View {
     }
 }
 
-/// What the viewer chose: a view, and whether the help is open.
+/// What the viewer chose: a view, whether the help is open, and how far
+/// down the worker tables are scrolled.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Ui {
     pub view: View,
     pub help: bool,
+    /// The first worker the tables show (they show from an earlier one when
+    /// the screen has grown since, rather than leave rows empty).
+    pub scroll: usize,
+}
+
+/// A move through the worker tables.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scroll {
+    Up,
+    Down,
+    PageUp,
+    PageDown,
+    Home,
+    End,
 }
 
 /// What a key asks of the terminal loop.
@@ -66,6 +81,8 @@ pub enum Action {
     /// Ctrl-C: the first stops as `q` does, a second one forces the stop,
     /// as two Ctrl-C do outside the dashboard.
     Interrupt,
+    /// Move through the worker tables: the loop knows how many rows a page holds.
+    Scroll(Scroll),
 }
 
 impl Ui {
@@ -93,7 +110,31 @@ impl Ui {
                 self.help = false;
                 Action::Redraw
             }
+            KeyCode::Up | KeyCode::Char('k') => Action::Scroll(Scroll::Up),
+            KeyCode::Down | KeyCode::Char('j') => Action::Scroll(Scroll::Down),
+            KeyCode::PageUp => Action::Scroll(Scroll::PageUp),
+            KeyCode::PageDown => Action::Scroll(Scroll::PageDown),
+            KeyCode::Home | KeyCode::Char('g') => Action::Scroll(Scroll::Home),
+            KeyCode::End | KeyCode::Char('G') => Action::Scroll(Scroll::End),
             _ => Action::Nothing,
         }
+    }
+
+    /// Moves the worker tables by `how`, given that a page shows `page` of
+    /// `total` workers: never past the page that shows the last one, so a
+    /// step back up after End moves at once.
+    pub fn scroll_by(&mut self, how: Scroll, page: usize, total: usize) {
+        let page = page.max(1);
+        let last = total.saturating_sub(page);
+        let at = self.scroll.min(last);
+        self.scroll = match how {
+            Scroll::Up => at.saturating_sub(1),
+            Scroll::Down => at + 1,
+            Scroll::PageUp => at.saturating_sub(page),
+            Scroll::PageDown => at + page,
+            Scroll::Home => 0,
+            Scroll::End => last,
+        }
+        .min(last);
     }
 }

@@ -120,6 +120,12 @@ pub fn line_with<'a>(screen: &'a str, needle: &str) -> &'a str {
     screen.lines().find(|l| l.contains(needle)).unwrap_or_else(|| panic!("no line with {needle:?} in\n{screen}"))
 }
 
+/// The worker whose table row `line` is (a number, then more than five cells).
+pub fn row_of(line: &str) -> Option<u32> {
+    let cells: Vec<&str> = line.trim_matches(|c: char| c == '│' || c.is_whitespace()).split_whitespace().collect();
+    if cells.len() > 5 { cells[0].parse().ok() } else { None }
+}
+
 /// The whitespace-separated cells of the table row of worker `w`.
 pub fn worker_cells(screen: &str, w: u32) -> Vec<String> {
     screen

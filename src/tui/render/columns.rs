@@ -46,32 +46,47 @@ pub enum Keep {
 }
 
 /// A bordered table of the rows that fit under its header, the columns that
-/// fit beside each other; how many rows were left out goes on the bottom
-/// border, so a short screen never passes for the whole list.
+/// fit beside each other; which rows are shown of how many goes on the bottom
+/// border, so a short screen never passes for the whole list. `Keep::First`
+/// tables start at row `from` (the viewer's scroll), moved up as far as
+/// needed to fill the table. Returns how many rows fit.
 pub fn draw<T>(
     frame: &mut Frame,
     area: Rect,
     (title, what): (String, &str),
     cols: Vec<Col<T>>,
     rows: &[&T],
-    keep: Keep,
-) {
+    (keep, from): (Keep, usize),
+) -> usize {
     let cols = fitting(cols, area.width.saturating_sub(2));
     let total = rows.len();
     let fit = (area.height.saturating_sub(3) as usize).min(total);
+    let first = if keep == Keep::First { from.min(total - fit) } else { total - fit };
     let mut block = Block::bordered().title(title);
-    if fit < total {
-        let note = crate::tui::fmt::first_fitting(
-            &[format!(" {fit} of {total} {what} shown "), format!(" {fit}/{total} ")],
-            area.width.saturating_sub(2) as usize,
-        );
-        block = block.title_bottom(Line::from(note).right_aligned());
+    if let Some(note) = shown_note(first, fit, total, what, area.width.saturating_sub(2)) {
+        block = block.title_bottom(note);
     }
     let right = |s: String| Cell::from(Line::from(s).right_aligned());
     let header = Row::new(cols.iter().map(|c| right(c.title.to_string())))
         .style(Style::new().add_modifier(Modifier::BOLD | Modifier::UNDERLINED));
-    let shown = if keep == Keep::First { &rows[..fit] } else { &rows[total - fit..] };
+    let shown = &rows[first..first + fit];
     let rows: Vec<Row> = shown.iter().map(|r| Row::new(cols.iter().map(|c| right((c.cell)(r))))).collect();
     let widths: Vec<Constraint> = cols.iter().map(|c| Constraint::Length(c.width)).collect();
     frame.render_widget(Table::new(rows, widths).header(header).column_spacing(1).block(block), area);
+    fit
+}
+
+/// The bottom border's note when rows `first..first + fit` of `total` are
+/// shown (none when all are): the range once scrolled, so the viewer sees
+/// where in the list the table is.
+pub fn shown_note(first: usize, fit: usize, total: usize, what: &str, room: u16) -> Option<Line<'static>> {
+    if fit >= total {
+        return None;
+    }
+    let range = if first == 0 { fit.to_string() } else { format!("{}-{}", first + 1, first + fit) };
+    let note = crate::tui::fmt::first_fitting(
+        &[format!(" {range} of {total} {what} shown "), format!(" {range}/{total} ")],
+        room as usize,
+    );
+    Some(Line::from(note).right_aligned())
 }

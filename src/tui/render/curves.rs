@@ -119,5 +119,5 @@ pub fn draw(frame: &mut Frame, area: Rect, s: &DashboardState) {
         columns::col("eval s", 6, 5, |e: &EpochRecord| format!("{:.1}", e.eval_seconds)),
     ];
     let rows: Vec<&EpochRecord> = s.epochs().iter().collect();
-    columns::draw(frame, table, (" epochs ".into(), "epochs"), cols, &rows, Keep::Last);
+    columns::draw(frame, table, (" epochs ".into(), "epochs"), cols, &rows, (Keep::Last, 0));
 }

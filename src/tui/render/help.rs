@@ -4,9 +4,11 @@ use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Clear, Paragraph, Wrap};
 
-const KEYS: [(&str, &str); 4] = [
+const KEYS: [(&str, &str); 6] = [
     ("q, ctrl-c", "stop: checkpoint, then exit"),
     ("tab", "next view (shift-tab: previous)"),
+    ("↑↓ j k", "scroll the workers one row"),
+    ("pgup pgdn", "a page of workers (home g, end G: first, last)"),
     ("?", "show or hide this help"),
     ("esc", "close this help"),
 ];
@@ -21,7 +23,7 @@ const NOTES: [&str; 5] = [
 
 /// A box over the middle of the screen.
 pub fn draw(frame: &mut Frame, area: Rect) {
-    let popup = area.centered(Constraint::Max(64), Constraint::Max(14));
+    let popup = area.centered(Constraint::Max(64), Constraint::Max(16));
     let bold = Style::new().add_modifier(Modifier::BOLD);
     let mut lines: Vec<Line> = KEYS
         .iter()

@@ -24,6 +24,12 @@ pub const MIN_HEIGHT: u16 = 10;
 
 /// Draws the whole screen.
 pub fn draw(frame: &mut Frame, state: &DashboardState, ui: &Ui) {
+    draw_paged(frame, state, ui);
+}
+
+/// Draws the whole screen; returns how many workers the view's worker
+/// table or grid shows at once (a page, for scrolling; 0 in a view without one).
+pub fn draw_paged(frame: &mut Frame, state: &DashboardState, ui: &Ui) -> usize {
     let [head, body, foot] =
         Layout::vertical([Constraint::Length(2), Constraint::Fill(1), Constraint::Length(1)]).areas(frame.area());
     header::draw(frame, head, state);
@@ -32,26 +38,33 @@ pub fn draw(frame: &mut Frame, state: &DashboardState, ui: &Ui) {
         // The header still says how far the run is; the views would be cut to pieces.
         let why = format!("{}x{}: the views need {MIN_WIDTH}x{MIN_HEIGHT}; q stops", area.width, area.height);
         frame.render_widget(Paragraph::new(why).wrap(Wrap { trim: true }), body.union(foot));
-        return;
+        return 0;
     }
-    match ui.view {
-        View::Overview => overview(frame, body, state),
-        View::Workers => workers::detail(frame, body, state),
-        View::Curves => curves::draw(frame, body, state),
-        View::Log => log::draw(frame, body, state),
-        View::Steps => steps::draw(frame, body, state),
-    }
+    let page = match ui.view {
+        View::Overview => overview(frame, body, state, ui.scroll),
+        View::Workers => workers::detail(frame, body, state, ui.scroll),
+        View::Curves => {
+            curves::draw(frame, body, state);
+            0
+        }
+        View::Log => {
+            log::draw(frame, body, state);
+            0
+        }
+        View::Steps => steps::draw(frame, body, state, ui.scroll),
+    };
     footer(frame, foot, ui);
     if ui.help {
         help::draw(frame, frame.area());
     }
+    page
 }
 
 /// Everything at a glance; at 80x24 the worker table yields rows to the
 /// charts and log before they disappear. A part is drawn whole or not at
 /// all: the heights are worked out to add up to the screen's, never more
 /// (ratatui would squeeze every part to a border without content).
-fn overview(frame: &mut Frame, area: Rect, state: &DashboardState) {
+fn overview(frame: &mut Frame, area: Rect, state: &DashboardState, from: usize) -> usize {
     const MIN_TABLE: u16 = 4;
     const MIN_CHART: u16 = 3;
     const MIN_LOG: u16 = 3;
@@ -69,7 +82,7 @@ fn overview(frame: &mut Frame, area: Rect, state: &DashboardState) {
     let (comm, curves) = (take(chart, MIN_CHART), take(chart, MIN_CHART));
     let events = take(u16::MAX, MIN_LOG);
     let [t, c, k, e] = Layout::vertical([table, comm, curves, events].map(Constraint::Length)).areas(area);
-    workers::compact(frame, t, state);
+    let page = workers::compact(frame, t, state, from);
     if comm > 0 {
         charts::per_step(frame, c, state);
     }
@@ -79,6 +92,7 @@ fn overview(frame: &mut Frame, area: Rect, state: &DashboardState) {
     if events > 0 {
         log::draw(frame, e, state);
     }
+    page
 }
 
 /// The width of tabs as ratatui draws them: each title padded by a space a
@@ -88,7 +102,7 @@ fn tabs_width(titles: &[&str]) -> usize {
 }
 
 fn footer(frame: &mut Frame, area: Rect, ui: &Ui) {
-    let keys = "q stop  tab view  ? help ";
+    let keys = "q stop  tab view  ↑↓ scroll  ? help ";
     let width = area.width as usize;
     let mut titles = View::ALL.map(View::title);
     // Too narrow for every title (40 columns): the view shown keeps its name,
@@ -97,7 +111,11 @@ fn footer(frame: &mut Frame, area: Rect, ui: &Ui) {
         titles = View::ALL.map(|v| if v == ui.view { v.title() } else { &v.title()[..1] });
     }
     // Too narrow for the tabs and the key hint: the hint goes (`?` still shows it).
-    let hint = if width < tabs_width(&titles) + keys.len() { 0 } else { keys.len() as u16 };
+    let hint = if width < tabs_width(&titles) + crate::tui::fmt::width(keys) {
+        0
+    } else {
+        crate::tui::fmt::width(keys) as u16
+    };
     let [tabs, help] = Layout::horizontal([Constraint::Fill(1), Constraint::Length(hint)]).areas(area);
     let selected = View::ALL.iter().position(|v| *v == ui.view);
     frame.render_widget(

@@ -4,6 +4,7 @@
 //! requested no rows (full-graph) reads `-` uncoloured, not a green 0.0%; a
 //! cell whose record has not come in yet reads `…`.
 
+use super::columns::shown_note;
 use crate::tui::fmt::{bytes, elide, first_fitting, rate};
 use crate::tui::state::{DashboardState, StepCell};
 use ratatui::Frame;
@@ -14,8 +15,10 @@ use ratatui::widgets::{Block, Cell, Paragraph, Row, Table};
 
 /// Width of a step column: `100.0%`, `999.9MB`, `e12 i345`.
 const CELL: u16 = 8;
-/// Width of the row label column: `w12 rcv`.
-const LABEL: u16 = 7;
+/// Width of the row label column: `w1 miss`; wider past 9 workers (`w12 miss`).
+fn label_width(workers: usize) -> u16 {
+    format!("w{} miss", workers.saturating_sub(1)).len() as u16
+}
 
 /// What a cell whose record has not arrived yet shows, in both rows.
 const PENDING: &str = "…";
@@ -31,13 +34,15 @@ fn heat(miss: Option<f64>) -> Style {
     Style::new().fg(Color::Black).bg(bg)
 }
 
-pub fn draw(frame: &mut Frame, area: Rect, s: &DashboardState) {
+/// The grid from worker `from` on; returns how many workers fit.
+pub fn draw(frame: &mut Frame, area: Rect, s: &DashboardState, from: usize) -> usize {
     // The legend gives way to the grid's first worker (borders, two header lines, two rows).
     let legend_height = if area.height >= 3 + 6 { 3 } else { 0 };
     let [grid, legend] = Layout::vertical([Constraint::Fill(1), Constraint::Length(legend_height)]).areas(area);
     let inner_width = grid.width.saturating_sub(2);
     // Every column whole: more than fit would be squeezed until `e2 i5` reads `2 i5`.
-    let fit = (inner_width.saturating_sub(LABEL) / (CELL + 1)) as usize;
+    let label = label_width(s.workers().len());
+    let fit = (inner_width.saturating_sub(label) / (CELL + 1)) as usize;
     // Whole iterations that fit, newest first (at least the newest one, clipped if need be).
     let mut shown: Vec<((u64, u64), Vec<StepCell>)> = Vec::new();
     let mut columns = 0;
@@ -98,8 +103,9 @@ pub fn draw(frame: &mut Frame, area: Rect, s: &DashboardState) {
     let mut rows = Vec::new();
     // Two lines per worker under the header's two: those that fit.
     let workers = s.workers().len();
-    let fit_workers = (grid.height.saturating_sub(4) / 2) as usize;
-    for w in 0..workers.min(fit_workers) as u32 {
+    let fit_workers = ((grid.height.saturating_sub(4) / 2) as usize).min(workers);
+    let first = from.min(workers - fit_workers);
+    for w in (first..first + fit_workers).map(|w| w as u32) {
         let miss = cols.iter().map(|&col| match find(w, col) {
             Some(c) => right(rate(c.miss_rate())).style(heat(c.miss_rate())),
             None => right(PENDING.into()),
@@ -112,11 +118,10 @@ pub fn draw(frame: &mut Frame, area: Rect, s: &DashboardState) {
         rows.push(Row::new(std::iter::once(right(format!("w{w} rcv"))).chain(recv)).style(Style::new().dim()));
     }
     let widths: Vec<Constraint> =
-        std::iter::once(Constraint::Length(LABEL)).chain(cols.iter().map(|_| Constraint::Length(CELL))).collect();
+        std::iter::once(Constraint::Length(label)).chain(cols.iter().map(|_| Constraint::Length(CELL))).collect();
     let mut block = Block::bordered().title(title);
-    if fit_workers < workers {
-        let note = [format!(" {fit_workers} of {workers} workers shown "), format!(" {fit_workers}/{workers} ")];
-        block = block.title_bottom(Line::from(first_fitting(&note, room)).right_aligned());
+    if let Some(note) = shown_note(first, fit_workers, workers, "workers", inner_width) {
+        block = block.title_bottom(note);
     }
     frame.render_widget(Table::new(rows, widths).header(header).block(block), grid);
     let text = [
@@ -126,4 +131,5 @@ pub fn draw(frame: &mut Frame, area: Rect, s: &DashboardState) {
     ]
     .map(|l| Line::from(elide(l, legend.width.into())));
     frame.render_widget(Paragraph::new(text.to_vec()).style(Style::new().dim()), legend);
+    fit_workers
 }

@@ -34,9 +34,17 @@ fn row_columns() -> Vec<Col<WorkerRow>> {
 
 const SHORT: [&str; 5] = ["feat/s", "grad/s", "migr/s", "act/s", "ctrl/s"];
 
-fn table(frame: &mut Frame, area: Rect, title: String, cols: Vec<Col<WorkerRow>>, s: &DashboardState) {
+/// Workers from `from` on (as many as fit); returns how many fit.
+fn table(
+    frame: &mut Frame,
+    area: Rect,
+    title: String,
+    cols: Vec<Col<WorkerRow>>,
+    s: &DashboardState,
+    from: usize,
+) -> usize {
     let rows: Vec<&WorkerRow> = s.workers().iter().collect();
-    columns::draw(frame, area, (title, "workers"), cols, &rows, Keep::First);
+    columns::draw(frame, area, (title, "workers"), cols, &rows, (Keep::First, from))
 }
 
 fn epoch_title(s: &DashboardState, what: &str) -> String {
@@ -44,22 +52,24 @@ fn epoch_title(s: &DashboardState, what: &str) -> String {
     format!(" {what}{epoch}: miss {} ", rate(s.epoch_rows().miss_rate()))
 }
 
-/// The overview's table: rows, then traffic (in + out) per category as width allows.
-pub fn compact(frame: &mut Frame, area: Rect, s: &DashboardState) {
+/// The overview's table: rows, then traffic (in + out) per category as width
+/// allows, from worker `from` on. Returns how many workers fit.
+pub fn compact(frame: &mut Frame, area: Rect, s: &DashboardState, from: usize) -> usize {
     let mut cols = row_columns();
     for (c, title) in Category::ALL.into_iter().zip(SHORT) {
         cols.push(col(title, 7, 8, move |w| bytes(w.traffic(c))));
     }
-    table(frame, area, epoch_title(s, "workers"), cols, s);
+    table(frame, area, epoch_title(s, "workers"), cols, s, from)
 }
 
-/// The workers view: the row table, then bytes/s in and out per category.
-pub fn detail(frame: &mut Frame, area: Rect, s: &DashboardState) {
+/// The workers view: the row table, then bytes/s in and out per category,
+/// both from worker `from` on. Returns how many workers a page holds.
+pub fn detail(frame: &mut Frame, area: Rect, s: &DashboardState, from: usize) -> usize {
     let h = s.workers().len() as u16 + 3;
     let [rows, traffic] = Layout::vertical([Constraint::Max(h), Constraint::Fill(1)]).areas(area);
     let mut cols = row_columns();
     cols.push(col("step miss", 9, 1, |w| rate(w.step_miss_rate)));
-    table(frame, rows, epoch_title(s, "feature rows"), cols, s);
+    let fit = table(frame, rows, epoch_title(s, "feature rows"), cols, s, from);
 
     let mut cols = vec![worker()];
     for c in Category::ALL {
@@ -68,5 +78,10 @@ pub fn detail(frame: &mut Frame, area: Rect, s: &DashboardState) {
             format!("{}/{}", bytes(i), bytes(o))
         }));
     }
-    table(frame, traffic, " bytes/s in/out over the last 32 steps ".into(), cols, s);
+    // The page of the shorter table, so that End brings the last worker into
+    // both; a table squeezed to no rows at all does not count.
+    match (fit, table(frame, traffic, " bytes/s in/out over the last 32 steps ".into(), cols, s, from)) {
+        (0, f) | (f, 0) => f,
+        (a, b) => a.min(b),
+    }
 }
