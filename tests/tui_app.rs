@@ -60,7 +60,8 @@ fn q_raises_the_stop_flag_and_the_screen_says_so_until_the_run_ends() {
         play(&[KeyCode::Char('?'), KeyCode::Char('?'), KeyCode::Tab, KeyCode::Tab, KeyCode::Char('q')], run_messages());
     assert!(stop, "q did not raise the stop flag");
     assert!(state.stopping && state.finished);
-    assert_eq!(state.events().last().unwrap(), "stop requested: checkpoint, then exit");
+    // Epoch 2 is at its 4th iteration of 10: training.
+    assert_eq!(state.events().last().unwrap(), "stop requested: checkpoint after this iteration, then exit");
     // Everything sent before the keys was applied.
     assert_eq!(state.position(), Some((1, 3)));
     let s = screen(&t);
@@ -138,8 +139,8 @@ fn ctrl_c_twice_forces_the_stop_and_q_twice_does_not() {
 #[test]
 fn a_signal_stop_shows_the_stopping_state_once() {
     let mut msgs = run_messages();
-    msgs.push(Msg::Stopping("stop requested by a signal: checkpoint, then exit".into()));
-    msgs.push(Msg::Stopping("stop requested by a signal: checkpoint, then exit".into()));
+    msgs.push(Msg::Stopping("a signal".into()));
+    msgs.push(Msg::Stopping("a signal".into()));
     let (_, state, stop, _) = play(&[], msgs);
     assert!(state.stopping, "no STOPPING state");
     assert!(!stop, "the dashboard's own stop flag is for its keys");
@@ -194,4 +195,39 @@ fn arrow_page_home_and_end_keys_scroll_the_worker_grid_and_tables() {
     let shown: Vec<u32> = (0..16).filter(|&w| s.lines().any(|l| tui_support::row_of(l) == Some(w))).collect();
     assert_eq!(shown, (7..16).collect::<Vec<_>>(), "{s}");
     assert!(s.contains(" 8-16 of 16 workers shown "), "{s}");
+}
+
+/// `q` once every iteration of an epoch has ended (the last one's last step
+/// included) and before the epoch's record: the workers are evaluating, and
+/// the stop comes at the end of the evaluation, as the screen now says. A
+/// last iteration whose last step is still to come is training still.
+#[test]
+fn a_stop_during_evaluation_says_it_comes_at_the_end_of_the_evaluation() {
+    let mut msgs = vec![Msg::Start(info())];
+    msgs.extend(iterations(0, 0..10).into_iter().map(Msg::Record));
+    // The header as drawn while the run checkpoints (the loop's last frame is the finished run's).
+    let header = |mut state: leapgnn::tui::DashboardState| {
+        state.finished = false;
+        line_with(&tui_support::render(&state, &leapgnn::tui::Ui::default(), 80, 24), "epoch 1/3").to_string()
+    };
+    let (_, state, stop, _) = play(&[KeyCode::Char('q')], msgs.clone());
+    assert!(stop && state.stop_in_evaluation);
+    let said = "stop requested: checkpoint at the end of this epoch's evaluation, then exit";
+    assert_eq!(state.events().last().unwrap(), said);
+    let h = header(state);
+    assert!(h.contains("STOPPING at the end of this epoch's evaluation"), "{h}");
+
+    // The last iteration's step 0 alone: its all-reduce, where the stop is voted on, is still ahead.
+    msgs.truncate(msgs.len() - 2);
+    let (_, state, _, _) = play(&[KeyCode::Char('q')], msgs.clone());
+    assert_eq!(state.events().last().unwrap(), "stop requested: checkpoint after this iteration, then exit");
+    let h = header(state);
+    assert!(h.contains("STOPPING after this iteration"), "{h}");
+
+    // A signal during the evaluation: the same words, and who asked.
+    msgs.extend(iterations(0, 9..10).into_iter().skip(2).map(Msg::Record));
+    msgs.push(Msg::Stopping("a signal".into()));
+    let (_, state, _, _) = play(&[], msgs);
+    let said = "stop requested by a signal: checkpoint at the end of this epoch's evaluation, then exit";
+    assert_eq!(state.events().last().unwrap(), said);
 }

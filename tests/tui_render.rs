@@ -129,7 +129,7 @@ fn q_and_ctrl_c_ask_to_stop_other_keys_do_not() {
 fn the_stopping_and_finished_states_are_shown() {
     let mut s = scripted();
     s.stopping = true;
-    assert!(render(&s, &Ui::default(), 80, 24).contains("STOPPING: checkpoint, then exit"));
+    assert!(render(&s, &Ui::default(), 80, 24).contains("STOPPING after this iteration"));
     s.finished = true;
     let screen = render(&s, &Ui::default(), 80, 24);
     assert!(screen.contains("DONE") && screen.contains("ETA 0:00"), "{screen}");

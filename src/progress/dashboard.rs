@@ -258,7 +258,7 @@ impl ProgressSink for Dashboard {
     fn stop_requested(&self) -> bool {
         // A signal stops the run too (the caller reads it): the screen says so once.
         if super::signals::stop_requested() && !self.told_signal.swap(true, Ordering::SeqCst) {
-            self.send(Msg::Stopping("stop requested by a signal: checkpoint, then exit".into()));
+            self.send(Msg::Stopping("a signal".into()));
         }
         self.stop.load(Ordering::SeqCst)
     }

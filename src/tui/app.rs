@@ -20,7 +20,8 @@ pub enum Msg {
     Record(StepRecord),
     Epoch(EpochRecord),
     Event(String),
-    /// The run was asked to stop other than by a key (a signal): say so, as `q` does.
+    /// The run was asked to stop other than by a key, by whom (`a signal`):
+    /// say so, as `q` does.
     Stopping(String),
     /// The run ended: draw once more and return.
     Finish,
@@ -95,8 +96,7 @@ pub fn run_terminal<B: Backend>(
                 }
                 Action::Stop | Action::Interrupt => {
                     if !stop.swap(true, Ordering::SeqCst) {
-                        state.stopping = true;
-                        state.push_event("stop requested: checkpoint, then exit");
+                        state.request_stop(None);
                     }
                     dirty = true;
                 }
@@ -119,12 +119,7 @@ fn apply(state: &mut DashboardState, m: Msg) {
         Msg::Record(r) => state.apply_record(&r),
         Msg::Epoch(e) => state.apply_epoch(&e),
         Msg::Event(e) => state.push_event(e),
-        Msg::Stopping(why) => {
-            if !state.stopping {
-                state.stopping = true;
-                state.push_event(why);
-            }
-        }
+        Msg::Stopping(by) => state.request_stop(Some(&by)),
         Msg::Finish => {}
     }
 }

@@ -156,6 +156,9 @@ pub struct DashboardState {
     epoch_rows: RowCounts,
     /// The user asked to stop; the run is checkpointing.
     pub stopping: bool,
+    /// The stop was asked for while the workers evaluated: it takes effect at
+    /// the end of the evaluation, not after an iteration.
+    pub stop_in_evaluation: bool,
     /// The run ended.
     pub finished: bool,
 }
@@ -173,6 +176,7 @@ impl Default for DashboardState {
             position: None,
             epoch_rows: RowCounts::default(),
             stopping: false,
+            stop_in_evaluation: false,
             finished: false,
         }
     }
@@ -307,6 +311,38 @@ impl DashboardState {
     /// An epoch ended (training and evaluation).
     pub fn apply_epoch(&mut self, e: &EpochRecord) {
         self.epochs.push(e.clone());
+    }
+
+    /// A stop was asked for (`by` whom, if not by a key): the log says when
+    /// it takes effect, from the phase the records show. Once only.
+    pub fn request_stop(&mut self, by: Option<&str>) {
+        if self.stopping {
+            return;
+        }
+        self.stopping = true;
+        self.stop_in_evaluation = self.evaluating();
+        let by = by.map_or(String::new(), |b| format!(" by {b}"));
+        self.push_event(format!("stop requested{by}: checkpoint {}, then exit", self.stop_when()));
+    }
+
+    /// When the requested stop takes effect, in words.
+    pub fn stop_when(&self) -> &'static str {
+        if self.stop_in_evaluation { "at the end of this epoch's evaluation" } else { "after this iteration" }
+    }
+
+    /// Whether the workers are evaluating: the newest epoch's last iteration
+    /// has had a record of its last time step, which leaves a worker only
+    /// after the iteration's all-reduce (where a stop is voted on), and the
+    /// epoch's record has not come yet. A stop asked for then is voted on in
+    /// the evaluation's sums and takes effect at the epoch's end.
+    pub fn evaluating(&self) -> bool {
+        let Some((e, i)) = self.position else { return false };
+        if self.finished || i + 1 != self.info.iterations_per_epoch || self.epochs.last().is_some_and(|r| r.epoch >= e)
+        {
+            return false;
+        }
+        let last_step = self.time_steps().saturating_sub(1);
+        self.cells.iter().rev().take_while(|c| (c.epoch, c.iteration) == (e, i)).any(|c| c.time_step >= last_step)
     }
 
     pub fn push_event(&mut self, msg: impl Into<String>) {

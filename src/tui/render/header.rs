@@ -90,8 +90,8 @@ fn progress(s: &DashboardState, max: usize) -> Line<'static> {
     let bold = Style::new().add_modifier(Modifier::BOLD);
     let mut fields: Vec<Vec<Span<'static>>> = Vec::new();
     if s.stopping && !s.finished {
-        let long = " STOPPING: checkpoint, then exit ";
-        let text = if width(long) < max { long } else { " STOPPING " };
+        let long = format!(" STOPPING {} ", s.stop_when());
+        let text = if width(&long) < max { long } else { " STOPPING ".into() };
         fields.push(vec![Span::styled(text, Style::new().fg(Color::Black).bg(Color::Yellow))]);
     } else if s.finished {
         fields.push(vec![Span::styled(" DONE ", Style::new().fg(Color::Black).bg(Color::Green))]);
