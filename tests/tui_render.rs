@@ -612,3 +612,26 @@ fn down_reaches_every_worker_of_a_64_worker_run_in_every_worker_view() {
         assert_eq!(ui.scroll, 64 - page, "{view:?}: ↓ went past the last page");
     }
 }
+
+/// Each worker's host (the SSH profile's, the Slurm node) beside its rows,
+/// a long name elided with `…` and the numbers kept whole; a run that does
+/// not say where its workers run has no host column.
+#[test]
+fn the_worker_tables_show_where_each_worker_runs() {
+    let long = "gpu-node-017.cluster.example.org";
+    let mut s = DashboardState::new(leapgnn::metrics::RunInfo { hosts: vec![long.into(), "n2".into()], ..info() });
+    for r in iterations(0, 0..2) {
+        s.apply_record(&r);
+    }
+    let screen = render(&s, &Ui::default(), 100, 30);
+    let row = worker_cells(&screen, 0);
+    assert_eq!(row[1], "gpu-node-017.cl…", "{screen}");
+    assert!(row.contains(&"50.0%".to_string()), "{screen}");
+    assert_eq!(worker_cells(&screen, 1)[1], "n2", "{screen}");
+    let workers = render(&s, &Ui { view: View::Workers, ..Ui::default() }, 100, 30);
+    assert!(workers.matches("gpu-node-017.cl…").count() == 2, "{workers}");
+    // Narrow: the host gives way before the miss rate.
+    let narrow = render(&s, &Ui::default(), 40, 24);
+    assert!(line_with(&narrow, "50.0%").contains("200") && !narrow.contains("host"), "{narrow}");
+    assert!(!render(&scripted(), &Ui::default(), 100, 30).contains("host"));
+}

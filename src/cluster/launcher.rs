@@ -83,6 +83,10 @@ pub trait WorkerProcess: Send {
 pub trait Launcher: Sync {
     fn name(&self) -> &'static str;
     fn launch(&self, spec: &WorkerSpec) -> anyhow::Result<Box<dyn WorkerProcess>>;
+    /// Where `rank` runs, for an operator looking for a slow or lost worker.
+    fn host_of(&self, _rank: usize) -> String {
+        "local".into()
+    }
     /// True when workers see the driver's files at the driver's paths (local
     /// processes). Otherwise a job names files relative to each worker's data
     /// directory, and results are read back with `open_dir`.

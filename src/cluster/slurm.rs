@@ -399,6 +399,10 @@ fn node_addr(scontrol: &str) -> Option<String> {
 }
 
 impl Launcher for SlurmLauncher {
+    fn host_of(&self, rank: usize) -> String {
+        self.alloc.node_of_rank.get(rank).cloned().unwrap_or_else(|| "?".into())
+    }
+
     fn name(&self) -> &'static str {
         "slurm"
     }

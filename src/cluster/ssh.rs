@@ -284,6 +284,10 @@ impl RemoteLayout {
 }
 
 impl Launcher for SshLauncher {
+    fn host_of(&self, rank: usize) -> String {
+        self.host_for(rank).map_or_else(|| "?".into(), |h| h.address)
+    }
+
     fn name(&self) -> &'static str {
         "ssh"
     }

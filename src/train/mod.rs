@@ -408,6 +408,7 @@ fn execute(
         start_epoch: progress.epoch,
         start_iteration: progress.iteration,
         stages: cfg.stages(),
+        hosts: vec!["local".into()],
     });
     obs.event("worker 0 started in this process");
     let p = run_loop(&inp, &mut worker, &mut Solo, strategy.as_mut(), opt.as_mut(), progress, &mut obs)?;

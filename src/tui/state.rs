@@ -33,6 +33,8 @@ struct Traffic {
 #[derive(Clone, Debug)]
 pub struct WorkerRow {
     pub worker: u32,
+    /// Where it runs (empty: not known).
+    pub host: String,
     /// Whether any record of this worker arrived yet.
     pub seen: bool,
     /// The epoch `rows` belong to.
@@ -52,6 +54,7 @@ impl WorkerRow {
     fn new(worker: u32) -> Self {
         WorkerRow {
             worker,
+            host: String::new(),
             seen: false,
             epoch: 0,
             time_step: 0,
@@ -217,6 +220,9 @@ impl DashboardState {
         // The epoch the checkpoint is in is evaluated again (an epoch's last iteration included).
         self.epochs.retain(|e| e.epoch < info.start_epoch);
         self.workers = (0..info.workers.min(MAX_WORKERS as u32)).map(WorkerRow::new).collect();
+        for (row, host) in self.workers.iter_mut().zip(&info.hosts) {
+            row.host.clone_from(host);
+        }
         self.info = info;
     }
 

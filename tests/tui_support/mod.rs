@@ -22,6 +22,7 @@ pub fn info() -> RunInfo {
         start_epoch: 0,
         start_iteration: 0,
         stages: None,
+        hosts: vec![],
     }
 }
 

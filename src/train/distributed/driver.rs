@@ -546,6 +546,7 @@ fn execute(
         start_epoch: resume.as_ref().map_or(0, |p| p.epoch),
         start_iteration: resume.as_ref().map_or(0, |p| p.iteration),
         stages: cfg.stages(),
+        hosts: (0..world).map(|rank| opts.launcher.host_of(rank)).collect(),
     });
 
     // Resuming: the records after the checkpoint are dropped, to be written again.

@@ -17,11 +17,23 @@ fn worker() -> Col<WorkerRow> {
     columns::col("wkr", 3, 0, |w: &WorkerRow| w.worker.to_string())
 }
 
-/// Where the rows came from: step, model, counts and this epoch's miss rate.
-/// A narrow screen keeps the miss rate and remote rows first.
-fn row_columns() -> Vec<Col<WorkerRow>> {
-    vec![
-        worker(),
+/// Longest a host name is shown before it is elided with `…`.
+const HOST: usize = 16;
+
+/// Where the workers run, when the run says: as wide as the longest name, up
+/// to `HOST`. Shown before a worker's first record too.
+fn host(s: &DashboardState) -> Option<Col<WorkerRow>> {
+    let widest = s.workers().iter().map(|w| crate::tui::fmt::width(&w.host)).max().filter(|&w| w > 0)?;
+    let width = widest.clamp(4, HOST);
+    Some(columns::col("host", width as u16, 4, move |w: &WorkerRow| crate::tui::fmt::elide(&w.host, width)))
+}
+
+/// Where the rows came from: host, step, model, counts and this epoch's miss
+/// rate. A narrow screen keeps the miss rate and remote rows first.
+fn row_columns(s: &DashboardState) -> Vec<Col<WorkerRow>> {
+    let mut cols = vec![worker()];
+    cols.extend(host(s));
+    cols.extend([
         col("t", 2, 4, |w| w.time_step.to_string()),
         col("model", 5, 5, |w| w.model.to_string()),
         col("req", 6, 3, |w| count(w.rows.requested)),
@@ -29,7 +41,8 @@ fn row_columns() -> Vec<Col<WorkerRow>> {
         col("cache", 6, 7, |w| count(w.rows.cache_hit)),
         col("remote", 6, 2, |w| count(w.rows.remote)),
         col("miss", 6, 1, |w| rate(w.miss_rate())),
-    ]
+    ]);
+    cols
 }
 
 const SHORT: [&str; 5] = ["feat/s", "grad/s", "migr/s", "act/s", "ctrl/s"];
@@ -55,7 +68,7 @@ fn epoch_title(s: &DashboardState, what: &str) -> String {
 /// The overview's table: rows, then traffic (in + out) per category as width
 /// allows, from worker `from` on. Returns how many workers fit.
 pub fn compact(frame: &mut Frame, area: Rect, s: &DashboardState, from: usize) -> usize {
-    let mut cols = row_columns();
+    let mut cols = row_columns(s);
     for (c, title) in Category::ALL.into_iter().zip(SHORT) {
         cols.push(col(title, 7, 8, move |w| bytes(w.traffic(c))));
     }
@@ -67,11 +80,12 @@ pub fn compact(frame: &mut Frame, area: Rect, s: &DashboardState, from: usize) -
 pub fn detail(frame: &mut Frame, area: Rect, s: &DashboardState, from: usize) -> usize {
     let h = s.workers().len() as u16 + 3;
     let [rows, traffic] = Layout::vertical([Constraint::Max(h), Constraint::Fill(1)]).areas(area);
-    let mut cols = row_columns();
+    let mut cols = row_columns(s);
     cols.push(col("step miss", 9, 1, |w| rate(w.step_miss_rate)));
     let fit = table(frame, rows, epoch_title(s, "feature rows"), cols, s, from);
 
     let mut cols = vec![worker()];
+    cols.extend(host(s));
     for c in Category::ALL {
         cols.push(col(c.name(), 13, 1, move |w| {
             let (i, o) = w.rate(c);
