@@ -440,6 +440,16 @@ fn runs_over_the_address_space_limit_are_refused_before_they_start() {
     }
 }
 
+/// The figure a mini-batch refusal gives as `(N MiB per worker`.
+fn estimate_per_worker(refusal: &str) -> u64 {
+    refusal
+        .split(" MiB per worker")
+        .next()
+        .and_then(|head| head.rsplit('(').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no `(N MiB per worker` in {refusal}"))
+}
+
 /// P3 holds every worker's batch at once, each with a dense slice of its
 /// input rows' columns: on Facebook (4714 sparse columns) its workers peaked
 /// at 445 MiB where the preflight, counting only the layers a batch's owner
@@ -453,18 +463,33 @@ fn the_p3_memory_estimate_covers_its_workers_peak() {
     json(d, &["download", "facebook", "--from", fb.to_str().unwrap(), "--format", "musae"]);
     let run = ["train", "facebook", "--strategy", "p3", "--workers", "2", "--epochs", "1", "--hidden", "16"];
     let e = fails(d, &[&run[..], &["--memory-limit-mb", "40"]].concat(), 2);
-    let per_worker: u64 = e
-        .split(" MiB per worker")
-        .next()
-        .and_then(|head| head.rsplit('(').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no `(N MiB per worker` in {e}"));
+    let per_worker = estimate_per_worker(&e);
     let s = json(d, &run);
     let peaks: Vec<u64> = s["peak_rss_bytes"].as_array().unwrap().iter().map(|p| p.as_u64().unwrap()).collect();
     assert_eq!(peaks.len(), 2, "{s}");
     for peak in peaks {
         assert!(peak >> 20 <= per_worker, "a worker peaked at {} MiB, over the estimate {per_worker} MiB", peak >> 20);
     }
+}
+
+/// The driver of local workers stays beside them: a mini-batch run whose
+/// workers alone just fit `--memory-limit-mb` is refused, naming the driver.
+/// The old check held only the workers to it, and started the run.
+#[test]
+fn local_workers_are_held_to_the_memory_limit_with_their_driver() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    write_tiny(d, "tiny", Tiny::default());
+    let run = ["train", "tiny", "--workers", "2", "--epochs", "1", "--hidden", "32"];
+    let e = fails(d, &[&run[..], &["--memory-limit-mb", "10"]].concat(), 2);
+    let per_worker = estimate_per_worker(&e);
+    // Worker 0's figure is the larger (it counts the mapped archive): both fit in twice it.
+    let workers = (2 * per_worker).to_string();
+    let e = fails(d, &[&run[..], &["--memory-limit-mb", &workers]].concat(), 2);
+    for needle in ["for the 2 workers and the driver on this machine together", "--memory-limit-mb"] {
+        assert!(e.contains(needle), "no `{needle}` in {e}");
+    }
+    assert!(!d.join("runs").exists() || std::fs::read_dir(d.join("runs")).unwrap().next().is_none());
 }
 
 /// A full-graph run of several workers that cannot fit even with the graph

@@ -74,7 +74,7 @@ pub fn train_distributed(
     // together (each ssh or Slurm host checks its own).
     let local = opts.launcher.local_workers(cfg.workers);
     if local > 0 {
-        crate::train::check_model_memory(&cfg, &ds, local, run.memory_limit)?;
+        crate::train::check_model_memory(&cfg, &ds, local, true, run.memory_limit)?;
     }
     // A full-graph run that cannot fit even with the graph shared evenly and
     // no halo is refused before a partitioning that can take minutes; the
