@@ -140,6 +140,8 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
         ))
         .into());
     }
+    // Written last, after the prediction (and any calibration) ran.
+    leapgnn::format::check_target(&out)?;
     let mut validated = None;
     if let Some(run) = &a.validate {
         let dir = data.run_dir(run);
@@ -155,6 +157,10 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
         validated = Some((run, run_cfg.dataset));
     }
     let (profile_path, profile) = profile(&data, a.cluster.as_deref(), a.calibrate)?;
+    if a.calibrate {
+        // Written only after the calibration's minutes of work.
+        leapgnn::format::check_target(&profile_path)?;
+    }
     let mut figures = Figures::of_profile(&profile)?;
     if let Some(mb) = a.memory_mb {
         figures.memory_bytes = mb << 20;

@@ -369,6 +369,34 @@ fn calibration_stages_and_worker_lines_are_shown_with_v_only_off_a_terminal() {
     assert!(err.contains("] pid "), "the workers' lines are shown with -v:\n{err}");
 }
 
+/// `--calibrate` whose profile or plan is a symbolic link to nothing (or in a
+/// circle) ran the whole calibration, workers and all, and only then failed to
+/// write it (the loop as a runtime failure, exit 1). It is refused first, exit 2,
+/// naming the link, with nothing partitioned and the link left as it was.
+#[test]
+fn calibration_onto_a_dangling_or_looping_link_is_refused_before_it_starts() {
+    let tmp = data();
+    let d = tmp.path();
+    let dangling = d.join("lab.toml");
+    std::os::unix::fs::symlink("gone/lab.toml", &dangling).unwrap();
+    let looped = d.join("loop.toml");
+    std::os::unix::fs::symlink("loop.toml", &looped).unwrap();
+    let job = ["tune-merge", "synthetic-small", "--parts", "2", "--batch-size", "256", "--calibrate"];
+    for flag in ["--cluster", "--out"] {
+        for (link, said) in
+            [(&dangling, "a symbolic link to gone/lab.toml, which does not exist"), (&looped, "cannot be followed")]
+        {
+            let args = [&job[..], &["--calibrate-iterations", "2", flag, link.to_str().unwrap()]].concat();
+            let e = fails(d, &args, 2);
+            assert!(e.contains(said), "{flag}: {e}");
+            assert!(e.contains(&link.display().to_string()), "{flag}: the link is not named: {e}");
+            assert!(std::fs::symlink_metadata(link).unwrap().file_type().is_symlink(), "{flag}: the link was replaced");
+        }
+    }
+    assert!(!d.join("synthetic-small/parts").exists(), "calibration partitioned the dataset before refusing");
+    assert!(!d.join("gone").exists(), "a directory was made for the dangling link");
+}
+
 /// `--validate` replays each record's batch, so a record the run cannot have
 /// written (an iteration past the epoch, a worker it did not have, a negative
 /// time, the same step twice) is refused naming the file, the line and the field.

@@ -140,6 +140,13 @@ fn resolve(target: &Path) -> Result<PathBuf, FormatError> {
     })
 }
 
+/// Refuses `target` as `write_atomic` and `AtomicFile` would (a symbolic
+/// link to nothing, or in a circle), without writing: a command whose output
+/// comes after minutes of work (`tune-merge --calibrate`) says so first.
+pub fn check_target(target: &Path) -> Result<(), FormatError> {
+    resolve(target).map(drop)
+}
+
 /// How long a temp file is left alone after its last write whatever its lock
 /// says: a writer locks its file just after creating it.
 const CREATE_GRACE: Duration = Duration::from_secs(2);

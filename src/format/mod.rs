@@ -14,7 +14,7 @@ mod header;
 mod mapped;
 mod partition;
 
-pub use atomic::{AtomicFile, write_atomic, write_atomic_held, write_atomic_mode};
+pub use atomic::{AtomicFile, check_target, write_atomic, write_atomic_held, write_atomic_mode};
 pub use dataset::{ArchivedDataset, Dataset, DatasetFile, DatasetMeta, DatasetSummary};
 pub use error::FormatError;
 pub(crate) use error::advice as io_advice;
