@@ -86,7 +86,10 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
         retries: a.retries,
         progress: !g.json && std::io::stderr().is_terminal(),
     };
-    let r = datasets::download(&g.data(), &reg, &req).with_context(|| format!("cannot get dataset {name}"))?;
+    let mut r = datasets::download(&g.data(), &reg, &req).with_context(|| format!("cannot get dataset {name}"))?;
+    if r.action != "present" {
+        r.notes.extend(leapgnn::train::training_on(&g.data(), &name).iter().map(|t| replaced_under(&name, t)));
+    }
     for n in &r.notes {
         leapgnn::elog!("warning: {n}");
     }
@@ -99,6 +102,18 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     crate::info::print_summary(&r.summary);
     leapgnn::outln!("seconds       {:.2} ({})", r.seconds, r.action);
     Ok(())
+}
+
+/// A run's workers keep the files they opened, so the run itself goes on;
+/// what breaks is its continuation, which checks the data it trained on.
+fn replaced_under(name: &str, t: &leapgnn::train::TrainingRun) -> String {
+    let run = &t.run;
+    let pid = t.holder.map(|p| format!(" (pid {p})")).unwrap_or_default();
+    format!(
+        "dataset `{name}` was replaced while run `{run}`{pid} trains on it: the run goes on with the data it \
+         opened, but a restart of it (--restarts), `train --resume {run}` and `infer {run}` will refuse the new \
+         data; to continue it later, put back the data it started on, or train a new run"
+    )
 }
 
 #[derive(serde::Serialize)]

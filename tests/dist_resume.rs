@@ -256,8 +256,14 @@ fn a_forced_reimport_and_repartition_while_a_run_trains_leave_it_on_its_data() {
     let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets/planetoid/converted/cora");
     let reimport = ["download", "cora", "--force", "--from", from.to_str().unwrap(), "--format", "text"];
     let other_split = ["--features", "dense", "--split", "60,20,20", "--seed", "3"];
-    let j = json(d, &[&reimport[..], &other_split].concat());
+    let out = leapgnn(d, &[&reimport[..], &other_split, &["--json"]].concat());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object on stdout");
     assert_eq!((j["action"].as_str(), j["train"].as_u64()), (Some("imported"), Some(1624)), "{j}");
+    // It said nothing of the run it replaced the data under, whose resume then failed.
+    let named = format!("warning: dataset `cora` was replaced while run `busy` (pid {}) trains on it", drv.child.id());
+    assert!(err.contains(&named) && err.contains("`train --resume busy`"), "{err}");
     let j = json(d, &["partition", "cora", "--parts", "2", "--force", "--seed", "5"]);
     assert_eq!((j["reused"].as_bool(), j["seed"].as_u64()), (Some(false), Some(5)), "{j}");
     // An epoch trained wholly after both.
@@ -266,6 +272,10 @@ fn a_forced_reimport_and_repartition_while_a_run_trains_leave_it_on_its_data() {
     signal(drv.child.id(), "INT");
     let (code, stderr) = drv.wait_exit(within);
     assert_eq!(code, Some(0), "the run failed: {stderr}");
+    // The run has ended: a forced import under nothing running says no more.
+    let out = leapgnn(d, &[&reimport[..], &other_split].concat());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && !err.contains("warning"), "{err}");
     let busy = summary(d, "busy");
     let done = busy["iterations"].as_u64().unwrap();
     assert!(done >= 3 * 9, "{done} iterations: three epochs of 9 expected");

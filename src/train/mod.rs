@@ -35,6 +35,7 @@ pub use config::{DeviceKind, EvalMode, Migration, Prefetch, TrainConfig, TrainMo
 pub use evaluate::{EvalRequest, Evaluation, evaluate};
 pub use naive::{NaiveEpoch, NaiveReport, naive_dry_run};
 pub(crate) use run_lock::RunLock;
+pub use run_lock::{TrainingRun, training_on};
 pub use strategy::{Iteration, PREFETCH_DEPTH, Strategy, StrategyKind};
 pub use trainer::{LoopInput, run_loop};
 pub use worker::{FeatureSource, GraphData, RowsAsked, StepStats, Worker};

@@ -66,6 +66,18 @@ pub(crate) fn check(run_dir: &Path, run: &str, name: &str, ds: &DatasetFile, wha
     .into())
 }
 
+/// The dataset the run in `run_dir` trains on, and the file that says so: its
+/// record, or for a run from before the record, its `config.json`. `None`
+/// when neither can be read.
+pub(crate) fn trained_on(run_dir: &Path) -> Option<(String, std::path::PathBuf)> {
+    let named_in = |file: &str| -> Option<(String, std::path::PathBuf)> {
+        let path = run_dir.join(file);
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).ok()?).ok()?;
+        Some((v.get("dataset")?.as_str()?.to_string(), path))
+    };
+    named_in(FILE).or_else(|| named_in("config.json"))
+}
+
 /// Refuses the checkpoint of run `run` (in `run_dir`) whose config names
 /// dataset `name` when the run trained on another one (its record says so,
 /// or for a run from before the record names no dataset, its `config.json`):
@@ -73,12 +85,7 @@ pub(crate) fn check(run_dir: &Path, run: &str, name: &str, ds: &DatasetFile, wha
 /// Checked before that dataset is opened (or downloaded); `what` is the
 /// command. A run whose record and config cannot be read is not checked.
 pub(crate) fn check_same_dataset(run_dir: &Path, run: &str, name: &str, what: &str) -> Result<(), TrainError> {
-    let named_in = |file: &str| -> Option<(String, std::path::PathBuf)> {
-        let path = run_dir.join(file);
-        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).ok()?).ok()?;
-        Some((v.get("dataset")?.as_str()?.to_string(), path))
-    };
-    let Some((trained, source)) = named_in(FILE).or_else(|| named_in("config.json")) else { return Ok(()) };
+    let Some((trained, source)) = trained_on(run_dir) else { return Ok(()) };
     if trained == name {
         return Ok(());
     }

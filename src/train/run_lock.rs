@@ -70,6 +70,37 @@ fn in_use(mut f: File, run: &str) -> TrainError {
     TrainError::RunInUse { run: run.to_string(), holder }
 }
 
+/// A run being trained now on dataset `name` of `data`, and who trains it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrainingRun {
+    pub run: String,
+    /// The process holding the run's lock, when it wrote its pid yet.
+    pub holder: Option<u32>,
+}
+
+/// The runs of `data` that a process trains now (their lock is held) on
+/// dataset `name`, by name: a `download --force` of that dataset replaces the
+/// data under them. A run whose dataset cannot be told is left out.
+pub fn training_on(data: &crate::DataDir, name: &str) -> Vec<TrainingRun> {
+    let Ok(entries) = std::fs::read_dir(data.runs_dir()) else { return Vec::new() };
+    let mut runs: Vec<TrainingRun> = entries
+        .flatten()
+        .filter_map(|e| {
+            let run = e.file_name().to_str()?.to_string();
+            let dir = e.path();
+            if super::run_dataset::trained_on(&dir)?.0 != name {
+                return None;
+            }
+            match check_free(&dir, &run) {
+                Err(TrainError::RunInUse { holder, .. }) => Some(TrainingRun { run, holder }),
+                _ => None,
+            }
+        })
+        .collect();
+    runs.sort_by(|a, b| a.run.cmp(&b.run));
+    runs
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
