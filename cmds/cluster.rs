@@ -11,6 +11,7 @@ use leapgnn::cluster::ship::rank_data_files;
 use leapgnn::train::distributed::clean_hosts;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 #[derive(clap::Args, Debug)]
@@ -91,7 +92,12 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
 }
 
 fn clean(g: &Global, a: CleanArgs) -> anyhow::Result<()> {
+    static INTERRUPTED: AtomicBool = AtomicBool::new(false);
     crate::output::exit_on_interrupt()?;
+    // Exiting from the signal's thread cut a host's `rm -rf` or a checkpoint's copy back short and said
+    // nothing of what was already removed: the first signal lets the step in progress finish and the
+    // report be printed (exit 130 / 143 all the same); a second one exits at once.
+    leapgnn::util::interrupt::stop_first(&INTERRUPTED);
     let profile = Profile::load(&a.profile)?;
     let opts = CleanOptions {
         run: a.run,
@@ -99,6 +105,7 @@ fn clean(g: &Global, a: CleanArgs) -> anyhow::Result<()> {
         accept_new_host_keys: a.accept_new_host_keys,
         timeout: Duration::from_secs(a.timeout.max(1)),
         binaries: a.binaries,
+        interrupted: &INTERRUPTED,
     };
     let report = clean_hosts(&g.data(), &profile, &opts).context("cluster clean")?;
     if g.json {
@@ -106,6 +113,13 @@ fn clean(g: &Global, a: CleanArgs) -> anyhow::Result<()> {
     } else {
         crate::train::warn_profile(&profile);
         print_clean(&report);
+    }
+    if report.interrupted {
+        anyhow::bail!(
+            "cluster clean stopped by a signal: what it removed is listed above; runs and hosts not listed \
+             were not looked at: run `leapgnn cluster clean {}` again to clean them",
+            a.profile.display()
+        );
     }
     if report.ok {
         return Ok(());
@@ -154,10 +168,11 @@ fn print_clean(r: &CleanReport) {
         n => format!(" and {n} binary files ({:.1} MB)", binaries.iter().map(|b| b.bytes).sum::<u64>() as f64 / 1e6),
     };
     leapgnn::outln!(
-        "{}: {verb} {runs} run directories ({:.1} MB){also}{}",
+        "{}: {verb} {runs} run directories ({:.1} MB){also}{}{}",
         r.profile,
         bytes as f64 / 1e6,
-        if r.dry_run { " (dry run: nothing was removed)" } else { "" }
+        if r.dry_run { " (dry run: nothing was removed)" } else { "" },
+        if r.interrupted { " (interrupted: runs and hosts not listed were not looked at)" } else { "" }
     );
 }
 

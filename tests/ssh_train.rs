@@ -443,6 +443,55 @@ fn cluster_clean_removes_what_runs_left_and_follows_no_link() {
     sshd.stop();
 }
 
+/// Ctrl-C or SIGTERM during `cluster clean` exited at once from the
+/// signal's thread: nothing printed of what was already removed, and a host's
+/// `rm -rf` possibly cut short. The run being removed is finished, none after
+/// it is touched, the report says what was done and that it was interrupted
+/// (text and `--json`), and the exit is 130 / 143.
+#[test]
+fn cluster_clean_under_a_signal_finishes_the_run_in_progress_reports_it_and_touches_no_other() {
+    let mut sshd = Sshd::start();
+    let profile = sshd.profile(1, "");
+    let p = profile.to_str().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let runs = sshd.remote.join("data/runs");
+    let pause = [("LEAPGNN_TEST_PAUSE", "clean-between-runs")];
+    for (sig, code, as_json) in [("INT", 130, true), ("TERM", 143, false)] {
+        for run in ["first", "second"] {
+            std::fs::create_dir_all(runs.join(run).join("checkpoint")).unwrap();
+            std::fs::write(runs.join(run).join("metrics.jsonl"), format!("{run}\n")).unwrap();
+        }
+        let second = walk(&runs.join("second"));
+        let out = sshd.path(&format!("clean-{sig}.out"));
+        let stdout = std::process::Stdio::from(std::fs::File::create(&out).unwrap());
+        let args: &[&str] = if as_json { &["--json", "cluster", "clean", p] } else { &["cluster", "clean", p] };
+        let mut drv = Driver::spawn_env(d, args, stdout, &pause);
+        drv.wait_line(Duration::from_secs(60), |l| l.contains("test pause: clean-between-runs"));
+        signal(drv.child.id(), sig);
+        let (status, stderr) = drv.wait_exit(Duration::from_secs(60));
+        assert_eq!(status, Some(code), "SIG{sig}: {stderr}");
+        assert!(stderr.contains("stopped by a signal") && stderr.contains("again"), "SIG{sig}: {stderr}");
+        assert!(!runs.join("first").exists(), "SIG{sig}: the run reported removed is there");
+        assert_eq!(walk(&runs.join("second")), second, "SIG{sig}: the run after the signal was touched");
+        let printed = std::fs::read_to_string(&out).unwrap();
+        if as_json {
+            let v: serde_json::Value = serde_json::from_str(&printed).unwrap();
+            assert_eq!((v["interrupted"].clone(), v["ok"].clone()), (true.into(), false.into()), "{v}");
+            let removed: Vec<&str> =
+                v["hosts"][0]["removed"].as_array().unwrap().iter().map(|r| r["run"].as_str().unwrap()).collect();
+            assert_eq!(removed, ["first"], "{v}");
+            assert_eq!(v["hosts"][0]["kept"], serde_json::json!([]), "{v}");
+        } else {
+            assert!(printed.contains("removed first ("), "{printed}");
+            assert!(!printed.contains("second"), "{printed}");
+            assert!(printed.contains("removed 1 run directories") && printed.contains("interrupted"), "{printed}");
+        }
+    }
+    sshd.assert_nothing_left();
+    sshd.stop();
+}
+
 /// A run whose workers run on a host is in progress there, whichever machine
 /// drives it: `cluster clean` from another data directory (a second driver,
 /// which holds no lock of it) leaves it alone, and removes what it left once

@@ -12,9 +12,10 @@ use super::ssh_session::SessionOptions;
 use crate::BadInput;
 use serde::Serialize;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-pub struct CleanOptions {
+pub struct CleanOptions<'a> {
     /// Only this run (a plain run name).
     pub run: Option<String>,
     /// List what would be removed; remove nothing.
@@ -25,6 +26,9 @@ pub struct CleanOptions {
     /// Also remove what earlier builds shipped to `<remote_dir>/bin/`: every
     /// binary but the one this leapgnn ships (`ssh::binary_to_ship`).
     pub binaries: bool,
+    /// Set by Ctrl-C or SIGTERM: the removal in progress finishes, nothing
+    /// further starts (no next run, no next host), and the report says so.
+    pub interrupted: &'a AtomicBool,
 }
 
 /// The driver's side of each run found on a host.
@@ -48,8 +52,12 @@ pub trait LocalRuns {
 pub struct CleanReport {
     pub profile: String,
     pub dry_run: bool,
-    /// Every host answered and every removal it was asked for succeeded.
+    /// Every host answered and every removal it was asked for succeeded
+    /// (never when `interrupted`).
     pub ok: bool,
+    /// Stopped by a signal: `hosts` holds what was done up to then; runs and
+    /// hosts not listed there were not looked at.
+    pub interrupted: bool,
     pub hosts: Vec<HostClean>,
     pub warnings: Vec<String>,
 }
@@ -87,7 +95,7 @@ pub struct CleanedRun {
 
 /// Cleans every host of `profile` (spares too; an entry for a machine seen
 /// already is skipped), one host after another.
-pub fn clean_cluster(profile: &Profile, opts: &CleanOptions, local: &dyn LocalRuns) -> anyhow::Result<CleanReport> {
+pub fn clean_cluster(profile: &Profile, opts: &CleanOptions<'_>, local: &dyn LocalRuns) -> anyhow::Result<CleanReport> {
     if profile.launcher != LauncherKind::Ssh {
         return Err(BadInput::new(format!(
             "{}: cluster clean works on ssh profiles (launcher = \"ssh\"); the runs of local workers are in \
@@ -122,14 +130,19 @@ pub fn clean_cluster(profile: &Profile, opts: &CleanOptions, local: &dyn LocalRu
     let mut hosts = Vec::new();
     let entries = profile.hosts.iter().map(|h| (h, false)).chain(profile.spares.iter().map(|h| (h, true)));
     for (h, spare) in entries {
+        if opts.interrupted.load(Ordering::SeqCst) {
+            break;
+        }
         if seen.contains(&h.label()) {
             continue;
         }
         seen.push(h.label());
         hosts.push(clean_host(h, spare, profile, &session, opts, keep.as_deref(), local));
     }
-    let ok = hosts.iter().all(|h| h.ok);
-    Ok(CleanReport { profile: profile.name(), dry_run: opts.dry_run, ok, hosts, warnings: profile.warnings.clone() })
+    let interrupted = opts.interrupted.load(Ordering::SeqCst);
+    let ok = !interrupted && hosts.iter().all(|h| h.ok);
+    let warnings = profile.warnings.clone();
+    Ok(CleanReport { profile: profile.name(), dry_run: opts.dry_run, ok, interrupted, hosts, warnings })
 }
 
 fn clean_host(
@@ -137,7 +150,7 @@ fn clean_host(
     spare: bool,
     profile: &Profile,
     session: &SessionOptions,
-    opts: &CleanOptions,
+    opts: &CleanOptions<'_>,
     keep: Option<&str>,
     local: &dyn LocalRuns,
 ) -> HostClean {
@@ -172,14 +185,20 @@ fn clean_host(
     };
     r.kept = odd;
     for run in runs {
+        if opts.interrupted.load(Ordering::SeqCst) {
+            return r;
+        }
         match clean_run(&conn, &run, opts.dry_run, local) {
-            Ok(note) => r.removed.push(CleanedRun {
-                run: run.run.clone(),
-                path: run.path.clone(),
-                files: run.files,
-                bytes: run.bytes,
-                note,
-            }),
+            Ok(note) => {
+                r.removed.push(CleanedRun {
+                    run: run.run.clone(),
+                    path: run.path.clone(),
+                    files: run.files,
+                    bytes: run.bytes,
+                    note,
+                });
+                crate::util::interrupt::test_pause("clean-between-runs");
+            }
             Err((why, failed)) => {
                 r.ok &= !failed;
                 if failed && r.error.is_none() {
@@ -189,7 +208,7 @@ fn clean_host(
             }
         }
     }
-    if let Some(keep) = keep {
+    if let Some(keep) = keep.filter(|_| !opts.interrupted.load(Ordering::SeqCst)) {
         let stale = conn.stale_binaries(keep).and_then(|stale| {
             if !opts.dry_run {
                 conn.remove_binaries(&stale)?;

@@ -21,8 +21,11 @@ static TEMPS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 /// The first signal taken (0: none).
 static RECEIVED: AtomicI32 = AtomicI32::new(0);
 /// Set by the first signal instead of exiting, where the command has
-/// workers to stop first (`tune-merge --calibrate`).
+/// workers to stop first (`tune-merge --calibrate`) or a step on a host to
+/// finish (`cluster clean`).
 static STOP: OnceLock<&'static AtomicBool> = OnceLock::new();
+/// The thread waiting at a `test_pause`, woken by a stopping signal.
+static PAUSED: Mutex<Option<std::thread::Thread>> = Mutex::new(None);
 
 fn temps() -> MutexGuard<'static, Vec<PathBuf>> {
     TEMPS.lock().unwrap_or_else(|e| e.into_inner())
@@ -67,6 +70,9 @@ pub fn install() -> std::io::Result<()> {
             let first = RECEIVED.compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst).is_ok();
             if first && let Some(stop) = STOP.get() {
                 stop.store(true, Ordering::SeqCst);
+                if let Some(paused) = PAUSED.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+                    paused.unpark();
+                }
                 continue;
             }
             exit_cleaned();
@@ -103,12 +109,16 @@ fn exit_cleaned() -> ! {
 }
 
 /// Test hook: with `LEAPGNN_TEST_PAUSE=NAME` in the environment, the point
-/// named NAME says `test pause: NAME` on stderr and waits there for ever, so
-/// that a test can signal the process at that very point.
+/// named NAME says `test pause: NAME` on stderr and waits there, so that a
+/// test can signal the process at that very point: for ever, or, in a
+/// command that stops on the first signal (`stop_first`), until one came,
+/// so that the test sees what the command does with it from that point.
 pub fn test_pause(name: &str) {
     if std::env::var_os("LEAPGNN_TEST_PAUSE").is_some_and(|v| v == name) {
+        // Registered before the flag is read: a signal after the read unparks this thread.
+        *PAUSED.lock().unwrap_or_else(|e| e.into_inner()) = Some(std::thread::current());
         crate::elog!("test pause: {name}");
-        loop {
+        while !STOP.get().is_some_and(|s| s.load(Ordering::SeqCst)) {
             std::thread::park();
         }
     }

@@ -318,7 +318,8 @@ impl Driver {
         Driver::spawn_env(data, args, stdout, &[])
     }
 
-    fn spawn_env(data: &Path, args: &[&str], stdout: Stdio, env: &[(&str, &str)]) -> Driver {
+    /// `start_to` and `start_env` at once.
+    pub fn spawn_env(data: &Path, args: &[&str], stdout: Stdio, env: &[(&str, &str)]) -> Driver {
         let mut child = Command::new(env!("CARGO_BIN_EXE_leapgnn"))
             .arg("--data-dir")
             .arg(data)

@@ -10,7 +10,7 @@ use crate::cluster::launcher::RemoteDir;
 use crate::train::{RunLock, TrainError, checkpoint};
 
 /// Lists (with `dry_run`) or removes what runs left on `profile`'s hosts.
-pub fn clean_hosts(data: &DataDir, profile: &Profile, opts: &CleanOptions) -> anyhow::Result<CleanReport> {
+pub fn clean_hosts(data: &DataDir, profile: &Profile, opts: &CleanOptions<'_>) -> anyhow::Result<CleanReport> {
     clean_cluster(profile, opts, &Driver { data })
 }
 
