@@ -69,7 +69,8 @@ pub fn install(on_force: OnForce, quiet: bool) -> std::io::Result<()> {
                         "stopping instead of restarting (the workers are not started again; the run ends at its \
                          last checkpoint); press Ctrl-C again to stop at once"
                     } else {
-                        "stopping after this iteration (checkpoint, then summary); press Ctrl-C again to stop at once"
+                        "stopping after this iteration, or at the end of this epoch's evaluation if the workers are \
+                         evaluating (checkpoint, then summary); press Ctrl-C again to stop at once"
                     });
                 }
                 continue;

@@ -479,8 +479,9 @@ pub(crate) fn check_model_memory(
     let together = |b: &Budget, per_worker: &[u64]| match (per_worker.len(), b.each) {
         (1, _) | (_, true) => String::new(),
         (n, _) => format!(
-            ", {} MiB for the {local} workers{} on this machine together",
+            ", {} MiB for the {local} worker{}{} on this machine together",
             mib(b.need(per_worker)),
+            if local == 1 { "" } else { "s" },
             if n > local { " and the driver" } else { "" }
         ),
     };
