@@ -182,3 +182,67 @@ fn a_stopped_peer_makes_send_wait_instead_of_growing_memory() {
     assert!(matches!(err, CommError::Timeout { .. } | CommError::PeerLost { .. }), "{err}");
     assert!(err.to_string().contains("worker 1"), "{err}");
 }
+
+#[test]
+fn a_peer_that_runs_ahead_is_no_longer_read_and_the_wait_says_why() {
+    const CAP: usize = 1 << 20;
+    const PIECE: usize = 256 << 10;
+    const PIECES: usize = 32; // 8 times the cap, on a tag nobody reads
+    let out = with_mesh(
+        2,
+        |c| {
+            c.max_inbox = CAP;
+            c.linger = Duration::from_millis(100);
+        },
+        |m| {
+            if m.rank() == 1 {
+                for i in 0..PIECES {
+                    m.send(0, 9, Category::Features, vec![i as u8; PIECE]).unwrap();
+                }
+                return None;
+            }
+            let e = m.recv(1, 5, Duration::from_secs(5)).unwrap_err();
+            Some((e, m.inbox_held(1), m.bytes().received.features, m.peer(1)))
+        },
+    );
+    let (e, held, received, peer) = out.into_iter().flatten().next().unwrap();
+    assert!(held > 0 && held <= CAP, "{held} bytes held with a cap of {CAP}");
+    assert!(received < (PIECE * PIECES) as u64, "all {received} bytes were read from a peer past its cap");
+    let CommError::InboxFull { held: said, cap, .. } = e else { panic!("not an inbox-full error: {e:?}") };
+    assert_eq!((said, cap), (held, CAP));
+    let msg = e.to_string();
+    assert!(msg.contains(&format!("worker 1 ({})", peer.addr)) && msg.contains("message 0x5"), "{msg}");
+    assert!(msg.contains(&format!("{held} bytes")) && msg.contains(&format!("{CAP} bytes")), "{msg}");
+}
+
+#[test]
+fn an_inbox_cap_smaller_than_one_message_still_delivers_every_message() {
+    const CAP: usize = 1 << 10;
+    let msg = |from: usize, to: usize, t: u64| -> Vec<u8> {
+        (0..100_000 + t as usize).map(|k| (k * 7 + from * 13 + to * 5 + t as usize) as u8).collect()
+    };
+    let out = with_mesh(
+        3,
+        |c| c.max_inbox = CAP,
+        |m| {
+            let others: Vec<usize> = (0..3).filter(|&p| p != m.rank()).collect();
+            for &p in &others {
+                for t in 1..=4 {
+                    m.send(p, t, Category::Activations, msg(m.rank(), p, t)).unwrap();
+                }
+            }
+            for &p in &others {
+                for t in 1..=4 {
+                    assert_eq!(m.recv(p, t, LONG).unwrap(), msg(p, m.rank(), t), "from {p}, tag {t}");
+                }
+            }
+            let mut sum = vec![m.rank() as f32 + 1.0; 50_000];
+            m.all_reduce_sum(&mut sum, Category::Gradients, LONG).unwrap();
+            (sum, others.iter().map(|&p| m.inbox_held(p)).sum::<usize>())
+        },
+    );
+    for (sum, held) in out {
+        assert!(sum.iter().all(|&x| x == 6.0));
+        assert_eq!(held, 0);
+    }
+}

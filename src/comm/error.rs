@@ -29,6 +29,15 @@ pub enum CommError {
     #[error("{peer} {how}; this worker was {doing}")]
     PeerLost { peer: PeerId, how: String, doing: String },
 
+    /// `peer` ran ahead: its unread messages fill its mailboxes (`max_inbox`),
+    /// so its connection is not read and what this worker awaits cannot arrive.
+    #[error(
+        "timed out after {waited:?} waiting for {what} from {peer}: its connection is not being read because \
+         {held} bytes of its earlier messages wait unread here (the cap is {cap} bytes); the workers are out of \
+         step, or a message is read by nobody"
+    )]
+    InboxFull { peer: PeerId, what: String, held: usize, cap: usize, waited: Duration },
+
     #[error("could not connect to {peer} within {waited:?}: {source}; is it running and reachable?")]
     Connect {
         peer: PeerId,

@@ -46,6 +46,12 @@ pub struct MeshConfig {
     /// holds the others up instead of growing their memory. One message larger
     /// than this is still sent, alone.
     pub max_queued: usize,
+    /// Payload bytes from one peer that may wait unread in its mailboxes.
+    /// Past it that peer's receiver thread stops reading its socket until a
+    /// `recv` makes room, so the peer's `send` waits (TCP pushes back) instead
+    /// of this worker's memory growing; a `recv` that times out meanwhile says
+    /// so. One message larger than this is still taken, alone.
+    pub max_inbox: usize,
     /// `--encrypt`: every link's traffic after its handshake travels as
     /// sealed records (`seal`), keyed per link and direction.
     pub encrypt: bool,
@@ -63,6 +69,7 @@ impl std::fmt::Debug for MeshConfig {
             .field("linger", &self.linger)
             .field("max_frame", &self.max_frame)
             .field("max_queued", &self.max_queued)
+            .field("max_inbox", &self.max_inbox)
             .field("encrypt", &self.encrypt)
             .finish()
     }
@@ -80,6 +87,7 @@ impl MeshConfig {
             linger: Duration::from_secs(2),
             max_frame: frame::DEFAULT_MAX_FRAME,
             max_queued: 64 << 20,
+            max_inbox: 1 << 30,
             encrypt: false,
         }
     }
@@ -141,6 +149,12 @@ enum PeerState {
 
 struct Inbox {
     queues: HashMap<(usize, u64), VecDeque<Vec<u8>>>,
+    /// Payload bytes in each peer's mailboxes (bounded by `max_inbox`).
+    held: Vec<usize>,
+    /// Each peer's receiver thread is waiting for room, not reading.
+    stalled: Vec<bool>,
+    /// The mesh is being dropped: nobody will `recv` again.
+    closing: bool,
     state: Vec<PeerState>,
     /// The first peer lost without a goodbye.
     first_loss: Option<usize>,
@@ -173,11 +187,14 @@ struct Shared {
     counters: Counters,
     max_frame: usize,
     max_queued: usize,
+    max_inbox: usize,
     /// How long `send` waits for room in a full queue.
     queue_wait: Duration,
     outboxes: Vec<OutSlot>,
     inbox: Mutex<Inbox>,
     changed: Condvar,
+    /// Signalled when a `recv` takes a message of a stalled peer (or on close).
+    room: Condvar,
 }
 
 /// Locks `m`; a panic elsewhere must not make the data plane unusable.
@@ -218,18 +235,23 @@ impl Mesh {
             counters: Counters::default(),
             max_frame: cfg.max_frame,
             max_queued: cfg.max_queued,
+            max_inbox: cfg.max_inbox,
             queue_wait: cfg.write_timeout,
             outboxes: (0..world)
                 .map(|_| OutSlot { outbox: Mutex::new(Outbox { tx: None, queued: 0 }), drained: Condvar::new() })
                 .collect(),
             inbox: Mutex::new(Inbox {
                 queues: HashMap::new(),
+                held: vec![0; world],
+                stalled: vec![false; world],
+                closing: false,
                 state: (0..world).map(|_| PeerState::Open).collect(),
                 first_loss: None,
                 services: HashMap::new(),
                 receivers_running: 0,
             }),
             changed: Condvar::new(),
+            room: Condvar::new(),
         });
         let mut mesh = Mesh {
             shared,
@@ -308,6 +330,10 @@ impl Mesh {
     pub fn bytes(&self) -> ByteCounts {
         self.shared.counters.snapshot()
     }
+    /// Payload bytes from `peer` waiting unread in its mailboxes.
+    pub fn inbox_held(&self, peer: usize) -> usize {
+        lock(&self.shared.inbox).held.get(peer).copied().unwrap_or(0)
+    }
     /// Connections refused while the mesh was being built.
     pub fn refused(&self) -> &[Refusal] {
         &self.refused
@@ -374,6 +400,7 @@ impl Mesh {
                 if q.is_empty() {
                     inbox.queues.remove(&(peer, tag));
                 }
+                self.shared.took(&mut inbox, peer, payload.len());
                 return Ok(payload);
             }
             let gone = !matches!(inbox.state[peer], PeerState::Open);
@@ -382,7 +409,18 @@ impl Mesh {
             }
             let left = deadline.remaining();
             if left.is_zero() {
-                return Err(CommError::Timeout { peer: from, what: what(), waited: deadline.timeout() });
+                let waited = deadline.timeout();
+                if inbox.stalled[peer] {
+                    let held = inbox.held[peer];
+                    return Err(CommError::InboxFull {
+                        peer: from,
+                        what: what(),
+                        held,
+                        cap: self.shared.max_inbox,
+                        waited,
+                    });
+                }
+                return Err(CommError::Timeout { peer: from, what: what(), waited });
             }
             inbox = self.shared.changed.wait_timeout(inbox, left).unwrap_or_else(PoisonError::into_inner).0;
         }
@@ -395,6 +433,10 @@ impl Mesh {
         let mut inbox = lock(&self.shared.inbox);
         inbox.services.insert(space, service.clone());
         let early: Vec<_> = inbox.queues.extract_if(|&(_, t), _| tag::space(t) == space).collect();
+        for ((peer, _), queue) in &early {
+            let len = queue.iter().map(Vec::len).sum();
+            self.shared.took(&mut inbox, *peer, len);
+        }
         drop(inbox);
         for ((peer, t), queue) in early {
             for payload in queue {
@@ -459,16 +501,44 @@ impl Shared {
         }
     }
 
+    /// Files a message from `peer`, first waiting for room in its mailboxes
+    /// (`max_inbox`): meanwhile this receiver thread reads nothing more from
+    /// the peer's socket, which is what bounds this worker's memory.
     fn deliver(&self, peer: usize, tag: u64, payload: Vec<u8>) {
+        let len = payload.len();
         let mut inbox = lock(&self.inbox);
-        if let Some(service) = inbox.services.get(&tag::space(tag)).cloned() {
-            drop(inbox);
-            self.serve(&service, peer, tag, payload);
+        loop {
+            // Looked up again after each wait: a service may have been registered meanwhile.
+            if let Some(service) = inbox.services.get(&tag::space(tag)).cloned() {
+                inbox.stalled[peer] = false;
+                drop(inbox);
+                self.serve(&service, peer, tag, payload);
+                return;
+            }
+            let held = inbox.held[peer];
+            if inbox.closing || held == 0 || held.saturating_add(len) <= self.max_inbox {
+                break;
+            }
+            inbox.stalled[peer] = true;
+            inbox = self.room.wait(inbox).unwrap_or_else(PoisonError::into_inner);
+        }
+        inbox.stalled[peer] = false;
+        if inbox.closing {
+            // Read (so that the peer's goodbye gets through), not kept: nobody can `recv` it.
             return;
         }
+        inbox.held[peer] += len;
         inbox.queues.entry((peer, tag)).or_default().push_back(payload);
         drop(inbox);
         self.changed.notify_all();
+    }
+
+    /// `len` bytes of `peer`'s messages left its mailboxes.
+    fn took(&self, inbox: &mut Inbox, peer: usize, len: usize) {
+        inbox.held[peer] = inbox.held[peer].saturating_sub(len);
+        if inbox.stalled[peer] {
+            self.room.notify_all();
+        }
     }
 
     /// Records how `peer`'s connection ended (the first account wins).
@@ -575,6 +645,9 @@ impl std::fmt::Debug for Mesh {
 
 impl Drop for Mesh {
     fn drop(&mut self) {
+        // Nothing can `recv` any more, so a receiver waiting for room goes on reading.
+        lock(&self.shared.inbox).closing = true;
+        self.shared.room.notify_all();
         // Closing the channels lets each sender flush its queue and say goodbye.
         for slot in &self.shared.outboxes {
             lock(&slot.outbox).tx.take();

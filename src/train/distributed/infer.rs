@@ -340,7 +340,7 @@ pub fn run_infer_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow
         )
     })?;
 
-    let mesh = join_mesh(job, timeout, reporter)?;
+    let mesh = join_mesh(job, (&ds, cfg), timeout, reporter)?;
     // Own part's rows, the rest from their owners; one worker reads the archive.
     let fetching;
     let features: &dyn FeatureSource = match &manifest {

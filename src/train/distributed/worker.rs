@@ -54,7 +54,7 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
     let owners = Owners::of_workers(manifest.clone(), world);
     let local: Arc<dyn RowSource> = Arc::new(PartRows::open_worker(&spec.parts_dir, rank, world, manifest.clone())?);
 
-    let mesh = join_mesh(job, timeout, reporter)?;
+    let mesh = join_mesh(job, (&ds, cfg), timeout, reporter)?;
     serve_features(&mesh, local.clone());
 
     let mut client = FeatureClient::new(owners.clone(), local, timeout);
@@ -132,9 +132,21 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
 
 /// Joins the job's worker mesh (every wait bounded by `timeout`); refused
 /// strangers are reported to the driver's log.
-pub(super) fn join_mesh(job: Job, timeout: Duration, reporter: &Reporter) -> anyhow::Result<Mesh> {
+pub(super) fn join_mesh(
+    job: Job,
+    (ds, cfg): (&DatasetFile, &crate::train::TrainConfig),
+    timeout: Duration,
+    reporter: &Reporter,
+) -> anyhow::Result<Mesh> {
     let mut mc = MeshConfig::new(job.rank, job.peers, job.secret);
     mc.encrypt = job.encrypt;
+    // The full-graph engines and inference send a layer of every vertex they
+    // own at once (a gnnpipe stage on synthetic-arxiv held the whole 87 MB
+    // layer before the next stage read it), and gradients travel back the
+    // same way: the cap must hold that twice on any dataset, not only fit
+    // the sampled runs' few MB.
+    let widest = ds.feature_dim().max(cfg.hidden.saturating_mul(cfg.heads.max(1))).max(ds.num_classes());
+    mc.max_inbox = mc.max_inbox.max(ds.num_nodes().saturating_mul(widest).saturating_mul(2 * 4));
     mc.write_timeout = timeout;
     mc.connect_timeout = mc.connect_timeout.max(timeout);
     // Sole owner: once the mesh is built the port closes, so a late stranger is refused by the kernel.
