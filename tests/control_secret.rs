@@ -422,3 +422,56 @@ fn a_stranger_cannot_write_control_characters_or_lines_into_the_drivers_log() {
     assert!(control.is_empty(), "control characters from a stranger reached the log: {control:?} in {log:?}");
     assert!(!log.lines().any(|l| l.starts_with(forged)), "a stranger wrote a line of its own: {log:?}");
 }
+
+/// Notes the driver's control address its workers are handed.
+struct Noting {
+    inner: LocalLauncher,
+    driver: Mutex<Option<SocketAddr>>,
+}
+
+impl Launcher for Noting {
+    fn name(&self) -> &'static str {
+        "noting"
+    }
+
+    fn launch(&self, spec: &WorkerSpec) -> anyhow::Result<Box<dyn WorkerProcess>> {
+        *self.driver.lock().unwrap() = Some(spec.driver);
+        self.inner.launch(spec)
+    }
+}
+
+/// The control listener served admission only, yet stayed open for the
+/// whole run: the kernel completed strangers' connections into its backlog
+/// and nothing ever accepted or closed them (hundreds, held for hours on a
+/// long run). Once the workers are admitted, the port refuses.
+#[test]
+fn after_admission_the_drivers_control_port_takes_no_connection() {
+    let l = Noting {
+        inner: LocalLauncher::new(env!("CARGO_BIN_EXE_leapgnn"), vec![]).with_log(Arc::new(|l| eprintln!("{l}"))),
+        driver: Mutex::new(None),
+    };
+    let mut knock = None;
+    // The driver's loop reports events only after admission, and cannot end
+    // the run while this callback runs: the knock happens mid-run.
+    let done = run_job(&l, 2, &probe_job(), &opts(), &AtomicBool::new(false), |_| {
+        if knock.is_none() {
+            let driver = l.driver.lock().unwrap().expect("the workers were launched");
+            knock = Some(match TcpStream::connect(driver) {
+                Err(e) => Err(e.kind()),
+                Ok(mut s) => {
+                    // Open: only a bounded wait tells "held" from "closed".
+                    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                    let mut b = [0u8; 1];
+                    Ok(s.read(&mut b).map_err(|e| e.kind()))
+                }
+            });
+        }
+    })
+    .unwrap();
+    assert_eq!(done.len(), 2, "the job still ran to its end");
+    match knock.expect("the driver reported an event") {
+        Err(std::io::ErrorKind::ConnectionRefused) => {}
+        Ok(Ok(0)) | Ok(Err(std::io::ErrorKind::ConnectionReset)) => {}
+        other => panic!("a connection to the driver's port after admission was held open: {other:?}"),
+    }
+}

@@ -152,7 +152,7 @@ pub fn run_job_stoppable(
         let spec = WorkerSpec { rank, driver: addr, token: token.clone(), world, env: vec![] };
         procs.push(launcher.launch(&spec).map_err(|source| DriverError::Launch { rank, source })?);
     }
-    let mut conns = admit(&listener, &token, world, opts, &mut procs, interrupted)?;
+    let mut conns = admit(listener, &token, world, opts, &mut procs, interrupted)?;
 
     // Mesh addresses, then the job with the full peer list.
     let mut peers = vec![SocketAddr::from(([0, 0, 0, 0], 0)); world];
@@ -410,8 +410,11 @@ type Handshake = (u64, SocketAddr, Result<(usize, ControlConn), String>);
 /// Accepts exactly one authenticated connection per rank before the deadline.
 /// Each connection's handshake runs in its own thread with its own deadline and
 /// a few KiB of reads at most, so a genuine worker never waits behind a stranger.
+/// Takes the listener to close it on return: nothing accepts after admission
+/// (a restart binds afresh), and an open listener would let the kernel complete
+/// strangers' connections into its backlog, held for the whole run.
 fn admit(
-    listener: &TcpListener,
+    listener: TcpListener,
     token: &str,
     world: usize,
     opts: &DriverOptions,
