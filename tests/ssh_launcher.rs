@@ -413,3 +413,25 @@ fn dropping_a_remote_worker_kills_its_process_group() {
     assert_eq!(sshd.wait_sessions_closed(Duration::from_secs(5)), Vec::<u32>::new());
     sshd.stop();
 }
+
+/// The race every `Sshd::start` runs, forced: the port `free_port` chose is
+/// taken before sshd binds it. The server must still come up, on another port.
+#[test]
+fn an_sshd_whose_port_was_taken_before_it_bound_serves_on_another() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let mut sshd = Sshd::start_on(port);
+    assert_ne!(sshd.port, port, "sshd cannot listen where another socket already does");
+    let st = std::process::Command::new("ssh")
+        .args(["-p", &sshd.port.to_string(), "-i"])
+        .arg(&sshd.key)
+        .arg("-o")
+        .arg(format!("UserKnownHostsFile={}", sshd.known_hosts.display()))
+        .args(["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=30"])
+        .arg(format!("{}@127.0.0.1", sshd.user))
+        .arg("true")
+        .status()
+        .unwrap();
+    assert!(st.success(), "no session through the sshd on port {}:\n{}", sshd.port, sshd.log());
+    sshd.stop();
+}

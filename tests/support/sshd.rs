@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 use std::io::Write;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -44,9 +44,17 @@ pub fn current_user() -> String {
 
 impl Sshd {
     pub fn start() -> Sshd {
+        Self::start_on(free_port())
+    }
+
+    /// `start`, trying `port` first. `free_port` releases its port before sshd
+    /// binds it, and on a busy machine another test's socket can take it in
+    /// between: sshd then exits, and a readiness check that only connects would
+    /// reach that other socket. So readiness is sshd's own "Server listening"
+    /// line, and a port lost that way is replaced by another.
+    pub fn start_on(port: u16) -> Sshd {
         let sshd = Path::new("/usr/sbin/sshd");
         assert!(sshd.exists(), "/usr/sbin/sshd is missing: apt-get install openssh-server (.ci/run does)");
-        // Privilege-separation directory sshd insists on.
         let _ = std::fs::create_dir_all("/run/sshd");
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
@@ -55,7 +63,29 @@ impl Sshd {
         std::fs::copy(d.join("id_test.pub"), d.join("authorized_keys")).unwrap();
         let remote = d.join("remote");
         std::fs::create_dir(&remote).unwrap();
-        let port = free_port();
+        let mut port = port;
+        let mut lost = Vec::new();
+        let child = loop {
+            match Self::spawn_listening(sshd, d, port) {
+                Ok(child) => break child,
+                Err(log) => {
+                    lost.push(port);
+                    assert!(lost.len() < 5, "sshd could not bind any of the ports {lost:?}; last log:\n{log}");
+                    port = free_port();
+                }
+            }
+        };
+        let host_pub = std::fs::read_to_string(d.join("hostkey.pub")).unwrap();
+        let mut parts = host_pub.split_whitespace();
+        let (kind, b64) = (parts.next().unwrap(), parts.next().unwrap());
+        let known_hosts = d.join("known_hosts");
+        std::fs::write(&known_hosts, format!("[127.0.0.1]:{port} {kind} {b64}\n")).unwrap();
+        Sshd { port, key: d.join("id_test"), known_hosts, remote, user: current_user(), child: Some(child), dir }
+    }
+
+    /// sshd on `port`, once it says it listens there; `Err(its log)` where the
+    /// port was taken. Any other failure to start panics with the log.
+    fn spawn_listening(sshd: &Path, d: &Path, port: u16) -> Result<Child, String> {
         let cfg = d.join("sshd_config");
         std::fs::write(
             &cfg,
@@ -68,8 +98,9 @@ impl Sshd {
             ),
         )
         .unwrap();
-        let log = std::fs::File::create(d.join("sshd.log")).unwrap();
-        let child = Command::new(sshd)
+        let log_path = d.join("sshd.log");
+        let log = std::fs::File::create(&log_path).unwrap();
+        let mut child = Command::new(sshd)
             .args(["-D", "-e", "-f"])
             .arg(&cfg)
             .stdin(Stdio::null())
@@ -77,29 +108,25 @@ impl Sshd {
             .stderr(log)
             .spawn()
             .expect("cannot start sshd");
-        let host_pub = std::fs::read_to_string(d.join("hostkey.pub")).unwrap();
-        let mut parts = host_pub.split_whitespace();
-        let (kind, b64) = (parts.next().unwrap(), parts.next().unwrap());
-        let known_hosts = d.join("known_hosts");
-        std::fs::write(&known_hosts, format!("[127.0.0.1]:{port} {kind} {b64}\n")).unwrap();
-        let mut s =
-            Sshd { port, key: d.join("id_test"), known_hosts, remote, user: current_user(), child: Some(child), dir };
-        s.wait_ready();
-        s
-    }
-
-    /// Readiness: poll until the port accepts, bounded; a dead sshd fails at once with its log.
-    fn wait_ready(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let listening = format!("Server listening on 127.0.0.1 port {port}.");
+        // A deadline for a start that does finish; generous for a loaded machine.
+        let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            if let Some(st) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("sshd exited ({st}) at start:\n{}", self.log());
+            let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+            if text.contains(&listening) {
+                return Ok(child);
             }
-            if TcpStream::connect_timeout(&([127, 0, 0, 1], self.port).into(), Duration::from_millis(200)).is_ok() {
-                return;
+            if let Some(st) = child.try_wait().unwrap() {
+                let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+                assert!(text.contains("Address already in use"), "sshd exited ({st}) at start:\n{text}");
+                return Err(text);
             }
-            assert!(Instant::now() < deadline, "sshd did not listen on {} within 10 s:\n{}", self.port, self.log());
-            std::thread::sleep(Duration::from_millis(20));
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("sshd did not listen on {port} within 30 s:\n{text}");
+            }
+            std::thread::sleep(Duration::from_millis(20)); // poll interval
         }
     }
 
