@@ -212,7 +212,8 @@ fn train_refuses_an_unknown_host_key_a_wrong_key_a_dead_port_and_a_wrong_worker_
     assert!(!d.join("runs").exists() || std::fs::read_dir(d.join("runs")).unwrap().next().is_none(), "no run begun");
 
     // Nothing listens on the port: refused fast, the address named.
-    let dead = sshd::free_port();
+    let dead_socket = sshd::dead_port();
+    let dead = dead_socket.port;
     let text =
         std::fs::read_to_string(&profile).unwrap().replace(&format!("port = {}", sshd.port), &format!("port = {dead}"));
     let dead_profile = sshd.path("dead.toml");
