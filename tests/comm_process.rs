@@ -3,7 +3,7 @@
 
 mod comm_support;
 
-use leapgnn::comm::{Category, Mesh, MeshConfig};
+use leapgnn::comm::{Category, CommError, Mesh, MeshConfig};
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -123,17 +123,17 @@ fn a_killed_worker_is_named_by_the_survivors_within_the_timeout() {
     victim.kill().unwrap();
     victim.wait().unwrap();
     writeln!(peers.0[0].1, "GO").unwrap();
-    let t = Instant::now();
     let e = mesh.all_reduce_sum(&mut g, Category::Gradients, TIMEOUT).unwrap_err();
-    let took = t.elapsed();
     let named = format!("worker 2 ({})", addrs[2]);
     assert!(e.to_string().contains(&named), "{e}");
-    assert!(took < Duration::from_secs(2), "worker 0 took {took:?} to notice (timeout {TIMEOUT:?})");
+    // Noticed from the closed connection, not by waiting out TIMEOUT: what
+    // that means is the kind of error, not how long a loaded machine took.
+    assert!(!matches!(e, CommError::Timeout { .. }), "worker 0 waited out the {TIMEOUT:?} timeout: {e}");
 
     let report = next(1, "ERR ");
-    let (secs, msg) = report.split_once(' ').unwrap();
+    let (_secs, msg) = report.split_once(' ').unwrap();
     assert!(msg.contains(&named), "worker 1 said: {msg}");
-    assert!(secs.parse::<f64>().unwrap() < 2.0, "worker 1 took {secs}s to notice");
+    assert!(!msg.starts_with("timed out"), "worker 1 waited out the {TIMEOUT:?} timeout: {msg}");
     eprintln!("worker 0: {e}\nworker 1: {msg}");
     drop(mesh);
     let (survivor, _) = &mut peers.0[0];
