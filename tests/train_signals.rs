@@ -602,3 +602,16 @@ fn sigterm_while_metis_partitions_stops_the_run_gracefully() {
         serde_json::from_slice(&std::fs::read(d.join("runs/metis-term/summary.json")).unwrap()).unwrap();
     assert_eq!(summary["iterations"], done, "the checkpoint is of the last iteration");
 }
+
+/// `wait_exit` keeps what the driver wrote last however late its reader gets
+/// to it: stderr is read to its end, not until a quiet spell. Here the last
+/// line comes 3 s after the exit, from a process that inherited the pipe,
+/// as it would reach a reader thread that got no CPU for 3 s on a loaded machine.
+#[test]
+fn wait_exit_keeps_a_line_that_arrives_after_a_quiet_spell() {
+    let script = "echo first >&2; (sleep 3; echo 'last: the error' >&2) & exit 3";
+    let mut drv = Driver::from_command(Command::new("sh").args(["-c", script]));
+    let (code, stderr) = drv.wait_exit(Duration::from_secs(60));
+    assert_eq!(code, Some(3));
+    assert_eq!(stderr, "first\nlast: the error");
+}

@@ -320,15 +320,15 @@ impl Driver {
 
     /// `start_to` and `start_env` at once.
     pub fn spawn_env(data: &Path, args: &[&str], stdout: Stdio, env: &[(&str, &str)]) -> Driver {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_leapgnn"))
-            .arg("--data-dir")
-            .arg(data)
-            .args(args)
-            .envs(env.iter().copied())
-            .stdout(stdout)
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("driver starts");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_leapgnn"));
+        cmd.arg("--data-dir").arg(data).args(args).envs(env.iter().copied()).stdout(stdout);
+        Driver::from_command(&mut cmd)
+    }
+
+    /// Any command watched as a driver is (its stderr read line by line): lets a
+    /// test give `wait_exit` a process whose stderr outlives it.
+    pub fn from_command(cmd: &mut Command) -> Driver {
+        let mut child = cmd.stderr(Stdio::piped()).spawn().expect("driver starts");
         let lines = line_channel(child.stderr.take().unwrap());
         Driver { child, lines, seen: Vec::new() }
     }
@@ -377,8 +377,21 @@ impl Driver {
             assert!(Instant::now() < deadline, "driver still running after {within:?}:\n{}", self.seen.join("\n"));
             std::thread::sleep(Duration::from_millis(20));
         };
-        while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(2)) {
-            self.seen.push(l);
+        // The rest of stderr, to EOF: the pipe closes once the driver and anything that
+        // inherited it have exited (its workers' stderr is the driver's own pipe, not
+        // this one). A quiet spell is no end: a reader thread not scheduled for a while
+        // on a loaded machine would lose the last line, often the error a test checks.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            match self.lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(l) => self.seen.push(l),
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                Err(mpsc::RecvTimeoutError::Timeout) => panic!(
+                    "the driver exited ({status}) but its stderr stayed open 60 s later (a process that \
+                     inherited it still runs); stderr so far:\n{}",
+                    self.seen.join("\n")
+                ),
+            }
         }
         (status.code(), self.seen.join("\n"))
     }
