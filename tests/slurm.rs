@@ -9,8 +9,8 @@
 
 mod dist_support;
 
+use dist_support::sshd::{free_ports, on_fresh_ports};
 use dist_support::{LONG_RUN, cora, fails, json};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::Mutex;
@@ -35,10 +35,6 @@ fn have(cmd: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 fn munge_works() -> bool {
     Command::new("sh").arg("-c").arg("munge -n | unmunge").output().is_ok_and(|o| o.status.success())
 }
@@ -60,6 +56,14 @@ impl Slurm {
     /// `start`, the node named `name` in slurm.conf (NodeName, with NodeAddr
     /// 127.0.0.1) instead of this host's name.
     fn start_as(name: Option<&str>) -> Option<Slurm> {
+        Self::start_on(name, free_ports())
+    }
+
+    /// `start_as`, slurmctld and slurmd told to listen on `ports` first. A
+    /// port `free_ports` released can be taken by another socket before the
+    /// daemon binds it: the daemon then exits saying so, and both start again
+    /// on fresh ports (the node would otherwise never become idle).
+    fn start_on(name: Option<&str>, ports: [u16; 2]) -> Option<Slurm> {
         let missing: Vec<_> = ["munged", "munge", "slurmctld", "slurmd", "sbatch", "scancel", "squeue"]
             .into_iter()
             .filter(|c| !have(c))
@@ -79,15 +83,16 @@ impl Slurm {
             return None;
         }
         let dir = tempfile::tempdir().unwrap();
-        let d = dir.path();
+        let d = dir.path().to_path_buf();
         for sub in ["state", "spool"] {
             std::fs::create_dir_all(d.join(sub)).unwrap();
         }
         let host = String::from_utf8(Command::new("hostname").arg("-s").output().unwrap().stdout).unwrap();
         let host = host.trim();
         let node = name.unwrap_or(host);
-        let conf = format!(
-            "ClusterName=leapgnntest\nSlurmctldHost={host}(127.0.0.1)\nSlurmctldPort={}\nSlurmdPort={}\n\
+        let conf = |[ctld, slurmd]: [u16; 2]| {
+            format!(
+                "ClusterName=leapgnntest\nSlurmctldHost={host}(127.0.0.1)\nSlurmctldPort={}\nSlurmdPort={}\n\
              AuthType=auth/munge\nCredType=cred/munge\nProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n\
              JobAcctGatherType=jobacct_gather/none\nAccountingStorageType=accounting_storage/none\n\
              SelectType=select/cons_tres\nSelectTypeParameters=CR_Core\nStateSaveLocation={d}/state\n\
@@ -96,26 +101,71 @@ impl Slurm {
              ReturnToService=2\nMpiDefault=none\nKillWait=20\nOverTimeLimit=0\nSlurmdParameters=config_overrides\n\
              NodeName={node} NodeAddr=127.0.0.1 CPUs=8 State=UNKNOWN\n\
              PartitionName=test Nodes={node} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES\n",
-            free_port(),
-            free_port(),
-            d = d.display()
-        );
-        std::fs::write(d.join("slurm.conf"), conf).unwrap();
+                ctld,
+                slurmd,
+                d = d.display()
+            )
+        };
+        std::fs::write(d.join("slurm.conf"), conf(ports)).unwrap();
         let mut s = Slurm { dir, daemons: vec![] };
         if !munge_works() {
             std::fs::create_dir_all("/run/munge").unwrap();
             s.spawn(Command::new("munged").args(["--foreground", "--force"]));
             until("munged", Duration::from_secs(20), munge_works);
         }
-        s.spawn(Command::new("slurmctld").args(["-D", "-i"]));
-        s.spawn(Command::new("slurmd").args(["-D", "-N", node]));
-        until("the node to be idle", Duration::from_secs(60), || {
-            s.cmd("sinfo")
-                .args(["-h", "-o", "%t"])
-                .output()
-                .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "idle")
+        let munged = s.daemons.len();
+        on_fresh_ports(ports, "slurmctld and slurmd", |ports| {
+            for log in ["slurmctld.log", "slurmd.log"] {
+                let _ = std::fs::remove_file(s.dir.path().join(log));
+            }
+            std::fs::write(s.conf(), conf(ports)).unwrap();
+            s.spawn(Command::new("slurmctld").args(["-D", "-i"]));
+            s.spawn(Command::new("slurmd").args(["-D", "-N", node]));
+            let mut lost = None;
+            until("the node to be idle", Duration::from_secs(60), || {
+                lost = s.port_lost(munged);
+                lost.is_some()
+                    || s.cmd("sinfo")
+                        .args(["-h", "-o", "%t"])
+                        .output()
+                        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "idle")
+            });
+            match lost {
+                Some(log) => {
+                    s.stop(munged);
+                    Err(log)
+                }
+                None => Ok(()),
+            }
         });
         Some(s)
+    }
+
+    /// The daemons' logs where one of those from `first` on exited because its
+    /// port was taken; None while they all run. Any other exit panics with the logs.
+    fn port_lost(&mut self, first: usize) -> Option<String> {
+        let st = self.daemons[first..].iter_mut().find_map(|c| c.try_wait().unwrap())?;
+        let mut names = vec!["slurmctld.log".to_string(), "slurmd.log".to_string()];
+        names.extend((first..self.daemons.len()).map(|i| format!("daemon{i}.log")));
+        let logs: String = names
+            .iter()
+            .map(|f| format!("{f}:\n{}", std::fs::read_to_string(self.dir.path().join(f)).unwrap_or_default()))
+            .collect();
+        assert!(logs.contains("Address already in use"), "a Slurm daemon exited ({st}) at start:\n{logs}");
+        Some(logs)
+    }
+
+    /// Stops the daemons from `first` on, last started first.
+    fn stop(&mut self, first: usize) {
+        for mut c in self.daemons.drain(first..).rev() {
+            let _ = Command::new("kill").args(["-TERM", &c.id().to_string()]).stderr(Stdio::null()).status();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while matches!(c.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 
     fn spawn(&mut self, cmd: &mut Command) {
@@ -186,15 +236,27 @@ impl Slurm {
 impl Drop for Slurm {
     /// SIGTERM first: the daemons then stop (and reap) what they forked.
     fn drop(&mut self) {
-        for c in self.daemons.iter_mut().rev() {
-            let _ = Command::new("kill").args(["-TERM", &c.id().to_string()]).status();
-            let deadline = Instant::now() + Duration::from_secs(20);
-            while matches!(c.try_wait(), Ok(None)) && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.stop(0);
+    }
+}
+
+/// A SlurmctldPort or SlurmdPort another socket took before the daemon bound
+/// it: the daemon exits ("Address already in use"), and the cluster comes up
+/// on other ports instead of the node never becoming idle.
+#[test]
+fn a_slurm_whose_port_was_taken_before_it_bound_comes_up_on_others() {
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    for (i, key) in ["SlurmctldPort", "SlurmdPort"].into_iter().enumerate() {
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut ports = free_ports::<2>();
+        ports[i] = taken.local_addr().unwrap().port();
+        let Some(slurm) = Slurm::start_on(None, ports) else { return };
+        let conf = std::fs::read_to_string(slurm.conf()).unwrap();
+        let port = |k: &str| conf.lines().find_map(|l| l.strip_prefix(k)?.strip_prefix('=')).unwrap().to_string();
+        assert_ne!(port(key), ports[i].to_string(), "{key} is still the taken port:\n{conf}");
+        assert_ne!(port("SlurmctldPort"), port("SlurmdPort"), "{conf}");
+        let ping = slurm.cmd("scontrol").arg("ping").output().unwrap();
+        assert!(text(&ping).contains("is UP"), "{}", text(&ping));
     }
 }
 

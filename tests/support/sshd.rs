@@ -37,6 +37,34 @@ pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
+/// `N` distinct ports nothing listens on: all bound at once, then released.
+pub fn free_ports<const N: usize>() -> [u16; N] {
+    let held: Vec<TcpListener> = (0..N).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+    std::array::from_fn(|i| held[i].local_addr().unwrap().port())
+}
+
+/// `start` (a daemon told to bind `ports`) on `ports`, then on fresh ones for
+/// as long as it answers `Err(its log)`: a port `free_ports` released can be
+/// taken by another test's socket before the daemon binds it. At most 5 tries.
+pub fn on_fresh_ports<const N: usize, T>(
+    ports: [u16; N],
+    what: &str,
+    mut start: impl FnMut([u16; N]) -> Result<T, String>,
+) -> T {
+    let mut ports = ports;
+    let mut lost = Vec::new();
+    loop {
+        match start(ports) {
+            Ok(t) => return t,
+            Err(log) => {
+                lost.push(ports);
+                assert!(lost.len() < 5, "{what} could not bind any of the ports {lost:?}; last log:\n{log}");
+                ports = free_ports();
+            }
+        }
+    }
+}
+
 /// A 127.0.0.1 port that refuses connections for as long as this value
 /// lives: its socket is bound but never listens. A port `free_port` released
 /// can be taken (and answered) by another test before the test connects to
@@ -91,18 +119,7 @@ impl Sshd {
         std::fs::copy(d.join("id_test.pub"), d.join("authorized_keys")).unwrap();
         let remote = d.join("remote");
         std::fs::create_dir(&remote).unwrap();
-        let mut port = port;
-        let mut lost = Vec::new();
-        let child = loop {
-            match Self::spawn_listening(sshd, d, port) {
-                Ok(child) => break child,
-                Err(log) => {
-                    lost.push(port);
-                    assert!(lost.len() < 5, "sshd could not bind any of the ports {lost:?}; last log:\n{log}");
-                    port = free_port();
-                }
-            }
-        };
+        let (port, child) = on_fresh_ports([port], "sshd", |[p]| Self::spawn_listening(sshd, d, p).map(|c| (p, c)));
         let host_pub = std::fs::read_to_string(d.join("hostkey.pub")).unwrap();
         let mut parts = host_pub.split_whitespace();
         let (kind, b64) = (parts.next().unwrap(), parts.next().unwrap());
