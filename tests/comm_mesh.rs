@@ -100,7 +100,8 @@ fn a_silent_peer_times_out_with_its_name_and_what_was_awaited() {
     let msg = e.to_string();
     assert!(msg.contains(&format!("worker 0 ({})", peer.addr)), "{msg}");
     assert!(msg.contains("300ms") && msg.contains("message 0x7"), "{msg}");
-    assert!(took >= Duration::from_millis(300) && took < Duration::from_secs(3), "{took:?}");
+    // It waited its own 300 ms out, and not the 10 s (LONG) rank 0 then waits at the barrier.
+    assert!(took >= Duration::from_millis(300) && took < LONG, "{took:?}");
 }
 
 #[test]

@@ -225,10 +225,10 @@ fn wrong_key_and_unreachable_port_are_refused_with_the_host_named() {
         .replace(&format!("port = {}", sshd.port), &format!("port = {dead}"));
     std::fs::write(&profile, text).unwrap();
     let host = Profile::load(&profile).unwrap().hosts[0].clone();
-    let t = Instant::now();
     let e = launcher(&profile).prepare(&host, &[]).err().expect("nothing listens there").to_string();
-    assert!(t.elapsed() < Duration::from_secs(6), "took {:?}", t.elapsed());
     assert!(e.contains("cannot connect") && e.contains(&format!("127.0.0.1:{dead}")), "{e}");
+    // Refused at once, not given up after the profile's 5 s connect_timeout.
+    assert!(e.contains("Connection refused") && !e.contains("timed out"), "{e}");
     sshd.stop();
 }
 
@@ -355,8 +355,11 @@ fn a_remote_worker_killed_mid_job_fails_the_run_naming_host_and_rank() {
         assert!(std::process::Command::new("kill").args(["-KILL", &pids[1].to_string()]).status().unwrap().success());
     });
     let e = r.expect_err("a killed worker must fail the job");
-    assert!(took < Duration::from_secs(10), "noticed after {took:?}");
-    assert!(matches!(e, DriverError::Exited { rank: 1, .. } | DriverError::Control(_)), "{e}");
+    // Noticed by its exit or its dropped connection, not by its silence (20 s), and not
+    // at the job's end (60 s, which the bound stays well under).
+    assert!(took < Duration::from_secs(40), "noticed after {took:?}");
+    let dropped = |e: &DriverError| matches!(e, DriverError::Control(c) if c.is_dropped());
+    assert!(matches!(e, DriverError::Exited { rank: 1, .. }) || dropped(&e), "{e}");
     let msg = format!("{:#}", name_host(&profile, e));
     assert!(msg.contains(&format!("rank 1 on {}@127.0.0.1:{}", sshd.user, sshd.port)), "{msg}");
     assert_eq!(wait_gone(&pids, Duration::from_secs(5)), Vec::<u32>::new(), "the surviving worker was left running");
@@ -372,7 +375,8 @@ fn an_interrupt_stops_every_remote_worker() {
         stop.store(true, std::sync::atomic::Ordering::SeqCst);
     });
     assert!(matches!(r, Err(DriverError::Interrupted)), "{r:?}");
-    assert!(took < Duration::from_secs(10), "stopping took {took:?}");
+    // Stopped on the request, not at the job's end (60 s, which the bound stays well under).
+    assert!(took < Duration::from_secs(40), "stopping took {took:?}");
     // Stopped before run_job returned, not eventually.
     assert!(pids.iter().all(|&p| !alive(p)), "workers still running: {pids:?}");
     assert_eq!(sshd.wait_sessions_closed(Duration::from_secs(5)), Vec::<u32>::new());
@@ -407,10 +411,10 @@ fn dropping_a_remote_worker_kills_its_process_group() {
     let pgrp: u32 = stat.rsplit_once(')').unwrap().1.split_whitespace().nth(2).unwrap().parse().unwrap();
     assert_eq!(pgrp, pid);
     assert_eq!(worker.try_exit_code(), None);
-    let t = Instant::now();
+    // The drop itself stops it: the test still holds its control connection, so
+    // the worker would otherwise go on waiting for a job.
     drop(worker);
     assert!(!alive(pid), "the remote worker survived its handle");
-    assert!(t.elapsed() < Duration::from_secs(5), "stopping took {:?}", t.elapsed());
     assert_eq!(sshd.wait_sessions_closed(Duration::from_secs(5)), Vec::<u32>::new());
     sshd.stop();
 }
