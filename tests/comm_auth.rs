@@ -5,6 +5,8 @@
 #[path = "support/capture.rs"]
 mod capture;
 mod comm_support;
+#[path = "support/sshd.rs"]
+mod sshd;
 
 use capture::Capture;
 use comm_support::{listeners, secret};
@@ -153,7 +155,8 @@ fn missing_or_unreachable_workers_are_named_when_the_deadline_passes() {
     }
 
     // Nobody listens where worker 0 should be.
-    let gone = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let dead = sshd::dead_port();
+    let gone: std::net::SocketAddr = ([127, 0, 0, 1], dead.port).into();
     let (l1, a1) = {
         let (mut ls, a) = listeners(1);
         (ls.remove(0), a[0])
