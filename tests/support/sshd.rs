@@ -70,27 +70,16 @@ pub fn on_fresh_ports<const N: usize, T>(
 /// can be taken (and answered) by another test before the test connects to
 /// it; this one cannot, as the kernel gives a bound port to nobody else.
 pub struct DeadPort {
-    _socket: std::os::fd::OwnedFd,
+    _socket: socket2::Socket,
     pub port: u16,
 }
 
 pub fn dead_port() -> DeadPort {
-    use std::os::fd::FromRawFd;
-    // SAFETY: socket(2) takes no pointers; a negative result is checked below.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
-    assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
-    // SAFETY: `fd` is a fresh descriptor this function alone owns; OwnedFd closes it once.
-    let socket = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
-    // SAFETY: sockaddr_in is plain integers, for which all zeros is a valid value.
-    let mut addr: libc::sockaddr_in = unsafe { std::mem::zeroed() };
-    addr.sin_family = libc::AF_INET as libc::sa_family_t;
-    addr.sin_addr.s_addr = u32::from(std::net::Ipv4Addr::LOCALHOST).to_be();
-    let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-    let ptr = &mut addr as *mut libc::sockaddr_in as *mut libc::sockaddr;
-    // SAFETY: `ptr` points at a live sockaddr_in of `len` bytes for both calls.
-    let bound = unsafe { libc::bind(fd, ptr, len) == 0 && libc::getsockname(fd, ptr, &mut len) == 0 };
-    assert!(bound, "bind 127.0.0.1:0: {}", std::io::Error::last_os_error());
-    DeadPort { _socket: socket, port: u16::from_be(addr.sin_port) }
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("a socket");
+    let any = std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, 0));
+    socket.bind(&any.into()).expect("bind 127.0.0.1:0");
+    let port = socket.local_addr().ok().and_then(|a| a.as_socket()).expect("the bound address").port();
+    DeadPort { _socket: socket, port }
 }
 
 pub fn current_user() -> String {
