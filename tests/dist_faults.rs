@@ -306,7 +306,7 @@ fn gnnpipe_and_retexo_restart_after_a_killed_worker_and_end_as_if_uninterrupted(
     for (name, flags) in [("gnnpipe", &gnnpipe[..]), ("retexo", &retexo[..])] {
         let run = [&common[..], flags].concat();
         let (straight, killed) = (format!("{name}-straight"), format!("{name}-killed"));
-        json(d, &[&run[..], &["--run", &straight]].concat());
+        let whole = json(d, &[&run[..], &["--run", &straight]].concat());
         let mut drv = Driver::start(d, &[&run[..], &["--run", &killed, "--restarts", "1"]].concat());
         let ws = drv.workers(2);
         // Killed with seconds of training still to go; for RETEXO in its second
@@ -320,6 +320,18 @@ fn gnnpipe_and_retexo_restart_after_a_killed_worker_and_end_as_if_uninterrupted(
         let (code, stderr) = drv.wait_exit(Duration::from_secs(60));
         assert_eq!(code, Some(0), "{name}: {stderr}");
         assert_eq!(final_weights(d, &killed), final_weights(d, &straight), "{name}: the restarted run ended elsewhere");
+        // Every round's or epoch's evaluation, the failed attempt's before the
+        // checkpoint among them, as the uninterrupted run's: RETEXO's used to be
+        // counted as training, and would be lost with the failed attempt unless reported.
+        let summary = d.join("runs").join(&killed).join("summary.json");
+        let summary: serde_json::Value = serde_json::from_slice(&std::fs::read(summary).unwrap()).unwrap();
+        let (b, s) = (&summary["bytes"], &whole["bytes"]);
+        let cats = ["features", "gradients", "migration", "activations", "control"];
+        assert!(cats.iter().any(|c| count(&s["eval"][c]) > 0), "{name}: evaluations sent nothing: {s}");
+        for c in cats {
+            assert_eq!(b["eval"][c], s["eval"][c], "{name}: eval {c}: {b} vs {s}");
+            assert_eq!(count(&b[c]), count(&b["train"][c]) + count(&b["eval"][c]), "{name}: {c}: {b}");
+        }
         let pids: Vec<u32> = ws.iter().map(|w| w.pid).collect();
         assert_eq!(wait_gone(&pids, Duration::from_secs(5)), Vec::<u32>::new(), "{name}: workers left behind");
     }

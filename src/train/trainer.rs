@@ -190,8 +190,7 @@ pub fn run_loop(
             stop: &asked,
         };
         let eval = evaluate(w, coll, &req)?;
-        add_bytes(&mut p.eval_bytes, &eval.moved.sent);
-        obs.evaluated(p.epoch, &eval.moved.sent);
+        counted_evaluation(&mut p, obs, &eval.moved.sent);
         let acc = eval.accuracies;
         let rec = EpochRecord {
             epoch: p.epoch,
@@ -236,6 +235,16 @@ fn stop_now(
     strategy.settle(w)?;
     coll.barrier().map_err(TrainError::Comm)?;
     Ok(p)
+}
+
+/// What this worker sent evaluating epoch `p.epoch`, kept apart from
+/// training's bytes and reported as it goes: a driver whose attempt is lost
+/// before the workers' final reports counts the evaluations from these.
+/// Every loop that evaluates (this one, RETEXO's, GNNPipe's) counts through
+/// here, so that none leaves its evaluations out of a restarted run.
+pub(crate) fn counted_evaluation(p: &mut Progress, obs: &mut dyn Observer, sent: &crate::metrics::ByteCounts) {
+    add_bytes(&mut p.eval_bytes, sent);
+    obs.evaluated(p.epoch, sent);
 }
 
 /// Where the first training record's byte count starts: this worker's

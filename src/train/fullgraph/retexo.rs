@@ -620,6 +620,8 @@ pub fn run(
             stage.set_flat(&weights)?;
             let sync = ts.elapsed().as_secs_f64();
 
+            let moved = coll.bytes().since(&mark);
+            mark = coll.bytes();
             let te = Instant::now();
             let raised = inp.raises_stop_in_evaluation(p.epoch, coll);
             let asked = || raised || obs.stop_requested();
@@ -629,9 +631,11 @@ pub fn run(
                 best = Some((val, weights));
             }
             let eval_seconds = te.elapsed().as_secs_f64();
-
-            let moved = coll.bytes().since(&mark);
+            // The round's evaluation (its counts' all-reduce) is not training:
+            // counted and reported apart, as the other loops count theirs.
+            let eval = coll.bytes().since(&mark);
             mark = coll.bytes();
+            crate::train::trainer::counted_evaluation(&mut p, obs, &eval.sent);
             let rec = StepRecord {
                 epoch: p.epoch,
                 worker: w.rank as u32,

@@ -798,8 +798,7 @@ pub fn run(
         let (val, test, stop) = stage.accuracies(w, coll, [inp.val, inp.test], &asked, &mut Times::default())?;
         let eval = coll.bytes().since(&mark);
         mark = coll.bytes();
-        add_bytes(&mut p.eval_bytes, &eval.sent);
-        obs.evaluated(p.epoch, &eval.sent);
+        crate::train::trainer::counted_evaluation(&mut p, obs, &eval.sent);
         let e = EpochRecord {
             epoch: p.epoch,
             loss: p.epoch_loss_sum,
