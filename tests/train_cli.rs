@@ -492,6 +492,29 @@ fn local_workers_are_held_to_the_memory_limit_with_their_driver() {
     assert!(!d.join("runs").exists() || std::fs::read_dir(d.join("runs")).unwrap().next().is_none());
 }
 
+/// The driver stays beside a full-graph run's local workers too: under a
+/// `--memory-limit-mb` its 2 workers alone fit (their figure, the lower bound
+/// read from one refusal, plus far more than Tiny's halo adds) but not with
+/// the driver's 64 MiB, the run is refused (exit 2) naming the driver, before
+/// the graph is partitioned or a run created. The old preflight held only the
+/// workers to the limit, and started the run.
+#[test]
+fn a_full_graph_run_is_held_to_the_memory_limit_with_its_driver() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    write_tiny(d, "tiny", Tiny::default());
+    let run = ["train", "tiny", "--full-batch", "--workers", "2", "--epochs", "1", "--hidden", "32"];
+    let e = fails(d, &[&run[..], &["--memory-limit-mb", "10"]].concat(), 2);
+    let workers = mib_before(&e, " MiB (2 worker(s), each an even share");
+    let limit = (workers + 32).to_string();
+    let e = fails(d, &[&run[..], &["--memory-limit-mb", &limit]].concat(), 2);
+    for needle in ["for the 2 workers and the driver on this machine together", "(--memory-limit-mb)"] {
+        assert!(e.contains(needle), "no `{needle}` in {e}");
+    }
+    assert!(!d.join("tiny/parts").exists(), "a refused run partitioned the graph");
+    assert!(!d.join("runs").exists() || std::fs::read_dir(d.join("runs")).unwrap().next().is_none());
+}
+
 /// A full-graph run of several workers that cannot fit even with the graph
 /// shared evenly is refused before the graph is partitioned, as README
 /// promises: one error line (no `creating .../parts/metis-2` before it) and

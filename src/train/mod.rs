@@ -366,7 +366,7 @@ fn execute(
     check_model_memory(&cfg, &ds, 1, false, memory_limit)?;
     let (model, params, mut opt, device) = build_model(&cfg, &ds)?;
     if cfg.mode == TrainMode::FullGraph {
-        fullgraph::memory::preflight(&ds, &cfg, None, model.spec(), params.numel(), memory_limit)?;
+        fullgraph::memory::preflight(&ds, &cfg, None, model.spec(), params.numel(), false, memory_limit)?;
     }
     let ck = checkpoint::dir(run_dir);
     let progress = if resuming { checkpoint::restore(&ck, &params, opt.as_mut())? } else { Progress::default() };
@@ -462,7 +462,6 @@ pub(crate) fn check_model_memory(
     driver: bool,
     limit: Option<u64>,
 ) -> Result<(), BadInput> {
-    use fullgraph::memory::Budget;
     let spec = cfg.model_spec(ds);
     spec.check()?;
     let budgets = fullgraph::memory::budgets(limit);
@@ -475,16 +474,6 @@ pub(crate) fn check_model_memory(
     };
     let need = (spec.min_weight_values() as u64).saturating_mul(4).saturating_mul(copies);
     let mib = |b: u64| b.div_ceil(1 << 20);
-    // What a budget held against the workers (and, past them, the driver) together adds to one worker's figure.
-    let together = |b: &Budget, per_worker: &[u64]| match (per_worker.len(), b.each) {
-        (1, _) | (_, true) => String::new(),
-        (n, _) => format!(
-            ", {} MiB for the {local} worker{}{} on this machine together",
-            mib(b.need(per_worker)),
-            if local == 1 { "" } else { "s" },
-            if n > local { " and the driver" } else { "" }
-        ),
-    };
     let fewer = if local > 1 { ", fewer --workers (or --cluster to spread them over machines)" } else { "" };
     let weights = vec![need; local];
     if let Some(b) = fullgraph::memory::exceeded(&budgets, &weights) {
@@ -502,7 +491,7 @@ pub(crate) fn check_model_memory(
                 _ => format!("with their gradient and the optimizer's {} state slot(s)", copies - 2),
             },
             mib(need),
-            together(b, &weights),
+            b.together(&weights, local),
             mib(b.bytes),
             b.source
         )));
@@ -517,11 +506,7 @@ pub(crate) fn check_model_memory(
     // in every worker's address space, but in this machine's memory once.
     let mut per_worker = vec![own; local];
     per_worker[0] = own.saturating_add(ds.file_len());
-    if driver {
-        // The driver of local workers maps the same archive and holds their
-        // records: measured (peak RSS, 2 workers, Facebook) 32 MiB beside the archive.
-        per_worker.push(fullgraph::memory::PROCESS_BYTES);
-    }
+    let per_worker = fullgraph::memory::with_driver(per_worker, driver);
     tracing::debug!(
         "memory estimate: {} MiB per worker ({} of weights, {} of activations over up to {rows} rows, {} of feature cache, {} resident), {local} on this machine",
         per_worker[0] >> 20,
@@ -543,7 +528,7 @@ pub(crate) fn check_model_memory(
             0 => String::new(),
             c => format!(" with {} MiB of --cache-mb feature cache", mib(c)),
         },
-        together(b, &per_worker),
+        b.together(&per_worker, local),
         mib(b.bytes),
         b.source,
         if cache > 0 { ", --cache-mb" } else { "" },

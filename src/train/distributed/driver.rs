@@ -99,7 +99,8 @@ pub fn train_distributed(
 
 /// Full-graph runs: every worker of a launcher that shares this machine's
 /// files runs here, so check that they fit before anything is started or
-/// created: with the partition in `parts_dir`, or without one a lower bound.
+/// created, with this process beside them when they run on this machine:
+/// with the partition in `parts_dir`, or without one a lower bound.
 fn preflight(
     ds: &crate::format::DatasetFile,
     parts_dir: Option<&Path>,
@@ -121,6 +122,7 @@ fn preflight(
         owners.as_deref(),
         model.spec(),
         params.numel(),
+        opts.launcher.local_workers(cfg.workers) > 0,
         run.memory_limit,
     )?;
     Ok(())
