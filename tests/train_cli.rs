@@ -545,7 +545,7 @@ fn mib_before(e: &str, needle: &str) -> u64 {
 /// The local workers of a mini-batch run share this machine's memory, so
 /// they are held against it together: under a `--memory-limit-mb` that one
 /// worker's estimate fits but four's sum does not, one worker trains and four
-/// are refused (exit 2, one line naming 4 workers and their sum) before any
+/// are refused (exit 2, one line naming 4 workers, the driver and their sum) before any
 /// is started. The old check held one worker's share against the memory and
 /// ignored the limit in mini-batch mode.
 #[test]
@@ -559,15 +559,17 @@ fn local_mini_batch_workers_are_held_against_the_memory_together() {
     // The figures, from a refusal under a limit no worker fits in (the model's
     // weights do: well under a MiB).
     let e = fails(d, &run("4", "10"), 2);
-    let (each, sum) =
-        (mib_before(&e, " MiB per worker"), mib_before(&e, " MiB for the 4 workers on this machine together"));
+    let (each, sum) = (
+        mib_before(&e, " MiB per worker"),
+        mib_before(&e, " MiB for the 4 workers and the driver on this machine together"),
+    );
     assert!(each > 10 && sum > each, "{e}");
     let limit = (sum - 1).to_string();
     let one = json(d, &run("1", &limit));
     assert_eq!(one["epochs"].as_u64(), Some(1), "{one}");
     let e = fails(d, &run("4", &limit), 2);
     for needle in [
-        format!("({each} MiB per worker, {sum} MiB for the 4 workers on this machine together)"),
+        format!("({each} MiB per worker, {sum} MiB for the 4 workers and the driver on this machine together)"),
         format!("but {limit} MiB are available (--memory-limit-mb)"),
         "fewer --workers".into(),
     ] {
@@ -592,7 +594,7 @@ fn between_the_sums(
     write_tiny(d, "wide", Tiny { nodes: 4000, dim: 1024, ..Tiny::default() });
     let refusal =
         |flag: &str, limit: &str| fails(d, &run(flag, limit).iter().map(String::as_str).collect::<Vec<_>>(), 2);
-    let sum = |e: String| mib_before(&e, " MiB for the 2 workers on this machine together");
+    let sum = |e: String| mib_before(&e, " MiB for the 2 workers and the driver on this machine together");
     let (low, high) = (sum(refusal(plain, "10")), sum(refusal(more, "10")));
     assert!(extra.contains(&(high - low)), "{plain}: {low} MiB, {more}: {high} MiB, expected {extra:?} more");
     let limit = ((low + high) / 2).to_string();
