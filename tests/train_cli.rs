@@ -515,6 +515,27 @@ fn a_full_graph_run_is_held_to_the_memory_limit_with_its_driver() {
     assert!(!d.join("runs").exists() || std::fs::read_dir(d.join("runs")).unwrap().next().is_none());
 }
 
+/// `train --resume` of a multi-worker run is held to `--memory-limit-mb` as a
+/// new run is, mini-batch and full-graph alike: refused with exit 2 before a
+/// worker starts, its checkpoint left where it was. The old driver checked
+/// only new runs, and resumed.
+#[test]
+fn a_resumed_multi_worker_run_is_held_to_the_memory_limit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    write_tiny(d, "tiny", Tiny::default());
+    for (run, mode) in [("mb", &[][..]), ("fg", &["--full-batch"][..])] {
+        let start = [&["train", "tiny", "--workers", "2", "--epochs", "1", "--hidden", "32", "--run", run][..], mode];
+        let out = leapgnn(d, &[&start.concat()[..], &["--no-tui"][..]].concat());
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let state = d.join("runs").join(run).join("checkpoint/state.json");
+        let before = std::fs::read(&state).unwrap();
+        let e = fails(d, &["train", "--resume", run, "--epochs", "2", "--no-tui", "--memory-limit-mb", "10"], 2);
+        assert!(e.contains("--memory-limit-mb") && e.contains("MiB"), "{run}: {e}");
+        assert_eq!(std::fs::read(&state).unwrap(), before, "{run}: the refused resume moved the checkpoint");
+    }
+}
+
 /// A full-graph run of several workers that cannot fit even with the graph
 /// shared evenly is refused before the graph is partitioned, as README
 /// promises: one error line (no `creating .../parts/metis-2` before it) and

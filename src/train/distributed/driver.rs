@@ -69,17 +69,10 @@ pub fn train_distributed(
     // Verified here, once: a corrupt archive fails as bad input before any worker starts.
     let ds = crate::format::DatasetFile::open_verified(&dataset)?;
     cfg.check_all(&ds)?;
-    // Every worker builds the whole model: refused here, before anything is
-    // partitioned or started, when they run on this machine, all of them
-    // together (each ssh or Slurm host checks its own).
-    let local = opts.launcher.local_workers(cfg.workers);
-    if local > 0 {
-        crate::train::check_model_memory(&cfg, &ds, local, true, run.memory_limit)?;
-    }
-    // A full-graph run that cannot fit even with the graph shared evenly and
-    // no halo is refused before a partitioning that can take minutes; the
-    // partition's own halo is checked after it.
-    preflight(&ds, None, &cfg, run, opts)?;
+    // Refused before a partitioning that can take minutes when even a
+    // full-graph run's lower bound (no halo) does not fit; the partition's
+    // own halo is checked after it.
+    check_memory(&ds, None, &cfg, run, opts)?;
     // Partitioned before the run's directory exists, so a partitioning that
     // fails leaves no run behind to block the name.
     let parts_dir =
@@ -95,6 +88,26 @@ pub fn train_distributed(
     let result = recover(data, &name, Some(&cfg), result, &mut ledger, run, opts, obs);
     tidy_hosts(data, &name, result.is_ok(), opts, obs);
     result
+}
+
+/// Whether the workers fit this machine's memory, where they run on it:
+/// each builds the whole model and trains one iteration (all of them
+/// together; each ssh or Slurm host checks its own), and a full-graph run's
+/// share of the graph (`preflight`). Checked before anything is started,
+/// for a new run and for a `--resume` alike (its `--workers` or
+/// `--memory-limit-mb` may differ from the run's first start).
+fn check_memory(
+    ds: &crate::format::DatasetFile,
+    parts_dir: Option<&Path>,
+    cfg: &TrainConfig,
+    run: &RunOptions,
+    opts: &DistOptions<'_>,
+) -> anyhow::Result<()> {
+    let local = opts.launcher.local_workers(cfg.workers);
+    if local > 0 {
+        crate::train::check_model_memory(cfg, ds, local, true, run.memory_limit)?;
+    }
+    preflight(ds, parts_dir, cfg, run, opts)
 }
 
 /// Full-graph runs: every worker of a launcher that shares this machine's
@@ -506,6 +519,10 @@ fn execute(
         cfg.parts,
         cfg.seed,
     )?)?;
+    // A typed `--resume` is checked as a new run is (a restart goes on from a run that was).
+    if resume.is_some() && restart.is_none() {
+        check_memory(&ds, Some(&parts_dir), &cfg, run, opts)?;
+    }
     let partition_checksum = Some(crate::format::ManifestFile::open(&parts_dir)?.checksum());
     let run_dir = absolute(&run_dir)?;
     tracing::info!(
