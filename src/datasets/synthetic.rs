@@ -224,7 +224,7 @@ fn check_memory(name: &str, s: &SyntheticSpec) -> Result<(), BadInput> {
     if need <= usable {
         return Ok(());
     }
-    let mib = |b: u64| b.div_ceil(1 << 20);
+    use crate::util::mib;
     Err(BadInput::new(format!(
         "synthetic dataset `{name}`: {} nodes x {} features and {} edges need at least {} MiB, but {} MiB are \
          available ({source}); give smaller nodes, feature_dim or edges, or generate it on a machine with more memory",

@@ -473,7 +473,7 @@ pub(crate) fn check_model_memory(
         DeviceKind::Cuda(_) => 1,
     };
     let need = (spec.min_weight_values() as u64).saturating_mul(4).saturating_mul(copies);
-    let mib = |b: u64| b.div_ceil(1 << 20);
+    use crate::util::mib;
     let fewer = if local > 1 { ", fewer --workers (or --cluster to spread them over machines)" } else { "" };
     let weights = vec![need; local];
     if let Some(b) = fullgraph::memory::exceeded(&budgets, &weights) {

@@ -50,6 +50,12 @@ pub fn usable_memory() -> Option<(u64, &'static str)> {
     }
 }
 
+/// `bytes` in whole MiB, rounded up: how a memory refusal quotes a figure
+/// (never a need of 0.4 MiB quoted as 0).
+pub fn mib(bytes: u64) -> u64 {
+    bytes.div_ceil(1 << 20)
+}
+
 /// A `KEY:   N kB` line of a /proc file, in bytes.
 fn proc_kib(path: &str, key: &str) -> Option<u64> {
     let text = std::fs::read_to_string(path).ok()?;

@@ -9,6 +9,7 @@ use crate::format::{DatasetFile, FeatureView};
 use crate::graph::CsrView;
 use crate::model::{GatHeads, ModelKind, ModelSpec};
 use crate::train::{DeviceKind, TrainConfig};
+use crate::util::mib;
 
 /// Vertices, halo and in-edges of one worker.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -188,10 +189,6 @@ pub(crate) fn with_driver(mut per_worker: Vec<u64>, driver: bool) -> Vec<u64> {
         per_worker.push(PROCESS_BYTES);
     }
     per_worker
-}
-
-fn mib(b: u64) -> u64 {
-    b.div_ceil(1 << 20)
 }
 
 /// What the workers on this machine are held against: `limit` bytes together
