@@ -5,6 +5,8 @@
 #[path = "support/capture.rs"]
 mod capture;
 mod comm_support;
+#[path = "support/ports.rs"]
+mod ports;
 #[path = "support/sshd.rs"]
 mod sshd;
 
@@ -155,7 +157,7 @@ fn missing_or_unreachable_workers_are_named_when_the_deadline_passes() {
     }
 
     // Nobody listens where worker 0 should be.
-    let dead = sshd::dead_port();
+    let dead = ports::dead_port();
     let gone: std::net::SocketAddr = ([127, 0, 0, 1], dead.port).into();
     let (l1, a1) = {
         let (mut ls, a) = listeners(1);

@@ -32,6 +32,8 @@
 
 #[path = "import_support/mod.rs"]
 mod import_support;
+#[path = "support/ports.rs"]
+mod ports;
 #[path = "support/sshd.rs"]
 mod sshd;
 

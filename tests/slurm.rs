@@ -9,7 +9,7 @@
 
 mod dist_support;
 
-use dist_support::sshd::{free_ports, on_fresh_ports};
+use dist_support::ports::{free_ports, on_fresh_ports};
 use dist_support::{LONG_RUN, cora, fails, json};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

@@ -1,5 +1,7 @@
 //! `leapgnn cluster check` as a process, against a real sshd and a dead port.
 
+#[path = "support/ports.rs"]
+mod ports;
 #[path = "support/sshd.rs"]
 mod sshd;
 
@@ -30,7 +32,7 @@ fn json(out: &Output) -> serde_json::Value {
 #[test]
 fn check_reports_every_host_and_fails_on_a_bad_one() {
     let mut sshd = Sshd::start();
-    let dead_socket = sshd::dead_port();
+    let dead_socket = ports::dead_port();
     let dead = dead_socket.port;
     let bad_host = sshd.host_entry(1).replace(&format!("port = {}", sshd.port), &format!("port = {dead}"));
     let profile = sshd.profile_with_hosts(&format!("{}{bad_host}", sshd.host_entry(2)), "");

@@ -2,6 +2,8 @@
 //! start remotely into an empty directory, connect back and report; files
 //! ship once; every refusal is clear; nothing is left running afterwards.
 
+#[path = "support/ports.rs"]
+mod ports;
 #[path = "support/sshd.rs"]
 mod sshd;
 
@@ -218,7 +220,7 @@ fn wrong_key_and_unreachable_port_are_refused_with_the_host_named() {
     assert!(e.contains(&format!("authentication as {}", sshd.user)) && e.contains("stranger"), "{e}");
     assert!(e.contains(&format!("127.0.0.1:{}", sshd.port)), "{e}");
 
-    let dead_socket = sshd::dead_port();
+    let dead_socket = ports::dead_port();
     let dead = dead_socket.port;
     let text = std::fs::read_to_string(sshd.profile(1, ""))
         .unwrap()
@@ -446,7 +448,7 @@ fn an_sshd_whose_port_was_taken_before_it_bound_serves_on_another() {
 /// could take a port `free_port` had released.
 #[test]
 fn a_dead_port_can_be_taken_by_no_one_and_refuses_connections() {
-    let dead = sshd::dead_port();
+    let dead = ports::dead_port();
     let taken = std::net::TcpListener::bind(("127.0.0.1", dead.port));
     assert!(taken.is_err(), "another socket could listen on the dead port {}", dead.port);
     let e = std::net::TcpStream::connect(("127.0.0.1", dead.port)).expect_err("nothing may answer on the dead port");

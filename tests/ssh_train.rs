@@ -5,6 +5,7 @@
 
 mod dist_support;
 
+use dist_support::ports;
 use dist_support::sshd::{self, Sshd};
 use dist_support::{
     Driver, LONG_RUN, cora, epoch_losses, final_weights, json, leapgnn, max_abs_diff, predictions, remote_workers,
@@ -212,7 +213,7 @@ fn train_refuses_an_unknown_host_key_a_wrong_key_a_dead_port_and_a_wrong_worker_
     assert!(!d.join("runs").exists() || std::fs::read_dir(d.join("runs")).unwrap().next().is_none(), "no run begun");
 
     // Nothing listens on the port: refused fast, the address named.
-    let dead_socket = sshd::dead_port();
+    let dead_socket = ports::dead_port();
     let dead = dead_socket.port;
     let text =
         std::fs::read_to_string(&profile).unwrap().replace(&format!("port = {}", sshd.port), &format!("port = {dead}"));

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+#[path = "../support/ports.rs"]
+pub mod ports;
 #[path = "../support/sshd.rs"]
 pub mod sshd;
 #[path = "../train_support/mod.rs"]
