@@ -812,12 +812,20 @@ mod tests {
 
     #[test]
     fn a_wait_ends_at_once_when_interrupted_or_asked_to_stop() {
-        let flag = AtomicBool::new(true);
-        let t = Instant::now();
-        assert_eq!(wait_unless_interrupted(Duration::from_secs(60), &flag, &|| true), Waited::Forced);
-        flag.store(false, Ordering::SeqCst);
-        assert_eq!(wait_unless_interrupted(Duration::from_secs(60), &flag, &|| true), Waited::Stop);
-        assert!(t.elapsed() < Duration::from_secs(5));
+        // An hour's wait that only the flags can end in time: a wait that ran its course would
+        // still be going when the guard gives up, however slowly a loaded machine runs it,
+        // where a bound on the elapsed time also counts the time the test was not scheduled.
+        const HOUR: Duration = Duration::from_secs(3600);
+        let (done, waited) = mpsc::channel();
+        std::thread::spawn(move || {
+            let flag = AtomicBool::new(true);
+            let forced = wait_unless_interrupted(HOUR, &flag, &|| true);
+            flag.store(false, Ordering::SeqCst);
+            let _ = done.send((forced, wait_unless_interrupted(HOUR, &flag, &|| true)));
+        });
+        let ended = waited.recv_timeout(Duration::from_secs(120)).expect("a wait asked to end went on");
+        assert_eq!(ended, (Waited::Forced, Waited::Stop));
+        let flag = AtomicBool::new(false);
         assert_eq!(wait_unless_interrupted(Duration::from_millis(10), &flag, &|| false), Waited::Out);
     }
 }
