@@ -6,7 +6,7 @@
 
 mod dist_support;
 
-use dist_support::sshd::{Sshd, wait_none_mentioning};
+use dist_support::sshd::{LEFT_WITHIN, Sshd, wait_none_mentioning};
 use dist_support::{
     Driver, InferOut, cora, facebook, fails, json, leapgnn, load_infer as load, max_abs_diff, signal, wait_gone,
 };
@@ -159,7 +159,7 @@ fn over_ssh_the_workers_get_the_runs_weights_and_score_as_in_process() {
     assert!(shipped.iter().any(|p| p.ends_with(format!("runs/cr/checkpoint/{weights}"))), "{shipped:?}");
     assert!(!shipped.iter().any(|p| p.to_string_lossy().contains("optimizer-")), "only the weights are shipped");
     let marker = sshd.remote.display().to_string();
-    assert_eq!(wait_none_mentioning(&marker, Duration::from_secs(5)), Vec::<u32>::new(), "processes left");
+    assert_eq!(wait_none_mentioning(&marker, LEFT_WITHIN), Vec::<u32>::new(), "processes left");
 }
 
 /// Every file below `dir`.

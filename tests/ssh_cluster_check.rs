@@ -5,9 +5,8 @@ mod ports;
 #[path = "support/sshd.rs"]
 mod sshd;
 
-use sshd::Sshd;
+use sshd::{LEFT_WITHIN, Sshd};
 use std::process::{Command, Output};
-use std::time::Duration;
 
 fn leapgnn(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_leapgnn")).args(args).output().unwrap()
@@ -71,7 +70,7 @@ fn check_reports_every_host_and_fails_on_a_bad_one() {
     assert!(row(sshd.port).trim_end().ends_with(" ok"), "{table}");
     assert!(row(dead).contains("FAIL"), "{table}");
     assert!(table.contains("reachable: host"), "the reason is printed under the row:\n{table}");
-    assert_eq!(sshd.wait_sessions_closed(Duration::from_secs(5)), Vec::<u32>::new());
+    assert_eq!(sshd.wait_sessions_closed(LEFT_WITHIN), Vec::<u32>::new());
     sshd.stop();
 }
 
@@ -108,7 +107,7 @@ fn two_entries_for_one_machine_pass_with_one_warning() {
     let out = leapgnn(&["--json", "cluster", "check", one.to_str().unwrap(), "--timeout", "5", "--no-workers"]);
     assert_eq!(json(&out)["warnings"], serde_json::json!([]));
     assert!(!String::from_utf8_lossy(&out.stderr).contains("warning:"));
-    assert_eq!(sshd.wait_sessions_closed(Duration::from_secs(5)), Vec::<u32>::new());
+    assert_eq!(sshd.wait_sessions_closed(LEFT_WITHIN), Vec::<u32>::new());
     sshd.stop();
 }
 
@@ -142,7 +141,7 @@ fn a_broken_spare_or_an_unwritable_data_dir_fails_the_check() {
     assert!(data["detail"].as_str().unwrap().contains("data_dir /proc/leapgnn-data"), "{data}");
     assert_eq!(json(&out)["hosts"][0]["ports"]["ok"], serde_json::Value::Null, "no worker starts after a failure");
     for s in [&mut s1, &mut s2] {
-        assert_eq!(s.wait_sessions_closed(Duration::from_secs(5)), Vec::<u32>::new());
+        assert_eq!(s.wait_sessions_closed(LEFT_WITHIN), Vec::<u32>::new());
         s.stop();
     }
 }
@@ -260,7 +259,7 @@ fn check_starts_every_worker_and_reports_data_to_ship() {
     // --parts must be at least the profile's worker slots (bad input: exit 2).
     let out = run(&["--dataset", "tiny", "--parts", "1"]);
     assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(sshd.wait_sessions_closed(Duration::from_secs(5)), Vec::<u32>::new());
+    assert_eq!(sshd.wait_sessions_closed(LEFT_WITHIN), Vec::<u32>::new());
     sshd.stop();
 }
 
@@ -371,7 +370,7 @@ fn recording_a_host_key_leaves_known_hosts_writable_by_its_owner_only() {
     let out = check_under_umask_000();
     assert_eq!(json(&out)["hosts"][0]["host_key"]["ok"], true, "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(mode(&sshd.known_hosts), 0o644);
-    assert_eq!(sshd.wait_sessions_closed(Duration::from_secs(5)), Vec::<u32>::new());
+    assert_eq!(sshd.wait_sessions_closed(LEFT_WITHIN), Vec::<u32>::new());
     sshd.stop();
 }
 

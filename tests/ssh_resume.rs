@@ -5,7 +5,7 @@
 
 mod dist_support;
 
-use dist_support::sshd::Sshd;
+use dist_support::sshd::{LEFT_WITHIN, Sshd};
 use dist_support::{
     Driver, cora, final_weights, json, losses, records, remote_workers, scores, signal, straight_and_resumed, wait_gone,
 };
@@ -123,7 +123,7 @@ fn a_worker_killed_over_ssh_is_restarted_and_the_run_ends_as_if_uninterrupted() 
     let lost: Vec<_> = s.iter().filter(|x| !k.contains(x)).collect();
     assert!(k.iter().all(|x| s.contains(x)) && k.windows(2).all(|w| w[0] != w[1]), "records differ or repeat");
     assert!(lost.iter().all(|x| (x.0, x.1, x.3) == (before.0, before.1, 1)), "records lost: {lost:?}");
-    assert_eq!(wait_gone(&[&pids[..], &again[..]].concat(), Duration::from_secs(5)), Vec::<u32>::new());
+    assert_eq!(wait_gone(&[&pids[..], &again[..]].concat(), LEFT_WITHIN), Vec::<u32>::new());
     sshd.assert_nothing_left();
     sshd.stop();
 }
@@ -167,7 +167,7 @@ fn the_ranks_of_a_host_lost_mid_run_restart_on_a_spare_host() {
     assert_eq!(code, Some(0), "{stderr}");
     assert!(final_weights(d, "moved") == final_weights(d, "straight"), "the run on the spare ended elsewhere");
     assert_eq!(losses(d, "moved"), losses(d, "straight"));
-    assert_eq!(wait_gone(&[&pids[..], &again[..]].concat(), Duration::from_secs(5)), Vec::<u32>::new());
+    assert_eq!(wait_gone(&[&pids[..], &again[..]].concat(), LEFT_WITHIN), Vec::<u32>::new());
     s1.assert_nothing_left();
     s1.stop();
 }
@@ -200,7 +200,7 @@ fn a_relaunch_that_cannot_reach_its_host_uses_the_restarts_left() {
     assert_eq!(code, Some(1), "{stderr}");
     let last = stderr.lines().rfind(|l| l.starts_with("error:")).unwrap_or_default();
     assert!(last.contains("cannot start worker 1") && last.contains(&format!("127.0.0.1:{}", s2.port)), "{last}");
-    assert_eq!(wait_gone(&pids, Duration::from_secs(5)), Vec::<u32>::new());
+    assert_eq!(wait_gone(&pids, LEFT_WITHIN), Vec::<u32>::new());
     s1.assert_nothing_left();
     s1.stop();
 }

@@ -23,8 +23,23 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// Training flags of a Cora run long enough never to finish before the test acts on it.
+/// How long a test waits for a run it made fail to end: the driver notices,
+/// stops the other workers (SIGTERM, then a grace) and copies back the last
+/// checkpoint, each step a turn for a core on a loaded machine. Only a hang
+/// outlasts it; whether a loss was noticed is `assert_noticed_not_waited_out`.
+pub const LONG_EXIT: Duration = Duration::from_secs(120);
+
 pub const LONG_RUN: &[&str] =
     &["--epochs", "1000", "--batch-size", "8", "--hidden", "16", "--fanout", "5,5", "--no-tui"];
+
+/// A run's error line that says it noticed a worker's loss rather than waited
+/// it out: a stopwatch on the run's end would tell the two apart only on an
+/// idle machine, the comm timeout (30 s by default) being the wait.
+pub fn assert_noticed_not_waited_out(line: &str) {
+    for waited in ["timed out", "stopped answering", "sent nothing for"] {
+        assert!(!line.contains(waited), "the loss was waited out, not noticed: {line}");
+    }
+}
 
 /// A temp data dir holding Cora (public Planetoid split) as `cora`, features
 /// stored dense (the tests count dense rows' bytes on the wire).
