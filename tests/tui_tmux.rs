@@ -12,6 +12,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+/// How long a key gets to show on screen: the TUI reads it and redraws on its
+/// next tick, and tmux redraws the pane, while the run's own workers hold both
+/// cores of a loaded machine. Only a key never answered outlasts it.
+const KEY_ANSWERED: Duration = Duration::from_secs(60);
+
 /// A private tmux server (its socket in the test's temp dir, no user
 /// config), killed on drop with everything running in it, whatever the
 /// test's outcome.
@@ -93,9 +98,9 @@ fn q_stops_the_run_with_a_checkpoint_and_gives_the_terminal_back() {
     assert!(live.contains("synthetic-small") && live.contains("run tmux"), "{live}");
     assert!(live.contains("worker 0 started"), "{live}");
     tmux.keys("Tab");
-    tmux.wait("workers view", Duration::from_secs(10), |s| s.contains("bytes/s in/out"));
+    tmux.wait("workers view", KEY_ANSWERED, |s| s.contains("bytes/s in/out"));
     tmux.keys("?");
-    tmux.wait("help", Duration::from_secs(10), |s| s.contains("help: keys"));
+    tmux.wait("help", KEY_ANSWERED, |s| s.contains("help: keys"));
 
     tmux.keys("q");
     let after = tmux.wait("exit", Duration::from_secs(30), |s| s.contains("leapgnn exited"));
@@ -215,7 +220,7 @@ fn log_lines_go_to_the_log_view_not_over_the_dashboard() {
     });
     assert!(!s.contains("INFO"), "a log line printed over the dashboard:\n{s}");
     tmux.keys("BTab");
-    let log = tmux.wait("the log view", Duration::from_secs(10), |s| s.contains(" log "));
+    let log = tmux.wait("the log view", KEY_ANSWERED, |s| s.contains(" log "));
     let wanted = |s: &str| s.lines().any(|l| l.contains("INFO") && l.contains("epoch") && !l.contains("Z  INFO"));
     let log =
         if wanted(&log) { log } else { tmux.wait("an INFO line in the log view", Duration::from_secs(30), wanted) };
@@ -260,7 +265,7 @@ fn the_time_step_grid_shows_what_the_records_say() {
         ("steps", "time steps: epoch"),
     ] {
         tmux.keys("Tab");
-        tmux.wait(view, Duration::from_secs(10), |s| s.contains(says));
+        tmux.wait(view, KEY_ANSWERED, |s| s.contains(says));
     }
     // Three iterations or more on screen with at least 12 cells filled: steps
     // arrive as they end, so the newest iterations may still be partly empty.
