@@ -8,6 +8,13 @@ mod sshd;
 use sshd::{LEFT_WITHIN, Sshd};
 use std::process::{Command, Output};
 
+/// `cluster check --timeout` for a check a host must pass: each SSH step of a
+/// good host (handshake, upload of the worker binary, a worker started and
+/// heard from) gets it, all on a loaded machine with sshd's processes waiting
+/// for a core. The bad hosts here fail for a reason, not a time, so only a
+/// hang outlasts it.
+const STEP: &str = "60";
+
 fn leapgnn(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_leapgnn")).args(args).output().unwrap()
 }
@@ -37,7 +44,7 @@ fn check_reports_every_host_and_fails_on_a_bad_one() {
     let profile = sshd.profile_with_hosts(&format!("{}{bad_host}", sshd.host_entry(2)), "");
     let p = profile.to_str().unwrap();
 
-    let out = leapgnn(&["--json", "cluster", "check", p, "--timeout", "5"]);
+    let out = leapgnn(&["--json", "cluster", "check", p, "--timeout", STEP]);
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
     let v = json(&out);
     let hosts = v["hosts"].as_array().unwrap();
@@ -63,7 +70,7 @@ fn check_reports_every_host_and_fails_on_a_bad_one() {
     assert!(err.starts_with("error: ") && err.contains(&format!("127.0.0.1:{dead}")), "{err}");
 
     // Human table, same verdicts.
-    let out = leapgnn(&["cluster", "check", p, "--timeout", "5"]);
+    let out = leapgnn(&["cluster", "check", p, "--timeout", STEP]);
     assert_eq!(out.status.code(), Some(1));
     let table = String::from_utf8_lossy(&out.stdout);
     let row = |port: u16| table.lines().find(|l| l.contains(&format!("@127.0.0.1:{port} "))).unwrap_or("").to_string();
@@ -84,7 +91,7 @@ fn two_entries_for_one_machine_pass_with_one_warning() {
     let p = profile.to_str().unwrap();
     let machine = format!("{}@127.0.0.1:{}", sshd.user, sshd.port);
 
-    let out = leapgnn(&["--json", "cluster", "check", p, "--timeout", "5"]);
+    let out = leapgnn(&["--json", "cluster", "check", p, "--timeout", STEP]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let v = json(&out);
     assert_eq!(v["ok"], true);
@@ -95,7 +102,7 @@ fn two_entries_for_one_machine_pass_with_one_warning() {
     assert!(w.starts_with(&format!("host[0] and host[1] are the same machine, {machine}:")), "{w}");
     assert!(w.contains("their workers share it"), "{w}");
 
-    let out = leapgnn(&["cluster", "check", p, "--timeout", "5", "--no-workers"]);
+    let out = leapgnn(&["cluster", "check", p, "--timeout", STEP, "--no-workers"]);
     assert_eq!(out.status.code(), Some(0));
     let err = String::from_utf8_lossy(&out.stderr);
     let said: Vec<&str> = err.lines().filter(|l| l.starts_with("warning:")).collect();
@@ -104,7 +111,7 @@ fn two_entries_for_one_machine_pass_with_one_warning() {
 
     // Entries for different machines: no warning.
     let one = sshd.profile(2, "");
-    let out = leapgnn(&["--json", "cluster", "check", one.to_str().unwrap(), "--timeout", "5", "--no-workers"]);
+    let out = leapgnn(&["--json", "cluster", "check", one.to_str().unwrap(), "--timeout", STEP, "--no-workers"]);
     assert_eq!(json(&out)["warnings"], serde_json::json!([]));
     assert!(!String::from_utf8_lossy(&out.stderr).contains("warning:"));
     assert_eq!(sshd.wait_sessions_closed(LEFT_WITHIN), Vec::<u32>::new());
@@ -121,7 +128,7 @@ fn a_broken_spare_or_an_unwritable_data_dir_fails_the_check() {
     // s2's host key is not in s1's known_hosts, which the profile names.
     let hosts = format!("{}{}spare = true\n", s1.host_entry(2), s2.host_entry(2));
     let profile = s1.profile_with_hosts(&hosts, "");
-    let out = leapgnn(&["--json", "cluster", "check", profile.to_str().unwrap(), "--timeout", "10"]);
+    let out = leapgnn(&["--json", "cluster", "check", profile.to_str().unwrap(), "--timeout", STEP]);
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
     let v = json(&out);
     let rows = v["hosts"].as_array().unwrap();
@@ -134,7 +141,7 @@ fn a_broken_spare_or_an_unwritable_data_dir_fails_the_check() {
     assert!(err.contains(&format!("127.0.0.1:{} (spare)", s2.port)), "{err}");
 
     let profile = s1.profile(2, "data_dir = \"/proc/leapgnn-data\"");
-    let out = leapgnn(&["--json", "cluster", "check", profile.to_str().unwrap(), "--timeout", "10"]);
+    let out = leapgnn(&["--json", "cluster", "check", profile.to_str().unwrap(), "--timeout", STEP]);
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
     let data = &json(&out)["hosts"][0]["data"];
     assert_eq!(data["ok"], false, "{data}");
@@ -308,7 +315,7 @@ fn a_key_with_a_passphrase_is_named_as_the_cause() {
     std::fs::write(&authorized, keys).unwrap();
     let host = sshd.host_entry(1).replace(&sshd.key.display().to_string(), &key.display().to_string());
     let profile = sshd.profile_with_hosts(&host, "");
-    let out = leapgnn(&["--json", "cluster", "check", profile.to_str().unwrap(), "--timeout", "10"]);
+    let out = leapgnn(&["--json", "cluster", "check", profile.to_str().unwrap(), "--timeout", STEP]);
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
     let auth = &json(&out)["hosts"][0]["auth"];
     assert_eq!(auth["ok"], false, "{auth}");
@@ -336,7 +343,7 @@ fn recording_a_host_key_leaves_known_hosts_writable_by_its_owner_only() {
         let script = "umask 000 && exec \"$0\" \"$@\"";
         Command::new("sh")
             .args(["-c", script, env!("CARGO_BIN_EXE_leapgnn")])
-            .args(["--json", "cluster", "check", p, "--timeout", "5", "--no-workers", "--accept-new-host-keys"])
+            .args(["--json", "cluster", "check", p, "--timeout", STEP, "--no-workers", "--accept-new-host-keys"])
             .output()
             .unwrap()
     };
@@ -388,7 +395,7 @@ fn a_known_hosts_with_latin1_comments_still_verifies_and_records_keys() {
     let mut latin1 = b"# serveur de l'\xe9quipe (h\xf4te de calcul)\n".to_vec();
     latin1.extend_from_slice(&known);
     std::fs::write(&sshd.known_hosts, &latin1).unwrap();
-    let out = leapgnn(&["--json", "cluster", "check", p, "--timeout", "5", "--no-workers"]);
+    let out = leapgnn(&["--json", "cluster", "check", p, "--timeout", STEP, "--no-workers"]);
     let v = json(&out);
     assert_eq!(v["hosts"][0]["host_key"]["ok"], true, "{v}\n{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
@@ -396,7 +403,7 @@ fn a_known_hosts_with_latin1_comments_still_verifies_and_records_keys() {
     // Only the comment: the key is new, recorded after the file's own bytes.
     let comment = b"# h\xf4te \xe9\n".to_vec();
     std::fs::write(&sshd.known_hosts, &comment).unwrap();
-    let out = leapgnn(&["--json", "cluster", "check", p, "--timeout", "5", "--no-workers", "--accept-new-host-keys"]);
+    let out = leapgnn(&["--json", "cluster", "check", p, "--timeout", STEP, "--no-workers", "--accept-new-host-keys"]);
     assert_eq!(json(&out)["hosts"][0]["host_key"]["ok"], true, "{}", String::from_utf8_lossy(&out.stderr));
     let recorded = std::fs::read(&sshd.known_hosts).unwrap();
     assert!(recorded.starts_with(&comment) && recorded.len() > comment.len() + 40, "{recorded:?}");
