@@ -518,14 +518,17 @@ fn a_full_graph_run_is_held_to_the_memory_limit_with_its_driver() {
 /// `train --resume` of a multi-worker run is held to `--memory-limit-mb` as a
 /// new run is, mini-batch and full-graph alike: refused with exit 2 before a
 /// worker starts, its checkpoint left where it was. The old driver checked
-/// only new runs, and resumed.
+/// only new runs, and resumed. A single worker's resume is held to it too,
+/// and every refusal advises only what a resume can change: the old advice
+/// told it to give a smaller --hidden, which a resume refuses.
 #[test]
 fn a_resumed_multi_worker_run_is_held_to_the_memory_limit() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
     write_tiny(d, "tiny", Tiny::default());
-    for (run, mode) in [("mb", &[][..]), ("fg", &["--full-batch"][..])] {
-        let start = [&["train", "tiny", "--workers", "2", "--epochs", "1", "--hidden", "32", "--run", run][..], mode];
+    let runs = [("mb", &["--workers", "2"][..]), ("fg", &["--workers", "2", "--full-batch"]), ("one", &[])];
+    for (run, mode) in runs {
+        let start = [&["train", "tiny", "--epochs", "1", "--hidden", "32", "--run", run][..], mode];
         let out = leapgnn(d, &[&start.concat()[..], &["--no-tui"][..]].concat());
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let state = d.join("runs").join(run).join("checkpoint/state.json");
@@ -533,6 +536,15 @@ fn a_resumed_multi_worker_run_is_held_to_the_memory_limit() {
         let e = fails(d, &["train", "--resume", run, "--epochs", "2", "--no-tui", "--memory-limit-mb", "10"], 2);
         assert!(e.contains("--memory-limit-mb") && e.contains("MiB"), "{run}: {e}");
         assert_eq!(std::fs::read(&state).unwrap(), before, "{run}: the refused resume moved the checkpoint");
+        // The flags that size the run are advised for a new run, not for the resume.
+        let advice = &e[e.rfind("MiB are available").unwrap_or_else(|| panic!("{run}: {e}"))..];
+        let (for_resume, for_new_run) =
+            advice.split_once("start a new run (without --resume)").unwrap_or_else(|| panic!("{run}: {e}"));
+        assert!(for_resume.contains("a higher --memory-limit-mb"), "{run}: {e}");
+        for flag in ["--hidden", "--batch-size", "--fanout", "--layers", "--cluster", "--mode"] {
+            assert!(!for_resume.contains(flag), "{run}: the resume is advised {flag}: {e}");
+        }
+        assert!(for_new_run.contains("a smaller") && for_new_run.contains("--hidden"), "{run}: {e}");
     }
 }
 

@@ -363,10 +363,11 @@ fn execute(
     let path = crate::datasets::ensure_dataset(data, &cfg.dataset).map_err(TrainError::Dataset)?;
     let ds = DatasetFile::open_verified(&path)?;
     let [train, val, test] = splits(&ds, &cfg.dataset)?;
-    check_model_memory(&cfg, &ds, 1, false, memory_limit)?;
+    let limit = fullgraph::memory::Limit { bytes: memory_limit, resume: resuming };
+    check_model_memory(&cfg, &ds, 1, false, limit)?;
     let (model, params, mut opt, device) = build_model(&cfg, &ds)?;
     if cfg.mode == TrainMode::FullGraph {
-        fullgraph::memory::preflight(&ds, &cfg, None, model.spec(), params.numel(), false, memory_limit)?;
+        fullgraph::memory::preflight(&ds, &cfg, None, model.spec(), params.numel(), false, limit)?;
     }
     let ck = checkpoint::dir(run_dir);
     let progress = if resuming { checkpoint::restore(&ck, &params, opt.as_mut())? } else { Progress::default() };
@@ -460,7 +461,7 @@ pub(crate) fn check_model_memory(
     ds: &DatasetFile,
     local: usize,
     driver: bool,
-    limit: Option<u64>,
+    limit: fullgraph::memory::Limit,
 ) -> Result<(), BadInput> {
     let spec = cfg.model_spec(ds);
     spec.check()?;
@@ -475,11 +476,13 @@ pub(crate) fn check_model_memory(
     let need = (spec.min_weight_values() as u64).saturating_mul(4).saturating_mul(copies);
     use crate::util::mib;
     let fewer = if local > 1 { ", fewer --workers (or --cluster to spread them over machines)" } else { "" };
+    // A resume moves a run of several workers only to 2 or more.
+    let fewer_resumed = if local > 1 && cfg.workers > 2 { ", resume on fewer --workers (at least 2)" } else { "" };
     let weights = vec![need; local];
     if let Some(b) = fullgraph::memory::exceeded(&budgets, &weights) {
         return Err(BadInput::new(format!(
             "--hidden {} --layers {}: the {} model has at least {} weights (with {} input features and {} classes), \
-             which ({}) need at least {} MiB{}, but {} MiB are available ({}); give a smaller --hidden or fewer --layers{fewer}, or train on a machine with more memory",
+             which ({}) need at least {} MiB{}, but {} MiB are available ({}); {}",
             spec.hidden,
             spec.layers,
             spec.kind,
@@ -493,7 +496,12 @@ pub(crate) fn check_model_memory(
             mib(need),
             b.together(&weights, local),
             mib(b.bytes),
-            b.source
+            b.source,
+            b.advice(
+                format!("give a smaller --hidden or fewer --layers{fewer}, or train on a machine with more memory"),
+                fewer_resumed,
+                "a smaller --hidden or fewer --layers"
+            )
         )));
     }
     if cfg.mode == TrainMode::FullGraph || cfg.device != DeviceKind::Cpu {
@@ -516,9 +524,10 @@ pub(crate) fn check_model_memory(
         (per_worker[0] - need - activations - cache) >> 20,
     );
     let Some(b) = fullgraph::memory::exceeded(&budgets, &per_worker) else { return Ok(()) };
+    let cache_flag = if cache > 0 { ", --cache-mb" } else { "" };
     Err(BadInput::new(format!(
         "--batch-size {} --hidden {}: one iteration's sampled layers (up to {rows} rows) need an estimated {} MiB beside the model's {} MiB \
-         ({} MiB per worker{}{}), but {} MiB are available ({}); give a smaller --batch-size, --hidden{} or --fanout{fewer}, or train on a machine with more memory",
+         ({} MiB per worker{}{}), but {} MiB are available ({}); {}",
         cfg.batch_size,
         spec.hidden,
         mib(activations),
@@ -531,7 +540,11 @@ pub(crate) fn check_model_memory(
         b.together(&per_worker, local),
         mib(b.bytes),
         b.source,
-        if cache > 0 { ", --cache-mb" } else { "" },
+        b.advice(
+            format!("give a smaller --batch-size, --hidden{cache_flag} or --fanout{fewer}, or train on a machine with more memory"),
+            fewer_resumed,
+            &format!("a smaller --batch-size, --hidden{cache_flag} or --fanout")
+        ),
     )))
 }
 

@@ -10,6 +10,7 @@ use crate::format::write_atomic;
 use crate::metrics::{JsonlSink, RestartRecord, RunBytes, RunSummary, add_bytes};
 use crate::schedule::MergePlan;
 use crate::train::RunLock;
+use crate::train::fullgraph::memory::Limit;
 use crate::train::strategy::{StrategyEnv, StrategyKind};
 use crate::train::{Observer, Progress, ResumeOverrides, RunOptions, TrainConfig, TrainError, checkpoint, new_run_dir};
 use crate::{BadInput, DataDir};
@@ -72,12 +73,12 @@ pub fn train_distributed(
     // Refused before a partitioning that can take minutes when even a
     // full-graph run's lower bound (no halo) does not fit; the partition's
     // own halo is checked after it.
-    check_memory(&ds, None, &cfg, run, opts)?;
+    check_memory(&ds, None, &cfg, run, opts, false)?;
     // Partitioned before the run's directory exists, so a partitioning that
     // fails leaves no run behind to block the name.
     let parts_dir =
         crate::partition::ensure_partition(data, &cfg.dataset, cfg.partition_method(), cfg.parts, cfg.seed)?;
-    preflight(&ds, Some(&parts_dir), &cfg, run, opts)?;
+    preflight(&ds, Some(&parts_dir), &cfg, Limit { bytes: run.memory_limit, resume: false }, opts)?;
     let (name, run_dir) = new_run_dir(data, run.run.as_deref(), &cfg)?;
     // Held through every restart: this process trains the run until it returns.
     let _lock = RunLock::acquire(&run_dir, &name)?;
@@ -95,19 +96,22 @@ pub fn train_distributed(
 /// together; each ssh or Slurm host checks its own), and a full-graph run's
 /// share of the graph (`preflight`). Checked before anything is started,
 /// for a new run and for a `--resume` alike (its `--workers` or
-/// `--memory-limit-mb` may differ from the run's first start).
+/// `--memory-limit-mb` may differ from the run's first start; its refusal
+/// advises only what a resume can change).
 fn check_memory(
     ds: &crate::format::DatasetFile,
     parts_dir: Option<&Path>,
     cfg: &TrainConfig,
     run: &RunOptions,
     opts: &DistOptions<'_>,
+    resume: bool,
 ) -> anyhow::Result<()> {
+    let limit = Limit { bytes: run.memory_limit, resume };
     let local = opts.launcher.local_workers(cfg.workers);
     if local > 0 {
-        crate::train::check_model_memory(cfg, ds, local, true, run.memory_limit)?;
+        crate::train::check_model_memory(cfg, ds, local, true, limit)?;
     }
-    preflight(ds, parts_dir, cfg, run, opts)
+    preflight(ds, parts_dir, cfg, limit, opts)
 }
 
 /// Full-graph runs: every worker of a launcher that shares this machine's
@@ -118,7 +122,7 @@ fn preflight(
     ds: &crate::format::DatasetFile,
     parts_dir: Option<&Path>,
     cfg: &TrainConfig,
-    run: &RunOptions,
+    limit: Limit,
     opts: &DistOptions<'_>,
 ) -> anyhow::Result<()> {
     if cfg.mode != crate::train::TrainMode::FullGraph || !opts.launcher.shares_files() {
@@ -136,7 +140,7 @@ fn preflight(
         model.spec(),
         params.numel(),
         opts.launcher.local_workers(cfg.workers) > 0,
-        run.memory_limit,
+        limit,
     )?;
     Ok(())
 }
@@ -521,7 +525,7 @@ fn execute(
     )?)?;
     // A typed `--resume` is checked as a new run is (a restart goes on from a run that was).
     if resume.is_some() && restart.is_none() {
-        check_memory(&ds, Some(&parts_dir), &cfg, run, opts)?;
+        check_memory(&ds, Some(&parts_dir), &cfg, run, opts, true)?;
     }
     let partition_checksum = Some(crate::format::ManifestFile::open(&parts_dir)?.checksum());
     let run_dir = absolute(&run_dir)?;

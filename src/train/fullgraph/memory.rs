@@ -144,7 +144,7 @@ pub fn preflight(
     spec: &ModelSpec,
     params: usize,
     driver: bool,
-    limit: Option<u64>,
+    limit: Limit,
 ) -> Result<Vec<u64>, BadInput> {
     let features = ds.features();
     let sparse_rows = match features {
@@ -191,23 +191,38 @@ pub(crate) fn with_driver(mut per_worker: Vec<u64>, driver: bool) -> Vec<u64> {
     per_worker
 }
 
+/// How a refusal by an address-space limit says to lift it.
+const RAISE_RLIMIT: &str = "raise the limit (ulimit -v, prlimit --as)";
+
+/// What a run's workers are held to: `bytes` together when given
+/// (`--memory-limit-mb`), else this machine's memory; and whether the run is
+/// resumed, so that a refusal advises only what a resume can change.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Limit {
+    pub bytes: Option<u64>,
+    pub resume: bool,
+}
+
 /// What the workers on this machine are held against: `limit` bytes together
 /// when given (`--memory-limit-mb`), else MemAvailable together and the
 /// address-space limit (RLIMIT_AS), which every worker process inherits from
 /// this one, each.
-pub(crate) fn budgets(limit: Option<u64>) -> Vec<Budget> {
-    match limit {
-        Some(l) => vec![Budget { bytes: l, each: false, source: "--memory-limit-mb" }],
+pub(crate) fn budgets(limit: Limit) -> Vec<Budget> {
+    let resume = limit.resume;
+    match limit.bytes {
+        Some(l) => vec![Budget { bytes: l, each: false, source: "--memory-limit-mb", resume }],
         None => {
             let together = crate::util::mem_available().map(|bytes| Budget {
                 bytes,
                 each: false,
                 source: crate::util::MEM_AVAILABLE_SOURCE,
+                resume,
             });
             let each = crate::util::address_space_limit().map(|bytes| Budget {
                 bytes,
                 each: true,
                 source: crate::util::RLIMIT_AS_SOURCE,
+                resume,
             });
             together.into_iter().chain(each).collect()
         }
@@ -226,6 +241,8 @@ pub(crate) struct Budget {
     /// Per worker process (an address-space limit) rather than all of them together.
     pub each: bool,
     pub source: &'static str,
+    /// The run is resumed: it keeps its saved config (`Limit::resume`).
+    pub resume: bool,
 }
 
 impl Budget {
@@ -261,23 +278,46 @@ impl Budget {
     fn refusal(&self, per_worker: &[u64], held: &[u64], bound: bool) -> BadInput {
         let total: u64 = per_worker.iter().sum();
         let (to, raise) = match self.each {
-            true => (" to each worker", "raise the limit (ulimit -v, prlimit --as), "),
-            false => ("", ""),
+            true => (" to each worker", format!("{RAISE_RLIMIT}, ")),
+            false => ("", String::new()),
         };
         let (figure, share) = match bound {
             true => ("at least", ", each an even share of the graph"),
             false => ("an estimated", ""),
         };
         BadInput::new(format!(
-            "--mode full-graph needs {figure} {} MiB ({} worker(s){share}, the largest {} MiB{}) but {} MiB are available{to} ({}); \
-             {raise}use more machines (--cluster), a smaller --hidden, or --mode minibatch",
+            "--mode full-graph needs {figure} {} MiB ({} worker(s){share}, the largest {} MiB{}) but {} MiB are available{to} ({}); {}",
             mib(total),
             per_worker.len(),
             mib(per_worker.iter().copied().max().unwrap_or(0)),
             self.together(held, per_worker.len()),
             mib(self.bytes),
-            self.source
+            self.source,
+            self.advice(
+                format!("{raise}use more machines (--cluster), a smaller --hidden, or --mode minibatch"),
+                "",
+                "a smaller --hidden, more machines (--cluster) or --mode minibatch"
+            ),
         ))
+    }
+
+    /// A refusal's advice: `new_run` for a new run, which can change what it
+    /// trains. A resumed run keeps its saved config (a `--hidden` given with
+    /// `--resume` is refused), so it is told what it can change: the memory
+    /// it is held to, `fewer` (its own `--workers`, where fewer would fit), or
+    /// a new run with `change`.
+    pub fn advice(&self, new_run: String, fewer: &str, change: &str) -> String {
+        if !self.resume {
+            return new_run;
+        }
+        let room = match (self.each, self.source) {
+            (true, _) => RAISE_RLIMIT,
+            (false, "--memory-limit-mb") => "give a higher --memory-limit-mb if this machine has that much free",
+            (false, _) => "free memory on this machine (stop other processes)",
+        };
+        format!(
+            "a resumed run keeps its saved config, so {room}{fewer}, or start a new run (without --resume) with {change}"
+        )
     }
 }
 
