@@ -29,6 +29,9 @@ impl Observer for Watch {
     fn start(&mut self, info: &RunInfo) {
         self.0.start(info);
     }
+    fn hosts(&mut self, hosts: &[String]) {
+        self.0.hosts(hosts);
+    }
     fn step(&mut self, r: &StepRecord) -> Result<(), TrainError> {
         self.0.record(r);
         Ok(())

@@ -1,19 +1,23 @@
 //! What a run tells its observers: `--time-steps auto`'s decisions at each
 //! epoch boundary, with the T it leaves, the T it takes and why; and, before
-//! its first record, what it is (`RunInfo`), the engine included; and the
-//! workers' refusal of a partition replaced after the driver read it.
+//! its first record, what it is (`RunInfo`), the engine included; where the
+//! workers of each attempt run, as the dashboard shows it; and the workers'
+//! refusal of a partition replaced after the driver read it.
 
 mod dist_support;
+mod tui_support;
 
 use dist_support::{cora, local_options, small_cora_job};
 use leapgnn::DataDir;
-use leapgnn::cluster::LocalLauncher;
+use leapgnn::cluster::{Launcher, LocalLauncher, WorkerProcess, WorkerSpec};
 use leapgnn::metrics::{RunInfo, StepRecord};
 use leapgnn::train::distributed::train_distributed;
 use leapgnn::train::strategy::StrategyKind;
 use leapgnn::train::{EvalMode, Observer, RunOptions, TrainConfig, TrainError, TrainMode};
+use leapgnn::tui::{DashboardState, Ui};
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
 
 /// Keeps the events and, per epoch, the time steps worker 0 took in iteration 0.
 #[derive(Default)]
@@ -117,6 +121,105 @@ fn a_full_graph_run_says_so_before_its_first_record_and_records_no_miss_rate() {
     train_distributed(&data, small_cora_job(2, 1), &run("mb"), &opts, &mut mini).expect("the run succeeds");
     assert_eq!(mini.info[0].mode, None);
     assert!(mini.miss.iter().all(Option::is_some), "{:?}", mini.miss);
+}
+
+/// Local workers placed as they are launched, as the ssh launcher places an
+/// unreachable host's ranks on a spare: the n-th launch of the run (from 0)
+/// runs "on" `node-n`. Each launched worker can be killed, as a host failure would.
+struct Placing<'a> {
+    local: &'a LocalLauncher,
+    hosts: Mutex<Vec<String>>,
+    launched: Mutex<Vec<Launched>>,
+}
+
+/// A launched worker, shared between the driver and the test that kills it.
+type Launched = Arc<Mutex<Box<dyn WorkerProcess>>>;
+
+struct Shared(Launched);
+
+impl WorkerProcess for Shared {
+    fn rank(&self) -> usize {
+        self.0.lock().unwrap().rank()
+    }
+    fn try_exit_code(&mut self) -> Option<i32> {
+        self.0.lock().unwrap().try_exit_code()
+    }
+    fn kill(&mut self) {
+        self.0.lock().unwrap().kill()
+    }
+}
+
+impl Launcher for Placing<'_> {
+    fn name(&self) -> &'static str {
+        "placing"
+    }
+    fn launch(&self, spec: &WorkerSpec) -> anyhow::Result<Box<dyn WorkerProcess>> {
+        let worker = Arc::new(Mutex::new(self.local.launch(spec)?));
+        let mut launched = self.launched.lock().unwrap();
+        let mut hosts = self.hosts.lock().unwrap();
+        let len = hosts.len().max(spec.rank + 1);
+        hosts.resize(len, String::new());
+        hosts[spec.rank] = format!("node-{}", launched.len());
+        launched.push(Arc::clone(&worker));
+        Ok(Box::new(Shared(worker)))
+    }
+    fn host_of(&self, rank: usize) -> String {
+        self.hosts.lock().unwrap().get(rank).cloned().unwrap_or_else(|| "unplaced".into())
+    }
+}
+
+/// What the dashboard is told, applied to its state; kills the last worker
+/// launched at the first record of epoch `kill_in` (once).
+struct Dashboard<'a> {
+    state: DashboardState,
+    placing: &'a Placing<'a>,
+    kill_in: Option<u64>,
+}
+
+impl Observer for Dashboard<'_> {
+    fn start(&mut self, info: &RunInfo) {
+        self.state.start(info.clone());
+    }
+    fn hosts(&mut self, hosts: &[String]) {
+        self.state.set_hosts(hosts.to_vec());
+    }
+    fn step(&mut self, r: &StepRecord) -> Result<(), TrainError> {
+        self.state.apply_record(r);
+        if self.kill_in.is_some_and(|e| r.epoch >= e) {
+            self.kill_in = None;
+            let last = self.placing.launched.lock().unwrap().last().cloned().expect("workers were launched");
+            last.lock().unwrap().kill();
+        }
+        Ok(())
+    }
+}
+
+/// `--restarts`: the relaunched workers run where the launcher placed them
+/// this time, and the dashboard's host column says so. The old driver asked
+/// the launcher before relaunching, so the column kept the failed attempt's
+/// hosts (and a spare's ranks showed the host that was lost).
+#[test]
+fn after_a_restart_the_dashboard_shows_where_the_relaunched_workers_run() {
+    let tmp = cora();
+    let data = DataDir::new(tmp.path());
+    let local =
+        LocalLauncher::new(env!("CARGO_BIN_EXE_leapgnn"), vec!["--data-dir".into(), tmp.path().display().to_string()]);
+    let placing = Placing { local: &local, hosts: Mutex::default(), launched: Mutex::default() };
+    let interrupted = AtomicBool::new(false);
+    let opts = leapgnn::train::distributed::DistOptions { restarts: 1, ..local_options(&local, &interrupted) };
+    let opts = leapgnn::train::distributed::DistOptions { launcher: &placing, ..opts };
+    let mut shown = Dashboard { state: DashboardState::default(), placing: &placing, kill_in: Some(1) };
+    let run = RunOptions { run: Some("moved".into()), ..Default::default() };
+    let cfg = TrainConfig { checkpoint_every: 2, ..small_cora_job(2, 2) };
+    train_distributed(&data, cfg, &run, &opts, &mut shown).expect("the run restarts and succeeds");
+
+    assert_eq!(placing.launched.lock().unwrap().len(), 4, "one relaunch of both workers");
+    assert_eq!(shown.state.info.hosts, ["node-2", "node-3"]);
+    let screen = tui_support::render(&shown.state, &Ui::default(), 160, 40);
+    for w in 0..2 {
+        let cells = tui_support::worker_cells(&screen, w);
+        assert!(cells.contains(&format!("node-{}", w + 2)), "worker {w}: {cells:?}\n{screen}");
+    }
 }
 
 /// Workers started through a wrapper that re-partitions the dataset with

@@ -226,6 +226,9 @@ impl ProgressSink for Dashboard {
             }
         }
     }
+    fn hosts(&mut self, hosts: &[String]) {
+        self.send(Msg::Hosts(hosts.to_vec()));
+    }
     fn record(&mut self, r: &StepRecord) {
         match &mut self.fallback {
             Some(b) => b.record(r),

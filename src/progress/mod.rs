@@ -17,6 +17,8 @@ use std::io::IsTerminal;
 pub trait ProgressSink {
     /// The run starts (or resumes); comes before any record.
     fn start(&mut self, _info: &RunInfo) {}
+    /// Where each worker runs, once launched (`Observer::hosts`).
+    fn hosts(&mut self, _hosts: &[String]) {}
     /// One (epoch, iteration, time step, worker) record.
     fn record(&mut self, r: &StepRecord);
     /// An epoch ended (after evaluation).

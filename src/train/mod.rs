@@ -100,6 +100,11 @@ impl crate::error::Blame for TrainError {
 pub trait Observer {
     /// Before the first iteration: what runs, and from where.
     fn start(&mut self, _info: &RunInfo) {}
+    /// The workers were launched, each attempt's: where each rank runs
+    /// (`RunInfo::hosts`), which `start` could only say as the launcher
+    /// expected it. A relaunch may place them elsewhere: the ssh launcher
+    /// moves an unreachable host's ranks to a spare as it launches them.
+    fn hosts(&mut self, _hosts: &[String]) {}
     fn step(&mut self, _r: &StepRecord) -> Result<(), TrainError> {
         Ok(())
     }
@@ -722,6 +727,9 @@ impl Observer for Recording<'_> {
     }
     fn start(&mut self, info: &RunInfo) {
         self.inner.start(info);
+    }
+    fn hosts(&mut self, hosts: &[String]) {
+        self.inner.hosts(hosts);
     }
     fn event(&mut self, msg: &str) {
         self.inner.event(msg);

@@ -92,6 +92,9 @@ impl Observer for TensorBoard<'_> {
         }
         self.inner.epoch(e, epochs)
     }
+    fn hosts(&mut self, hosts: &[String]) {
+        self.inner.hosts(hosts)
+    }
     fn event(&mut self, msg: &str) {
         self.inner.event(msg)
     }

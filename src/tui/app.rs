@@ -17,6 +17,8 @@ use std::time::Duration;
 #[derive(Clone, Debug)]
 pub enum Msg {
     Start(RunInfo),
+    /// Where each worker runs, once (re)launched.
+    Hosts(Vec<String>),
     Record(StepRecord),
     Epoch(EpochRecord),
     Event(String),
@@ -116,6 +118,7 @@ pub fn run_terminal<B: Backend>(
 fn apply(state: &mut DashboardState, m: Msg) {
     match m {
         Msg::Start(info) => state.start(info),
+        Msg::Hosts(hosts) => state.set_hosts(hosts),
         Msg::Record(r) => state.apply_record(&r),
         Msg::Epoch(e) => state.apply_epoch(&e),
         Msg::Event(e) => state.push_event(e),

@@ -220,10 +220,18 @@ impl DashboardState {
         // The epoch the checkpoint is in is evaluated again (an epoch's last iteration included).
         self.epochs.retain(|e| e.epoch < info.start_epoch);
         self.workers = (0..info.workers.min(MAX_WORKERS as u32)).map(WorkerRow::new).collect();
-        for (row, host) in self.workers.iter_mut().zip(&info.hosts) {
+        let hosts = info.hosts.clone();
+        self.info = info;
+        self.set_hosts(hosts);
+    }
+
+    /// Where each worker runs, by rank: the workers were (re)launched, and a
+    /// relaunch may have placed them elsewhere than the run's start said.
+    pub fn set_hosts(&mut self, hosts: Vec<String>) {
+        for (row, host) in self.workers.iter_mut().zip(&hosts) {
             row.host.clone_from(host);
         }
-        self.info = info;
+        self.info.hosts = hosts;
     }
 
     pub fn apply_record(&mut self, r: &StepRecord) {

@@ -555,6 +555,9 @@ fn execute(
     };
     let task = serde_json::json!({ "task": "train", "train": job });
     let train_ids = ds.train().len();
+    let hosts_now = || -> Vec<String> { (0..world).map(|rank| opts.launcher.host_of(rank)).collect() };
+    // Where the launcher expects the workers; it may place them otherwise as it launches them.
+    let mut expected_hosts = Some(hosts_now());
     obs.start(&crate::metrics::RunInfo {
         run: name.clone(),
         dataset: cfg.dataset.clone(),
@@ -569,7 +572,7 @@ fn execute(
         start_epoch: resume.as_ref().map_or(0, |p| p.epoch),
         start_iteration: resume.as_ref().map_or(0, |p| p.iteration),
         stages: cfg.stages(),
-        hosts: (0..world).map(|rank| opts.launcher.host_of(rank)).collect(),
+        hosts: expected_hosts.clone().unwrap_or_default(),
     });
 
     // Resuming: the records after the checkpoint are dropped, to be written again.
@@ -618,6 +621,13 @@ fn execute(
         let result = run_job_stoppable(opts.launcher, world, &task, &driver_opts, opts.interrupted, &stop, |ev| {
             for line in opts.worker_lines.iter().flat_map(|rx| rx.try_iter()) {
                 obs.event(&line);
+            }
+            // Every worker is launched before the first event: where they run now is known.
+            if let Some(expected) = expected_hosts.take() {
+                let placed = hosts_now();
+                if placed != expected {
+                    obs.hosts(&placed);
+                }
             }
             let outcome = match ev {
                 Event::Metrics(rank, v) => match serde_json::from_value::<Report>(v) {

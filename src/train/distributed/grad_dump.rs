@@ -25,6 +25,9 @@ impl Observer for GradDump<'_> {
     fn start(&mut self, info: &crate::metrics::RunInfo) {
         self.inner.start(info)
     }
+    fn hosts(&mut self, hosts: &[String]) {
+        self.inner.hosts(hosts)
+    }
     fn event(&mut self, msg: &str) {
         self.inner.event(msg)
     }
