@@ -5,7 +5,7 @@
 mod capture;
 
 use capture::Capture;
-use leapgnn::cluster::driver::{ADMIT_DEADLINE, DriverOptions, run_job};
+use leapgnn::cluster::driver::{DriverOptions, run_job};
 use leapgnn::cluster::job_key;
 use leapgnn::cluster::{Launcher, LocalLauncher, WorkerProcess, WorkerSpec};
 use leapgnn::comm::{Deadline, auth};
@@ -14,7 +14,7 @@ use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn opts() -> DriverOptions {
     DriverOptions {
@@ -219,17 +219,20 @@ fn strangers_on_the_driver_port_do_not_delay_the_workers() {
         inner: LocalLauncher::new(env!("CARGO_BIN_EXE_leapgnn"), vec![]).with_log(Arc::new(|l| eprintln!("{l}"))),
         crowd: Mutex::new(None),
     };
-    let (t, rss0) = (Instant::now(), leapgnn::util::rss_bytes().unwrap());
-    let done = run_job(&l, 2, &probe_job(), &opts(), &AtomicBool::new(false), |_| {}).unwrap();
-    let took = t.elapsed();
+    // A stranger now holds its handshake for an hour, far past the workers'
+    // start timeout: had a worker waited behind one, the job would fail with
+    // a start timeout. No stopwatch: the run's own deadline is the judge.
+    let patient =
+        DriverOptions { start_timeout: Duration::from_secs(120), admit_deadline: Duration::from_secs(3600), ..opts() };
+    let rss0 = leapgnn::util::rss_bytes().unwrap();
+    let done = run_job(&l, 2, &probe_job(), &patient, &AtomicBool::new(false), |_| {})
+        .expect("the workers were admitted before their start timeout despite the strangers");
     assert_eq!(done.len(), 2);
     // A few KiB read per stranger at most: the driver's memory stays flat
     // (other tests of this binary share the process, hence the margin).
     let grew = leapgnn::util::rss_bytes().unwrap().saturating_sub(rss0);
-    eprintln!("admission with 210 strangers: {took:?}, driver RSS grew {} KiB", grew >> 10);
+    eprintln!("admission with 210 strangers: driver RSS grew {} KiB", grew >> 10);
     assert!(grew < 32 << 20, "the driver's memory grew {} MiB with strangers at the door", grew >> 20);
-    // Waiting behind a single stranger would cost its whole admission deadline.
-    assert!(took < ADMIT_DEADLINE, "the job took {took:?} with strangers at the door");
     let (quiet, stop) = l.crowd.lock().unwrap().take().unwrap().join().unwrap();
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     // Every stranger was dropped (evicted, or cut when admission ended) and none got an answer.

@@ -33,7 +33,7 @@ fn opts(profile: &Path) -> DriverOptions {
         start_timeout: Duration::from_secs(20),
         silence_timeout: Duration::from_secs(20),
         bind: p.driver_bind(),
-        encrypt: false,
+        ..Default::default()
     }
 }
 

@@ -381,6 +381,7 @@ fn start_workers(profile: &Profile, opts: &CheckOptions, hosts: &mut [HostReport
         silence_timeout: opts.timeout,
         bind: profile.driver_bind(),
         encrypt: profile.encrypt,
+        ..DriverOptions::default()
     };
     let never = AtomicBool::new(false);
     let ping = serde_json::json!({"task": "ping"});

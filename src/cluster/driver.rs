@@ -35,6 +35,9 @@ pub struct DriverOptions {
     pub bind: SocketAddr,
     /// `--encrypt`: the control connections and the workers' mesh carry sealed records.
     pub encrypt: bool,
+    /// How long one connection gets to prove the token (`ADMIT_DEADLINE`);
+    /// a test raises it to show that no worker ever waits behind a stranger.
+    pub admit_deadline: Duration,
 }
 
 impl Default for DriverOptions {
@@ -44,6 +47,7 @@ impl Default for DriverOptions {
             silence_timeout: Duration::from_secs(120),
             bind: SocketAddr::from(([127, 0, 0, 1], 0)),
             encrypt: false,
+            admit_deadline: ADMIT_DEADLINE,
         }
     }
 }
@@ -466,11 +470,10 @@ fn admit(
                 }
                 let hello = Arc::new(AtomicBool::new(false));
                 pending.push_back((next_id, clone, hello.clone()));
-                let (tx, token, id) = (tx.clone(), token.to_string(), next_id);
+                let (tx, token, id, within) = (tx.clone(), token.to_string(), next_id, opts.admit_deadline);
                 next_id += 1;
                 std::thread::spawn(move || {
-                    let deadline = Instant::now() + ADMIT_DEADLINE;
-                    let outcome = handshake(stream, from, &token, world, deadline, &hello);
+                    let outcome = handshake(stream, from, &token, world, within, &hello);
                     let _ = tx.send((id, from, outcome));
                 });
             }
@@ -494,11 +497,12 @@ fn handshake(
     from: SocketAddr,
     token: &str,
     world: usize,
-    deadline: Instant,
+    within: Duration,
     said_hello: &AtomicBool,
 ) -> Result<(usize, ControlConn), String> {
+    let deadline = Instant::now() + within;
     stream.set_nonblocking(false).map_err(|e| e.to_string())?;
-    let _ = stream.set_write_timeout(Some(ADMIT_DEADLINE));
+    let _ = stream.set_write_timeout(Some(within));
     let mut c = ControlConn::new(stream, format!("worker at {from}"));
     let hello = match c.recv_within::<ToDriver>(MAX_HANDSHAKE_FRAME, Some(deadline)) {
         Ok(ToDriver::Hello(h)) => h,
