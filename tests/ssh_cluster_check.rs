@@ -409,3 +409,27 @@ fn a_known_hosts_with_latin1_comments_still_verifies_and_records_keys() {
     assert!(recorded.starts_with(&comment) && recorded.len() > comment.len() + 40, "{recorded:?}");
     sshd.stop();
 }
+
+#[test]
+fn an_sshd_without_sftp_is_named_with_the_line_to_add() {
+    let mut sshd = Sshd::start_without_sftp();
+    let profile = sshd.profile(1, "");
+    let p = profile.to_str().unwrap();
+
+    let out = leapgnn(&["--json", "cluster", "check", p, "--timeout", "5"]);
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = json(&out);
+    let host = &v["hosts"][0];
+    for field in ["reachable", "host_key", "auth"] {
+        assert_eq!(host[field]["ok"], true, "{field}: {host}");
+    }
+    assert_eq!(host["binary"]["ok"], false, "{host}");
+    let detail = host["binary"]["detail"].as_str().unwrap();
+    assert!(detail.contains("starting SFTP") && detail.contains("Subsystem sftp"), "{detail}");
+
+    let out = leapgnn(&["cluster", "clean", p, "--dry-run"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("Subsystem sftp"), "{err}");
+    sshd.stop();
+}

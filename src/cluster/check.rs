@@ -297,9 +297,9 @@ fn auth_method(h: &HostSpec) -> String {
 
 /// Present and matching, or shippable from here; never sends anything.
 fn data_check(p: &super::ssh::Prepared, ranks: &[usize], files: &RankFiles, label: &str) -> Check {
-    let sftp = match p.session.sftp() {
+    let sftp = match super::ssh_session::sftp(&p.session, label) {
         Ok(s) => s,
-        Err(e) => return Check::fail(format!("host {label}: starting SFTP: {e}")),
+        Err(e) => return Check::fail(e.to_string()),
     };
     // Ranks on one host share the topology and manifest: count each remote file once.
     let mut needed = std::collections::BTreeMap::new();

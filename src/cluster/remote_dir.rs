@@ -41,7 +41,7 @@ impl HostSftp {
     pub fn connect(host: &HostSpec, opts: &SessionOptions, profile: &Profile) -> Result<Self, SshError> {
         let label = host.label();
         let c = ssh_session::connect(host, opts)?;
-        let sftp = c.session.sftp().map_err(SshError::remote(&label, "starting SFTP"))?;
+        let sftp = ssh_session::sftp(&c.session, &label)?;
         let layout = RemoteLayout::resolve(&sftp, &label, profile)?;
         Ok(HostSftp { session: c.session, sftp, layout, host: label })
     }

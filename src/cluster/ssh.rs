@@ -175,7 +175,7 @@ impl SshLauncher {
     pub fn prepare(&self, host: &HostSpec, extra: &[ShipItem]) -> Result<Prepared, SshError> {
         let label = host.label();
         let c = ssh_session::connect(host, &self.session_options())?;
-        let sftp = c.session.sftp().map_err(SshError::remote(&label, "starting SFTP"))?;
+        let sftp = ssh_session::sftp(&c.session, &label)?;
         let layout = RemoteLayout::resolve(&sftp, &label, &self.profile)?;
         let bin = ship::binary_item(&self.binary)?;
         let mut items = vec![bin.clone()];

@@ -102,6 +102,22 @@ impl SshError {
     }
 }
 
+/// The session's SFTP channel, on which every file is shipped and read back.
+/// An sshd configured without the subsystem refuses the channel with an error
+/// that names no cause, so that case says what to add to its config.
+pub fn sftp(session: &Session, host: &str) -> Result<ssh2::Sftp, SshError> {
+    session.sftp().map_err(|e| {
+        // LIBSSH2_ERROR_CHANNEL_FAILURE: the server refused the subsystem request.
+        let hint = if e.code() == ssh2::ErrorCode::Session(-21) {
+            " (the host's sshd offers no SFTP subsystem, which leapgnn ships files over: add `Subsystem sftp \
+             internal-sftp` to its sshd_config and reload sshd)"
+        } else {
+            ""
+        };
+        SshError::Remote { host: host.into(), what: "starting SFTP".into(), detail: format!("{e}{hint}") }
+    })
+}
+
 /// An authenticated session and the two ends of its TCP connection.
 pub struct Connected {
     pub session: Session,

@@ -49,12 +49,22 @@ impl Sshd {
         Self::start_on(free_port())
     }
 
+    /// `start` with an sshd_config that offers no SFTP subsystem, as a
+    /// minimal or hardened server's may not.
+    pub fn start_without_sftp() -> Sshd {
+        Self::start_with(free_port(), false)
+    }
+
     /// `start`, trying `port` first. `free_port` releases its port before sshd
     /// binds it, and on a busy machine another test's socket can take it in
     /// between: sshd then exits, and a readiness check that only connects would
     /// reach that other socket. So readiness is sshd's own "Server listening"
     /// line, and a port lost that way is replaced by another.
     pub fn start_on(port: u16) -> Sshd {
+        Self::start_with(port, true)
+    }
+
+    fn start_with(port: u16, sftp: bool) -> Sshd {
         let sshd = Path::new("/usr/sbin/sshd");
         assert!(sshd.exists(), "/usr/sbin/sshd is missing: apt-get install openssh-server (.ci/run does)");
         let _ = std::fs::create_dir_all("/run/sshd");
@@ -65,7 +75,8 @@ impl Sshd {
         std::fs::copy(d.join("id_test.pub"), d.join("authorized_keys")).unwrap();
         let remote = d.join("remote");
         std::fs::create_dir(&remote).unwrap();
-        let (port, child) = on_fresh_ports([port], "sshd", |[p]| Self::spawn_listening(sshd, d, p).map(|c| (p, c)));
+        let (port, child) =
+            on_fresh_ports([port], "sshd", |[p]| Self::spawn_listening(sshd, d, p, sftp).map(|c| (p, c)));
         let host_pub = std::fs::read_to_string(d.join("hostkey.pub")).unwrap();
         let mut parts = host_pub.split_whitespace();
         let (kind, b64) = (parts.next().unwrap(), parts.next().unwrap());
@@ -76,15 +87,16 @@ impl Sshd {
 
     /// sshd on `port`, once it says it listens there; `Err(its log)` where the
     /// port was taken. Any other failure to start panics with the log.
-    fn spawn_listening(sshd: &Path, d: &Path, port: u16) -> Result<Child, String> {
+    fn spawn_listening(sshd: &Path, d: &Path, port: u16, sftp: bool) -> Result<Child, String> {
         let cfg = d.join("sshd_config");
+        let subsystem = if sftp { "Subsystem sftp internal-sftp\n" } else { "" };
         std::fs::write(
             &cfg,
             format!(
                 "Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/hostkey\nPidFile {d}/sshd.pid\n\
                  AuthorizedKeysFile {d}/authorized_keys\nPubkeyAuthentication yes\nPasswordAuthentication no\n\
                  KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nPermitRootLogin prohibit-password\n\
-                 UseDNS no\nMaxStartups 64\nSubsystem sftp internal-sftp\nLogLevel VERBOSE\n",
+                 UseDNS no\nMaxStartups 64\n{subsystem}LogLevel VERBOSE\n",
                 d = d.display()
             ),
         )
