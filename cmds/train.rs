@@ -138,20 +138,10 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
         );
     }
     if stopped {
-        // RETEXO checkpoints at a stage's start: a stop inside a stage resumes from there, not from the stop.
-        let saved = train::checkpoint::load_config(&ck).ok().map(|(_, p)| p.global_iteration);
-        let from = match saved {
-            Some(c) if c != summary.iterations => {
-                format!(
-                    " (the checkpoint is of iteration {c}, where its stage starts: --resume trains again from there)"
-                )
-            }
-            _ => String::new(),
-        };
         if let Some(e) = &lost {
             leapgnn::elog!(
                 "stopped after iteration {} as the --json-stream records could not be written to stdout ({e}), \
-                 checkpoint written to {}{from}; continue with `leapgnn train --resume {}` once stdout can take them",
+                 checkpoint written to {}; continue with `leapgnn train --resume {}` once stdout can take them",
                 summary.iterations,
                 ck.display(),
                 summary.run
@@ -159,7 +149,7 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
         } else if signals::time_limit() {
             leapgnn::elog!(
                 "stopped for the job's time limit (SIGUSR1 from `slurm-script --stop-before`) after iteration {}, \
-                 checkpoint written to {}{from}; continue in a new job: `leapgnn slurm-script [OPTIONS] train --resume \
+                 checkpoint written to {}; continue in a new job: `leapgnn slurm-script [OPTIONS] train --resume \
                  {}` prints its script",
                 summary.iterations,
                 ck.display(),
@@ -167,13 +157,13 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
             );
         } else if summary.workers > 1 {
             leapgnn::elog!(
-                "stopped on request after iteration {}, checkpoint written to {}{from}",
+                "stopped on request after iteration {}, checkpoint written to {}",
                 summary.iterations,
                 ck.display()
             );
         } else {
             leapgnn::elog!(
-                "stopped on request after iteration {}, checkpoint written{from}; continue with `leapgnn train --resume \
+                "stopped on request after iteration {}, checkpoint written; continue with `leapgnn train --resume \
                  {}`",
                 summary.iterations,
                 summary.run

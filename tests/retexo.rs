@@ -3,14 +3,16 @@
 //! engine fetches them, then each hidden layer's halo rows x width x 4 bytes
 //! plus one frame per peer; it learns Cora (public split, 4 random parts) and moves far
 //! fewer bytes than full-graph training of the same model for the same number
-//! of gradient steps; a run stopped mid-stage and resumed ends with the
-//! uninterrupted run's weights. Real processes, real data.
+//! of gradient steps; a run stopped mid-stage (`--stop-after`, or SIGUSR1 as
+//! a Slurm time limit sends it) checkpoints at the round it stopped in and,
+//! resumed, ends with the uninterrupted run's losses, accuracies and
+//! weights. Real processes, real data.
 
 mod dist_support;
 
 use dist_support::{
-    Driver, cora, count, fails, final_weights, halo_counts, json, leapgnn, load_infer, max_abs_diff, records, signal,
-    weights,
+    Driver, cora, count, fails, final_weights, halo_counts, json, leapgnn, load_infer, max_abs_diff, records, scores,
+    signal, weights,
 };
 use std::path::Path;
 
@@ -263,39 +265,62 @@ fn whole_and_stopped(d: &Path, stop_after: u64) -> (serde_json::Value, serde_jso
     (whole, stopped)
 }
 
-/// Resumes `cut` (see `whole_and_stopped`), whose checkpoint must be stage
-/// 2's start, and checks that it ends as `whole` did, each round recorded
-/// once per worker; returns the resumed summary.
-fn resumed_from_stage_2(d: &Path, whole: &serde_json::Value) -> serde_json::Value {
+/// The round (epoch) of run `run`'s checkpoint.
+fn checkpoint_round(d: &Path, run: &str) -> u64 {
     let state: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(d.join("runs/cut/checkpoint/state.json")).unwrap()).unwrap();
-    assert_eq!(count(&state["progress"]["epoch"]), 3, "the checkpoint is stage 2's start: {}", state["progress"]);
+        serde_json::from_slice(&std::fs::read(d.join(format!("runs/{run}/checkpoint/state.json"))).unwrap()).unwrap();
+    count(&state["progress"]["epoch"])
+}
+
+/// Resumes `cut` (see `whole_and_stopped`), whose checkpoint must be of
+/// round `at`, and checks that it ends as `whole` did (every round's loss
+/// and accuracies, the weights), each round recorded once per worker;
+/// returns the resumed summary.
+fn resumed_from(d: &Path, whole: &serde_json::Value, at: u64) -> serde_json::Value {
+    assert_eq!(checkpoint_round(d, "cut"), at, "the checkpoint's round");
     let resumed = json(d, &["train", "--no-tui", "--resume", "cut"]);
     assert_eq!(final_weights(d, "whole"), final_weights(d, "cut"));
     assert_eq!(resumed["test_accuracy"], whole["test_accuracy"]);
+    assert_eq!(scores(&resumed), scores(whole), "every round's loss and accuracies");
     let rounds: Vec<u64> = records(d, &resumed).iter().map(|r| count(&r["epoch"])).collect();
     assert_eq!(rounds.len(), 12, "each round once per worker after the resume: {rounds:?}");
     resumed
 }
 
+/// A stop inside a stage checkpoints at its round, with the stage's
+/// optimizer and best state so far: it used to go back to the stage's
+/// start, so a stage longer than a Slurm job's time-limit warning was
+/// trained again by every job and never finished.
 #[test]
-fn a_run_stopped_mid_stage_resumes_from_the_stage_boundary_to_the_same_weights() {
+fn a_run_stopped_mid_stage_resumes_from_its_round_to_the_same_result() {
     let tmp = cora();
     let d = tmp.path();
-    // Stopped after round 5 of 6 (stage 2's second round): the checkpoint is stage 2's start.
+    // Stopped after round 5 of 6 (stage 2's second round).
     let (whole, stopped) = whole_and_stopped(d, 5);
-    // Its stage 2 is untrained there: infer used to score it anyway, at chance
-    // (Cora test accuracy 0.08-0.16 against the 0.59-0.72 the run reported),
-    // without a word. It is refused, in process and on workers, before any
-    // output is written.
+    // Its stage 2 is not its best state there: infer used to score such a
+    // checkpoint anyway, at chance (Cora test accuracy 0.08-0.16 against the
+    // 0.59-0.72 the run reported), without a word. It is refused, in
+    // process and on workers, before any output is written.
     for workers in [&[][..], &["--workers", "2"]] {
         let e = fails(d, &[&["infer", "cut"][..], workers].concat(), 2);
-        for said in ["stopped in stage 2 of 2", "round 3 of 6", "untrained", "train --resume cut"] {
+        for said in
+            ["stopped in stage 2 of 2", "round 5 of 6", "round 2 of that stage's 3", "untrained", "train --resume cut"]
+        {
             assert!(e.contains(said), "{workers:?}: no `{said}` in {e}");
         }
         assert!(!d.join("runs/cut/predictions.safetensors").exists(), "{workers:?}");
     }
-    let resumed = resumed_from_stage_2(d, &whole);
+    let resumed = resumed_from(d, &whole, 5);
+    // No round trained again: beyond the uninterrupted run's gradients the
+    // resumed one moved only the stage's set-up again (its factored
+    // exchange's choice), less than one round's all-reduce.
+    let round: u64 = records(d, &whole)
+        .iter()
+        .filter(|r| count(&r["epoch"]) == 4)
+        .map(|r| count(&r["bytes_out"]["gradients"]))
+        .sum();
+    let extra = bytes(&resumed, "gradients") - bytes(&whole, "gradients");
+    assert!(extra < round, "{extra} more gradient bytes than the uninterrupted run, a round is {round}");
     // Finished, it is inferred as the run reported it.
     let r = json(d, &["infer", "cut"]);
     assert_eq!(r["accuracy"]["test"], resumed["test_accuracy"], "{r}");
@@ -369,7 +394,7 @@ fn a_run_stopped_at_a_stages_last_round_keeps_the_stage() {
     let d = tmp.path();
     let (whole, stopped) = whole_and_stopped(d, 3);
     assert_eq!(stopped["iterations"], 3);
-    let resumed = resumed_from_stage_2(d, &whole);
+    let resumed = resumed_from(d, &whole, 3);
     // Stage 1 trained once: the resumed workers moved only stage 2's gradients.
     let workers: Vec<serde_json::Value> =
         serde_json::from_slice(&std::fs::read(d.join("runs/cut/workers.json")).unwrap()).unwrap();
@@ -385,10 +410,11 @@ fn a_run_stopped_at_a_stages_last_round_keeps_the_stage() {
     }
 }
 
-/// Ctrl-C inside a stage: the driver says that the checkpoint is the stage's
-/// start, where --resume goes on, not the iteration the run stopped at.
+/// SIGUSR1 (a Slurm time limit's warning) inside a long stage: the run stops
+/// after the round under way, says it stopped for the time limit, and its
+/// checkpoint is of that round, not of the stage's start (iteration 0).
 #[test]
-fn a_stop_inside_a_stage_says_where_the_checkpoint_is() {
+fn a_time_limit_inside_a_stage_checkpoints_at_the_round_it_stopped_in() {
     let tmp = cora();
     let d = tmp.path();
     let args = ["train", "cora", "--no-tui", "--strategy", "retexo", "--workers", "2", "--hidden", "16"];
@@ -396,14 +422,13 @@ fn a_stop_inside_a_stage_says_where_the_checkpoint_is() {
     drv.wait_line(std::time::Duration::from_secs(60), |l| {
         l.starts_with("epoch") && l.split_whitespace().nth(1).is_some_and(|e| e.starts_with("2/"))
     });
-    signal(drv.child.id(), "INT");
+    signal(drv.child.id(), "USR1");
     let (code, stderr) = drv.wait_exit(std::time::Duration::from_secs(60));
     assert_eq!(code, Some(0), "{stderr}");
-    let line = stderr.lines().find(|l| l.starts_with("stopped on request after iteration ")).unwrap_or_default();
-    let after: u64 = line["stopped on request after iteration ".len()..].split(',').next().unwrap().parse().unwrap();
+    let head = "stopped for the job's time limit (SIGUSR1 from `slurm-script --stop-before`) after iteration ";
+    let line = stderr.lines().find(|l| l.starts_with(head)).unwrap_or_else(|| panic!("no `{head}` in {stderr}"));
+    let after: u64 = line[head.len()..].split(',').next().unwrap().parse().unwrap();
     assert!(after >= 2, "{line}");
-    assert!(
-        line.ends_with("(the checkpoint is of iteration 0, where its stage starts: --resume trains again from there)"),
-        "{line}"
-    );
+    assert_eq!(checkpoint_round(d, "long"), after, "{line}");
+    assert!(line.contains("train --resume long"), "{line}");
 }

@@ -41,6 +41,28 @@ impl OptimState {
             .map_err(|e| candle_core::Error::Msg(e.to_string()))
     }
 
+    /// The slots restricted to `ranges` (part of the parameters, in the flat
+    /// layout), concatenated in order: a stage's own optimizer state.
+    pub fn slice(&self, ranges: &[std::ops::Range<usize>]) -> OptimState {
+        let take = |v: &[f32]| ranges.iter().flat_map(|r| v[r.clone()].iter().copied()).collect();
+        OptimState { step: self.step, slots: self.slots.iter().map(|(n, v)| (n.clone(), take(v))).collect() }
+    }
+
+    /// `slice`'s inverse: this state of part of the parameters placed at
+    /// `ranges` of `numel` flat values, zero elsewhere.
+    pub fn placed(&self, ranges: &[std::ops::Range<usize>], numel: usize) -> OptimState {
+        let place = |v: &[f32]| {
+            let mut out = vec![0f32; numel];
+            let mut at = 0;
+            for r in ranges {
+                out[r.clone()].copy_from_slice(&v[at..at + r.len()]);
+                at += r.len();
+            }
+            out
+        };
+        OptimState { step: self.step, slots: self.slots.iter().map(|(n, v)| (n.clone(), place(v))).collect() }
+    }
+
     /// Reads what `to_safetensors` wrote for the slots named in `slots`.
     pub fn from_safetensors(bytes: &[u8], params: &Params, slots: &[&str]) -> Result<OptimState, String> {
         let (_, meta) = safetensors::SafeTensors::read_metadata(bytes).map_err(|e| e.to_string())?;

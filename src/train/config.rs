@@ -636,7 +636,7 @@ impl TrainConfig {
     }
 
     /// RETEXO trains the whole graph a stage (layer) at a time, `rounds` rounds
-    /// each: one round per epoch, checkpoints at stage boundaries.
+    /// each: one round per epoch, checkpoints at stage boundaries and at a stop.
     fn check_retexo(&self) -> Result<(), BadInput> {
         let bad = |m: String| Err(BadInput::new(m));
         let Some(rounds) = self.rounds else {

@@ -213,18 +213,24 @@ pub(crate) fn prepare(
     Ok((prep, ds))
 }
 
-/// Refuses a RETEXO run stopped before its last stage ended. RETEXO
-/// checkpoints only where a stage starts (`epoch` = stage x rounds), so such
-/// a checkpoint holds the stage it stopped in (and every later one) at its
-/// initial weights: scored, it predicts at chance, far from the accuracy the
-/// stopped run reported. `epoch` is the checkpoint's round.
+/// Refuses a RETEXO run stopped before its last stage ended: its checkpoint
+/// (where a stage starts, or at the round a stop came in) holds the stage it
+/// stopped in at its initial or current weights, not its best, and every
+/// later one at its initial weights: scored, it predicts at or near chance,
+/// far from the accuracy the stopped run reported. `epoch` is the
+/// checkpoint's round.
 fn check_stages_complete(run: &str, cfg: &TrainConfig, epoch: u64) -> Result<(), BadInput> {
     let Some(stages) = cfg.stages().filter(|_| epoch < cfg.epochs) else { return Ok(()) };
-    let stage = epoch / cfg.rounds.unwrap_or(1).max(1) + 1;
+    let rounds = cfg.rounds.unwrap_or(1).max(1);
+    let stage = epoch / rounds + 1;
+    let (at, state) = match epoch % rounds {
+        0 => ("where that stage starts".to_string(), "untrained weights"),
+        r => (format!("round {r} of that stage's {rounds}"), "untrained or partly trained weights"),
+    };
     Err(BadInput::new(format!(
         "run `{run}` is a RETEXO run that stopped in stage {stage} of {stages}: its checkpoint is of round {epoch} of \
-         {}, where that stage starts, so stage {stage} and later hold untrained weights and would predict at \
-         chance; finish the run with `leapgnn train --resume {run}`, then infer",
+         {}, {at}, so stage {stage} and later hold {state} and would predict at or near chance; finish the run \
+         with `leapgnn train --resume {run}`, then infer",
         cfg.epochs,
     )))
 }

@@ -73,7 +73,7 @@ pub fn run_loop(
     let cfg = inp.cfg;
     if cfg.strategy == super::StrategyKind::Retexo {
         // Stages with their own optimizers: its own loop over the same inputs.
-        return super::fullgraph::retexo::run(inp, w, coll, p, obs);
+        return super::fullgraph::retexo::run(inp, w, coll, &*opt, p, obs);
     }
     if cfg.strategy == super::StrategyKind::Gnnpipe {
         // Each stage trains its own layers with its own optimizer: its own loop.

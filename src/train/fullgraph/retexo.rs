@@ -28,8 +28,13 @@
 //! broadcasting it.
 //!
 //! One round is one epoch (and one iteration) of the run; checkpoints are
-//! written at the start of every stage and at the end: a resumed run
-//! retrains the stage it was stopped in from its start.
+//! written at the start of every stage, at the end, and where a stop comes
+//! inside a stage: that one also holds the stage's optimizer state (in the
+//! whole model's optimizer file, zero elsewhere) and its best state so far
+//! (`BEST`), so a resumed run goes on with the stage's next round. A stage
+//! can be longer than a Slurm job's warning before its time limit: had a
+//! stop gone back to the stage's start, every job would train it again and
+//! none would get past it.
 
 use super::chunks::flat;
 use super::factored::{Cost, FactoredLinear, stacked_grads};
@@ -43,6 +48,7 @@ use crate::model::{
     AggGraph, GatLayer, Kernel, LayerInput, LayerNorm, Linear, ModelKind, ModelSpec, Params, cross_entropy_sum,
     gcn_graph,
 };
+use crate::optim::Optimizer;
 use crate::sample::Fanout;
 use crate::train::evaluate::StopVote;
 use crate::train::{Collective, LoopInput, Observer, Progress, TrainError, Worker, checkpoint};
@@ -489,12 +495,71 @@ fn replica(w: &Worker<'_>) -> Result<(RetexoModel, Params), TrainError> {
     Ok((model, params))
 }
 
+/// The checkpoint block of a stop inside a stage: the stage's best state so far.
+const BEST: &str = "retexo.best";
+
+/// Where stage `stage`'s parameters lie in the whole model's flat layout.
+fn stage_ranges(params: &Params, stage: &Params) -> Vec<std::ops::Range<usize>> {
+    stage.iter().filter_map(|q| params.flat_range(&q.name)).collect()
+}
+
+/// A stage's best (validation accuracy, weights) so far.
+type Best = Option<(f64, Vec<f32>)>;
+
+/// A stage stopped inside, as its checkpoint (`save_mid_stage`) left it:
+/// its optimizer and its best (validation accuracy, weights) so far.
+fn resume_mid_stage(
+    inp: &LoopInput<'_>,
+    (params, stage, l): (&Params, &Params, usize),
+    whole: &dyn Optimizer,
+    history: &[EpochRecord],
+) -> Result<(Box<dyn Optimizer>, Best), TrainError> {
+    let cfg = inp.cfg;
+    let missing = || {
+        crate::BadInput::new(format!(
+            "the checkpoint is inside stage {} but holds no RETEXO stage state (`{BEST}`); train the run again",
+            l + 1
+        ))
+    };
+    let dir = inp.resumed_from.ok_or_else(missing)?;
+    let saved = checkpoint::read_history(dir)?.ok_or_else(missing)?;
+    let weights = saved.rows(BEST, 1, stage.numel())?;
+    let mut opt = cfg.optimizer.build(stage.numel(), cfg.lr, cfg.weight_decay);
+    opt.load_state(whole.state().slice(&stage_ranges(params, stage)))
+        .map_err(|e| crate::BadInput::new(format!("stage {} optimizer state in {}: {e}", l + 1, dir.display())))?;
+    // The best round so far as the rounds chose it: the first of the highest.
+    let mut best: Option<f64> = None;
+    for e in history.iter().filter(|e| e.layer == Some(l as u32)) {
+        if best.is_none_or(|b| e.val_accuracy > b) {
+            best = Some(e.val_accuracy);
+        }
+    }
+    Ok((opt, best.map(|b| (b, weights))))
+}
+
+/// Writes the checkpoint of a stop inside a stage (rank 0; see `resume_mid_stage`).
+fn save_mid_stage(
+    (dir, cfg, p): (&std::path::Path, &crate::train::TrainConfig, &Progress),
+    (params, stage): (&Params, &Params),
+    opt: &dyn Optimizer,
+    best: &[f32],
+) -> Result<(), TrainError> {
+    let mut whole = cfg.optimizer.build(params.numel(), cfg.lr, cfg.weight_decay);
+    whole
+        .load_state(opt.state().placed(&stage_ranges(params, stage), params.numel()))
+        .map_err(|e| TrainError::Comm(format!("checkpoint optimizer state: {e}").into()))?;
+    let blocks = [(BEST.to_string(), stage.numel(), best)];
+    checkpoint::save_with_history(dir, cfg, p, params, whole.as_ref(), Some(&blocks))
+}
+
 /// Runs a RETEXO job from `p` to the end (or `stop_after`); the common loop's
-/// inputs, its own optimizer per stage.
+/// inputs, its own optimizer per stage (`opt`: the whole model's, restored
+/// from a checkpoint inside a stage).
 pub fn run(
     inp: &LoopInput<'_>,
     w: &mut Worker<'_>,
     coll: &mut dyn Collective,
+    opt: &dyn Optimizer,
     mut p: Progress,
     obs: &mut dyn Observer,
 ) -> Result<Progress, TrainError> {
@@ -506,14 +571,10 @@ pub fn run(
     // broadcast after one), from before the barrier that starts the run.
     let mut mark = crate::train::trainer::fenced_start(coll)?;
     let (model, params) = replica(w)?;
-    if !p.epoch.is_multiple_of(rounds) {
-        return Err(crate::BadInput::new(format!(
-            "the checkpoint is at round {} but RETEXO checkpoints only at stage boundaries (multiples of --rounds {rounds})",
-            p.epoch
-        ))
-        .into());
-    }
     let first = (p.epoch / rounds) as usize;
+    // Rounds of stage `first` trained before the checkpoint (a stop inside it).
+    let mut done = p.epoch % rounds;
+    let whole = opt;
 
     let plan = worker_plan(w);
     let split = Split::new(w, &plan, inp);
@@ -538,7 +599,8 @@ pub fn run(
     for l in first..layers {
         let stage = params.subset(&format!("stages.{l}."));
         let si = model.stage_input(l, &plan, w.graph, h, &split, &dev)?;
-        if let Some(dir) = inp.checkpoint_dir {
+        let inside = std::mem::take(&mut done);
+        if let Some(dir) = inp.checkpoint_dir.filter(|_| inside == 0) {
             let fresh = cfg.optimizer.build(params.numel(), cfg.lr, cfg.weight_decay);
             checkpoint::save(dir, cfg, &p, &params, fresh.as_ref())?;
             // Read as every periodic checkpoint's event: without shared files
@@ -552,8 +614,11 @@ pub fn run(
             return Ok(p);
         }
         // A new optimizer per stage, over this stage's parameters only.
-        let mut opt = cfg.optimizer.build(stage.numel(), cfg.lr, cfg.weight_decay);
-        let mut best: Option<(f64, Vec<f32>)> = None;
+        let (mut opt, mut best) = if inside > 0 {
+            resume_mid_stage(inp, (&params, &stage, l), whole, &p.history)?
+        } else {
+            (cfg.optimizer.build(stage.numel(), cfg.lr, cfg.weight_decay), None)
+        };
         let factored = match cfg.factored_grads {
             Some(false) => None,
             _ => {
@@ -564,7 +629,7 @@ pub fn run(
                 f
             }
         };
-        for _ in 0..rounds {
+        for _ in inside..rounds {
             let t0 = Instant::now();
             let (seed, epoch) = (cfg.seed, p.epoch);
             // Factored: the stage's output over every worker's training
@@ -675,15 +740,20 @@ pub fn run(
                     stop_at_next_stage = true;
                     break;
                 }
-                obs.event(&format!(
-                    "stopped in stage {} at round {}: a resumed run retrains the stage from its checkpoint at round {}",
-                    l + 1,
-                    p.epoch,
-                    l as u64 * rounds
-                ));
                 let sent = coll.bytes().since(&mark).sent;
                 add_bytes(&mut p.bytes, &sent);
-                p.epoch = l as u64 * rounds;
+                if let Some(dir) = inp.checkpoint_dir {
+                    let (_, kept) = best.as_ref().expect("a round was trained");
+                    save_mid_stage((dir, cfg, &p), (&params, &stage), opt.as_ref(), kept)?;
+                    obs.event(&format!(
+                        "{} {} (round {} of stage {}: a resumed run goes on with round {})",
+                        checkpoint::WRITTEN,
+                        p.global_iteration,
+                        p.epoch - l as u64 * rounds,
+                        l + 1,
+                        p.epoch - l as u64 * rounds + 1
+                    ));
+                }
                 return Ok(p);
             }
         }

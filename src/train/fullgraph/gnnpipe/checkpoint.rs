@@ -14,7 +14,6 @@ use crate::optim::{OptimState, Optimizer};
 use crate::train::fullgraph::chunks::VertexRows;
 use crate::train::fullgraph::exchange::decode_rows as decode;
 use crate::train::{Collective, Progress, TrainConfig, TrainError, Worker, checkpoint};
-use std::ops::Range;
 use std::path::Path;
 
 /// The vertices whose rows group `g` computes (every vertex with one group).
@@ -26,12 +25,6 @@ fn group_vertices(w: &Worker<'_>, stages: usize, groups: usize, g: usize) -> Vec
     }
 }
 
-/// `whole`'s slots restricted to `ranges` (a stage's parameters in the flat layout).
-fn slice_state(whole: &OptimState, ranges: &[Range<usize>]) -> OptimState {
-    let take = |v: &[f32]| ranges.iter().flat_map(|r| v[r.clone()].iter().copied()).collect();
-    OptimState { step: whole.step, slots: whole.slots.iter().map(|(n, v)| (n.clone(), take(v))).collect() }
-}
-
 impl Stage {
     /// The stage's optimizer, from the whole model's (fresh, or restored from a checkpoint).
     pub(super) fn optimizer(
@@ -41,7 +34,7 @@ impl Stage {
         whole: &dyn Optimizer,
     ) -> Result<Box<dyn Optimizer>, TrainError> {
         let mut opt = cfg.optimizer.build(self.own.numel(), cfg.lr, cfg.weight_decay);
-        let state = slice_state(&whole.state(), &flat_ranges(&w.params, &self.layers));
+        let state = whole.state().slice(&flat_ranges(&w.params, &self.layers));
         opt.load_state(state).map_err(|e| TrainError::Comm(format!("stage {} optimizer state: {e}", self.s).into()))?;
         Ok(opt)
     }
