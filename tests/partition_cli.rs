@@ -3,6 +3,8 @@
 mod common;
 #[path = "support/interrupt.rs"]
 mod interrupt;
+#[path = "train_support/mod.rs"]
+mod train_support;
 
 use leapgnn::format::{DatasetFile, ManifestFile, PartFile};
 use serde_json::Value;
@@ -396,4 +398,68 @@ fn a_partition_set_aside_by_a_killed_writer_is_put_back() {
     assert_eq!(kept["reused"], true, "{kept}");
     assert_eq!(std::fs::read(parts.join("metis-2/manifest")).unwrap(), manifest);
     assert_eq!(interrupt::temporaries(&parts), Vec::<String>::new());
+}
+
+/// SIGTERM or Ctrl-C while METIS partitions. GKlib installed its own SIGTERM
+/// handler, process-wide, for the length of every METIS call: a SIGTERM that
+/// the kernel handed to a thread other than METIS' (any thread may take a
+/// process's signal; another one does whenever the main thread has one
+/// pending already, as with a second signal) jumped through GKlib's unset
+/// jump buffer there: SIGSEGV, exit by signal, nothing cleaned; one on
+/// METIS' thread abandoned METIS, which was then run again in full before
+/// the exit. Now the command's own handler takes every such signal at once:
+/// exit 143 or 130, no partition and no temporaries left.
+#[test]
+fn a_signal_while_metis_partitions_ends_partition_at_once_leaving_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // Random edges: METIS takes seconds on them, long enough to be caught in the act.
+    train_support::write_tiny(d, "wide", train_support::Tiny { nodes: 200_000, dim: 4, ..Default::default() });
+    for (sig, code) in [(libc::SIGTERM, 143), (libc::SIGINT, 130)] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_leapgnn"))
+            .arg("--data-dir")
+            .arg(d)
+            .args(["partition", "wide", "--parts", "8"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        // METIS' printf is set aside while it runs: fd 1 then points at an unlinked
+        // `.leapgnn-stdout-*` file (util::c_stdout), the sign that the METIS call is under way.
+        let fd1 = format!("/proc/{pid}/fd/1");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !std::fs::read_link(&fd1).is_ok_and(|p| p.to_string_lossy().contains(".leapgnn-stdout-")) {
+            if child.try_wait().unwrap().is_some() || std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("SIG {sig}: METIS never seen running: {:?}", child.wait().unwrap());
+            }
+            std::thread::yield_now();
+        }
+        // The signal goes to the thread that reads signals, not METIS' own: where
+        // the kernel delivers a process's signal when the main thread has one pending.
+        let tid = thread_named(pid, "leapgnn-interru");
+        // SAFETY: tgkill takes three numbers and no memory; `pid` is our child, not yet reaped.
+        let sent = unsafe { libc::syscall(libc::SYS_tgkill, pid as libc::c_int, tid as libc::c_int, sig) };
+        assert_eq!(sent, 0, "tgkill {pid} {tid} {sig}");
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(code), "SIG {sig}: {status}");
+        let parts = d.join("wide/parts");
+        assert!(!parts.join("metis-8").exists(), "SIG {sig}: a partition was written");
+        assert_eq!(interrupt::temporaries(&parts), Vec::<String>::new(), "SIG {sig}");
+    }
+    // Nothing half-made stands in the way of the next partition.
+    let out = leapgnn(d, &["partition", "wide", "--parts", "8", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// The id of the thread of `pid` called `name` (as /proc shows it: 15 bytes at most).
+fn thread_named(pid: u32, name: &str) -> u32 {
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let t = t.unwrap();
+        if std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim_end() == name) {
+            return t.file_name().to_string_lossy().parse().unwrap();
+        }
+    }
+    panic!("no thread `{name}` in process {pid}");
 }

@@ -14,10 +14,6 @@ use std::sync::Mutex;
 /// same partition. One METIS call at a time per process.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-/// How many bare `METIS_ERROR`s one partitioning takes for SIGTERMs (and
-/// calls METIS again) before it reports the error as METIS' own.
-const SIGTERMS_TAKEN: u32 = 2;
-
 pub fn assign(p: &Problem<'_>) -> Result<Vec<u16>, PartitionError> {
     let n = p.graph.num_nodes();
     let too_big = |entries: usize| {
@@ -60,7 +56,7 @@ pub fn assign(p: &Problem<'_>) -> Result<Vec<u16>, PartitionError> {
     let failed = |detail: String| PartitionError::Metis { nodes: n, entries, detail };
     let mut part: Vec<Idx> = vec![0; n];
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let mut call = || {
+    let call = || {
         metis::Graph::new(ncon as Idx, p.parts as Idx, &xadj, &adjncy)
             .map_err(|e| Err(format!("{e:?}")))?
             .set_vwgt(&vwgt)
@@ -69,28 +65,11 @@ pub fn assign(p: &Problem<'_>) -> Result<Vec<u16>, PartitionError> {
             .part_kway(&mut part)
             .map_err(Ok)
     };
-    // A SIGTERM METIS took (`gk_signals`) ends the call with the bare
-    // METIS_ERROR. The seeded call is made again: a failure of METIS' own
-    // comes back the same and is reported; a call that then succeeds had
-    // been interrupted, and each SIGTERM taken is passed on to this process's
-    // own handling (the run's graceful stop, or the end of `partition`).
-    let mut taken = 0;
-    let (done, said) = loop {
-        let kept = super::gk_signals::Kept::now();
-        // METIS prints its complaints on stdout, where `--json` output goes.
-        let out = crate::util::c_stdout::capture(&mut call);
-        kept.restore();
-        match out {
-            Ok((Err(Ok(metis::Error::Other)), _)) if taken < SIGTERMS_TAKEN => taken += 1,
-            Ok((done, said)) => {
-                if done.is_ok() {
-                    (0..taken).for_each(|_| super::gk_signals::pass_on_sigterm());
-                }
-                break (done.map_err(|e| e.map_or_else(|setup| setup, |m| m.to_string())), said);
-            }
-            Err(e) => return Err(failed(format!("cannot set its output aside: {e}"))),
-        }
-    };
+    // METIS prints its complaints on stdout, where `--json` output goes.
+    // Signals from outside reach this process's own handlers meanwhile (`gk_signals`).
+    let (done, said) =
+        crate::util::c_stdout::capture(call).map_err(|e| failed(format!("cannot set its output aside: {e}")))?;
+    let done = done.map_err(|e| e.map_or_else(|setup| setup, |m| m.to_string()));
     let said = first_lines(&said);
     done.map_err(|e| failed(if said.is_empty() { e } else { format!("{e}: {said}") }))?;
     let part: Vec<u16> = part.into_iter().map(|q| q as u16).collect();
