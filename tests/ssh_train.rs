@@ -495,6 +495,54 @@ fn cluster_clean_under_a_signal_finishes_the_run_in_progress_reports_it_and_touc
     sshd.stop();
 }
 
+/// A signal between two hosts of a profile: `cluster clean` visits hosts one
+/// after another, and the stop between two was untested (it needs two
+/// servers). The host it was on is cleaned, the next is not even connected
+/// to, the report says `interrupted` and lists only the host visited, and the
+/// exit is 130 / 143. Both sshd share this machine's disk, so `--run` names
+/// the one run the first host has to clean (the pause after it is then the
+/// gap between the hosts), and whether the second host was visited is read
+/// from its server's log.
+#[test]
+fn cluster_clean_under_a_signal_between_two_hosts_leaves_the_second_alone() {
+    let mut s1 = Sshd::start();
+    let mut s2 = Sshd::start();
+    // The profile names one known_hosts file: it holds both servers' keys.
+    let both = [&s1.known_hosts, &s2.known_hosts].map(|k| std::fs::read_to_string(k).unwrap()).concat();
+    std::fs::write(&s1.known_hosts, both).unwrap();
+    let profile = s1.profile_with_hosts(&format!("{}{}", s1.host_entry(1), s2.host_entry(1)), "");
+    let p = profile.to_str().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let run = s1.remote.join("data/runs/first");
+    let pause = [("LEAPGNN_TEST_PAUSE", "clean-between-runs")];
+    for (sig, code) in [("INT", 130), ("TERM", 143)] {
+        std::fs::create_dir_all(run.join("checkpoint")).unwrap();
+        std::fs::write(run.join("metrics.jsonl"), "first\n").unwrap();
+        let out = s1.path(&format!("clean-{sig}.out"));
+        let stdout = std::process::Stdio::from(std::fs::File::create(&out).unwrap());
+        let args = ["--json", "cluster", "clean", p, "--run", "first"];
+        let mut drv = Driver::spawn_env(d, &args, stdout, &pause);
+        drv.wait_line(Duration::from_secs(60), |l| l.contains("test pause: clean-between-runs"));
+        signal(drv.child.id(), sig);
+        let (status, stderr) = drv.wait_exit(Duration::from_secs(60));
+        assert_eq!(status, Some(code), "SIG{sig}: {stderr}");
+        assert!(!run.exists(), "SIG{sig}: the run the first host reported removed is there");
+        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        assert_eq!((v["interrupted"].clone(), v["ok"].clone()), (true.into(), false.into()), "SIG{sig}: {v}");
+        let hosts = v["hosts"].as_array().unwrap();
+        assert_eq!(hosts.len(), 1, "SIG{sig}: only the first host was visited: {v}");
+        assert_eq!((&hosts[0]["port"], &hosts[0]["ok"]), (&s1.port.into(), &true.into()), "SIG{sig}: {v}");
+        assert_eq!(hosts[0]["removed"][0]["run"], "first", "SIG{sig}: {v}");
+        assert!(s1.log().contains("Accepted publickey"), "SIG{sig}: {}", s1.log());
+        assert!(!s2.log().contains("Accepted publickey"), "SIG{sig}: the second host was visited: {}", s2.log());
+    }
+    for s in [&mut s1, &mut s2] {
+        s.assert_nothing_left();
+        s.stop();
+    }
+}
+
 /// A run whose workers run on a host is in progress there, whichever machine
 /// drives it: `cluster clean` from another data directory (a second driver,
 /// which holds no lock of it) leaves it alone, and removes what it left once
