@@ -674,6 +674,65 @@ fn pregathered_and_prefetched_rows_count_in_each_workers_memory() {
     between_the_sums(run, ("model-centric", "leapgnn"), 62..=64);
 }
 
+/// A micrograph worker trains the roots it owns, routed from every worker's
+/// batch: here every train node hashes to part 0 (`--partition hash`), so
+/// worker 0 gets all 2 x 256 roots of an iteration, in one time step with
+/// `--time-steps 1`, and holds their input rows in its store (twice with
+/// `--prefetch on`; evaluation's batches are kept smaller). The run is refused under a limit that the estimate of
+/// one batch per worker (read from the refusal before partitioning) fits,
+/// naming the roots; the old estimate counted 256 roots and started it.
+#[test]
+fn a_worker_owning_every_root_is_held_to_the_roots_it_is_routed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let part_zero = |v: u32| leapgnn::util::rng::mix64(v as u64).is_multiple_of(2);
+    write_tiny(d, "skew", Tiny { nodes: 8000, dim: 1024, train_if: Some(part_zero), ..Tiny::default() });
+    let run = |limit: &str| {
+        let a = ["train", "skew", "--epochs", "1", "--workers", "2", "--partition", "hash", "--strategy", "leapgnn"];
+        let b = ["--time-steps", "1", "--prefetch", "on", "--batch-size", "256", "--fanout", "2,2", "--hidden", "32"];
+        let limit = ["--eval-batch-size", "64", "--memory-limit-mb", limit];
+        leapgnn(d, &[&a[..], &b[..], &limit[..]].concat())
+    };
+    // Before partitioning, as if each worker were routed one batch: one error line.
+    let out = run("10");
+    let e = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!((out.status.code(), e.lines().count()), (Some(2), 1), "{e}");
+    assert!(!e.contains("roots one worker owns"), "{e}");
+    let even = mib_before(&e, " MiB for the 2 workers and the driver on this machine together");
+    let even_worker = estimate_per_worker(&e);
+    // Refused once partitioned (the partitioner's lines come first), before the run is created.
+    let out = run(&even.to_string());
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    let e = err.lines().last().unwrap();
+    assert!(d.join("skew/parts/hash-2").exists(), "checked before its partition was written");
+    assert!(!d.join("runs").exists() || std::fs::read_dir(d.join("runs")).unwrap().next().is_none());
+    for needle in ["for up to 512 roots one worker owns in an iteration and 512 in one time step", "--memory-limit-mb"]
+    {
+        assert!(e.starts_with("error: ") && e.contains(needle), "no `{needle}` in {err}");
+    }
+    // Worker 0 gathers 4608 input rows of 4 KiB (and their dropped-out copy)
+    // where one batch reads 2304 (18 MiB more), aggregates 1536 of them at
+    // that width where 768 (9 MiB), and holds its rows in two stores (18 MiB).
+    let routed_worker = estimate_per_worker(e);
+    assert!(routed_worker >= even_worker + 45, "routed {routed_worker} MiB, even {even_worker} MiB: {e}");
+    // And it covers what the workers of that run reach.
+    let out = run("100000");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let runs = d.join("runs");
+    let run_dir = std::fs::read_dir(&runs).unwrap().next().unwrap().unwrap().path();
+    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(run_dir.join("summary.json")).unwrap()).unwrap();
+    let peaks: Vec<u64> = s["peak_rss_bytes"].as_array().unwrap().iter().map(|p| p.as_u64().unwrap()).collect();
+    assert_eq!(peaks.len(), 2, "{s}");
+    for peak in peaks {
+        assert!(
+            peak >> 20 <= routed_worker,
+            "a worker peaked at {} MiB, over the estimate {routed_worker} MiB",
+            peak >> 20
+        );
+    }
+}
+
 /// A hand-edited `state.json` whose position the run cannot have reached is
 /// refused by `--resume` (exit 2, naming state.json and the figures): an
 /// iteration past the epoch's last used to be resumed with exit 0, the loop

@@ -18,6 +18,36 @@ pub fn iterations(roots: usize, workers: usize, batch: usize) -> usize {
     roots.div_ceil(workers.saturating_mul(batch).max(1))
 }
 
+/// For every one of `workers` workers, the most of an iteration's roots it
+/// owns (`owners`: node -> worker) in any iteration of epochs `0..epochs` of
+/// B = `batch` roots per worker: what the micrograph strategies route to it
+/// in one iteration. Between 0 and W x B; about B when ownership is even,
+/// up to W x B when one worker owns every train id. The shuffles are the
+/// epochs' own, so this costs what routing them costs in training.
+pub fn most_owned_per_iteration(
+    train: &[u32],
+    owners: &[u16],
+    workers: usize,
+    batch: usize,
+    seed: u64,
+    epochs: u64,
+) -> Vec<u64> {
+    let mut most = vec![0u64; workers];
+    let mut count = vec![0u64; workers];
+    for epoch in 0..epochs {
+        for global in epoch_order(train, seed, epoch).chunks(workers.saturating_mul(batch).max(1)) {
+            count.fill(0);
+            for &v in global {
+                count[owners[v as usize] as usize] += 1;
+            }
+            for (m, &c) in most.iter_mut().zip(&count) {
+                *m = (*m).max(c);
+            }
+        }
+    }
+    most
+}
+
 pub struct Schedule<'a> {
     order: &'a [u32],
     workers: usize,
@@ -81,5 +111,29 @@ mod tests {
         }
         seen.sort_unstable();
         assert_eq!(seen, train);
+    }
+
+    #[test]
+    fn most_owned_counts_the_roots_routed_to_each_worker() {
+        let train: Vec<u32> = (0..1000).collect();
+        // Worker 0 owns every train id of the even nodes, worker 1 the odd ones, worker 2 none.
+        let owners: Vec<u16> = (0..1000).map(|v| (v % 2) as u16).collect();
+        let most = most_owned_per_iteration(&train, &owners, 3, 64, 7, 2);
+        let mut expect = [0u64; 3];
+        for epoch in 0..2 {
+            let order = epoch_order(&train, 7, epoch);
+            let s = Schedule::new(&order, 3, 64);
+            for i in 0..s.iterations() {
+                for (w, e) in expect.iter_mut().enumerate() {
+                    let owned = s.global(i).iter().filter(|&&v| owners[v as usize] as usize == w).count();
+                    *e = (*e).max(owned as u64);
+                }
+            }
+        }
+        assert_eq!(most, expect);
+        assert!(most[0] > 64 && most[1] > 64 && most[2] == 0, "{most:?}");
+        // One worker owning everything gets every root of an iteration.
+        let all = most_owned_per_iteration(&train, &vec![0; 1000], 3, 64, 7, 1);
+        assert_eq!(all, vec![192, 0, 0]);
     }
 }

@@ -369,7 +369,7 @@ fn execute(
     let ds = DatasetFile::open_verified(&path)?;
     let [train, val, test] = splits(&ds, &cfg.dataset)?;
     let limit = fullgraph::memory::Limit { bytes: memory_limit, resume: resuming };
-    check_model_memory(&cfg, &ds, 1, false, limit)?;
+    check_model_memory(&cfg, &ds, 1, false, limit, None)?;
     let (model, params, mut opt, device) = build_model(&cfg, &ds)?;
     if cfg.mode == TrainMode::FullGraph {
         fullgraph::memory::preflight(&ds, &cfg, None, model.spec(), params.numel(), false, limit)?;
@@ -460,13 +460,18 @@ fn total_bytes(p: &Progress) -> ByteCounts {
 /// machine: they share its memory, so they are held against it together (as
 /// the full-graph preflight holds its workers), each within the
 /// address-space limit it inherits; with `driver`, this process drives them
-/// and stays beside them, so a mini-batch run counts it with them.
+/// and stays beside them, so a mini-batch run counts it with them. With
+/// `owners` (node -> worker, once the graph is partitioned) each worker's
+/// activations are those of the roots it can be routed (`RootsHeld`), and
+/// the `local` workers held are the largest; without, every worker's are a
+/// batch's, as with even ownership.
 pub(crate) fn check_model_memory(
     cfg: &TrainConfig,
     ds: &DatasetFile,
     local: usize,
     driver: bool,
     limit: fullgraph::memory::Limit,
+    owners: Option<&[u16]>,
 ) -> Result<(), BadInput> {
     let spec = cfg.model_spec(ds);
     spec.check()?;
@@ -512,13 +517,25 @@ pub(crate) fn check_model_memory(
     if cfg.mode == TrainMode::FullGraph || cfg.device != DeviceKind::Cpu {
         return Ok(()); // the full-graph preflight counts its own; a GPU holds them
     }
-    let (rows, activations) = sampled_activation_bytes(cfg, ds, &spec);
     let cache = feature_cache_bytes(cfg, ds);
-    let own = need.saturating_add(activations).saturating_add(cache).saturating_add(fullgraph::memory::PROCESS_BYTES);
+    // The largest `local` workers' figures, the largest first.
+    let mut figures: Vec<(u64, u64, RootsHeld)> = RootsHeld::per_worker(cfg, ds, owners)?
+        .into_iter()
+        .map(|roots| {
+            let (rows, activations) = sampled_activation_bytes(cfg, ds, &spec, roots);
+            (activations, rows, roots)
+        })
+        .collect();
+    figures.sort_unstable_by(|a, b| b.cmp(a));
+    figures.truncate(local);
+    let (activations, rows, roots) = figures[0];
+    let own = |activations: u64| {
+        need.saturating_add(activations).saturating_add(cache).saturating_add(fullgraph::memory::PROCESS_BYTES)
+    };
+    let mut per_worker: Vec<u64> = (0..local).map(|w| own(figures.get(w).map_or(activations, |f| f.0))).collect();
     // Sampling reads the mapped archive (topology and feature rows) all over:
     // in every worker's address space, but in this machine's memory once.
-    let mut per_worker = vec![own; local];
-    per_worker[0] = own.saturating_add(ds.file_len());
+    per_worker[0] = per_worker[0].saturating_add(ds.file_len());
     let per_worker = fullgraph::memory::with_driver(per_worker, driver);
     tracing::debug!(
         "memory estimate: {} MiB per worker ({} of weights, {} of activations over up to {rows} rows, {} of feature cache, {} resident), {local} on this machine",
@@ -531,10 +548,11 @@ pub(crate) fn check_model_memory(
     let Some(b) = fullgraph::memory::exceeded(&budgets, &per_worker) else { return Ok(()) };
     let cache_flag = if cache > 0 { ", --cache-mb" } else { "" };
     Err(BadInput::new(format!(
-        "--batch-size {} --hidden {}: one iteration's sampled layers (up to {rows} rows) need an estimated {} MiB beside the model's {} MiB \
+        "--batch-size {} --hidden {}: one iteration's sampled layers (up to {rows} rows{}) need an estimated {} MiB beside the model's {} MiB \
          ({} MiB per worker{}{}), but {} MiB are available ({}); {}",
         cfg.batch_size,
         spec.hidden,
+        roots.uneven(cfg.batch_size as u64),
         mib(activations),
         mib(need),
         mib(per_worker[0]),
@@ -579,7 +597,12 @@ const SAMPLED_LAYER_COPIES: u64 = 8;
 /// each layer reads at most its roots times (fanout + 1) rows (a self loop
 /// each), and never more than the graph has; `--eval full` computes every
 /// node at every layer.
-fn sampled_activation_bytes(cfg: &TrainConfig, ds: &DatasetFile, spec: &crate::model::ModelSpec) -> (u64, u64) {
+fn sampled_activation_bytes(
+    cfg: &TrainConfig,
+    ds: &DatasetFile,
+    spec: &crate::model::ModelSpec,
+    roots: RootsHeld,
+) -> (u64, u64) {
     let n = ds.num_nodes() as u64;
     let row_bytes = ds.features().mean_row_bytes() as u64;
     // What Model::input_rows_of keeps sparse (on the CPU, as here).
@@ -617,13 +640,14 @@ fn sampled_activation_bytes(cfg: &TrainConfig, ds: &DatasetFile, spec: &crate::m
         }
         (widest, b, first_out)
     };
-    let mut train = bytes(cfg.batch_size as u64, &cfg.fanouts.0);
-    // pregather and leapgnn hold the iteration's input rows in a store beside
-    // the steps' own copies, and `--prefetch` the next PREFETCH_DEPTH
-    // iterations' stores too.
+    let mut train = bytes(roots.step, &cfg.fanouts.0);
+    // pregather and leapgnn hold the input rows of all the roots routed to
+    // this worker in the iteration in a store beside the steps' own copies,
+    // and `--prefetch` the next PREFETCH_DEPTH iterations' stores too.
     let pregathers = matches!(cfg.strategy, StrategyKind::Pregather | StrategyKind::Leapgnn);
     let stores = pregathers as u64 + if cfg.prefetches() { PREFETCH_DEPTH as u64 } else { 0 };
-    train.1 = train.1.saturating_add(stores.saturating_mul(train.0).saturating_mul(row_bytes));
+    let stored = if stores > 0 { bytes(roots.iteration, &cfg.fanouts.0).0 } else { 0 };
+    train.1 = train.1.saturating_add(stores.saturating_mul(stored).saturating_mul(row_bytes));
     if cfg.strategy == StrategyKind::P3 {
         train.1 = train.1.saturating_add(p3_bytes(cfg, ds, spec, train.0, train.2));
     }
@@ -633,6 +657,72 @@ fn sampled_activation_bytes(cfg: &TrainConfig, ds: &DatasetFile, spec: &crate::m
     };
     let (rows, b, _) = if eval.1 > train.1 { eval } else { train };
     (rows, b)
+}
+
+/// The roots a worker trains at once (`step`) and holds the input rows of in
+/// one iteration (`iteration`). Model-centric and P3 workers train their own
+/// batch of B; the micrograph strategies train the roots they own, routed
+/// from every worker's batch: at most B per time step while there is one
+/// step per model, but a leapgnn step merges the steps it drops, so with
+/// uneven ownership (a hand-made or unbalanced partition) one worker can get
+/// up to W x B in one step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct RootsHeld {
+    step: u64,
+    iteration: u64,
+}
+
+impl RootsHeld {
+    /// Every worker's, from the roots it owns in each iteration of the run's
+    /// seeded schedule (`owners`: node -> worker); without `owners`, one
+    /// batch each.
+    fn per_worker(cfg: &TrainConfig, ds: &DatasetFile, owners: Option<&[u16]>) -> Result<Vec<RootsHeld>, BadInput> {
+        let batch = cfg.batch_size as u64;
+        let world = cfg.workers.max(1);
+        let micro = matches!(cfg.strategy, StrategyKind::Micrograph | StrategyKind::Pregather | StrategyKind::Leapgnn);
+        let Some(owners) = owners.filter(|_| micro && world > 1) else {
+            return Ok(vec![RootsHeld { step: batch, iteration: batch }; world]);
+        };
+        let [train, _, _] = splits(ds, &cfg.dataset)?;
+        let most = crate::schedule::batches::most_owned_per_iteration(
+            &train,
+            owners,
+            world,
+            cfg.batch_size,
+            cfg.seed,
+            cfg.epochs,
+        );
+        Ok(most.into_iter().map(|iteration| RootsHeld { step: Self::step(cfg, world, iteration), iteration }).collect())
+    }
+
+    /// The most roots of one time step, for a worker routed `iteration`
+    /// roots in an iteration: its share of one model's batch per step with a
+    /// step per model; with T < W steps (`routing::merge`), each kept step
+    /// keeps its own model's roots or is topped up to about 1/T of them all
+    /// (one root over, from rounding); with a merge plan's uneven shares or
+    /// `--time-steps auto`, which may merge all into one, all of them.
+    fn step(cfg: &TrainConfig, world: usize, iteration: u64) -> u64 {
+        let batch = (cfg.batch_size as u64).min(iteration);
+        if cfg.strategy != StrategyKind::Leapgnn {
+            return batch;
+        }
+        match (&cfg.merge_plan, cfg.time_steps) {
+            (None, Some(t)) if t as usize >= world => batch,
+            (None, Some(t)) => batch.max(iteration.div_ceil(t.max(1) as u64) + 1).min(iteration),
+            _ => iteration,
+        }
+    }
+
+    /// What a refusal adds to its rows when a worker's roots are not one batch's.
+    fn uneven(&self, batch: u64) -> String {
+        match self.iteration > batch {
+            true => format!(
+                ", for up to {} roots one worker owns in an iteration and {} in one time step",
+                self.iteration, self.step
+            ),
+            false => String::new(),
+        }
+    }
 }
 
 /// P3's copies of a batch's `[first layer's output rows, column slice]`

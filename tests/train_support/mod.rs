@@ -59,6 +59,9 @@ pub struct Tiny {
     pub storage: FeatureStorage,
     /// Keep one feature value in this many (the rest are zero): bag-of-words-like rows.
     pub keep_one_in: u64,
+    /// The train nodes: those for which it holds (val and test split the
+    /// rest); None: the first half of the nodes.
+    pub train_if: Option<fn(u32) -> bool>,
 }
 
 impl Default for Tiny {
@@ -71,6 +74,7 @@ impl Default for Tiny {
             poisoned: false,
             storage: FeatureStorage::Dense,
             keep_one_in: 1,
+            train_if: None,
         }
     }
 }
@@ -109,8 +113,10 @@ pub fn write_tiny(data: &Path, name: &str, t: Tiny) {
         })
         .collect();
     let features = FeatureTable::from_dense(features, d, t.storage);
-    let ids: Vec<u32> = (0..n).collect();
-    let (train, rest) = ids.split_at(n as usize / 2);
+    let (train, rest): (Vec<u32>, Vec<u32>) = match t.train_if {
+        Some(f) => (0..n).partition(|&v| f(v)),
+        None => ((0..n / 2).collect(), (n / 2..n).collect()),
+    };
     let (val, test) = rest.split_at(rest.len() / 2);
     let split = |s: &[u32]| if t.with_splits { s.to_vec() } else { Vec::new() };
     let ds = Dataset {
@@ -129,7 +135,7 @@ pub fn write_tiny(data: &Path, name: &str, t: Tiny) {
         indices: csr.indices,
         features,
         labels: (0..n).map(label).collect(),
-        train: split(train),
+        train: split(&train),
         val: split(val),
         test: split(test),
     };

@@ -78,7 +78,7 @@ pub fn train_distributed(
     // fails leaves no run behind to block the name.
     let parts_dir =
         crate::partition::ensure_partition(data, &cfg.dataset, cfg.partition_method(), cfg.parts, cfg.seed)?;
-    preflight(&ds, Some(&parts_dir), &cfg, Limit { bytes: run.memory_limit, resume: false }, opts)?;
+    check_memory(&ds, Some(&parts_dir), &cfg, run, opts, false)?;
     let (name, run_dir) = new_run_dir(data, run.run.as_deref(), &cfg)?;
     // Held through every restart: this process trains the run until it returns.
     let _lock = RunLock::acquire(&run_dir, &name)?;
@@ -97,7 +97,9 @@ pub fn train_distributed(
 /// share of the graph (`preflight`). Checked before anything is started,
 /// for a new run and for a `--resume` alike (its `--workers` or
 /// `--memory-limit-mb` may differ from the run's first start; its refusal
-/// advises only what a resume can change).
+/// advises only what a resume can change): before the graph is partitioned
+/// as if ownership were even, and with the partition in `parts_dir`, each
+/// worker with its own share.
 fn check_memory(
     ds: &crate::format::DatasetFile,
     parts_dir: Option<&Path>,
@@ -107,20 +109,24 @@ fn check_memory(
     resume: bool,
 ) -> anyhow::Result<()> {
     let limit = Limit { bytes: run.memory_limit, resume };
+    let owners = match parts_dir {
+        Some(dir) => Some(crate::format::ManifestFile::open(dir)?.node_worker(cfg.workers)),
+        None => None,
+    };
     let local = opts.launcher.local_workers(cfg.workers);
     if local > 0 {
-        crate::train::check_model_memory(cfg, ds, local, true, limit)?;
+        crate::train::check_model_memory(cfg, ds, local, true, limit, owners.as_deref())?;
     }
-    preflight(ds, parts_dir, cfg, limit, opts)
+    preflight(ds, owners.as_deref(), cfg, limit, opts)
 }
 
 /// Full-graph runs: every worker of a launcher that shares this machine's
 /// files runs here, so check that they fit before anything is started or
 /// created, with this process beside them when they run on this machine:
-/// with the partition in `parts_dir`, or without one a lower bound.
+/// with the partition's `owners` (node -> worker), or without them a lower bound.
 fn preflight(
     ds: &crate::format::DatasetFile,
-    parts_dir: Option<&Path>,
+    owners: Option<&[u16]>,
     cfg: &TrainConfig,
     limit: Limit,
     opts: &DistOptions<'_>,
@@ -128,15 +134,11 @@ fn preflight(
     if cfg.mode != crate::train::TrainMode::FullGraph || !opts.launcher.shares_files() {
         return Ok(());
     }
-    let owners = match parts_dir {
-        Some(dir) => Some(crate::format::ManifestFile::open(dir)?.node_worker(cfg.workers)),
-        None => None,
-    };
     let (model, params, _, _) = crate::train::build_model(cfg, ds)?;
     crate::train::fullgraph::memory::preflight(
         ds,
         cfg,
-        owners.as_deref(),
+        owners,
         model.spec(),
         params.numel(),
         opts.launcher.local_workers(cfg.workers) > 0,
