@@ -228,18 +228,14 @@ fn after_a_restart_the_dashboard_shows_where_the_relaunched_workers_run() {
 /// driver never read, and refuse it (they trained on it without a word).
 #[test]
 fn workers_refuse_a_partition_replaced_after_the_driver_read_it() {
-    use std::os::unix::fs::PermissionsExt;
     let tmp = cora();
     let data = DataDir::new(tmp.path());
     let bin = env!("CARGO_BIN_EXE_leapgnn");
-    let wrapper = tmp.path().join("repartition-then-work.sh");
     let script = format!(
-        "#!/bin/sh\n'{bin}' --data-dir '{}' partition cora --parts 2 --seed 9 >/dev/null 2>&1 || exit 3\nexec '{bin}' \"$@\"\n",
+        "'{bin}' --data-dir '{}' partition cora --parts 2 --seed 9 >/dev/null 2>&1 || exit 3\nexec '{bin}' \"$@\"\n",
         tmp.path().display()
     );
-    std::fs::write(&wrapper, script).unwrap();
-    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let launcher = LocalLauncher::new(&wrapper, vec!["--data-dir".into(), tmp.path().display().to_string()]);
+    let launcher = wrapped(tmp.path(), "repartition-then-work.sh", &script);
     let interrupted = AtomicBool::new(false);
     let opts = local_options(&launcher, &interrupted);
     let run = RunOptions { run: Some("raced".into()), ..Default::default() };
@@ -252,4 +248,56 @@ fn workers_refuse_a_partition_replaced_after_the_driver_read_it() {
     let opts = local_options(&plain, &interrupted);
     let run = RunOptions { run: Some("calm".into()), ..Default::default() };
     train_distributed(&data, small_cora_job(2, 1), &run, &opts, &mut Log::default()).expect("the run succeeds");
+}
+
+/// Each full-graph worker checks its own share against its own host before
+/// loading it: workers started under `prlimit --as` (as a Slurm node's or
+/// an ssh host's limit, which the driver cannot read) with a model whose
+/// estimate is over that limit refuse at once, naming the worker, the host
+/// and what to do, and the driver fails naming the worker (no hang, no
+/// allocation failure mid-epoch). The same job without the limit trains.
+#[test]
+fn full_graph_workers_refuse_a_share_over_their_own_hosts_limit() {
+    let tmp = cora();
+    let data = DataDir::new(tmp.path());
+    let bin = env!("CARGO_BIN_EXE_leapgnn");
+    // 1 GiB of address space: the worker starts and builds its model well under it.
+    let launcher =
+        wrapped(tmp.path(), "capped-worker.sh", &format!("exec prlimit --as={} '{bin}' \"$@\"\n", 1u64 << 30));
+    let job = || TrainConfig {
+        mode: TrainMode::FullGraph,
+        fanouts: "all,all".parse().unwrap(),
+        eval_fanouts: "all,all".parse().unwrap(),
+        eval: EvalMode::Full,
+        hidden: 8192,
+        ..small_cora_job(2, 1)
+    };
+    let interrupted = AtomicBool::new(false);
+    let opts = local_options(&launcher, &interrupted);
+    let run = RunOptions { run: Some("capped".into()), ..Default::default() };
+    let e = train_distributed(&data, job(), &run, &opts, &mut Log::default()).expect_err("over the workers' limit");
+    let e = format!("{e:#}");
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    for needle in [
+        format!("on {}: --mode full-graph needs an estimated", host.trim()),
+        "MiB are available there (this process's address-space limit, RLIMIT_AS)".into(),
+        format!("raise the limit on {} (ulimit -v, prlimit --as", host.trim()),
+    ] {
+        assert!(e.contains(&needle), "no `{needle}` in {e}");
+    }
+    assert!(e.contains("worker 0") || e.contains("worker 1"), "{e}");
+    let plain = LocalLauncher::new(bin, vec!["--data-dir".into(), tmp.path().display().to_string()]);
+    let opts = local_options(&plain, &interrupted);
+    let run = RunOptions { run: Some("free".into()), ..Default::default() };
+    train_distributed(&data, job(), &run, &opts, &mut Log::default()).expect("the run succeeds");
+}
+
+/// A launcher of local workers started through the shell script `body`
+/// (written as `name` in `dir`, the data directory), which gets the worker's arguments.
+fn wrapped(dir: &std::path::Path, name: &str, body: &str) -> LocalLauncher {
+    use std::os::unix::fs::PermissionsExt;
+    let wrapper = dir.join(name);
+    std::fs::write(&wrapper, format!("#!/bin/sh\n{body}")).unwrap();
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    LocalLauncher::new(&wrapper, vec!["--data-dir".into(), dir.display().to_string()])
 }

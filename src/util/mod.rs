@@ -50,6 +50,16 @@ pub fn usable_memory() -> Option<(u64, &'static str)> {
     }
 }
 
+/// This machine's host name, as error messages name a worker's host
+/// (`/proc/sys/kernel/hostname`; "this host" where it cannot be read).
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "this host".into())
+}
+
 /// `bytes` in whole MiB, rounded up: how a memory refusal quotes a figure
 /// (never a need of 0.4 MiB quoted as 0).
 pub fn mib(bytes: u64) -> u64 {

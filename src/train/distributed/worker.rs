@@ -53,6 +53,10 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
     // everything that asks who owns a node asks `owners`, the node -> worker map.
     manifest.check_serves(&ds, cfg.parts, world)?;
     let owners = Owners::of_workers(manifest.clone(), world);
+    let (model, params, mut opt, device) = crate::train::build_model(cfg, &ds)?;
+    if cfg.mode == crate::train::TrainMode::FullGraph {
+        crate::train::fullgraph::memory::check_worker(&ds, cfg, owners.as_slice(), rank, model.spec(), params.numel())?;
+    }
     let local: Arc<dyn RowSource> = Arc::new(PartRows::open_worker(&spec.parts_dir, rank, world, manifest.clone())?);
 
     let mesh = join_mesh(job, (&ds, cfg), timeout, reporter)?;
@@ -74,7 +78,6 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
     };
     let rows = FetchingRows::new(client, &mesh, filled);
 
-    let (model, params, mut opt, device) = crate::train::build_model(cfg, &ds)?;
     // Replicas start from rank 0's weights (the seeded init already agrees; this makes it so).
     let mut weights = params.flat_values()?;
     mesh.broadcast_f32(0, &mut weights, Category::Control, timeout)?;

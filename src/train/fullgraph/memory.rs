@@ -146,13 +146,7 @@ pub fn preflight(
     driver: bool,
     limit: Limit,
 ) -> Result<Vec<u64>, BadInput> {
-    let features = ds.features();
-    let sparse_rows = match features {
-        FeatureView::Sparse { indptr, .. } => Some(indptr),
-        FeatureView::Dense { .. } => None,
-    };
-    // What Model::input_rows_of keeps sparse.
-    let sparse_input = sparse_rows.is_some() && cfg.device == DeviceKind::Cpu && spec.kind != ModelKind::SageMax;
+    let (sparse_rows, sparse_input) = sparse_input(ds, cfg, spec);
     let world = cfg.workers.max(1);
     let bound = owners.is_none() && world > 1;
     let shares = match bound {
@@ -177,6 +171,53 @@ pub fn preflight(
         Some(b) => Err(b.refusal(&per_worker, &held, bound)),
         None => Ok(per_worker),
     }
+}
+
+/// The offsets of the features' rows when they are stored sparse, and
+/// whether the first layer reads them so (what Model::input_rows_of keeps sparse).
+fn sparse_input<'a>(ds: &'a DatasetFile, cfg: &TrainConfig, spec: &ModelSpec) -> (Option<&'a [u64]>, bool) {
+    let sparse_rows = match ds.features() {
+        FeatureView::Sparse { indptr, .. } => Some(indptr),
+        FeatureView::Dense { .. } => None,
+    };
+    (sparse_rows, sparse_rows.is_some() && cfg.device == DeviceKind::Cpu && spec.kind != ModelKind::SageMax)
+}
+
+/// Refuses, in worker `rank` of a full-graph run, a share of the graph
+/// (`owners`: node -> worker) that this host cannot hold: its own estimate
+/// against this host's MemAvailable and the address-space limit this
+/// process runs under. The driver can only check the hosts whose memory it
+/// reads (its own, where the workers share its files); a Slurm node or an
+/// ssh host is known here, before the worker loads its rows and joins the
+/// mesh, so it fails at once, naming itself, instead of on an allocation
+/// mid-epoch.
+pub fn check_worker(
+    ds: &DatasetFile,
+    cfg: &TrainConfig,
+    owners: &[u16],
+    rank: usize,
+    spec: &ModelSpec,
+    params: usize,
+) -> Result<(), BadInput> {
+    let (sparse_rows, sparse_input) = sparse_input(ds, cfg, spec);
+    let shape = shapes(ds.graph(), sparse_rows, Some(owners), cfg.workers.max(1))[rank];
+    let need = estimate(shape, spec, params, sparse_input);
+    let budgets = budgets(None);
+    let Some(b) = exceeded(&budgets, &[need]) else { return Ok(()) };
+    let host = crate::util::host_name();
+    let raise = match b.each {
+        true => format!("raise the limit on {host} (ulimit -v, prlimit --as, the job's memory limit), "),
+        false => format!("free memory on {host}, "),
+    };
+    Err(BadInput::new(format!(
+        "worker {rank} on {host}: --mode full-graph needs an estimated {} MiB for its share of the graph \
+         ({} nodes and {} halo rows) but {} MiB are available there ({}); {raise}use more machines, a smaller --hidden, or --mode minibatch",
+        mib(need),
+        shape.owned,
+        shape.halo,
+        mib(b.bytes),
+        b.source
+    )))
 }
 
 /// What is held against this machine's memory: the figures of the workers
