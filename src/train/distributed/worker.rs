@@ -55,7 +55,15 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
     let owners = Owners::of_workers(manifest.clone(), world);
     let (model, params, mut opt, device) = crate::train::build_model(cfg, &ds)?;
     if cfg.mode == crate::train::TrainMode::FullGraph {
-        crate::train::fullgraph::memory::check_worker(&ds, cfg, owners.as_slice(), rank, model.spec(), params.numel())?;
+        crate::train::fullgraph::memory::check_worker(
+            &ds,
+            cfg,
+            owners.as_slice(),
+            rank,
+            model.spec(),
+            params.numel(),
+            limit,
+        )?;
     }
     let local: Arc<dyn RowSource> = Arc::new(PartRows::open_worker(&spec.parts_dir, rank, world, manifest.clone())?);
 

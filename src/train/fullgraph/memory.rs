@@ -190,7 +190,8 @@ fn sparse_input<'a>(ds: &'a DatasetFile, cfg: &TrainConfig, spec: &ModelSpec) ->
 /// reads (its own, where the workers share its files); a Slurm node or an
 /// ssh host is known here, before the worker loads its rows and joins the
 /// mesh, so it fails at once, naming itself, instead of on an allocation
-/// mid-epoch.
+/// mid-epoch. `limit.resume`: a resumed run is advised only what a resume
+/// can change.
 pub fn check_worker(
     ds: &DatasetFile,
     cfg: &TrainConfig,
@@ -198,11 +199,12 @@ pub fn check_worker(
     rank: usize,
     spec: &ModelSpec,
     params: usize,
+    limit: Limit,
 ) -> Result<(), BadInput> {
     let (sparse_rows, sparse_input) = sparse_input(ds, cfg, spec);
     let shape = shapes(ds.graph(), sparse_rows, Some(owners), cfg.workers.max(1))[rank];
     let need = estimate(shape, spec, params, sparse_input);
-    let budgets = budgets(None);
+    let budgets = budgets(limit);
     let Some(b) = exceeded(&budgets, &[need]) else { return Ok(()) };
     let host = crate::util::host_name();
     let raise = match b.each {
@@ -211,12 +213,17 @@ pub fn check_worker(
     };
     Err(BadInput::new(format!(
         "worker {rank} on {host}: --mode full-graph needs an estimated {} MiB for its share of the graph \
-         ({} nodes and {} halo rows) but {} MiB are available there ({}); {raise}use more machines, a smaller --hidden, or --mode minibatch",
+         ({} nodes and {} halo rows) but {} MiB are available there ({}); {}",
         mib(need),
         shape.owned,
         shape.halo,
         mib(b.bytes),
-        b.source
+        b.source,
+        b.advice(
+            format!("{raise}use more machines, a smaller --hidden, or --mode minibatch"),
+            "",
+            "a smaller --hidden, more machines or --mode minibatch"
+        ),
     )))
 }
 
