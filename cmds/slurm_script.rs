@@ -1,8 +1,9 @@
 use crate::Global;
 use anyhow::Context;
-use clap::Parser;
 use leapgnn::BadInput;
 use leapgnn::cluster::slurm::{ScriptCommand, ScriptOptions, sbatch_script};
+use leapgnn::train::slurm_job::{infer_target, train_target};
+use std::ffi::{OsStr, OsString};
 
 /// Print an sbatch script that runs `leapgnn train ARGS` (or `leapgnn infer RUN ARGS`) on a Slurm allocation,
 /// one worker per task: `leapgnn slurm-script [OPTIONS] train ARGS` or `... infer RUN ARGS`.
@@ -42,26 +43,6 @@ pub struct Args {
     pub train: Vec<String>,
 }
 
-/// The train arguments, parsed as `train` would, so a typo fails here and not in the queue.
-#[derive(Parser)]
-#[command(name = "leapgnn train")]
-struct TrainOnly {
-    #[command(flatten)]
-    global: Global,
-    #[command(flatten)]
-    train: crate::train::Args,
-}
-
-/// The infer arguments, parsed as `infer` would.
-#[derive(Parser)]
-#[command(name = "leapgnn infer")]
-struct InferOnly {
-    #[command(flatten)]
-    global: Global,
-    #[command(flatten)]
-    infer: crate::infer::Args,
-}
-
 pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     // `slurm-script [opts] train ARGS` names the subcommand it wraps; `-- ARGS` does not (train).
     let mut args = a.train;
@@ -72,21 +53,24 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     if args.first().is_some_and(|t| t == command.name()) {
         args.remove(0);
     }
-    let argv = std::iter::once(command.name().to_string()).chain(args.iter().cloned());
-    let parsed = match command {
-        ScriptCommand::Train => TrainOnly::try_parse_from(argv).map(drop),
-        ScriptCommand::Infer => InferOnly::try_parse_from(argv).map(drop),
-    };
-    if let Err(e) = parsed {
+    let binary = std::env::current_exe().context("cannot find the leapgnn executable")?;
+    let data_dir = std::path::absolute(&g.data_dir).context("cannot make --data-dir absolute")?;
+    // The command line the batch step runs (less what the script adds), parsed as `leapgnn` parses it,
+    // so a typo fails here and not in the queue.
+    let argv: Vec<OsString> = [binary.as_os_str(), OsStr::new("--data-dir"), data_dir.as_os_str()]
+        .into_iter()
+        .map(OsString::from)
+        .chain(std::iter::once(command.name().into()))
+        .chain(args.iter().map(OsString::from))
+        .collect();
+    let cli = crate::parse(&argv).map_err(|e| {
         // clap's message up to its usage, on one line (a missing argument is named on the next).
         let msg = e.to_string();
         let what: Vec<&str> = msg.lines().map(str::trim).take_while(|l| !l.is_empty()).collect();
         let what = what.join(" ");
         let what = what.trim_start_matches("error: ");
-        return Err(BadInput::new(format!("the {} arguments are not valid: {what}", command.name())).into());
-    }
-    let binary = std::env::current_exe().context("cannot find the leapgnn executable")?;
-    let data_dir = std::path::absolute(&g.data_dir).context("cannot make --data-dir absolute")?;
+        BadInput::new(format!("the {} arguments are not valid: {what}", command.name()))
+    })?;
     let o = ScriptOptions {
         job_name: a.job_name,
         nodes: a.nodes,
@@ -102,6 +86,30 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
         command,
         args,
     };
-    crate::output::write_stdout(sbatch_script(&o)?.as_bytes())?;
-    Ok(())
+    // The script's own options first: their refusals do not depend on the data directory.
+    o.check()?;
+    let cli = crate::with_config_file(cli, &argv)?;
+    let target = match &cli.command {
+        crate::Command::Train(t) => train_target(&cli.global.data(), t)?,
+        crate::Command::Infer(i) => infer_target(&cli.global.data(), &i.run)?,
+        _ => unreachable!("argv names train or infer"),
+    };
+    if target.default_dataset {
+        leapgnn::elog!(
+            "the job trains {}, the built-in default (no dataset was named); the script names it",
+            target.dataset
+        );
+    }
+    if target.generated_in_job {
+        leapgnn::elog!(
+            "{} is not in {} yet: the job's batch step generates it (synthetic) before training",
+            target.dataset,
+            o.data_dir.display()
+        );
+    }
+    let report = sbatch_script(&o, &target)?;
+    if g.json {
+        return crate::output::print_json(&report);
+    }
+    crate::output::write_stdout(report.script.as_bytes())
 }

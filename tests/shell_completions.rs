@@ -3,6 +3,8 @@
 //! the man pages render, one per command with `--dir`; a closed stdout
 //! (`| head -1`) ends them quietly.
 
+mod dist_support;
+
 use std::process::Command;
 
 fn leapgnn(args: &[&str]) -> String {
@@ -59,8 +61,11 @@ fn man_pages_render_for_the_tool_and_each_command() {
 /// exits 0 without a word on stderr, as a Unix filter does.
 #[test]
 fn a_closed_stdout_ends_the_output_quietly() {
-    let cases: [&[&str]; 4] =
-        [&["man"], &["completions", "zsh"], &["completions", "bash"], &["slurm-script", "--", "cora", "--epochs", "1"]];
+    // slurm-script checks that the job's dataset is there.
+    let cora = dist_support::cora();
+    let d = cora.path().to_str().unwrap();
+    let script = ["--data-dir", d, "slurm-script", "--", "cora", "--epochs", "1"];
+    let cases: [&[&str]; 4] = [&["man"], &["completions", "zsh"], &["completions", "bash"], &script];
     for args in cases {
         let (reader, writer) = std::io::pipe().unwrap();
         drop(reader);
@@ -81,7 +86,7 @@ fn a_closed_stdout_ends_the_output_quietly() {
 /// `train ARGS`; train arguments that `train` would refuse exit 2 naming them.
 #[test]
 fn slurm_script_takes_the_train_arguments_with_or_without_the_word_train() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = dist_support::cora();
     let d = tmp.path().to_str().unwrap();
     let named = leapgnn(&["--data-dir", d, "slurm-script", "--nodes", "2", "train", "cora", "--epochs", "3"]);
     let dashed = leapgnn(&["--data-dir", d, "slurm-script", "--nodes", "2", "--", "cora", "--epochs", "3"]);

@@ -406,6 +406,8 @@ fn slurm_script_infer_predicts_what_a_local_infer_does() {
     let out = script(&["--time", "10", "--stop-before", "60", "infer", "r1"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--stop-before"), "{}", text(&out));
+    // The run must exist (with its checkpoint) for the script to be written.
+    json(d, &["train", "--no-tui", "--run", "r1", "cora", "--epochs", "1", "--hidden", "16"]);
     let out = script(&["--time", "10", "--cpus-per-task", "2", "infer", "r1", "--out", "p.safetensors"]);
     assert!(out.status.success(), "{}", text(&out));
     let s = String::from_utf8_lossy(&out.stdout);
@@ -697,7 +699,7 @@ fn cluster_slurm_outside_an_allocation_is_refused() {
 /// directives there and put the rest into the script as a command.
 #[test]
 fn slurm_script_refuses_values_sbatch_would_misread() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = cora();
     let d = tmp.path();
     let run = |opts: &[&str]| {
         let args: Vec<&str> = ["slurm-script"].iter().chain(opts).chain(&["train", "cora"]).copied().collect();
@@ -769,6 +771,7 @@ fn slurm_script_refuses_values_sbatch_would_misread() {
         }
     }
     // A resumed run keeps its saved cluster: --cluster would be refused.
+    json(d, &["train", "--no-tui", "--run", "r1", "cora", "--epochs", "1", "--hidden", "16"]);
     let out = dist_support::leapgnn(d, &["slurm-script", "--time", "10", "train", "--resume", "r1", "--epochs", "9"]);
     let script = String::from_utf8_lossy(&out.stdout);
     let exec = script.lines().find(|l| l.starts_with("exec ")).unwrap_or_else(|| panic!("{}", text(&out)));
@@ -786,6 +789,100 @@ fn slurm_script_refuses_values_sbatch_would_misread() {
         }
         assert_eq!(script.matches("#SBATCH").count(), block.len(), "{script}");
     }
+}
+
+/// `slurm-script` run in data dir `d` with `args` is refused before any
+/// script is written: exit 2, one error line that says each of `says`.
+fn script_refused(d: &Path, args: &[&str], says: &[&str]) {
+    let out = dist_support::leapgnn(d, &[&["slurm-script"][..], args].concat());
+    let e = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
+    assert!(out.stdout.is_empty(), "{args:?}: no script is printed: {}", text(&out));
+    assert_eq!(e.lines().count(), 1, "{args:?}: one error line: {e}");
+    for s in says {
+        assert!(e.starts_with("error: ") && e.contains(s), "{args:?}: `{s}` in {e}");
+    }
+}
+
+/// `slurm-script --json ARGS` in `d`: its one JSON object (`--json` before
+/// the job's arguments: after them it would be the job's).
+fn script_json(d: &Path, args: &[&str]) -> serde_json::Value {
+    let out = dist_support::leapgnn(d, &[&["--json", "slurm-script"][..], args].concat());
+    assert!(out.status.success(), "{args:?}: {}", text(&out));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&out)))
+}
+
+/// A dataset the job would find missing only after its wait in the queue is
+/// refused when the script is made, saying which `leapgnn download` to run:
+/// named, or named in `--config`'s file.
+#[test]
+fn slurm_script_refuses_a_dataset_that_is_not_there() {
+    let tmp = cora();
+    let d = tmp.path();
+    script_refused(d, &["train", "nosuchdataset"], &["nosuchdataset", "leapgnn download --list"]);
+    let args = ["--json", "train", "cora-planetoid", "--strategy", "leapgnn"];
+    script_refused(d, &args, &["leapgnn download cora-planetoid"]);
+    let config = d.join("job.toml");
+    std::fs::write(&config, "dataset = \"citeseer-planetoid\"\nepochs = 2\n").unwrap();
+    script_refused(d, &["train", "--config", config.to_str().unwrap()], &["leapgnn download citeseer-planetoid"]);
+    // The script's own options are checked first, as before.
+    script_refused(d, &["--nodes", "0", "train", "nosuchdataset"], &["--nodes"]);
+}
+
+/// A run to resume or infer with that does not exist is refused when the
+/// script is made, not when the job starts.
+#[test]
+fn slurm_script_refuses_a_run_that_does_not_exist() {
+    let tmp = cora();
+    let d = tmp.path();
+    script_refused(d, &["train", "--resume", "gone", "--epochs", "3"], &["--resume gone", "does not exist"]);
+    script_refused(d, &["infer", "gone"], &["gone", "does not exist"]);
+}
+
+/// No dataset named: the script names the built-in default, in a comment
+/// and on its exec line (a later default cannot change what a queued job
+/// trains); the job generates it, not the script.
+#[test]
+fn slurm_script_names_the_default_dataset() {
+    let default = leapgnn::train::flags::defaults::DATASET;
+    let empty = tempfile::tempdir().unwrap();
+    let out = dist_support::leapgnn(empty.path(), &["slurm-script", "train", "--epochs", "1"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let script = String::from_utf8_lossy(&out.stdout);
+    assert!(script.lines().any(|l| l.starts_with("# Trains on dataset ") && l.contains(default)), "{script}");
+    let exec = script.lines().find(|l| l.starts_with("exec ")).unwrap_or_else(|| panic!("{script}"));
+    assert!(exec.ends_with(&format!(" train {default} --epochs 1 --cluster slurm --no-tui")), "{exec}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains(default), "{}", text(&out));
+    assert!(!empty.path().join(default).exists(), "the job generates it, not the script");
+    let j = script_json(empty.path(), &["train"]);
+    assert_eq!(j["dataset"].as_str(), Some(default), "{j}");
+    assert_eq!((j["default_dataset"].as_bool(), j["generated_in_job"].as_bool()), (Some(true), Some(true)), "{j}");
+}
+
+/// `--json`: one object with the script (the one printed without it) and
+/// what was resolved: dataset, workers, time limit, warning, job name.
+#[test]
+fn slurm_script_json_carries_the_script_and_what_it_resolved() {
+    let tmp = cora();
+    let d = tmp.path();
+    let opts = ["--nodes", "2", "--tasks-per-node", "3", "--time", "02:00:00", "--job-name", "gcn"];
+    let job = ["train", "cora", "--epochs", "2"];
+    let plain = dist_support::leapgnn(d, &[&["slurm-script"][..], &opts, &job].concat());
+    assert!(plain.status.success(), "{}", text(&plain));
+    let j = script_json(d, &[&opts[..], &job].concat());
+    assert_eq!(j["script"].as_str(), Some(&*String::from_utf8_lossy(&plain.stdout)), "{j}");
+    assert_eq!((j["command"].as_str(), j["dataset"].as_str()), (Some("train"), Some("cora")), "{j}");
+    assert_eq!((j["default_dataset"].as_bool(), j["generated_in_job"].as_bool()), (Some(false), Some(false)));
+    assert_eq!((j["nodes"].as_u64(), j["tasks_per_node"].as_u64(), j["workers"].as_u64()), (Some(2), Some(3), Some(6)));
+    assert_eq!((j["time"].as_str(), j["time_limit_seconds"].as_u64()), (Some("02:00:00"), Some(2 * 3600)), "{j}");
+    assert_eq!(j["stop_before"].as_u64(), Some(leapgnn::cluster::slurm::DEFAULT_STOP_BEFORE), "{j}");
+    assert_eq!(j["job_name"].as_str(), Some("gcn"), "{j}");
+    // A run to infer with: its own dataset, and no warning to ask for.
+    json(d, &["train", "--no-tui", "--run", "r1", "cora", "--epochs", "1", "--hidden", "16"]);
+    let j = script_json(d, &["infer", "r1"]);
+    let got = (j["command"].as_str(), j["run"].as_str(), j["dataset"].as_str());
+    assert_eq!(got, (Some("infer"), Some("r1"), Some("cora")), "{j}");
+    assert!(j["stop_before"].is_null() && j["time_limit_seconds"].is_null(), "{j}");
 }
 
 /// The job's state and exit code as slurmctld keeps them for a while after the end.

@@ -625,6 +625,37 @@ mod tests {
         assert!(!out.status.success() && out.stdout.is_empty());
     }
 
+    /// A dataset path may hold a newline: in the script's comment it would
+    /// end the comment and run the rest as a command.
+    #[test]
+    fn the_dataset_comment_stays_one_line() {
+        let o = ScriptOptions {
+            job_name: "j".into(),
+            nodes: 1,
+            tasks_per_node: 2,
+            cpus_per_task: 1,
+            gpus_per_task: None,
+            time: None,
+            partition: None,
+            output: "o".into(),
+            stop_before: None,
+            binary: "/bin/leapgnn".into(),
+            data_dir: "/data".into(),
+            command: ScriptCommand::Train,
+            args: vec![],
+        };
+        let t = JobTarget {
+            dataset: "/d/x\ntouch /tmp/PWNED".into(),
+            default_dataset: false,
+            generated_in_job: false,
+            run: None,
+        };
+        let script = sbatch_script(&o, &t).unwrap().script;
+        let lines: Vec<&str> = script.lines().collect();
+        let at = lines.iter().position(|l| l.starts_with("# Trains on dataset")).expect("the comment");
+        assert!(lines[at].contains(r"/d/x\ntouch") && lines[at + 1].starts_with("#SBATCH"), "{script}");
+    }
+
     #[test]
     fn tasks_per_node_expands_repeats() {
         assert_eq!(tasks_per_node("2(x3),1").unwrap(), [2, 2, 2, 1]);
@@ -684,6 +715,47 @@ pub struct ScriptOptions {
     pub command: ScriptCommand,
     /// The command's arguments, as the user gave them.
     pub args: Vec<String>,
+}
+
+/// What a `slurm-script` job trains on (or infers with), resolved when the
+/// script is made, as `train` (or `infer`) resolves it, so that a job does
+/// not wait in the queue only to find its dataset or run missing.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct JobTarget {
+    /// The dataset: a name under --data-dir, or a path.
+    pub dataset: String,
+    /// No NAME was given, here or in `--config`'s file: the built-in default,
+    /// which the exec line then names, so that a later default cannot change
+    /// what a queued job trains.
+    pub default_dataset: bool,
+    /// Not on disk yet: a synthetic preset that the batch step generates.
+    pub generated_in_job: bool,
+    /// The run resumed (`train --resume RUN`) or inferred with (`infer RUN`).
+    pub run: Option<String>,
+}
+
+/// A `slurm-script`'s script and what it resolved (`--json`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ScriptReport {
+    pub script: String,
+    pub command: &'static str,
+    #[serde(flatten)]
+    pub target: JobTarget,
+    pub job_name: String,
+    pub nodes: usize,
+    pub tasks_per_node: usize,
+    /// nodes x tasks-per-node: one worker per task.
+    pub workers: usize,
+    pub cpus_per_task: usize,
+    pub gpus_per_task: Option<usize>,
+    /// `--time` as given (and as written into the script).
+    pub time: Option<String>,
+    /// That limit in seconds; None when the job has none.
+    pub time_limit_seconds: Option<u64>,
+    /// Seconds before the time limit at which the driver is warned; None when no warning is asked for.
+    pub stop_before: Option<u64>,
+    pub partition: Option<String>,
+    pub output: String,
 }
 
 /// The leapgnn command a `slurm-script` job runs with `--cluster slurm`.
@@ -881,14 +953,41 @@ impl ScriptOptions {
     }
 }
 
+/// A word for a comment line of the script: a newline there would end the
+/// comment and run the rest.
+fn comment_word(s: &str) -> String {
+    if s.chars().any(char::is_control) { format!("{s:?}") } else { shell_word(s) }
+}
+
+/// The script's line saying what the job trains on or infers with.
+fn target_comment(o: &ScriptOptions, t: &JobTarget) -> String {
+    let dataset = comment_word(&t.dataset);
+    let mut line = match (o.command, &t.run) {
+        (ScriptCommand::Infer, Some(run)) => {
+            format!("# Infers with run {}, trained on dataset {dataset}.", comment_word(run))
+        }
+        (_, Some(run)) => format!("# Resumes run {} on its dataset {dataset}.", comment_word(run)),
+        _ if t.default_dataset => {
+            format!("# Trains on dataset {dataset}, the built-in default, named below so that the job keeps it.")
+        }
+        _ => format!("# Trains on dataset {dataset}."),
+    };
+    if t.generated_in_job {
+        line += "\n# It is not in --data-dir yet: the batch step generates it (synthetic).";
+    }
+    line + "\n"
+}
+
 /// An sbatch script that runs `leapgnn train ARGS --cluster slurm` (or `infer
 /// RUN ARGS --cluster slurm`) in the batch step: one worker per task, the
-/// job's exit code the driver's.
-pub fn sbatch_script(o: &ScriptOptions) -> Result<String, SlurmError> {
+/// job's exit code the driver's. `target`: what the job runs on, resolved by
+/// the caller (`train::slurm_job`).
+pub fn sbatch_script(o: &ScriptOptions, target: &JobTarget) -> Result<ScriptReport, SlurmError> {
     o.check()?;
     let mut s = String::from("#!/bin/bash\n");
     s += "# Generated by `leapgnn slurm-script`; submit with `sbatch FILE`. The driver runs in the\n";
     s += &format!("# batch step and starts one worker per task with srun (`{} --cluster slurm`).\n", o.command.name());
+    s += &target_comment(o, target);
     s += &format!("#SBATCH --job-name={}\n", o.job_name);
     s += &format!("#SBATCH --nodes={}\n", o.nodes);
     s += &format!("#SBATCH --ntasks-per-node={}\n", o.tasks_per_node);
@@ -922,6 +1021,9 @@ pub fn sbatch_script(o: &ScriptOptions) -> Result<String, SlurmError> {
     let mut cmd = vec![shell_word(&o.binary.display().to_string()), "--data-dir".into()];
     cmd.push(shell_word(&o.data_dir.display().to_string()));
     cmd.push(o.command.name().into());
+    if target.default_dataset {
+        cmd.push(shell_word(&target.dataset));
+    }
     cmd.extend(o.args.iter().map(|a| shell_word(a)));
     // A resumed run keeps its saved cluster (and refuses --cluster).
     let resumes =
@@ -934,5 +1036,21 @@ pub fn sbatch_script(o: &ScriptOptions) -> Result<String, SlurmError> {
         cmd.push("--no-tui".into());
     }
     s += &format!("exec {}\n", cmd.join(" "));
-    Ok(s)
+    let limit = o.time.as_deref().and_then(|t| time_limit(t).ok().flatten());
+    Ok(ScriptReport {
+        script: s,
+        command: o.command.name(),
+        target: target.clone(),
+        job_name: o.job_name.clone(),
+        nodes: o.nodes,
+        tasks_per_node: o.tasks_per_node,
+        workers: o.nodes * o.tasks_per_node,
+        cpus_per_task: o.cpus_per_task,
+        gpus_per_task: o.gpus_per_task,
+        time: o.time.clone(),
+        time_limit_seconds: limit,
+        stop_before: signal.is_some().then(|| o.lead()),
+        partition: o.partition.clone(),
+        output: o.output.clone(),
+    })
 }

@@ -369,17 +369,36 @@ fn check_name(name: &str) -> Result<(), DatasetError> {
 /// the network (synthetic presets). Other missing datasets are an error that
 /// says which `leapgnn download` to run.
 pub fn ensure_dataset(data: &DataDir, name: &str) -> anyhow::Result<PathBuf> {
-    let path = crate::paths::resolve_archive(data, name);
-    if path.is_file() {
-        return Ok(path);
-    }
-    let reg = Registry::resolve(None)?;
-    match reg.get(name) {
-        Some(e) if e.format == Format::Synthetic => {
+    match locate_dataset(data, name)? {
+        Located::Archive(path) => Ok(path),
+        Located::Synthetic { reg, .. } => {
             crate::elog!("{name}: not in {} yet; generating it (synthetic, seed 0)", data.root.display());
             let req = DownloadRequest { name: name.to_owned(), ..Default::default() };
             Ok(PathBuf::from(download(data, &reg, &req)?.summary.path))
         }
+    }
+}
+
+/// Where `locate_dataset` found a dataset.
+pub enum Located {
+    /// The archive is on disk.
+    Archive(PathBuf),
+    /// Missing, but a synthetic preset of the registry: `ensure_dataset`
+    /// generates it at `path` without the network.
+    Synthetic { reg: Registry, path: PathBuf },
+}
+
+/// `ensure_dataset` without making anything: the archive, or that it can be
+/// generated; a dataset that must be downloaded first is the same error.
+/// For checking a job's dataset before the job runs (`slurm-script`).
+pub fn locate_dataset(data: &DataDir, name: &str) -> anyhow::Result<Located> {
+    let path = crate::paths::resolve_archive(data, name);
+    if path.is_file() {
+        return Ok(Located::Archive(path));
+    }
+    let reg = Registry::resolve(None)?;
+    match reg.get(name) {
+        Some(e) if e.format == Format::Synthetic => Ok(Located::Synthetic { reg, path }),
         Some(_) => Err(crate::BadInput::new(format!(
             "dataset `{name}` is not in {}; run `leapgnn download {name}` first",
             data.root.display()

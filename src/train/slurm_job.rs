@@ -5,6 +5,8 @@
 //! name being taken, and the job would end FAILED with the run half done.
 //! Instead the requeued job resumes its own run from its checkpoint.
 
+use crate::cluster::slurm::JobTarget;
+use crate::datasets::Located;
 use crate::format::write_atomic;
 use crate::{BadInput, DataDir};
 use std::path::Path;
@@ -73,4 +75,37 @@ pub fn requeued_run(data: &DataDir, run: Option<&str>) -> Result<Option<Requeued
         )));
     }
     Ok(Some(Requeued { run: run.to_string(), job_id, restarts }))
+}
+
+/// What a `slurm-script` job of `train` with `flags` (its `--config` file
+/// already read) trains on, resolved as `train` would resolve it in the
+/// batch step: the dataset named, or in `--config`'s file, or the built-in
+/// default; for `--resume RUN` the run's own, the run checked as a resume
+/// checks it. A dataset that must be downloaded first is bad input; a
+/// synthetic one not made yet is left to the job, which generates it.
+pub fn train_target(data: &DataDir, flags: &super::flags::TrainFlags) -> anyhow::Result<JobTarget> {
+    use super::flags::Action;
+    data.check()?;
+    match flags.action()? {
+        Action::Resume { run, overrides } => {
+            let (_, cfg, _) = super::resumable(data, &run, &overrides, "--resume")?;
+            target(data, cfg.dataset, false, Some(run))
+        }
+        Action::Train(cfg) | Action::Naive(cfg) | Action::Neutronstar(cfg) => {
+            target(data, cfg.dataset, flags.dataset.is_none(), None)
+        }
+    }
+}
+
+/// What a `slurm-script` job of `infer RUN` infers with: the run, checked as
+/// `infer` checks it (it exists and has a complete checkpoint), and its dataset.
+pub fn infer_target(data: &DataDir, run: &str) -> anyhow::Result<JobTarget> {
+    data.check()?;
+    let cfg = super::infer::run_config(data, run)?;
+    target(data, cfg.dataset, false, Some(run.to_string()))
+}
+
+fn target(data: &DataDir, dataset: String, default: bool, run: Option<String>) -> anyhow::Result<JobTarget> {
+    let generated = matches!(crate::datasets::locate_dataset(data, &dataset)?, Located::Synthetic { .. });
+    Ok(JobTarget { dataset, default_dataset: default, generated_in_job: generated, run })
 }
