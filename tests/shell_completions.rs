@@ -98,4 +98,7 @@ fn slurm_script_takes_the_train_arguments_with_or_without_the_word_train() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--epochz"));
+    // A flag given twice takes the last value in train (so --config's flags can be overridden): accepted here too.
+    let twice = leapgnn(&["--data-dir", d, "slurm-script", "train", "cora", "--epochs", "1", "--epochs", "3"]);
+    assert!(twice.contains(" train cora --epochs 1 --epochs 3 --cluster slurm"), "{twice}");
 }
