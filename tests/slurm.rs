@@ -329,6 +329,15 @@ fn cora_over_slurm_trains_the_local_launchers_loss_curve() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     let log = std::fs::read_to_string(d.join("bad.out")).unwrap();
     assert!(log.contains("--hidden"), "{log}");
+    // The batch step's node runs both tasks beside the driver: they are held
+    // against its memory before any is started (the driver used to leave
+    // every Slurm worker to itself, and the job trained under any limit).
+    let script = slurm.script(d, "tight", &["cora", "--epochs", "1", "--memory-limit-mb", "100"]);
+    let out = slurm.cmd("sbatch").args(["--wait", "--ntasks=2"]).arg(&script).output().unwrap();
+    let log = std::fs::read_to_string(d.join("tight.out")).unwrap_or_default();
+    assert_eq!(out.status.code(), Some(2), "{}\njob output:\n{log}", text(&out));
+    assert!(log.contains("for the 2 workers and the driver on this machine together"), "{log}");
+    assert!(!log.contains("[worker"), "refused before any worker started: {log}");
     // More workers than tasks: refused naming --workers.
     let script = slurm.script(d, "many", &["cora", "--workers", "3"]);
     let out = slurm.cmd("sbatch").args(["--wait", "--ntasks=2"]).arg(&script).output().unwrap();

@@ -55,6 +55,10 @@ impl crate::error::Blame for SlurmError {
 pub struct Allocation {
     pub job_id: String,
     pub node_of_rank: Vec<String>,
+    /// The node this process runs on as Slurm names it (`SLURMD_NODENAME`,
+    /// set in the batch step where the driver runs); `None` outside a step,
+    /// e.g. a driver started from an `salloc` shell on a login node.
+    pub here: Option<String>,
 }
 
 impl Allocation {
@@ -93,7 +97,14 @@ impl Allocation {
             Some(w) => node_of_rank.truncate(w),
             None => {}
         }
-        Ok(Allocation { job_id, node_of_rank })
+        Ok(Allocation { job_id, node_of_rank, here: var("SLURMD_NODENAME") })
+    }
+
+    /// How many of the first `world` ranks run on this process's own node,
+    /// sharing its memory with the driver (0 when the node is not known).
+    pub fn ranks_here(&self, world: usize) -> usize {
+        let Some(here) = &self.here else { return 0 };
+        self.node_of_rank.iter().take(world).filter(|n| *n == here).count()
     }
 
     /// How many distinct nodes the ranks are placed on.
@@ -473,8 +484,10 @@ impl Launcher for SlurmLauncher {
         self.sbcast.is_none()
     }
 
-    fn local_workers(&self, _world: usize) -> usize {
-        0
+    /// The ranks on the batch step's node run beside the driver; those on
+    /// other nodes check their own memory as they start.
+    fn local_workers(&self, world: usize) -> usize {
+        self.alloc.ranks_here(world)
     }
 
     fn open_dir(&self, rank: usize, rel: &std::path::Path) -> Option<anyhow::Result<Box<dyn RemoteDir>>> {
@@ -598,6 +611,23 @@ impl Drop for SlurmLauncher {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Only the ranks on the driver's own node share its memory; a driver
+    /// that does not know its node holds none of them (they check their own).
+    #[test]
+    fn the_ranks_beside_the_driver_are_those_on_its_node() {
+        let nodes = ["n1", "n1", "n2", "n2", "n3", "n3"].map(String::from).to_vec();
+        let at = |here: Option<&str>| Allocation {
+            job_id: "7".into(),
+            node_of_rank: nodes.clone(),
+            here: here.map(String::from),
+        };
+        assert_eq!(at(Some("n1")).ranks_here(6), 2);
+        assert_eq!(at(Some("n2")).ranks_here(6), 2);
+        assert_eq!(at(Some("n2")).ranks_here(3), 1, "only the ranks placed count");
+        assert_eq!(at(Some("login")).ranks_here(6), 0);
+        assert_eq!(at(None).ranks_here(6), 0);
+    }
 
     #[test]
     fn a_node_file_is_taken_only_whole() {

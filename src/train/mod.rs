@@ -372,7 +372,7 @@ fn execute(
     check_model_memory(&cfg, &ds, 1, false, limit, None)?;
     let (model, params, mut opt, device) = build_model(&cfg, &ds)?;
     if cfg.mode == TrainMode::FullGraph {
-        fullgraph::memory::preflight(&ds, &cfg, None, model.spec(), params.numel(), false, limit)?;
+        fullgraph::memory::preflight(&ds, &cfg, None, model.spec(), params.numel(), 0, limit)?;
     }
     let ck = checkpoint::dir(run_dir);
     let progress = if resuming { checkpoint::restore(&ck, &params, opt.as_mut())? } else { Progress::default() };

@@ -120,10 +120,11 @@ fn check_memory(
     preflight(ds, owners.as_deref(), cfg, limit, opts)
 }
 
-/// Full-graph runs: every worker of a launcher that shares this machine's
-/// files runs here, so check that they fit before anything is started or
-/// created, with this process beside them when they run on this machine:
-/// with the partition's `owners` (node -> worker), or without them a lower bound.
+/// Full-graph runs: the workers that run on this machine (all local
+/// processes; under Slurm the batch step's node's ranks) are checked together
+/// before anything is started or created, with this process beside them:
+/// with the partition's `owners` (node -> worker), or without them a lower
+/// bound. Workers on other hosts check their own share as they start.
 fn preflight(
     ds: &crate::format::DatasetFile,
     owners: Option<&[u16]>,
@@ -131,19 +132,12 @@ fn preflight(
     limit: Limit,
     opts: &DistOptions<'_>,
 ) -> anyhow::Result<()> {
-    if cfg.mode != crate::train::TrainMode::FullGraph || !opts.launcher.shares_files() {
+    let local = opts.launcher.local_workers(cfg.workers);
+    if cfg.mode != crate::train::TrainMode::FullGraph || local == 0 {
         return Ok(());
     }
     let (model, params, _, _) = crate::train::build_model(cfg, ds)?;
-    crate::train::fullgraph::memory::preflight(
-        ds,
-        cfg,
-        owners,
-        model.spec(),
-        params.numel(),
-        opts.launcher.local_workers(cfg.workers) > 0,
-        limit,
-    )?;
+    crate::train::fullgraph::memory::preflight(ds, cfg, owners, model.spec(), params.numel(), local, limit)?;
     Ok(())
 }
 

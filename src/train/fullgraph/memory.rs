@@ -127,12 +127,15 @@ pub fn estimate(s: Shape, spec: &ModelSpec, params: usize, sparse_input: bool) -
     b
 }
 
-/// Refuses a full-graph run of `cfg` on `ds` whose workers (all on this
-/// machine) will not fit: together in `limit` bytes when given
+/// Refuses a full-graph run of `cfg` on `ds` whose `local` workers on this
+/// machine will not fit: together in `limit` bytes when given
 /// (`--memory-limit-mb`), else together in MemAvailable and each within the
 /// address-space limit (RLIMIT_AS), which every worker process inherits from
-/// this one; with `driver`, this process drives them and stays beside them,
-/// so it is counted with them. Returns the per-worker estimates. Without `owners`, a run of
+/// this one. `local` is 0 for a single-process run, which is its own driver;
+/// else this process drives them and stays beside them, so it is counted
+/// with them, and the `local` largest shares are held (under Slurm which
+/// ranks share the driver's node is not known here; the others check their
+/// own node as they start). Returns the per-worker estimates. Without `owners`, a run of
 /// several workers is held to a lower bound, each worker with an even share
 /// of the vertices, edges and stored values and no halo (the estimate grows
 /// with each, so their sum and the largest are never above the partition's):
@@ -143,7 +146,7 @@ pub fn preflight(
     owners: Option<&[u16]>,
     spec: &ModelSpec,
     params: usize,
-    driver: bool,
+    local: usize,
     limit: Limit,
 ) -> Result<Vec<u64>, BadInput> {
     let (sparse_rows, sparse_input) = sparse_input(ds, cfg, spec);
@@ -166,9 +169,12 @@ pub fn preflight(
             "cannot read MemAvailable from /proc/meminfo and no address-space limit is set: the full-graph memory estimate is not checked"
         );
     }
-    let held = with_driver(per_worker.clone(), driver);
+    let mut here = per_worker.clone();
+    here.sort_unstable_by(|a, b| b.cmp(a));
+    here.truncate(local.max(1));
+    let held = with_driver(here.clone(), local > 0);
     match exceeded(&budgets, &held) {
-        Some(b) => Err(b.refusal(&per_worker, &held, bound)),
+        Some(b) => Err(b.refusal(&here, &held, bound)),
         None => Ok(per_worker),
     }
 }
