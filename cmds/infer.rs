@@ -50,6 +50,11 @@ pub struct Args {
     /// Where the model runs: cpu, cuda (GPU 0) or cuda:N [default: the device the run trained on].
     #[arg(long, value_name = "cpu|cuda[:N]")]
     pub device: Option<DeviceKind>,
+    /// Memory in MiB that the processes on this machine (this one, and the local workers) may use together,
+    /// checked before inference starts [default: this machine's MemAvailable, and each process within the
+    /// address-space limit (ulimit -v) it inherits].
+    #[arg(long, allow_negative_numbers = true)]
+    pub memory_limit_mb: Option<u64>,
     /// Seconds any worker waits for another before failing with that worker's name.
     #[arg(long, default_value_t = 30.0, allow_negative_numbers = true)]
     pub comm_timeout: f64,
@@ -62,6 +67,7 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
         embeddings: a.embeddings,
         nodes: a.nodes.clone(),
         device: a.device,
+        memory_limit: a.memory_limit_mb.map(|m| m.saturating_mul(1 << 20)),
     };
     let r = if a.workers.is_none() && a.cluster.is_none() {
         infer(&g.data(), &a.run, &opts).with_context(|| format!("inference with run {} failed", a.run))?

@@ -4,7 +4,7 @@
 
 mod dist_support;
 
-use dist_support::{cora, fails, json, scores, straight_and_resumed};
+use dist_support::{cora, facebook, fails, json, refused_capped, scores, straight_and_resumed};
 use leapgnn::format::DatasetFile;
 use std::path::Path;
 use std::process::Command;
@@ -76,6 +76,68 @@ fn infer_writes_every_nodes_prediction_as_the_run_evaluated_it() {
         }
         Ok(o) => assert!(o.status.success(), "python: {}", String::from_utf8_lossy(&o.stderr)),
         Err(e) => eprintln!("skipping the Python check: no python3 ({e})"),
+    }
+}
+
+/// The number of MiB that `refusal` gives right after `after`.
+fn mib_after(refusal: &str, after: &str) -> u64 {
+    refusal
+        .split(after)
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no `{after}N` in {refusal}"))
+}
+
+/// infer had no memory preflight: a layer-wise pass over more of the graph
+/// than the memory it may use died on an allocation (exit 134, `memory
+/// allocation of N bytes failed`) or hung once candle could not start its
+/// threads. It is refused first now, as `train` refuses a full-graph run, in
+/// this process and on 2 workers, with and without embeddings: under a 100
+/// MiB address-space limit (140 MiB with workers) and under
+/// `--memory-limit-mb 64` (Facebook at hidden 64 peaks at about 100 MiB in
+/// one process). A generous
+/// `--memory-limit-mb` runs it, and the figures its refusal named cover
+/// every process's peak in that run, within 2.5 times it.
+#[test]
+fn an_infer_that_does_not_fit_is_refused_and_its_estimate_covers_the_peak() {
+    let tmp = facebook();
+    let d = tmp.path();
+    json(d, &["train", "facebook", "--no-tui", "--full-batch", "--epochs", "1", "--hidden", "64", "--run", "fb"]);
+    // Made first, so that the refusals are all an infer on 2 workers prints.
+    json(d, &["partition", "facebook", "--parts", "2"]);
+    for workers in [&[][..], &["--workers", "2"]] {
+        for emb in [&[][..], &["--embeddings", "0"]] {
+            let run = [&["infer", "fb"][..], workers, emb].concat();
+            // Below the largest worker's figure (148 MiB) with room for a driver that maps the archive.
+            let cap = if workers.is_empty() { 100 } else { 140 };
+            let available = format!("{cap} MiB are available to each process");
+            let capped = ["error: ", "infer needs an estimated", &available, "RLIMIT_AS", "prlimit --as"];
+            refused_capped(d, &run, cap << 20, &[&capped[..], &["more --workers"]].concat());
+            let e = fails(d, &[&run[..], &["--memory-limit-mb", "64"]].concat(), 2);
+            assert!(e.contains("64 MiB are available (--memory-limit-mb)") && e.contains("more --workers"), "{e}");
+            assert_eq!(e.contains("omit --embeddings 0"), !emb.is_empty(), "{e}");
+            let r = json(d, &[&run[..], &["--memory-limit-mb", "4096"]].concat());
+            let peaks: Vec<u64> =
+                r["peak_rss_bytes"].as_array().unwrap().iter().map(|p| p.as_u64().unwrap() >> 20).collect();
+            // Each process's estimate and peak: in-process one, else the largest worker's and the driver's.
+            let pairs = match workers.is_empty() {
+                true => vec![(mib_after(&e, "needs an estimated "), peaks[0])],
+                false => {
+                    assert_eq!(peaks.len(), 2, "{r}");
+                    let driver = r["driver_peak_rss_bytes"].as_u64().unwrap() >> 20;
+                    let largest = mib_after(&e, "the largest ");
+                    let driver_figure = mib_after(&e, &format!("the largest {largest} MiB, and "));
+                    vec![(largest, *peaks.iter().max().unwrap()), (driver_figure, driver)]
+                }
+            };
+            for (estimate, peak) in pairs {
+                assert!(
+                    peak <= estimate && 2 * estimate <= 5 * peak,
+                    "{run:?}: estimated {estimate} MiB for a peak of {peak} MiB: {e}"
+                );
+            }
+        }
     }
 }
 

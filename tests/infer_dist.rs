@@ -283,6 +283,7 @@ fn checked_weights_scored(shipped: bool) {
         embeddings: None,
         nodes: None,
         device: None,
+        memory_limit: None,
     };
     let data = leapgnn::DataDir::new(d);
     infer_distributed(&data, "a", &opts, Some(2), &launch).unwrap_or_else(|e| panic!("shipped {shipped}: {e:#}"));

@@ -5,7 +5,7 @@ mod train_support;
 
 use std::collections::HashSet;
 use std::process::Command;
-use train_support::{Tiny, fails, json, leapgnn, losses, weights, write_tiny};
+use train_support::{Tiny, fails, json, leapgnn, leapgnn_capped, losses, refused_capped, weights, write_tiny};
 
 const BASE: &[&str] = &["train", "tiny", "--batch-size", "64", "--fanout", "5,5", "--hidden", "32"];
 
@@ -348,39 +348,6 @@ fn a_state_json_describing_a_bigger_model_than_its_weights_is_refused_before_bui
     }
     std::fs::write(&state, good).unwrap();
     json(d, &["train", "--resume", "r", "--epochs", "2"]);
-}
-
-/// `leapgnn` (--json) run with its address space capped at `bytes` (what
-/// `prlimit --as` or `ulimit -v` does).
-fn leapgnn_capped(data: &std::path::Path, args: &[&str], bytes: u64) -> std::process::Output {
-    use std::os::unix::process::CommandExt;
-    let mut c = Command::new(env!("CARGO_BIN_EXE_leapgnn"));
-    c.arg("--data-dir").arg(data).args(args);
-    // SAFETY: between fork and exec the closure only calls setrlimit, which is
-    // async-signal-safe, on a `rlimit` it owns; it allocates nothing.
-    unsafe {
-        c.pre_exec(move || {
-            let limit = libc::rlimit { rlim_cur: bytes, rlim_max: bytes };
-            match libc::setrlimit(libc::RLIMIT_AS, &limit) {
-                0 => Ok(()),
-                _ => Err(std::io::Error::last_os_error()),
-            }
-        });
-    }
-    c.output().expect("leapgnn runs")
-}
-
-/// Runs `args` capped at `bytes` of address space and checks that it is
-/// refused as bad input: exit 2 and one error line holding every needle.
-fn refused_capped(data: &std::path::Path, args: &[&str], bytes: u64, needles: &[&str]) {
-    let out = leapgnn_capped(data, args, bytes);
-    let err = String::from_utf8_lossy(&out.stderr).to_string();
-    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
-    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(lines.len(), 1, "{args:?}: {err}");
-    for needle in needles {
-        assert!(lines[0].contains(needle), "{args:?}: no `{needle}` in {err}");
-    }
 }
 
 /// A model too big for the memory the process may use is refused before it

@@ -45,6 +45,9 @@ pub struct InferOptions {
     pub nodes: Option<PathBuf>,
     /// Where the model runs; default the device the run trained on.
     pub device: Option<DeviceKind>,
+    /// `--memory-limit-mb` in bytes: what the processes on this machine may
+    /// use together; default MemAvailable together and RLIMIT_AS each.
+    pub memory_limit: Option<u64>,
 }
 
 /// What `infer --json` prints.
@@ -67,6 +70,11 @@ pub struct InferReport {
     /// The predictions' accuracy on the dataset's labelled train, validation
     /// and test nodes (all of each split, whatever `--nodes` writes).
     pub accuracy: SplitAccuracy,
+    /// Peak RSS of each process that scored, in rank order (in-process: this one).
+    pub peak_rss_bytes: Vec<u64>,
+    /// Peak RSS of the driver that gathered the workers' scores (`--workers`, `--cluster`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub driver_peak_rss_bytes: Option<u64>,
 }
 
 /// Accuracy of the predictions on each split's labelled nodes.
@@ -117,6 +125,8 @@ pub(crate) struct Prepared {
     pub nodes: Vec<u32>,
     /// Width of the `--embeddings` layer (0 without).
     pub width: usize,
+    /// Weights of the model (values).
+    pub params: usize,
 }
 
 /// Checks run `run` and the options against its dataset and model; returns
@@ -209,6 +219,7 @@ pub(crate) fn prepare(
         dataset,
         nodes,
         width,
+        params: params.numel(),
     };
     Ok((prep, ds))
 }
@@ -310,6 +321,7 @@ impl Scores {
 pub fn infer(data: &DataDir, run: &str, opts: &InferOptions) -> Result<InferReport, TrainError> {
     let t0 = Instant::now();
     let (prep, ds) = prepare(data, run, opts, true)?;
+    check_memory(&prep, &ds, opts, None, (1, None))?;
     let cfg = &prep.cfg;
     let (model, params, _, device) = build_model(cfg, &ds).map_err(|e| match (opts.device, cfg.device) {
         // The saved device, not one the user asked for: say where it came from and how to run elsewhere.
@@ -342,7 +354,101 @@ pub fn infer(data: &DataDir, run: &str, opts: &InferOptions) -> Result<InferRepo
         checkpoint_iteration: prep.iteration,
         bytes_by_category: bytes,
         accuracy,
+        peak_rss_bytes: crate::util::peak_rss_bytes().into_iter().collect(),
+        driver_peak_rss_bytes: None,
     })
+}
+
+/// Bytes of f32 rows per chunk a worker of distributed inference sends
+/// (well under the control channel's frame limit once base64-encoded).
+pub(crate) const CHUNK_BYTES: usize = 8 << 20;
+
+/// Refuses an inference whose processes on this machine will not fit, as
+/// `train` refuses a full-graph run (`fullgraph::memory::preflight`), before
+/// any of them allocates its rows: the layer-wise pass aborted the process
+/// on a failed allocation instead. Each worker's pass over its share is held
+/// to the full-graph estimator's figure for that share (a training step's,
+/// with gradients and optimizer state: an upper bound of a pass without
+/// them) and the chunks it sends; the process that gathers the scores adds
+/// every node's logits (and embeddings), the rows written out and their
+/// serialised copy. `owners`: node -> worker of `world` workers (None: one
+/// worker scores every node); `local`: None when this process scores, else
+/// how many of the workers it drives run on this machine, beside it.
+pub(crate) fn check_memory(
+    prep: &Prepared,
+    ds: &DatasetFile,
+    opts: &InferOptions,
+    owners: Option<&[u16]>,
+    (world, local): (usize, Option<usize>),
+) -> Result<(), BadInput> {
+    use crate::util::mib;
+    use fullgraph::memory::{PROCESS_BYTES, budgets, estimate, exceeded, shapes, sparse_input};
+    let cfg = TrainConfig { workers: world, ..prep.cfg.clone() };
+    let spec = cfg.model_spec(ds);
+    let (sparse_rows, sparse) = sparse_input(ds, &cfg, &spec);
+    let row = 4 * (spec.classes + prep.width) as u64;
+    // Every node's scores as gathered, and the rows written with their serialised copy.
+    let gathered = ds.num_nodes() as u64 * row + 2 * prep.nodes.len() as u64 * row;
+    let shares = shapes(ds.graph(), sparse_rows, owners, world.max(1));
+    let driven = local.is_some();
+    let mut per_worker: Vec<u64> = shares
+        .iter()
+        .map(|s| {
+            let pass = estimate(*s, &spec, prep.params, sparse);
+            match driven {
+                // Its rows, then each chunk encoded and framed as it is sent.
+                true => pass + s.owned * row + 3 * (s.owned * row).min(CHUNK_BYTES as u64),
+                // Its rows, and what a driver would gather, in this one process.
+                false => pass + s.owned * row + gathered,
+            }
+        })
+        .collect();
+    let largest_share = shares.iter().map(|s| s.owned * row).max().unwrap_or(0);
+    // A chunk arrives encoded, is parsed, decoded, and placed.
+    let driver = PROCESS_BYTES + gathered + 4 * largest_share.min(CHUNK_BYTES as u64);
+    per_worker.sort_unstable_by(|a, b| b.cmp(a));
+    let on_this_machine = local.map_or(1, |l| l.min(world));
+    let mut held: Vec<u64> = per_worker.iter().copied().take(on_this_machine).collect();
+    if driven {
+        held.push(driver);
+    }
+    let limit = fullgraph::memory::Limit { bytes: opts.memory_limit, resume: false };
+    let budgets = budgets(limit);
+    let Some(b) = exceeded(&budgets, &held) else { return Ok(()) };
+    let what = match driven {
+        false => format!(
+            "the layer-wise pass over all {} nodes of `{}` (hidden {}) and their scores",
+            ds.num_nodes(),
+            cfg.dataset,
+            spec.hidden
+        ),
+        true => format!(
+            "{world} worker(s) over `{}`'s {} nodes (hidden {}), the largest {} MiB, and {} MiB for the driver, \
+             which gathers every node's scores{}",
+            cfg.dataset,
+            ds.num_nodes(),
+            spec.hidden,
+            mib(per_worker[0]),
+            mib(driver),
+            b.together(&held, on_this_machine)
+        ),
+    };
+    let (to, room) = match (b.each, b.source) {
+        (true, _) => (" to each process", fullgraph::memory::RAISE_RLIMIT),
+        (false, "--memory-limit-mb") => ("", "give a higher --memory-limit-mb if this machine has that much free"),
+        (false, _) => ("", "free memory on this machine"),
+    };
+    let embeddings = match opts.embeddings {
+        Some(l) => format!(", omit --embeddings {l}"),
+        None => String::new(),
+    };
+    Err(BadInput::new(format!(
+        "infer needs an estimated {} MiB ({what}) but {} MiB are available{to} ({}); {room}, spread the graph over \
+         more --workers (or machines with --cluster){embeddings}, or infer on a machine with more memory",
+        mib(b.need(&held)),
+        mib(b.bytes),
+        b.source,
+    )))
 }
 
 /// This worker's owned vertices scored with the run's model: layer-wise

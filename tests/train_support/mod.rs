@@ -157,3 +157,38 @@ pub fn weights(data: &Path, run: &str) -> Vec<u8> {
     let state: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("state.json")).unwrap()).unwrap();
     std::fs::read(dir.join(state["weights"].as_str().unwrap())).unwrap()
 }
+
+/// `leapgnn` (--json) run with its address space capped at `bytes` (what
+/// `prlimit --as` or `ulimit -v` does).
+pub fn leapgnn_capped(data: &std::path::Path, args: &[&str], bytes: u64) -> std::process::Output {
+    use std::os::unix::process::CommandExt;
+    // Bounded: a process short of memory can hang (a thread it could not
+    // start awaited); `timeout` passes the limit on and exits 124 then.
+    let mut c = Command::new("timeout");
+    c.arg("300").arg(env!("CARGO_BIN_EXE_leapgnn")).arg("--data-dir").arg(data).args(args);
+    // SAFETY: between fork and exec the closure only calls setrlimit, which is
+    // async-signal-safe, on a `rlimit` it owns; it allocates nothing.
+    unsafe {
+        c.pre_exec(move || {
+            let limit = libc::rlimit { rlim_cur: bytes, rlim_max: bytes };
+            match libc::setrlimit(libc::RLIMIT_AS, &limit) {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            }
+        });
+    }
+    c.output().expect("leapgnn runs")
+}
+
+/// Runs `args` capped at `bytes` of address space and checks that it is
+/// refused as bad input: exit 2 and one error line holding every needle.
+pub fn refused_capped(data: &std::path::Path, args: &[&str], bytes: u64, needles: &[&str]) {
+    let out = leapgnn_capped(data, args, bytes);
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{args:?}: {err}");
+    for needle in needles {
+        assert!(lines[0].contains(needle), "{args:?}: no `{needle}` in {err}");
+    }
+}

@@ -14,7 +14,9 @@ use crate::cluster::{Launcher, ToDriver};
 use crate::comm::{ByteCounts, FeatureClient, FetchStats, Owners, PartRows, RowSource, serve_features};
 use crate::format::{DatasetFile, ManifestFile};
 use crate::metrics::add_bytes;
-use crate::train::infer::{InferOptions, InferReport, Scores, SplitAccuracy, prepare, score, write_outputs};
+use crate::train::infer::{
+    CHUNK_BYTES, InferOptions, InferReport, Scores, SplitAccuracy, check_memory, prepare, score, write_outputs,
+};
 use crate::train::{Collective, FeatureSource, GraphData, MeshCollective, TrainConfig, TrainError, Worker, checkpoint};
 use crate::{BadInput, DataDir};
 use anyhow::Context;
@@ -24,10 +26,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-
-/// Bytes of f32 rows per chunk a worker sends (well under the control
-/// channel's frame limit once base64-encoded).
-const CHUNK_BYTES: usize = 8 << 20;
 
 /// How the inference workers are started and watched.
 pub struct InferLaunch<'a> {
@@ -85,6 +83,9 @@ pub struct InferDone {
     /// Everything this worker's mesh moved.
     pub bytes: ByteCounts,
     pub seconds: f64,
+    /// This worker's peak RSS (a worker of a version before it sends none).
+    #[serde(default)]
+    pub peak_rss_bytes: Option<u64>,
 }
 
 /// Runs inference with run `run`'s last checkpoint on `workers` workers
@@ -141,12 +142,17 @@ fn infer_on_workers(
         _ => Some(crate::partition::ensure_partition(data, &cfg.dataset, "metis", world, cfg.seed)?),
     };
     let mut partition_checksum = None;
+    let mut owners = None;
     if let Some(p) = &parts_dir {
         // A partition of another version of the dataset is refused here, before any worker starts.
         let m = ManifestFile::open(p)?;
         m.check_matches(&ds, world)?;
         partition_checksum = Some(m.checksum());
+        owners = Some(m.node_worker(world));
     }
+    // The workers on this machine are known to fit only where they share its files (as `train` checks them).
+    let local = if launch.launcher.shares_files() { launch.launcher.local_workers(world) } else { 0 };
+    check_memory(&prep, &ds, opts, owners.as_deref(), (world, Some(local)))?;
     let root = driver::absolute(&data.root)?;
     let on_worker = |p: &std::path::Path| driver::worker_path(launch.launcher, &root, &driver::absolute(p)?);
     let pinned = WeightsCopy::write(&prep);
@@ -221,6 +227,8 @@ fn infer_on_workers(
         .into());
     }
     let mut bytes = crate::metrics::ByteCounts::default();
+    let mut peaks: Vec<(usize, u64)> = done.iter().filter_map(|d| Some((d.rank, d.peak_rss_bytes?))).collect();
+    peaks.sort_unstable();
     for d in &done {
         add_bytes(&mut bytes, &d.bytes.sent);
     }
@@ -236,6 +244,8 @@ fn infer_on_workers(
         checkpoint_iteration: prep.iteration,
         bytes_by_category: bytes,
         accuracy,
+        peak_rss_bytes: peaks.into_iter().map(|(_, p)| p).collect(),
+        driver_peak_rss_bytes: crate::util::peak_rss_bytes(),
     })
 }
 
@@ -375,6 +385,12 @@ pub fn run_infer_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow
     }
     // No worker leaves the mesh while a peer may still fetch its rows.
     coll.barrier().map_err(TrainError::Comm)?;
-    let done = InferDone { rank, nodes: owned.len() as u64, bytes: mesh.bytes(), seconds: t0.elapsed().as_secs_f64() };
+    let done = InferDone {
+        rank,
+        nodes: owned.len() as u64,
+        bytes: mesh.bytes(),
+        seconds: t0.elapsed().as_secs_f64(),
+        peak_rss_bytes: crate::util::peak_rss_bytes(),
+    };
     Ok(serde_json::to_value(done)?)
 }

@@ -181,7 +181,7 @@ pub fn preflight(
 
 /// The offsets of the features' rows when they are stored sparse, and
 /// whether the first layer reads them so (what Model::input_rows_of keeps sparse).
-fn sparse_input<'a>(ds: &'a DatasetFile, cfg: &TrainConfig, spec: &ModelSpec) -> (Option<&'a [u64]>, bool) {
+pub(crate) fn sparse_input<'a>(ds: &'a DatasetFile, cfg: &TrainConfig, spec: &ModelSpec) -> (Option<&'a [u64]>, bool) {
     let sparse_rows = match ds.features() {
         FeatureView::Sparse { indptr, .. } => Some(indptr),
         FeatureView::Dense { .. } => None,
@@ -246,7 +246,7 @@ pub(crate) fn with_driver(mut per_worker: Vec<u64>, driver: bool) -> Vec<u64> {
 }
 
 /// How a refusal by an address-space limit says to lift it.
-const RAISE_RLIMIT: &str = "raise the limit (ulimit -v, prlimit --as)";
+pub(crate) const RAISE_RLIMIT: &str = "raise the limit (ulimit -v, prlimit --as)";
 
 /// What a run's workers are held to: `bytes` together when given
 /// (`--memory-limit-mb`), else this machine's memory; and whether the run is
