@@ -7,7 +7,7 @@
 mod dist_support;
 mod tui_support;
 
-use dist_support::{cora, local_options, small_cora_job};
+use dist_support::{cora, local_options, small_cora_job, wrapped};
 use leapgnn::DataDir;
 use leapgnn::cluster::{Launcher, LocalLauncher, WorkerProcess, WorkerSpec};
 use leapgnn::metrics::{RunInfo, StepRecord};
@@ -290,14 +290,4 @@ fn full_graph_workers_refuse_a_share_over_their_own_hosts_limit() {
     let opts = local_options(&plain, &interrupted);
     let run = RunOptions { run: Some("free".into()), ..Default::default() };
     train_distributed(&data, job(), &run, &opts, &mut Log::default()).expect("the run succeeds");
-}
-
-/// A launcher of local workers started through the shell script `body`
-/// (written as `name` in `dir`, the data directory), which gets the worker's arguments.
-fn wrapped(dir: &std::path::Path, name: &str, body: &str) -> LocalLauncher {
-    use std::os::unix::fs::PermissionsExt;
-    let wrapper = dir.join(name);
-    std::fs::write(&wrapper, format!("#!/bin/sh\n{body}")).unwrap();
-    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
-    LocalLauncher::new(&wrapper, vec!["--data-dir".into(), dir.display().to_string()])
 }

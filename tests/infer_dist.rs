@@ -9,6 +9,7 @@ mod dist_support;
 use dist_support::sshd::{LEFT_WITHIN, Sshd, wait_none_mentioning};
 use dist_support::{
     Driver, InferOut, cora, facebook, fails, json, leapgnn, load_infer as load, max_abs_diff, signal, wait_gone,
+    wrapped,
 };
 use leapgnn::format::DatasetFile;
 use std::path::Path;
@@ -239,7 +240,7 @@ fn every_worker_scores_with_the_weights_the_driver_checked() {
 }
 
 fn checked_weights_scored(shipped: bool) {
-    use leapgnn::train::distributed::{InferLaunch, infer_distributed};
+    use leapgnn::train::distributed::infer_distributed;
     use leapgnn::train::infer::{InferOptions, OutputFormat};
     let tmp = cora();
     let d = tmp.path();
@@ -268,15 +269,7 @@ fn checked_weights_scored(shipped: bool) {
         shipped: Default::default(),
     };
     let interrupted = std::sync::atomic::AtomicBool::new(false);
-    let launch = InferLaunch {
-        launcher: &launcher,
-        interrupted: &interrupted,
-        stop_requested: &|| false,
-        comm_timeout: Duration::from_secs(30),
-        driver_bind: "127.0.0.1:0".parse().unwrap(),
-        keep_remote: false,
-        encrypt: false,
-    };
+    let launch = local_launch(&launcher, &interrupted);
     let opts = InferOptions {
         out: Some(out("moved.safetensors")),
         format: OutputFormat::Safetensors,
@@ -397,4 +390,74 @@ fn the_copy_of_an_infer_killed_is_removed_by_the_next_and_a_live_ones_is_kept() 
     live.child.wait().unwrap();
     json(d, &["train", "--resume", "k", "--epochs", "3", "--no-tui"]);
     assert_eq!(copies(), Vec::<std::path::PathBuf>::new(), "train --resume left the killed infer's copy");
+}
+
+/// Each inference worker checks its own share against its own host before
+/// loading the weights: workers started under `prlimit --as` (as an ssh
+/// host's or a Slurm node's limit, which the driver cannot read) with a
+/// model whose estimate is over it refuse at once, naming the worker, the
+/// host and what an inference can change (not the model: no --hidden, no
+/// --mode), and the driver fails naming the worker (before, the worker
+/// aborted on an allocation). The same inference without the limit scores.
+#[test]
+fn infer_workers_refuse_a_share_over_their_own_hosts_limit() {
+    use leapgnn::train::distributed::infer_distributed;
+    use leapgnn::train::infer::{InferOptions, OutputFormat};
+    let tmp = cora();
+    let d = tmp.path();
+    json(d, &["train", "cora", "--no-tui", "--epochs", "1", "--hidden", "8192", "--run", "big"]);
+    let bin = env!("CARGO_BIN_EXE_leapgnn");
+    // 1 GiB of address space: the worker starts and builds its model well under it.
+    let capped = wrapped(d, "capped-worker.sh", &format!("exec prlimit --as={} '{bin}' \"$@\"\n", 1u64 << 30));
+    let plain = leapgnn::cluster::LocalLauncher::new(bin, vec!["--data-dir".into(), d.display().to_string()]);
+    let interrupted = std::sync::atomic::AtomicBool::new(false);
+    let launch = |launcher| local_launch(launcher, &interrupted);
+    let out = d.join("big.safetensors");
+    let opts = InferOptions {
+        out: Some(out.clone()),
+        format: OutputFormat::Safetensors,
+        embeddings: Some(0),
+        nodes: None,
+        device: None,
+        memory_limit: None,
+    };
+    let data = leapgnn::DataDir::new(d);
+    let e = infer_distributed(&data, "big", &opts, Some(2), &launch(&capped)).expect_err("over the workers' limit");
+    let e = format!("{e:#}");
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let host = host.trim();
+    for needle in [
+        format!("on {host}: infer needs an estimated"),
+        "MiB are available there (this process's address-space limit, RLIMIT_AS)".into(),
+        format!("raise the limit on {host} (ulimit -v, prlimit --as"),
+        "more --workers (or hosts with --cluster), omit --embeddings 0".into(),
+    ] {
+        assert!(e.contains(&needle), "no `{needle}` in {e}");
+    }
+    assert!(e.contains("worker 0") || e.contains("worker 1"), "{e}");
+    // The run's model is fixed: nothing advises changing it.
+    assert!(!e.contains("--hidden") && !e.contains("--mode"), "{e}");
+    assert!(!out.exists());
+    infer_distributed(&data, "big", &opts, Some(2), &launch(&plain)).expect("the inference succeeds");
+    assert_eq!(load(&out).u32s["node_id"].len(), 2708);
+}
+
+/// How a test starts inference workers through `launcher`: 30 s comm
+/// timeout, the driver on a free 127.0.0.1 port, never stopped.
+fn local_launch<'a>(
+    launcher: &'a dyn leapgnn::cluster::Launcher,
+    interrupted: &'a std::sync::atomic::AtomicBool,
+) -> leapgnn::train::distributed::InferLaunch<'a> {
+    fn never() -> bool {
+        false
+    }
+    leapgnn::train::distributed::InferLaunch {
+        launcher,
+        interrupted,
+        stop_requested: &never,
+        comm_timeout: Duration::from_secs(30),
+        driver_bind: "127.0.0.1:0".parse().unwrap(),
+        keep_remote: false,
+        encrypt: false,
+    }
 }

@@ -11,6 +11,7 @@ use super::{
 };
 use crate::format::{AtomicFile, DatasetFile, write_atomic};
 use crate::metrics::ByteCounts;
+use crate::model::ModelSpec;
 use crate::{BadInput, DataDir};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -393,14 +394,10 @@ pub(crate) fn check_memory(
     let driven = local.is_some();
     let mut per_worker: Vec<u64> = shares
         .iter()
-        .map(|s| {
-            let pass = estimate(*s, &spec, prep.params, sparse);
-            match driven {
-                // Its rows, then each chunk encoded and framed as it is sent.
-                true => pass + s.owned * row + 3 * (s.owned * row).min(CHUNK_BYTES as u64),
-                // Its rows, and what a driver would gather, in this one process.
-                false => pass + s.owned * row + gathered,
-            }
+        .map(|s| match driven {
+            true => worker_need(*s, &spec, prep.params, sparse, row),
+            // Its rows, and what a driver would gather, in this one process.
+            false => estimate(*s, &spec, prep.params, sparse) + s.owned * row + gathered,
         })
         .collect();
     let largest_share = shares.iter().map(|s| s.owned * row).max().unwrap_or(0);
@@ -438,17 +435,56 @@ pub(crate) fn check_memory(
         (false, "--memory-limit-mb") => ("", "give a higher --memory-limit-mb if this machine has that much free"),
         (false, _) => ("", "free memory on this machine"),
     };
-    let embeddings = match opts.embeddings {
-        Some(l) => format!(", omit --embeddings {l}"),
-        None => String::new(),
-    };
     Err(BadInput::new(format!(
         "infer needs an estimated {} MiB ({what}) but {} MiB are available{to} ({}); {room}, spread the graph over \
-         more --workers (or machines with --cluster){embeddings}, or infer on a machine with more memory",
+         more --workers (or machines with --cluster){}, or infer on a machine with more memory",
         mib(b.need(&held)),
         mib(b.bytes),
         b.source,
+        omit_embeddings(opts.embeddings),
     )))
+}
+
+/// A refusal's advice to leave out `--embeddings`, when given.
+fn omit_embeddings(embeddings: Option<usize>) -> String {
+    match embeddings {
+        Some(l) => format!(", omit --embeddings {l}"),
+        None => String::new(),
+    }
+}
+
+/// Peak bytes of a worker of distributed inference over its share `s`: the
+/// pass (`check_memory`'s figure), its rows of `row` bytes, then each chunk
+/// encoded and framed as it is sent.
+fn worker_need(s: fullgraph::memory::Shape, spec: &ModelSpec, params: usize, sparse: bool, row: u64) -> u64 {
+    fullgraph::memory::estimate(s, spec, params, sparse) + s.owned * row + 3 * (s.owned * row).min(CHUNK_BYTES as u64)
+}
+
+/// Refuses, in worker `rank` of `world`, its share of an inference (`owners`:
+/// node -> worker, None for one worker) that this host cannot hold, before
+/// it loads the weights and joins the mesh: the driver holds only the
+/// workers on its own machine, so an ssh host or a Slurm node over its
+/// memory aborted on an allocation instead. `width`: the embeddings' width
+/// (0 without `--embeddings`). Advises what an inference can change: the
+/// run's model is fixed.
+pub(crate) fn check_worker(
+    ds: &DatasetFile,
+    cfg: &TrainConfig,
+    owners: Option<&[u16]>,
+    (rank, world): (usize, usize),
+    (spec, params): (&ModelSpec, usize),
+    (width, embeddings): (usize, Option<usize>),
+) -> Result<(), BadInput> {
+    use fullgraph::memory::{Limit, check_share, shapes, sparse_input};
+    let (sparse_rows, sparse) = sparse_input(ds, cfg, spec);
+    let shape = shapes(ds.graph(), sparse_rows, owners, world.max(1))[rank];
+    let row = 4 * (spec.classes + width) as u64;
+    let need = worker_need(shape, spec, params, sparse, row);
+    let remedy = format!(
+        "spread the graph over more --workers (or hosts with --cluster){}, or infer on hosts with more memory",
+        omit_embeddings(embeddings)
+    );
+    check_share((rank, shape, need), Limit::default(), "infer", &remedy, "")
 }
 
 /// This worker's owned vertices scored with the run's model: layer-wise

@@ -435,3 +435,13 @@ pub fn read_f32(path: &PathBuf) -> Vec<f32> {
     let b = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
 }
+
+/// A launcher of local workers started through the shell script `body`
+/// (written as `name` in `dir`, the data directory), which gets the worker's arguments.
+pub fn wrapped(dir: &Path, name: &str, body: &str) -> leapgnn::cluster::LocalLauncher {
+    use std::os::unix::fs::PermissionsExt;
+    let wrapper = dir.join(name);
+    std::fs::write(&wrapper, format!("#!/bin/sh\n{body}")).unwrap();
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    leapgnn::cluster::LocalLauncher::new(&wrapper, vec!["--data-dir".into(), dir.display().to_string()])
+}

@@ -343,6 +343,16 @@ pub fn run_infer_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow
         None => anyhow::bail!("the driver sent an infer job for {world} workers without a partition"),
     };
     let (model, params, _, device) = crate::train::build_model(cfg, &ds)?;
+    let owners = manifest.as_ref().map(|(_, m)| Owners::of_workers(m.clone(), world));
+    let width = spec.embeddings.map_or(0, |l| model.out_dim(l));
+    crate::train::infer::check_worker(
+        &ds,
+        cfg,
+        owners.as_ref().map(Owners::as_slice),
+        (rank, world),
+        (model.spec(), params.numel()),
+        (width, spec.embeddings),
+    )?;
     checkpoint::load_weights_file(&spec.weights, spec.weights_sha256.as_deref(), &params).map_err(|e| {
         anyhow::anyhow!(
             "{e}: the driver checked this checkpoint's weights as it started; if the run is still training, \
@@ -366,7 +376,7 @@ pub fn run_infer_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow
     let view = GraphData { graph: ds.graph(), features, labels: ds.labels() };
     let mut w = Worker::new((rank, world), view, (&cfg.fanouts, &cfg.eval_fanouts), cfg.seed, (model, params), device);
     w.norm = cfg.normalize;
-    w.owners = manifest.map(|(_, m)| Owners::of_workers(m, world));
+    w.owners = owners;
     let mut coll = MeshCollective { mesh: &mesh, timeout };
     let out = score(cfg, &mut w, &mut coll, spec.embeddings)?;
 

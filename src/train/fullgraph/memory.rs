@@ -210,6 +210,27 @@ pub fn check_worker(
     let (sparse_rows, sparse_input) = sparse_input(ds, cfg, spec);
     let shape = shapes(ds.graph(), sparse_rows, Some(owners), cfg.workers.max(1))[rank];
     let need = estimate(shape, spec, params, sparse_input);
+    check_share(
+        (rank, shape, need),
+        limit,
+        "--mode full-graph",
+        "use more machines, a smaller --hidden, or --mode minibatch",
+        "a smaller --hidden, more machines or --mode minibatch",
+    )
+}
+
+/// Refuses, in worker `rank`, its share `shape` of the graph when `need`
+/// bytes of it do not fit this host (as `check_worker` says, for `train`
+/// and `infer` alike): `task` names what needs them, `remedy` is what a new
+/// run can change (after raising this host's limit or freeing its memory),
+/// `change` what a resumed one would have to start anew with.
+pub(crate) fn check_share(
+    (rank, shape, need): (usize, Shape, u64),
+    limit: Limit,
+    task: &str,
+    remedy: &str,
+    change: &str,
+) -> Result<(), BadInput> {
     let budgets = budgets(limit);
     let Some(b) = exceeded(&budgets, &[need]) else { return Ok(()) };
     let host = crate::util::host_name();
@@ -218,18 +239,14 @@ pub fn check_worker(
         false => format!("free memory on {host}, "),
     };
     Err(BadInput::new(format!(
-        "worker {rank} on {host}: --mode full-graph needs an estimated {} MiB for its share of the graph \
+        "worker {rank} on {host}: {task} needs an estimated {} MiB for its share of the graph \
          ({} nodes and {} halo rows) but {} MiB are available there ({}); {}",
         mib(need),
         shape.owned,
         shape.halo,
         mib(b.bytes),
         b.source,
-        b.advice(
-            format!("{raise}use more machines, a smaller --hidden, or --mode minibatch"),
-            "",
-            "a smaller --hidden, more machines or --mode minibatch"
-        ),
+        b.advice(format!("{raise}{remedy}"), "", change),
     )))
 }
 
