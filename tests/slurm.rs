@@ -337,6 +337,10 @@ fn cora_over_slurm_trains_the_local_launchers_loss_curve() {
     let log = std::fs::read_to_string(d.join("tight.out")).unwrap_or_default();
     assert_eq!(out.status.code(), Some(2), "{}\njob output:\n{log}", text(&out));
     assert!(log.contains("for the 2 workers and the driver on this machine together"), "{log}");
+    // The job already runs with --cluster slurm: it is advised more nodes with
+    // fewer tasks each (it was told `--cluster to spread them over machines`).
+    assert!(log.contains("fewer tasks per node over more nodes: `slurm-script --nodes N --tasks-per-node M`"), "{log}");
+    assert!(!log.contains("--cluster to spread") && !log.contains("(--cluster)"), "{log}");
     assert!(!log.contains("[worker"), "refused before any worker started: {log}");
     // More workers than tasks: refused naming --workers.
     let script = slurm.script(d, "many", &["cora", "--workers", "3"]);

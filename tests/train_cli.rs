@@ -571,7 +571,8 @@ fn local_mini_batch_workers_are_held_against_the_memory_together() {
     for needle in [
         format!("({each} MiB per worker, {sum} MiB for the 4 workers and the driver on this machine together)"),
         format!("but {limit} MiB are available (--memory-limit-mb)"),
-        "fewer --workers".into(),
+        // Local workers are spread over machines with --cluster.
+        "fewer --workers (or --cluster to spread them over machines)".into(),
     ] {
         assert!(e.contains(&needle), "no `{needle}` in {e}");
     }

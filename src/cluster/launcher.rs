@@ -82,6 +82,12 @@ pub trait WorkerProcess: Send {
 /// `Sync`: the driver reads results back (`open_dir`) from a thread of its own.
 pub trait Launcher: Sync {
     fn name(&self) -> &'static str;
+    /// Which kind of launcher this is, so that advice names what can move
+    /// workers off this machine (more nodes, more hosts) rather than the
+    /// `--cluster` a run over one already gives.
+    fn kind(&self) -> crate::cluster::profile::LauncherKind {
+        crate::cluster::profile::LauncherKind::Local
+    }
     fn launch(&self, spec: &WorkerSpec) -> anyhow::Result<Box<dyn WorkerProcess>>;
     /// Where `rank` runs, for an operator looking for a slow or lost worker.
     fn host_of(&self, _rank: usize) -> String {

@@ -34,10 +34,11 @@ pub enum ProfileError {
     Invalid { path: PathBuf, key: String, msg: String },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LauncherKind {
     /// Child processes on this machine.
+    #[default]
     Local,
     /// `leapgnn worker` on remote hosts over SSH.
     Ssh,

@@ -418,6 +418,10 @@ impl Launcher for SlurmLauncher {
         "slurm"
     }
 
+    fn kind(&self) -> crate::cluster::profile::LauncherKind {
+        crate::cluster::profile::LauncherKind::Slurm
+    }
+
     fn launch(&self, spec: &WorkerSpec) -> anyhow::Result<Box<dyn WorkerProcess>> {
         let node = self.alloc.node_of_rank.get(spec.rank).ok_or_else(|| {
             anyhow::anyhow!("rank {} is outside the allocation's {} tasks", spec.rank, self.alloc.world())

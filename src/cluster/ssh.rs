@@ -292,6 +292,10 @@ impl Launcher for SshLauncher {
         "ssh"
     }
 
+    fn kind(&self) -> crate::cluster::profile::LauncherKind {
+        crate::cluster::profile::LauncherKind::Ssh
+    }
+
     fn launch(&self, spec: &WorkerSpec) -> anyhow::Result<Box<dyn WorkerProcess>> {
         let mut host = self.host_for(spec.rank).with_context(|| {
             format!(

@@ -409,7 +409,7 @@ pub(crate) fn check_memory(
     if driven {
         held.push(driver);
     }
-    let limit = fullgraph::memory::Limit { bytes: opts.memory_limit, resume: false };
+    let limit = fullgraph::memory::Limit { bytes: opts.memory_limit, ..Default::default() };
     let budgets = budgets(limit);
     let Some(b) = exceeded(&budgets, &held) else { return Ok(()) };
     let what = match driven {

@@ -368,7 +368,7 @@ fn execute(
     let path = crate::datasets::ensure_dataset(data, &cfg.dataset).map_err(TrainError::Dataset)?;
     let ds = DatasetFile::open_verified(&path)?;
     let [train, val, test] = splits(&ds, &cfg.dataset)?;
-    let limit = fullgraph::memory::Limit { bytes: memory_limit, resume: resuming };
+    let limit = fullgraph::memory::Limit { bytes: memory_limit, resume: resuming, ..Default::default() };
     check_model_memory(&cfg, &ds, 1, false, limit, None)?;
     let (model, params, mut opt, device) = build_model(&cfg, &ds)?;
     if cfg.mode == TrainMode::FullGraph {
@@ -485,7 +485,7 @@ pub(crate) fn check_model_memory(
     };
     let need = (spec.min_weight_values() as u64).saturating_mul(4).saturating_mul(copies);
     use crate::util::mib;
-    let fewer = if local > 1 { ", fewer --workers (or --cluster to spread them over machines)" } else { "" };
+    let fewer = if local > 1 { format!(", {}", limit.fewer_here()) } else { String::new() };
     // A resume moves a run of several workers only to 2 or more.
     let fewer_resumed = if local > 1 && cfg.workers > 2 { ", resume on fewer --workers (at least 2)" } else { "" };
     let weights = vec![need; local];

@@ -108,7 +108,7 @@ fn check_memory(
     opts: &DistOptions<'_>,
     resume: bool,
 ) -> anyhow::Result<()> {
-    let limit = Limit { bytes: run.memory_limit, resume };
+    let limit = Limit { bytes: run.memory_limit, resume, launcher: opts.launcher.kind() };
     let owners = match parts_dir {
         Some(dir) => Some(crate::format::ManifestFile::open(dir)?.node_worker(cfg.workers)),
         None => None,

@@ -42,7 +42,7 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
 
     let ds = DatasetFile::open_verified(&spec.dataset)?;
     // A model too big for this host's memory is refused before its allocation aborts the process.
-    let limit = crate::train::fullgraph::memory::Limit { bytes: None, resume: spec.resume };
+    let limit = crate::train::fullgraph::memory::Limit { bytes: None, resume: spec.resume, ..Default::default() };
     crate::train::check_model_memory(cfg, &ds, 1, false, limit, None)?;
     let [train, val, test] = crate::train::splits(&ds, &cfg.dataset)?;
     let manifest = Arc::new(ManifestFile::open(&spec.parts_dir)?);

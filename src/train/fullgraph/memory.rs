@@ -5,6 +5,7 @@
 //! After: each worker's peak RSS for the summary.
 
 use crate::BadInput;
+use crate::cluster::profile::LauncherKind;
 use crate::format::{DatasetFile, FeatureView};
 use crate::graph::CsrView;
 use crate::model::{GatHeads, ModelKind, ModelSpec};
@@ -267,11 +268,36 @@ pub(crate) const RAISE_RLIMIT: &str = "raise the limit (ulimit -v, prlimit --as)
 
 /// What a run's workers are held to: `bytes` together when given
 /// (`--memory-limit-mb`), else this machine's memory; and whether the run is
-/// resumed, so that a refusal advises only what a resume can change.
+/// resumed, so that a refusal advises only what a resume can change; and
+/// the launcher its workers are started by, so that it advises moving them
+/// where that launcher can (a run over Slurm already gives `--cluster`).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Limit {
     pub bytes: Option<u64>,
     pub resume: bool,
+    pub launcher: LauncherKind,
+}
+
+impl Limit {
+    /// How to put fewer of the run's workers on this machine, for a refusal's advice.
+    pub(crate) fn fewer_here(&self) -> &'static str {
+        match self.launcher {
+            LauncherKind::Local => "fewer --workers (or --cluster to spread them over machines)",
+            LauncherKind::Slurm => {
+                "fewer --workers (or a job of fewer tasks per node over more nodes: `slurm-script --nodes N --tasks-per-node M`)"
+            }
+            LauncherKind::Ssh => "fewer workers on this host in the cluster profile (or more hosts)",
+        }
+    }
+
+    /// Where more machines for the run come from, for a refusal's advice.
+    fn more_machines(&self) -> &'static str {
+        match self.launcher {
+            LauncherKind::Local => "more machines (--cluster)",
+            LauncherKind::Slurm => "more nodes (`slurm-script --nodes N` with fewer --tasks-per-node)",
+            LauncherKind::Ssh => "more hosts in the cluster profile",
+        }
+    }
 }
 
 /// What the workers on this machine are held against: `limit` bytes together
@@ -279,21 +305,20 @@ pub struct Limit {
 /// address-space limit (RLIMIT_AS), which every worker process inherits from
 /// this one, each.
 pub(crate) fn budgets(limit: Limit) -> Vec<Budget> {
-    let resume = limit.resume;
     match limit.bytes {
-        Some(l) => vec![Budget { bytes: l, each: false, source: "--memory-limit-mb", resume }],
+        Some(l) => vec![Budget { bytes: l, each: false, source: "--memory-limit-mb", limit }],
         None => {
             let together = crate::util::mem_available().map(|bytes| Budget {
                 bytes,
                 each: false,
                 source: crate::util::MEM_AVAILABLE_SOURCE,
-                resume,
+                limit,
             });
             let each = crate::util::address_space_limit().map(|bytes| Budget {
                 bytes,
                 each: true,
                 source: crate::util::RLIMIT_AS_SOURCE,
-                resume,
+                limit,
             });
             together.into_iter().chain(each).collect()
         }
@@ -312,8 +337,9 @@ pub(crate) struct Budget {
     /// Per worker process (an address-space limit) rather than all of them together.
     pub each: bool,
     pub source: &'static str,
-    /// The run is resumed: it keeps its saved config (`Limit::resume`).
-    pub resume: bool,
+    /// What the budget was taken from: whether the run is resumed (it keeps
+    /// its saved config) and where its workers can go, for the advice.
+    pub limit: Limit,
 }
 
 impl Budget {
@@ -365,9 +391,9 @@ impl Budget {
             mib(self.bytes),
             self.source,
             self.advice(
-                format!("{raise}use more machines (--cluster), a smaller --hidden, or --mode minibatch"),
+                format!("{raise}use {}, a smaller --hidden, or --mode minibatch", self.limit.more_machines()),
                 "",
-                "a smaller --hidden, more machines (--cluster) or --mode minibatch"
+                &format!("a smaller --hidden, {} or --mode minibatch", self.limit.more_machines())
             ),
         ))
     }
@@ -378,7 +404,7 @@ impl Budget {
     /// it is held to, `fewer` (its own `--workers`, where fewer would fit), or
     /// a new run with `change`.
     pub fn advice(&self, new_run: String, fewer: &str, change: &str) -> String {
-        if !self.resume {
+        if !self.limit.resume {
             return new_run;
         }
         let room = match (self.each, self.source) {
