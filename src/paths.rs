@@ -124,3 +124,15 @@ pub fn can_create_in(dir: &Path) -> Result<(), Uncreatable> {
         Err(e) => Err(Uncreatable::Refused(existing.to_path_buf(), e)),
     }
 }
+
+/// `p` as an absolute path: its directory canonical (links and `.`/`..`
+/// resolved) and its own name kept, so a file not written yet, or a link
+/// written through, is named as given. When the directory cannot be
+/// resolved (it does not exist), `p` resolved as far as it exists.
+pub fn in_canonical_dir(p: &Path) -> PathBuf {
+    let dir = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    match (std::fs::canonicalize(dir), p.file_name()) {
+        (Ok(dir), Some(name)) => dir.join(name),
+        _ => std::fs::canonicalize(p).or_else(|_| std::path::absolute(p)).unwrap_or_else(|_| p.to_path_buf()),
+    }
+}

@@ -240,6 +240,44 @@ fn an_out_that_cannot_take_the_outputs_is_refused_before_scoring() {
 }
 
 #[test]
+fn a_relative_out_is_reported_absolute_naming_the_written_file_in_every_form() {
+    let tmp = cora();
+    let d = tmp.path();
+    json(d, &["train", "cora", "--no-tui", "--full-batch", "--epochs", "1", "--hidden", "16", "--run", "one"]);
+    // Run from a directory other than the test's and the data dir's, with `..`
+    // in --out: the JSON named `rel/../p.safetensors` as given, which a script
+    // in another directory could not open.
+    let cwd = d.join("elsewhere");
+    std::fs::create_dir_all(cwd.join("rel")).unwrap();
+    let root = d.canonicalize().unwrap();
+    let forms: [(&[&str], &str, &str); 4] = [
+        (&[], "safetensors", "rel/../p.safetensors"),
+        (&["--workers", "2"], "safetensors", "new/q.safetensors"),
+        (&[], "npy", "rel/n"),
+        (&["--workers", "2"], "npy", "m"),
+    ];
+    for (workers, format, out) in forms {
+        let args = [&["infer", "one", "--format", format, "--out", out, "--json"], workers].concat();
+        let o = Command::new(env!("CARGO_BIN_EXE_leapgnn"))
+            .current_dir(&cwd)
+            .arg("--data-dir")
+            .arg(d)
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let reported = Path::new(r["out"].as_str().unwrap());
+        let want = root.join("elsewhere").join(out.replace("rel/../", ""));
+        assert_eq!(reported, want, "{args:?}: {r}");
+        match format {
+            "npy" => assert!(reported.join("prediction.npy").is_file(), "{args:?}: {r}"),
+            _ => assert_eq!(load(reported).len(), 3, "{args:?}: {r}"),
+        }
+    }
+}
+
+#[test]
 fn an_npy_directory_holds_one_inferences_fields_never_a_mix() {
     let tmp = cora();
     let d = tmp.path();

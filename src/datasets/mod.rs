@@ -284,13 +284,7 @@ fn empty_splits(ds: &crate::format::Dataset) -> Option<String> {
 /// `p` with its links and `.`/`..` resolved as far as it exists (a text
 /// source's `DIR/PREFIX` names no file: its directory is resolved).
 fn canonical(p: &Path) -> PathBuf {
-    if let Ok(c) = std::fs::canonicalize(p) {
-        return c;
-    }
-    match (p.parent().map(std::fs::canonicalize), p.file_name()) {
-        (Some(Ok(dir)), Some(name)) => dir.join(name),
-        _ => p.to_path_buf(),
-    }
+    std::fs::canonicalize(p).unwrap_or_else(|_| crate::paths::in_canonical_dir(p))
 }
 
 /// A download the registry has no sha256 for that does not convert is most

@@ -539,7 +539,9 @@ pub(crate) fn write_outputs(prep: &Prepared, opts: &InferOptions, scores: &Score
         OutputFormat::Safetensors => write_safetensors(&out_path, &fields)?,
         OutputFormat::Npy => write_npy_dir(&out_path, &fields)?,
     }
-    Ok(out_path)
+    // Reported absolute, whatever the form of --out, so a script that reads
+    // it from another directory finds the file.
+    Ok(crate::paths::in_canonical_dir(&out_path))
 }
 
 /// Where the outputs go: `--out`, else beside the run's checkpoint.
