@@ -430,17 +430,14 @@ pub(crate) fn check_memory(
             b.together(&held, on_this_machine)
         ),
     };
-    let (to, room) = match (b.each, b.source) {
-        (true, _) => (" to each process", fullgraph::memory::RAISE_RLIMIT),
-        (false, "--memory-limit-mb") => ("", "give a higher --memory-limit-mb if this machine has that much free"),
-        (false, _) => ("", "free memory on this machine"),
-    };
+    let to = if b.each { " to each process" } else { "" };
     Err(BadInput::new(format!(
-        "infer needs an estimated {} MiB ({what}) but {} MiB are available{to} ({}); {room}, spread the graph over \
+        "infer needs an estimated {} MiB ({what}) but {} MiB are available{to} ({}); {}, spread the graph over \
          more --workers (or machines with --cluster){}, or infer on a machine with more memory",
         mib(b.need(&held)),
         mib(b.bytes),
         b.source,
+        b.room(),
         omit_embeddings(opts.embeddings),
     )))
 }

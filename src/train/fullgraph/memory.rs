@@ -264,7 +264,7 @@ pub(crate) fn with_driver(mut per_worker: Vec<u64>, driver: bool) -> Vec<u64> {
 }
 
 /// How a refusal by an address-space limit says to lift it.
-pub(crate) const RAISE_RLIMIT: &str = "raise the limit (ulimit -v, prlimit --as)";
+const RAISE_RLIMIT: &str = "raise the limit (ulimit -v, prlimit --as)";
 
 /// What a run's workers are held to: `bytes` together when given
 /// (`--memory-limit-mb`), else this machine's memory; and whether the run is
@@ -407,14 +407,21 @@ impl Budget {
         if !self.limit.resume {
             return new_run;
         }
-        let room = match (self.each, self.source) {
-            (true, _) => RAISE_RLIMIT,
-            (false, "--memory-limit-mb") => "give a higher --memory-limit-mb if this machine has that much free",
-            (false, _) => "free memory on this machine (stop other processes)",
-        };
+        let room = self.room();
         format!(
             "a resumed run keeps its saved config, so {room}{fewer}, or start a new run (without --resume) with {change}"
         )
+    }
+
+    /// How to give the processes more of this budget without changing what
+    /// they run: lift the address-space limit, raise `--memory-limit-mb`, or
+    /// free this machine's memory.
+    pub fn room(&self) -> &'static str {
+        match (self.each, self.source) {
+            (true, _) => RAISE_RLIMIT,
+            (false, "--memory-limit-mb") => "give a higher --memory-limit-mb if this machine has that much free",
+            (false, _) => "free memory on this machine (stop other processes)",
+        }
     }
 }
 
