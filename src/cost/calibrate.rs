@@ -12,13 +12,15 @@
 //!    edges and blocks, gathering (after the probe's network time) against
 //!    copied bytes, remote rows, requests and the pre-gather's transfer (its
 //!    excess when every worker bursts at once: `contention`), compute against the model's
-//!    units. The all-reduce is the slowest worker's sync (it waits for no one).
+//!    units. The leapgnn run prefetches: its prefetched first steps hold
+//!    only the part of the fetch on the worker's own thread (requests issued,
+//!    reply bytes taken in), which the prefetched predictions add. The all-reduce is the slowest worker's sync (it waits for no one).
 //!    The run's first iteration is left out (warm-up).
 
 use super::counts::IterationCounts;
 use super::figures::Figures;
 use super::fit::nnls;
-use super::model::{Shape, compute_units, fetch_parts, fetch_seconds, predict_iteration};
+use super::model::{Shape, compute_units, fetch_parts, fetch_seconds, own_thread_units, predict_iteration};
 use super::probe::{ProbeTask, probe_links};
 use super::setup::Setup;
 use super::validate::{RecordBounds, measure, read_run_metrics};
@@ -65,6 +67,8 @@ pub struct CalibrationRun {
     pub strategy: StrategyKind,
     pub time_steps: u32,
     pub batch_size: usize,
+    /// Run with `--prefetch on` (the leapgnn run, to measure what a prefetch leaves unhidden).
+    pub prefetch: bool,
     pub run: String,
     pub measured_iteration_seconds: f64,
 }
@@ -82,6 +86,9 @@ pub struct Calibration {
 struct Samples {
     sample: (Vec<Vec<f64>>, Vec<f64>),
     gather: (Vec<Vec<f64>>, Vec<f64>),
+    /// Prefetched first steps: [copied bytes, requests, reply bytes] of the
+    /// step's copies and the pre-gather's own-thread work, and seconds.
+    own: (Vec<Vec<f64>>, Vec<f64>),
     compute: (Vec<Vec<f64>>, Vec<f64>),
     sync: Vec<f64>,
 }
@@ -100,15 +107,18 @@ pub fn calibrate(
     // sizes (a micrograph group is about B / W roots) separate the per-block
     // costs from the per-unit ones.
     let b = base.batch_size;
-    let mut kinds = vec![(StrategyKind::ModelCentric, 1, b)];
+    let mut kinds = vec![(StrategyKind::ModelCentric, 1, b, false)];
     if b.div_ceil(4) < b {
-        kinds.push((StrategyKind::ModelCentric, 1, b.div_ceil(4)));
+        kinds.push((StrategyKind::ModelCentric, 1, b.div_ceil(4), false));
     }
     if w > 1 {
+        // The pre-gathers of pregather are timed where they happen; leapgnn's
+        // are prefetched, so that its first steps show what a prefetch
+        // leaves on the worker's own thread.
         kinds.extend([
-            (StrategyKind::Micrograph, w as u32, b),
-            (StrategyKind::Pregather, w as u32, b),
-            (StrategyKind::Leapgnn, w.div_ceil(2) as u32, b),
+            (StrategyKind::Micrograph, w as u32, b, false),
+            (StrategyKind::Pregather, w as u32, b, false),
+            (StrategyKind::Leapgnn, w.div_ceil(2) as u32, b, true),
         ]);
     }
     let total = usize::from(w > 1) + kinds.len() + 1;
@@ -134,7 +144,7 @@ pub fn calibrate(
     // Per run: its counts and measured seconds, to calibrate the jitter once the rest is fitted.
     let mut measured_runs: Vec<(Vec<IterationCounts>, f64)> = Vec::new();
     let mut skipped = Vec::new();
-    for (strategy, t, batch) in kinds {
+    for (strategy, t, batch, prefetch) in kinds {
         stage(&format!("{} iterations of {strategy} (T = {t}, batch {batch})", o.iterations.max(2)));
         let mut cfg = base.clone();
         cfg.batch_size = batch;
@@ -142,8 +152,7 @@ pub fn calibrate(
         cfg.time_steps = Some(t);
         cfg.epochs = o.iterations.max(2);
         cfg.checkpoint_every = 0;
-        // The pre-gather is timed where it happens: a prefetched one is hidden in the previous iteration.
-        cfg.prefetch = crate::train::Prefetch::Off;
+        cfg.prefetch = if prefetch { crate::train::Prefetch::On } else { crate::train::Prefetch::Off };
         if let Err(e) = cfg.check() {
             skipped.push(format!("{strategy}: {e}"));
             continue;
@@ -184,14 +193,18 @@ pub fn calibrate(
         let measured = measure(&records)?;
         let layout = layout_of_run(&cfg, measured.time_steps)?;
         let counts = job.count(&layout, &measured.iterations);
-        collect(&mut samples, &records, &counts, &f, &shape);
-        // The jitter is the job's own: runs at its batch size only.
-        if batch == b {
+        collect(&mut samples, &records, &counts, &f, &shape, prefetch);
+        // The jitter is the job's own: runs at its batch size only, and
+        // without prefetch, as before there was a prefetched run (its
+        // iterations lean on the prefetch's overlap, which the jitter must
+        // not absorb).
+        if batch == b && !prefetch {
             measured_runs.push((counts, measured.iteration_seconds));
         }
         runs.push(CalibrationRun {
             strategy,
             batch_size: batch,
+            prefetch,
             time_steps: layout.time_steps(w) as u32,
             run: summary.run,
             measured_iteration_seconds: measured.iteration_seconds,
@@ -210,7 +223,15 @@ pub fn calibrate(
         base.fanouts,
         base.hidden,
         runs.iter()
-            .map(|r| format!("{} T={} B={}", r.strategy, r.time_steps, r.batch_size))
+            .map(|r| {
+                format!(
+                    "{} T={} B={}{}",
+                    r.strategy,
+                    r.time_steps,
+                    r.batch_size,
+                    if r.prefetch { " prefetch" } else { "" }
+                )
+            })
             .collect::<Vec<_>>()
             .join(", ")
     );
@@ -218,7 +239,16 @@ pub fn calibrate(
 }
 
 /// Pairs each record of the measured iterations with its block's counts.
-fn collect(s: &mut Samples, records: &[StepRecord], counts: &[IterationCounts], f: &Figures, shape: &Shape) {
+/// `prefetched`: the run prefetched its pre-gathers (but for each epoch's
+/// first iteration: nothing runs ahead of it).
+fn collect(
+    s: &mut Samples,
+    records: &[StepRecord],
+    counts: &[IterationCounts],
+    f: &Figures,
+    shape: &Shape,
+    prefetched: bool,
+) {
     let index: BTreeMap<(u64, u64), &IterationCounts> = counts.iter().map(|c| ((c.epoch, c.iteration), c)).collect();
     let row_bytes = shape.row_bytes();
     // The probe's network time only: request and per-row costs are what the fit finds.
@@ -245,6 +275,12 @@ fn collect(s: &mut Samples, records: &[StepRecord], counts: &[IterationCounts], 
         if r.time_step == 0
             && let Some(u) = &wc.pregather
         {
+            if prefetched && r.iteration > 0 {
+                let [requests, bytes] = own_thread_units(u, shape);
+                s.own.0.push(vec![(b.rows.local + b.rows.cache) as f64 * row_bytes, requests, bytes]);
+                s.own.1.push(r.gather_seconds);
+                continue;
+            }
             parts.push(u);
         }
         let copied: f64 = parts.iter().map(|p| (p.local + p.cache) as f64 * row_bytes).sum();
@@ -306,6 +342,16 @@ fn fit(f: &mut Figures, s: &Samples, shape: &Shape, workers: usize) {
             }
         }
     }
+    // What a prefetch leaves on the worker's own thread: the prefetched first
+    // steps' gathers less their copies. The wait for the replies is taken as
+    // hidden by the previous iteration's compute, which it is on links
+    // faster than the compute.
+    if !s.own.1.is_empty() {
+        let (x, y): (Vec<Vec<f64>>, Vec<f64>) =
+            s.own.0.iter().zip(&s.own.1).map(|(r, &y)| (r[1..].to_vec(), y - r[0] * f.local_byte_seconds)).unzip();
+        let c = nnls(&x, &y);
+        (f.issue_request_seconds, f.reply_byte_seconds) = (c[0], c[1]);
+    }
     if !s.compute.1.is_empty() {
         let c = nnls(&s.compute.0, &s.compute.1);
         let rate = ComputeRate { edge_seconds: c[0], row_seconds: c[1], input_seconds: c[2], block_seconds: c[3] };
@@ -352,4 +398,118 @@ fn median(v: &mut [f64]) -> Option<f64> {
     }
     v.sort_by(f64::total_cmp);
     Some(v[v.len() / 2])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cost::counts::{BlockCounts, WorkerCounts};
+
+    fn block(local: u64, remote: Vec<u64>) -> BlockCounts {
+        let input_rows = local + remote.iter().sum::<u64>();
+        BlockCounts {
+            roots: 4,
+            edges: vec![40, 4 * input_rows],
+            dst: vec![input_rows, 4],
+            input_rows,
+            rows: RowSources { local, cache: 0, remote },
+        }
+    }
+
+    /// Records of a prefetched run on 3 workers, T = 2, whose seconds follow
+    /// known figures: step 1 only copies; step 0 copies and, but for the
+    /// epoch's first iteration, pays only the pre-gather's own-thread part.
+    #[test]
+    fn prefetched_first_steps_fit_the_unhidden_part_and_the_prediction_pays_it() {
+        let shape = Shape {
+            model: "sage".into(),
+            feature_dim: 8,
+            row_bytes: 32.0,
+            hidden: 4,
+            classes: 2,
+            params: 100,
+            prefetch: true,
+        };
+        let truth = Figures {
+            local_byte_seconds: 2e-9,
+            issue_request_seconds: 40e-6,
+            reply_byte_seconds: 1e-9,
+            ..Figures::default()
+        };
+        let mut counts = Vec::new();
+        let mut records = Vec::new();
+        for i in 0..12u64 {
+            let mut it = IterationCounts { epoch: 0, iteration: i, workers: Vec::new() };
+            for r in 0..3usize {
+                // Some pre-gathers ask one owner, some two; sizes vary.
+                let mut remote = vec![0; 3];
+                remote[(r + 1) % 3] = 10 + 7 * i + r as u64;
+                if (i + r as u64).is_multiple_of(2) {
+                    remote[(r + 2) % 3] = 5 + 3 * i;
+                }
+                let union = RowSources { local: 50, cache: 0, remote };
+                let steps = vec![block(20 + i + r as u64, vec![0; 3]), block(30 + 2 * i, vec![0; 3])];
+                for (t, b) in steps.iter().enumerate() {
+                    let copies = b.rows.local as f64 * shape.row_bytes * truth.local_byte_seconds;
+                    let gather = match (t, i) {
+                        (0, 0) => copies + 2e-4,
+                        (0, _) => {
+                            copies
+                                + own_thread_units(&union, &shape)[0] * truth.issue_request_seconds
+                                + own_thread_units(&union, &shape)[1] * truth.reply_byte_seconds
+                        }
+                        _ => copies,
+                    };
+                    records.push(StepRecord {
+                        epoch: 0,
+                        iteration: i,
+                        time_step: t as u32,
+                        worker: r as u32,
+                        gather_seconds: gather,
+                        compute_seconds: 1e-3,
+                        ..Default::default()
+                    });
+                }
+                it.workers.push(WorkerCounts { steps, pregather: Some(union) });
+            }
+            counts.push(it);
+        }
+        let mut s = Samples::default();
+        collect(&mut s, &records, &counts, &Figures::default(), &shape, true);
+        let mut f = Figures::default();
+        fit(&mut f, &s, &shape, 3);
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-6 * b;
+        assert!(close(f.local_byte_seconds, truth.local_byte_seconds), "copy cost {}", f.local_byte_seconds);
+        assert!(
+            close(f.issue_request_seconds, truth.issue_request_seconds)
+                && close(f.reply_byte_seconds, truth.reply_byte_seconds),
+            "fitted {} s per request and {} s per reply byte, recorded with {} and {}",
+            f.issue_request_seconds,
+            f.reply_byte_seconds,
+            truth.issue_request_seconds,
+            truth.reply_byte_seconds
+        );
+        // A prefetched iteration (compute far longer than the fetch) pays its
+        // copies and the own-thread part; the epoch's first pays the whole fetch.
+        let p = predict_iteration(&counts[5], &f, &shape);
+        for (r, wc) in counts[5].workers.iter().enumerate() {
+            let copies: f64 =
+                wc.steps.iter().map(|b| b.rows.local as f64 * shape.row_bytes * f.local_byte_seconds).sum();
+            let own = crate::cost::model::own_thread_seconds(wc.pregather.as_ref().unwrap(), &f, &shape);
+            assert!(own > 0.0);
+            assert!(
+                close(p.workers[r].gather, copies + own),
+                "worker {r}: gather {} s, copies {copies} s + own {own} s",
+                p.workers[r].gather
+            );
+        }
+        let first = predict_iteration(&counts[0], &f, &shape);
+        let whole =
+            crate::cost::model::pregather_seconds(counts[0].workers[0].pregather.as_ref().unwrap(), 0, &f, &shape);
+        assert!(
+            first.workers[0].gather >= whole,
+            "epoch's first iteration: gather {} s < its fetch {whole} s",
+            first.workers[0].gather
+        );
+    }
 }

@@ -64,6 +64,12 @@ pub struct Figures {
     pub remote_row_seconds: f64,
     /// Per byte of a local or cached row copied into the input matrix.
     pub local_byte_seconds: f64,
+    /// Per request to an owner, the part of the fetch on the worker's own
+    /// thread (building and sending it): a prefetch cannot hide it.
+    pub issue_request_seconds: f64,
+    /// Per byte of remote rows taken in from the replies on the worker's own
+    /// thread: a prefetch cannot hide it either.
+    pub reply_byte_seconds: f64,
     /// Sampling: per sampled edge and per block.
     pub sample_edge_seconds: f64,
     pub sample_block_seconds: f64,
@@ -117,6 +123,8 @@ impl Default for Figures {
             request_seconds: 30e-6,
             remote_row_seconds: 0.3e-6,
             local_byte_seconds: 0.2e-9,
+            issue_request_seconds: 10e-6,
+            reply_byte_seconds: 0.2e-9,
             sample_edge_seconds: 30e-9,
             sample_block_seconds: 50e-6,
             compute: BTreeMap::from([("default".to_string(), ComputeRate::default())]),
@@ -192,6 +200,8 @@ impl Figures {
             ("request_seconds", self.request_seconds),
             ("remote_row_seconds", self.remote_row_seconds),
             ("local_byte_seconds", self.local_byte_seconds),
+            ("issue_request_seconds", self.issue_request_seconds),
+            ("reply_byte_seconds", self.reply_byte_seconds),
             ("sample_edge_seconds", self.sample_edge_seconds),
             ("sample_block_seconds", self.sample_block_seconds),
             ("sync_seconds", self.sync_seconds),

@@ -17,7 +17,10 @@
 //! worker bursts at once, as calibration on shaped links measured) and then
 //! copy each step's rows locally; with prefetch the fetch overlaps the
 //! previous iteration's compute, so only what exceeds that compute is paid,
-//! and the worker holds 1 + `PREFETCH_DEPTH` iterations' rows. A time step lasts as long as its
+//! plus what the worker's own thread does (`issue_request_seconds` per owner
+//! asked, `reply_byte_seconds` per byte taken in); an epoch's first
+//! iteration, which nothing runs ahead of, pays its whole fetch. The worker
+//! holds 1 + `PREFETCH_DEPTH` iterations' rows. A time step lasts as long as its
 //! slowest worker (times 1 + `jitter`: workers fluctuate, and the expected
 //! maximum of several exceeds the maximum of their expectations), plus
 //! `step_seconds` between steps; the iteration ends with
@@ -132,6 +135,19 @@ pub fn pregather_seconds(rows: &RowSources, me: usize, f: &Figures, s: &Shape) -
     gather_seconds(rows, me, f, s) + f.contention * fetch_parts(rows, me, f, s).1
 }
 
+/// The part of fetching `rows` a prefetch cannot hide: issuing one request
+/// per owner and taking the replies' bytes in, on the worker's own thread.
+pub fn own_thread_seconds(rows: &RowSources, f: &Figures, s: &Shape) -> f64 {
+    let [requests, bytes] = own_thread_units(rows, s);
+    requests * f.issue_request_seconds + bytes * f.reply_byte_seconds
+}
+
+/// (requests, reply bytes) of fetching `rows`: the units of `own_thread_seconds`.
+pub fn own_thread_units(rows: &RowSources, s: &Shape) -> [f64; 2] {
+    let requests = rows.remote.iter().filter(|&&n| n > 0).count() as f64;
+    [requests, rows.remote_rows() as f64 * s.row_bytes()]
+}
+
 /// Seconds to gather `rows` on worker `me`: local copies plus the fetch.
 pub fn gather_seconds(rows: &RowSources, me: usize, f: &Figures, s: &Shape) -> f64 {
     (rows.local + rows.cache) as f64 * s.row_bytes() * f.local_byte_seconds + fetch_seconds(rows, me, f, s)
@@ -202,7 +218,16 @@ pub fn predict_iteration(c: &IterationCounts, f: &Figures, s: &Shape) -> Iterati
         let mut held = 0.0;
         if let Some(rows) = &wc.pregather {
             let fetch = pregather_seconds(rows, r, f, s);
-            let paid = if s.prefetch { (fetch - compute).max(0.0) } else { fetch };
+            // Nothing runs ahead of an epoch's first iteration: its fetch is paid whole.
+            let paid = if s.prefetch && c.iteration > 0 {
+                // Asking the owners and taking their replies in happen on this
+                // worker's thread: only the rest of the fetch (the wait) can
+                // overlap the previous iteration's compute.
+                let own = own_thread_seconds(rows, f, s);
+                own + (fetch - own - compute).max(0.0)
+            } else {
+                fetch
+            };
             if let Some(first) = work[r].first_mut() {
                 *first += paid;
             }
