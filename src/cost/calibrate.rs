@@ -511,5 +511,14 @@ mod tests {
             "epoch's first iteration: gather {} s < its fetch {whole} s",
             first.workers[0].gather
         );
+        // The planner samples the first iterations of an epoch of 400: the
+        // one whose fetch is whole stands for 1 in 400, not 1 in 12.
+        let seconds: Vec<f64> = counts.iter().map(|c| predict_iteration(c, &f, &shape).seconds).collect();
+        let rest = seconds[1..].iter().sum::<f64>() / 11.0;
+        let expected = seconds[0] / 400.0 + rest * 399.0 / 400.0;
+        let planned = crate::cost::model::predict_per_epoch(&counts, &f, &shape, 400).iteration_seconds;
+        assert!(close(planned, expected), "planned {planned} s per iteration, expected {expected} s");
+        let uniform = crate::cost::model::predict(&counts, &f, &shape).iteration_seconds;
+        assert!(uniform > planned, "a uniform mean {uniform} s should exceed the per-epoch one {planned} s");
     }
 }

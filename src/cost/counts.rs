@@ -125,9 +125,14 @@ impl<'a> CountJob<'a> {
         (0..workers).map(|r| cache::by_degree(graph, owner, r, budget)).collect()
     }
 
+    /// Iterations in one epoch of this job.
+    pub fn iterations_per_epoch(&self) -> usize {
+        Schedule::new(self.train, self.workers, self.batch_size).iterations().max(1)
+    }
+
     /// Iterations of the epochs from 0 on, in order: `(epoch, iteration)`.
     pub fn first_iterations(&self, n: usize) -> Vec<(u64, u64)> {
-        let per_epoch = Schedule::new(self.train, self.workers, self.batch_size).iterations().max(1);
+        let per_epoch = self.iterations_per_epoch();
         (0..n).map(|k| ((k / per_epoch) as u64, (k % per_epoch) as u64)).collect()
     }
 

@@ -252,24 +252,47 @@ pub fn predict_iteration(c: &IterationCounts, f: &Figures, s: &Shape) -> Iterati
     IterationPrediction { seconds, steps, workers: per, peak_memory_bytes: peak.ceil() as u64 }
 }
 
-/// Mean prediction over `iterations`.
+/// Mean prediction over `iterations`, each weighing the same: what the
+/// measured iterations of a run are compared with.
 pub fn predict(iterations: &[IterationCounts], f: &Figures, s: &Shape) -> Prediction {
-    let mut out = Prediction::default();
-    if iterations.is_empty() {
-        return out;
+    let w = 1.0 / iterations.len().max(1) as f64;
+    weighted(iterations, f, s, |_| w)
+}
+
+/// Mean prediction per iteration of an epoch of `per_epoch` iterations, from
+/// a sample of `iterations`: the sample's epoch-first iterations (which a
+/// prefetch cannot run ahead of, so they pay their whole fetch) stand for one
+/// iteration in `per_epoch`, the rest for the others. A sample of the first
+/// few iterations of a long epoch would otherwise charge the unhidden fetch
+/// far more often than training does.
+pub fn predict_per_epoch(iterations: &[IterationCounts], f: &Figures, s: &Shape, per_epoch: usize) -> Prediction {
+    let first = iterations.iter().filter(|c| c.iteration == 0).count();
+    let rest = iterations.len() - first;
+    if first == 0 || rest == 0 {
+        return predict(iterations, f, s);
     }
+    let share = 1.0 / per_epoch.max(1) as f64;
+    weighted(iterations, f, s, |c| if c.iteration == 0 { share / first as f64 } else { (1.0 - share) / rest as f64 })
+}
+
+/// The prediction averaged over `iterations` with `weight` (weights sum to 1).
+fn weighted(
+    iterations: &[IterationCounts],
+    f: &Figures,
+    s: &Shape,
+    weight: impl Fn(&IterationCounts) -> f64,
+) -> Prediction {
+    let mut out = Prediction::default();
     for c in iterations {
         let p = predict_iteration(c, f, s);
-        out.iteration_seconds += p.seconds;
+        let w = weight(c);
+        out.iteration_seconds += w * p.seconds;
         let mut mean = Components::default();
-        for w in &p.workers {
-            mean.add(w);
+        for wc in &p.workers {
+            mean.add(wc);
         }
-        out.components.add(&mean.scale(1.0 / p.workers.len().max(1) as f64));
+        out.components.add(&mean.scale(w / p.workers.len().max(1) as f64));
         out.peak_memory_bytes = out.peak_memory_bytes.max(p.peak_memory_bytes);
     }
-    let k = 1.0 / iterations.len() as f64;
-    out.iteration_seconds *= k;
-    out.components = out.components.scale(k);
     out
 }

@@ -14,7 +14,7 @@
 
 use super::counts::{CountJob, IterationCounts, Layout};
 use super::figures::Figures;
-use super::model::{Components, Shape, block_seconds, predict, predict_iteration};
+use super::model::{Components, Shape, block_seconds, predict_iteration, predict_per_epoch};
 use crate::BadInput;
 use crate::schedule::MergePlan;
 use crate::train::StrategyKind;
@@ -92,12 +92,13 @@ pub fn tune(inp: &PlanInput<'_>) -> Result<Tuning, BadInput> {
     let fits = |m: u64| bound == 0 || m <= bound;
     // One worker fetches nothing: prefetching has nothing to hide.
     let settings: &[bool] = if w > 1 && !inp.prefetch.is_empty() { inp.prefetch } else { &[false] };
+    let per_epoch = inp.job.iterations_per_epoch();
     // Counting samples the iterations: once per layout, predicted per prefetch setting.
     let count = |strategy: StrategyKind, t: u32, balance: &[Vec<f64>]| {
         inp.job.count(&layout_of(strategy, w, t, balance), inp.iterations)
     };
     let predicted = |counts: &[IterationCounts], strategy: StrategyKind, t: u32, balance: &[Vec<f64>], prefetch| {
-        let p = predict(counts, inp.figures, &Shape { prefetch, ..inp.shape.clone() });
+        let p = predict_per_epoch(counts, inp.figures, &Shape { prefetch, ..inp.shape.clone() }, per_epoch);
         Candidate {
             strategy,
             time_steps: t,
