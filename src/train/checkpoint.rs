@@ -49,6 +49,26 @@ pub struct Progress {
     /// leapgnn `--time-steps auto`: the tuning so far.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auto_steps: Option<super::minibatch::AutoState>,
+    /// Every worker's rows and bytes up to this checkpoint, summed over the
+    /// run's attempts: what a resume starts from when the driver that
+    /// received the workers' reports died with them. Absent in checkpoints
+    /// written before it, by the full-graph loops, and after a resume that
+    /// did not know the count it started from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_counts: Option<RunCounts>,
+}
+
+/// Rows and bytes of a run as a restarted run counts them: every worker's
+/// step records (training, billed per iteration) and evaluations, not the
+/// setup of each attempt (mesh, cache fill, initial weights), which the
+/// attempt that resumes does again and counts itself.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RunCounts {
+    pub rows: RowCounts,
+    /// Sent while training, by category.
+    pub train: ByteCounts,
+    /// Sent while evaluating, by category.
+    pub eval: ByteCounts,
 }
 
 impl Progress {

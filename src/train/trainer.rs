@@ -7,7 +7,7 @@ use super::checkpoint::{self, Progress};
 use super::evaluate::{EvalRequest, evaluate};
 use super::strategy::{Iteration, StepSink, Strategy};
 use super::{Collective, Observer, TrainConfig, TrainError, Worker};
-use crate::metrics::{EpochRecord, add_bytes};
+use crate::metrics::{EpochRecord, add_bytes, sub_bytes};
 use crate::optim::Optimizer;
 use crate::schedule::batches;
 use crate::util::rng::hash_of;
@@ -93,21 +93,33 @@ pub fn run_loop(
         p.auto_steps = strategy.auto_state();
         save(p, w, opt)?;
         obs.event(&format!("{} {}", checkpoint::WRITTEN, p.global_iteration));
+        if inp.checkpoint_dir.is_some() {
+            // Tests: the driver is killed with the run held at this checkpoint.
+            crate::util::interrupt::test_pause("checkpoint-written");
+        }
         Ok(())
     };
     if let Some(s) = &p.auto_steps {
         strategy.restore_auto(s)?;
     }
+    let counted_from = coll.bytes().sent;
     if p.global_iteration == 0 && w.model.norm_sums_len() > 0 {
         warm_up_statistics(inp, w, coll, strategy)?;
     }
-    let mut first_bytes0 = Some(fenced_start(coll)?);
+    let fence = fenced_start(coll)?;
+    // What this attempt counts from, for its checkpoints: the sockets as
+    // training began (a resumed one sets up again and counts that itself),
+    // less the start's barrier, which a resumed attempt passes again.
+    let attempt =
+        Attempt { progress: p.clone(), sent: counted_from, barrier: coll.bytes().sent.control - fence.sent.control };
+    let mut first_bytes0 = Some(fence);
+    let mut carry = None;
     while p.epoch < cfg.epochs {
         let order = batches::epoch_order(inp.train, cfg.seed, p.epoch);
         let sched = batches::Schedule::new(&order, coll.world(), cfg.loop_batch_size(inp.train.len()));
         while (p.iteration as usize) < sched.iterations() {
             let t0 = Instant::now();
-            let bytes0 = first_bytes0.take().unwrap_or_else(|| coll.bytes());
+            let bytes0 = first_bytes0.take().or(carry.take()).unwrap_or_else(|| coll.bytes());
             let it = Iteration {
                 epoch: p.epoch,
                 index: p.iteration,
@@ -154,7 +166,8 @@ pub fn run_loop(
             let mut weights = w.params.flat_values()?;
             opt.step(&mut weights, &grad[..n]);
             w.params.set_flat(&weights)?;
-            let moved = coll.bytes().since(&bytes0).since(&recorded);
+            let now = coll.bytes();
+            let moved = now.since(&bytes0).since(&recorded);
             p.rows += rows;
             add_bytes(&mut p.bytes, &sent);
             if let Some(mut last) = last {
@@ -171,7 +184,14 @@ pub fn run_loop(
             p.iteration += 1;
             p.global_iteration += 1;
             let stop = inp.stop_after == Some(p.global_iteration) || stop_voted;
-            if stop || (cfg.checkpoint_every > 0 && p.global_iteration.is_multiple_of(cfg.checkpoint_every)) {
+            let checkpointing =
+                stop || (cfg.checkpoint_every > 0 && p.global_iteration.is_multiple_of(cfg.checkpoint_every));
+            if checkpointing {
+                p.run_counts = gather_counts(coll, &p, &attempt)?;
+                // The next record counts from the last one's end: whatever moved
+                // between them (the gather, a peer's early request) is in it, as
+                // it is in an uninterrupted run's socket totals.
+                carry = Some(now);
                 checkpoint_now(&mut p, w, strategy, opt, obs)?;
             }
             if stop {
@@ -179,6 +199,8 @@ pub fn run_loop(
             }
         }
         let te = Instant::now();
+        // The evaluation counts its own bytes.
+        carry = None;
         strategy.before_evaluation(w, p.global_iteration);
         let raised = inp.raises_stop_in_evaluation(p.epoch, coll);
         let asked = || raised || obs.stop_requested();
@@ -212,15 +234,86 @@ pub fn run_loop(
         // Asked to stop while evaluating: the run stops at the epoch's end, as
         // after an iteration (a stop at the last epoch's end is its end).
         if eval.stop && p.epoch < cfg.epochs {
+            // Not gathered after an evaluation: this stop writes its summary, which a resume reads.
+            p.run_counts = None;
             checkpoint_now(&mut p, w, strategy, opt, obs)?;
             return stop_now(p, w, coll, strategy);
         }
     }
     // The final state (a periodic checkpoint at the last iteration predates the last evaluation).
     p.auto_steps = strategy.auto_state();
+    // The run's summary, written as it ends, counts it (a resume for more epochs reads that).
+    p.run_counts = None;
     save(&p, w, opt)?;
     obs.event("final checkpoint written");
     Ok(p)
+}
+
+/// Where an attempt (a run's start, or a resume) began counting.
+struct Attempt {
+    /// The progress it started from (restored from the checkpoint, or new).
+    progress: Progress,
+    /// This worker's socket counts as it began training.
+    sent: crate::metrics::ByteCounts,
+    /// Control bytes of the barrier that starts training.
+    barrier: u64,
+}
+
+/// Every worker's rows and bytes up to now (`p`: this worker's progress),
+/// summed over the workers and added to the count the run had where this
+/// attempt started (the restored checkpoint's): None when that count is
+/// unknown. A worker's bytes are what left its sockets since the attempt
+/// began training (the records' bytes, and what moved between them: an
+/// epoch's end, earlier gathers); its evaluations' share is split off. Every
+/// worker sends its counts to every other in a message of one size, so each
+/// sends as many bytes as this one: the gather's own bytes are counted as
+/// this worker's times the number of workers, as the socket totals of an
+/// uninterrupted run count them.
+fn gather_counts(
+    coll: &mut dyn Collective,
+    p: &Progress,
+    start: &Attempt,
+) -> Result<Option<checkpoint::RunCounts>, TrainError> {
+    const FIELDS: usize = 4 + 2 * 5;
+    let bytes = |b: &crate::metrics::ByteCounts| [b.features, b.gradients, b.migration, b.activations, b.control];
+    let mut rows = p.rows;
+    rows -= start.progress.rows;
+    let eval = sub_bytes(&p.eval_bytes, &start.progress.eval_bytes);
+    let mut sent = sub_bytes(&coll.bytes().sent, &start.sent);
+    sent.control -= start.barrier;
+    let train = sub_bytes(&sent, &eval);
+    let fields = [rows.requested, rows.local, rows.cache_hit, rows.remote].into_iter();
+    let fields: Vec<u64> = fields.chain(bytes(&train)).chain(bytes(&eval)).collect();
+    let msg: Vec<u8> = fields.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let control0 = coll.bytes().sent.control;
+    let got = coll.all_to_all(vec![msg; coll.world()], crate::comm::Category::Control).map_err(TrainError::Comm)?;
+    let own = coll.bytes().sent.control - control0;
+    let mut sum = [0u64; FIELDS];
+    for (peer, m) in got.iter().enumerate() {
+        if m.len() != FIELDS * 8 {
+            return Err(TrainError::Comm(
+                format!("worker {peer} sent {} bytes of counts for the checkpoint, not {}", m.len(), FIELDS * 8).into(),
+            ));
+        }
+        for (s, c) in sum.iter_mut().zip(m.chunks_exact(8)) {
+            *s += u64::from_le_bytes(c.try_into().expect("chunks of 8"));
+        }
+    }
+    let known = start.progress.run_counts.or((start.progress.global_iteration == 0).then(Default::default));
+    let Some(mut counts) = known else { return Ok(None) };
+    let cat = |s: &[u64]| crate::metrics::ByteCounts {
+        features: s[0],
+        gradients: s[1],
+        migration: s[2],
+        activations: s[3],
+        control: s[4],
+    };
+    counts.rows += crate::metrics::RowCounts { requested: sum[0], local: sum[1], cache_hit: sum[2], remote: sum[3] };
+    let mut train = cat(&sum[4..9]);
+    train.control += own * coll.world() as u64;
+    add_bytes(&mut counts.train, &train);
+    add_bytes(&mut counts.eval, &cat(&sum[9..14]));
+    Ok(Some(counts))
 }
 
 /// Ends a stopped run where `p` is (checkpointed).

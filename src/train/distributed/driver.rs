@@ -791,9 +791,28 @@ fn summary_before(run_dir: &Path, iteration: u64) -> Option<RunSummary> {
     (before.iterations >= iteration).then_some(before)
 }
 
-/// `summary_before` the checkpoint `p`, as a `Ledger`'s base.
+/// What run `run_dir` counted before the checkpoint `p`, as a `Ledger`'s
+/// base: `summary_before` it, or else (the driver died, and wrote no
+/// summary) the count the checkpoint itself carries. A checkpoint without
+/// one (written before it was recorded) counts from zero, with a warning.
 fn before(run_dir: &Path, p: &Progress) -> Option<(crate::metrics::RowCounts, RunBytes)> {
-    summary_before(run_dir, p.global_iteration).map(|s| (s.rows, s.bytes))
+    if let Some(s) = summary_before(run_dir, p.global_iteration) {
+        return Some((s.rows, s.bytes));
+    }
+    if let Some(c) = p.run_counts {
+        let mut total = c.train;
+        add_bytes(&mut total, &c.eval);
+        return Some((c.rows, RunBytes::split(total, c.eval)));
+    }
+    if p.global_iteration > 0 {
+        tracing::warn!(
+            "{} holds no count of the rows and bytes before its checkpoint (it was written by an older version, \
+             by a full-graph run, or by a run resumed from such a checkpoint) and the run has no summary that \
+             reaches it: this run's summary counts them from the checkpoint on",
+            checkpoint::dir(run_dir).join("state.json").display()
+        );
+    }
+    None
 }
 
 /// Copies rank 0's checkpoint into the driver's run directory; `None` when files are shared.
