@@ -440,6 +440,27 @@ fn slurm_script_infer_predicts_what_a_local_infer_does() {
     assert!(log.contains("(2 worker(s)"), "two workers scored the nodes: {log}");
     json(d, &["infer", "trained", "--out", here.to_str().unwrap()]);
     assert!(std::fs::read(&on_nodes).unwrap() == std::fs::read(&here).unwrap(), "the same predictions, bit for bit");
+
+    // Both tasks run on the batch step's node beside the driver: over 100 MiB
+    // together, refused before any starts, and advised more nodes, not the
+    // `--cluster` the job already gives (it was told "machines with --cluster").
+    let tight = infer_refused(&slurm, d, "tight", &[]);
+    assert!(tight.contains("for the 2 workers and the driver on this machine together"), "{tight}");
+    assert!(tight.contains("more nodes (`slurm-script --nodes N` with fewer --tasks-per-node)"), "{tight}");
+    assert!(!tight.contains("--cluster"), "{tight}");
+}
+
+/// Submits `infer trained --memory-limit-mb 100` (and `args`) on 2 tasks as
+/// job `name`; asserts it is refused with exit 2 before any worker started;
+/// returns its log.
+fn infer_refused(slurm: &Slurm, d: &Path, name: &str, args: &[&str]) -> String {
+    let infer = [&["infer", "trained", "--memory-limit-mb", "100"][..], args].concat();
+    let script = slurm.script(d, name, &infer);
+    let out = slurm.cmd("sbatch").args(["--wait", "--ntasks=2"]).arg(&script).output().unwrap();
+    let log = std::fs::read_to_string(d.join(format!("{name}.out"))).unwrap_or_default();
+    assert_eq!(out.status.code(), Some(2), "{}\njob output:\n{log}", text(&out));
+    assert!(log.contains("infer needs an estimated") && !log.contains("[worker"), "{log}");
+    log
 }
 
 /// `sbcast = true`: the nodes need not see the data directory. The job's

@@ -9,6 +9,7 @@ use super::{
     Collective, DeviceKind, GraphData, Solo, TrainConfig, TrainError, Worker, build_model, checkpoint,
     checkpointed_run, fullgraph,
 };
+use crate::cluster::LauncherKind;
 use crate::format::{AtomicFile, DatasetFile, write_atomic};
 use crate::metrics::ByteCounts;
 use crate::model::ModelSpec;
@@ -322,7 +323,7 @@ impl Scores {
 pub fn infer(data: &DataDir, run: &str, opts: &InferOptions) -> Result<InferReport, TrainError> {
     let t0 = Instant::now();
     let (prep, ds) = prepare(data, run, opts, true)?;
-    check_memory(&prep, &ds, opts, None, (1, None))?;
+    check_memory(&prep, &ds, opts, None, (1, None, LauncherKind::Local))?;
     let cfg = &prep.cfg;
     let (model, params, _, device) = build_model(cfg, &ds).map_err(|e| match (opts.device, cfg.device) {
         // The saved device, not one the user asked for: say where it came from and how to run elsewhere.
@@ -374,13 +375,15 @@ pub(crate) const CHUNK_BYTES: usize = 8 << 20;
 /// every node's logits (and embeddings), the rows written out and their
 /// serialised copy. `owners`: node -> worker of `world` workers (None: one
 /// worker scores every node); `local`: None when this process scores, else
-/// how many of the workers it drives run on this machine, beside it.
+/// how many of the workers it drives run on this machine, beside it;
+/// `launcher`: what starts them, so that the advice names where that
+/// launcher finds more machines (a job over Slurm already gives `--cluster`).
 pub(crate) fn check_memory(
     prep: &Prepared,
     ds: &DatasetFile,
     opts: &InferOptions,
     owners: Option<&[u16]>,
-    (world, local): (usize, Option<usize>),
+    (world, local, launcher): (usize, Option<usize>, LauncherKind),
 ) -> Result<(), BadInput> {
     use crate::util::mib;
     use fullgraph::memory::{PROCESS_BYTES, budgets, estimate, exceeded, shapes, sparse_input};
@@ -409,7 +412,7 @@ pub(crate) fn check_memory(
     if driven {
         held.push(driver);
     }
-    let limit = fullgraph::memory::Limit { bytes: opts.memory_limit, ..Default::default() };
+    let limit = fullgraph::memory::Limit { bytes: opts.memory_limit, launcher, ..Default::default() };
     let budgets = budgets(limit);
     let Some(b) = exceeded(&budgets, &held) else { return Ok(()) };
     let what = match driven {
@@ -433,11 +436,12 @@ pub(crate) fn check_memory(
     let to = if b.each { " to each process" } else { "" };
     Err(BadInput::new(format!(
         "infer needs an estimated {} MiB ({what}) but {} MiB are available{to} ({}); {}, spread the graph over \
-         more --workers (or machines with --cluster){}, or infer on a machine with more memory",
+         more --workers or {}{}, or infer on a machine with more memory",
         mib(b.need(&held)),
         mib(b.bytes),
         b.source,
         b.room(),
+        limit.more_machines(),
         omit_embeddings(opts.embeddings),
     )))
 }

@@ -152,7 +152,7 @@ fn infer_on_workers(
     }
     // The workers on this machine are known to fit only where they share its files (as `train` checks them).
     let local = if launch.launcher.shares_files() { launch.launcher.local_workers(world) } else { 0 };
-    check_memory(&prep, &ds, opts, owners.as_deref(), (world, Some(local)))?;
+    check_memory(&prep, &ds, opts, owners.as_deref(), (world, Some(local), launch.launcher.kind()))?;
     let root = driver::absolute(&data.root)?;
     let on_worker = |p: &std::path::Path| driver::worker_path(launch.launcher, &root, &driver::absolute(p)?);
     let pinned = WeightsCopy::write(&prep);

@@ -291,7 +291,7 @@ impl Limit {
     }
 
     /// Where more machines for the run come from, for a refusal's advice.
-    fn more_machines(&self) -> &'static str {
+    pub(crate) fn more_machines(&self) -> &'static str {
         match self.launcher {
             LauncherKind::Local => "more machines (--cluster)",
             LauncherKind::Slurm => "more nodes (`slurm-script --nodes N` with fewer --tasks-per-node)",
