@@ -448,6 +448,15 @@ fn slurm_script_infer_predicts_what_a_local_infer_does() {
     assert!(tight.contains("for the 2 workers and the driver on this machine together"), "{tight}");
     assert!(tight.contains("more nodes (`slurm-script --nodes N` with fewer --tasks-per-node)"), "{tight}");
     assert!(!tight.contains("--cluster"), "{tight}");
+    // With sbcast the tasks read a node-local copy, not the driver's files, and
+    // still share its node's memory: held the same (the driver held none of
+    // them, and the job scored the graph under the limit).
+    let node_local = tempfile::tempdir().unwrap();
+    let profile = d.join("sbcast.toml");
+    let toml = format!("[cluster]\nlauncher = \"slurm\"\nsbcast = true\nremote_dir = {:?}\n", node_local.path());
+    std::fs::write(&profile, toml).unwrap();
+    let shipped = infer_refused(&slurm, d, "tight-sbcast", &["--cluster", profile.to_str().unwrap()]);
+    assert!(shipped.contains("for the 2 workers and the driver on this machine together"), "{shipped}");
 }
 
 /// Submits `infer trained --memory-limit-mb 100` (and `args`) on 2 tasks as

@@ -150,8 +150,9 @@ fn infer_on_workers(
         partition_checksum = Some(m.checksum());
         owners = Some(m.node_worker(world));
     }
-    // The workers on this machine are known to fit only where they share its files (as `train` checks them).
-    let local = if launch.launcher.shares_files() { launch.launcher.local_workers(world) } else { 0 };
+    // Held here: the workers that share this machine's memory (every local process; under Slurm the batch
+    // step's node's ranks, whether or not they share its files), as `train`'s driver holds them.
+    let local = launch.launcher.local_workers(world);
     check_memory(&prep, &ds, opts, owners.as_deref(), (world, Some(local), launch.launcher.kind()))?;
     let root = driver::absolute(&data.root)?;
     let on_worker = |p: &std::path::Path| driver::worker_path(launch.launcher, &root, &driver::absolute(p)?);
