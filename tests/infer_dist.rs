@@ -405,9 +405,10 @@ fn infer_workers_refuse_a_share_over_their_own_hosts_limit() {
     use leapgnn::train::infer::{InferOptions, OutputFormat};
     let tmp = cora();
     let d = tmp.path();
-    json(d, &["train", "cora", "--no-tui", "--epochs", "1", "--hidden", "8192", "--run", "big"]);
+    // A pass without gradients over half of Cora at hidden 16384 with its embeddings: an estimated 1.2 GiB.
+    json(d, &["train", "cora", "--no-tui", "--epochs", "1", "--hidden", "16384", "--run", "big"]);
     let bin = env!("CARGO_BIN_EXE_leapgnn");
-    // 1 GiB of address space: the worker starts and builds its model well under it.
+    // 1 GiB of address space: the worker starts and builds its model (180 MiB of weights) under it.
     let capped = wrapped(d, "capped-worker.sh", &format!("exec prlimit --as={} '{bin}' \"$@\"\n", 1u64 << 30));
     let plain = leapgnn::cluster::LocalLauncher::new(bin, vec!["--data-dir".into(), d.display().to_string()]);
     let interrupted = std::sync::atomic::AtomicBool::new(false);

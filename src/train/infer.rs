@@ -369,9 +369,9 @@ pub(crate) const CHUNK_BYTES: usize = 8 << 20;
 /// `train` refuses a full-graph run (`fullgraph::memory::preflight`), before
 /// any of them allocates its rows: the layer-wise pass aborted the process
 /// on a failed allocation instead. Each worker's pass over its share is held
-/// to the full-graph estimator's figure for that share (a training step's,
-/// with gradients and optimizer state: an upper bound of a pass without
-/// them) and the chunks it sends; the process that gathers the scores adds
+/// to the estimate of a pass without gradients (`memory::infer_estimate`; a
+/// training step's was 3 times GAT's peak) and the chunks it sends; the
+/// process that gathers the scores adds
 /// every node's logits (and embeddings), the rows written out and their
 /// serialised copy. `owners`: node -> worker of `world` workers (None: one
 /// worker scores every node); `local`: None when this process scores, else
@@ -386,7 +386,7 @@ pub(crate) fn check_memory(
     (world, local, launcher): (usize, Option<usize>, LauncherKind),
 ) -> Result<(), BadInput> {
     use crate::util::mib;
-    use fullgraph::memory::{PROCESS_BYTES, budgets, estimate, exceeded, shapes, sparse_input};
+    use fullgraph::memory::{PROCESS_BYTES, budgets, exceeded, infer_estimate, shapes, sparse_input};
     let cfg = TrainConfig { workers: world, ..prep.cfg.clone() };
     let spec = cfg.model_spec(ds);
     let (sparse_rows, sparse) = sparse_input(ds, &cfg, &spec);
@@ -400,7 +400,7 @@ pub(crate) fn check_memory(
         .map(|s| match driven {
             true => worker_need(*s, &spec, prep.params, sparse, row),
             // Its rows, and what a driver would gather, in this one process.
-            false => estimate(*s, &spec, prep.params, sparse) + s.owned * row + gathered,
+            false => infer_estimate(*s, &spec, prep.params, sparse) + s.owned * row + gathered,
         })
         .collect();
     let largest_share = shares.iter().map(|s| s.owned * row).max().unwrap_or(0);
@@ -458,7 +458,9 @@ fn omit_embeddings(embeddings: Option<usize>) -> String {
 /// pass (`check_memory`'s figure), its rows of `row` bytes, then each chunk
 /// encoded and framed as it is sent.
 fn worker_need(s: fullgraph::memory::Shape, spec: &ModelSpec, params: usize, sparse: bool, row: u64) -> u64 {
-    fullgraph::memory::estimate(s, spec, params, sparse) + s.owned * row + 3 * (s.owned * row).min(CHUNK_BYTES as u64)
+    fullgraph::memory::infer_estimate(s, spec, params, sparse)
+        + s.owned * row
+        + 3 * (s.owned * row).min(CHUNK_BYTES as u64)
 }
 
 /// Refuses, in worker `rank` of `world`, its share of an inference (`owners`:
