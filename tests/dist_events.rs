@@ -7,7 +7,7 @@
 mod dist_support;
 mod tui_support;
 
-use dist_support::{cora, local_options, small_cora_job, wrapped};
+use dist_support::{cora, local_options, small_cora_job, wide_full_graph_cora_job, wrapped};
 use leapgnn::DataDir;
 use leapgnn::cluster::{Launcher, LocalLauncher, WorkerProcess, WorkerSpec};
 use leapgnn::metrics::{RunInfo, StepRecord};
@@ -264,14 +264,7 @@ fn full_graph_workers_refuse_a_share_over_their_own_hosts_limit() {
     // 1 GiB of address space: the worker starts and builds its model well under it.
     let launcher =
         wrapped(tmp.path(), "capped-worker.sh", &format!("exec prlimit --as={} '{bin}' \"$@\"\n", 1u64 << 30));
-    let job = || TrainConfig {
-        mode: TrainMode::FullGraph,
-        fanouts: "all,all".parse().unwrap(),
-        eval_fanouts: "all,all".parse().unwrap(),
-        eval: EvalMode::Full,
-        hidden: 8192,
-        ..small_cora_job(2, 1)
-    };
+    let job = || wide_full_graph_cora_job();
     let interrupted = AtomicBool::new(false);
     let opts = local_options(&launcher, &interrupted);
     let run = RunOptions { run: Some("capped".into()), ..Default::default() };

@@ -369,7 +369,7 @@ fn execute(
     let ds = DatasetFile::open_verified(&path)?;
     let [train, val, test] = splits(&ds, &cfg.dataset)?;
     let limit = fullgraph::memory::Limit { bytes: memory_limit, resume: resuming, ..Default::default() };
-    check_model_memory(&cfg, &ds, 1, false, limit, None)?;
+    check_model_memory(&cfg, &ds, fullgraph::memory::Held::Largest(1), false, limit, None)?;
     let (model, params, mut opt, device) = build_model(&cfg, &ds)?;
     if cfg.mode == TrainMode::FullGraph {
         fullgraph::memory::preflight(&ds, &cfg, None, model.spec(), params.numel(), 0, limit)?;
@@ -456,19 +456,19 @@ fn total_bytes(p: &Progress) -> ByteCounts {
 /// weights' figure is a lower bound (the layers' dense matrices only), so a
 /// model that fits is never refused for them; a mini-batch run on the CPU
 /// then adds an estimate of one iteration's activations
-/// (`sampled_activation_bytes`), an upper bound. `local` workers run on this
-/// machine: they share its memory, so they are held against it together (as
-/// the full-graph preflight holds its workers), each within the
+/// (`sampled_activation_bytes`), an upper bound. The `held` workers run on
+/// this machine: they share its memory, so they are held against it
+/// together (as the full-graph preflight holds its workers), each within the
 /// address-space limit it inherits; with `driver`, this process drives them
 /// and stays beside them, so a mini-batch run counts it with them. With
 /// `owners` (node -> worker, once the graph is partitioned) each worker's
 /// activations are those of the roots it can be routed (`RootsHeld`), and
-/// the `local` workers held are the largest; without, every worker's are a
-/// batch's, as with even ownership.
+/// the workers held are the largest of the run's or the ranks named; without,
+/// every worker's are a batch's, as with even ownership.
 pub(crate) fn check_model_memory(
     cfg: &TrainConfig,
     ds: &DatasetFile,
-    local: usize,
+    held: fullgraph::memory::Held<'_>,
     driver: bool,
     limit: fullgraph::memory::Limit,
     owners: Option<&[u16]>,
@@ -476,7 +476,7 @@ pub(crate) fn check_model_memory(
     let spec = cfg.model_spec(ds);
     spec.check()?;
     let budgets = fullgraph::memory::budgets(limit);
-    let local = local.max(1);
+    let local = held.count();
     // Values, gradient and the optimizer's slots, f32 each; on a GPU only the
     // values drawn here pass through this machine's memory.
     let copies = match cfg.device {
@@ -504,7 +504,7 @@ pub(crate) fn check_model_memory(
                 _ => format!("with their gradient and the optimizer's {} state slot(s)", copies - 2),
             },
             mib(need),
-            b.together(&weights, local),
+            b.together_on(&weights, local, &held.place()),
             mib(b.bytes),
             b.source,
             b.advice(
@@ -518,17 +518,16 @@ pub(crate) fn check_model_memory(
         return Ok(()); // the full-graph preflight counts its own; a GPU holds them
     }
     let cache = feature_cache_bytes(cfg, ds);
-    // The largest `local` workers' figures, the largest first.
-    let mut figures: Vec<(u64, u64, RootsHeld)> = RootsHeld::per_worker(cfg, ds, owners)?
+    // The held workers' figures, the largest first.
+    let figures: Vec<(u64, u64, RootsHeld)> = RootsHeld::per_worker(cfg, ds, owners)?
         .into_iter()
         .map(|roots| {
             let (rows, activations) = sampled_activation_bytes(cfg, ds, &spec, roots);
             (activations, rows, roots)
         })
         .collect();
-    figures.sort_unstable_by(|a, b| b.cmp(a));
-    figures.truncate(local);
-    let (activations, rows, roots) = figures[0];
+    let figures = held.pick(&figures);
+    let Some(&(activations, rows, roots)) = figures.first() else { return Ok(()) };
     let own = |activations: u64| {
         need.saturating_add(activations).saturating_add(cache).saturating_add(fullgraph::memory::PROCESS_BYTES)
     };
@@ -560,7 +559,7 @@ pub(crate) fn check_model_memory(
             0 => String::new(),
             c => format!(" with {} MiB of --cache-mb feature cache", mib(c)),
         },
-        b.together(&per_worker, local),
+        b.together_on(&per_worker, local, &held.place()),
         mib(b.bytes),
         b.source,
         b.advice(

@@ -69,6 +69,20 @@ pub fn small_cora_job(workers: usize, epochs: u64) -> leapgnn::train::TrainConfi
     }
 }
 
+/// `small_cora_job` of 2 workers, one epoch, on the full-graph engine
+/// (evaluated on the whole graph) at hidden 8192: over a GiB per worker,
+/// which the memory checks' tests put in a host's way.
+pub fn wide_full_graph_cora_job() -> leapgnn::train::TrainConfig {
+    leapgnn::train::TrainConfig {
+        mode: leapgnn::train::TrainMode::FullGraph,
+        fanouts: "all,all".parse().unwrap(),
+        eval_fanouts: "all,all".parse().unwrap(),
+        eval: leapgnn::train::EvalMode::Full,
+        hidden: 8192,
+        ..small_cora_job(2, 1)
+    }
+}
+
 /// Options for a run of local worker processes: 30 s comm timeout, the
 /// driver on a free 127.0.0.1 port, no restarts, no replica checks.
 pub fn local_options<'a>(

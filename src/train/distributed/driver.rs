@@ -10,7 +10,7 @@ use crate::format::write_atomic;
 use crate::metrics::{JsonlSink, RestartRecord, RunBytes, RunSummary, add_bytes};
 use crate::schedule::MergePlan;
 use crate::train::RunLock;
-use crate::train::fullgraph::memory::Limit;
+use crate::train::fullgraph::memory::{Held, Limit};
 use crate::train::strategy::{StrategyEnv, StrategyKind};
 use crate::train::{Observer, Progress, ResumeOverrides, RunOptions, TrainConfig, TrainError, checkpoint, new_run_dir};
 use crate::{BadInput, DataDir};
@@ -115,7 +115,7 @@ fn check_memory(
     };
     let local = opts.launcher.local_workers(cfg.workers);
     if local > 0 {
-        crate::train::check_model_memory(cfg, ds, local, true, limit, owners.as_deref())?;
+        crate::train::check_model_memory(cfg, ds, Held::Largest(local), true, limit, owners.as_deref())?;
     }
     preflight(ds, owners.as_deref(), cfg, limit, opts)
 }
@@ -548,6 +548,8 @@ fn execute(
         comm_timeout_ms: opts.comm_timeout.as_millis() as u64,
         auto_plans,
         partition_checksum,
+        hosts: (0..world).map(|rank| opts.launcher.host_of(rank)).collect(),
+        launcher: opts.launcher.kind(),
     };
     let task = serde_json::json!({ "task": "train", "train": job });
     let train_ids = ds.train().len();

@@ -67,6 +67,26 @@ pub struct DistJob {
     /// replaced it meanwhile (`check_partition`).
     #[serde(default)]
     pub partition_checksum: Option<u64>,
+    /// Where the launcher places each rank: the workers on one host share its
+    /// memory, so each checks their shares together (`host_ranks`). A spare
+    /// that takes an unreachable host's place takes all of its ranks, so
+    /// which ranks share a host holds wherever they are started.
+    #[serde(default)]
+    pub hosts: Vec<String>,
+    /// The launcher that starts the workers, for what a refusal advises.
+    #[serde(default)]
+    pub launcher: crate::cluster::profile::LauncherKind,
+}
+
+impl DistJob {
+    /// The ranks on `rank`'s host (`hosts`), `rank` among them; only `rank`
+    /// when the driver said nothing of where they run.
+    pub(crate) fn host_ranks(&self, rank: usize) -> Vec<usize> {
+        match self.hosts.get(rank) {
+            Some(here) => (0..self.hosts.len()).filter(|&r| r == rank || self.hosts[r] == *here).collect(),
+            None => vec![rank],
+        }
+    }
 }
 
 /// Refuses the partition a worker opened when it is not the one its driver

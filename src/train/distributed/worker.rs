@@ -41,9 +41,6 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
     let timeout = Duration::from_millis(spec.comm_timeout_ms.max(1));
 
     let ds = DatasetFile::open_verified(&spec.dataset)?;
-    // A model too big for this host's memory is refused before its allocation aborts the process.
-    let limit = crate::train::fullgraph::memory::Limit { bytes: None, resume: spec.resume, ..Default::default() };
-    crate::train::check_model_memory(cfg, &ds, 1, false, limit, None)?;
     let [train, val, test] = crate::train::splits(&ds, &cfg.dataset)?;
     let manifest = Arc::new(ManifestFile::open(&spec.parts_dir)?);
     super::check_partition(&manifest, &spec.parts_dir, spec.partition_checksum)?;
@@ -53,17 +50,16 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
     // everything that asks who owns a node asks `owners`, the node -> worker map.
     manifest.check_serves(&ds, cfg.parts, world)?;
     let owners = Owners::of_workers(manifest.clone(), world);
+    // A model too big for this host's memory is refused before its allocation
+    // aborts the process: this worker's share of the partition and those of
+    // the run's other workers on this host, which share its memory.
+    use crate::train::fullgraph::memory::{Held, Limit, check_worker};
+    let limit = Limit { bytes: None, resume: spec.resume, launcher: spec.launcher };
+    let host_ranks = spec.host_ranks(rank);
+    crate::train::check_model_memory(cfg, &ds, Held::Ranks(&host_ranks), false, limit, Some(owners.as_slice()))?;
     let (model, params, mut opt, device) = crate::train::build_model(cfg, &ds)?;
     if cfg.mode == crate::train::TrainMode::FullGraph {
-        crate::train::fullgraph::memory::check_worker(
-            &ds,
-            cfg,
-            owners.as_slice(),
-            rank,
-            model.spec(),
-            params.numel(),
-            limit,
-        )?;
+        check_worker(&ds, cfg, owners.as_slice(), (rank, &host_ranks), model.spec(), params.numel(), limit)?;
     }
     let local: Arc<dyn RowSource> = Arc::new(PartRows::open_worker(&spec.parts_dir, rank, world, manifest.clone())?);
 

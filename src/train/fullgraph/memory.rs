@@ -243,9 +243,7 @@ pub fn preflight(
             "cannot read MemAvailable from /proc/meminfo and no address-space limit is set: the full-graph memory estimate is not checked"
         );
     }
-    let mut here = per_worker.clone();
-    here.sort_unstable_by(|a, b| b.cmp(a));
-    here.truncate(local.max(1));
+    let here = Held::Largest(local).pick(&per_worker);
     let held = with_driver(here.clone(), local > 0);
     match exceeded(&budgets, &held) {
         Some(b) => Err(b.refusal(&here, &held, bound)),
@@ -264,28 +262,31 @@ pub(crate) fn sparse_input<'a>(ds: &'a DatasetFile, cfg: &TrainConfig, spec: &Mo
 }
 
 /// Refuses, in worker `rank` of a full-graph run, a share of the graph
-/// (`owners`: node -> worker) that this host cannot hold: its own estimate
-/// against this host's MemAvailable and the address-space limit this
-/// process runs under. The driver can only check the hosts whose memory it
-/// reads (its own, where the workers share its files); a Slurm node or an
-/// ssh host is known here, before the worker loads its rows and joins the
-/// mesh, so it fails at once, naming itself, instead of on an allocation
-/// mid-epoch. `limit.resume`: a resumed run is advised only what a resume
-/// can change.
+/// (`owners`: node -> worker) that this host cannot hold: the estimates of
+/// `host_ranks` (the ranks the driver placed on this host, `rank` among
+/// them) together against this host's MemAvailable, and its own against the
+/// address-space limit this process runs under. The driver can only check
+/// the hosts whose memory it reads (its own, where the workers share its
+/// files); a Slurm node or an ssh host is known here, before the worker
+/// loads its rows and joins the mesh, so it fails at once, naming itself,
+/// instead of on an allocation mid-epoch. `limit.resume`: a resumed run is
+/// advised only what a resume can change.
 pub fn check_worker(
     ds: &DatasetFile,
     cfg: &TrainConfig,
     owners: &[u16],
-    rank: usize,
+    (rank, host_ranks): (usize, &[usize]),
     spec: &ModelSpec,
     params: usize,
     limit: Limit,
 ) -> Result<(), BadInput> {
     let (sparse_rows, sparse_input) = sparse_input(ds, cfg, spec);
-    let shape = shapes(ds.graph(), sparse_rows, Some(owners), cfg.workers.max(1))[rank];
-    let need = estimate(shape, spec, params, sparse_input);
-    check_share(
-        (rank, shape, need),
+    let shapes = shapes(ds.graph(), sparse_rows, Some(owners), cfg.workers.max(1));
+    let need = |r: usize| estimate(shapes[r], spec, params, sparse_input);
+    let held: Vec<u64> = host_ranks.iter().filter(|&&r| r != rank && r < shapes.len()).map(|&r| need(r)).collect();
+    check_host_share(
+        (rank, shapes[rank], need(rank)),
+        &held,
         limit,
         "--mode full-graph",
         "use more machines, a smaller --hidden, or --mode minibatch",
@@ -299,25 +300,42 @@ pub fn check_worker(
 /// run can change (after raising this host's limit or freeing its memory),
 /// `change` what a resumed one would have to start anew with.
 pub(crate) fn check_share(
+    share: (usize, Shape, u64),
+    limit: Limit,
+    task: &str,
+    remedy: &str,
+    change: &str,
+) -> Result<(), BadInput> {
+    check_host_share(share, &[], limit, task, remedy, change)
+}
+
+/// `check_share`, with `others`: the estimates of the other workers on this
+/// host, which share its memory (not its address-space limit, which is each
+/// process's own).
+fn check_host_share(
     (rank, shape, need): (usize, Shape, u64),
+    others: &[u64],
     limit: Limit,
     task: &str,
     remedy: &str,
     change: &str,
 ) -> Result<(), BadInput> {
     let budgets = budgets(limit);
-    let Some(b) = exceeded(&budgets, &[need]) else { return Ok(()) };
+    let held: Vec<u64> = std::iter::once(need).chain(others.iter().copied()).collect();
+    let Some(b) = exceeded(&budgets, &held) else { return Ok(()) };
     let host = crate::util::host_name();
-    let raise = match b.each {
-        true => format!("raise the limit on {host} (ulimit -v, prlimit --as, the job's memory limit), "),
-        false => format!("free memory on {host}, "),
+    let raise = match (b.each, held.len()) {
+        (true, _) => format!("raise the limit on {host} (ulimit -v, prlimit --as, the job's memory limit), "),
+        (false, 1) => format!("free memory on {host}, "),
+        (false, _) => format!("free memory on {host}, run {}, ", limit.fewer_here()),
     };
     Err(BadInput::new(format!(
         "worker {rank} on {host}: {task} needs an estimated {} MiB for its share of the graph \
-         ({} nodes and {} halo rows) but {} MiB are available there ({}); {}",
+         ({} nodes and {} halo rows){} but {} MiB are available there ({}); {}",
         mib(need),
         shape.owned,
         shape.halo,
+        b.together_on(&held, held.len(), &host),
         mib(b.bytes),
         b.source,
         b.advice(format!("{raise}{remedy}"), "", change),
@@ -334,6 +352,45 @@ pub(crate) fn with_driver(mut per_worker: Vec<u64>, driver: bool) -> Vec<u64> {
         per_worker.push(PROCESS_BYTES);
     }
     per_worker
+}
+
+/// Whose figures a memory check holds against this machine's memory.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Held<'a> {
+    /// The driver's: the `n` largest of the run's workers (it knows how many
+    /// share its machine, not always which: under Slurm, its node's).
+    Largest(usize),
+    /// A worker's: the ranks the driver placed on its host, its own among them.
+    Ranks(&'a [usize]),
+}
+
+impl Held<'_> {
+    /// How many workers share this machine (at least the one checking).
+    pub(crate) fn count(&self) -> usize {
+        match self {
+            Held::Largest(n) => (*n).max(1),
+            Held::Ranks(r) => r.len().max(1),
+        }
+    }
+
+    /// Where the held workers run, as a refusal names it.
+    pub(crate) fn place(&self) -> String {
+        match self {
+            Held::Largest(_) => "this machine".into(),
+            Held::Ranks(_) => crate::util::host_name(),
+        }
+    }
+
+    /// Of every worker's `figures` (by rank), those held, the largest first.
+    pub(crate) fn pick<T: Ord + Copy>(&self, figures: &[T]) -> Vec<T> {
+        let mut held: Vec<T> = match self {
+            Held::Largest(_) => figures.to_vec(),
+            Held::Ranks(ranks) => ranks.iter().filter_map(|&r| figures.get(r).copied()).collect(),
+        };
+        held.sort_unstable_by(|a, b| b.cmp(a));
+        held.truncate(self.count());
+        held
+    }
 }
 
 /// How a refusal by an address-space limit says to lift it.
@@ -432,10 +489,15 @@ impl Budget {
     /// `with_driver` added it) against this budget adds to a refusal's
     /// figures: nothing for one process alone or a budget of each process.
     pub fn together(&self, held: &[u64], local: usize) -> String {
+        self.together_on(held, local, "this machine")
+    }
+
+    /// `together`, for the workers on `place` (a worker names its host).
+    pub(crate) fn together_on(&self, held: &[u64], local: usize, place: &str) -> String {
         match (held.len(), self.each) {
             (1, _) | (_, true) => String::new(),
             (n, _) => format!(
-                ", {} MiB for the {local} worker{}{} on this machine together",
+                ", {} MiB for the {local} worker{}{} on {place} together",
                 mib(self.need(held)),
                 if local == 1 { "" } else { "s" },
                 if n > local { " and the driver" } else { "" }
