@@ -383,7 +383,9 @@ fn a_model_too_big_for_memory_is_refused_before_it_is_built() {
 /// with MemAvailable alone. Mini-batch: the model check counted the weights
 /// alone. Both runs died on a failed allocation. --hidden 40000 over 16
 /// features is 12 MB of weights, which fit; a layer over 4,000 rows is
-/// 640 MB, held several times. The same limit trains the usual widths.
+/// 640 MB, held several times. The same limit trains the usual widths, and
+/// says once that its check compared resident estimates with the limit on
+/// address space, which mapped files, stacks and arenas also take.
 #[test]
 fn runs_over_the_address_space_limit_are_refused_before_they_start() {
     let tmp = tempfile::tempdir().unwrap();
@@ -403,7 +405,12 @@ fn runs_over_the_address_space_limit_are_refused_before_they_start() {
     refused_capped(d, &wide, cap, &[&needles[..], &["give a smaller --batch-size, --hidden or --fanout"]].concat());
     for usual in [&["--full-batch", "--hidden", "32"][..], &["--fanout", "5,5", "--hidden", "32"]] {
         let out = leapgnn_capped(d, &[&["train", "tiny", "--epochs", "1", "--json"][..], usual].concat(), cap);
-        assert!(out.status.success(), "{usual:?}: {}", String::from_utf8_lossy(&out.stderr));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{usual:?}: {err}");
+        // What the check compared, said once: resident estimates, not the address space the limit bounds.
+        let said = "2048 MiB of address space (this process's address-space limit, RLIMIT_AS): the memory checks \
+                    compared it with estimates of resident memory";
+        assert_eq!(err.matches(said).count(), 1, "{usual:?}: {err}");
     }
 }
 

@@ -374,6 +374,7 @@ fn execute(
     if cfg.mode == TrainMode::FullGraph {
         fullgraph::memory::preflight(&ds, &cfg, None, model.spec(), params.numel(), 0, limit)?;
     }
+    fullgraph::memory::warn_address_space();
     let ck = checkpoint::dir(run_dir);
     let progress = if resuming { checkpoint::restore(&ck, &params, opt.as_mut())? } else { Progress::default() };
     write_atomic(run_dir.join("config.json"), &serde_json::to_vec_pretty(&cfg).expect("config serialises"))?;

@@ -117,7 +117,9 @@ fn check_memory(
     if local > 0 {
         crate::train::check_model_memory(cfg, ds, Held::Largest(local), true, limit, owners.as_deref())?;
     }
-    preflight(ds, owners.as_deref(), cfg, limit, opts)
+    preflight(ds, owners.as_deref(), cfg, limit, opts)?;
+    crate::train::fullgraph::memory::warn_address_space();
+    Ok(())
 }
 
 /// Full-graph runs: the workers that run on this machine (all local
