@@ -583,3 +583,36 @@ fn cluster_clean_leaves_alone_a_run_another_driver_is_training() {
     sshd.assert_nothing_left();
     sshd.stop();
 }
+
+/// Two ranks on one ssh host share its memory: with the host's MemAvailable
+/// (the profile's `[cluster.env]` stands a smaller host in for this one)
+/// one full-graph share and a half, each share fits alone, which each
+/// worker was held to (both started), but not the two together: both
+/// refuse, naming the host and their sum, before loading a row.
+#[test]
+fn two_ranks_on_one_ssh_host_hold_their_full_graph_shares_together() {
+    let mut sshd = Sshd::start();
+    let tmp = cora();
+    let d = tmp.path();
+    let run = |free_mib: u64| {
+        let env = format!("[cluster.env]\n{} = \"{}\"\n", leapgnn::util::MEM_AVAILABLE_TEST_VAR, free_mib << 20);
+        let profile = sshd.profile(2, &env);
+        let a = ["train", "cora", "--no-tui", "--epochs", "1", "--mode", "full-graph", "--hidden", "8192"];
+        let out = leapgnn(d, &[&a[..], &["--seed", "4", "--cluster", profile.to_str().unwrap()]].concat());
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).to_string())
+    };
+    // Room for both workers' weights, not for one share: its figure.
+    let (code, e) = run(400);
+    assert_ne!(code, Some(0), "{e}");
+    let after = "--mode full-graph needs an estimated ";
+    let at = e.find(after).unwrap_or_else(|| panic!("no `{after}` in {e}")) + after.len();
+    let share: u64 = e[at..].chars().take_while(char::is_ascii_digit).collect::<String>().parse().unwrap();
+    let (code, e) = run(share * 3 / 2);
+    assert_ne!(code, Some(0), "two shares over one and a half: {e}");
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    for needle in [format!("MiB for the 2 workers on {} together", host.trim()), "in the cluster profile".into()] {
+        assert!(e.contains(&needle), "no `{needle}` in {e}");
+    }
+    sshd.assert_nothing_left();
+    sshd.stop();
+}
