@@ -23,6 +23,10 @@ use std::time::{Duration, Instant};
 
 const LONG: Duration = Duration::from_secs(10);
 
+/// Held by the tests that bring a crowd of strangers, so that the one measuring
+/// the process's memory does not count another's crowd.
+static CROWD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Everything logged by this test binary.
 fn logs() -> String {
     static LOGS: OnceLock<Capture> = OnceLock::new();
@@ -179,7 +183,49 @@ fn missing_or_unreachable_workers_are_named_when_the_deadline_passes() {
 }
 
 #[test]
+fn a_peer_that_drops_every_dial_unanswered_is_named_when_the_deadline_passes() {
+    // Whatever listens where worker 0 should be closes each connection before
+    // its hello: worker 1 dials again (an eviction would look the same), but
+    // only until its deadline, and then says why.
+    let door = TcpListener::bind("127.0.0.1:0").unwrap();
+    let at = door.local_addr().unwrap();
+    let (l1, a1) = {
+        let (mut ls, a) = listeners(1);
+        (ls.remove(0), a[0])
+    };
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let over = done.clone();
+    let dropper = thread::spawn(move || {
+        let mut dials = 0;
+        for s in door.incoming() {
+            if over.load(std::sync::atomic::Ordering::SeqCst) {
+                break;
+            }
+            dials += 1;
+            drop(s.unwrap());
+        }
+        dials
+    });
+    let mut cfg = MeshConfig::new(1, vec![at, a1], secret());
+    cfg.connect_timeout = Duration::from_millis(400);
+    let e = Mesh::establish(l1, &cfg).unwrap_err();
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    drop(TcpStream::connect(at).unwrap());
+    let dials = dropper.join().unwrap();
+    assert!(dials >= 2, "worker 1 gave up after {dials} dial(s)");
+    // The mesh's own deadline may report first, as the missing worker.
+    let m = e.to_string();
+    assert!(m.contains(&format!("worker 0 ({at})")), "{m}");
+    match &e {
+        CommError::Handshake { .. } => assert!(m.contains("each time it was dialled within 400ms"), "{m}"),
+        CommError::Incomplete { waited, .. } => assert_eq!(*waited, Duration::from_millis(400), "{m}"),
+        e => panic!("{e:?}"),
+    }
+}
+
+#[test]
 fn a_crowd_of_silent_and_dribbling_strangers_does_not_delay_the_mesh() {
+    let _crowd = CROWD.lock().unwrap_or_else(|e| e.into_inner());
     let (mut ls, addrs) = listeners(2);
     let (l0, l1) = (ls.remove(0), ls.remove(0));
     let config = |rank| {
@@ -288,6 +334,20 @@ fn a_stranger_dribbling_its_hello_is_dropped_at_the_handshake_deadline() {
     });
 }
 
+/// Workers 0 and 1 of a mesh in which worker 1 reaches worker 0 at `via`, with
+/// a handshake deadline that no stranger in these tests outlives.
+fn configs_via(addrs: &[std::net::SocketAddr], via: std::net::SocketAddr) -> (MeshConfig, MeshConfig) {
+    let config = |rank| {
+        let mut c = MeshConfig::new(rank, addrs.to_vec(), secret());
+        c.handshake_timeout = Duration::from_secs(20);
+        c.connect_timeout = Duration::from_secs(10);
+        c
+    };
+    let mut cfg1 = config(1);
+    cfg1.addrs[0] = via;
+    (config(0), cfg1)
+}
+
 #[test]
 fn a_slow_genuine_worker_is_not_evicted_by_a_crowd_of_silent_strangers() {
     // Worker 1 reaches worker 0 through a proxy that holds worker 1's bytes
@@ -319,16 +379,7 @@ fn a_slow_genuine_worker_is_not_evicted_by_a_crowd_of_silent_strangers() {
         thread::sleep(Duration::from_millis(1500));
         let _ = std::io::copy(&mut down, &mut up);
     });
-    let config = |rank| {
-        let mut c = MeshConfig::new(rank, addrs.clone(), secret());
-        c.handshake_timeout = Duration::from_secs(20);
-        c.connect_timeout = Duration::from_secs(10);
-        if rank == 1 {
-            c.addrs[0] = via;
-        }
-        c
-    };
-    let (cfg0, cfg1) = (config(0), config(1));
+    let (cfg0, cfg1) = configs_via(&addrs, via);
     thread::scope(|s| {
         let worker0 = s.spawn(move || Mesh::establish(l0, &cfg0).map(|m| m.barrier(LONG)));
         let worker1 = s.spawn(move || Mesh::establish(l1, &cfg1).map(|m| m.barrier(LONG)));
@@ -340,4 +391,101 @@ fn a_slow_genuine_worker_is_not_evicted_by_a_crowd_of_silent_strangers() {
         drop(silent);
         assert!(r1.is_ok() && r0.is_ok(), "worker 1: {:?}, worker 0: {:?}", r1.err(), r0.err());
     });
+}
+
+#[test]
+fn a_crowd_of_strangers_around_a_genuine_connect_costs_it_a_dial_not_the_mesh() {
+    // Worker 1 reaches worker 0 through a proxy. On its first connection the
+    // proxy connects to worker 0 between two halves of a crowd (100 silent
+    // strangers and 5 sending garbage before, as many after) and passes worker
+    // 1's hello on only once worker 0 has taken the crowd in: until then that
+    // connection is as silent as the strangers, and more of them came after it
+    // than may wait at once, so worker 0 may evict it. That must cost worker 1
+    // a dial, not the mesh.
+    /// Whose connection worker 0 dropped.
+    enum Dropped {
+        Silent,
+        Garbage,
+        /// The proxied connection, before any answer.
+        Genuine,
+    }
+    let (mut ls, addrs) = listeners(2);
+    let (l0, l1) = (ls.remove(0), ls.remove(0));
+    let proxy = TcpListener::bind("127.0.0.1:0").unwrap();
+    let via = proxy.local_addr().unwrap();
+    let target = addrs[0];
+    let _crowd = CROWD.lock().unwrap_or_else(|e| e.into_inner());
+    let dials = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = dials.clone();
+    thread::spawn(move || {
+        for down in proxy.incoming() {
+            let Ok(down) = down else { return };
+            let first = counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
+            let (seen, events) = std::sync::mpsc::channel();
+            // Each stranger is held by a thread that reports when worker 0 drops it.
+            let stranger = |garbage: bool| {
+                let mut s = TcpStream::connect(target).unwrap();
+                if garbage {
+                    s.write_all(b"GET / HTTP/1.1\r\nHost: leapgnn\r\n\r\n").unwrap();
+                }
+                let seen = seen.clone();
+                thread::spawn(move || {
+                    let _ = s.read(&mut [0u8; 64]);
+                    let _ = seen.send(if garbage { Dropped::Garbage } else { Dropped::Silent });
+                });
+            };
+            let half = |stranger: &dyn Fn(bool)| (0..105).for_each(|i| stranger(i % 21 == 20));
+            if first {
+                half(&stranger);
+            }
+            let up = TcpStream::connect(target).unwrap();
+            if first {
+                half(&stranger);
+                let watched = up.try_clone().unwrap();
+                let seen = seen.clone();
+                thread::spawn(move || {
+                    // Nothing comes from worker 0 before the hello is passed on but its close.
+                    if matches!(watched.peek(&mut [0u8; 1]), Ok(0) | Err(_)) {
+                        let _ = seen.send(Dropped::Genuine);
+                    }
+                });
+                // Taken in: the genuine connection was dropped, or so many silent strangers
+                // were that worker 0 has accepted every one of them.
+                let mut silent_dropped = 0;
+                let evicted = loop {
+                    match events.recv_timeout(LONG).expect("worker 0 took the crowd in") {
+                        Dropped::Genuine => break true,
+                        Dropped::Silent => silent_dropped += 1,
+                        Dropped::Garbage => {}
+                    }
+                    if silent_dropped >= 200 - leapgnn::comm::MAX_UNAUTHENTICATED {
+                        break false;
+                    }
+                };
+                eprintln!("the genuine connection was evicted by the crowd: {evicted}");
+                if evicted {
+                    continue;
+                }
+            }
+            let (mut d2, mut u2) = (down.try_clone().unwrap(), up.try_clone().unwrap());
+            thread::spawn(move || {
+                let _ = std::io::copy(&mut u2, &mut d2);
+                let _ = d2.shutdown(std::net::Shutdown::Write);
+            });
+            let (mut down, mut up) = (down, up);
+            thread::spawn(move || {
+                let _ = std::io::copy(&mut down, &mut up);
+                let _ = up.shutdown(std::net::Shutdown::Write);
+            });
+        }
+    });
+    let (cfg0, cfg1) = configs_via(&addrs, via);
+    thread::scope(|s| {
+        let worker0 = s.spawn(move || Mesh::establish(l0, &cfg0).map(|m| m.barrier(LONG)));
+        let worker1 = s.spawn(move || Mesh::establish(l1, &cfg1).map(|m| m.barrier(LONG)));
+        let (r1, r0) = (worker1.join().unwrap(), worker0.join().unwrap());
+        assert!(r1.is_ok() && r0.is_ok(), "worker 1: {:?}, worker 0: {:?}", r1.err(), r0.err());
+        assert!(r1.unwrap().is_ok() && r0.unwrap().is_ok(), "the barrier failed after the mesh formed");
+    });
+    eprintln!("worker 1 dialled worker 0 {} times", dials.load(std::sync::atomic::Ordering::SeqCst));
 }

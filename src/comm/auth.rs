@@ -12,6 +12,7 @@ use super::frame::{self, FrameError, Kind};
 use hmac::{Hmac, Mac};
 use rand::Rng;
 use sha2::Sha256;
+use std::cell::Cell;
 use std::io::{self, Write};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -109,6 +110,8 @@ struct Conn<'a> {
     deadline: &'a Deadline,
     wire_in: u64,
     wire_out: u64,
+    /// The other end closed or reset the connection.
+    closed: Cell<bool>,
 }
 
 impl Conn<'_> {
@@ -144,6 +147,8 @@ impl Conn<'_> {
     }
 
     fn io_reason(&self, e: io::Error, doing: &str) -> String {
+        use io::ErrorKind::*;
+        self.closed.set(matches!(e.kind(), UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe));
         match e.kind() {
             io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
                 format!("no progress {doing} within {:?}", self.deadline.timeout())
@@ -191,7 +196,26 @@ fn check_hello(h: &Hello, world: usize) -> Result<(), String> {
     Ok(())
 }
 
-/// The calling side: we dialled `expect_peer` and it must prove it is that worker of this job.
+/// Why a dialled handshake failed.
+#[derive(Debug)]
+pub struct DialFailure {
+    pub reason: String,
+    /// The acceptor closed the connection before its hello: it proved and
+    /// refused nothing, as when a door crowded by strangers evicts a caller
+    /// whose hello it has not read yet, so dialling again may succeed.
+    pub unanswered: bool,
+}
+
+/// A failure before any frame was exchanged (the handshake could not start).
+impl From<String> for DialFailure {
+    fn from(reason: String) -> DialFailure {
+        DialFailure { reason, unanswered: false }
+    }
+}
+
+/// The calling side: we dialled `expect_peer` and it must prove it is that
+/// worker of this job. A failure says whether it was dropped before the
+/// acceptor's hello rather than refused.
 pub fn connect(
     stream: &TcpStream,
     secret: &[u8],
@@ -199,24 +223,39 @@ pub fn connect(
     rank: usize,
     expect_peer: usize,
     deadline: &Deadline,
-) -> Result<Shook, String> {
-    let mut c = Conn { stream, deadline, wire_in: 0, wire_out: 0 };
+) -> Result<Shook, DialFailure> {
+    let mut c = Conn { stream, deadline, wire_in: 0, wire_out: 0, closed: Cell::new(false) };
     let mine = Hello::new(world, rank);
-    c.send(Kind::Hello, &mine.encode())?;
-    let theirs = Hello::decode(&c.expect(Kind::Hello)?)?;
+    let theirs = c
+        .send(Kind::Hello, &mine.encode())
+        .and_then(|()| c.expect(Kind::Hello))
+        .map_err(|reason| DialFailure { reason, unanswered: c.closed.get() })?;
+    prove_to(c, &mine, &theirs, secret, world, expect_peer).map_err(|reason| DialFailure { reason, unanswered: false })
+}
+
+/// The calling side's handshake after the acceptor's hello frame has come.
+fn prove_to(
+    mut c: Conn,
+    mine: &Hello,
+    theirs: &[u8],
+    secret: &[u8],
+    world: usize,
+    expect_peer: usize,
+) -> Result<Shook, String> {
+    let theirs = Hello::decode(theirs)?;
     check_hello(&theirs, world)?;
     if theirs.rank as usize != expect_peer {
         return Err(format!("the address answered as worker {}, not worker {expect_peer}", theirs.rank));
     }
     let their_proof = c.expect(Kind::Proof)?;
-    proof(secret, Role::Acceptor, &mine, &theirs)
+    proof(secret, Role::Acceptor, mine, &theirs)
         .verify_slice(&their_proof)
         .map_err(|_| "it could not prove it knows this job's secret (is another job listening there?)".to_string())?;
-    c.send(Kind::Proof, &proof(secret, Role::Connector, &mine, &theirs).finalize().into_bytes())?;
+    c.send(Kind::Proof, &proof(secret, Role::Connector, mine, &theirs).finalize().into_bytes())?;
     c.expect(Kind::Welcome).map_err(|e| {
         format!("it did not accept our proof of the job secret ({e}); do both workers have the same secret?")
     })?;
-    Ok(c.done(expect_peer, &mine, &theirs, true))
+    Ok(c.done(expect_peer, mine, &theirs, true))
 }
 
 /// The listening side: the caller is whoever it proves to be. Only workers of
@@ -241,7 +280,7 @@ pub fn accept_marking(
     deadline: &Deadline,
     said_hello: &AtomicBool,
 ) -> Result<Shook, String> {
-    let mut c = Conn { stream, deadline, wire_in: 0, wire_out: 0 };
+    let mut c = Conn { stream, deadline, wire_in: 0, wire_out: 0, closed: Cell::new(false) };
     let theirs = Hello::decode(&c.expect(Kind::Hello)?)?;
     check_hello(&theirs, world)?;
     let peer = theirs.rank as usize;

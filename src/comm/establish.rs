@@ -2,9 +2,11 @@
 //! accepts every higher one, each new connection authenticated in its own
 //! thread so a silent or slow stranger never delays the genuine workers.
 //! Strangers are logged and dropped; the listener keeps accepting until every
-//! peer has proved itself or the deadline passes.
+//! peer has proved itself or the deadline passes. A crowd of strangers may
+//! still evict a genuine connection whose hello has not been read yet; its
+//! dialler then dials again until its deadline.
 
-use super::auth::{self, Shook};
+use super::auth::{self, DialFailure, Shook};
 use super::deadline::Deadline;
 use super::error::CommError;
 use super::mesh::{MeshConfig, lock};
@@ -42,7 +44,8 @@ const MAX_DIAL_BACKOFF: Duration = Duration::from_millis(500);
 /// Incoming connections that may be proving themselves at once; one more
 /// evicts the oldest that has not said a fitting hello (else the oldest), so a
 /// crowd of strangers holds neither memory nor the door, nor pushes out a
-/// genuine worker whose handshake is slow.
+/// genuine worker whose handshake is slow (one evicted before its hello was
+/// read dials again).
 pub const MAX_UNAUTHENTICATED: usize = 32;
 
 /// A stream in handshake, and for an incoming one its said-hello flag.
@@ -65,12 +68,12 @@ impl Pending {
 
     /// Runs `shake` on `stream`, registered so that `cut_all` can interrupt it
     /// (and, for an `incoming` one, so that a newer stranger can evict it).
-    fn shake(
+    fn shake<E: From<String>>(
         &self,
         stream: &TcpStream,
         incoming: bool,
-        shake: impl FnOnce(&TcpStream, &AtomicBool) -> Result<Shook, String>,
-    ) -> Result<Shook, String> {
+        shake: impl FnOnce(&TcpStream, &AtomicBool) -> Result<Shook, E>,
+    ) -> Result<Shook, E> {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let clone = stream.try_clone().map_err(|e| e.to_string())?;
         let said_hello = Arc::new(AtomicBool::new(false));
@@ -91,7 +94,7 @@ impl Pending {
                 }
                 streams.insert(id, (clone, incoming.then(|| said_hello.clone())))
             }
-            None => return Err("the mesh was already complete (or had failed)".into()),
+            None => return Err(String::from("the mesh was already complete (or had failed)").into()),
         };
         let out = shake(stream, &said_hello);
         if let Some(streams) = lock(&self.streams).as_mut() {
@@ -208,38 +211,54 @@ fn accept_loop<'scope>(
     }
 }
 
-/// Dials worker `p` until it answers or the deadline passes (it may not be listening yet).
+/// Dials worker `p` until it answers or the deadline passes (it may not be
+/// listening yet, or it may drop us unanswered while strangers crowd its door).
 fn dial(p: usize, cfg: &MeshConfig, deadline: &Deadline, stop: &AtomicBool, pending: &Pending) -> Option<Event> {
     let peer = cfg.peer(p);
     let world = cfg.addrs.len();
     let mut backoff = Duration::from_millis(10);
     let mut last = io::Error::new(io::ErrorKind::TimedOut, "no attempt finished in time");
+    // Why the last attempt, if it connected, was dropped unanswered.
+    let mut dropped: Option<String> = None;
     loop {
         if stop.load(Ordering::SeqCst) {
             return None;
         }
         let left = deadline.remaining();
         if left.is_zero() {
-            return Some(Event::Failed(CommError::Connect { peer, waited: deadline.timeout(), source: last }));
+            return Some(Event::Failed(match dropped {
+                Some(reason) => CommError::Handshake {
+                    peer,
+                    reason: format!("{reason}, each time it was dialled within {:?}", deadline.timeout()),
+                },
+                None => CommError::Connect { peer, waited: deadline.timeout(), source: last },
+            }));
         }
         match TcpStream::connect_timeout(&peer.addr, left.min(Duration::from_secs(5))) {
             Ok(stream) => {
                 // The dialled address is the peer's own, so wait for its answer as
                 // long as the mesh may take: it may still be busy starting up.
-                return Some(
-                    match pending
-                        .shake(&stream, false, |st, _| auth::connect(st, &cfg.secret, world, cfg.rank, p, deadline))
-                    {
-                        Ok(shook) => Event::Ready(stream, shook),
-                        Err(reason) => Event::Failed(CommError::Handshake { peer, reason }),
-                    },
-                );
+                match pending
+                    .shake(&stream, false, |st, _| auth::connect(st, &cfg.secret, world, cfg.rank, p, deadline))
+                {
+                    Ok(shook) => return Some(Event::Ready(stream, shook)),
+                    // Evicted before the peer read our hello (more strangers came to its door
+                    // meanwhile than it lets wait): that costs a dial, not the mesh.
+                    Err(DialFailure { reason, unanswered: true }) => {
+                        tracing::debug!(%peer, %reason, "worker {}: dropped unanswered; dialling again", cfg.rank);
+                        dropped = Some(reason);
+                    }
+                    Err(DialFailure { reason, .. }) => {
+                        return Some(Event::Failed(CommError::Handshake { peer, reason }));
+                    }
+                }
             }
             Err(e) => {
                 last = e;
-                thread::sleep(backoff.min(deadline.remaining()));
-                backoff = (backoff * 2).min(MAX_DIAL_BACKOFF);
+                dropped = None;
             }
         }
+        thread::sleep(backoff.min(deadline.remaining()));
+        backoff = (backoff * 2).min(MAX_DIAL_BACKOFF);
     }
 }
