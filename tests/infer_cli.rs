@@ -627,6 +627,42 @@ fn a_checkpoint_copied_in_from_a_run_on_another_dataset_is_refused_as_that_not_a
     }
 }
 
+/// `infer` (one worker, two) and `--resume` of run `run` each refused with
+/// exit 2, saying every one of `says`.
+fn refused_by_infer_and_resume(d: &Path, run: &str, says: &[&str]) {
+    for args in [&["infer", run][..], &["infer", run, "--workers", "2"], &["train", "--resume", run, "--epochs", "2"]] {
+        let e = fails(d, args, 2);
+        assert!(says.iter().all(|s| e.contains(s)), "{args:?}: {e}");
+    }
+}
+
+/// A run's `dataset.json` (the version of the dataset it trained on) that
+/// is damaged (truncated, not JSON, a value of the wrong type) is refused
+/// by `infer` and `--resume` with exit 2, naming the file and what to do:
+/// it was skipped with a warning, and a re-imported dataset then met the
+/// run's weights unchecked. A run without the record (from before it) is
+/// still used.
+#[test]
+fn a_damaged_dataset_record_is_refused_by_infer_and_resume_naming_the_file() {
+    let tmp = cora();
+    let d = tmp.path();
+    json(d, &["train", "cora", "--no-tui", "--full-batch", "--epochs", "1", "--hidden", "16", "--run", "r"]);
+    let record = d.join("runs/r/dataset.json");
+    let good = std::fs::read(&record).unwrap();
+    let mut wrong_type: serde_json::Value = serde_json::from_slice(&good).unwrap();
+    wrong_type["nodes"] = "many".into();
+    for damaged in [good[..good.len() / 2].to_vec(), b"not json".to_vec(), serde_json::to_vec(&wrong_type).unwrap()] {
+        std::fs::write(&record, &damaged).unwrap();
+        refused_by_infer_and_resume(
+            d,
+            "r",
+            &["runs/r/dataset.json is damaged", "put back the run's own copy", "remove the file"],
+        );
+    }
+    std::fs::remove_file(&record).unwrap();
+    assert_eq!(json(d, &["infer", "r"])["nodes"], 2708);
+}
+
 /// `--nodes` is a gather, as `probs[ids]` in NumPy or PyTorch: an id listed
 /// twice gets its row twice, in the order given, each row that node's own
 /// (on one worker or two, in either format), and `--help` says so.

@@ -42,16 +42,32 @@ pub(crate) fn record(run_dir: &Path, name: &str, ds: &DatasetFile) -> Result<(),
     Ok(write_atomic(run_dir.join(FILE), &json)?)
 }
 
+/// The record of run `run` (in `run_dir`, on dataset `name`); `None` for a
+/// run from before it. A record that is there but damaged is refused: it is
+/// what keeps a re-imported dataset from meeting the run's weights, and
+/// skipping it with a warning let exactly that through.
+fn read(run_dir: &Path, run: &str, name: &str, what: &str) -> Result<Option<Version>, TrainError> {
+    let path = run_dir.join(FILE);
+    let text = match std::fs::read(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(crate::format::FormatError::io(path, e).into()),
+    };
+    serde_json::from_slice(&text).map(Some).map_err(|e| {
+        BadInput::new(format!(
+            "{what} {run}: {} is damaged ({e}): it records the version of dataset `{name}` that run `{run}` trained              on, so whether the dataset is still that version cannot be checked; put back the run's own copy of the              file (from a backup), or, if dataset `{name}` is unchanged since the run trained, remove the file to              use the run unchecked, as runs from before the record are",
+            path.display()
+        ))
+        .into()
+    })
+}
+
 /// Refuses `ds` for run `run` (in `run_dir`) when it is not the version the
 /// run trained on; `what` is the command (`--resume`, `infer`). A run from
-/// before this record, or whose record cannot be read, is not checked.
+/// before this record is not checked; one whose record is damaged is refused.
 /// Returns whether it was (`ds` is then the very version the run trained on).
 pub(crate) fn check(run_dir: &Path, run: &str, name: &str, ds: &DatasetFile, what: &str) -> Result<bool, TrainError> {
-    let Ok(text) = std::fs::read(run_dir.join(FILE)) else { return Ok(false) };
-    let Ok(then) = serde_json::from_slice::<Version>(&text) else {
-        tracing::warn!("{}: not a dataset record; the dataset's version is not checked", run_dir.join(FILE).display());
-        return Ok(false);
-    };
+    let Some(then) = read(run_dir, run, name, what)? else { return Ok(false) };
     let now = Version::of(name, ds);
     if then.checksum == now.checksum {
         return Ok(true);
@@ -83,8 +99,11 @@ pub(crate) fn trained_on(run_dir: &Path) -> Option<(String, std::path::PathBuf)>
 /// or for a run from before the record names no dataset, its `config.json`):
 /// the checkpoint's files were copied in from a run on that other dataset.
 /// Checked before that dataset is opened (or downloaded); `what` is the
-/// command. A run whose record and config cannot be read is not checked.
+/// command. A run whose record and config cannot be read is not checked
+/// (a damaged record is refused).
 pub(crate) fn check_same_dataset(run_dir: &Path, run: &str, name: &str, what: &str) -> Result<(), TrainError> {
+    // A damaged record is refused before the dataset is opened, or downloaded for nothing.
+    read(run_dir, run, name, what)?;
     let Some((trained, source)) = trained_on(run_dir) else { return Ok(()) };
     if trained == name {
         return Ok(());
