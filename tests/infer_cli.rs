@@ -663,6 +663,37 @@ fn a_damaged_dataset_record_is_refused_by_infer_and_resume_naming_the_file() {
     assert_eq!(json(d, &["infer", "r"])["nodes"], 2708);
 }
 
+/// A field a checkpoint's `state.json` has and this leapgnn does not know
+/// (a newer leapgnn's, a hand edit's typo), at the top or inside the config
+/// or the progress, is refused by `infer` and `--resume` with exit 2 naming
+/// the field and the file: it was skipped and the state half understood.
+/// A state of an older version (fewer fields) still loads.
+#[test]
+fn an_unknown_field_in_a_checkpoint_state_is_refused_and_an_older_state_still_loads() {
+    let tmp = cora();
+    let d = tmp.path();
+    json(d, &["train", "cora", "--no-tui", "--full-batch", "--epochs", "1", "--hidden", "16", "--run", "r"]);
+    let state = d.join("runs/r/checkpoint/state.json");
+    let good: serde_json::Value = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
+    for (field, at, value) in [
+        ("compression", &[][..], serde_json::json!("zstd")),
+        ("config.learning_rate", &["config"], 0.5.into()),
+        ("progress.history.0.f1", &["progress", "history", "0"], 0.9.into()),
+    ] {
+        let mut s = good.clone();
+        let pointer: String = at.iter().map(|k| format!("/{k}")).collect();
+        let name = field.rsplit('.').next().unwrap();
+        s.pointer_mut(&pointer).unwrap().as_object_mut().unwrap().insert(name.into(), value);
+        std::fs::write(&state, serde_json::to_vec_pretty(&s).unwrap()).unwrap();
+        let says = format!("has field `{field}`, which this leapgnn does not know");
+        refused_by_infer_and_resume(d, "r", &["runs/r/checkpoint/state.json", &says]);
+    }
+    let mut old = good.clone();
+    assert!(old["progress"].as_object_mut().unwrap().remove("eval_bytes").is_some());
+    std::fs::write(&state, serde_json::to_vec_pretty(&old).unwrap()).unwrap();
+    assert_eq!(json(d, &["infer", "r"])["nodes"], 2708);
+}
+
 /// `--nodes` is a gather, as `probs[ids]` in NumPy or PyTorch: an id listed
 /// twice gets its row twice, in the order given, each row that node's own
 /// (on one worker or two, in either format), and `--help` says so.

@@ -248,7 +248,10 @@ fn prune(dir: &Path, s: &StateFile) {
 /// tensor files, then `state.json`, each atomically. Returns its progress.
 pub fn copy_into(dir: &Path, read: &mut dyn FnMut(&str) -> anyhow::Result<Vec<u8>>) -> anyhow::Result<Progress> {
     let json = read(STATE)?;
-    let s: StateFile = serde_json::from_slice(&json).map_err(|e| unusable(&dir.join(STATE), e))?;
+    let s = parse_state(&dir.join(STATE), &json).map_err(|e| match e {
+        StateError::Parse(e) => unusable(&dir.join(STATE), e),
+        StateError::Unknown(e) => e,
+    })?;
     for name in s.tensor_files() {
         // Names come from another host: plain file names only, never a path.
         if !crate::paths::is_plain_name(name) {
@@ -262,6 +265,56 @@ pub fn copy_into(dir: &Path, read: &mut dyn FnMut(&str) -> anyhow::Result<Vec<u8
     write_atomic(dir.join(STATE), &json)?;
     prune(dir, &s);
     Ok(s.progress)
+}
+
+enum StateError {
+    Parse(serde_json::Error),
+    Unknown(TrainError),
+}
+
+/// `text`, read from state file `path`. A field this version does not know
+/// is refused rather than skipped (as serde would): the state of a newer
+/// leapgnn, or a hand edit's typo, would otherwise be half understood, and
+/// `version` does not say so (fields are added to it without a new version).
+/// A state of an older version, with fewer fields, reads as before.
+fn parse_state(path: &Path, text: &[u8]) -> Result<StateFile, StateError> {
+    let s: StateFile = serde_json::from_slice(text).map_err(StateError::Parse)?;
+    let given: serde_json::Value = serde_json::from_slice(text).map_err(StateError::Parse)?;
+    let known = serde_json::to_value(&s).expect("state serialises");
+    match unknown_field(&given, &known) {
+        None => Ok(s),
+        Some(field) => Err(StateError::Unknown(unusable(
+            path,
+            format!(
+                "it has field `{field}`, which this leapgnn does not know: the file was written by a newer leapgnn \
+                 or edited by hand; use the leapgnn that wrote it, or remove the field"
+            ),
+        ))),
+    }
+}
+
+/// The first field (dotted path) of `given` that reading it and writing it
+/// back (`known`) lost. A field the writer leaves out when empty (`None`,
+/// `false`, no entries) and that `given` holds empty carries nothing to lose.
+fn unknown_field(given: &serde_json::Value, known: &serde_json::Value) -> Option<String> {
+    use serde_json::Value;
+    let empty = |v: &Value| match v {
+        Value::Null | Value::Bool(false) => true,
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+        _ => false,
+    };
+    match (given, known) {
+        (Value::Object(g), Value::Object(k)) => g.iter().find_map(|(key, v)| match k.get(key) {
+            Some(kv) => unknown_field(v, kv).map(|inner| format!("{key}.{inner}")),
+            None if empty(v) => None,
+            None => Some(key.clone()),
+        }),
+        (Value::Array(g), Value::Array(k)) => {
+            g.iter().zip(k).enumerate().find_map(|(i, (g, k))| unknown_field(g, k).map(|inner| format!("{i}.{inner}")))
+        }
+        _ => None,
+    }
 }
 
 fn unusable(path: &Path, why: impl std::fmt::Display) -> TrainError {
@@ -328,14 +381,15 @@ fn read_state(dir: &Path) -> Result<StateFile, TrainError> {
     let path = dir.join(STATE);
     let text = std::fs::read(&path).map_err(|e| unusable(&path, e))?;
     // leapgnn writes it whole (atomically): what does not parse was damaged or edited since.
-    let s: StateFile = serde_json::from_slice(&text).map_err(|e| {
-        unusable(
+    let s = parse_state(&path, &text).map_err(|e| match e {
+        StateError::Parse(e) => unusable(
             &path,
             format!(
                 "it is not the state leapgnn wrote ({e}): it was damaged or edited since; put back the run's own \
                  state.json (from a backup, or the host that trained it), or train the run again"
             ),
-        )
+        ),
+        StateError::Unknown(e) => e,
     })?;
     if s.version != VERSION {
         return Err(unusable(&path, format!("version {} (this binary reads {VERSION})", s.version)));
