@@ -99,9 +99,13 @@ fn distributed(g: &Global, a: &Args, opts: &InferOptions) -> anyhow::Result<leap
     let comm_timeout = crate::train::comm_timeout(a.comm_timeout)?;
     let data = g.data();
     let profile = a.cluster.as_deref().map(Profile::load_or_builtin).transpose()?;
-    // Read before a local profile is set aside: its `encrypt = true` holds for local workers too.
+    // A local profile is set aside below, but its `encrypt = true` holds for local workers too (and its
+    // `binary` starts them).
     let encrypt = profile.as_ref().is_some_and(|p| p.encrypt);
-    let profile = profile.filter(|p| p.launcher != LauncherKind::Local);
+    let (profile, local_profile) = match profile {
+        Some(p) if p.launcher == LauncherKind::Local => (None, Some(p)),
+        p => (p, None),
+    };
     if let Some(p) = &profile {
         crate::train::warn_profile(p);
     }
@@ -150,7 +154,7 @@ fn distributed(g: &Global, a: &Args, opts: &InferOptions) -> anyhow::Result<leap
         (Some(l), _) => l,
         (_, Some(l)) => l,
         _ => {
-            local = crate::train::local_launcher(g, &data, log)?;
+            local = crate::train::local_launcher(g, &data, log, local_profile.as_ref())?;
             &local
         }
     };

@@ -203,11 +203,14 @@ fn distributed(
     let (queued, rx) = progress::worker_lines();
     let log: LogSink = if dashboard { queued } else { leapgnn::cluster::launcher::stderr_log() };
     let (mut ssh, mut slurm) = (None, None);
-    // A local profile (`--cluster profiles/local.toml`) is not kept past `placement::place`: read its `encrypt`.
-    let file_encrypts =
-        || cfg.cluster.as_deref().and_then(|p| Profile::load_or_builtin(p).ok()).is_some_and(|p| p.encrypt);
+    // A local profile (`--cluster profiles/local.toml`) is not kept past `placement::place`: read its
+    // `encrypt` and `binary`.
+    let local_profile = match &profile {
+        Some(_) => None,
+        None => cfg.cluster.as_deref().and_then(|p| Profile::load_or_builtin(p).ok()),
+    };
     // A run started with --encrypt keeps it when resumed: the driver adds its saved config's.
-    let encrypt = a.encrypt || profile.as_ref().map_or_else(file_encrypts, |p| p.encrypt);
+    let encrypt = a.encrypt || profile.as_ref().or(local_profile.as_ref()).is_some_and(|p| p.encrypt);
     match profile {
         Some(p) if p.launcher == LauncherKind::Slurm => {
             let alloc = Allocation::from_env(Some(cfg.workers))?;
@@ -231,7 +234,7 @@ fn distributed(
         (Some(l), _) => l,
         (_, Some(l)) => l,
         _ => {
-            local = local_launcher(g, &data, log)?;
+            local = local_launcher(g, &data, log, local_profile.as_ref())?;
             &local
         }
     };
@@ -297,10 +300,21 @@ pub(crate) fn comm_timeout(secs: f64) -> anyhow::Result<Duration> {
     Ok(Duration::from_secs_f64(secs))
 }
 
-/// Workers as local processes of this binary, on this data directory; they
+/// Workers as local processes of `profile`'s `binary` (a local profile's,
+/// when it names one) or else this binary, on this data directory; they
 /// log at the driver's verbosity (-v, -vv), relayed as `[worker r]` lines.
-pub(crate) fn local_launcher(g: &Global, data: &DataDir, log: LogSink) -> anyhow::Result<LocalLauncher> {
-    Ok(LocalLauncher::current(worker_args(g, data)?)?.with_log(log))
+pub(crate) fn local_launcher(
+    g: &Global,
+    data: &DataDir,
+    log: LogSink,
+    profile: Option<&Profile>,
+) -> anyhow::Result<LocalLauncher> {
+    let args = worker_args(g, data)?;
+    let launcher = match profile.and_then(|p| p.binary.as_ref()) {
+        Some(binary) => LocalLauncher::new(binary, args),
+        None => LocalLauncher::current(args)?,
+    };
+    Ok(launcher.with_log(log))
 }
 
 /// Every worker's flags before `worker`: the data directory (absolute: a Slurm step may start
