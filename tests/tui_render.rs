@@ -635,3 +635,30 @@ fn the_worker_tables_show_where_each_worker_runs() {
     assert!(line_with(&narrow, "50.0%").contains("200") && !narrow.contains("host"), "{narrow}");
     assert!(!render(&scripted(), &Ui::default(), 100, 30).contains("host"));
 }
+
+/// Two SSH profile entries on one address (two sshd ports of one machine,
+/// as the ssh tests run) are told apart in the host column by their ports,
+/// a long address elided before its port: the column showed the address
+/// alone, and the workers of both entries looked alike.
+#[test]
+fn two_ssh_entries_on_one_address_show_their_ports_in_the_host_column() {
+    let long = "gpu-node-017.cluster.example.org";
+    let hosts: String = [("127.0.0.1", 22001), ("127.0.0.1", 22002), (long, 22), (long, 2222)]
+        .iter()
+        .map(|(a, p)| format!("[[host]]\naddress = \"{a}\"\nport = {p}\nuser = \"gnn\"\nworkers = 1\n"))
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lab.toml");
+    let profile = leapgnn::cluster::Profile::parse(&format!("[cluster]\nlauncher = \"ssh\"\n{hosts}"), &path).unwrap();
+    let launcher = leapgnn::cluster::SshLauncher::new(profile).unwrap();
+    // What the driver tells the dashboard (RunInfo::hosts, and `train --json-stream`'s run record).
+    let placed: Vec<String> = (0..4).map(|r| leapgnn::cluster::Launcher::host_of(&launcher, r)).collect();
+    assert_eq!(placed[..2], ["127.0.0.1:22001", "127.0.0.1:22002"]);
+    let mut s = DashboardState::new(leapgnn::metrics::RunInfo { workers: 4, hosts: placed, ..info() });
+    for r in iterations(0, 0..2) {
+        s.apply_record(&r);
+    }
+    let screen = render(&s, &Ui::default(), 120, 30);
+    let shown: Vec<String> = (0..4).map(|w| worker_cells(&screen, w)[1].clone()).collect();
+    assert_eq!(shown, ["127.0.0.1:22001", "127.0.0.1:22002", "gpu-node-017…:22", "gpu-node-0…:2222"], "{screen}");
+}

@@ -66,6 +66,16 @@ impl HostSpec {
     pub fn label(&self) -> String {
         format!("{}@{}:{}", self.user, self.address, self.port)
     }
+
+    /// `address:port` (`[address]:port` for an IPv6 address): where this
+    /// entry's workers run, told apart from another entry's on the same
+    /// address by its port (two sshd ports of one machine).
+    pub fn endpoint(&self) -> String {
+        match self.address.contains(':') {
+            true => format!("[{}]:{}", self.address, self.port),
+            false => format!("{}:{}", self.address, self.port),
+        }
+    }
 }
 
 /// A validated profile. Local paths are absolute (`~` expanded, relative

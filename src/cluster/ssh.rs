@@ -285,7 +285,7 @@ impl RemoteLayout {
 
 impl Launcher for SshLauncher {
     fn host_of(&self, rank: usize) -> String {
-        self.host_for(rank).map_or_else(|| "?".into(), |h| h.address)
+        self.host_for(rank).map_or_else(|| "?".into(), |h| h.endpoint())
     }
 
     fn name(&self) -> &'static str {
@@ -354,7 +354,7 @@ impl Launcher for SshLauncher {
             // (quoted: an IPv6 "[::1]:0" is a glob pattern to the shell).
             bind = quote(&SocketAddr::new(p.peer.ip(), 0).to_string()),
         );
-        let prefix = format!("[{}:{} rank {}]", host.address, host.port, spec.rank);
+        let prefix = format!("[{} rank {}]", host.endpoint(), spec.rank);
         let (channel, pgid) = start(&p.session, &label, &cmd, &spec.token, &prefix, &self.log)?;
         let shared = Arc::new(Shared { stop: AtomicBool::new(false), exit: Mutex::new(None) });
         let pump = {

@@ -22,7 +22,8 @@ pub struct RunInfo {
     /// evenly; absent for every other strategy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stages: Option<u32>,
-    /// Where each worker runs, by rank: the SSH profile's host, the Slurm
+    /// Where each worker runs, by rank: the SSH profile's host entry
+    /// (`address:port`: two entries on one address differ), the Slurm
     /// node, `local` for a process on this machine. Empty when not known.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hosts: Vec<String>,

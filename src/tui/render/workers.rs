@@ -25,7 +25,21 @@ const HOST: usize = 16;
 fn host(s: &DashboardState) -> Option<Col<WorkerRow>> {
     let widest = s.workers().iter().map(|w| crate::tui::fmt::width(&w.host)).max().filter(|&w| w > 0)?;
     let width = widest.clamp(4, HOST);
-    Some(columns::col("host", width as u16, 4, move |w: &WorkerRow| crate::tui::fmt::elide(&w.host, width)))
+    Some(columns::col("host", width as u16, 4, move |w: &WorkerRow| elide_host(&w.host, width)))
+}
+
+/// `host` cut to `width` columns, keeping an SSH entry's `:port` whole: two
+/// entries of one long address differ only there.
+fn elide_host(host: &str, width: usize) -> String {
+    use crate::tui::fmt::{elide, width as cols};
+    let port =
+        host.rfind(':').map(|i| &host[i..]).filter(|p| p.len() > 1 && p[1..].bytes().all(|b| b.is_ascii_digit()));
+    match port {
+        Some(port) if cols(host) > width && port.len() + 2 <= width => {
+            elide(&host[..host.len() - port.len()], width - port.len()) + port
+        }
+        _ => elide(host, width),
+    }
 }
 
 /// Where the rows came from: host, step, model, counts and this epoch's miss
