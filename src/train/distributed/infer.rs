@@ -162,7 +162,9 @@ fn infer_on_workers(
         on_worker(checked)?
     } else {
         // The hosts get the bytes checked here, under the checkpoint's own name, whatever the run has
-        // written or removed since.
+        // written or removed since. Only these: the checkpoint's state.json is read here, and what a
+        // worker needs of it travels in the job (the config, the weights' name and sha256); no worker
+        // reads it, and a host left without it holds no checkpoint that cleanup must keep.
         let there = on_worker(&prep.weights)?;
         launch.launcher.ship_with_job(vec![(driver::absolute(checked)?, there.clone())]);
         there
