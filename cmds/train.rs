@@ -301,7 +301,7 @@ pub(crate) fn comm_timeout(secs: f64) -> anyhow::Result<Duration> {
 }
 
 /// Workers as local processes of `profile`'s `binary` (a local profile's,
-/// when it names one) or else this binary, on this data directory; they
+/// when it names one) or else this binary, with its `env`, on this data directory; they
 /// log at the driver's verbosity (-v, -vv), relayed as `[worker r]` lines.
 pub(crate) fn local_launcher(
     g: &Global,
@@ -314,7 +314,7 @@ pub(crate) fn local_launcher(
         Some(binary) => LocalLauncher::new(binary, args),
         None => LocalLauncher::current(args)?,
     };
-    Ok(launcher.with_log(log))
+    Ok(launcher.with_log(log).with_env(profile.map(|p| p.env.clone()).unwrap_or_default()))
 }
 
 /// Every worker's flags before `worker`: the data directory (absolute: a Slurm step may start

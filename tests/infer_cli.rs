@@ -695,23 +695,34 @@ fn an_unknown_field_in_a_checkpoint_state_is_refused_and_an_older_state_still_lo
 }
 
 /// A local profile's `binary` starts the workers of `train`, `--resume` and
-/// `infer` (here a wrapper that records each start, then runs leapgnn):
-/// the driver started its own executable and the profile's was never run.
+/// `infer` (here a wrapper that records each start, then runs leapgnn), in
+/// the profile's `cluster.env`: the driver started its own executable and
+/// the profile's was never run, nor its environment set.
 #[test]
 fn a_local_profiles_binary_starts_the_workers_of_train_resume_and_infer() {
     use std::os::unix::fs::PermissionsExt;
     let tmp = cora();
     let d = tmp.path();
     let (wrapper, starts) = (d.join("wrapper.sh"), d.join("starts.log"));
-    let script =
-        format!("#!/bin/sh\necho \"$*\" >> '{}'\nexec '{}' \"$@\"\n", starts.display(), env!("CARGO_BIN_EXE_leapgnn"));
+    let script = format!(
+        "#!/bin/sh\necho \"mark=$MARK $*\" >> '{}'\nexec '{}' \"$@\"\n",
+        starts.display(),
+        env!("CARGO_BIN_EXE_leapgnn")
+    );
     std::fs::write(&wrapper, script).unwrap();
     std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
     let profile = d.join("local.toml");
-    std::fs::write(&profile, format!("[cluster]\nlauncher = \"local\"\nbinary = \"{}\"\n", wrapper.display())).unwrap();
+    let toml =
+        format!("[cluster]\nlauncher = \"local\"\nbinary = \"{}\"\n[cluster.env]\nMARK = \"set\"\n", wrapper.display());
+    std::fs::write(&profile, toml).unwrap();
     let cluster = ["--cluster", profile.to_str().unwrap()];
-    let workers_started =
-        || std::fs::read_to_string(&starts).unwrap_or_default().lines().filter(|l| l.contains("worker")).count();
+    let workers_started = || {
+        std::fs::read_to_string(&starts)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.starts_with("mark=set ") && l.contains("worker"))
+            .count()
+    };
     let small = ["--workers", "2", "--full-batch", "--hidden", "16", "--no-tui"];
     json(d, &[&["train", "cora", "--epochs", "1", "--run", "w"][..], &small, &cluster].concat());
     assert_eq!(workers_started(), 2);

@@ -17,17 +17,25 @@ pub struct LocalLauncher {
     pub args: Vec<String>,
     /// Where the workers' stderr lines go (`[worker r] line`).
     pub log: LogSink,
+    /// A local profile's `cluster.env`, for every worker (a job's own on top).
+    pub env: Vec<(String, String)>,
 }
 
 impl LocalLauncher {
     pub fn new(binary: impl Into<PathBuf>, args: Vec<String>) -> Self {
-        LocalLauncher { binary: binary.into(), args, log: stderr_log() }
+        LocalLauncher { binary: binary.into(), args, log: stderr_log(), env: vec![] }
     }
 
     /// Runs this executable.
     pub fn current(args: Vec<String>) -> anyhow::Result<Self> {
         let binary = std::env::current_exe().context("cannot find the leapgnn executable to start workers")?;
         Ok(Self::new(binary, args))
+    }
+
+    /// Sets `env` in every worker's environment (a profile's `cluster.env`).
+    pub fn with_env(mut self, env: Vec<(String, String)>) -> Self {
+        self.env = env;
+        self
     }
 
     /// Sends worker output to `log` instead of stderr (e.g. a dashboard's event log).
@@ -55,7 +63,7 @@ impl Launcher for LocalLauncher {
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
             cmd.env(THREADS_VAR, threads_per_worker(cores, spec.world).to_string());
         }
-        cmd.envs(spec.env.iter().map(|(k, v)| (k, v)))
+        cmd.envs(self.env.iter().chain(&spec.env).map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
