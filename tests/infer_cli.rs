@@ -694,15 +694,12 @@ fn an_unknown_field_in_a_checkpoint_state_is_refused_and_an_older_state_still_lo
     assert_eq!(json(d, &["infer", "r"])["nodes"], 2708);
 }
 
-/// A local profile's `binary` starts the workers of `train`, `--resume` and
-/// `infer` (here a wrapper that records each start, then runs leapgnn), in
-/// the profile's `cluster.env`: the driver started its own executable and
-/// the profile's was never run, nor its environment set.
-#[test]
-fn a_local_profiles_binary_starts_the_workers_of_train_resume_and_infer() {
+/// Writes `d/local.toml`, a local profile whose `binary` is a wrapper that
+/// records each start (with `MARK`, which the profile's `[cluster.env]`
+/// sets), then runs leapgnn. Returns the profile's `--cluster` flag and a
+/// count of the worker starts recorded so far that saw `MARK`.
+fn recording_local_profile(d: &Path) -> ([String; 2], impl Fn() -> usize) {
     use std::os::unix::fs::PermissionsExt;
-    let tmp = cora();
-    let d = tmp.path();
     let (wrapper, starts) = (d.join("wrapper.sh"), d.join("starts.log"));
     let script = format!(
         "#!/bin/sh\necho \"mark=$MARK $*\" >> '{}'\nexec '{}' \"$@\"\n",
@@ -715,14 +712,26 @@ fn a_local_profiles_binary_starts_the_workers_of_train_resume_and_infer() {
     let toml =
         format!("[cluster]\nlauncher = \"local\"\nbinary = \"{}\"\n[cluster.env]\nMARK = \"set\"\n", wrapper.display());
     std::fs::write(&profile, toml).unwrap();
-    let cluster = ["--cluster", profile.to_str().unwrap()];
-    let workers_started = || {
+    let workers_started = move || {
         std::fs::read_to_string(&starts)
             .unwrap_or_default()
             .lines()
             .filter(|l| l.starts_with("mark=set ") && l.contains("worker"))
             .count()
     };
+    (["--cluster".into(), profile.to_str().unwrap().into()], workers_started)
+}
+
+/// A local profile's `binary` starts the workers of `train`, `--resume` and
+/// `infer` (here a wrapper that records each start, then runs leapgnn), in
+/// the profile's `cluster.env`: the driver started its own executable and
+/// the profile's was never run, nor its environment set.
+#[test]
+fn a_local_profiles_binary_starts_the_workers_of_train_resume_and_infer() {
+    let tmp = cora();
+    let d = tmp.path();
+    let (cluster, workers_started) = recording_local_profile(d);
+    let cluster = cluster.each_ref().map(String::as_str);
     let small = ["--workers", "2", "--full-batch", "--hidden", "16", "--no-tui"];
     json(d, &[&["train", "cora", "--epochs", "1", "--run", "w"][..], &small, &cluster].concat());
     assert_eq!(workers_started(), 2);
@@ -731,6 +740,38 @@ fn a_local_profiles_binary_starts_the_workers_of_train_resume_and_infer() {
     assert_eq!(workers_started(), 4);
     assert_eq!(json(d, &[&["infer", "w", "--workers", "2"][..], &cluster].concat())["nodes"], 2708);
     assert_eq!(workers_started(), 6);
+}
+
+/// One worker trains inside the driver, where a local profile's `binary`
+/// and `[cluster.env]` cannot apply: `train --workers 1` (or without
+/// --workers) with such a profile is refused (exit 2) naming the keys and
+/// the profile, where it trained and used neither without a word. `infer`
+/// with the profile starts its one worker as the profile's process.
+#[test]
+fn one_worker_with_a_local_profiles_binary_or_env_is_refused_by_train_and_applied_by_infer() {
+    let tmp = cora();
+    let d = tmp.path();
+    let (cluster, workers_started) = recording_local_profile(d);
+    let cluster = cluster.each_ref().map(String::as_str);
+    let env_only = d.join("env-only.toml");
+    std::fs::write(&env_only, "[cluster]\nlauncher = \"local\"\n[cluster.env]\nMARK = \"set\"\n").unwrap();
+    let one = ["train", "cora", "--full-batch", "--epochs", "1", "--hidden", "16", "--no-tui", "--run", "one"];
+    for (profile, workers, keys) in [
+        (cluster[1], &["--workers", "1"][..], "`binary` and `[cluster.env]`"),
+        (cluster[1], &[][..], "`binary` and `[cluster.env]`"),
+        (env_only.to_str().unwrap(), &["--workers", "1"][..], "profile's `[cluster.env]` (for"),
+    ] {
+        let err = fails(d, &[&one[..], workers, &["--cluster", profile]].concat(), 2);
+        for says in [profile, keys, "--workers 2 or more"] {
+            assert!(err.contains(says), "{workers:?}: no {says:?} in {err}");
+        }
+        assert!(!d.join("runs/one").exists(), "{err}");
+    }
+    assert_eq!(workers_started(), 0);
+    json(d, &one);
+    assert_eq!(json(d, &[&["infer", "one", "--workers", "1"][..], &cluster].concat())["nodes"], 2708);
+    assert_eq!(json(d, &[&["infer", "one"][..], &cluster].concat())["workers"], 1);
+    assert_eq!(workers_started(), 2);
 }
 
 /// `--nodes` is a gather, as `probs[ids]` in NumPy or PyTorch: an id listed

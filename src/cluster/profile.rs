@@ -382,6 +382,19 @@ impl Profile {
         })
     }
 
+    /// The keys of a local profile that set up its worker processes
+    /// (`binary`, `[cluster.env]`): a worker run inside the driver (one
+    /// worker) cannot apply them.
+    pub fn local_worker_keys(&self) -> Vec<&'static str> {
+        if self.launcher != LauncherKind::Local {
+            return vec![];
+        }
+        [(self.binary.is_some(), "`binary`"), (!self.env.is_empty(), "`[cluster.env]`")]
+            .into_iter()
+            .filter_map(|(set, key)| set.then_some(key))
+            .collect()
+    }
+
     /// The file name for messages.
     pub fn name(&self) -> String {
         self.path.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "(built-in local profile)".into())

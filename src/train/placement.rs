@@ -47,7 +47,28 @@ pub fn place(
         cfg.workers = slots;
         cfg.parts = parts.unwrap_or(slots);
     }
+    if let Some(p) = profile.as_ref().filter(|_| cfg.workers < 2) {
+        one_local_worker(p)?;
+    }
     Ok((cfg, profile.filter(|p| p.launcher != LauncherKind::Local)))
+}
+
+/// One worker trains inside the driver (the distributed driver needs a
+/// partition of 2 parts or more), so a local profile that sets up worker
+/// processes is refused rather than silently not applied: a wrapper that
+/// pins CPUs or sets a library path would otherwise never run.
+fn one_local_worker(profile: &Profile) -> Result<(), BadInput> {
+    let keys = profile.local_worker_keys();
+    if keys.is_empty() {
+        return Ok(());
+    }
+    let keys = keys.join(" and ");
+    Err(BadInput::new(format!(
+        "--workers 1 with the local profile {}: one worker trains inside this process, so the profile's {keys} \
+         (for worker processes) would not be used: give --workers 2 or more to start worker processes with them, \
+         or run `leapgnn train` itself that way without --cluster",
+        profile.name()
+    )))
 }
 
 /// A Slurm allocation runs one worker per task (or the first --workers of
