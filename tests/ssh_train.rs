@@ -446,6 +446,50 @@ fn cluster_clean_removes_what_runs_left_and_follows_no_link() {
     sshd.stop();
 }
 
+/// A host's checkpoint/state.json with a field this leapgnn does not know
+/// (a newer leapgnn's run of that name, a hand edit) keeps the run's
+/// directory there, and both the end of a run (here infer's) and `cluster
+/// clean` name the field and the file, as the driver's own copy is refused:
+/// the field was skipped, the state read as this leapgnn's, and the
+/// directory removed without a word.
+#[test]
+fn a_hosts_state_with_an_unknown_field_is_kept_and_the_field_named() {
+    let mut sshd = Sshd::start();
+    let profile = sshd.profile(2, "");
+    let p = profile.to_str().unwrap();
+    let tmp = cora();
+    let d = tmp.path();
+    train(d, &["--cluster", p, "--keep-remote", "--run", "newer"]);
+    let run = sshd.remote.join("data/runs/newer");
+    let state = run.join("checkpoint/state.json");
+    let mut s = read_json(&state);
+    s["progress"].as_object_mut().unwrap().insert("f1".into(), 0.9.into());
+    let planted = serde_json::to_vec_pretty(&s).unwrap();
+    std::fs::write(&state, &planted).unwrap();
+    let host = format!("127.0.0.1:{}", sshd.port);
+    let says = "its checkpoint/state.json has field `progress.f1`, which this leapgnn does not know";
+
+    let out = leapgnn(d, &["infer", "newer", "--cluster", p]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let kept = err.lines().find(|l| l.contains("kept ") && l.contains("runs/newer")).unwrap_or_else(|| panic!("{err}"));
+    assert!(kept.contains(&host) && kept.contains(says), "{kept}");
+    assert!(!kept.contains("cluster clean"), "`cluster clean` keeps it too: {kept}");
+    assert_eq!(std::fs::read(&state).unwrap(), planted);
+
+    // The host fails (exit 1), as for any run it cannot secure.
+    let out = leapgnn(d, &["--json", "cluster", "clean", p]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains(&format!("newer: {says}")), "{err}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["hosts"][0]["removed"], serde_json::json!([]), "{v}");
+    assert!(v["hosts"][0]["error"].as_str().unwrap_or_default().contains(says), "{v}");
+    assert_eq!(std::fs::read(&state).unwrap(), planted);
+    sshd.assert_nothing_left();
+    sshd.stop();
+}
+
 /// Ctrl-C or SIGTERM during `cluster clean` exited at once from the
 /// signal's thread: nothing printed of what was already removed, and a host's
 /// `rm -rf` possibly cut short. The run being removed is finished, none after

@@ -248,9 +248,9 @@ fn prune(dir: &Path, s: &StateFile) {
 /// tensor files, then `state.json`, each atomically. Returns its progress.
 pub fn copy_into(dir: &Path, read: &mut dyn FnMut(&str) -> anyhow::Result<Vec<u8>>) -> anyhow::Result<Progress> {
     let json = read(STATE)?;
-    let s = parse_state(&dir.join(STATE), &json).map_err(|e| match e {
+    let s = parse_state(&json).map_err(|e| match e {
         StateError::Parse(e) => unusable(&dir.join(STATE), e),
-        StateError::Unknown(e) => e,
+        StateError::Unknown(field) => unknown(&dir.join(STATE), &field),
     })?;
     for name in s.tensor_files() {
         // Names come from another host: plain file names only, never a path.
@@ -269,28 +269,37 @@ pub fn copy_into(dir: &Path, read: &mut dyn FnMut(&str) -> anyhow::Result<Vec<u8
 
 enum StateError {
     Parse(serde_json::Error),
-    Unknown(TrainError),
+    /// The dotted path of a field this version does not know.
+    Unknown(String),
 }
 
-/// `text`, read from state file `path`. A field this version does not know
-/// is refused rather than skipped (as serde would): the state of a newer
-/// leapgnn, or a hand edit's typo, would otherwise be half understood, and
-/// `version` does not say so (fields are added to it without a new version).
-/// A state of an older version, with fewer fields, reads as before.
-fn parse_state(path: &Path, text: &[u8]) -> Result<StateFile, StateError> {
+/// A state file's `text`. A field this version does not know is refused
+/// rather than skipped (as serde would): the state of a newer leapgnn, or a
+/// hand edit's typo, would otherwise be half understood, and `version` does
+/// not say so (fields are added to it without a new version). A state of an
+/// older version, with fewer fields, reads as before.
+fn parse_state(text: &[u8]) -> Result<StateFile, StateError> {
     let s: StateFile = serde_json::from_slice(text).map_err(StateError::Parse)?;
     let given: serde_json::Value = serde_json::from_slice(text).map_err(StateError::Parse)?;
     let known = serde_json::to_value(&s).expect("state serialises");
     match unknown_field(&given, &known) {
         None => Ok(s),
-        Some(field) => Err(StateError::Unknown(unusable(
-            path,
-            format!(
-                "it has field `{field}`, which this leapgnn does not know: the file was written by a newer leapgnn \
-                 or edited by hand; use the leapgnn that wrote it, or remove the field"
-            ),
-        ))),
+        Some(field) => Err(StateError::Unknown(field)),
     }
+}
+
+/// What is wrong with a state file that has `field`, which this version does
+/// not know, said of "it" (the file).
+fn has_unknown(field: &str) -> String {
+    format!(
+        "has field `{field}`, which this leapgnn does not know: the file was written by a newer leapgnn or edited \
+         by hand"
+    )
+}
+
+/// State file `path` refused for its `field`, which this version does not know.
+fn unknown(path: &Path, field: &str) -> TrainError {
+    unusable(path, format!("it {}; use the leapgnn that wrote it, or remove the field", has_unknown(field)))
 }
 
 /// The first field (dotted path) of `given` that reading it and writing it
@@ -321,15 +330,22 @@ fn unusable(path: &Path, why: impl std::fmt::Display) -> TrainError {
     BadInput::new(format!("checkpoint {} cannot be used: {why}", path.display())).into()
 }
 
-/// The config saved with the checkpoint in `dir`.
 /// The global iteration a checkpoint's `state.json` (its bytes, e.g. read
-/// from another host) was taken after; `None` when it is not one this
-/// version reads.
-pub fn state_iteration(state_json: &[u8]) -> Option<u64> {
-    let s: StateFile = serde_json::from_slice(state_json).ok()?;
-    (s.version == VERSION).then_some(s.progress.global_iteration)
+/// from another host) was taken after; when it is not one this version
+/// reads, why not, to follow the file's name ("has field `x`, ...": refused
+/// as the driver's own copy would be).
+pub fn state_iteration(state_json: &[u8]) -> Result<u64, String> {
+    let s = parse_state(state_json).map_err(|e| match e {
+        StateError::Parse(e) => format!("is not a state this leapgnn reads ({e})"),
+        StateError::Unknown(field) => has_unknown(&field),
+    })?;
+    if s.version != VERSION {
+        return Err(format!("is of version {} (this leapgnn reads {VERSION})", s.version));
+    }
+    Ok(s.progress.global_iteration)
 }
 
+/// The config saved with the checkpoint in `dir`.
 pub fn load_config(dir: &Path) -> Result<(TrainConfig, Progress), TrainError> {
     let s = read_state(dir)?;
     Ok((s.config, s.progress))
@@ -381,7 +397,7 @@ fn read_state(dir: &Path) -> Result<StateFile, TrainError> {
     let path = dir.join(STATE);
     let text = std::fs::read(&path).map_err(|e| unusable(&path, e))?;
     // leapgnn writes it whole (atomically): what does not parse was damaged or edited since.
-    let s = parse_state(&path, &text).map_err(|e| match e {
+    let s = parse_state(&text).map_err(|e| match e {
         StateError::Parse(e) => unusable(
             &path,
             format!(
@@ -389,7 +405,7 @@ fn read_state(dir: &Path) -> Result<StateFile, TrainError> {
                  state.json (from a backup, or the host that trained it), or train the run again"
             ),
         ),
-        StateError::Unknown(e) => e,
+        StateError::Unknown(field) => unknown(&path, &field),
     })?;
     if s.version != VERSION {
         return Err(unusable(&path, format!("version {} (this binary reads {VERSION})", s.version)));

@@ -208,19 +208,24 @@ fn tidy_hosts(data: &DataDir, name: &str, ended_ok: bool, opts: &DistOptions<'_>
 /// Returns what happened, one line per host: (a warning?, the line).
 pub(super) fn remove_remote_run(launcher: &dyn Launcher, data: &DataDir, name: &str) -> Vec<(bool, String)> {
     let local = checkpoint::load_config(&checkpoint::dir(&data.run_dir(name))).ok().map(|(_, p)| p.global_iteration);
+    let clean = launcher.clean_command(name).unwrap_or_else(|| "leapgnn cluster clean".into());
+    let clean = format!("`{clean}` removes it (copying a newer checkpoint back first)");
+    let copy_back = clean.clone();
     let redundant = move |remote: Option<&[u8]>| -> Result<(), String> {
         let Some(state) = remote else { return Ok(()) };
         match (checkpoint::state_iteration(state), local) {
-            (Some(there), Some(here)) if there <= here => Ok(()),
-            (Some(there), Some(here)) => Err(format!(
-                "its checkpoint (after iteration {there}) is newer than the driver's (after iteration {here})"
+            (Ok(there), Some(here)) if there <= here => Ok(()),
+            (Ok(there), Some(here)) => Err(format!(
+                "its checkpoint (after iteration {there}) is newer than the driver's (after iteration {here}); {copy_back}"
             )),
-            (Some(there), None) => Err(format!("its checkpoint (after iteration {there}) is the only one")),
-            (None, _) => Err("its checkpoint/state.json is not one this version reads".into()),
+            (Ok(there), None) => Err(format!("its checkpoint (after iteration {there}) is the only one; {copy_back}")),
+            // `cluster clean` of this leapgnn would keep it too.
+            (Err(why), _) => Err(format!(
+                "its checkpoint/state.json {why}; remove it with the leapgnn that wrote it, or by hand if you do \
+                 not need it"
+            )),
         }
     };
-    let clean = launcher.clean_command(name).unwrap_or_else(|| "leapgnn cluster clean".into());
-    let clean = format!("`{clean}` removes it (copying a newer checkpoint back first)");
     launcher
         .remove_run_dir(name, &redundant)
         .into_iter()
@@ -235,7 +240,7 @@ pub(super) fn remove_remote_run(launcher: &dyn Launcher, data: &DataDir, name: &
                     bytes as f64 / 1e6
                 ),
             )),
-            Ok(Cleaned::Kept(why)) => Some((true, format!("kept {} on {}: {why}; {clean}", c.path.display(), c.host))),
+            Ok(Cleaned::Kept(why)) => Some((true, format!("kept {} on {}: {why}", c.path.display(), c.host))),
             Err(e) => Some((true, format!("could not remove {} from {}: {e:#}; {clean}", c.path.display(), c.host))),
         })
         .collect()

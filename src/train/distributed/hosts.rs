@@ -42,11 +42,12 @@ impl LocalRuns for Driver<'_> {
         remote: &mut dyn RemoteDir,
         dry_run: bool,
     ) -> Result<Option<String>, String> {
-        let Some(there) = checkpoint::state_iteration(state) else {
-            return Err("its checkpoint/state.json is not one this version reads (another leapgnn's run?): left \
-                        alone, remove it by hand if you do not need it"
-                .into());
-        };
+        let there = checkpoint::state_iteration(state).map_err(|why| {
+            format!(
+                "its checkpoint/state.json {why}: left alone; remove it with the leapgnn that wrote it, or by hand \
+                 if you do not need it"
+            )
+        })?;
         let dir = self.data.run_dir(run);
         if !dir.is_dir() {
             // Not a run of this data directory: nothing here to keep it for.
