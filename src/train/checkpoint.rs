@@ -52,7 +52,7 @@ pub struct Progress {
     /// Every worker's rows and bytes up to this checkpoint, summed over the
     /// run's attempts: what a resume starts from when the driver that
     /// received the workers' reports died with them. Absent in checkpoints
-    /// written before it, by the full-graph loops, and after a resume that
+    /// written before it, by RETEXO, and after a resume that
     /// did not know the count it started from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_counts: Option<RunCounts>,

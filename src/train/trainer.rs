@@ -249,14 +249,16 @@ pub fn run_loop(
     Ok(p)
 }
 
-/// Where an attempt (a run's start, or a resume) began counting.
-struct Attempt {
+/// Where an attempt (a run's start, or a resume) began counting. Every
+/// training loop (this one, GNNPipe's, RETEXO's) counts its checkpoints'
+/// `run_counts` from one, through `gather_counts`.
+pub(crate) struct Attempt {
     /// The progress it started from (restored from the checkpoint, or new).
-    progress: Progress,
+    pub progress: Progress,
     /// This worker's socket counts as it began training.
-    sent: crate::metrics::ByteCounts,
+    pub sent: crate::metrics::ByteCounts,
     /// Control bytes of the barrier that starts training.
-    barrier: u64,
+    pub barrier: u64,
 }
 
 /// Every worker's rows and bytes up to now (`p`: this worker's progress),
@@ -269,7 +271,7 @@ struct Attempt {
 /// sends as many bytes as this one: the gather's own bytes are counted as
 /// this worker's times the number of workers, as the socket totals of an
 /// uninterrupted run count them.
-fn gather_counts(
+pub(crate) fn gather_counts(
     coll: &mut dyn Collective,
     p: &Progress,
     start: &Attempt,

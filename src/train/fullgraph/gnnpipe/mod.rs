@@ -56,7 +56,7 @@ use crate::model::csr_op::select_rows;
 use crate::model::{Mode, Params, cross_entropy_sum};
 use crate::optim::Optimizer;
 use crate::train::evaluate::StopVote;
-use crate::train::trainer::dropout_key;
+use crate::train::trainer::{Attempt, dropout_key};
 use crate::train::{Collective, LoopInput, Observer, Progress, TrainError, Worker};
 use candle_core::{Tensor, Var};
 use std::ops::Range;
@@ -701,6 +701,10 @@ pub fn run(
     let smoothing = g.history_smoothing;
     let mut smoothed = if smoothing > 0.0 { bufs.clone() } else { Vec::new() };
     let mut setup_seconds = t.elapsed().as_secs_f64();
+    // What this attempt's checkpoints count from: the sockets as training
+    // begins. The setup above (chunks, history) a resumed attempt does again,
+    // and counts itself; the warm-up below only a run's first attempt does.
+    let attempt = Attempt { progress: p.clone(), sent: coll.bytes().sent, barrier: 0 };
     if w.model.norm_sums_len() > 0 && p.global_iteration == 0 {
         // Not billed to the first epoch's time or bytes, as in the common loop.
         stage.warm_up(w, coll, &mut bufs, dropout_key(cfg.seed, 0, 0))?;
@@ -783,9 +787,20 @@ pub fn run(
             p.global_iteration += 1;
             let stop = inp.stop_after == Some(p.global_iteration) || stop_voted;
             if stop || (periodic && p.global_iteration.is_multiple_of(cfg.checkpoint_every)) {
-                stage.save(w, coll, (cfg, inp.checkpoint_dir), &p, opt.as_ref(), (&bufs, history))?;
+                stage.save(
+                    w,
+                    coll,
+                    (cfg, inp.checkpoint_dir),
+                    (&mut p, Some(&attempt)),
+                    opt.as_ref(),
+                    (&bufs, history),
+                )?;
                 mark = coll.bytes();
                 obs.event(&format!("{} {}", crate::train::checkpoint::WRITTEN, p.global_iteration));
+                if inp.checkpoint_dir.is_some() {
+                    // Tests: the driver is killed with the run held at this checkpoint.
+                    crate::util::interrupt::test_pause("checkpoint-written");
+                }
             }
             if stop {
                 return Ok(p);
@@ -817,13 +832,17 @@ pub fn run(
         // Asked to stop while evaluating: the run stops at the epoch's end, as
         // after a step (a stop at the last epoch's end is its end).
         if stop && p.epoch < cfg.epochs {
-            stage.save(w, coll, (cfg, inp.checkpoint_dir), &p, opt.as_ref(), (&bufs, history))?;
+            // Not gathered after an evaluation: this stop writes its summary, which a resume reads.
+            p.run_counts = None;
+            stage.save(w, coll, (cfg, inp.checkpoint_dir), (&mut p, None), opt.as_ref(), (&bufs, history))?;
             obs.event(&format!("{} {}", crate::train::checkpoint::WRITTEN, p.global_iteration));
             return Ok(p);
         }
     }
+    // The run's summary, written as it ends, counts it (a resume for more epochs reads that).
+    p.run_counts = None;
     // Rank 0 gathers every stage's layers: its checkpoint is the whole model (`infer`).
-    stage.save(w, coll, (cfg, inp.checkpoint_dir), &p, opt.as_ref(), (&bufs, history && periodic))?;
+    stage.save(w, coll, (cfg, inp.checkpoint_dir), (&mut p, None), opt.as_ref(), (&bufs, history && periodic))?;
     obs.event("final checkpoint written");
     Ok(p)
 }
