@@ -572,33 +572,44 @@ fn a_run_whose_driver_was_killed_resumes_with_the_uninterrupted_runs_byte_totals
 /// The same for the full-graph loops, killed at the checkpoint after epoch 2
 /// of 4 and resumed by hand. GNNPipe (its own loop) wrote no count: the
 /// resumed run reported half the uninterrupted run's training activations,
-/// with a warning; it now reports its totals exactly. `--mode full-graph`
-/// (the common loop, one step per epoch) reports them but for the halo,
-/// which the resumed attempt fetches again: one more halo fetch, counted in
-/// the evaluation after the checkpoint.
+/// with a warning, and RETEXO (killed at a stage's start) the same; GNNPipe
+/// now reports the totals exactly. `--mode full-graph` (the common loop, one
+/// step per epoch) reports them but for the halo, which the resumed attempt
+/// fetches again: one more halo fetch, counted in the evaluation after the
+/// checkpoint. RETEXO reports one more feature fetch and one more embedding
+/// of each frozen stage, which the resumed attempt does again.
 #[test]
 fn a_full_graph_run_whose_driver_was_killed_resumes_with_the_uninterrupted_runs_byte_totals() {
     let tmp = cora();
     let d = tmp.path();
     let cats = ["features", "gradients", "migration", "activations", "control"];
-    let full = ["--mode", "full-graph", "--layers", "2"];
-    let gnnpipe = ["--strategy", "gnnpipe", "--layers", "4"];
-    for flags in [&full[..], &gnnpipe[..]] {
-        let run = ["train", "cora", "--workers", "2", "--epochs", "4", "--hidden", "16", "--checkpoint-every", "2"];
-        let run = [&run[..], &["--no-tui"], flags].concat();
+    let full = ["--mode", "full-graph", "--layers", "2", "--epochs", "4", "--checkpoint-every", "2"];
+    let gnnpipe = ["--strategy", "gnnpipe", "--layers", "4", "--epochs", "4", "--checkpoint-every", "2"];
+    // Checkpoints at every stage's start: killed at stage 2's, after 3 rounds.
+    let retexo = ["--strategy", "retexo", "--layers", "2", "--rounds", "3"];
+    for flags in [&full[..], &gnnpipe[..], &retexo[..]] {
+        let run = [&["train", "cora", "--workers", "2", "--hidden", "16", "--no-tui"], flags].concat();
         let (b, s) = straight_and_killed(d, &run);
         let (b, s) = (&b, &s);
         for c in cats {
-            assert_eq!(b["train"][c], s["train"][c], "{flags:?}: train {c}");
+            let (r, u) = (count(&b["train"][c]), count(&s["train"][c]));
             if flags == full && c == "features" {
                 // The resumed attempt fetches its halo again, as the evaluation
                 // after the checkpoint (the first pass after it) begins: one more
                 // halo fetch, which is every feature byte the run moves.
-                let halo = count(&s["train"][c]);
-                assert!(halo > 0, "no halo fetch: {s}");
-                assert_eq!(count(&b["eval"][c]), count(&s["eval"][c]) + halo, "{flags:?}: eval {c}: {b} vs {s}");
+                assert!(u > 0, "no halo fetch: {s}");
+                assert_eq!(count(&b["eval"][c]), count(&s["eval"][c]) + u, "{flags:?}: eval {c}: {b} vs {s}");
             } else {
                 assert_eq!(b["eval"][c], s["eval"][c], "{flags:?}: eval {c}");
+            }
+            if flags == retexo && ["features", "activations"].contains(&c) {
+                // RETEXO's resumed attempt fetches its feature rows again and
+                // recomputes stage 1's embeddings: one more of each, the
+                // run's only feature and activation bytes with 2 layers.
+                assert!(u > 0, "{c}: {s}");
+                assert_eq!(r, 2 * u, "{flags:?}: train {c}: {b} vs {s}");
+            } else {
+                assert_eq!(r, u, "{flags:?}: train {c}");
             }
         }
         for k in ["runs/killed", "runs/straight"] {

@@ -815,8 +815,8 @@ fn before(run_dir: &Path, p: &Progress) -> Option<(crate::metrics::RowCounts, Ru
     }
     if p.global_iteration > 0 {
         tracing::warn!(
-            "{} holds no count of the rows and bytes before its checkpoint (it was written by an older version, \
-             by a RETEXO run, or by a run resumed from such a checkpoint) and the run has no summary that \
+            "{} holds no count of the rows and bytes before its checkpoint (it was written by an older version \
+             or by a run resumed from such a checkpoint) and the run has no summary that \
              reaches it: this run's summary counts them from the checkpoint on",
             checkpoint::dir(run_dir).join("state.json").display()
         );

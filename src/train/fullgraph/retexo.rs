@@ -567,9 +567,16 @@ pub fn run(
     let rounds = cfg.rounds.unwrap_or(1).max(1);
     let layers = w.model.spec().layers;
     let dev = w.device.clone();
+    let counted_from = coll.bytes().sent;
     // Bytes not yet billed to a record (the exchanges before a stage, the
     // broadcast after one), from before the barrier that starts the run.
     let mut mark = crate::train::trainer::fenced_start(coll)?;
+    // What this attempt's checkpoints count from: the sockets as it began,
+    // less the start's barrier, which a resumed attempt passes again. Its
+    // setup (the feature fetch, the frozen stages' embeddings) is counted:
+    // a resumed attempt does it again, and reports it again.
+    let barrier = coll.bytes().sent.control - mark.sent.control;
+    let attempt = crate::train::trainer::Attempt { progress: p.clone(), sent: counted_from, barrier };
     let (model, params) = replica(w)?;
     let first = (p.epoch / rounds) as usize;
     // Rounds of stage `first` trained before the checkpoint (a stop inside it).
@@ -600,12 +607,21 @@ pub fn run(
         let stage = params.subset(&format!("stages.{l}."));
         let si = model.stage_input(l, &plan, w.graph, h, &split, &dev)?;
         let inside = std::mem::take(&mut done);
+        // A resume at a stage's start writes its checkpoint again: the count
+        // it restored stands (gathered again, the gather would count twice).
+        if inside == 0 && (l > first || attempt.progress.global_iteration == 0) {
+            p.run_counts = crate::train::trainer::gather_counts(coll, &p, &attempt)?;
+        }
         if let Some(dir) = inp.checkpoint_dir.filter(|_| inside == 0) {
             let fresh = cfg.optimizer.build(params.numel(), cfg.lr, cfg.weight_decay);
             checkpoint::save(dir, cfg, &p, &params, fresh.as_ref())?;
             // Read as every periodic checkpoint's event: without shared files
             // the driver copies the checkpoint back when it sees this.
             obs.event(&format!("{} {} (the start of stage {})", checkpoint::WRITTEN, p.global_iteration, l + 1));
+            if l > 0 {
+                // Tests: the driver is killed with the run held at this checkpoint (stage 1's is the run's start).
+                crate::util::interrupt::test_pause("checkpoint-written");
+            }
         }
         if stop_at_next_stage {
             obs.event(&format!("stopped at the end of stage {l}: a resumed run goes on with stage {}", l + 1));
@@ -742,6 +758,8 @@ pub fn run(
                 }
                 let sent = coll.bytes().since(&mark).sent;
                 add_bytes(&mut p.bytes, &sent);
+                // Not gathered: this stop writes its summary, which a resume reads.
+                p.run_counts = None;
                 if let Some(dir) = inp.checkpoint_dir {
                     let (_, kept) = best.as_ref().expect("a round was trained");
                     save_mid_stage((dir, cfg, &p), (&params, &stage), opt.as_ref(), kept)?;
@@ -782,6 +800,8 @@ pub fn run(
     let tail = coll.bytes().since(&mark);
     add_bytes(&mut p.bytes, &tail.sent);
     w.params.set_flat(&params.flat_values()?)?;
+    // The run's summary, written as it ends, counts it.
+    p.run_counts = None;
     if let Some(dir) = inp.checkpoint_dir {
         let fresh = cfg.optimizer.build(params.numel(), cfg.lr, cfg.weight_decay);
         checkpoint::save(dir, cfg, &p, &params, fresh.as_ref())?;
