@@ -573,8 +573,8 @@ fn a_run_whose_driver_was_killed_resumes_with_the_uninterrupted_runs_byte_totals
 /// of 4 and resumed by hand. GNNPipe (its own loop) wrote no count: the
 /// resumed run reported half the uninterrupted run's training activations,
 /// with a warning, and RETEXO (killed at a stage's start) the same; GNNPipe
-/// now reports the totals exactly. `--mode full-graph` (the common loop, one
-/// step per epoch) reports them but for the halo, which the resumed attempt
+/// now reports the totals exactly. `--mode full-graph` and VARCO (the common
+/// loop, one step per epoch) report them but for the halo, which the resumed attempt
 /// fetches again: one more halo fetch, counted in the evaluation after the
 /// checkpoint. RETEXO reports one more feature fetch and one more embedding
 /// of each frozen stage, which the resumed attempt does again.
@@ -584,16 +584,17 @@ fn a_full_graph_run_whose_driver_was_killed_resumes_with_the_uninterrupted_runs_
     let d = tmp.path();
     let cats = ["features", "gradients", "migration", "activations", "control"];
     let full = ["--mode", "full-graph", "--layers", "2", "--epochs", "4", "--checkpoint-every", "2"];
+    let varco = ["--strategy", "varco", "--layers", "2", "--epochs", "4", "--checkpoint-every", "2"];
     let gnnpipe = ["--strategy", "gnnpipe", "--layers", "4", "--epochs", "4", "--checkpoint-every", "2"];
     // Checkpoints at every stage's start: killed at stage 2's, after 3 rounds.
     let retexo = ["--strategy", "retexo", "--layers", "2", "--rounds", "3"];
-    for flags in [&full[..], &gnnpipe[..], &retexo[..]] {
+    for flags in [&full[..], &varco[..], &gnnpipe[..], &retexo[..]] {
         let run = [&["train", "cora", "--workers", "2", "--hidden", "16", "--no-tui"], flags].concat();
         let (b, s) = straight_and_killed(d, &run);
         let (b, s) = (&b, &s);
         for c in cats {
             let (r, u) = (count(&b["train"][c]), count(&s["train"][c]));
-            if flags == full && c == "features" {
+            if (flags == full || flags == varco) && c == "features" {
                 // The resumed attempt fetches its halo again, as the evaluation
                 // after the checkpoint (the first pass after it) begins: one more
                 // halo fetch, which is every feature byte the run moves.
