@@ -402,7 +402,6 @@ fn the_copy_of_an_infer_killed_is_removed_by_the_next_and_a_live_ones_is_kept() 
 #[test]
 fn infer_workers_refuse_a_share_over_their_own_hosts_limit() {
     use leapgnn::train::distributed::infer_distributed;
-    use leapgnn::train::infer::{InferOptions, OutputFormat};
     let tmp = cora();
     let d = tmp.path();
     // A pass without gradients over half of Cora at hidden 16384 with its embeddings: an estimated 1.2 GiB.
@@ -414,14 +413,7 @@ fn infer_workers_refuse_a_share_over_their_own_hosts_limit() {
     let interrupted = std::sync::atomic::AtomicBool::new(false);
     let launch = |launcher| local_launch(launcher, &interrupted);
     let out = d.join("big.safetensors");
-    let opts = InferOptions {
-        out: Some(out.clone()),
-        format: OutputFormat::Safetensors,
-        embeddings: Some(0),
-        nodes: None,
-        device: None,
-        memory_limit: None,
-    };
+    let opts = with_embeddings_to(&out);
     let data = leapgnn::DataDir::new(d);
     let e = infer_distributed(&data, "big", &opts, Some(2), &launch(&capped)).expect_err("over the workers' limit");
     let e = format!("{e:#}");
@@ -431,7 +423,7 @@ fn infer_workers_refuse_a_share_over_their_own_hosts_limit() {
         format!("on {host}: infer needs an estimated"),
         "MiB are available there (this process's address-space limit, RLIMIT_AS)".into(),
         format!("raise the limit on {host} (ulimit -v, prlimit --as"),
-        "more --workers (or hosts with --cluster), omit --embeddings 0".into(),
+        "more --workers or more machines (--cluster), omit --embeddings 0".into(),
     ] {
         assert!(e.contains(&needle), "no `{needle}` in {e}");
     }
@@ -441,6 +433,67 @@ fn infer_workers_refuse_a_share_over_their_own_hosts_limit() {
     assert!(!out.exists());
     infer_distributed(&data, "big", &opts, Some(2), &launch(&plain)).expect("the inference succeeds");
     assert_eq!(load(&out).u32s["node_id"].len(), 2708);
+}
+
+/// Two inference workers on one host share its memory: where its
+/// MemAvailable (read by the workers only, `LEAPGNN_TEST_MEM_AVAILABLE`)
+/// holds one worker's share and a half, each share fits alone (the old
+/// check held each to its own and scored) but not the two together: refused,
+/// naming the two on the host and advising what local workers can do
+/// (not "hosts with --cluster" whatever the launcher). With three shares'
+/// worth free, the inference scores.
+#[test]
+fn infer_workers_on_one_host_hold_their_shares_together() {
+    use leapgnn::train::distributed::infer_distributed;
+    use leapgnn::util::MEM_AVAILABLE_TEST_VAR;
+    const MIB: u64 = 1 << 20;
+    let tmp = cora();
+    let d = tmp.path();
+    json(d, &["train", "cora", "--no-tui", "--epochs", "1", "--hidden", "256", "--run", "r"]);
+    let bin = env!("CARGO_BIN_EXE_leapgnn");
+    let out = d.join("r.safetensors");
+    let opts = with_embeddings_to(&out);
+    let data = leapgnn::DataDir::new(d);
+    let interrupted = std::sync::atomic::AtomicBool::new(false);
+    let infer_with_free = |name: &str, free: u64| {
+        let body = format!("exec env {MEM_AVAILABLE_TEST_VAR}={free} '{bin}' \"$@\"\n");
+        let launcher = wrapped(d, &format!("{name}.sh"), &body);
+        infer_distributed(&data, "r", &opts, Some(2), &local_launch(&launcher, &interrupted)).map(|_| ())
+    };
+    // 1 MiB free: every share is over it; the refusal gives one share's figure.
+    let e = format!("{:#}", infer_with_free("none", MIB).expect_err("no share fits in 1 MiB"));
+    let after = "infer needs an estimated ";
+    let at = e.find(after).unwrap_or_else(|| panic!("no `{after}` in {e}")) + after.len();
+    let share: u64 = e[at..].chars().take_while(char::is_ascii_digit).collect::<String>().parse().unwrap();
+    assert!(share > 1, "{e}");
+
+    let e = format!("{:#}", infer_with_free("tight", share * 3 / 2 * MIB).expect_err("two shares are over"));
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let host = host.trim();
+    for needle in [
+        format!(" MiB for the 2 workers on {host} together but {} MiB are available there", share * 3 / 2),
+        "(MemAvailable in /proc/meminfo)".into(),
+        format!("free memory on {host}, run fewer --workers (or --cluster to spread them over machines)"),
+        "more --workers or more machines (--cluster), omit --embeddings 0".into(),
+    ] {
+        assert!(e.contains(&needle), "no `{needle}` in {e}");
+    }
+    assert!(!e.contains("hosts with --cluster"), "{e}");
+    assert!(!out.exists());
+    infer_with_free("roomy", share * 3 * MIB).expect("both shares fit");
+    assert_eq!(load(&out).u32s["node_id"].len(), 2708);
+}
+
+/// Inference of every node's probabilities and first-layer embeddings to `out` (safetensors).
+fn with_embeddings_to(out: &Path) -> leapgnn::train::infer::InferOptions {
+    leapgnn::train::infer::InferOptions {
+        out: Some(out.to_path_buf()),
+        format: leapgnn::train::infer::OutputFormat::Safetensors,
+        embeddings: Some(0),
+        nodes: None,
+        device: None,
+        memory_limit: None,
+    }
 }
 
 /// How a test starts inference workers through `launcher`: 30 s comm

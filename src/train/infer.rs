@@ -467,27 +467,34 @@ fn worker_need(s: fullgraph::memory::Shape, spec: &ModelSpec, params: usize, spa
 /// node -> worker, None for one worker) that this host cannot hold, before
 /// it loads the weights and joins the mesh: the driver holds only the
 /// workers on its own machine, so an ssh host or a Slurm node over its
-/// memory aborted on an allocation instead. `width`: the embeddings' width
-/// (0 without `--embeddings`). Advises what an inference can change: the
-/// run's model is fixed.
+/// memory aborted on an allocation instead. As train's workers do, it holds
+/// the shares of `host_ranks` (the ranks placed on this host, `rank` among
+/// them) together against MemAvailable, its own against the address-space
+/// limit, and words the advice for `launcher`. `width`: the embeddings'
+/// width (0 without `--embeddings`). Advises what an inference can change:
+/// the run's model is fixed.
 pub(crate) fn check_worker(
     ds: &DatasetFile,
     cfg: &TrainConfig,
     owners: Option<&[u16]>,
     (rank, world): (usize, usize),
+    (host_ranks, launcher): (&[usize], LauncherKind),
     (spec, params): (&ModelSpec, usize),
     (width, embeddings): (usize, Option<usize>),
 ) -> Result<(), BadInput> {
     use fullgraph::memory::{Limit, check_share, shapes, sparse_input};
     let (sparse_rows, sparse) = sparse_input(ds, cfg, spec);
-    let shape = shapes(ds.graph(), sparse_rows, owners, world.max(1))[rank];
+    let shapes = shapes(ds.graph(), sparse_rows, owners, world.max(1));
     let row = 4 * (spec.classes + width) as u64;
-    let need = worker_need(shape, spec, params, sparse, row);
+    let need = |r: usize| worker_need(shapes[r], spec, params, sparse, row);
+    let others: Vec<u64> = host_ranks.iter().filter(|&&r| r != rank && r < shapes.len()).map(|&r| need(r)).collect();
+    let limit = Limit { launcher, ..Default::default() };
     let remedy = format!(
-        "spread the graph over more --workers (or hosts with --cluster){}, or infer on hosts with more memory",
+        "spread the graph over more --workers or {}{}, or infer on hosts with more memory",
+        limit.more_machines(),
         omit_embeddings(embeddings)
     );
-    check_share((rank, shape, need), Limit::default(), "infer", &remedy, "")
+    check_share((rank, shapes[rank], need(rank)), &others, limit, "infer", &remedy, "")
 }
 
 /// This worker's owned vertices scored with the run's model: layer-wise

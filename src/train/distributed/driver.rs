@@ -555,8 +555,7 @@ fn execute(
         comm_timeout_ms: opts.comm_timeout.as_millis() as u64,
         auto_plans,
         partition_checksum,
-        hosts: (0..world).map(|rank| opts.launcher.host_of(rank)).collect(),
-        launcher: opts.launcher.kind(),
+        placement: super::Placement::of(opts.launcher, world),
     };
     let task = serde_json::json!({ "task": "train", "train": job });
     let train_ids = ds.train().len();

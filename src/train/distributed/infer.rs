@@ -64,6 +64,9 @@ pub struct InferJob {
     /// As `DistJob::partition_checksum`.
     #[serde(default)]
     pub partition_checksum: Option<u64>,
+    /// As `DistJob::placement`.
+    #[serde(flatten)]
+    pub placement: super::Placement,
 }
 
 /// One chunk of a worker's rows (`ToDriver::Metrics`): f32 little-endian, base64.
@@ -180,6 +183,7 @@ fn infer_on_workers(
         embeddings: opts.embeddings,
         comm_timeout_ms: launch.comm_timeout.as_millis() as u64,
         partition_checksum,
+        placement: super::Placement::of(launch.launcher, world),
     };
     let task = serde_json::json!({ "task": "infer", "infer": job });
     let part = parts_dir.as_ref().map_or_else(|| "none".into(), |p| p.display().to_string());
@@ -353,6 +357,7 @@ pub fn run_infer_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow
         cfg,
         owners.as_ref().map(Owners::as_slice),
         (rank, world),
+        (&spec.placement.host_ranks(rank), spec.placement.launcher),
         (model.spec(), params.numel()),
         (width, spec.embeddings),
     )?;

@@ -67,10 +67,19 @@ pub struct DistJob {
     /// replaced it meanwhile (`check_partition`).
     #[serde(default)]
     pub partition_checksum: Option<u64>,
-    /// Where the launcher places each rank: the workers on one host share its
-    /// memory, so each checks their shares together (`host_ranks`). A spare
-    /// that takes an unreachable host's place takes all of its ranks, so
-    /// which ranks share a host holds wherever they are started.
+    /// Where the workers run and what starts them.
+    #[serde(flatten)]
+    pub placement: Placement,
+}
+
+/// Where a job's workers run, as each worker receives it (`DistJob` and
+/// `InferJob` alike): the workers on one host share its memory, so each
+/// checks their shares together (`host_ranks`).
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub struct Placement {
+    /// Where the launcher places each rank. A spare that takes an
+    /// unreachable host's place takes all of its ranks, so which ranks share
+    /// a host holds wherever they are started.
     #[serde(default)]
     pub hosts: Vec<String>,
     /// The launcher that starts the workers, for what a refusal advises.
@@ -78,7 +87,12 @@ pub struct DistJob {
     pub launcher: crate::cluster::profile::LauncherKind,
 }
 
-impl DistJob {
+impl Placement {
+    /// Where `launcher` places each of `world` ranks.
+    pub(crate) fn of(launcher: &dyn crate::cluster::Launcher, world: usize) -> Placement {
+        Placement { hosts: (0..world).map(|rank| launcher.host_of(rank)).collect(), launcher: launcher.kind() }
+    }
+
     /// The ranks on `rank`'s host (`hosts`), `rank` among them; only `rank`
     /// when the driver said nothing of where they run.
     pub(crate) fn host_ranks(&self, rank: usize) -> Vec<usize> {

@@ -284,7 +284,7 @@ pub fn check_worker(
     let shapes = shapes(ds.graph(), sparse_rows, Some(owners), cfg.workers.max(1));
     let need = |r: usize| estimate(shapes[r], spec, params, sparse_input);
     let held: Vec<u64> = host_ranks.iter().filter(|&&r| r != rank && r < shapes.len()).map(|&r| need(r)).collect();
-    check_host_share(
+    check_share(
         (rank, shapes[rank], need(rank)),
         &held,
         limit,
@@ -296,23 +296,12 @@ pub fn check_worker(
 
 /// Refuses, in worker `rank`, its share `shape` of the graph when `need`
 /// bytes of it do not fit this host (as `check_worker` says, for `train`
-/// and `infer` alike): `task` names what needs them, `remedy` is what a new
+/// and `infer` alike), with `others`: the estimates of the other workers on
+/// this host, which share its memory (not its address-space limit, which is
+/// each process's own). `task` names what needs them, `remedy` is what a new
 /// run can change (after raising this host's limit or freeing its memory),
 /// `change` what a resumed one would have to start anew with.
 pub(crate) fn check_share(
-    share: (usize, Shape, u64),
-    limit: Limit,
-    task: &str,
-    remedy: &str,
-    change: &str,
-) -> Result<(), BadInput> {
-    check_host_share(share, &[], limit, task, remedy, change)
-}
-
-/// `check_share`, with `others`: the estimates of the other workers on this
-/// host, which share its memory (not its address-space limit, which is each
-/// process's own).
-fn check_host_share(
     (rank, shape, need): (usize, Shape, u64),
     others: &[u64],
     limit: Limit,
