@@ -774,6 +774,34 @@ fn one_worker_with_a_local_profiles_binary_or_env_is_refused_by_train_and_applie
     assert_eq!(workers_started(), 2);
 }
 
+/// Workers that run under an address-space limit the driver does not have
+/// (`ulimit -v` in a local profile's `binary`, as an ssh host's or a Slurm
+/// node's shell may set it) say what their memory check compared, once per
+/// host (the first of its ranks), and the driver prints it naming the worker
+/// and the host, for `train` and `infer` alike; the driver, under no limit,
+/// says nothing of its own. Before, nothing was said.
+#[test]
+fn a_limit_on_the_workers_host_alone_is_warned_of_once_per_host() {
+    let tmp = cora();
+    let d = tmp.path();
+    let body = format!("ulimit -v {}\nexec '{}' \"$@\"\n", 4 << 20, env!("CARGO_BIN_EXE_leapgnn"));
+    dist_support::wrapped(d, "capped.sh", &body);
+    let profile = d.join("capped.toml");
+    let binary = d.join("capped.sh");
+    std::fs::write(&profile, format!("[cluster]\nlauncher = \"local\"\nbinary = \"{}\"\n", binary.display())).unwrap();
+    let cluster = ["--cluster", profile.to_str().unwrap(), "--json"];
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let said = format!("worker 0 on {}: 4096 MiB of address space (", host.trim());
+    let train = ["train", "cora", "--workers", "2", "--full-batch", "--hidden", "16", "--epochs", "1", "--run", "w"];
+    for args in [&train[..], &["infer", "w", "--workers", "2"]] {
+        let out = dist_support::leapgnn(d, &[args, &cluster].concat());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {err}");
+        assert_eq!(err.matches(&said).count(), 1, "{args:?}: {err}");
+        assert_eq!(err.matches("MiB of address space (").count(), 1, "{args:?}: {err}");
+    }
+}
+
 /// `--nodes` is a gather, as `probs[ids]` in NumPy or PyTorch: an id listed
 /// twice gets its row twice, in the order given, each row that node's own
 /// (on one worker or two, in either format), and `--help` says so.

@@ -677,8 +677,7 @@ fn execute(
                     Err(e) => Err(BadInput::new(format!("worker {rank} sent a malformed metrics record: {e}")).into()),
                 },
                 Event::Log(rank, line) => {
-                    tracing::info!("[worker {rank}] {line}");
-                    obs.event(&format!("[worker {rank}] {line}"));
+                    obs.event(&super::log_worker_line(rank, &line));
                     if rank == 0 && line.starts_with(checkpoint::WRITTEN) {
                         let _ = fetch_tx.try_send(());
                     }

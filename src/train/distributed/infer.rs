@@ -204,7 +204,7 @@ fn infer_on_workers(
         let outcome = match ev {
             Event::Metrics(rank, v) => place(&mut scores, v).with_context(|| format!("worker {rank} sent bad rows")),
             Event::Log(rank, line) => {
-                tracing::info!("[worker {rank}] {line}");
+                super::log_worker_line(rank, &line);
                 Ok(())
             }
             Event::Done(..) | Event::Idle => Ok(()),
@@ -361,6 +361,7 @@ pub fn run_infer_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow
         (model.spec(), params.numel()),
         (width, spec.embeddings),
     )?;
+    spec.placement.warn_address_space(rank, reporter);
     checkpoint::load_weights_file(&spec.weights, spec.weights_sha256.as_deref(), &params).map_err(|e| {
         anyhow::anyhow!(
             "{e}: the driver checked this checkpoint's weights as it started; if the run is still training, \

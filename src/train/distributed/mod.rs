@@ -74,7 +74,8 @@ pub struct DistJob {
 
 /// Where a job's workers run, as each worker receives it (`DistJob` and
 /// `InferJob` alike): the workers on one host share its memory, so each
-/// checks their shares together (`host_ranks`).
+/// checks their shares together (`host_ranks`), and one of them speaks
+/// for the host (`warn_address_space`).
 #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct Placement {
     /// Where the launcher places each rank. A spare that takes an
@@ -101,6 +102,39 @@ impl Placement {
             None => vec![rank],
         }
     }
+
+    /// Says, from the first of `host_ranks` only (once per host, not once per
+    /// rank), what a check that passed under this host's address-space limit
+    /// did not cover (`memory::address_space_warning`): a limit set on an ssh
+    /// host's or a Slurm node's shell alone is not the driver's to see. The
+    /// driver prints it as a warning (`log_worker_line`).
+    pub(crate) fn warn_address_space(&self, rank: usize, reporter: &crate::cluster::worker_session::Reporter) {
+        if self.host_ranks(rank).first() != Some(&rank) {
+            return;
+        }
+        if let Some(text) = crate::train::fullgraph::memory::address_space_warning() {
+            let line = format!("{ADDRESS_SPACE}on {}: {text}", crate::util::host_name());
+            let _ = reporter.send(&crate::cluster::ToDriver::Log(line));
+        }
+    }
+}
+
+/// How a worker's `Placement::warn_address_space` line begins.
+const ADDRESS_SPACE: &str = "address-space warning ";
+
+/// Prints a worker's log line, and returns it as the event log shows it: a
+/// host's address-space warning as a warning naming the worker and its host
+/// (the driver's own says the same of its machine), the rest as information.
+pub(crate) fn log_worker_line(rank: usize, line: &str) -> String {
+    let (shown, warning) = match line.strip_prefix(ADDRESS_SPACE) {
+        Some(on_host) => (format!("worker {rank} {on_host}"), true),
+        None => (format!("[worker {rank}] {line}"), false),
+    };
+    match warning {
+        true => tracing::warn!("{shown}"),
+        false => tracing::info!("{shown}"),
+    }
+    shown
 }
 
 /// Refuses the partition a worker opened when it is not the one its driver

@@ -61,6 +61,7 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
     if cfg.mode == crate::train::TrainMode::FullGraph {
         check_worker(&ds, cfg, owners.as_slice(), (rank, &host_ranks), model.spec(), params.numel(), limit)?;
     }
+    spec.placement.warn_address_space(rank, reporter);
     let local: Arc<dyn RowSource> = Arc::new(PartRows::open_worker(&spec.parts_dir, rank, world, manifest.clone())?);
 
     let mesh = join_mesh(job, (&ds, cfg), timeout, reporter)?;

@@ -392,17 +392,23 @@ impl Held<'_> {
 /// added; a run under a tight limit is told instead.
 pub fn warn_address_space() {
     static ONCE: std::sync::Once = std::sync::Once::new();
-    let Some(bytes) = crate::util::address_space_limit() else { return };
-    ONCE.call_once(|| {
-        tracing::warn!(
-            "{} MiB of address space ({}): the memory checks compared it with estimates of resident memory, but a \
-             process's address space also holds its mapped dataset, thread stacks and allocator arenas (a Cora \
-             worker: 78 MiB resident, 1383 MiB of address space), so an allocation may still fail; lift it \
-             (ulimit -v unlimited) and bound memory with --memory-limit-mb or the job's memory limit instead",
-            mib(bytes),
-            crate::util::RLIMIT_AS_SOURCE
-        );
-    });
+    let Some(text) = address_space_warning() else { return };
+    ONCE.call_once(|| tracing::warn!("{text}"));
+}
+
+/// What `warn_address_space` says of the address-space limit this process
+/// runs under; None without one. A worker sends it to its driver instead
+/// (`Placement::warn_address_space`): its host's limit is not the driver's.
+pub(crate) fn address_space_warning() -> Option<String> {
+    let bytes = crate::util::address_space_limit()?;
+    Some(format!(
+        "{} MiB of address space ({}): the memory checks compared it with estimates of resident memory, but a \
+         process's address space also holds its mapped dataset, thread stacks and allocator arenas (a Cora \
+         worker: 78 MiB resident, 1383 MiB of address space), so an allocation may still fail; lift it \
+         (ulimit -v unlimited) and bound memory with --memory-limit-mb or the job's memory limit instead",
+        mib(bytes),
+        crate::util::RLIMIT_AS_SOURCE
+    ))
 }
 
 /// How a refusal by an address-space limit says to lift it.
