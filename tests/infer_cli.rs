@@ -779,7 +779,9 @@ fn one_worker_with_a_local_profiles_binary_or_env_is_refused_by_train_and_applie
 /// node's shell may set it) say what their memory check compared, once per
 /// host (the first of its ranks), and the driver prints it naming the worker
 /// and the host, for `train` and `infer` alike; the driver, under no limit,
-/// says nothing of its own. Before, nothing was said.
+/// says nothing of its own. Before, nothing was said. A driver under the
+/// limit says it once for its machine, in-process `infer` too, and its local
+/// workers do not repeat it.
 #[test]
 fn a_limit_on_the_workers_host_alone_is_warned_of_once_per_host() {
     let tmp = cora();
@@ -799,6 +801,15 @@ fn a_limit_on_the_workers_host_alone_is_warned_of_once_per_host() {
         assert!(out.status.success(), "{args:?}: {err}");
         assert_eq!(err.matches(&said).count(), 1, "{args:?}: {err}");
         assert_eq!(err.matches("MiB of address space (").count(), 1, "{args:?}: {err}");
+    }
+    // The driver under the limit too (its local workers inherit it): said once, by the driver, of its machine.
+    let train = ["train", "cora", "--workers", "2", "--full-batch", "--hidden", "16", "--epochs", "1", "--run", "c"];
+    for args in [&train[..], &["infer", "c", "--workers", "2"], &["infer", "c"]] {
+        let out = dist_support::leapgnn_capped(d, &[args, &["--json"]].concat(), 4 << 30);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {err}");
+        assert_eq!(err.matches("4096 MiB of address space (").count(), 1, "{args:?}: {err}");
+        assert!(!err.contains("worker 0 on"), "{args:?}: {err}");
     }
 }
 

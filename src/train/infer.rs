@@ -414,7 +414,10 @@ pub(crate) fn check_memory(
     }
     let limit = fullgraph::memory::Limit { bytes: opts.memory_limit, launcher, ..Default::default() };
     let budgets = budgets(limit);
-    let Some(b) = exceeded(&budgets, &held) else { return Ok(()) };
+    let Some(b) = exceeded(&budgets, &held) else {
+        fullgraph::memory::warn_address_space();
+        return Ok(());
+    };
     let what = match driven {
         false => format!(
             "the layer-wise pass over all {} nodes of `{}` (hidden {}) and their scores",

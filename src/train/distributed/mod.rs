@@ -123,16 +123,21 @@ impl Placement {
 const ADDRESS_SPACE: &str = "address-space warning ";
 
 /// Prints a worker's log line, and returns it as the event log shows it: a
-/// host's address-space warning as a warning naming the worker and its host
-/// (the driver's own says the same of its machine), the rest as information.
+/// host's address-space warning as a warning naming the worker and its host,
+/// the rest as information. Workers beside the driver under its own limit
+/// (local workers inherit it) repeat what it said of its machine: that one
+/// is only a debug line.
 pub(crate) fn log_worker_line(rank: usize, line: &str) -> String {
-    let (shown, warning) = match line.strip_prefix(ADDRESS_SPACE) {
-        Some(on_host) => (format!("worker {rank} {on_host}"), true),
-        None => (format!("[worker {rank}] {line}"), false),
+    let Some(on_host) = line.strip_prefix(ADDRESS_SPACE) else {
+        tracing::info!("[worker {rank}] {line}");
+        return format!("[worker {rank}] {line}");
     };
-    match warning {
-        true => tracing::warn!("{shown}"),
-        false => tracing::info!("{shown}"),
+    let shown = format!("worker {rank} {on_host}");
+    let drivers_own = crate::train::fullgraph::memory::address_space_warning()
+        .map(|text| format!("on {}: {text}", crate::util::host_name()));
+    match drivers_own.as_deref() == Some(on_host) {
+        true => tracing::debug!("{shown}"),
+        false => tracing::warn!("{shown}"),
     }
     shown
 }
