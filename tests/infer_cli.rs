@@ -9,6 +9,10 @@ use leapgnn::format::DatasetFile;
 use std::path::Path;
 use std::process::Command;
 
+/// A one-epoch full-batch run `one` on Cora, what most tests here infer from.
+const TRAIN_ONE: [&str; 10] =
+    ["train", "cora", "--no-tui", "--full-batch", "--epochs", "1", "--hidden", "16", "--run", "one"];
+
 /// Reads a safetensors file as (name -> (dtype, shape, bytes)).
 fn load(path: &Path) -> Vec<(String, String, Vec<usize>, Vec<u8>)> {
     let bytes = std::fs::read(path).unwrap();
@@ -246,7 +250,7 @@ fn a_full_graph_run_resumed_after_a_stop_ends_as_an_uninterrupted_one() {
 fn an_out_that_cannot_take_the_outputs_is_refused_before_scoring() {
     let tmp = cora();
     let d = tmp.path();
-    json(d, &["train", "cora", "--no-tui", "--full-batch", "--epochs", "1", "--hidden", "16", "--run", "one"]);
+    json(d, &TRAIN_ONE);
     // `-` is not standard output: it was written as a file named `-` in the working directory.
     for workers in [&[][..], &["--workers", "2"]] {
         let out = Command::new(env!("CARGO_BIN_EXE_leapgnn"))
@@ -282,7 +286,7 @@ fn an_out_that_cannot_take_the_outputs_is_refused_before_scoring() {
 fn a_relative_out_is_reported_absolute_naming_the_written_file_in_every_form() {
     let tmp = cora();
     let d = tmp.path();
-    json(d, &["train", "cora", "--no-tui", "--full-batch", "--epochs", "1", "--hidden", "16", "--run", "one"]);
+    json(d, &TRAIN_ONE);
     // Run from a directory other than the test's and the data dir's, with `..`
     // in --out: the JSON named `rel/../p.safetensors` as given, which a script
     // in another directory could not open.
@@ -320,7 +324,7 @@ fn a_relative_out_is_reported_absolute_naming_the_written_file_in_every_form() {
 fn an_npy_directory_holds_one_inferences_fields_never_a_mix() {
     let tmp = cora();
     let d = tmp.path();
-    json(d, &["train", "cora", "--no-tui", "--full-batch", "--epochs", "1", "--hidden", "16", "--run", "one"]);
+    json(d, &TRAIN_ONE);
     let dir = d.join("npy");
     let npy = ["infer", "one", "--format", "npy", "--out", dir.to_str().unwrap()];
     json(d, &[&npy[..], &["--embeddings", "0"]].concat());
@@ -351,7 +355,7 @@ fn an_npy_directory_holds_one_inferences_fields_never_a_mix() {
 fn a_run_on_a_dataset_since_replaced_is_refused_naming_the_dataset_before_any_worker_starts() {
     let tmp = cora();
     let d = tmp.path();
-    json(d, &["train", "cora", "--no-tui", "--full-batch", "--epochs", "1", "--hidden", "16", "--run", "one"]);
+    json(d, &TRAIN_ONE);
     // `cora` re-imported from another graph: 4714 feature columns and 4 classes instead of 1433 and 7.
     let fb = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets/musae-facebook");
     json(d, &["download", "cora", "--from", fb.to_str().unwrap(), "--format", "musae", "--force"]);
@@ -399,7 +403,7 @@ fn a_run_trained_on_a_gpu_is_inferred_on_the_cpu_with_device_cpu() {
 fn an_out_that_names_the_runs_weights_or_another_input_is_refused_and_left_whole() {
     let tmp = cora();
     let d = tmp.path();
-    json(d, &["train", "cora", "--no-tui", "--full-batch", "--epochs", "1", "--hidden", "16", "--run", "one"]);
+    json(d, &TRAIN_ONE);
     let ck = d.join("runs/one/checkpoint");
     let weights = std::fs::read_dir(&ck)
         .unwrap()
@@ -442,8 +446,7 @@ fn an_out_that_names_the_runs_weights_or_another_input_is_refused_and_left_whole
 fn a_dataset_replaced_by_one_of_the_same_shapes_is_refused_by_infer_and_resume() {
     let tmp = cora();
     let d = tmp.path();
-    let args = ["train", "cora", "--no-tui", "--full-batch", "--epochs", "1", "--hidden", "16", "--run", "one"];
-    json(d, &args);
+    json(d, &TRAIN_ONE);
     let shared = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets/planetoid/converted");
     let edited = d.join("edited");
     std::fs::create_dir_all(&edited).unwrap();
@@ -694,24 +697,26 @@ fn an_unknown_field_in_a_checkpoint_state_is_refused_and_an_older_state_still_lo
     assert_eq!(json(d, &["infer", "r"])["nodes"], 2708);
 }
 
+/// `d/NAME.toml`, a local profile whose workers start as the shell script
+/// `d/NAME.sh` (`body`), with `more` added to the profile.
+fn wrapper_profile(d: &Path, name: &str, body: &str, more: &str) -> std::path::PathBuf {
+    dist_support::wrapped(d, &format!("{name}.sh"), body);
+    let profile = d.join(format!("{name}.toml"));
+    let binary = d.join(format!("{name}.sh"));
+    std::fs::write(&profile, format!("[cluster]\nlauncher = \"local\"\nbinary = \"{}\"\n{more}", binary.display()))
+        .unwrap();
+    profile
+}
+
 /// Writes `d/local.toml`, a local profile whose `binary` is a wrapper that
 /// records each start (with `MARK`, which the profile's `[cluster.env]`
 /// sets), then runs leapgnn. Returns the profile's `--cluster` flag and a
 /// count of the worker starts recorded so far that saw `MARK`.
 fn recording_local_profile(d: &Path) -> ([String; 2], impl Fn() -> usize) {
-    use std::os::unix::fs::PermissionsExt;
-    let (wrapper, starts) = (d.join("wrapper.sh"), d.join("starts.log"));
-    let script = format!(
-        "#!/bin/sh\necho \"mark=$MARK $*\" >> '{}'\nexec '{}' \"$@\"\n",
-        starts.display(),
-        env!("CARGO_BIN_EXE_leapgnn")
-    );
-    std::fs::write(&wrapper, script).unwrap();
-    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let profile = d.join("local.toml");
-    let toml =
-        format!("[cluster]\nlauncher = \"local\"\nbinary = \"{}\"\n[cluster.env]\nMARK = \"set\"\n", wrapper.display());
-    std::fs::write(&profile, toml).unwrap();
+    let starts = d.join("starts.log");
+    let script =
+        format!("echo \"mark=$MARK $*\" >> '{}'\nexec '{}' \"$@\"\n", starts.display(), env!("CARGO_BIN_EXE_leapgnn"));
+    let profile = wrapper_profile(d, "local", &script, "[cluster.env]\nMARK = \"set\"\n");
     let workers_started = move || {
         std::fs::read_to_string(&starts)
             .unwrap_or_default()
@@ -755,7 +760,7 @@ fn one_worker_with_a_local_profiles_binary_or_env_is_refused_by_train_and_applie
     let cluster = cluster.each_ref().map(String::as_str);
     let env_only = d.join("env-only.toml");
     std::fs::write(&env_only, "[cluster]\nlauncher = \"local\"\n[cluster.env]\nMARK = \"set\"\n").unwrap();
-    let one = ["train", "cora", "--full-batch", "--epochs", "1", "--hidden", "16", "--no-tui", "--run", "one"];
+    let one = TRAIN_ONE;
     for (profile, workers, keys) in [
         (cluster[1], &["--workers", "1"][..], "`binary` and `[cluster.env]`"),
         (cluster[1], &[][..], "`binary` and `[cluster.env]`"),
@@ -787,10 +792,7 @@ fn a_limit_on_the_workers_host_alone_is_warned_of_once_per_host() {
     let tmp = cora();
     let d = tmp.path();
     let body = format!("ulimit -v {}\nexec '{}' \"$@\"\n", 4 << 20, env!("CARGO_BIN_EXE_leapgnn"));
-    dist_support::wrapped(d, "capped.sh", &body);
-    let profile = d.join("capped.toml");
-    let binary = d.join("capped.sh");
-    std::fs::write(&profile, format!("[cluster]\nlauncher = \"local\"\nbinary = \"{}\"\n", binary.display())).unwrap();
+    let profile = wrapper_profile(d, "capped", &body, "");
     let cluster = ["--cluster", profile.to_str().unwrap(), "--json"];
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
     let said = format!("worker 0 on {}: 4096 MiB of address space (", host.trim());
@@ -820,7 +822,7 @@ fn a_limit_on_the_workers_host_alone_is_warned_of_once_per_host() {
 fn an_id_listed_twice_in_nodes_gets_its_row_twice_as_an_index_would_give_it() {
     let tmp = cora();
     let d = tmp.path();
-    json(d, &["train", "cora", "--no-tui", "--full-batch", "--epochs", "1", "--hidden", "16", "--run", "one"]);
+    json(d, &TRAIN_ONE);
     let all = d.join("all.safetensors");
     json(d, &["infer", "one", "--out", all.to_str().unwrap()]);
     let field =

@@ -108,10 +108,8 @@ pub fn run_loop(
     }
     let fence = fenced_start(coll)?;
     // What this attempt counts from, for its checkpoints: the sockets as
-    // training began (a resumed one sets up again and counts that itself),
-    // less the start's barrier, which a resumed attempt passes again.
-    let attempt =
-        Attempt { progress: p.clone(), sent: counted_from, barrier: coll.bytes().sent.control - fence.sent.control };
+    // training began (a resumed one sets up again and counts that itself).
+    let attempt = Attempt::fenced(&p, counted_from, coll, &fence);
     let mut first_bytes0 = Some(fence);
     let mut carry = None;
     while p.epoch < cfg.epochs {
@@ -259,6 +257,20 @@ pub(crate) struct Attempt {
     pub sent: crate::metrics::ByteCounts,
     /// Control bytes of the barrier that starts training.
     pub barrier: u64,
+}
+
+impl Attempt {
+    /// An attempt from progress `p` that counts from the sockets at `from`,
+    /// less the barrier `fenced_start` passed since (`fence`: the counts it
+    /// returned), which a resumed attempt passes again.
+    pub(crate) fn fenced(
+        p: &Progress,
+        from: crate::metrics::ByteCounts,
+        coll: &dyn Collective,
+        fence: &crate::comm::ByteCounts,
+    ) -> Attempt {
+        Attempt { progress: p.clone(), sent: from, barrier: coll.bytes().sent.control - fence.sent.control }
+    }
 }
 
 /// Every worker's rows and bytes up to now (`p`: this worker's progress),

@@ -571,12 +571,10 @@ pub fn run(
     // Bytes not yet billed to a record (the exchanges before a stage, the
     // broadcast after one), from before the barrier that starts the run.
     let mut mark = crate::train::trainer::fenced_start(coll)?;
-    // What this attempt's checkpoints count from: the sockets as it began,
-    // less the start's barrier, which a resumed attempt passes again. Its
-    // setup (the feature fetch, the frozen stages' embeddings) is counted:
-    // a resumed attempt does it again, and reports it again.
-    let barrier = coll.bytes().sent.control - mark.sent.control;
-    let attempt = crate::train::trainer::Attempt { progress: p.clone(), sent: counted_from, barrier };
+    // What this attempt's checkpoints count from: the sockets as it began.
+    // Its setup (the feature fetch, the frozen stages' embeddings) is
+    // counted: a resumed attempt does it again, and reports it again.
+    let attempt = crate::train::trainer::Attempt::fenced(&p, counted_from, coll, &mark);
     let (model, params) = replica(w)?;
     let first = (p.epoch / rounds) as usize;
     // Rounds of stage `first` trained before the checkpoint (a stop inside it).
