@@ -45,6 +45,24 @@ fn keep_freed_memory() {
     }
 }
 
+/// C code's allocations (glibc's malloc: thread-local destructors' records,
+/// libssh2, METIS) all go to glibc's main arena. By default glibc gives each
+/// new thread its own arena, reserving 64 MiB of address space for it (128
+/// MiB while it aligns it). Under an address-space limit (`ulimit -v`) a
+/// thread's attempt holds that room for a moment, and whatever the main thread
+/// maps meanwhile fails: one `infer` in 60 under a 100 MiB limit failed to map
+/// its 4 MB archive that way. Rust's own allocations go to mimalloc, so the
+/// one arena sees little contention. `MALLOC_ARENA_MAX` in the environment wins.
+fn one_malloc_arena() {
+    #[cfg(target_env = "gnu")]
+    if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
+        // SAFETY: mallopt only sets a field of glibc's malloc parameters (it
+        // takes glibc's own lock to do so) and returns 0 on a value it refuses;
+        // main calls it before the process starts any thread.
+        unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) };
+    }
+}
+
 #[derive(Parser)]
 #[command(name = "leapgnn", version, about = "Distributed GNN training that brings the model to the features")]
 struct Cli {
@@ -108,6 +126,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    one_malloc_arena();
     keep_freed_memory();
     let argv: Vec<OsString> = std::env::args_os().collect();
     let cli = match parse(&argv) {
@@ -131,6 +150,10 @@ fn main() -> ExitCode {
     init_logging(cli.global.verbose);
     // rustls needs one process-wide crypto provider; ring is the light one.
     let _ = rustls::crypto::ring::default_provider().install_default();
+    if let Err(e) = leapgnn::util::threads::start_pool() {
+        leapgnn::elog!("error: {e}");
+        return ExitCode::from(1);
+    }
     let g = cli.global;
     let uses_data = matches!(
         cli.command,

@@ -6,8 +6,7 @@
 
 mod train_support;
 
-use std::process::Command;
-use train_support::{Tiny, fails, json, write_tiny};
+use train_support::{Tiny, fails, json, traced, write_tiny};
 
 const BASE: &[&str] = &["train", "tiny", "--no-tui"];
 
@@ -191,28 +190,15 @@ fn verbose_flags_trace_the_driver_and_the_workers() {
 /// error.
 #[test]
 fn stderr_lines_leave_each_process_in_one_write() {
-    if Command::new("strace").arg("-V").output().is_err() {
-        eprintln!("skipped: strace is not installed (CI installs it)");
-        return;
-    }
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
     write_tiny(d, "tiny", Tiny::default());
     let runs: [&[&str]; 2] =
         [&["-v", "train", "tiny", "--workers", "2", "--epochs", "1", "--no-tui"], &["train", "missing", "--no-tui"]];
     for (i, args) in runs.into_iter().enumerate() {
-        let trace = d.join(format!("trace-{i}"));
-        let out = Command::new("strace")
-            .args(["-f", "-qq", "-s", "65536", "-e", "trace=write,writev", "-e", "signal=none", "-o"])
-            .arg(&trace)
-            .arg(env!("CARGO_BIN_EXE_leapgnn"))
-            .arg("--data-dir")
-            .arg(d)
-            .args(args)
-            .output()
-            .unwrap();
+        let filters = ["-s", "65536", "-e", "trace=write,writev"];
+        let Some((out, trace)) = traced(d, &filters, args, &d.join(format!("trace-{i}"))) else { return };
         let err = String::from_utf8_lossy(&out.stderr);
-        let trace = std::fs::read_to_string(&trace).unwrap_or_else(|e| panic!("strace wrote no trace ({e}): {err}"));
         // `PID write(2, "text\n", N) = N`: the text must end the line it starts.
         let writes: Vec<&str> =
             trace.lines().filter(|l| l.contains(" write(2, ") || l.contains(" writev(2, ")).collect();

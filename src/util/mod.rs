@@ -7,6 +7,7 @@ pub mod interrupt;
 pub mod keyed;
 pub mod lock_file;
 pub mod rng;
+pub mod threads;
 pub mod value_names;
 
 /// Peak resident set size of this process (Linux `VmHWM`), if known.

@@ -161,6 +161,11 @@ pub fn weights(data: &Path, run: &str) -> Vec<u8> {
 /// `leapgnn` (--json) run with its address space capped at `bytes` (what
 /// `prlimit --as` or `ulimit -v` does).
 pub fn leapgnn_capped(data: &std::path::Path, args: &[&str], bytes: u64) -> std::process::Output {
+    capped_command(data, args, bytes).output().expect("leapgnn runs")
+}
+
+/// The command `leapgnn_capped` runs, for a caller that adds to it.
+pub fn capped_command(data: &std::path::Path, args: &[&str], bytes: u64) -> Command {
     use std::os::unix::process::CommandExt;
     // Bounded: a process short of memory can hang (a thread it could not
     // start awaited); `timeout` passes the limit on and exits 124 then.
@@ -177,7 +182,31 @@ pub fn leapgnn_capped(data: &std::path::Path, args: &[&str], bytes: u64) -> std:
             }
         });
     }
-    c.output().expect("leapgnn runs")
+    c
+}
+
+/// `leapgnn --data-dir DATA ARGS` under `strace -f -qq -e signal=none` with
+/// `filters` (`-e trace=...`), the trace written to `trace`: the run's output
+/// and the trace. None, saying why, where strace is not installed (CI installs it).
+pub fn traced(data: &Path, filters: &[&str], args: &[&str], trace: &Path) -> Option<(Output, String)> {
+    if Command::new("strace").arg("-V").output().is_err() {
+        eprintln!("skipped: strace is not installed (CI installs it)");
+        return None;
+    }
+    let out = Command::new("strace")
+        .args(["-f", "-qq", "-e", "signal=none"])
+        .args(filters)
+        .arg("-o")
+        .arg(trace)
+        .arg(env!("CARGO_BIN_EXE_leapgnn"))
+        .arg("--data-dir")
+        .arg(data)
+        .args(args)
+        .output()
+        .unwrap();
+    let text = std::fs::read_to_string(trace)
+        .unwrap_or_else(|e| panic!("strace wrote no trace ({e}): {}", String::from_utf8_lossy(&out.stderr)));
+    Some((out, text))
 }
 
 /// Runs `args` capped at `bytes` of address space and checks that it is
