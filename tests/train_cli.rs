@@ -431,10 +431,8 @@ fn estimate_per_worker(refusal: &str) -> u64 {
 /// same run.
 #[test]
 fn the_p3_memory_estimate_covers_its_workers_peak() {
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = facebook();
     let d = tmp.path();
-    let fb = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets/musae-facebook");
-    json(d, &["download", "facebook", "--from", fb.to_str().unwrap(), "--format", "musae"]);
     let run = ["train", "facebook", "--strategy", "p3", "--workers", "2", "--epochs", "1", "--hidden", "16"];
     let e = fails(d, &[&run[..], &["--memory-limit-mb", "40"]].concat(), 2);
     let per_worker = estimate_per_worker(&e);
@@ -541,6 +539,45 @@ fn a_full_graph_run_that_cannot_fit_is_refused_before_partitioning() {
     let s = json(d, &["train", "tiny", "--full-batch", "--workers", "2", "--epochs", "1"]);
     assert_eq!(s["epochs"].as_u64(), Some(1), "{s}");
     assert!(d.join("tiny/parts").exists());
+}
+
+/// A full-graph run whose workers fit without their halo rows but not with
+/// them is refused (exit 2, the partition's estimate named) with no
+/// partition written: its halos are checked on the partition once it is cut,
+/// before anything but the partitioners' lock file is written. The old driver wrote Facebook's
+/// `parts/metis-2` (3 MB) and only then refused. A limit of the whole MiB
+/// just above the refused estimate trains, and keeps its partition.
+#[test]
+fn a_full_graph_run_refused_for_its_halos_writes_no_partition() {
+    let tmp = facebook();
+    let d = tmp.path();
+    let run = ["train", "facebook", "--full-batch", "--workers", "2", "--epochs", "1", "--no-tui"];
+    let together = " MiB for the 2 workers and the driver on this machine together";
+    // 100 MiB holds the weights (checked first) but not the graph: the lower bound is named.
+    let bound = mib_before(&fails(d, &[&run[..], &["--memory-limit-mb", "100"]].concat(), 2), together);
+    let e = fails(d, &[&run[..], &["--memory-limit-mb", &bound.to_string()]].concat(), 2);
+    for needle in ["--mode full-graph needs an estimated", &format!("{bound} MiB are available (--memory-limit-mb)")] {
+        assert!(e.contains(needle), "no `{needle}` in {e}");
+    }
+    // Only the lock that partitioners of this target share (kept, as `partition` keeps it) is left.
+    let parts = d.join("facebook/parts");
+    let left: Vec<String> = std::fs::read_dir(&parts)
+        .map(|rd| rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    assert_eq!(left, [".metis-2.lock"], "a run refused for its halos wrote these under {}", parts.display());
+    let need = mib_before(&e, together);
+    assert!(need > bound, "{e}");
+    let s = json(d, &[&run[..], &["--memory-limit-mb", &need.to_string()]].concat());
+    assert_eq!(s["epochs"].as_u64(), Some(1), "{s}");
+    assert!(parts.join("metis-2/manifest").is_file());
+}
+
+/// A data directory holding Facebook, imported from the shared datasets.
+fn facebook() -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    let fb = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets/musae-facebook");
+    json(tmp.path(), &["download", "facebook", "--from", fb.to_str().unwrap(), "--format", "musae"]);
+    tmp
 }
 
 /// The figure in MiB just before `needle` in the refusal `e`.

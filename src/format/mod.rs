@@ -22,8 +22,8 @@ pub use features::{AUTO_SPARSE_DENSITY, FeatureStorage, FeatureTable, FeatureVie
 pub use header::{FORMAT_VERSION, Header, Kind};
 pub use mapped::{Mapped, write_archive};
 pub use partition::{
-    ArchivedPartManifest, ManifestFile, PartFeatures, PartFile, PartManifest, manifest_path, part_path, part_worker,
-    worker_parts,
+    ArchivedPartManifest, ManifestFile, PartFeatures, PartFile, PartManifest, manifest_path, node_worker, part_path,
+    part_worker, worker_parts,
 };
 
 #[cfg(target_endian = "big")]

@@ -22,6 +22,14 @@ pub fn worker_parts(worker: usize, parts: usize, workers: usize) -> Range<usize>
     (worker * parts).div_ceil(workers)..((worker + 1) * parts).div_ceil(workers)
 }
 
+/// node -> owning worker of a node -> part map of `parts` parts spread over
+/// `workers` workers by `part_worker`: a manifest's, or one just cut and
+/// not yet written.
+pub fn node_worker(node_part: &[u16], parts: usize, workers: usize) -> Vec<u16> {
+    let of_part: Vec<u16> = (0..parts).map(|p| part_worker(p, parts, workers) as u16).collect();
+    node_part.iter().map(|&p| of_part[p as usize]).collect()
+}
+
 /// `parts/<method>-<k>/manifest`: who owns which node, and how good the cut is.
 #[derive(Archive, Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct PartManifest {
@@ -140,9 +148,7 @@ impl ManifestFile {
     /// node -> owning worker when this partitioning's parts are spread over
     /// `workers` workers by `part_worker` (equal to `node_part` when parts == workers).
     pub fn node_worker(&self, workers: usize) -> Vec<u16> {
-        let k = self.parts();
-        let of_part: Vec<u16> = (0..k).map(|p| part_worker(p, k, workers) as u16).collect();
-        self.node_part().iter().map(|&p| of_part[p as usize]).collect()
+        node_worker(self.node_part(), self.parts(), workers)
     }
     pub fn local_index(&self) -> &[u32] {
         native(&self.archived().local_index[..])

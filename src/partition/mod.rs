@@ -14,7 +14,7 @@ pub mod random;
 mod run;
 mod writer;
 
-pub use run::{BalanceFigures, PartitionReport, ensure_partition, partition_dataset};
+pub use run::{BalanceFigures, PartitionReport, ensure_partition, ensure_partition_checked, partition_dataset};
 
 use crate::BadInput;
 use crate::format::FormatError;

@@ -67,18 +67,44 @@ pub fn partition_dataset(
 /// The directory of the `method`-`parts` partition of `name` (default
 /// constraints), created first when missing or stale; says so on stderr.
 pub fn ensure_partition(data: &DataDir, name: &str, method: &str, parts: usize, seed: u64) -> anyhow::Result<PathBuf> {
+    ensure_partition_checked(data, name, method, parts, seed, &mut |_| Ok(()))
+}
+
+/// `ensure_partition`, with `check` given the partitioning's node -> part
+/// map first: the manifest's of one on disk, or, for a new one, the map
+/// just cut, before anything is written. So a run that `check` refuses (its
+/// workers' shares do not fit) leaves no partition behind; its error is
+/// returned as it is.
+pub fn ensure_partition_checked(
+    data: &DataDir,
+    name: &str,
+    method: &str,
+    parts: usize,
+    seed: u64,
+    check: &mut dyn FnMut(&[u16]) -> anyhow::Result<()>,
+) -> anyhow::Result<PathBuf> {
     let started = Instant::now();
     let opts = PartitionOptions { seed, ..PartitionOptions::new(method.parse()?, parts) };
     let job = Job::open(data, name, &opts).with_context(|| format!("cannot partition {name}"))?;
-    if job.existing(started, false).is_some() {
+    let kept = |job: &Job<'_>, check: &mut dyn FnMut(&[u16]) -> anyhow::Result<()>| -> anyhow::Result<bool> {
+        if job.existing(started, false).is_none() {
+            return Ok(false);
+        }
+        check(ManifestFile::open(&job.dir)?.node_part())?;
+        Ok(true)
+    };
+    if kept(&job, check)? {
         return Ok(job.dir);
     }
     let _lock = TargetLock::acquire(&job.dir).with_context(|| format!("cannot partition {name}"))?;
-    if job.existing(started, false).is_some() {
+    if kept(&job, check)? {
         return Ok(job.dir);
     }
+    let cut = job.cut().with_context(|| format!("cannot partition {name}"))?;
+    check(&cut.node_part)?;
+    // Said once the cut is accepted: a refused run's error is its only line.
     crate::elog!("no up-to-date {method}-{parts} partition of {name}: creating {}", job.dir.display());
-    let r = job.run(started).with_context(|| format!("cannot partition {name}"))?;
+    let r = job.write(cut, started).with_context(|| format!("cannot partition {name}"))?;
     crate::elog!(
         "partitioned {name} into {parts} parts with {method}: edge cut {:.1}%, balance nodes {:.3} train {:.3}, {:.1} s; \
          wrote {:.1} MB to {}",
@@ -97,6 +123,12 @@ fn dir_bytes(dir: &Path) -> u64 {
     std::fs::read_dir(dir)
         .map(|rd| rd.flatten().filter_map(|e| e.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum())
         .unwrap_or(0)
+}
+
+/// A partitioning cut and not yet written.
+struct Cut {
+    node_part: Vec<u16>,
+    q: Quality,
 }
 
 struct Job<'a> {
@@ -162,6 +194,12 @@ impl<'a> Job<'a> {
     }
 
     fn run(self, started: Instant) -> Result<PartitionReport, PartitionError> {
+        let cut = self.cut()?;
+        self.write(cut, started)
+    }
+
+    /// The node -> part map and its quality, in memory.
+    fn cut(&self) -> Result<Cut, PartitionError> {
         self.ds.verify()?;
         let (k, n) = (self.opts.parts, self.ds.num_nodes());
         let is_train = train_flags(n, self.ds.train());
@@ -174,7 +212,11 @@ impl<'a> Job<'a> {
         };
         let node_part = assign(self.opts.method, &problem)?;
         let q = Quality::measure(self.ds.graph(), &node_part, &is_train, k);
-        drop(is_train);
+        Ok(Cut { node_part, q })
+    }
+
+    fn write(self, Cut { node_part, q }: Cut, started: Instant) -> Result<PartitionReport, PartitionError> {
+        let k = self.opts.parts;
         let mut groups = Grouping::new(&node_part, k);
         let manifest = PartManifest {
             dataset: self.name.to_string(),

@@ -72,13 +72,18 @@ pub fn train_distributed(
     cfg.check_all(&ds)?;
     // Refused before a partitioning that can take minutes when even a
     // full-graph run's lower bound (no halo) does not fit; the partition's
-    // own halo is checked after it.
+    // own halo is checked once it is cut, before it is written.
     check_memory(&ds, None, &cfg, run, opts, false)?;
     // Partitioned before the run's directory exists, so a partitioning that
     // fails leaves no run behind to block the name.
-    let parts_dir =
-        crate::partition::ensure_partition(data, &cfg.dataset, cfg.partition_method(), cfg.parts, cfg.seed)?;
-    check_memory(&ds, Some(&parts_dir), &cfg, run, opts, false)?;
+    crate::partition::ensure_partition_checked(
+        data,
+        &cfg.dataset,
+        cfg.partition_method(),
+        cfg.parts,
+        cfg.seed,
+        &mut |node_part| check_memory(&ds, Some(node_part), &cfg, run, opts, false),
+    )?;
     let (name, run_dir) = new_run_dir(data, run.run.as_deref(), &cfg)?;
     // Held through every restart: this process trains the run until it returns.
     let _lock = RunLock::acquire(&run_dir, &name)?;
@@ -98,21 +103,18 @@ pub fn train_distributed(
 /// for a new run and for a `--resume` alike (its `--workers` or
 /// `--memory-limit-mb` may differ from the run's first start; its refusal
 /// advises only what a resume can change): before the graph is partitioned
-/// as if ownership were even, and with the partition in `parts_dir`, each
-/// worker with its own share.
+/// as if ownership were even, and with the partition's `node_part` (node ->
+/// part, of `cfg.parts` parts), each worker with its own share.
 fn check_memory(
     ds: &crate::format::DatasetFile,
-    parts_dir: Option<&Path>,
+    node_part: Option<&[u16]>,
     cfg: &TrainConfig,
     run: &RunOptions,
     opts: &DistOptions<'_>,
     resume: bool,
 ) -> anyhow::Result<()> {
     let limit = Limit { bytes: run.memory_limit, resume, launcher: opts.launcher.kind() };
-    let owners = match parts_dir {
-        Some(dir) => Some(crate::format::ManifestFile::open(dir)?.node_worker(cfg.workers)),
-        None => None,
-    };
+    let owners = node_part.map(|p| crate::format::node_worker(p, cfg.parts, cfg.workers));
     let local = opts.launcher.local_workers(cfg.workers);
     if local > 0 {
         crate::train::check_model_memory(cfg, ds, Held::Largest(local), true, limit, owners.as_deref())?;
@@ -519,17 +521,19 @@ fn execute(
     let mut env = StrategyEnv::new(&cfg, None)?;
     env.auto_plans = auto_plans.clone();
     let time_steps = saved.map_or(crate::train::strategy::build(cfg.strategy, &env)?.time_steps(), |s| s.current);
-    let parts_dir = absolute(&crate::partition::ensure_partition(
+    // A typed `--resume` is checked as a new run is (a restart goes on from a run that was).
+    let typed = resume.is_some() && restart.is_none();
+    let parts_dir = absolute(&crate::partition::ensure_partition_checked(
         data,
         &cfg.dataset,
         cfg.partition_method(),
         cfg.parts,
         cfg.seed,
+        &mut |node_part| match typed {
+            true => check_memory(&ds, Some(node_part), &cfg, run, opts, true),
+            false => Ok(()),
+        },
     )?)?;
-    // A typed `--resume` is checked as a new run is (a restart goes on from a run that was).
-    if resume.is_some() && restart.is_none() {
-        check_memory(&ds, Some(&parts_dir), &cfg, run, opts, true)?;
-    }
     let partition_checksum = Some(crate::format::ManifestFile::open(&parts_dir)?.checksum());
     let run_dir = absolute(&run_dir)?;
     tracing::info!(
