@@ -4,7 +4,7 @@
 
 mod dist_support;
 
-use dist_support::{cora, facebook, fails, json, refused_capped, scores, straight_and_resumed};
+use dist_support::{cora, facebook, fails, json, names_in, refused_capped, scores, straight_and_resumed};
 use leapgnn::format::DatasetFile;
 use std::path::Path;
 use std::process::Command;
@@ -108,7 +108,7 @@ fn an_infer_that_does_not_fit_is_refused_and_its_estimate_covers_the_peak() {
     let tmp = facebook();
     let d = tmp.path();
     json(d, &["train", "facebook", "--no-tui", "--full-batch", "--epochs", "1", "--hidden", "64", "--run", "fb"]);
-    // Made first, so that the refusals are all an infer on 2 workers prints.
+    // Made first: cutting it needs more than the address-space caps below leave the driver.
     json(d, &["partition", "facebook", "--parts", "2"]);
     for workers in [&[][..], &["--workers", "2"]] {
         for emb in [&[][..], &["--embeddings", "0"]] {
@@ -182,6 +182,23 @@ fn infers_estimate_covers_each_models_peak_closely() {
             }
         }
     }
+}
+
+/// An infer on 2 workers that does not fit is refused (exit 2, one error
+/// line) before its METIS partition is written: the shares are checked on
+/// the partition once it is cut. The old driver wrote `parts/metis-2` (3 MB,
+/// its `creating` and `partitioned` lines before the error) and then refused.
+#[test]
+fn an_infer_on_workers_refused_for_memory_writes_no_partition() {
+    let tmp = facebook();
+    let d = tmp.path();
+    json(d, &["train", "facebook", "--no-tui", "--full-batch", "--epochs", "1", "--hidden", "64", "--run", "fb"]);
+    let parts = d.join("facebook/parts");
+    assert!(!parts.exists(), "one worker's training partitioned the graph");
+    let e = fails(d, &["infer", "fb", "--workers", "2", "--memory-limit-mb", "64"], 2);
+    assert!(e.contains("infer needs an estimated") && e.contains("64 MiB are available (--memory-limit-mb)"), "{e}");
+    // Only the lock that partitioners of this target share (kept, as `partition` keeps it) is left.
+    assert_eq!(names_in(&parts), [".metis-2.lock"], "a refused infer wrote these under {}", parts.display());
 }
 
 #[test]

@@ -5,6 +5,7 @@ mod common;
 mod interrupt;
 #[path = "train_support/mod.rs"]
 mod train_support;
+use train_support::names_in;
 
 use leapgnn::format::{DatasetFile, ManifestFile, PartFile};
 use serde_json::Value;
@@ -13,14 +14,6 @@ use std::process::{Command, Output};
 
 fn leapgnn(data: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_leapgnn")).arg("--data-dir").arg(data).args(args).output().expect("run leapgnn")
-}
-
-/// The entries of `dir`, sorted by name.
-fn names_in(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> =
-        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
-    names.sort();
-    names
 }
 
 fn partition_json(data: &Path, extra: &[&str]) -> Value {

@@ -5,7 +5,9 @@ mod train_support;
 
 use std::collections::HashSet;
 use std::process::Command;
-use train_support::{Tiny, fails, json, leapgnn, leapgnn_capped, losses, refused_capped, weights, write_tiny};
+use train_support::{
+    Tiny, fails, json, leapgnn, leapgnn_capped, losses, names_in, refused_capped, weights, write_tiny,
+};
 
 const BASE: &[&str] = &["train", "tiny", "--batch-size", "64", "--fanout", "5,5", "--hidden", "32"];
 
@@ -561,10 +563,12 @@ fn a_full_graph_run_refused_for_its_halos_writes_no_partition() {
     }
     // Only the lock that partitioners of this target share (kept, as `partition` keeps it) is left.
     let parts = d.join("facebook/parts");
-    let left: Vec<String> = std::fs::read_dir(&parts)
-        .map(|rd| rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
-        .unwrap_or_default();
-    assert_eq!(left, [".metis-2.lock"], "a run refused for its halos wrote these under {}", parts.display());
+    assert_eq!(
+        names_in(&parts),
+        [".metis-2.lock"],
+        "a run refused for its halos wrote these under {}",
+        parts.display()
+    );
     let need = mib_before(&e, together);
     assert!(need > bound, "{e}");
     let s = json(d, &[&run[..], &["--memory-limit-mb", &need.to_string()]].concat());

@@ -9,6 +9,14 @@ use leapgnn::util::rng::hash_of;
 use std::path::Path;
 use std::process::{Command, Output};
 
+/// The entries of `dir`, sorted by name.
+pub fn names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> =
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    names
+}
+
 pub fn leapgnn(data: &Path, args: &[&str]) -> Output {
     leapgnn_env(data, args, &[])
 }

@@ -139,24 +139,31 @@ fn infer_on_workers(
         ))
         .into());
     }
-    // One worker owns every node: no partition.
+    // Held here: the workers that share this machine's memory (every local process; under Slurm the batch
+    // step's node's ranks, whether or not they share its files), as `train`'s driver holds them.
+    let local = launch.launcher.local_workers(world);
+    let check =
+        |owners: Option<&[u16]>| check_memory(&prep, &ds, opts, owners, (world, Some(local), launch.launcher.kind()));
+    // One worker owns every node: no partition. Else the shares are checked
+    // on the partition once it is cut, before it is written: a refused run leaves none.
     let parts_dir = match world {
-        1 => None,
-        _ => Some(crate::partition::ensure_partition(data, &cfg.dataset, "metis", world, cfg.seed)?),
+        1 => {
+            check(None)?;
+            None
+        }
+        _ => {
+            Some(crate::partition::ensure_partition_checked(data, &cfg.dataset, "metis", world, cfg.seed, &mut |p| {
+                Ok(check(Some(&crate::format::node_worker(p, world, world)))?)
+            })?)
+        }
     };
     let mut partition_checksum = None;
-    let mut owners = None;
     if let Some(p) = &parts_dir {
         // A partition of another version of the dataset is refused here, before any worker starts.
         let m = ManifestFile::open(p)?;
         m.check_matches(&ds, world)?;
         partition_checksum = Some(m.checksum());
-        owners = Some(m.node_worker(world));
     }
-    // Held here: the workers that share this machine's memory (every local process; under Slurm the batch
-    // step's node's ranks, whether or not they share its files), as `train`'s driver holds them.
-    let local = launch.launcher.local_workers(world);
-    check_memory(&prep, &ds, opts, owners.as_deref(), (world, Some(local), launch.launcher.kind()))?;
     let root = driver::absolute(&data.root)?;
     let on_worker = |p: &std::path::Path| driver::worker_path(launch.launcher, &root, &driver::absolute(p)?);
     let pinned = WeightsCopy::write(&prep);
