@@ -53,6 +53,12 @@ pub(crate) fn advice(e: &std::io::Error) -> &'static str {
     match e.kind() {
         StorageFull | QuotaExceeded => "; free space there, or write elsewhere (--data-dir, --out)",
         PermissionDenied | ReadOnlyFilesystem => "; make it writable, or write elsewhere (--data-dir, --out)",
+        // Mapping an archive reserves its whole length of address space, so a
+        // `ulimit -v` far below the file's size fails here before any memory is used.
+        OutOfMemory => {
+            "; out of memory or address space: free memory, or raise this process's address-space limit \
+             (ulimit -v, prlimit --as)"
+        }
         _ => "",
     }
 }
@@ -78,6 +84,13 @@ mod tests {
         assert!(msg(ErrorKind::PermissionDenied).contains("make it writable"));
         assert!(msg(ErrorKind::ReadOnlyFilesystem).contains("--data-dir"));
         assert_eq!(msg(ErrorKind::NotFound), format!("/d/runs/r/summary.json: {}", Error::from(ErrorKind::NotFound)));
+        // What mapping an archive under `ulimit -v` gives (ENOMEM).
+        let enomem = FormatError::io("/d/cora/dataset.lgnn", Error::from_raw_os_error(12)).to_string();
+        assert!(
+            enomem.starts_with("/d/cora/dataset.lgnn: ") && enomem.contains("(ulimit -v, prlimit --as)"),
+            "{enomem}"
+        );
+        assert!(enomem.contains("free memory"), "{enomem}");
     }
 
     #[test]
