@@ -271,6 +271,51 @@ fn a_made_partition_in_a_read_only_data_directory_is_used_as_it_is() {
     assert_eq!(r["reused"], true, "{r}");
 }
 
+/// A file of a partition already made that cannot be read for a reason a
+/// rewrite would not cure is reported (exit 1, naming the file), and the
+/// partition is left byte for byte as it was. In the field that is ENOMEM
+/// under `prlimit --as`, EMFILE or EACCES; here a directory or a FIFO in the
+/// file's place, which root meets alike on every machine. `partition` and a
+/// run's on-demand partitioning took any failure to open a file for a stale
+/// partition and cut it again (`infer fb` under `prlimit --as`: "no
+/// up-to-date metis-2 partition of facebook: creating ..."), and a FIFO
+/// blocked the open for ever.
+#[test]
+fn an_unreadable_partition_file_is_reported_and_the_partition_left_as_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    common::write_synthetic_small(dir.path());
+    let data = leapgnn::DataDir::new(dir.path());
+    let parts = dir.path().join("synthetic-small/parts/ldg-2");
+    let args = ["partition", "synthetic-small", "--parts", "2", "--method", "ldg", "--json"];
+    for (file, what) in [("part-1.lgnn", "a directory"), ("manifest", "a pipe (FIFO)")] {
+        assert!(leapgnn(dir.path(), &[&args[..], &["--force"]].concat()).status.success());
+        let path = parts.join(file);
+        std::fs::remove_file(&path).unwrap();
+        match file {
+            "manifest" => assert!(Command::new("mkfifo").arg(&path).status().unwrap().success()),
+            _ => std::fs::create_dir(&path).unwrap(),
+        }
+        let before = contents(&parts);
+        let out = leapgnn(dir.path(), &args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{file}: {err}");
+        assert!(err.contains(&format!("{}: is {what}", path.display())) && err.contains("left as it is"), "{err}");
+        assert!(out.stdout.is_empty(), "{file}: {}", String::from_utf8_lossy(&out.stdout));
+        assert_eq!(contents(&parts), before, "{file}: `partition` rewrote the partition");
+        let e = leapgnn::partition::ensure_partition(&data, "synthetic-small", "ldg", 2, 0).unwrap_err();
+        assert_eq!(leapgnn::error::exit_code(e.chain()), 1, "{e:#}");
+        assert!(format!("{e:#}").contains(&path.display().to_string()), "{e:#}");
+        assert_eq!(contents(&parts), before, "{file}: a run's on-demand partitioning rewrote the partition");
+    }
+}
+
+/// Each entry below `root` with its bytes (None for what is not a regular
+/// file), never opening a FIFO.
+fn contents(root: &Path) -> Vec<(std::path::PathBuf, Option<Vec<u8>>)> {
+    let regular = |p: &Path| std::fs::symlink_metadata(p).unwrap().is_file();
+    walk(root).into_iter().map(|p| (p.clone(), regular(&p).then(|| std::fs::read(&p).unwrap()))).collect()
+}
+
 /// `root` and everything below it.
 fn walk(root: &Path) -> Vec<std::path::PathBuf> {
     let mut all = vec![root.to_path_buf()];

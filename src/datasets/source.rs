@@ -42,7 +42,7 @@ impl Source {
                 format!(
                     "is a {}, not a regular file or directory: a source is read more than once, so save it to a \
                      file first and give that file to --from",
-                    special_kind(&meta.file_type())
+                    crate::format::special_kind(&meta.file_type())
                 ),
             ));
         }
@@ -150,20 +150,6 @@ impl Source {
         let mut buf = Vec::new();
         self.open_part(name)?.read_to_end(&mut buf).map_err(|e| read_error(&shown, 0, e))?;
         Ok(buf)
-    }
-}
-
-/// What a non-regular file is, for the error that refuses it.
-fn special_kind(t: &std::fs::FileType) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    if t.is_fifo() {
-        "pipe (FIFO)"
-    } else if t.is_char_device() || t.is_block_device() {
-        "device"
-    } else if t.is_socket() {
-        "socket"
-    } else {
-        "special file"
     }
 }
 

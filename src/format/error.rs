@@ -64,6 +64,24 @@ pub(crate) fn advice(e: &std::io::Error) -> &'static str {
 }
 
 impl FormatError {
+    /// True when the file is absent or is not a sound archive of this version:
+    /// writing it again is the cure. False for a failure to read it
+    /// (memory, descriptors, permissions, a directory in its place), which a
+    /// rewrite would not cure and could hide.
+    pub fn is_missing_or_damaged(&self) -> bool {
+        match self {
+            FormatError::Io { source, .. } => source.kind() == std::io::ErrorKind::NotFound,
+            FormatError::Link { .. } | FormatError::Serialize { .. } => false,
+            FormatError::BadMagic { .. }
+            | FormatError::Truncated { .. }
+            | FormatError::NewerVersion { .. }
+            | FormatError::OlderVersion { .. }
+            | FormatError::WrongKind { .. }
+            | FormatError::Checksum { .. }
+            | FormatError::Corrupt { .. } => true,
+        }
+    }
+
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         FormatError::Io { path: path.into(), source }
     }
@@ -91,6 +109,15 @@ mod tests {
             "{enomem}"
         );
         assert!(enomem.contains("free memory"), "{enomem}");
+    }
+
+    #[test]
+    fn only_a_missing_or_damaged_file_calls_for_a_rewrite() {
+        let io = |e| FormatError::io("/d/p/manifest", e).is_missing_or_damaged();
+        assert!(io(Error::from(ErrorKind::NotFound)));
+        assert!(!io(Error::from_raw_os_error(12)) && !io(Error::from(ErrorKind::PermissionDenied)));
+        assert!(FormatError::corrupt("/d/p/manifest", "x").is_missing_or_damaged());
+        assert!(FormatError::BadMagic { path: "/d/p/manifest".into() }.is_missing_or_damaged());
     }
 
     #[test]

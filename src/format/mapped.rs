@@ -65,6 +65,39 @@ where
     Ok(())
 }
 
+/// Opens `path` for reading if it is a regular file. Non-blocking, so that a
+/// FIFO in its place is refused rather than waiting forever for a writer; a
+/// directory (which opens, then fails to map or read) is refused by name.
+fn open_regular(path: &Path) -> Result<File, FormatError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let io = |e| FormatError::io(path, e);
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path).map_err(io)?;
+    let t = file.metadata().map_err(io)?.file_type();
+    if t.is_file() {
+        return Ok(file);
+    }
+    let (kind, what) = if t.is_dir() {
+        (std::io::ErrorKind::IsADirectory, "directory")
+    } else {
+        (std::io::ErrorKind::InvalidInput, special_kind(&t))
+    };
+    Err(io(std::io::Error::new(kind, format!("is a {what}, not an archive file; move it aside"))))
+}
+
+/// What a non-regular file is, for the error that refuses it.
+pub(crate) fn special_kind(t: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_fifo() {
+        "pipe (FIFO)"
+    } else if t.is_char_device() || t.is_block_device() {
+        "device"
+    } else if t.is_socket() {
+        "socket"
+    } else {
+        "special file"
+    }
+}
+
 /// A validated, memory-mapped archive of `T`. Reading is zero-copy.
 pub struct Mapped<T> {
     path: PathBuf,
@@ -82,7 +115,7 @@ where
     /// (that is `verify_checksum`), so it stays sub-millisecond on large files.
     pub fn open(path: impl AsRef<Path>, kind: Kind) -> Result<Self, FormatError> {
         let path = path.as_ref().to_path_buf();
-        let mut file = File::open(&path).map_err(|e| FormatError::io(&path, e))?;
+        let mut file = open_regular(&path)?;
         let len = file.metadata().map_err(|e| FormatError::io(&path, e))?.len();
         if len < HEADER_LEN as u64 {
             // Too short to map usefully (and mmap of 0 bytes fails): decode reports why.

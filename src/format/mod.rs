@@ -20,6 +20,7 @@ pub use error::FormatError;
 pub(crate) use error::advice as io_advice;
 pub use features::{AUTO_SPARSE_DENSITY, FeatureStorage, FeatureTable, FeatureView, RowRef};
 pub use header::{FORMAT_VERSION, Header, Kind};
+pub(crate) use mapped::special_kind;
 pub use mapped::{Mapped, write_archive};
 pub use partition::{
     ArchivedPartManifest, ManifestFile, PartFeatures, PartFile, PartManifest, manifest_path, node_worker, part_path,

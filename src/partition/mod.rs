@@ -197,4 +197,12 @@ pub enum PartitionError {
     Format(#[from] FormatError),
     #[error("METIS failed on {nodes} nodes and {entries} adjacency entries ({detail}); try --method ldg")]
     Metis { nodes: usize, entries: usize, detail: String },
+    /// A file of the partition already there could not be read, for a reason
+    /// that cutting it again would not cure: it is reported, and left alone.
+    #[error("cannot check the existing partition in {}, left as it is: {source}", dir.display())]
+    Existing {
+        dir: std::path::PathBuf,
+        #[source]
+        source: FormatError,
+    },
 }

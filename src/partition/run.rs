@@ -4,7 +4,7 @@
 use super::quality::Quality;
 use super::writer::{Grouping, TargetLock, write_dir};
 use super::{PartitionError, PartitionOptions, Problem, assign, train_flags};
-use crate::format::{DatasetFile, ManifestFile, PartFile, PartManifest};
+use crate::format::{DatasetFile, FormatError, ManifestFile, PartFile, PartManifest};
 use crate::{BadInput, DataDir};
 use anyhow::Context;
 use std::path::{Path, PathBuf};
@@ -52,13 +52,13 @@ pub fn partition_dataset(
     // Checked before the lock too, so a matching partition in a read-only place is used as it is.
     // `partition` says "kept" only of files it has checked whole (a run's
     // on-demand reuse below does not re-hash them: its workers verify what they read).
-    let reuse = |job: &Job<'_>| if opts.force { None } else { job.existing(started, true) };
-    if let Some(r) = reuse(&job) {
+    let reuse = |job: &Job<'_>| if opts.force { Ok(None) } else { job.existing(started, true) };
+    if let Some(r) = reuse(&job)? {
         return Ok(r);
     }
     let _lock = TargetLock::acquire(&job.dir)?;
     // Another process may have written it while this one waited.
-    if let Some(r) = reuse(&job) {
+    if let Some(r) = reuse(&job)? {
         return Ok(r);
     }
     job.run(started)
@@ -85,9 +85,10 @@ pub fn ensure_partition_checked(
 ) -> anyhow::Result<PathBuf> {
     let started = Instant::now();
     let opts = PartitionOptions { seed, ..PartitionOptions::new(method.parse()?, parts) };
-    let job = Job::open(data, name, &opts).with_context(|| format!("cannot partition {name}"))?;
+    let context = || format!("cannot partition {name}");
+    let job = Job::open(data, name, &opts).with_context(context)?;
     let kept = |job: &Job<'_>, check: &mut dyn FnMut(&[u16]) -> anyhow::Result<()>| -> anyhow::Result<bool> {
-        if job.existing(started, false).is_none() {
+        if job.existing(started, false).with_context(context)?.is_none() {
             return Ok(false);
         }
         check(ManifestFile::open(&job.dir)?.node_part())?;
@@ -96,15 +97,15 @@ pub fn ensure_partition_checked(
     if kept(&job, check)? {
         return Ok(job.dir);
     }
-    let _lock = TargetLock::acquire(&job.dir).with_context(|| format!("cannot partition {name}"))?;
+    let _lock = TargetLock::acquire(&job.dir).with_context(context)?;
     if kept(&job, check)? {
         return Ok(job.dir);
     }
-    let cut = job.cut().with_context(|| format!("cannot partition {name}"))?;
+    let cut = job.cut().with_context(context)?;
     check(&cut.node_part)?;
     // Said once the cut is accepted: a refused run's error is its only line.
     crate::elog!("no up-to-date {method}-{parts} partition of {name}: creating {}", job.dir.display());
-    let r = job.write(cut, started).with_context(|| format!("cannot partition {name}"))?;
+    let r = job.write(cut, started).with_context(context)?;
     crate::elog!(
         "partitioned {name} into {parts} parts with {method}: edge cut {:.1}%, balance nodes {:.3} train {:.3}, {:.1} s; \
          wrote {:.1} MB to {}",
@@ -166,23 +167,31 @@ impl<'a> Job<'a> {
     }
 
     /// The report of a partition already on disk that matches this job, if any
-    /// (a corrupt or partial one does not match and is rewritten). `verify`:
-    /// the dataset, the manifest and every part are hashed and checked too.
-    fn existing(&self, started: Instant, verify: bool) -> Option<PartitionReport> {
-        let m = ManifestFile::open(&self.dir).ok()?;
+    /// (a missing, corrupt or partial one does not match and is rewritten).
+    /// `verify`: the dataset, the manifest and every part are hashed and
+    /// checked too. A file that cannot be read for another reason (memory,
+    /// descriptors, permissions) is an error: a rewrite would not cure it, and
+    /// would replace a partition that may be sound.
+    fn existing(&self, started: Instant, verify: bool) -> Result<Option<PartitionReport>, PartitionError> {
+        let Some(m) = self.readable(ManifestFile::open(&self.dir))? else { return Ok(None) };
         let same = m.method() == self.opts.method.name()
             && m.parts() == self.opts.parts
             && m.seed() == self.opts.seed
             && m.constraints() == self.opts.balance.name()
             && m.dataset_checksum() == self.ds.checksum()
             && m.node_part().len() == self.ds.num_nodes();
-        let part_ok = |i| PartFile::open(&self.dir, i).is_ok_and(|p| !verify || p.verify().is_ok());
-        if !same || !(0..self.opts.parts as u32).all(part_ok) {
-            return None;
+        if !same {
+            return Ok(None);
+        }
+        for i in 0..self.opts.parts as u32 {
+            match self.readable(PartFile::open(&self.dir, i))? {
+                Some(p) if !verify || p.verify().is_ok() => {}
+                _ => return Ok(None),
+            }
         }
         // A damaged dataset fails in `run`, with its own error, rather than being reported as kept.
         if verify && (self.ds.verify().is_err() || m.verify().is_err()) {
-            return None;
+            return Ok(None);
         }
         let q = Quality {
             edge_cut: m.edge_cut(),
@@ -190,7 +199,17 @@ impl<'a> Job<'a> {
             part_nodes: m.part_nodes().to_vec(),
             part_train: m.part_train().to_vec(),
         };
-        Some(self.report(&q, true, started))
+        Ok(Some(self.report(&q, true, started)))
+    }
+
+    /// A file of the existing partition, or None when it is missing or
+    /// damaged (the partition is cut again).
+    fn readable<F>(&self, opened: Result<F, FormatError>) -> Result<Option<F>, PartitionError> {
+        match opened {
+            Ok(f) => Ok(Some(f)),
+            Err(e) if e.is_missing_or_damaged() => Ok(None),
+            Err(source) => Err(PartitionError::Existing { dir: self.dir.clone(), source }),
+        }
     }
 
     fn run(self, started: Instant) -> Result<PartitionReport, PartitionError> {
