@@ -52,7 +52,11 @@ pub(crate) fn advice(e: &std::io::Error) -> &'static str {
     use std::io::ErrorKind::*;
     match e.kind() {
         StorageFull | QuotaExceeded => "; free space there, or write elsewhere (--data-dir, --out)",
-        PermissionDenied | ReadOnlyFilesystem => "; make it writable, or write elsewhere (--data-dir, --out)",
+        // Also met reading (a partition's part, an archive), so not only "writable".
+        PermissionDenied => {
+            "; let this user read and write it (chmod, chown), or use another place (--data-dir, --out)"
+        }
+        ReadOnlyFilesystem => "; make it writable, or write elsewhere (--data-dir, --out)",
         // Mapping an archive reserves its whole length of address space, so a
         // `ulimit -v` far below the file's size fails here before any memory is used.
         OutOfMemory => {
@@ -99,7 +103,8 @@ mod tests {
     fn io_errors_an_operator_can_fix_say_how() {
         let msg = |kind| FormatError::io("/d/runs/r/summary.json", Error::from(kind)).to_string();
         assert!(msg(ErrorKind::StorageFull).contains("free space there"), "{}", msg(ErrorKind::StorageFull));
-        assert!(msg(ErrorKind::PermissionDenied).contains("make it writable"));
+        let denied = msg(ErrorKind::PermissionDenied);
+        assert!(denied.contains("let this user read and write it") && denied.contains("--data-dir"), "{denied}");
         assert!(msg(ErrorKind::ReadOnlyFilesystem).contains("--data-dir"));
         assert_eq!(msg(ErrorKind::NotFound), format!("/d/runs/r/summary.json: {}", Error::from(ErrorKind::NotFound)));
         // What mapping an archive under `ulimit -v` gives (ENOMEM).
