@@ -278,3 +278,18 @@ fn a_registry_that_is_unreadable_misspelt_or_too_big_is_refused_with_exit_2() {
         .assert_error(2, &["synthetic dataset `y`", "1000 nodes x 4000000000 features", "MiB are available"]);
     assert!(!d.path().join("y").join("dataset.lgnn").exists());
 }
+
+/// A dataset already there that cannot be read for a reason a rebuild would
+/// not cure (here a directory in its place; in the field ENOMEM under
+/// `ulimit -v`, or EACCES) is reported, exit 1, and left as it is: it was
+/// noted as "invalid ... rebuilding it" and fetched again over it.
+#[test]
+fn an_unreadable_dataset_is_reported_not_rebuilt() {
+    let d = tempfile::tempdir().unwrap();
+    let target = d.path().join("cora-planetoid/dataset.lgnn");
+    std::fs::create_dir_all(target.join("kept")).unwrap();
+    let out = leapgnn(d.path(), &["download", "cora-planetoid", "--from", cora_text().to_str().unwrap()]);
+    out.assert_error(1, &[&format!("{}: is a directory, not an archive file", target.display())]);
+    assert!(!out.stderr.contains("rebuilding"), "{}", out.stderr);
+    assert!(target.join("kept").is_dir());
+}

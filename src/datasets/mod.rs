@@ -80,7 +80,7 @@ pub fn download(data: &DataDir, reg: &Registry, req: &DownloadRequest) -> Result
     }
     let target = data.dataset_path(&req.name);
     let mut notes = Vec::new();
-    if let Some(present) = present(&target, req, t0, &mut notes) {
+    if let Some(present) = present(&target, req, t0, &mut notes)? {
         return Ok(present);
     }
     // One process at a time fetches and builds a dataset: two would write the
@@ -88,7 +88,7 @@ pub fn download(data: &DataDir, reg: &Registry, req: &DownloadRequest) -> Result
     // dataset the first made.
     let _lock = DownloadLock::acquire(data, &req.name)?;
     let mut again = Vec::new(); // an invalid archive was noted above
-    if let Some(present) = present(&target, req, t0, &mut again) {
+    if let Some(present) = present(&target, req, t0, &mut again)? {
         return Ok(present);
     }
 
@@ -158,19 +158,27 @@ pub fn download(data: &DataDir, reg: &Registry, req: &DownloadRequest) -> Result
 }
 
 /// The report of a valid archive already at `target` (unless `--force`); an
-/// invalid one is noted for rebuilding.
-fn present(target: &Path, req: &DownloadRequest, t0: Instant, notes: &mut Vec<String>) -> Option<DownloadReport> {
+/// invalid one is noted for rebuilding. One that cannot be read for another
+/// reason (memory, permissions) is an error: rebuilding would not cure it,
+/// and would replace an archive that may be sound.
+fn present(
+    target: &Path,
+    req: &DownloadRequest,
+    t0: Instant,
+    notes: &mut Vec<String>,
+) -> Result<Option<DownloadReport>, DatasetError> {
     if req.force || !target.exists() {
-        return None;
+        return Ok(None);
     }
     match DatasetFile::open_verified(target) {
         Ok(f) => {
             notes.extend(not_applied(&f, req, target));
-            Some(report(f, t0, "present", std::mem::take(notes)))
+            Ok(Some(report(f, t0, "present", std::mem::take(notes))))
         }
+        Err(e) if !e.is_missing_or_damaged() => Err(e.into()),
         Err(e) => {
             notes.push(format!("{e}; rebuilding it"));
-            None
+            Ok(None)
         }
     }
 }
