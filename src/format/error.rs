@@ -63,6 +63,10 @@ pub(crate) fn advice(e: &std::io::Error) -> &'static str {
             "; out of memory or address space: free memory, or raise this process's address-space limit \
              (ulimit -v, prlimit --as)"
         }
+        // std gives EMFILE no kind of its own (Uncategorized).
+        _ if e.raw_os_error() == Some(libc::EMFILE) => {
+            "; this process has too many files open: raise its open-file limit (ulimit -n, prlimit --nofile)"
+        }
         _ => "",
     }
 }
@@ -114,6 +118,8 @@ mod tests {
             "{enomem}"
         );
         assert!(enomem.contains("free memory"), "{enomem}");
+        let emfile = FormatError::io("/d/cora/dataset.lgnn", Error::from_raw_os_error(libc::EMFILE)).to_string();
+        assert!(emfile.contains("Too many open files") && emfile.contains("(ulimit -n, prlimit --nofile)"), "{emfile}");
     }
 
     #[test]
