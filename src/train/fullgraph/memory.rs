@@ -145,14 +145,13 @@ fn gat_attention(spec: &ModelSpec, last: bool, d_out: u64) -> (u64, u64) {
 /// holds (`estimate`) it keeps no gradient, optimizer slot or dropout copy;
 /// each layer's forward tensors still live until the pass ends (the output
 /// kept of each layer holds them through the weights), so the layers add
-/// up. Measured (peak RSS, in-process and on 2 workers) for GAT, SAGE and
-/// GCN; the models it was not measured on are held to a step's estimate.
+/// up. Measured (peak RSS, in-process and on 2 workers) for every model.
 pub fn infer_estimate(s: Shape, spec: &ModelSpec, params: usize, sparse_input: bool) -> u64 {
-    // SAGE projects its own rows and its neighbours' aggregate apart.
+    // SAGE projects its own rows and its neighbours' aggregate apart (with
+    // max aggregation, both side by side as one input twice as wide).
     let paths = match spec.kind {
-        ModelKind::Gcn | ModelKind::Gat => 1,
-        ModelKind::SageMean => 2,
-        _ => return estimate(s, spec, params, sparse_input),
+        ModelKind::SageMean | ModelKind::SageMax => 2,
+        _ => 1,
     };
     let rows = s.owned + s.halo;
     let f = 4u64;
@@ -174,6 +173,10 @@ pub fn infer_estimate(s: Shape, spec: &ModelSpec, params: usize, sparse_input: b
         b += if spec.kind == ModelKind::Gat {
             let (heads, width) = gat_attention(spec, last, d_out);
             INFER_PROJECTION_COPIES * rows * width * f + INFER_EDGE_COPIES * (s.edges + s.owned) * heads * f
+        } else if let Some((all, owned)) = residual_copies(spec.kind) {
+            // Every block is as wide as --hidden, the last one's head adding the class scores.
+            let h = spec.hidden as u64;
+            (all * rows + owned * s.owned) * h * f + if last { 2 * s.owned * spec.classes as u64 * f } else { 0 }
         } else if l == 0 && sparse_input {
             // Sparse rows are multiplied first, all rows and the owned, into projections as wide as the output.
             2 * paths * (rows + s.owned) * d_out * f
@@ -183,6 +186,22 @@ pub fn infer_estimate(s: Shape, spec: &ModelSpec, params: usize, sparse_input: b
         };
     }
     b
+}
+
+/// deepgcn and film without gradients: `[rows, hidden]` tensors alive at
+/// the peak of each block, of all rows and of the owned. deepgcn: the batch
+/// norm of all rows, its ReLU and dropout, the message and its epsilon; the
+/// aggregate, its sum with the owned rows, the projection and the residual.
+/// film: the stacked projection (three wide) and the message; the weighted
+/// sum, the layer norm's temporaries. Measured per block (Facebook, hidden
+/// 64 to 256, 3 to 10 layers, in-process): about 11 and 8 with the input's
+/// 2 copies, against the 16 of a training step's estimate.
+fn residual_copies(kind: ModelKind) -> Option<(u64, u64)> {
+    match kind {
+        ModelKind::DeepGcn => Some((6, 5)),
+        ModelKind::Film => Some((4, 4)),
+        _ => None,
+    }
 }
 
 /// A hidden layer's input in a pass without gradients: the exchanged rows
