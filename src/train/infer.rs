@@ -492,12 +492,16 @@ pub(crate) fn check_worker(
     let need = |r: usize| worker_need(shapes[r], spec, params, sparse, row);
     let others: Vec<u64> = host_ranks.iter().filter(|&&r| r != rank && r < shapes.len()).map(|&r| need(r)).collect();
     let limit = Limit { launcher, ..Default::default() };
-    let remedy = format!(
+    let alone = format!(
         "spread the graph over more --workers or {}{}, or infer on hosts with more memory",
         limit.more_machines(),
         omit_embeddings(embeddings)
     );
-    check_share((rank, shapes[rank], need(rank)), &others, limit, "infer", &remedy, "")
+    // Where this host's workers are over together, more of them is no remedy:
+    // the advice to run fewer here (or spread them over machines) stands alone.
+    let omit = embeddings.map_or(String::new(), |l| format!("omit --embeddings {l}, "));
+    let shared = format!("{omit}or infer on hosts with more memory");
+    check_share((rank, shapes[rank], need(rank)), &others, limit, "infer", [&alone, &shared], "")
 }
 
 /// This worker's owned vertices scored with the run's model: layer-wise

@@ -308,7 +308,7 @@ pub fn check_worker(
         &held,
         limit,
         "--mode full-graph",
-        "use more machines, a smaller --hidden, or --mode minibatch",
+        ["use more machines, a smaller --hidden, or --mode minibatch"; 2],
         "a smaller --hidden, more machines or --mode minibatch",
     )
 }
@@ -317,25 +317,28 @@ pub fn check_worker(
 /// bytes of it do not fit this host (as `check_worker` says, for `train`
 /// and `infer` alike), with `others`: the estimates of the other workers on
 /// this host, which share its memory (not its address-space limit, which is
-/// each process's own). `task` names what needs them, `remedy` is what a new
-/// run can change (after raising this host's limit or freeing its memory),
-/// `change` what a resumed one would have to start anew with.
+/// each process's own). `task` names what needs them; `remedy` is what a new
+/// run can change (after raising this host's limit or freeing its memory):
+/// `[alone, shared]`, the second where the workers on this host are over its
+/// memory together, after the advice to run fewer of them there
+/// (`Limit::fewer_here`), which it must not contradict; `change` is what a
+/// resumed run would have to start anew with.
 pub(crate) fn check_share(
     (rank, shape, need): (usize, Shape, u64),
     others: &[u64],
     limit: Limit,
     task: &str,
-    remedy: &str,
+    [alone, shared]: [&str; 2],
     change: &str,
 ) -> Result<(), BadInput> {
     let budgets = budgets(limit);
     let held: Vec<u64> = std::iter::once(need).chain(others.iter().copied()).collect();
     let Some(b) = exceeded(&budgets, &held) else { return Ok(()) };
     let host = crate::util::host_name();
-    let raise = match (b.each, held.len()) {
-        (true, _) => format!("raise the limit on {host} (ulimit -v, prlimit --as, the job's memory limit), "),
-        (false, 1) => format!("free memory on {host}, "),
-        (false, _) => format!("free memory on {host}, run {}, ", limit.fewer_here()),
+    let (raise, remedy) = match (b.each, held.len()) {
+        (true, _) => (format!("raise the limit on {host} (ulimit -v, prlimit --as, the job's memory limit), "), alone),
+        (false, 1) => (format!("free memory on {host}, "), alone),
+        (false, _) => (format!("free memory on {host}, run {}, ", limit.fewer_here()), shared),
     };
     Err(BadInput::new(format!(
         "worker {rank} on {host}: {task} needs an estimated {} MiB for its share of the graph \
