@@ -459,3 +459,16 @@ pub fn wrapped(dir: &Path, name: &str, body: &str) -> leapgnn::cluster::LocalLau
     std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
     leapgnn::cluster::LocalLauncher::new(&wrapper, vec!["--data-dir".into(), dir.display().to_string()])
 }
+
+/// Whether refusal `e`, from a worker of 2 on `host` over its address-space
+/// limit, names the worker and the limit as that worker's: the driver
+/// prints it, where "this process's" (which it said) reads as the driver's.
+pub fn names_its_workers_limit(e: &str, host: &str) -> bool {
+    let names = |r: usize| {
+        e.contains(&format!("worker {r} on {host}: "))
+            && e.contains(&format!(
+                "MiB are available there (the address-space limit of worker {r} on {host}, RLIMIT_AS)"
+            ))
+    };
+    (names(0) || names(1)) && !e.contains("this process's")
+}

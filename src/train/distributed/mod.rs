@@ -112,15 +112,22 @@ impl Placement {
         if self.host_ranks(rank).first() != Some(&rank) {
             return;
         }
-        if let Some(text) = crate::train::fullgraph::memory::address_space_warning() {
-            let line = format!("{ADDRESS_SPACE}on {}: {text}", crate::util::host_name());
-            let _ = reporter.send(&crate::cluster::ToDriver::Log(line));
+        if let Some(line) = address_space_line(rank) {
+            let _ = reporter.send(&crate::cluster::ToDriver::Log(format!("{ADDRESS_SPACE}{line}")));
         }
     }
 }
 
 /// How a worker's `Placement::warn_address_space` line begins.
 const ADDRESS_SPACE: &str = "address-space warning ";
+
+/// What worker `rank` says of the address-space limit this process runs
+/// under, on this host and naming both; None without a limit.
+fn address_space_line(rank: usize) -> Option<String> {
+    use crate::train::fullgraph::memory::{address_space_warning, worker_rlimit_source};
+    let host = crate::util::host_name();
+    address_space_warning(&worker_rlimit_source(rank, &host)).map(|text| format!("on {host}: {text}"))
+}
 
 /// Prints a worker's log line, and returns it as the event log shows it: a
 /// host's address-space warning as a warning naming the worker and its host,
@@ -133,8 +140,8 @@ pub(crate) fn log_worker_line(rank: usize, line: &str) -> String {
         return format!("[worker {rank}] {line}");
     };
     let shown = format!("worker {rank} {on_host}");
-    let drivers_own = crate::train::fullgraph::memory::address_space_warning()
-        .map(|text| format!("on {}: {text}", crate::util::host_name()));
+    // What the worker would have said under the driver's own limit, on its machine.
+    let drivers_own = address_space_line(rank);
     match drivers_own.as_deref() == Some(on_host) {
         true => tracing::debug!("{shown}"),
         false => tracing::warn!("{shown}"),

@@ -340,15 +340,18 @@ pub(crate) fn check_share(
         (false, 1) => (format!("free memory on {host}, "), alone),
         (false, _) => (format!("free memory on {host}, run {}, ", limit.fewer_here()), shared),
     };
+    let source = match b.each {
+        true => worker_rlimit_source(rank, &host),
+        false => b.source.to_string(),
+    };
     Err(BadInput::new(format!(
         "worker {rank} on {host}: {task} needs an estimated {} MiB for its share of the graph \
-         ({} nodes and {} halo rows){} but {} MiB are available there ({}); {}",
+         ({} nodes and {} halo rows){} but {} MiB are available there ({source}); {}",
         mib(need),
         shape.owned,
         shape.halo,
         b.together_on(&held, held.len(), &host),
         mib(b.bytes),
-        b.source,
         b.advice(format!("{raise}{remedy}"), "", change),
     )))
 }
@@ -414,14 +417,22 @@ impl Held<'_> {
 /// added; a run under a tight limit is told instead.
 pub fn warn_address_space() {
     static ONCE: std::sync::Once = std::sync::Once::new();
-    let Some(text) = address_space_warning() else { return };
+    let Some(text) = address_space_warning(crate::util::RLIMIT_AS_SOURCE) else { return };
     ONCE.call_once(|| tracing::warn!("{text}"));
 }
 
+/// How a worker names the address-space limit it runs under, in what its
+/// driver prints for it (a refusal, `address_space_warning`): "this
+/// process's" there would read as the driver's own.
+pub(crate) fn worker_rlimit_source(rank: usize, host: &str) -> String {
+    format!("the address-space limit of worker {rank} on {host}, RLIMIT_AS")
+}
+
 /// What `warn_address_space` says of the address-space limit this process
-/// runs under; None without one. A worker sends it to its driver instead
-/// (`Placement::warn_address_space`): its host's limit is not the driver's.
-pub(crate) fn address_space_warning() -> Option<String> {
+/// runs under, named as `source` says; None without one. A worker sends it
+/// to its driver instead (`Placement::warn_address_space`), naming itself
+/// (`worker_rlimit_source`): its host's limit is not the driver's.
+pub(crate) fn address_space_warning(source: &str) -> Option<String> {
     let bytes = crate::util::address_space_limit()?;
     Some(format!(
         "{} MiB of address space ({}): the memory checks compared it with estimates of resident memory, but a \
@@ -429,7 +440,7 @@ pub(crate) fn address_space_warning() -> Option<String> {
          worker: 78 MiB resident, 1383 MiB of address space), so an allocation may still fail; lift it \
          (ulimit -v unlimited) and bound memory with --memory-limit-mb or the job's memory limit instead",
         mib(bytes),
-        crate::util::RLIMIT_AS_SOURCE
+        source
     ))
 }
 
