@@ -716,12 +716,12 @@ fn a_worker_owning_every_root_is_held_to_the_roots_it_is_routed() {
     assert!(!e.contains("roots one worker owns"), "{e}");
     let even = mib_before(&e, " MiB for the 2 workers and the driver on this machine together");
     let even_worker = estimate_per_worker(&e);
-    // Refused once partitioned (the partitioner's lines come first), before the run is created.
+    // Refused on the partition once it is cut, before it is written or the run is created: one error line.
     let out = run(&even.to_string());
     let err = String::from_utf8_lossy(&out.stderr).to_string();
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!((out.status.code(), err.lines().count()), (Some(2), 1), "{err}");
     let e = err.lines().last().unwrap();
-    assert!(d.join("skew/parts/hash-2").exists(), "checked before its partition was written");
+    assert_eq!(names_in(&d.join("skew/parts")), [".hash-2.lock"], "written before it was checked");
     assert!(!d.join("runs").exists() || std::fs::read_dir(d.join("runs")).unwrap().next().is_none());
     for needle in ["for up to 512 roots one worker owns in an iteration and 512 in one time step", "--memory-limit-mb"]
     {

@@ -185,6 +185,12 @@ pub fn infer_estimate(s: Shape, spec: &ModelSpec, params: usize, sparse_input: b
             paths * s.owned * (d_in + 2 * d_out) * f
         };
     }
+    // SAGE-max's tensors alone came within 2-4 % of its measured peaks (the
+    // other models' counts hold more slack), leaving nothing for what the
+    // allocator and the matmul's per-thread buffers keep on another machine.
+    if spec.kind == ModelKind::SageMax {
+        b += b / 16;
+    }
     b
 }
 
