@@ -48,7 +48,7 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     }
     let (job, reporter) = worker_session::join(a.driver, a.rank, token.trim(), a.bind, Duration::from_secs(a.timeout))?;
     if slurm {
-        worker_session::relay_step_signals(&reporter, relay);
+        worker_session::relay_step_signals(&reporter, relay)?;
     }
     // The test harness and operators find a worker by these (the driver prefixes `[worker r]`).
     leapgnn::elog!(

@@ -63,3 +63,78 @@ fn threads_that_cannot_start_are_reported_before_any_work_not_a_panic() {
         .unwrap();
     assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
 }
+
+/// `std::thread::spawn` panics when the OS refuses a thread: under a tight
+/// process/thread limit (`ulimit -u`) a `train --workers 2` died with
+/// "failed to spawn thread" in the driver, a launcher's log reader, a
+/// worker's watchdog or its mesh, and a worker could be left running. Every
+/// limit from too few to enough is tried (which thread is refused first
+/// depends on how the processes interleave, the outcome must not): each run
+/// ends with one error line, exit 1, no panic and no process left behind,
+/// and a refused thread is named with the limit and what to raise.
+#[test]
+fn a_refused_thread_is_an_error_naming_it_and_the_limit_never_a_panic() {
+    // SAFETY: geteuid reads the process's credentials, nothing else.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: dropping to an unprivileged user needs root (CI runs as root)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    write_tiny(d, "tiny", Tiny::default());
+    // The limit is counted per user: one that no other process uses, so the count is this run's alone.
+    let uid = (64000..65000).map(|u| u + std::process::id() % 1000).find(|&u| processes_of(u) == 0).unwrap();
+    let open = std::process::Command::new("chmod").arg("-R").arg("a+rwX").arg(d).status().unwrap();
+    assert!(open.success());
+    let mut named = Vec::new();
+    let mut enough = None;
+    for limit in 2..64u64 {
+        let out = as_user(d, uid, limit, &["train", "tiny", "--workers", "2", "--epochs", "1", "--no-tui"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "limit {limit}: {err}");
+        assert_eq!(processes_of(uid), 0, "limit {limit}: processes left behind: {err}");
+        if out.status.success() {
+            enough = Some(limit);
+            break;
+        }
+        assert_eq!(out.status.code(), Some(1), "limit {limit}: {err}");
+        let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error: ")).collect();
+        assert_eq!(errors.len(), 1, "limit {limit}: {err}");
+        if errors[0].contains("cannot start thread leapgnn-") {
+            for needle in [&format!("(RLIMIT_NPROC) of {limit}") as &str, "ulimit -u"] {
+                assert!(errors[0].contains(needle), "limit {limit}: no `{needle}` in {err}");
+            }
+            named.push(limit);
+        }
+    }
+    assert!(enough.is_some(), "no limit below 64 was enough to train");
+    assert!(!named.is_empty(), "no limit refused a thread (enough from {enough:?})");
+}
+
+/// How many processes (threads included) user `uid` runs.
+fn processes_of(uid: u32) -> usize {
+    let out = std::process::Command::new("pgrep").arg("-u").arg(uid.to_string()).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
+/// `leapgnn` run as user and group `uid`, whose processes and threads together
+/// may number `limit`, with one compute thread per process.
+fn as_user(data: &std::path::Path, uid: u32, limit: u64, args: &[&str]) -> std::process::Output {
+    use std::os::unix::process::CommandExt;
+    let mut c = std::process::Command::new("timeout");
+    c.arg("300").arg(env!("CARGO_BIN_EXE_leapgnn")).arg("--data-dir").arg(data).args(args);
+    c.env("RAYON_NUM_THREADS", "1").env("HOME", data);
+    // SAFETY: between fork and exec the closure only calls setrlimit, setgroups,
+    // setgid and setuid, all async-signal-safe, on values it owns; it allocates nothing.
+    unsafe {
+        c.pre_exec(move || {
+            let nproc = libc::rlimit { rlim_cur: limit, rlim_max: limit };
+            let ok = libc::setrlimit(libc::RLIMIT_NPROC, &nproc) == 0
+                && libc::setgroups(0, std::ptr::null()) == 0
+                && libc::setgid(uid) == 0
+                && libc::setuid(uid) == 0;
+            if ok { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+        });
+    }
+    c.output().expect("leapgnn runs")
+}

@@ -12,6 +12,7 @@ use super::profile::{HostSpec, LauncherKind, Profile};
 use super::ship::{self, RemoteState, ShipItem};
 use super::ssh::{RankFiles, SshLauncher};
 use super::ssh_session::Stage;
+use crate::util::threads::spawn_scoped;
 use serde::Serialize;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
@@ -146,11 +147,18 @@ fn check_hosts(launcher: &SshLauncher, data: Option<&RankFiles>) -> Vec<HostRepo
         let handles: Vec<_> = regular
             .chain(profile.spares.iter().map(|h| (h, None)))
             .map(|(h, ranks)| {
-                let data = data.cloned();
-                s.spawn(move || check_host(launcher, h, ranks, data))
+                let (r, d) = (ranks.clone(), data.cloned());
+                (h, ranks, spawn_scoped(s, "leapgnn-check", move || check_host(launcher, h, r, d)))
             })
             .collect();
-        handles.into_iter().map(|t| t.join().expect("host check panicked")).collect::<Vec<_>>()
+        // A host whose thread could not start is checked here, after the others: slower, never skipped.
+        handles
+            .into_iter()
+            .map(|(h, ranks, t)| match t {
+                Ok(t) => t.join().expect("host check panicked"),
+                Err(_) => check_host(launcher, h, ranks, data.cloned()),
+            })
+            .collect::<Vec<_>>()
     })
 }
 

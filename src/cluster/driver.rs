@@ -7,6 +7,7 @@ use super::control::{ControlConn, ControlError, MAX_HANDSHAKE_FRAME, ToDriver, T
 use super::job_key::{self, Side};
 use super::launcher::{Launcher, WorkerProcess, WorkerSpec};
 use super::worker_session::HEARTBEAT;
+use crate::util::threads::{SpawnError, spawn};
 use std::collections::VecDeque;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -87,6 +88,8 @@ pub enum DriverError {
         #[source]
         source: anyhow::Error,
     },
+    #[error("driver: {0}")]
+    Thread(#[from] SpawnError),
 }
 
 impl DriverError {
@@ -99,7 +102,9 @@ impl DriverError {
             | DriverError::Silent { rank, .. }
             | DriverError::Unresponsive { rank, .. }
             | DriverError::Launch { rank, .. } => Some(*rank),
-            DriverError::Interrupted | DriverError::Control(_) | DriverError::Bind { .. } => None,
+            DriverError::Interrupted | DriverError::Control(_) | DriverError::Bind { .. } | DriverError::Thread(_) => {
+                None
+            }
         }
     }
 }
@@ -183,7 +188,7 @@ pub fn run_job_stoppable(
         let mut c = c.try_clone()?;
         c.set_read_timeout(None)?;
         let tx = tx.clone();
-        std::thread::spawn(move || {
+        let reader = spawn(format!("leapgnn-control-{rank}"), move || {
             loop {
                 match c.recv::<ToDriver>() {
                     Ok(m) => {
@@ -198,6 +203,10 @@ pub fn run_job_stoppable(
                 }
             }
         });
+        // Readers already started end when finish's shutdown closes their connections.
+        if let Err(e) = reader {
+            return finish(&conns, procs, Err(e.into()));
+        }
     }
     drop(tx);
     let mut done: Vec<Option<serde_json::Value>> = vec![None; world];
@@ -472,10 +481,14 @@ fn admit(
                 pending.push_back((next_id, clone, hello.clone()));
                 let (tx, token, id, within) = (tx.clone(), token.to_string(), next_id, opts.admit_deadline);
                 next_id += 1;
-                std::thread::spawn(move || {
+                let shake = spawn(format!("leapgnn-admit-{id}"), move || {
                     let outcome = handshake(stream, from, &token, world, within, &hello);
                     let _ = tx.send((id, from, outcome));
                 });
+                // The pending handshakes are cut below; the caller kills the workers.
+                if let Err(e) = shake {
+                    break Err(e.into());
+                }
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::sleep(ACCEPT_POLL),
             Err(e) if matches!(e.kind(), std::io::ErrorKind::ConnectionAborted | std::io::ErrorKind::Interrupted) => {}

@@ -73,17 +73,18 @@ impl Launcher for LocalLauncher {
         let mut child =
             cmd.spawn().with_context(|| format!("cannot start worker {} ({})", spec.rank, self.binary.display()))?;
         let mut stdin = child.stdin.take().expect("piped stdin");
-        writeln!(stdin, "{}", spec.token)
-            .with_context(|| format!("cannot pass the job token to worker {}", spec.rank))?;
-        drop(stdin);
         let stderr = child.stderr.take().expect("piped stderr");
         let rank = spec.rank;
         let log = self.log.clone();
-        std::thread::spawn(move || {
+        // Held from here: should the token or its log thread fail, dropping it kills the worker.
+        let worker = ChildWorker::new(rank, child, None);
+        writeln!(stdin, "{}", spec.token).with_context(|| format!("cannot pass the job token to worker {}", rank))?;
+        drop(stdin);
+        crate::util::threads::spawn(format!("leapgnn-log-{rank}"), move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 log(format!("[worker {rank}] {line}"));
             }
-        });
-        Ok(Box::new(ChildWorker::new(rank, child, None)))
+        })?;
+        Ok(Box::new(worker))
     }
 }

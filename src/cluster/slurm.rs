@@ -175,12 +175,20 @@ fn run_within(
         stdin.write_all(text.as_bytes()).map_err(|e| fail(e.to_string()))?;
     }
     let (mut out, mut err) = (child.stdout.take().expect("piped"), child.stderr.take().expect("piped"));
-    let reader = std::thread::spawn(move || {
+    let reader = crate::util::threads::spawn("leapgnn-slurm-output", move || {
         let (mut o, mut e) = (Vec::new(), String::new());
         let _ = out.read_to_end(&mut o);
         let _ = err.read_to_string(&mut e);
         (o, e)
     });
+    let reader = match reader {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(fail(e.to_string()));
+        }
+    };
     let deadline = Instant::now() + limit;
     let status = loop {
         match child.try_wait().map_err(|e| fail(e.to_string()))? {
@@ -467,19 +475,21 @@ impl Launcher for SlurmLauncher {
         }
         let mut child = cmd.spawn().map_err(|e| anyhow::anyhow!("cannot run srun for worker {}: {e}", spec.rank))?;
         let mut stdin = child.stdin.take().expect("piped stdin");
-        writeln!(stdin, "{sealed}")
-            .map_err(|e| anyhow::anyhow!("cannot pass the job token to worker {}: {e}", spec.rank))?;
-        drop(stdin);
         let stderr = child.stderr.take().expect("piped stderr");
         let (rank, log) = (spec.rank, self.log.clone());
-        std::thread::spawn(move || {
+        // SIGTERM makes srun signal its task and wait for it (killing srun itself
+        // would leave the task running until Slurm notices); SIGKILL after a grace period.
+        // Held from here: should the token or its log thread fail, dropping it kills the worker.
+        let worker = ChildWorker::new(rank, child, Some(Duration::from_secs(10)));
+        writeln!(stdin, "{sealed}")
+            .map_err(|e| anyhow::anyhow!("cannot pass the job token to worker {}: {e}", rank))?;
+        drop(stdin);
+        crate::util::threads::spawn(format!("leapgnn-log-{rank}"), move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 log(format!("[worker {rank}] {line}"));
             }
-        });
-        // SIGTERM makes srun signal its task and wait for it (killing srun itself
-        // would leave the task running until Slurm notices); SIGKILL after a grace period.
-        Ok(Box::new(ChildWorker::new(rank, child, Some(Duration::from_secs(10)))))
+        })?;
+        Ok(Box::new(worker))
     }
 
     /// With sbcast the workers' data directory is the node-local copy: the job

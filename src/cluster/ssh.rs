@@ -17,6 +17,7 @@ use super::profile::{HostSpec, Profile, resolve_remote};
 use super::remote_dir::{Found, HostSftp, SftpDir};
 use super::ship::{self, ShipItem, Shipped};
 use super::ssh_session::{self, SessionOptions, SshError, millis, quote};
+use crate::util::threads::spawn_scoped;
 use anyhow::Context;
 use ssh2::{Channel, Session, Sftp};
 use std::collections::{HashMap, HashSet};
@@ -391,9 +392,18 @@ impl Launcher for SshLauncher {
     fn remove_run_dir(&self, run: &str, redundant: &Redundant) -> Vec<RunDirCleanup> {
         let hosts = self.used.lock().unwrap_or_else(|e| e.into_inner()).clone();
         std::thread::scope(|s| {
-            let handles: Vec<_> =
-                hosts.iter().map(|h| s.spawn(move || self.remove_run_dir_on(h, run, redundant))).collect();
-            handles.into_iter().map(|t| t.join().expect("a run directory's removal panicked")).collect()
+            let handles: Vec<_> = hosts
+                .iter()
+                .map(|h| (h, spawn_scoped(s, "leapgnn-clean", move || self.remove_run_dir_on(h, run, redundant))))
+                .collect();
+            // A host whose thread could not start is cleaned here, after the others: slower, never skipped.
+            handles
+                .into_iter()
+                .map(|(h, t)| match t {
+                    Ok(t) => t.join().expect("a run directory's removal panicked"),
+                    Err(_) => self.remove_run_dir_on(h, run, redundant),
+                })
+                .collect()
         })
     }
 

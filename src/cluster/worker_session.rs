@@ -22,15 +22,19 @@ pub const STEP_SIGNALLED: &str = "Slurm signalled this worker's step (the job wa
 /// Relays each signal `signalled` receives (from the worker's handler) to the
 /// driver as `STEP_SIGNALLED`, from a thread of its own, for as long as the
 /// worker runs.
-pub fn relay_step_signals(reporter: &Reporter, signalled: std::sync::mpsc::Receiver<()>) {
+pub fn relay_step_signals(
+    reporter: &Reporter,
+    signalled: std::sync::mpsc::Receiver<()>,
+) -> Result<(), crate::util::threads::SpawnError> {
     let reporter = reporter.clone();
-    std::thread::spawn(move || {
+    crate::util::threads::spawn("leapgnn-step-signals", move || {
         while signalled.recv().is_ok() {
             if reporter.send(&ToDriver::Log(STEP_SIGNALLED.into())).is_err() {
                 break;
             }
         }
-    });
+    })?;
+    Ok(())
 }
 
 /// How often a worker tells the driver it is alive (a thread of its own, so a
@@ -156,7 +160,7 @@ pub fn join(
     watch.set_read_timeout(None)?;
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
-    std::thread::spawn(move || {
+    crate::util::threads::spawn("leapgnn-watchdog", move || {
         let (why, code) = loop {
             match watch.recv::<ToWorker>() {
                 Ok(ToWorker::Stop) => flag.store(true, Ordering::SeqCst),
@@ -166,14 +170,17 @@ pub fn join(
         };
         tracing::info!("worker {rank}: {why}; exiting");
         std::process::exit(code);
-    });
+    })
+    .map_err(|e| anyhow::anyhow!("worker {rank}: {e}"))?;
     let reporter = Reporter { conn: Arc::new(Mutex::new(conn)), stop };
     let hb = reporter.clone();
-    std::thread::spawn(move || {
+    // Should it not start, the watchdog goes with the process, which this error ends.
+    crate::util::threads::spawn("leapgnn-heartbeat", move || {
         while hb.send(&ToDriver::Heartbeat).is_ok() {
             std::thread::sleep(HEARTBEAT);
         }
-    });
+    })
+    .map_err(|e| anyhow::anyhow!("worker {rank}: {e}"))?;
     Ok((Job { rank, world, peers, secret, encrypt, config, listener: Arc::new(listener) }, reporter))
 }
 

@@ -67,6 +67,9 @@ pub enum CommError {
         source: std::io::Error,
     },
 
+    #[error(transparent)]
+    Thread(#[from] crate::util::threads::SpawnError),
+
     /// The caller used the API wrongly (a rank out of range, a buffer of the wrong size).
     #[error("invalid use of the data plane: {0}")]
     Usage(String),

@@ -10,6 +10,7 @@ use super::auth::{self, DialFailure, Shook};
 use super::deadline::Deadline;
 use super::error::CommError;
 use super::mesh::{MeshConfig, lock};
+use crate::util::threads::spawn_scoped;
 use std::collections::HashMap;
 use std::io;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -126,42 +127,48 @@ pub(super) fn connect_all(listener: &TcpListener, cfg: &MeshConfig) -> Result<Es
     let mut refused = Vec::new();
 
     let outcome = thread::scope(|s| {
-        if cfg.rank + 1 < world {
-            let (tx, stop, pending) = (tx.clone(), &stop, &pending);
-            s.spawn(move || accept_loop(s, listener, cfg, stop, pending, tx));
-        }
-        for p in 0..cfg.rank {
-            let (tx, stop, pending, deadline) = (tx.clone(), &stop, &pending, &deadline);
-            s.spawn(move || {
-                if let Some(ev) = dial(p, cfg, deadline, stop, pending) {
-                    let _ = tx.send(ev);
-                }
-            });
-        }
+        let started = (|| {
+            if cfg.rank + 1 < world {
+                let (tx, stop, pending) = (tx.clone(), &stop, &pending);
+                spawn_scoped(s, "leapgnn-mesh-accept", move || accept_loop(s, listener, cfg, stop, pending, tx))?;
+            }
+            for p in 0..cfg.rank {
+                let (tx, stop, pending, deadline) = (tx.clone(), &stop, &pending, &deadline);
+                spawn_scoped(s, format!("leapgnn-mesh-dial-{p}"), move || {
+                    if let Some(ev) = dial(p, cfg, deadline, stop, pending) {
+                        let _ = tx.send(ev);
+                    }
+                })?;
+            }
+            Ok::<(), CommError>(())
+        })();
         let mut missing = world - 1;
-        let outcome = loop {
-            if missing == 0 {
-                break Ok(());
+        // Threads already started are stopped below, as after any failure.
+        let outcome = started.and_then(|()| {
+            loop {
+                if missing == 0 {
+                    break Ok(());
+                }
+                match rx.recv_timeout(deadline.remaining()) {
+                    Ok(Event::Ready(stream, shook)) if links[shook.peer].is_none() => {
+                        links[shook.peer] = Some((stream, shook));
+                        missing -= 1;
+                    }
+                    Ok(Event::Ready(stream, shook)) => {
+                        let from = stream.peer_addr().unwrap_or(cfg.addrs[shook.peer]);
+                        let reason = format!("a second connection claiming to be worker {}", shook.peer);
+                        tracing::warn!(%from, %reason, "worker {}: refused a connection", cfg.rank);
+                        refused.push(Refusal { from, reason });
+                    }
+                    Ok(Event::Refused(r)) => refused.push(r),
+                    Ok(Event::Failed(e)) => break Err(e),
+                    Err(_) => {
+                        let missing = (0..world).filter(|&p| p != cfg.rank && links[p].is_none()).map(|p| cfg.peer(p));
+                        break Err(CommError::Incomplete { missing: missing.collect(), waited: deadline.timeout() });
+                    }
+                }
             }
-            match rx.recv_timeout(deadline.remaining()) {
-                Ok(Event::Ready(stream, shook)) if links[shook.peer].is_none() => {
-                    links[shook.peer] = Some((stream, shook));
-                    missing -= 1;
-                }
-                Ok(Event::Ready(stream, shook)) => {
-                    let from = stream.peer_addr().unwrap_or(cfg.addrs[shook.peer]);
-                    let reason = format!("a second connection claiming to be worker {}", shook.peer);
-                    tracing::warn!(%from, %reason, "worker {}: refused a connection", cfg.rank);
-                    refused.push(Refusal { from, reason });
-                }
-                Ok(Event::Refused(r)) => refused.push(r),
-                Ok(Event::Failed(e)) => break Err(e),
-                Err(_) => {
-                    let missing = (0..world).filter(|&p| p != cfg.rank && links[p].is_none()).map(|p| cfg.peer(p));
-                    break Err(CommError::Incomplete { missing: missing.collect(), waited: deadline.timeout() });
-                }
-            }
-        };
+        });
         stop.store(true, Ordering::SeqCst);
         pending.cut_all();
         outcome
@@ -181,8 +188,8 @@ fn accept_loop<'scope>(
     while !stop.load(Ordering::SeqCst) {
         match listener.accept() {
             Ok((stream, from)) => {
-                let tx = tx.clone();
-                s.spawn(move || {
+                let report = tx.clone();
+                let shaking = spawn_scoped(s, "leapgnn-mesh-admit", move || {
                     let shook = stream.set_nonblocking(false).map_err(|e| e.to_string()).and_then(|()| {
                         let dl = Deadline::after(cfg.handshake_timeout);
                         pending.shake(&stream, true, |st, hello| {
@@ -191,7 +198,7 @@ fn accept_loop<'scope>(
                     });
                     // Report before the stream closes: whoever sees the refusal
                     // (the stranger's EOF) can rely on it being recorded.
-                    let _ = tx.send(match shook {
+                    let _ = report.send(match shook {
                         Ok(shook) => Event::Ready(stream, shook),
                         Err(reason) => {
                             tracing::warn!(%from, %reason, "worker {}: refused a connection", cfg.rank);
@@ -199,6 +206,10 @@ fn accept_loop<'scope>(
                         }
                     });
                 });
+                if let Err(e) = shaking {
+                    let _ = tx.send(Event::Failed(e.into()));
+                    return;
+                }
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => thread::sleep(ACCEPT_POLL),
             Err(e) if matches!(e.kind(), io::ErrorKind::ConnectionAborted | io::ErrorKind::Interrupted) => {}

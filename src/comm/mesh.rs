@@ -15,12 +15,13 @@ use super::error::{CommError, PeerId};
 use super::establish::{self, Refusal};
 use super::frame::{self, FrameError, Kind};
 use super::{Redacted, auth, seal, tag};
+use crate::util::threads::spawn;
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, BufReader, BufWriter, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, mpsc};
-use std::thread::{self, JoinHandle};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// How to build a mesh. `addrs[r]` is the address worker r listens on.
@@ -292,16 +293,11 @@ impl Mesh {
         let (tx, rx) = mpsc::channel();
         let (sealer, opener) = keys.map(seal::Keys::split).unzip();
         let shared = self.shared.clone();
-        let sender = thread::Builder::new()
-            .name(format!("comm-send-{peer}"))
-            .spawn(move || send_loop(&shared, peer, for_sender, rx, sealer))
-            .map_err(io_err("starting a sender thread"))?;
+        let sender = spawn(format!("comm-send-{peer}"), move || send_loop(&shared, peer, for_sender, rx, sealer))?;
         lock(&self.shared.outboxes[peer].outbox).tx = Some(tx);
         lock(&self.shared.inbox).receivers_running += 1;
         let shared = self.shared.clone();
-        let receiver = thread::Builder::new()
-            .name(format!("comm-recv-{peer}"))
-            .spawn(move || receive_loop(&shared, peer, for_receiver, opener));
+        let receiver = spawn(format!("comm-recv-{peer}"), move || receive_loop(&shared, peer, for_receiver, opener));
         if receiver.is_err() {
             lock(&self.shared.inbox).receivers_running -= 1;
         }
@@ -312,7 +308,7 @@ impl Mesh {
         };
         self.links.push(Link { stream, sender: Some(sender), receiver });
         match failed {
-            Some(e) => Err(io_err("starting a receiver thread")(e)),
+            Some(e) => Err(e.into()),
             None => Ok(()),
         }
     }

@@ -40,9 +40,20 @@ pub const RLIMIT_AS_SOURCE: &str = "this process's address-space limit, RLIMIT_A
 /// This process's address-space limit (RLIMIT_AS soft limit, `ulimit -v` /
 /// `prlimit --as`), in bytes; None when unlimited. Child processes inherit it.
 pub fn address_space_limit() -> Option<u64> {
+    soft_limit(libc::RLIMIT_AS)
+}
+
+/// This user's limit on processes and threads together (RLIMIT_NPROC soft
+/// limit, `ulimit -u`); None when unlimited.
+pub fn process_limit() -> Option<u64> {
+    soft_limit(libc::RLIMIT_NPROC)
+}
+
+/// A soft resource limit of this process; None when unlimited.
+fn soft_limit(resource: libc::__rlimit_resource_t) -> Option<u64> {
     let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit only writes the `rlimit` behind the pointer, a live local.
-    (unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut limit) } == 0 && limit.rlim_cur != libc::RLIM_INFINITY)
+    (unsafe { libc::getrlimit(resource, &mut limit) } == 0 && limit.rlim_cur != libc::RLIM_INFINITY)
         .then_some(limit.rlim_cur)
 }
 

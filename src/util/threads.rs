@@ -38,3 +38,57 @@ pub fn start_pool() -> Result<(), ThreadPoolError> {
         }
     }
 }
+
+/// A thread the OS refused to start (EAGAIN: the user's process/thread limit,
+/// no address space left for its stack, or the kernel's threads-max).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "cannot start thread {name}: {source}{limits}; raise the process/thread limit (ulimit -u) or the address-space \
+     limit (ulimit -v, prlimit --as), or start fewer workers or threads (RAYON_NUM_THREADS) on this host"
+)]
+pub struct SpawnError {
+    name: String,
+    /// The limits in force, for the operator to compare with what runs.
+    limits: String,
+    #[source]
+    source: std::io::Error,
+}
+
+impl SpawnError {
+    fn new(name: String, source: std::io::Error) -> Self {
+        let mut limits = Vec::new();
+        if let Some(n) = super::process_limit() {
+            limits.push(format!("this user's process/thread limit (RLIMIT_NPROC) of {n}"));
+        }
+        if let Some(b) = super::address_space_limit() {
+            limits.push(format!("this process's address-space limit (RLIMIT_AS) of {} MiB", super::mib(b)));
+        }
+        let limits = if limits.is_empty() { String::new() } else { format!(", within {}", limits.join(" and ")) };
+        SpawnError { name, limits, source }
+    }
+}
+
+/// Starts a named thread, or says which could not start and what to change:
+/// `std::thread::spawn` panics when the OS refuses one.
+pub fn spawn<F, T>(name: impl Into<String>, f: F) -> Result<std::thread::JoinHandle<T>, SpawnError>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    let name = name.into();
+    std::thread::Builder::new().name(name.clone()).spawn(f).map_err(|e| SpawnError::new(name, e))
+}
+
+/// `spawn` within a scope.
+pub fn spawn_scoped<'scope, 'env, F, T>(
+    s: &'scope std::thread::Scope<'scope, 'env>,
+    name: impl Into<String>,
+    f: F,
+) -> Result<std::thread::ScopedJoinHandle<'scope, T>, SpawnError>
+where
+    F: FnOnce() -> T + Send + 'scope,
+    T: Send + 'scope,
+{
+    let name = name.into();
+    std::thread::Builder::new().name(name.clone()).spawn_scoped(s, f).map_err(|e| SpawnError::new(name, e))
+}

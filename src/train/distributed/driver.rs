@@ -617,7 +617,7 @@ fn execute(
     let result = std::thread::scope(|scope| {
         if !opts.launcher.shares_files() {
             let (launcher, remote, local) = (opts.launcher, &remote_run_dir, &run_dir);
-            scope.spawn(move || {
+            let copier = crate::util::threads::spawn_scoped(scope, "leapgnn-checkpoint-copy", move || {
                 while fetch_rx.recv().is_ok() {
                     // A copy that races rank 0's next checkpoint fails; the next one succeeds.
                     if let Err(e) = copy_checkpoint(launcher, remote, local) {
@@ -625,6 +625,10 @@ fn execute(
                     }
                 }
             });
+            // Before any worker starts: nothing else to stop.
+            if let Err(e) = copier {
+                return Err(e.into());
+            }
         }
         let result = run_job_stoppable(opts.launcher, world, &task, &driver_opts, opts.interrupted, &stop, |ev| {
             for line in opts.worker_lines.iter().flat_map(|rx| rx.try_iter()) {
