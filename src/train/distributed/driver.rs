@@ -418,7 +418,7 @@ fn wait_unless_interrupted(delay: Duration, interrupted: &AtomicBool, stop: &dyn
 /// after that checkpoint, of the attempt that failed, are dropped as a
 /// resume would drop them, and the summary is the checkpoint's: its
 /// iterations and epochs, and the rows and bytes of the training up to it
-/// (`Ledger::resume_at`: every worker's step records and evaluations).
+/// (`restarted_before`: the checkpoint's count, as a restart takes it).
 /// Without a checkpoint there is nothing to keep: the failure is returned,
 /// saying so.
 fn stopped_before_restart(
@@ -460,7 +460,7 @@ fn stopped_before_restart(
         iterations: p.global_iteration,
         ..Default::default()
     };
-    (summary.rows, summary.bytes) = ledger.resume_at((p.epoch, p.iteration), || before(&run_dir, &p));
+    (summary.rows, summary.bytes) = restarted_before(ledger, &run_dir, &p);
     let summary = summary.from_history(p.history);
     let msg = format!(
         "run {name}: stopped on request before restarting it ({err:#}); the workers were not started again, and the \
@@ -586,7 +586,10 @@ fn execute(
     // Resuming: the records after the checkpoint are dropped, to be written again.
     let at = resume.as_ref().map_or((0, 0), |p| (p.epoch, p.iteration));
     let mut sink = JsonlSink::append_before(&run_dir.join("metrics.jsonl"), at)?;
-    let (rows_before, bytes_before) = ledger.resume_at(at, || before(&run_dir, resume.as_ref()?));
+    let (rows_before, bytes_before) = match (&restart, &resume) {
+        (Some(_), Some(p)) => restarted_before(ledger, &run_dir, p),
+        _ => ledger.resume_at(at, || before(&run_dir, resume.as_ref()?)),
+    };
     let mut restart = restart;
     let mut summary = RunSummary {
         run: name,
@@ -806,20 +809,37 @@ fn summary_before(run_dir: &Path, iteration: u64) -> Option<RunSummary> {
     (before.iterations >= iteration).then_some(before)
 }
 
-/// What run `run_dir` counted before the checkpoint `p`, as a `Ledger`'s
-/// base: `summary_before` it, or else (the driver died, and wrote no
-/// summary) the count the checkpoint itself carries. A checkpoint without
-/// one (written before it was recorded) counts from zero, with a warning.
-fn before(run_dir: &Path, p: &Progress) -> Option<(crate::metrics::RowCounts, RunBytes)> {
+/// What run `run_dir`'s files say it counted before the checkpoint `p`:
+/// `summary_before` it, or else (the driver died, or an attempt was lost,
+/// and wrote no summary) the count the checkpoint itself carries.
+fn counted_before(run_dir: &Path, p: &Progress) -> Option<(crate::metrics::RowCounts, RunBytes)> {
     if let Some(s) = summary_before(run_dir, p.global_iteration) {
         return Some((s.rows, s.bytes));
     }
-    if let Some(c) = p.run_counts {
-        let mut total = c.train;
-        add_bytes(&mut total, &c.eval);
-        return Some((c.rows, RunBytes::split(total, c.eval)));
-    }
-    if p.global_iteration > 0 {
+    let c = p.run_counts?;
+    let mut total = c.train;
+    add_bytes(&mut total, &c.eval);
+    Some((c.rows, RunBytes::split(total, c.eval)))
+}
+
+/// What a restart (or a stop before one) counts before the checkpoint `p`
+/// it goes on from: what the run's files say, as a hand `--resume` counts,
+/// since the checkpoint's count holds every byte that left the failed
+/// attempt's sockets up to it, where the step records leave out what moved
+/// between them (the checkpoint's own exchange of counts, a peer's early
+/// request) and lose the records of the checkpoint's iteration that lost
+/// workers never sent. Without one, what `ledger` kept of the records.
+fn restarted_before(ledger: &mut Ledger, run_dir: &Path, p: &Progress) -> (crate::metrics::RowCounts, RunBytes) {
+    let kept = ledger.resume_at((p.epoch, p.iteration), || before(run_dir, p));
+    counted_before(run_dir, p).unwrap_or(kept)
+}
+
+/// What run `run_dir` counted before the checkpoint `p`, as a `Ledger`'s
+/// base: `counted_before` it. A checkpoint without a count (written before
+/// it was recorded) counts from zero, with a warning.
+fn before(run_dir: &Path, p: &Progress) -> Option<(crate::metrics::RowCounts, RunBytes)> {
+    let counted = counted_before(run_dir, p);
+    if counted.is_none() && p.global_iteration > 0 {
         tracing::warn!(
             "{} holds no count of the rows and bytes before its checkpoint (it was written by an older version \
              or by a run resumed from such a checkpoint) and the run has no summary that \
@@ -827,7 +847,7 @@ fn before(run_dir: &Path, p: &Progress) -> Option<(crate::metrics::RowCounts, Ru
             checkpoint::dir(run_dir).join("state.json").display()
         );
     }
-    None
+    counted
 }
 
 /// Copies rank 0's checkpoint into the driver's run directory; `None` when files are shared.
