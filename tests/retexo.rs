@@ -12,7 +12,7 @@ mod dist_support;
 
 use dist_support::{
     Driver, cora, count, fails, final_weights, halo_counts, json, leapgnn, load_infer, max_abs_diff, records, scores,
-    signal, weights,
+    signal, wait_gone, weights,
 };
 use std::path::Path;
 
@@ -257,13 +257,30 @@ fn a_worker_without_training_vertices_takes_part_in_the_factored_exchange() {
 /// Runs `whole` (2 workers, 2 stages of 3 rounds) and the same run `cut`,
 /// stopped after round `stop_after`; returns both summaries.
 fn whole_and_stopped(d: &Path, stop_after: u64) -> (serde_json::Value, serde_json::Value) {
-    let common = ["--workers", "2", "--model", "sage", "--hidden", "16", "--rounds", "3", "--seed", "3"];
-    let base = ["train", "cora", "--no-tui", "--strategy", "retexo"];
-    let whole = json(d, &[&base[..], &common, &["--run", "whole"]].concat());
+    let whole = json(d, &[STAGED, &["--run", "whole"]].concat());
     let stop = stop_after.to_string();
-    let stopped = json(d, &[&base[..], &common, &["--run", "cut", "--stop-after", &stop]].concat());
+    let stopped = json(d, &[STAGED, &["--run", "cut", "--stop-after", &stop]].concat());
     (whole, stopped)
 }
+
+/// The run of `whole_and_stopped`: 2 workers, 2 stages of 3 rounds.
+const STAGED: &[&str] = &[
+    "train",
+    "cora",
+    "--no-tui",
+    "--strategy",
+    "retexo",
+    "--workers",
+    "2",
+    "--model",
+    "sage",
+    "--hidden",
+    "16",
+    "--rounds",
+    "3",
+    "--seed",
+    "3",
+];
 
 /// The round (epoch) of run `run`'s checkpoint.
 fn checkpoint_round(d: &Path, run: &str) -> u64 {
@@ -339,6 +356,54 @@ fn a_run_stopped_mid_stage_resumes_from_its_round_to_the_same_result() {
         assert!(bytes(&resumed, cat) >= bytes(&whole, cat), "{cat}: {} against {}", resumed["bytes"], whole["bytes"]);
     }
     assert!(bytes(&stopped, "gradients") > 0, "{}", stopped["bytes"]);
+}
+
+/// A run stopped inside a stage whose driver was killed before it wrote the
+/// stop's summary (`kill -9` while rank 0 held at the stop's checkpoint)
+/// resumed with a warning that the checkpoint held no count, and counted
+/// from the checkpoint on: the rounds before the stop were missing. The
+/// stop's checkpoint now carries the count, and the resumed run reports
+/// what the same run stopped and resumed with its summary reports.
+#[test]
+fn a_run_stopped_mid_stage_whose_driver_was_killed_resumes_with_the_stopped_runs_totals() {
+    let tmp = cora();
+    let d = tmp.path();
+    // Stopped after round 2 of 6 (stage 1's second round): `cut`, with its summary.
+    let (whole, _) = whole_and_stopped(d, 2);
+    let cut = resumed_from(d, &whole, 2);
+    let pause = [("LEAPGNN_TEST_PAUSE", "checkpoint-written")];
+    let mut drv = Driver::start_env(d, &[STAGED, &["--run", "killed", "--stop-after", "2"]].concat(), &pause);
+    let pids: Vec<u32> = drv.workers(2).iter().map(|w| w.pid).collect();
+    let within = std::time::Duration::from_secs(60);
+    drv.wait_line(within, |l| l.contains("test pause: checkpoint-written"));
+    signal(drv.child.id(), "KILL");
+    drv.child.wait().unwrap();
+    assert_eq!(wait_gone(&pids, within), Vec::<u32>::new(), "workers outlived their driver");
+    assert!(!d.join("runs/killed/summary.json").exists(), "a killed driver wrote a summary");
+    assert_eq!(checkpoint_round(d, "killed"), 2, "the checkpoint's round");
+    let out = leapgnn(d, &["train", "--no-tui", "--resume", "killed", "--json"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("holds no count"), "{stderr}");
+    let killed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(final_weights(d, "killed"), final_weights(d, "whole"));
+    let (b, s, u) = (&killed["bytes"], &cut["bytes"], &whole["bytes"]);
+    println!("driver killed: {b}\nstopped:       {s}\nuninterrupted: {u}");
+    for cat in ["features", "gradients", "migration", "activations", "control"] {
+        assert_eq!(count(&b["eval"][cat]), count(&s["eval"][cat]), "eval {cat}: {b} vs {s}");
+        let (r, c) = (count(&b["train"][cat]), count(&s["train"][cat]));
+        if cat == "control" {
+            // The checkpoint counts from the start of training, not the stopped
+            // attempt's setup before it, which the summary holds: the uninterrupted
+            // run's control and the stop's exchange of counts, 128 x W x (W - 1).
+            assert_eq!(r, count(&u["train"][cat]) + 128 * 2, "train {cat}: {b} vs {u}");
+            assert!(r < c, "train {cat}: {b} vs {s}");
+        } else {
+            // The same training, and the same setup done again by the resumed attempt.
+            assert_eq!(r, c, "train {cat}: {b} vs {s}");
+        }
+    }
+    assert_eq!(killed["rows"], cut["rows"]);
 }
 
 #[test]

@@ -756,8 +756,9 @@ pub fn run(
                 }
                 let sent = coll.bytes().since(&mark).sent;
                 add_bytes(&mut p.bytes, &sent);
-                // Not gathered: this stop writes its summary, which a resume reads.
-                p.run_counts = None;
+                // Gathered as at a stage's start: the driver may die before it
+                // writes this stop's summary, and a resume then has only this count.
+                p.run_counts = crate::train::trainer::gather_counts(coll, &p, &attempt)?;
                 if let Some(dir) = inp.checkpoint_dir {
                     let (_, kept) = best.as_ref().expect("a round was trained");
                     save_mid_stage((dir, cfg, &p), (&params, &stage), opt.as_ref(), kept)?;
@@ -769,6 +770,8 @@ pub fn run(
                         l + 1,
                         p.epoch - l as u64 * rounds + 1
                     ));
+                    // Tests: the driver is killed with the run held at this checkpoint.
+                    crate::util::interrupt::test_pause("checkpoint-written");
                 }
                 return Ok(p);
             }
