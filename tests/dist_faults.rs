@@ -603,6 +603,47 @@ fn a_run_whose_driver_was_killed_resumes_with_the_uninterrupted_runs_byte_totals
     assert!(count(&resumed["bytes"]["gradients"]) > 0);
 }
 
+/// A run stopped during an evaluation (`--stop-in-evaluation`, a Ctrl-C
+/// there) whose driver was killed before it wrote the stop's summary resumed
+/// with a warning that the checkpoint held no count, and counted from the
+/// checkpoint on: the epochs before the stop were missing. The stop's
+/// checkpoint now carries the count, and the resumed run reports the
+/// uninterrupted run's rows and bytes, with the stop's checkpoint on top:
+/// model-centric's exchange of counts, 128 x W x (W - 1) bytes of control;
+/// GNNPipe's checkpoint exchange, which an uninterrupted run checkpointing
+/// at the same iteration moves too.
+#[test]
+fn a_run_stopped_in_an_evaluation_whose_driver_was_killed_resumes_with_the_uninterrupted_runs_byte_totals() {
+    let tmp = cora();
+    let d = tmp.path();
+    // 140 roots in global batches of 2 x 16: 5 iterations per epoch; stopped in epoch 1's evaluation.
+    let mb = ["--epochs", "3", "--batch-size", "16", "--fanout", "5,5", "--stop-in-evaluation", "1"];
+    // One step per epoch: stopped in the second epoch's evaluation, after iteration 2. Each
+    // run checkpoints three times: the stop, iteration 3 and the end; 2, 4 and the end.
+    let gnnpipe = ["--strategy", "gnnpipe", "--layers", "2", "--epochs", "4"];
+    let every = |k| [&gnnpipe[..], &["--checkpoint-every", k]].concat();
+    // (the stopped run's flags, the uninterrupted run's, the stop's control on top of it)
+    let cases: [(&[&str], &[&str], u64); 2] =
+        [(&mb, &mb[..6], 128 * 2), (&[&every("3")[..], &["--stop-in-evaluation", "2"]].concat(), &every("2"), 0)];
+    for (stopped, uninterrupted, gather) in cases {
+        let run = ["train", "cora", "--workers", "2", "--hidden", "16", "--no-tui"];
+        let straight = json(d, &[&run[..], uninterrupted, &["--run", "straight"]].concat());
+        let (resumed, stderr) = driver_killed_and_resumed(d, &[&run[..], stopped].concat(), |_| {});
+        assert!(!stderr.contains("holds no count"), "{stopped:?}: {stderr}");
+        assert_eq!(final_weights(d, "killed"), final_weights(d, "straight"), "{stopped:?}: ended elsewhere");
+        let (b, s) = (&resumed["bytes"], &straight["bytes"]);
+        for c in ["features", "gradients", "migration", "activations", "control"] {
+            assert_eq!(count(&b["eval"][c]), count(&s["eval"][c]), "{stopped:?}: eval {c}: {b} vs {s}");
+            let on_top = if c == "control" { gather } else { 0 };
+            assert_eq!(count(&b["train"][c]), count(&s["train"][c]) + on_top, "{stopped:?}: train {c}: {b} vs {s}");
+        }
+        assert_eq!(resumed["rows"], straight["rows"], "{stopped:?}");
+        for k in ["runs/killed", "runs/straight"] {
+            std::fs::remove_dir_all(d.join(k)).unwrap();
+        }
+    }
+}
+
 /// The same for the full-graph loops, killed at the checkpoint after epoch 2
 /// of 4 and resumed by hand. GNNPipe (its own loop) wrote no count: the
 /// resumed run reported half the uninterrupted run's training activations,

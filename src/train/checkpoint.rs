@@ -52,9 +52,8 @@ pub struct Progress {
     /// Every worker's rows and bytes up to this checkpoint, summed over the
     /// run's attempts: what a resume starts from when the driver that
     /// received the workers' reports died with them. Absent in checkpoints
-    /// written before it, by a stop in an evaluation (mini-batch and GNNPipe
-    /// loops: the run's summary counts), and after a resume that did not know
-    /// the count it started from.
+    /// written before it, in a run's final checkpoint (its summary counts),
+    /// and after a resume that did not know the count it started from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_counts: Option<RunCounts>,
 }

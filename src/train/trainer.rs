@@ -232,8 +232,9 @@ pub fn run_loop(
         // Asked to stop while evaluating: the run stops at the epoch's end, as
         // after an iteration (a stop at the last epoch's end is its end).
         if eval.stop && p.epoch < cfg.epochs {
-            // Not gathered after an evaluation: this stop writes its summary, which a resume reads.
-            p.run_counts = None;
+            // Gathered (every worker voted alike): the driver may die before it
+            // writes this stop's summary, and a resume then has only this count.
+            p.run_counts = gather_counts(coll, &p, &attempt)?;
             checkpoint_now(&mut p, w, strategy, opt, obs)?;
             return stop_now(p, w, coll, strategy);
         }

@@ -832,10 +832,14 @@ pub fn run(
         // Asked to stop while evaluating: the run stops at the epoch's end, as
         // after a step (a stop at the last epoch's end is its end).
         if stop && p.epoch < cfg.epochs {
-            // Not gathered after an evaluation: this stop writes its summary, which a resume reads.
-            p.run_counts = None;
-            stage.save(w, coll, (cfg, inp.checkpoint_dir), (&mut p, None), opt.as_ref(), (&bufs, history))?;
+            // Gathered (every worker voted alike): the driver may die before it
+            // writes this stop's summary, and a resume then has only this count.
+            stage.save(w, coll, (cfg, inp.checkpoint_dir), (&mut p, Some(&attempt)), opt.as_ref(), (&bufs, history))?;
             obs.event(&format!("{} {}", crate::train::checkpoint::WRITTEN, p.global_iteration));
+            if inp.checkpoint_dir.is_some() {
+                // Tests: the driver is killed with the run held at this checkpoint.
+                crate::util::interrupt::test_pause("checkpoint-written");
+            }
             return Ok(p);
         }
     }
