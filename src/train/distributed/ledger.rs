@@ -2,7 +2,10 @@
 //! position, so that a run restarted from a checkpoint counts the bytes and
 //! rows of the training its final model reflects: the workers of an attempt
 //! that was lost never sent their final reports (their socket totals), but
-//! their step records and evaluation reports came as they went.
+//! their step records and evaluation reports came as they went. A restart
+//! takes its count from the checkpoint (`progress.run_counts`) where it has
+//! one, which also holds what moved between the records; this is the count
+//! of a checkpoint without one (an older version's).
 
 use crate::metrics::{ByteCounts, RowCounts, RunBytes, StepRecord, add_bytes};
 
