@@ -604,6 +604,7 @@ fn execute(
     };
     let mut failure: Option<TrainError> = None;
     let mut stragglers = super::stragglers::Stragglers::default();
+    let mut gate = super::epoch_gate::EpochGate::new(world);
     let driver_opts = DriverOptions {
         silence_timeout: (opts.comm_timeout * 2).max(Duration::from_secs(10)),
         bind: opts.driver_bind,
@@ -674,15 +675,16 @@ fn execute(
                         sink.write(&r).map_err(TrainError::from).and_then(|()| obs.step(&r))
                     }
                     Ok(Report::Epoch { record, epochs }) => {
-                        crate::train::trace_epoch(&record, epochs);
-                        obs.epoch(&record, epochs);
-                        for line in stragglers.epoch_end(record.epoch) {
-                            obs.event(&line);
+                        for (record, epochs) in gate.epoch(record, epochs) {
+                            hand_on_epoch(obs, &mut stragglers, &record, epochs);
                         }
                         Ok(())
                     }
                     Ok(Report::Eval { epoch, sent }) => {
                         ledger.eval(epoch, sent);
+                        for (record, epochs) in gate.evaluated(epoch) {
+                            hand_on_epoch(obs, &mut stragglers, &record, epochs);
+                        }
                         Ok(())
                     }
                     Err(e) => Err(BadInput::new(format!("worker {rank} sent a malformed metrics record: {e}")).into()),
@@ -717,6 +719,9 @@ fn execute(
         drop(fetch_tx);
         result
     });
+    for (record, epochs) in gate.drain() {
+        hand_on_epoch(obs, &mut stragglers, &record, epochs);
+    }
     for line in opts.worker_lines.iter().flat_map(|rx| rx.try_iter()) {
         obs.event(&line);
     }
@@ -807,6 +812,21 @@ fn summary_before(run_dir: &Path, iteration: u64) -> Option<RunSummary> {
     let text = std::fs::read(run_dir.join("summary.json")).ok()?;
     let before: RunSummary = serde_json::from_slice(&text).ok()?;
     (before.iterations >= iteration).then_some(before)
+}
+
+/// Rank 0's record of an epoch, once `EpochGate` lets it go: to the log,
+/// the observers, and the stragglers' report of that epoch.
+fn hand_on_epoch(
+    obs: &mut dyn Observer,
+    stragglers: &mut super::stragglers::Stragglers,
+    r: &crate::metrics::EpochRecord,
+    epochs: u64,
+) {
+    crate::train::trace_epoch(r, epochs);
+    obs.epoch(r, epochs);
+    for line in stragglers.epoch_end(r.epoch) {
+        obs.event(&line);
+    }
 }
 
 /// What run `run_dir`'s files say it counted before the checkpoint `p`:

@@ -16,6 +16,7 @@
 //! `cluster clean`, which removes what runs that could not do so left.
 
 mod driver;
+mod epoch_gate;
 mod grad_dump;
 mod hosts;
 pub(crate) mod infer;
