@@ -3,39 +3,63 @@
 /// rayon's global pool could not start its threads.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "cannot start {threads} compute thread(s): {source}{limit}; raise the limit (ulimit -v, prlimit --as) or start \
+    "cannot start {threads} compute thread(s): {why}{limit}; raise the limit (ulimit -v, prlimit --as) or start \
      fewer threads (RAYON_NUM_THREADS)"
 )]
 pub struct ThreadPoolError {
     threads: usize,
+    /// The OS's refusal, or the room the stacks need against the room left.
+    why: String,
     /// Where the room for their stacks went, when an address-space limit is set.
     limit: String,
-    #[source]
-    source: rayon::ThreadPoolBuildError,
+}
+
+/// Address space one compute thread takes: std's default stack (2 MiB,
+/// unless RUST_MIN_STACK says otherwise), its guard page, and the alternate
+/// signal stack std maps for it, rounded up.
+fn thread_bytes() -> u64 {
+    let stack = std::env::var("RUST_MIN_STACK").ok().and_then(|v| v.parse().ok()).unwrap_or(2 << 20);
+    stack + (64 << 10)
 }
 
 /// Starts rayon's global pool now. Started lazily, at the first parallel
 /// loop, a pool that cannot start its threads (an address-space limit too
 /// tight for their stacks) panics in the middle of the job, after a partition
 /// may have been begun; here the process says so before it does anything.
+/// Under an address-space limit their room is checked first: with the space
+/// nearly spent, a thread whose stack was mapped could fail to map std's
+/// signal stack, which std answers with a panic of its own.
 pub fn start_pool() -> Result<(), ThreadPoolError> {
-    match rayon::ThreadPoolBuilder::new().build_global() {
+    // RAYON_NUM_THREADS, else one per CPU, as rayon would; given to it, so the figure is the pool's.
+    let threads = std::env::var("RAYON_NUM_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n: &usize| n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
+    let limit = super::address_space_limit();
+    let within = || {
+        limit
+            .map(|b| format!(" within this process's address-space limit (RLIMIT_AS) of {} MiB", super::mib(b)))
+            .unwrap_or_default()
+    };
+    let used = super::proc_kib("/proc/self/status", "VmSize:");
+    if let (Some(limit), Some(used)) = (limit, used) {
+        let need = threads as u64 * thread_bytes();
+        if used.saturating_add(need) > limit {
+            let why = format!(
+                "their stacks need about {} MiB of address space and {} MiB are left",
+                super::mib(need),
+                limit.saturating_sub(used) >> 20
+            );
+            return Err(ThreadPoolError { threads, why, limit: within() });
+        }
+    }
+    match rayon::ThreadPoolBuilder::new().num_threads(threads).build_global() {
         Ok(()) => Ok(()),
         // Only an OS refusal has a source; the other error is a pool already
         // started (a library caller's), which is what this asks for anyway.
         Err(e) if std::error::Error::source(&e).is_none() => Ok(()),
-        Err(source) => {
-            // What the pool tried to start: RAYON_NUM_THREADS, else one per CPU.
-            let threads = std::env::var("RAYON_NUM_THREADS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .filter(|&n: &usize| n > 0)
-                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
-            let limit = super::address_space_limit()
-                .map(|b| format!(" within this process's address-space limit (RLIMIT_AS) of {} MiB", super::mib(b)))
-                .unwrap_or_default();
-            Err(ThreadPoolError { threads, limit, source })
-        }
+        Err(e) => Err(ThreadPoolError { threads, why: e.to_string(), limit: within() }),
     }
 }
 
