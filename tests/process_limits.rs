@@ -3,7 +3,7 @@
 
 mod train_support;
 
-use train_support::{Tiny, capped_command, traced, write_tiny};
+use train_support::{Tiny, bounded_command, capped_command, traced, write_tiny};
 
 /// glibc reserves 64 MiB of address space for each new thread's malloc
 /// arena, mapping 128 MiB for a moment to align it. Under a tight limit that
@@ -121,8 +121,7 @@ fn processes_of(uid: u32) -> usize {
 /// may number `limit`, with one compute thread per process.
 fn as_user(data: &std::path::Path, uid: u32, limit: u64, args: &[&str]) -> std::process::Output {
     use std::os::unix::process::CommandExt;
-    let mut c = std::process::Command::new("timeout");
-    c.arg("300").arg(env!("CARGO_BIN_EXE_leapgnn")).arg("--data-dir").arg(data).args(args);
+    let mut c = bounded_command(data, args);
     c.env("RAYON_NUM_THREADS", "1").env("HOME", data);
     // SAFETY: between fork and exec the closure only calls setrlimit, setgroups,
     // setgid and setuid, all async-signal-safe, on values it owns; it allocates nothing.

@@ -172,13 +172,19 @@ pub fn leapgnn_capped(data: &std::path::Path, args: &[&str], bytes: u64) -> std:
     capped_command(data, args, bytes).output().expect("leapgnn runs")
 }
 
+/// `leapgnn --data-dir DATA ARGS` under `timeout 300`: a process short of
+/// memory or threads can hang (a thread it could not start awaited);
+/// `timeout` passes the process's limits on and exits 124 then.
+pub fn bounded_command(data: &std::path::Path, args: &[&str]) -> Command {
+    let mut c = Command::new("timeout");
+    c.arg("300").arg(env!("CARGO_BIN_EXE_leapgnn")).arg("--data-dir").arg(data).args(args);
+    c
+}
+
 /// The command `leapgnn_capped` runs, for a caller that adds to it.
 pub fn capped_command(data: &std::path::Path, args: &[&str], bytes: u64) -> Command {
     use std::os::unix::process::CommandExt;
-    // Bounded: a process short of memory can hang (a thread it could not
-    // start awaited); `timeout` passes the limit on and exits 124 then.
-    let mut c = Command::new("timeout");
-    c.arg("300").arg(env!("CARGO_BIN_EXE_leapgnn")).arg("--data-dir").arg(data).args(args);
+    let mut c = bounded_command(data, args);
     // SAFETY: between fork and exec the closure only calls setrlimit, which is
     // async-signal-safe, on a `rlimit` it owns; it allocates nothing.
     unsafe {

@@ -850,15 +850,25 @@ fn counted_before(run_dir: &Path, p: &Progress) -> Option<(crate::metrics::RowCo
 /// request) and lose the records of the checkpoint's iteration that lost
 /// workers never sent. Without one, what `ledger` kept of the records.
 fn restarted_before(ledger: &mut Ledger, run_dir: &Path, p: &Progress) -> (crate::metrics::RowCounts, RunBytes) {
-    let kept = ledger.resume_at((p.epoch, p.iteration), || before(run_dir, p));
-    counted_before(run_dir, p).unwrap_or(kept)
+    // Read once: the ledger's base (taken at its first attempt) and the answer are the same count.
+    let counted = counted_before(run_dir, p);
+    let kept = ledger.resume_at((p.epoch, p.iteration), || warn_if_uncounted(run_dir, p, counted.clone()));
+    counted.unwrap_or(kept)
 }
 
 /// What run `run_dir` counted before the checkpoint `p`, as a `Ledger`'s
-/// base: `counted_before` it. A checkpoint without a count (written before
-/// it was recorded) counts from zero, with a warning.
+/// base: `counted_before` it.
 fn before(run_dir: &Path, p: &Progress) -> Option<(crate::metrics::RowCounts, RunBytes)> {
-    let counted = counted_before(run_dir, p);
+    warn_if_uncounted(run_dir, p, counted_before(run_dir, p))
+}
+
+/// `counted`, the count before checkpoint `p`; a checkpoint without one
+/// (written before it was recorded) counts from zero, with a warning.
+fn warn_if_uncounted(
+    run_dir: &Path,
+    p: &Progress,
+    counted: Option<(crate::metrics::RowCounts, RunBytes)>,
+) -> Option<(crate::metrics::RowCounts, RunBytes)> {
     if counted.is_none() && p.global_iteration > 0 {
         tracing::warn!(
             "{} holds no count of the rows and bytes before its checkpoint (it was written by an older version \
