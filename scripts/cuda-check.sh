@@ -40,7 +40,9 @@ run() { # name judged(0/1) timeout train-args...
 	for dev in cuda cpu; do
 		local bin=$CPU
 		[[ $dev == cuda ]] && bin=$CUDA
-		if ! timeout "$t" "$bin" --data-dir "$DATA" --json train "$@" --no-tui --device $dev --seed 0 >"$OUT/$name-$dev.json" 2>"$OUT/$name-$dev.err"; then
+		# SIGTERM asks leapgnn to stop after the iteration in progress, which may
+		# never come on a run that is stuck: -k kills it 10 s later.
+		if ! timeout -k 10 "$t" "$bin" --data-dir "$DATA" --json train "$@" --no-tui --device $dev --seed 0 >"$OUT/$name-$dev.json" 2>"$OUT/$name-$dev.err"; then
 			echo "$name on $dev failed:" && tail -3 "$OUT/$name-$dev.err"
 			failed=1
 			return
