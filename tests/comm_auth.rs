@@ -139,6 +139,57 @@ fn a_worker_with_another_secret_learns_which_peer_refused_it() {
 }
 
 #[test]
+fn a_worker_of_another_job_size_or_protocol_is_told_why_at_its_first_dial() {
+    // Worker 1 of a 3-worker job dials worker 0 of a 2-worker job, and the other
+    // way round. Worker 0 refuses the hello; worker 1 must learn why from that
+    // one dial, not take the refusal for an eviction and dial until its deadline.
+    let pairs = [(2, 3), (3, 2)];
+    thread::scope(|s| {
+        let runs: Vec<_> = pairs
+            .iter()
+            .map(|&(w0, w1)| {
+                let (mut ls, addrs) = listeners(3);
+                let (l0, l1) = (ls.remove(0), ls.remove(0));
+                let config = |rank, world: usize| {
+                    let mut c = MeshConfig::new(rank, addrs[..world].to_vec(), secret());
+                    c.connect_timeout = Duration::from_secs(5);
+                    c
+                };
+                let (cfg0, cfg1) = (config(0, w0), config(1, w1));
+                let worker0 = s.spawn(move || Mesh::establish(l0, &cfg0).unwrap_err());
+                let worker1 = s.spawn(move || Mesh::establish(l1, &cfg1).unwrap_err());
+                (w0, w1, addrs, worker0, worker1)
+            })
+            .collect();
+
+        // A caller of another protocol gets worker 0's hello, which tells it why, and the close.
+        let at = runs[0].2[0];
+        let mut other = TcpStream::connect(at).unwrap();
+        let mut hello = Hello::new(2, 1);
+        hello.protocol = 9;
+        frame::write_frame(&mut other, Kind::Hello, Category::Control, 0, &hello.encode()).unwrap();
+        other.set_read_timeout(Some(LONG)).unwrap();
+        let answered = frame::read_frame(&mut other, MAX_HANDSHAKE_FRAME).map_err(|e| e.to_string());
+
+        for (w0, w1, addrs, worker0, worker1) in runs {
+            let e1 = worker1.join().unwrap();
+            let m1 = e1.to_string();
+            assert!(matches!(e1, CommError::Handshake { .. }), "{e1:?}");
+            assert!(m1.contains(&format!("worker 0 ({})", addrs[0])), "{m1}");
+            assert!(m1.contains(&format!("a job of {w0} workers, this one has {w1}")), "{m1}");
+            assert!(m1.contains("same worker address list"), "{m1}");
+            assert!(!m1.contains("each time it was dialled"), "worker 1 dialled again and again: {m1}");
+            let e0 = worker0.join().unwrap();
+            assert!(matches!(e0, CommError::Incomplete { .. }), "{e0:?}");
+        }
+        let (h, answer) = answered.expect("worker 0 answers a hello of another protocol");
+        let answer = Hello::decode(&answer).unwrap();
+        assert_eq!((h.kind, answer.protocol, answer.world, answer.rank), (Kind::Hello, 1, 2, 0), "{answer:?}");
+        assert_dropped(other, "a caller of another protocol");
+    });
+}
+
+#[test]
 fn missing_or_unreachable_workers_are_named_when_the_deadline_passes() {
     // Worker 2 never starts: workers 0 and 1 connect to each other and name it.
     let (mut ls, addrs) = listeners(3);

@@ -188,12 +188,33 @@ impl io::Read for ByDeadline<'_> {
 
 fn check_hello(h: &Hello, world: usize) -> Result<(), String> {
     if h.protocol != PROTOCOL {
-        return Err(format!("it speaks mesh protocol {}, this binary speaks {PROTOCOL}", h.protocol));
+        return Err(format!(
+            "it speaks mesh protocol {}, this binary speaks {PROTOCOL}; run the same leapgnn build on every worker",
+            h.protocol
+        ));
     }
     if h.world as usize != world {
-        return Err(format!("it belongs to a job of {} workers, this one has {world}", h.world));
+        return Err(format!(
+            "it belongs to a job of {} workers, this one has {world}; give every worker of the job the same \
+             worker address list",
+            h.world
+        ));
     }
     Ok(())
+}
+
+/// The caller's hello, if it is a worker of this job that dials this rank.
+fn fitting_caller(said: &[u8], world: usize, rank: usize) -> Result<Hello, String> {
+    let theirs = Hello::decode(said)?;
+    check_hello(&theirs, world)?;
+    let peer = theirs.rank as usize;
+    if peer <= rank || peer >= world {
+        return Err(format!(
+            "it claims to be worker {peer}, but only workers {}..{world} dial worker {rank}",
+            rank + 1
+        ));
+    }
+    Ok(theirs)
 }
 
 /// Why a dialled handshake failed.
@@ -201,8 +222,9 @@ fn check_hello(h: &Hello, world: usize) -> Result<(), String> {
 pub struct DialFailure {
     pub reason: String,
     /// The acceptor closed the connection before its hello: it proved and
-    /// refused nothing, as when a door crowded by strangers evicts a caller
-    /// whose hello it has not read yet, so dialling again may succeed.
+    /// refused nothing (an acceptor that refuses our hello answers with its
+    /// own first), as when a door crowded by strangers evicts a caller whose
+    /// hello it has not read yet, so dialling again may succeed.
     pub unanswered: bool,
 }
 
@@ -245,7 +267,11 @@ fn prove_to(
     let theirs = Hello::decode(theirs)?;
     check_hello(&theirs, world)?;
     if theirs.rank as usize != expect_peer {
-        return Err(format!("the address answered as worker {}, not worker {expect_peer}", theirs.rank));
+        return Err(format!(
+            "the address answered as worker {}, not worker {expect_peer}; give every worker of the job the same \
+             worker address list, in the same order",
+            theirs.rank
+        ));
     }
     let their_proof = c.expect(Kind::Proof)?;
     proof(secret, Role::Acceptor, mine, &theirs)
@@ -281,17 +307,20 @@ pub fn accept_marking(
     said_hello: &AtomicBool,
 ) -> Result<Shook, String> {
     let mut c = Conn { stream, deadline, wire_in: 0, wire_out: 0, closed: Cell::new(false) };
-    let theirs = Hello::decode(&c.expect(Kind::Hello)?)?;
-    check_hello(&theirs, world)?;
-    let peer = theirs.rank as usize;
-    if peer <= rank || peer >= world {
-        return Err(format!(
-            "it claims to be worker {peer}, but only workers {}..{world} dial worker {rank}",
-            rank + 1
-        ));
-    }
-    said_hello.store(true, Ordering::SeqCst);
+    let said = c.expect(Kind::Hello)?;
     let mine = Hello::new(world, rank);
+    let theirs = match fitting_caller(&said, world, rank) {
+        Ok(theirs) => theirs,
+        Err(reason) => {
+            // Answered before the close: a misconfigured worker reads in our hello
+            // why it cannot join and stops at once, while a caller dropped without
+            // an answer knows it was only evicted from a crowded door and dials again.
+            let _ = c.send(Kind::Hello, &mine.encode());
+            return Err(reason);
+        }
+    };
+    let peer = theirs.rank as usize;
+    said_hello.store(true, Ordering::SeqCst);
     c.send(Kind::Hello, &mine.encode())?;
     c.send(Kind::Proof, &proof(secret, Role::Acceptor, &theirs, &mine).finalize().into_bytes())?;
     let their_proof = c.expect(Kind::Proof)?;
