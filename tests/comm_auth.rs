@@ -445,6 +445,71 @@ fn a_slow_genuine_worker_is_not_evicted_by_a_crowd_of_silent_strangers() {
 }
 
 #[test]
+fn impostors_that_say_hello_and_stall_cost_a_genuine_worker_past_its_hello_a_dial_not_the_mesh() {
+    // Worker 1 reaches worker 0 through a proxy that, on the first connection,
+    // holds worker 1's proof back until more impostors than may wait at once
+    // have each said a fitting hello to worker 0 (and got its answer) and
+    // stalled. Worker 0 may evict worker 1's connection for them, past its
+    // hello; worker 1 must then dial again, not give up on a refused proof.
+    let _crowd = CROWD.lock().unwrap_or_else(|e| e.into_inner());
+    let (mut ls, addrs) = listeners(2);
+    let (l0, l1) = (ls.remove(0), ls.remove(0));
+    let proxy = TcpListener::bind("127.0.0.1:0").unwrap();
+    let via = proxy.local_addr().unwrap();
+    let target = addrs[0];
+    let (crowd_now, crowd_in) = (Arc::new(std::sync::Barrier::new(2)), Arc::new(std::sync::Barrier::new(2)));
+    let (now, done) = (crowd_now.clone(), crowd_in.clone());
+    let pipe = |mut from: TcpStream, mut to: TcpStream| {
+        thread::spawn(move || {
+            let _ = std::io::copy(&mut from, &mut to);
+            let _ = to.shutdown(std::net::Shutdown::Write);
+        })
+    };
+    thread::spawn(move || {
+        for (n, down) in proxy.incoming().enumerate() {
+            let Ok(mut down) = down else { return };
+            let mut up = TcpStream::connect(target).unwrap();
+            if n == 0 {
+                let mut hello = [0u8; frame::HEADER_LEN + Hello::LEN];
+                down.read_exact(&mut hello).unwrap();
+                up.write_all(&hello).unwrap();
+                // Worker 0's hello and proof go back; worker 1's proof waits for the crowd.
+                let mut answer = [0u8; 2 * frame::HEADER_LEN + Hello::LEN + 32];
+                up.read_exact(&mut answer).unwrap();
+                down.write_all(&answer).unwrap();
+                now.wait();
+                done.wait();
+            }
+            pipe(up.try_clone().unwrap(), down.try_clone().unwrap());
+            pipe(down, up);
+        }
+    });
+    let (cfg0, cfg1) = configs_via(&addrs, via);
+    thread::scope(|s| {
+        let worker0 = s.spawn(move || Mesh::establish(l0, &cfg0).map(|m| m.barrier(LONG)));
+        let worker1 = s.spawn(move || Mesh::establish(l1, &cfg1).map(|m| m.barrier(LONG)));
+        crowd_now.wait();
+        // One at a time, each answered before the next comes: all of them have said
+        // a fitting hello, and each has been counted against the door's limit.
+        let impostors: Vec<TcpStream> = (0..2 * leapgnn::comm::MAX_UNAUTHENTICATED)
+            .map(|_| {
+                let mut c = TcpStream::connect(addrs[0]).unwrap();
+                frame::write_frame(&mut c, Kind::Hello, Category::Control, 0, &Hello::new(2, 1).encode()).unwrap();
+                c.set_read_timeout(Some(LONG)).unwrap();
+                let (h, _) = frame::read_frame(&mut c, MAX_HANDSHAKE_FRAME).unwrap();
+                assert_eq!(h.kind, Kind::Hello);
+                c
+            })
+            .collect();
+        crowd_in.wait();
+        let (r1, r0) = (worker1.join().unwrap(), worker0.join().unwrap());
+        drop(impostors);
+        assert!(r1.is_ok() && r0.is_ok(), "worker 1: {:?}, worker 0: {:?}", r1.err(), r0.err());
+        assert!(r1.unwrap().is_ok() && r0.unwrap().is_ok(), "the barrier failed after the mesh formed");
+    });
+}
+
+#[test]
 fn a_crowd_of_strangers_around_a_genuine_connect_costs_it_a_dial_not_the_mesh() {
     // Worker 1 reaches worker 0 through a proxy. On its first connection the
     // proxy connects to worker 0 between two halves of a crowd (100 silent

@@ -226,12 +226,17 @@ pub struct DialFailure {
     /// own first), as when a door crowded by strangers evicts a caller whose
     /// hello it has not read yet, so dialling again may succeed.
     pub unanswered: bool,
+    /// The acceptor proved it knows the job secret, so it cannot have refused
+    /// our proof, and then closed the connection: a door crowded by callers
+    /// past their hello evicted us while our proof was on its way, so one more
+    /// dial may succeed.
+    pub evicted: bool,
 }
 
 /// A failure before any frame was exchanged (the handshake could not start).
 impl From<String> for DialFailure {
     fn from(reason: String) -> DialFailure {
-        DialFailure { reason, unanswered: false }
+        DialFailure { reason, unanswered: false, evicted: false }
     }
 }
 
@@ -251,8 +256,8 @@ pub fn connect(
     let theirs = c
         .send(Kind::Hello, &mine.encode())
         .and_then(|()| c.expect(Kind::Hello))
-        .map_err(|reason| DialFailure { reason, unanswered: c.closed.get() })?;
-    prove_to(c, &mine, &theirs, secret, world, expect_peer).map_err(|reason| DialFailure { reason, unanswered: false })
+        .map_err(|reason| DialFailure { reason, unanswered: c.closed.get(), evicted: false })?;
+    prove_to(c, &mine, &theirs, secret, world, expect_peer)
 }
 
 /// The calling side's handshake after the acceptor's hello frame has come.
@@ -263,7 +268,7 @@ fn prove_to(
     secret: &[u8],
     world: usize,
     expect_peer: usize,
-) -> Result<Shook, String> {
+) -> Result<Shook, DialFailure> {
     let theirs = Hello::decode(theirs)?;
     check_hello(&theirs, world)?;
     if theirs.rank as usize != expect_peer {
@@ -271,16 +276,25 @@ fn prove_to(
             "the address answered as worker {}, not worker {expect_peer}; give every worker of the job the same \
              worker address list, in the same order",
             theirs.rank
-        ));
+        )
+        .into());
     }
     let their_proof = c.expect(Kind::Proof)?;
     proof(secret, Role::Acceptor, mine, &theirs)
         .verify_slice(&their_proof)
         .map_err(|_| "it could not prove it knows this job's secret (is another job listening there?)".to_string())?;
-    c.send(Kind::Proof, &proof(secret, Role::Connector, mine, &theirs).finalize().into_bytes())?;
-    c.expect(Kind::Welcome).map_err(|e| {
-        format!("it did not accept our proof of the job secret ({e}); do both workers have the same secret?")
-    })?;
+    let welcomed = c
+        .send(Kind::Proof, &proof(secret, Role::Connector, mine, &theirs).finalize().into_bytes())
+        .and_then(|()| c.expect(Kind::Welcome));
+    if let Err(e) = welcomed {
+        let evicted = c.closed.get();
+        let reason = if evicted {
+            format!("it closed the connection after proving it knows the job secret, before welcoming us ({e})")
+        } else {
+            format!("it did not accept our proof of the job secret ({e}); do both workers have the same secret?")
+        };
+        return Err(DialFailure { reason, unanswered: false, evicted });
+    }
     Ok(c.done(expect_peer, mine, &theirs, true))
 }
 

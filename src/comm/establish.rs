@@ -4,7 +4,9 @@
 //! Strangers are logged and dropped; the listener keeps accepting until every
 //! peer has proved itself or the deadline passes. A crowd of strangers may
 //! still evict a genuine connection whose hello has not been read yet; its
-//! dialler then dials again until its deadline.
+//! dialler then dials again until its deadline. A crowd of impostors that say
+//! a fitting hello and stall may evict one whose proof is on its way; its
+//! dialler dials once more.
 
 use super::auth::{self, DialFailure, Shook};
 use super::deadline::Deadline;
@@ -46,7 +48,7 @@ const MAX_DIAL_BACKOFF: Duration = Duration::from_millis(500);
 /// evicts the oldest that has not said a fitting hello (else the oldest), so a
 /// crowd of strangers holds neither memory nor the door, nor pushes out a
 /// genuine worker whose handshake is slow (one evicted before its hello was
-/// read dials again).
+/// read dials again, one evicted while its proof was on its way once more).
 pub const MAX_UNAUTHENTICATED: usize = 32;
 
 /// A stream in handshake, and for an incoming one its said-hello flag.
@@ -231,6 +233,9 @@ fn dial(p: usize, cfg: &MeshConfig, deadline: &Deadline, stop: &AtomicBool, pend
     let mut last = io::Error::new(io::ErrorKind::TimedOut, "no attempt finished in time");
     // Why the last attempt, if it connected, was dropped unanswered.
     let mut dropped: Option<String> = None;
+    // Only once: on the next dial ours is the newest connection, which only a
+    // fresh crowd could evict, so a peer that drops us there twice is named.
+    let mut evicted_once = false;
     loop {
         if stop.load(Ordering::SeqCst) {
             return None;
@@ -255,8 +260,13 @@ fn dial(p: usize, cfg: &MeshConfig, deadline: &Deadline, stop: &AtomicBool, pend
                     Ok(shook) => return Some(Event::Ready(stream, shook)),
                     // Evicted before the peer read our hello (more strangers came to its door
                     // meanwhile than it lets wait): that costs a dial, not the mesh.
-                    Err(DialFailure { reason, unanswered: true }) => {
+                    Err(DialFailure { reason, unanswered: true, .. }) => {
                         tracing::debug!(%peer, %reason, "worker {}: dropped unanswered; dialling again", cfg.rank);
+                        dropped = Some(reason);
+                    }
+                    Err(DialFailure { reason, evicted: true, .. }) if !evicted_once => {
+                        tracing::debug!(%peer, %reason, "worker {}: evicted before its welcome; dialling again", cfg.rank);
+                        evicted_once = true;
                         dropped = Some(reason);
                     }
                     Err(DialFailure { reason, .. }) => {
