@@ -155,6 +155,16 @@ impl AggGraph {
         })
     }
 
+    /// Destinations `dst` of this graph, over all of its sources, with their
+    /// edges' weights.
+    pub fn dst_slice(&self, dst: std::ops::Range<usize>) -> AggGraph {
+        let (first, end) = (self.indptr[dst.start], self.indptr[dst.end]);
+        let indptr = self.indptr[dst.start..=dst.end].iter().map(|&p| p - first).collect();
+        let edges = first as usize..end as usize;
+        let weights = self.weights.as_ref().map(|w| w[edges.clone()].to_vec());
+        AggGraph::new(dst.len(), self.num_src, indptr, self.indices[edges].to_vec(), weights)
+    }
+
     pub(crate) fn transposed(&self) -> &Transposed {
         self.transposed.get_or_init(|| {
             // Counting sort of the edges by source; stable, so rows stay in edge order.

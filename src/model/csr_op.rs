@@ -40,10 +40,50 @@ pub enum Reduce {
     Max,
 }
 
+/// Most per-edge values (edges x row width) one `Kernel::Rows` sum holds at
+/// once; a larger graph is summed a slice of destinations at a time. candle's
+/// CUDA element-wise kernels count elements in a u32, so the 6.2G values of a
+/// full-graph layer over synthetic-products (62M edges x 100) never finished,
+/// and all edges' messages at once would hold that many floats twice (50 GB).
+const ROWS_SLICE_VALUES: usize = 1 << 26;
+
+/// `f(slice, its edges)` over consecutive slices of `g`'s destinations with
+/// at most `limit / width` edges each (or one destination), stacked: each
+/// destination's sum reads its own edges only, so the slices' rows are the
+/// whole graph's.
+fn by_dst_slices(
+    g: &AggGraph,
+    width: usize,
+    limit: usize,
+    mut f: impl FnMut(&Arc<AggGraph>, std::ops::Range<usize>) -> Result<Tensor>,
+) -> Result<Tensor> {
+    let per = (limit / width.max(1)).max(1) as u64;
+    let indptr = g.indptr();
+    let mut parts = Vec::new();
+    let mut start = 0;
+    while start < g.num_dst() {
+        let cap = u64::from(indptr[start]) + per;
+        let fit = indptr[start + 1..].partition_point(|&p| u64::from(p) <= cap);
+        let end = start + fit.max(1);
+        let edges = indptr[start] as usize..indptr[end] as usize;
+        parts.push(f(&Arc::new(g.dst_slice(start..end)), edges)?);
+        start = end;
+    }
+    Tensor::cat(&parts, 0)
+}
+
 /// out[d] = sum over d's edges e of w_e * x[src_e] (w_e = the graph's weights, or 1).
 pub fn weighted_sum(x: &Tensor, g: &Arc<AggGraph>, k: Kernel) -> Result<Tensor> {
+    weighted_sum_within(x, g, k, ROWS_SLICE_VALUES)
+}
+
+/// `weighted_sum`, `Kernel::Rows` holding at most `limit` per-edge values at once.
+fn weighted_sum_within(x: &Tensor, g: &Arc<AggGraph>, k: Kernel, limit: usize) -> Result<Tensor> {
     match k {
         Kernel::Fast => x.contiguous()?.apply_op1(Agg { g: g.clone(), reduce: Reduce::Sum, with_self: false }),
+        Kernel::Rows if g.num_dst() > 1 && g.num_edges() * x.dim(1)? > limit => {
+            by_dst_slices(g, x.dim(1)?, limit, |part, _| weighted_sum_within(x, part, k, limit))
+        }
         Kernel::Reference | Kernel::Rows => {
             let mut msgs = select_edges(x, g, End::Src, k)?;
             if let Some(w) = g.weights() {
@@ -63,6 +103,11 @@ pub fn edge_sum(vals: &Tensor, g: &Arc<AggGraph>, k: Kernel) -> Result<Tensor> {
 /// out[d, h*f..(h+1)*f] = sum over d's edges e of w[e, h] * x[src_e, h*f..(h+1)*f].
 /// Differentiable in both `x` and `w` (attention).
 pub fn edge_weighted_sum(x: &Tensor, w: &Tensor, g: &Arc<AggGraph>, k: Kernel) -> Result<Tensor> {
+    edge_weighted_sum_within(x, w, g, k, ROWS_SLICE_VALUES)
+}
+
+/// `edge_weighted_sum`, `Kernel::Rows` holding at most `limit` per-edge values at once.
+fn edge_weighted_sum_within(x: &Tensor, w: &Tensor, g: &Arc<AggGraph>, k: Kernel, limit: usize) -> Result<Tensor> {
     let (e, heads) = w.dims2()?;
     let (_, dim) = x.dims2()?;
     if e != g.num_edges() || heads == 0 || !dim.is_multiple_of(heads) {
@@ -70,6 +115,9 @@ pub fn edge_weighted_sum(x: &Tensor, w: &Tensor, g: &Arc<AggGraph>, k: Kernel) -
     }
     match k {
         Kernel::Fast => x.contiguous()?.apply_op2(&w.contiguous()?, EdgeSpmm { g: g.clone(), heads, transpose: false }),
+        Kernel::Rows if g.num_dst() > 1 && e * dim > limit => by_dst_slices(g, dim, limit, |part, edges| {
+            edge_weighted_sum_within(x, &w.narrow(0, edges.start, edges.len())?, part, k, limit)
+        }),
         Kernel::Reference | Kernel::Rows => {
             let msgs = select_edges(x, g, End::Src, k)?.reshape((e, heads, dim / heads))?;
             let msgs = msgs.broadcast_mul(&w.reshape((e, heads, 1))?)?.reshape((e, dim))?;
@@ -528,18 +576,21 @@ mod tests {
         }
     }
 
+    /// `f`'s output on `inputs` and the gradients of every input (of the output
+    /// weighted by a fixed probe).
+    fn with_grads(inputs: &[Tensor], f: impl Fn(&[Tensor]) -> Result<Tensor>) -> (Tensor, Vec<Tensor>) {
+        let vars: Vec<Var> = inputs.iter().map(|t| Var::from_tensor(t).unwrap()).collect();
+        let ts: Vec<Tensor> = vars.iter().map(|v| v.as_tensor().clone()).collect();
+        let out = f(&ts).unwrap();
+        let probe = distinct(out.dim(0).unwrap(), out.dim(1).unwrap(), 99);
+        let grads = (&out * &probe).unwrap().sum_all().unwrap().backward().unwrap();
+        let gs: Vec<Tensor> = ts.iter().map(|t| grads.get(t).unwrap().clone()).collect();
+        (out, gs)
+    }
+
     /// Forward values and gradients (w.r.t. every input) of `f` on both kernels agree.
     fn agree(inputs: &[Tensor], f: impl Fn(&[Tensor], Kernel) -> Result<Tensor>) {
-        let run = |k: Kernel| {
-            let vars: Vec<Var> = inputs.iter().map(|t| Var::from_tensor(t).unwrap()).collect();
-            let ts: Vec<Tensor> = vars.iter().map(|v| v.as_tensor().clone()).collect();
-            let out = f(&ts, k).unwrap();
-            let probe = distinct(out.dim(0).unwrap(), out.dim(1).unwrap(), 99);
-            let loss = (&out * &probe).unwrap().sum_all().unwrap();
-            let grads = loss.backward().unwrap();
-            let gs: Vec<Tensor> = ts.iter().map(|t| grads.get(t).unwrap().clone()).collect();
-            (out, gs)
-        };
+        let run = |k: Kernel| with_grads(inputs, |ts| f(ts, k));
         let (of, gf) = run(Kernel::Fast);
         for k in [Kernel::Reference, Kernel::Rows] {
             let (or, gr) = run(k);
@@ -624,6 +675,46 @@ mod tests {
             agree(std::slice::from_ref(&x), |t, k| aggregate_with_self(&t[0], &g, reduce, k));
             finite_differences(&[x], |t, k| aggregate_with_self(&t[0], &g, reduce, k));
         }
+    }
+
+    /// Values and gradients of `f` run with `limit` and without any.
+    fn sliced_and_whole(inputs: &[Tensor], limit: usize, f: impl Fn(&[Tensor], usize) -> Result<Tensor>) {
+        let (whole, gw) = with_grads(inputs, |ts| f(ts, usize::MAX));
+        let (sliced, gs) = with_grads(inputs, |ts| f(ts, limit));
+        // Each destination sums the same edges in the same order.
+        assert_eq!(sliced.to_vec2::<f32>().unwrap(), whole.to_vec2::<f32>().unwrap());
+        // A source's gradient adds its slices' partial sums: the same terms, grouped.
+        for (a, b) in gs.iter().zip(&gw) {
+            close(a, b, 1e-6);
+        }
+    }
+
+    #[test]
+    fn rows_sums_over_slices_of_destinations_equal_the_whole_graph_sums() {
+        let g = graph(true);
+        // 12 values of width 5: two edges a slice, or one destination of more.
+        let mut slices = Vec::new();
+        let parts = by_dst_slices(&g, 5, 12, |part, edges| {
+            assert!(part.num_edges() <= 2 || part.num_dst() == 1, "{edges:?}");
+            assert_eq!(part.edge_src(), &g.edge_src()[edges.clone()]);
+            assert_eq!(part.weights(), g.weights().map(|w| &w[edges.clone()]));
+            slices.push(edges);
+            Tensor::zeros((part.num_dst(), 1), DType::F32, &Device::Cpu)
+        })
+        .unwrap();
+        assert_eq!(parts.dim(0).unwrap(), g.num_dst());
+        assert!(slices.len() > 10, "{} slices", slices.len());
+        assert!(slices.windows(2).all(|p| p[0].end == p[1].start), "{slices:?}");
+        assert_eq!((slices[0].start, slices.last().unwrap().end), (0, g.num_edges()));
+
+        for weighted in [false, true] {
+            let g = graph(weighted);
+            let x = distinct(g.num_src(), 5, 7);
+            sliced_and_whole(&[x], 12, |t, limit| weighted_sum_within(&t[0], &g, Kernel::Rows, limit));
+        }
+        let g = graph(false);
+        let (x, w) = (distinct(g.num_src(), 6, 8), distinct(g.num_edges(), 3, 9));
+        sliced_and_whole(&[x, w], 12, |t, limit| edge_weighted_sum_within(&t[0], &t[1], &g, Kernel::Rows, limit));
     }
 
     #[test]
