@@ -45,7 +45,7 @@ pub enum Reduce {
 /// CUDA element-wise kernels count elements in a u32, so the 6.2G values of a
 /// full-graph layer over synthetic-products (62M edges x 100) never finished,
 /// and all edges' messages at once would hold that many floats twice (50 GB).
-const ROWS_SLICE_VALUES: usize = 1 << 26;
+pub(crate) const ROWS_SLICE_VALUES: usize = 1 << 26;
 
 /// `f(slice, its edges)` over consecutive slices of `g`'s destinations with
 /// at most `limit / width` edges each (or one destination), stacked: each
@@ -72,6 +72,25 @@ fn by_dst_slices(
     Tensor::cat(&parts, 0)
 }
 
+/// Whether `Kernel::Rows` runs `g` a slice of destinations at a time.
+fn sliced(g: &AggGraph, width: usize, k: Kernel, limit: usize) -> bool {
+    k == Kernel::Rows && g.num_dst() > 1 && g.num_edges().saturating_mul(width) > limit
+}
+
+/// `f(g, all its edges)`, or under `Kernel::Rows`, when `g`'s per-edge values
+/// (edges x `width`) exceed `limit`, `f` over slices of its destinations
+/// (`by_dst_slices`): exact for any `f` whose rows each read only their own
+/// destination's edges (sums, and softmaxes over a destination's edges).
+pub(crate) fn rows_within(
+    g: &Arc<AggGraph>,
+    width: usize,
+    k: Kernel,
+    limit: usize,
+    mut f: impl FnMut(&Arc<AggGraph>, std::ops::Range<usize>) -> Result<Tensor>,
+) -> Result<Tensor> {
+    if sliced(g, width, k, limit) { by_dst_slices(g, width, limit, f) } else { f(g, 0..g.num_edges()) }
+}
+
 /// out[d] = sum over d's edges e of w_e * x[src_e] (w_e = the graph's weights, or 1).
 pub fn weighted_sum(x: &Tensor, g: &Arc<AggGraph>, k: Kernel) -> Result<Tensor> {
     weighted_sum_within(x, g, k, ROWS_SLICE_VALUES)
@@ -81,7 +100,7 @@ pub fn weighted_sum(x: &Tensor, g: &Arc<AggGraph>, k: Kernel) -> Result<Tensor> 
 fn weighted_sum_within(x: &Tensor, g: &Arc<AggGraph>, k: Kernel, limit: usize) -> Result<Tensor> {
     match k {
         Kernel::Fast => x.contiguous()?.apply_op1(Agg { g: g.clone(), reduce: Reduce::Sum, with_self: false }),
-        Kernel::Rows if g.num_dst() > 1 && g.num_edges() * x.dim(1)? > limit => {
+        Kernel::Rows if sliced(g, x.dim(1)?, k, limit) => {
             by_dst_slices(g, x.dim(1)?, limit, |part, _| weighted_sum_within(x, part, k, limit))
         }
         Kernel::Reference | Kernel::Rows => {
@@ -115,7 +134,7 @@ fn edge_weighted_sum_within(x: &Tensor, w: &Tensor, g: &Arc<AggGraph>, k: Kernel
     }
     match k {
         Kernel::Fast => x.contiguous()?.apply_op2(&w.contiguous()?, EdgeSpmm { g: g.clone(), heads, transpose: false }),
-        Kernel::Rows if g.num_dst() > 1 && e * dim > limit => by_dst_slices(g, dim, limit, |part, edges| {
+        Kernel::Rows if sliced(g, dim, k, limit) => by_dst_slices(g, dim, limit, |part, edges| {
             edge_weighted_sum_within(x, &w.narrow(0, edges.start, edges.len())?, part, k, limit)
         }),
         Kernel::Reference | Kernel::Rows => {
