@@ -501,3 +501,37 @@ fn thread_named(pid: u32, name: &str) -> u32 {
     }
     panic!("no thread `{name}` in process {pid}");
 }
+
+/// A cut takes minutes on a large graph: on a terminal (here the pseudo-terminal
+/// `script` gives it) a spinner says what is being cut; with stderr a pipe,
+/// nothing of it reaches stderr, and stdout carries the JSON alone either way.
+#[test]
+fn the_cut_shows_a_spinner_on_a_terminal_and_nothing_on_a_pipe() {
+    let dir = tempfile::tempdir().unwrap();
+    common::write_synthetic_small(dir.path());
+    let ds = DatasetFile::open(dir.path().join("synthetic-small/dataset.lgnn")).unwrap();
+    let what = format!(
+        "cutting a metis-2 partition of synthetic-small ({} nodes, {} edges)",
+        ds.num_nodes(),
+        ds.graph().num_edges()
+    );
+    let json = dir.path().join("report.json");
+    let cmd = format!(
+        "'{}' --data-dir '{}' partition synthetic-small --parts 2 --json > '{}'",
+        env!("CARGO_BIN_EXE_leapgnn"),
+        dir.path().display(),
+        json.display()
+    );
+    let out =
+        Command::new("script").args(["-qec", &cmd, "/dev/null"]).env("TERM", "xterm").output().expect("run script");
+    let tty = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{tty}");
+    assert!(tty.contains(&what), "no spinner on the terminal: {tty:?}");
+    let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).expect("stdout holds the JSON alone");
+    assert_eq!(report["reused"], false);
+
+    let out = leapgnn(dir.path(), &["partition", "synthetic-small", "--parts", "2", "--force", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice::<Value>(&out.stdout).expect("stdout holds the JSON alone");
+}

@@ -219,8 +219,15 @@ impl<'a> Job<'a> {
 
     /// The node -> part map and its quality, in memory.
     fn cut(&self) -> Result<Cut, PartitionError> {
-        self.ds.verify()?;
         let (k, n) = (self.opts.parts, self.ds.num_nodes());
+        // Cutting a large graph takes minutes with nothing else on the screen.
+        let _spinner = crate::progress::Spinner::stderr(format!(
+            "cutting a {}-{k} partition of {} ({n} nodes, {} edges)…",
+            self.opts.method.name(),
+            self.name,
+            self.ds.graph().num_edges()
+        ));
+        self.ds.verify()?;
         let is_train = train_flags(n, self.ds.train());
         let problem = Problem {
             graph: self.ds.graph(),

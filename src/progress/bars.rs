@@ -3,6 +3,8 @@ use crate::metrics::{EpochRecord, RunInfo, StepRecord};
 use crate::tui::DashboardState;
 use crate::tui::fmt::{pct, rate};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::io::IsTerminal;
+use std::time::Duration;
 
 /// Progress bars on stderr (epochs, iterations of the current epoch); where
 /// stderr is not a terminal, one plain line per epoch instead.
@@ -122,5 +124,36 @@ impl ProgressSink for Bars {
     fn finish(&mut self) {
         self.iterations.finish_and_clear();
         self.epochs.finish_and_clear();
+    }
+}
+
+/// A spinner on stderr for a long step with nothing to count (a METIS cut),
+/// so a terminal does not sit silent. Hidden where it would only get in the
+/// way: stderr not a terminal (scripts and tests keep their lines as they
+/// were), `TERM=dumb` (no cursor addressing to redraw it), or a dashboard
+/// holding the screen. The line goes away when the spinner is dropped,
+/// whether the step ended or failed.
+pub struct Spinner(ProgressBar);
+
+impl Spinner {
+    pub fn stderr(msg: String) -> Self {
+        let shown = std::io::stderr().is_terminal()
+            && std::env::var_os("TERM").is_none_or(|t| t != "dumb")
+            && !super::signals::terminal_held();
+        if !shown {
+            return Spinner(ProgressBar::hidden());
+        }
+        let style = ProgressStyle::with_template("{spinner} {msg} {elapsed}").expect("the template is valid");
+        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr()).with_style(style).with_message(msg);
+        // Drawn now, not at the first tick: a step shorter than a tick is still seen.
+        bar.tick();
+        bar.enable_steady_tick(Duration::from_millis(100));
+        Spinner(bar)
+    }
+}
+
+impl Drop for Spinner {
+    fn drop(&mut self) {
+        self.0.finish_and_clear();
     }
 }

@@ -7,7 +7,7 @@ mod dashboard;
 mod json_stream;
 pub mod signals;
 
-pub use bars::Bars;
+pub use bars::{Bars, Spinner};
 pub use dashboard::{Dashboard, LogWriter, worker_lines};
 pub use json_stream::JsonStream;
 

@@ -156,6 +156,11 @@ pub(crate) fn terminal_taken() {
     TERMINAL_TAKEN.store(true, Ordering::SeqCst);
 }
 
+/// Whether a dashboard holds the terminal now: nothing else may draw on it.
+pub(crate) fn terminal_held() -> bool {
+    TERMINAL_TAKEN.load(Ordering::SeqCst)
+}
+
 /// Gives the terminal back: raw mode off, the main screen and the cursor
 /// back (the one place that does it, for the dashboard's end and a forced exit).
 pub(crate) fn release_terminal() {
