@@ -2,6 +2,7 @@ use crate::Global;
 use crate::output::print_json;
 use anyhow::Context;
 use leapgnn::BadInput;
+use leapgnn::cluster::check::ssh_job_launcher;
 use leapgnn::cluster::ship::{ShipItem, rank_files};
 use leapgnn::cluster::{Allocation, Launcher, LauncherKind, LogSink, Profile, SlurmLauncher};
 use leapgnn::progress::signals;
@@ -142,10 +143,11 @@ fn distributed(g: &Global, a: &Args, opts: &InferOptions) -> anyhow::Result<leap
     let log: LogSink = leapgnn::cluster::launcher::stderr_log();
     let ssh = match profile.filter(|_| slurm.is_none()) {
         Some(p) => {
-            let mut cfg = run_config(&data, &a.run)?;
+            let cfg = run_config(&data, &a.run)?;
             let w = workers.unwrap_or(cfg.workers);
-            (cfg.workers, cfg.parts) = (w, w);
-            Some(crate::train::ssh_launcher(&data, &cfg, p, a.accept_new_host_keys)?.with_log(log.clone()))
+            // The METIS partition the workers score by; `infer_distributed` cuts it after its checks.
+            let l = ssh_job_launcher(p, a.accept_new_host_keys, &data, &cfg.dataset, "metis", (w, w))?;
+            Some(l.with_log(log.clone()))
         }
         None => None,
     };

@@ -3,12 +3,10 @@ use crate::output::print_json;
 use anyhow::Context;
 use leapgnn::BadInput;
 use leapgnn::DataDir;
-use leapgnn::cluster::check::preflight_with;
+use leapgnn::cluster::check::ssh_job_launcher;
 use leapgnn::cluster::driver::DriverError;
-use leapgnn::cluster::ship::{ShipItem, rank_files};
-use leapgnn::cluster::{
-    Allocation, Launcher, LauncherKind, LocalLauncher, LogSink, Profile, SlurmLauncher, SshLauncher,
-};
+use leapgnn::cluster::ship::rank_data_files;
+use leapgnn::cluster::{Allocation, Launcher, LauncherKind, LocalLauncher, LogSink, Profile, SlurmLauncher};
 use leapgnn::format::write_atomic;
 use leapgnn::metrics::{EpochRecord, RestartRecord, RunInfo, RunSummary, StepRecord};
 use leapgnn::progress::{self, ProgressSink, signals};
@@ -16,7 +14,6 @@ use leapgnn::train::distributed::{DistOptions, GradDump, resume_distributed, tra
 use leapgnn::train::flags::{Action, TrainFlags};
 use leapgnn::train::tensorboard::TensorBoard;
 use leapgnn::train::{self, Observer, ResumeOverrides, RunOptions, TrainConfig, TrainError};
-use std::sync::Arc;
 use std::time::Duration;
 
 /// `train`'s flags and their rules live in the library (`train::flags`), with the defaults.
@@ -220,13 +217,18 @@ fn distributed(
             };
             let mut l = SlurmLauncher::new(alloc, binary, worker_args(g, &data)?).with_log(log.clone());
             if p.sbcast {
-                let files = job_files(&data, &cfg)?;
+                let job = (cfg.parts, cfg.workers);
+                let files = |rank| rank_data_files(&data, &cfg.dataset, cfg.partition_method(), job, rank);
                 let items = (0..cfg.workers).flat_map(files).collect::<std::collections::BTreeSet<_>>();
                 l = l.with_sbcast(std::path::Path::new(&p.remote_dir), items.into_iter().collect());
             }
             slurm = Some(l);
         }
-        Some(p) => ssh = Some(ssh_launcher(&data, &cfg, p, a.accept_new_host_keys)?.with_log(log.clone())),
+        Some(p) => {
+            let job = (cfg.parts, cfg.workers);
+            let l = ssh_job_launcher(p, a.accept_new_host_keys, &data, &cfg.dataset, cfg.partition_method(), job)?;
+            ssh = Some(l.with_log(log.clone()));
+        }
         None => {}
     }
     let local;
@@ -323,35 +325,6 @@ pub(crate) fn worker_args(g: &Global, data: &DataDir) -> anyhow::Result<Vec<Stri
     let mut args = vec!["--data-dir".into(), std::path::absolute(&data.root)?.display().to_string()];
     args.extend((0..g.verbose).map(|_| "-v".to_string()));
     Ok(args)
-}
-
-/// Checks every host first (the same checks as `cluster check`, failing on
-/// the first bad host), partitions here if needed, and ships each rank the
-/// dataset archive, the partition manifest and the parts it owns (a job's
-/// own files, such as a checkpoint, go with it: `Launcher::ship_with_job`).
-pub(crate) fn ssh_launcher(
-    data: &DataDir,
-    cfg: &TrainConfig,
-    profile: Profile,
-    accept_new: bool,
-) -> anyhow::Result<SshLauncher> {
-    let launcher = SshLauncher::new(profile)?.accept_new_host_keys(accept_new);
-    preflight_with(&launcher)?;
-    Ok(launcher.with_rank_files(Arc::new(job_files(data, cfg)?)))
-}
-
-/// The files rank r needs under the data directory (the dataset archive, the
-/// partition manifest and the parts it owns), partitioning here first if needed.
-fn job_files(
-    data: &DataDir,
-    cfg: &TrainConfig,
-) -> anyhow::Result<impl Fn(usize) -> Vec<ShipItem> + Send + Sync + 'static> {
-    let dataset = std::path::absolute(leapgnn::datasets::ensure_dataset(data, &cfg.dataset)?)?;
-    let parts = leapgnn::partition::ensure_partition(data, &cfg.dataset, cfg.partition_method(), cfg.parts, cfg.seed)?;
-    let parts = std::path::absolute(parts)?;
-    let root = std::path::absolute(&data.root)?;
-    let (k, w) = (cfg.parts.max(cfg.workers), cfg.workers);
-    Ok(move |rank| rank_files(&root, &dataset, &parts, leapgnn::format::worker_parts(rank, k, w)))
 }
 
 /// Adds "rank R on user@host:port" to a failure that one worker caused.

@@ -8,6 +8,7 @@ use crate::output::print_json;
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use leapgnn::BadInput;
+use leapgnn::cluster::check::ssh_job_launcher;
 use leapgnn::cluster::{Launcher, LauncherKind, LocalLauncher, Profile};
 use leapgnn::cost::calibrate::{CalibrateOptions, Calibration, calibrate};
 use leapgnn::cost::probe::ProbeTask;
@@ -269,7 +270,11 @@ fn run_calibration(
             &slurm
         }
         LauncherKind::Ssh => {
-            ssh = crate::train::ssh_launcher(data, cfg, profile.clone(), a.accept_new_host_keys)?.with_log(chatter);
+            let (name, method) = (&cfg.dataset, cfg.partition_method());
+            let job = (cfg.parts, cfg.workers);
+            ssh = ssh_job_launcher(profile.clone(), a.accept_new_host_keys, data, name, method, job)?.with_log(chatter);
+            // Cut once the hosts pass: the link probes start the ranks, and each is shipped its parts as it starts.
+            leapgnn::partition::ensure_partition(data, name, method, cfg.parts, cfg.seed)?;
             &ssh
         }
         _ => {

@@ -242,6 +242,26 @@ fn train_refuses_an_unknown_host_key_a_wrong_key_a_dead_port_and_a_wrong_worker_
     sshd.stop();
 }
 
+/// What the driver refuses before it starts a worker (here a `--run` that is
+/// taken) is refused before the partition is cut, as for local workers: the
+/// run leaves no partition behind.
+#[test]
+fn a_run_refused_before_launch_over_ssh_leaves_no_partition() {
+    let mut sshd = Sshd::start();
+    let profile = sshd.profile(2, "");
+    let tmp = cora();
+    let d = tmp.path();
+    std::fs::create_dir_all(d.join("runs/taken")).unwrap();
+    let args = [&["train", "cora", "--cluster", profile.to_str().unwrap(), "--run", "taken"], SMALL].concat();
+    let out = leapgnn(d, &args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(error_line(&err).contains("--run taken"), "{err}");
+    assert!(!d.join("cora/parts").exists(), "a refused run cut a partition: {err}");
+    sshd.assert_nothing_left();
+    sshd.stop();
+}
+
 #[test]
 fn four_workers_on_two_host_entries_match_four_local_workers() {
     let mut sshd = Sshd::start();

@@ -12,6 +12,7 @@ use super::profile::{HostSpec, LauncherKind, Profile};
 use super::ship::{self, RemoteState, ShipItem};
 use super::ssh::{RankFiles, SshLauncher};
 use super::ssh_session::Stage;
+use crate::DataDir;
 use crate::util::threads::spawn_scoped;
 use serde::Serialize;
 use std::path::PathBuf;
@@ -166,6 +167,28 @@ fn check_hosts(launcher: &SshLauncher, data: Option<&RankFiles>) -> Vec<HostRepo
 pub fn preflight(profile: &Profile, opts: &CheckOptions) -> anyhow::Result<ClusterReport> {
     let report = check_cluster(profile, &CheckOptions { start_workers: false, data: opts.data.clone(), ..*opts })?;
     first_bad_host(report)
+}
+
+/// The launcher of a job over ssh on dataset `name` (its `method` partition
+/// in `parts` parts, for `workers` ranks): every host checked first
+/// (`preflight_with`), then, as each rank starts, the dataset archive, the
+/// partition manifest and the parts that rank owns shipped to it
+/// (`ship::rank_data_files`). Nothing is partitioned here: the driver cuts
+/// a missing partition after its own checks and before any rank starts, so
+/// a run that they refuse leaves none behind.
+pub fn ssh_job_launcher(
+    profile: Profile,
+    accept_new_host_keys: bool,
+    data: &DataDir,
+    name: &str,
+    method: &str,
+    (parts, workers): (usize, usize),
+) -> anyhow::Result<SshLauncher> {
+    let launcher = SshLauncher::new(profile)?.accept_new_host_keys(accept_new_host_keys);
+    preflight_with(&launcher)?;
+    let (data, name, method) = (data.clone(), name.to_string(), method.to_string());
+    let files = move |rank| ship::rank_data_files(&data, &name, &method, (parts, workers), rank);
+    Ok(launcher.with_rank_files(std::sync::Arc::new(files)))
 }
 
 /// `preflight` with the launcher that will start the workers: what the checks
