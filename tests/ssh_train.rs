@@ -262,6 +262,25 @@ fn a_run_refused_before_launch_over_ssh_leaves_no_partition() {
     sshd.stop();
 }
 
+/// `infer --cluster` scores by a METIS partition whatever the run was cut
+/// with (RETEXO's is random): the hosts get that one, not the run's.
+#[test]
+fn infer_over_ssh_ships_the_metis_partition_its_workers_read() {
+    let mut sshd = Sshd::start();
+    let profile = sshd.profile(2, "");
+    let tmp = cora();
+    let d = tmp.path();
+    let retexo = ["--strategy", "retexo", "--model", "sage", "--hidden", "16", "--rounds", "1", "--seed", "5"];
+    json(d, &[&["train", "cora", "--no-tui", "--workers", "2", "--run", "r"], &retexo[..]].concat());
+    let r = json(d, &["infer", "r", "--cluster", profile.to_str().unwrap()]);
+    assert_eq!(r["workers"], 2, "{r}");
+    let shipped = walk(&sshd.remote.join("data"));
+    assert!(shipped.iter().any(|p| p.ends_with("parts/metis-2")), "{shipped:?}");
+    assert!(!shipped.iter().any(|p| p.contains("random-2")), "{shipped:?}");
+    sshd.assert_nothing_left();
+    sshd.stop();
+}
+
 #[test]
 fn four_workers_on_two_host_entries_match_four_local_workers() {
     let mut sshd = Sshd::start();
