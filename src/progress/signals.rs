@@ -96,10 +96,24 @@ pub fn force() {
     // nothing reads (a stderr or stdout pipe whose reader stopped): then this
     // exits after a grace, and the workers stop as they do when their
     // driver is gone.
-    let _ = std::thread::Builder::new().name("leapgnn-force".into()).spawn(|| {
+    let backstop = crate::util::threads::spawn("leapgnn-force", || {
         std::thread::sleep(FORCE_GRACE);
         exit_forced();
     });
+    if let Err(e) = backstop {
+        say(backstop_lost(&e));
+    }
+}
+
+/// What a forced stop goes without when its backstop thread cannot start
+/// (the OS refused it: `ulimit -u`, no address space for its stack).
+fn backstop_lost(e: &crate::util::threads::SpawnError) -> String {
+    format!(
+        "{e}: this is the thread that ends the run {} s after a second Ctrl-C if its workers have not stopped; \
+         the run stops once its workers do, and if it hangs, end it with `kill -KILL {}`",
+        FORCE_GRACE.as_secs(),
+        std::process::id()
+    )
 }
 
 /// How long a forced stop waits for the run to stop its workers itself.
@@ -118,19 +132,61 @@ fn exit_forced() -> ! {
 
 /// Prints `msg` on stderr from a thread of its own, so that a stderr nobody
 /// reads (a full pipe) never keeps the signal thread from the next signal.
-fn say(msg: &'static str) {
-    let _ = std::thread::Builder::new().name("leapgnn-say".into()).spawn(move || crate::elog!("{msg}"));
+/// While a dashboard holds the terminal the line is kept for when it gives
+/// the terminal back: its next frame would draw over it.
+fn say(msg: impl Into<String>) {
+    let msg = msg.into();
+    if TERMINAL_TAKEN.load(Ordering::SeqCst) {
+        UNSAID.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(msg);
+        return;
+    }
+    let line = msg.clone();
+    if crate::util::threads::spawn("leapgnn-say", move || crate::elog!("{line}")).is_err() {
+        // Nothing is lost if this thread can write the line itself.
+        say_here(&msg);
+    }
+}
+
+/// Lines `say` kept while a dashboard held the terminal.
+static UNSAID: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// `say` without a thread of its own, for when the OS refuses one: the line
+/// is written only if stderr can take it now, so this thread (the signal
+/// thread, the dashboard's) is never kept waiting on a reader that stopped;
+/// a stderr that cannot take it is one nobody reads. Every caller runs on an
+/// ordinary thread (signal_hook's iterator hands signals over from its
+/// handler), so writing and allocating here are safe.
+fn say_here(line: &str) {
+    if ready_for_a_line(std::os::fd::AsFd::as_fd(&std::io::stderr())) {
+        crate::elog!("{line}");
+    }
+}
+
+/// Whether a line written to `fd` now is taken without waiting: a pipe
+/// with room for at least one more page (more than a line), a terminal
+/// that is not stopped, a file.
+fn ready_for_a_line(fd: std::os::fd::BorrowedFd<'_>) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut p = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLOUT, revents: 0 };
+    // SAFETY: poll reads and writes only the one pollfd behind the pointer
+    // (nfds 1), a live local, on a descriptor the borrow keeps open; a zero
+    // timeout returns at once.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n == 1 && p.revents & libc::POLLOUT != 0
 }
 
 /// `say`, waiting at most `within` for the line to be written.
 fn say_within(msg: &'static str, within: std::time::Duration) {
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
-    let spawned = std::thread::Builder::new().name("leapgnn-say".into()).spawn(move || {
+    let spawned = crate::util::threads::spawn("leapgnn-say", move || {
         crate::elog!("{msg}");
         let _ = tx.send(());
     });
-    if spawned.is_ok() {
-        let _ = rx.recv_timeout(within);
+    match spawned {
+        Ok(_) => {
+            let _ = rx.recv_timeout(within);
+        }
+        Err(_) => say_here(msg),
     }
 }
 
@@ -167,6 +223,10 @@ pub(crate) fn release_terminal() {
     ratatui::restore();
     let _ = ratatui::crossterm::execute!(std::io::stdout(), ratatui::crossterm::cursor::Show);
     TERMINAL_TAKEN.store(false, Ordering::SeqCst);
+    let unsaid = std::mem::take(&mut *UNSAID.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+    for line in unsaid {
+        say_here(&line);
+    }
 }
 
 /// A Slurm worker's SIGUSR1: an `#SBATCH --signal=USR1@S` without `B:`
@@ -204,4 +264,46 @@ pub fn forced_flag() -> &'static AtomicBool {
 /// A second signal arrived.
 pub fn forced() -> bool {
     FORCED.load(Ordering::SeqCst)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::fd::{AsFd, AsRawFd};
+
+    /// A full pipe (a stderr whose reader stopped) is not ready, so the
+    /// signal thread writing a line itself, the say thread refused, moves
+    /// on instead of waiting for good; with room again, it is ready.
+    #[test]
+    fn a_pipe_with_no_room_is_not_ready_for_a_line() {
+        let (mut r, mut w) = std::io::pipe().unwrap();
+        assert!(ready_for_a_line(w.as_fd()));
+        // SAFETY: F_GETPIPE_SZ only reads the pipe's capacity.
+        let size = unsafe { libc::fcntl(w.as_raw_fd(), libc::F_GETPIPE_SZ) };
+        assert!(size > 0, "{}", std::io::Error::last_os_error());
+        // Exactly its capacity: taken without waiting, and nothing more fits.
+        w.write_all(&vec![b'x'; size as usize]).unwrap();
+        assert!(!ready_for_a_line(w.as_fd()));
+        std::io::Read::read_exact(&mut r, &mut vec![0; size as usize]).unwrap();
+        assert!(ready_for_a_line(w.as_fd()));
+    }
+
+    /// The line a refused backstop thread gets says which thread, why, what
+    /// the run now goes without, and what to do if it hangs.
+    #[test]
+    fn a_refused_backstop_says_what_is_lost_and_what_to_do() {
+        let refused = std::io::Error::from_raw_os_error(libc::EAGAIN);
+        let e = crate::util::threads::SpawnError::new("leapgnn-force".into(), refused);
+        let line = backstop_lost(&e);
+        for needle in [
+            "cannot start thread leapgnn-force: Resource temporarily unavailable",
+            "ulimit -u",
+            "ends the run 15 s after a second Ctrl-C",
+            &format!("kill -KILL {}", std::process::id()),
+        ] {
+            assert!(line.contains(needle), "no `{needle}` in {line}");
+        }
+        assert!(!line.contains('\n'), "{line}");
+    }
 }

@@ -79,7 +79,8 @@ pub struct SpawnError {
 }
 
 impl SpawnError {
-    fn new(name: String, source: std::io::Error) -> Self {
+    /// The OS refused thread `name` with `source`.
+    pub(crate) fn new(name: String, source: std::io::Error) -> Self {
         let mut limits = Vec::new();
         if let Some(n) = super::process_limit() {
             limits.push(format!("this user's process/thread limit (RLIMIT_NPROC) of {n}"));
