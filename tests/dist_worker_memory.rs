@@ -6,7 +6,7 @@
 
 mod dist_support;
 
-use dist_support::{Tiny, cora, local_options, wide_full_graph_cora_job, wrapped, write_tiny};
+use dist_support::{Tiny, cora, leapgnn, local_options, wide_full_graph_cora_job, wrapped, write_tiny};
 use leapgnn::DataDir;
 use leapgnn::train::distributed::train_distributed;
 use leapgnn::train::strategy::StrategyKind;
@@ -129,4 +129,29 @@ fn minibatch_workers_hold_the_roots_routed_to_their_host() {
         assert!(e.contains(&needle), "no `{needle}` in {e}");
     }
     train_with_free(d, cfg, "roomy", (routed + 64) * MIB).expect("the host holds both");
+}
+
+/// The workers started on the driver's machine hold it to one reading of
+/// its MemAvailable, the driver's, taken before it started them. Each read
+/// its own as it started: one that started after its neighbour had loaded
+/// its share saw MemAvailable lowered by it and held that share against it
+/// a second time, so the same run was refused or not by the order in which
+/// its workers started. Each worker says (at -vv) what it held its host to.
+#[test]
+fn local_workers_hold_their_machine_to_the_drivers_one_reading() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    write_tiny(d, "tiny", Tiny::default());
+    let out = leapgnn(d, &["-vv", "train", "tiny", "--workers", "2", "--epochs", "1", "--no-tui"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let held = |rank: usize| {
+        let said = format!("worker {rank}: this host's workers are held together to ");
+        let line = err.lines().find_map(|l| l.split_once(said.as_str())).map(|(_, r)| r);
+        line.unwrap_or_else(|| panic!("worker {rank} does not say what it held its host to: {err}")).to_string()
+    };
+    let (first, second) = (held(0), held(1));
+    assert_eq!(first, second, "{err}");
+    let source = "(MemAvailable in /proc/meminfo, as the driver read it before it started its workers there)";
+    assert!(first.ends_with(source), "{first}");
 }

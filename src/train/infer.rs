@@ -481,7 +481,7 @@ pub(crate) fn check_worker(
     cfg: &TrainConfig,
     owners: Option<&[u16]>,
     (rank, world): (usize, usize),
-    (host_ranks, launcher): (&[usize], LauncherKind),
+    (host_ranks, launcher, available): (&[usize], LauncherKind, Option<u64>),
     (spec, params): (&ModelSpec, usize),
     (width, embeddings): (usize, Option<usize>),
 ) -> Result<(), BadInput> {
@@ -491,7 +491,7 @@ pub(crate) fn check_worker(
     let row = 4 * (spec.classes + width) as u64;
     let need = |r: usize| worker_need(shapes[r], spec, params, sparse, row);
     let others: Vec<u64> = host_ranks.iter().filter(|&&r| r != rank && r < shapes.len()).map(|&r| need(r)).collect();
-    let limit = Limit { launcher, ..Default::default() };
+    let limit = Limit { launcher, available, ..Default::default() };
     let alone = format!(
         "spread the graph over more --workers or {}{}, or infer on hosts with more memory",
         limit.more_machines(),

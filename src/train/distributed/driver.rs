@@ -113,7 +113,7 @@ fn check_memory(
     opts: &DistOptions<'_>,
     resume: bool,
 ) -> anyhow::Result<()> {
-    let limit = Limit { bytes: run.memory_limit, resume, launcher: opts.launcher.kind() };
+    let limit = Limit { bytes: run.memory_limit, resume, launcher: opts.launcher.kind(), available: None };
     let owners = node_part.map(|p| crate::format::node_worker(p, cfg.parts, cfg.workers));
     let local = opts.launcher.local_workers(cfg.workers);
     if local > 0 {

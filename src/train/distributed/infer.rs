@@ -364,7 +364,7 @@ pub fn run_infer_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow
         cfg,
         owners.as_ref().map(Owners::as_slice),
         (rank, world),
-        (&spec.placement.host_ranks(rank), spec.placement.launcher),
+        (&spec.placement.host_ranks(rank), spec.placement.launcher, spec.placement.available(rank)),
         (model.spec(), params.numel()),
         (width, spec.embeddings),
     )?;

@@ -87,12 +87,44 @@ pub struct Placement {
     /// The launcher that starts the workers, for what a refusal advises.
     #[serde(default)]
     pub launcher: crate::cluster::profile::LauncherKind,
+    /// The driver's machine's MemAvailable, read before it started the
+    /// workers there, for local workers; None for those it starts over ssh
+    /// or Slurm, which read their own host's.
+    #[serde(default)]
+    pub available: Option<u64>,
 }
 
 impl Placement {
     /// Where `launcher` places each of `world` ranks.
     pub(crate) fn of(launcher: &dyn crate::cluster::Launcher, world: usize) -> Placement {
-        Placement { hosts: (0..world).map(|rank| launcher.host_of(rank)).collect(), launcher: launcher.kind() }
+        let kind = launcher.kind();
+        // One reading for all the workers sharing this machine: each reading
+        // its own as it started, a worker that started after its neighbours
+        // had loaded their share saw MemAvailable already lowered by them, and
+        // held it against their shares a second time.
+        let available =
+            (kind == crate::cluster::profile::LauncherKind::Local).then(crate::util::mem_available).flatten();
+        Placement { hosts: (0..world).map(|rank| launcher.host_of(rank)).collect(), launcher: kind, available }
+    }
+
+    /// The MemAvailable worker `rank`'s memory checks hold its host's
+    /// workers to: the driver's reading for a local worker, else None (the
+    /// worker reads its host's). A worker given `LEAPGNN_TEST_MEM_AVAILABLE`
+    /// stands for a host the driver cannot read (tests), and takes that.
+    pub(crate) fn available(&self, rank: usize) -> Option<u64> {
+        let own = std::env::var_os(crate::util::MEM_AVAILABLE_TEST_VAR).is_some();
+        let available = self.available.filter(|_| !own);
+        let (bytes, source) = match available {
+            Some(b) => (Some(b), crate::train::fullgraph::memory::DRIVER_READ_SOURCE),
+            None => (crate::util::mem_available(), crate::util::MEM_AVAILABLE_SOURCE),
+        };
+        if let Some(b) = bytes {
+            tracing::debug!(
+                "worker {rank}: this host's workers are held together to {} MiB ({source})",
+                crate::util::mib(b)
+            );
+        }
+        available
     }
 
     /// The ranks on `rank`'s host (`hosts`), `rank` among them; only `rank`

@@ -54,7 +54,8 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
     // aborts the process: this worker's share of the partition and those of
     // the run's other workers on this host, which share its memory.
     use crate::train::fullgraph::memory::{Held, Limit, check_worker};
-    let limit = Limit { bytes: None, resume: spec.resume, launcher: spec.placement.launcher };
+    let available = spec.placement.available(rank);
+    let limit = Limit { bytes: None, resume: spec.resume, launcher: spec.placement.launcher, available };
     let host_ranks = spec.placement.host_ranks(rank);
     crate::train::check_model_memory(cfg, &ds, Held::Ranks(&host_ranks), false, limit, Some(owners.as_slice()))?;
     let (model, params, mut opt, device) = crate::train::build_model(cfg, &ds)?;

@@ -463,6 +463,9 @@ pub struct Limit {
     pub bytes: Option<u64>,
     pub resume: bool,
     pub launcher: LauncherKind,
+    /// This machine's MemAvailable as the driver read it before it started
+    /// its workers here, in place of one read now (`Placement::available`).
+    pub available: Option<u64>,
 }
 
 impl Limit {
@@ -488,19 +491,18 @@ impl Limit {
 }
 
 /// What the workers on this machine are held against: `limit` bytes together
-/// when given (`--memory-limit-mb`), else MemAvailable together and the
-/// address-space limit (RLIMIT_AS), which every worker process inherits from
-/// this one, each.
+/// when given (`--memory-limit-mb`), else MemAvailable together (the
+/// driver's reading when it gave one) and the address-space limit
+/// (RLIMIT_AS), which every worker process inherits from this one, each.
 pub(crate) fn budgets(limit: Limit) -> Vec<Budget> {
     match limit.bytes {
         Some(l) => vec![Budget { bytes: l, each: false, source: "--memory-limit-mb", limit }],
         None => {
-            let together = crate::util::mem_available().map(|bytes| Budget {
-                bytes,
-                each: false,
-                source: crate::util::MEM_AVAILABLE_SOURCE,
-                limit,
-            });
+            let available = match limit.available {
+                Some(bytes) => Some((bytes, DRIVER_READ_SOURCE)),
+                None => crate::util::mem_available().map(|bytes| (bytes, crate::util::MEM_AVAILABLE_SOURCE)),
+            };
+            let together = available.map(|(bytes, source)| Budget { bytes, each: false, source, limit });
             let each = crate::util::address_space_limit().map(|bytes| Budget {
                 bytes,
                 each: true,
@@ -511,6 +513,10 @@ pub(crate) fn budgets(limit: Limit) -> Vec<Budget> {
         }
     }
 }
+
+/// Where a worker's MemAvailable came from when its driver read it.
+pub(crate) const DRIVER_READ_SOURCE: &str =
+    "MemAvailable in /proc/meminfo, as the driver read it before it started its workers there";
 
 /// Of `budgets`, the tightest that `per_worker` exceeds (as
 /// util::usable_memory names the tighter for one process).
