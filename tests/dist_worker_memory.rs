@@ -155,3 +155,29 @@ fn local_workers_hold_their_machine_to_the_drivers_one_reading() {
     let source = "(MemAvailable in /proc/meminfo, as the driver read it before it started its workers there)";
     assert!(first.ends_with(source), "{first}");
 }
+
+/// `--memory-limit-mb M` holds the workers and the driver on this machine
+/// to M MiB together, in place of its MemAvailable: the driver checked them
+/// against M, but each local worker then checked itself against
+/// MemAvailable and refused a run the user had sized (here a machine that
+/// stands for one with 1 MiB free, and an M that holds the run). The
+/// workers now take the driver's M.
+#[test]
+fn local_workers_take_the_drivers_memory_limit_in_place_of_mem_available() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    write_tiny(d, "tiny", Tiny::default());
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_leapgnn"))
+        .arg("--data-dir")
+        .arg(d)
+        .args(["-vv", "train", "tiny", "--workers", "2", "--epochs", "1", "--no-tui", "--memory-limit-mb", "4096"])
+        .env(MEM_AVAILABLE_TEST_VAR, MIB.to_string())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    for rank in 0..2 {
+        let said = format!("worker {rank}: this host's workers are held together to 4096 MiB (--memory-limit-mb)");
+        assert!(err.contains(&said), "no `{said}` in {err}");
+    }
+}

@@ -473,7 +473,8 @@ fn worker_need(s: fullgraph::memory::Shape, spec: &ModelSpec, params: usize, spa
 /// memory aborted on an allocation instead. As train's workers do, it holds
 /// the shares of `host_ranks` (the ranks placed on this host, `rank` among
 /// them) together against MemAvailable, its own against the address-space
-/// limit, and words the advice for `launcher`. `width`: the embeddings'
+/// limit, as `limit` says (`Placement::limit`), and words the advice for its
+/// launcher. `width`: the embeddings'
 /// width (0 without `--embeddings`). Advises what an inference can change:
 /// the run's model is fixed.
 pub(crate) fn check_worker(
@@ -481,17 +482,16 @@ pub(crate) fn check_worker(
     cfg: &TrainConfig,
     owners: Option<&[u16]>,
     (rank, world): (usize, usize),
-    (host_ranks, launcher, available): (&[usize], LauncherKind, Option<u64>),
+    (host_ranks, limit): (&[usize], fullgraph::memory::Limit),
     (spec, params): (&ModelSpec, usize),
     (width, embeddings): (usize, Option<usize>),
 ) -> Result<(), BadInput> {
-    use fullgraph::memory::{Limit, check_share, shapes, sparse_input};
+    use fullgraph::memory::{check_share, shapes, sparse_input};
     let (sparse_rows, sparse) = sparse_input(ds, cfg, spec);
     let shapes = shapes(ds.graph(), sparse_rows, owners, world.max(1));
     let row = 4 * (spec.classes + width) as u64;
     let need = |r: usize| worker_need(shapes[r], spec, params, sparse, row);
     let others: Vec<u64> = host_ranks.iter().filter(|&&r| r != rank && r < shapes.len()).map(|&r| need(r)).collect();
-    let limit = Limit { launcher, available, ..Default::default() };
     let alone = format!(
         "spread the graph over more --workers or {}{}, or infer on hosts with more memory",
         limit.more_machines(),

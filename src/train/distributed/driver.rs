@@ -559,7 +559,7 @@ fn execute(
         comm_timeout_ms: opts.comm_timeout.as_millis() as u64,
         auto_plans,
         partition_checksum,
-        placement: super::Placement::of(opts.launcher, world),
+        placement: super::Placement::of(opts.launcher, world, run.memory_limit),
     };
     let task = serde_json::json!({ "task": "train", "train": job });
     let train_ids = ds.train().len();

@@ -190,7 +190,7 @@ fn infer_on_workers(
         embeddings: opts.embeddings,
         comm_timeout_ms: launch.comm_timeout.as_millis() as u64,
         partition_checksum,
-        placement: super::Placement::of(launch.launcher, world),
+        placement: super::Placement::of(launch.launcher, world, opts.memory_limit),
     };
     let task = serde_json::json!({ "task": "infer", "infer": job });
     let part = parts_dir.as_ref().map_or_else(|| "none".into(), |p| p.display().to_string());
@@ -364,7 +364,7 @@ pub fn run_infer_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow
         cfg,
         owners.as_ref().map(Owners::as_slice),
         (rank, world),
-        (&spec.placement.host_ranks(rank), spec.placement.launcher, spec.placement.available(rank)),
+        (&spec.placement.host_ranks(rank), spec.placement.limit(rank, false)),
         (model.spec(), params.numel()),
         (width, spec.embeddings),
     )?;

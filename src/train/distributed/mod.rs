@@ -92,39 +92,47 @@ pub struct Placement {
     /// or Slurm, which read their own host's.
     #[serde(default)]
     pub available: Option<u64>,
+    /// The driver's `--memory-limit-mb`, for its local workers: the memory
+    /// the workers and the driver on its machine may use together.
+    #[serde(default)]
+    pub memory_limit: Option<u64>,
 }
 
 impl Placement {
     /// Where `launcher` places each of `world` ranks.
-    pub(crate) fn of(launcher: &dyn crate::cluster::Launcher, world: usize) -> Placement {
+    pub(crate) fn of(launcher: &dyn crate::cluster::Launcher, world: usize, memory_limit: Option<u64>) -> Placement {
         let kind = launcher.kind();
         // One reading for all the workers sharing this machine: each reading
         // its own as it started, a worker that started after its neighbours
         // had loaded their share saw MemAvailable already lowered by them, and
         // held it against their shares a second time.
-        let available =
-            (kind == crate::cluster::profile::LauncherKind::Local).then(crate::util::mem_available).flatten();
-        Placement { hosts: (0..world).map(|rank| launcher.host_of(rank)).collect(), launcher: kind, available }
+        let local = kind == crate::cluster::profile::LauncherKind::Local;
+        let available = local.then(crate::util::mem_available).flatten();
+        let memory_limit = memory_limit.filter(|_| local);
+        let hosts = (0..world).map(|rank| launcher.host_of(rank)).collect();
+        Placement { hosts, launcher: kind, available, memory_limit }
     }
 
-    /// The MemAvailable worker `rank`'s memory checks hold its host's
-    /// workers to: the driver's reading for a local worker, else None (the
-    /// worker reads its host's). A worker given `LEAPGNN_TEST_MEM_AVAILABLE`
-    /// stands for a host the driver cannot read (tests), and takes that.
-    pub(crate) fn available(&self, rank: usize) -> Option<u64> {
+    /// What worker `rank`'s memory checks hold its host to: on the driver's
+    /// machine, the driver's `--memory-limit-mb` or else its one reading of
+    /// MemAvailable (`available`), which the driver held all of them to
+    /// before it started them; on another host (ssh, Slurm), that host's
+    /// own. A worker given `LEAPGNN_TEST_MEM_AVAILABLE` stands for a host
+    /// the driver cannot read (tests), and takes that for MemAvailable.
+    pub(crate) fn limit(&self, rank: usize, resume: bool) -> crate::train::fullgraph::memory::Limit {
         let own = std::env::var_os(crate::util::MEM_AVAILABLE_TEST_VAR).is_some();
         let available = self.available.filter(|_| !own);
-        let (bytes, source) = match available {
-            Some(b) => (Some(b), crate::train::fullgraph::memory::DRIVER_READ_SOURCE),
-            None => (crate::util::mem_available(), crate::util::MEM_AVAILABLE_SOURCE),
+        let limit = crate::train::fullgraph::memory::Limit {
+            bytes: self.memory_limit,
+            resume,
+            launcher: self.launcher,
+            available,
         };
-        if let Some(b) = bytes {
-            tracing::debug!(
-                "worker {rank}: this host's workers are held together to {} MiB ({source})",
-                crate::util::mib(b)
-            );
+        if let Some(b) = crate::train::fullgraph::memory::budgets(limit).iter().find(|b| !b.each) {
+            let mib = crate::util::mib(b.bytes);
+            tracing::debug!("worker {rank}: this host's workers are held together to {mib} MiB ({})", b.source);
         }
-        available
+        limit
     }
 
     /// The ranks on `rank`'s host (`hosts`), `rank` among them; only `rank`

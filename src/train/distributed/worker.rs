@@ -53,9 +53,8 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
     // A model too big for this host's memory is refused before its allocation
     // aborts the process: this worker's share of the partition and those of
     // the run's other workers on this host, which share its memory.
-    use crate::train::fullgraph::memory::{Held, Limit, check_worker};
-    let available = spec.placement.available(rank);
-    let limit = Limit { bytes: None, resume: spec.resume, launcher: spec.placement.launcher, available };
+    use crate::train::fullgraph::memory::{Held, check_worker};
+    let limit = spec.placement.limit(rank, spec.resume);
     let host_ranks = spec.placement.host_ranks(rank);
     crate::train::check_model_memory(cfg, &ds, Held::Ranks(&host_ranks), false, limit, Some(owners.as_slice()))?;
     let (model, params, mut opt, device) = crate::train::build_model(cfg, &ds)?;
