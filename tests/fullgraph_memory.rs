@@ -36,3 +36,25 @@ fn facebook_runs_that_fit_are_accepted_and_those_that_do_not_are_refused() {
         );
     }
 }
+
+/// GAT on Facebook with 12,000 heads: its attention per in-edge (with a
+/// self loop each) and head is a [364116, 12000] tensor, past the 2^32
+/// elements candle's CUDA kernels count, so on a GPU the run would hang.
+/// `--device cuda` is refused for it before any device is opened, so this
+/// CPU build names the tensor rather than its missing CUDA; on the CPU
+/// nothing is refused for it (the memory check that follows does, under a
+/// small --memory-limit-mb).
+#[test]
+fn a_gpu_run_with_a_tensor_of_2_pow_32_elements_is_refused_before_the_device_is_opened() {
+    let tmp = facebook();
+    let d = tmp.path();
+    let base = ["train", "facebook", "--no-tui", "--mode", "full-graph", "--epochs", "1", "--model", "gat"];
+    let wide = ["--layers", "2", "--heads", "12000", "--hidden", "12000", "--memory-limit-mb"];
+    let e = fails(d, &[&base[..], &wide, &["100000000", "--device", "cuda"]].concat(), 2);
+    let want = "--device cuda: worker 0 would build GAT's attention scores per in-edge and head (--heads) \
+                (layer 1 of 2), a [364116, 12000] tensor of 4369392000 elements";
+    assert!(e.contains(want), "{e}");
+    assert!(e.contains("more --workers") && e.contains("--device cpu"), "{e}");
+    let e = fails(d, &[&base[..], &wide, &["1000", "--device", "cpu"]].concat(), 2);
+    assert!(e.contains("--mode full-graph needs an estimated") && !e.contains("2^32"), "{e}");
+}

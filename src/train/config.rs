@@ -454,7 +454,10 @@ impl TrainConfig {
             g.check_graph(ds.num_nodes())?;
         }
         super::splits(ds, &self.dataset)?;
-        self.model_spec(ds).check()?;
+        let spec = self.model_spec(ds);
+        spec.check()?;
+        // Before the device is opened: a run that would hang on a GPU is refused on any build.
+        crate::train::fullgraph::memory::check_device(ds, self, None, &spec)?;
         self.device.open()?;
         Ok(())
     }

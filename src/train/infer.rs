@@ -394,6 +394,9 @@ pub(crate) fn check_memory(
     // Every node's scores as gathered, and the rows written with their serialised copy.
     let gathered = ds.num_nodes() as u64 * row + 2 * prep.nodes.len() as u64 * row;
     let shares = shapes(ds.graph(), sparse_rows, owners, world.max(1));
+    // The run's --hidden is fixed: its shares or its device are what infer can change.
+    let advice = "give infer more --workers (a smaller share of the graph each), or --device cpu";
+    fullgraph::memory::check_cuda_elements(&shares, &spec, cfg.device, advice)?;
     let driven = local.is_some();
     let mut per_worker: Vec<u64> = shares
         .iter()

@@ -89,29 +89,26 @@ pub fn estimate(s: Shape, spec: &ModelSpec, params: usize, sparse_input: bool) -
     let mut b = PROCESS_BYTES
         + match sparse_input {
             true => 2 * (8 * s.sparse_values + 8 * (rows + 1)),
-            false => 2 * rows * spec.in_dim as u64 * f,
+            false => 2 * input_rows(s, spec).elements() * f,
         };
     for l in 0..spec.layers {
-        let (last, d_in, d_out) = layer_dims(spec, l);
+        let t = layer_tensors(s, spec, l);
         if l > 0 {
-            b += HIDDEN_INPUT_COPIES * rows * d_in * f;
+            b += HIDDEN_INPUT_COPIES * t.input.elements() * f;
         }
         // A dense input's aggregate is as wide as the input; sparse rows are
         // multiplied first, into projections as wide as the output.
-        let wide_input = if l == 0 && sparse_input { 0 } else { 3 * s.owned * d_in * f };
+        let wide_input = if l == 0 && sparse_input { 0 } else { 3 * t.aggregate.elements() * f };
         b += wide_input;
-        if spec.kind == ModelKind::Gat {
-            let (heads, width) = gat_attention(spec, last, d_out);
-            // Attention runs over the in-edges and a self loop per vertex.
-            let edges = s.edges + s.owned;
-            b += GAT_PROJECTION_COPIES * rows * width * f + GAT_EDGE_COPIES * edges * heads * f;
-            b += 3 * s.owned * d_out * f;
+        if let Some([projection, attention]) = t.attention {
+            b += GAT_PROJECTION_COPIES * projection.elements() * f + GAT_EDGE_COPIES * attention.elements() * f;
+            b += 3 * t.output.elements() * f;
         } else if l == 0 && sparse_input {
             // Both sparse products (neighbours' over all rows, own over the
             // owned), the aggregate and the output, and their gradients.
-            b += 3 * (rows + s.owned) * d_out * f;
+            b += 3 * (rows + s.owned) * t.output.cols * f;
         } else {
-            b += 3 * s.owned * d_out * f;
+            b += 3 * t.output.elements() * f;
         }
     }
     // The aggregation graph and its transpose (index, weight and edge id per edge).
@@ -120,6 +117,125 @@ pub fn estimate(s: Shape, spec: &ModelSpec, params: usize, sparse_input: bool) -
     b += (4 + spec.layers as u64) * params as u64 * f;
     b
 }
+
+/// A `[rows, cols]` tensor that a full-graph worker builds (with its
+/// gradient, in training, of the same shape), named for a refusal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tensor2 {
+    pub what: &'static str,
+    pub rows: u64,
+    pub cols: u64,
+}
+
+impl Tensor2 {
+    pub fn elements(self) -> u64 {
+        self.rows.saturating_mul(self.cols)
+    }
+}
+
+/// The input features of the owned + halo rows, as the first layer reads them when dense.
+fn input_rows(s: Shape, spec: &ModelSpec) -> Tensor2 {
+    Tensor2 { what: "the input features of its owned and halo rows", rows: s.owned + s.halo, cols: spec.in_dim as u64 }
+}
+
+/// The tensors of one layer whose copies the estimates count.
+pub(crate) struct LayerTensors {
+    /// Its input of owned + halo rows (a hidden layer's: the previous
+    /// layer's output, exchanged).
+    pub input: Tensor2,
+    /// The aggregate of the owned rows' neighbours, as wide as the input.
+    pub aggregate: Tensor2,
+    /// Its output of the owned rows.
+    pub output: Tensor2,
+    /// GAT: the projection of every row and the attention per edge (with
+    /// a self loop per vertex) and head.
+    pub attention: Option<[Tensor2; 2]>,
+    /// deepgcn and film: a block's activations of every row, as wide as --hidden.
+    pub block: Option<Tensor2>,
+    /// SAGE: the aggregate beside the owned rows, one input twice as wide,
+    /// which both weights multiply at once (`SageLayer::forward`).
+    pub both: Option<Tensor2>,
+}
+
+/// The tensors of layer `l` of `spec` over the share `s`.
+pub(crate) fn layer_tensors(s: Shape, spec: &ModelSpec, l: usize) -> LayerTensors {
+    let (last, d_in, d_out) = layer_dims(spec, l);
+    let rows = s.owned + s.halo;
+    let attention = (spec.kind == ModelKind::Gat).then(|| {
+        let (heads, width) = gat_attention(spec, last, d_out);
+        [
+            Tensor2 { what: "GAT's projection of its owned and halo rows", rows, cols: width },
+            Tensor2 {
+                what: "GAT's attention scores per in-edge and head (--heads)",
+                rows: s.edges + s.owned,
+                cols: heads,
+            },
+        ]
+    });
+    let block = residual_copies(spec.kind).map(|_| Tensor2 {
+        what: "the block's activations of its owned and halo rows",
+        rows,
+        cols: spec.hidden as u64,
+    });
+    LayerTensors {
+        input: Tensor2 { what: "the layer's input of its owned and halo rows", rows, cols: d_in },
+        aggregate: Tensor2 { what: "the aggregate of its owned rows' neighbours", rows: s.owned, cols: d_in },
+        output: Tensor2 { what: "the layer's output of its owned rows", rows: s.owned, cols: d_out },
+        attention,
+        block,
+        both: matches!(spec.kind, ModelKind::SageMean | ModelKind::SageMax).then_some(Tensor2 {
+            what: "SAGE's aggregate beside its owned rows",
+            rows: s.owned,
+            cols: 2 * d_in,
+        }),
+    }
+}
+
+/// The most elements a tensor may have on a CUDA device: candle's CUDA
+/// element-wise kernels (binary, unary, affine) count them in an `unsigned
+/// int` and are launched for `numel as u32` elements, so from 2^32 on the
+/// count wraps and the kernel loops for ever: the run hangs instead of failing.
+pub const CUDA_MAX_ELEMENTS: u64 = 1 << 32;
+
+/// Refuses, on a CUDA `device`, the shares `shares` (one per worker) when a
+/// tensor that a worker of `spec` builds has `CUDA_MAX_ELEMENTS` or more
+/// elements; `advice` says what to change. On the CPU every size is counted
+/// in 64 bits: nothing is refused. The per-edge sums of the aggregations are
+/// run over slices of destinations (`csr_op::ROWS_SLICE_VALUES`), so only
+/// the tensors that grow with the rows (and GAT's with the edges) remain.
+pub fn check_cuda_elements(
+    shares: &[Shape],
+    spec: &ModelSpec,
+    device: DeviceKind,
+    advice: &str,
+) -> Result<(), BadInput> {
+    if device == DeviceKind::Cpu {
+        return Ok(());
+    }
+    for (rank, &s) in shares.iter().enumerate() {
+        let layers = (0..spec.layers).map(|l| (Some(l), layer_tensors(s, spec, l)));
+        let mut tensors = std::iter::once((None, input_rows(s, spec))).chain(layers.flat_map(|(l, t)| {
+            let named = [t.input, t.aggregate, t.output].into_iter().chain(t.attention.into_iter().flatten());
+            named.chain(t.block).chain(t.both).map(move |x| (l, x))
+        }));
+        let Some((layer, t)) = tensors.find(|(_, t)| t.elements() >= CUDA_MAX_ELEMENTS) else { continue };
+        let of_layer = layer.map_or(String::new(), |l| format!(" (layer {} of {})", l + 1, spec.layers));
+        return Err(BadInput::new(format!(
+            "--device {device}: worker {rank} would build {}{of_layer}, a [{}, {}] tensor of {} elements, but \
+             candle's CUDA kernels count a tensor's elements in 32 bits and loop for ever on {CUDA_MAX_ELEMENTS} \
+             (2^32) or more, so the run would hang; {advice}",
+            t.what,
+            t.rows,
+            t.cols,
+            t.elements(),
+        )));
+    }
+    Ok(())
+}
+
+/// What a training run refused by `check_cuda_elements` can change.
+pub const CUDA_TRAIN_ADVICE: &str =
+    "give more --workers (a smaller share of the graph each), a smaller --hidden, or --device cpu";
 
 /// Whether layer `l` of `spec` is its last, and its input and output widths.
 fn layer_dims(spec: &ModelSpec, l: usize) -> (bool, u64, u64) {
@@ -160,29 +276,29 @@ pub fn infer_estimate(s: Shape, spec: &ModelSpec, params: usize, sparse_input: b
     let mut b = PROCESS_BYTES
         + match sparse_input {
             true => 8 * s.sparse_values + 8 * (rows + 1),
-            false => rows * spec.in_dim as u64 * f,
+            false => input_rows(s, spec).elements() * f,
         }
         + 4 * (s.edges + s.owned) * 4
         + rows * 4
         + 2 * params as u64 * f;
     for l in 0..spec.layers {
-        let (last, d_in, d_out) = layer_dims(spec, l);
+        let last = l + 1 == spec.layers;
+        let t = layer_tensors(s, spec, l);
         if l > 0 {
-            b += INFER_INPUT_COPIES * rows * d_in * f;
+            b += INFER_INPUT_COPIES * t.input.elements() * f;
         }
-        b += if spec.kind == ModelKind::Gat {
-            let (heads, width) = gat_attention(spec, last, d_out);
-            INFER_PROJECTION_COPIES * rows * width * f + INFER_EDGE_COPIES * (s.edges + s.owned) * heads * f
-        } else if let Some((all, owned)) = residual_copies(spec.kind) {
+        b += if let Some([projection, attention]) = t.attention {
+            INFER_PROJECTION_COPIES * projection.elements() * f + INFER_EDGE_COPIES * attention.elements() * f
+        } else if let (Some((all, owned)), Some(block)) = (residual_copies(spec.kind), t.block) {
             // Every block is as wide as --hidden, the last one's head adding the class scores.
-            let h = spec.hidden as u64;
-            (all * rows + owned * s.owned) * h * f + if last { 2 * s.owned * spec.classes as u64 * f } else { 0 }
+            (all * block.elements() + owned * s.owned * block.cols) * f
+                + if last { 2 * s.owned * spec.classes as u64 * f } else { 0 }
         } else if l == 0 && sparse_input {
             // Sparse rows are multiplied first, all rows and the owned, into projections as wide as the output.
-            2 * paths * (rows + s.owned) * d_out * f
+            2 * paths * (rows + s.owned) * t.output.cols * f
         } else {
             // The aggregate as wide as the input; the projections, their sum and its activation as the output.
-            paths * s.owned * (d_in + 2 * d_out) * f
+            paths * (t.aggregate.elements() + 2 * t.output.elements()) * f
         };
     }
     // SAGE-max's tensors alone came within 2-4 % of its measured peaks (the
@@ -248,19 +364,8 @@ pub fn preflight(
     local: usize,
     limit: Limit,
 ) -> Result<Vec<u64>, BadInput> {
-    let (sparse_rows, sparse_input) = sparse_input(ds, cfg, spec);
-    let world = cfg.workers.max(1);
-    let bound = owners.is_none() && world > 1;
-    let shares = match bound {
-        false => shapes(ds.graph(), sparse_rows, owners, world),
-        true => {
-            let [all] = shapes(ds.graph(), sparse_rows, None, 1)[..] else { unreachable!("one worker's shape") };
-            let w = world as u64;
-            let even =
-                Shape { owned: all.owned / w, halo: 0, edges: all.edges / w, sparse_values: all.sparse_values / w };
-            vec![even; world]
-        }
-    };
+    let (_, sparse_input) = sparse_input(ds, cfg, spec);
+    let (shares, bound) = worker_shares(ds, cfg, owners, spec);
     let per_worker: Vec<u64> = shares.into_iter().map(|s| estimate(s, spec, params, sparse_input)).collect();
     let budgets = budgets(limit);
     if budgets.is_empty() {
@@ -274,6 +379,44 @@ pub fn preflight(
         Some(b) => Err(b.refusal(&here, &held, bound)),
         None => Ok(per_worker),
     }
+}
+
+/// Every worker's share of a run of `cfg`: with `owners`, its own; without
+/// them, for several workers, `preflight`'s lower bound (an even share each,
+/// no halo), and then true.
+fn worker_shares(ds: &DatasetFile, cfg: &TrainConfig, owners: Option<&[u16]>, spec: &ModelSpec) -> (Vec<Shape>, bool) {
+    let (sparse_rows, _) = sparse_input(ds, cfg, spec);
+    let world = cfg.workers.max(1);
+    let bound = owners.is_none() && world > 1;
+    let shares = match bound {
+        false => shapes(ds.graph(), sparse_rows, owners, world),
+        true => {
+            let [all] = shapes(ds.graph(), sparse_rows, None, 1)[..] else { unreachable!("one worker's shape") };
+            let w = world as u64;
+            let even =
+                Shape { owned: all.owned / w, halo: 0, edges: all.edges / w, sparse_values: all.sparse_values / w };
+            vec![even; world]
+        }
+    };
+    (shares, bound)
+}
+
+/// `check_cuda_elements` for a full-graph run of `cfg` on `ds` (`owners` as
+/// `preflight` takes them; without, a lower bound, which refuses only what
+/// every partition would). It needs no device, so it runs before one is
+/// opened: a run that would hang on the GPU is refused on any build.
+pub fn check_device(
+    ds: &DatasetFile,
+    cfg: &TrainConfig,
+    owners: Option<&[u16]>,
+    spec: &ModelSpec,
+) -> Result<(), BadInput> {
+    // The shares cost a pass over the graph, which a CPU run does not need.
+    if cfg.device == DeviceKind::Cpu || cfg.mode != crate::train::TrainMode::FullGraph {
+        return Ok(());
+    }
+    let (shares, _) = worker_shares(ds, cfg, owners, spec);
+    check_cuda_elements(&shares, spec, cfg.device, CUDA_TRAIN_ADVICE)
 }
 
 /// The offsets of the features' rows when they are stored sparse, and
@@ -627,7 +770,78 @@ impl Budget {
 mod tests {
     use super::*;
     use crate::graph::Csr;
+    use crate::model::GenAggr;
     use crate::train::fullgraph::HaloPlan;
+
+    fn spec(kind: ModelKind, hidden: usize, heads: usize) -> ModelSpec {
+        ModelSpec {
+            kind,
+            in_dim: 100,
+            hidden,
+            classes: 10,
+            layers: 3,
+            heads,
+            dropout: 0.0,
+            aggr: GenAggr::Max,
+            softmax_t: 1.0,
+            self_loops: true,
+            gat_heads: GatHeads::Concat,
+        }
+    }
+
+    /// Owned and halo rows of `rows` in all, with `edges` in-edges.
+    fn share(rows: u64, edges: u64) -> Shape {
+        Shape { owned: rows - 5, halo: 5, edges, sparse_values: 0 }
+    }
+
+    #[test]
+    fn a_hidden_layer_of_2_pow_32_values_is_refused_on_cuda_only() {
+        let gcn = spec(ModelKind::Gcn, 128, 1);
+        // 2^25 rows x 128: a hidden layer's input of owned and halo rows reaches 2^32.
+        let (under, at) = ([share((1 << 25) - 1, 10)], [share(1 << 25, 10)]);
+        for device in [DeviceKind::Cpu, DeviceKind::Cuda(0)] {
+            check_cuda_elements(&under, &gcn, device, "advice").unwrap();
+        }
+        check_cuda_elements(&at, &gcn, DeviceKind::Cpu, "advice").unwrap();
+        let e = check_cuda_elements(&at, &gcn, DeviceKind::Cuda(0), CUDA_TRAIN_ADVICE).unwrap_err().0;
+        for part in [
+            "--device cuda: worker 0 would build the layer's input of its owned and halo rows (layer 2 of 3)",
+            "a [33554432, 128] tensor of 4294967296 elements",
+            "count a tensor's elements in 32 bits",
+            "more --workers",
+            "a smaller --hidden",
+            "--device cpu",
+        ] {
+            assert!(e.contains(part), "{part:?} not in: {e}");
+        }
+    }
+
+    #[test]
+    fn sage_refuses_its_aggregate_beside_the_owned_rows_at_2_pow_32() {
+        let sage = spec(ModelKind::SageMax, 128, 1);
+        // 2^24 owned rows: the layer's input of 2^24 + 5 rows x 128 stays
+        // under 2^32, its aggregate and own rows side by side (256) reach it.
+        let share = |owned: u64| [Shape { owned, halo: 5, edges: 10, sparse_values: 0 }];
+        check_cuda_elements(&share((1 << 24) - 1), &sage, DeviceKind::Cuda(0), "advice").unwrap();
+        let e = check_cuda_elements(&share(1 << 24), &sage, DeviceKind::Cuda(0), "advice").unwrap_err().0;
+        assert!(e.contains("SAGE's aggregate beside its owned rows (layer 2 of 3), a [16777216, 256] tensor"), "{e}");
+    }
+
+    #[test]
+    fn gat_attention_of_2_pow_32_values_is_refused_naming_its_worker() {
+        let gat = spec(ModelKind::Gat, 64, 8);
+        // (edges + owned) x 8 heads reaches 2^32 at 2^29; the rows stay small.
+        let rows = 1000;
+        let small = share(rows, 10);
+        let under = [small, share(rows, (1 << 29) - (rows - 5) - 1)];
+        let at = [small, share(rows, (1 << 29) - (rows - 5))];
+        check_cuda_elements(&under, &gat, DeviceKind::Cuda(1), "advice").unwrap();
+        check_cuda_elements(&at, &gat, DeviceKind::Cpu, "advice").unwrap();
+        let e = check_cuda_elements(&at, &gat, DeviceKind::Cuda(1), "advice").unwrap_err().0;
+        let want = "--device cuda:1: worker 1 would build GAT's attention scores per in-edge and head (--heads) \
+                    (layer 1 of 3), a [536870912, 8] tensor";
+        assert!(e.starts_with(want), "{e}");
+    }
 
     #[test]
     fn shapes_agree_with_the_halo_plans() {
