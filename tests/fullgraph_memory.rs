@@ -58,3 +58,36 @@ fn a_gpu_run_with_a_tensor_of_2_pow_32_elements_is_refused_before_the_device_is_
     let e = fails(d, &[&base[..], &wide, &["1000", "--device", "cpu"]].concat(), 2);
     assert!(e.contains("--mode full-graph needs an estimated") && !e.contains("2^32"), "{e}");
 }
+
+/// With several workers and no partition yet, the GPU check holds each
+/// worker to an even share of Facebook's edges (182,058 with the self
+/// loops), under 2^32 at 23,000 heads; with the partition's owners (here
+/// worker 0 owns 60 % of the vertices, and so about 60 % of the edges) the
+/// largest share is checked as it is, and refused, naming worker 0; on the
+/// CPU the same share passes.
+#[test]
+fn the_gpu_check_holds_each_worker_to_its_own_share_once_partitioned() {
+    use leapgnn::train::fullgraph::memory::check_device;
+    use leapgnn::train::{DeviceKind, TrainConfig, TrainMode};
+    let tmp = facebook();
+    let ds = leapgnn::format::DatasetFile::open(tmp.path().join("facebook/dataset.lgnn")).unwrap();
+    let cfg = TrainConfig {
+        dataset: "facebook".into(),
+        mode: TrainMode::FullGraph,
+        model: leapgnn::model::ModelKind::Gat,
+        fanouts: "all,all".parse().unwrap(),
+        hidden: 23_000,
+        heads: 23_000,
+        workers: 2,
+        parts: 2,
+        device: DeviceKind::Cuda(0),
+        ..TrainConfig::default()
+    };
+    let spec = cfg.model_spec(&ds);
+    check_device(&ds, &cfg, None, &spec).unwrap();
+    let n = ds.num_nodes();
+    let owners: Vec<u16> = (0..n).map(|v| u16::from(v >= n * 3 / 5)).collect();
+    let e = check_device(&ds, &cfg, Some(&owners), &spec).unwrap_err().0;
+    assert!(e.starts_with("--device cuda: worker 0 would build GAT's attention scores per in-edge and head"), "{e}");
+    check_device(&ds, &TrainConfig { device: DeviceKind::Cpu, ..cfg }, Some(&owners), &spec).unwrap();
+}
