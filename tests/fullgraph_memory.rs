@@ -84,10 +84,10 @@ fn the_gpu_check_holds_each_worker_to_its_own_share_once_partitioned() {
         ..TrainConfig::default()
     };
     let spec = cfg.model_spec(&ds);
-    check_device(&ds, &cfg, None, &spec).unwrap();
+    check_device(&ds, &cfg, None, &spec, false).unwrap();
     let n = ds.num_nodes();
     let owners: Vec<u16> = (0..n).map(|v| u16::from(v >= n * 3 / 5)).collect();
-    let e = check_device(&ds, &cfg, Some(&owners), &spec).unwrap_err().0;
+    let e = check_device(&ds, &cfg, Some(&owners), &spec, false).unwrap_err().0;
     assert!(e.starts_with("--device cuda: worker 0 would build GAT's attention scores per in-edge and head"), "{e}");
-    check_device(&ds, &TrainConfig { device: DeviceKind::Cpu, ..cfg }, Some(&owners), &spec).unwrap();
+    check_device(&ds, &TrainConfig { device: DeviceKind::Cpu, ..cfg }, Some(&owners), &spec, false).unwrap();
 }

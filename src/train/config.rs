@@ -457,7 +457,7 @@ impl TrainConfig {
         let spec = self.model_spec(ds);
         spec.check()?;
         // Before the device is opened: a run that would hang on a GPU is refused on any build.
-        crate::train::fullgraph::memory::check_device(ds, self, None, &spec)?;
+        crate::train::fullgraph::memory::check_device(ds, self, None, &spec, false)?;
         self.device.open()?;
         Ok(())
     }

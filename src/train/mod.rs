@@ -371,7 +371,7 @@ fn execute(
     let limit = fullgraph::memory::Limit { bytes: memory_limit, resume: resuming, ..Default::default() };
     check_model_memory(&cfg, &ds, fullgraph::memory::Held::Largest(1), false, limit, None)?;
     // A resumed run comes here without `check_all`, which checks a new run's.
-    fullgraph::memory::check_device(&ds, &cfg, None, &cfg.model_spec(&ds))?;
+    fullgraph::memory::check_device(&ds, &cfg, None, &cfg.model_spec(&ds), resuming)?;
     let (model, params, mut opt, device) = build_model(&cfg, &ds)?;
     if cfg.mode == TrainMode::FullGraph {
         fullgraph::memory::preflight(&ds, &cfg, None, model.spec(), params.numel(), 0, limit)?;

@@ -120,7 +120,7 @@ fn check_memory(
         crate::train::check_model_memory(cfg, ds, Held::Largest(local), true, limit, owners.as_deref())?;
     }
     // Before `preflight` opens the device; the driver knows every share, wherever its worker runs.
-    crate::train::fullgraph::memory::check_device(ds, cfg, owners.as_deref(), &cfg.model_spec(ds))?;
+    crate::train::fullgraph::memory::check_device(ds, cfg, owners.as_deref(), &cfg.model_spec(ds), resume)?;
     preflight(ds, owners.as_deref(), cfg, limit, opts)?;
     crate::train::fullgraph::memory::warn_address_space();
     Ok(())

@@ -405,18 +405,32 @@ fn worker_shares(ds: &DatasetFile, cfg: &TrainConfig, owners: Option<&[u16]>, sp
 /// `preflight` takes them; without, a lower bound, which refuses only what
 /// every partition would). It needs no device, so it runs before one is
 /// opened: a run that would hang on the GPU is refused on any build.
+/// A `resume`d run is advised only what a resume can change.
 pub fn check_device(
     ds: &DatasetFile,
     cfg: &TrainConfig,
     owners: Option<&[u16]>,
     spec: &ModelSpec,
+    resume: bool,
 ) -> Result<(), BadInput> {
     // The shares cost a pass over the graph, which a CPU run does not need.
     if cfg.device == DeviceKind::Cpu || cfg.mode != crate::train::TrainMode::FullGraph {
         return Ok(());
     }
     let (shares, _) = worker_shares(ds, cfg, owners, spec);
-    check_cuda_elements(&shares, spec, cfg.device, CUDA_TRAIN_ADVICE)
+    check_cuda_elements(&shares, spec, cfg.device, cuda_train_advice(resume))
+}
+
+/// What a training run refused by `check_cuda_elements` can change: a
+/// resume keeps the run's model and device, only its --workers may differ.
+fn cuda_train_advice(resume: bool) -> &'static str {
+    match resume {
+        false => CUDA_TRAIN_ADVICE,
+        true => {
+            "resume on more --workers (a smaller share of the graph each); a resumed run keeps its --hidden \
+                 and --device"
+        }
+    }
 }
 
 /// The offsets of the features' rows when they are stored sparse, and
@@ -814,6 +828,17 @@ mod tests {
         ] {
             assert!(e.contains(part), "{part:?} not in: {e}");
         }
+    }
+
+    #[test]
+    fn a_refused_resume_is_advised_only_what_a_resume_can_change() {
+        let gcn = spec(ModelKind::Gcn, 128, 1);
+        let at = [share(1 << 25, 10)];
+        let new = check_cuda_elements(&at, &gcn, DeviceKind::Cuda(0), cuda_train_advice(false)).unwrap_err().0;
+        assert!(new.contains("a smaller --hidden") && new.contains("or --device cpu"), "{new}");
+        let resumed = check_cuda_elements(&at, &gcn, DeviceKind::Cuda(0), cuda_train_advice(true)).unwrap_err().0;
+        assert!(resumed.contains("resume on more --workers"), "{resumed}");
+        assert!(!resumed.contains("a smaller --hidden") && !resumed.contains("or --device cpu"), "{resumed}");
     }
 
     #[test]
