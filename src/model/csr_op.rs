@@ -72,11 +72,6 @@ fn by_dst_slices(
     Tensor::cat(&parts, 0)
 }
 
-/// Whether `Kernel::Rows` runs `g` a slice of destinations at a time.
-fn sliced(g: &AggGraph, width: usize, k: Kernel, limit: usize) -> bool {
-    k == Kernel::Rows && g.num_dst() > 1 && g.num_edges().saturating_mul(width) > limit
-}
-
 /// `f(g, all its edges)`, or under `Kernel::Rows`, when `g`'s per-edge values
 /// (edges x `width`) exceed `limit`, `f` over slices of its destinations
 /// (`by_dst_slices`): exact for any `f` whose rows each read only their own
@@ -88,7 +83,11 @@ pub(crate) fn rows_within(
     limit: usize,
     mut f: impl FnMut(&Arc<AggGraph>, std::ops::Range<usize>) -> Result<Tensor>,
 ) -> Result<Tensor> {
-    if sliced(g, width, k, limit) { by_dst_slices(g, width, limit, f) } else { f(g, 0..g.num_edges()) }
+    if k == Kernel::Rows && g.num_dst() > 1 && g.num_edges().saturating_mul(width) > limit {
+        by_dst_slices(g, width, limit, f)
+    } else {
+        f(g, 0..g.num_edges())
+    }
 }
 
 /// out[d] = sum over d's edges e of w_e * x[src_e] (w_e = the graph's weights, or 1).
@@ -100,16 +99,13 @@ pub fn weighted_sum(x: &Tensor, g: &Arc<AggGraph>, k: Kernel) -> Result<Tensor> 
 fn weighted_sum_within(x: &Tensor, g: &Arc<AggGraph>, k: Kernel, limit: usize) -> Result<Tensor> {
     match k {
         Kernel::Fast => x.contiguous()?.apply_op1(Agg { g: g.clone(), reduce: Reduce::Sum, with_self: false }),
-        Kernel::Rows if sliced(g, x.dim(1)?, k, limit) => {
-            by_dst_slices(g, x.dim(1)?, limit, |part, _| weighted_sum_within(x, part, k, limit))
-        }
-        Kernel::Reference | Kernel::Rows => {
+        Kernel::Reference | Kernel::Rows => rows_within(g, x.dim(1)?, k, limit, |g, _| {
             let mut msgs = select_edges(x, g, End::Src, k)?;
             if let Some(w) = g.weights() {
                 msgs = msgs.broadcast_mul(&Tensor::from_slice(w, (w.len(), 1), x.device())?)?;
             }
             scatter_rows(&msgs, g, k)
-        }
+        }),
     }
 }
 
@@ -134,14 +130,12 @@ fn edge_weighted_sum_within(x: &Tensor, w: &Tensor, g: &Arc<AggGraph>, k: Kernel
     }
     match k {
         Kernel::Fast => x.contiguous()?.apply_op2(&w.contiguous()?, EdgeSpmm { g: g.clone(), heads, transpose: false }),
-        Kernel::Rows if sliced(g, dim, k, limit) => by_dst_slices(g, dim, limit, |part, edges| {
-            edge_weighted_sum_within(x, &w.narrow(0, edges.start, edges.len())?, part, k, limit)
-        }),
-        Kernel::Reference | Kernel::Rows => {
+        Kernel::Reference | Kernel::Rows => rows_within(g, dim, k, limit, |g, edges| {
+            let (e, w) = (edges.len(), w.narrow(0, edges.start, edges.len())?);
             let msgs = select_edges(x, g, End::Src, k)?.reshape((e, heads, dim / heads))?;
             let msgs = msgs.broadcast_mul(&w.reshape((e, heads, 1))?)?.reshape((e, dim))?;
             scatter_rows(&msgs, g, k)
-        }
+        }),
     }
 }
 

@@ -137,9 +137,7 @@ pub struct Spinner(ProgressBar);
 
 impl Spinner {
     pub fn stderr(msg: String) -> Self {
-        let shown = std::io::stderr().is_terminal()
-            && std::env::var_os("TERM").is_none_or(|t| t != "dumb")
-            && !super::signals::terminal_held();
+        let shown = std::io::stderr().is_terminal() && super::redrawable() && !super::signals::terminal_held();
         if !shown {
             return Spinner(ProgressBar::hidden());
         }

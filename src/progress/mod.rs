@@ -57,9 +57,13 @@ impl ProgressSink for Silent {
 /// terminal that calls itself `TERM=dumb` does not have (it gets the
 /// epoch lines of `--no-tui`).
 pub fn interactive() -> bool {
-    std::io::stdout().is_terminal()
-        && std::io::stdin().is_terminal()
-        && std::env::var_os("TERM").is_none_or(|t| t != "dumb")
+    std::io::stdout().is_terminal() && std::io::stdin().is_terminal() && redrawable()
+}
+
+/// Whether the terminal can redraw a line in place: not one that calls
+/// itself `TERM=dumb` (no cursor addressing).
+pub(crate) fn redrawable() -> bool {
+    std::env::var_os("TERM").is_none_or(|t| t != "dumb")
 }
 
 /// The sink for these flags: `--json-stream` wins (stdout carries records),

@@ -136,7 +136,7 @@ fn exit_forced() -> ! {
 /// the terminal back: its next frame would draw over it.
 fn say(msg: impl Into<String>) {
     let msg = msg.into();
-    if TERMINAL_TAKEN.load(Ordering::SeqCst) {
+    if terminal_held() {
         UNSAID.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(msg);
         return;
     }
