@@ -219,6 +219,35 @@ fn a_run_killed_mid_epoch_keeps_every_record_before_its_last_checkpoint() {
     }
 }
 
+/// The race behind a record the test above once found missing: a worker's
+/// step records reach the driver by its own connection, the checkpoint's
+/// state by the workers' collective, and rank 0 wrote the checkpoint of an
+/// iteration while worker 1's record of it was still on its way; a driver
+/// killed then left a run whose resume went on past a record no file held.
+/// Here the driver holds worker 1's first record back (it pauses before
+/// writing it): rank 0 must wait for the driver before its first checkpoint,
+/// and write none, rather than run ahead of the file.
+#[test]
+fn rank_0_checkpoints_only_once_the_driver_holds_every_workers_records() {
+    let tmp = cora();
+    let d = tmp.path();
+    let args = [&["train", "cora", "--workers", "2", "--run", "held", "--checkpoint-every", "1"], LONG_RUN].concat();
+    let pause = [("LEAPGNN_TEST_PAUSE", "record-of-worker-1,records-awaited,checkpoint-written")];
+    let mut drv = Driver::start_env(d, &args, &pause);
+    let ws = drv.workers(2);
+    drv.wait_line(Duration::from_secs(60), |l| l.contains("test pause: record-of-worker-1"));
+    // Before the fix rank 0 wrote its checkpoint here, without waiting (and paused after it).
+    let rank_0 = |l: &str| l.contains("[worker 0]") && (l.contains("test point:") || l.contains("test pause:"));
+    let line = drv.wait_line(Duration::from_secs(60), rank_0);
+    assert!(line.contains("test point: records-awaited"), "{line}");
+    assert!(!d.join("runs/held/checkpoint/state.json").exists(), "a checkpoint ahead of the driver's records");
+    signal(drv.child.id(), "KILL");
+    drv.child.wait().unwrap();
+    let pids: Vec<u32> = ws.iter().map(|w| w.pid).collect();
+    assert_eq!(wait_gone(&pids, Duration::from_secs(30)), Vec::<u32>::new(), "workers outlived their driver");
+    assert!(!d.join("runs/held/checkpoint/state.json").exists(), "a checkpoint ahead of the driver's records");
+}
+
 /// `train cora` with `args` and `LONG_RUN`, stdout and stderr as given.
 fn long_run(d: &std::path::Path, args: &[&str], stdout: Stdio, stderr: Stdio) -> std::process::Child {
     Command::new(env!("CARGO_BIN_EXE_leapgnn"))

@@ -44,6 +44,11 @@ pub enum ToWorker {
     /// Stop gracefully: finish the current iteration, checkpoint, report Done.
     /// The workers agree on the iteration among themselves (the trainer's stop vote).
     Stop,
+    /// To rank 0: the driver has written every worker's records through this
+    /// count (the trainer's global iteration) to the run's files, so a
+    /// checkpoint of it may be written: one that ran ahead of the records
+    /// would resume past records no file holds.
+    Held(u64),
     Shutdown,
 }
 

@@ -134,11 +134,17 @@ pub fn run_job(
     interrupted: &AtomicBool,
     on_event: impl FnMut(Event),
 ) -> Result<Vec<serde_json::Value>, DriverError> {
-    run_job_stoppable(launcher, world, config, opts, interrupted, &AtomicBool::new(false), on_event)
+    let mut on_event = on_event;
+    let no_answer = |e| {
+        on_event(e);
+        None
+    };
+    run_job_stoppable(launcher, world, config, opts, interrupted, &AtomicBool::new(false), no_answer)
 }
 
 /// `run_job`, plus a graceful stop: once `stop` is set, every worker is sent
-/// `ToWorker::Stop` (once) and the job goes on until they report Done.
+/// `ToWorker::Stop` (once) and the job goes on until they report Done; and
+/// answers: what `on_event` returns, (rank, message), is sent to that worker.
 pub fn run_job_stoppable(
     launcher: &dyn Launcher,
     world: usize,
@@ -146,7 +152,7 @@ pub fn run_job_stoppable(
     opts: &DriverOptions,
     interrupted: &AtomicBool,
     stop: &AtomicBool,
-    mut on_event: impl FnMut(Event),
+    mut on_event: impl FnMut(Event) -> Option<(usize, ToWorker)>,
 ) -> Result<Vec<serde_json::Value>, DriverError> {
     let listener = TcpListener::bind(opts.bind).map_err(|source| DriverError::Bind { addr: opts.bind, source })?;
     let addr = listener.local_addr().map_err(|source| DriverError::Bind { addr: opts.bind, source })?;
@@ -233,18 +239,25 @@ pub fn run_job_stoppable(
         match rx.recv_timeout(Duration::from_millis(200)) {
             Ok(Inbound::Msg(rank, m)) => {
                 last_heard[rank] = Instant::now();
-                match m {
+                let answer = match m {
                     ToDriver::Metrics(v) => on_event(Event::Metrics(rank, v)),
                     ToDriver::Log(s) => on_event(Event::Log(rank, s)),
                     ToDriver::Done(v) => {
-                        on_event(Event::Done(rank, v.clone()));
+                        let answer = on_event(Event::Done(rank, v.clone()));
                         done[rank] = Some(v);
+                        answer
                     }
                     ToDriver::Error(message) => {
                         fault = Some(rank);
                         break Err(DriverError::WorkerFailed { rank, message });
                     }
-                    ToDriver::Heartbeat | ToDriver::Hello(_) | ToDriver::Proof(_) | ToDriver::Listening(_) => {}
+                    ToDriver::Heartbeat | ToDriver::Hello(_) | ToDriver::Proof(_) | ToDriver::Listening(_) => None,
+                };
+                // A worker that cannot be told will be noticed (closed or silent) below.
+                if let Some((to, msg)) = answer
+                    && let Some(c) = conns.get_mut(to)
+                {
+                    let _ = c.send(&msg);
                 }
             }
             Ok(Inbound::Lost(rank, e)) => {
@@ -253,10 +266,12 @@ pub fn run_job_stoppable(
                     break Err(lost(rank, e, &mut procs[rank]));
                 }
             }
-            Err(mpsc::RecvTimeoutError::Timeout) => on_event(Event::Idle),
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                let _ = on_event(Event::Idle);
+            }
             Err(mpsc::RecvTimeoutError::Disconnected) => {
                 // Every reader is gone: the exit codes below decide, polled at a calm pace.
-                on_event(Event::Idle);
+                let _ = on_event(Event::Idle);
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
@@ -344,7 +359,7 @@ fn settle(
     last_heard: &mut [Instant],
     procs: &mut [Box<dyn WorkerProcess>],
     interrupted: &AtomicBool,
-    on_event: &mut impl FnMut(Event),
+    on_event: &mut impl FnMut(Event) -> Option<(usize, ToWorker)>,
 ) -> DriverError {
     let deadline = Instant::now() + SETTLE_GRACE;
     let reported = matches!(err, DriverError::WorkerFailed { .. });
@@ -359,12 +374,13 @@ fn settle(
         match rx.recv_timeout(left.min(Duration::from_millis(200))) {
             Ok(Inbound::Msg(r, m)) => {
                 last_heard[r] = Instant::now();
+                // The job is ending: no answer is sent (a checkpoint waiting for one ends with it).
                 match m {
-                    ToDriver::Metrics(v) => on_event(Event::Metrics(r, v)),
-                    ToDriver::Log(line) => on_event(Event::Log(r, line)),
+                    ToDriver::Metrics(v) => drop(on_event(Event::Metrics(r, v))),
+                    ToDriver::Log(line) => drop(on_event(Event::Log(r, line))),
                     ToDriver::Done(v) => {
                         spoke[r] = true;
-                        on_event(Event::Done(r, v));
+                        drop(on_event(Event::Done(r, v)));
                     }
                     ToDriver::Error(_) => spoke[r] = true,
                     ToDriver::Heartbeat | ToDriver::Hello(_) | ToDriver::Proof(_) | ToDriver::Listening(_) => {}

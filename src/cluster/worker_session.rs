@@ -6,7 +6,7 @@ use super::control::{ControlConn, ControlError, Hello, MAX_HANDSHAKE_FRAME, ToDr
 use super::job_key::{self, Side};
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// What a Slurm worker tells the driver (a log line) when Slurm signals its
@@ -75,12 +75,37 @@ impl std::fmt::Debug for Job {
 pub struct Reporter {
     conn: Arc<Mutex<ControlConn>>,
     stop: Arc<AtomicBool>,
+    held: Arc<Held>,
+}
+
+/// The highest count the driver said it holds the records through (`ToWorker::Held`).
+#[derive(Default)]
+struct Held {
+    through: Mutex<u64>,
+    raised: Condvar,
+}
+
+impl Held {
+    fn raise(&self, n: u64) {
+        let mut t = self.through.lock().unwrap_or_else(|e| e.into_inner());
+        *t = (*t).max(n);
+        self.raised.notify_all();
+    }
 }
 
 impl Reporter {
     /// The driver asked this worker to stop gracefully (`ToWorker::Stop`).
     pub fn stop_requested(&self) -> bool {
         self.stop.load(Ordering::SeqCst)
+    }
+
+    /// Waits, `within` at most, until the driver says it holds every
+    /// worker's records through `n` (`ToWorker::Held`); false if it has not.
+    /// A driver that goes away meanwhile ends the process (the watchdog).
+    pub fn wait_held(&self, n: u64, within: Duration) -> bool {
+        let t = self.held.through.lock().unwrap_or_else(|e| e.into_inner());
+        let (t, _) = self.held.raised.wait_timeout_while(t, within, |t| *t < n).unwrap_or_else(|e| e.into_inner());
+        *t >= n
     }
 
     pub fn send(&self, m: &ToDriver) -> Result<(), ControlError> {
@@ -149,6 +174,7 @@ pub fn join(
         ToWorker::Job { world, peers, mesh_salt, config } => (world, peers, mesh_salt, config),
         ToWorker::Stop | ToWorker::Shutdown => std::process::exit(0),
         ToWorker::Challenge { .. } => anyhow::bail!("worker {rank}: the driver sent a second challenge"),
+        ToWorker::Held(_) => anyhow::bail!("worker {rank}: the driver confirmed records before it sent the job"),
     };
     let salt = job_key::from_hex(&mesh_salt)
         .ok_or_else(|| anyhow::anyhow!("worker {rank}: the driver sent a malformed mesh salt"))?;
@@ -160,10 +186,13 @@ pub fn join(
     watch.set_read_timeout(None)?;
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
+    let held = Arc::new(Held::default());
+    let told = held.clone();
     crate::util::threads::spawn("leapgnn-watchdog", move || {
         let (why, code) = loop {
             match watch.recv::<ToWorker>() {
                 Ok(ToWorker::Stop) => flag.store(true, Ordering::SeqCst),
+                Ok(ToWorker::Held(n)) => told.raise(n),
                 Ok(_) => break ("driver asked to shut down".to_string(), 0),
                 Err(e) => break (format!("lost the driver ({e})"), 3),
             }
@@ -172,7 +201,7 @@ pub fn join(
         std::process::exit(code);
     })
     .map_err(|e| anyhow::anyhow!("worker {rank}: {e}"))?;
-    let reporter = Reporter { conn: Arc::new(Mutex::new(conn)), stop };
+    let reporter = Reporter { conn: Arc::new(Mutex::new(conn)), stop, held };
     let hb = reporter.clone();
     // Should it not start, the watchdog goes with the process, which this error ends.
     crate::util::threads::spawn("leapgnn-heartbeat", move || {

@@ -56,6 +56,12 @@ impl JsonlSink {
         self.line(serde_json::to_string(r).expect("a record always serialises"))
     }
 
+    /// Every line written so far on disk, not only in the page cache: a
+    /// checkpoint counted on them survives a crash of the machine too.
+    pub fn sync(&self) -> Result<(), FormatError> {
+        self.out.sync_data().map_err(|e| FormatError::io(&self.path, e))
+    }
+
     fn line(&mut self, json: String) -> Result<(), FormatError> {
         let mut line = json.into_bytes();
         line.push(b'\n');

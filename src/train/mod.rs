@@ -76,6 +76,13 @@ pub enum TrainError {
         .holder.map_or("<pid>".to_string(), |p| p.to_string())
     )]
     RunInUse { run: String, holder: Option<u32> },
+    /// Rank 0 of a distributed run, before a checkpoint (`Observer::before_checkpoint`).
+    #[error(
+        "the driver did not confirm within {secs} s that it holds every worker's records through iteration \
+         {through}, so the checkpoint after it was not written (a resume from it would lack those records); is the \
+         driver stopped (Ctrl-Z) or overloaded? `leapgnn train --resume` goes on from the last checkpoint"
+    )]
+    RecordsNotHeld { through: u64, secs: u64 },
     #[error("{path}: {source}{}", crate::format::io_advice(source))]
     Io {
         path: PathBuf,
@@ -113,6 +120,16 @@ pub trait Observer {
     /// reports it): a driver counts every worker's from these when an
     /// attempt that evaluated is lost before its workers' final reports.
     fn evaluated(&mut self, _epoch: u64, _sent: &crate::metrics::ByteCounts) {}
+    /// Every worker, before a checkpoint after `through` global iterations,
+    /// all its records through there given to `step`: returns once the
+    /// checkpoint may be written. A resume keeps the records before its
+    /// checkpoint and trains the rest again, so a checkpoint must not run
+    /// ahead of the records on disk: a distributed worker tells the driver,
+    /// and rank 0, which writes the checkpoint, waits until the driver holds
+    /// every worker's records through there.
+    fn before_checkpoint(&mut self, _through: u64) -> Result<(), TrainError> {
+        Ok(())
+    }
     /// Something worth a log line (a checkpoint was written).
     fn event(&mut self, _msg: &str) {}
     /// `--restarts`: the workers were relaunched and train again from
@@ -825,6 +842,9 @@ impl Observer for Recording<'_> {
     }
     fn event(&mut self, msg: &str) {
         self.inner.event(msg);
+    }
+    fn before_checkpoint(&mut self, through: u64) -> Result<(), TrainError> {
+        self.inner.before_checkpoint(through)
     }
     fn restart(&mut self, r: &crate::metrics::RestartRecord) {
         self.inner.restart(r);

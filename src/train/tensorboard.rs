@@ -98,6 +98,9 @@ impl Observer for TensorBoard<'_> {
     fn event(&mut self, msg: &str) {
         self.inner.event(msg)
     }
+    fn before_checkpoint(&mut self, through: u64) -> Result<(), TrainError> {
+        self.inner.before_checkpoint(through)
+    }
     fn restart(&mut self, r: &crate::metrics::RestartRecord) {
         self.inner.restart(r)
     }

@@ -91,6 +91,7 @@ pub fn run_loop(
                           obs: &mut dyn Observer|
      -> Result<(), TrainError> {
         p.auto_steps = strategy.auto_state();
+        obs.before_checkpoint(p.global_iteration)?;
         save(p, w, opt)?;
         obs.event(&format!("{} {}", checkpoint::WRITTEN, p.global_iteration));
         if inp.checkpoint_dir.is_some() {
@@ -243,6 +244,7 @@ pub fn run_loop(
     p.auto_steps = strategy.auto_state();
     // The run's summary, written as it ends, counts it (a resume for more epochs reads that).
     p.run_counts = None;
+    obs.before_checkpoint(p.global_iteration)?;
     save(&p, w, opt)?;
     obs.event("final checkpoint written");
     Ok(p)

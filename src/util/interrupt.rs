@@ -108,13 +108,33 @@ fn exit_cleaned() -> ! {
     std::process::exit(exit_code().unwrap_or(130).into());
 }
 
-/// Test hook: with `LEAPGNN_TEST_PAUSE=NAME` in the environment, the point
-/// named NAME says `test pause: NAME` on stderr and waits there, so that a
-/// test can signal the process at that very point: for ever, or, in a
-/// command that stops on the first signal (`stop_first`), until one came,
-/// so that the test sees what the command does with it from that point.
+/// The points `LEAPGNN_TEST_PAUSE` names (comma-separated), read once: some
+/// are passed at every step record.
+fn test_points() -> &'static [String] {
+    static NAMES: OnceLock<Vec<String>> = OnceLock::new();
+    NAMES.get_or_init(|| {
+        let v = std::env::var("LEAPGNN_TEST_PAUSE").unwrap_or_default();
+        v.split(',').filter(|n| !n.is_empty()).map(str::to_string).collect()
+    })
+}
+
+/// Test hook: with `LEAPGNN_TEST_PAUSE=NAME` (or a comma-separated list
+/// holding it) in the environment, the point named NAME only says `test
+/// point: NAME` on stderr, so that a test sees the process got there.
+pub fn test_point(name: &str) {
+    if test_points().iter().any(|n| n == name) {
+        crate::elog!("test point: {name}");
+    }
+}
+
+/// Test hook: with `LEAPGNN_TEST_PAUSE=NAME` (or a comma-separated list
+/// holding it) in the environment, the point named NAME says `test pause:
+/// NAME` on stderr and waits there, so that a test can signal the process
+/// at that very point: for ever, or, in a command that stops on the first
+/// signal (`stop_first`), until one came, so that the test sees what the
+/// command does with it from that point.
 pub fn test_pause(name: &str) {
-    if std::env::var_os("LEAPGNN_TEST_PAUSE").is_some_and(|v| v == name) {
+    if test_points().iter().any(|n| n == name) {
         // Registered before the flag is read: a signal after the read unparks this thread.
         *PAUSED.lock().unwrap_or_else(|e| e.into_inner()) = Some(std::thread::current());
         crate::elog!("test pause: {name}");

@@ -4,6 +4,7 @@
 use super::ledger::Ledger;
 use super::{DistJob, Report, WorkerDone};
 use crate::cluster::Launcher;
+use crate::cluster::control::ToWorker;
 use crate::cluster::driver::{DriverError, DriverOptions, Event, run_job_stoppable};
 use crate::cluster::launcher::Cleaned;
 use crate::format::write_atomic;
@@ -607,6 +608,7 @@ fn execute(
     let mut failure: Option<TrainError> = None;
     let mut stragglers = super::stragglers::Stragglers::default();
     let mut gate = super::epoch_gate::EpochGate::new(world);
+    let mut checkpoints = super::checkpoint_gate::CheckpointGate::new(world);
     let driver_opts = DriverOptions {
         silence_timeout: (opts.comm_timeout * 2).max(Duration::from_secs(10)),
         bind: opts.driver_bind,
@@ -647,9 +649,14 @@ fn execute(
                     obs.hosts(&placed);
                 }
             }
+            let mut answer = None;
             let outcome = match ev {
                 Event::Metrics(rank, v) => match serde_json::from_value::<Report>(v) {
                     Ok(Report::Step(r)) => {
+                        if rank == 1 && (r.epoch, r.iteration, r.time_step) == (0, 0, 0) {
+                            // Tests: a record on its way while rank 0 reaches its checkpoint.
+                            crate::util::interrupt::test_pause("record-of-worker-1");
+                        }
                         if let Some(re) = restart.take() {
                             let rec = re.record(at);
                             // The step's own position: a checkpoint taken at an epoch's
@@ -689,6 +696,11 @@ fn execute(
                         }
                         Ok(())
                     }
+                    // Not confirmed if the records may not be on disk: rank 0 then fails its wait, naming it.
+                    Ok(Report::Sent { through }) => match checkpoints.sent(rank, through) {
+                        Some(n) => sink.sync().map(|()| answer = Some((0, ToWorker::Held(n)))).map_err(Into::into),
+                        None => Ok(()),
+                    },
                     Err(e) => Err(BadInput::new(format!("worker {rank} sent a malformed metrics record: {e}")).into()),
                 },
                 Event::Log(rank, line) => {
@@ -717,6 +729,7 @@ fn execute(
             if obs.stop_requested() {
                 stop.store(true, Ordering::SeqCst);
             }
+            answer
         });
         drop(fetch_tx);
         result

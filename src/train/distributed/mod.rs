@@ -15,6 +15,7 @@
 //! and infer read only its own copy. `hosts.rs` is the driver's side of
 //! `cluster clean`, which removes what runs that could not do so left.
 
+mod checkpoint_gate;
 mod driver;
 mod epoch_gate;
 mod grad_dump;
@@ -225,6 +226,11 @@ pub enum Report {
     Eval {
         epoch: u64,
         sent: crate::metrics::ByteCounts,
+    },
+    /// Every worker, before a checkpoint: its step records through global
+    /// iteration `through` all came before this (`Observer::before_checkpoint`).
+    Sent {
+        through: u64,
     },
 }
 

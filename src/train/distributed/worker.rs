@@ -118,7 +118,7 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
         owners: Some(owners.as_slice()),
         before_iteration: Some(&check_replicas),
     };
-    let mut reporting = Reporting { reporter, rank };
+    let mut reporting = Reporting { reporter, rank, timeout };
     let mut obs = GradDump { path: spec.dump_grad.clone().filter(|_| rank == 0), inner: &mut reporting };
     let mut coll = MeshCollective { mesh: &mesh, timeout };
     let p = crate::train::run_loop(&inp, &mut worker, &mut coll, &mut *strat, opt.as_mut(), progress, &mut obs)?;
@@ -207,6 +207,7 @@ fn presample(
 struct Reporting<'a> {
     reporter: &'a Reporter,
     rank: usize,
+    timeout: Duration,
 }
 
 impl Reporting<'_> {
@@ -227,6 +228,21 @@ impl Observer for Reporting<'_> {
     }
     fn evaluated(&mut self, epoch: u64, sent: &crate::metrics::ByteCounts) {
         let _ = self.send(Report::Eval { epoch, sent: *sent });
+    }
+    /// Rank 0 waits for the driver's `Held`, which follows every worker's
+    /// `Sent`. Generously: a driver that is merely slow to write (a loaded
+    /// host, a stalled terminal) should not fail the run, and one that is
+    /// gone ends this process by the watchdog.
+    fn before_checkpoint(&mut self, through: u64) -> Result<(), TrainError> {
+        self.send(Report::Sent { through })?;
+        let within = (self.timeout * 4).max(Duration::from_secs(60));
+        if self.rank == 0 {
+            crate::util::interrupt::test_point("records-awaited");
+        }
+        match self.rank != 0 || self.reporter.wait_held(through, within) {
+            true => Ok(()),
+            false => Err(TrainError::RecordsNotHeld { through, secs: within.as_secs() }),
+        }
     }
     /// Rank 0's events (checkpoints written) go to the driver's event log.
     fn event(&mut self, msg: &str) {

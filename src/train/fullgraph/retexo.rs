@@ -610,6 +610,9 @@ pub fn run(
         if inside == 0 && (l > first || attempt.progress.global_iteration == 0) {
             p.run_counts = crate::train::trainer::gather_counts(coll, &p, &attempt)?;
         }
+        if inside == 0 {
+            obs.before_checkpoint(p.global_iteration)?;
+        }
         if let Some(dir) = inp.checkpoint_dir.filter(|_| inside == 0) {
             let fresh = cfg.optimizer.build(params.numel(), cfg.lr, cfg.weight_decay);
             checkpoint::save(dir, cfg, &p, &params, fresh.as_ref())?;
@@ -759,6 +762,7 @@ pub fn run(
                 // Gathered as at a stage's start: the driver may die before it
                 // writes this stop's summary, and a resume then has only this count.
                 p.run_counts = crate::train::trainer::gather_counts(coll, &p, &attempt)?;
+                obs.before_checkpoint(p.global_iteration)?;
                 if let Some(dir) = inp.checkpoint_dir {
                     let (_, kept) = best.as_ref().expect("a round was trained");
                     save_mid_stage((dir, cfg, &p), (&params, &stage), opt.as_ref(), kept)?;
@@ -803,6 +807,7 @@ pub fn run(
     w.params.set_flat(&params.flat_values()?)?;
     // The run's summary, written as it ends, counts it.
     p.run_counts = None;
+    obs.before_checkpoint(p.global_iteration)?;
     if let Some(dir) = inp.checkpoint_dir {
         let fresh = cfg.optimizer.build(params.numel(), cfg.lr, cfg.weight_decay);
         checkpoint::save(dir, cfg, &p, &params, fresh.as_ref())?;

@@ -787,6 +787,7 @@ pub fn run(
             p.global_iteration += 1;
             let stop = inp.stop_after == Some(p.global_iteration) || stop_voted;
             if stop || (periodic && p.global_iteration.is_multiple_of(cfg.checkpoint_every)) {
+                obs.before_checkpoint(p.global_iteration)?;
                 stage.save(
                     w,
                     coll,
@@ -834,6 +835,7 @@ pub fn run(
         if stop && p.epoch < cfg.epochs {
             // Gathered (every worker voted alike): the driver may die before it
             // writes this stop's summary, and a resume then has only this count.
+            obs.before_checkpoint(p.global_iteration)?;
             stage.save(w, coll, (cfg, inp.checkpoint_dir), (&mut p, Some(&attempt)), opt.as_ref(), (&bufs, history))?;
             obs.event(&format!("{} {}", crate::train::checkpoint::WRITTEN, p.global_iteration));
             if inp.checkpoint_dir.is_some() {
@@ -846,6 +848,7 @@ pub fn run(
     // The run's summary, written as it ends, counts it (a resume for more epochs reads that).
     p.run_counts = None;
     // Rank 0 gathers every stage's layers: its checkpoint is the whole model (`infer`).
+    obs.before_checkpoint(p.global_iteration)?;
     stage.save(w, coll, (cfg, inp.checkpoint_dir), (&mut p, None), opt.as_ref(), (&bufs, history && periodic))?;
     obs.event("final checkpoint written");
     Ok(p)
