@@ -91,3 +91,29 @@ fn the_gpu_check_holds_each_worker_to_its_own_share_once_partitioned() {
     assert!(e.starts_with("--device cuda: worker 0 would build GAT's attention scores per in-edge and head"), "{e}");
     check_device(&ds, &TrainConfig { device: DeviceKind::Cpu, ..cfg }, Some(&owners), &spec, false).unwrap();
 }
+
+/// GNNPipe runs each layer over one chunk of the whole graph at a time, on
+/// whichever stage owns the layer, so more --workers do not make its
+/// tensors smaller. The GPU check held a GNNPipe run to a worker's even
+/// share (half of Facebook's edges on 2 workers, 182,058 with the self
+/// loops: GAT's attention at 12,000 heads under 2^32) and let `--chunks 1`,
+/// a [364116, 12000] attention, through to the device, where it would hang.
+/// It is now refused naming the chunk and --chunks; --chunks 2 passes the
+/// check, to be refused by what follows it (this build's missing CUDA, or
+/// on a CUDA build the memory check under 1000 MiB), never trained.
+#[test]
+fn a_gnnpipe_run_is_held_to_its_chunks_not_its_workers_shares() {
+    let tmp = facebook();
+    let d = tmp.path();
+    let base = ["train", "facebook", "--no-tui", "--strategy", "gnnpipe", "--workers", "2", "--epochs", "1"];
+    let wide = ["--model", "gat", "--layers", "2", "--heads", "12000", "--hidden", "12000", "--device", "cuda"];
+    let run =
+        |chunks: &str| fails(d, &[&base[..], &wide, &["--memory-limit-mb", "1000", "--chunks", chunks]].concat(), 2);
+    let e = run("1");
+    let want = "--device cuda: each GNNPipe chunk (at least 1/1 of the graph: 22470 vertices) would build GAT's \
+                attention scores per in-edge and head (--heads) (layer 1 of 2), a [364116, 12000] tensor";
+    assert!(e.contains(want), "{e}");
+    assert!(e.contains("more --chunks") && !e.contains("more --workers"), "{e}");
+    let e = run("2");
+    assert!(!e.contains("2^32"), "{e}");
+}

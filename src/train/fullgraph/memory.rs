@@ -209,6 +209,38 @@ pub fn check_cuda_elements(
     device: DeviceKind,
     advice: &str,
 ) -> Result<(), BadInput> {
+    check_shares(shares, spec, device, advice, |rank| format!("worker {rank}"))
+}
+
+/// `check_cuda_elements` for GNNPipe (`--chunks`, `--pipeline-groups`):
+/// each stage runs its layers over one chunk at a time, and every chunk
+/// passes through every stage, so a chunk of `all` (the whole graph's
+/// shape), not a worker's part, is what each layer's tensors hold, whatever
+/// the --workers. METIS's chunks are `chunks` at most (it leaves some empty
+/// on small graphs) and each reads a halo, so an even share of `all` without
+/// one is what the largest chunk holds at least: only what every chunking
+/// would build is refused.
+pub fn check_chunks(
+    all: Shape,
+    chunks: u64,
+    spec: &ModelSpec,
+    device: DeviceKind,
+    advice: &str,
+) -> Result<(), BadInput> {
+    let chunk = even_share(all, chunks);
+    check_shares(&[chunk], spec, device, advice, |_| {
+        format!("each GNNPipe chunk (at least 1/{chunks} of the graph: {} vertices)", chunk.owned)
+    })
+}
+
+/// `check_cuda_elements` over `shares`, the share at index i named `who(i)`.
+fn check_shares(
+    shares: &[Shape],
+    spec: &ModelSpec,
+    device: DeviceKind,
+    advice: &str,
+    who: impl Fn(usize) -> String,
+) -> Result<(), BadInput> {
     if device == DeviceKind::Cpu {
         return Ok(());
     }
@@ -221,9 +253,10 @@ pub fn check_cuda_elements(
         let Some((layer, t)) = tensors.find(|(_, t)| t.elements() >= CUDA_MAX_ELEMENTS) else { continue };
         let of_layer = layer.map_or(String::new(), |l| format!(" (layer {} of {})", l + 1, spec.layers));
         return Err(BadInput::new(format!(
-            "--device {device}: worker {rank} would build {}{of_layer}, a [{}, {}] tensor of {} elements, but \
+            "--device {device}: {} would build {}{of_layer}, a [{}, {}] tensor of {} elements, but \
              candle's CUDA kernels count a tensor's elements in 32 bits and loop for ever on {CUDA_MAX_ELEMENTS} \
              (2^32) or more, so the run would hang; {advice}",
+            who(rank),
             t.what,
             t.rows,
             t.cols,
@@ -392,13 +425,16 @@ fn worker_shares(ds: &DatasetFile, cfg: &TrainConfig, owners: Option<&[u16]>, sp
         false => shapes(ds.graph(), sparse_rows, owners, world),
         true => {
             let [all] = shapes(ds.graph(), sparse_rows, None, 1)[..] else { unreachable!("one worker's shape") };
-            let w = world as u64;
-            let even =
-                Shape { owned: all.owned / w, halo: 0, edges: all.edges / w, sparse_values: all.sparse_values / w };
-            vec![even; world]
+            vec![even_share(all, world as u64); world]
         }
     };
     (shares, bound)
+}
+
+/// One of `k` even shares of the shape `all`, without a halo.
+fn even_share(all: Shape, k: u64) -> Shape {
+    let k = k.max(1);
+    Shape { owned: all.owned / k, halo: 0, edges: all.edges / k, sparse_values: all.sparse_values / k }
 }
 
 /// `check_cuda_elements` for a full-graph run of `cfg` on `ds` (`owners` as
@@ -417,8 +453,26 @@ pub fn check_device(
     if cfg.device == DeviceKind::Cpu || cfg.mode != crate::train::TrainMode::FullGraph {
         return Ok(());
     }
+    if let Some(g) = &cfg.gnnpipe {
+        let (sparse_rows, _) = sparse_input(ds, cfg, spec);
+        let [all] = shapes(ds.graph(), sparse_rows, None, 1)[..] else { unreachable!("one worker's shape") };
+        let chunks = (g.chunks as u64).saturating_mul(g.groups.max(1) as u64);
+        return check_chunks(all, chunks, spec, cfg.device, gnnpipe_advice(resume));
+    }
     let (shares, _) = worker_shares(ds, cfg, owners, spec);
     check_cuda_elements(&shares, spec, cfg.device, cuda_train_advice(resume))
+}
+
+/// What a GNNPipe run refused by `check_chunks` can change: more workers
+/// only add stages, each still running whole chunks.
+fn gnnpipe_advice(resume: bool) -> &'static str {
+    match resume {
+        false => "give more --chunks (a smaller chunk of the graph each), a smaller --hidden, or --device cpu",
+        true => {
+            "a resumed run keeps its --chunks, --hidden and --device: start a new run (without --resume) with more \
+             --chunks or a smaller --hidden"
+        }
+    }
 }
 
 /// What a training run refused by `check_cuda_elements` can change: a
@@ -866,6 +920,24 @@ mod tests {
         let want = "--device cuda:1: worker 1 would build GAT's attention scores per in-edge and head (--heads) \
                     (layer 1 of 3), a [536870912, 8] tensor";
         assert!(e.starts_with(want), "{e}");
+    }
+
+    #[test]
+    fn a_gnnpipe_chunk_of_2_pow_32_values_is_refused_naming_the_chunks() {
+        let gcn = spec(ModelKind::Gcn, 128, 1);
+        // The whole graph in 2 chunks: each chunk's first output, 2^25 rows x 128, reaches 2^32.
+        let all = |owned: u64| Shape { owned, halo: 0, edges: 10, sparse_values: 0 };
+        check_chunks(all((1 << 26) - 2), 2, &gcn, DeviceKind::Cuda(0), "advice").unwrap();
+        check_chunks(all(1 << 26), 2, &gcn, DeviceKind::Cpu, "advice").unwrap();
+        let e = check_chunks(all(1 << 26), 2, &gcn, DeviceKind::Cuda(0), gnnpipe_advice(false)).unwrap_err().0;
+        let want = "--device cuda: each GNNPipe chunk (at least 1/2 of the graph: 33554432 vertices) would build \
+                    the layer's output of its owned rows (layer 1 of 3), a [33554432, 128] tensor";
+        assert!(e.starts_with(want), "{e}");
+        assert!(
+            e.ends_with("give more --chunks (a smaller chunk of the graph each), a smaller --hidden, or --device cpu")
+        );
+        let resumed = check_chunks(all(1 << 26), 2, &gcn, DeviceKind::Cuda(0), gnnpipe_advice(true)).unwrap_err().0;
+        assert!(resumed.contains("a resumed run keeps its --chunks"), "{resumed}");
     }
 
     #[test]
