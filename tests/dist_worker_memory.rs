@@ -6,7 +6,9 @@
 
 mod dist_support;
 
-use dist_support::{Tiny, cora, leapgnn, local_options, wide_full_graph_cora_job, wrapped, write_tiny};
+use dist_support::{
+    Tiny, cora, leapgnn, local_options, wide_full_graph_cora_job, workers_take_the_drivers_limit, wrapped, write_tiny,
+};
 use leapgnn::DataDir;
 use leapgnn::train::distributed::train_distributed;
 use leapgnn::train::strategy::StrategyKind;
@@ -167,17 +169,8 @@ fn local_workers_take_the_drivers_memory_limit_in_place_of_mem_available() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
     write_tiny(d, "tiny", Tiny::default());
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_leapgnn"))
-        .arg("--data-dir")
-        .arg(d)
-        .args(["-vv", "train", "tiny", "--workers", "2", "--epochs", "1", "--no-tui", "--memory-limit-mb", "4096"])
-        .env(MEM_AVAILABLE_TEST_VAR, MIB.to_string())
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
-    for rank in 0..2 {
-        let said = format!("worker {rank}: this host's workers are held together to 4096 MiB (--memory-limit-mb)");
-        assert!(err.contains(&said), "no `{said}` in {err}");
-    }
+    workers_take_the_drivers_limit(
+        d,
+        &["train", "tiny", "--workers", "2", "--epochs", "1", "--no-tui", "--memory-limit-mb", "4096"],
+    );
 }

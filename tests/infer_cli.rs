@@ -4,7 +4,9 @@
 
 mod dist_support;
 
-use dist_support::{cora, facebook, fails, json, names_in, refused_capped, scores, straight_and_resumed};
+use dist_support::{
+    cora, facebook, fails, json, names_in, refused_capped, scores, straight_and_resumed, workers_take_the_drivers_limit,
+};
 use leapgnn::format::DatasetFile;
 use std::path::Path;
 use std::process::Command;
@@ -972,4 +974,26 @@ fn infer_while_the_run_rewrites_its_checkpoint_scores_one_whole_checkpoint() {
         let p = p.unwrap();
         assert!(p == probs_a || p == probs_b, "the predictions are of neither checkpoint:\n{stderr}");
     }
+}
+
+/// `infer --memory-limit-mb M` on local workers holds them and the driver to
+/// M MiB together, through the same `Limit` as `train`'s, and had no test of
+/// its own. Under 1 MiB a 2-worker infer of a Cora run is refused before any
+/// worker starts (a started worker announces itself on stderr, so the
+/// refusal is its only line), naming the limit and the figures; under 4096
+/// MiB, on a machine that stands for one with 1 MiB free, each worker takes
+/// the driver's M in place of MemAvailable, and the infer runs.
+#[test]
+fn infers_memory_limit_is_checked_before_its_local_workers_start_and_holds_them() {
+    let tmp = cora();
+    let d = tmp.path();
+    json(d, &TRAIN_ONE);
+    let run = ["infer", "one", "--workers", "2", "--memory-limit-mb"];
+    let e = fails(d, &[&run[..], &["1"]].concat(), 2);
+    for part in ["for the driver", "1 MiB are available (--memory-limit-mb)", "give a higher --memory-limit-mb"] {
+        assert!(e.contains(part), "{part:?} not in: {e}");
+    }
+    let (need, largest) = (mib_after(&e, "infer needs an estimated "), mib_after(&e, "the largest "));
+    assert!(need > largest && largest > 1, "{e}");
+    workers_take_the_drivers_limit(d, &[&run[..], &["4096", "--json"]].concat());
 }

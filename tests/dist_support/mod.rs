@@ -472,3 +472,23 @@ pub fn names_its_workers_limit(e: &str, host: &str) -> bool {
     };
     (names(0) || names(1)) && !e.contains("this process's")
 }
+
+/// Runs leapgnn -vv `args` in `data` on a machine that stands for one with
+/// 1 MiB free (`MEM_AVAILABLE_TEST_VAR`) and asserts that it succeeds and
+/// that each of its 2 local workers was held to the driver's
+/// `--memory-limit-mb 4096` in place of that MemAvailable.
+pub fn workers_take_the_drivers_limit(data: &Path, args: &[&str]) {
+    let out = Command::new(env!("CARGO_BIN_EXE_leapgnn"))
+        .arg("--data-dir")
+        .arg(data)
+        .args([&["-vv"][..], args].concat())
+        .env(leapgnn::util::MEM_AVAILABLE_TEST_VAR, (1u64 << 20).to_string())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    for rank in 0..2 {
+        let said = format!("worker {rank}: this host's workers are held together to 4096 MiB (--memory-limit-mb)");
+        assert!(err.contains(&said), "no `{said}` in {err}");
+    }
+}
