@@ -997,3 +997,36 @@ fn infers_memory_limit_is_checked_before_its_local_workers_start_and_holds_them(
     assert!(need > largest && largest > 1, "{e}");
     workers_take_the_drivers_limit(d, &[&run[..], &["4096", "--json"]].concat());
 }
+
+/// infer's CUDA element guard had no CLI test. A GAT run of 32,768 heads
+/// over a generated graph of 16,384 nodes and 130,880 edges with one
+/// feature (under 1 MB on disk, small weights, trained on sampled batches)
+/// holds a [147264, 32768] attention per in-edge, self loops included, in
+/// a layer-wise pass over the whole graph: past 2^32 elements, so
+/// `infer --device cuda` is refused before any device opens (on this CPU
+/// build, before its missing CUDA), naming the tensor and advice that infer
+/// can follow (more --workers or --device cpu; the run fixed its --hidden).
+/// On 2 workers each METIS half passes the guard, to be refused by the
+/// memory check under --memory-limit-mb 1 instead.
+#[test]
+fn an_infer_on_cuda_with_a_tensor_of_2_pow_32_elements_is_refused_before_the_device_opens() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let n = 16384u64;
+    let edges: String = (0..n).flat_map(|v| [1, 7, 31, 127].map(|k| format!("{v} {}\n", (v * k + k) % n))).collect();
+    std::fs::write(d.join("ring.txt"), edges).unwrap();
+    let from = d.join("ring.txt");
+    let import = ["download", "ring", "--from", from.to_str().unwrap(), "--format", "edgelist", "--symmetrize"];
+    json(d, &[&import[..], &["--feature-dim", "1", "--generated-classes", "2", "--split", "1,1,1"]].concat());
+    let wide = ["--model", "gat", "--layers", "2", "--heads", "32768", "--hidden", "32768"];
+    let sampled = ["--fanout", "1,1", "--eval-fanout", "1,1", "--batch-size", "8", "--eval-batch-size", "8"];
+    let train = ["train", "ring", "--no-tui", "--epochs", "1", "--run", "wide"];
+    json(d, &[&train[..], &wide, &sampled].concat());
+    let e = fails(d, &["infer", "wide", "--device", "cuda"], 2);
+    let want = "--device cuda: worker 0 would build GAT's attention scores per in-edge and head (--heads) \
+                (layer 1 of 2), a [147264, 32768] tensor of 4825546752 elements";
+    assert!(e.contains(want), "{e}");
+    assert!(e.ends_with("give infer more --workers (a smaller share of the graph each), or --device cpu"), "{e}");
+    let e = fails(d, &["infer", "wide", "--device", "cuda", "--workers", "2", "--memory-limit-mb", "1"], 2);
+    assert!(!e.contains("2^32") && e.contains("1 MiB are available (--memory-limit-mb)"), "{e}");
+}
