@@ -125,8 +125,8 @@ fn existing_partition_is_kept_unless_forced_or_stale() {
     ManifestFile::open(repaired["path"].as_str().unwrap()).unwrap().verify().unwrap();
 
     let left = names_in(&dir.path().join("synthetic-small/parts"));
-    // The partition and its lock file (kept: removing a lock file others may wait on would let two hold it).
-    assert_eq!(left, [".ldg-2.lock", "ldg-2"], "staging directories left behind");
+    // The partition alone: its lock file is there only while a partitioner holds it.
+    assert_eq!(left, ["ldg-2"], "staging directories or the lock file left behind");
 }
 
 #[test]
@@ -231,7 +231,7 @@ fn concurrent_partitions_of_one_target_take_turns_and_leftovers_of_killed_writer
         let m = ManifestFile::open(parts.join("random-2")).unwrap();
         m.verify().unwrap();
         assert!([1, 2].contains(&m.seed()), "round {round}: seed {}", m.seed());
-        assert_eq!(names_in(&parts), [".random-2.lock", "random-2"], "round {round}");
+        assert_eq!(names_in(&parts), ["random-2"], "round {round}");
     }
 }
 
@@ -412,12 +412,38 @@ fn an_interrupted_repartition_exits_130_or_143_and_keeps_the_previous_partition(
         let ended = interrupt::interrupt_at(dir.path(), &args, &pause, "test pause: partition-staged", sig);
         assert_eq!(ended.code, Some(code), "SIG{sig}: {}", ended.stderr);
         assert_eq!(interrupt::temporaries(&parts), Vec::<String>::new(), "SIG{sig}: left in {}", parts.display());
+        assert_eq!(names_in(&parts), ["metis-2"], "SIG{sig}: the lock file was left");
         assert_eq!(std::fs::read(parts.join("metis-2/manifest")).unwrap(), manifest, "SIG{sig}");
         ManifestFile::open(parts.join("metis-2")).unwrap();
     }
     // Still the partition of seed 0, whole: a plain run keeps it rather than cutting it again.
     let kept = partition_json(dir.path(), &["--parts", "2"]);
     assert_eq!(kept["reused"], true, "{kept}");
+}
+
+/// A run refused once its partition is cut (here: the workers' shares, with
+/// the cut's halo, do not fit `--memory-limit-mb`, which the even lower bound
+/// checked before the cut does) left the partitioner's empty lock file,
+/// `parts/.metis-2.lock`, for good. Now nothing is left in `parts/`.
+#[test]
+fn a_run_refused_on_its_cut_leaves_no_lock_file() {
+    let dir = tempfile::tempdir().unwrap();
+    common::write_synthetic_small(dir.path());
+    let train = |mb: &str| {
+        let args = ["train", "synthetic-small", "--workers", "2", "--mode", "full-graph", "--memory-limit-mb", mb];
+        let out = leapgnn(dir.path(), &args);
+        assert_eq!(out.status.code(), Some(2), "--memory-limit-mb {mb}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    // The lower bound for the 2 workers and the driver together, as the run itself states it.
+    let below = train("1");
+    let total = below.split(" MiB for the 2 workers and the driver").next().and_then(|s| s.rsplit(' ').next());
+    let total = total.unwrap_or_else(|| panic!("no lower bound stated: {below}"));
+    assert!(!dir.path().join("synthetic-small/parts").exists(), "refused before the cut, yet partitioned: {below}");
+    let refused = train(total);
+    assert!(refused.contains("--mode full-graph needs an estimated"), "not refused on the cut: {refused}");
+    let parts = dir.path().join("synthetic-small/parts");
+    assert_eq!(names_in(&parts), Vec::<String>::new(), "left in {}", parts.display());
 }
 
 /// A partition writer killed (SIGKILL, power loss) between its two renames

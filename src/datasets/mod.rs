@@ -86,7 +86,7 @@ pub fn download(data: &DataDir, reg: &Registry, req: &DownloadRequest) -> Result
     // One process at a time fetches and builds a dataset: two would write the
     // same `.part` at once. The second, once it has the lock, finds the
     // dataset the first made.
-    let _lock = DownloadLock::acquire(data, &req.name)?;
+    let _lock = lock_download(data, &req.name)?;
     let mut again = Vec::new(); // an invalid archive was noted above
     if let Some(present) = present(&target, req, t0, &mut again)? {
         return Ok(present);
@@ -184,56 +184,19 @@ fn present(
 }
 
 /// Held while one process fetches, converts and writes dataset `name`
-/// (`util::lock_file`): `<data-dir>/.<name>.download.lock`, there only while
-/// a download runs. The holder removes it when done; a waiter that then gets
-/// the lock of the removed file sees that the path now names another file
-/// (or none) and locks again, so two processes never hold it at once.
-struct DownloadLock {
-    path: PathBuf,
-    _file: std::fs::File,
-}
-
-impl DownloadLock {
-    fn acquire(data: &DataDir, name: &str) -> Result<DownloadLock, DatasetError> {
-        use crate::util::lock_file::{Lock, try_exclusive};
-        use std::os::unix::fs::MetadataExt;
-        std::fs::create_dir_all(&data.root).map_err(|e| DatasetError::io(&data.root, e))?;
-        let path = data.root.join(format!(".{name}.download.lock"));
-        let io = |e| DatasetError::io(&path, e);
-        let mut said = false;
-        loop {
-            let file = match try_exclusive(&path).map_err(io)? {
-                Lock::Held(f) => f,
-                Lock::Busy(f) => {
-                    if !std::mem::replace(&mut said, true) {
-                        crate::elog!(
-                            "waiting for another leapgnn process getting {name} into {} (lock {})",
-                            data.root.display(),
-                            path.display()
-                        );
-                    }
-                    f.lock().map_err(io)?;
-                    f
-                }
-            };
-            let locked = file.metadata().map_err(io)?;
-            match std::fs::metadata(&path) {
-                Ok(now) if (now.dev(), now.ino()) == (locked.dev(), locked.ino()) => {
-                    return Ok(DownloadLock { path, _file: file });
-                }
-                Ok(_) => continue,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(io(e)),
-            }
-        }
-    }
-}
-
-impl Drop for DownloadLock {
-    /// Removed while still locked (the file is closed after this).
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
-    }
+/// (`util::lock_file::Removable`): `<data-dir>/.<name>.download.lock`, there
+/// only while a download runs.
+fn lock_download(data: &DataDir, name: &str) -> Result<crate::util::lock_file::Removable, DatasetError> {
+    std::fs::create_dir_all(&data.root).map_err(|e| DatasetError::io(&data.root, e))?;
+    let path = data.root.join(format!(".{name}.download.lock"));
+    crate::util::lock_file::Removable::acquire(&path, || {
+        crate::elog!(
+            "waiting for another leapgnn process getting {name} into {} (lock {})",
+            data.root.display(),
+            path.display()
+        );
+    })
+    .map_err(|e| DatasetError::io(&path, e))
 }
 
 /// What `req` asks of a conversion that the archive kept at `target` was not

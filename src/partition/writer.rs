@@ -4,7 +4,7 @@
 
 use crate::format::{DatasetFile, FeatureTable, FeatureView, FormatError, PartFeatures, PartManifest, RowRef};
 use crate::util::interrupt::{Registered, settle};
-use crate::util::lock_file::{Lock, try_exclusive};
+use crate::util::lock_file::Removable;
 use rayon::prelude::*;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -148,9 +148,11 @@ impl Drop for Staging {
 /// Held while one process checks, cuts and writes partition directory `dir`
 /// (`util::lock_file`): concurrent `partition` runs (or trains partitioning
 /// on demand) of the same method and K take turns instead of renaming over
-/// each other's directories.
+/// each other's directories. Its file, `.{name}.lock` beside `dir`, is
+/// there only while held (`Removable`): a run refused on its cut, or
+/// interrupted, used to leave it behind.
 pub struct TargetLock {
-    _file: fs::File,
+    _lock: Removable,
 }
 
 impl TargetLock {
@@ -162,15 +164,10 @@ impl TargetLock {
         let parent = dir.parent().unwrap_or(Path::new("."));
         fs::create_dir_all(parent).map_err(|e| FormatError::io(parent, e))?;
         let path = parent.join(format!(".{name}.lock"));
-        let io = |e| FormatError::io(&path, e);
-        let file = match try_exclusive(&path).map_err(io)? {
-            Lock::Held(f) => f,
-            Lock::Busy(f) => {
-                crate::elog!("waiting for another leapgnn process partitioning into {}", dir.display());
-                f.lock().map_err(io)?;
-                f
-            }
-        };
+        let lock = Removable::acquire(&path, || {
+            crate::elog!("waiting for another leapgnn process partitioning into {}", dir.display());
+        })
+        .map_err(|e| FormatError::io(&path, e))?;
         let (tmp, old) = (format!(".{name}.tmp."), format!(".{name}.old."));
         for entry in fs::read_dir(parent).map_err(|e| FormatError::io(parent, e))?.flatten() {
             let n = entry.file_name().to_string_lossy().into_owned();
@@ -183,6 +180,6 @@ impl TargetLock {
                 let _ = fs::remove_dir_all(entry.path());
             }
         }
-        Ok(TargetLock { _file: file })
+        Ok(TargetLock { _lock: lock })
     }
 }
