@@ -528,36 +528,79 @@ fn thread_named(pid: u32, name: &str) -> u32 {
     panic!("no thread `{name}` in process {pid}");
 }
 
-/// A cut takes minutes on a large graph: on a terminal (here the pseudo-terminal
-/// `script` gives it) a spinner says what is being cut; with stderr a pipe,
+/// A cut takes minutes on a large graph, and writing the parts seconds more:
+/// on a terminal (here the pseudo-terminal `script` gives it) a spinner says
+/// what is being cut, then what is being written, each line within 79
+/// columns, a name too long for it elided (the cut's line took 80 columns
+/// on synthetic-small, more on a longer name, and wrapped on an 80-column
+/// terminal; the writing showed nothing); with stderr a pipe,
 /// nothing of it reaches stderr, and stdout carries the JSON alone either way.
 #[test]
-fn the_cut_shows_a_spinner_on_a_terminal_and_nothing_on_a_pipe() {
+fn the_cut_and_the_writing_show_a_spinner_within_79_columns_on_a_terminal_and_nothing_on_a_pipe() {
     let dir = tempfile::tempdir().unwrap();
     common::write_synthetic_small(dir.path());
     let ds = DatasetFile::open(dir.path().join("synthetic-small/dataset.lgnn")).unwrap();
-    let what = format!(
-        "cutting a metis-2 partition of synthetic-small ({} nodes, {} edges)",
-        ds.num_nodes(),
-        ds.graph().num_edges()
-    );
+    let cut = format!("metis-2 cut of synthetic-small ({} nodes, {} edges)", ds.num_nodes(), ds.graph().num_edges());
     let json = dir.path().join("report.json");
-    let cmd = format!(
-        "'{}' --data-dir '{}' partition synthetic-small --parts 2 --json > '{}'",
-        env!("CARGO_BIN_EXE_leapgnn"),
-        dir.path().display(),
-        json.display()
-    );
-    let out =
-        Command::new("script").args(["-qec", &cmd, "/dev/null"]).env("TERM", "xterm").output().expect("run script");
-    let tty = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{tty}");
-    assert!(tty.contains(&what), "no spinner on the terminal: {tty:?}");
-    let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).expect("stdout holds the JSON alone");
-    assert_eq!(report["reused"], false);
+    // A dataset given as a long path: its name does not fit the line, and is elided.
+    let long = dir.path().join("a-directory-name-long-enough-to-pass-eighty-columns-on-its-own/synthetic-small");
+    std::fs::create_dir_all(long.parent().unwrap()).unwrap();
+    std::fs::rename(dir.path().join("synthetic-small"), &long).unwrap();
+    std::fs::create_dir(dir.path().join("synthetic-small")).unwrap();
+    std::fs::hard_link(long.join("dataset.lgnn"), dir.path().join("synthetic-small/dataset.lgnn")).unwrap();
+    for (name, says) in [
+        ("synthetic-small", vec![cut.as_str(), "writing metis-2 of synthetic-small (2 part files)"]),
+        (long.to_str().unwrap(), vec!["metis-2 cut of /", "writing metis-2 of /"]),
+    ] {
+        let cmd = format!(
+            "'{}' --data-dir '{}' partition '{name}' --parts 2 --json > '{}'",
+            env!("CARGO_BIN_EXE_leapgnn"),
+            dir.path().display(),
+            json.display()
+        );
+        let out =
+            Command::new("script").args(["-qec", &cmd, "/dev/null"]).env("TERM", "xterm").output().expect("run script");
+        let tty = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{tty}");
+        let lines = screen_lines(&tty);
+        for what in says {
+            assert!(lines.iter().any(|l| l.contains(what)), "no spinner `{what}` on the terminal: {lines:#?}");
+        }
+        let spinners: Vec<_> = lines.iter().filter(|l| l.contains(" cut of ") || l.contains("writing ")).collect();
+        // Trailing blanks are indicatif's filler over what the previous draw left.
+        for l in spinners.iter().map(|l| l.trim_end()) {
+            assert!(leapgnn::tui::fmt::width(l) <= 79, "{} columns: {l:?}", leapgnn::tui::fmt::width(l));
+        }
+        let report: Value =
+            serde_json::from_slice(&std::fs::read(&json).unwrap()).expect("stdout holds the JSON alone");
+        assert_eq!(report["reused"], false);
+    }
+    assert!(screen_lines("\x1b[2Kx\r\x1b[1Ay\n").iter().any(|l| l == "y"), "the escape sequences are stripped");
 
     let out = leapgnn(dir.path(), &["partition", "synthetic-small", "--parts", "2", "--force", "--json"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice::<Value>(&out.stdout).expect("stdout holds the JSON alone");
+}
+
+/// What a terminal shows of `tty` line by line: escape sequences (CSI:
+/// cursor moves, clears) taken out, split at carriage returns and newlines.
+fn screen_lines(tty: &str) -> Vec<String> {
+    let mut plain = String::new();
+    let mut chars = tty.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' && chars.peek() == Some(&'[') {
+            chars.next();
+            // Parameters, then one final byte in @..~.
+            for c in chars.by_ref() {
+                if ('@'..='~').contains(&c) {
+                    break;
+                }
+            }
+            plain.push('\r');
+            continue;
+        }
+        plain.push(c);
+    }
+    plain.split(['\r', '\n']).filter(|l| !l.is_empty()).map(str::to_string).collect()
 }

@@ -222,7 +222,7 @@ impl<'a> Job<'a> {
         let (k, n) = (self.opts.parts, self.ds.num_nodes());
         // Cutting a large graph takes minutes with nothing else on the screen.
         let _spinner = crate::progress::Spinner::stderr(format!(
-            "cutting a {}-{k} partition of {} ({n} nodes, {} edges)…",
+            "{}-{k} cut of {} ({n} nodes, {} edges)",
             self.opts.method.name(),
             self.name,
             self.ds.graph().num_edges()
@@ -243,6 +243,12 @@ impl<'a> Job<'a> {
 
     fn write(self, Cut { node_part, q }: Cut, started: Instant) -> Result<PartitionReport, PartitionError> {
         let k = self.opts.parts;
+        // Seconds more on a large graph: every feature row is copied into its part.
+        let _spinner = crate::progress::Spinner::stderr(format!(
+            "writing {}-{k} of {} ({k} part files)",
+            self.opts.method.name(),
+            self.name
+        ));
         let mut groups = Grouping::new(&node_part, k);
         let manifest = PartManifest {
             dataset: self.name.to_string(),

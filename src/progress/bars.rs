@@ -127,13 +127,24 @@ impl ProgressSink for Bars {
     }
 }
 
-/// A spinner on stderr for a long step with nothing to count (a METIS cut),
+/// A spinner on stderr for a long step with nothing to count (a METIS cut,
+/// the writing of the parts),
 /// so a terminal does not sit silent. Hidden where it would only get in the
 /// way: stderr not a terminal (scripts and tests keep their lines as they
 /// were), `TERM=dumb` (no cursor addressing to redraw it), or a dashboard
 /// holding the screen. The line goes away when the spinner is dropped,
-/// whether the step ended or failed.
+/// whether the step ended or failed. It fits an 80-column terminal
+/// (`SPINNER_COLUMNS`, the message elided to fit): a longer line wraps, and
+/// its redraws leave rows behind.
 pub struct Spinner(ProgressBar);
+
+/// The most columns a spinner line takes: glyph, message and elapsed time.
+const SPINNER_COLUMNS: usize = 79;
+
+/// `{elapsed}` is compact (`43s`, `2m`, `35h`, `78w`): at most 3 columns
+/// below a century, 4 kept for it (`ELAPSED_COLUMNS`).
+const SPINNER_TEMPLATE: &str = "{spinner} {msg} {elapsed}";
+const ELAPSED_COLUMNS: usize = 4;
 
 impl Spinner {
     pub fn stderr(msg: String) -> Self {
@@ -141,8 +152,10 @@ impl Spinner {
         if !shown {
             return Spinner(ProgressBar::hidden());
         }
-        let style = ProgressStyle::with_template("{spinner} {msg} {elapsed}").expect("the template is valid");
-        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr()).with_style(style).with_message(msg);
+        let style = ProgressStyle::with_template(SPINNER_TEMPLATE).expect("the template is valid");
+        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr())
+            .with_style(style)
+            .with_message(spinner_message(&msg));
         // Drawn now, not at the first tick: a step shorter than a tick is still seen.
         bar.tick();
         bar.enable_steady_tick(Duration::from_millis(100));
@@ -154,4 +167,10 @@ impl Drop for Spinner {
     fn drop(&mut self) {
         self.0.finish_and_clear();
     }
+}
+
+/// `msg` elided to the room a spinner line leaves it: `SPINNER_COLUMNS`
+/// less the glyph, two spaces and the elapsed time.
+fn spinner_message(msg: &str) -> String {
+    crate::tui::fmt::elide(msg, SPINNER_COLUMNS - 3 - ELAPSED_COLUMNS)
 }
