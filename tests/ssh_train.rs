@@ -281,6 +281,28 @@ fn infer_over_ssh_ships_the_metis_partition_its_workers_read() {
     sshd.stop();
 }
 
+/// `infer --cluster` with a one-slot profile: one worker owns every node, so
+/// it reads no partition. Its ship list named `parts/metis-1/manifest` and
+/// `part-0.lgnn`, a one-part partition that never exists. Now the dataset
+/// alone is shipped, and the worker scores as in-process inference does.
+#[test]
+fn infer_over_ssh_on_one_slot_ships_the_dataset_alone() {
+    let mut sshd = Sshd::start();
+    let profile = sshd.profile(1, "");
+    let tmp = cora();
+    let d = tmp.path();
+    train(d, &["--run", "one"]);
+    let r = json(d, &["infer", "one", "--cluster", profile.to_str().unwrap()]);
+    assert_eq!(r["workers"], 1, "{r}");
+    assert_eq!(r["accuracy"], json(d, &["infer", "one"])["accuracy"], "{r}");
+    let shipped = walk(&sshd.remote.join("data"));
+    assert!(shipped.iter().any(|p| p.ends_with("cora/dataset.lgnn")), "{shipped:?}");
+    assert!(!shipped.iter().any(|p| p.contains("parts")), "{shipped:?}");
+    assert!(!d.join("cora/parts").exists(), "a partition was cut for one worker");
+    sshd.assert_nothing_left();
+    sshd.stop();
+}
+
 #[test]
 fn four_workers_on_two_host_entries_match_four_local_workers() {
     let mut sshd = Sshd::start();

@@ -172,8 +172,8 @@ pub fn preflight(profile: &Profile, opts: &CheckOptions) -> anyhow::Result<Clust
 /// The launcher of a job over ssh on dataset `name` (its `method` partition
 /// in `parts` parts, for `workers` ranks): every host checked first
 /// (`preflight_with`), then, as each rank starts, the dataset archive, the
-/// partition manifest and the parts that rank owns shipped to it
-/// (`ship::rank_data_files`). Nothing is partitioned here: the driver cuts
+/// partition manifest and the parts that rank owns shipped to it (one
+/// worker: the archive alone; `ship::rank_data_files`). Nothing is partitioned here: the driver cuts
 /// a missing partition after its own checks and before any rank starts, so
 /// a run that they refuse leaves none behind.
 pub fn ssh_job_launcher(

@@ -67,7 +67,9 @@ pub fn binary_item(binary: &Path) -> Result<ShipItem, SshError> {
 }
 
 /// The files rank `rank` of `workers` needs of a dataset cut in `parts` parts:
-/// the topology, the manifest and the parts it owns (`format::worker_parts`).
+/// the topology, the manifest and the parts it owns (`format::worker_parts`);
+/// with one part (one worker, which owns every node) the dataset alone: no
+/// partition of one part is ever cut (`partition` refuses `--parts 1`).
 /// `name` is a dataset's name or the path of its archive, as `train` takes it
 /// (its partitions lie beside an archive outside the data directory,
 /// `paths::partition_dir`). Remote paths mirror the local layout under the
@@ -82,6 +84,9 @@ pub fn rank_data_files(
 ) -> Vec<ShipItem> {
     let abs = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
     let dataset = abs(&crate::paths::resolve_archive(data, name));
+    if parts < 2 {
+        return vec![ShipItem::data_file(&abs(&data.root), dataset)];
+    }
     let parts_dir = abs(&crate::paths::partition_dir(data, name, method, parts));
     rank_files(&abs(&data.root), &dataset, &parts_dir, format::worker_parts(rank, parts, workers))
 }
@@ -287,5 +292,9 @@ mod tests {
                 "cora/parts/metis-8/part-5.lgnn"
             ]
         );
+        // One worker reads no partition: `metis-1` is never cut.
+        let files = rank_data_files(&DataDir::new("/d"), "cora", "metis", (1, 1), 0);
+        let remote: Vec<_> = files.iter().map(|f| f.remote.to_string_lossy().into_owned()).collect();
+        assert_eq!(remote, ["cora/dataset.lgnn"]);
     }
 }
