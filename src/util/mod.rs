@@ -37,24 +37,30 @@ pub const MEM_AVAILABLE_TEST_VAR: &str = "LEAPGNN_TEST_MEM_AVAILABLE";
 pub const MEM_AVAILABLE_SOURCE: &str = "MemAvailable in /proc/meminfo";
 pub const RLIMIT_AS_SOURCE: &str = "this process's address-space limit, RLIMIT_AS";
 
+/// A soft resource limit of this process (`getrlimit`); None when unlimited.
+/// A macro, not a function, because the type of `$resource` differs by C
+/// library (glibc's `__rlimit_resource_t`, `c_int` on musl and macOS): here
+/// it is whatever this target's `libc` declares, with no `cfg` to keep in step.
+macro_rules! soft_limit {
+    ($resource:expr) => {{
+        let resource = $resource;
+        let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: getrlimit only writes the `rlimit` behind the pointer, a live local.
+        (unsafe { libc::getrlimit(resource, &mut limit) } == 0 && limit.rlim_cur != libc::RLIM_INFINITY)
+            .then_some(limit.rlim_cur)
+    }};
+}
+
 /// This process's address-space limit (RLIMIT_AS soft limit, `ulimit -v` /
 /// `prlimit --as`), in bytes; None when unlimited. Child processes inherit it.
 pub fn address_space_limit() -> Option<u64> {
-    soft_limit(libc::RLIMIT_AS)
+    soft_limit!(libc::RLIMIT_AS)
 }
 
 /// This user's limit on processes and threads together (RLIMIT_NPROC soft
 /// limit, `ulimit -u`); None when unlimited.
 pub fn process_limit() -> Option<u64> {
-    soft_limit(libc::RLIMIT_NPROC)
-}
-
-/// A soft resource limit of this process; None when unlimited.
-fn soft_limit(resource: libc::__rlimit_resource_t) -> Option<u64> {
-    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit only writes the `rlimit` behind the pointer, a live local.
-    (unsafe { libc::getrlimit(resource, &mut limit) } == 0 && limit.rlim_cur != libc::RLIM_INFINITY)
-        .then_some(limit.rlim_cur)
+    soft_limit!(libc::RLIMIT_NPROC)
 }
 
 /// The memory this process may allocate, in bytes, and where the figure comes
