@@ -69,7 +69,7 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     };
     let msg = match &result {
         Ok(v) => ToDriver::Done(v.clone()),
-        Err(e) => ToDriver::Error(crate::output::one_line(e)),
+        Err(e) => worker_session::failure(e, crate::output::one_line),
     };
     reporter.send(&msg)?;
     result.map(|_| ())

@@ -64,6 +64,55 @@ pub enum ToDriver {
     Heartbeat,
     Done(serde_json::Value),
     Error(String),
+    /// The worker's OS refused it a thread: a limit of its host, which a
+    /// restart there would meet again. Every other failure is `Error`.
+    ThreadRefused(ThreadRefused),
+}
+
+/// A thread a worker's OS refused to start (`util::threads::SpawnError`),
+/// with the limits in force there, for the driver to name them.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ThreadRefused {
+    pub thread: String,
+    /// The worker's host, as it names itself.
+    pub host: String,
+    /// The OS's refusal.
+    pub os_error: String,
+    /// The worker's RLIMIT_NPROC (`ulimit -u`), None when unlimited.
+    pub process_limit: Option<u64>,
+    /// The worker's RLIMIT_AS (`ulimit -v`) in bytes, None when unlimited.
+    pub address_space_limit: Option<u64>,
+    /// The host kernel's threads-max.
+    pub threads_max: Option<u64>,
+}
+
+impl ThreadRefused {
+    /// `e`, refused in this process, with this process's limits.
+    pub fn of(e: &crate::util::threads::SpawnError) -> Self {
+        ThreadRefused {
+            thread: e.thread().into(),
+            host: crate::util::host_name(),
+            os_error: e.os_error().to_string(),
+            process_limit: crate::util::process_limit(),
+            address_space_limit: crate::util::address_space_limit(),
+            threads_max: crate::util::threads_max(),
+        }
+    }
+
+    /// The limits in force, as the driver quotes them.
+    pub fn limits(&self) -> String {
+        let mut limits = Vec::new();
+        if let Some(n) = self.process_limit {
+            limits.push(format!("its user's process/thread limit there (RLIMIT_NPROC) of {n}"));
+        }
+        if let Some(b) = self.address_space_limit {
+            limits.push(format!("its address-space limit (RLIMIT_AS) of {} MiB", crate::util::mib(b)));
+        }
+        if let Some(n) = self.threads_max {
+            limits.push(format!("the kernel's {n} threads in all (threads-max)"));
+        }
+        if limits.is_empty() { String::new() } else { format!(", within {}", limits.join(" and ")) }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -3,7 +3,7 @@
 //! done, one fails, or the user interrupts. Workers are stopped on every exit
 //! path (their handles kill on drop).
 
-use super::control::{ControlConn, ControlError, MAX_HANDSHAKE_FRAME, ToDriver, ToWorker};
+use super::control::{ControlConn, ControlError, MAX_HANDSHAKE_FRAME, ThreadRefused, ToDriver, ToWorker};
 use super::job_key::{self, Side};
 use super::launcher::{Launcher, WorkerProcess, WorkerSpec};
 use super::worker_session::HEARTBEAT;
@@ -61,6 +61,18 @@ pub enum DriverError {
     Exited { rank: usize, code: i32 },
     #[error("worker {rank} failed: {message}")]
     WorkerFailed { rank: usize, message: String },
+    /// The OS of worker `rank`'s host refused it a thread: restarting it
+    /// would meet the same limit, so `--restarts` does not.
+    #[error(
+        "worker {rank} on {host} cannot start thread {thread}: {os_error}{limits}; raise the limit on {host} \
+         (ulimit -u, prlimit --nproc; /proc/sys/kernel/threads-max; ulimit -v for the address space) or start fewer \
+         workers or threads (RAYON_NUM_THREADS) there: a restart would meet the same limit",
+        host = .refusal.host,
+        thread = .refusal.thread,
+        os_error = .refusal.os_error,
+        limits = .refusal.limits()
+    )]
+    ThreadRefused { rank: usize, refusal: Box<ThreadRefused> },
     #[error("worker {rank} sent nothing for {secs}s (no heartbeat): presumed lost")]
     Silent { rank: usize, secs: u64 },
     /// A worker that stopped (SIGSTOP, a hung host) keeps its connections open,
@@ -99,6 +111,7 @@ impl DriverError {
             DriverError::StartTimeout { rank, .. }
             | DriverError::Exited { rank, .. }
             | DriverError::WorkerFailed { rank, .. }
+            | DriverError::ThreadRefused { rank, .. }
             | DriverError::Silent { rank, .. }
             | DriverError::Unresponsive { rank, .. }
             | DriverError::Launch { rank, .. } => Some(*rank),
@@ -176,6 +189,9 @@ pub fn run_job_stoppable(
         match c.recv::<ToDriver>()? {
             ToDriver::Listening(a) => peers[rank] = a,
             ToDriver::Error(message) => return Err(DriverError::WorkerFailed { rank, message }),
+            ToDriver::ThreadRefused(refusal) => {
+                return Err(DriverError::ThreadRefused { rank, refusal: Box::new(refusal) });
+            }
             other => return Err(unexpected(c, &other)),
         }
     }
@@ -250,6 +266,10 @@ pub fn run_job_stoppable(
                     ToDriver::Error(message) => {
                         fault = Some(rank);
                         break Err(DriverError::WorkerFailed { rank, message });
+                    }
+                    ToDriver::ThreadRefused(refusal) => {
+                        fault = Some(rank);
+                        break Err(DriverError::ThreadRefused { rank, refusal: Box::new(refusal) });
                     }
                     ToDriver::Heartbeat | ToDriver::Hello(_) | ToDriver::Proof(_) | ToDriver::Listening(_) => None,
                 };
@@ -362,7 +382,7 @@ fn settle(
     on_event: &mut impl FnMut(Event) -> Option<(usize, ToWorker)>,
 ) -> DriverError {
     let deadline = Instant::now() + SETTLE_GRACE;
-    let reported = matches!(err, DriverError::WorkerFailed { .. });
+    let reported = matches!(err, DriverError::WorkerFailed { .. } | DriverError::ThreadRefused { .. });
     let mut spoke: Vec<bool> = done.iter().map(Option::is_some).collect();
     spoke[rank] = true;
     // Named once the others have had their say: returning at once would drop
@@ -383,6 +403,13 @@ fn settle(
                         drop(on_event(Event::Done(r, v)));
                     }
                     ToDriver::Error(_) => spoke[r] = true,
+                    // The cause, when another worker's error came first: that is its echo.
+                    ToDriver::ThreadRefused(refusal) => {
+                        spoke[r] = true;
+                        if cause.is_none() && !matches!(err, DriverError::ThreadRefused { .. }) {
+                            cause = Some(DriverError::ThreadRefused { rank: r, refusal: Box::new(refusal) });
+                        }
+                    }
                     ToDriver::Heartbeat | ToDriver::Hello(_) | ToDriver::Proof(_) | ToDriver::Listening(_) => {}
                 }
             }

@@ -18,7 +18,7 @@ pub mod ssh;
 pub mod ssh_session;
 pub mod worker_session;
 
-pub use control::{ControlConn, ControlError, Hello, ToDriver, ToWorker};
+pub use control::{ControlConn, ControlError, Hello, ThreadRefused, ToDriver, ToWorker};
 pub use launcher::{Launcher, LogSink, RemoteDir, WorkerProcess, WorkerSpec};
 pub use local::LocalLauncher;
 pub use profile::{HostSpec, LauncherKind, Profile, ProfileError};

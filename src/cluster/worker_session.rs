@@ -2,7 +2,7 @@
 //! address, receive the job, then report. A worker whose driver goes away
 //! (connection closed or Shutdown) exits at once, so none is left orphaned.
 
-use super::control::{ControlConn, ControlError, Hello, MAX_HANDSHAKE_FRAME, ToDriver, ToWorker};
+use super::control::{ControlConn, ControlError, Hello, MAX_HANDSHAKE_FRAME, ThreadRefused, ToDriver, ToWorker};
 use super::job_key::{self, Side};
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -35,6 +35,17 @@ pub fn relay_step_signals(
         }
     })?;
     Ok(())
+}
+
+/// What a worker tells the driver of its failure `e`, `line` being `e` in
+/// one line: a thread its OS refused (anywhere in `e`'s chain) as such, so
+/// that the driver names the limit and does not restart on it; anything
+/// else as text.
+pub fn failure(e: &anyhow::Error, line: impl FnOnce(&anyhow::Error) -> String) -> ToDriver {
+    match e.chain().find_map(|c| c.downcast_ref::<crate::util::threads::SpawnError>()) {
+        Some(refused) => ToDriver::ThreadRefused(ThreadRefused::of(refused)),
+        None => ToDriver::Error(line(e)),
+    }
 }
 
 /// How often a worker tells the driver it is alive (a thread of its own, so a
@@ -200,7 +211,7 @@ pub fn join(
         tracing::info!("worker {rank}: {why}; exiting");
         std::process::exit(code);
     })
-    .map_err(|e| anyhow::anyhow!("worker {rank}: {e}"))?;
+    .map_err(|e| refused(&mut conn, rank, e))?;
     let reporter = Reporter { conn: Arc::new(Mutex::new(conn)), stop, held };
     let hb = reporter.clone();
     // Should it not start, the watchdog goes with the process, which this error ends.
@@ -209,8 +220,16 @@ pub fn join(
             std::thread::sleep(HEARTBEAT);
         }
     })
-    .map_err(|e| anyhow::anyhow!("worker {rank}: {e}"))?;
+    .map_err(|e| refused(&mut reporter.conn.lock().unwrap_or_else(|e| e.into_inner()), rank, e))?;
     Ok((Job { rank, world, peers, secret, encrypt, config, listener: Arc::new(listener) }, reporter))
+}
+
+/// Tells the driver that thread refusal `e` ends worker `rank` before it
+/// has a reporter (its caller returns before reporting), and says it here.
+fn refused(conn: &mut ControlConn, rank: usize, e: crate::util::threads::SpawnError) -> anyhow::Error {
+    // The driver also sees the process exit, should this not reach it.
+    let _ = conn.send(&ToDriver::ThreadRefused(ThreadRefused::of(&e)));
+    anyhow::anyhow!("worker {rank}: {e}")
 }
 
 #[cfg(test)]

@@ -67,7 +67,9 @@ pub enum CommError {
         source: std::io::Error,
     },
 
-    #[error(transparent)]
+    // Not transparent: a worker finds the refusal in its error's chain to
+    // report it as such (`worker_session::refusal`).
+    #[error("{0}")]
     Thread(#[from] crate::util::threads::SpawnError),
 
     /// The caller used the API wrongly (a rank out of range, a buffer of the wrong size).

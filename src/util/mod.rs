@@ -63,6 +63,11 @@ pub fn process_limit() -> Option<u64> {
     soft_limit!(libc::RLIMIT_NPROC)
 }
 
+/// The kernel's limit on threads in all (`/proc/sys/kernel/threads-max`).
+pub fn threads_max() -> Option<u64> {
+    std::fs::read_to_string("/proc/sys/kernel/threads-max").ok()?.trim().parse().ok()
+}
+
 /// The memory this process may allocate, in bytes, and where the figure comes
 /// from: the smaller of MemAvailable in /proc/meminfo and the address-space
 /// limit (RLIMIT_AS, `ulimit -v` / `prlimit --as`) when one is set. None when

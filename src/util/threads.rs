@@ -79,6 +79,16 @@ pub struct SpawnError {
 }
 
 impl SpawnError {
+    /// The thread's name.
+    pub fn thread(&self) -> &str {
+        &self.name
+    }
+
+    /// What the OS said.
+    pub fn os_error(&self) -> &std::io::Error {
+        &self.source
+    }
+
     /// The OS refused thread `name` with `source`.
     pub(crate) fn new(name: String, source: std::io::Error) -> Self {
         let mut limits = Vec::new();
@@ -101,7 +111,7 @@ where
     T: Send + 'static,
 {
     let name = name.into();
-    std::thread::Builder::new().name(name.clone()).spawn(f).map_err(|e| SpawnError::new(name, e))
+    builder(&name)?.spawn(f).map_err(|e| SpawnError::new(name, e))
 }
 
 /// `spawn` within a scope.
@@ -115,5 +125,18 @@ where
     T: Send + 'scope,
 {
     let name = name.into();
-    std::thread::Builder::new().name(name.clone()).spawn_scoped(s, f).map_err(|e| SpawnError::new(name, e))
+    builder(&name)?.spawn_scoped(s, f).map_err(|e| SpawnError::new(name, e))
+}
+
+/// Test hook: with `LEAPGNN_TEST_REFUSE_THREAD=NAME` in the environment, the
+/// thread named NAME is refused as the OS refuses one past a process/thread
+/// limit (EAGAIN). RLIMIT_NPROC does not bind root, as tests run in CI, nor
+/// can a test choose which thread of which worker it stops.
+pub const REFUSE_THREAD_TEST_VAR: &str = "LEAPGNN_TEST_REFUSE_THREAD";
+
+fn builder(name: &str) -> Result<std::thread::Builder, SpawnError> {
+    if std::env::var_os(REFUSE_THREAD_TEST_VAR).is_some_and(|v| v == name) {
+        return Err(SpawnError::new(name.into(), std::io::Error::from_raw_os_error(libc::EAGAIN)));
+    }
+    Ok(std::thread::Builder::new().name(name.into()))
 }
