@@ -454,3 +454,35 @@ fn a_dead_port_can_be_taken_by_no_one_and_refuses_connections() {
     let e = std::net::TcpStream::connect(("127.0.0.1", dead.port)).expect_err("nothing may answer on the dead port");
     assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{e}");
 }
+
+/// A remote worker refused a thread by its OS (here its heartbeat, by the
+/// test hook, shipped in the profile's env over ssh, since RLIMIT_NPROC does
+/// not bind root) tells the driver so before it exits: the job fails naming
+/// that worker, its host and the limit, and nothing is left running.
+#[test]
+fn a_remote_worker_refused_a_thread_is_named_with_its_host_and_limit() {
+    let mut sshd = Sshd::start();
+    let var = leapgnn::util::threads::REFUSE_THREAD_TEST_VAR;
+    let profile = sshd.profile(2, &format!("[cluster.env]\n{var} = \"leapgnn-heartbeat\"\n"));
+    let l = launcher(&profile).with_log(Arc::new(|_| {}));
+    let stop = AtomicBool::new(false);
+    let e = run_job(&l, 2, &serde_json::json!({"task": "ping"}), &opts(&profile), &stop, |_| {})
+        .expect_err("no worker may start its heartbeat");
+    let Some(rank) = (match &e {
+        DriverError::ThreadRefused { rank, .. } => Some(*rank),
+        _ => None,
+    }) else {
+        panic!("not a thread refusal: {e}\nsshd log:\n{}", sshd.log())
+    };
+    let msg = format!("{:#}", name_host(&Profile::load(&profile).unwrap(), e));
+    let host = leapgnn::util::host_name();
+    for needle in [
+        format!("worker {rank} on {host} cannot start thread leapgnn-heartbeat: "),
+        format!("rank {rank} on {}@127.0.0.1:{}", sshd.user, sshd.port),
+        "ulimit -u".to_string(),
+    ] {
+        assert!(msg.contains(&needle), "no `{needle}` in {msg}");
+    }
+    assert_eq!(sshd.wait_sessions_closed(Duration::from_secs(5)), Vec::<u32>::new());
+    sshd.stop();
+}
