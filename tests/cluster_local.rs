@@ -164,3 +164,43 @@ fn a_step_reported_after_a_peer_was_lost_is_delivered_before_the_job_stops() {
     assert_eq!(steps, vec![(1, serde_json::json!({ "step": 7 }))], "{err}");
     assert!(matches!(err, DriverError::Control(_)), "worker 0's loss ends the job, not worker 1's echo: {err}");
 }
+
+/// Worker 1 is refused a thread by its OS; worker 0, left waiting for it,
+/// reports its own error first. The refusal is the cause, the other error
+/// its echo: the driver names worker 1's refusal, which `--restarts` does
+/// not restart on, not worker 0's failure, which it would.
+#[test]
+fn a_thread_refusal_reported_after_a_peers_echo_is_named_as_the_cause() {
+    let launcher = Scripted {
+        script: |rank, mut c, barrier| {
+            if rank == 0 {
+                c.send(&ToDriver::Error("worker 1 did not join the mesh".into())).unwrap();
+                barrier.wait();
+                return;
+            }
+            barrier.wait();
+            let refusal = leapgnn::cluster::ThreadRefused {
+                thread: "leapgnn-mesh-dial-0".into(),
+                host: "node1".into(),
+                os_error: "Resource temporarily unavailable (os error 11)".into(),
+                process_limit: Some(12),
+                address_space_limit: None,
+                threads_max: Some(1000),
+            };
+            c.send(&ToDriver::ThreadRefused(refusal)).unwrap();
+        },
+        barrier: Arc::new(Barrier::new(2)),
+    };
+    let stop = AtomicBool::new(false);
+    let err = run_job(&launcher, 2, &serde_json::json!({"task": "scripted"}), &opts(), &stop, |_| {}).unwrap_err();
+    assert!(matches!(err, DriverError::ThreadRefused { rank: 1, .. }), "{err}");
+    let msg = err.to_string();
+    for needle in [
+        "worker 1 on node1 cannot start thread leapgnn-mesh-dial-0: Resource temporarily unavailable (os error 11)",
+        "process/thread limit there (RLIMIT_NPROC) of 12",
+        "the kernel's 1000 threads in all (threads-max)",
+        "raise the limit on node1",
+    ] {
+        assert!(msg.contains(needle), "no `{needle}` in {msg}");
+    }
+}
