@@ -431,8 +431,14 @@ fn the_json_stream_of_a_restarted_run_says_where_training_went_on() {
 fn reports_the_totals_of(d: &std::path::Path, straight: &serde_json::Value) {
     let killed: serde_json::Value =
         serde_json::from_slice(&std::fs::read(d.join("runs/killed/summary.json")).unwrap()).unwrap();
+    same_totals(&killed, straight);
+}
+
+/// Checks that summary `killed` reports summary `straight`'s rows and
+/// bytes, by phase and category.
+fn same_totals(killed: &serde_json::Value, straight: &serde_json::Value) {
     let (b, s) = (&killed["bytes"], &straight["bytes"]);
-    println!("restarted run: {b}\nuninterrupted: {s}");
+    println!("resumed run:   {b}\nuninterrupted: {s}");
     for c in ["features", "gradients", "migration", "activations", "control"] {
         for phase in ["train", "eval"] {
             assert_eq!(count(&b[phase][c]), count(&s[phase][c]), "{phase} {c}: {b} vs {s}");
@@ -519,17 +525,28 @@ fn driver_killed_and_resumed(
     run: &[&str],
     edit: impl FnOnce(&std::path::Path),
 ) -> (serde_json::Value, String) {
-    let pause = [("LEAPGNN_TEST_PAUSE", "checkpoint-written")];
+    driver_killed_at_and_resumed(d, run, ("checkpoint-written", &[]), edit)
+}
+
+/// `driver_killed_and_resumed`, with the driver killed while rank 0 holds at
+/// test pause `at`, and the resume given `more` flags.
+fn driver_killed_at_and_resumed(
+    d: &std::path::Path,
+    run: &[&str],
+    (at, more): (&str, &[&str]),
+    edit: impl FnOnce(&std::path::Path),
+) -> (serde_json::Value, String) {
+    let pause = [("LEAPGNN_TEST_PAUSE", at)];
     let mut drv = Driver::start_env(d, &[run, &["--run", "killed"]].concat(), &pause);
     let ws = drv.workers(2);
-    drv.wait_line(Duration::from_secs(60), |l| l.contains("test pause: checkpoint-written"));
+    drv.wait_line(Duration::from_secs(60), |l| l.contains(&format!("test pause: {at}")));
     signal(drv.child.id(), "KILL");
     drv.child.wait().unwrap();
     let pids: Vec<u32> = ws.iter().map(|w| w.pid).collect();
     assert_eq!(wait_gone(&pids, Duration::from_secs(30)), Vec::<u32>::new(), "workers outlived their driver");
     assert!(!d.join("runs/killed/summary.json").exists(), "a killed driver wrote a summary");
     edit(&d.join("runs/killed/checkpoint/state.json"));
-    let out = dist_support::leapgnn(d, &["train", "--resume", "killed", "--no-tui", "--json"]);
+    let out = dist_support::leapgnn(d, &[&["train", "--resume", "killed", "--no-tui", "--json"], more].concat());
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(out.status.success(), "{stderr}");
     (serde_json::from_slice(&out.stdout).unwrap(), stderr)
@@ -701,4 +718,27 @@ fn a_full_graph_run_whose_driver_was_killed_resumes_with_the_uninterrupted_runs_
             std::fs::remove_dir_all(d.join(k)).unwrap();
         }
     }
+}
+
+/// A run's final checkpoint carried no count (its summary was to count it):
+/// a driver killed after the workers wrote it and before it wrote the
+/// summary left `train --resume RUN --epochs 4` of a 2-epoch model-centric
+/// run on Cora with a warning that the checkpoint held no count, and a
+/// summary of epochs 3 and 4 only. The final checkpoint now carries the
+/// count (its own gather left out, as a longer run takes none there), and
+/// the resumed run reports the uninterrupted 4-epoch run's rows and bytes in
+/// every category, and its weights.
+#[test]
+fn a_run_whose_driver_was_killed_at_its_final_checkpoint_resumes_for_more_epochs_with_the_longer_runs_totals() {
+    let tmp = cora();
+    let d = tmp.path();
+    let run = ["train", "cora", "--workers", "2", "--batch-size", "16", "--hidden", "16", "--fanout", "5,5"];
+    let run = [&run[..], &["--no-tui"]].concat();
+    let straight = json(d, &[&run[..], &["--epochs", "4", "--run", "straight"]].concat());
+    let at = ("final-checkpoint-written", &["--epochs", "4"][..]);
+    let (resumed, stderr) = driver_killed_at_and_resumed(d, &[&run[..], &["--epochs", "2"]].concat(), at, |_| {});
+    assert!(!stderr.contains("holds no count"), "{stderr}");
+    assert_eq!(final_weights(d, "killed"), final_weights(d, "straight"), "the resumed run ended elsewhere");
+    same_totals(&resumed, &straight);
+    assert!(count(&straight["bytes"]["train"]["features"]) > 0, "{straight}");
 }

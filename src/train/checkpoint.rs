@@ -52,10 +52,15 @@ pub struct Progress {
     /// Every worker's rows and bytes up to this checkpoint, summed over the
     /// run's attempts: what a resume starts from when the driver that
     /// received the workers' reports died with them. Absent in checkpoints
-    /// written before it, in a run's final checkpoint (its summary counts),
-    /// and after a resume that did not know the count it started from.
+    /// written before it, in the final checkpoints of GNNPipe and RETEXO
+    /// (their summary counts), and after a resume that did not know the
+    /// count it started from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_counts: Option<RunCounts>,
+    /// What this worker's gather of the final checkpoint's count moved, which
+    /// the run does not count (`trainer::gather_final_counts`); not saved.
+    #[serde(skip)]
+    pub final_gather: crate::comm::ByteCounts,
 }
 
 /// Rows and bytes of a run as a restarted run counts them: every worker's

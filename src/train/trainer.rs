@@ -242,11 +242,15 @@ pub fn run_loop(
     }
     // The final state (a periodic checkpoint at the last iteration predates the last evaluation).
     p.auto_steps = strategy.auto_state();
-    // The run's summary, written as it ends, counts it (a resume for more epochs reads that).
-    p.run_counts = None;
+    // Every worker reaches here (a stop returned above on all of them alike).
+    (p.run_counts, p.final_gather) = gather_final_counts(coll, &p, &attempt)?;
     obs.before_checkpoint(p.global_iteration)?;
     save(&p, w, opt)?;
     obs.event("final checkpoint written");
+    if inp.checkpoint_dir.is_some() {
+        // Tests: the driver is killed before it writes the run's summary.
+        crate::util::interrupt::test_pause("final-checkpoint-written");
+    }
     Ok(p)
 }
 
@@ -331,6 +335,26 @@ pub(crate) fn gather_counts(
     add_bytes(&mut counts.train, &train);
     add_bytes(&mut counts.eval, &cat(&sum[9..14]));
     Ok(Some(counts))
+}
+
+/// `gather_counts` for a run's final checkpoint: a driver that dies before
+/// it writes the run's summary leaves a resume for more epochs only this
+/// count. An uninterrupted longer run takes no gather there, so this one's
+/// bytes are left out of the count and of the run's totals: returned, for
+/// the worker to take off its socket counts (`Progress::final_gather`), so a
+/// resume from here reports the longer run's totals.
+pub(crate) fn gather_final_counts(
+    coll: &mut dyn Collective,
+    p: &Progress,
+    start: &Attempt,
+) -> Result<(Option<checkpoint::RunCounts>, crate::comm::ByteCounts), TrainError> {
+    let before = coll.bytes();
+    let mut counts = gather_counts(coll, p, start)?;
+    let gather = coll.bytes().since(&before);
+    if let Some(c) = &mut counts {
+        c.train.control -= gather.sent.control * coll.world() as u64;
+    }
+    Ok((counts, gather))
 }
 
 /// Ends a stopped run where `p` is (checkpointed).

@@ -128,7 +128,8 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
         rank,
         iterations: p.global_iteration,
         history: p.history,
-        bytes: mesh.bytes(),
+        // The final checkpoint's gather of counts is no part of the run's bytes.
+        bytes: mesh.bytes().since(&p.final_gather),
         eval_bytes: crate::metrics::sub_bytes(&p.eval_bytes, &eval_before),
         fetch,
         remote_fetches,
