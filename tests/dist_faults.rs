@@ -742,3 +742,33 @@ fn a_run_whose_driver_was_killed_at_its_final_checkpoint_resumes_for_more_epochs
     same_totals(&resumed, &straight);
     assert!(count(&straight["bytes"]["train"]["features"]) > 0, "{straight}");
 }
+
+/// A stop resumed from its summary counted the stopped attempt's setup (its
+/// mesh, initial weights, the barriers that start training and end the
+/// stop), which the checkpoint's count leaves out as the resumed attempt
+/// sets up again: model-centric on Cora with 2 workers, stopped after 7 of
+/// 20 iterations, reported more control resumed with its summary than
+/// resumed after its driver was killed at the stop's checkpoint. Both now
+/// take the checkpoint's count: the same rows and bytes, the uninterrupted
+/// run's and the stop's exchange of counts, 128 x W x (W - 1) bytes.
+#[test]
+fn a_stop_resumed_from_its_summary_counts_what_one_resumed_after_its_driver_was_killed_counts() {
+    let tmp = cora();
+    let d = tmp.path();
+    let run = ["train", "cora", "--workers", "2", "--epochs", "4", "--batch-size", "16", "--hidden", "16"];
+    let run = [&run[..], &["--fanout", "5,5", "--no-tui"]].concat();
+    let straight = json(d, &[&run[..], &["--run", "straight"]].concat());
+    json(d, &[&run[..], &["--run", "cut", "--stop-after", "7"]].concat());
+    let cut = json(d, &["train", "--resume", "cut", "--no-tui"]);
+    let (killed, _) = driver_killed_and_resumed(d, &[&run[..], &["--stop-after", "7"]].concat(), |_| {});
+    // Resumed after its driver was killed, against resumed with its summary.
+    same_totals(&killed, &cut);
+    let (c, s) = (&cut["bytes"], &straight["bytes"]);
+    for cat in ["features", "gradients", "migration", "activations", "control"] {
+        for phase in ["train", "eval"] {
+            let on_top = if (phase, cat) == ("train", "control") { 128 * 2 } else { 0 };
+            assert_eq!(count(&c[phase][cat]), count(&s[phase][cat]) + on_top, "{phase} {cat}: {c} vs {s}");
+        }
+    }
+    assert_eq!(cut["rows"], straight["rows"]);
+}

@@ -341,17 +341,23 @@ fn a_run_stopped_mid_stage_resumes_from_its_round_to_the_same_result() {
     // Finished, it is inferred as the run reported it.
     let r = json(d, &["infer", "cut"]);
     assert_eq!(r["accuracy"]["test"], resumed["test_accuracy"], "{r}");
-    // The bytes are the whole run's: what the stopped run moved (its summary,
-    // stage 1's rounds among them) and what the resumed workers moved
-    // (workers.json, each since it started). They were the resumed workers'
-    // only: stage 1's gradients were missing.
+    // The bytes are the whole run's: what the stopped run moved (its
+    // checkpoint's count, stage 1's rounds among them; the same as its
+    // summary's but for the setup's control, which the resumed workers do
+    // again) and what the resumed workers moved (workers.json, each since it
+    // started). They were the resumed workers' only: stage 1's gradients
+    // were missing.
     let workers: Vec<serde_json::Value> =
         serde_json::from_slice(&std::fs::read(d.join("runs/cut/workers.json")).unwrap()).unwrap();
     assert_eq!(workers.len(), 2);
     for cat in ["features", "gradients", "activations", "control"] {
         let since: u64 = workers.iter().map(|w| count(&w["bytes"]["sent"][cat])).sum();
         let eval: u64 = workers.iter().map(|w| count(&w["eval_bytes"][cat])).sum();
-        assert_eq!(bytes(&resumed, cat), bytes(&stopped, cat) + since, "{cat}: {}", resumed["bytes"]);
+        if cat == "control" {
+            assert!(bytes(&resumed, cat) < bytes(&stopped, cat) + since, "{cat}: {}", resumed["bytes"]);
+        } else {
+            assert_eq!(bytes(&resumed, cat), bytes(&stopped, cat) + since, "{cat}: {}", resumed["bytes"]);
+        }
         assert_eq!(count(&resumed["bytes"]["eval"][cat]), count(&stopped["bytes"]["eval"][cat]) + eval, "{cat}");
         assert!(bytes(&resumed, cat) >= bytes(&whole, cat), "{cat}: {} against {}", resumed["bytes"], whole["bytes"]);
     }
@@ -363,7 +369,11 @@ fn a_run_stopped_mid_stage_resumes_from_its_round_to_the_same_result() {
 /// resumed with a warning that the checkpoint held no count, and counted
 /// from the checkpoint on: the rounds before the stop were missing. The
 /// stop's checkpoint now carries the count, and the resumed run reports
-/// what the same run stopped and resumed with its summary reports.
+/// what the same run stopped and resumed with its summary reports. That
+/// one used to report more control, about 185 KB on 2 workers: its summary
+/// holds the stopped attempt's setup (its mesh, the weights' broadcast, the
+/// barriers around training), which the resumed attempt does again; it now
+/// takes the checkpoint's count too.
 #[test]
 fn a_run_stopped_mid_stage_whose_driver_was_killed_resumes_with_the_stopped_runs_totals() {
     let tmp = cora();
@@ -392,15 +402,13 @@ fn a_run_stopped_mid_stage_whose_driver_was_killed_resumes_with_the_stopped_runs
     for cat in ["features", "gradients", "migration", "activations", "control"] {
         assert_eq!(count(&b["eval"][cat]), count(&s["eval"][cat]), "eval {cat}: {b} vs {s}");
         let (r, c) = (count(&b["train"][cat]), count(&s["train"][cat]));
+        // The same training, and the same setup done again by the resumed attempt.
+        assert_eq!(r, c, "train {cat}: {b} vs {s}");
         if cat == "control" {
-            // The checkpoint counts from the start of training, not the stopped
-            // attempt's setup before it, which the summary holds: the uninterrupted
-            // run's control and the stop's exchange of counts, 128 x W x (W - 1).
+            // The count is from the start of training, not the stopped attempt's
+            // setup before it: the uninterrupted run's control and the stop's
+            // exchange of counts, 128 x W x (W - 1).
             assert_eq!(r, count(&u["train"][cat]) + 128 * 2, "train {cat}: {b} vs {u}");
-            assert!(r < c, "train {cat}: {b} vs {s}");
-        } else {
-            // The same training, and the same setup done again by the resumed attempt.
-            assert_eq!(r, c, "train {cat}: {b} vs {s}");
         }
     }
     assert_eq!(killed["rows"], cut["rows"]);

@@ -822,7 +822,8 @@ fn fetch_checkpoint(
 /// its summary holds every byte it moved (the stage's rounds it trains again
 /// cross the sockets again, and are counted again). An attempt that failed
 /// after a later checkpoint wrote no summary, so its bytes and rows are
-/// unknown: `None`, and the resumed run counts from the checkpoint on.
+/// unknown: `None`, and the resumed run counts from the checkpoint on. Read
+/// only for a checkpoint without a count of its own (`counted_before`).
 fn summary_before(run_dir: &Path, iteration: u64) -> Option<RunSummary> {
     let text = std::fs::read(run_dir.join("summary.json")).ok()?;
     let before: RunSummary = serde_json::from_slice(&text).ok()?;
@@ -844,14 +845,18 @@ fn hand_on_epoch(
     }
 }
 
-/// What run `run_dir`'s files say it counted before the checkpoint `p`:
-/// `summary_before` it, or else (the driver died, or an attempt was lost,
-/// and wrote no summary) the count the checkpoint itself carries.
+/// What run `run_dir`'s files say it counted before the checkpoint `p`: the
+/// count the checkpoint carries, or else (a checkpoint without one)
+/// `summary_before` it. The count comes first, whether or not the driver
+/// wrote a summary: the summary also holds the setup of the attempt that
+/// wrote it (its mesh, initial weights, cache fill, the barrier that starts
+/// training, a stop's closing barrier), which the resumed attempt does again
+/// and counts itself, so a stop resumed from its summary reported more than
+/// the same stop resumed after its driver was killed.
 fn counted_before(run_dir: &Path, p: &Progress) -> Option<(crate::metrics::RowCounts, RunBytes)> {
-    if let Some(s) = summary_before(run_dir, p.global_iteration) {
-        return Some((s.rows, s.bytes));
-    }
-    let c = p.run_counts?;
+    let Some(c) = p.run_counts else {
+        return summary_before(run_dir, p.global_iteration).map(|s| (s.rows, s.bytes));
+    };
     let mut total = c.train;
     add_bytes(&mut total, &c.eval);
     Some((c.rows, RunBytes::split(total, c.eval)))

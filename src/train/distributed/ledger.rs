@@ -14,8 +14,9 @@ use crate::metrics::{ByteCounts, RowCounts, RunBytes, StepRecord, add_bytes};
 /// this driver took it up.
 #[derive(Default)]
 pub(super) struct Ledger {
-    /// The run's last summary, when it ended at or past the position this
-    /// driver resumed it from (`summary_before`); set by the first attempt.
+    /// What the run counted before the position this driver resumed it
+    /// from (`counted_before`: the checkpoint's count, or the run's last
+    /// summary); set by the first attempt.
     base: Option<(RowCounts, RunBytes)>,
     /// (epoch, iteration) of each step record, its rows and bytes sent.
     steps: Vec<((u64, u64), RowCounts, ByteCounts)>,
