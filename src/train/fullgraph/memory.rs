@@ -138,6 +138,9 @@ fn input_rows(s: Shape, spec: &ModelSpec) -> Tensor2 {
     Tensor2 { what: "the input features of its owned and halo rows", rows: s.owned + s.halo, cols: spec.in_dim as u64 }
 }
 
+/// What GAT's `[edges, heads]` attention is named (and its refusal told by).
+const GAT_ATTENTION: &str = "GAT's attention scores per in-edge and head (--heads)";
+
 /// The tensors of one layer whose copies the estimates count.
 pub(crate) struct LayerTensors {
     /// Its input of owned + halo rows (a hidden layer's: the previous
@@ -165,11 +168,7 @@ pub(crate) fn layer_tensors(s: Shape, spec: &ModelSpec, l: usize) -> LayerTensor
         let (heads, width) = gat_attention(spec, last, d_out);
         [
             Tensor2 { what: "GAT's projection of its owned and halo rows", rows, cols: width },
-            Tensor2 {
-                what: "GAT's attention scores per in-edge and head (--heads)",
-                rows: s.edges + s.owned,
-                cols: heads,
-            },
+            Tensor2 { what: GAT_ATTENTION, rows: s.edges + s.owned, cols: heads },
         ]
     });
     let block = residual_copies(spec.kind).map(|_| Tensor2 {
@@ -209,7 +208,14 @@ pub fn check_cuda_elements(
     device: DeviceKind,
     advice: &str,
 ) -> Result<(), BadInput> {
-    check_shares(shares, spec, device, advice, |rank| format!("worker {rank}"))
+    check_shares(shares, spec, device, |_| advice.into(), |rank| format!("worker {rank}"))
+}
+
+/// `check_cuda_elements` for a training run's workers (`check_device`),
+/// advised after the tensor refused, and for a `resume`d run only what a
+/// resume can change.
+pub fn check_cuda_train(shares: &[Shape], spec: &ModelSpec, device: DeviceKind, resume: bool) -> Result<(), BadInput> {
+    check_shares(shares, spec, device, |t| cuda_train_advice(resume, t).into(), |rank| format!("worker {rank}"))
 }
 
 /// `check_cuda_elements` for GNNPipe (`--chunks`, `--pipeline-groups`):
@@ -228,17 +234,22 @@ pub fn check_chunks(
     advice: &str,
 ) -> Result<(), BadInput> {
     let chunk = even_share(all, chunks);
-    check_shares(&[chunk], spec, device, advice, |_| {
-        format!("each GNNPipe chunk (at least 1/{chunks} of the graph: {} vertices)", chunk.owned)
-    })
+    check_shares(
+        &[chunk],
+        spec,
+        device,
+        |_| advice.into(),
+        |_| format!("each GNNPipe chunk (at least 1/{chunks} of the graph: {} vertices)", chunk.owned),
+    )
 }
 
-/// `check_cuda_elements` over `shares`, the share at index i named `who(i)`.
+/// `check_cuda_elements` over `shares`, the share at index i named `who(i)`,
+/// a refusal of tensor `t` advised `advice(t)`.
 fn check_shares(
     shares: &[Shape],
     spec: &ModelSpec,
     device: DeviceKind,
-    advice: &str,
+    advice: impl Fn(Tensor2) -> String,
     who: impl Fn(usize) -> String,
 ) -> Result<(), BadInput> {
     if device == DeviceKind::Cpu {
@@ -255,12 +266,13 @@ fn check_shares(
         return Err(BadInput::new(format!(
             "--device {device}: {} would build {}{of_layer}, a [{}, {}] tensor of {} elements, but \
              candle's CUDA kernels count a tensor's elements in 32 bits and loop for ever on {CUDA_MAX_ELEMENTS} \
-             (2^32) or more, so the run would hang; {advice}",
+             (2^32) or more, so the run would hang; {}",
             who(rank),
             t.what,
             t.rows,
             t.cols,
             t.elements(),
+            advice(t),
         )));
     }
     Ok(())
@@ -460,7 +472,7 @@ pub fn check_device(
         return check_chunks(all, chunks, spec, cfg.device, gnnpipe_advice(resume));
     }
     let (shares, _) = worker_shares(ds, cfg, owners, spec);
-    check_cuda_elements(&shares, spec, cfg.device, cuda_train_advice(resume))
+    check_cuda_train(&shares, spec, cfg.device, resume)
 }
 
 /// What a GNNPipe run refused by `check_chunks` can change: more workers
@@ -475,14 +487,24 @@ fn gnnpipe_advice(resume: bool) -> &'static str {
     }
 }
 
-/// What a training run refused by `check_cuda_elements` can change: a
-/// resume keeps the run's model and device, only its --workers may differ.
-fn cuda_train_advice(resume: bool) -> &'static str {
-    match resume {
-        false => CUDA_TRAIN_ADVICE,
-        true => {
-            "resume on more --workers (a smaller share of the graph each); a resumed run keeps its --hidden \
-                 and --device"
+/// What a training run whose tensor `t` was refused by
+/// `check_cuda_elements` can change: GAT's attention grows with --heads and
+/// the edges, not with --hidden. A resumed full-graph run keeps its model,
+/// device and --workers (`TrainConfig::on_workers`): only a new run can.
+fn cuda_train_advice(resume: bool, t: Tensor2) -> &'static str {
+    match (resume, t.what == GAT_ATTENTION) {
+        (false, false) => CUDA_TRAIN_ADVICE,
+        (false, true) => {
+            "give fewer --heads (the attention grows with the heads and the edges, not with --hidden), more \
+             --workers (a smaller share of the graph each), or --device cpu"
+        }
+        (true, false) => {
+            "a resumed run keeps its --hidden, --workers and --device: start a new run (without --resume) with \
+             more --workers, a smaller --hidden, or --device cpu"
+        }
+        (true, true) => {
+            "a resumed run keeps its --heads, --workers and --device: start a new run (without --resume) with \
+             fewer --heads, more --workers, or --device cpu"
         }
     }
 }
@@ -888,11 +910,35 @@ mod tests {
     fn a_refused_resume_is_advised_only_what_a_resume_can_change() {
         let gcn = spec(ModelKind::Gcn, 128, 1);
         let at = [share(1 << 25, 10)];
-        let new = check_cuda_elements(&at, &gcn, DeviceKind::Cuda(0), cuda_train_advice(false)).unwrap_err().0;
-        assert!(new.contains("a smaller --hidden") && new.contains("or --device cpu"), "{new}");
-        let resumed = check_cuda_elements(&at, &gcn, DeviceKind::Cuda(0), cuda_train_advice(true)).unwrap_err().0;
-        assert!(resumed.contains("resume on more --workers"), "{resumed}");
-        assert!(!resumed.contains("a smaller --hidden") && !resumed.contains("or --device cpu"), "{resumed}");
+        let new = check_cuda_train(&at, &gcn, DeviceKind::Cuda(0), false).unwrap_err().0;
+        assert!(new.ends_with(CUDA_TRAIN_ADVICE), "{new}");
+        // A full-graph run resumes on its own --workers only (`TrainConfig::on_workers`).
+        let resumed = check_cuda_train(&at, &gcn, DeviceKind::Cuda(0), true).unwrap_err().0;
+        assert!(
+            resumed.ends_with(
+                "a resumed run keeps its --hidden, --workers and --device: start a new run (without --resume) \
+                 with more --workers, a smaller --hidden, or --device cpu"
+            ),
+            "{resumed}"
+        );
+    }
+
+    #[test]
+    fn a_refused_gat_attention_is_advised_fewer_heads() {
+        let gat = spec(ModelKind::Gat, 64, 8);
+        // (edges + owned) x 8 heads reaches 2^32 while every row tensor stays small.
+        let at = [share(1000, (1 << 29) - 995)];
+        let new = check_cuda_train(&at, &gat, DeviceKind::Cuda(0), false).unwrap_err().0;
+        assert!(new.contains("GAT's attention scores per in-edge and head (--heads)"), "{new}");
+        assert!(new.contains("give fewer --heads") && !new.contains("--hidden,"), "{new}");
+        let resumed = check_cuda_train(&at, &gat, DeviceKind::Cuda(0), true).unwrap_err().0;
+        assert!(
+            resumed.ends_with(
+                "a resumed run keeps its --heads, --workers and --device: start a new run (without --resume) \
+                 with fewer --heads, more --workers, or --device cpu"
+            ),
+            "{resumed}"
+        );
     }
 
     #[test]
