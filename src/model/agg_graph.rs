@@ -63,7 +63,9 @@ impl AggGraph {
         for d in 0..b.num_dst {
             indices.extend_from_slice(b.edges_of(d));
             indices.push(d as u32);
-            indptr.push(indices.len() as u32);
+            // A block's edges and self loops fit u32 offsets: a plan's by
+            // `HaloPlan::derive`, a sampled one's by far (its fanouts).
+            indptr.push(u32::try_from(indices.len()).expect("a block's edges and self loops exceed 2^32 - 1"));
         }
         Self::new(b.num_dst, b.num_src(), indptr, indices, None)
     }

@@ -282,6 +282,37 @@ fn check_shares(
 pub const CUDA_TRAIN_ADVICE: &str =
     "give more --workers (a smaller share of the graph each), a smaller --hidden, or --device cpu";
 
+/// The most edges one block of the full-graph engine may hold, a self loop
+/// per owned vertex included (GAT, GCN and FiLM add them): its CSR
+/// (`HaloPlan`, `AggGraph`) keeps `u32` offsets, which the kernels read as
+/// they are, while the dataset's CSR keeps `u64` ones. Every model is held to
+/// it, so that any block of a plan can take its self loops.
+pub const CSR_MAX_EDGES: u64 = u32::MAX as u64;
+
+/// Refuses, on every device, the shares `shares` (one per worker) when one
+/// holds more in-edges, with a self loop per owned vertex, than
+/// `CSR_MAX_EDGES`: its offsets would wrap (the run panicked building its
+/// graph). `advice` says what to change.
+pub fn check_csr_edges(shares: &[Shape], advice: &str) -> Result<(), BadInput> {
+    csr_edges_within(shares, advice, |rank| format!("worker {rank}"))
+}
+
+/// `check_csr_edges` over `shares`, the share at index i named `who(i)`.
+pub(crate) fn csr_edges_within(shares: &[Shape], advice: &str, who: impl Fn(usize) -> String) -> Result<(), BadInput> {
+    let Some((rank, s)) = shares.iter().enumerate().find(|(_, s)| s.edges.saturating_add(s.owned) > CSR_MAX_EDGES)
+    else {
+        return Ok(());
+    };
+    Err(BadInput::new(format!(
+        "--mode full-graph: {} would hold {} in-edges and {} self loops (one per owned vertex), {} edges, but the \
+         full-graph engine counts a worker's edges in 32-bit offsets, at most {CSR_MAX_EDGES} (2^32 - 1); {advice}",
+        who(rank),
+        s.edges,
+        s.owned,
+        s.edges.saturating_add(s.owned),
+    )))
+}
+
 /// Whether layer `l` of `spec` is its last, and its input and output widths.
 fn layer_dims(spec: &ModelSpec, l: usize) -> (bool, u64, u64) {
     let last = l + 1 == spec.layers;
@@ -451,9 +482,11 @@ fn even_share(all: Shape, k: u64) -> Shape {
 
 /// `check_cuda_elements` for a full-graph run of `cfg` on `ds` (`owners` as
 /// `preflight` takes them; without, a lower bound, which refuses only what
-/// every partition would). It needs no device, so it runs before one is
-/// opened: a run that would hang on the GPU is refused on any build.
-/// A `resume`d run is advised only what a resume can change.
+/// every partition would), and on every device `check_csr_edges` for a run
+/// that builds full-graph blocks (a full-graph run, or `--eval full`). It
+/// needs no device, so it runs before one is opened: a run that would hang
+/// on the GPU is refused on any build. A `resume`d run is advised only what
+/// a resume can change.
 pub fn check_device(
     ds: &DatasetFile,
     cfg: &TrainConfig,
@@ -461,18 +494,67 @@ pub fn check_device(
     spec: &ModelSpec,
     resume: bool,
 ) -> Result<(), BadInput> {
-    // The shares cost a pass over the graph, which a CPU run does not need.
-    if cfg.device == DeviceKind::Cpu || cfg.mode != crate::train::TrainMode::FullGraph {
+    let full_graph = cfg.mode == crate::train::TrainMode::FullGraph;
+    // Minibatch training evaluated full-graph builds the same worker blocks.
+    let plans = full_graph || cfg.eval == crate::train::EvalMode::Full;
+    let graph = ds.graph();
+    // The shares cost a pass over the graph, which a run none of whose
+    // shares can reach a limit does not need.
+    let csr = plans && (graph.num_edges() as u64).saturating_add(graph.num_nodes() as u64) > CSR_MAX_EDGES;
+    let cuda = full_graph && cfg.device != DeviceKind::Cpu;
+    if !csr && !cuda {
         return Ok(());
     }
-    if let Some(g) = &cfg.gnnpipe {
+    if let Some(g) = cfg.gnnpipe.as_ref().filter(|_| full_graph) {
         let (sparse_rows, _) = sparse_input(ds, cfg, spec);
-        let [all] = shapes(ds.graph(), sparse_rows, None, 1)[..] else { unreachable!("one worker's shape") };
+        let [all] = shapes(graph, sparse_rows, None, 1)[..] else { unreachable!("one worker's shape") };
         let chunks = (g.chunks as u64).saturating_mul(g.groups.max(1) as u64);
-        return check_chunks(all, chunks, spec, cfg.device, gnnpipe_advice(resume));
+        if csr {
+            // With --pipeline-groups each group's plan holds its share of the graph, more than any of its chunks.
+            let (k, what) = match g.groups > 1 {
+                true => (g.groups as u64, "pipeline group"),
+                false => (chunks, "GNNPipe chunk"),
+            };
+            let advice = gnnpipe_csr_advice(g.groups > 1, resume);
+            csr_edges_within(&[even_share(all, k)], advice, |_| format!("each {what} (at least 1/{k} of the graph)"))?;
+        }
+        return match cuda {
+            true => check_chunks(all, chunks, spec, cfg.device, gnnpipe_advice(resume)),
+            false => Ok(()),
+        };
     }
     let (shares, _) = worker_shares(ds, cfg, owners, spec);
+    if csr {
+        check_csr_edges(&shares, csr_advice(full_graph, resume))?;
+    }
     check_cuda_train(&shares, spec, cfg.device, resume)
+}
+
+/// What a run refused by `check_csr_edges` can change; a `resume`d
+/// full-graph run keeps its --workers (`TrainConfig::on_workers`).
+fn csr_advice(full_graph: bool, resume: bool) -> &'static str {
+    match (full_graph, resume) {
+        (true, false) => "give more --workers (a smaller share of the graph each), or --mode minibatch",
+        (true, true) => {
+            "a resumed full-graph run keeps its --workers and --mode: start a new run (without --resume) with more \
+             --workers, or with --mode minibatch"
+        }
+        (false, false) => "give more --workers (a smaller share of the graph each), or --eval sampled",
+        (false, true) => "resume on more --workers (a smaller share of the graph each); a resumed run keeps its --eval",
+    }
+}
+
+/// What a GNNPipe run refused by `check_csr_edges` can change: the chunks
+/// (or with `groups`, the pipeline groups) the graph is cut into.
+fn gnnpipe_csr_advice(groups: bool, resume: bool) -> &'static str {
+    match (groups, resume) {
+        (false, false) => "give more --chunks (a smaller chunk of the graph each)",
+        (true, false) => "give more --pipeline-groups (a smaller share of the graph each)",
+        (_, true) => {
+            "a resumed run keeps its --chunks and --pipeline-groups: start a new run (without --resume) with more \
+             of them"
+        }
+    }
 }
 
 /// What a GNNPipe run refused by `check_chunks` can change: more workers
@@ -942,6 +1024,21 @@ mod tests {
     }
 
     #[test]
+    fn a_share_of_2_pow_32_edges_with_its_self_loops_is_refused_on_every_device() {
+        // The offsets end at edges + owned: 2^32 - 1 is the last that u32 counts.
+        let with = |edges: u64| [share(100, 10), Shape { owned: 1000, halo: 7, edges, sparse_values: 0 }];
+        check_csr_edges(&with(CSR_MAX_EDGES - 1000), "advice").unwrap();
+        let e = check_csr_edges(&with((1 << 32) - 1000), "give more --workers").unwrap_err().0;
+        let want = "--mode full-graph: worker 1 would hold 4294966296 in-edges and 1000 self loops (one per owned \
+                    vertex), 4294967296 edges, but the full-graph engine counts a worker's edges in 32-bit offsets, \
+                    at most 4294967295 (2^32 - 1); give more --workers";
+        assert_eq!(e, want);
+        // What a run would be advised, new and resumed: a full-graph run resumes on its own workers only.
+        assert!(csr_advice(true, false).starts_with("give more --workers"));
+        assert!(csr_advice(true, true).contains("start a new run (without --resume) with more --workers"));
+    }
+
+    #[test]
     fn sage_refuses_its_aggregate_beside_the_owned_rows_at_2_pow_32() {
         let sage = spec(ModelKind::SageMax, 128, 1);
         // 2^24 owned rows: the layer's input of 2^24 + 5 rows x 128 stays
@@ -993,7 +1090,7 @@ mod tests {
         let owners: Vec<u16> = (0..50).map(|v| (v % 4) as u16).collect();
         let shapes = shapes(csr.view(), None, Some(&owners), 4);
         for (r, s) in shapes.iter().enumerate() {
-            let p = HaloPlan::derive(csr.view(), Some(&owners), r, 4);
+            let p = HaloPlan::derive(csr.view(), Some(&owners), r, 4).unwrap();
             assert_eq!(
                 *s,
                 Shape {

@@ -50,7 +50,7 @@ pub(crate) fn state(w: &mut Worker<'_>) -> Result<Arc<State>, TrainError> {
     if let Some(s) = &w.full {
         return Ok(s.clone());
     }
-    let plan = worker_plan(w);
+    let plan = worker_plan(w)?;
     let rows = w.gather_rows(&plan.block.src)?.0.sparse_if_mostly_zero(w.model.spec().in_dim);
     let inputs = w.model.input_rows_of(&plan.block.src, rows, Mode::Eval, &w.device)?;
     let graph = Arc::new(w.model.layer_graph(0, &plan.block, w.graph, Fanout::All));
@@ -60,7 +60,7 @@ pub(crate) fn state(w: &mut Worker<'_>) -> Result<Arc<State>, TrainError> {
 }
 
 /// The halo plan of worker `w` over its partition's owners (all vertices with one worker).
-pub(crate) fn worker_plan(w: &Worker<'_>) -> HaloPlan {
+pub(crate) fn worker_plan(w: &Worker<'_>) -> Result<HaloPlan, crate::BadInput> {
     let owners = w.owners.as_ref().map(|o| o.as_slice());
     HaloPlan::derive(w.graph, owners, w.rank, w.world)
 }

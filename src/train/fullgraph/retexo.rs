@@ -581,7 +581,7 @@ pub fn run(
     let mut done = p.epoch % rounds;
     let whole = opt;
 
-    let plan = worker_plan(w);
+    let plan = worker_plan(w)?;
     let split = Split::new(w, &plan, inp);
     let (src, owned) = (plan.block.src.clone(), plan.owned().to_vec());
     let edges = plan.block.num_edges() as u64;
@@ -829,7 +829,7 @@ pub fn score(
 ) -> Result<super::inference::Scored, TrainError> {
     let (layers, dev) = (w.model.spec().layers, w.device.clone());
     let (model, _) = replica(w)?;
-    let plan = worker_plan(w);
+    let plan = worker_plan(w)?;
     // No training vertices: the stage inputs are only evaluated.
     let split =
         Split { train: Vec::new(), train_labels: Vec::new(), global_train: 0, val: Vec::new(), test: Vec::new() };
