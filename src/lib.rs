@@ -26,3 +26,8 @@ pub mod util;
 
 pub use error::{BadInput, NotImplemented};
 pub use paths::DataDir;
+
+/// This build: the package version and a hash of the sources (`build.rs`).
+/// Driver and workers must share it: two builds of one version may still
+/// speak different control and mesh messages.
+pub const BUILD_ID: &str = concat!(env!("CARGO_PKG_VERSION"), "+", env!("LEAPGNN_SOURCE_HASH"));

@@ -123,7 +123,7 @@ impl Launcher for Scripted {
             let mut c = ControlConn::connect(driver, Duration::from_secs(20)).unwrap();
             c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
             let nonce = format!("{rank:032x}");
-            let hello = Hello { rank, pid: std::process::id(), version: env!("CARGO_PKG_VERSION").into(), nonce };
+            let hello = Hello { rank, pid: std::process::id(), version: leapgnn::BUILD_ID.into(), nonce };
             c.send(&ToDriver::Hello(hello.clone())).unwrap();
             let Ok(ToWorker::Challenge { nonce: dn, .. }) = c.recv::<ToWorker>() else { panic!("no challenge") };
             c.send(&ToDriver::Proof(job_key::control_proof(&token, Side::Worker, rank, &hello.nonce, &dn))).unwrap();
@@ -203,4 +203,34 @@ fn a_thread_refusal_reported_after_a_peers_echo_is_named_as_the_cause() {
     ] {
         assert!(msg.contains(needle), "no `{needle}` in {msg}");
     }
+}
+
+/// A stale binary on a worker's host (`LEAPGNN_TEST_CLAIM_BUILD` stands for
+/// one) once got the job and failed later on a message it could not parse.
+/// It proves the token but is refused at its hello: the driver names the
+/// worker, its host and both builds, and the worker is told why.
+#[test]
+fn a_worker_of_another_build_is_refused_at_its_hello_and_both_sides_say_why() {
+    let (tx, lines) = mpsc::channel::<String>();
+    let tx = std::sync::Mutex::new(tx);
+    let launcher = launcher()
+        .with_env(vec![(leapgnn::cluster::worker_session::CLAIM_BUILD_TEST_VAR.into(), "0.0.1+stale".into())])
+        .with_log(Arc::new(move |l| {
+            let _ = tx.lock().unwrap().send(l);
+        }));
+    let stop = AtomicBool::new(false);
+    let err = run_job(&launcher, 1, &serde_json::json!({"task": "ping"}), &opts(), &stop, |_| {}).unwrap_err();
+    assert!(matches!(err, DriverError::OtherBuild { rank: 0, .. }), "{err}");
+    let msg = err.to_string();
+    let driver = format!("not the driver's {}", leapgnn::BUILD_ID);
+    for needle in ["worker 0 on local", "runs leapgnn build 0.0.1+stale", &driver, "the driver's own executable"] {
+        assert!(msg.contains(needle), "no `{needle}` in {msg}");
+    }
+    let told = loop {
+        let line = lines.recv_timeout(Duration::from_secs(20)).expect("the worker logged its refusal");
+        if line.contains("refused") {
+            break line;
+        }
+    };
+    assert!(told.contains("runs leapgnn build 0.0.1+stale, the driver build"), "{told}");
 }

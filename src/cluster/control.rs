@@ -20,6 +20,7 @@ pub const MAX_HANDSHAKE_FRAME: usize = 4 << 10;
 pub struct Hello {
     pub rank: usize,
     pub pid: u32,
+    /// The worker's build (`crate::BUILD_ID`); the driver admits its own only.
     pub version: String,
     /// Fresh random hex, so no recorded proof answers a later challenge.
     pub nonce: String,
@@ -50,6 +51,9 @@ pub enum ToWorker {
     /// would resume past records no file holds.
     Held(u64),
     Shutdown,
+    /// The driver will not give this worker the job, and why (it runs
+    /// another build); sent once the worker has proved the token.
+    Refused(String),
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -73,6 +73,18 @@ pub enum DriverError {
         limits = .refusal.limits()
     )]
     ThreadRefused { rank: usize, refusal: Box<ThreadRefused> },
+    /// Worker `rank` proved the job token but runs another build, whose
+    /// messages the driver's may not parse: not restarted, it would be again.
+    #[error(
+        "worker {rank} on {host} (connected from {from}) runs leapgnn build {worker}, not the driver's {driver}: \
+         {advice}",
+        host = .other.host,
+        from = .other.from,
+        worker = .other.worker,
+        driver = .other.driver,
+        advice = .other.advice
+    )]
+    OtherBuild { rank: usize, other: Box<OtherBuild> },
     #[error("worker {rank} sent nothing for {secs}s (no heartbeat): presumed lost")]
     Silent { rank: usize, secs: u64 },
     /// A worker that stopped (SIGSTOP, a hung host) keeps its connections open,
@@ -104,6 +116,20 @@ pub enum DriverError {
     Thread(#[from] SpawnError),
 }
 
+/// A worker of another build than the driver's (`DriverError::OtherBuild`).
+#[derive(Debug)]
+pub struct OtherBuild {
+    /// Where its launcher started it.
+    pub host: String,
+    /// Its control connection's address.
+    pub from: SocketAddr,
+    /// The build it said hello as.
+    pub worker: String,
+    pub driver: String,
+    /// What to do about it, for its launcher.
+    pub advice: &'static str,
+}
+
 impl DriverError {
     /// The rank at fault, when one is.
     pub fn rank(&self) -> Option<usize> {
@@ -112,6 +138,7 @@ impl DriverError {
             | DriverError::Exited { rank, .. }
             | DriverError::WorkerFailed { rank, .. }
             | DriverError::ThreadRefused { rank, .. }
+            | DriverError::OtherBuild { rank, .. }
             | DriverError::Silent { rank, .. }
             | DriverError::Unresponsive { rank, .. }
             | DriverError::Launch { rank, .. } => Some(*rank),
@@ -180,7 +207,7 @@ pub fn run_job_stoppable(
         let spec = WorkerSpec { rank, driver: addr, token: token.clone(), world, env: vec![] };
         procs.push(launcher.launch(&spec).map_err(|source| DriverError::Launch { rank, source })?);
     }
-    let mut conns = admit(listener, &token, world, opts, &mut procs, interrupted)?;
+    let mut conns = admit(listener, &token, world, opts, launcher, &mut procs, interrupted)?;
 
     // Mesh addresses, then the job with the full peer list.
     let mut peers = vec![SocketAddr::from(([0, 0, 0, 0], 0)); world];
@@ -461,7 +488,34 @@ pub const ADMIT_DEADLINE: Duration = Duration::from_secs(10);
 /// (only while workers are being admitted).
 const ACCEPT_POLL: Duration = Duration::from_millis(10);
 
-type Handshake = (u64, SocketAddr, Result<(usize, ControlConn), String>);
+type Handshake = (u64, SocketAddr, Result<Admitted, String>);
+
+/// A connection that proved the job token.
+enum Admitted {
+    Worker(usize, ControlConn),
+    /// Worker `rank` of another build (`Hello::version`), told so and closed.
+    OtherBuild {
+        rank: usize,
+        build: String,
+    },
+}
+
+/// What an operator does about a worker of another build, by where it runs.
+fn other_build_advice(kind: crate::cluster::profile::LauncherKind) -> &'static str {
+    use crate::cluster::profile::LauncherKind;
+    match kind {
+        LauncherKind::Local => "start the workers from the driver's own executable",
+        LauncherKind::Ssh => {
+            "that host ran another binary than the driver's: point the profile's cluster.binary at the driver's \
+             own build (or run the driver from the binary it names), then `leapgnn cluster check` with the profile \
+             ships it and checks every host"
+        }
+        LauncherKind::Slurm => {
+            "the allocation's nodes ran another leapgnn than the driver's: put the driver's own build, at the same \
+             path, on every node of the allocation (or run the driver from the binary the nodes have)"
+        }
+    }
+}
 
 /// Accepts exactly one authenticated connection per rank before the deadline.
 /// Each connection's handshake runs in its own thread with its own deadline and
@@ -474,6 +528,7 @@ fn admit(
     token: &str,
     world: usize,
     opts: &DriverOptions,
+    launcher: &dyn Launcher,
     procs: &mut [Box<dyn WorkerProcess>],
     interrupted: &AtomicBool,
 ) -> Result<Vec<ControlConn>, DriverError> {
@@ -484,12 +539,30 @@ fn admit(
     // Clones of the streams in handshake, oldest first: evicted or cut when admission ends.
     let mut pending: VecDeque<(u64, TcpStream, Arc<AtomicBool>)> = VecDeque::new();
     let mut next_id = 0u64;
-    let result = loop {
+    let result = 'admit: loop {
         while let Ok((id, from, outcome)) = rx.try_recv() {
             pending.retain(|(i, _, _)| *i != id);
             match outcome {
-                Ok((rank, c)) if conns[rank].is_none() => conns[rank] = Some(c),
-                Ok((rank, c)) => {
+                Ok(Admitted::Worker(rank, c)) if conns[rank].is_none() => conns[rank] = Some(c),
+                // Only after the proof: a stranger's hello, whatever build it names, ends nothing.
+                Ok(Admitted::OtherBuild { rank, build }) => {
+                    // Its own line saying why reaches its log before it is stopped.
+                    let told = Instant::now() + EXIT_GRACE;
+                    while procs[rank].try_exit_code().is_none() && Instant::now() < told {
+                        std::thread::sleep(ACCEPT_POLL);
+                    }
+                    break 'admit Err(DriverError::OtherBuild {
+                        rank,
+                        other: Box::new(OtherBuild {
+                            host: launcher.host_of(rank),
+                            from,
+                            worker: build,
+                            driver: crate::BUILD_ID.into(),
+                            advice: other_build_advice(launcher.kind()),
+                        }),
+                    });
+                }
+                Ok(Admitted::Worker(rank, c)) => {
                     tracing::warn!("refused a control connection from {from}: a second one for worker {rank}");
                     c.shutdown();
                 }
@@ -555,7 +628,7 @@ fn handshake(
     world: usize,
     within: Duration,
     said_hello: &AtomicBool,
-) -> Result<(usize, ControlConn), String> {
+) -> Result<Admitted, String> {
     let deadline = Instant::now() + within;
     stream.set_nonblocking(false).map_err(|e| e.to_string())?;
     let _ = stream.set_write_timeout(Some(within));
@@ -578,11 +651,23 @@ fn handshake(
             if job_key::verify_control_proof(token, Side::Worker, rank, &hello.nonce, &nonce, &p) =>
         {
             c.rename(format!("worker {rank}"));
-            let _ = c.set_write_timeout(None);
             if job_key::wants_encryption(token) {
                 c.encrypt(job_key::control_keys(token, Side::Driver, rank, &hello.nonce, &nonce));
             }
-            Ok((rank, c))
+            if hello.version != crate::BUILD_ID {
+                let why = format!(
+                    "it runs leapgnn build {}, the driver build {}: every worker must run the driver's own build",
+                    hello.version,
+                    crate::BUILD_ID
+                );
+                let _ = c.send(&ToWorker::Refused(why));
+                // The worker sends its mesh address unasked; closing with it unread would
+                // reset the connection, and the reset could discard the refusal unread.
+                let _ = c.recv_within::<ToDriver>(MAX_HANDSHAKE_FRAME, Some(deadline));
+                return Ok(Admitted::OtherBuild { rank, build: hello.version });
+            }
+            let _ = c.set_write_timeout(None);
+            Ok(Admitted::Worker(rank, c))
         }
         Ok(_) => Err(format!("it claimed to be worker {rank} but could not prove the job token")),
         Err(e) => Err(e.to_string()),

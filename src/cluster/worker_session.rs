@@ -48,6 +48,11 @@ pub fn failure(e: &anyhow::Error, line: impl FnOnce(&anyhow::Error) -> String) -
     }
 }
 
+/// Test hook: with `LEAPGNN_TEST_CLAIM_BUILD=ID` in its environment, a
+/// worker says hello as build ID, as a stale binary on a host would; a test
+/// cannot build a second binary of its own.
+pub const CLAIM_BUILD_TEST_VAR: &str = "LEAPGNN_TEST_CLAIM_BUILD";
+
 /// How often a worker tells the driver it is alive (a thread of its own, so a
 /// busy worker still beats; a stopped or hung process does not).
 pub(super) const HEARTBEAT: Duration = Duration::from_secs(2);
@@ -141,7 +146,7 @@ pub fn join(
         let hello = Hello {
             rank,
             pid: std::process::id(),
-            version: env!("CARGO_PKG_VERSION").to_string(),
+            version: std::env::var(CLAIM_BUILD_TEST_VAR).unwrap_or_else(|_| crate::BUILD_ID.into()),
             nonce: nonce.clone(),
         };
         // The driver proves the token first, so nothing is sent to an impostor.
@@ -186,6 +191,7 @@ pub fn join(
         ToWorker::Stop | ToWorker::Shutdown => std::process::exit(0),
         ToWorker::Challenge { .. } => anyhow::bail!("worker {rank}: the driver sent a second challenge"),
         ToWorker::Held(_) => anyhow::bail!("worker {rank}: the driver confirmed records before it sent the job"),
+        ToWorker::Refused(why) => anyhow::bail!("worker {rank}: the driver refused this worker: {why}"),
     };
     let salt = job_key::from_hex(&mesh_salt)
         .ok_or_else(|| anyhow::anyhow!("worker {rank}: the driver sent a malformed mesh salt"))?;
