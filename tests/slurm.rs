@@ -989,3 +989,29 @@ fn the_time_limit_warning_stops_with_a_checkpoint_and_a_new_job_resumes_it() {
     assert_eq!(limited.len(), whole.len(), "{log}");
     assert_eq!(limited, whole, "the same records, loss for loss");
 }
+
+/// The Slurm workers' signal relay is a thread of its own: refused by a
+/// worker's OS, the worker returned before reporting and the driver saw an
+/// exit code (and restarted into the same limit). It now names the thread.
+#[test]
+fn a_refused_step_signal_relay_is_named_as_a_thread_refusal() {
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(slurm) = Slurm::start() else { return };
+    let tmp = cora();
+    let d = tmp.path();
+    json(d, &["partition", "cora", "--parts", "2"]);
+    let out = slurm
+        .cmd("salloc")
+        .args(["--ntasks=2", env!("CARGO_BIN_EXE_leapgnn"), "--data-dir", d.to_str().unwrap(), "train"])
+        .args(&JOB[..JOB.len() - 1])
+        .args(["--run", "refused", "--cluster", "slurm"])
+        .env("LEAPGNN_TEST_REFUSE_THREAD", "leapgnn-step-signals")
+        .output()
+        .unwrap();
+    let err = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    // The driver's own line, not the worker's relayed one: the refusal as such.
+    let failed = err.lines().find(|l| l.starts_with("error: training on cora failed")).unwrap_or_default();
+    assert!(failed.contains("cannot start thread leapgnn-step-signals"), "{err}");
+    assert!(failed.contains("a restart would meet the same limit"), "{err}");
+}

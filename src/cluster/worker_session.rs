@@ -21,18 +21,23 @@ pub const STEP_SIGNALLED: &str = "Slurm signalled this worker's step (the job wa
 
 /// Relays each signal `signalled` receives (from the worker's handler) to the
 /// driver as `STEP_SIGNALLED`, from a thread of its own, for as long as the
-/// worker runs.
+/// worker runs. Should its OS refuse the thread, the driver is told so
+/// (`ToDriver::ThreadRefused`): the caller returns before it reports.
 pub fn relay_step_signals(
     reporter: &Reporter,
     signalled: std::sync::mpsc::Receiver<()>,
 ) -> Result<(), crate::util::threads::SpawnError> {
-    let reporter = reporter.clone();
+    let relay = reporter.clone();
     crate::util::threads::spawn("leapgnn-step-signals", move || {
         while signalled.recv().is_ok() {
-            if reporter.send(&ToDriver::Log(STEP_SIGNALLED.into())).is_err() {
+            if relay.send(&ToDriver::Log(STEP_SIGNALLED.into())).is_err() {
                 break;
             }
         }
+    })
+    .inspect_err(|e| {
+        // The driver also sees the process exit, should this not reach it.
+        let _ = reporter.send(&ToDriver::ThreadRefused(ThreadRefused::of(e)));
     })?;
     Ok(())
 }
