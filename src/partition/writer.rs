@@ -145,6 +145,11 @@ impl Drop for Staging {
     }
 }
 
+/// How often `TargetLock::acquire` makes its directory again after other
+/// processes removed it: each time one of them let its lock go, so more
+/// means something else keeps deleting it.
+const MAX_VANISHED: usize = 1000;
+
 /// Held while one process checks, cuts and writes partition directory `dir`
 /// (`util::lock_file`): concurrent `partition` runs (or trains partitioning
 /// on demand) of the same method and K take turns instead of renaming over
@@ -152,7 +157,22 @@ impl Drop for Staging {
 /// there only while held (`Removable`): a run refused on its cut, or
 /// interrupted, used to leave it behind.
 pub struct TargetLock {
-    _lock: Removable,
+    lock: Option<Removable>,
+    /// The directory of `dir`, when this process made it: removed with the
+    /// lock if still empty, so a run that wrote nothing leaves no `parts/`.
+    made: Option<PathBuf>,
+}
+
+impl Drop for TargetLock {
+    fn drop(&mut self) {
+        drop(self.lock.take());
+        // Fails unless empty: a partition written there, or another process's
+        // lock file, keeps it; that process makes it again should it vanish
+        // before its lock file is there (`acquire`).
+        if let Some(parent) = &self.made {
+            let _ = fs::remove_dir(parent);
+        }
+    }
 }
 
 impl TargetLock {
@@ -162,12 +182,20 @@ impl TargetLock {
     pub fn acquire(dir: &Path) -> Result<TargetLock, FormatError> {
         let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let parent = dir.parent().unwrap_or(Path::new("."));
-        fs::create_dir_all(parent).map_err(|e| FormatError::io(parent, e))?;
+        let made = (!parent.is_dir()).then(|| parent.to_path_buf());
         let path = parent.join(format!(".{name}.lock"));
-        let lock = Removable::acquire(&path, || {
-            crate::elog!("waiting for another leapgnn process partitioning into {}", dir.display());
-        })
-        .map_err(|e| FormatError::io(&path, e))?;
+        let mut say = Some(|| crate::elog!("waiting for another leapgnn process partitioning into {}", dir.display()));
+        let mut vanished = 0;
+        let lock = loop {
+            fs::create_dir_all(parent).map_err(|e| FormatError::io(parent, e))?;
+            match Removable::acquire(&path, || say.take().map_or((), |s| s())) {
+                Ok(lock) => break lock,
+                // Another process let its lock go and removed the directory, empty,
+                // between our making it and opening the lock file in it: make it again.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && vanished < MAX_VANISHED => vanished += 1,
+                Err(e) => return Err(FormatError::io(&path, e)),
+            }
+        };
         let (tmp, old) = (format!(".{name}.tmp."), format!(".{name}.old."));
         for entry in fs::read_dir(parent).map_err(|e| FormatError::io(parent, e))?.flatten() {
             let n = entry.file_name().to_string_lossy().into_owned();
@@ -180,6 +208,6 @@ impl TargetLock {
                 let _ = fs::remove_dir_all(entry.path());
             }
         }
-        Ok(TargetLock { _lock: lock })
+        Ok(TargetLock { lock: Some(lock), made })
     }
 }
