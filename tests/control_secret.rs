@@ -213,8 +213,13 @@ impl Launcher for Crowded {
     }
 }
 
+/// Held by the test that measures the driver's memory, which another's
+/// workers and threads in this process would grow.
+static MEASURING: Mutex<()> = Mutex::new(());
+
 #[test]
 fn strangers_on_the_driver_port_do_not_delay_the_workers() {
+    let _alone = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
     let l = Crowded {
         inner: LocalLauncher::new(env!("CARGO_BIN_EXE_leapgnn"), vec![]).with_log(Arc::new(|l| eprintln!("{l}"))),
         crowd: Mutex::new(None),
@@ -355,6 +360,8 @@ struct Injecting {
     inner: LocalLauncher,
     fifo: std::path::PathBuf,
     payload: Vec<u8>,
+    /// What the stranger does after its message, before it is dropped.
+    then: fn(&mut TcpStream),
     stranger: Mutex<Option<thread::JoinHandle<()>>>,
 }
 
@@ -364,12 +371,13 @@ impl Launcher for Injecting {
     }
 
     fn launch(&self, spec: &WorkerSpec) -> anyhow::Result<Box<dyn WorkerProcess>> {
-        let (driver, fifo, payload) = (spec.driver, self.fifo.clone(), self.payload.clone());
+        let (driver, fifo, payload, then) = (spec.driver, self.fifo.clone(), self.payload.clone(), self.then);
         self.stranger.lock().unwrap().get_or_insert_with(|| {
             thread::spawn(move || {
                 let mut s = TcpStream::connect(driver).unwrap();
                 s.write_all(&(payload.len() as u32).to_le_bytes()).unwrap();
                 s.write_all(&payload).unwrap();
+                then(&mut s);
                 // Refused and dropped: the driver has handled (and logged) it.
                 s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
                 let mut b = [0u8; 64];
@@ -385,6 +393,18 @@ impl Launcher for Injecting {
     }
 }
 
+/// A FIFO in `dir` and a wrapper that starts a worker once a line is
+/// written to it: the stranger's turn comes first.
+fn waiting_worker(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let fifo = dir.join("go");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let wrapper = dir.join("wait-then-work.sh");
+    let bin = env!("CARGO_BIN_EXE_leapgnn");
+    std::fs::write(&wrapper, format!("#!/bin/sh\nread go < '{}'\nexec '{bin}' \"$@\"\n", fifo.display())).unwrap();
+    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    (fifo, wrapper)
+}
+
 /// Strangers choose what the driver logs about them: a message naming a
 /// variant of its own came back in serde's error as it was sent, so anyone
 /// who reaches the driver's port could write terminal control sequences
@@ -394,18 +414,14 @@ impl Launcher for Injecting {
 #[test]
 fn a_stranger_cannot_write_control_characters_or_lines_into_the_drivers_log() {
     let tmp = tempfile::tempdir().unwrap();
-    let fifo = tmp.path().join("go");
-    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
-    let wrapper = tmp.path().join("wait-then-work.sh");
-    let bin = env!("CARGO_BIN_EXE_leapgnn");
-    std::fs::write(&wrapper, format!("#!/bin/sh\nread go < '{}'\nexec '{bin}' \"$@\"\n", fifo.display())).unwrap();
-    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let (fifo, wrapper) = waiting_worker(tmp.path());
     let forged = "epoch   9/9  loss 0.0000  FORGED";
     let variant = format!("\u{1b}]0;PWNED\u{7}\u{1b}[2J\r\n{forged}");
     let l = Injecting {
         inner: LocalLauncher::new(&wrapper, vec![]).with_log(Arc::new(|l| eprintln!("{l}"))),
         fifo,
         payload: serde_json::to_vec(&serde_json::json!({ variant: 1 })).unwrap(),
+        then: |_| {},
         stranger: Mutex::new(None),
     };
     let buf = Capture::default();
@@ -424,6 +440,34 @@ fn a_stranger_cannot_write_control_characters_or_lines_into_the_drivers_log() {
     let control: Vec<char> = log.chars().filter(|c| c.is_control() && *c != '\n').collect();
     assert!(control.is_empty(), "control characters from a stranger reached the log: {control:?} in {log:?}");
     assert!(!log.lines().any(|l| l.starts_with(forged)), "a stranger wrote a line of its own: {log:?}");
+}
+
+/// A hello is unauthenticated: a stranger's, naming another build, must
+/// not end the job as a proven worker of another build does
+/// (`DriverError::OtherBuild`); it is answered, fails the proof, and is
+/// dropped, and the real worker is admitted after it.
+#[test]
+fn a_strangers_hello_naming_another_build_ends_nothing() {
+    let _measuring = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().unwrap();
+    let (fifo, wrapper) = waiting_worker(tmp.path());
+    let hello = leapgnn::cluster::Hello { rank: 0, pid: 1, version: "0.0.1+stale".into(), nonce: "00".into() };
+    let l = Injecting {
+        inner: LocalLauncher::new(&wrapper, vec![]).with_log(Arc::new(|l| eprintln!("{l}"))),
+        fifo,
+        payload: serde_json::to_vec(&leapgnn::cluster::ToDriver::Hello(hello)).unwrap(),
+        then: |s| {
+            let mut c = leapgnn::cluster::ControlConn::new(s.try_clone().unwrap(), "driver");
+            let challenge = c.recv::<leapgnn::cluster::ToWorker>().unwrap();
+            assert!(matches!(challenge, leapgnn::cluster::ToWorker::Challenge { .. }), "{challenge:?}");
+            c.send(&leapgnn::cluster::ToDriver::Proof("00".repeat(32))).unwrap();
+        },
+        stranger: Mutex::new(None),
+    };
+    let ping = serde_json::json!({"task": "ping"});
+    let done = run_job(&l, 1, &ping, &opts(), &AtomicBool::new(false), |_| {}).expect("the stranger ended nothing");
+    l.stranger.lock().unwrap().take().unwrap().join().unwrap();
+    assert_eq!(done.len(), 1, "the worker was admitted after the stranger");
 }
 
 /// Notes the driver's control address its workers are handed.
