@@ -235,10 +235,17 @@ fn rank_0_checkpoints_only_once_the_driver_holds_every_workers_records() {
     let pause = [("LEAPGNN_TEST_PAUSE", "record-of-worker-1,records-awaited,checkpoint-written")];
     let mut drv = Driver::start_env(d, &args, &pause);
     let ws = drv.workers(2);
-    drv.wait_line(Duration::from_secs(60), |l| l.contains("test pause: record-of-worker-1"));
+    // Two processes' lines, in either order: rank 0 may start waiting before the driver pauses.
     // Before the fix rank 0 wrote its checkpoint here, without waiting (and paused after it).
-    let rank_0 = |l: &str| l.contains("[worker 0]") && (l.contains("test point:") || l.contains("test pause:"));
-    let line = drv.wait_line(Duration::from_secs(60), rank_0);
+    let (paused, rank_0) = (std::cell::Cell::new(false), std::cell::RefCell::new(None));
+    drv.wait_line(Duration::from_secs(60), |l| {
+        paused.set(paused.get() || l.contains("test pause: record-of-worker-1"));
+        if l.contains("[worker 0]") && (l.contains("test point:") || l.contains("test pause:")) {
+            *rank_0.borrow_mut() = Some(l.to_string());
+        }
+        paused.get() && rank_0.borrow().is_some()
+    });
+    let line = rank_0.take().unwrap();
     assert!(line.contains("test point: records-awaited"), "{line}");
     assert!(!d.join("runs/held/checkpoint/state.json").exists(), "a checkpoint ahead of the driver's records");
     signal(drv.child.id(), "KILL");
