@@ -423,11 +423,15 @@ fn settle(
                 last_heard[r] = Instant::now();
                 // The job is ending: no answer is sent (a checkpoint waiting for one ends with it).
                 match m {
-                    ToDriver::Metrics(v) => drop(on_event(Event::Metrics(r, v))),
-                    ToDriver::Log(line) => drop(on_event(Event::Log(r, line))),
+                    ToDriver::Metrics(v) => {
+                        let _ = on_event(Event::Metrics(r, v));
+                    }
+                    ToDriver::Log(line) => {
+                        let _ = on_event(Event::Log(r, line));
+                    }
                     ToDriver::Done(v) => {
                         spoke[r] = true;
-                        drop(on_event(Event::Done(r, v)));
+                        let _ = on_event(Event::Done(r, v));
                     }
                     ToDriver::Error(_) => spoke[r] = true,
                     // The cause, when another worker's error came first: that is its echo.
