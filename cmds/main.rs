@@ -123,6 +123,11 @@ enum Command {
     /// Internal: a training worker started by `train`.
     #[command(hide = true)]
     Worker(worker::Args),
+    /// Internal: print this binary's build (`leapgnn::BUILD_ID`), which the ssh
+    /// launcher compares with the driver's before it starts a worker.
+    // Not in `--version`, whose one line scripts read.
+    #[command(hide = true)]
+    BuildId,
 }
 
 fn main() -> ExitCode {
@@ -183,6 +188,10 @@ fn main() -> ExitCode {
         Command::Completions(a) => shell::completions(a),
         Command::Man(a) => shell::man(a),
         Command::Worker(a) => worker::run(&g, a),
+        Command::BuildId => {
+            leapgnn::outln!("{}", leapgnn::cluster::worker_session::own_build());
+            Ok(())
+        }
     };
     // A line of human output lost to a failing stdout (a full disk behind `>`) fails the command.
     let result = result.and_then(|()| match leapgnn::util::console::stdout_failure() {

@@ -102,3 +102,13 @@ fn slurm_script_takes_the_train_arguments_with_or_without_the_word_train() {
     let twice = leapgnn(&["--data-dir", d, "slurm-script", "train", "cora", "--epochs", "1", "--epochs", "3"]);
     assert!(twice.contains(" train cora --epochs 1 --epochs 3 --cluster slurm"), "{twice}");
 }
+
+/// `leapgnn build-id`, which the ssh launcher asks a remote binary, prints
+/// this build alone; it is hidden from `--help` (clap_complete lists hidden
+/// commands, `worker` too), and `--version` keeps the one line scripts read.
+#[test]
+fn build_id_is_hidden_and_leaves_version_alone() {
+    assert_eq!(leapgnn(&["build-id"]), format!("{}\n", leapgnn::BUILD_ID));
+    assert_eq!(leapgnn(&["--version"]), format!("leapgnn {}\n", env!("CARGO_PKG_VERSION")));
+    assert!(!leapgnn(&["--help"]).contains("build-id"));
+}

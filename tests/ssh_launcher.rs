@@ -305,13 +305,20 @@ fn a_different_remote_binary_is_replaced_and_a_foreign_build_is_refused() {
     drop(first);
 
     // Another build sits where ours should be, with an honest sidecar: it is replaced.
-    let impostor = b"#!/bin/sh\necho leapgnn 0.0.1\n";
-    std::fs::write(&remote_bin, impostor).unwrap();
+    // Like every leapgnn from before `build-id`, it knows `--version` only.
+    let old = |version: &str| {
+        format!(
+            "#!/bin/sh\ncase \"$1\" in --version) echo leapgnn {version} ;; \
+             *) echo \"error: unrecognized subcommand '$1'\" >&2; exit 2 ;; esac\n"
+        )
+    };
+    let impostor = old("0.0.1");
+    std::fs::write(&remote_bin, &impostor).unwrap();
     let sha = leapgnn::cluster::ship::local_sha256(&remote_bin).unwrap();
     std::fs::write(format!("{}.sha256", remote_bin.display()), format!("{sha}  x\n")).unwrap();
     let second = launcher(&profile).prepare(&host, &[]).unwrap();
     assert!(second.shipped[0].sent, "a stale remote binary must be re-shipped");
-    assert_eq!(second.version, format!("leapgnn {}", env!("CARGO_PKG_VERSION")));
+    assert_eq!(second.build, leapgnn::BUILD_ID);
     assert_eq!(std::fs::read(&remote_bin).unwrap(), std::fs::read(BIN).unwrap());
     drop(second);
 
@@ -321,6 +328,21 @@ fn a_different_remote_binary_is_replaced_and_a_foreign_build_is_refused() {
     std::fs::set_permissions(&foreign, std::fs::Permissions::from_mode(0o755)).unwrap();
     let e = launcher(&profile).with_binary(&foreign).prepare(&host, &[]).err().expect("version mismatch").to_string();
     assert!(e.contains("\"leapgnn 0.0.1\"") && e.contains("cluster.binary"), "{e}");
+
+    // An earlier build of this very version: its `--version` matches, but it
+    // does not know `build-id`, so it is not this build either.
+    std::fs::write(&foreign, old(env!("CARGO_PKG_VERSION"))).unwrap();
+    let e = launcher(&profile).with_binary(&foreign).prepare(&host, &[]).err().expect("an older build").to_string();
+    let is_old =
+        format!("is leapgnn {} but a build older than the driver's {}", env!("CARGO_PKG_VERSION"), leapgnn::BUILD_ID);
+    assert!(e.contains(&is_old) && e.contains("no `build-id`") && e.contains("cluster.binary"), "{e}");
+
+    // A build of this version from other sources says so through `build-id`.
+    let var = leapgnn::cluster::worker_session::CLAIM_BUILD_TEST_VAR;
+    std::fs::write(&foreign, format!("#!/bin/sh\n{var}=0.1.0+0000000000000000 exec '{BIN}' \"$@\"\n")).unwrap();
+    let e = launcher(&profile).with_binary(&foreign).prepare(&host, &[]).err().expect("another build").to_string();
+    let named = format!("is leapgnn build 0.1.0+0000000000000000 but the driver is build {}", leapgnn::BUILD_ID);
+    assert!(e.contains(&named) && e.contains("127.0.0.1") && e.contains("cluster.binary"), "{e}");
     sshd.stop();
 }
 

@@ -242,6 +242,35 @@ fn train_refuses_an_unknown_host_key_a_wrong_key_a_dead_port_and_a_wrong_worker_
     sshd.stop();
 }
 
+/// A remote binary of another build (`cluster.binary`, a wrapper claiming
+/// another `build-id`) is refused by the preflight, before any worker starts:
+/// the error names the host, the binary and both builds; nothing but the
+/// binary reaches the host, and no worker says hello.
+#[test]
+fn train_refuses_a_remote_binary_of_another_build_before_starting_a_worker() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut sshd = Sshd::start();
+    let stale = "0.1.0+57a1e00000000000";
+    let wrapper = sshd.path("leapgnn-stale");
+    let var = leapgnn::cluster::worker_session::CLAIM_BUILD_TEST_VAR;
+    let bin = env!("CARGO_BIN_EXE_leapgnn");
+    std::fs::write(&wrapper, format!("#!/bin/sh\n{var}={stale} exec '{bin}' \"$@\"\n")).unwrap();
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let profile = sshd.profile(2, &format!("binary = \"{}\"", wrapper.display()));
+    let tmp = cora();
+    let out = leapgnn(tmp.path(), &[&["train", "cora", "--cluster", profile.to_str().unwrap()], SMALL].concat());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let line = error_line(&err);
+    let host = format!("127.0.0.1:{}", sshd.port);
+    let builds = format!("is leapgnn build {stale} but the driver is build {}", leapgnn::BUILD_ID);
+    assert!(line.contains(&host) && line.contains(&builds) && line.contains("cluster.binary"), "{line}");
+    assert!(!err.contains("rank 0]") && !err.contains("rank 1]"), "a worker started:\n{err}");
+    assert_eq!(walk(&sshd.remote.join("data")), Vec::<String>::new(), "data was shipped for a worker");
+    sshd.assert_nothing_left();
+    sshd.stop();
+}
+
 /// What the driver refuses before it starts a worker (here a `--run` that is
 /// taken) is refused before the partition is cut, as for local workers: the
 /// run leaves no partition behind.

@@ -1,6 +1,6 @@
 //! Preflight checks of a cluster profile, host by host (in parallel):
-//! reachable, host key, key auth, the binary runs there at the driver's
-//! version, the data a rank needs is present or shippable, and (optionally)
+//! reachable, host key, key auth, the binary runs there and is the driver's
+//! own build, the data a rank needs is present or shippable, and (optionally)
 //! every worker starts, connects back to the driver and answers a ping.
 //! `train` runs the same checks first and stops at the first bad host.
 
@@ -287,8 +287,8 @@ fn check_host(launcher: &SshLauncher, h: &HostSpec, ranks: Option<Vec<usize>>, d
     r.auth = Check::pass(auth_method(h));
     let bin = p.shipped.first();
     r.binary = Check::pass(format!(
-        "{} at {}{}",
-        p.version,
+        "leapgnn {} at {}{}",
+        p.build,
         p.binary.display(),
         if bin.is_some_and(|b| b.sent) { " (just shipped)" } else { "" }
     ));

@@ -53,7 +53,7 @@ pub struct SshLauncher {
     files: Option<RankFiles>,
     log: LogSink,
     shipped: Mutex<Vec<Shipped>>,
-    /// (host, remote binary) pairs whose `--version` already matched.
+    /// (host, remote binary) pairs whose build already matched.
     verified: Mutex<HashSet<(String, PathBuf)>>,
     /// Shipped to every rank besides its own files (`Launcher::ship_with_job`).
     job_files: Mutex<Vec<ShipItem>>,
@@ -188,10 +188,10 @@ impl SshLauncher {
         // Once per (host, binary) and launcher: the next rank on that host finds the same file.
         let key = (label.clone(), binary.clone());
         let known = self.verified.lock().unwrap_or_else(|e| e.into_inner()).contains(&key);
-        let version = if known && !shipped[0].sent {
-            format!("leapgnn {}", env!("CARGO_PKG_VERSION"))
+        let build = if known && !shipped[0].sent {
+            crate::BUILD_ID.to_string()
         } else {
-            let v = remote_version(&c.session, &label, &binary)?;
+            let v = remote_build(&c.session, &label, &binary)?;
             self.verified.lock().unwrap_or_else(|e| e.into_inner()).insert(key);
             v
         };
@@ -202,7 +202,7 @@ impl SshLauncher {
             host_key: c.host_key,
             layout,
             binary,
-            version,
+            build,
             shipped,
         })
     }
@@ -238,21 +238,56 @@ pub struct Prepared {
     pub layout: RemoteLayout,
     /// Absolute remote path of the shipped binary.
     pub binary: PathBuf,
-    /// What it printed for `--version` on that host (equal to the driver's).
-    pub version: String,
+    /// Its build on that host (`leapgnn build-id`; equal to the driver's `BUILD_ID`).
+    pub build: String,
     pub shipped: Vec<Shipped>,
 }
 
-/// Runs the shipped binary's `--version` on the host: proves it executes
-/// there (architecture, C library) and speaks the driver's protocol version.
+/// Runs the shipped binary's `build-id` on the host: proves it executes there
+/// (architecture, C library) and is the driver's own build, so that a stale
+/// binary is refused here, before any worker starts, rather than at its hello.
+fn remote_build(sess: &Session, host: &str, binary: &Path) -> Result<String, SshError> {
+    let out = ssh_session::run(sess, host, &format!("{} build-id", quote(&binary.to_string_lossy())))?;
+    // clap's exit for a subcommand it does not know: a build from before `build-id`.
+    if out.code == 2 && out.output.contains("unrecognized subcommand") {
+        let version = remote_version(sess, host, binary)?;
+        // Same version, yet it cannot be this build, which knows `build-id`.
+        return Err(SshError::OlderBuild {
+            host: host.into(),
+            binary: binary.into(),
+            version,
+            want: crate::BUILD_ID.into(),
+        });
+    }
+    let got = last_line(&out, host, binary, "build-id")?;
+    if got != crate::BUILD_ID {
+        return Err(SshError::OtherBuild {
+            host: host.into(),
+            binary: binary.into(),
+            got,
+            want: crate::BUILD_ID.into(),
+        });
+    }
+    Ok(got)
+}
+
+/// The binary's `--version` on the host, refused unless it is the driver's.
 fn remote_version(sess: &Session, host: &str, binary: &Path) -> Result<String, SshError> {
     let want = format!("leapgnn {}", env!("CARGO_PKG_VERSION"));
     let out = ssh_session::run(sess, host, &format!("{} --version", quote(&binary.to_string_lossy())))?;
-    let got = out.output.lines().last().unwrap_or("").trim().to_string();
+    let got = last_line(&out, host, binary, "--version")?;
+    if got != want {
+        return Err(SshError::Version { host: host.into(), binary: binary.into(), got, want });
+    }
+    Ok(got)
+}
+
+/// The last line `binary ARG` printed, or why it did not run there.
+fn last_line(out: &ssh_session::CommandOutput, host: &str, binary: &Path, arg: &str) -> Result<String, SshError> {
     if out.code != 0 {
         return Err(SshError::Command {
             host: host.into(),
-            what: format!("{} --version", binary.display()),
+            what: format!("{} {arg}", binary.display()),
             code: out.code,
             output: format!(
                 "{} (the shipped binary does not run there: wrong architecture or C library? set cluster.binary to \
@@ -261,10 +296,7 @@ fn remote_version(sess: &Session, host: &str, binary: &Path) -> Result<String, S
             ),
         });
     }
-    if got != want {
-        return Err(SshError::Version { host: host.into(), binary: binary.into(), got, want });
-    }
-    Ok(got)
+    Ok(out.output.lines().last().unwrap_or("").trim().to_string())
 }
 
 /// The profile's remote directories, resolved on one host.

@@ -59,6 +59,18 @@ pub enum SshError {
          (set cluster.binary to a matching build, or leave it unset to ship this one)"
     )]
     Version { host: String, binary: PathBuf, got: String, want: String },
+    #[error(
+        "host {host}: {binary} is leapgnn build {got} but the driver is build {want}: workers must run the \
+         driver's own build (set cluster.binary to a build of the driver's sources, or leave it unset to ship \
+         this one)"
+    )]
+    OtherBuild { host: String, binary: PathBuf, got: String, want: String },
+    #[error(
+        "host {host}: {binary} is {version} but a build older than the driver's {want} (it has no `build-id` \
+         command): workers must run the driver's own build (set cluster.binary to a build of the driver's \
+         sources, or leave it unset to ship this one)"
+    )]
+    OlderBuild { host: String, binary: PathBuf, version: String, want: String },
     #[error("{path}: {source}")]
     Local {
         path: PathBuf,

@@ -54,9 +54,14 @@ pub fn failure(e: &anyhow::Error, line: impl FnOnce(&anyhow::Error) -> String) -
 }
 
 /// Test hook: with `LEAPGNN_TEST_CLAIM_BUILD=ID` in its environment, a
-/// worker says hello as build ID, as a stale binary on a host would; a test
-/// cannot build a second binary of its own.
+/// worker says hello as build ID and `leapgnn build-id` prints ID, as a stale
+/// binary on a host would; a test cannot build a second binary of its own.
 pub const CLAIM_BUILD_TEST_VAR: &str = "LEAPGNN_TEST_CLAIM_BUILD";
+
+/// The build this process says it is: `crate::BUILD_ID`, unless the test hook claims another.
+pub fn own_build() -> String {
+    std::env::var(CLAIM_BUILD_TEST_VAR).unwrap_or_else(|_| crate::BUILD_ID.into())
+}
 
 /// How often a worker tells the driver it is alive (a thread of its own, so a
 /// busy worker still beats; a stopped or hung process does not).
@@ -148,12 +153,7 @@ pub fn join(
         let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(100));
         let mut conn = ControlConn::connect(driver, left)?;
         let nonce = job_key::random_hex(job_key::TOKEN_BYTES);
-        let hello = Hello {
-            rank,
-            pid: std::process::id(),
-            version: std::env::var(CLAIM_BUILD_TEST_VAR).unwrap_or_else(|_| crate::BUILD_ID.into()),
-            nonce: nonce.clone(),
-        };
+        let hello = Hello { rank, pid: std::process::id(), version: own_build(), nonce: nonce.clone() };
         // The driver proves the token first, so nothing is sent to an impostor.
         let answer = conn
             .send(&ToDriver::Hello(hello))
