@@ -536,6 +536,24 @@ fn driver_killed_at_and_resumed(
     (at, more): (&str, &[&str]),
     edit: impl FnOnce(&std::path::Path),
 ) -> (serde_json::Value, String) {
+    driver_killed_at(d, run, at);
+    edit(&d.join("runs/killed/checkpoint/state.json"));
+    let out = dist_support::leapgnn(d, &[&["train", "--resume", "killed", "--no-tui", "--json"], more].concat());
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{stderr}");
+    (serde_json::from_slice(&out.stdout).unwrap(), stderr)
+}
+
+/// Removes runs `killed` and `straight`, for the next case to use the names.
+fn forget_runs(d: &std::path::Path) {
+    for k in ["runs/killed", "runs/straight"] {
+        std::fs::remove_dir_all(d.join(k)).unwrap();
+    }
+}
+
+/// Runs `run` as run `killed` and kills its driver with SIGKILL while rank 0
+/// holds at test pause `at`; waits for its workers to go.
+fn driver_killed_at(d: &std::path::Path, run: &[&str], at: &str) {
     let pause = [("LEAPGNN_TEST_PAUSE", at)];
     let mut drv = Driver::start_env(d, &[run, &["--run", "killed"]].concat(), &pause);
     let ws = drv.workers(2);
@@ -545,11 +563,6 @@ fn driver_killed_at_and_resumed(
     let pids: Vec<u32> = ws.iter().map(|w| w.pid).collect();
     assert_eq!(wait_gone(&pids, Duration::from_secs(30)), Vec::<u32>::new(), "workers outlived their driver");
     assert!(!d.join("runs/killed/summary.json").exists(), "a killed driver wrote a summary");
-    edit(&d.join("runs/killed/checkpoint/state.json"));
-    let out = dist_support::leapgnn(d, &[&["train", "--resume", "killed", "--no-tui", "--json"], more].concat());
-    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(out.status.success(), "{stderr}");
-    (serde_json::from_slice(&out.stdout).unwrap(), stderr)
 }
 
 /// Runs `run` as run `straight`, uninterrupted, and as run `killed`, its
@@ -608,9 +621,7 @@ fn a_run_whose_driver_was_killed_resumes_with_the_uninterrupted_runs_byte_totals
                 assert_eq!(r, u, "{extra:?}: train {c}");
             }
         }
-        for k in ["runs/killed", "runs/straight"] {
-            std::fs::remove_dir_all(d.join(k)).unwrap();
-        }
+        forget_runs(d);
     }
     // A checkpoint written before the count: resumed from zero, saying which file lacks it.
     let run = ["train", "cora", "--workers", "2", "--epochs", "2", "--batch-size", "16", "--hidden", "16"];
@@ -664,9 +675,7 @@ fn a_run_stopped_in_an_evaluation_whose_driver_was_killed_resumes_with_the_unint
             assert_eq!(count(&b["train"][c]), count(&s["train"][c]) + on_top, "{stopped:?}: train {c}: {b} vs {s}");
         }
         assert_eq!(resumed["rows"], straight["rows"], "{stopped:?}");
-        for k in ["runs/killed", "runs/straight"] {
-            std::fs::remove_dir_all(d.join(k)).unwrap();
-        }
+        forget_runs(d);
     }
 }
 
@@ -714,9 +723,7 @@ fn a_full_graph_run_whose_driver_was_killed_resumes_with_the_uninterrupted_runs_
                 assert_eq!(r, u, "{flags:?}: train {c}");
             }
         }
-        for k in ["runs/killed", "runs/straight"] {
-            std::fs::remove_dir_all(d.join(k)).unwrap();
-        }
+        forget_runs(d);
     }
 }
 
@@ -724,23 +731,70 @@ fn a_full_graph_run_whose_driver_was_killed_resumes_with_the_uninterrupted_runs_
 /// a driver killed after the workers wrote it and before it wrote the
 /// summary left `train --resume RUN --epochs 4` of a 2-epoch model-centric
 /// run on Cora with a warning that the checkpoint held no count, and a
-/// summary of epochs 3 and 4 only. The final checkpoint now carries the
-/// count (its own gather left out, as a longer run takes none there), and
-/// the resumed run reports the uninterrupted 4-epoch run's rows and bytes in
-/// every category, and its weights.
+/// summary of epochs 3 and 4 only; GNNPipe's (2 stages, checkpoints every 2
+/// epochs) the same. The final checkpoint now carries the count (its own
+/// gather left out, as a longer run takes none there, and GNNPipe's
+/// exchange of its stages' state, which the resumed attempt's final
+/// checkpoint makes again), and the resumed run reports the uninterrupted
+/// 4-epoch run's rows and bytes in every category, and its weights.
 #[test]
 fn a_run_whose_driver_was_killed_at_its_final_checkpoint_resumes_for_more_epochs_with_the_longer_runs_totals() {
     let tmp = cora();
     let d = tmp.path();
-    let run = ["train", "cora", "--workers", "2", "--batch-size", "16", "--hidden", "16", "--fanout", "5,5"];
-    let run = [&run[..], &["--no-tui"]].concat();
-    let straight = json(d, &[&run[..], &["--epochs", "4", "--run", "straight"]].concat());
-    let at = ("final-checkpoint-written", &["--epochs", "4"][..]);
-    let (resumed, stderr) = driver_killed_at_and_resumed(d, &[&run[..], &["--epochs", "2"]].concat(), at, |_| {});
-    assert!(!stderr.contains("holds no count"), "{stderr}");
-    assert_eq!(final_weights(d, "killed"), final_weights(d, "straight"), "the resumed run ended elsewhere");
-    same_totals(&resumed, &straight);
-    assert!(count(&straight["bytes"]["train"]["features"]) > 0, "{straight}");
+    let mb = ["--batch-size", "16", "--fanout", "5,5"];
+    let gnnpipe = ["--strategy", "gnnpipe", "--layers", "2", "--checkpoint-every", "2"];
+    // (the strategy's flags, a category its training moves)
+    for (flags, moved) in [(&mb[..], "features"), (&gnnpipe[..], "activations")] {
+        let run = [&["train", "cora", "--workers", "2", "--hidden", "16", "--no-tui"], flags].concat();
+        let straight = json(d, &[&run[..], &["--epochs", "4", "--run", "straight"]].concat());
+        let at = ("final-checkpoint-written", &["--epochs", "4"][..]);
+        let (resumed, stderr) = driver_killed_at_and_resumed(d, &[&run[..], &["--epochs", "2"]].concat(), at, |_| {});
+        assert!(!stderr.contains("holds no count"), "{flags:?}: {stderr}");
+        assert_eq!(
+            final_weights(d, "killed"),
+            final_weights(d, "straight"),
+            "{flags:?}: the resumed run ended elsewhere"
+        );
+        same_totals(&resumed, &straight);
+        assert!(count(&straight["bytes"]["train"][moved]) > 0, "{flags:?}: {straight}");
+        forget_runs(d);
+    }
+}
+
+/// RETEXO's final checkpoint carried no count either; a finished RETEXO run
+/// cannot be resumed (its length is --layers x --rounds), but a restart from
+/// that checkpoint, or a stop before one, takes its count. Killed at it, it
+/// now holds the uninterrupted run's rows and bytes in every category but
+/// control, of which it holds less: not the setup before training (the
+/// mesh, the barrier that starts training), which a resumed attempt does
+/// again and counts itself, nor the final gather of counts, which the
+/// uninterrupted run's summary leaves out too.
+#[test]
+fn retexos_final_checkpoint_counts_the_runs_rows_and_bytes() {
+    let tmp = cora();
+    let d = tmp.path();
+    let run = ["train", "cora", "--workers", "2", "--hidden", "16", "--no-tui", "--strategy", "retexo"];
+    let run = [&run[..], &["--layers", "2", "--rounds", "3"]].concat();
+    let straight = json(d, &[&run[..], &["--run", "straight"]].concat());
+    driver_killed_at(d, &run, "final-checkpoint-written");
+    let state = std::fs::read(d.join("runs/killed/checkpoint/state.json")).unwrap();
+    let state: serde_json::Value = serde_json::from_slice(&state).unwrap();
+    let c = &state["progress"]["run_counts"];
+    assert!(c.is_object(), "no count in the final checkpoint: {state}");
+    let s = &straight["bytes"];
+    println!("final checkpoint: {c}\nuninterrupted:    {s}");
+    for cat in ["features", "gradients", "migration", "activations"] {
+        for phase in ["train", "eval"] {
+            assert_eq!(count(&c[phase][cat]), count(&s[phase][cat]), "{phase} {cat}: {c} vs {s}");
+        }
+    }
+    assert_eq!(count(&c["eval"]["control"]), count(&s["eval"]["control"]), "{c} vs {s}");
+    let (k, u) = (count(&c["train"]["control"]), count(&s["train"]["control"]));
+    assert!(0 < k && k < u, "train control {k}, uninterrupted {u}");
+    assert!(count(&s["train"]["gradients"]) > 0, "{s}");
+    for r in ["requested", "local", "cache_hit", "remote"] {
+        assert_eq!(c["rows"][r], straight["rows"][r], "rows {r}: {c} vs {straight}");
+    }
 }
 
 /// A stop resumed from its summary counted the stopped attempt's setup (its

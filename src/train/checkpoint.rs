@@ -51,10 +51,10 @@ pub struct Progress {
     pub auto_steps: Option<super::minibatch::AutoState>,
     /// Every worker's rows and bytes up to this checkpoint, summed over the
     /// run's attempts: what a resume starts from when the driver that
-    /// received the workers' reports died with them. Absent in checkpoints
-    /// written before it, in the final checkpoints of GNNPipe and RETEXO
-    /// (their summary counts), and after a resume that did not know the
-    /// count it started from.
+    /// received the workers' reports died with them. Every loop writes it in
+    /// every checkpoint; absent only in checkpoints written before it, and
+    /// after a resume that did not know the count it started from (from
+    /// such a checkpoint).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_counts: Option<RunCounts>,
     /// What this worker's gather of the final checkpoint's count moved, which

@@ -243,7 +243,7 @@ pub fn run_loop(
     // The final state (a periodic checkpoint at the last iteration predates the last evaluation).
     p.auto_steps = strategy.auto_state();
     // Every worker reaches here (a stop returned above on all of them alike).
-    (p.run_counts, p.final_gather) = gather_final_counts(coll, &p, &attempt)?;
+    (p.run_counts, p.final_gather) = gather_final_counts(coll, &p, &attempt, &Default::default())?;
     obs.before_checkpoint(p.global_iteration)?;
     save(&p, w, opt)?;
     obs.event("final checkpoint written");
@@ -295,12 +295,23 @@ pub(crate) fn gather_counts(
     p: &Progress,
     start: &Attempt,
 ) -> Result<Option<checkpoint::RunCounts>, TrainError> {
+    gather_counts_less(coll, p, start, &Default::default())
+}
+
+/// `gather_counts`, leaving out `left_out`: bytes this worker sent since the
+/// attempt began that the count does not hold.
+fn gather_counts_less(
+    coll: &mut dyn Collective,
+    p: &Progress,
+    start: &Attempt,
+    left_out: &crate::metrics::ByteCounts,
+) -> Result<Option<checkpoint::RunCounts>, TrainError> {
     const FIELDS: usize = 4 + 2 * 5;
     let bytes = |b: &crate::metrics::ByteCounts| [b.features, b.gradients, b.migration, b.activations, b.control];
     let mut rows = p.rows;
     rows -= start.progress.rows;
     let eval = sub_bytes(&p.eval_bytes, &start.progress.eval_bytes);
-    let mut sent = sub_bytes(&coll.bytes().sent, &start.sent);
+    let mut sent = sub_bytes(&sub_bytes(&coll.bytes().sent, &start.sent), left_out);
     sent.control -= start.barrier;
     let train = sub_bytes(&sent, &eval);
     let fields = [rows.requested, rows.local, rows.cache_hit, rows.remote].into_iter();
@@ -342,14 +353,18 @@ pub(crate) fn gather_counts(
 /// count. An uninterrupted longer run takes no gather there, so this one's
 /// bytes are left out of the count and of the run's totals: returned, for
 /// the worker to take off its socket counts (`Progress::final_gather`), so a
-/// resume from here reports the longer run's totals.
+/// resume from here reports the longer run's totals. `state`: what this
+/// worker sent for the final checkpoint's state before (GNNPipe's stages,
+/// to rank 0), left out of the count only: every run sends it once, at its
+/// end, so the resumed attempt's own stands for it and the run's totals keep it.
 pub(crate) fn gather_final_counts(
     coll: &mut dyn Collective,
     p: &Progress,
     start: &Attempt,
+    state: &crate::metrics::ByteCounts,
 ) -> Result<(Option<checkpoint::RunCounts>, crate::comm::ByteCounts), TrainError> {
     let before = coll.bytes();
-    let mut counts = gather_counts(coll, p, start)?;
+    let mut counts = gather_counts_less(coll, p, start, state)?;
     let gather = coll.bytes().since(&before);
     if let Some(c) = &mut counts {
         c.train.control -= gather.sent.control * coll.world() as u64;

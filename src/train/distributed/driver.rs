@@ -823,7 +823,11 @@ fn fetch_checkpoint(
 /// cross the sockets again, and are counted again). An attempt that failed
 /// after a later checkpoint wrote no summary, so its bytes and rows are
 /// unknown: `None`, and the resumed run counts from the checkpoint on. Read
-/// only for a checkpoint without a count of its own (`counted_before`).
+/// only for a checkpoint without a count of its own (`counted_before`):
+/// every loop's checkpoints carry one (periodic, stops and final), so that
+/// is a checkpoint an older version wrote, or one written by a run resumed
+/// from such a checkpoint; kept so that those still resume with their
+/// earlier epochs counted.
 fn summary_before(run_dir: &Path, iteration: u64) -> Option<RunSummary> {
     let text = std::fs::read(run_dir.join("summary.json")).ok()?;
     let before: RunSummary = serde_json::from_slice(&text).ok()?;

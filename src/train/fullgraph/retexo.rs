@@ -805,13 +805,16 @@ pub fn run(
     let tail = coll.bytes().since(&mark);
     add_bytes(&mut p.bytes, &tail.sent);
     w.params.set_flat(&params.flat_values()?)?;
-    // The run's summary, written as it ends, counts it.
-    p.run_counts = None;
+    // Every worker reaches here (a stop returned above on all of them alike).
+    let none_left_out = crate::metrics::ByteCounts::default();
+    (p.run_counts, p.final_gather) = crate::train::trainer::gather_final_counts(coll, &p, &attempt, &none_left_out)?;
     obs.before_checkpoint(p.global_iteration)?;
     if let Some(dir) = inp.checkpoint_dir {
         let fresh = cfg.optimizer.build(params.numel(), cfg.lr, cfg.weight_decay);
         checkpoint::save(dir, cfg, &p, &params, fresh.as_ref())?;
         obs.event("final checkpoint written");
+        // Tests: the driver is killed before it writes the run's summary.
+        crate::util::interrupt::test_pause("final-checkpoint-written");
     }
     Ok(p)
 }

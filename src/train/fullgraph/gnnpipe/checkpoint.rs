@@ -13,7 +13,7 @@ use crate::comm::Category;
 use crate::optim::{OptimState, Optimizer};
 use crate::train::fullgraph::chunks::VertexRows;
 use crate::train::fullgraph::exchange::decode_rows as decode;
-use crate::train::trainer::{Attempt, gather_counts};
+use crate::train::trainer::{Attempt, gather_counts, gather_final_counts};
 use crate::train::{Collective, Progress, TrainConfig, TrainError, Worker, checkpoint};
 use std::path::Path;
 
@@ -64,16 +64,18 @@ impl Stage {
 
     /// Writes a checkpoint of `p` at rank 0 (every rank takes part): every
     /// stage's layers and optimizer state and, with `history`, every hidden
-    /// layer's input rows. With `attempt`, `p.run_counts` is gathered first,
-    /// after the state's exchange, so that the count holds it: a run whose
-    /// driver dies at this checkpoint sent it, and an uninterrupted run's
-    /// socket totals count it.
+    /// layer's input rows. `p.run_counts` is gathered first (counted from
+    /// `attempt`), after the state's exchange, so that the count holds it:
+    /// a run whose driver dies at this checkpoint sent it, and an
+    /// uninterrupted run's socket totals count it. Not at the run's end
+    /// (`last`): a longer run sends no state there, and the resumed attempt's
+    /// final checkpoint sends its own (`gather_final_counts`).
     pub(super) fn save(
         &self,
         w: &Worker<'_>,
         coll: &mut dyn Collective,
         (cfg, dir): (&TrainConfig, Option<&Path>),
-        (p, attempt): (&mut Progress, Option<&Attempt>),
+        (p, attempt, last): (&mut Progress, &Attempt, bool),
         opt: &dyn Optimizer,
         (bufs, history): (&[VertexRows], bool),
     ) -> Result<(), TrainError> {
@@ -101,8 +103,12 @@ impl Stage {
         }
         let mut out = vec![Vec::new(); self.world];
         out[0] = le_bytes(&mine);
+        let before = coll.bytes();
         let got = coll.all_to_all(out, Category::Control).map_err(TrainError::Comm)?;
-        if let Some(attempt) = attempt {
+        if last {
+            let state = coll.bytes().since(&before).sent;
+            (p.run_counts, p.final_gather) = gather_final_counts(coll, p, attempt, &state)?;
+        } else {
             p.run_counts = gather_counts(coll, p, attempt)?;
         }
         let (Some(dir), 0) = (dir, self.rank) else { return Ok(()) };

@@ -715,6 +715,8 @@ pub fn run(
     // vertex and hidden layer at rank 0).
     let history = g.history;
     let periodic = cfg.checkpoint_every > 0;
+    // Where every checkpoint goes (rank 0 writes it).
+    let to = (cfg, inp.checkpoint_dir);
 
     while p.epoch < cfg.epochs {
         // A checkpoint taken after an epoch's step and before its evaluation
@@ -788,14 +790,7 @@ pub fn run(
             let stop = inp.stop_after == Some(p.global_iteration) || stop_voted;
             if stop || (periodic && p.global_iteration.is_multiple_of(cfg.checkpoint_every)) {
                 obs.before_checkpoint(p.global_iteration)?;
-                stage.save(
-                    w,
-                    coll,
-                    (cfg, inp.checkpoint_dir),
-                    (&mut p, Some(&attempt)),
-                    opt.as_ref(),
-                    (&bufs, history),
-                )?;
+                stage.save(w, coll, to, (&mut p, &attempt, false), opt.as_ref(), (&bufs, history))?;
                 mark = coll.bytes();
                 obs.event(&format!("{} {}", crate::train::checkpoint::WRITTEN, p.global_iteration));
                 if inp.checkpoint_dir.is_some() {
@@ -836,7 +831,7 @@ pub fn run(
             // Gathered (every worker voted alike): the driver may die before it
             // writes this stop's summary, and a resume then has only this count.
             obs.before_checkpoint(p.global_iteration)?;
-            stage.save(w, coll, (cfg, inp.checkpoint_dir), (&mut p, Some(&attempt)), opt.as_ref(), (&bufs, history))?;
+            stage.save(w, coll, to, (&mut p, &attempt, false), opt.as_ref(), (&bufs, history))?;
             obs.event(&format!("{} {}", crate::train::checkpoint::WRITTEN, p.global_iteration));
             if inp.checkpoint_dir.is_some() {
                 // Tests: the driver is killed with the run held at this checkpoint.
@@ -845,12 +840,16 @@ pub fn run(
             return Ok(p);
         }
     }
-    // The run's summary, written as it ends, counts it (a resume for more epochs reads that).
-    p.run_counts = None;
-    // Rank 0 gathers every stage's layers: its checkpoint is the whole model (`infer`).
+    // Rank 0 gathers every stage's layers: its checkpoint is the whole model
+    // (`infer`). Every worker reaches here (a stop returned above on all alike).
     obs.before_checkpoint(p.global_iteration)?;
-    stage.save(w, coll, (cfg, inp.checkpoint_dir), (&mut p, None), opt.as_ref(), (&bufs, history && periodic))?;
+    let history = history && periodic;
+    stage.save(w, coll, to, (&mut p, &attempt, true), opt.as_ref(), (&bufs, history))?;
     obs.event("final checkpoint written");
+    if inp.checkpoint_dir.is_some() {
+        // Tests: the driver is killed before it writes the run's summary.
+        crate::util::interrupt::test_pause("final-checkpoint-written");
+    }
     Ok(p)
 }
 
