@@ -26,8 +26,8 @@ fn main() {
     let tmp = tempfile::tempdir().expect("tempdir");
     for rank in 0..parts {
         let t = Instant::now();
-        let plan =
-            HaloPlan::derive(ds.graph(), Some(m.node_part()), rank, parts).expect("a share within 32-bit offsets");
+        let plan = HaloPlan::derive(ds.graph(), Some(m.node_part()), (rank, parts), true)
+            .expect("a share within 32-bit offsets");
         let derive = t.elapsed().as_secs_f64();
         let mut words: Vec<u32> = Vec::new();
         words.extend(&plan.block.src);

@@ -142,6 +142,19 @@ fn yes() -> bool {
 }
 
 impl ModelSpec {
+    /// Whether each layer's aggregation graph adds an edge from every
+    /// destination to itself (`AggGraph::from_block(_, true)`): GAT and FiLM
+    /// always, GCN with `self_loops`. SAGE and deepgcn aggregate the
+    /// in-neighbours alone and add the vertex's own row apart, so their
+    /// graphs hold only the block's edges.
+    pub fn adds_self_loops(&self) -> bool {
+        match self.kind {
+            ModelKind::Gat | ModelKind::Film => true,
+            ModelKind::Gcn => self.self_loops,
+            ModelKind::SageMean | ModelKind::SageMax | ModelKind::DeepGcn => false,
+        }
+    }
+
     /// Rejects architectures that cannot be built, naming the flag at fault.
     pub fn check(&self) -> std::result::Result<(), BadInput> {
         let bad = |m: String| Err(BadInput::new(m));

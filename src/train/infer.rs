@@ -396,7 +396,11 @@ pub(crate) fn check_memory(
     let shares = shapes(ds.graph(), sparse_rows, owners, world.max(1));
     // The run's --hidden is fixed: its shares or its device are what infer can change.
     let advice = "give infer more --workers (a smaller share of the graph each), or --device cpu";
-    fullgraph::memory::check_csr_edges(&shares, "give infer more --workers (a smaller share of the graph each)")?;
+    fullgraph::memory::check_csr_edges(
+        &shares,
+        spec.adds_self_loops(),
+        "give infer more --workers (a smaller share of the graph each)",
+    )?;
     fullgraph::memory::check_cuda_elements(&shares, &spec, cfg.device, advice)?;
     let driven = local.is_some();
     let mut per_worker: Vec<u64> = shares

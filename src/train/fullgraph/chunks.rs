@@ -81,7 +81,7 @@ pub(crate) fn build(
 ) -> Result<Vec<Chunk>, TrainError> {
     let mut chunks = Vec::with_capacity(which.len());
     for c in which.clone() {
-        let plan = HaloPlan::derive(w.graph, Some(of), c, count)?;
+        let plan = HaloPlan::derive(w.graph, Some(of), (c, count), w.model.spec().adds_self_loops())?;
         let graph = Arc::new(w.model.layer_graph(first_layer, &plan.block, w.graph, Fanout::All));
         let input = if features { Some(feature_input(w, &plan.block.src)?) } else { None };
         chunks.push(Chunk { plan, graph, input, train: Vec::new(), labels: Vec::new() });

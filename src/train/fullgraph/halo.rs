@@ -33,18 +33,28 @@ impl HaloPlan {
     /// The plan of worker `rank` of `world`; `owners` maps vertex -> worker
     /// (None: worker 0 owns every vertex).
     /// Refuses a share whose block could not count its edges, with a self
-    /// loop per owned vertex, in 32-bit offsets (`memory::CSR_MAX_EDGES`):
-    /// the checks before a run (`memory::check_device`) hold each worker to
-    /// it, but GNNPipe's chunks are cut later.
-    pub fn derive(graph: CsrView<'_>, owners: Option<&[u16]>, rank: usize, world: usize) -> Result<HaloPlan, BadInput> {
+    /// loop per owned vertex where `self_loops` (the model's aggregation
+    /// graph adds them: `ModelSpec::adds_self_loops`), in 32-bit offsets
+    /// (`memory::CSR_MAX_EDGES`): the checks before a run
+    /// (`memory::check_device`) hold each worker to it, but GNNPipe's chunks
+    /// are cut later.
+    pub fn derive(
+        graph: CsrView<'_>,
+        owners: Option<&[u16]>,
+        (rank, world): (usize, usize),
+        self_loops: bool,
+    ) -> Result<HaloPlan, BadInput> {
         let n = graph.num_nodes();
         let owner = |v: u32| owners.map_or(0, |o| o[v as usize] as usize);
         let owned: Vec<u32> = (0..n as u32).filter(|&v| owner(v) == rank).collect();
         let edges = owned.iter().map(|&v| graph.in_neighbors(v).len() as u64).sum();
         let shape = Shape { owned: owned.len() as u64, edges, ..Shape::default() };
-        csr_edges_within(&[shape], "give more workers, chunks or groups (a smaller share of the graph each)", |_| {
-            format!("share {rank} of {world} of the graph")
-        })?;
+        csr_edges_within(
+            &[shape],
+            self_loops,
+            "give more workers, chunks or groups (a smaller share of the graph each)",
+            |_| format!("share {rank} of {world} of the graph"),
+        )?;
         let mut row = vec![NONE; n];
         for (i, &v) in owned.iter().enumerate() {
             row[v as usize] = i as u32;
@@ -142,7 +152,8 @@ mod tests {
         }
         let csr = Csr::from_edges(12, &edges, true);
         let owners: Vec<u16> = (0..12).map(|v| (v % 3) as u16).collect();
-        let plans: Vec<HaloPlan> = (0..3).map(|r| HaloPlan::derive(csr.view(), Some(&owners), r, 3).unwrap()).collect();
+        let plans: Vec<HaloPlan> =
+            (0..3).map(|r| HaloPlan::derive(csr.view(), Some(&owners), (r, 3), true).unwrap()).collect();
         for p in &plans {
             assert!(p.owned().iter().all(|&v| owners[v as usize] as usize == p.rank));
             // Every in-neighbour of an owned vertex is a row, and the block's edges are exactly the in-edges.
@@ -164,7 +175,7 @@ mod tests {
                 assert!(sent.iter().all(|&v| owners[v as usize] as usize == q));
             }
         }
-        let solo = HaloPlan::derive(csr.view(), None, 0, 1).unwrap();
+        let solo = HaloPlan::derive(csr.view(), None, (0, 1), true).unwrap();
         assert_eq!(solo.owned().len(), 12);
         assert!(solo.halo().is_empty());
     }

@@ -282,34 +282,47 @@ fn check_shares(
 pub const CUDA_TRAIN_ADVICE: &str =
     "give more --workers (a smaller share of the graph each), a smaller --hidden, or --device cpu";
 
-/// The most edges one block of the full-graph engine may hold, a self loop
-/// per owned vertex included (GAT, GCN and FiLM add them): its CSR
-/// (`HaloPlan`, `AggGraph`) keeps `u32` offsets, which the kernels read as
-/// they are, while the dataset's CSR keeps `u64` ones. Every model is held to
-/// it, so that any block of a plan can take its self loops.
+/// The most edges one block of the full-graph engine may hold, with a self
+/// loop per owned vertex where the model adds them
+/// (`ModelSpec::adds_self_loops`): its CSR (`HaloPlan`, `AggGraph`) keeps
+/// `u32` offsets, which the kernels read as they are, while the dataset's
+/// CSR keeps `u64` ones.
 pub const CSR_MAX_EDGES: u64 = u32::MAX as u64;
 
 /// Refuses, on every device, the shares `shares` (one per worker) when one
-/// holds more in-edges, with a self loop per owned vertex, than
-/// `CSR_MAX_EDGES`: its offsets would wrap (the run panicked building its
-/// graph). `advice` says what to change.
-pub fn check_csr_edges(shares: &[Shape], advice: &str) -> Result<(), BadInput> {
-    csr_edges_within(shares, advice, |rank| format!("worker {rank}"))
+/// holds more in-edges, with a self loop per owned vertex where
+/// `self_loops` (`ModelSpec::adds_self_loops`), than `CSR_MAX_EDGES`: its
+/// offsets would wrap (the run panicked building its graph). `advice` says
+/// what to change.
+pub fn check_csr_edges(shares: &[Shape], self_loops: bool, advice: &str) -> Result<(), BadInput> {
+    csr_edges_within(shares, self_loops, advice, |rank| format!("worker {rank}"))
 }
 
 /// `check_csr_edges` over `shares`, the share at index i named `who(i)`.
-pub(crate) fn csr_edges_within(shares: &[Shape], advice: &str, who: impl Fn(usize) -> String) -> Result<(), BadInput> {
-    let Some((rank, s)) = shares.iter().enumerate().find(|(_, s)| s.edges.saturating_add(s.owned) > CSR_MAX_EDGES)
+pub(crate) fn csr_edges_within(
+    shares: &[Shape],
+    self_loops: bool,
+    advice: &str,
+    who: impl Fn(usize) -> String,
+) -> Result<(), BadInput> {
+    let loops = |s: &Shape| if self_loops { s.owned } else { 0 };
+    let Some((rank, s)) = shares.iter().enumerate().find(|(_, s)| s.edges.saturating_add(loops(s)) > CSR_MAX_EDGES)
     else {
         return Ok(());
     };
+    let held = match self_loops {
+        true => format!(
+            "{} in-edges and {} self loops (one per owned vertex, which GCN, GAT and FiLM add), {} edges",
+            s.edges,
+            s.owned,
+            s.edges.saturating_add(s.owned)
+        ),
+        false => format!("{} in-edges (SAGE and deepgcn add no self loops)", s.edges),
+    };
     Err(BadInput::new(format!(
-        "--mode full-graph: {} would hold {} in-edges and {} self loops (one per owned vertex), {} edges, but the \
-         full-graph engine counts a worker's edges in 32-bit offsets, at most {CSR_MAX_EDGES} (2^32 - 1); {advice}",
+        "--mode full-graph: {} would hold {held}, but the full-graph engine counts a worker's edges in 32-bit \
+         offsets, at most {CSR_MAX_EDGES} (2^32 - 1); {advice}",
         who(rank),
-        s.edges,
-        s.owned,
-        s.edges.saturating_add(s.owned),
     )))
 }
 
@@ -533,7 +546,9 @@ pub fn check_device(
                 false => (chunks, "GNNPipe chunk"),
             };
             let advice = gnnpipe_csr_advice(g.groups > 1, resume);
-            csr_edges_within(&[even_share(all, k)], advice, |_| format!("each {what} (at least 1/{k} of the graph)"))?;
+            csr_edges_within(&[even_share(all, k)], spec.adds_self_loops(), advice, |_| {
+                format!("each {what} (at least 1/{k} of the graph)")
+            })?;
         }
         return match cuda {
             true => check_chunks(all, chunks, spec, cfg.device, gnnpipe_advice(resume)),
@@ -542,7 +557,7 @@ pub fn check_device(
     }
     let (shares, _) = worker_shares(ds, cfg, owners, spec);
     if csr {
-        check_csr_edges(&shares, csr_advice(full_graph, resume))?;
+        check_csr_edges(&shares, spec.adds_self_loops(), csr_advice(full_graph, resume))?;
     }
     check_cuda_train(&shares, spec, cfg.device, resume)
 }
@@ -1045,15 +1060,39 @@ mod tests {
     fn a_share_of_2_pow_32_edges_with_its_self_loops_is_refused_on_every_device() {
         // The offsets end at edges + owned: 2^32 - 1 is the last that u32 counts.
         let with = |edges: u64| [share(100, 10), Shape { owned: 1000, halo: 7, edges, sparse_values: 0 }];
-        check_csr_edges(&with(CSR_MAX_EDGES - 1000), "advice").unwrap();
-        let e = check_csr_edges(&with((1 << 32) - 1000), "give more --workers").unwrap_err().0;
+        check_csr_edges(&with(CSR_MAX_EDGES - 1000), true, "advice").unwrap();
+        let e = check_csr_edges(&with((1 << 32) - 1000), true, "give more --workers").unwrap_err().0;
         let want = "--mode full-graph: worker 1 would hold 4294966296 in-edges and 1000 self loops (one per owned \
-                    vertex), 4294967296 edges, but the full-graph engine counts a worker's edges in 32-bit offsets, \
-                    at most 4294967295 (2^32 - 1); give more --workers";
+                    vertex, which GCN, GAT and FiLM add), 4294967296 edges, but the full-graph engine counts a \
+                    worker's edges in 32-bit offsets, at most 4294967295 (2^32 - 1); give more --workers";
         assert_eq!(e, want);
         // What a run would be advised, new and resumed: a full-graph run resumes on its own workers only.
         assert!(csr_advice(true, false).starts_with("give more --workers"));
         assert!(csr_advice(true, true).contains("start a new run (without --resume) with more --workers"));
+    }
+
+    #[test]
+    fn only_the_models_that_add_self_loops_are_held_to_them() {
+        // k owned vertices and 2^32 - 1 - k + 1 in-edges: within 32-bit
+        // offsets alone, past them with a self loop per owned vertex.
+        let k = 1000;
+        let shares = [Shape { owned: k, halo: 7, edges: CSR_MAX_EDGES - k + 1, sparse_values: 0 }];
+        let held = |kind, self_loops| {
+            let m = ModelSpec { self_loops, ..spec(kind, 16, 1) };
+            check_csr_edges(&shares, m.adds_self_loops(), "advice").map_err(|e| e.0)
+        };
+        for kind in [ModelKind::SageMean, ModelKind::SageMax, ModelKind::DeepGcn] {
+            held(kind, true).unwrap();
+        }
+        held(ModelKind::Gcn, false).unwrap();
+        for kind in [ModelKind::Gcn, ModelKind::Gat, ModelKind::Film] {
+            let e = held(kind, true).unwrap_err();
+            assert!(e.contains("4294966296 in-edges and 1000 self loops"), "{e}");
+        }
+        // Without self loops the edges alone are held to the limit, and the refusal says why it counts no loops.
+        let over = [Shape { edges: CSR_MAX_EDGES + 1, ..shares[0] }];
+        let e = check_csr_edges(&over, false, "advice").unwrap_err().0;
+        assert!(e.contains("worker 0 would hold 4294967296 in-edges (SAGE and deepgcn add no self loops), but"), "{e}");
     }
 
     #[test]
@@ -1108,7 +1147,7 @@ mod tests {
         let owners: Vec<u16> = (0..50).map(|v| (v % 4) as u16).collect();
         let shapes = shapes(csr.view(), None, Some(&owners), 4);
         for (r, s) in shapes.iter().enumerate() {
-            let p = HaloPlan::derive(csr.view(), Some(&owners), r, 4).unwrap();
+            let p = HaloPlan::derive(csr.view(), Some(&owners), (r, 4), true).unwrap();
             assert_eq!(
                 *s,
                 Shape {

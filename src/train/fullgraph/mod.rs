@@ -62,7 +62,7 @@ pub(crate) fn state(w: &mut Worker<'_>) -> Result<Arc<State>, TrainError> {
 /// The halo plan of worker `w` over its partition's owners (all vertices with one worker).
 pub(crate) fn worker_plan(w: &Worker<'_>) -> Result<HaloPlan, crate::BadInput> {
     let owners = w.owners.as_ref().map(|o| o.as_slice());
-    HaloPlan::derive(w.graph, owners, w.rank, w.world)
+    HaloPlan::derive(w.graph, owners, (w.rank, w.world), w.model.spec().adds_self_loops())
 }
 
 /// Layer-by-layer forward over owned + halo rows. With `keep`, each layer's

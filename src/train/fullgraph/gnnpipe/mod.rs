@@ -652,7 +652,7 @@ pub fn run(
             BadInput::new("--pipeline-groups needs the partition's owners: run it on several workers")
         })?;
         let group_of: Vec<u16> = owners.as_slice().iter().map(|&o| o / stages as u16).collect();
-        let plan = HaloPlan::derive(w.graph, Some(&group_of), group, g.groups)?;
+        let plan = HaloPlan::derive(w.graph, Some(&group_of), (group, g.groups), w.model.spec().adds_self_loops())?;
         let of: Vec<u16> = of.iter().zip(&group_of).map(|(&c, &h)| h * count as u16 + c).collect();
         (Some(plan), of, g.groups * count)
     } else {
