@@ -479,6 +479,21 @@ pub fn preflight(
 /// and with --history-smoothing the smoothed copy (`gnnpipe::run`). Measured
 /// (peak RSS of the last stage, 2 workers): synthetic-arxiv 1425 MiB against
 /// 1293 MiB without them, Facebook 227 MiB against 223 MiB.
+///
+/// The share it is added to is not what a stage holds, and the sum is too
+/// high, not by design: `estimate` counts a graph-parallel worker, its METIS
+/// part and halo through every layer with the engine's exchange copies
+/// (`HIDDEN_INPUT_COPIES`) and every worker with the input features, while a
+/// stage runs its own layers over every chunk with no exchange copies and
+/// only stage 0 reads the features. The two agree where the stages are few
+/// and grow apart with the layers and workers. Measured (synthetic-arxiv,
+/// sum of the peaks / the largest): default flags on 2 workers, 2751 MiB
+/// estimated against 2235 MiB (+23 %), 1458 against 1377 (+6 %); `--model
+/// gcn --layers 8 --hidden 64 --workers 4 --chunks 4`, 9447 against 5263
+/// (+79 %), 2485 against 1408 (+76 %), and the lower bound before
+/// partitioning, 6274 MiB, is itself 19 % above the peaks. A stage's own
+/// estimate (its layers over the chunks, copies measured on GNNPipe) would
+/// replace it.
 fn gnnpipe_history(cfg: &TrainConfig, spec: &ModelSpec, nodes: u64, rank: usize) -> u64 {
     let Some(g) = cfg.gnnpipe.as_ref().filter(|_| cfg.mode == crate::train::TrainMode::FullGraph) else { return 0 };
     let stages = (cfg.workers.max(1) / g.groups.max(1)).max(1);
