@@ -8,6 +8,7 @@
 //! previous epoch's (the history) for the others; while training the halo's
 //! rows are a variable, so that their gradient can reach their own chunk.
 
+use super::memory::Shape;
 use super::{HaloPlan, first_input};
 use crate::gather::gather_rows;
 use crate::model::{AggGraph, Input, Mode};
@@ -34,6 +35,17 @@ pub(crate) struct Chunk {
 impl Chunk {
     pub fn len(&self) -> usize {
         self.plan.owned().len()
+    }
+
+    /// Its vertices, halo and in-edges, as the memory checks count a share.
+    pub fn shape(&self) -> Shape {
+        let p = &self.plan;
+        Shape {
+            owned: p.owned().len() as u64,
+            halo: p.halo().len() as u64,
+            edges: p.block.num_edges() as u64,
+            sparse_values: 0,
+        }
     }
 }
 

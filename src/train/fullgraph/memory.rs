@@ -243,6 +243,26 @@ pub fn check_chunks(
     )
 }
 
+/// `check_chunks` for the chunks a GNNPipe worker cut (`cut`: their shapes,
+/// by chunk): the check before the run holds only an even share of the
+/// graph, which METIS's largest chunk can pass by its excess and its halo,
+/// and a tensor of `CUDA_MAX_ELEMENTS` would hang the stage instead of
+/// failing it. A `resume`d run is advised only what a resume can change.
+pub(crate) fn check_cut_chunks(
+    cut: &[Shape],
+    spec: &ModelSpec,
+    device: DeviceKind,
+    resume: bool,
+) -> Result<(), BadInput> {
+    check_shares(
+        cut,
+        spec,
+        device,
+        |_| gnnpipe_advice(resume).into(),
+        |c| format!("GNNPipe chunk {c} of {} ({} vertices, {} halo rows)", cut.len(), cut[c].owned, cut[c].halo),
+    )
+}
+
 /// `check_cuda_elements` over `shares`, the share at index i named `who(i)`,
 /// a refusal of tensor `t` advised `advice(t)`.
 fn check_shares(
@@ -1153,6 +1173,26 @@ mod tests {
         );
         let resumed = check_chunks(all(1 << 26), 2, &gcn, DeviceKind::Cuda(0), gnnpipe_advice(true)).unwrap_err().0;
         assert!(resumed.contains("a resumed run keeps its --chunks"), "{resumed}");
+    }
+
+    #[test]
+    fn a_cut_gnnpipe_chunk_above_the_even_share_is_refused_naming_it() {
+        let gcn = spec(ModelKind::Gcn, 128, 1);
+        // 2^26 - 2 vertices in 2 chunks pass as even shares (2^25 - 1 each),
+        // but a cut of 2^25 and 2^25 - 2 builds a first output of 2^32 values.
+        let all = Shape { owned: (1 << 26) - 2, halo: 0, edges: 10, sparse_values: 0 };
+        check_chunks(all, 2, &gcn, DeviceKind::Cuda(0), "advice").unwrap();
+        let chunk = |owned: u64| Shape { owned, halo: 0, edges: 5, sparse_values: 0 };
+        let cut = [chunk(1 << 25), chunk((1 << 25) - 2)];
+        check_cut_chunks(&cut, &gcn, DeviceKind::Cpu, false).unwrap();
+        check_cut_chunks(&[chunk((1 << 25) - 1); 2], &gcn, DeviceKind::Cuda(0), false).unwrap();
+        let e = check_cut_chunks(&cut, &gcn, DeviceKind::Cuda(0), false).unwrap_err().0;
+        let want = "--device cuda: GNNPipe chunk 0 of 2 (33554432 vertices, 0 halo rows) would build the layer's \
+                    output of its owned rows (layer 1 of 3), a [33554432, 128] tensor";
+        assert!(e.starts_with(want), "{e}");
+        assert!(e.ends_with(gnnpipe_advice(false)), "{e}");
+        let resumed = check_cut_chunks(&cut, &gcn, DeviceKind::Cuda(0), true).unwrap_err().0;
+        assert!(resumed.ends_with(gnnpipe_advice(true)), "{resumed}");
     }
 
     #[test]

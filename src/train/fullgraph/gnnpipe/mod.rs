@@ -49,6 +49,7 @@ mod checkpoint;
 use super::HaloPlan;
 use super::chunks::{self, Chunk, VertexRows, flat};
 use super::exchange::decode_rows as decode;
+use super::memory::Shape;
 use crate::BadInput;
 use crate::comm::{Category, add_from_le};
 use crate::metrics::{EpochRecord, StepRecord, add_bytes};
@@ -665,6 +666,9 @@ pub fn run(
         (Some(_), 0) => Some(chunks::build(w, (&of, total), 0..total, layers.start, s == 0, &[])?),
         _ => None,
     };
+    // Before any layer runs: the chunks as cut, not the even share checked before the run.
+    let cut: Vec<Shape> = eval_chunks.as_ref().unwrap_or(&chunks).iter().map(Chunk::shape).collect();
+    super::memory::check_cut_chunks(&cut, w.model.spec(), cfg.device, inp.resumed_from.is_some())?;
     let stage = Stage {
         s,
         stages,
