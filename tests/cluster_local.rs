@@ -183,6 +183,8 @@ fn a_thread_refusal_reported_after_a_peers_echo_is_named_as_the_cause() {
                 thread: "leapgnn-mesh-dial-0".into(),
                 host: "node1".into(),
                 os_error: "Resource temporarily unavailable (os error 11)".into(),
+                attempts: 6,
+                waited_ms: 620,
                 process_limit: Some(12),
                 address_space_limit: None,
                 threads_max: Some(1000),

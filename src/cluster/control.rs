@@ -82,6 +82,10 @@ pub struct ThreadRefused {
     pub host: String,
     /// The OS's refusal.
     pub os_error: String,
+    /// How many times the worker asked for the thread (`threads::spawn`
+    /// retries a refusal), and how long it waited between.
+    pub attempts: u32,
+    pub waited_ms: u64,
     /// The worker's RLIMIT_NPROC (`ulimit -u`), None when unlimited.
     pub process_limit: Option<u64>,
     /// The worker's RLIMIT_AS (`ulimit -v`) in bytes, None when unlimited.
@@ -97,6 +101,8 @@ impl ThreadRefused {
             thread: e.thread().into(),
             host: crate::util::host_name(),
             os_error: e.os_error().to_string(),
+            attempts: e.attempts(),
+            waited_ms: e.waited_ms(),
             process_limit: crate::util::process_limit(),
             address_space_limit: crate::util::address_space_limit(),
             threads_max: crate::util::threads_max(),

@@ -64,18 +64,30 @@ pub fn start_pool() -> Result<(), ThreadPoolError> {
 }
 
 /// A thread the OS refused to start (EAGAIN: the user's process/thread limit,
-/// no address space left for its stack, or the kernel's threads-max).
+/// no address space left for its stack, or the kernel's threads-max), every
+/// time `spawn` asked within its retries.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "cannot start thread {name}: {source}{limits}; raise the process/thread limit (ulimit -u) or the address-space \
-     limit (ulimit -v, prlimit --as), or start fewer workers or threads (RAYON_NUM_THREADS) on this host"
+    "cannot start thread {name}: {source}{retried}{limits}; raise the process/thread limit (ulimit -u) or the \
+     address-space limit (ulimit -v, prlimit --as), or start fewer workers or threads (RAYON_NUM_THREADS) on this \
+     host",
+    retried = retried(*.attempts, *.waited_ms)
 )]
 pub struct SpawnError {
     name: String,
     /// The limits in force, for the operator to compare with what runs.
     limits: String,
+    /// How many times the OS was asked, and how long was waited between.
+    attempts: u32,
+    waited_ms: u64,
     #[source]
     source: std::io::Error,
+}
+
+/// ", refused N times over M ms" when a refusal was retried, as the driver
+/// also quotes it for a worker's.
+pub fn retried(attempts: u32, waited_ms: u64) -> String {
+    if attempts > 1 { format!(", refused {attempts} times over {waited_ms} ms") } else { String::new() }
 }
 
 impl SpawnError {
@@ -89,7 +101,17 @@ impl SpawnError {
         &self.source
     }
 
-    /// The OS refused thread `name` with `source`.
+    /// How many times the OS was asked for the thread.
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    /// How long, in all, `spawn` waited between its attempts.
+    pub fn waited_ms(&self) -> u64 {
+        self.waited_ms
+    }
+
+    /// The OS refused thread `name` with `source`, asked once.
     pub(crate) fn new(name: String, source: std::io::Error) -> Self {
         let mut limits = Vec::new();
         if let Some(n) = super::process_limit() {
@@ -99,9 +121,19 @@ impl SpawnError {
             limits.push(format!("this process's address-space limit (RLIMIT_AS) of {} MiB", super::mib(b)));
         }
         let limits = if limits.is_empty() { String::new() } else { format!(", within {}", limits.join(" and ")) };
-        SpawnError { name, limits, source }
+        SpawnError { name, limits, attempts: 1, waited_ms: 0, source }
     }
 }
+
+/// How many times `spawn` asks the OS for a thread it refuses with EAGAIN.
+/// EAGAIN is also the answer of a full kernel table (threads-max, pid_max,
+/// a cgroup's pids.max), which other processes ending frees within moments;
+/// only a refusal that outlasts the retries is reported as a limit.
+pub const SPAWN_ATTEMPTS: u32 = 6;
+
+/// The first wait between attempts; each next one doubles it, so all the
+/// retries together wait 620 ms, short against a job's start.
+const FIRST_BACKOFF: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Starts a named thread, or says which could not start and what to change:
 /// `std::thread::spawn` panics when the OS refuses one.
@@ -110,8 +142,11 @@ where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    let name = name.into();
-    builder(&name)?.spawn(f).map_err(|e| SpawnError::new(name, e))
+    let body = Body::new(f);
+    retrying(name.into(), |b| {
+        let body = body.clone();
+        b.spawn(move || body.run())
+    })
 }
 
 /// `spawn` within a scope.
@@ -124,19 +159,92 @@ where
     F: FnOnce() -> T + Send + 'scope,
     T: Send + 'scope,
 {
-    let name = name.into();
-    builder(&name)?.spawn_scoped(s, f).map_err(|e| SpawnError::new(name, e))
+    let body = Body::new(f);
+    retrying(name.into(), |b| {
+        let body = body.clone();
+        b.spawn_scoped(s, move || body.run())
+    })
+}
+
+/// A thread's body, kept by the spawner: `Builder::spawn` consumes the
+/// closure it is given even when the OS refuses the thread, and a retry
+/// needs it again.
+struct Body<F>(std::sync::Arc<std::sync::Mutex<Option<F>>>);
+
+impl<F> Clone for Body<F> {
+    fn clone(&self) -> Self {
+        Body(self.0.clone())
+    }
+}
+
+impl<F: FnOnce() -> T, T> Body<F> {
+    fn new(f: F) -> Self {
+        Body(std::sync::Arc::new(std::sync::Mutex::new(Some(f))))
+    }
+
+    /// Runs the body; only the one thread that started calls this.
+    fn run(self) -> T {
+        let f = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        f.expect("a thread body runs once: only a started thread runs it")()
+    }
+}
+
+/// Asks `start` for thread `name` until the OS starts it, retrying an EAGAIN
+/// up to `SPAWN_ATTEMPTS` times with a doubling wait.
+fn retrying<H>(
+    name: String,
+    mut start: impl FnMut(std::thread::Builder) -> std::io::Result<H>,
+) -> Result<H, SpawnError> {
+    let mut backoff = FIRST_BACKOFF;
+    let mut waited = std::time::Duration::ZERO;
+    let mut attempt = 1;
+    loop {
+        let started = match test_refusal(&name) {
+            Some(refused) => Err(refused),
+            None => start(std::thread::Builder::new().name(name.clone())),
+        };
+        match started {
+            Ok(h) => return Ok(h),
+            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) && attempt < SPAWN_ATTEMPTS => {
+                std::thread::sleep(backoff);
+                waited += backoff;
+                backoff *= 2;
+                attempt += 1;
+            }
+            Err(e) => {
+                let mut refused = SpawnError::new(name, e);
+                refused.attempts = attempt;
+                refused.waited_ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
+                return Err(refused);
+            }
+        }
+    }
 }
 
 /// Test hook: with `LEAPGNN_TEST_REFUSE_THREAD=NAME` in the environment, the
 /// thread named NAME is refused as the OS refuses one past a process/thread
-/// limit (EAGAIN). RLIMIT_NPROC does not bind root, as tests run in CI, nor
-/// can a test choose which thread of which worker it stops.
+/// limit (EAGAIN), at every attempt; with `NAME:N`, at the first N attempts
+/// in this process only, as a momentarily full kernel table refuses one.
+/// RLIMIT_NPROC does not bind root, as tests run in CI, nor can a test
+/// choose which thread of which worker it stops.
 pub const REFUSE_THREAD_TEST_VAR: &str = "LEAPGNN_TEST_REFUSE_THREAD";
 
-fn builder(name: &str) -> Result<std::thread::Builder, SpawnError> {
-    if std::env::var_os(REFUSE_THREAD_TEST_VAR).is_some_and(|v| v == name) {
-        return Err(SpawnError::new(name.into(), std::io::Error::from_raw_os_error(libc::EAGAIN)));
+/// The refusals the `NAME:N` hook has made in this process.
+static TEST_REFUSALS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+fn test_refusal(name: &str) -> Option<std::io::Error> {
+    let hook = std::env::var(REFUSE_THREAD_TEST_VAR).ok()?;
+    let (hooked, times) = match hook.rsplit_once(':').map(|(n, t)| (n, t.parse::<u32>())) {
+        Some((n, Ok(t))) => (n, Some(t)),
+        _ => (hook.as_str(), None),
+    };
+    if hooked != name {
+        return None;
     }
-    Ok(std::thread::Builder::new().name(name.into()))
+    if let Some(times) = times {
+        use std::sync::atomic::Ordering;
+        let fits = |made: u32| (made < times).then_some(made + 1);
+        TEST_REFUSALS.fetch_update(Ordering::SeqCst, Ordering::SeqCst, fits).ok()?;
+    }
+    Some(std::io::Error::from_raw_os_error(libc::EAGAIN))
 }
