@@ -429,22 +429,122 @@ fn an_interrupted_repartition_exits_130_or_143_and_keeps_the_previous_partition(
 fn a_run_refused_on_its_cut_leaves_no_lock_file() {
     let dir = tempfile::tempdir().unwrap();
     common::write_synthetic_small(dir.path());
-    let train = |mb: &str| {
-        let args = ["train", "synthetic-small", "--workers", "2", "--mode", "full-graph", "--memory-limit-mb", mb];
-        let out = leapgnn(dir.path(), &args);
-        assert_eq!(out.status.code(), Some(2), "--memory-limit-mb {mb}: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8_lossy(&out.stderr).into_owned()
-    };
-    // The lower bound for the 2 workers and the driver together, as the run itself states it.
-    let below = train("1");
-    let total = below.split(" MiB for the 2 workers and the driver").next().and_then(|s| s.rsplit(' ').next());
-    let total = total.unwrap_or_else(|| panic!("no lower bound stated: {below}"));
-    assert!(!dir.path().join("synthetic-small/parts").exists(), "refused before the cut, yet partitioned: {below}");
-    let refused = train(total);
+    let total = lower_bound(dir.path());
+    let out = leapgnn(dir.path(), &refused_on_its_cut(&total));
+    let refused = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "--memory-limit-mb {total}: {refused}");
     assert!(refused.contains("--mode full-graph needs an estimated"), "not refused on the cut: {refused}");
     let parts = dir.path().join("synthetic-small/parts");
     // Made by the refused run and left empty (no lock file, no partition): gone with its lock.
     assert!(!parts.exists(), "left {}: {:?}", parts.display(), parts.exists().then(|| names_in(&parts)));
+}
+
+/// A train of synthetic-small on 2 full-graph workers within `mb` MiB.
+fn refused_on_its_cut(mb: &str) -> [&str; 8] {
+    ["train", "synthetic-small", "--workers", "2", "--mode", "full-graph", "--memory-limit-mb", mb]
+}
+
+/// The lower bound, in MiB, that a full-graph train of synthetic-small on 2
+/// workers checks before its cut, as the run refused below it states it:
+/// within it, the run is refused only on its cut.
+fn lower_bound(d: &Path) -> String {
+    let out = leapgnn(d, &refused_on_its_cut("1"));
+    let below = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "--memory-limit-mb 1: {below}");
+    let total = below.split(" MiB for the 2 workers and the driver").next().and_then(|s| s.rsplit(' ').next());
+    let total = total.unwrap_or_else(|| panic!("no lower bound stated: {below}"));
+    assert!(!d.join("synthetic-small/parts").exists(), "refused before the cut, yet partitioned: {below}");
+    total.to_string()
+}
+
+/// A run that made `parts/` and is refused on its cut removes it, empty,
+/// with its lock (`TargetLock`). A second run that found `parts/` there, and
+/// is about to open its lock file in it, must make it again rather than fail
+/// on "No such file or directory". The refused run is held with its lock
+/// (`partition-locked`) until the second is held at that very point
+/// (`partition-dir-made`); the refused run then ends, and the second goes on.
+#[test]
+fn a_partition_run_whose_parts_directory_vanishes_before_its_lock_makes_it_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    common::write_synthetic_small(d);
+    let total = lower_bound(d);
+    let parts = d.join("synthetic-small/parts");
+    let mut refused = Held::start(d, &refused_on_its_cut(&total), "partition-locked");
+    refused.until("test hold: partition-locked");
+    assert!(parts.join(".metis-2.lock").exists(), "held with its lock, yet no lock file: {:?}", names_in(&parts));
+    let mut second = Held::start(d, &["partition", "synthetic-small", "--parts", "2", "--json"], "partition-dir-made");
+    second.until("test hold: partition-dir-made");
+    refused.go();
+    let (code, _, err) = refused.end();
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--mode full-graph needs an estimated"), "not refused on the cut: {err}");
+    assert!(!parts.exists(), "the refused run left {:?}", names_in(&parts));
+    second.go();
+    // Back at the same point: it found the directory gone and made it again.
+    second.until("test hold: partition-dir-made");
+    second.go();
+    let (code, out, err) = second.end();
+    assert_eq!(code, Some(0), "{err}");
+    let r: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("not JSON ({e}): {out} / {err}"));
+    assert_eq!(r["parts"], 2, "{r}");
+    ManifestFile::open(parts.join("metis-2")).unwrap().verify().unwrap();
+    assert_eq!(names_in(&parts), ["metis-2"]);
+}
+
+/// A leapgnn command held at test point `point` (`LEAPGNN_TEST_PAUSE`), each
+/// time it gets there, until the test writes it a line.
+struct Held {
+    child: std::process::Child,
+    lines: std::io::Lines<std::io::BufReader<std::process::ChildStderr>>,
+    stderr: String,
+}
+
+impl Held {
+    fn start(data: &Path, args: &[&str], point: &str) -> Held {
+        use std::process::Stdio;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_leapgnn"))
+            .arg("--data-dir")
+            .arg(data)
+            .args(args)
+            .env("LEAPGNN_TEST_PAUSE", point)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start leapgnn");
+        let lines = std::io::BufRead::lines(std::io::BufReader::new(child.stderr.take().unwrap()));
+        Held { child, lines, stderr: String::new() }
+    }
+
+    /// Reads its stderr up to a line containing `at`.
+    fn until(&mut self, at: &str) {
+        for line in self.lines.by_ref() {
+            let line = line.unwrap();
+            self.stderr.push_str(&line);
+            self.stderr.push('\n');
+            if line.contains(at) {
+                return;
+            }
+        }
+        panic!("ended ({}) without a line containing `{at}`: {}", self.child.wait().unwrap(), self.stderr);
+    }
+
+    /// Lets it go on from where it is held.
+    fn go(&mut self) {
+        std::io::Write::write_all(self.child.stdin.as_mut().unwrap(), b"\n").unwrap();
+    }
+
+    /// Waits for it to end: its exit code, stdout and stderr.
+    fn end(mut self) -> (Option<i32>, String, String) {
+        drop(self.child.stdin.take());
+        for line in self.lines.by_ref() {
+            self.stderr.push_str(&line.unwrap());
+            self.stderr.push('\n');
+        }
+        let out = self.child.wait_with_output().unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned(), self.stderr)
+    }
 }
 
 /// A partition writer killed (SIGKILL, power loss) between its two renames

@@ -188,6 +188,7 @@ impl TargetLock {
         let mut vanished = 0;
         let lock = loop {
             fs::create_dir_all(parent).map_err(|e| FormatError::io(parent, e))?;
+            crate::util::interrupt::test_hold("partition-dir-made");
             match Removable::acquire(&path, || say.take().map_or((), |s| s())) {
                 Ok(lock) => break lock,
                 // Another process let its lock go and removed the directory, empty,
@@ -196,6 +197,7 @@ impl TargetLock {
                 Err(e) => return Err(FormatError::io(&path, e)),
             }
         };
+        crate::util::interrupt::test_hold("partition-locked");
         let (tmp, old) = (format!(".{name}.tmp."), format!(".{name}.old."));
         for entry in fs::read_dir(parent).map_err(|e| FormatError::io(parent, e))?.flatten() {
             let n = entry.file_name().to_string_lossy().into_owned();

@@ -128,6 +128,18 @@ pub fn test_point(name: &str) {
 }
 
 /// Test hook: with `LEAPGNN_TEST_PAUSE=NAME` (or a comma-separated list
+/// holding it) in the environment, the point named NAME says `test hold:
+/// NAME` on stderr and waits for a line on stdin (or its end), then goes on,
+/// each time the process gets there: so that a test can order two processes
+/// at their points, where a signal would end the one it resumes.
+pub fn test_hold(name: &str) {
+    if test_points().iter().any(|n| n == name) {
+        crate::elog!("test hold: {name}");
+        let _ = std::io::BufRead::read_line(&mut std::io::stdin().lock(), &mut String::new());
+    }
+}
+
+/// Test hook: with `LEAPGNN_TEST_PAUSE=NAME` (or a comma-separated list
 /// holding it) in the environment, the point named NAME says `test pause:
 /// NAME` on stderr and waits there, so that a test can signal the process
 /// at that very point: for ever, or, in a command that stops on the first
