@@ -17,6 +17,8 @@ use std::thread;
 use std::time::Duration;
 
 fn opts() -> DriverOptions {
+    // Before any driver runs: see `logged`.
+    log_subscriber();
     DriverOptions {
         start_timeout: Duration::from_secs(30),
         silence_timeout: Duration::from_secs(30),
@@ -424,22 +426,61 @@ fn a_stranger_cannot_write_control_characters_or_lines_into_the_drivers_log() {
         then: |_| {},
         stranger: Mutex::new(None),
     };
-    let buf = Capture::default();
-    let w = buf.clone();
-    let subscriber = tracing_subscriber::fmt().with_writer(move || w.clone()).with_ansi(false).finish();
     let ping = serde_json::json!({"task": "ping"});
-    let done = tracing::subscriber::with_default(subscriber, || {
-        run_job(&l, 1, &ping, &opts(), &AtomicBool::new(false), |_| {}).unwrap()
-    });
+    let (done, log) = logged(|| run_job(&l, 1, &ping, &opts(), &AtomicBool::new(false), |_| {}).unwrap());
     l.stranger.lock().unwrap().take().unwrap().join().unwrap();
     assert_eq!(done.len(), 1, "the worker was admitted after the stranger");
-    let log = buf.text();
     let refusal: Vec<&str> = log.lines().filter(|l| l.contains("refused a control connection")).collect();
     assert_eq!(refusal.len(), 1, "{log}");
     assert!(refusal[0].contains("PWNED") && refusal[0].contains(forged), "the refusal shows what came: {log:?}");
     let control: Vec<char> = log.chars().filter(|c| c.is_control() && *c != '\n').collect();
     assert!(control.is_empty(), "control characters from a stranger reached the log: {control:?} in {log:?}");
     assert!(!log.lines().any(|l| l.starts_with(forged)), "a stranger wrote a line of its own: {log:?}");
+}
+
+thread_local! {
+    /// Where this thread's log goes while `logged` reads it.
+    static THREAD_LOG: std::cell::RefCell<Option<Capture>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` and returns, with its result, what was logged on this thread
+/// meanwhile (the driver logs on the thread that runs it).
+///
+/// Not with a subscriber of this thread's own (`with_default`): tracing
+/// caches whether an event is wanted once per callsite for the whole
+/// process, asked of the thread that reaches it first. With one dispatcher
+/// registered (the scoped one), tracing-core 0.1.36 asks that thread's
+/// default (`Rebuilder::JustOne`, tokio-rs/tracing#3611), so a concurrent test
+/// that reached the driver's "refused a control connection" warning first,
+/// on a thread with no subscriber, cached "never", and this test's
+/// subscriber saw nothing: an empty log. One global subscriber, installed
+/// before any driver runs (`opts`), answers for every thread alike, and
+/// only this thread's lines are kept.
+fn logged<T>(f: impl FnOnce() -> T) -> (T, String) {
+    log_subscriber();
+    let buf = Capture::default();
+    THREAD_LOG.with(|l| *l.borrow_mut() = Some(buf.clone()));
+    let out = f();
+    THREAD_LOG.with(|l| l.borrow_mut().take());
+    (out, buf.text())
+}
+
+/// The one subscriber of this test binary, writing into `THREAD_LOG`.
+fn log_subscriber() {
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| tracing_subscriber::fmt().with_writer(|| ThreadLog).with_ansi(false).init());
+}
+
+/// The log of the thread that writes, if `logged` reads it; else dropped.
+struct ThreadLog;
+
+impl Write for ThreadLog {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        THREAD_LOG.with(|l| l.borrow_mut().as_mut().map_or(Ok(b.len()), |c| c.write(b)))
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// A hello is unauthenticated: a stranger's, naming another build, must
