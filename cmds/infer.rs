@@ -3,7 +3,7 @@ use crate::output::print_json;
 use anyhow::Context;
 use leapgnn::BadInput;
 use leapgnn::cluster::check::ssh_job_launcher;
-use leapgnn::cluster::ship::{ShipItem, rank_files};
+use leapgnn::cluster::ship::{ShipItem, rank_data_files};
 use leapgnn::cluster::{Allocation, Launcher, LauncherKind, LogSink, Profile, SlurmLauncher};
 use leapgnn::progress::signals;
 use leapgnn::train::DeviceKind;
@@ -183,17 +183,13 @@ fn distributed(g: &Global, a: &Args, opts: &InferOptions) -> anyhow::Result<leap
 
 /// `sbcast = true`: what the workers of an inference on `world` of them read
 /// under the data directory: the dataset archive and the METIS partition in
-/// `world` parts they score by (none for one worker); the weights go with
-/// the job, as the driver checked them.
+/// `world` parts they score by (`ship::rank_data_files`, as an ssh host is
+/// sent them); the weights go with the job, as the driver checked them. The
+/// files are copied as the first worker starts: `infer_distributed` cuts a
+/// missing partition before that, after its memory checks, so a refused run
+/// leaves none behind.
 fn sbcast_items(data: &leapgnn::DataDir, run: &str, world: usize) -> anyhow::Result<Vec<ShipItem>> {
     let cfg = run_config(data, run)?;
-    let root = std::path::absolute(&data.root)?;
-    let dataset = std::path::absolute(leapgnn::datasets::ensure_dataset(data, &cfg.dataset)?)?;
-    let item = |local: PathBuf| ShipItem::data_file(&root, local);
-    let mut items = std::collections::BTreeSet::from([item(dataset.clone())]);
-    if world > 1 {
-        let parts = leapgnn::partition::ensure_partition(data, &cfg.dataset, "metis", world, cfg.seed)?;
-        items.extend(rank_files(&root, &dataset, &std::path::absolute(parts)?, 0..world));
-    }
-    Ok(items.into_iter().collect())
+    let files = |rank| rank_data_files(data, &cfg.dataset, "metis", (world, world), rank);
+    Ok((0..world).flat_map(files).collect::<std::collections::BTreeSet<_>>().into_iter().collect())
 }

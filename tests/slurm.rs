@@ -444,6 +444,9 @@ fn slurm_script_infer_predicts_what_a_local_infer_does() {
     // Both tasks run on the batch step's node beside the driver: over 100 MiB
     // together, refused before any starts, and advised more nodes, not the
     // `--cluster` the job already gives (it was told "machines with --cluster").
+    // Refused, neither leaves the partition it would score by behind.
+    let parts = d.join("cora/parts/metis-2");
+    std::fs::remove_dir_all(&parts).unwrap();
     let tight = infer_refused(&slurm, d, "tight", &[]);
     assert!(tight.contains("for the 2 workers and the driver on this machine together"), "{tight}");
     assert!(tight.contains("more nodes (`slurm-script --nodes N` with fewer --tasks-per-node)"), "{tight}");
@@ -457,6 +460,9 @@ fn slurm_script_infer_predicts_what_a_local_infer_does() {
     std::fs::write(&profile, toml).unwrap();
     let shipped = infer_refused(&slurm, d, "tight-sbcast", &["--cluster", profile.to_str().unwrap()]);
     assert!(shipped.contains("for the 2 workers and the driver on this machine together"), "{shipped}");
+    // The sbcast list was made by cutting the partition before the driver's
+    // checks, which then refused the run with the partition written.
+    assert!(!parts.exists(), "a refused run left {} behind: {shipped}", parts.display());
 }
 
 /// Submits `infer trained --memory-limit-mb 100` (and `args`) on 2 tasks as
@@ -554,7 +560,8 @@ fn sbcast_ships_the_job_to_the_nodes_and_removes_it_after() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));
-    assert!(text(&out).contains("sbcast: copied"), "{}", text(&out));
+    // The binary, the archive, the manifest and the two parts.
+    assert!(text(&out).contains("sbcast: copied 5 files"), "{}", text(&out));
     // salloc sets no RAYON_NUM_THREADS: each worker gets its step's one CPU's worth.
     assert_eq!(text(&out).matches("1 compute thread\n").count(), 2, "{}", text(&out));
     json(d, &["infer", "shipped", "--out", here.to_str().unwrap()]);
