@@ -7,7 +7,8 @@
 mod dist_support;
 
 use dist_support::{
-    Tiny, cora, leapgnn, local_options, wide_full_graph_cora_job, workers_take_the_drivers_limit, wrapped, write_tiny,
+    Tiny, cora, leapgnn, local_options, mib_before, wide_full_graph_cora_job, workers_take_the_drivers_limit, wrapped,
+    write_tiny,
 };
 use leapgnn::DataDir;
 use leapgnn::train::distributed::train_distributed;
@@ -41,12 +42,6 @@ fn mib_after(e: &str, after: &str) -> u64 {
     let at = e.find(after).unwrap_or_else(|| panic!("no `{after}` in {e}"));
     let n: String = e[at + after.len()..].chars().take_while(char::is_ascii_digit).collect();
     n.parse().unwrap_or_else(|_| panic!("no figure after `{after}` in {e}"))
-}
-
-/// The MiB figure just before `before` in `e`.
-fn mib_before(e: &str, before: &str) -> u64 {
-    let at = e.find(before).unwrap_or_else(|| panic!("no `{before}` in {e}"));
-    e[..at].rsplit(['(', ' ']).next().unwrap().parse().unwrap_or_else(|_| panic!("{before}: {e}"))
 }
 
 /// Two full-graph workers on one host: where its MemAvailable holds one

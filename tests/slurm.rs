@@ -10,7 +10,7 @@
 mod dist_support;
 
 use dist_support::ports::{free_ports, on_fresh_ports};
-use dist_support::{LONG_RUN, cora, fails, json};
+use dist_support::{LONG_RUN, cora, fails, json, mib_before};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::Mutex;
@@ -1021,4 +1021,50 @@ fn a_refused_step_signal_relay_is_named_as_a_thread_refusal() {
     let failed = err.lines().find(|l| l.starts_with("error: training on cora failed")).unwrap_or_default();
     assert!(failed.contains("cannot start thread leapgnn-step-signals"), "{err}");
     assert!(failed.contains("a restart would meet the same limit"), "{err}");
+}
+
+/// An salloc shell runs the driver off the job's node: it holds none of the
+/// tasks against its own memory, and each task checks its node's. Both tasks
+/// of the one node share its MemAvailable (here `LEAPGNN_TEST_MEM_AVAILABLE`,
+/// passed on by srun), so each holds the two estimates together: with room
+/// for the larger alone, both are refused, naming the node and the 2 tasks;
+/// with room for both, it trains. (With each task holding its own estimate
+/// alone against the whole node, both started and trained.)
+#[test]
+fn tasks_on_one_node_hold_their_estimates_together_against_its_memory() {
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(slurm) = Slurm::start() else { return };
+    let tmp = cora();
+    let d = tmp.path();
+    json(d, &["partition", "cora", "--parts", "2"]);
+    let train = |run: &str, free_mib: u64| {
+        slurm
+            .cmd("salloc")
+            .args(["--ntasks=2", env!("CARGO_BIN_EXE_leapgnn"), "--data-dir", d.to_str().unwrap(), "train"])
+            .args(&JOB[..JOB.len() - 1])
+            .args(["--run", run, "--cluster", "slurm"])
+            .env(leapgnn::util::MEM_AVAILABLE_TEST_VAR, (free_mib << 20).to_string())
+            .output()
+            .unwrap()
+    };
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let together = format!(" MiB for the 2 workers on {} together", host.trim());
+    // Room for the weights, not for a worker: the figures of one and of both.
+    let out = train("small", 2);
+    let e = text(&out);
+    assert!(!out.status.success(), "{e}");
+    let (one, both) = (mib_before(&e, " MiB per worker"), mib_before(&e, &together));
+    assert!(one < both, "{e}");
+
+    let out = train("tight", one + 1);
+    let e = text(&out);
+    assert!(!out.status.success(), "{e}");
+    let failed = e.lines().find(|l| l.starts_with("error: training on cora failed")).unwrap_or_default();
+    assert!(failed.contains(&together) && failed.contains(&format!("but {} MiB are available", one + 1)), "{e}");
+    assert!(failed.contains("fewer tasks per node over more nodes"), "{e}");
+    let records = std::fs::read_to_string(d.join("runs/tight/metrics.jsonl")).unwrap_or_default();
+    assert_eq!(records.lines().count(), 0, "refused before training: {e}");
+
+    let out = train("roomy", both + 1);
+    assert!(out.status.success(), "{}", text(&out));
 }

@@ -492,3 +492,9 @@ pub fn workers_take_the_drivers_limit(data: &Path, args: &[&str]) {
         assert!(err.contains(&said), "no `{said}` in {err}");
     }
 }
+
+/// The MiB figure just before `before` in `e` (a refusal's figures).
+pub fn mib_before(e: &str, before: &str) -> u64 {
+    let at = e.find(before).unwrap_or_else(|| panic!("no `{before}` in {e}"));
+    e[..at].rsplit(['(', ' ']).next().unwrap().parse().unwrap_or_else(|_| panic!("{before}: {e}"))
+}
