@@ -270,6 +270,42 @@ fn check_starts_every_worker_and_reports_data_to_ship() {
     sshd.stop();
 }
 
+/// One worker slot and `--parts 1`: the worker owns every node and reads the
+/// dataset archive alone (no partition of one part is ever cut), so the
+/// check looks for that file only, and names it when the data dir lacks it.
+#[test]
+fn one_part_checks_the_dataset_alone_and_names_it_when_missing() {
+    let mut sshd = Sshd::start();
+    let profile = sshd.profile(1, "");
+    let data = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(data.path().join("tiny")).unwrap();
+    std::fs::write(data.path().join("tiny/dataset.lgnn"), b"topology").unwrap();
+    let run = |dataset: &str| {
+        let (d, p) = (data.path().to_str().unwrap(), profile.to_str().unwrap());
+        leapgnn(&["--json", "--data-dir", d, "cluster", "check", p, "--dataset", dataset, "--parts", "1"])
+    };
+    let out = run("tiny");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = json(&out);
+    assert_eq!(v["ok"], true, "{v}");
+    let d = v["hosts"][0]["data"]["detail"].as_str().unwrap().to_string();
+    assert!(d.contains("0 present and matching, 1 missing or stale"), "{d}");
+    assert!(!d.contains("manifest") && !d.contains("parts"), "{d}");
+    let sent: Vec<_> = walk(&sshd.remote.join("data")).into_iter().filter(|p| p.is_file()).collect();
+    assert_eq!(sent, Vec::<std::path::PathBuf>::new(), "a check must not ship data");
+
+    let out = run("absent");
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let v = json(&out);
+    assert_eq!(v["ok"], false, "{v}");
+    let d = v["hosts"][0]["data"]["detail"].as_str().unwrap().to_string();
+    let missing = data.path().join("absent/dataset.lgnn");
+    assert!(d.contains(&format!("rank 0 needs {}, which does not exist here", missing.display())), "{d}");
+    assert!(!d.contains("manifest"), "{d}");
+    assert_eq!(sshd.wait_sessions_closed(LEFT_WITHIN), Vec::<u32>::new());
+    sshd.stop();
+}
+
 #[test]
 fn local_profile_checks_a_local_worker_and_bad_profiles_exit_2() {
     let local = concat!(env!("CARGO_MANIFEST_DIR"), "/profiles/local.toml");
