@@ -1004,6 +1004,15 @@ fn the_time_limit_warning_stops_with_a_checkpoint_and_a_new_job_resumes_it() {
 fn a_refused_step_signal_relay_is_named_as_a_thread_refusal() {
     let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
     let Some(slurm) = Slurm::start() else { return };
+    let failed = train_refused_a_thread(&slurm, "leapgnn-step-signals", &[]);
+    assert!(failed.contains("cannot start thread leapgnn-step-signals"), "{failed}");
+}
+
+/// Trains Cora on 2 tasks in an salloc shell, every task's OS refusing
+/// `thread` (`LEAPGNN_TEST_REFUSE_THREAD`), with `args`; asserts exit 1 with
+/// the driver's own line, not the worker's relayed one (the refusal as such),
+/// saying that a restart would meet the same limit; returns that line.
+fn train_refused_a_thread(slurm: &Slurm, thread: &str, args: &[&str]) -> String {
     let tmp = cora();
     let d = tmp.path();
     json(d, &["partition", "cora", "--parts", "2"]);
@@ -1012,15 +1021,16 @@ fn a_refused_step_signal_relay_is_named_as_a_thread_refusal() {
         .args(["--ntasks=2", env!("CARGO_BIN_EXE_leapgnn"), "--data-dir", d.to_str().unwrap(), "train"])
         .args(&JOB[..JOB.len() - 1])
         .args(["--run", "refused", "--cluster", "slurm"])
-        .env("LEAPGNN_TEST_REFUSE_THREAD", "leapgnn-step-signals")
+        .args(args)
+        .env("LEAPGNN_TEST_REFUSE_THREAD", thread)
         .output()
         .unwrap();
     let err = text(&out);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    // The driver's own line, not the worker's relayed one: the refusal as such.
     let failed = err.lines().find(|l| l.starts_with("error: training on cora failed")).unwrap_or_default();
-    assert!(failed.contains("cannot start thread leapgnn-step-signals"), "{err}");
     assert!(failed.contains("a restart would meet the same limit"), "{err}");
+    assert!(!err.contains("restart 1 of"), "restarted into the same limit: {err}");
+    failed.to_string()
 }
 
 /// An salloc shell runs the driver off the job's node: it holds none of the
@@ -1067,4 +1077,17 @@ fn tasks_on_one_node_hold_their_estimates_together_against_its_memory() {
 
     let out = train("roomy", both + 1);
     assert!(out.status.success(), "{}", text(&out));
+}
+
+/// A Slurm task refused one of its mesh threads (rank 1 dials rank 0 on a
+/// thread of its own) reports the refusal as such: the driver's error names
+/// the worker, its node and the thread, and `--restarts 1` is not spent on a
+/// relaunch into the same limit.
+#[test]
+fn a_task_refused_a_mesh_thread_is_named_with_its_node_and_not_restarted() {
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(slurm) = Slurm::start() else { return };
+    let failed = train_refused_a_thread(&slurm, "leapgnn-mesh-dial-0", &["--restarts", "1"]);
+    let host = leapgnn::util::host_name();
+    assert!(failed.contains(&format!("worker 1 on {host} cannot start thread leapgnn-mesh-dial-0: ")), "{failed}");
 }
