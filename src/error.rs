@@ -61,6 +61,7 @@ pub fn is_bad_input(e: &(dyn Error + 'static)) -> bool {
         ask::<crate::format::FormatError>,
         ask::<crate::datasets::DatasetError>,
         ask::<crate::train::TrainError>,
+        ask::<crate::cluster::driver::DriverError>,
     ];
     BLAMING.iter().find_map(|ask| ask(e)).unwrap_or(false)
 }
@@ -84,5 +85,11 @@ mod tests {
         let nan = crate::train::TrainError::NonFiniteLoss { epoch: 0, iteration: 0, value: f64::NAN };
         assert_eq!((nan.exit_code(), BadInput::new("x").exit_code()), (1, 2));
         assert_eq!(exit_code(anyhow::anyhow!("plain").chain()), 1);
+        // A worker's refusal of its job is bad input; its other failures are the run's.
+        use crate::cluster::driver::DriverError;
+        let refused = DriverError::WorkerRefused { rank: 1, message: "does not fit".into() };
+        let failed = DriverError::WorkerFailed { rank: 1, message: "disk full".into() };
+        assert_eq!(exit_code(anyhow::Error::new(refused).context("training failed").chain()), 2);
+        assert_eq!(exit_code(anyhow::Error::new(failed).context("training failed").chain()), 1);
     }
 }

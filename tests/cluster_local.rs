@@ -49,7 +49,7 @@ fn a_failing_worker_is_named_and_the_others_are_stopped() {
     let err =
         run_job(&launcher(), 2, &serde_json::json!({"task": "no-such-task"}), &opts(), &stop, |_| {}).unwrap_err();
     match &err {
-        DriverError::WorkerFailed { message, .. } => assert!(message.contains("unknown task"), "{message}"),
+        DriverError::WorkerRefused { message, .. } => assert!(message.contains("unknown task"), "{message}"),
         other => panic!("unexpected error: {other}"),
     }
 }

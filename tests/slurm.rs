@@ -1037,8 +1037,9 @@ fn train_refused_a_thread(slurm: &Slurm, thread: &str, args: &[&str]) -> String 
 /// tasks against its own memory, and each task checks its node's. Both tasks
 /// of the one node share its MemAvailable (here `LEAPGNN_TEST_MEM_AVAILABLE`,
 /// passed on by srun), so each holds the two estimates together: with room
-/// for the larger alone, both are refused, naming the node and the 2 tasks;
-/// with room for both, it trains. (With each task holding its own estimate
+/// for the larger alone, both are refused (bad input: exit 2, and
+/// `--restarts` does not relaunch them into the same refusal), naming the
+/// node and the 2 tasks; with room for both, it trains. (With each task holding its own estimate
 /// alone against the whole node, both started and trained.)
 #[test]
 fn tasks_on_one_node_hold_their_estimates_together_against_its_memory() {
@@ -1052,7 +1053,7 @@ fn tasks_on_one_node_hold_their_estimates_together_against_its_memory() {
             .cmd("salloc")
             .args(["--ntasks=2", env!("CARGO_BIN_EXE_leapgnn"), "--data-dir", d.to_str().unwrap(), "train"])
             .args(&JOB[..JOB.len() - 1])
-            .args(["--run", run, "--cluster", "slurm"])
+            .args(["--run", run, "--cluster", "slurm", "--restarts", "1"])
             .env(leapgnn::util::MEM_AVAILABLE_TEST_VAR, (free_mib << 20).to_string())
             .output()
             .unwrap()
@@ -1068,7 +1069,8 @@ fn tasks_on_one_node_hold_their_estimates_together_against_its_memory() {
 
     let out = train("tight", one + 1);
     let e = text(&out);
-    assert!(!out.status.success(), "{e}");
+    assert_eq!(out.status.code(), Some(2), "{e}");
+    assert!(!e.contains("restart 1 of 1"), "relaunched into the same refusal: {e}");
     let failed = e.lines().find(|l| l.starts_with("error: training on cora failed")).unwrap_or_default();
     assert!(failed.contains(&together) && failed.contains(&format!("but {} MiB are available", one + 1)), "{e}");
     assert!(failed.contains("fewer tasks per node over more nodes"), "{e}");

@@ -68,6 +68,9 @@ pub enum ToDriver {
     Heartbeat,
     Done(serde_json::Value),
     Error(String),
+    /// The worker refused its job as bad input (its share does not fit its
+    /// host, its partition is another): a restart would be refused again.
+    Refused(String),
     /// The worker's OS refused it a thread: a limit of its host, which a
     /// restart there would meet again. Every other failure is `Error`.
     ThreadRefused(ThreadRefused),

@@ -61,6 +61,10 @@ pub enum DriverError {
     Exited { rank: usize, code: i32 },
     #[error("worker {rank} failed: {message}")]
     WorkerFailed { rank: usize, message: String },
+    /// Worker `rank` refused its job as bad input (`ToDriver::Refused`): the
+    /// run exits 2 and `--restarts` does not relaunch it into the same refusal.
+    #[error("worker {rank} failed: {message}")]
+    WorkerRefused { rank: usize, message: String },
     /// The OS of worker `rank`'s host refused it a thread: restarting it
     /// would meet the same limit, so `--restarts` does not.
     #[error(
@@ -138,6 +142,7 @@ impl DriverError {
             DriverError::StartTimeout { rank, .. }
             | DriverError::Exited { rank, .. }
             | DriverError::WorkerFailed { rank, .. }
+            | DriverError::WorkerRefused { rank, .. }
             | DriverError::ThreadRefused { rank, .. }
             | DriverError::OtherBuild { rank, .. }
             | DriverError::Silent { rank, .. }
@@ -217,6 +222,7 @@ pub fn run_job_stoppable(
         match c.recv::<ToDriver>()? {
             ToDriver::Listening(a) => peers[rank] = a,
             ToDriver::Error(message) => return Err(DriverError::WorkerFailed { rank, message }),
+            ToDriver::Refused(message) => return Err(DriverError::WorkerRefused { rank, message }),
             ToDriver::ThreadRefused(refusal) => {
                 return Err(DriverError::ThreadRefused { rank, refusal: Box::new(refusal) });
             }
@@ -294,6 +300,10 @@ pub fn run_job_stoppable(
                     ToDriver::Error(message) => {
                         fault = Some(rank);
                         break Err(DriverError::WorkerFailed { rank, message });
+                    }
+                    ToDriver::Refused(message) => {
+                        fault = Some(rank);
+                        break Err(DriverError::WorkerRefused { rank, message });
                     }
                     ToDriver::ThreadRefused(refusal) => {
                         fault = Some(rank);
@@ -410,7 +420,10 @@ fn settle(
     on_event: &mut impl FnMut(Event) -> Option<(usize, ToWorker)>,
 ) -> DriverError {
     let deadline = Instant::now() + SETTLE_GRACE;
-    let reported = matches!(err, DriverError::WorkerFailed { .. } | DriverError::ThreadRefused { .. });
+    let reported = matches!(
+        err,
+        DriverError::WorkerFailed { .. } | DriverError::WorkerRefused { .. } | DriverError::ThreadRefused { .. }
+    );
     let mut spoke: Vec<bool> = done.iter().map(Option::is_some).collect();
     spoke[rank] = true;
     // Named once the others have had their say: returning at once would drop
@@ -434,7 +447,7 @@ fn settle(
                         spoke[r] = true;
                         let _ = on_event(Event::Done(r, v));
                     }
-                    ToDriver::Error(_) => spoke[r] = true,
+                    ToDriver::Error(_) | ToDriver::Refused(_) => spoke[r] = true,
                     // The cause, when another worker's error came first: that is its echo.
                     ToDriver::ThreadRefused(refusal) => {
                         spoke[r] = true;
@@ -684,4 +697,12 @@ fn unexpected(c: &ControlConn, m: &ToDriver) -> DriverError {
         peer: c.peer().to_string(),
         detail: format!("unexpected message {m:?}"),
     })
+}
+
+impl crate::error::Blame for DriverError {
+    /// A worker's refusal of its job is the input's fault (its share does
+    /// not fit its host); every other failure is the run's.
+    fn is_bad_input(&self) -> bool {
+        matches!(self, DriverError::WorkerRefused { .. })
+    }
 }

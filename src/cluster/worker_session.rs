@@ -44,11 +44,13 @@ pub fn relay_step_signals(
 
 /// What a worker tells the driver of its failure `e`, `line` being `e` in
 /// one line: a thread its OS refused (anywhere in `e`'s chain) as such, so
-/// that the driver names the limit and does not restart on it; anything
-/// else as text.
+/// that the driver names the limit and does not restart on it; bad input
+/// (`error::is_bad_input`) as a refusal, which a restart would meet again;
+/// anything else as text.
 pub fn failure(e: &anyhow::Error, line: impl FnOnce(&anyhow::Error) -> String) -> ToDriver {
     match e.chain().find_map(|c| c.downcast_ref::<crate::util::threads::SpawnError>()) {
         Some(refused) => ToDriver::ThreadRefused(ThreadRefused::of(refused)),
+        None if e.chain().any(crate::error::is_bad_input) => ToDriver::Refused(line(e)),
         None => ToDriver::Error(line(e)),
     }
 }
