@@ -160,6 +160,10 @@ pub fn resume_distributed(
     obs: &mut dyn Observer,
 ) -> anyhow::Result<RunSummary> {
     let _lock = crate::train::lock_run(data, run, "--resume")?;
+    if let Some(summary) = finished_without_summary(data, run, over, obs)? {
+        tidy_hosts(data, run, true, opts, obs);
+        return Ok(summary);
+    }
     let mut ledger = Ledger::default();
     let result = resume_once(data, run, over, &mut ledger, run_opts, opts, obs, None);
     let result = recover(data, run, None, result, &mut ledger, run_opts, opts, obs);
@@ -448,7 +452,30 @@ fn stopped_before_restart(
     let (cfg, p) = checkpoint::load_config(&ck)?;
     let path = run_dir.join("metrics.jsonl");
     drop(JsonlSink::append_before(&path, (p.epoch, p.iteration))?);
-    let mut summary = RunSummary {
+    let counted = restarted_before(ledger, &run_dir, &p);
+    let iteration = p.global_iteration;
+    let summary = checkpoint_summary(name, &cfg, p, counted)?;
+    let msg = format!(
+        "run {name}: stopped on request before restarting it ({err:#}); the workers were not started again, and the \
+         run ends at its checkpoint after iteration {iteration}"
+    );
+    tracing::warn!("{msg}");
+    obs.event(&msg);
+    write_atomic(run_dir.join("summary.json"), &serde_json::to_vec_pretty(&summary).expect("summary serialises"))?;
+    Ok(summary)
+}
+
+/// The summary of run `name` as its checkpoint `p` (of config `cfg`) has
+/// it: its iterations, its epochs' records (losses, accuracies, times) and
+/// `counted`, its rows and bytes. What only the workers' final reports hold
+/// (their peak memory, the replica checks) is left out.
+fn checkpoint_summary(
+    name: &str,
+    cfg: &TrainConfig,
+    p: Progress,
+    (rows, bytes): (crate::metrics::RowCounts, RunBytes),
+) -> anyhow::Result<RunSummary> {
+    let summary = RunSummary {
         run: name.to_string(),
         strategy: cfg.strategy.to_string(),
         workers: cfg.workers,
@@ -456,24 +483,55 @@ fn stopped_before_restart(
         model: cfg.model.to_string(),
         time_steps: match &p.auto_steps {
             Some(a) => a.current,
-            None => crate::train::strategy::build(cfg.strategy, &StrategyEnv::new(&cfg, None)?)?.time_steps(),
+            None => crate::train::strategy::build(cfg.strategy, &StrategyEnv::new(cfg, None)?)?.time_steps(),
         },
         mode: cfg.reported_mode(),
         prefetch: cfg.prefetches(),
         iterations: p.global_iteration,
+        rows,
+        bytes,
         ..Default::default()
     };
-    (summary.rows, summary.bytes) = restarted_before(ledger, &run_dir, &p);
-    let summary = summary.from_history(p.history);
+    Ok(summary.from_history(p.history))
+}
+
+/// `--resume` of run `run` whose driver died after rank 0 wrote the final
+/// checkpoint and before the driver wrote the summary (`kill -9`, a crash,
+/// its node lost): the run had finished, so nothing is trained and no
+/// worker started; the summary is written from that checkpoint, which holds
+/// every epoch's records (so the accuracies: no evaluation is needed) and
+/// the run's count of rows and bytes. `None` when the run has its summary
+/// (refused as complete, as before; a summary short of the checkpoint is
+/// not it), has epochs left (or `--epochs` asks for more), or its
+/// checkpoint cannot be read (`resumable` says why).
+fn finished_without_summary(
+    data: &DataDir,
+    run: &str,
+    over: &ResumeOverrides,
+    obs: &mut dyn Observer,
+) -> anyhow::Result<Option<RunSummary>> {
+    let run_dir = data.run_dir(run);
+    let Ok((cfg, p)) = checkpoint::load_config(&checkpoint::dir(&run_dir)) else { return Ok(None) };
+    if !p.complete(cfg.epochs) || over.epochs.is_some_and(|e| e > p.epoch) {
+        return Ok(None);
+    }
+    // A summary short of the checkpoint is an earlier stop's, of the attempt before the one that died.
+    if summary_before(&run_dir, p.global_iteration).is_some() {
+        return Ok(None);
+    }
+    let path = run_dir.join("summary.json");
+    let iteration = p.global_iteration;
+    let counted = before(&run_dir, &p).unwrap_or_default();
+    let summary = checkpoint_summary(run, &cfg, p, counted)?;
+    write_atomic(&path, &serde_json::to_vec_pretty(&summary).expect("summary serialises"))?;
     let msg = format!(
-        "run {name}: stopped on request before restarting it ({err:#}); the workers were not started again, and the \
-         run ends at its checkpoint after iteration {}",
-        p.global_iteration
+        "run {run}: the run had finished; its summary was missing and is written from its final checkpoint (after \
+         iteration {iteration}) to {}; nothing was trained",
+        path.display()
     );
     tracing::warn!("{msg}");
     obs.event(&msg);
-    write_atomic(run_dir.join("summary.json"), &serde_json::to_vec_pretty(&summary).expect("summary serialises"))?;
-    Ok(summary)
+    Ok(Some(summary))
 }
 
 /// A restart under way: what the `RestartRecord` says once training runs again.
