@@ -5,6 +5,8 @@
 #[path = "support/capture.rs"]
 mod capture;
 mod comm_support;
+#[path = "support/dropped.rs"]
+mod dropped;
 #[path = "support/ports.rs"]
 mod ports;
 #[path = "support/sshd.rs"]
@@ -15,7 +17,7 @@ use comm_support::{listeners, secret};
 use leapgnn::comm::auth::{Hello, MAX_HANDSHAKE_FRAME};
 use leapgnn::comm::frame::{self, Header, Kind};
 use leapgnn::comm::{Category, CommError, Mesh, MeshConfig};
-use std::io::{ErrorKind, Read, Write};
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, OnceLock};
 use std::thread;
@@ -41,13 +43,8 @@ fn logs() -> String {
 
 /// Waits until the worker drops `s`, and checks it sent nothing more.
 fn assert_dropped(mut s: TcpStream, who: &str) {
-    s.set_read_timeout(Some(LONG)).unwrap();
-    let mut buf = [0u8; 64];
-    match s.read(&mut buf) {
-        Ok(0) => {}
-        Err(e) if e.kind() == ErrorKind::ConnectionReset => {}
-        Ok(n) => panic!("{who}: the worker sent {n} more bytes instead of dropping it"),
-        Err(e) => panic!("{who}: not dropped: {e}"),
+    if let Err(e) = dropped::wait_dropped(&mut s, LONG) {
+        panic!("{who}: {e}");
     }
 }
 
@@ -604,4 +601,83 @@ fn a_crowd_of_strangers_around_a_genuine_connect_costs_it_a_dial_not_the_mesh() 
         assert!(r1.unwrap().is_ok() && r0.unwrap().is_ok(), "the barrier failed after the mesh formed");
     });
     eprintln!("worker 1 dialled worker 0 {} times", dials.load(std::sync::atomic::Ordering::SeqCst));
+}
+
+/// A process stopped and continued (Ctrl-Z and `fg`, a debugger, a loaded
+/// CI host) while `assert_dropped` waited for the peer to drop it failed
+/// the test: that read has a timeout, so it fails with EINTR then (signal(7)),
+/// and a single read took it as "not dropped". It now reads again. The wait
+/// runs in a child (this binary, running the ignored test below), which is
+/// stopped while blocked in that read and then continued, so that no other
+/// test of this binary is stopped.
+#[test]
+fn a_wait_for_a_drop_outlasts_the_process_being_stopped_and_continued() {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+    let args = ["--exact", "stopped_while_waiting_for_a_drop", "--ignored", "--nocapture"];
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    let spawned = cmd.args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    // Killed (stopped or not) if the test fails before it ends.
+    struct Reap(std::process::Child);
+    impl Drop for Reap {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut child = Reap(spawned);
+    let pid = child.0.id();
+    let mut out = std::io::BufReader::new(child.0.stdout.take().unwrap());
+    let tid = loop {
+        let mut line = String::new();
+        assert!(out.read_line(&mut line).unwrap() > 0, "the child ended before it waited");
+        if let Some(t) = line.trim().strip_prefix("waiting in thread ") {
+            break t.to_string();
+        }
+    };
+    let task = format!("/proc/{pid}/task/{tid}");
+    // The syscall numbers of read and recvfrom.
+    let reads: &[&str] = if cfg!(target_arch = "aarch64") { &["63", "207"] } else { &["0", "45"] };
+    let until = |what: &str, done: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + LONG;
+        while !done() {
+            assert!(Instant::now() < deadline, "the child never {what}");
+            thread::yield_now();
+        }
+    };
+    let syscall = || std::fs::read_to_string(format!("{task}/syscall")).unwrap_or_default();
+    until("blocked in its read", &|| reads.contains(&syscall().split(' ').next().unwrap_or("")));
+    let state = || {
+        let stat = std::fs::read_to_string(format!("{task}/stat")).unwrap_or_default();
+        stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next())
+    };
+    let kill = |sig: &str| assert!(Command::new("kill").args([sig, &pid.to_string()]).status().unwrap().success());
+    kill("-STOP");
+    until("stopped", &|| state() == Some('T'));
+    kill("-CONT");
+    // The peer drops the connection now; a wait that gave up on EINTR has already failed.
+    let _ = child.0.stdin.take().unwrap().write_all(b"drop\n");
+    let status = child.0.wait().unwrap();
+    let mut err = String::new();
+    child.0.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(status.success(), "the wait did not outlast a stop and a continue: {status}\n{err}");
+}
+
+/// The child of the test above: waits for its peer to drop it, with a stop
+/// and a continue in the middle; the peer is dropped once stdin says so.
+#[test]
+#[ignore = "run by a_wait_for_a_drop_outlasts_the_process_being_stopped_and_continued, in a process of its own"]
+fn stopped_while_waiting_for_a_drop() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let s = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (peer, _) = l.accept().unwrap();
+    let dropper = thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::stdin().read_line(&mut line);
+        drop(peer);
+    });
+    let me = std::fs::read_link("/proc/thread-self").unwrap();
+    println!("waiting in thread {}", me.file_name().unwrap().to_string_lossy());
+    assert_dropped(s, "a peer dropped after a stop and a continue");
+    dropper.join().unwrap();
 }
