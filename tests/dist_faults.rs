@@ -554,15 +554,21 @@ fn forget_runs(d: &std::path::Path) {
 /// Runs `run` as run `killed` and kills its driver with SIGKILL while rank 0
 /// holds at test pause `at`; waits for its workers to go.
 fn driver_killed_at(d: &std::path::Path, run: &[&str], at: &str) {
+    driver_of_killed_killed_at(d, &[run, &["--run", "killed"]].concat(), at);
+    assert!(!d.join("runs/killed/summary.json").exists(), "a killed driver wrote a summary");
+}
+
+/// Runs `args` (a run `killed` or its `--resume`) and kills its driver with
+/// SIGKILL while rank 0 holds at test pause `at`; waits for its workers to go.
+fn driver_of_killed_killed_at(d: &std::path::Path, args: &[&str], at: &str) {
     let pause = [("LEAPGNN_TEST_PAUSE", at)];
-    let mut drv = Driver::start_env(d, &[run, &["--run", "killed"]].concat(), &pause);
+    let mut drv = Driver::start_env(d, args, &pause);
     let ws = drv.workers(2);
     drv.wait_line(Duration::from_secs(60), |l| l.contains(&format!("test pause: {at}")));
     signal(drv.child.id(), "KILL");
     drv.child.wait().unwrap();
     let pids: Vec<u32> = ws.iter().map(|w| w.pid).collect();
     assert_eq!(wait_gone(&pids, Duration::from_secs(30)), Vec::<u32>::new(), "workers outlived their driver");
-    assert!(!d.join("runs/killed/summary.json").exists(), "a killed driver wrote a summary");
 }
 
 /// Runs `run` as run `straight`, uninterrupted, and as run `killed`, its
@@ -807,6 +813,20 @@ fn all_but_the_setup(counted: &serde_json::Value, straight: &serde_json::Value, 
     assert!(0 < k && k < u, "{what}: train control {k}, uninterrupted {u}");
 }
 
+/// `train --resume killed --json` of a finished run without its summary:
+/// checks it exits 0 saying it wrote the summary from the final checkpoint,
+/// and prints what it wrote; returns that summary.
+fn summary_written_by_resume(d: &std::path::Path) -> serde_json::Value {
+    let out = dist_support::leapgnn(d, &["train", "--resume", "killed", "--no-tui", "--json"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("its summary was missing and is written from its final checkpoint"), "{stderr}");
+    let printed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let written = std::fs::read(d.join("runs/killed/summary.json")).unwrap();
+    assert_eq!(printed, serde_json::from_slice::<serde_json::Value>(&written).unwrap());
+    printed
+}
+
 /// A finished run whose driver was killed after rank 0 wrote the final
 /// checkpoint and before the driver wrote the summary (`kill -9`, a crash)
 /// was refused by `train --resume RUN` as complete (exit 2), model-centric
@@ -832,13 +852,7 @@ fn a_finished_run_whose_driver_was_killed_before_its_summary_gets_it_from_its_fi
         let straight = json(d, &[&run[..], &["--run", "straight"]].concat());
         driver_killed_at(d, &run, "final-checkpoint-written");
         let records = std::fs::read(d.join("runs/killed/metrics.jsonl")).unwrap();
-        let out = dist_support::leapgnn(d, &["train", "--resume", "killed", "--no-tui", "--json"]);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(0), "{flags:?}: {stderr}");
-        assert!(stderr.contains("its summary was missing and is written from its final checkpoint"), "{stderr}");
-        let printed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        let written = std::fs::read(d.join("runs/killed/summary.json")).unwrap();
-        assert_eq!(printed, serde_json::from_slice::<serde_json::Value>(&written).unwrap());
+        let printed = summary_written_by_resume(d);
         assert!(std::fs::read(d.join("runs/killed/metrics.jsonl")).unwrap() == records, "{flags:?}: it trained");
         for k in ["iterations", "epochs", "best_epoch", "test_accuracy", "best_val_accuracy", "final_loss", "rows"] {
             assert_eq!(printed[k], straight[k], "{flags:?}: {k}");
@@ -852,6 +866,27 @@ fn a_finished_run_whose_driver_was_killed_before_its_summary_gets_it_from_its_fi
         let refused = ["nothing to resume", "ended without --checkpoint-every"];
         assert!(refused.iter().any(|r| line.contains(r)), "{flags:?}: {line}");
         forget_runs(d);
+    }
+}
+
+/// The same run stopped first (`--stop-after`, which writes the stop's
+/// summary), resumed, and its driver killed at the final checkpoint: the
+/// stop's summary, short of that checkpoint, is not the run's, so a second
+/// `--resume` writes the run's from the checkpoint, with the uninterrupted
+/// run's iterations, accuracy and rows.
+#[test]
+fn a_finished_run_with_only_an_earlier_stops_summary_gets_its_own_from_its_final_checkpoint() {
+    let tmp = cora();
+    let d = tmp.path();
+    let run = ["train", "cora", "--workers", "2", "--epochs", "2", "--batch-size", "16", "--hidden", "16"];
+    let run = [&run[..], &["--fanout", "5,5", "--no-tui"]].concat();
+    let straight = json(d, &[&run[..], &["--run", "straight"]].concat());
+    let stopped = json(d, &[&run[..], &["--run", "killed", "--stop-after", "3"]].concat());
+    assert_eq!(stopped["iterations"], 3, "{stopped}");
+    driver_of_killed_killed_at(d, &["train", "--resume", "killed", "--no-tui"], "final-checkpoint-written");
+    let summary = summary_written_by_resume(d);
+    for k in ["iterations", "epochs", "test_accuracy", "best_val_accuracy", "final_loss", "rows"] {
+        assert_eq!(summary[k], straight[k], "{k}");
     }
 }
 
