@@ -890,6 +890,32 @@ fn a_finished_run_with_only_an_earlier_stops_summary_gets_its_own_from_its_final
     }
 }
 
+/// The same for a single worker, whose one process trains and writes the
+/// summary: killed after its final checkpoint, `--resume` refused it as
+/// complete (exit 2). It now writes the summary from the checkpoint, whose
+/// progress is every count the process held: the uninterrupted run's rows
+/// and bytes exactly, and its iterations, accuracies and loss.
+#[test]
+fn a_finished_single_worker_run_killed_before_its_summary_gets_it_from_its_final_checkpoint() {
+    let tmp = cora();
+    let d = tmp.path();
+    let run = ["train", "cora", "--workers", "1", "--epochs", "2", "--batch-size", "16", "--hidden", "16"];
+    let run = [&run[..], &["--fanout", "5,5", "--no-tui"]].concat();
+    let straight = json(d, &[&run[..], &["--run", "straight"]].concat());
+    let pause = [("LEAPGNN_TEST_PAUSE", "final-checkpoint-written")];
+    let mut drv = Driver::start_env(d, &[&run[..], &["--run", "killed"]].concat(), &pause);
+    drv.wait_line(Duration::from_secs(60), |l| l.contains("test pause: final-checkpoint-written"));
+    signal(drv.child.id(), "KILL");
+    drv.child.wait().unwrap();
+    assert!(!d.join("runs/killed/summary.json").exists(), "a killed process wrote a summary");
+    let records = std::fs::read(d.join("runs/killed/metrics.jsonl")).unwrap();
+    let summary = summary_written_by_resume(d);
+    assert!(std::fs::read(d.join("runs/killed/metrics.jsonl")).unwrap() == records, "it trained");
+    for k in ["iterations", "epochs", "test_accuracy", "best_val_accuracy", "final_loss", "rows", "bytes"] {
+        assert_eq!(summary[k], straight[k], "{k}");
+    }
+}
+
 /// A stop resumed from its summary counted the stopped attempt's setup (its
 /// mesh, initial weights, the barriers that start training and end the
 /// stop), which the checkpoint's count leaves out as the resumed attempt

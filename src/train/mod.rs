@@ -12,6 +12,7 @@ mod config;
 pub mod config_file;
 pub mod distributed;
 mod evaluate;
+pub(crate) mod finished;
 pub mod flags;
 pub mod fullgraph;
 pub mod infer;
@@ -207,6 +208,11 @@ pub fn resume(
     obs: &mut dyn Observer,
 ) -> Result<RunSummary, TrainError> {
     let lock = lock_run(data, run, "--resume")?;
+    // One process held every count: the checkpoint's own progress is the run's.
+    let counted = |_: &Path, p: &Progress| (p.rows, RunBytes::split(total_bytes(p), p.eval_bytes));
+    if let Some(summary) = finished::write_missing_summary(data, run, over, obs, &counted)? {
+        return Ok(summary);
+    }
     let (run_dir, cfg, _) = resumable(data, run, over, "--resume")?;
     execute(data, cfg, (run, &run_dir, lock), true, opts, obs)
 }

@@ -160,7 +160,8 @@ pub fn resume_distributed(
     obs: &mut dyn Observer,
 ) -> anyhow::Result<RunSummary> {
     let _lock = crate::train::lock_run(data, run, "--resume")?;
-    if let Some(summary) = finished_without_summary(data, run, over, obs)? {
+    let counted = |run_dir: &Path, p: &Progress| before(run_dir, p).unwrap_or_default();
+    if let Some(summary) = crate::train::finished::write_missing_summary(data, run, over, obs, &counted)? {
         tidy_hosts(data, run, true, opts, obs);
         return Ok(summary);
     }
@@ -454,7 +455,7 @@ fn stopped_before_restart(
     drop(JsonlSink::append_before(&path, (p.epoch, p.iteration))?);
     let counted = restarted_before(ledger, &run_dir, &p);
     let iteration = p.global_iteration;
-    let summary = checkpoint_summary(name, &cfg, p, counted)?;
+    let summary = crate::train::finished::checkpoint_summary(name, &cfg, p, counted)?;
     let msg = format!(
         "run {name}: stopped on request before restarting it ({err:#}); the workers were not started again, and the \
          run ends at its checkpoint after iteration {iteration}"
@@ -463,75 +464,6 @@ fn stopped_before_restart(
     obs.event(&msg);
     write_atomic(run_dir.join("summary.json"), &serde_json::to_vec_pretty(&summary).expect("summary serialises"))?;
     Ok(summary)
-}
-
-/// The summary of run `name` as its checkpoint `p` (of config `cfg`) has
-/// it: its iterations, its epochs' records (losses, accuracies, times) and
-/// `counted`, its rows and bytes. What only the workers' final reports hold
-/// (their peak memory, the replica checks) is left out.
-fn checkpoint_summary(
-    name: &str,
-    cfg: &TrainConfig,
-    p: Progress,
-    (rows, bytes): (crate::metrics::RowCounts, RunBytes),
-) -> anyhow::Result<RunSummary> {
-    let summary = RunSummary {
-        run: name.to_string(),
-        strategy: cfg.strategy.to_string(),
-        workers: cfg.workers,
-        dataset: cfg.dataset.clone(),
-        model: cfg.model.to_string(),
-        time_steps: match &p.auto_steps {
-            Some(a) => a.current,
-            None => crate::train::strategy::build(cfg.strategy, &StrategyEnv::new(cfg, None)?)?.time_steps(),
-        },
-        mode: cfg.reported_mode(),
-        prefetch: cfg.prefetches(),
-        iterations: p.global_iteration,
-        rows,
-        bytes,
-        ..Default::default()
-    };
-    Ok(summary.from_history(p.history))
-}
-
-/// `--resume` of run `run` whose driver died after rank 0 wrote the final
-/// checkpoint and before the driver wrote the summary (`kill -9`, a crash,
-/// its node lost): the run had finished, so nothing is trained and no
-/// worker started; the summary is written from that checkpoint, which holds
-/// every epoch's records (so the accuracies: no evaluation is needed) and
-/// the run's count of rows and bytes. `None` when the run has its summary
-/// (refused as complete, as before; a summary short of the checkpoint is
-/// not it), has epochs left (or `--epochs` asks for more), or its
-/// checkpoint cannot be read (`resumable` says why).
-fn finished_without_summary(
-    data: &DataDir,
-    run: &str,
-    over: &ResumeOverrides,
-    obs: &mut dyn Observer,
-) -> anyhow::Result<Option<RunSummary>> {
-    let run_dir = data.run_dir(run);
-    let Ok((cfg, p)) = checkpoint::load_config(&checkpoint::dir(&run_dir)) else { return Ok(None) };
-    if !p.complete(cfg.epochs) || over.epochs.is_some_and(|e| e > p.epoch) {
-        return Ok(None);
-    }
-    // A summary short of the checkpoint is an earlier stop's, of the attempt before the one that died.
-    if summary_before(&run_dir, p.global_iteration).is_some() {
-        return Ok(None);
-    }
-    let path = run_dir.join("summary.json");
-    let iteration = p.global_iteration;
-    let counted = before(&run_dir, &p).unwrap_or_default();
-    let summary = checkpoint_summary(run, &cfg, p, counted)?;
-    write_atomic(&path, &serde_json::to_vec_pretty(&summary).expect("summary serialises"))?;
-    let msg = format!(
-        "run {run}: the run had finished; its summary was missing and is written from its final checkpoint (after \
-         iteration {iteration}) to {}; nothing was trained",
-        path.display()
-    );
-    tracing::warn!("{msg}");
-    obs.event(&msg);
-    Ok(Some(summary))
 }
 
 /// A restart under way: what the `RestartRecord` says once training runs again.
@@ -873,25 +805,6 @@ fn fetch_checkpoint(
     Ok(())
 }
 
-/// What run `run_dir` moved and fetched before the checkpoint a resume starts
-/// from (`iteration`): its last summary, when that run ended there (it was
-/// stopped there or finished) or after it: RETEXO checkpoints at the start
-/// of a stage, so a run stopped in mid-stage ends past its checkpoint, and
-/// its summary holds every byte it moved (the stage's rounds it trains again
-/// cross the sockets again, and are counted again). An attempt that failed
-/// after a later checkpoint wrote no summary, so its bytes and rows are
-/// unknown: `None`, and the resumed run counts from the checkpoint on. Read
-/// only for a checkpoint without a count of its own (`counted_before`):
-/// every loop's checkpoints carry one (periodic, stops and final), so that
-/// is a checkpoint an older version wrote, or one written by a run resumed
-/// from such a checkpoint; kept so that those still resume with their
-/// earlier epochs counted.
-fn summary_before(run_dir: &Path, iteration: u64) -> Option<RunSummary> {
-    let text = std::fs::read(run_dir.join("summary.json")).ok()?;
-    let before: RunSummary = serde_json::from_slice(&text).ok()?;
-    (before.iterations >= iteration).then_some(before)
-}
-
 /// Rank 0's record of an epoch, once `EpochGate` lets it go: to the log,
 /// the observers, and the stragglers' report of that epoch.
 fn hand_on_epoch(
@@ -917,7 +830,7 @@ fn hand_on_epoch(
 /// the same stop resumed after its driver was killed.
 fn counted_before(run_dir: &Path, p: &Progress) -> Option<(crate::metrics::RowCounts, RunBytes)> {
     let Some(c) = p.run_counts else {
-        return summary_before(run_dir, p.global_iteration).map(|s| (s.rows, s.bytes));
+        return crate::train::finished::summary_before(run_dir, p.global_iteration).map(|s| (s.rows, s.bytes));
     };
     let mut total = c.train;
     add_bytes(&mut total, &c.eval);

@@ -1,0 +1,99 @@
+//! A run's summary taken from its checkpoint: for a stop before a restart,
+//! and for a finished run whose summary was never written (its process
+//! died after the final checkpoint).
+
+use super::checkpoint::{self, Progress};
+use super::{Observer, ResumeOverrides, TrainConfig, TrainError};
+use crate::DataDir;
+use crate::format::write_atomic;
+use crate::metrics::{RowCounts, RunBytes, RunSummary};
+use std::path::Path;
+
+/// The summary of run `name` as its checkpoint `p` (of config `cfg`) has
+/// it: its iterations, its epochs' records (losses, accuracies, times) and
+/// `counted`, its rows and bytes. What only the workers' final reports hold
+/// (their peak memory, the replica checks) is left out.
+pub(crate) fn checkpoint_summary(
+    name: &str,
+    cfg: &TrainConfig,
+    p: Progress,
+    (rows, bytes): (RowCounts, RunBytes),
+) -> Result<RunSummary, TrainError> {
+    let summary = RunSummary {
+        run: name.to_string(),
+        strategy: cfg.strategy.to_string(),
+        workers: cfg.workers,
+        dataset: cfg.dataset.clone(),
+        model: cfg.model.to_string(),
+        time_steps: match &p.auto_steps {
+            Some(a) => a.current,
+            None => super::strategy::build(cfg.strategy, &super::strategy::StrategyEnv::new(cfg, None)?)?.time_steps(),
+        },
+        mode: cfg.reported_mode(),
+        prefetch: cfg.prefetches(),
+        iterations: p.global_iteration,
+        rows,
+        bytes,
+        ..Default::default()
+    };
+    Ok(summary.from_history(p.history))
+}
+
+/// What run `run_dir` moved and fetched before the checkpoint a resume starts
+/// from (`iteration`): its last summary, when that run ended there (it was
+/// stopped there or finished) or after it: RETEXO checkpoints at the start
+/// of a stage, so a run stopped in mid-stage ends past its checkpoint, and
+/// its summary holds every byte it moved (the stage's rounds it trains again
+/// cross the sockets again, and are counted again). An attempt that failed
+/// after a later checkpoint wrote no summary, so its bytes and rows are
+/// unknown: `None`, and the resumed run counts from the checkpoint on. Read
+/// only for a checkpoint without a count of its own (the driver's `counted_before`):
+/// every loop's checkpoints carry one (periodic, stops and final), so that
+/// is a checkpoint an older version wrote, or one written by a run resumed
+/// from such a checkpoint; kept so that those still resume with their
+/// earlier epochs counted.
+/// Also what tells a finished run's own summary from an earlier stop's.
+pub(crate) fn summary_before(run_dir: &Path, iteration: u64) -> Option<RunSummary> {
+    let text = std::fs::read(run_dir.join("summary.json")).ok()?;
+    let before: RunSummary = serde_json::from_slice(&text).ok()?;
+    (before.iterations >= iteration).then_some(before)
+}
+
+/// `--resume` of run `run` whose process (a driver, or the one that trained
+/// a single worker) died after the final checkpoint was written and before
+/// the summary (`kill -9`, a crash, its node lost): the run had finished, so
+/// nothing is trained and no worker started; the summary is written from
+/// that checkpoint, which holds every epoch's records (so the accuracies:
+/// no evaluation is needed), with `counted` its rows and bytes. `None` when
+/// the run has its summary (refused as complete, as before; an earlier
+/// stop's is not it), has epochs left (or `--epochs` asks for more), or its
+/// checkpoint cannot be read (`resumable` says why).
+pub(crate) fn write_missing_summary(
+    data: &DataDir,
+    run: &str,
+    over: &ResumeOverrides,
+    obs: &mut dyn Observer,
+    counted: &dyn Fn(&Path, &Progress) -> (RowCounts, RunBytes),
+) -> Result<Option<RunSummary>, TrainError> {
+    let run_dir = data.run_dir(run);
+    let Ok((cfg, p)) = checkpoint::load_config(&checkpoint::dir(&run_dir)) else { return Ok(None) };
+    if !p.complete(cfg.epochs) || over.epochs.is_some_and(|e| e > p.epoch) {
+        return Ok(None);
+    }
+    if summary_before(&run_dir, p.global_iteration).is_some() {
+        return Ok(None);
+    }
+    let path = run_dir.join("summary.json");
+    let iteration = p.global_iteration;
+    let counts = counted(&run_dir, &p);
+    let summary = checkpoint_summary(run, &cfg, p, counts)?;
+    write_atomic(&path, &serde_json::to_vec_pretty(&summary).expect("summary serialises"))?;
+    let msg = format!(
+        "run {run}: the run had finished; its summary was missing and is written from its final checkpoint (after \
+         iteration {iteration}) to {}; nothing was trained",
+        path.display()
+    );
+    tracing::warn!("{msg}");
+    obs.event(&msg);
+    Ok(Some(summary))
+}
