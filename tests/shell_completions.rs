@@ -34,6 +34,34 @@ fn every_shell_gets_a_script_that_knows_the_subcommands_and_flags() {
     assert_eq!(out.status.code(), Some(2), "an unknown shell is bad input");
 }
 
+/// What `--help` hides, the completion scripts offered: TAB after
+/// `leapgnn ` listed the driver's own `worker` and `build-id` subcommands,
+/// and after `leapgnn train --` the test flags (`--dump-grad`). Every shell's
+/// script now leaves them out and still offers the commands a user runs; the
+/// hidden subcommands still work for the driver.
+#[test]
+fn no_shell_is_offered_a_hidden_subcommand_or_flag() {
+    // How each shell's script names a subcommand it offers (the worker's).
+    let worker = [
+        ("bash", "leapgnn__subcmd__worker"),
+        ("zsh", "(worker)"),
+        ("fish", "-a \"worker\""),
+        ("elvish", "'leapgnn;worker'"),
+        ("powershell", "'leapgnn;worker'"),
+    ];
+    for (shell, offered) in worker {
+        let script = leapgnn(&["completions", shell]);
+        for word in ["train", "partition", "analyze-locality", "strategy", "data-dir"] {
+            assert!(script.contains(word), "{shell} script lacks `{word}`");
+        }
+        for hidden in [offered, "build-id", "Internal:", "dump-grad", "stop-after", "stop-in-evaluation"] {
+            assert!(!script.contains(hidden), "{shell} script offers hidden `{hidden}`");
+        }
+    }
+    assert!(leapgnn(&["build-id"]).trim().starts_with(env!("CARGO_PKG_VERSION")));
+    assert!(leapgnn(&["worker", "--help"]).contains("--rank"));
+}
+
 #[test]
 fn man_pages_render_for_the_tool_and_each_command() {
     let page = leapgnn(&["man"]);
