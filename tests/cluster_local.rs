@@ -3,6 +3,7 @@
 use leapgnn::cluster::driver::{DriverError, DriverOptions, Event, run_job};
 use leapgnn::cluster::job_key::{self, Side};
 use leapgnn::cluster::{ControlConn, Hello, Launcher, LocalLauncher, ToDriver, ToWorker, WorkerProcess, WorkerSpec};
+use leapgnn::util::threads::{PidsLimit, ThreadLimits};
 use std::io::Write;
 use std::net::TcpListener;
 use std::process::{Command, Stdio};
@@ -185,9 +186,13 @@ fn a_thread_refusal_reported_after_a_peers_echo_is_named_as_the_cause() {
                 os_error: "Resource temporarily unavailable (os error 11)".into(),
                 attempts: 6,
                 waited_ms: 620,
-                process_limit: Some(12),
-                address_space_limit: None,
-                threads_max: Some(1000),
+                limits: ThreadLimits {
+                    process_limit: Some(12),
+                    threads_max: Some(1000),
+                    threads_in_use: Some(400),
+                    pids: Some(PidsLimit { cgroup: "/sys/fs/cgroup/job.42".into(), max: 64, current: Some(64) }),
+                    ..ThreadLimits::default()
+                },
             };
             c.send(&ToDriver::ThreadRefused(refusal)).unwrap();
         },
@@ -199,9 +204,10 @@ fn a_thread_refusal_reported_after_a_peers_echo_is_named_as_the_cause() {
     let msg = err.to_string();
     for needle in [
         "worker 1 on node1 cannot start thread leapgnn-mesh-dial-0: Resource temporarily unavailable (os error 11)",
-        "process/thread limit there (RLIMIT_NPROC) of 12",
-        "the kernel's 1000 threads in all (threads-max)",
-        "raise the limit on node1",
+        "process/thread limit (RLIMIT_NPROC, ulimit -u) of 12",
+        "the kernel's threads-max of 1000 (400 threads on the host)",
+        "pids.max of 64 in cgroup /sys/fs/cgroup/job.42 (64 in use: full)",
+        "raise the limit that is full on node1",
     ] {
         assert!(msg.contains(needle), "no `{needle}` in {msg}");
     }

@@ -101,7 +101,7 @@ fn a_refused_thread_is_an_error_naming_it_and_the_limit_never_a_panic() {
         let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error: ")).collect();
         assert_eq!(errors.len(), 1, "limit {limit}: {err}");
         if errors[0].contains("cannot start thread leapgnn-") {
-            for needle in [&format!("(RLIMIT_NPROC) of {limit}") as &str, "ulimit -u"] {
+            for needle in [&format!("(RLIMIT_NPROC, ulimit -u) of {limit}") as &str, "ulimit -u"] {
                 assert!(errors[0].contains(needle), "limit {limit}: no `{needle}` in {err}");
             }
             named.push(limit);

@@ -35,6 +35,12 @@ fn a_worker_refused_a_thread_is_named_with_its_limit_and_not_restarted() {
     let shown = format!("{e:#}");
     let refused = e.chain().find_map(|c| c.downcast_ref::<DriverError>());
     assert!(matches!(refused, Some(DriverError::ThreadRefused { rank: 1, .. })), "{shown}");
+    // The worker names every limit its refusal may have met, as read on its
+    // host (this one): pid_max and a cgroup's pids.max fill as threads-max does.
+    let Some(DriverError::ThreadRefused { refusal, .. }) = refused else { panic!("{shown}") };
+    let pid_max: u64 = std::fs::read_to_string("/proc/sys/kernel/pid_max").unwrap().trim().parse().unwrap();
+    assert_eq!(refusal.limits.pid_max, Some(pid_max), "{shown}");
+    assert!(refusal.limits.threads_in_use.is_some(), "{shown}");
     let host = leapgnn::util::host_name();
     for needle in [
         format!("worker 1 on {host} cannot start thread leapgnn-mesh-dial-0: "),
@@ -42,6 +48,9 @@ fn a_worker_refused_a_thread_is_named_with_its_limit_and_not_restarted() {
         format!("refused {SPAWN_ATTEMPTS} times over "),
         "ulimit -u".to_string(),
         "threads-max".to_string(),
+        format!("the kernel's pid_max of {pid_max} ("),
+        "threads on the host".to_string(),
+        "the cgroup's pids.max".to_string(),
         "a restart would meet the same limit".to_string(),
     ] {
         assert!(shown.contains(&needle), "no `{needle}` in {shown}");

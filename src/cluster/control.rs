@@ -89,12 +89,8 @@ pub struct ThreadRefused {
     /// retries a refusal), and how long it waited between.
     pub attempts: u32,
     pub waited_ms: u64,
-    /// The worker's RLIMIT_NPROC (`ulimit -u`), None when unlimited.
-    pub process_limit: Option<u64>,
-    /// The worker's RLIMIT_AS (`ulimit -v`) in bytes, None when unlimited.
-    pub address_space_limit: Option<u64>,
-    /// The host kernel's threads-max.
-    pub threads_max: Option<u64>,
+    /// The limits in force on the worker's host when it reported.
+    pub limits: crate::util::threads::ThreadLimits,
 }
 
 impl ThreadRefused {
@@ -106,25 +102,8 @@ impl ThreadRefused {
             os_error: e.os_error().to_string(),
             attempts: e.attempts(),
             waited_ms: e.waited_ms(),
-            process_limit: crate::util::process_limit(),
-            address_space_limit: crate::util::address_space_limit(),
-            threads_max: crate::util::threads_max(),
+            limits: e.limits().clone(),
         }
-    }
-
-    /// The limits in force, as the driver quotes them.
-    pub fn limits(&self) -> String {
-        let mut limits = Vec::new();
-        if let Some(n) = self.process_limit {
-            limits.push(format!("its user's process/thread limit there (RLIMIT_NPROC) of {n}"));
-        }
-        if let Some(b) = self.address_space_limit {
-            limits.push(format!("its address-space limit (RLIMIT_AS) of {} MiB", crate::util::mib(b)));
-        }
-        if let Some(n) = self.threads_max {
-            limits.push(format!("the kernel's {n} threads in all (threads-max)"));
-        }
-        if limits.is_empty() { String::new() } else { format!(", within {}", limits.join(" and ")) }
     }
 }
 

@@ -68,14 +68,15 @@ pub enum DriverError {
     /// The OS of worker `rank`'s host refused it a thread: restarting it
     /// would meet the same limit, so `--restarts` does not.
     #[error(
-        "worker {rank} on {host} cannot start thread {thread}: {os_error}{retried}{limits}; raise the limit on {host} \
-         (ulimit -u, prlimit --nproc; /proc/sys/kernel/threads-max; ulimit -v for the address space) or start fewer \
-         workers or threads (RAYON_NUM_THREADS) there: a restart would meet the same limit",
+        "worker {rank} on {host} cannot start thread {thread}: {os_error}{retried}{limits}; raise the limit that is full on \
+         {host} (ulimit -u, prlimit --nproc; /proc/sys/kernel/threads-max or pid_max; the cgroup's pids.max; ulimit \
+         -v for the address space) or start fewer workers or threads (RAYON_NUM_THREADS) there: a restart would meet \
+         the same limit",
         host = .refusal.host,
         thread = .refusal.thread,
         os_error = .refusal.os_error,
         retried = crate::util::threads::retried(.refusal.attempts, .refusal.waited_ms),
-        limits = .refusal.limits()
+        limits = .refusal.limits.describe()
     )]
     ThreadRefused { rank: usize, refusal: Box<ThreadRefused> },
     /// Worker `rank` proved the job token but runs another build, whose

@@ -64,19 +64,21 @@ pub fn start_pool() -> Result<(), ThreadPoolError> {
 }
 
 /// A thread the OS refused to start (EAGAIN: the user's process/thread limit,
-/// no address space left for its stack, or the kernel's threads-max), every
-/// time `spawn` asked within its retries.
+/// the kernel's threads-max or pid_max, a cgroup's pids.max, or no address
+/// space left for its stack), every time `spawn` asked within its retries.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "cannot start thread {name}: {source}{retried}{limits}; raise the process/thread limit (ulimit -u) or the \
-     address-space limit (ulimit -v, prlimit --as), or start fewer workers or threads (RAYON_NUM_THREADS) on this \
-     host",
-    retried = retried(*.attempts, *.waited_ms)
+    "cannot start thread {name}: {source}{retried}{limits}; raise the limit that is full (ulimit -u, prlimit \
+     --nproc; /proc/sys/kernel/threads-max or pid_max; the cgroup's pids.max; ulimit -v, prlimit --as for the \
+     address space), or start fewer workers or threads (RAYON_NUM_THREADS) on this host",
+    retried = retried(*.attempts, *.waited_ms),
+    limits = .limits.describe()
 )]
 pub struct SpawnError {
     name: String,
-    /// The limits in force, for the operator to compare with what runs.
-    limits: String,
+    /// The limits in force, for the operator to compare with what runs
+    /// (boxed: every error enum that carries a SpawnError stays small).
+    limits: Box<ThreadLimits>,
     /// How many times the OS was asked, and how long was waited between.
     attempts: u32,
     waited_ms: u64,
@@ -111,17 +113,150 @@ impl SpawnError {
         self.waited_ms
     }
 
+    /// The limits in force when the refusal was reported.
+    pub fn limits(&self) -> &ThreadLimits {
+        &self.limits
+    }
+
     /// The OS refused thread `name` with `source`, asked once.
     pub(crate) fn new(name: String, source: std::io::Error) -> Self {
+        SpawnError { name, limits: Box::new(ThreadLimits::read()), attempts: 1, waited_ms: 0, source }
+    }
+}
+
+/// The limits a thread refusal (EAGAIN) may have met, read when it is
+/// reported. Which one was full is what the operator needs: the user's
+/// RLIMIT_NPROC is permanent for the user, the kernel's tables and a cgroup's
+/// pids.max fill with other processes. The user's own thread count is not
+/// read (that is a scan of all of /proc); the host's total, which bounds it,
+/// is one line.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ThreadLimits {
+    /// The user's RLIMIT_NPROC (`ulimit -u`), None when unlimited.
+    pub process_limit: Option<u64>,
+    /// This process's RLIMIT_AS (`ulimit -v`) in bytes, None when unlimited.
+    pub address_space_limit: Option<u64>,
+    /// The kernel's threads-max (/proc/sys/kernel/threads-max).
+    pub threads_max: Option<u64>,
+    /// The kernel's pid_max (/proc/sys/kernel/pid_max): every thread takes a pid.
+    pub pid_max: Option<u64>,
+    /// Threads on the host now, all users' (/proc/loadavg), which threads-max
+    /// and pid_max count.
+    pub threads_in_use: Option<u64>,
+    /// The tightest pids.max of this process's cgroup and its ancestors, None
+    /// where none is set.
+    pub pids: Option<PidsLimit>,
+}
+
+/// A cgroup's pids.max with its pids.current.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PidsLimit {
+    /// The cgroup's directory (under /sys/fs/cgroup).
+    pub cgroup: String,
+    pub max: u64,
+    pub current: Option<u64>,
+}
+
+impl PidsLimit {
+    /// Pids the cgroup could still start.
+    fn room(&self) -> u64 {
+        self.max.saturating_sub(self.current.unwrap_or(0))
+    }
+}
+
+impl ThreadLimits {
+    /// This process's limits and its host's, now.
+    pub fn read() -> Self {
+        let cgroups = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        ThreadLimits {
+            process_limit: super::process_limit(),
+            address_space_limit: super::address_space_limit(),
+            threads_max: super::threads_max(),
+            pid_max: read_number(std::path::Path::new("/proc/sys/kernel/pid_max")),
+            threads_in_use: threads_in_use(&std::fs::read_to_string("/proc/loadavg").unwrap_or_default()),
+            pids: pids_limit(&cgroups, std::path::Path::new("/sys/fs/cgroup")),
+        }
+    }
+
+    /// ", within A, B and C" naming each limit set, and how full the ones
+    /// whose use is known are; empty when none is known.
+    pub fn describe(&self) -> String {
+        let in_use = |limit: u64| match self.threads_in_use {
+            Some(n) if n >= limit => format!(" ({n} threads on the host: full)"),
+            Some(n) => format!(" ({n} threads on the host)"),
+            None => String::new(),
+        };
         let mut limits = Vec::new();
-        if let Some(n) = super::process_limit() {
-            limits.push(format!("this user's process/thread limit (RLIMIT_NPROC) of {n}"));
+        if let Some(n) = self.process_limit {
+            limits.push(format!("the user's process/thread limit (RLIMIT_NPROC, ulimit -u) of {n}"));
         }
-        if let Some(b) = super::address_space_limit() {
-            limits.push(format!("this process's address-space limit (RLIMIT_AS) of {} MiB", super::mib(b)));
+        if let Some(b) = self.address_space_limit {
+            limits.push(format!("the address-space limit (RLIMIT_AS, ulimit -v) of {} MiB", super::mib(b)));
         }
-        let limits = if limits.is_empty() { String::new() } else { format!(", within {}", limits.join(" and ")) };
-        SpawnError { name, limits, attempts: 1, waited_ms: 0, source }
+        if let Some(n) = self.threads_max {
+            limits.push(format!("the kernel's threads-max of {n}{}", in_use(n)));
+        }
+        if let Some(n) = self.pid_max {
+            limits.push(format!("the kernel's pid_max of {n}{}", in_use(n)));
+        }
+        if let Some(p) = &self.pids {
+            let current = match p.current {
+                Some(c) if c >= p.max => format!(" ({c} in use: full)"),
+                Some(c) => format!(" ({c} in use)"),
+                None => String::new(),
+            };
+            limits.push(format!("pids.max of {} in cgroup {}{current}", p.max, p.cgroup));
+        }
+        match limits.split_last() {
+            None => String::new(),
+            Some((last, [])) => format!(", within {last}"),
+            Some((last, rest)) => format!(", within {} and {last}", rest.join(", ")),
+        }
+    }
+}
+
+/// A number alone in a file (a /proc or cgroup figure); None for "max" or
+/// an unreadable file.
+fn read_number(path: &std::path::Path) -> Option<u64> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// The host's threads in all: the fourth field of /proc/loadavg, "running/total".
+fn threads_in_use(loadavg: &str) -> Option<u64> {
+    loadavg.split_whitespace().nth(3)?.split_once('/')?.1.parse().ok()
+}
+
+/// The tightest pids.max over the cgroup `proc_cgroup` (/proc/self/cgroup's
+/// text) names and its ancestors, under the cgroup mount `root`: an
+/// ancestor's limit binds its descendants too. The v1 pids controller
+/// (`N:pids:/path`, under `root`/pids) wins over the v2 line (`0::/path`).
+fn pids_limit(proc_cgroup: &str, root: &std::path::Path) -> Option<PidsLimit> {
+    let entries: Vec<(&str, &str)> = proc_cgroup
+        .lines()
+        .filter_map(|l| {
+            let mut fields = l.splitn(3, ':');
+            let _id = fields.next()?;
+            Some((fields.next()?, fields.next()?))
+        })
+        .collect();
+    let v1 = entries.iter().find(|(controllers, _)| controllers.split(',').any(|c| c == "pids"));
+    let (base, path) = match v1 {
+        Some((_, path)) => (root.join("pids"), *path),
+        None => (root.to_path_buf(), entries.iter().find(|(controllers, _)| controllers.is_empty())?.1),
+    };
+    let mut dir = base.join(path.trim_start_matches('/'));
+    let mut tightest: Option<PidsLimit> = None;
+    loop {
+        if let Some(max) = read_number(&dir.join("pids.max")) {
+            let here =
+                PidsLimit { cgroup: dir.display().to_string(), max, current: read_number(&dir.join("pids.current")) };
+            if tightest.as_ref().is_none_or(|t| here.room() < t.room()) {
+                tightest = Some(here);
+            }
+        }
+        if dir == base || !dir.pop() {
+            return tightest;
+        }
     }
 }
 
@@ -247,4 +382,72 @@ fn test_refusal(name: &str) -> Option<std::io::Error> {
         TEST_REFUSALS.fetch_update(Ordering::SeqCst, Ordering::SeqCst, fits).ok()?;
     }
     Some(std::io::Error::from_raw_os_error(libc::EAGAIN))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn write(path: &Path, text: &str) {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+
+    /// The limits read here are this machine's: what the kernel reports in
+    /// /proc/self/limits and its files, and this process's own threads among
+    /// the host's.
+    #[test]
+    fn the_limits_read_are_this_hosts() {
+        let limits = ThreadLimits::read();
+        let table = std::fs::read_to_string("/proc/self/limits").unwrap();
+        let nproc = table.lines().find(|l| l.starts_with("Max processes")).unwrap();
+        let soft = nproc.split_whitespace().nth(2).unwrap();
+        assert_eq!(limits.process_limit, soft.parse().ok(), "{nproc}");
+        let file = |p: &str| std::fs::read_to_string(p).unwrap().trim().parse::<u64>().unwrap();
+        assert_eq!(limits.threads_max, Some(file("/proc/sys/kernel/threads-max")));
+        assert_eq!(limits.pid_max, Some(file("/proc/sys/kernel/pid_max")));
+        let own = std::fs::read_dir("/proc/self/task").unwrap().count() as u64;
+        assert!(limits.threads_in_use.is_some_and(|n| n >= own), "{limits:?}, {own} threads here");
+        let shown = limits.describe();
+        assert!(shown.contains(&format!("pid_max of {}", file("/proc/sys/kernel/pid_max"))), "{shown}");
+    }
+
+    /// A cgroup v2 tree (`0::/path`): the tightest pids.max on the way up is
+    /// named, with its use, and "max" is no limit.
+    #[test]
+    fn the_tightest_pids_max_of_a_v2_cgroup_and_its_ancestors_is_named() {
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        write(&r.join("job/step/pids.max"), "max\n");
+        write(&r.join("job/step/pids.current"), "3\n");
+        write(&r.join("job/pids.max"), "10\n");
+        write(&r.join("job/pids.current"), "10\n");
+        write(&r.join("pids.max"), "500\n");
+        write(&r.join("pids.current"), "20\n");
+        let got = pids_limit("0::/job/step\n", r).unwrap();
+        let job = r.join("job").display().to_string();
+        assert_eq!(got, PidsLimit { cgroup: job.clone(), max: 10, current: Some(10) });
+        let shown = ThreadLimits { pids: Some(got), ..ThreadLimits::default() }.describe();
+        assert_eq!(shown, format!(", within pids.max of 10 in cgroup {job} (10 in use: full)"));
+        // No pids.max anywhere: no limit to name.
+        let bare = tempfile::tempdir().unwrap();
+        assert_eq!(pids_limit("0::/job/step\n", bare.path()), None);
+    }
+
+    /// A cgroup v1 host (this one's kind): the pids controller's line wins
+    /// over the v2 line, and its tree is under `root`/pids.
+    #[test]
+    fn a_v1_pids_controller_is_read_under_its_own_mount() {
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        write(&r.join("pids/slurm/job7/pids.max"), "64\n");
+        write(&r.join("pids/slurm/job7/pids.current"), "12\n");
+        write(&r.join("slurm/job7/pids.max"), "1\n");
+        let cgroups = "9:memory:/slurm/job7\n8:pids,other:/slurm/job7\n0::/slurm/job7\n";
+        let got = pids_limit(cgroups, r).unwrap();
+        assert_eq!((got.max, got.current), (64, Some(12)), "{got:?}");
+        assert_eq!(threads_in_use("0.10 0.20 0.30 2/345 6789\n"), Some(345));
+        assert_eq!(threads_in_use(""), None);
+    }
 }
