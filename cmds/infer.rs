@@ -146,7 +146,7 @@ fn distributed(g: &Global, a: &Args, opts: &InferOptions) -> anyhow::Result<leap
             let cfg = run_config(&data, &a.run)?;
             let w = workers.unwrap_or(cfg.workers);
             // The METIS partition the workers score by; `infer_distributed` cuts it after its checks.
-            let l = ssh_job_launcher(p, a.accept_new_host_keys, &data, &cfg.dataset, "metis", (w, w))?;
+            let l = ssh_job_launcher(p, a.accept_new_host_keys, &data, &cfg.dataset, "metis", (w, w), None)?;
             Some(l.with_log(log.clone()))
         }
         None => None,

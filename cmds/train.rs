@@ -5,7 +5,7 @@ use leapgnn::BadInput;
 use leapgnn::DataDir;
 use leapgnn::cluster::check::ssh_job_launcher;
 use leapgnn::cluster::driver::DriverError;
-use leapgnn::cluster::ship::rank_data_files;
+use leapgnn::cluster::ship::{chunk_files, rank_data_files};
 use leapgnn::cluster::{Allocation, Launcher, LauncherKind, LocalLauncher, LogSink, Profile, SlurmLauncher};
 use leapgnn::format::write_atomic;
 use leapgnn::metrics::{EpochRecord, RestartRecord, RunInfo, RunSummary, StepRecord};
@@ -219,14 +219,17 @@ fn distributed(
             if p.sbcast {
                 let job = (cfg.parts, cfg.workers);
                 let files = |rank| rank_data_files(&data, &cfg.dataset, cfg.partition_method(), job, rank);
-                let items = (0..cfg.workers).flat_map(files).collect::<std::collections::BTreeSet<_>>();
+                let chunks = chunk_files(&data, &cfg.dataset, cfg.gnnpipe.as_ref().map(|g| g.chunks));
+                let items = (0..cfg.workers).flat_map(files).chain(chunks).collect::<std::collections::BTreeSet<_>>();
                 l = l.with_sbcast(std::path::Path::new(&p.remote_dir), items.into_iter().collect());
             }
             slurm = Some(l);
         }
         Some(p) => {
             let job = (cfg.parts, cfg.workers);
-            let l = ssh_job_launcher(p, a.accept_new_host_keys, &data, &cfg.dataset, cfg.partition_method(), job)?;
+            let chunks = cfg.gnnpipe.as_ref().map(|g| g.chunks);
+            let l =
+                ssh_job_launcher(p, a.accept_new_host_keys, &data, &cfg.dataset, cfg.partition_method(), job, chunks)?;
             ssh = Some(l.with_log(log.clone()));
         }
         None => {}

@@ -272,7 +272,8 @@ fn run_calibration(
         LauncherKind::Ssh => {
             let (name, method) = (&cfg.dataset, cfg.partition_method());
             let job = (cfg.parts, cfg.workers);
-            ssh = ssh_job_launcher(profile.clone(), a.accept_new_host_keys, data, name, method, job)?.with_log(chatter);
+            ssh = ssh_job_launcher(profile.clone(), a.accept_new_host_keys, data, name, method, job, None)?
+                .with_log(chatter);
             // Cut once the hosts pass: the link probes start the ranks, and each is shipped its parts as it starts.
             leapgnn::partition::ensure_partition(data, name, method, cfg.parts, cfg.seed)?;
             &ssh

@@ -80,6 +80,17 @@ pub fn partition_dir(data: &DataDir, name_or_path: &str, method: &str, parts: us
     }
 }
 
+/// Where GNNPipe's `chunks` chunks of dataset `name_or_path` are stored
+/// (`partition::chunks`): `chunks/metis-<C>/` beside its partitions
+/// (`<stem>.chunks/` beside an archive given by path), as `partition_dir`.
+pub fn chunks_dir(data: &DataDir, name_or_path: &str, chunks: usize) -> PathBuf {
+    let parts = partition_dir(data, name_or_path, "metis", chunks);
+    let (base, leaf) = (parts.parent().unwrap_or(Path::new(".")), parts.file_name().unwrap_or_default());
+    let name = base.file_name().map_or("parts".into(), |n| n.to_string_lossy().into_owned());
+    let stem = name.strip_suffix("parts").unwrap_or(&name);
+    base.with_file_name(format!("{stem}chunks")).join(leaf)
+}
+
 /// A dataset argument is either a registry/dataset name or a path to an archive.
 pub fn resolve_archive(data: &DataDir, name_or_path: &str) -> PathBuf {
     let p = Path::new(name_or_path);

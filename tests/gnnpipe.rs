@@ -9,9 +9,10 @@
 mod dist_support;
 
 use dist_support::{
-    cora, count, epoch_losses, fails, final_weights, first_gradient, json, predictions, records, rel_diff, scores,
-    straight_and_resumed,
+    cora, count, epoch_losses, fails, final_weights, first_gradient, json, leapgnn, leapgnn_env, predictions, records,
+    rel_diff, scores, straight_and_resumed,
 };
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 #[test]
@@ -348,4 +349,103 @@ fn a_stopped_run_resumes_with_its_stages_history_and_optimizers_and_ends_as_an_u
         let err = fails(d, &["train", "--resume", &whole, "--epochs", "9", "--no-tui"], 2);
         assert!(err.contains("--checkpoint-every"), "{err}");
     }
+}
+
+/// The driver cuts the chunks once, into `<dataset>/chunks/metis-<C>/`, and
+/// says so; a second run with the same chunks reads the same file (not
+/// rewritten, nothing cut), and a damaged one is refused naming it, exit 2,
+/// before any worker starts.
+#[test]
+fn the_driver_cuts_the_chunks_once_and_later_runs_read_them() {
+    let tmp = cora();
+    let d = tmp.path();
+    let run = |name: &str| {
+        let args = ["train", "cora", "--no-tui", "--strategy", "gnnpipe", "--workers", "2", "--chunks", "4"];
+        leapgnn(d, &[&args[..], &["--hidden", "16", "--epochs", "1", "--run", name]].concat())
+    };
+    let file = d.join("cora/chunks/metis-4/manifest");
+    let first = run("one");
+    let err = String::from_utf8_lossy(&first.stderr);
+    assert!(first.status.success(), "{err}");
+    assert_eq!(err.matches("GNNPipe chunks (--chunks 4)").count(), 1, "one cut, by the driver: {err}");
+    assert!(err.contains(&file.display().to_string()), "{err}");
+    let before = std::fs::metadata(&file).unwrap();
+
+    let second = run("two");
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(second.status.success(), "{err}");
+    assert!(!err.contains("GNNPipe chunks"), "the stored chunks are read, not cut again: {err}");
+    let after = std::fs::metadata(&file).unwrap();
+    assert_eq!((after.ino(), after.mtime_nsec(), after.mtime()), (before.ino(), before.mtime_nsec(), before.mtime()));
+
+    let mut bytes = std::fs::read(&file).unwrap();
+    let at = bytes.len() - 9;
+    bytes[at] ^= 0x40;
+    std::fs::write(&file, &bytes).unwrap();
+    let args = ["train", "cora", "--no-tui", "--strategy", "gnnpipe", "--workers", "2", "--chunks", "4"];
+    let e = fails(d, &[&args[..], &["--run", "three"]].concat(), 2);
+    assert!(e.contains(&file.display().to_string()), "{e}");
+    assert!(!d.join("runs").join("three").exists(), "refused before the run was made");
+}
+
+/// A GNNPipe chunk's block counts its edges in 32-bit offsets. The driver
+/// could only hold an even share of the graph to that before the workers
+/// cut the real chunks; now it checks the real largest chunk, before any
+/// worker starts. A graph of a dense and a sparse cluster: METIS balances
+/// the chunks' vertices, not their edges, so the dense cluster's chunk
+/// holds more than an even share, and a limit (lowered by the test hook)
+/// between the two refuses it, exit 2, with no run made.
+#[test]
+fn the_driver_refuses_the_real_largest_chunk_before_any_worker_starts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let mut lines = String::new();
+    let mut rng = 11u64;
+    let mut next = |m: u64| {
+        rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (rng >> 33) % m
+    };
+    // 0..60 dense (about 20 in-edges each), 60..120 a ring, joined by a few edges.
+    for a in 0..60u64 {
+        for _ in 0..10 {
+            let b = next(60);
+            if a != b {
+                lines += &format!("{a} {b}\n{b} {a}\n");
+            }
+        }
+        lines += &format!("{} {}\n{} {}\n", 60 + a, 60 + (a + 1) % 60, 60 + (a + 1) % 60, 60 + a);
+    }
+    for _ in 0..4 {
+        lines += &format!("{} {}\n", next(60), 60 + next(60));
+    }
+    let edges = d.join("skew.txt");
+    std::fs::write(&edges, lines).unwrap();
+    let args = ["download", "skew", "--from", edges.to_str().unwrap(), "--format", "edgelist", "--feature-dim", "8"];
+    json(d, &[&args[..], &["--generated-classes", "3", "--split", "50,20,30", "--seed", "4"]].concat());
+    let ds = leapgnn::format::DatasetFile::open(d.join("skew/dataset.lgnn")).unwrap();
+    let (n, e) = (ds.num_nodes() as u64, ds.graph().num_edges() as u64);
+    // GCN adds a self loop per vertex: an even half holds e/2 edges and n/2 loops.
+    let even = e / 2 + n / 2;
+    let limit = even.to_string();
+    let train = ["train", "skew", "--no-tui", "--strategy", "gnnpipe", "--model", "gcn", "--workers", "2"];
+    let args = [&train[..], &["--chunks", "2", "--hidden", "8", "--epochs", "1", "--run", "skewed"]].concat();
+    let out = leapgnn_env(d, &args, &[("LEAPGNN_TEST_CSR_MAX_EDGES", &limit)]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("share ") && err.contains(" of 2 of the graph would hold"), "{err}");
+    assert!(err.contains("give more workers, chunks or groups"), "{err}");
+    assert!(!d.join("runs").join("skewed").exists(), "refused before the run was made: {err}");
+    assert!(!d.join("skew/chunks/metis-2/manifest").exists(), "a refused cut is not stored");
+
+    // Without the limit, the same chunks are stored: the largest holds more than the even share.
+    json(d, &args);
+    let m = leapgnn::format::ManifestFile::open(d.join("skew/chunks/metis-2")).unwrap();
+    let largest = (0..2u16)
+        .map(|c| {
+            let own: Vec<u32> = (0..n as u32).filter(|&v| m.node_part()[v as usize] == c).collect();
+            own.iter().map(|&v| ds.graph().in_neighbors(v).len() as u64 + 1).sum::<u64>()
+        })
+        .max()
+        .unwrap();
+    assert!(largest > even, "largest chunk {largest} edges and loops, an even half {even}");
 }

@@ -183,11 +183,16 @@ pub fn ssh_job_launcher(
     name: &str,
     method: &str,
     (parts, workers): (usize, usize),
+    chunks: Option<usize>,
 ) -> anyhow::Result<SshLauncher> {
     let launcher = SshLauncher::new(profile)?.accept_new_host_keys(accept_new_host_keys);
     preflight_with(&launcher)?;
     let (data, name, method) = (data.clone(), name.to_string(), method.to_string());
-    let files = move |rank| ship::rank_data_files(&data, &name, &method, (parts, workers), rank);
+    let files = move |rank| {
+        let mut f = ship::rank_data_files(&data, &name, &method, (parts, workers), rank);
+        f.extend(ship::chunk_files(&data, &name, chunks));
+        f
+    };
     Ok(launcher.with_rank_files(std::sync::Arc::new(files)))
 }
 

@@ -91,6 +91,15 @@ pub fn rank_data_files(
     rank_files(&abs(&data.root), &dataset, &parts_dir, format::worker_parts(rank, parts, workers))
 }
 
+/// What a GNNPipe run of `chunks` chunks (above 1) ships to every rank
+/// besides `rank_data_files`: the chunks its driver cut and stored
+/// (`paths::chunks_dir`), which workers read and never cut.
+pub fn chunk_files(data: &DataDir, name: &str, chunks: Option<usize>) -> Vec<ShipItem> {
+    let abs = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let Some(c) = chunks.filter(|&c| c > 1) else { return Vec::new() };
+    vec![ShipItem::data_file(&abs(&data.root), format::manifest_path(&abs(&crate::paths::chunks_dir(data, name, c))))]
+}
+
 /// The same for a dataset archive and partition directory under `root` (the
 /// data directory; all three absolute, or all relative alike) and the parts `owned`.
 pub fn rank_files(root: &Path, dataset: &Path, parts_dir: &Path, owned: std::ops::Range<usize>) -> Vec<ShipItem> {

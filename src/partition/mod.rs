@@ -5,6 +5,7 @@
 //! to a node -> part map; `run` opens the dataset, measures the cut and
 //! balance, and writes `<data-dir>/<name>/parts/<method>-<k>/`.
 
+pub mod chunks;
 mod gk_signals;
 pub mod hash;
 pub mod ldg;

@@ -395,6 +395,14 @@ fn execute(
     check_model_memory(&cfg, &ds, fullgraph::memory::Held::Largest(1), false, limit, None)?;
     // A resumed run comes here without `check_all`, which checks a new run's.
     fullgraph::memory::check_device(&ds, &cfg, None, &cfg.model_spec(&ds), resuming)?;
+    let chunks = match fullgraph::chunks::ensure_stored(data, &ds, &cfg, None, Some(resuming)) {
+        Ok(Some((dir, checksum))) => {
+            let c = cfg.gnnpipe.as_ref().map_or(1, |g| g.chunks);
+            Some(fullgraph::chunks::read_stored(&dir, &ds, c, Some(checksum))?)
+        }
+        Ok(None) => None,
+        Err(e) => return Err(e.downcast::<BadInput>().map_or_else(TrainError::Dataset, TrainError::Input)),
+    };
     let (model, params, mut opt, device) = build_model(&cfg, &ds)?;
     if cfg.mode == TrainMode::FullGraph {
         fullgraph::memory::preflight(&ds, &cfg, None, model.spec(), params.numel(), 0, limit)?;
@@ -427,6 +435,7 @@ fn execute(
         stop_in_evaluation: opts.stop_in_evaluation,
         owners: None,
         before_iteration: None,
+        chunks: chunks.as_ref().map(|(of, count)| (&of[..], *count)),
     };
     obs.start(&RunInfo {
         run: run.to_string(),

@@ -47,6 +47,9 @@ pub struct LoopInput<'a> {
     /// Called before every training iteration, after the iteration's byte
     /// count starts (a distributed worker's `--check-replicas`).
     pub before_iteration: Option<&'a BeforeIteration<'a>>,
+    /// GNNPipe's stored chunks (`fullgraph::chunks::read_stored`), as the
+    /// driver cut them: vertex -> chunk and the count; None with one chunk.
+    pub chunks: Option<(&'a [u16], usize)>,
 }
 
 impl LoopInput<'_> {

@@ -14,7 +14,9 @@ mod train_support;
 #[allow(unused_imports)] // dist_train does not watch processes
 pub use sshd::wait_gone;
 #[allow(unused_imports)] // only some tests check failures
-pub use train_support::{Tiny, fails, json, leapgnn, leapgnn_capped, names_in, refused_capped, write_tiny};
+pub use train_support::{
+    Tiny, fails, json, leapgnn, leapgnn_capped, leapgnn_env, names_in, refused_capped, write_tiny,
+};
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

@@ -77,7 +77,7 @@ pub fn train_distributed(
     check_memory(&ds, None, &cfg, run, opts, false)?;
     // Partitioned before the run's directory exists, so a partitioning that
     // fails leaves no run behind to block the name.
-    crate::partition::ensure_partition_checked(
+    let parts_dir = crate::partition::ensure_partition_checked(
         data,
         &cfg.dataset,
         cfg.partition_method(),
@@ -85,6 +85,10 @@ pub fn train_distributed(
         cfg.seed,
         &mut |node_part| check_memory(&ds, Some(node_part), &cfg, run, opts, false),
     )?;
+    // GNNPipe's chunks, cut here once for every worker, and held to what
+    // each stage's blocks can count before any worker starts.
+    let owners = crate::format::ManifestFile::open(&parts_dir)?.node_worker(cfg.workers);
+    crate::train::fullgraph::chunks::ensure_stored(data, &ds, &cfg, Some(&owners), Some(false))?;
     let (name, run_dir) = new_run_dir(data, run.run.as_deref(), &cfg)?;
     // Held through every restart: this process trains the run until it returns.
     let _lock = RunLock::acquire(&run_dir, &name)?;
@@ -527,7 +531,11 @@ fn execute(
             false => Ok(()),
         },
     )?)?;
-    let partition_checksum = Some(crate::format::ManifestFile::open(&parts_dir)?.checksum());
+    let manifest = crate::format::ManifestFile::open(&parts_dir)?;
+    let partition_checksum = Some(manifest.checksum());
+    let owners = manifest.node_worker(world);
+    // A new run's were checked before its directory was made; a typed --resume's are here.
+    let chunks = crate::train::fullgraph::chunks::ensure_stored(data, &ds, &cfg, Some(&owners), typed.then_some(true))?;
     let run_dir = absolute(&run_dir)?;
     tracing::info!(
         "run {name}: {} ({} nodes) on {world} workers, partition {}, {} time step(s) per iteration",
@@ -552,6 +560,8 @@ fn execute(
         comm_timeout_ms: opts.comm_timeout.as_millis() as u64,
         auto_plans,
         partition_checksum,
+        chunks_dir: chunks.as_ref().map(|(d, _)| absolute(d).and_then(|d| on_worker(&d))).transpose()?,
+        chunks_checksum: chunks.as_ref().map(|(_, c)| *c),
         placement: super::Placement::of(opts.launcher, world, run.memory_limit),
     };
     let task = serde_json::json!({ "task": "train", "train": job });

@@ -69,6 +69,13 @@ pub struct DistJob {
     /// replaced it meanwhile (`check_partition`).
     #[serde(default)]
     pub partition_checksum: Option<u64>,
+    /// GNNPipe's stored chunks (`fullgraph::chunks::ensure_stored`), a path
+    /// as `parts_dir`, and the checksum of their manifest as the driver read
+    /// it; None with one chunk, or another strategy.
+    #[serde(default)]
+    pub chunks_dir: Option<PathBuf>,
+    #[serde(default)]
+    pub chunks_checksum: Option<u64>,
     /// Where the workers run and what starts them.
     #[serde(flatten)]
     pub placement: Placement,

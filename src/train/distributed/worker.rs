@@ -35,6 +35,9 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
             *p = data.root.join(&*p);
         }
     }
+    if let Some(p) = spec.chunks_dir.as_mut().filter(|p| p.is_relative()) {
+        *p = data.root.join(&*p);
+    }
     let (rank, world) = (job.rank, job.world);
     let _busy = crate::cluster::run_busy::mark(&spec.run_dir, rank);
     let cfg = &spec.config;
@@ -43,6 +46,12 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
     let ds = DatasetFile::open_verified(&spec.dataset)?;
     let [train, val, test] = crate::train::splits(&ds, &cfg.dataset)?;
     let manifest = Arc::new(ManifestFile::open(&spec.parts_dir)?);
+    let chunks = match (&spec.chunks_dir, cfg.gnnpipe.as_ref()) {
+        (Some(dir), Some(g)) => {
+            Some(crate::train::fullgraph::chunks::read_stored(dir, &ds, g.chunks, spec.chunks_checksum)?)
+        }
+        _ => None,
+    };
     super::check_partition(&manifest, &spec.parts_dir, spec.partition_checksum)?;
     // Checksums on first use by this run: a damaged partition is refused before training.
     manifest.verify()?;
@@ -117,6 +126,7 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
         stop_in_evaluation: spec.stop_in_evaluation,
         owners: Some(owners.as_slice()),
         before_iteration: Some(&check_replicas),
+        chunks: chunks.as_ref().map(|(of, count)| (&of[..], *count)),
     };
     let mut reporting = Reporting { reporter, rank, timeout };
     let mut obs = GradDump { path: spec.dump_grad.clone().filter(|_| rank == 0), inner: &mut reporting };

@@ -12,9 +12,9 @@ use super::memory::Shape;
 use super::{HaloPlan, first_input};
 use crate::gather::gather_rows;
 use crate::model::{AggGraph, Input, Mode};
-use crate::partition::{self, Balance, Problem};
+use crate::partition;
 use crate::sample::Fanout;
-use crate::train::{TrainError, Worker};
+use crate::train::{TrainConfig, TrainError, Worker};
 use candle_core::{Device, Tensor, Var};
 use std::ops::Range;
 use std::sync::Arc;
@@ -49,34 +49,103 @@ impl Chunk {
     }
 }
 
-/// vertex -> chunk: METIS on the whole graph (vertices and training vertices
-/// balanced, seeded), renumbered in order of each chunk's lowest vertex (so
-/// none is empty); and the count. `chunks` is at most the vertex count
-/// (`GnnPipeConfig::check_graph`). METIS leaves chunks empty when they are
-/// many for the graph (2,439 of 2,708 on Cora): fewer chunks, which the run
-/// says. `partition::assign` refuses empty parts (a worker without work), so
-/// this calls METIS itself.
-pub(crate) fn assign(w: &Worker<'_>, chunks: usize, train: &[u32], seed: u64) -> Result<(Vec<u16>, usize), TrainError> {
-    let n = w.graph.num_nodes();
-    if chunks == 1 {
-        return Ok((vec![0; n], 1));
-    }
-    let flags = partition::train_flags(n, train);
-    let p = Problem { graph: w.graph, is_train: &flags, parts: chunks, balance: Balance::DEFAULT, seed };
-    let mut of = partition::metis::assign(&p).map_err(|e| TrainError::Dataset(e.into()))?;
-    // Numbered by their lowest vertex: which chunk goes first (and so which
-    // cross-chunk edges read this epoch's rows) follows the vertex order, not
-    // METIS's labels.
-    let mut id = vec![u16::MAX; chunks];
-    let mut count = 0u16;
-    for &c in &of {
-        if id[c as usize] == u16::MAX {
-            id[c as usize] = count;
-            count += 1;
+/// The chunks a GNNPipe run of `cfg` reads, `--chunks` above 1: where the
+/// driver stores them (`partition::chunks`), cut once for every run.
+pub fn stored_dir(data: &crate::DataDir, cfg: &TrainConfig) -> Option<std::path::PathBuf> {
+    let chunks = cfg.gnnpipe.as_ref().map(|g| g.chunks).filter(|&c| c > 1)?;
+    Some(crate::paths::chunks_dir(data, &cfg.dataset, chunks))
+}
+
+/// The driver's part: the stored chunks of `ds` for a GNNPipe run of `cfg`
+/// (None: one chunk, nothing stored), cut now when missing or stale, and
+/// returned with the manifest's checksum that its workers compare. With
+/// `check`, the chunks as cut are held to the limits each stage's would
+/// be (`check_cut`; `owners`, node -> worker, for --pipeline-groups; a
+/// `resume`d run is advised only what a resume can change) before anything
+/// is written or started.
+pub fn ensure_stored(
+    data: &crate::DataDir,
+    ds: &crate::format::DatasetFile,
+    cfg: &TrainConfig,
+    owners: Option<&[u16]>,
+    check: Option<bool>,
+) -> anyhow::Result<Option<(std::path::PathBuf, u64)>> {
+    let Some(dir) = stored_dir(data, cfg) else { return Ok(None) };
+    let g = cfg.gnnpipe.clone().unwrap_or_default();
+    let spec = cfg.model_spec(ds);
+    let groups = owners.filter(|_| g.groups > 1).map(|o| {
+        let stages = (cfg.workers / g.groups).max(1) as u16;
+        (o.iter().map(|&w| w / stages).collect::<Vec<u16>>(), g.groups)
+    });
+    let mut accept = |of: &[u16], count: usize| -> anyhow::Result<()> {
+        match check {
+            Some(resume) => Ok(check_cut(ds.graph(), &spec, cfg.device, (of, count), groups.as_ref(), resume)?),
+            None => Ok(()),
         }
+    };
+    partition::chunks::ensure(&dir, (&cfg.dataset, ds), g.chunks, cfg.seed, &mut accept)?;
+    let checksum = crate::format::ManifestFile::open(&dir)?.checksum();
+    Ok(Some((dir, checksum)))
+}
+
+/// A worker's part: the stored chunks of `ds` in `dir` (the driver's, whose
+/// manifest checksum was `driver_read`): vertex -> chunk and the count.
+/// A worker never cuts: a missing, damaged or replaced file is refused, naming it.
+pub fn read_stored(
+    dir: &std::path::Path,
+    ds: &crate::format::DatasetFile,
+    chunks: usize,
+    driver_read: Option<u64>,
+) -> Result<(Vec<u16>, usize), crate::format::FormatError> {
+    let m = crate::format::ManifestFile::open(dir)?;
+    if let Some(c) = driver_read.filter(|&c| c != m.checksum()) {
+        return Err(crate::format::FormatError::corrupt(
+            m.path(),
+            format!(
+                "the GNNPipe chunks were replaced after this run's driver read them (checksum {:016x}, the \
+                 driver's {c:016x}): another leapgnn process cut the dataset into as many chunks with another \
+                 --seed meanwhile; run one after the other, or give runs sharing a dataset the same --seed",
+                m.checksum()
+            ),
+        ));
     }
-    of.iter_mut().for_each(|c| *c = id[*c as usize]);
-    Ok((of, count as usize))
+    partition::chunks::read(dir, ds, chunks)
+}
+
+/// The chunks of a hybrid run (`--pipeline-groups`): group h's are the
+/// METIS chunks `of` (`count` of them) cut by the group boundaries
+/// (`group_of`: vertex -> group), numbered h * count + c (some may be empty).
+pub(crate) fn hybrid(of: &[u16], count: usize, group_of: &[u16]) -> Vec<u16> {
+    of.iter().zip(group_of).map(|(&c, &h)| h * count as u16 + c).collect()
+}
+
+/// Refuses the chunks `of` (`count`), with `groups` (vertex -> group, and
+/// the groups) their hybrid's, whose blocks a stage could not build: the
+/// same checks in the same order, and so the same messages, as a worker
+/// building them meets (`HaloPlan::derive`'s edges, then `check_cut_chunks`),
+/// but on the driver, before any worker starts.
+pub(crate) fn check_cut(
+    graph: crate::graph::CsrView<'_>,
+    spec: &crate::model::ModelSpec,
+    device: crate::train::DeviceKind,
+    (of, count): (&[u16], usize),
+    groups: Option<&(Vec<u16>, usize)>,
+    resume: bool,
+) -> Result<(), crate::BadInput> {
+    let loops = spec.adds_self_loops();
+    let (of, total) = match groups {
+        // Refused by the run itself (`gnnpipe::run`), with its own message.
+        Some((_, k)) if k * count > u16::MAX as usize => return Ok(()),
+        Some((group_of, k)) => {
+            let shares = super::memory::shapes(graph, None, Some(group_of), *k);
+            shares.iter().enumerate().try_for_each(|(h, s)| super::halo::check_share_edges(*s, (h, *k), loops))?;
+            (hybrid(of, count, group_of), k * count)
+        }
+        None => (of.to_vec(), count),
+    };
+    let cut = super::memory::shapes(graph, None, Some(&of), total);
+    cut.iter().enumerate().try_for_each(|(c, s)| super::halo::check_share_edges(*s, (c, total), loops))?;
+    super::memory::check_cut_chunks(&cut, spec, device, resume)
 }
 
 /// Chunks `which` of `of` (`count` in all) for the stage whose first layer

@@ -29,6 +29,18 @@ pub struct HaloPlan {
     row: Vec<u32>,
 }
 
+/// Refuses share `rank` of `world` of the graph, `s`, whose block could not
+/// count its edges in 32-bit offsets (`HaloPlan::derive`): also the driver's
+/// check of GNNPipe's stored chunks before launch, with the same message.
+pub(crate) fn check_share_edges(s: Shape, (rank, world): (usize, usize), self_loops: bool) -> Result<(), BadInput> {
+    csr_edges_within(
+        &[s],
+        self_loops,
+        "give more workers, chunks or groups (a smaller share of the graph each)",
+        |_| format!("share {rank} of {world} of the graph"),
+    )
+}
+
 impl HaloPlan {
     /// The plan of worker `rank` of `world`; `owners` maps vertex -> worker
     /// (None: worker 0 owns every vertex).
@@ -48,13 +60,7 @@ impl HaloPlan {
         let owner = |v: u32| owners.map_or(0, |o| o[v as usize] as usize);
         let owned: Vec<u32> = (0..n as u32).filter(|&v| owner(v) == rank).collect();
         let edges = owned.iter().map(|&v| graph.in_neighbors(v).len() as u64).sum();
-        let shape = Shape { owned: owned.len() as u64, edges, ..Shape::default() };
-        csr_edges_within(
-            &[shape],
-            self_loops,
-            "give more workers, chunks or groups (a smaller share of the graph each)",
-            |_| format!("share {rank} of {world} of the graph"),
-        )?;
+        check_share_edges(Shape { owned: owned.len() as u64, edges, ..Shape::default() }, (rank, world), self_loops)?;
         let mut row = vec![NONE; n];
         for (i, &v) in owned.iter().enumerate() {
             row[v as usize] = i as u32;

@@ -309,6 +309,20 @@ pub const CUDA_TRAIN_ADVICE: &str =
 /// CSR keeps `u64` ones.
 pub const CSR_MAX_EDGES: u64 = u32::MAX as u64;
 
+/// Test hook: with `LEAPGNN_TEST_CSR_MAX_EDGES=N` (at most `CSR_MAX_EDGES`)
+/// a block may hold N edges, so that a test graph can stand for one whose
+/// blocks outgrow 32-bit offsets, which no test can build.
+pub const CSR_MAX_EDGES_TEST_VAR: &str = "LEAPGNN_TEST_CSR_MAX_EDGES";
+
+/// `CSR_MAX_EDGES`, or less under `CSR_MAX_EDGES_TEST_VAR`.
+fn csr_max_edges() -> u64 {
+    static LIMIT: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *LIMIT.get_or_init(|| {
+        let lowered = std::env::var(CSR_MAX_EDGES_TEST_VAR).ok().and_then(|v| v.parse::<u64>().ok());
+        lowered.map_or(CSR_MAX_EDGES, |n| n.min(CSR_MAX_EDGES))
+    })
+}
+
 /// Refuses, on every device, the shares `shares` (one per worker) when one
 /// holds more in-edges, with a self loop per owned vertex where
 /// `self_loops` (`ModelSpec::adds_self_loops`), than `CSR_MAX_EDGES`: its
@@ -326,7 +340,7 @@ pub(crate) fn csr_edges_within(
     who: impl Fn(usize) -> String,
 ) -> Result<(), BadInput> {
     let loops = |s: &Shape| if self_loops { s.owned } else { 0 };
-    let Some((rank, s)) = shares.iter().enumerate().find(|(_, s)| s.edges.saturating_add(loops(s)) > CSR_MAX_EDGES)
+    let Some((rank, s)) = shares.iter().enumerate().find(|(_, s)| s.edges.saturating_add(loops(s)) > csr_max_edges())
     else {
         return Ok(());
     };
@@ -565,7 +579,7 @@ pub fn check_device(
     let graph = ds.graph();
     // The shares cost a pass over the graph, which a run none of whose
     // shares can reach a limit does not need.
-    let csr = plans && (graph.num_edges() as u64).saturating_add(graph.num_nodes() as u64) > CSR_MAX_EDGES;
+    let csr = plans && (graph.num_edges() as u64).saturating_add(graph.num_nodes() as u64) > csr_max_edges();
     let cuda = full_graph && cfg.device != DeviceKind::Cpu;
     if !csr && !cuda {
         return Ok(());

@@ -5,7 +5,7 @@
 //! W = 1 is plain full-batch training. Evaluation and `infer` use the same
 //! forward pass without dropout (`inference`).
 
-mod chunks;
+pub(crate) mod chunks;
 mod exchange;
 mod factored;
 mod factored_gat;

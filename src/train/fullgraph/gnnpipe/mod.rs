@@ -633,7 +633,18 @@ pub fn run(
 
     let t = Instant::now();
     let mut mark = coll.bytes();
-    let (of, count) = chunks::assign(w, g.chunks, inp.train, cfg.seed)?;
+    // Cut once, by the driver (`chunks::ensure_stored`): never here.
+    let (of, count) = match (g.chunks, inp.chunks) {
+        (1, _) => (vec![0; n], 1),
+        (_, Some((of, count))) => (of.to_vec(), count),
+        (c, None) => {
+            return Err(BadInput::new(format!(
+                "--chunks {c}: this worker was given no stored chunks to read (the driver cuts them into \
+                 <dataset>/chunks/metis-{c}/); are driver and worker the same version?"
+            ))
+            .into());
+        }
+    };
     if count < g.chunks {
         obs.event(&format!("METIS left {} of the {} chunks empty: {count} chunks", g.chunks - count, g.chunks));
     }
@@ -654,7 +665,7 @@ pub fn run(
         })?;
         let group_of: Vec<u16> = owners.as_slice().iter().map(|&o| o / stages as u16).collect();
         let plan = HaloPlan::derive(w.graph, Some(&group_of), (group, g.groups), w.model.spec().adds_self_loops())?;
-        let of: Vec<u16> = of.iter().zip(&group_of).map(|(&c, &h)| h * count as u16 + c).collect();
+        let of = chunks::hybrid(&of, count, &group_of);
         (Some(plan), of, g.groups * count)
     } else {
         (None, of, count)
