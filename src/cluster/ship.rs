@@ -306,4 +306,21 @@ mod tests {
         let remote: Vec<_> = files.iter().map(|f| f.remote.to_string_lossy().into_owned()).collect();
         assert_eq!(remote, ["cora/dataset.lgnn"]);
     }
+
+    #[test]
+    fn a_gnnpipe_job_ships_the_chunks_its_driver_stored() {
+        let data = DataDir::new("/d");
+        let files = chunk_files(&data, "cora", Some(4));
+        assert_eq!(files.len(), 1);
+        assert_eq!(files[0].remote, Path::new("cora/chunks/metis-4/manifest"));
+        assert_eq!(files[0].local, crate::format::manifest_path(&crate::paths::chunks_dir(&data, "cora", 4)));
+        // One chunk is the whole graph, and another strategy has none: nothing stored, nothing shipped.
+        assert!(chunk_files(&data, "cora", Some(1)).is_empty() && chunk_files(&data, "cora", None).is_empty());
+        // An archive given by path keeps its chunks beside it, as its partitions (`x.parts/`).
+        let dir = tempfile::tempdir().unwrap();
+        let archive = dir.path().join("x.lgnn");
+        std::fs::write(&archive, b"").unwrap();
+        let chunks = crate::paths::chunks_dir(&data, archive.to_str().unwrap(), 4);
+        assert_eq!(chunks, dir.path().join("x.chunks/metis-4"));
+    }
 }
