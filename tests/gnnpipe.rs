@@ -9,8 +9,8 @@
 mod dist_support;
 
 use dist_support::{
-    cora, count, epoch_losses, fails, final_weights, first_gradient, json, leapgnn, leapgnn_env, predictions, records,
-    rel_diff, scores, straight_and_resumed,
+    Driver, LONG_EXIT, cora, count, epoch_losses, fails, final_weights, first_gradient, json, leapgnn, leapgnn_env,
+    predictions, records, rel_diff, scores, straight_and_resumed,
 };
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -448,4 +448,28 @@ fn the_driver_refuses_the_real_largest_chunk_before_any_worker_starts() {
         .max()
         .unwrap();
     assert!(largest > even, "largest chunk {largest} edges and loops, an even half {even}");
+}
+
+/// A worker reads the chunks its driver stored and never cuts them: a file
+/// gone after the driver read it (or replaced, or damaged) is refused by the
+/// worker, naming it, and nothing is cut in its place.
+#[test]
+fn a_worker_refuses_a_chunk_file_gone_after_its_driver_read_it() {
+    use std::io::Write;
+    let tmp = cora();
+    let d = tmp.path();
+    let args =
+        ["train", "cora", "--no-tui", "--strategy", "gnnpipe", "--workers", "2", "--chunks", "4", "--epochs", "1"];
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_leapgnn"));
+    cmd.arg("--data-dir").arg(d).args(args).env("LEAPGNN_TEST_PAUSE", "chunks-stored");
+    let mut drv = Driver::from_command(cmd.stdin(std::process::Stdio::piped()));
+    drv.wait_line(LONG_EXIT, |l| l == "test hold: chunks-stored");
+    let file = d.join("cora/chunks/metis-4/manifest");
+    std::fs::remove_file(&file).unwrap();
+    writeln!(drv.child.stdin.as_mut().unwrap()).unwrap();
+    let (code, err) = drv.wait_exit(LONG_EXIT);
+    assert_ne!(code, Some(0), "{err}");
+    let line = err.lines().find(|l| l.starts_with("error: ")).unwrap_or_else(|| panic!("no error line: {err}"));
+    assert!(line.contains("worker ") && line.contains(&file.display().to_string()), "{line}");
+    assert!(!file.exists(), "a worker never cuts the chunks: {err}");
 }

@@ -536,6 +536,7 @@ fn execute(
     let owners = manifest.node_worker(world);
     // A new run's were checked before its directory was made; a typed --resume's are here.
     let chunks = crate::train::fullgraph::chunks::ensure_stored(data, &ds, &cfg, Some(&owners), typed.then_some(true))?;
+    crate::util::interrupt::test_hold("chunks-stored");
     let run_dir = absolute(&run_dir)?;
     tracing::info!(
         "run {name}: {} ({} nodes) on {world} workers, partition {}, {} time step(s) per iteration",

@@ -48,7 +48,11 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
     let manifest = Arc::new(ManifestFile::open(&spec.parts_dir)?);
     let chunks = match (&spec.chunks_dir, cfg.gnnpipe.as_ref()) {
         (Some(dir), Some(g)) => {
-            Some(crate::train::fullgraph::chunks::read_stored(dir, &ds, g.chunks, spec.chunks_checksum)?)
+            let read = crate::train::fullgraph::chunks::read_stored(dir, &ds, g.chunks, spec.chunks_checksum);
+            Some(read.context(
+                "the GNNPipe chunks this run's driver stored are unreadable here, and a worker never cuts them; \
+                 start the run again (the driver cuts missing chunks again)",
+            )?)
         }
         _ => None,
     };
