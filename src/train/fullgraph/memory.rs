@@ -11,6 +11,7 @@ use crate::graph::CsrView;
 use crate::model::{GatHeads, ModelKind, ModelSpec};
 use crate::train::{DeviceKind, TrainConfig};
 use crate::util::mib;
+use std::ops::Range;
 
 /// Vertices, halo and in-edges of one worker.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -82,39 +83,58 @@ pub(crate) const GAT_EDGE_COPIES: u64 = 52;
 /// with `sparse_input`, the first layer reads the stored sparse rows
 /// (`Model::input_rows_of` keeps them sparse on the CPU).
 pub fn estimate(s: Shape, spec: &ModelSpec, params: usize, sparse_input: bool) -> u64 {
-    let rows = s.owned + s.halo;
-    let f = 4u64;
-    // Cached input rows and the dropped-out copy the first layer reads: as
-    // CSR (column and value per stored value, an offset per row) when sparse.
-    let mut b = PROCESS_BYTES
-        + match sparse_input {
-            true => 2 * (8 * s.sparse_values + 8 * (rows + 1)),
-            false => 2 * input_rows(s, spec).elements() * f,
-        };
+    let mut b = PROCESS_BYTES + input_bytes(s, spec, sparse_input);
     for l in 0..spec.layers {
-        let t = layer_tensors(s, spec, l);
-        if l > 0 {
-            b += HIDDEN_INPUT_COPIES * t.input.elements() * f;
-        }
-        // A dense input's aggregate is as wide as the input; sparse rows are
-        // multiplied first, into projections as wide as the output.
-        let wide_input = if l == 0 && sparse_input { 0 } else { 3 * t.aggregate.elements() * f };
-        b += wide_input;
-        if let Some([projection, attention]) = t.attention {
-            b += GAT_PROJECTION_COPIES * projection.elements() * f + GAT_EDGE_COPIES * attention.elements() * f;
-            b += 3 * t.output.elements() * f;
-        } else if l == 0 && sparse_input {
-            // Both sparse products (neighbours' over all rows, own over the
-            // owned), the aggregate and the output, and their gradients.
-            b += 3 * (rows + s.owned) * t.output.cols * f;
-        } else {
-            b += 3 * t.output.elements() * f;
-        }
+        b += layer_bytes(s, spec, l, sparse_input, HIDDEN_INPUT_COPIES);
     }
-    // The aggregation graph and its transpose (index, weight and edge id per edge).
-    b += 4 * (s.edges + s.owned) * 4 + rows * 4;
-    // Values, gradient and two optimizer slots; the flat gradient of every layer's backward.
-    b += (4 + spec.layers as u64) * params as u64 * f;
+    b + graph_bytes(s) + train_params_bytes(params, spec.layers)
+}
+
+/// Cached input rows and the dropped-out copy the first layer reads: as
+/// CSR (column and value per stored value, an offset per row) when sparse.
+fn input_bytes(s: Shape, spec: &ModelSpec, sparse_input: bool) -> u64 {
+    let rows = s.owned + s.halo;
+    match sparse_input {
+        true => 2 * (8 * s.sparse_values + 8 * (rows + 1)),
+        false => 2 * input_rows(s, spec).elements() * 4,
+    }
+}
+
+/// The aggregation graph and its transpose (index, weight and edge id per edge).
+fn graph_bytes(s: Shape) -> u64 {
+    4 * (s.edges + s.owned) * 4 + (s.owned + s.halo) * 4
+}
+
+/// Values, gradient and two optimizer slots; the flat gradient of every
+/// one of `layers` layers' backward.
+fn train_params_bytes(params: usize, layers: usize) -> u64 {
+    (4 + layers as u64) * params as u64 * 4
+}
+
+/// Training: layer `l`'s tensors over the share `s` alive at the peak, a
+/// hidden layer's input counted `input_copies` times.
+fn layer_bytes(s: Shape, spec: &ModelSpec, l: usize, sparse_input: bool, input_copies: u64) -> u64 {
+    let f = 4u64;
+    let rows = s.owned + s.halo;
+    let t = layer_tensors(s, spec, l);
+    let mut b = 0;
+    if l > 0 {
+        b += input_copies * t.input.elements() * f;
+    }
+    // A dense input's aggregate is as wide as the input; sparse rows are
+    // multiplied first, into projections as wide as the output.
+    let wide_input = if l == 0 && sparse_input { 0 } else { 3 * t.aggregate.elements() * f };
+    b += wide_input;
+    if let Some([projection, attention]) = t.attention {
+        b += GAT_PROJECTION_COPIES * projection.elements() * f + GAT_EDGE_COPIES * attention.elements() * f;
+        b += 3 * t.output.elements() * f;
+    } else if l == 0 && sparse_input {
+        // Both sparse products (neighbours' over all rows, own over the
+        // owned), the aggregate and the output, and their gradients.
+        b += 3 * (rows + s.owned) * t.output.cols * f;
+    } else {
+        b += 3 * t.output.elements() * f;
+    }
     b
 }
 
@@ -487,12 +507,8 @@ pub fn preflight(
     local: usize,
     limit: Limit,
 ) -> Result<Vec<u64>, BadInput> {
-    let (_, sparse_input) = sparse_input(ds, cfg, spec);
     let (shares, bound) = worker_shares(ds, cfg, owners, spec);
-    let nodes = ds.num_nodes() as u64;
-    let per_worker: Vec<u64> = (shares.into_iter().enumerate())
-        .map(|(r, s)| estimate(s, spec, params, sparse_input) + gnnpipe_history(cfg, spec, nodes, r))
-        .collect();
+    let per_worker = worker_needs(ds, cfg, &shares, spec, params, bound);
     let budgets = budgets(limit);
     if budgets.is_empty() {
         tracing::warn!(
@@ -507,33 +523,149 @@ pub fn preflight(
     }
 }
 
-/// GNNPipe: what worker `rank`, a pipeline stage, holds beyond its share of
-/// the graph: for every hidden layer input it owns, a row of each of the
-/// graph's `nodes` vertices as its history, the gradient pending for them,
-/// and with --history-smoothing the smoothed copy (`gnnpipe::run`). Measured
-/// (peak RSS of the last stage, 2 workers): synthetic-arxiv 1425 MiB against
-/// 1293 MiB without them, Facebook 227 MiB against 223 MiB.
-///
-/// The share it is added to is not what a stage holds, and the sum is too
-/// high, not by design: `estimate` counts a graph-parallel worker, its METIS
-/// part and halo through every layer with the engine's exchange copies
-/// (`HIDDEN_INPUT_COPIES`) and every worker with the input features, while a
-/// stage runs its own layers over every chunk with no exchange copies and
-/// only stage 0 reads the features. The two agree where the stages are few
-/// and grow apart with the layers and workers. Measured (synthetic-arxiv,
-/// sum of the peaks / the largest): default flags on 2 workers, 2751 MiB
-/// estimated against 2235 MiB (+23 %), 1458 against 1377 (+6 %); `--model
-/// gcn --layers 8 --hidden 64 --workers 4 --chunks 4`, 9447 against 5263
-/// (+79 %), 2485 against 1408 (+76 %), and the lower bound before
-/// partitioning, 6274 MiB, is itself 19 % above the peaks. A stage's own
-/// estimate (its layers over the chunks, copies measured on GNNPipe) would
-/// replace it.
-fn gnnpipe_history(cfg: &TrainConfig, spec: &ModelSpec, nodes: u64, rank: usize) -> u64 {
-    let Some(g) = cfg.gnnpipe.as_ref().filter(|_| cfg.mode == crate::train::TrainMode::FullGraph) else { return 0 };
-    let stages = (cfg.workers.max(1) / g.groups.max(1)).max(1);
-    let copies = if g.history_smoothing > 0.0 { 3 } else { 2 };
-    let layers = super::gnnpipe::stage_layers(rank % stages, stages, spec.layers);
-    layers.filter(|&l| l > 0).map(|l| copies * nodes * layer_dims(spec, l).1 * 4).sum()
+/// Every worker's peak bytes over its share in `shares` (by rank;
+/// `bound`: even shares without halo, `preflight`'s lower bound): a
+/// graph-parallel worker's by `estimate`, a GNNPipe stage's by `stage_estimate`.
+fn worker_needs(
+    ds: &DatasetFile,
+    cfg: &TrainConfig,
+    shares: &[Shape],
+    spec: &ModelSpec,
+    params: usize,
+    bound: bool,
+) -> Vec<u64> {
+    let (sparse_rows, sparse_input) = sparse_input(ds, cfg, spec);
+    let Some(g) = cfg.gnnpipe.as_ref().filter(|_| cfg.mode == crate::train::TrainMode::FullGraph) else {
+        return shares.iter().map(|&s| estimate(s, spec, params, sparse_input)).collect();
+    };
+    let nodes = ds.num_nodes() as u64;
+    let values = sparse_rows.map_or(0, |p| p[p.len() - 1] - p[0]);
+    let stages = (shares.len() / g.groups.max(1)).max(1);
+    let history = match g.history_smoothing > 0.0 {
+        true => 3,
+        false => 2,
+    };
+    (0..shares.len())
+        .map(|rank| {
+            let group = &shares[rank / stages * stages..(rank / stages + 1) * stages];
+            let rows = chunk_rows(group, g.chunks as u64, bound, (nodes, values));
+            let stage = StageOf {
+                layers: super::gnnpipe::stage_layers(rank % stages, stages, spec.layers),
+                features: rank % stages == 0,
+                chunks: g.chunks as u64,
+                nodes,
+                history,
+            };
+            stage_estimate(rows, spec, params, sparse_input, &stage)
+        })
+        .collect()
+}
+
+/// GNNPipe: the rows every chunk of a stage's pipeline group (`group`: its
+/// stages' shares of the partition) covers together, its vertices and the
+/// chunks' halos, cut into `chunks`. A stage keeps every chunk's tape until
+/// the backward, so their sum is what its layers hold. The workers cut the
+/// chunks (METIS, `chunks::assign`), so only the partition's halos are known
+/// here. METIS cuts k parts by recursive bisection, each of its
+/// ceil(log2 k) levels cutting every part again, so the halo grows with the
+/// levels: measured on synthetic-arxiv, 0.54 rows per vertex for 2 parts and
+/// 1.04 for 4. The parts' halo scaled by the chunks' levels over the parts'
+/// stands for the chunks', at most every in-edge. One worker has no
+/// partition to go by: every in-edge may cross a chunk. `(nodes, values)`:
+/// the graph's vertices and stored feature values; `bound`: no halo.
+fn chunk_rows(group: &[Shape], chunks: u64, bound: bool, (nodes, values): (u64, u64)) -> Shape {
+    let sum = |f: fn(&Shape) -> u64| group.iter().map(f).sum::<u64>();
+    let (owned, edges, parts_halo) = (sum(|s| s.owned), sum(|s| s.edges), sum(|s| s.halo));
+    let levels = |k: u64| u64::from(u64::BITS - k.saturating_sub(1).leading_zeros());
+    let halo = match (bound, group.len()) {
+        (true, _) => 0,
+        (false, 1) if parts_halo == 0 => edges.min(owned.saturating_mul(chunks.saturating_sub(1))),
+        (false, s) => edges.min(parts_halo.saturating_mul(levels(chunks).max(1)) / levels(s as u64).max(1)),
+    };
+    // The chunks' halo rows read their stored values too: about the average row's.
+    let sparse_values = values.saturating_mul(owned + halo) / nodes.max(1);
+    Shape { owned, halo, edges, sparse_values }
+}
+
+/// A GNNPipe stage, as `stage_estimate` counts it.
+struct StageOf {
+    /// The layers it owns.
+    layers: Range<usize>,
+    /// Stage 0: it reads the input features.
+    features: bool,
+    chunks: u64,
+    /// The graph's vertices: every history row is one of them.
+    nodes: u64,
+    /// Per-vertex rows kept for each hidden layer input it owns: the
+    /// history, the gradient pending for it and with --history-smoothing
+    /// the smoothed copy (`gnnpipe::run`).
+    history: u64,
+}
+
+/// GNNPipe: a hidden layer's input rows alive per chunk on the tape: its
+/// own rows and the halo's, concatenated (`chunks::layer`). No exchange
+/// copies: the rows come from the stage's own buffer. Measured (peak RSS,
+/// synthetic-arxiv, GCN, 2 and 4 layers a stage): about 1.5 with the
+/// aggregate's and output's 3 each.
+const STAGE_INPUT_COPIES: u64 = 2;
+
+/// GNNPipe, deepgcn and film: a block's `[rows, hidden]` activations alive
+/// per chunk on the tape (its norm, activation, dropout, message and
+/// residual, and their gradients), which `HIDDEN_INPUT_COPIES` covers in
+/// the full-graph engine. Measured (Facebook, deepgcn, 8 layers on 4
+/// stages): about 7 beside the input's, aggregate's and output's; 8 keeps
+/// the largest stage's estimate 8 % above its peak.
+const STAGE_BLOCK_COPIES: u64 = 8;
+
+/// GNNPipe: copies of one chunk's `[rows, width]` boundary rows in flight
+/// at a tick: the bytes sent on and those received, decoded into the
+/// variable the next stage reads. A tick is an all-to-all, so one chunk
+/// goes each way at a time, forward and backward alike.
+const IN_FLIGHT_COPIES: u64 = 3;
+
+/// GNNPipe: copies of every vertex's boundary rows a stage holds in
+/// evaluation, which sends every row on (`Stage::accuracies`): the bytes
+/// received and their rows, its output rows and the bytes sent. Measured
+/// (synthetic-arxiv, GCN): about 3.4 per vertex and boundary width.
+const STAGE_ROW_COPIES: u64 = 3;
+
+/// GNNPipe: what stage 0 holds beyond its counted tensors. Measured on
+/// Cora (tensors of a few MiB): 100 MiB at stage 0 against 77 at stage 1,
+/// which `PROCESS_BYTES` and their tensors cover.
+const STAGE0_BYTES: u64 = 16 << 20;
+
+/// Peak bytes of a GNNPipe stage training `spec` (`params` weights) over
+/// `rows`, every chunk's rows and halos: its layers' tensors over every
+/// chunk (`STAGE_INPUT_COPIES` per hidden input, no exchange copies), stage
+/// 0 alone the cached features, the aggregation graphs of every chunk, the
+/// weights, the history rows of its hidden inputs, the chunk in flight each
+/// way and the rows evaluation sends on. Every stage holds the whole
+/// topology (mapped with the dataset, in the process's own bytes).
+fn stage_estimate(rows: Shape, spec: &ModelSpec, params: usize, sparse_input: bool, st: &StageOf) -> u64 {
+    let f = 4u64;
+    let mut b = PROCESS_BYTES + graph_bytes(rows) + train_params_bytes(params, spec.layers);
+    if st.features {
+        b += STAGE0_BYTES + input_bytes(rows, spec, sparse_input);
+    }
+    for l in st.layers.clone() {
+        b += layer_bytes(rows, spec, l, sparse_input, STAGE_INPUT_COPIES);
+        let t = layer_tensors(rows, spec, l);
+        b += STAGE_BLOCK_COPIES * t.block.map_or(0, Tensor2::elements) * f;
+        // SAGE's aggregate beside the own rows and its gradient; a sparse first layer multiplies them apart.
+        if l > 0 || !sparse_input {
+            b += 2 * t.both.map_or(0, Tensor2::elements) * f;
+        }
+        if l > 0 {
+            b += st.history * st.nodes * layer_dims(spec, l).1 * f;
+        }
+    }
+    // METIS balances the chunks' vertices within 5 %; a tenth above the even share is the largest.
+    let chunk = rows.owned.div_ceil(st.chunks.max(1)) * 11 / 10;
+    let first = st.layers.start;
+    let width_in = if first > 0 { layer_dims(spec, first).1 } else { 0 };
+    let width_out = if st.layers.end < spec.layers { layer_dims(spec, st.layers.end - 1).2 } else { 0 };
+    let boundary = width_in + width_out;
+    b + (IN_FLIGHT_COPIES * chunk + STAGE_ROW_COPIES * st.nodes) * boundary * f
 }
 
 /// Every worker's share of a run of `cfg`: with `owners`, its own; without
@@ -701,10 +833,10 @@ pub fn check_worker(
     params: usize,
     limit: Limit,
 ) -> Result<(), BadInput> {
-    let (sparse_rows, sparse_input) = sparse_input(ds, cfg, spec);
+    let (sparse_rows, _) = sparse_input(ds, cfg, spec);
     let shapes = shapes(ds.graph(), sparse_rows, Some(owners), cfg.workers.max(1));
-    let nodes = ds.num_nodes() as u64;
-    let need = |r: usize| estimate(shapes[r], spec, params, sparse_input) + gnnpipe_history(cfg, spec, nodes, r);
+    let needs = worker_needs(ds, cfg, &shapes, spec, params, false);
+    let need = |r: usize| needs[r];
     let held: Vec<u64> = host_ranks.iter().filter(|&&r| r != rank && r < shapes.len()).map(|&r| need(r)).collect();
     check_share(
         (rank, shapes[rank], need(rank)),
@@ -1207,6 +1339,43 @@ mod tests {
         assert!(e.ends_with(gnnpipe_advice(false)), "{e}");
         let resumed = check_cut_chunks(&cut, &gcn, DeviceKind::Cuda(0), true).unwrap_err().0;
         assert!(resumed.ends_with(gnnpipe_advice(true)), "{resumed}");
+    }
+
+    /// A GNNPipe stage runs its own layers over every chunk: the features
+    /// are read by stage 0 alone and a hidden input comes from the stage's
+    /// own rows, without the full-graph engine's exchange copies. The
+    /// preflight held every stage to a graph-parallel worker's estimate,
+    /// each with the features and `HIDDEN_INPUT_COPIES` per hidden input
+    /// row (synthetic-arxiv, 8-layer GCN on 4 stages: 2485 MiB for the
+    /// largest worker, against a peak of 1408).
+    #[test]
+    fn a_gnnpipe_stage_counts_the_features_at_stage_0_only_and_no_exchange_copies() {
+        // Two layers on two stages, the features far wider than the hidden rows.
+        let gcn = ModelSpec { in_dim: 10_000, layers: 2, ..spec(ModelKind::Gcn, 512, 1) };
+        let nodes = 10_000;
+        let parts = [Shape { owned: nodes / 2, halo: 500, edges: 40_000, sparse_values: 0 }; 2];
+        let rows = chunk_rows(&parts, 4, false, (nodes, 0));
+        let stage = |s: usize| StageOf {
+            layers: super::super::gnnpipe::stage_layers(s, 2, 2),
+            features: s == 0,
+            chunks: 4,
+            nodes,
+            history: 3,
+        };
+        let features = input_bytes(rows, &gcn, false);
+        let [first, second] = [0, 1].map(|s| stage_estimate(rows, &gcn, 1000, false, &stage(s)));
+        assert!(first > features, "stage 0 estimated at {first} bytes, its features alone {features}");
+        assert!(
+            second < features,
+            "stage 1 estimated at {second} bytes, above the features it never reads ({features})"
+        );
+        // A hidden input's halo rows: a halo of 1000 more rows costs the
+        // stage's copies of them, far fewer than the exchange's.
+        let wider = Shape { halo: rows.halo + 1000, ..rows };
+        let more = stage_estimate(wider, &gcn, 1000, false, &stage(1)) - second;
+        let exchanged = HIDDEN_INPUT_COPIES * 1000 * 512 * 4;
+        assert!(more * 2 < exchanged, "1000 more halo rows of width 512 cost {more} bytes at stage 1");
+        assert!(more >= 1000 * 512 * 4, "1000 more halo rows of width 512 cost {more} bytes at stage 1");
     }
 
     #[test]
