@@ -46,7 +46,8 @@ use deepgcn::{DeepInput, GenLayer};
 use dropout::{ReluDropout, dropout_in_place, dropout_rows, dropout_sparse, vertex_row_key};
 use film::FilmLayer;
 use gcn::GcnLayer;
-use sage::{SageAggr, SageLayer};
+use sage::SageLayer;
+pub(crate) use sage::{SageAggr, transforms_first as sage_transforms_first};
 use sparse_input::SparseInput;
 use std::sync::Arc;
 

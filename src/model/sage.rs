@@ -23,6 +23,18 @@ pub struct SageLayer {
     aggr: SageAggr,
 }
 
+/// Whether a layer of `aggr` over a block of `(src, dst, edges)` projects
+/// its rows before aggregating them (`SageLayer::forward`): the mean
+/// commutes with lin_l, and over whole-graph layers (sources about the
+/// destinations) transforming first sums narrow rows instead of wide ones.
+/// Then no `[dst, 2 x d_in]` aggregate beside the own rows is built, which
+/// the memory estimates count (`fullgraph::memory`).
+pub fn transforms_first(aggr: SageAggr, (src, dst, edges): (u64, u64, u64), d_in: u64, d_out: u64) -> bool {
+    let aggregate_first = edges * d_in + 2 * dst * d_in * d_out;
+    let transform_first = (src + dst) * d_in * d_out + edges * d_out;
+    aggr == SageAggr::Mean && transform_first < aggregate_first
+}
+
 impl SageLayer {
     pub fn new(p: &mut Params, prefix: &str, d_in: usize, d_out: usize, aggr: SageAggr, dev: &Device) -> Result<Self> {
         let wl = p.glorot(&format!("{prefix}.lin_l.weight"), (d_out, d_in), d_in, d_out, dev)?;
@@ -51,11 +63,8 @@ impl SageLayer {
     pub fn forward(&self, inp: &LayerInput<'_>) -> Result<Tensor> {
         let g = inp.graph;
         let (d_in, d_out) = (inp.x.dim(1)?, self.w_l.dim(0)?);
-        // The mean commutes with lin_l: over whole-graph layers (sources about
-        // the destinations) transforming first sums narrow rows instead of wide ones.
-        let aggregate_first = g.num_edges() * d_in + 2 * g.num_dst() * d_in * d_out;
-        let transform_first = (g.num_src() + g.num_dst()) * d_in * d_out + g.num_edges() * d_out;
-        if self.aggr == SageAggr::Mean && transform_first < aggregate_first {
+        let (src, dst, edges) = (g.num_src() as u64, g.num_dst() as u64, g.num_edges() as u64);
+        if transforms_first(self.aggr, (src, dst, edges), d_in as u64, d_out as u64) {
             let fast = inp.kernel == csr_op::Kernel::Fast;
             let h = linear(inp.x, &self.w_l, None, fast, None)?;
             let nbrs = csr_op::weighted_sum(&h, g, inp.kernel)?;

@@ -405,7 +405,7 @@ fn execute(
     };
     let (model, params, mut opt, device) = build_model(&cfg, &ds)?;
     if cfg.mode == TrainMode::FullGraph {
-        fullgraph::memory::preflight(&ds, &cfg, None, model.spec(), params.numel(), 0, limit)?;
+        fullgraph::memory::preflight(&ds, &cfg, None, model.spec(), &params, 0, limit)?;
     }
     fullgraph::memory::warn_address_space();
     let ck = checkpoint::dir(run_dir);

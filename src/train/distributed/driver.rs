@@ -148,7 +148,7 @@ fn preflight(
         return Ok(());
     }
     let (model, params, _, _) = crate::train::build_model(cfg, ds)?;
-    crate::train::fullgraph::memory::preflight(ds, cfg, owners, model.spec(), params.numel(), local, limit)?;
+    crate::train::fullgraph::memory::preflight(ds, cfg, owners, model.spec(), &params, local, limit)?;
     Ok(())
 }
 

@@ -72,7 +72,7 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
     crate::train::check_model_memory(cfg, &ds, Held::Ranks(&host_ranks), false, limit, Some(owners.as_slice()))?;
     let (model, params, mut opt, device) = crate::train::build_model(cfg, &ds)?;
     if cfg.mode == crate::train::TrainMode::FullGraph {
-        check_worker(&ds, cfg, owners.as_slice(), (rank, &host_ranks), model.spec(), params.numel(), limit)?;
+        check_worker(&ds, cfg, owners.as_slice(), (rank, &host_ranks), model.spec(), &params, limit)?;
     }
     spec.placement.warn_address_space(rank, reporter);
     let local: Arc<dyn RowSource> = Arc::new(PartRows::open_worker(&spec.parts_dir, rank, world, manifest.clone())?);
