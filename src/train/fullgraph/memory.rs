@@ -547,7 +547,10 @@ fn worker_needs(
     };
     (0..shares.len())
         .map(|rank| {
-            let group = &shares[rank / stages * stages..(rank / stages + 1) * stages];
+            // `cfg.check()` has --workers a multiple of --pipeline-groups; a
+            // last group cut short holds what is left rather than reading past the end.
+            let start = rank / stages * stages;
+            let group = &shares[start..(start + stages).min(shares.len())];
             let rows = chunk_rows(group, g.chunks as u64, bound, (nodes, values));
             let layers = super::gnnpipe::stage_layers(rank % stages, stages, spec.layers);
             let own = params.iter().filter(|p| super::gnnpipe::layer_of(&p.name).is_some_and(|l| layers.contains(&l)));
