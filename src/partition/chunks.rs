@@ -45,12 +45,19 @@ pub fn cut(graph: CsrView<'_>, train: &[u32], chunks: usize, seed: u64) -> Resul
     Ok((of, count as usize))
 }
 
-/// The stored chunks in `dir` of `ds` into `chunks` (as requested: METIS may
-/// have filled fewer), checked whole: vertex -> chunk and the count of
-/// chunks that hold vertices. A missing, damaged or foreign file is an error
-/// naming it; nothing is cut here.
-pub fn read(dir: &Path, ds: &DatasetFile, chunks: usize) -> Result<(Vec<u16>, usize), FormatError> {
-    let m = ManifestFile::open(dir)?;
+/// GNNPipe's chunks as stored: vertex -> chunk, the count of chunks that
+/// hold vertices, and the manifest's checksum (which the driver hands its
+/// workers, so that they refuse a file replaced meanwhile).
+pub struct Stored {
+    pub of: Vec<u16>,
+    pub count: usize,
+    pub checksum: u64,
+}
+
+/// The stored chunks of the manifest `m` of `ds` into `chunks` (as
+/// requested: METIS may have filled fewer), checked whole. A damaged or
+/// foreign file is an error naming it; nothing is cut here.
+pub fn checked(m: ManifestFile, ds: &DatasetFile, chunks: usize) -> Result<Stored, FormatError> {
     m.verify()?;
     m.check_matches(ds, chunks)?;
     // `cut` numbers the chunks that hold vertices first.
@@ -61,54 +68,48 @@ pub fn read(dir: &Path, ds: &DatasetFile, chunks: usize) -> Result<(Vec<u16>, us
             format!("vertex {v} is in chunk {}, which is empty", m.node_part()[v]),
         ));
     }
-    Ok((m.node_part().to_vec(), count))
+    Ok(Stored { of: m.node_part().to_vec(), count, checksum: m.checksum() })
 }
 
 /// Whether `dir` holds the chunks of `ds` into `chunks` with `seed`: None
 /// when missing or cut with other settings or of another dataset (cut
-/// again); a damaged file is an error naming it (`read` would refuse it in
+/// again); a damaged file is an error naming it (`checked` would refuse it in
 /// every worker; deleting it has it cut again).
-fn existing(dir: &Path, ds: &DatasetFile, chunks: usize, seed: u64) -> Result<Option<(Vec<u16>, usize)>, FormatError> {
+fn existing(dir: &Path, ds: &DatasetFile, chunks: usize, seed: u64) -> Result<Option<Stored>, FormatError> {
     let m = match ManifestFile::open(dir) {
         Ok(m) => m,
         Err(FormatError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
     };
-    let same = m.method() == METHOD
-        && m.parts() == chunks
-        && m.seed() == seed
-        && m.constraints() == Balance::DEFAULT.name()
-        && m.dataset_checksum() == ds.checksum()
-        && m.node_part().len() == ds.num_nodes();
-    if !same {
+    if !super::cut_alike(&m, ds, (METHOD, chunks, seed), Balance::DEFAULT) {
         return Ok(None);
     }
-    read(dir, ds, chunks).map(Some)
+    checked(m, ds, chunks).map(Some)
 }
 
 /// The chunks of `ds` (named `name`) into `chunks` with `seed`, stored in
 /// `dir`: read when there, else cut, given to `check` (vertex -> chunk, and
 /// the count) and written only once it accepts them, so a refused run leaves
-/// no file behind. Says on stderr when it cuts.
+/// no file behind; returned as stored. Says on stderr when it cuts.
 pub fn ensure(
     dir: &Path,
     (name, ds): (&str, &DatasetFile),
     chunks: usize,
     seed: u64,
     check: &mut dyn FnMut(&[u16], usize) -> anyhow::Result<()>,
-) -> anyhow::Result<()> {
-    let kept = |check: &mut dyn FnMut(&[u16], usize) -> anyhow::Result<()>| -> anyhow::Result<bool> {
-        let Some((of, count)) = existing(dir, ds, chunks, seed)? else { return Ok(false) };
-        check(&of, count)?;
-        Ok(true)
+) -> anyhow::Result<Stored> {
+    let kept = |check: &mut dyn FnMut(&[u16], usize) -> anyhow::Result<()>| -> anyhow::Result<Option<Stored>> {
+        let Some(stored) = existing(dir, ds, chunks, seed)? else { return Ok(None) };
+        check(&stored.of, stored.count)?;
+        Ok(Some(stored))
     };
-    if kept(check)? {
-        return Ok(());
+    if let Some(stored) = kept(check)? {
+        return Ok(stored);
     }
     let _lock = TargetLock::acquire(dir)?;
     // Another process may have written them while this one waited.
-    if kept(check)? {
-        return Ok(());
+    if let Some(stored) = kept(check)? {
+        return Ok(stored);
     }
     let started = std::time::Instant::now();
     let (of, count) = cut(ds.graph(), ds.train(), chunks, seed)?;
@@ -122,7 +123,7 @@ pub fn ensure(
         parts: chunks as u32,
         seed,
         constraints: Balance::DEFAULT.name().into(),
-        node_part: of,
+        node_part: of.clone(),
         local_index: std::mem::take(&mut groups.local_index),
         part_nodes: q.part_nodes,
         part_train: q.part_train,
@@ -136,5 +137,7 @@ pub fn ensure(
         started.elapsed().as_secs_f64(),
         crate::format::manifest_path(dir).display()
     );
-    Ok(())
+    // Only the header is read: the workers compare the checksum it holds.
+    let checksum = ManifestFile::open(dir)?.checksum();
+    Ok(Stored { of, count, checksum })
 }

@@ -180,6 +180,23 @@ pub fn assign(method: Method, p: &Problem<'_>) -> Result<Vec<u16>, PartitionErro
     Ok(part)
 }
 
+/// Whether the stored manifest `m` is a cut of `ds` by `method` into
+/// `parts` with `seed` and `balance`: a partition or GNNPipe's chunks kept
+/// on disk are reused only when it is (else cut again).
+pub(crate) fn cut_alike(
+    m: &crate::format::ManifestFile,
+    ds: &crate::format::DatasetFile,
+    (method, parts, seed): (&str, usize, u64),
+    balance: Balance,
+) -> bool {
+    m.method() == method
+        && m.parts() == parts
+        && m.seed() == seed
+        && m.constraints() == balance.name()
+        && m.dataset_checksum() == ds.checksum()
+        && m.node_part().len() == ds.num_nodes()
+}
+
 /// `train` ids as a per-node flag (duplicates in the list count once).
 pub fn train_flags(num_nodes: usize, train: &[u32]) -> Vec<bool> {
     let mut f = vec![false; num_nodes];

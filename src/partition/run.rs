@@ -174,13 +174,8 @@ impl<'a> Job<'a> {
     /// would replace a partition that may be sound.
     fn existing(&self, started: Instant, verify: bool) -> Result<Option<PartitionReport>, PartitionError> {
         let Some(m) = self.readable(ManifestFile::open(&self.dir))? else { return Ok(None) };
-        let same = m.method() == self.opts.method.name()
-            && m.parts() == self.opts.parts
-            && m.seed() == self.opts.seed
-            && m.constraints() == self.opts.balance.name()
-            && m.dataset_checksum() == self.ds.checksum()
-            && m.node_part().len() == self.ds.num_nodes();
-        if !same {
+        let settings = (self.opts.method.name(), self.opts.parts, self.opts.seed);
+        if !super::cut_alike(&m, &self.ds, settings, self.opts.balance) {
             return Ok(None);
         }
         for i in 0..self.opts.parts as u32 {

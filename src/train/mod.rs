@@ -396,11 +396,7 @@ fn execute(
     // A resumed run comes here without `check_all`, which checks a new run's.
     fullgraph::memory::check_device(&ds, &cfg, None, &cfg.model_spec(&ds), resuming)?;
     let chunks = match fullgraph::chunks::ensure_stored(data, &ds, &cfg, None, Some(resuming)) {
-        Ok(Some((dir, checksum))) => {
-            let c = cfg.gnnpipe.as_ref().map_or(1, |g| g.chunks);
-            Some(fullgraph::chunks::read_stored(&dir, &ds, c, Some(checksum))?)
-        }
-        Ok(None) => None,
+        Ok(stored) => stored.map(|(_, s)| (s.of, s.count)),
         Err(e) => return Err(e.downcast::<BadInput>().map_or_else(TrainError::Dataset, TrainError::Input)),
     };
     let (model, params, mut opt, device) = build_model(&cfg, &ds)?;

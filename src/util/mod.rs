@@ -65,7 +65,13 @@ pub fn process_limit() -> Option<u64> {
 
 /// The kernel's limit on threads in all (`/proc/sys/kernel/threads-max`).
 pub fn threads_max() -> Option<u64> {
-    std::fs::read_to_string("/proc/sys/kernel/threads-max").ok()?.trim().parse().ok()
+    number_in(std::path::Path::new("/proc/sys/kernel/threads-max"))
+}
+
+/// A number alone in a file (a /proc or cgroup figure); None for "max" or
+/// an unreadable file.
+pub(crate) fn number_in(path: &std::path::Path) -> Option<u64> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
 /// The memory this process may allocate, in bytes, and where the figure comes

@@ -172,7 +172,7 @@ impl ThreadLimits {
             process_limit: super::process_limit(),
             address_space_limit: super::address_space_limit(),
             threads_max: super::threads_max(),
-            pid_max: read_number(std::path::Path::new("/proc/sys/kernel/pid_max")),
+            pid_max: super::number_in(std::path::Path::new("/proc/sys/kernel/pid_max")),
             threads_in_use: threads_in_use(&std::fs::read_to_string("/proc/loadavg").unwrap_or_default()),
             pids: pids_limit(&cgroups, std::path::Path::new("/sys/fs/cgroup")),
         }
@@ -215,12 +215,6 @@ impl ThreadLimits {
     }
 }
 
-/// A number alone in a file (a /proc or cgroup figure); None for "max" or
-/// an unreadable file.
-fn read_number(path: &std::path::Path) -> Option<u64> {
-    std::fs::read_to_string(path).ok()?.trim().parse().ok()
-}
-
 /// The host's threads in all: the fourth field of /proc/loadavg, "running/total".
 fn threads_in_use(loadavg: &str) -> Option<u64> {
     loadavg.split_whitespace().nth(3)?.split_once('/')?.1.parse().ok()
@@ -247,9 +241,12 @@ fn pids_limit(proc_cgroup: &str, root: &std::path::Path) -> Option<PidsLimit> {
     let mut dir = base.join(path.trim_start_matches('/'));
     let mut tightest: Option<PidsLimit> = None;
     loop {
-        if let Some(max) = read_number(&dir.join("pids.max")) {
-            let here =
-                PidsLimit { cgroup: dir.display().to_string(), max, current: read_number(&dir.join("pids.current")) };
+        if let Some(max) = super::number_in(&dir.join("pids.max")) {
+            let here = PidsLimit {
+                cgroup: dir.display().to_string(),
+                max,
+                current: super::number_in(&dir.join("pids.current")),
+            };
             if tightest.as_ref().is_none_or(|t| here.room() < t.room()) {
                 tightest = Some(here);
             }

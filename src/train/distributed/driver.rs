@@ -562,7 +562,7 @@ fn execute(
         auto_plans,
         partition_checksum,
         chunks_dir: chunks.as_ref().map(|(d, _)| absolute(d).and_then(|d| on_worker(&d))).transpose()?,
-        chunks_checksum: chunks.as_ref().map(|(_, c)| *c),
+        chunks_checksum: chunks.as_ref().map(|(_, s)| s.checksum),
         placement: super::Placement::of(opts.launcher, world, run.memory_limit),
     };
     let task = serde_json::json!({ "task": "train", "train": job });

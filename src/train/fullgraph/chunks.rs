@@ -58,7 +58,7 @@ pub fn stored_dir(data: &crate::DataDir, cfg: &TrainConfig) -> Option<std::path:
 
 /// The driver's part: the stored chunks of `ds` for a GNNPipe run of `cfg`
 /// (None: one chunk, nothing stored), cut now when missing or stale, and
-/// returned with the manifest's checksum that its workers compare. With
+/// returned as stored, with the manifest's checksum that its workers compare. With
 /// `check`, the chunks as cut are held to the limits each stage's would
 /// be (`check_cut`; `owners`, node -> worker, for --pipeline-groups; a
 /// `resume`d run is advised only what a resume can change) before anything
@@ -69,7 +69,7 @@ pub fn ensure_stored(
     cfg: &TrainConfig,
     owners: Option<&[u16]>,
     check: Option<bool>,
-) -> anyhow::Result<Option<(std::path::PathBuf, u64)>> {
+) -> anyhow::Result<Option<(std::path::PathBuf, partition::chunks::Stored)>> {
     let Some(dir) = stored_dir(data, cfg) else { return Ok(None) };
     let g = cfg.gnnpipe.clone().unwrap_or_default();
     let spec = cfg.model_spec(ds);
@@ -83,9 +83,8 @@ pub fn ensure_stored(
             None => Ok(()),
         }
     };
-    partition::chunks::ensure(&dir, (&cfg.dataset, ds), g.chunks, cfg.seed, &mut accept)?;
-    let checksum = crate::format::ManifestFile::open(&dir)?.checksum();
-    Ok(Some((dir, checksum)))
+    let stored = partition::chunks::ensure(&dir, (&cfg.dataset, ds), g.chunks, cfg.seed, &mut accept)?;
+    Ok(Some((dir, stored)))
 }
 
 /// A worker's part: the stored chunks of `ds` in `dir` (the driver's, whose
@@ -109,7 +108,8 @@ pub fn read_stored(
             ),
         ));
     }
-    partition::chunks::read(dir, ds, chunks)
+    let stored = partition::chunks::checked(m, ds, chunks)?;
+    Ok((stored.of, stored.count))
 }
 
 /// The chunks of a hybrid run (`--pipeline-groups`): group h's are the

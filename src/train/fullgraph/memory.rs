@@ -565,9 +565,9 @@ fn worker_needs(
 /// GNNPipe: the rows every chunk of a stage's pipeline group (`group`: its
 /// stages' shares of the partition) covers together, its vertices and the
 /// chunks' halos, cut into `chunks`. A stage keeps every chunk's tape until
-/// the backward, so their sum is what its layers hold. The workers cut the
-/// chunks (METIS, `chunks::assign`), so only the partition's halos are known
-/// here. METIS cuts k parts by recursive bisection, each of its
+/// the backward, so their sum is what its layers hold. The driver cuts the
+/// chunks only after this check (`chunks::ensure_stored`), so only the
+/// partition's halos are known here. METIS cuts k parts by recursive bisection, each of its
 /// ceil(log2 k) levels cutting every part again, so the halo grows with the
 /// levels: measured on synthetic-arxiv, 0.54 rows per vertex for 2 parts and
 /// 1.04 for 4. The parts' halo scaled by the chunks' levels over the parts'
