@@ -3,7 +3,7 @@
 
 mod dist_support;
 
-use dist_support::{facebook, fails, json};
+use dist_support::{facebook, fails, json, leapgnn_env};
 
 /// Facebook (22,470 nodes, 4,714 bag-of-words features stored sparse) trains
 /// full-graph with SAGE and with GAT in well under 1 GiB, and is accepted
@@ -145,4 +145,54 @@ fn a_gnnpipe_stage_is_estimated_with_its_history_rows() {
     assert!(e.contains("needs an estimated"), "{e}");
     let largest = number_after(&e, "the largest ");
     assert!(largest >= peak && largest * 4 <= peak * 5, "largest estimate {largest} MiB, peaks {peaks:?} MiB");
+}
+
+/// The driver held each GNNPipe stage to chunks it guessed from the
+/// partition's halo, though it cuts the real ones before launch; it now
+/// holds them to the chunks as cut (or as stored, for a second run), before
+/// they are written or any worker starts. Facebook on 2 stages of 8 chunks,
+/// its MemAvailable 1 MiB below what the refusal names: refused (exit 2)
+/// naming the largest stage, with no chunks, no run and no worker; 1 MiB
+/// more, where the figure is, trains, storing the chunks; 1 MiB below again,
+/// the stored chunks are refused the same way and no run is added.
+#[test]
+fn a_gnnpipe_run_is_held_to_its_chunks_as_cut_before_they_are_written() {
+    let tmp = facebook();
+    let d = tmp.path();
+    let args = ["train", "facebook", "--no-tui", "--strategy", "gnnpipe", "--workers", "2", "--epochs", "1"];
+    let with_free = |mib: u64, extra: &[&str]| {
+        let free = (mib << 20).to_string();
+        leapgnn_env(d, &[&args[..], extra].concat(), &[(leapgnn::util::MEM_AVAILABLE_TEST_VAR, &free)])
+    };
+    let together = |e: &str| -> u64 {
+        let t = e.split(" MiB for the 2 workers and the driver").next().unwrap_or_else(|| panic!("{e}"));
+        t.rsplit(' ').next().and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("no figure together in {e}"))
+    };
+    let refused = |out: std::process::Output| -> String {
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(!err.contains("[worker"), "a worker started: {err}");
+        err.lines().last().unwrap_or_default().to_string()
+    };
+    // The lower bound before partitioning passes at its own figure; the chunks as cut do not.
+    let bound = refused(with_free(100, &[]));
+    assert!(bound.contains("needs at least"), "{bound}");
+    let e = refused(with_free(together(&bound), &[]));
+    let stage = |e: &str| {
+        e.contains("the largest ") && e.contains(" MiB: GNNPipe stage ") && e.contains(" over its 8 chunks as cut")
+    };
+    assert!(e.contains("needs an estimated") && stage(&e), "{e}");
+    let need = together(&e);
+    let chunks = d.join("facebook/chunks/metis-8");
+    let runs = |d: &std::path::Path| std::fs::read_dir(d.join("runs")).map_or(0, |r| r.count());
+    let below = refused(with_free(need - 1, &[]));
+    assert!(below.contains(&format!("{need} MiB for the 2 workers and the driver")), "{below}");
+    assert!(stage(&below), "{below}");
+    assert!(!chunks.exists() && runs(d) == 0, "a refused run left {} or a run", chunks.display());
+    let out = with_free(need, &["--run", "fits"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(chunks.join("manifest").exists(), "no chunks stored in {}", chunks.display());
+    assert_eq!(runs(d), 1);
+    assert_eq!(refused(with_free(need - 1, &[])), below);
+    assert_eq!(runs(d), 1, "a refused second run left a run behind");
 }

@@ -395,12 +395,16 @@ fn execute(
     check_model_memory(&cfg, &ds, fullgraph::memory::Held::Largest(1), false, limit, None)?;
     // A resumed run comes here without `check_all`, which checks a new run's.
     fullgraph::memory::check_device(&ds, &cfg, None, &cfg.model_spec(&ds), resuming)?;
-    let chunks = match fullgraph::chunks::ensure_stored(data, &ds, &cfg, None, Some(resuming)) {
+    let (model, params, mut opt, device) = build_model(&cfg, &ds)?;
+    // A full-graph run is its own driver (0 workers beside it); GNNPipe's
+    // stages are held to their chunks as cut, where there are several.
+    let memory = (cfg.mode == TrainMode::FullGraph).then_some((&params, 0));
+    let check = fullgraph::chunks::StoredCheck { limit, memory };
+    let chunks = match fullgraph::chunks::ensure_stored(data, &ds, &cfg, None, Some(check)) {
         Ok(stored) => stored.map(|(_, s)| (s.of, s.count)),
         Err(e) => return Err(e.downcast::<BadInput>().map_or_else(TrainError::Dataset, TrainError::Input)),
     };
-    let (model, params, mut opt, device) = build_model(&cfg, &ds)?;
-    if cfg.mode == TrainMode::FullGraph {
+    if cfg.mode == TrainMode::FullGraph && chunks.is_none() {
         fullgraph::memory::preflight(&ds, &cfg, None, model.spec(), &params, 0, limit)?;
     }
     fullgraph::memory::warn_address_space();

@@ -88,7 +88,7 @@ pub fn train_distributed(
     // GNNPipe's chunks, cut here once for every worker, and held to what
     // each stage's blocks can count before any worker starts.
     let owners = crate::format::ManifestFile::open(&parts_dir)?.node_worker(cfg.workers);
-    crate::train::fullgraph::chunks::ensure_stored(data, &ds, &cfg, Some(&owners), Some(false))?;
+    ensure_chunks(data, &ds, &cfg, &owners, (run, opts), Some(false))?;
     let (name, run_dir) = new_run_dir(data, run.run.as_deref(), &cfg)?;
     // Held through every restart: this process trains the run until it returns.
     let _lock = RunLock::acquire(&run_dir, &name)?;
@@ -118,7 +118,7 @@ fn check_memory(
     opts: &DistOptions<'_>,
     resume: bool,
 ) -> anyhow::Result<()> {
-    let limit = Limit { bytes: run.memory_limit, resume, launcher: opts.launcher.kind(), available: None };
+    let limit = limit_of(run, opts, resume);
     let owners = node_part.map(|p| crate::format::node_worker(p, cfg.parts, cfg.workers));
     let local = opts.launcher.local_workers(cfg.workers);
     if local > 0 {
@@ -129,6 +129,36 @@ fn check_memory(
     preflight(ds, owners.as_deref(), cfg, limit, opts)?;
     crate::train::fullgraph::memory::warn_address_space();
     Ok(())
+}
+
+/// The memory a run of `run` by `opts` is held to on this machine.
+fn limit_of(run: &RunOptions, opts: &DistOptions<'_>, resume: bool) -> Limit {
+    Limit { bytes: run.memory_limit, resume, launcher: opts.launcher.kind(), available: None }
+}
+
+/// GNNPipe's stored chunks for a run of `cfg` on `ds` (`chunks::ensure_stored`)
+/// whose workers own the vertices as `owners` says; with `check` (whether
+/// the run is a resume), held before anything is written or started to what
+/// each stage can build and, for the stages on this machine, to its memory
+/// over the chunks as cut (`preflight`'s check, which skipped them).
+fn ensure_chunks(
+    data: &DataDir,
+    ds: &crate::format::DatasetFile,
+    cfg: &TrainConfig,
+    owners: &[u16],
+    (run, opts): (&RunOptions, &DistOptions<'_>),
+    check: Option<bool>,
+) -> anyhow::Result<Option<(PathBuf, crate::partition::chunks::Stored)>> {
+    use crate::train::fullgraph::chunks::{StoredCheck, ensure_stored, stored_dir};
+    let Some(resume) = check else { return ensure_stored(data, ds, cfg, Some(owners), None) };
+    let local = opts.launcher.local_workers(cfg.workers);
+    let held = local > 0 && cfg.mode == crate::train::TrainMode::FullGraph && stored_dir(data, cfg).is_some();
+    let params = match held {
+        true => Some(crate::train::build_model(cfg, ds)?.1),
+        false => None,
+    };
+    let check = StoredCheck { limit: limit_of(run, opts, resume), memory: params.as_ref().map(|p| (p, local)) };
+    ensure_stored(data, ds, cfg, Some(owners), Some(check))
 }
 
 /// Full-graph runs: the workers that run on this machine (all local
@@ -145,6 +175,11 @@ fn preflight(
 ) -> anyhow::Result<()> {
     let local = opts.launcher.local_workers(cfg.workers);
     if cfg.mode != crate::train::TrainMode::FullGraph || local == 0 {
+        return Ok(());
+    }
+    // GNNPipe's stages are held to their chunks as cut (`ensure_chunks`),
+    // which the partition does not tell: only its lower bound comes first.
+    if owners.is_some() && cfg.gnnpipe.as_ref().is_some_and(|g| g.chunks > 1) {
         return Ok(());
     }
     let (model, params, _, _) = crate::train::build_model(cfg, ds)?;
@@ -535,7 +570,7 @@ fn execute(
     let partition_checksum = Some(manifest.checksum());
     let owners = manifest.node_worker(world);
     // A new run's were checked before its directory was made; a typed --resume's are here.
-    let chunks = crate::train::fullgraph::chunks::ensure_stored(data, &ds, &cfg, Some(&owners), typed.then_some(true))?;
+    let chunks = ensure_chunks(data, &ds, &cfg, &owners, (run, opts), typed.then_some(true))?;
     crate::util::interrupt::test_hold("chunks-stored");
     let run_dir = absolute(&run_dir)?;
     tracing::info!(

@@ -72,7 +72,15 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
     crate::train::check_model_memory(cfg, &ds, Held::Ranks(&host_ranks), false, limit, Some(owners.as_slice()))?;
     let (model, params, mut opt, device) = crate::train::build_model(cfg, &ds)?;
     if cfg.mode == crate::train::TrainMode::FullGraph {
-        check_worker(&ds, cfg, owners.as_slice(), (rank, &host_ranks), model.spec(), &params, limit)?;
+        // The stages are held to the chunks as the driver stored them, as it held them.
+        let cut = chunks.as_ref().and_then(|(of, count)| {
+            use crate::train::fullgraph::{chunks, memory};
+            let groups = chunks::groups_of(cfg, Some(owners.as_slice()));
+            let (sparse_rows, _) = memory::sparse_input(&ds, cfg, model.spec());
+            chunks::cut_shapes(ds.graph(), sparse_rows, (of, *count), groups.as_ref()).map(|c| (c, *count))
+        });
+        let cut = cut.as_ref().map(|(c, n)| (&c[..], *n));
+        check_worker(&ds, cfg, (owners.as_slice(), cut), (rank, &host_ranks), model.spec(), &params, limit)?;
     }
     spec.placement.warn_address_space(rank, reporter);
     let local: Arc<dyn RowSource> = Arc::new(PartRows::open_worker(&spec.parts_dir, rank, world, manifest.clone())?);

@@ -8,7 +8,7 @@
 //! previous epoch's (the history) for the others; while training the halo's
 //! rows are a variable, so that their gradient can reach their own chunk.
 
-use super::memory::Shape;
+use super::memory::{Limit, Shape};
 use super::{HaloPlan, first_input};
 use crate::gather::gather_rows;
 use crate::model::{AggGraph, Input, Mode};
@@ -56,35 +56,78 @@ pub fn stored_dir(data: &crate::DataDir, cfg: &TrainConfig) -> Option<std::path:
     Some(crate::paths::chunks_dir(data, &cfg.dataset, chunks))
 }
 
+/// How the driver holds the chunks it cuts or reads (`ensure_stored`).
+pub(crate) struct StoredCheck<'a> {
+    /// What the memory check holds the stages to; a `limit.resume`d run is
+    /// advised only what a resume can change.
+    pub limit: Limit,
+    /// The model's weights and the run's workers on this machine, whose
+    /// stages are held to its memory over the chunks as cut
+    /// (`memory::preflight_cut`); None: not held to it here (their hosts
+    /// check their own as they start).
+    pub memory: Option<(&'a crate::model::Params, usize)>,
+}
+
 /// The driver's part: the stored chunks of `ds` for a GNNPipe run of `cfg`
 /// (None: one chunk, nothing stored), cut now when missing or stale, and
 /// returned as stored, with the manifest's checksum that its workers compare. With
-/// `check`, the chunks as cut are held to the limits each stage's would
-/// be (`check_cut`; `owners`, node -> worker, for --pipeline-groups; a
-/// `resume`d run is advised only what a resume can change) before anything
-/// is written or started.
-pub fn ensure_stored(
+/// `check`, the chunks as cut or stored are held to the limits each stage's would
+/// be (`check_cut`; `owners`, node -> worker, for --pipeline-groups) and
+/// to this machine's memory before anything is written or started.
+pub(crate) fn ensure_stored(
     data: &crate::DataDir,
     ds: &crate::format::DatasetFile,
     cfg: &TrainConfig,
     owners: Option<&[u16]>,
-    check: Option<bool>,
+    check: Option<StoredCheck<'_>>,
 ) -> anyhow::Result<Option<(std::path::PathBuf, partition::chunks::Stored)>> {
     let Some(dir) = stored_dir(data, cfg) else { return Ok(None) };
     let g = cfg.gnnpipe.clone().unwrap_or_default();
     let spec = cfg.model_spec(ds);
-    let groups = owners.filter(|_| g.groups > 1).map(|o| {
-        let stages = (cfg.workers / g.groups).max(1) as u16;
-        (o.iter().map(|&w| w / stages).collect::<Vec<u16>>(), g.groups)
-    });
+    let groups = groups_of(cfg, owners);
+    let (sparse_rows, _) = super::memory::sparse_input(ds, cfg, &spec);
     let mut accept = |of: &[u16], count: usize| -> anyhow::Result<()> {
-        match check {
-            Some(resume) => Ok(check_cut(ds.graph(), &spec, cfg.device, (of, count), groups.as_ref(), resume)?),
-            None => Ok(()),
+        let Some(check) = &check else { return Ok(()) };
+        let resume = check.limit.resume;
+        let cut = check_cut(ds.graph(), sparse_rows, &spec, cfg.device, (of, count), groups.as_ref(), resume)?;
+        if let (Some(cut), Some((params, local))) = (cut, check.memory) {
+            super::memory::preflight_cut(ds, cfg, (&cut, count), &spec, params, local, check.limit)?;
         }
+        Ok(())
     };
     let stored = partition::chunks::ensure(&dir, (&cfg.dataset, ds), g.chunks, cfg.seed, &mut accept)?;
     Ok(Some((dir, stored)))
+}
+
+/// The pipeline groups of a run of `cfg` whose workers own the vertices as
+/// `owners` says (node -> worker): vertex -> group, and the groups; None
+/// without --pipeline-groups.
+pub(crate) fn groups_of(cfg: &TrainConfig, owners: Option<&[u16]>) -> Option<(Vec<u16>, usize)> {
+    let g = cfg.gnnpipe.as_ref()?;
+    owners.filter(|_| g.groups > 1).map(|o| {
+        let stages = (cfg.workers / g.groups).max(1) as u16;
+        (o.iter().map(|&w| w / stages).collect::<Vec<u16>>(), g.groups)
+    })
+}
+
+/// The shapes of the chunks `of` (`count`) as the stages run them, by
+/// chunk, halos included (`sparse_rows` as `memory::shapes` takes them):
+/// with `groups` (vertex -> group, and the groups) their hybrid's, `count`
+/// a group. None where the run refuses them itself (`gnnpipe::run`: more
+/// hybrid chunks than a u16 numbers). A count per chunk, one pass over the
+/// in-edges: no chunk's plan is built.
+pub(crate) fn cut_shapes(
+    graph: crate::graph::CsrView<'_>,
+    sparse_rows: Option<&[u64]>,
+    (of, count): (&[u16], usize),
+    groups: Option<&(Vec<u16>, usize)>,
+) -> Option<Vec<Shape>> {
+    let (of, total) = match groups {
+        Some((_, k)) if k * count > u16::MAX as usize => return None,
+        Some((group_of, k)) => (std::borrow::Cow::Owned(hybrid(of, count, group_of)), k * count),
+        None => (std::borrow::Cow::Borrowed(of), count),
+    };
+    Some(super::memory::shapes(graph, sparse_rows, Some(&of), total))
 }
 
 /// A worker's part: the stored chunks of `ds` in `dir` (the driver's, whose
@@ -123,29 +166,27 @@ pub(crate) fn hybrid(of: &[u16], count: usize, group_of: &[u16]) -> Vec<u16> {
 /// the groups) their hybrid's, whose blocks a stage could not build: the
 /// same checks in the same order, and so the same messages, as a worker
 /// building them meets (`HaloPlan::derive`'s edges, then `check_cut_chunks`),
-/// but on the driver, before any worker starts.
+/// but on the driver, before any worker starts. Returns their shapes as
+/// `cut_shapes` does (None: refused by the run itself, with its own message).
 pub(crate) fn check_cut(
     graph: crate::graph::CsrView<'_>,
+    sparse_rows: Option<&[u64]>,
     spec: &crate::model::ModelSpec,
     device: crate::train::DeviceKind,
     (of, count): (&[u16], usize),
     groups: Option<&(Vec<u16>, usize)>,
     resume: bool,
-) -> Result<(), crate::BadInput> {
+) -> Result<Option<Vec<Shape>>, crate::BadInput> {
     let loops = spec.adds_self_loops();
-    let (of, total) = match groups {
-        // Refused by the run itself (`gnnpipe::run`), with its own message.
-        Some((_, k)) if k * count > u16::MAX as usize => return Ok(()),
-        Some((group_of, k)) => {
-            let shares = super::memory::shapes(graph, None, Some(group_of), *k);
-            shares.iter().enumerate().try_for_each(|(h, s)| super::halo::check_share_edges(*s, (h, *k), loops))?;
-            (hybrid(of, count, group_of), k * count)
-        }
-        None => (of.to_vec(), count),
-    };
-    let cut = super::memory::shapes(graph, None, Some(&of), total);
+    let Some(cut) = cut_shapes(graph, sparse_rows, (of, count), groups) else { return Ok(None) };
+    if let Some((group_of, k)) = groups {
+        let shares = super::memory::shapes(graph, None, Some(group_of), *k);
+        shares.iter().enumerate().try_for_each(|(h, s)| super::halo::check_share_edges(*s, (h, *k), loops))?;
+    }
+    let total = cut.len();
     cut.iter().enumerate().try_for_each(|(c, s)| super::halo::check_share_edges(*s, (c, total), loops))?;
-    super::memory::check_cut_chunks(&cut, spec, device, resume)
+    super::memory::check_cut_chunks(&cut, spec, device, resume)?;
+    Ok(Some(cut))
 }
 
 /// Chunks `which` of `of` (`count` in all) for the stage whose first layer

@@ -509,6 +509,40 @@ pub fn preflight(
 ) -> Result<Vec<u64>, BadInput> {
     let (shares, bound) = worker_shares(ds, cfg, owners, spec);
     let per_worker = worker_needs(ds, cfg, &shares, spec, params, bound);
+    hold(per_worker, local, limit, bound, None)
+}
+
+/// `preflight` for a GNNPipe run of `cfg` whose chunks are cut (`cut` as
+/// `chunk_needs` takes it), each stage held to its pipeline group's chunks
+/// as cut; the refusal names the largest stage.
+pub(crate) fn preflight_cut(
+    ds: &DatasetFile,
+    cfg: &TrainConfig,
+    cut: (&[Shape], usize),
+    spec: &ModelSpec,
+    params: &Params,
+    local: usize,
+    limit: Limit,
+) -> Result<Vec<u64>, BadInput> {
+    let per_worker = chunk_needs(ds, cfg, cut, spec, params);
+    let stages = (per_worker.len() / cfg.gnnpipe.as_ref().map_or(1, |g| g.groups.max(1))).max(1);
+    let rank = (0..per_worker.len()).max_by_key(|&r| (per_worker[r], std::cmp::Reverse(r))).unwrap_or(0);
+    let (_, held, _) = group_rows(cut.0, cut.1, rank / stages);
+    let largest =
+        format!(": GNNPipe stage {} of {stages} (worker {rank}) over its {held} chunks as cut", rank % stages);
+    hold(per_worker, local, limit, false, Some(&largest))
+}
+
+/// Refuses `per_worker` (by rank) when the `local` largest of them, with
+/// this process beside them where it drives them, do not fit `limit`;
+/// `largest` names the largest worker in the refusal.
+fn hold(
+    per_worker: Vec<u64>,
+    local: usize,
+    limit: Limit,
+    bound: bool,
+    largest: Option<&str>,
+) -> Result<Vec<u64>, BadInput> {
     let budgets = budgets(limit);
     if budgets.is_empty() {
         tracing::warn!(
@@ -518,14 +552,15 @@ pub fn preflight(
     let here = Held::Largest(local).pick(&per_worker);
     let held = with_driver(here.clone(), local > 0);
     match exceeded(&budgets, &held) {
-        Some(b) => Err(b.refusal(&here, &held, bound)),
+        Some(b) => Err(b.refusal(&here, &held, bound, largest.unwrap_or_default())),
         None => Ok(per_worker),
     }
 }
 
 /// Every worker's peak bytes over its share in `shares` (by rank;
 /// `bound`: even shares without halo, `preflight`'s lower bound): a
-/// graph-parallel worker's by `estimate`, a GNNPipe stage's by `stage_estimate`.
+/// graph-parallel worker's by `estimate`, a GNNPipe stage's by
+/// `stage_estimate`, its chunks' rows guessed from the shares (`chunk_rows`).
 fn worker_needs(
     ds: &DatasetFile,
     cfg: &TrainConfig,
@@ -541,33 +576,98 @@ fn worker_needs(
     let nodes = ds.num_nodes() as u64;
     let values = sparse_rows.map_or(0, |p| p[p.len() - 1] - p[0]);
     let stages = (shares.len() / g.groups.max(1)).max(1);
-    let history = match g.history_smoothing > 0.0 {
-        true => 3,
-        false => 2,
-    };
-    (0..shares.len())
-        .map(|rank| {
-            // `cfg.check()` has --workers a multiple of --pipeline-groups; a
-            // last group cut short holds what is left rather than reading past the end.
-            let start = rank / stages * stages;
-            let group = &shares[start..(start + stages).min(shares.len())];
-            let rows = chunk_rows(group, g.chunks as u64, bound, (nodes, values));
-            let layers = super::gnnpipe::stage_layers(rank % stages, stages, spec.layers);
-            let own = params.iter().filter(|p| super::gnnpipe::layer_of(&p.name).is_some_and(|l| layers.contains(&l)));
-            let weights = (params.numel(), own.map(|p| p.var.elem_count()).sum());
-            let stage =
-                StageOf { layers, features: rank % stages == 0, chunks: g.chunks as u64, nodes, history, bound };
-            stage_estimate(rows, spec, weights, sparse_input, &stage)
-        })
-        .collect()
+    let chunks = g.chunks as u64;
+    let stage = StageRun { spec, params, sparse_input, nodes, world: shares.len(), stages, bound };
+    stage.needs(g, |rank| {
+        // `cfg.check()` has --workers a multiple of --pipeline-groups; a
+        // last group cut short holds what is left rather than reading past the end.
+        let start = rank / stages * stages;
+        let group = &shares[start..(start + stages).min(shares.len())];
+        let rows = chunk_rows(group, chunks, bound, (nodes, values));
+        // METIS balances the chunks' vertices within 5 %: a tenth above the even share is the largest.
+        (rows, chunks, rows.owned.div_ceil(chunks.max(1)) * 11 / 10)
+    })
+}
+
+/// GNNPipe once its chunks are cut: every stage's peak bytes (by rank) over
+/// the rows of its pipeline group's chunks as cut, halos included, in place
+/// of `chunk_rows`'s guess. `cut`: every chunk's shape, by chunk, and the
+/// chunks of a pipeline group (group h's are `h * per_group..`; without
+/// --pipeline-groups, all of them).
+pub(crate) fn chunk_needs(
+    ds: &DatasetFile,
+    cfg: &TrainConfig,
+    (cut, per_group): (&[Shape], usize),
+    spec: &ModelSpec,
+    params: &Params,
+) -> Vec<u64> {
+    let g = cfg.gnnpipe.clone().unwrap_or_default();
+    let world = cfg.workers.max(1);
+    let stages = (world / g.groups.max(1)).max(1);
+    let (_, sparse_input) = sparse_input(ds, cfg, spec);
+    let stage = StageRun { spec, params, sparse_input, nodes: ds.num_nodes() as u64, world, stages, bound: false };
+    stage.needs(&g, |rank| group_rows(cut, per_group, rank / stages))
+}
+
+/// The rows of pipeline group `h`'s chunks in `cut` (`per_group` each):
+/// their sum, how many hold vertices, and the largest one's vertices.
+fn group_rows(cut: &[Shape], per_group: usize, h: usize) -> (Shape, u64, u64) {
+    let start = (h * per_group).min(cut.len());
+    let group = &cut[start..(start + per_group).min(cut.len())];
+    let rows = group.iter().fold(Shape::default(), |a, s| Shape {
+        owned: a.owned + s.owned,
+        halo: a.halo + s.halo,
+        edges: a.edges + s.edges,
+        sparse_values: a.sparse_values + s.sparse_values,
+    });
+    let held = group.iter().filter(|s| s.owned > 0).count() as u64;
+    (rows, held, group.iter().map(|s| s.owned).max().unwrap_or(0))
+}
+
+/// What every stage of a GNNPipe run shares, for `stage_estimate`.
+struct StageRun<'a> {
+    spec: &'a ModelSpec,
+    params: &'a Params,
+    sparse_input: bool,
+    nodes: u64,
+    world: usize,
+    /// Stages per pipeline group.
+    stages: usize,
+    bound: bool,
+}
+
+impl StageRun<'_> {
+    /// Every stage's estimate, by rank, `rows_of(rank)` giving its pipeline
+    /// group's chunks' rows, their count and the largest one's vertices.
+    fn needs(&self, g: &super::gnnpipe::GnnPipeConfig, rows_of: impl Fn(usize) -> (Shape, u64, u64)) -> Vec<u64> {
+        let history = match g.history_smoothing > 0.0 {
+            true => 3,
+            false => 2,
+        };
+        (0..self.world)
+            .map(|rank| {
+                let (rows, chunks, largest) = rows_of(rank);
+                let layers = super::gnnpipe::stage_layers(rank % self.stages, self.stages, self.spec.layers);
+                let own = self
+                    .params
+                    .iter()
+                    .filter(|p| super::gnnpipe::layer_of(&p.name).is_some_and(|l| layers.contains(&l)));
+                let weights = (self.params.numel(), own.map(|p| p.var.elem_count()).sum());
+                let features = rank % self.stages == 0;
+                let (nodes, bound) = (self.nodes, self.bound);
+                let stage = StageOf { layers, features, chunks, largest, nodes, history, bound };
+                stage_estimate(rows, self.spec, weights, self.sparse_input, &stage)
+            })
+            .collect()
+    }
 }
 
 /// GNNPipe: the rows every chunk of a stage's pipeline group (`group`: its
 /// stages' shares of the partition) covers together, its vertices and the
 /// chunks' halos, cut into `chunks`. A stage keeps every chunk's tape until
-/// the backward, so their sum is what its layers hold. The driver cuts the
-/// chunks only after this check (`chunks::ensure_stored`), so only the
-/// partition's halos are known here. METIS cuts k parts by recursive bisection, each of its
+/// the backward, so their sum is what its layers hold. Guessed only where no
+/// chunks are stored (`--chunks 1`; the chunks as cut are held by
+/// `chunk_needs`), from the partition's halos. METIS cuts k parts by recursive bisection, each of its
 /// ceil(log2 k) levels cutting every part again, so the halo grows with the
 /// levels: measured on synthetic-arxiv, 0.54 rows per vertex for 2 parts and
 /// 1.04 for 4. The parts' halo scaled by the chunks' levels over the parts'
@@ -594,7 +694,9 @@ struct StageOf {
     layers: Range<usize>,
     /// Stage 0: it reads the input features.
     features: bool,
+    /// Its pipeline group's chunks that hold vertices, and the largest one's vertices.
     chunks: u64,
+    largest: u64,
     /// The graph's vertices: every history row is one of them.
     nodes: u64,
     /// Per-vertex rows kept for each hidden layer input it owns: the
@@ -686,8 +788,7 @@ fn stage_estimate(rows: Shape, spec: &ModelSpec, (all, own): (usize, usize), spa
             b += st.history * st.nodes * layer_dims(spec, l).1 * f;
         }
     }
-    // METIS balances the chunks' vertices within 5 %; a tenth above the even share is the largest.
-    let chunk = rows.owned.div_ceil(st.chunks.max(1)) * 11 / 10;
+    let chunk = st.largest;
     let first = st.layers.start;
     let width_in = if first > 0 { layer_dims(spec, first).1 } else { 0 };
     let width_out = if st.layers.end < spec.layers { layer_dims(spec, st.layers.end - 1).2 } else { 0 };
@@ -850,11 +951,12 @@ pub(crate) fn sparse_input<'a>(ds: &'a DatasetFile, cfg: &TrainConfig, spec: &Mo
 /// files); a Slurm node or an ssh host is known here, before the worker
 /// loads its rows and joins the mesh, so it fails at once, naming itself,
 /// instead of on an allocation mid-epoch. `limit.resume`: a resumed run is
-/// advised only what a resume can change.
+/// advised only what a resume can change. `cut`: a GNNPipe run's chunks as
+/// stored (as `chunk_needs` takes them), which the driver held its stages to.
 pub fn check_worker(
     ds: &DatasetFile,
     cfg: &TrainConfig,
-    owners: &[u16],
+    (owners, cut): (&[u16], Option<(&[Shape], usize)>),
     (rank, host_ranks): (usize, &[usize]),
     spec: &ModelSpec,
     params: &Params,
@@ -862,7 +964,10 @@ pub fn check_worker(
 ) -> Result<(), BadInput> {
     let (sparse_rows, _) = sparse_input(ds, cfg, spec);
     let shapes = shapes(ds.graph(), sparse_rows, Some(owners), cfg.workers.max(1));
-    let needs = worker_needs(ds, cfg, &shapes, spec, params, false);
+    let needs = match cut {
+        Some(cut) => chunk_needs(ds, cfg, cut, spec, params),
+        None => worker_needs(ds, cfg, &shapes, spec, params, false),
+    };
     let need = |r: usize| needs[r];
     let held: Vec<u64> = host_ranks.iter().filter(|&&r| r != rank && r < shapes.len()).map(|&r| need(r)).collect();
     check_share(
@@ -1126,7 +1231,7 @@ impl Budget {
 
     /// `held`: `per_worker` as `with_driver` gave it; `bound`: the figures
     /// are `preflight`'s lower bound, before partitioning.
-    fn refusal(&self, per_worker: &[u64], held: &[u64], bound: bool) -> BadInput {
+    fn refusal(&self, per_worker: &[u64], held: &[u64], bound: bool, largest: &str) -> BadInput {
         let total: u64 = per_worker.iter().sum();
         let (to, raise) = match self.each {
             true => (" to each worker", format!("{RAISE_RLIMIT}, ")),
@@ -1137,7 +1242,7 @@ impl Budget {
             false => ("an estimated", ""),
         };
         BadInput::new(format!(
-            "--mode full-graph needs {figure} {} MiB ({} worker(s){share}, the largest {} MiB{}) but {} MiB are available{to} ({}); {}",
+            "--mode full-graph needs {figure} {} MiB ({} worker(s){share}, the largest {} MiB{largest}{}) but {} MiB are available{to} ({}); {}",
             mib(total),
             per_worker.len(),
             mib(per_worker.iter().copied().max().unwrap_or(0)),
@@ -1386,6 +1491,7 @@ mod tests {
             layers: super::super::gnnpipe::stage_layers(s, 2, 2),
             features: s == 0,
             chunks: 4,
+            largest: rows.owned.div_ceil(4) * 11 / 10,
             nodes,
             history: 3,
             bound: false,
@@ -1420,6 +1526,7 @@ mod tests {
             layers: super::super::gnnpipe::stage_layers(s, 2, 2),
             features: s == 0,
             chunks: 4,
+            largest: owned.div_ceil(4) * 11 / 10,
             nodes: owned,
             history: 2,
             bound: false,
@@ -1455,6 +1562,7 @@ mod tests {
             layers: super::super::gnnpipe::stage_layers(s, 2, 2),
             features: s == 0,
             chunks: 4,
+            largest: 275,
             nodes: 1_000,
             history: 2,
             bound: false,
@@ -1471,6 +1579,59 @@ mod tests {
         let bound = StageOf { bound: true, ..stage(0) };
         let counted = stage_estimate(rows, &sage, (1000, 1000), false, &bound);
         assert_eq!(counted + STAGE0_BYTES, stage_estimate(rows, &sage, (1000, 1000), false, &stage(0)));
+    }
+
+    /// The driver held each GNNPipe stage to chunks it guessed from the
+    /// partition's halo (`chunk_rows`), though it cuts the real ones before
+    /// launch. On a ring of 12 vertices cut into 4 chunks of every 4th
+    /// vertex, every in-edge crosses a chunk: 24 halo rows, where the guess
+    /// from 2 parts of 6 (a halo of 2 each) makes 8. A stage is now held to
+    /// its pipeline group's chunks as cut, its figure the formula's by hand.
+    #[test]
+    fn a_stage_is_held_to_its_groups_chunks_as_cut_not_to_the_guess() {
+        let n = 12u32;
+        let edges: Vec<(u32, u32)> = (0..n).flat_map(|v| [(v, (v + 1) % n), ((v + 1) % n, v)]).collect();
+        let csr = Csr::from_edges(n as usize, &edges, true);
+        let of: Vec<u16> = (0..n).map(|v| (v % 4) as u16).collect();
+        let cut = super::super::chunks::cut_shapes(csr.view(), None, (&of, 4), None).unwrap();
+        assert_eq!(cut, vec![Shape { owned: 3, halo: 6, edges: 6, sparse_values: 0 }; 4]);
+        let rows = Shape { owned: 12, halo: 24, edges: 24, sparse_values: 0 };
+        assert_eq!(group_rows(&cut, 4, 0), (rows, 4, 3));
+        // Two pipeline groups (vertices 0-5 and 6-11): group h's chunks are
+        // 4h..4h+4, every 4th of its own vertices, each reading 2 of the other group's.
+        let group_of: Vec<u16> = (0..n).map(|v| (v / 6) as u16).collect();
+        let hybrid = super::super::chunks::cut_shapes(csr.view(), None, (&of, 4), Some(&(group_of, 2))).unwrap();
+        let group = Shape { owned: 6, halo: 12, edges: 12, sparse_values: 0 };
+        assert_eq!([0, 1].map(|h| group_rows(&hybrid, 4, h)), [(group, 4, 2), (group, 4, 2)]);
+
+        // GCN of 2 layers (hidden 8, 10 classes) on 2 stages, no weights.
+        let (h, classes) = (8u64, 10u64);
+        let gcn = ModelSpec { layers: 2, classes: classes as usize, ..spec(ModelKind::Gcn, h as usize, 1) };
+        let g = super::super::gnnpipe::GnnPipeConfig { chunks: 4, history_smoothing: 0.0, ..Default::default() };
+        let params = Params::new(0);
+        let run =
+            StageRun { spec: &gcn, params: &params, sparse_input: false, nodes: 12, world: 2, stages: 2, bound: false };
+        let real = run.needs(&g, |rank| group_rows(&cut, 4, rank / 2));
+        // Stage 1 (layer 1): the topology, its input's 2 copies, the
+        // aggregate's and output's 3, the history and its pending gradient
+        // of every vertex, and the largest chunk's input rows in flight (3
+        // copies) and every vertex's sent on in evaluation (3).
+        let (o, r, e) = (rows.owned, rows.owned + rows.halo, rows.edges);
+        let by_hand = PROCESS_BYTES
+            + 4 * (e + o) * 4
+            + r * 4
+            + 2 * r * h * 4
+            + 3 * o * h * 4
+            + 3 * o * classes * 4
+            + 2 * 12 * h * 4
+            + (3 * 3 + 3 * 12) * h * 4;
+        assert_eq!(real[1], by_hand);
+        // The guess, from 2 parts of 6 with a halo of 2 each.
+        let parts = [Shape { owned: 6, halo: 2, edges: 12, sparse_values: 0 }; 2];
+        let guessed = chunk_rows(&parts, 4, false, (12, 0));
+        assert_eq!(guessed.halo, 8);
+        let guess = run.needs(&g, |_| (guessed, 4, 3));
+        assert!(real[1] > guess[1] && real[0] > guess[0], "as cut {real:?}, guessed {guess:?}");
     }
 
     #[test]
