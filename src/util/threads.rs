@@ -134,6 +134,11 @@ impl SpawnError {
 pub struct ThreadLimits {
     /// The user's RLIMIT_NPROC (`ulimit -u`), None when unlimited.
     pub process_limit: Option<u64>,
+    /// Whether the kernel exempts this process from RLIMIT_NPROC: its real
+    /// uid is root, or it holds CAP_SYS_RESOURCE or CAP_SYS_ADMIN (as euid 0
+    /// does). Such a limit cannot have refused the thread.
+    #[serde(default)]
+    pub process_limit_exempt: bool,
     /// This process's RLIMIT_AS (`ulimit -v`) in bytes, None when unlimited.
     pub address_space_limit: Option<u64>,
     /// The kernel's threads-max (/proc/sys/kernel/threads-max).
@@ -170,6 +175,11 @@ impl ThreadLimits {
         let cgroups = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
         ThreadLimits {
             process_limit: super::process_limit(),
+            process_limit_exempt: process_limit_exempt(
+                // SAFETY: getuid only reads the process's credentials.
+                unsafe { libc::getuid() },
+                &std::fs::read_to_string("/proc/self/status").unwrap_or_default(),
+            ),
             address_space_limit: super::address_space_limit(),
             threads_max: super::threads_max(),
             pid_max: super::number_in(std::path::Path::new("/proc/sys/kernel/pid_max")),
@@ -181,23 +191,30 @@ impl ThreadLimits {
     /// ", within A, B and C" naming each limit set, and how full the ones
     /// whose use is known are; empty when none is known.
     pub fn describe(&self) -> String {
-        let in_use = |limit: u64| match self.threads_in_use {
-            Some(n) if n >= limit => format!(" ({n} threads on the host: full)"),
-            Some(n) => format!(" ({n} threads on the host)"),
-            None => String::new(),
-        };
         let mut limits = Vec::new();
-        if let Some(n) = self.process_limit {
+        // Left out, not marked: a limit the kernel does not apply cannot have
+        // refused the thread, and naming it sends the operator to raise it.
+        if let Some(n) = self.process_limit.filter(|_| !self.process_limit_exempt) {
             limits.push(format!("the user's process/thread limit (RLIMIT_NPROC, ulimit -u) of {n}"));
         }
         if let Some(b) = self.address_space_limit {
             limits.push(format!("the address-space limit (RLIMIT_AS, ulimit -v) of {} MiB", super::mib(b)));
         }
-        if let Some(n) = self.threads_max {
-            limits.push(format!("the kernel's threads-max of {n}{}", in_use(n)));
-        }
-        if let Some(n) = self.pid_max {
-            limits.push(format!("the kernel's pid_max of {n}{}", in_use(n)));
+        // threads-max and pid_max count the same threads: their number is
+        // said once, after the last of them, and "full" on each it fills.
+        let tables = [("threads-max", self.threads_max), ("pid_max", self.pid_max)];
+        let last = tables.iter().rposition(|(_, n)| n.is_some());
+        for (i, &(table, n)) in tables.iter().enumerate() {
+            let Some(n) = n else { continue };
+            let full = self.threads_in_use.is_some_and(|used| used >= n);
+            let use_ = match self.threads_in_use {
+                Some(used) if Some(i) == last => {
+                    format!(" ({used} threads on the host{})", if full { ": full" } else { "" })
+                }
+                _ if full => " (full)".to_string(),
+                _ => String::new(),
+            };
+            limits.push(format!("the kernel's {table} of {n}{use_}"));
         }
         if let Some(p) = &self.pids {
             let current = match p.current {
@@ -213,6 +230,18 @@ impl ThreadLimits {
             Some((last, rest)) => format!(", within {} and {last}", rest.join(", ")),
         }
     }
+}
+
+/// Whether the kernel exempts a process of real uid `uid` whose
+/// /proc/self/status is `status` from RLIMIT_NPROC: it does for the root
+/// user and for a holder of CAP_SYS_RESOURCE or CAP_SYS_ADMIN (fork.c's
+/// copy_process). Root in a user namespace is taken as root.
+fn process_limit_exempt(uid: libc::uid_t, status: &str) -> bool {
+    const CAP_SYS_ADMIN: u32 = 21;
+    const CAP_SYS_RESOURCE: u32 = 24;
+    let caps =
+        status.lines().find_map(|l| l.strip_prefix("CapEff:")).and_then(|c| u64::from_str_radix(c.trim(), 16).ok());
+    uid == 0 || caps.is_some_and(|c| c & (1 << CAP_SYS_ADMIN | 1 << CAP_SYS_RESOURCE) != 0)
 }
 
 /// The host's threads in all: the fourth field of /proc/loadavg, "running/total".
@@ -408,6 +437,52 @@ mod tests {
         assert!(limits.threads_in_use.is_some_and(|n| n >= own), "{limits:?}, {own} threads here");
         let shown = limits.describe();
         assert!(shown.contains(&format!("pid_max of {}", file("/proc/sys/kernel/pid_max"))), "{shown}");
+        // SAFETY: getuid only reads the process's credentials.
+        if unsafe { libc::getuid() } == 0 {
+            assert!(limits.process_limit_exempt, "{limits:?}");
+        }
+    }
+
+    /// RLIMIT_NPROC was named for root, which the kernel exempts from it, so
+    /// the operator was sent to raise a limit that could not have refused.
+    #[test]
+    fn rlimit_nproc_is_named_only_where_the_kernel_applies_it() {
+        let user = ThreadLimits { process_limit: Some(12), ..ThreadLimits::default() };
+        assert_eq!(user.describe(), ", within the user's process/thread limit (RLIMIT_NPROC, ulimit -u) of 12");
+        let root = ThreadLimits { process_limit_exempt: true, ..user.clone() };
+        assert_eq!(root.describe(), "");
+        let status = |caps: &str| format!("Name:\tleapgnn\nCapInh:\t0000000000000000\nCapEff:\t{caps}\n");
+        assert!(process_limit_exempt(0, &status("0000000000000000")), "root's real uid");
+        assert!(!process_limit_exempt(1000, &status("0000000000000000")));
+        assert!(process_limit_exempt(1000, &status("0000000001000000")), "CAP_SYS_RESOURCE");
+        assert!(process_limit_exempt(1000, &status("0000000000200000")), "CAP_SYS_ADMIN");
+        assert!(!process_limit_exempt(1000, &status("0000000000000400")), "CAP_NET_BIND_SERVICE");
+    }
+
+    /// "(N threads on the host)" followed both threads-max and pid_max,
+    /// which count the same threads. It is now said once, after the last,
+    /// and a full table is still marked so.
+    #[test]
+    fn the_hosts_thread_count_is_said_once_after_its_last_table() {
+        let kernel = |threads_max, pid_max, used| {
+            ThreadLimits { threads_max, pid_max, threads_in_use: Some(used), ..ThreadLimits::default() }.describe()
+        };
+        assert_eq!(
+            kernel(Some(100_000), Some(32_768), 400),
+            ", within the kernel's threads-max of 100000 and the kernel's pid_max of 32768 (400 threads on the host)"
+        );
+        assert_eq!(
+            kernel(Some(400), Some(32_768), 400),
+            ", within the kernel's threads-max of 400 (full) and the kernel's pid_max of 32768 (400 threads on the host)"
+        );
+        assert_eq!(
+            kernel(Some(100_000), Some(400), 400),
+            ", within the kernel's threads-max of 100000 and the kernel's pid_max of 400 (400 threads on the host: full)"
+        );
+        assert_eq!(
+            kernel(Some(1000), None, 400),
+            ", within the kernel's threads-max of 1000 (400 threads on the host)"
+        );
     }
 
     /// A cgroup v2 tree (`0::/path`): the tightest pids.max on the way up is
