@@ -118,7 +118,9 @@ impl SpawnError {
         &self.limits
     }
 
-    /// The OS refused thread `name` with `source`, asked once.
+    /// The OS refused thread `name` with `source`, asked once (for tests
+    /// of what a refusal prints; `spawn` makes its own).
+    #[cfg(test)]
     pub(crate) fn new(name: String, source: std::io::Error) -> Self {
         SpawnError { name, limits: Box::new(ThreadLimits::read()), attempts: 1, waited_ms: 0, source }
     }
@@ -230,6 +232,25 @@ impl ThreadLimits {
             Some((last, rest)) => format!(", within {} and {last}", rest.join(", ")),
         }
     }
+
+    /// Whether a thread refused (EAGAIN) under these limits may start if
+    /// asked again. A kernel table or a cgroup's pids.max at or near its
+    /// limit frees as other processes end, and one whose use is not known
+    /// may be full; with none of those, a refusal under the user's
+    /// RLIMIT_NPROC or an address-space limit is this process's own, and
+    /// asking again only waits. (Telling whether RLIMIT_NPROC itself is
+    /// reached needs the user's thread count, a scan of all of /proc.)
+    pub fn refusal_may_clear(&self) -> bool {
+        // Near: within a sixteenth of the limit, or 32 (a few workers' threads).
+        let near = |used: Option<u64>, limit: u64| used.is_none_or(|u| limit.saturating_sub(u) <= (limit / 16).max(32));
+        let tables = [self.threads_max, self.pid_max];
+        let tables_known = self.threads_in_use.is_some() && tables.iter().any(Option::is_some);
+        let table_near = tables.into_iter().flatten().any(|l| near(self.threads_in_use, l));
+        let cgroup_near = self.pids.as_ref().is_some_and(|p| near(p.current, p.max));
+        let own_limit =
+            self.process_limit.is_some() && !self.process_limit_exempt || self.address_space_limit.is_some();
+        !tables_known || table_near || cgroup_near || !own_limit
+    }
 }
 
 /// Whether the kernel exempts a process of real uid `uid` whose
@@ -289,7 +310,8 @@ fn pids_limit(proc_cgroup: &str, root: &std::path::Path) -> Option<PidsLimit> {
 /// How many times `spawn` asks the OS for a thread it refuses with EAGAIN.
 /// EAGAIN is also the answer of a full kernel table (threads-max, pid_max,
 /// a cgroup's pids.max), which other processes ending frees within moments;
-/// only a refusal that outlasts the retries is reported as a limit.
+/// where one may be (`ThreadLimits::refusal_may_clear`), only a refusal that
+/// outlasts the retries is reported as a limit.
 pub const SPAWN_ATTEMPTS: u32 = 6;
 
 /// The first wait between attempts; each next one doubles it, so all the
@@ -351,7 +373,8 @@ impl<F: FnOnce() -> T, T> Body<F> {
 }
 
 /// Asks `start` for thread `name` until the OS starts it, retrying an EAGAIN
-/// up to `SPAWN_ATTEMPTS` times with a doubling wait.
+/// up to `SPAWN_ATTEMPTS` times with a doubling wait when the limits read at
+/// the first say it may clear.
 fn retrying<H>(
     name: String,
     mut start: impl FnMut(std::thread::Builder) -> std::io::Result<H>,
@@ -359,33 +382,40 @@ fn retrying<H>(
     let mut backoff = FIRST_BACKOFF;
     let mut waited = std::time::Duration::ZERO;
     let mut attempt = 1;
+    // Read at the first EAGAIN, once: what decides whether to ask again,
+    // and what the error names should the refusal last.
+    let mut limits = None;
     loop {
-        let started = match test_refusal(&name) {
-            Some(refused) => Err(refused),
-            None => start(std::thread::Builder::new().name(name.clone())),
+        let (started, hooked) = match test_refusal(&name) {
+            Some(hook) => (Err(std::io::Error::from_raw_os_error(libc::EAGAIN)), Some(hook)),
+            None => (start(std::thread::Builder::new().name(name.clone())), None),
         };
-        match started {
+        let e = match started {
             Ok(h) => return Ok(h),
-            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) && attempt < SPAWN_ATTEMPTS => {
-                std::thread::sleep(backoff);
-                waited += backoff;
-                backoff *= 2;
-                attempt += 1;
-            }
-            Err(e) => {
-                let mut refused = SpawnError::new(name, e);
-                refused.attempts = attempt;
-                refused.waited_ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
-                return Err(refused);
-            }
+            Err(e) => e,
+        };
+        let eagain = e.raw_os_error() == Some(libc::EAGAIN);
+        let retry = eagain && attempt < SPAWN_ATTEMPTS && {
+            let read = limits.get_or_insert_with(ThreadLimits::read);
+            hooked.map_or_else(|| read.refusal_may_clear(), |h| h == TestRefusal::Transient)
+        };
+        if !retry {
+            let limits = Box::new(limits.unwrap_or_else(ThreadLimits::read));
+            let waited_ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
+            return Err(SpawnError { name, limits, attempts: attempt, waited_ms, source: e });
         }
+        std::thread::sleep(backoff);
+        waited += backoff;
+        backoff *= 2;
+        attempt += 1;
     }
 }
 
 /// Test hook: with `LEAPGNN_TEST_REFUSE_THREAD=NAME` in the environment, the
-/// thread named NAME is refused as the OS refuses one past a process/thread
-/// limit (EAGAIN), at every attempt; with `NAME:N`, at the first N attempts
-/// in this process only, as a momentarily full kernel table refuses one.
+/// thread named NAME is refused as the OS refuses one past the user's
+/// process/thread limit (EAGAIN): for good, so it is reported at once; with
+/// `NAME:N`, at the first N attempts in this process only, as a momentarily
+/// full kernel table refuses one, so it is retried whatever the limits read.
 /// RLIMIT_NPROC does not bind root, as tests run in CI, nor can a test
 /// choose which thread of which worker it stops.
 pub const REFUSE_THREAD_TEST_VAR: &str = "LEAPGNN_TEST_REFUSE_THREAD";
@@ -393,7 +423,16 @@ pub const REFUSE_THREAD_TEST_VAR: &str = "LEAPGNN_TEST_REFUSE_THREAD";
 /// The refusals the `NAME:N` hook has made in this process.
 static TEST_REFUSALS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
-fn test_refusal(name: &str) -> Option<std::io::Error> {
+/// The kind of refusal the hook stands for.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum TestRefusal {
+    /// `NAME`: a limit of the user's.
+    Permanent,
+    /// `NAME:N`: a table full for a moment.
+    Transient,
+}
+
+fn test_refusal(name: &str) -> Option<TestRefusal> {
     let hook = std::env::var(REFUSE_THREAD_TEST_VAR).ok()?;
     let (hooked, times) = match hook.rsplit_once(':').map(|(n, t)| (n, t.parse::<u32>())) {
         Some((n, Ok(t))) => (n, Some(t)),
@@ -402,12 +441,11 @@ fn test_refusal(name: &str) -> Option<std::io::Error> {
     if hooked != name {
         return None;
     }
-    if let Some(times) = times {
-        use std::sync::atomic::Ordering;
-        let fits = |made: u32| (made < times).then_some(made + 1);
-        TEST_REFUSALS.fetch_update(Ordering::SeqCst, Ordering::SeqCst, fits).ok()?;
-    }
-    Some(std::io::Error::from_raw_os_error(libc::EAGAIN))
+    let Some(times) = times else { return Some(TestRefusal::Permanent) };
+    use std::sync::atomic::Ordering;
+    let fits = |made: u32| (made < times).then_some(made + 1);
+    TEST_REFUSALS.fetch_update(Ordering::SeqCst, Ordering::SeqCst, fits).ok()?;
+    Some(TestRefusal::Transient)
 }
 
 #[cfg(test)]
@@ -440,6 +478,44 @@ mod tests {
         // SAFETY: getuid only reads the process's credentials.
         if unsafe { libc::getuid() } == 0 {
             assert!(limits.process_limit_exempt, "{limits:?}");
+        }
+    }
+
+    /// A host whose tables are far from full, with the use of each known.
+    fn roomy() -> ThreadLimits {
+        ThreadLimits {
+            threads_max: Some(100_000),
+            pid_max: Some(32_768),
+            threads_in_use: Some(400),
+            pids: Some(PidsLimit { cgroup: "/sys/fs/cgroup/pids/job".into(), max: 1000, current: Some(100) }),
+            ..ThreadLimits::default()
+        }
+    }
+
+    /// Every EAGAIN was asked again 6 times over 620 ms, even one under the
+    /// user's RLIMIT_NPROC with every table roomy, which no wait frees. A
+    /// refusal is now retried only where a table is full or near it, or its
+    /// use is not known, or no limit of the process's own can have refused it.
+    #[test]
+    fn a_refusal_is_retried_only_where_a_table_may_free_or_nothing_else_explains_it() {
+        let nproc = ThreadLimits { process_limit: Some(12), ..roomy() };
+        assert!(!nproc.refusal_may_clear(), "{nproc:?}");
+        let space = ThreadLimits { address_space_limit: Some(400 << 20), ..roomy() };
+        assert!(!space.refusal_may_clear(), "{space:?}");
+        // Root's RLIMIT_NPROC is not applied: something else refused it.
+        let root = ThreadLimits { process_limit_exempt: true, ..nproc.clone() };
+        assert!(root.refusal_may_clear(), "{root:?}");
+        assert!(roomy().refusal_may_clear(), "no limit of its own: retried");
+        let may_free = [
+            ThreadLimits { threads_in_use: Some(99_990), ..nproc.clone() },
+            ThreadLimits { threads_in_use: Some(32_768), ..nproc.clone() },
+            ThreadLimits { pids: Some(PidsLimit { current: Some(990), ..roomy().pids.unwrap() }), ..nproc.clone() },
+            ThreadLimits { pids: Some(PidsLimit { current: None, ..roomy().pids.unwrap() }), ..nproc.clone() },
+            ThreadLimits { threads_in_use: None, ..nproc.clone() },
+            ThreadLimits { process_limit: Some(12), ..ThreadLimits::default() },
+        ];
+        for limits in may_free {
+            assert!(limits.refusal_may_clear(), "{limits:?}");
         }
     }
 
