@@ -833,12 +833,15 @@ fn summary_written_by_resume(d: &std::path::Path) -> serde_json::Value {
 /// (mini-batch and full-graph), RETEXO and GNNPipe alike, and never got its summary. The resume now
 /// writes it from the final checkpoint, starting no worker and training
 /// nothing (`metrics.jsonl` is left as it was), prints it as a finished
-/// run's, and exits 0: the uninterrupted run's iterations, accuracies, loss
-/// and rows, and its bytes in every category but control, of which it
-/// holds less: the checkpoint's count leaves out the setup before training
-/// (the mesh, the barrier that starts it): nearly all of the run's control
-/// on Cora with 2 workers (128 bytes against 184,820 for model-centric's
-/// training). A second `--resume` is refused, as for any run with its summary.
+/// run's, and exits 0: the uninterrupted run's iterations, accuracies, loss,
+/// rows and bytes in every category. The checkpoint's count leaves out the
+/// last attempt's setup (the mesh, the initial weights, the barrier that
+/// starts training), nearly all of the run's control: the summary lacked
+/// it (128 bytes of model-centric's training control against 184,820 on
+/// Cora with 2 workers) and `workers.json` and the peak memory were not
+/// written; the final checkpoint now carries every worker's final report,
+/// and with it both. A second `--resume` is refused, as for any run with
+/// its summary.
 #[test]
 fn a_finished_run_whose_driver_was_killed_before_its_summary_gets_it_from_its_final_checkpoint() {
     let tmp = cora();
@@ -850,6 +853,7 @@ fn a_finished_run_whose_driver_was_killed_before_its_summary_gets_it_from_its_fi
     for flags in [&mb[..], &full[..], &retexo[..], &gnnpipe[..]] {
         let run = [&["train", "cora", "--workers", "2", "--hidden", "16", "--no-tui"], flags].concat();
         let straight = json(d, &[&run[..], &["--run", "straight"]].concat());
+        dist_support::workers_add_up_to(d, &straight);
         driver_killed_at(d, &run, "final-checkpoint-written");
         let records = std::fs::read(d.join("runs/killed/metrics.jsonl")).unwrap();
         let printed = summary_written_by_resume(d);
@@ -858,15 +862,34 @@ fn a_finished_run_whose_driver_was_killed_before_its_summary_gets_it_from_its_fi
             assert_eq!(printed[k], straight[k], "{flags:?}: {k}");
         }
         assert!(printed["test_accuracy"].as_f64().is_some_and(|a| a > 0.0), "{printed}");
-        let (b, s) = (&printed["bytes"], &straight["bytes"]);
-        println!("{flags:?}\nfrom the checkpoint: {b}\nuninterrupted:       {s}");
-        all_but_the_setup(b, s, &format!("{flags:?}"));
+        println!("{flags:?}");
+        same_totals(&printed, &straight);
+        assert_eq!(printed["peak_rss_bytes"].as_array().map(Vec::len), Some(2), "{flags:?}: {printed}");
+        dist_support::workers_add_up_to(d, &printed);
         // GNNPipe without --checkpoint-every is refused before: its final checkpoint has no history to go on from.
         let line = dist_support::fails(d, &["train", "--resume", "killed", "--no-tui"], 2);
         let refused = ["nothing to resume", "ended without --checkpoint-every"];
         assert!(refused.iter().any(|r| line.contains(r)), "{flags:?}: {line}");
         forget_runs(d);
     }
+    // An older version's final checkpoint, with neither count nor reports: the
+    // summary still, with zero counts and a warning naming its state file.
+    let run = [&["train", "cora", "--workers", "2", "--hidden", "16", "--no-tui"], &mb[..]].concat();
+    driver_killed_at(d, &run, "final-checkpoint-written");
+    let state = d.join("runs/killed/checkpoint/state.json");
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
+    for k in ["run_counts", "final_reports"] {
+        assert!(v["progress"].as_object_mut().unwrap().remove(k).is_some(), "no {k} in {v}");
+    }
+    std::fs::write(&state, serde_json::to_vec(&v).unwrap()).unwrap();
+    let out = dist_support::leapgnn(d, &["train", "--resume", "killed", "--no-tui", "--json"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("holds no count") && stderr.contains("state.json"), "{stderr}");
+    let printed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(count(&printed["bytes"]["control"]), 0, "{printed}");
+    assert_eq!(count(&printed["rows"]["requested"]), 0, "{printed}");
+    assert!(!d.join("runs/killed/workers.json").exists(), "workers.json made up without reports");
 }
 
 /// The same run stopped first (`--stop-after`, which writes the stop's

@@ -53,11 +53,6 @@ fn four_workers_give_the_single_worker_gradient_and_accuracy() {
     }
 }
 
-fn workers_json(d: &std::path::Path, s: &serde_json::Value) -> Vec<serde_json::Value> {
-    let path = d.join("runs").join(s["run"].as_str().unwrap()).join("workers.json");
-    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
-}
-
 /// Framing of the feature service (documented in comm::features and comm::frame):
 /// a request is a 16-byte frame header + 4 bytes per id; its reply a 16-byte
 /// header + a 4-byte status + the rows. With two workers every fetch that needs
@@ -70,7 +65,7 @@ fn feature_bytes_on_the_socket_match_the_remote_rows() {
     let tmp = cora();
     let d = tmp.path();
     let s = train(d, &["--epochs", "2", "--batch-size", "16", "--workers", "2"]);
-    let done = workers_json(d, &s);
+    let done = dist_support::workers_json(d, s["run"].as_str().unwrap());
     assert_eq!(done.len(), 2);
     let field = |v: &serde_json::Value, path: &[&str]| path.iter().fold(v, |v, k| &v[k]).as_u64().unwrap();
     let (mut sent, mut received, mut expected) = (0, 0, 0);

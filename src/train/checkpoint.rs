@@ -61,6 +61,35 @@ pub struct Progress {
     /// the run does not count (`trainer::gather_final_counts`); not saved.
     #[serde(skip)]
     pub final_gather: crate::comm::ByteCounts,
+    /// Every worker's final report as it stood at the final checkpoint, by
+    /// rank (rank 0's checkpoint only): what a driver that died before the
+    /// summary would have written to `workers.json`, and the bytes of the
+    /// last attempt's setup that `run_counts` leaves out. Read only from a
+    /// finished run's final checkpoint, which always sets it; absent in
+    /// final checkpoints of older versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub final_reports: Option<Vec<FinalReport>>,
+}
+
+/// A worker's final report (`distributed::WorkerDone`), less what its
+/// process learns after its final checkpoint or keeps outside the training
+/// loop (its replica checks).
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct FinalReport {
+    pub rank: usize,
+    /// Everything its mesh moved since its process started, as its final report has it.
+    pub bytes: crate::comm::ByteCounts,
+    /// What it sent evaluating since its process started.
+    pub eval_bytes: ByteCounts,
+    /// What it sent that the run's count (`run_counts`) leaves out: the
+    /// attempt's setup (mesh, cache fill, initial weights, the barrier that
+    /// starts training) and GNNPipe's final exchange of its stages.
+    pub uncounted: ByteCounts,
+    /// Rows read through its fetching source, and fetches that needed a remote
+    /// row; `None` where its rows are all at hand.
+    pub fetch: Option<(crate::comm::FetchStats, u64)>,
+    /// Its peak resident set size up to the final checkpoint.
+    pub peak_rss_bytes: Option<u64>,
 }
 
 /// Rows and bytes of a run as a restarted run counts them: every worker's
@@ -565,5 +594,7 @@ pub fn restore(dir: &Path, params: &Params, opt: &mut dyn Optimizer) -> Result<P
     let state =
         OptimState::from_safetensors(&bytes, params, s.config.optimizer.slots()).map_err(|e| unusable(&opath, e))?;
     opt.load_state(state).map_err(|e| unusable(&opath, e))?;
-    Ok(s.progress)
+    // The reports are of the attempt that wrote them: the resumed attempt's
+    // checkpoints before its own final one must not pass them on as its.
+    Ok(Progress { final_reports: None, ..s.progress })
 }

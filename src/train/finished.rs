@@ -2,11 +2,12 @@
 //! and for a finished run whose summary was never written (its process
 //! died after the final checkpoint).
 
-use super::checkpoint::{self, Progress};
+use super::checkpoint::{self, FinalReport, Progress};
+use super::distributed::WorkerDone;
 use super::{Observer, ResumeOverrides, TrainConfig, TrainError};
 use crate::DataDir;
 use crate::format::write_atomic;
-use crate::metrics::{RowCounts, RunBytes, RunSummary};
+use crate::metrics::{ByteCounts, EpochRecord, RowCounts, RunBytes, RunSummary, add_bytes};
 use std::path::Path;
 
 /// The summary of run `name` as its checkpoint `p` (of config `cfg`) has
@@ -76,7 +77,7 @@ pub(crate) fn write_missing_summary(
     counted: &dyn Fn(&Path, &Progress) -> (RowCounts, RunBytes),
 ) -> Result<Option<RunSummary>, TrainError> {
     let run_dir = data.run_dir(run);
-    let Ok((cfg, p)) = checkpoint::load_config(&checkpoint::dir(&run_dir)) else { return Ok(None) };
+    let Ok((cfg, mut p)) = checkpoint::load_config(&checkpoint::dir(&run_dir)) else { return Ok(None) };
     if !p.complete(cfg.epochs) || over.epochs.is_some_and(|e| e > p.epoch) {
         return Ok(None);
     }
@@ -86,7 +87,13 @@ pub(crate) fn write_missing_summary(
     let path = run_dir.join("summary.json");
     let iteration = p.global_iteration;
     let counts = counted(&run_dir, &p);
-    let summary = checkpoint_summary(run, &cfg, p, counts)?;
+    let reports = p.final_reports.take().filter(|_| cfg.workers > 1);
+    let history = p.history.clone();
+    let mut summary = checkpoint_summary(run, &cfg, p, counts)?;
+    if let Some(reports) = reports {
+        let done = with_reports(&mut summary, reports, history);
+        write_atomic(run_dir.join("workers.json"), &serde_json::to_vec_pretty(&done).expect("reports serialise"))?;
+    }
     write_atomic(&path, &serde_json::to_vec_pretty(&summary).expect("summary serialises"))?;
     let msg = format!(
         "run {run}: the run had finished; its summary was missing and is written from its final checkpoint (after \
@@ -96,4 +103,36 @@ pub(crate) fn write_missing_summary(
     tracing::warn!("{msg}");
     obs.event(&msg);
     Ok(Some(summary))
+}
+
+/// Adds the workers' final reports at the final checkpoint (`reports`) to
+/// `summary`, taken from that checkpoint's count: the bytes the count
+/// leaves out (the last attempt's setup) and the workers' peak memory.
+/// Returns what the driver would have written to `workers.json`, each worker
+/// with the run's `history`, as rank 0's, and no replica checks (its process
+/// kept them).
+fn with_reports(summary: &mut RunSummary, mut reports: Vec<FinalReport>, history: Vec<EpochRecord>) -> Vec<WorkerDone> {
+    reports.sort_by_key(|r| r.rank);
+    let mut uncounted = ByteCounts::default();
+    for r in &reports {
+        add_bytes(&mut uncounted, &r.uncounted);
+    }
+    summary.bytes.add(&RunBytes::split(uncounted, ByteCounts::default()));
+    summary.peak_rss_bytes = reports.iter().filter_map(|r| r.peak_rss_bytes).collect();
+    let done = |r: FinalReport| {
+        let (fetch, remote_fetches) = r.fetch.unwrap_or_default();
+        WorkerDone {
+            rank: r.rank,
+            iterations: summary.iterations,
+            history: history.clone(),
+            bytes: r.bytes,
+            eval_bytes: r.eval_bytes,
+            fetch,
+            remote_fetches,
+            time_steps: Some(summary.time_steps),
+            peak_rss_bytes: r.peak_rss_bytes,
+            replica_checks: 0,
+        }
+    };
+    reports.into_iter().map(done).collect()
 }

@@ -6,7 +6,7 @@
 use super::checkpoint::{self, Progress};
 use super::evaluate::{EvalRequest, evaluate};
 use super::strategy::{Iteration, StepSink, Strategy};
-use super::{Collective, Observer, TrainConfig, TrainError, Worker};
+use super::{Collective, FeatureSource, Observer, TrainConfig, TrainError, Worker};
 use crate::metrics::{EpochRecord, add_bytes, sub_bytes};
 use crate::optim::Optimizer;
 use crate::schedule::batches;
@@ -246,7 +246,7 @@ pub fn run_loop(
     // The final state (a periodic checkpoint at the last iteration predates the last evaluation).
     p.auto_steps = strategy.auto_state();
     // Every worker reaches here (a stop returned above on all of them alike).
-    (p.run_counts, p.final_gather) = gather_final_counts(coll, &p, &attempt, &Default::default())?;
+    gather_final_counts(coll, &mut p, &attempt, &Default::default(), w.features)?;
     obs.before_checkpoint(p.global_iteration)?;
     save(&p, w, opt)?;
     obs.event("final checkpoint written");
@@ -360,19 +360,52 @@ fn gather_counts_less(
 /// worker sent for the final checkpoint's state before (GNNPipe's stages,
 /// to rank 0), left out of the count only: every run sends it once, at its
 /// end, so the resumed attempt's own stands for it and the run's totals keep it.
+/// Sets `p.run_counts` and `p.final_gather`, and on rank 0
+/// `p.final_reports`: every worker's final report as it stands here (`rows`:
+/// this worker's feature source), which a summary rebuilt from this
+/// checkpoint needs to equal the driver's (the setup the count leaves out,
+/// `workers.json`); sent after the count, and left out with it.
 pub(crate) fn gather_final_counts(
     coll: &mut dyn Collective,
-    p: &Progress,
+    p: &mut Progress,
     start: &Attempt,
     state: &crate::metrics::ByteCounts,
-) -> Result<(Option<checkpoint::RunCounts>, crate::comm::ByteCounts), TrainError> {
+    rows: &dyn FeatureSource,
+) -> Result<(), TrainError> {
     let before = coll.bytes();
     let mut counts = gather_counts_less(coll, p, start, state)?;
     let gather = coll.bytes().since(&before);
     if let Some(c) = &mut counts {
         c.train.control -= gather.sent.control * coll.world() as u64;
     }
-    Ok((counts, gather))
+    let mut uncounted = start.sent;
+    uncounted.control += start.barrier;
+    add_bytes(&mut uncounted, state);
+    let report = checkpoint::FinalReport {
+        rank: coll.rank(),
+        bytes: before,
+        eval_bytes: sub_bytes(&p.eval_bytes, &start.progress.eval_bytes),
+        uncounted,
+        fetch: rows.fetched(),
+        peak_rss_bytes: crate::util::peak_rss_bytes(),
+    };
+    // Rank 0 writes the checkpoint: only it needs them.
+    let mut out = vec![Vec::new(); coll.world()];
+    out[0] = serde_json::to_vec(&report).expect("reports serialise");
+    let got = coll.all_to_all(out, crate::comm::Category::Control).map_err(TrainError::Comm)?;
+    p.final_reports = if coll.rank() == 0 {
+        let parse = |(peer, m): (usize, &Vec<u8>)| {
+            serde_json::from_slice(m).map_err(|e| {
+                TrainError::Comm(format!("worker {peer} sent a malformed report for the final checkpoint: {e}").into())
+            })
+        };
+        Some(got.iter().enumerate().map(parse).collect::<Result<_, _>>()?)
+    } else {
+        None
+    };
+    // Every worker sends counts of one size, and reports of their own.
+    (p.run_counts, p.final_gather) = (counts, coll.bytes().since(&before));
+    Ok(())
 }
 
 /// Ends a stopped run where `p` is (checkpointed).

@@ -56,6 +56,11 @@ pub struct GraphData<'d> {
 /// or, with several workers, the worker's part + cache + remote owners.
 pub trait FeatureSource: Sync {
     fn dim(&self) -> usize;
+    /// Rows read so far, by origin, and fetches that needed a remote row:
+    /// `None` for a source with every row at hand.
+    fn fetched(&self) -> Option<(crate::comm::FetchStats, u64)> {
+        None
+    }
     /// The rows of `ids`, row-major in the order given, and where they came from.
     fn rows(&self, ids: &[u32]) -> Result<(Vec<f32>, RowCounts), TrainError>;
     /// The rows of `ids` as the first layer takes them: CSR where the source

@@ -285,6 +285,29 @@ pub fn epoch_losses(s: &serde_json::Value) -> Vec<f64> {
 }
 
 /// A JSON count.
+/// Run `run`'s `workers.json`: each worker's final report.
+pub fn workers_json(d: &Path, run: &str) -> Vec<serde_json::Value> {
+    let path = d.join("runs").join(run).join("workers.json");
+    let text = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_slice(&text).unwrap()
+}
+
+/// Checks that run `summary`'s `workers.json` has one report per worker and
+/// that their bytes, summed, are the summary's in every category, training
+/// and evaluation alike.
+pub fn workers_add_up_to(d: &Path, summary: &serde_json::Value) {
+    let done = workers_json(d, summary["run"].as_str().unwrap());
+    let ranks: Vec<u64> = done.iter().map(|w| count(&w["rank"])).collect();
+    assert_eq!(ranks, (0..count(&summary["workers"])).collect::<Vec<_>>(), "{done:?}");
+    let b = &summary["bytes"];
+    for c in ["features", "gradients", "migration", "activations", "control"] {
+        let sent: u64 = done.iter().map(|w| count(&w["bytes"]["sent"][c])).sum();
+        let eval: u64 = done.iter().map(|w| count(&w["eval_bytes"][c])).sum();
+        assert_eq!(sent, count(&b[c]), "{c}: workers.json {done:?} vs summary {b}");
+        assert_eq!(eval, count(&b["eval"][c]), "eval {c}: workers.json {done:?} vs summary {b}");
+    }
+}
+
 pub fn count(v: &serde_json::Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
 }

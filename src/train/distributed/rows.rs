@@ -29,6 +29,9 @@ impl<'m> FetchingRows<'m> {
 }
 
 impl FeatureSource for FetchingRows<'_> {
+    fn fetched(&self) -> Option<(FetchStats, u64)> {
+        Some(self.totals())
+    }
     fn dim(&self) -> usize {
         self.client.dim()
     }
