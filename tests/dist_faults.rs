@@ -753,6 +753,8 @@ fn a_run_whose_driver_was_killed_at_its_final_checkpoint_resumes_for_more_epochs
     for (flags, moved) in [(&mb[..], "features"), (&gnnpipe[..], "activations")] {
         let run = [&["train", "cora", "--workers", "2", "--hidden", "16", "--no-tui"], flags].concat();
         let straight = json(d, &[&run[..], &["--epochs", "4", "--run", "straight"]].concat());
+        // With periodic checkpoints' gathers of counts, and GNNPipe's exchanges of its stages.
+        dist_support::workers_add_up_to(d, &straight);
         let at = ("final-checkpoint-written", &["--epochs", "4"][..]);
         let (resumed, stderr) = driver_killed_at_and_resumed(d, &[&run[..], &["--epochs", "2"]].concat(), at, |_| {});
         assert!(!stderr.contains("holds no count"), "{flags:?}: {stderr}");
