@@ -382,6 +382,52 @@ fn a_driver_stopped_and_continued_ends_its_run_as_if_uninterrupted() {
     assert_eq!(wait_gone(&pids, Duration::from_secs(5)), Vec::<u32>::new(), "workers left behind");
 }
 
+/// Ctrl-Z just as a checkpoint was due: rank 0 waits a bounded time for the
+/// driver to confirm it holds every worker's records, and a driver away for
+/// longer failed the whole run at that checkpoint (`the driver did not
+/// confirm within 60 s ...`), although `fg` would have let it go on. The
+/// driver is kept from listening at that checkpoint (a test hold, the only
+/// way to keep it away for longer than rank 0's wait, shortened here,
+/// without a sleep) and stopped and continued there; the checkpoint is now
+/// skipped with a warning, and the run ends as the uninterrupted one does.
+#[test]
+fn a_driver_stopped_as_a_checkpoint_is_due_skips_that_checkpoint_and_ends_as_if_uninterrupted() {
+    let tmp = cora();
+    let d = tmp.path();
+    let run = ["train", "cora", "--workers", "2", "--full-batch", "--model", "gcn", "--hidden", "16"];
+    let run = [&run[..], &["--epochs", "12", "--checkpoint-every", "4", "--no-tui"]].concat();
+    let straight = json(d, &[&run[..], &["--run", "straight"]].concat());
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_leapgnn"));
+    cmd.arg("--data-dir").arg(d).args(&run).args(["--run", "paused"]);
+    cmd.env("LEAPGNN_TEST_PAUSE", "records-due,records-unconfirmed").env("LEAPGNN_TEST_HELD_WAIT_MS", "1000");
+    let mut drv = Driver::from_command(cmd.stdin(std::process::Stdio::piped()));
+    let ws = drv.workers(2);
+    drv.wait_line(Duration::from_secs(60), |l| l == "test hold: records-due");
+    let pid = drv.child.id();
+    signal(pid, "STOP");
+    signal(pid, "CONT");
+    // Rank 0 gave up waiting for this checkpoint (its lines are relayed while the driver holds).
+    drv.wait_line(Duration::from_secs(60), |l| l.contains("[worker 0] test point: records-unconfirmed"));
+    // Every later hold passes at once.
+    drop(drv.child.stdin.take());
+    let (code, stderr) = drv.wait_exit(Duration::from_secs(60));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("checkpoint after iteration 4 skipped"), "{stderr}");
+    assert_eq!(final_weights(d, "paused"), final_weights(d, "straight"), "the continued run ended elsewhere");
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.join("runs/paused/summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["test_accuracy"], straight["test_accuracy"]);
+    assert_eq!(summary["iterations"], straight["iterations"]);
+    // The final checkpoint loads: `infer` from it predicts as from the uninterrupted run's.
+    let predictions = |run: &str| {
+        assert_eq!(json(d, &["infer", run])["nodes"], 2708, "{run}");
+        std::fs::read(d.join(format!("runs/{run}/predictions.safetensors"))).unwrap()
+    };
+    assert_eq!(predictions("paused"), predictions("straight"));
+    let pids: Vec<u32> = ws.iter().map(|w| w.pid).collect();
+    assert_eq!(wait_gone(&pids, Duration::from_secs(5)), Vec::<u32>::new(), "workers left behind");
+}
+
 /// `--json-stream` is `metrics.jsonl` as it is written. After a restart the
 /// file drops the failed attempt's records from the checkpoint on and holds
 /// a restart record; the stream cannot take lines back, and it had no restart

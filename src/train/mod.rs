@@ -79,11 +79,12 @@ pub enum TrainError {
     RunInUse { run: String, holder: Option<u32> },
     /// Rank 0 of a distributed run, before a checkpoint (`Observer::before_checkpoint`).
     #[error(
-        "the driver did not confirm within {secs} s that it holds every worker's records through iteration \
-         {through}, so the checkpoint after it was not written (a resume from it would lack those records); is the \
-         driver stopped (Ctrl-Z) or overloaded? `leapgnn train --resume` goes on from the last checkpoint"
+        "the driver did not confirm within {secs} s ({tries} waits) that it holds every worker's records through \
+         iteration {through}, so the checkpoint after it was not written (a resume from it would lack those \
+         records); was the driver stopped (Ctrl-Z) that long, or is it overloaded? `leapgnn train --resume` goes on \
+         from the last checkpoint"
     )]
-    RecordsNotHeld { through: u64, secs: u64 },
+    RecordsNotHeld { through: u64, secs: u64, tries: u32 },
     #[error("{path}: {source}{}", crate::format::io_advice(source))]
     Io {
         path: PathBuf,
@@ -130,6 +131,13 @@ pub trait Observer {
     /// every worker's records through there.
     fn before_checkpoint(&mut self, _through: u64) -> Result<(), TrainError> {
         Ok(())
+    }
+    /// `before_checkpoint` for a periodic checkpoint, which the run can do
+    /// without: false (the driver did not confirm in time) skips it, and the
+    /// next one tries again. A checkpoint the run ends or stops at waits
+    /// longer instead (`before_checkpoint`): nothing comes after it.
+    fn may_checkpoint(&mut self, through: u64) -> Result<bool, TrainError> {
+        self.before_checkpoint(through).map(|()| true)
     }
     /// Something worth a log line (a checkpoint was written).
     fn event(&mut self, _msg: &str) {}
@@ -860,6 +868,9 @@ impl Observer for Recording<'_> {
     }
     fn before_checkpoint(&mut self, through: u64) -> Result<(), TrainError> {
         self.inner.before_checkpoint(through)
+    }
+    fn may_checkpoint(&mut self, through: u64) -> Result<bool, TrainError> {
+        self.inner.may_checkpoint(through)
     }
     fn restart(&mut self, r: &crate::metrics::RestartRecord) {
         self.inner.restart(r);

@@ -101,6 +101,9 @@ impl Observer for TensorBoard<'_> {
     fn before_checkpoint(&mut self, through: u64) -> Result<(), TrainError> {
         self.inner.before_checkpoint(through)
     }
+    fn may_checkpoint(&mut self, through: u64) -> Result<bool, TrainError> {
+        self.inner.may_checkpoint(through)
+    }
     fn restart(&mut self, r: &crate::metrics::RestartRecord) {
         self.inner.restart(r)
     }

@@ -87,14 +87,20 @@ pub fn run_loop(
         None => Ok(()),
     };
     // A periodic or a stop's checkpoint, with the event the driver copies it back on.
+    // Only rank 0 writes, alone: a periodic one it skips (`may_checkpoint`) leaves its peers in step.
     let checkpoint_now = |p: &mut Progress,
                           w: &Worker<'_>,
                           strategy: &dyn Strategy,
                           opt: &dyn Optimizer,
-                          obs: &mut dyn Observer|
+                          obs: &mut dyn Observer,
+                          stop: bool|
      -> Result<(), TrainError> {
         p.auto_steps = strategy.auto_state();
-        obs.before_checkpoint(p.global_iteration)?;
+        if stop {
+            obs.before_checkpoint(p.global_iteration)?;
+        } else if !obs.may_checkpoint(p.global_iteration)? {
+            return Ok(());
+        }
         save(p, w, opt)?;
         obs.event(&format!("{} {}", checkpoint::WRITTEN, p.global_iteration));
         if inp.checkpoint_dir.is_some() {
@@ -194,7 +200,7 @@ pub fn run_loop(
                 // between them (the gather, a peer's early request) is in it, as
                 // it is in an uninterrupted run's socket totals.
                 carry = Some(now);
-                checkpoint_now(&mut p, w, strategy, opt, obs)?;
+                checkpoint_now(&mut p, w, strategy, opt, obs, stop)?;
             }
             if stop {
                 return stop_now(p, w, coll, strategy);
@@ -239,7 +245,7 @@ pub fn run_loop(
             // Gathered (every worker voted alike): the driver may die before it
             // writes this stop's summary, and a resume then has only this count.
             p.run_counts = gather_counts(coll, &p, &attempt)?;
-            checkpoint_now(&mut p, w, strategy, opt, obs)?;
+            checkpoint_now(&mut p, w, strategy, opt, obs, true)?;
             return stop_now(p, w, coll, strategy);
         }
     }

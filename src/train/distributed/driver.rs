@@ -734,7 +734,11 @@ fn execute(
                     }
                     // Not confirmed if the records may not be on disk: rank 0 then fails its wait, naming it.
                     Ok(Report::Sent { through }) => match checkpoints.sent(rank, through) {
-                        Some(n) => sink.sync().map(|()| answer = Some((0, ToWorker::Held(n)))).map_err(Into::into),
+                        Some(n) => {
+                            // Tests: the driver away (Ctrl-Z) just as a checkpoint is due.
+                            crate::util::interrupt::test_hold("records-due");
+                            sink.sync().map(|()| answer = Some((0, ToWorker::Held(n)))).map_err(Into::into)
+                        }
                         None => Ok(()),
                     },
                     Err(e) => Err(BadInput::new(format!("worker {rank} sent a malformed metrics record: {e}")).into()),

@@ -178,12 +178,21 @@ fn address_space_line(rank: usize) -> Option<String> {
     address_space_warning(&worker_rlimit_source(rank, &host)).map(|text| format!("on {host}: {text}"))
 }
 
+/// How a worker's line that the driver prints as a warning begins (rank 0's
+/// skipped checkpoint, which default log levels would otherwise hide).
+pub(crate) const WARNING: &str = "warning: ";
+
 /// Prints a worker's log line, and returns it as the event log shows it: a
 /// host's address-space warning as a warning naming the worker and its host,
-/// the rest as information. Workers beside the driver under its own limit
-/// (local workers inherit it) repeat what it said of its machine: that one
-/// is only a debug line.
+/// a `WARNING` as a warning naming the worker, the rest as information.
+/// Workers beside the driver under its own limit (local workers inherit it)
+/// repeat what it said of its machine: that one is only a debug line.
 pub(crate) fn log_worker_line(rank: usize, line: &str) -> String {
+    if let Some(text) = line.strip_prefix(WARNING) {
+        let shown = format!("worker {rank}: {text}");
+        tracing::warn!("{shown}");
+        return shown;
+    }
     let Some(on_host) = line.strip_prefix(ADDRESS_SPACE) else {
         tracing::info!("[worker {rank}] {line}");
         return format!("[worker {rank}] {line}");

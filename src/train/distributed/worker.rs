@@ -2,7 +2,7 @@
 //! the rows of the parts it owns and the partition map, join the mesh, serve features,
 //! fill the cache, then run the common training loop.
 
-use super::{DistJob, FetchingRows, GradDump, ReplicaCheck, Report, WorkerDone};
+use super::{DistJob, FetchingRows, GradDump, ReplicaCheck, Report, WARNING, WorkerDone};
 use crate::DataDir;
 use crate::cluster::ToDriver;
 use crate::cluster::worker_session::{Job, Reporter};
@@ -226,6 +226,13 @@ fn presample(
     accesses
 }
 
+/// How many waits for the driver's `Held` a checkpoint that cannot be
+/// skipped gets: ten minutes at the least, for an operator's Ctrl-Z.
+const HELD_TRIES: u32 = 10;
+/// Milliseconds that take the place of one wait for `Held` (tests: shorter
+/// than the time they keep the driver from listening).
+const HELD_WAIT_TEST_VAR: &str = "LEAPGNN_TEST_HELD_WAIT_MS";
+
 /// Sends every step record (and rank 0's epoch records) to the driver.
 struct Reporting<'a> {
     reporter: &'a Reporter,
@@ -237,6 +244,29 @@ impl Reporting<'_> {
     fn send(&self, r: Report) -> Result<(), TrainError> {
         let v = serde_json::to_value(r).expect("reports serialise");
         self.reporter.send(&ToDriver::Metrics(v)).map_err(|e| TrainError::Comm(e.into()))
+    }
+
+    /// Says this worker's records through `through` are sent; rank 0 then
+    /// waits, `within` at most, for the driver's `Held`, which follows every
+    /// worker's `Sent`. Whether it came (the other ranks write no checkpoint).
+    fn held(&self, through: u64, within: Duration) -> Result<bool, TrainError> {
+        self.send(Report::Sent { through })?;
+        if self.rank != 0 {
+            return Ok(true);
+        }
+        crate::util::interrupt::test_point("records-awaited");
+        let held = self.reporter.wait_held(through, within);
+        if !held {
+            crate::util::interrupt::test_point("records-unconfirmed");
+        }
+        Ok(held)
+    }
+
+    /// One wait for `Held`. Generously: a driver that is merely slow to write
+    /// (a loaded host, a stalled terminal) should not cost a checkpoint.
+    fn held_within(&self) -> Duration {
+        let test = std::env::var(HELD_WAIT_TEST_VAR).ok().and_then(|v| v.parse().ok()).map(Duration::from_millis);
+        test.unwrap_or_else(|| (self.timeout * 4).max(Duration::from_secs(60)))
     }
 }
 
@@ -252,20 +282,44 @@ impl Observer for Reporting<'_> {
     fn evaluated(&mut self, epoch: u64, sent: &crate::metrics::ByteCounts) {
         let _ = self.send(Report::Eval { epoch, sent: *sent });
     }
-    /// Rank 0 waits for the driver's `Held`, which follows every worker's
-    /// `Sent`. Generously: a driver that is merely slow to write (a loaded
-    /// host, a stalled terminal) should not fail the run, and one that is
-    /// gone ends this process by the watchdog.
+    /// A checkpoint the run ends or stops at cannot be skipped: rank 0 waits
+    /// again, `HELD_TRIES` times in all, saying so each time, then fails the
+    /// run naming the wait (a driver gone for good ends this process sooner,
+    /// by the watchdog).
     fn before_checkpoint(&mut self, through: u64) -> Result<(), TrainError> {
-        self.send(Report::Sent { through })?;
-        let within = (self.timeout * 4).max(Duration::from_secs(60));
-        if self.rank == 0 {
-            crate::util::interrupt::test_point("records-awaited");
+        let within = self.held_within();
+        for tries in 1..=HELD_TRIES {
+            if self.held(through, within)? {
+                return Ok(());
+            }
+            if tries < HELD_TRIES {
+                self.event(&format!(
+                    "{WARNING}the driver has not confirmed within {} s that it holds every worker's records through \
+                     iteration {through}; waiting again before this last checkpoint ({} of {HELD_TRIES})",
+                    within.as_secs_f64(),
+                    tries + 1
+                ));
+            }
         }
-        match self.rank != 0 || self.reporter.wait_held(through, within) {
-            true => Ok(()),
-            false => Err(TrainError::RecordsNotHeld { through, secs: within.as_secs() }),
+        let secs = (within * HELD_TRIES).as_secs();
+        Err(TrainError::RecordsNotHeld { through, secs, tries: HELD_TRIES })
+    }
+    /// A driver stopped by Ctrl-Z just as a periodic checkpoint came used to
+    /// fail the run here although `fg` would have let it go on: the
+    /// checkpoint is now skipped, said through the driver's event log (read
+    /// once it listens again), and the next one tries again.
+    fn may_checkpoint(&mut self, through: u64) -> Result<bool, TrainError> {
+        let within = self.held_within();
+        let held = self.held(through, within)?;
+        if !held {
+            self.event(&format!(
+                "{WARNING}checkpoint after iteration {through} skipped: the driver did not confirm within {} s that \
+                 it holds every worker's records through there (was it stopped, Ctrl-Z?); training goes on and the \
+                 next checkpoint tries again",
+                within.as_secs_f64()
+            ));
         }
+        Ok(held)
     }
     /// Rank 0's events (checkpoints written) go to the driver's event log.
     fn event(&mut self, msg: &str) {
