@@ -1,11 +1,11 @@
-//! The Slurm launcher over a real single-host Slurm (munged, slurmctld and
+//! The Slurm launcher over a real Slurm (munged, slurmctld and
 //! slurmd on 127.0.0.1, started here as root; `.ci/run` installs them): Cora
 //! with 2 tasks trains to the local launcher's loss curve from the script
-//! `leapgnn slurm-script` prints; a job Slurm requeues resumes its run;
-//! `scancel`, or salloc giving its allocation up, stops every task and leaves
-//! a checkpoint that loads; exit codes
-//! propagate; outside an allocation
-//! `--cluster slurm` is refused.
+//! `leapgnn slurm-script` prints, on one node and on two (the second a slurmd
+//! in a network namespace of its own, `Slurm::start_two`); a job Slurm
+//! requeues resumes its run; `scancel`, or salloc giving its allocation up,
+//! stops every task and leaves a checkpoint that loads; exit codes
+//! propagate; outside an allocation `--cluster slurm` is refused.
 
 mod dist_support;
 
@@ -24,6 +24,83 @@ static ONE: Mutex<()> = Mutex::new(());
 struct Slurm {
     dir: tempfile::TempDir,
     daemons: Vec<Child>,
+    /// `start_two`'s second node; dropped (deleted) after the daemons stop.
+    second: Option<Netns>,
+}
+
+/// The second node's name in `start_two`'s slurm.conf.
+const NODE2: &str = "node2";
+
+/// Under the cluster's directory: `NODE2`'s own directory (`Slurm::node2_dir`).
+const NODE2_DIR: &str = "node2-local";
+
+/// The cluster's nodes.
+enum Nodes<'a> {
+    /// One on 127.0.0.1, named this or else this host's name.
+    One(Option<&'a str>),
+    /// This host's and `NODE2`, which has a directory of its own at this path.
+    Two(Option<&'a Path>),
+}
+
+/// A second host on this machine: a network namespace joined to the host by
+/// a veth pair, 10.213.X.1/24 on the host's side and 10.213.X.2/24 in the
+/// namespace. Only the network is its own: files, processes and munged's
+/// socket (a path) are shared. Deleted, with the pair, on drop.
+struct Netns {
+    name: String,
+    host_if: String,
+    net: u8,
+}
+
+fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip").args(args).output().map_err(|e| format!("ip {args:?}: {e}"))?;
+    if out.status.success() { Ok(()) } else { Err(format!("ip {args:?}: {}", text(&out))) }
+}
+
+impl Netns {
+    /// The first free 10.213.X.0/24 from one the pid picks (tests of other
+    /// checkouts may hold some): `ip netns add` claims X, failing where
+    /// another holds it.
+    fn new() -> Netns {
+        let used = String::from_utf8(Command::new("ip").args(["-4", "-o", "addr"]).output().unwrap().stdout).unwrap();
+        let start = std::process::id() % 250;
+        for net in (0..250).map(|i| ((start + i) % 250 + 1) as u8) {
+            let name = format!("leapgnn-slurm-{net}");
+            if used.contains(&format!("10.213.{net}.")) || ip(&["netns", "add", &name]).is_err() {
+                continue;
+            }
+            let ns = Netns { name, host_if: format!("lgs{net}h"), net };
+            let peer = format!("lgs{net}n");
+            let ns_ip = format!("{}/24", ns.ip(2));
+            let host_ip = format!("{}/24", ns.ip(1));
+            let n = ns.name.as_str();
+            let made = ip(&["link", "add", &ns.host_if, "type", "veth", "peer", "name", &peer])
+                .and_then(|()| ip(&["link", "set", &peer, "netns", n]))
+                .and_then(|()| ip(&["addr", "add", &host_ip, "dev", &ns.host_if]))
+                .and_then(|()| ip(&["link", "set", &ns.host_if, "up"]))
+                .and_then(|()| ip(&["netns", "exec", n, "ip", "addr", "add", &ns_ip, "dev", &peer]))
+                .and_then(|()| ip(&["netns", "exec", n, "ip", "link", "set", &peer, "up"]))
+                .and_then(|()| ip(&["netns", "exec", n, "ip", "link", "set", "lo", "up"]));
+            if let Err(e) = made {
+                panic!("cannot join network namespace {n} to this host: {e}");
+            }
+            return ns;
+        }
+        panic!("no free 10.213.X.0/24 for a network namespace:\n{used}");
+    }
+
+    /// 10.213.X.`host`: 1 this host's side, 2 the namespace's.
+    fn ip(&self, host: u8) -> String {
+        format!("10.213.{}.{host}", self.net)
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        // Deleting one end of the pair deletes both.
+        let _ = ip(&["link", "del", &self.host_if]);
+        let _ = ip(&["netns", "del", &self.name]);
+    }
 }
 
 fn have(cmd: &str) -> bool {
@@ -64,10 +141,25 @@ impl Slurm {
     /// daemon binds it: the daemon then exits saying so, and both start again
     /// on fresh ports (the node would otherwise never become idle).
     fn start_on(name: Option<&str>, ports: [u16; 2]) -> Option<Slurm> {
-        let missing: Vec<_> = ["munged", "munge", "slurmctld", "slurmd", "sbatch", "scancel", "squeue"]
-            .into_iter()
-            .filter(|c| !have(c))
-            .collect();
+        Self::start_with(Nodes::One(name), ports)
+    }
+
+    /// Two nodes: this host's (slurmctld beside it) and `NODE2`, a slurmd in
+    /// a network namespace of its own (`Netns`), each at its end of the veth
+    /// pair, so that a task on `NODE2` reaches the other node and the
+    /// controller only as another machine would. With `private`, `NODE2`
+    /// has a directory of its own at that path (`node2_dir`), as a
+    /// node-local disk is; everything else on it is this host's.
+    fn start_two(private: Option<&Path>) -> Option<Slurm> {
+        Self::start_with(Nodes::Two(private), free_ports())
+    }
+
+    fn start_with(nodes: Nodes, ports: [u16; 2]) -> Option<Slurm> {
+        let missing: Vec<_> =
+            ["munged", "munge", "slurmctld", "slurmd", "sbatch", "scancel", "squeue", "ip", "nsenter"]
+                .into_iter()
+                .filter(|c| !have(c))
+                .collect();
         let root =
             std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0).unwrap_or(false);
         let why = if !missing.is_empty() {
@@ -84,30 +176,43 @@ impl Slurm {
         }
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path().to_path_buf();
-        for sub in ["state", "spool"] {
-            std::fs::create_dir_all(d.join(sub)).unwrap();
-        }
         let host = String::from_utf8(Command::new("hostname").arg("-s").output().unwrap().stdout).unwrap();
         let host = host.trim();
+        let (name, two, private) = match nodes {
+            Nodes::One(name) => (name, false, None),
+            Nodes::Two(private) => (None, true, private),
+        };
         let node = name.unwrap_or(host);
+        let second = two.then(Netns::new);
+        let addr = second.as_ref().map_or("127.0.0.1".to_string(), |n| n.ip(1));
+        let mut nodes = format!("NodeName={node} NodeAddr={addr} CPUs=8 State=UNKNOWN\n");
+        let mut names = vec![node];
+        if let Some(n) = &second {
+            nodes += &format!("NodeName={NODE2} NodeAddr={} CPUs=8 State=UNKNOWN\n", n.ip(2));
+            names.push(NODE2);
+        }
+        let dirs = ["state".to_string(), NODE2_DIR.to_string()].into_iter();
+        for sub in dirs.chain(names.iter().map(|n| format!("spool/{n}"))) {
+            std::fs::create_dir_all(d.join(sub)).unwrap();
+        }
+        let partition = names.join(",");
         let conf = |[ctld, slurmd]: [u16; 2]| {
             format!(
-                "ClusterName=leapgnntest\nSlurmctldHost={host}(127.0.0.1)\nSlurmctldPort={}\nSlurmdPort={}\n\
+                "ClusterName=leapgnntest\nSlurmctldHost={host}({addr})\nSlurmctldPort={}\nSlurmdPort={}\n\
              AuthType=auth/munge\nCredType=cred/munge\nProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n\
              JobAcctGatherType=jobacct_gather/none\nAccountingStorageType=accounting_storage/none\n\
              SelectType=select/cons_tres\nSelectTypeParameters=CR_Core\nStateSaveLocation={d}/state\n\
-             SlurmdSpoolDir={d}/spool\nSlurmctldPidFile={d}/slurmctld.pid\nSlurmdPidFile={d}/slurmd.pid\n\
-             SlurmctldLogFile={d}/slurmctld.log\nSlurmdLogFile={d}/slurmd.log\nSlurmUser=root\nSlurmdUser=root\n\
+             SlurmdSpoolDir={d}/spool/%n\nSlurmctldPidFile={d}/slurmctld.pid\nSlurmdPidFile={d}/slurmd-%n.pid\n\
+             SlurmctldLogFile={d}/slurmctld.log\nSlurmdLogFile={d}/slurmd-%n.log\nSlurmUser=root\nSlurmdUser=root\n\
              ReturnToService=2\nMpiDefault=none\nKillWait=20\nOverTimeLimit=0\nSlurmdParameters=config_overrides\n\
-             NodeName={node} NodeAddr=127.0.0.1 CPUs=8 State=UNKNOWN\n\
-             PartitionName=test Nodes={node} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES\n",
+             {nodes}PartitionName=test Nodes={partition} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES\n",
                 ctld,
                 slurmd,
                 d = d.display()
             )
         };
         std::fs::write(d.join("slurm.conf"), conf(ports)).unwrap();
-        let mut s = Slurm { dir, daemons: vec![] };
+        let mut s = Slurm { dir, daemons: vec![], second };
         if !munge_works() {
             std::fs::create_dir_all("/run/munge").unwrap();
             s.spawn(Command::new("munged").args(["--foreground", "--force"]));
@@ -115,20 +220,41 @@ impl Slurm {
         }
         let munged = s.daemons.len();
         on_fresh_ports(ports, "slurmctld and slurmd", |ports| {
-            for log in ["slurmctld.log", "slurmd.log"] {
-                let _ = std::fs::remove_file(s.dir.path().join(log));
+            // The daemons' own logs (from the last try's); what each printed is truncated as it starts.
+            for log in
+                s.logs().iter().filter(|l| l.file_name().is_some_and(|f| f.to_string_lossy().starts_with("slurm")))
+            {
+                let _ = std::fs::remove_file(log);
             }
             std::fs::write(s.conf(), conf(ports)).unwrap();
             s.spawn(Command::new("slurmctld").args(["-D", "-i"]));
             s.spawn(Command::new("slurmd").args(["-D", "-N", node]));
+            if let Some(n) = &s.second {
+                let ns = n.name.clone();
+                // Not `ip netns exec`: that mounts a /sys of its own, without the
+                // cgroup mounts slurmd needs; nsenter enters the network alone.
+                let mut slurmd = Command::new("nsenter");
+                slurmd.arg(format!("--net=/run/netns/{ns}"));
+                match private {
+                    None => slurmd.args(["slurmd", "-D", "-N", NODE2]),
+                    // A mount namespace of its own, in which `private` is `node2_dir`;
+                    // each command execs the next: the daemon keeps the pid spawned.
+                    Some(p) => slurmd
+                        .args(["unshare", "--mount", "--propagation", "private", "sh", "-c"])
+                        .arg(r#"mount --bind "$1" "$2" && exec slurmd -D -N "$3""#)
+                        .arg("sh")
+                        .args([s.node2_dir().as_os_str(), p.as_os_str(), NODE2.as_ref()]),
+                };
+                s.spawn(&mut slurmd);
+            }
             let mut lost = None;
-            until("the node to be idle", Duration::from_secs(60), || {
+            until("the nodes to be idle", Duration::from_secs(60), || {
                 lost = s.port_lost(munged);
                 lost.is_some()
-                    || s.cmd("sinfo")
-                        .args(["-h", "-o", "%t"])
-                        .output()
-                        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "idle")
+                    || s.cmd("sinfo").args(["-h", "-N", "-o", "%t"]).output().is_ok_and(|o| {
+                        let states = String::from_utf8_lossy(&o.stdout).to_string();
+                        states.lines().count() == names.len() && states.lines().all(|l| l.trim() == "idle")
+                    })
             });
             match lost {
                 Some(log) => {
@@ -145,11 +271,10 @@ impl Slurm {
     /// port was taken; None while they all run. Any other exit panics with the logs.
     fn port_lost(&mut self, first: usize) -> Option<String> {
         let st = self.daemons[first..].iter_mut().find_map(|c| c.try_wait().unwrap())?;
-        let mut names = vec!["slurmctld.log".to_string(), "slurmd.log".to_string()];
-        names.extend((first..self.daemons.len()).map(|i| format!("daemon{i}.log")));
-        let logs: String = names
+        let logs: String = self
+            .logs()
             .iter()
-            .map(|f| format!("{f}:\n{}", std::fs::read_to_string(self.dir.path().join(f)).unwrap_or_default()))
+            .map(|f| format!("{}:\n{}", f.display(), std::fs::read_to_string(f).unwrap_or_default()))
             .collect();
         assert!(logs.contains("Address already in use"), "a Slurm daemon exited ({st}) at start:\n{logs}");
         Some(logs)
@@ -178,6 +303,22 @@ impl Slurm {
             .spawn()
             .unwrap();
         self.daemons.push(child);
+    }
+
+    /// The daemons' logs: slurmctld's, each slurmd's, and what each daemon printed.
+    fn logs(&self) -> Vec<PathBuf> {
+        let mut logs: Vec<PathBuf> = std::fs::read_dir(self.dir.path())
+            .unwrap()
+            .filter_map(|e| Some(e.ok()?.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "log"))
+            .collect();
+        logs.sort();
+        logs
+    }
+
+    /// What `NODE2` sees at `start_two`'s `private` path.
+    fn node2_dir(&self) -> PathBuf {
+        self.dir.path().join(NODE2_DIR)
     }
 
     fn conf(&self) -> PathBuf {
@@ -376,6 +517,37 @@ fn cora_over_slurm_trains_the_local_launchers_loss_curve() {
     assert_eq!((workers(0), workers(1)), (vec![0, 1, 2, 3], vec![0, 1]), "{log}");
 }
 
+/// Two nodes, one in a network namespace of its own (`Slurm::start_two`),
+/// one task on each: rank 1 runs on the other node, binds and is reached at
+/// that node's address, and Cora trains to the local launcher's records,
+/// loss for loss. (Every other test here has one node, where a task that
+/// bound or dialled the driver's own address would pass.)
+#[test]
+fn a_worker_on_another_node_trains_the_local_launchers_loss_curve() {
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(slurm) = Slurm::start_two(None) else { return };
+    let tmp = cora();
+    let d = tmp.path();
+    json(d, &["partition", "cora", "--parts", "2"]);
+    let run = &JOB[..JOB.len() - 1];
+    let script =
+        slurm.script(d, "spread", &[run, &["--strategy", "model-centric", "--run", "spread", "--json"]].concat());
+    let spread = ["--wait", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1"];
+    let out = slurm.cmd("sbatch").args(spread).arg(&script).output().unwrap();
+    let log = std::fs::read_to_string(d.join("spread.out")).unwrap_or_default();
+    assert!(out.status.success(), "sbatch: {}\njob output:\n{log}", text(&out));
+    // Each worker's mesh on its own node's end of the veth pair, one per node.
+    let mut meshes: Vec<&str> =
+        log.lines().filter_map(|l| l.split_once("mesh listening on ")?.1.split(':').next()).collect();
+    meshes.sort();
+    let n = slurm.second.as_ref().unwrap();
+    assert_eq!(meshes, [n.ip(1), n.ip(2)], "{log}");
+    json(d, &[&["train", "--workers", "2", "--no-tui", "--run", "local"][..], run].concat());
+    let (s, l) = (curve(d, "spread"), curve(d, "local"));
+    assert_eq!(s.len(), l.len(), "{log}");
+    assert_eq!(s, l, "the same records, loss for loss");
+}
+
 /// A cluster that names its nodes in slurm.conf only, not in DNS
 /// (`NodeName=leapnode NodeAddr=127.0.0.1`): the driver reaches the workers
 /// at the node's NodeAddr, as Slurm itself does, and the job trains.
@@ -505,31 +677,16 @@ fn sbcast_ships_the_job_to_the_nodes_and_removes_it_after() {
     let job = slurm.submit(&script);
     let mapped = || archives_mapped_by_workers_of(node_local.path());
     until("both workers to map their dataset", Duration::from_secs(120), || {
-        mapped().iter().filter(|(_, files)| files.iter().any(|f| f.ends_with("dataset.lgnn"))).count() == 2
+        mapped().iter().filter(|(_, files)| files.iter().any(|f| f.0.ends_with("dataset.lgnn"))).count() == 2
     });
     for (pid, files) in mapped() {
-        for f in files {
+        for (f, _) in files {
             assert!(f.starts_with(node_local.path()), "worker {pid} opened {} outside the sbcast copy", f.display());
         }
     }
-    let metrics = d.join("runs/shipped/metrics.jsonl");
-    until("training records", Duration::from_secs(60), || {
-        std::fs::read_to_string(&metrics).is_ok_and(|m| m.lines().count() >= 30)
-    });
-    // The time-limit warning: the workers checkpoint and stop while the job still runs.
-    let usr1 = slurm.cmd("scancel").args(["--batch", "--signal=USR1", &job]).output().unwrap();
-    assert!(usr1.status.success(), "{}", text(&usr1));
-    until("the job to end", Duration::from_secs(60), || slurm.gone(&job));
-    let log = std::fs::read_to_string(d.join("ship.out")).unwrap();
-    assert_eq!(job_state(&slurm, &job), ("COMPLETED".into(), "0:0".into()), "{log}");
+    let (log, state) = stopped_by_the_time_limit_warning(&slurm, d, &job, "shipped", "ship");
     // The binary, the archive, the manifest and the two parts.
     assert!(log.contains("sbcast: copied 5 files"), "{log}");
-    assert!(log.contains("stopped for the job's time limit"), "{log}");
-    let state: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(d.join("runs/shipped/checkpoint/state.json")).unwrap()).unwrap();
-    let stopped: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(d.join("runs/shipped/summary.json")).unwrap()).unwrap();
-    assert_eq!(state["progress"]["global_iteration"], stopped["iterations"], "the stop's checkpoint came back: {log}");
     until("every task to exit", Duration::from_secs(30), || processes_naming(node_local.path()).is_empty());
     let left: Vec<_> = std::fs::read_dir(node_local.path()).unwrap().collect();
     assert!(left.is_empty(), "the node-local copy was not removed: {left:?}\n{log}");
@@ -570,9 +727,94 @@ fn sbcast_ships_the_job_to_the_nodes_and_removes_it_after() {
     assert!(left.is_empty(), "the node-local copy was not removed: {left:?}");
 }
 
+/// `sbcast = true` over two nodes, `remote_dir` node-local on each (on
+/// `NODE2` a directory of its own at the same path): each worker maps the
+/// dataset and parts of its own node's copy, not the other's nor the driver's
+/// files; stopped by the time-limit warning, the driver reads rank 0's
+/// checkpoint back from its node; each node's copy is removed at the end.
+#[test]
+fn sbcast_over_two_nodes_each_worker_reads_its_own_nodes_copy() {
+    use std::os::unix::fs::MetadataExt;
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    let node_local = tempfile::tempdir().unwrap();
+    let Some(slurm) = Slurm::start_two(Some(node_local.path())) else { return };
+    let tmp = cora();
+    let d = tmp.path();
+    json(d, &["partition", "cora", "--parts", "2"]);
+    let profile = d.join("sbcast.toml");
+    let toml = format!("[cluster]\nlauncher = \"slurm\"\nsbcast = true\nremote_dir = {:?}\n", node_local.path());
+    std::fs::write(&profile, toml).unwrap();
+    let run = &JOB[..JOB.len() - 1];
+    let train = [run, &["--epochs", "100000", "--checkpoint-every", "5", "--run", "spread"]].concat();
+    let script = slurm.script(d, "spread", &[&train[..], &["--cluster", profile.to_str().unwrap()]].concat());
+    let out = slurm
+        .cmd("sbatch")
+        .args(["--parsable", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1"])
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let job = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let mapped = || archives_mapped_by_workers_of(node_local.path());
+    until("both workers to map their dataset", Duration::from_secs(120), || {
+        mapped().iter().filter(|(_, files)| files.iter().any(|f| f.0.ends_with("dataset.lgnn"))).count() == 2
+    });
+    let ns = std::fs::metadata(format!("/run/netns/{}", slurm.second.as_ref().unwrap().name)).unwrap().ino();
+    let mut on_node2 = vec![];
+    for (pid, files) in mapped() {
+        // Each sees the copy at the same path; which node's it is, the inode says.
+        let node2 = std::fs::metadata(format!("/proc/{pid}/ns/net")).unwrap().ino() == ns;
+        let copy = if node2 { slurm.node2_dir() } else { node_local.path().to_path_buf() };
+        on_node2.push(node2);
+        for (f, inode) in files {
+            let rel = f.strip_prefix(node_local.path()).unwrap_or_else(|_| panic!("{pid} opened {}", f.display()));
+            let own = std::fs::metadata(copy.join(rel)).map(|m| m.ino()).ok();
+            assert_eq!(own, Some(inode), "worker {pid} (on {NODE2}: {node2}) mapped {} of another copy", f.display());
+        }
+    }
+    on_node2.sort();
+    assert_eq!(on_node2, [false, true], "one worker on each node");
+    let (log, _) = stopped_by_the_time_limit_warning(&slurm, d, &job, "spread", "spread");
+    assert!(log.contains("sbcast: copied 5 files") && log.contains("on 2 node(s)"), "{log}");
+    until("every task to exit", Duration::from_secs(30), || processes_naming(node_local.path()).is_empty());
+    for copy in [node_local.path().to_path_buf(), slurm.node2_dir()] {
+        let left: Vec<_> = std::fs::read_dir(&copy).unwrap().collect();
+        assert!(left.is_empty(), "the node-local copy {} was not removed: {left:?}\n{log}", copy.display());
+    }
+}
+
+/// Once `run` of job `job` (output `d/NAME.out`) has 30 records, sends the
+/// batch step the time-limit warning: the workers checkpoint and stop while
+/// the job still runs, and it ends COMPLETED, its checkpoint (read back from
+/// rank 0) of the last iteration. Returns the job's output and the
+/// checkpoint's state.
+fn stopped_by_the_time_limit_warning(
+    slurm: &Slurm,
+    d: &Path,
+    job: &str,
+    run: &str,
+    name: &str,
+) -> (String, serde_json::Value) {
+    let runs = d.join("runs").join(run);
+    until("training records", Duration::from_secs(60), || {
+        std::fs::read_to_string(runs.join("metrics.jsonl")).is_ok_and(|m| m.lines().count() >= 30)
+    });
+    let usr1 = slurm.cmd("scancel").args(["--batch", "--signal=USR1", job]).output().unwrap();
+    assert!(usr1.status.success(), "{}", text(&usr1));
+    until("the job to end", Duration::from_secs(60), || slurm.gone(job));
+    let log = std::fs::read_to_string(d.join(format!("{name}.out"))).unwrap();
+    assert_eq!(job_state(slurm, job), ("COMPLETED".into(), "0:0".into()), "{log}");
+    assert!(log.contains("stopped for the job's time limit"), "{log}");
+    let read =
+        |f: &str| -> serde_json::Value { serde_json::from_slice(&std::fs::read(runs.join(f)).unwrap()).unwrap() };
+    let (state, stopped) = (read("checkpoint/state.json"), read("summary.json"));
+    assert_eq!(state["progress"]["global_iteration"], stopped["iterations"], "the stop's checkpoint came back: {log}");
+    (log, state)
+}
+
 /// The `.lgnn` files (archives, parts) each worker process run from under
-/// `dir` has mapped, by pid.
-fn archives_mapped_by_workers_of(dir: &Path) -> Vec<(String, Vec<PathBuf>)> {
+/// `dir` has mapped, as it names them, with their inodes; by pid.
+fn archives_mapped_by_workers_of(dir: &Path) -> Vec<(String, Vec<(PathBuf, u64)>)> {
     let needle = dir.to_str().unwrap();
     std::fs::read_dir("/proc")
         .unwrap()
@@ -583,11 +825,12 @@ fn archives_mapped_by_workers_of(dir: &Path) -> Vec<(String, Vec<PathBuf>)> {
             // The worker itself, not the srun that started it.
             let worker = argv.first()?.starts_with(needle) && argv.iter().any(|a| a == "worker");
             let maps = std::fs::read_to_string(p.join("maps")).ok().filter(|_| worker)?;
-            let mut files: Vec<PathBuf> = maps
+            let mut files: Vec<(PathBuf, u64)> = maps
                 .lines()
-                .filter_map(|l| l.split_whitespace().nth(5))
-                .filter(|f| f.ends_with(".lgnn"))
-                .map(PathBuf::from)
+                .filter_map(|l| {
+                    let f: Vec<&str> = l.split_whitespace().collect();
+                    Some((PathBuf::from(f.get(5).filter(|f| f.ends_with(".lgnn"))?), f[4].parse().ok()?))
+                })
                 .collect();
             files.sort();
             files.dedup();
