@@ -518,10 +518,11 @@ fn cora_over_slurm_trains_the_local_launchers_loss_curve() {
 }
 
 /// Two nodes, one in a network namespace of its own (`Slurm::start_two`),
-/// one task on each: rank 1 runs on the other node, binds and is reached at
-/// that node's address, and Cora trains to the local launcher's records,
-/// loss for loss. (Every other test here has one node, where a task that
-/// bound or dialled the driver's own address would pass.)
+/// one task on each: each worker binds and is reached at its own node's
+/// address, Cora trains to the local launcher's records, loss for loss, and
+/// inference over the two predicts what one process does. (Every other test
+/// here has one node, where a task that bound or dialled another node's
+/// address would pass.)
 #[test]
 fn a_worker_on_another_node_trains_the_local_launchers_loss_curve() {
     let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
@@ -546,6 +547,21 @@ fn a_worker_on_another_node_trains_the_local_launchers_loss_curve() {
     let (s, l) = (curve(d, "spread"), curve(d, "local"));
     assert_eq!(s.len(), l.len(), "{log}");
     assert_eq!(s, l, "the same records, loss for loss");
+
+    // Inference over the two nodes, in an allocation: what one process predicts, bit for bit.
+    let (on_nodes, here) = (d.join("on-nodes.safetensors"), d.join("here.safetensors"));
+    let out = slurm
+        .cmd("salloc")
+        .args(["--nodes=2", "--ntasks=2", "--ntasks-per-node=1", env!("CARGO_BIN_EXE_leapgnn")])
+        .args(["--data-dir", d.to_str().unwrap(), "infer", "spread", "--cluster", "slurm"])
+        .arg("--out")
+        .arg(&on_nodes)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("(2 worker(s)"), "two workers scored the nodes: {}", text(&out));
+    json(d, &["infer", "spread", "--out", here.to_str().unwrap()]);
+    assert!(std::fs::read(&on_nodes).unwrap() == std::fs::read(&here).unwrap(), "the same predictions, bit for bit");
 }
 
 /// A cluster that names its nodes in slurm.conf only, not in DNS
