@@ -375,10 +375,40 @@ impl Slurm {
 }
 
 impl Drop for Slurm {
-    /// SIGTERM first: the daemons then stop (and reap) what they forked.
+    /// A job still running (its test failed) is cancelled first: its
+    /// slurmstepds are no children of slurmd's, ignore SIGTERM, and outlived
+    /// the daemons. Then SIGTERM to the daemons, which stop (and reap) what
+    /// they forked; whatever of the cluster is left after that is killed.
     fn drop(&mut self) {
+        let idle = || self.cmd("squeue").arg("-h").output().is_ok_and(|o| o.stdout.iter().all(u8::is_ascii_whitespace));
+        if !idle() {
+            let _ = self.cmd("scancel").args(["--partition", "test"]).stderr(Stdio::null()).status();
+            // Bounded, and no panic: this may run while a test unwinds.
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while !idle() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
         self.stop(0);
+        for pid in processes_of(&self.conf()) {
+            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).stderr(Stdio::null()).status();
+        }
     }
+}
+
+/// The processes of the cluster whose slurm.conf is `conf` (its daemons,
+/// their steps, the tasks): the environment of each names it.
+fn processes_of(conf: &Path) -> Vec<u32> {
+    let var = [b"SLURM_CONF=".as_slice(), conf.as_os_str().as_encoded_bytes()].concat();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|&pid: &u32| {
+            pid != std::process::id()
+                && std::fs::read(format!("/proc/{pid}/environ"))
+                    .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == var))
+        })
+        .collect()
 }
 
 /// A SlurmctldPort or SlurmdPort another socket took before the daemon bound
@@ -741,6 +771,32 @@ fn sbcast_ships_the_job_to_the_nodes_and_removes_it_after() {
     assert!(std::fs::read(&on_nodes).unwrap() == std::fs::read(&here).unwrap(), "the same predictions, bit for bit");
     let left: Vec<_> = std::fs::read_dir(node_local.path()).unwrap().collect();
     assert!(left.is_empty(), "the node-local copy was not removed: {left:?}");
+}
+
+/// A test that fails with a job running drops its Slurm there: the job's
+/// steps and tasks on both nodes go with the daemons (they were left running:
+/// slurmstepd ignores SIGTERM and is no child of slurmd's), and so do the
+/// network namespace and the veth pair.
+#[test]
+fn a_slurm_dropped_with_a_job_running_leaves_nothing_behind() {
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(slurm) = Slurm::start_two(None) else { return };
+    let conf = slurm.conf();
+    let (ns, host_if) = slurm.second.as_ref().map(|n| (n.name.clone(), n.host_if.clone())).unwrap();
+    // A task that outlives any test: only cancelling the job ends it.
+    let job = ["--parsable", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--wrap", "srun sleep 100000"];
+    let out = slurm.cmd("sbatch").args(job).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let sleeping = || {
+        let comm = |p: &u32| std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
+        processes_of(&conf).iter().filter(|p| comm(p).trim() == "sleep").count()
+    };
+    until("the job's task on each node", Duration::from_secs(60), || sleeping() == 2);
+    drop(slurm);
+    assert_eq!(processes_of(&conf), Vec::<u32>::new(), "processes of the dropped cluster are left");
+    let netns = String::from_utf8(Command::new("ip").args(["netns", "list"]).output().unwrap().stdout).unwrap();
+    assert!(!netns.lines().any(|l| l.split_whitespace().next() == Some(&ns)), "{ns} is left: {netns}");
+    assert!(ip(&["link", "show", &host_if]).is_err(), "{host_if} is left");
 }
 
 /// `sbcast = true` over two nodes, `remote_dir` node-local on each (on
