@@ -785,7 +785,9 @@ fn a_slurm_dropped_with_a_job_running_leaves_nothing_behind() {
     let (ns, host_if) = slurm.second.as_ref().map(|n| (n.name.clone(), n.host_if.clone())).unwrap();
     // A task that outlives any test: only cancelling the job ends it.
     let job = ["--parsable", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--wrap", "srun sleep 100000"];
-    let out = slurm.cmd("sbatch").args(job).output().unwrap();
+    // Its output in the cluster's directory, not sbatch's default of the test's (the checkout).
+    let output = format!("--output={}", slurm.dir.path().join("sleep.out").display());
+    let out = slurm.cmd("sbatch").args(job).arg(output).output().unwrap();
     assert!(out.status.success(), "{}", text(&out));
     let sleeping = || {
         let comm = |p: &u32| std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
