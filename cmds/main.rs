@@ -155,7 +155,11 @@ fn main() -> ExitCode {
     init_logging(cli.global.verbose);
     // rustls needs one process-wide crypto provider; ring is the light one.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    if let Err(e) = leapgnn::util::threads::start_pool() {
+    let pool = leapgnn::util::threads::start_pool();
+    // A worker tells its driver why it cannot work, which then names its host and does not restart it.
+    if let Err(e) = &pool
+        && !matches!(cli.command, Command::Worker(_))
+    {
         leapgnn::elog!("error: {e}");
         return ExitCode::from(1);
     }
@@ -187,7 +191,7 @@ fn main() -> ExitCode {
         Command::BenchReport(a) => bench_report::run(&g, a),
         Command::Completions(a) => shell::completions(a),
         Command::Man(a) => shell::man(a),
-        Command::Worker(a) => worker::run(&g, a),
+        Command::Worker(a) => worker::run(&g, a, pool),
         Command::BuildId => {
             leapgnn::outln!("{}", leapgnn::cluster::worker_session::own_build());
             Ok(())

@@ -6,6 +6,7 @@ use anyhow::Context;
 use leapgnn::cluster::ToDriver;
 use leapgnn::cluster::launcher::describe_threads;
 use leapgnn::cluster::worker_session::{self, Job, Reporter};
+use leapgnn::util::threads::ThreadPoolError;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -24,7 +25,7 @@ pub struct Args {
     pub timeout: u64,
 }
 
-pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
+pub fn run(g: &Global, a: Args, pool: Result<(), ThreadPoolError>) -> anyhow::Result<()> {
     leapgnn::util::core_dumps::disable_or_warn("worker");
     let mut token = String::new();
     std::io::stdin().read_line(&mut token).context("worker: cannot read the job token from stdin")?;
@@ -34,6 +35,12 @@ pub fn run(g: &Global, a: Args) -> anyhow::Result<()> {
     let slurm = token.starts_with(leapgnn::cluster::slurm::MUNGE_PREFIX);
     if slurm {
         token = leapgnn::cluster::slurm::open_token(token.trim())?;
+    }
+    if let Err(e) = pool {
+        let timeout = Duration::from_secs(a.timeout);
+        return Err(worker_session::pool_refused(a.driver, a.rank, token.trim(), timeout, e, crate::output::one_line));
+    }
+    if slurm {
         // `scancel` signals every step at once: the driver, signalled too, stops the workers
         // after a checkpoint; a worker that died first would take that checkpoint with it.
         // A driver under salloc is not signalled: the worker tells it. Slurm's SIGKILL after

@@ -80,24 +80,14 @@ fn threads_that_cannot_start_are_reported_before_any_work_not_a_panic() {
 /// the thread and the limit read there, not a worker's text.
 #[test]
 fn a_refused_thread_is_an_error_naming_it_and_the_limit_never_a_panic() {
-    // SAFETY: geteuid reads the process's credentials, nothing else.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: dropping to an unprivileged user needs root (CI runs as root)");
-        return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
+    let Some((tmp, uid)) = tiny_for_a_free_user(0) else { return };
     let d = tmp.path();
-    write_tiny(d, "tiny", Tiny::default());
-    // The limit is counted per user: one that no other process uses, so the count is this run's alone.
-    let uid = (64000..65000).map(|u| u + std::process::id() % 1000).find(|&u| processes_of(u) == 0).unwrap();
-    let open = std::process::Command::new("chmod").arg("-R").arg("a+rwX").arg(d).status().unwrap();
-    assert!(open.success());
     let mut named = Vec::new();
     let mut by_worker = Vec::new();
     let host = leapgnn::util::host_name();
     let mut enough = None;
     for limit in 2..64u64 {
-        let out = as_user(d, uid, limit, &["train", "tiny", "--workers", "2", "--epochs", "1", "--no-tui"]);
+        let out = as_user(d, uid, limit, 1, &["train", "tiny", "--workers", "2", "--epochs", "1", "--no-tui"]);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!err.contains("panicked"), "limit {limit}: {err}");
         assert_eq!(processes_of(uid), 0, "limit {limit}: processes left behind: {err}");
@@ -108,6 +98,8 @@ fn a_refused_thread_is_an_error_naming_it_and_the_limit_never_a_panic() {
         assert_eq!(out.status.code(), Some(1), "limit {limit}: {err}");
         let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error: ")).collect();
         assert_eq!(errors.len(), 1, "limit {limit}: {err}");
+        // The address space's advice, for a process limit, by any process of the run.
+        assert!(!misled(&err), "limit {limit}: {err}");
         if errors[0].contains("cannot start thread leapgnn-") {
             let nproc = format!("(RLIMIT_NPROC, ulimit -u) of {limit}");
             for needle in [&nproc as &str, "ulimit -u", ": Resource temporarily unavailable (os error 11), within "] {
@@ -135,6 +127,73 @@ fn a_refused_thread_is_an_error_naming_it_and_the_limit_never_a_panic() {
     assert!(!by_worker.is_empty(), "no limit refused a worker a thread (refused: {named:?}, enough from {enough:?})");
 }
 
+/// A worker whose compute threads (rayon's pool, the first it starts) were
+/// refused exited before it connected, with "raise the limit (ulimit -v,
+/// prlimit --as)" for a process limit and no limit named, and the driver
+/// said only "worker 0 exited with code 1 before finishing". The worker now
+/// tells the driver, typed, which names it, its host, the thread and the
+/// limit, and does not restart it. With more compute threads than the
+/// driver's others, some limit of the sweep refuses a worker's pool.
+#[test]
+fn a_worker_refused_its_compute_threads_is_named_by_the_driver() {
+    let Some((tmp, uid)) = tiny_for_a_free_user(1) else { return };
+    let d = tmp.path();
+    let host = leapgnn::util::host_name();
+    let mut pool_refused = None;
+    let mut enough = None;
+    for limit in 2..96u64 {
+        let args = ["train", "tiny", "--workers", "2", "--epochs", "1", "--no-tui", "--restarts", "1"];
+        let out = as_user(d, uid, limit, 8, &args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "limit {limit}: {err}");
+        assert_eq!(processes_of(uid), 0, "limit {limit}: processes left behind: {err}");
+        assert!(!misled(&err), "limit {limit}: {err}");
+        if out.status.success() {
+            enough = Some(limit);
+            break;
+        }
+        let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error: ")).collect();
+        assert_eq!(errors.len(), 1, "limit {limit}: {err}");
+        let Some(at) = errors[0].find(&format!(" on {host} cannot start thread leapgnn-compute-")) else { continue };
+        assert!(errors[0][..at].ends_with("worker 0") || errors[0][..at].ends_with("worker 1"), "{err}");
+        let nproc = format!("(RLIMIT_NPROC, ulimit -u) of {limit}");
+        for needle in [&nproc as &str, ": Resource temporarily unavailable (os error 11), within "] {
+            assert!(errors[0].contains(needle), "limit {limit}: no `{needle}` in {err}");
+        }
+        assert!(errors[0].ends_with("a restart would meet the same limit"), "limit {limit}: {err}");
+        assert!(!err.contains("restart 1 of 1"), "limit {limit}: restarted into the same limit: {err}");
+        pool_refused = Some(limit);
+        // Higher limits reach candle's own pool, which panics on a refusal (not leapgnn's to fix here).
+        break;
+    }
+    assert!(pool_refused.is_some(), "no limit refused a worker's compute threads (enough from {enough:?})");
+}
+
+/// Whether a line of `err` gives the address space's advice for an OS's
+/// refusal (EAGAIN), which a process limit mostly is.
+fn misled(err: &str) -> bool {
+    err.lines().any(|l| l.contains("(os error 11)") && l.contains("raise the limit (ulimit -v"))
+}
+
+/// A dataset `tiny` open to all, and a uid that runs no process now: the
+/// limit is counted per user, so the count is the test's alone. Each test
+/// names its own `slot`, so that tests running at once start from different
+/// uids. None, said, where this process cannot drop to another user.
+fn tiny_for_a_free_user(slot: u32) -> Option<(tempfile::TempDir, u32)> {
+    // SAFETY: geteuid reads the process's credentials, nothing else.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: dropping to an unprivileged user needs root (CI runs as root)");
+        return None;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    write_tiny(tmp.path(), "tiny", Tiny::default());
+    let from = 64000 + (std::process::id() + slot * 500) % 1000;
+    let uid = (from..from + 1000).find(|&u| processes_of(u) == 0).unwrap();
+    let open = std::process::Command::new("chmod").arg("-R").arg("a+rwX").arg(tmp.path()).status().unwrap();
+    assert!(open.success());
+    Some((tmp, uid))
+}
+
 /// How many processes (threads included) user `uid` runs.
 fn processes_of(uid: u32) -> usize {
     let out = std::process::Command::new("pgrep").arg("-u").arg(uid.to_string()).output().unwrap();
@@ -142,11 +201,11 @@ fn processes_of(uid: u32) -> usize {
 }
 
 /// `leapgnn` run as user and group `uid`, whose processes and threads together
-/// may number `limit`, with one compute thread per process.
-fn as_user(data: &std::path::Path, uid: u32, limit: u64, args: &[&str]) -> std::process::Output {
+/// may number `limit`, with `threads` compute threads per process.
+fn as_user(data: &std::path::Path, uid: u32, limit: u64, threads: usize, args: &[&str]) -> std::process::Output {
     use std::os::unix::process::CommandExt;
     let mut c = bounded_command(data, args);
-    c.env("RAYON_NUM_THREADS", "1").env("HOME", data);
+    c.env("RAYON_NUM_THREADS", threads.to_string()).env("HOME", data);
     // SAFETY: between fork and exec the closure only calls setrlimit, setgroups,
     // setgid and setuid, all async-signal-safe, on values it owns; it allocates nothing.
     unsafe {

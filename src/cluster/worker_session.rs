@@ -141,16 +141,9 @@ impl Reporter {
     }
 }
 
-/// Connects to the driver, announces `rank`, binds the mesh listener on
-/// `mesh_bind`, and waits (bounded) for the job.
-pub fn join(
-    driver: SocketAddr,
-    rank: usize,
-    token: &str,
-    mesh_bind: SocketAddr,
-    timeout: Duration,
-) -> anyhow::Result<(Job, Reporter)> {
-    let deadline = Instant::now() + timeout;
+/// Connects to the driver and proves, both ways, that each holds the job's
+/// token, by `deadline`; the connection is sealed if the token asks it.
+fn handshake(driver: SocketAddr, rank: usize, token: &str, deadline: Instant) -> anyhow::Result<ControlConn> {
     let (mut conn, nonce, driver_nonce) = loop {
         let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(100));
         let mut conn = ControlConn::connect(driver, left)?;
@@ -184,11 +177,55 @@ pub fn join(
         }
     };
     conn.send(&ToDriver::Proof(job_key::control_proof(token, Side::Worker, rank, &nonce, &driver_nonce)))?;
-    let encrypt = job_key::wants_encryption(token);
-    if encrypt {
+    if job_key::wants_encryption(token) {
         conn.encrypt(job_key::control_keys(token, Side::Worker, rank, &nonce, &driver_nonce));
         tracing::info!("worker {rank}: the control connection and the mesh carry sealed records (--encrypt)");
     }
+    Ok(conn)
+}
+
+/// Tells the driver that worker `rank` cannot take a job: its compute
+/// threads did not start (`threads::start_pool`'s `e`), a refused thread as
+/// such (`failure`), and returns `e`. It waits, `timeout` at most, for the
+/// driver to answer (it ends the run): a worker that exited at once could be
+/// seen exiting before its report was read.
+pub fn pool_refused(
+    driver: SocketAddr,
+    rank: usize,
+    token: &str,
+    timeout: Duration,
+    e: crate::util::threads::ThreadPoolError,
+    line: impl FnOnce(&anyhow::Error) -> String,
+) -> anyhow::Error {
+    let e = match e {
+        // As itself, not inside the pool's error, which hands on only its cause.
+        crate::util::threads::ThreadPoolError::Refused(refused) => anyhow::Error::new(refused),
+        other => anyhow::Error::new(other),
+    };
+    let told = handshake(driver, rank, token, Instant::now() + timeout).and_then(|mut conn| {
+        conn.send(&failure(&e, line))?;
+        conn.set_read_timeout(Some(timeout))?;
+        // Whatever it answers (Shutdown, or closing the connection) ends this worker.
+        let _ = conn.recv::<ToWorker>();
+        Ok(())
+    });
+    if let Err(lost) = told {
+        tracing::warn!("worker {rank}: the driver was not told why this worker cannot start: {lost:#}");
+    }
+    e
+}
+
+/// Connects to the driver, announces `rank`, binds the mesh listener on
+/// `mesh_bind`, and waits (bounded) for the job.
+pub fn join(
+    driver: SocketAddr,
+    rank: usize,
+    token: &str,
+    mesh_bind: SocketAddr,
+    timeout: Duration,
+) -> anyhow::Result<(Job, Reporter)> {
+    let mut conn = handshake(driver, rank, token, Instant::now() + timeout)?;
+    let encrypt = job_key::wants_encryption(token);
     let listener = TcpListener::bind(mesh_bind)
         .map_err(|e| anyhow::anyhow!("worker {rank}: cannot bind the mesh listener on {mesh_bind}: {e}"))?;
     conn.send(&ToDriver::Listening(listener.local_addr()?))?;

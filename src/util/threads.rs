@@ -2,16 +2,29 @@
 
 /// rayon's global pool could not start its threads.
 #[derive(Debug, thiserror::Error)]
-#[error(
-    "cannot start {threads} compute thread(s): {why}{limit}; raise the limit (ulimit -v, prlimit --as) or start \
-     fewer threads (RAYON_NUM_THREADS)"
-)]
-pub struct ThreadPoolError {
-    threads: usize,
-    /// The OS's refusal, or the room the stacks need against the room left.
-    why: String,
-    /// Where the room for their stacks went, when an address-space limit is set.
-    limit: String,
+pub enum ThreadPoolError {
+    /// Their stacks would not fit in what is left of the address-space
+    /// limit: found before any is asked for, as std would panic on it.
+    #[error(
+        "cannot start {threads} compute thread(s): {why}{limit}; raise the limit (ulimit -v, prlimit --as) or \
+         start fewer threads (RAYON_NUM_THREADS)"
+    )]
+    NoRoom {
+        threads: usize,
+        /// The room the stacks need against the room left.
+        why: String,
+        /// Where the room for their stacks went.
+        limit: String,
+    },
+    /// The OS refused one of them, as `spawn` reports any thread it refuses
+    /// (which limit, and whether it was asked again).
+    #[error(transparent)]
+    Refused(SpawnError),
+}
+
+/// The name of compute thread `i`, as a refusal names it.
+fn compute_thread_name(i: usize) -> String {
+    format!("leapgnn-compute-{i}")
 }
 
 /// Address space one compute thread takes: std's default stack (2 MiB,
@@ -51,15 +64,29 @@ pub fn start_pool() -> Result<(), ThreadPoolError> {
                 super::mib(need),
                 limit.saturating_sub(used) >> 20
             );
-            return Err(ThreadPoolError { threads, why, limit: within() });
+            return Err(ThreadPoolError::NoRoom { threads, why, limit: within() });
         }
     }
-    match rayon::ThreadPoolBuilder::new().num_threads(threads).build_global() {
-        Ok(()) => Ok(()),
-        // Only an OS refusal has a source; the other error is a pool already
-        // started (a library caller's), which is what this asks for anyway.
-        Err(e) if std::error::Error::source(&e).is_none() => Ok(()),
-        Err(e) => Err(ThreadPoolError { threads, why: e.to_string(), limit: within() }),
+    // Each thread through `spawn`: a refusal is retried or reported as any
+    // other thread's is, and the error that says which is kept here.
+    let mut refused = None;
+    let built = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .spawn_handler(|thread| match spawn(compute_thread_name(thread.index()), move || thread.run()) {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                let kind = e.os_error().kind();
+                refused = Some(e);
+                Err(kind.into())
+            }
+        })
+        .build_global();
+    match (built, refused) {
+        (Ok(()), _) => Ok(()),
+        (Err(_), Some(e)) => Err(ThreadPoolError::Refused(e)),
+        // The other error is a pool already started (a library caller's),
+        // which is what this asks for anyway.
+        (Err(_), None) => Ok(()),
     }
 }
 
