@@ -3,7 +3,7 @@
 
 mod dist_support;
 
-use dist_support::{facebook, fails, json, leapgnn_env};
+use dist_support::{facebook, fails, json, leapgnn_env, mib_before};
 
 /// Facebook (22,470 nodes, 4,714 bag-of-words features stored sparse) trains
 /// full-graph with SAGE and with GAT in well under 1 GiB, and is accepted
@@ -195,4 +195,56 @@ fn a_gnnpipe_run_is_held_to_its_chunks_as_cut_before_they_are_written() {
     assert_eq!(runs(d), 1);
     assert_eq!(refused(with_free(need - 1, &[])), below);
     assert_eq!(runs(d), 1, "a refused second run left a run behind");
+}
+
+/// A typed `--resume` of a GNNPipe run is held to its stored chunks as a new
+/// run is (`ensure_chunks`), with what a resume can change as its advice, and
+/// nothing had covered it. Facebook on 2 stages trains one epoch (a
+/// checkpoint after each, which a GNNPipe resume needs); resumed
+/// for a second with its MemAvailable 1 MiB below what a new run over the
+/// same stored chunks is refused at, it is refused (exit 2) naming the
+/// largest stage over its chunks as cut and the same figure, advised as a
+/// resume, before any worker starts: the run's files and the chunks are
+/// byte for byte as they were.
+#[test]
+fn a_resumed_gnnpipe_run_is_held_to_its_stored_chunks_before_anything_starts() {
+    let tmp = facebook();
+    let d = tmp.path();
+    let args = ["train", "facebook", "--no-tui", "--strategy", "gnnpipe", "--workers", "2"];
+    json(d, &[&args[..], &["--epochs", "1", "--checkpoint-every", "1", "--run", "pipe"]].concat());
+    let with_free = |mib: u64, args: &[&str]| {
+        let free = (mib << 20).to_string();
+        let out = leapgnn_env(d, args, &[(leapgnn::util::MEM_AVAILABLE_TEST_VAR, &free)]);
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(!err.contains("[worker"), "a worker started: {err}");
+        err.lines().last().unwrap_or_default().to_string()
+    };
+    let together = |e: &str| mib_before(e, " MiB for the 2 workers and the driver");
+    let new_run = [&args[..], &["--epochs", "1"]].concat();
+    let bound = with_free(100, &new_run);
+    let need = together(&with_free(together(&bound), &new_run));
+    let files = |dir: &std::path::Path| -> Vec<(std::path::PathBuf, Vec<u8>)> {
+        let mut out = Vec::new();
+        let mut todo = vec![dir.to_path_buf()];
+        while let Some(p) = todo.pop() {
+            for e in std::fs::read_dir(&p).unwrap() {
+                let p = e.unwrap().path();
+                // The run's lock names whichever process holds it, as any `--resume` takes it.
+                match (p.is_dir(), p.ends_with(".lock")) {
+                    (true, _) => todo.push(p),
+                    (false, false) => out.push((p.clone(), std::fs::read(&p).unwrap())),
+                    (false, true) => {}
+                }
+            }
+        }
+        out.sort();
+        out
+    };
+    let before = (files(&d.join("runs")), files(&d.join("facebook/chunks")));
+    let e = with_free(need - 1, &["train", "--resume", "pipe", "--epochs", "2", "--no-tui"]);
+    assert!(e.contains(" MiB: GNNPipe stage ") && e.contains(" over its 8 chunks as cut"), "{e}");
+    assert_eq!(together(&e), need, "{e}");
+    assert!(e.contains("a resumed run keeps its saved config") && e.contains("without --resume"), "{e}");
+    assert!(before == (files(&d.join("runs")), files(&d.join("facebook/chunks"))), "a refused --resume wrote: {e}");
 }
