@@ -90,13 +90,18 @@ pub fn estimate(s: Shape, spec: &ModelSpec, params: usize, sparse_input: bool) -
     b + graph_bytes(s) + train_params_bytes(params, spec.layers)
 }
 
-/// Cached input rows and the dropped-out copy the first layer reads: as
-/// CSR (column and value per stored value, an offset per row) when sparse.
+/// Cached input rows and the dropped-out copy the first layer reads.
 fn input_bytes(s: Shape, spec: &ModelSpec, sparse_input: bool) -> u64 {
+    2 * feature_bytes(s, spec, sparse_input)
+}
+
+/// One copy of the input rows of the share `s`: as CSR (column and value
+/// per stored value, an offset per row) when sparse.
+fn feature_bytes(s: Shape, spec: &ModelSpec, sparse_input: bool) -> u64 {
     let rows = s.owned + s.halo;
     match sparse_input {
-        true => 2 * (8 * s.sparse_values + 8 * (rows + 1)),
-        false => 2 * input_rows(s, spec).elements() * 4,
+        true => 8 * s.sparse_values + 8 * (rows + 1),
+        false => input_rows(s, spec).elements() * 4,
     }
 }
 
@@ -577,7 +582,9 @@ fn worker_needs(
     let values = sparse_rows.map_or(0, |p| p[p.len() - 1] - p[0]);
     let stages = (shares.len() / g.groups.max(1)).max(1);
     let chunks = g.chunks as u64;
-    let stage = StageRun { spec, params, sparse_input, nodes, world: shares.len(), stages, bound };
+    // Group 0 evaluates over every group's chunks, guessed as one group's are.
+    let evaluated = (g.groups > 1).then(|| chunk_rows(shares, chunks * g.groups as u64, bound, (nodes, values)));
+    let stage = StageRun { spec, params, sparse_input, nodes, world: shares.len(), stages, bound, evaluated };
     stage.needs(g, |rank| {
         // `cfg.check()` has --workers a multiple of --pipeline-groups; a
         // last group cut short holds what is left rather than reading past the end.
@@ -605,7 +612,9 @@ pub(crate) fn chunk_needs(
     let world = cfg.workers.max(1);
     let stages = (world / g.groups.max(1)).max(1);
     let (_, sparse_input) = sparse_input(ds, cfg, spec);
-    let stage = StageRun { spec, params, sparse_input, nodes: ds.num_nodes() as u64, world, stages, bound: false };
+    let evaluated = (g.groups > 1).then(|| group_rows(cut, cut.len(), 0).0);
+    let nodes = ds.num_nodes() as u64;
+    let stage = StageRun { spec, params, sparse_input, nodes, world, stages, bound: false, evaluated };
     stage.needs(&g, |rank| group_rows(cut, per_group, rank / stages))
 }
 
@@ -634,6 +643,10 @@ struct StageRun<'a> {
     /// Stages per pipeline group.
     stages: usize,
     bound: bool,
+    /// With --pipeline-groups, the rows of every group's chunks: group 0's
+    /// stages evaluate over the whole graph and build its chunks a second
+    /// time beside their own (`gnnpipe::run`'s `eval_chunks`).
+    evaluated: Option<Shape>,
 }
 
 impl StageRun<'_> {
@@ -655,7 +668,8 @@ impl StageRun<'_> {
                 let weights = (self.params.numel(), own.map(|p| p.var.elem_count()).sum());
                 let features = rank % self.stages == 0;
                 let (nodes, bound) = (self.nodes, self.bound);
-                let stage = StageOf { layers, features, chunks, largest, nodes, history, bound };
+                let evaluated = self.evaluated.filter(|_| rank < self.stages);
+                let stage = StageOf { layers, features, chunks, largest, nodes, history, bound, evaluated };
                 stage_estimate(rows, self.spec, weights, self.sparse_input, &stage)
             })
             .collect()
@@ -707,6 +721,9 @@ struct StageOf {
     /// measured, not counted (Cora's peaks, 172 to 176 MiB on 2 workers,
     /// vary by more than the bound's margin below them without it).
     bound: bool,
+    /// Group 0 of several: the rows of the whole graph's chunks, which it
+    /// also holds for evaluation (their graphs, and at stage 0 their features).
+    evaluated: Option<Shape>,
 }
 
 /// GNNPipe: a hidden layer's input rows alive per chunk on the tape: its
@@ -745,7 +762,8 @@ const STAGE0_BYTES: u64 = 16 << 20;
 /// model's weights and its own layers') over
 /// `rows`, every chunk's rows and halos: its layers' tensors over every
 /// chunk (`STAGE_INPUT_COPIES` per hidden input, no exchange copies), stage
-/// 0 alone the cached features, the aggregation graphs of every chunk, the
+/// 0 alone the cached features (and one chunk's dropped-out copy), group 0
+/// of several the whole graph's chunks it evaluates over, the aggregation graphs of every chunk, the
 /// weights, the history rows of its hidden inputs, the chunk in flight each
 /// way and the rows evaluation sends on. Every stage holds the whole
 /// topology (mapped with the dataset, in the process's own bytes).
@@ -758,7 +776,17 @@ fn stage_estimate(rows: Shape, spec: &ModelSpec, (all, own): (usize, usize), spa
     let weights = train_params_bytes(own, st.layers.len()) + all.saturating_sub(own) as u64 * f;
     let mut b = PROCESS_BYTES + graph_bytes(rows) + weights;
     if st.features {
-        b += if st.bound { 0 } else { STAGE0_BYTES } + input_bytes(rows, spec, sparse_input);
+        // Every chunk's features are cached once; the dropped-out copy a
+        // layer reads is made per chunk and, the features being constants,
+        // dropped with it (synthetic-arxiv's stage 0 held 412 MiB before its
+        // first layer ran: its 198 MiB of features once, beside 214 it holds
+        // at stage 1 too).
+        let cached = feature_bytes(rows, spec, sparse_input);
+        let chunk = (cached as u128 * st.largest as u128).div_ceil(rows.owned.max(1) as u128) as u64;
+        b += if st.bound { 0 } else { STAGE0_BYTES } + cached + chunk;
+    }
+    if let Some(all) = st.evaluated {
+        b += graph_bytes(all) + if st.features { feature_bytes(all, spec, sparse_input) } else { 0 };
     }
     for l in st.layers.clone() {
         b += layer_bytes(rows, spec, l, sparse_input, STAGE_INPUT_COPIES);
@@ -1495,6 +1523,7 @@ mod tests {
             nodes,
             history: 3,
             bound: false,
+            evaluated: None,
         };
         let features = input_bytes(rows, &gcn, false);
         let [first, second] = [0, 1].map(|s| stage_estimate(rows, &gcn, (1000, 1000), false, &stage(s)));
@@ -1530,6 +1559,7 @@ mod tests {
             nodes: owned,
             history: 2,
             bound: false,
+            evaluated: None,
         };
         // GCN counts the aggregate `[owned, d]` three times and is otherwise
         // counted as SAGE is (same widths, same weights given). An output as
@@ -1566,6 +1596,7 @@ mod tests {
             nodes: 1_000,
             history: 2,
             bound: false,
+            evaluated: None,
         };
         let cost = |s: usize, weights: (usize, usize)| {
             stage_estimate(rows, &sage, weights, false, &stage(s))
@@ -1581,6 +1612,13 @@ mod tests {
         assert_eq!(counted + STAGE0_BYTES, stage_estimate(rows, &sage, (1000, 1000), false, &stage(0)));
     }
 
+    /// A ring of 12 vertices, both ways, and its cut into 4 chunks of every 4th vertex.
+    fn ring_of_12() -> (u32, Csr, Vec<u16>) {
+        let n = 12u32;
+        let edges: Vec<(u32, u32)> = (0..n).flat_map(|v| [(v, (v + 1) % n), ((v + 1) % n, v)]).collect();
+        (n, Csr::from_edges(n as usize, &edges, true), (0..n).map(|v| (v % 4) as u16).collect())
+    }
+
     /// The driver held each GNNPipe stage to chunks it guessed from the
     /// partition's halo (`chunk_rows`), though it cuts the real ones before
     /// launch. On a ring of 12 vertices cut into 4 chunks of every 4th
@@ -1589,10 +1627,7 @@ mod tests {
     /// its pipeline group's chunks as cut, its figure the formula's by hand.
     #[test]
     fn a_stage_is_held_to_its_groups_chunks_as_cut_not_to_the_guess() {
-        let n = 12u32;
-        let edges: Vec<(u32, u32)> = (0..n).flat_map(|v| [(v, (v + 1) % n), ((v + 1) % n, v)]).collect();
-        let csr = Csr::from_edges(n as usize, &edges, true);
-        let of: Vec<u16> = (0..n).map(|v| (v % 4) as u16).collect();
+        let (n, csr, of) = ring_of_12();
         let cut = super::super::chunks::cut_shapes(csr.view(), None, (&of, 4), None).unwrap();
         assert_eq!(cut, vec![Shape { owned: 3, halo: 6, edges: 6, sparse_values: 0 }; 4]);
         let rows = Shape { owned: 12, halo: 24, edges: 24, sparse_values: 0 };
@@ -1609,8 +1644,16 @@ mod tests {
         let gcn = ModelSpec { layers: 2, classes: classes as usize, ..spec(ModelKind::Gcn, h as usize, 1) };
         let g = super::super::gnnpipe::GnnPipeConfig { chunks: 4, history_smoothing: 0.0, ..Default::default() };
         let params = Params::new(0);
-        let run =
-            StageRun { spec: &gcn, params: &params, sparse_input: false, nodes: 12, world: 2, stages: 2, bound: false };
+        let run = StageRun {
+            spec: &gcn,
+            params: &params,
+            sparse_input: false,
+            nodes: 12,
+            world: 2,
+            stages: 2,
+            bound: false,
+            evaluated: None,
+        };
         let real = run.needs(&g, |rank| group_rows(&cut, 4, rank / 2));
         // Stage 1 (layer 1): the topology, its input's 2 copies, the
         // aggregate's and output's 3, the history and its pending gradient
@@ -1632,6 +1675,64 @@ mod tests {
         assert_eq!(guessed.halo, 8);
         let guess = run.needs(&g, |_| (guessed, 4, 3));
         assert!(real[1] > guess[1] && real[0] > guess[0], "as cut {real:?}, guessed {guess:?}");
+    }
+
+    /// Stage 0 caches every chunk's features once; the dropped-out copy its
+    /// first layer reads is made per chunk and dropped with it (constants
+    /// carry no tape). It counted two copies of them all, as a graph-parallel
+    /// worker holds, so synthetic-arxiv's stage 0 (SAGE, 2 workers) was
+    /// estimated at 1193 MiB against peaks of 805 to 809, 198 MiB of it the
+    /// second copy.
+    #[test]
+    fn a_stage_0_counts_its_features_once_and_one_chunks_dropped_out_copy() {
+        let rows = Shape { owned: 4_000, halo: 2_000, edges: 30_000, sparse_values: 0 };
+        let gcn = ModelSpec { in_dim: 100, layers: 2, ..spec(ModelKind::Gcn, 16, 1) };
+        let stage = |features: bool| StageOf {
+            layers: 0..1,
+            features,
+            chunks: 4,
+            largest: 1_100,
+            nodes: 4_000,
+            history: 3,
+            bound: false,
+            evaluated: None,
+        };
+        let [with, without] = [true, false].map(|f| stage_estimate(rows, &gcn, (0, 0), false, &stage(f)));
+        let once = 6_000 * 100 * 4;
+        assert_eq!(with - without, STAGE0_BYTES + once + once * 1_100 / 4_000);
+    }
+
+    /// With --pipeline-groups, group 0's stages evaluate over the whole graph
+    /// and build every group's chunks beside their own (`eval_chunks`): stage
+    /// 0 their features, every stage their graphs. The estimate held group 0
+    /// to its own chunks, as the other groups, and on synthetic-arxiv (SAGE,
+    /// `--workers 4 --pipeline-groups 2`) put its stage 0 at 774 MiB against
+    /// a peak of 843, while group 1's stage 0 peaked at 531.
+    #[test]
+    fn group_0_is_held_to_the_whole_graphs_chunks_it_evaluates_over_beside_its_own() {
+        let (n, csr, of) = ring_of_12();
+        let group_of: Vec<u16> = (0..n).map(|v| (v / 6) as u16).collect();
+        let cut = super::super::chunks::cut_shapes(csr.view(), None, (&of, 4), Some(&(group_of, 2))).unwrap();
+        let all = group_rows(&cut, cut.len(), 0).0;
+        let gcn = ModelSpec { in_dim: 16, layers: 2, classes: 10, ..spec(ModelKind::Gcn, 8, 1) };
+        let g = super::super::gnnpipe::GnnPipeConfig { chunks: 4, groups: 2, ..Default::default() };
+        let params = Params::new(0);
+        let (nodes, world, stages) = (12, 4, 2);
+        let run = StageRun {
+            spec: &gcn,
+            params: &params,
+            sparse_input: false,
+            nodes,
+            world,
+            stages,
+            bound: false,
+            evaluated: Some(all),
+        };
+        let needs = run.needs(&g, |rank| group_rows(&cut, 4, rank / stages));
+        // Both groups' chunks are alike (mirror images on the ring).
+        assert_eq!(group_rows(&cut, 4, 0), group_rows(&cut, 4, 1));
+        assert_eq!(needs[0] - needs[2], graph_bytes(all) + all.owned * 16 * 4 + all.halo * 16 * 4);
+        assert_eq!(needs[1] - needs[3], graph_bytes(all));
     }
 
     #[test]
