@@ -397,35 +397,114 @@ fn a_driver_stopped_as_a_checkpoint_is_due_skips_that_checkpoint_and_ends_as_if_
     let run = ["train", "cora", "--workers", "2", "--full-batch", "--model", "gcn", "--hidden", "16"];
     let run = [&run[..], &["--epochs", "12", "--checkpoint-every", "4", "--no-tui"]].concat();
     let straight = json(d, &[&run[..], &["--run", "straight"]].concat());
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_leapgnn"));
-    cmd.arg("--data-dir").arg(d).args(&run).args(["--run", "paused"]);
-    cmd.env("LEAPGNN_TEST_PAUSE", "records-due,records-unconfirmed").env("LEAPGNN_TEST_HELD_WAIT_MS", "1000");
-    let mut drv = Driver::from_command(cmd.stdin(std::process::Stdio::piped()));
-    let ws = drv.workers(2);
-    drv.wait_line(Duration::from_secs(60), |l| l == "test hold: records-due");
-    let pid = drv.child.id();
-    signal(pid, "STOP");
-    signal(pid, "CONT");
-    // Rank 0 gave up waiting for this checkpoint (its lines are relayed while the driver holds).
-    drv.wait_line(Duration::from_secs(60), |l| l.contains("[worker 0] test point: records-unconfirmed"));
-    // Every later hold passes at once.
-    drop(drv.child.stdin.take());
-    let (code, stderr) = drv.wait_exit(Duration::from_secs(60));
-    assert_eq!(code, Some(0), "{stderr}");
+    let stderr = skipping_checkpoints(d, &run, "paused", 1);
     assert!(stderr.contains("checkpoint after iteration 4 skipped"), "{stderr}");
-    assert_eq!(final_weights(d, "paused"), final_weights(d, "straight"), "the continued run ended elsewhere");
-    let summary: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(d.join("runs/paused/summary.json")).unwrap()).unwrap();
-    assert_eq!(summary["test_accuracy"], straight["test_accuracy"]);
-    assert_eq!(summary["iterations"], straight["iterations"]);
+    let summary = ended_as(d, "paused", &straight);
     // The final checkpoint loads: `infer` from it predicts as from the uninterrupted run's.
     let predictions = |run: &str| {
         assert_eq!(json(d, &["infer", run])["nodes"], 2708, "{run}");
         std::fs::read(d.join(format!("runs/{run}/predictions.safetensors"))).unwrap()
     };
     assert_eq!(predictions("paused"), predictions("straight"));
+    assert_eq!(summary["run"], "paused");
+}
+
+/// Runs `run` as `name` with its driver kept from confirming its first
+/// `holds` checkpoints (a test hold: the only way to keep it away for longer
+/// than rank 0's wait, shortened here, without a sleep), stopped and
+/// continued at the first, until rank 0 gave up on each (its lines are
+/// relayed while the driver holds); every later hold passes at once. Checks
+/// exit 0 and that no worker is left; returns the driver's stderr.
+fn skipping_checkpoints(d: &std::path::Path, run: &[&str], name: &str, holds: usize) -> String {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_leapgnn"));
+    cmd.arg("--data-dir").arg(d).args(run).args(["--run", name]);
+    cmd.env("LEAPGNN_TEST_PAUSE", "records-due,records-unconfirmed").env("LEAPGNN_TEST_HELD_WAIT_MS", "1000");
+    let mut drv = Driver::from_command(cmd.stdin(std::process::Stdio::piped()));
+    let ws = drv.workers(2);
+    let (hold, gave_up) = ("test hold: records-due", "[worker 0] test point: records-unconfirmed");
+    drv.wait_line(Duration::from_secs(60), |l| l == hold);
+    let pid = drv.child.id();
+    signal(pid, "STOP");
+    signal(pid, "CONT");
+    drv.wait_line(Duration::from_secs(60), |l| l.contains(gave_up));
+    for _ in 1..holds {
+        writeln!(drv.child.stdin.as_mut().unwrap()).unwrap();
+        // The next hold and rank 0's giving up on it come in either order.
+        let (mut held, mut given) = (false, false);
+        while !(held && given) {
+            let l = drv.wait_line(Duration::from_secs(60), |l| l == hold || l.contains(gave_up));
+            (held, given) = (held || l == hold, given || l != hold);
+        }
+    }
+    drop(drv.child.stdin.take());
+    let (code, stderr) = drv.wait_exit(Duration::from_secs(60));
+    assert_eq!(code, Some(0), "{name}: {stderr}");
     let pids: Vec<u32> = ws.iter().map(|w| w.pid).collect();
-    assert_eq!(wait_gone(&pids, Duration::from_secs(5)), Vec::<u32>::new(), "workers left behind");
+    assert_eq!(wait_gone(&pids, Duration::from_secs(5)), Vec::<u32>::new(), "{name}: workers left behind");
+    stderr
+}
+
+/// Checks that run `name` ended with run `straight`'s weights, accuracy and
+/// iteration count; returns its summary.
+fn ended_as(d: &std::path::Path, name: &str, straight: &serde_json::Value) -> serde_json::Value {
+    let run = straight["run"].as_str().unwrap();
+    assert_eq!(final_weights(d, name), final_weights(d, run), "{name} ended elsewhere than {run}");
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.join("runs").join(name).join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["test_accuracy"], straight["test_accuracy"], "{name}");
+    assert_eq!(summary["iterations"], straight["iterations"], "{name}");
+    summary
+}
+
+/// Each step record's bytes, in file order.
+fn step_bytes(d: &std::path::Path, run: &str) -> Vec<serde_json::Value> {
+    let lines = std::fs::read_to_string(d.join("runs").join(run).join("metrics.jsonl")).unwrap();
+    let recs = lines.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap());
+    recs.filter(|r| r.get("bytes_out").is_some()).map(|r| r["bytes_out"].clone()).collect()
+}
+
+/// GNNPipe's checkpoints gather every stage's state at rank 0, and a
+/// periodic one the driver did not confirm in time (Ctrl-Z) failed the run
+/// after ten waits (`the driver did not confirm within 10 s (10 waits) ...`,
+/// exit 1) where the common loop skips it. Now the workers vote on each
+/// periodic checkpoint (rank 0 decides), all skip it together, and the run
+/// ends as the uninterrupted one does. Bytes: every step record is the
+/// uninterrupted run's (the vote, like the save, goes to none); a skipped
+/// checkpoint sends no state and no count, so each skip takes one
+/// checkpoint's control bytes off the training totals, alike for one skip
+/// and for two, and nothing else changes.
+#[test]
+fn gnnpipe_workers_skip_together_a_checkpoint_the_stopped_driver_did_not_confirm() {
+    let tmp = cora();
+    let d = tmp.path();
+    let common = ["train", "cora", "--workers", "2", "--hidden", "16", "--no-tui"];
+    let gnnpipe = ["--strategy", "gnnpipe", "--layers", "2", "--epochs", "4", "--checkpoint-every", "1"];
+    let run = [&common[..], &gnnpipe[..]].concat();
+    let straight = json(d, &[&run[..], &["--run", "gnnpipe-straight"]].concat());
+    let skips = |stderr: &str| stderr.matches(" skipped: the driver did not confirm").count() as u64;
+    let mut train_control = Vec::new();
+    for (name, holds) in [("gnnpipe-skip1", 1), ("gnnpipe-skip2", 2)] {
+        let stderr = skipping_checkpoints(d, &run, name, holds);
+        assert!(stderr.contains("checkpoint after iteration 1 skipped"), "{name}: {stderr}");
+        // At least the held ones (a loaded host may cost one more).
+        assert!(skips(&stderr) >= holds as u64, "{name}: {stderr}");
+        let summary = ended_as(d, name, &straight);
+        assert_eq!(step_bytes(d, name), step_bytes(d, "gnnpipe-straight"), "{name}");
+        let (b, s) = (&summary["bytes"], &straight["bytes"]);
+        for c in ["features", "gradients", "migration", "activations", "control"] {
+            assert_eq!(b["eval"][c], s["eval"][c], "{name}: eval {c}: {b} vs {s}");
+            if c != "control" {
+                assert_eq!(b["train"][c], s["train"][c], "{name}: train {c}: {b} vs {s}");
+            }
+        }
+        assert_eq!(summary["rows"], straight["rows"], "{name}");
+        let less = count(&s["train"]["control"]) - count(&b["train"]["control"]);
+        train_control.push((skips(&stderr), less));
+    }
+    let [(k1, less1), (k2, less2)] = train_control[..] else { unreachable!() };
+    assert!(less1 > 0 && k1 < k2, "{train_control:?}");
+    // One checkpoint's state and count, as many times as skipped.
+    assert_eq!(less1 * k2, less2 * k1, "{train_control:?}");
 }
 
 /// `--json-stream` is `metrics.jsonl` as it is written. After a restart the

@@ -209,6 +209,17 @@ fn sum_small(coll: &mut dyn Collective, vals: &mut [f32]) -> Result<(), TrainErr
     Ok(())
 }
 
+/// Whether every worker takes part in a periodic checkpoint: rank 0's
+/// `may_checkpoint` (false: the driver did not confirm in time, Ctrl-Z) is
+/// summed with the others' over the control path, since the save gathers
+/// every stage's state and rank 0 cannot skip it alone; all skip it together,
+/// and the next one tries again.
+fn all_may_checkpoint(coll: &mut dyn Collective, obs: &mut dyn Observer, through: u64) -> Result<bool, TrainError> {
+    let mut yes = [f32::from(u8::from(obs.may_checkpoint(through)?))];
+    sum_small(coll, &mut yes)?;
+    Ok(yes[0] as usize == coll.world())
+}
+
 /// One stage of the pipeline, built once per run.
 struct Stage {
     s: usize,
@@ -803,15 +814,21 @@ pub fn run(
             p.iteration += 1;
             p.global_iteration += 1;
             let stop = inp.stop_after == Some(p.global_iteration) || stop_voted;
-            if stop || (periodic && p.global_iteration.is_multiple_of(cfg.checkpoint_every)) {
-                obs.before_checkpoint(p.global_iteration)?;
+            let due = periodic && p.global_iteration.is_multiple_of(cfg.checkpoint_every);
+            if stop || (due && all_may_checkpoint(coll, obs, p.global_iteration)?) {
+                if stop {
+                    obs.before_checkpoint(p.global_iteration)?;
+                }
                 stage.save(w, coll, to, (&mut p, &attempt, false), opt.as_ref(), (&bufs, history))?;
-                mark = coll.bytes();
                 obs.event(&format!("{} {}", crate::train::checkpoint::WRITTEN, p.global_iteration));
                 if inp.checkpoint_dir.is_some() {
                     // Tests: the driver is killed with the run held at this checkpoint.
                     crate::util::interrupt::test_pause("checkpoint-written");
                 }
+            }
+            if stop || due {
+                // The vote and the save, like the save alone, go to no step record.
+                mark = coll.bytes();
             }
             if stop {
                 return Ok(p);
