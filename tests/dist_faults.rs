@@ -456,11 +456,16 @@ fn ended_as(d: &std::path::Path, name: &str, straight: &serde_json::Value) -> se
     summary
 }
 
-/// Each step record's bytes, in file order.
-fn step_bytes(d: &std::path::Path, run: &str) -> Vec<serde_json::Value> {
+/// Each step record's bytes, by (epoch, iteration, worker): the workers'
+/// records interleave in the file as they arrive.
+fn step_bytes(d: &std::path::Path, run: &str) -> std::collections::BTreeMap<[u64; 3], serde_json::Value> {
     let lines = std::fs::read_to_string(d.join("runs").join(run).join("metrics.jsonl")).unwrap();
     let recs = lines.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap());
-    recs.filter(|r| r.get("bytes_out").is_some()).map(|r| r["bytes_out"].clone()).collect()
+    let key = |r: &serde_json::Value| ["epoch", "iteration", "worker"].map(|k| count(&r[k]));
+    let steps: std::collections::BTreeMap<_, _> =
+        recs.filter(|r| r.get("bytes_out").is_some()).map(|r| (key(&r), r["bytes_out"].clone())).collect();
+    assert!(!steps.is_empty(), "{run}: no step records");
+    steps
 }
 
 /// GNNPipe's checkpoints gather every stage's state at rank 0, and a
@@ -505,6 +510,28 @@ fn gnnpipe_workers_skip_together_a_checkpoint_the_stopped_driver_did_not_confirm
     assert!(less1 > 0 && k1 < k2, "{train_control:?}");
     // One checkpoint's state and count, as many times as skipped.
     assert_eq!(less1 * k2, less2 * k1, "{train_control:?}");
+}
+
+/// RETEXO writes a checkpoint at each stage's start; the count it holds is
+/// gathered from every worker first, and only rank 0 writes it. One the
+/// stopped driver did not confirm in time (Ctrl-Z) failed the run after ten
+/// waits (`the driver did not confirm within 10 s (10 waits) ...`, exit 1);
+/// rank 0 now skips it alone, as the common loop does, and the run ends as
+/// the uninterrupted one does, with its bytes: the count was gathered either
+/// way, and a skip sends nothing.
+#[test]
+fn retexo_skips_a_stages_checkpoint_the_stopped_driver_did_not_confirm() {
+    let tmp = cora();
+    let d = tmp.path();
+    let run = ["train", "cora", "--workers", "2", "--hidden", "16", "--no-tui", "--strategy", "retexo"];
+    let run = [&run[..], &["--rounds", "20"]].concat();
+    let straight = json(d, &[&run[..], &["--run", "straight"]].concat());
+    // Stage 1's checkpoint, at iteration 0, has no records to wait for: the first held is stage 2's.
+    let stderr = skipping_checkpoints(d, &run, "paused", 1);
+    assert!(stderr.contains("checkpoint after iteration 20 skipped"), "{stderr}");
+    let summary = ended_as(d, "paused", &straight);
+    assert_eq!(step_bytes(d, "paused"), step_bytes(d, "straight"));
+    same_totals(&summary, &straight);
 }
 
 /// `--json-stream` is `metrics.jsonl` as it is written. After a restart the

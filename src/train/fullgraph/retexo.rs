@@ -610,10 +610,16 @@ pub fn run(
         if inside == 0 && (l > first || attempt.progress.global_iteration == 0) {
             p.run_counts = crate::train::trainer::gather_counts(coll, &p, &attempt)?;
         }
-        if inside == 0 {
-            obs.before_checkpoint(p.global_iteration)?;
-        }
-        if let Some(dir) = inp.checkpoint_dir.filter(|_| inside == 0) {
+        // Only rank 0 writes a stage's checkpoint, and the count above is
+        // gathered either way: one the driver did not confirm in time (Ctrl-Z)
+        // rank 0 skips alone, and the next stage's tries again; a stop's is
+        // not skipped (nothing comes after it).
+        let write = match (inside, stop_at_next_stage) {
+            (1.., _) => false,
+            (0, true) => obs.before_checkpoint(p.global_iteration).map(|()| true)?,
+            (0, false) => obs.may_checkpoint(p.global_iteration)?,
+        };
+        if let Some(dir) = inp.checkpoint_dir.filter(|_| write) {
             let fresh = cfg.optimizer.build(params.numel(), cfg.lr, cfg.weight_decay);
             checkpoint::save(dir, cfg, &p, &params, fresh.as_ref())?;
             // Read as every periodic checkpoint's event: without shared files
