@@ -209,13 +209,22 @@ fn sum_small(coll: &mut dyn Collective, vals: &mut [f32]) -> Result<(), TrainErr
     Ok(())
 }
 
-/// Whether every worker takes part in a periodic checkpoint: rank 0's
-/// `may_checkpoint` (false: the driver did not confirm in time, Ctrl-Z) is
-/// summed with the others' over the control path, since the save gathers
+/// Whether every worker takes part in a checkpoint before the run's end: rank
+/// 0's `may_checkpoint` (false: the driver did not confirm in time, Ctrl-Z)
+/// is summed with the others' over the control path, since the save gathers
 /// every stage's state and rank 0 cannot skip it alone; all skip it together,
-/// and the next one tries again.
-fn all_may_checkpoint(coll: &mut dyn Collective, obs: &mut dyn Observer, through: u64) -> Result<bool, TrainError> {
-    let mut yes = [f32::from(u8::from(obs.may_checkpoint(through)?))];
+/// and the next one tries again. A stop's (`stop`) is not skipped (nothing
+/// comes after it: `before_checkpoint` waits longer) but votes too, so that a
+/// checkpoint moves the same bytes wherever it is (a resumed run's totals
+/// are the uninterrupted run's).
+fn all_may_checkpoint(
+    coll: &mut dyn Collective,
+    obs: &mut dyn Observer,
+    through: u64,
+    stop: bool,
+) -> Result<bool, TrainError> {
+    let may = if stop { obs.before_checkpoint(through).map(|()| true)? } else { obs.may_checkpoint(through)? };
+    let mut yes = [f32::from(u8::from(may))];
     sum_small(coll, &mut yes)?;
     Ok(yes[0] as usize == coll.world())
 }
@@ -815,10 +824,7 @@ pub fn run(
             p.global_iteration += 1;
             let stop = inp.stop_after == Some(p.global_iteration) || stop_voted;
             let due = periodic && p.global_iteration.is_multiple_of(cfg.checkpoint_every);
-            if stop || (due && all_may_checkpoint(coll, obs, p.global_iteration)?) {
-                if stop {
-                    obs.before_checkpoint(p.global_iteration)?;
-                }
+            if (stop || due) && all_may_checkpoint(coll, obs, p.global_iteration, stop)? {
                 stage.save(w, coll, to, (&mut p, &attempt, false), opt.as_ref(), (&bufs, history))?;
                 obs.event(&format!("{} {}", crate::train::checkpoint::WRITTEN, p.global_iteration));
                 if inp.checkpoint_dir.is_some() {
@@ -862,7 +868,7 @@ pub fn run(
         if stop && p.epoch < cfg.epochs {
             // Gathered (every worker voted alike): the driver may die before it
             // writes this stop's summary, and a resume then has only this count.
-            obs.before_checkpoint(p.global_iteration)?;
+            all_may_checkpoint(coll, obs, p.global_iteration, true)?;
             stage.save(w, coll, to, (&mut p, &attempt, false), opt.as_ref(), (&bufs, history))?;
             obs.event(&format!("{} {}", crate::train::checkpoint::WRITTEN, p.global_iteration));
             if inp.checkpoint_dir.is_some() {
