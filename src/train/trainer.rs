@@ -276,6 +276,16 @@ pub(crate) struct Attempt {
 }
 
 impl Attempt {
+    /// What this worker's sockets had sent when the attempt began training,
+    /// the barrier that starts it, and `left_out`, sent since: the bytes the
+    /// attempt's count leaves out.
+    fn uncounted(&self, left_out: &crate::metrics::ByteCounts) -> crate::metrics::ByteCounts {
+        let mut out = self.sent;
+        out.control += self.barrier;
+        add_bytes(&mut out, left_out);
+        out
+    }
+
     /// An attempt from progress `p` that counts from the sockets at `from`,
     /// less the barrier `fenced_start` passed since (`fence`: the counts it
     /// returned), which a resumed attempt passes again.
@@ -320,8 +330,7 @@ fn gather_counts_less(
     let mut rows = p.rows;
     rows -= start.progress.rows;
     let eval = sub_bytes(&p.eval_bytes, &start.progress.eval_bytes);
-    let mut sent = sub_bytes(&sub_bytes(&coll.bytes().sent, &start.sent), left_out);
-    sent.control -= start.barrier;
+    let sent = sub_bytes(&coll.bytes().sent, &start.uncounted(left_out));
     let train = sub_bytes(&sent, &eval);
     let fields = [rows.requested, rows.local, rows.cache_hit, rows.remote].into_iter();
     let fields: Vec<u64> = fields.chain(bytes(&train)).chain(bytes(&eval)).collect();
@@ -384,14 +393,11 @@ pub(crate) fn gather_final_counts(
     if let Some(c) = &mut counts {
         c.train.control -= gather.sent.control * coll.world() as u64;
     }
-    let mut uncounted = start.sent;
-    uncounted.control += start.barrier;
-    add_bytes(&mut uncounted, state);
     let report = checkpoint::FinalReport {
         rank: coll.rank(),
         bytes: before,
         eval_bytes: sub_bytes(&p.eval_bytes, &start.progress.eval_bytes),
-        uncounted,
+        uncounted: start.uncounted(state),
         fetch: rows.fetched(),
         peak_rss_bytes: crate::util::peak_rss_bytes(),
     };

@@ -50,11 +50,6 @@ pub fn start_pool() -> Result<(), ThreadPoolError> {
         .filter(|&n: &usize| n > 0)
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
     let limit = super::address_space_limit();
-    let within = || {
-        limit
-            .map(|b| format!(" within this process's address-space limit (RLIMIT_AS) of {} MiB", super::mib(b)))
-            .unwrap_or_default()
-    };
     let used = super::proc_kib("/proc/self/status", "VmSize:");
     if let (Some(limit), Some(used)) = (limit, used) {
         let need = threads as u64 * thread_bytes();
@@ -64,7 +59,8 @@ pub fn start_pool() -> Result<(), ThreadPoolError> {
                 super::mib(need),
                 limit.saturating_sub(used) >> 20
             );
-            return Err(ThreadPoolError::NoRoom { threads, why, limit: within() });
+            let limit = format!(" within this process's address-space limit (RLIMIT_AS) of {} MiB", super::mib(limit));
+            return Err(ThreadPoolError::NoRoom { threads, why, limit });
         }
     }
     // Each thread through `spawn`: a refusal is retried or reported as any

@@ -74,10 +74,9 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
     if cfg.mode == crate::train::TrainMode::FullGraph {
         // The stages are held to the chunks as the driver stored them, as it held them.
         let cut = chunks.as_ref().and_then(|(of, count)| {
-            use crate::train::fullgraph::{chunks, memory};
-            let groups = chunks::groups_of(cfg, Some(owners.as_slice()));
-            let (sparse_rows, _) = memory::sparse_input(&ds, cfg, model.spec());
-            chunks::cut_shapes(ds.graph(), sparse_rows, (of, *count), groups.as_ref()).map(|c| (c, *count))
+            let shapes =
+                crate::train::fullgraph::chunks::stored_shapes(&ds, cfg, model.spec(), owners.as_slice(), (of, *count));
+            shapes.map(|c| (c, *count))
         });
         let cut = cut.as_ref().map(|(c, n)| (&c[..], *n));
         check_worker(&ds, cfg, (owners.as_slice(), cut), (rank, &host_ranks), model.spec(), &params, limit)?;

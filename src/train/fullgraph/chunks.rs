@@ -105,9 +105,23 @@ pub(crate) fn ensure_stored(
 pub(crate) fn groups_of(cfg: &TrainConfig, owners: Option<&[u16]>) -> Option<(Vec<u16>, usize)> {
     let g = cfg.gnnpipe.as_ref()?;
     owners.filter(|_| g.groups > 1).map(|o| {
-        let stages = (cfg.workers / g.groups).max(1) as u16;
+        let stages = g.stages(cfg.workers) as u16;
         (o.iter().map(|&w| w / stages).collect::<Vec<u16>>(), g.groups)
     })
+}
+
+/// `cut_shapes` of the chunks `of` (`count`) a run of `cfg` on `ds` stored,
+/// its workers owning the vertices as `owners` says: what a worker holds its
+/// stages to, as its driver did (`ensure_stored`).
+pub(crate) fn stored_shapes(
+    ds: &crate::format::DatasetFile,
+    cfg: &TrainConfig,
+    spec: &crate::model::ModelSpec,
+    owners: &[u16],
+    (of, count): (&[u16], usize),
+) -> Option<Vec<Shape>> {
+    let (sparse_rows, _) = super::memory::sparse_input(ds, cfg, spec);
+    cut_shapes(ds.graph(), sparse_rows, (of, count), groups_of(cfg, Some(owners)).as_ref())
 }
 
 /// The shapes of the chunks `of` (`count`) as the stages run them, by

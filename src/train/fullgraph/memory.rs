@@ -24,6 +24,18 @@ pub struct Shape {
     pub sparse_values: u64,
 }
 
+impl std::ops::Add for Shape {
+    type Output = Shape;
+    fn add(self, s: Shape) -> Shape {
+        Shape {
+            owned: self.owned + s.owned,
+            halo: self.halo + s.halo,
+            edges: self.edges + s.edges,
+            sparse_values: self.sparse_values + s.sparse_values,
+        }
+    }
+}
+
 /// The shape of every worker's share, from one pass over the in-edges;
 /// `sparse_rows` is the offsets of features stored sparse.
 pub fn shapes(graph: CsrView<'_>, sparse_rows: Option<&[u64]>, owners: Option<&[u16]>, world: usize) -> Vec<Shape> {
@@ -530,7 +542,7 @@ pub(crate) fn preflight_cut(
     limit: Limit,
 ) -> Result<Vec<u64>, BadInput> {
     let per_worker = chunk_needs(ds, cfg, cut, spec, params);
-    let stages = (per_worker.len() / cfg.gnnpipe.as_ref().map_or(1, |g| g.groups.max(1))).max(1);
+    let stages = cfg.gnnpipe.as_ref().map_or(1, |g| g.stages(per_worker.len()));
     let rank = (0..per_worker.len()).max_by_key(|&r| (per_worker[r], std::cmp::Reverse(r))).unwrap_or(0);
     let (_, held, _) = group_rows(cut.0, cut.1, rank / stages);
     let largest =
@@ -580,7 +592,7 @@ fn worker_needs(
     };
     let nodes = ds.num_nodes() as u64;
     let values = sparse_rows.map_or(0, |p| p[p.len() - 1] - p[0]);
-    let stages = (shares.len() / g.groups.max(1)).max(1);
+    let stages = g.stages(shares.len());
     let chunks = g.chunks as u64;
     // Group 0 evaluates over every group's chunks, guessed as one group's are.
     let evaluated = (g.groups > 1).then(|| chunk_rows(shares, chunks * g.groups as u64, bound, (nodes, values)));
@@ -610,7 +622,7 @@ pub(crate) fn chunk_needs(
 ) -> Vec<u64> {
     let g = cfg.gnnpipe.clone().unwrap_or_default();
     let world = cfg.workers.max(1);
-    let stages = (world / g.groups.max(1)).max(1);
+    let stages = g.stages(world);
     let (_, sparse_input) = sparse_input(ds, cfg, spec);
     let evaluated = (g.groups > 1).then(|| group_rows(cut, cut.len(), 0).0);
     let nodes = ds.num_nodes() as u64;
@@ -623,12 +635,7 @@ pub(crate) fn chunk_needs(
 fn group_rows(cut: &[Shape], per_group: usize, h: usize) -> (Shape, u64, u64) {
     let start = (h * per_group).min(cut.len());
     let group = &cut[start..(start + per_group).min(cut.len())];
-    let rows = group.iter().fold(Shape::default(), |a, s| Shape {
-        owned: a.owned + s.owned,
-        halo: a.halo + s.halo,
-        edges: a.edges + s.edges,
-        sparse_values: a.sparse_values + s.sparse_values,
-    });
+    let rows = group.iter().fold(Shape::default(), |a, &s| a + s);
     let held = group.iter().filter(|s| s.owned > 0).count() as u64;
     (rows, held, group.iter().map(|s| s.owned).max().unwrap_or(0))
 }

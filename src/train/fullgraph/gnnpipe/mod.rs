@@ -98,6 +98,11 @@ impl Default for GnnPipeConfig {
 }
 
 impl GnnPipeConfig {
+    /// The stages of each pipeline group of a run on `world` workers (at least one).
+    pub fn stages(&self, world: usize) -> usize {
+        (world / self.groups.max(1)).max(1)
+    }
+
     /// Refuses zero chunks, groups that do not divide the workers and fewer
     /// layers than stages, naming the flag.
     pub fn check(&self, layers: usize, workers: usize) -> Result<(), BadInput> {
@@ -637,7 +642,7 @@ pub fn run(
     let (world, num_layers) = (w.world, w.model.num_layers());
     g.check(num_layers, world)?;
     g.check_graph(w.graph.num_nodes())?;
-    let stages = world / g.groups;
+    let stages = g.stages(world);
     let (group, s) = (w.rank / stages, w.rank % stages);
     if let Some(bad) = w.params.iter().find(|q| layer_of(&q.name).is_none_or(|l| l >= num_layers)) {
         return Err(BadInput::new(format!(
