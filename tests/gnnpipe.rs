@@ -353,8 +353,10 @@ fn a_stopped_run_resumes_with_its_stages_history_and_optimizers_and_ends_as_an_u
 
 /// The driver cuts the chunks once, into `<dataset>/chunks/metis-<C>/`, and
 /// says so; a second run with the same chunks reads the same file (not
-/// rewritten, nothing cut), and a damaged one is refused naming it, exit 2,
-/// before any worker starts.
+/// rewritten, nothing cut). A damaged one (truncated, a byte flipped, or a
+/// manifest whose sums do not match its map) is cut again by the driver,
+/// which says so naming it: the same chunks, and the run ends as the
+/// undamaged one did.
 #[test]
 fn the_driver_cuts_the_chunks_once_and_later_runs_read_them() {
     let tmp = cora();
@@ -378,14 +380,48 @@ fn the_driver_cuts_the_chunks_once_and_later_runs_read_them() {
     let after = std::fs::metadata(&file).unwrap();
     assert_eq!((after.ino(), after.mtime_nsec(), after.mtime()), (before.ino(), before.mtime_nsec(), before.mtime()));
 
-    let mut bytes = std::fs::read(&file).unwrap();
-    let at = bytes.len() - 9;
-    bytes[at] ^= 0x40;
-    std::fs::write(&file, &bytes).unwrap();
-    let args = ["train", "cora", "--no-tui", "--strategy", "gnnpipe", "--workers", "2", "--chunks", "4"];
-    let e = fails(d, &[&args[..], &["--run", "three"]].concat(), 2);
-    assert!(e.contains(&file.display().to_string()), "{e}");
-    assert!(!d.join("runs").join("three").exists(), "refused before the run was made");
+    let cut = std::fs::read(&file).unwrap();
+    let undamaged = final_weights(d, "one");
+    assert_eq!(final_weights(d, "two"), undamaged, "a run on the stored chunks ends as the first");
+    let truncated = cut[..cut.len() / 2].to_vec();
+    let mut flipped = cut.clone();
+    let at = flipped.len() - 9;
+    flipped[at] ^= 0x40;
+    let mismatched = {
+        // A valid checksum over counts that do not add up to the map's.
+        let m = leapgnn::format::ManifestFile::open(file.parent().unwrap()).unwrap();
+        let mut part_nodes = m.part_nodes().to_vec();
+        part_nodes[0] += 1;
+        let bad = leapgnn::format::PartManifest {
+            dataset: m.archived().dataset.to_string(),
+            dataset_checksum: m.dataset_checksum(),
+            method: m.method().into(),
+            parts: m.parts() as u32,
+            seed: m.seed(),
+            constraints: m.constraints().into(),
+            node_part: m.node_part().to_vec(),
+            local_index: m.local_index().to_vec(),
+            part_nodes,
+            part_train: m.part_train().to_vec(),
+            edge_cut: m.edge_cut(),
+            edges: m.edges(),
+        };
+        let dir = d.join("mismatched");
+        std::fs::create_dir_all(&dir).unwrap();
+        bad.write(&dir).unwrap();
+        std::fs::read(dir.join("manifest")).unwrap()
+    };
+    for (how, bytes) in [("truncated", truncated), ("flipped", flipped), ("mismatched", mismatched)] {
+        std::fs::write(&file, &bytes).unwrap();
+        let out = run(how);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{how}: {err}");
+        let said = err.lines().find(|l| l.contains("damaged")).unwrap_or_else(|| panic!("{how}: not said: {err}"));
+        assert!(said.contains(&file.display().to_string()), "{how}: {said}");
+        assert_eq!(err.matches("GNNPipe chunks (--chunks 4)").count(), 1, "{how}: cut again once: {err}");
+        assert_eq!(std::fs::read(&file).unwrap(), cut, "{how}: the same chunks are cut again");
+        assert_eq!(final_weights(d, how), undamaged, "{how}: the run ends as the undamaged one");
+    }
 }
 
 /// A GNNPipe chunk's block counts its edges in 32-bit offsets. The driver

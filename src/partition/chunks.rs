@@ -59,6 +59,11 @@ pub struct Stored {
 /// foreign file is an error naming it; nothing is cut here.
 pub fn checked(m: ManifestFile, ds: &DatasetFile, chunks: usize) -> Result<Stored, FormatError> {
     m.verify()?;
+    checked_verified(m, ds, chunks)
+}
+
+/// `checked` of a manifest whose checksum and sums `verify` has passed.
+fn checked_verified(m: ManifestFile, ds: &DatasetFile, chunks: usize) -> Result<Stored, FormatError> {
     m.check_matches(ds, chunks)?;
     // `cut` numbers the chunks that hold vertices first.
     let count = m.part_nodes().iter().take_while(|&&k| k > 0).count();
@@ -71,26 +76,45 @@ pub fn checked(m: ManifestFile, ds: &DatasetFile, chunks: usize) -> Result<Store
     Ok(Stored { of: m.node_part().to_vec(), count, checksum: m.checksum() })
 }
 
-/// Whether `dir` holds the chunks of `ds` into `chunks` with `seed`: None
-/// when missing or cut with other settings or of another dataset (cut
-/// again); a damaged file is an error naming it (`checked` would refuse it in
-/// every worker; deleting it has it cut again).
-fn existing(dir: &Path, ds: &DatasetFile, chunks: usize, seed: u64) -> Result<Option<Stored>, FormatError> {
+/// What the driver finds in a chunks directory (`existing`).
+enum Existing {
+    /// The chunks asked for, checked whole.
+    Kept(Stored),
+    /// None, or chunks of another dataset or cut with other settings: cut
+    /// in their place.
+    Missing,
+    /// A damaged file (`FormatError::is_missing_or_damaged`): cut again in
+    /// its place, saying so, as `partition` rewrites a damaged partition.
+    Damaged(FormatError),
+}
+
+/// What `dir` holds for the chunks of `ds` into `chunks` with `seed`. A file
+/// that cannot be read for another reason (memory, permissions, a directory
+/// in its place) is an error naming it: cutting again would not cure it.
+fn existing(dir: &Path, ds: &DatasetFile, chunks: usize, seed: u64) -> Result<Existing, FormatError> {
+    let damaged = |e: FormatError| if e.is_missing_or_damaged() { Ok(Existing::Damaged(e)) } else { Err(e) };
     let m = match ManifestFile::open(dir) {
         Ok(m) => m,
-        Err(FormatError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
+        Err(FormatError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(Existing::Missing);
+        }
+        Err(e) => return damaged(e),
     };
-    if !super::cut_alike(&m, ds, (METHOD, chunks, seed), Balance::DEFAULT) {
-        return Ok(None);
+    // Before the settings: a flipped byte may fall on them as well as on the map.
+    if let Err(e) = m.verify() {
+        return damaged(e);
     }
-    checked(m, ds, chunks).map(Some)
+    if !super::cut_alike(&m, ds, (METHOD, chunks, seed), Balance::DEFAULT) {
+        return Ok(Existing::Missing);
+    }
+    checked_verified(m, ds, chunks).map(Existing::Kept).or_else(damaged)
 }
 
 /// The chunks of `ds` (named `name`) into `chunks` with `seed`, stored in
-/// `dir`: read when there, else cut, given to `check` (vertex -> chunk, and
-/// the count) and written only once it accepts them, so a refused run leaves
-/// no file behind; returned as stored. Says on stderr when it cuts.
+/// `dir`: read when there, else cut (again, saying so, in place of a damaged
+/// file), given to `check` (vertex -> chunk, and the count) and written only
+/// once it accepts them, so a refused run leaves no file behind; returned as
+/// stored. Says on stderr when it cuts.
 pub fn ensure(
     dir: &Path,
     (name, ds): (&str, &DatasetFile),
@@ -98,18 +122,18 @@ pub fn ensure(
     seed: u64,
     check: &mut dyn FnMut(&[u16], usize) -> anyhow::Result<()>,
 ) -> anyhow::Result<Stored> {
-    let kept = |check: &mut dyn FnMut(&[u16], usize) -> anyhow::Result<()>| -> anyhow::Result<Option<Stored>> {
-        let Some(stored) = existing(dir, ds, chunks, seed)? else { return Ok(None) };
-        check(&stored.of, stored.count)?;
-        Ok(Some(stored))
+    let kept = |stored: Stored, check: &mut dyn FnMut(&[u16], usize) -> anyhow::Result<()>| {
+        check(&stored.of, stored.count).map(|()| stored)
     };
-    if let Some(stored) = kept(check)? {
-        return Ok(stored);
+    if let Existing::Kept(stored) = existing(dir, ds, chunks, seed)? {
+        return kept(stored, check);
     }
     let _lock = TargetLock::acquire(dir)?;
     // Another process may have written them while this one waited.
-    if let Some(stored) = kept(check)? {
-        return Ok(stored);
+    match existing(dir, ds, chunks, seed)? {
+        Existing::Kept(stored) => return kept(stored, check),
+        Existing::Damaged(e) => crate::elog!("damaged GNNPipe chunks, cut again in their place: {e}"),
+        Existing::Missing => {}
     }
     let started = std::time::Instant::now();
     let (of, count) = cut(ds.graph(), ds.train(), chunks, seed)?;
