@@ -4,7 +4,8 @@
 //!
 //! Always: embeds `LEAPGNN_SOURCE_HASH`, a hash of the sources the binary is
 //! built from, so that a driver tells apart two builds of one package version
-//! (`leapgnn::BUILD_ID`) without hashing its own 70 MB executable at start.
+//! (`leapgnn::BUILD_ID`) without hashing its own 70 MB executable at start,
+//! and `LEAPGNN_DEVICE_FEATURES`, the device features enabled (`+cuda`).
 
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
@@ -12,6 +13,11 @@ use std::process::Command;
 
 /// What the binary is built from; `tests/` and docs are not.
 const SOURCES: [&str; 5] = ["src", "cmds", "build.rs", "Cargo.toml", "Cargo.lock"];
+
+/// Features that change which devices the binary drives: a build id names
+/// those enabled, since the same sources built with and without them are
+/// different builds that must not join one job.
+const DEVICE_FEATURES: [&str; 1] = ["cuda"];
 
 fn main() {
     println!("cargo:rerun-if-env-changed=CUDA_COMPUTE_CAP");
@@ -29,6 +35,12 @@ fn main() {
         std::fs::read(f).unwrap_or_else(|e| panic!("cannot read {}: {e}", f.display())).hash(&mut h);
     }
     println!("cargo:rustc-env=LEAPGNN_SOURCE_HASH={:016x}", h.finish());
+    let features: String = DEVICE_FEATURES
+        .iter()
+        .filter(|f| std::env::var_os(format!("CARGO_FEATURE_{}", f.to_uppercase())).is_some())
+        .map(|f| format!("+{f}"))
+        .collect();
+    println!("cargo:rustc-env=LEAPGNN_DEVICE_FEATURES={features}");
     if std::env::var_os("CARGO_FEATURE_CUDA").is_none() {
         return;
     }

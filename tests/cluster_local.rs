@@ -213,32 +213,72 @@ fn a_thread_refusal_reported_after_a_peers_echo_is_named_as_the_cause() {
     }
 }
 
+/// The build id names the device features it was built with, so a CPU and
+/// a CUDA build of the same sources (which once shared one id) differ.
+#[test]
+fn the_build_id_names_the_version_the_sources_and_the_device_features() {
+    let id = leapgnn::BUILD_ID;
+    let rest = id.strip_prefix(concat!(env!("CARGO_PKG_VERSION"), "+")).expect(id);
+    let (hash, features) = rest.split_at(16.min(rest.len()));
+    assert!(hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
+    let want = if cfg!(feature = "cuda") { "+cuda" } else { "" };
+    assert_eq!(features, want, "{id}");
+}
+
+#[test]
+fn a_build_differing_only_in_device_features_is_told_apart_and_named() {
+    use leapgnn::{BUILD_ID, other_device_features};
+    let sources = BUILD_ID.trim_end_matches("+cuda");
+    let other = if BUILD_ID.ends_with("+cuda") { sources.to_string() } else { format!("{sources}+cuda") };
+    let said = other_device_features(&other, "the worker").expect("only the features differ");
+    assert!(said.contains("a +cuda build") && said.contains("a CPU build (no device features)"), "{said}");
+    assert!(said.contains("the worker") && said.contains("scripts/build-cuda.sh"), "{said}");
+    // Other sources, or the same build: not a matter of features.
+    assert_eq!(other_device_features("0.0.1+stale+cuda", "the worker"), None);
+    assert_eq!(other_device_features(&format!("0.0.1+{}", &sources[sources.len() - 16..]), "the worker"), None);
+    assert_eq!(other_device_features(BUILD_ID, "the worker"), None);
+}
+
 /// A stale binary on a worker's host (`LEAPGNN_TEST_CLAIM_BUILD` stands for
 /// one) once got the job and failed later on a message it could not parse.
 /// It proves the token but is refused at its hello: the driver names the
-/// worker, its host and both builds, and the worker is told why.
+/// worker, its host and both builds, and the worker is told why. A build of
+/// the same sources with other device features (a CPU worker, a CUDA
+/// driver) once shared the driver's id and was admitted; it is refused too,
+/// both sides saying which build has which features and how to build alike.
 #[test]
 fn a_worker_of_another_build_is_refused_at_its_hello_and_both_sides_say_why() {
-    let (tx, lines) = mpsc::channel::<String>();
-    let tx = std::sync::Mutex::new(tx);
-    let launcher = launcher()
-        .with_env(vec![(leapgnn::cluster::worker_session::CLAIM_BUILD_TEST_VAR.into(), "0.0.1+stale".into())])
-        .with_log(Arc::new(move |l| {
-            let _ = tx.lock().unwrap().send(l);
-        }));
-    let stop = AtomicBool::new(false);
-    let err = run_job(&launcher, 1, &serde_json::json!({"task": "ping"}), &opts(), &stop, |_| {}).unwrap_err();
-    assert!(matches!(err, DriverError::OtherBuild { rank: 0, .. }), "{err}");
-    let msg = err.to_string();
-    let driver = format!("not the driver's {}", leapgnn::BUILD_ID);
-    for needle in ["worker 0 on local", "runs leapgnn build 0.0.1+stale", &driver, "the driver's own executable"] {
-        assert!(msg.contains(needle), "no `{needle}` in {msg}");
-    }
-    let told = loop {
-        let line = lines.recv_timeout(Duration::from_secs(20)).expect("the worker logged its refusal");
-        if line.contains("refused") {
-            break line;
+    let sources = leapgnn::BUILD_ID.trim_end_matches("+cuda");
+    let other_features =
+        if leapgnn::BUILD_ID.ends_with("+cuda") { sources.to_string() } else { format!("{sources}+cuda") };
+    for claimed in ["0.0.1+stale", &other_features] {
+        let (tx, lines) = mpsc::channel::<String>();
+        let tx = std::sync::Mutex::new(tx);
+        let launcher = launcher()
+            .with_env(vec![(leapgnn::cluster::worker_session::CLAIM_BUILD_TEST_VAR.into(), claimed.into())])
+            .with_log(Arc::new(move |l| {
+                let _ = tx.lock().unwrap().send(l);
+            }));
+        let stop = AtomicBool::new(false);
+        let err = run_job(&launcher, 1, &serde_json::json!({"task": "ping"}), &opts(), &stop, |_| {}).unwrap_err();
+        assert!(matches!(err, DriverError::OtherBuild { rank: 0, .. }), "{claimed}: {err}");
+        let msg = err.to_string();
+        let driver = format!("not the driver's {}", leapgnn::BUILD_ID);
+        let runs = format!("runs leapgnn build {claimed},");
+        for needle in ["worker 0 on local", &runs, &driver, "the driver's own executable"] {
+            assert!(msg.contains(needle), "no `{needle}` in {msg}");
         }
-    };
-    assert!(told.contains("runs leapgnn build 0.0.1+stale, the driver build"), "{told}");
+        let told = loop {
+            let line = lines.recv_timeout(Duration::from_secs(20)).expect("the worker logged its refusal");
+            if line.contains("refused") {
+                break line;
+            }
+        };
+        assert!(told.contains(&format!("runs leapgnn build {claimed}, the driver build")), "{told}");
+        let features = claimed == other_features;
+        for said in [&msg, &told] {
+            let named = said.contains("a +cuda build") && said.contains("a CPU build (no device features)");
+            assert_eq!(named && said.contains("scripts/build-cuda.sh"), features, "{claimed}: {said}");
+        }
+    }
 }

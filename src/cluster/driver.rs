@@ -132,8 +132,9 @@ pub struct OtherBuild {
     /// The build it said hello as.
     pub worker: String,
     pub driver: String,
-    /// What to do about it, for its launcher.
-    pub advice: &'static str,
+    /// What to do about it, for its launcher (and, when only their device
+    /// features differ, for its build).
+    pub advice: String,
 }
 
 impl DriverError {
@@ -519,10 +520,11 @@ enum Admitted {
     },
 }
 
-/// What an operator does about a worker of another build, by where it runs.
-fn other_build_advice(kind: crate::cluster::profile::LauncherKind) -> &'static str {
+/// What an operator does about a worker of build `build`, another than the
+/// driver's, by where it runs.
+fn other_build_advice(build: &str, kind: crate::cluster::profile::LauncherKind) -> String {
     use crate::cluster::profile::LauncherKind;
-    match kind {
+    let advice = match kind {
         LauncherKind::Local => "start the workers from the driver's own executable",
         LauncherKind::Ssh => {
             "that host ran another binary than the driver's: point the profile's cluster.binary at the driver's \
@@ -533,6 +535,10 @@ fn other_build_advice(kind: crate::cluster::profile::LauncherKind) -> &'static s
             "the allocation's nodes ran another leapgnn than the driver's: put the driver's own build, at the same \
              path, on every node of the allocation (or run the driver from the binary the nodes have)"
         }
+    };
+    match crate::other_device_features(build, "the worker") {
+        Some(features) => format!("{features}; then {advice}"),
+        None => advice.into(),
     }
 }
 
@@ -570,6 +576,7 @@ fn admit(
                     while procs[rank].try_exit_code().is_none() && Instant::now() < told {
                         std::thread::sleep(ACCEPT_POLL);
                     }
+                    let advice = other_build_advice(&build, launcher.kind());
                     break 'admit Err(DriverError::OtherBuild {
                         rank,
                         other: Box::new(OtherBuild {
@@ -577,7 +584,7 @@ fn admit(
                             from,
                             worker: build,
                             driver: crate::BUILD_ID.into(),
-                            advice: other_build_advice(launcher.kind()),
+                            advice,
                         }),
                     });
                 }
@@ -674,11 +681,14 @@ fn handshake(
                 c.encrypt(job_key::control_keys(token, Side::Driver, rank, &hello.nonce, &nonce));
             }
             if hello.version != crate::BUILD_ID {
-                let why = format!(
+                let mut why = format!(
                     "it runs leapgnn build {}, the driver build {}: every worker must run the driver's own build",
                     hello.version,
                     crate::BUILD_ID
                 );
+                if let Some(features) = crate::other_device_features(&hello.version, "this worker") {
+                    why = format!("{why} ({features})");
+                }
                 let _ = c.send(&ToWorker::Refused(why));
                 // The worker sends its mesh address unasked; closing with it unread would
                 // reset the connection, and the reset could discard the refusal unread.

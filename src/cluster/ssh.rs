@@ -261,11 +261,14 @@ fn remote_build(sess: &Session, host: &str, binary: &Path) -> Result<String, Ssh
     }
     let got = last_line(&out, host, binary, "build-id")?;
     if got != crate::BUILD_ID {
+        let features =
+            crate::other_device_features(&got, "the host's binary").map_or(String::new(), |f| format!("; {f}"));
         return Err(SshError::OtherBuild {
             host: host.into(),
             binary: binary.into(),
             got,
             want: crate::BUILD_ID.into(),
+            features,
         });
     }
     Ok(got)

@@ -61,10 +61,17 @@ pub enum SshError {
     Version { host: String, binary: PathBuf, got: String, want: String },
     #[error(
         "host {host}: {binary} is leapgnn build {got} but the driver is build {want}: workers must run the \
-         driver's own build (set cluster.binary to a build of the driver's sources, or leave it unset to ship \
-         this one)"
+         driver's own build{features} (set cluster.binary to a build of the driver's sources, or leave it unset to \
+         ship this one)"
     )]
-    OtherBuild { host: String, binary: PathBuf, got: String, want: String },
+    OtherBuild {
+        host: String,
+        binary: PathBuf,
+        got: String,
+        want: String,
+        /// `crate::other_device_features`, as `; ...`, when only those differ; else empty.
+        features: String,
+    },
     #[error(
         "host {host}: {binary} is {version} but a build older than the driver's {want} (it has no `build-id` \
          command): workers must run the driver's own build (set cluster.binary to a build of the driver's \
