@@ -395,6 +395,12 @@ fn report(s: &RunSummary, dir: &std::path::Path) {
         leapgnn::tui::fmt::loss(loss),
         dir.display()
     );
+    if s.rows.is_none() || s.bytes.is_none() {
+        leapgnn::elog!(
+            "run {}: rows and bytes unknown (null in summary.json): its final checkpoint holds no count of them",
+            s.run
+        );
+    }
     if let Some(n) = s.replica_checks {
         leapgnn::elog!(
             "--check-replicas: the {} replicas' weights were compared {n} times, identical every time",

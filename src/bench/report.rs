@@ -1,5 +1,5 @@
 use crate::BadInput;
-use crate::metrics::RunSummary;
+use crate::metrics::{Counted, RunSummary};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -59,7 +59,7 @@ const STRATEGY_ORDER: [&str; 5] = ["model-centric", "micrograph", "pregather", "
 pub fn load_runs(dir: &Path) -> Result<BenchReport, BadInput> {
     let entries = std::fs::read_dir(dir)
         .map_err(|e| BadInput::new(format!("cannot read the bench directory {}: {e}", dir.display())))?;
-    let mut runs: Vec<(String, Option<String>, RunSummary)> = Vec::new();
+    let mut runs: Vec<(String, Option<String>, RunSummary, Counted)> = Vec::new();
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         let Some(file_stem) = name.strip_prefix("run-").and_then(|s| s.strip_suffix(".json")) else { continue };
@@ -73,6 +73,14 @@ pub fn load_runs(dir: &Path) -> Result<BenchReport, BadInput> {
         let mut s: RunSummary = serde_json::from_str(&text)
             .map_err(|e| BadInput::new(format!("{} is not a `train --json` summary: {e}", path.display())))?;
         check_epoch_seconds(&path, &s.epoch_seconds)?;
+        let Some(counts) = s.rows.zip(s.bytes.clone()) else {
+            return Err(BadInput::new(format!(
+                "{}: the run's rows and bytes are unknown (its summary was taken from a final checkpoint that an \
+                 older leapgnn wrote without them), so the report has nothing to compare; train it again, or move \
+                 the file out of the bench directory",
+                path.display()
+            )));
+        };
         // The full-graph engine's default strategy is graph parallelism, which the bench names `full-graph`.
         if s.mode.as_deref() == Some("full-graph") && s.strategy == "model-centric" {
             s.strategy = "full-graph".into();
@@ -84,7 +92,7 @@ pub fn load_runs(dir: &Path) -> Result<BenchReport, BadInput> {
                 s.strategy
             ))
         })?;
-        runs.push((rate.to_string(), variant, s));
+        runs.push((rate.to_string(), variant, s, counts));
     }
     let train_features = |rate: &str, variant: &Option<String>, s: &RunSummary| -> Result<Option<f64>, BadInput> {
         let at = variant.as_ref().map_or(String::new(), |v| format!("@{v}"));
@@ -123,14 +131,14 @@ pub fn load_runs(dir: &Path) -> Result<BenchReport, BadInput> {
         ))
     });
     let mut baseline: BTreeMap<String, f64> = BTreeMap::new();
-    for (rate, variant, s) in &runs {
+    for (rate, variant, s, _) in &runs {
         if s.strategy == "model-centric" && variant.is_none() {
             baseline.insert(rate.clone(), mean(&s.epoch_seconds));
         }
     }
     let rows = runs
         .iter()
-        .map(|(rate, variant, s)| {
+        .map(|(rate, variant, s, (rows, bytes))| {
             let train_features_per_epoch = train_features(rate, variant, s)?;
             let secs = mean(&s.epoch_seconds);
             let epochs = s.epochs.max(1) as f64;
@@ -141,12 +149,12 @@ pub fn load_runs(dir: &Path) -> Result<BenchReport, BadInput> {
                 prefetch: s.prefetch,
                 epoch_seconds: secs,
                 speedup: baseline.get(rate).filter(|_| secs > 0.0).map(|b| b / secs),
-                features_per_epoch: s.bytes.total.features as f64 / epochs,
+                features_per_epoch: bytes.total.features as f64 / epochs,
                 train_features_per_epoch,
-                gradients_per_epoch: s.bytes.total.gradients as f64 / epochs,
-                migration_per_epoch: s.bytes.total.migration as f64 / epochs,
-                activations_per_epoch: s.bytes.total.activations as f64 / epochs,
-                miss_rate: s.rows.miss_rate(),
+                gradients_per_epoch: bytes.total.gradients as f64 / epochs,
+                migration_per_epoch: bytes.total.migration as f64 / epochs,
+                activations_per_epoch: bytes.total.activations as f64 / epochs,
+                miss_rate: rows.miss_rate(),
                 test_accuracy: s.test_accuracy,
                 time_steps: s.time_steps,
             })
@@ -270,11 +278,20 @@ impl BenchRow {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::EpochRecord;
+    use crate::metrics::{EpochRecord, RowCounts, RunBytes};
 
     fn summary(strategy: &str, secs: f64, features: u64) -> RunSummary {
-        let mut s = RunSummary { strategy: strategy.into(), dataset: "d".into(), workers: 4, ..Default::default() };
-        s.bytes.total.features = features;
+        let mut bytes = RunBytes::default();
+        bytes.total.features = features;
+        let (rows, bytes) = (Some(RowCounts::default()), Some(bytes));
+        let s = RunSummary {
+            strategy: strategy.into(),
+            dataset: "d".into(),
+            workers: 4,
+            rows,
+            bytes,
+            ..Default::default()
+        };
         let e =
             |epoch| EpochRecord { epoch, seconds: secs, test_accuracy: 0.5, val_accuracy: 0.5, ..Default::default() };
         s.from_history(vec![e(0), e(1)])

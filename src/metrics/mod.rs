@@ -9,5 +9,5 @@ mod tensorboard;
 pub use record::{ByteCounts, RestartRecord, RowCounts, StepRecord, add_bytes, sub_bytes};
 pub use run_info::RunInfo;
 pub use sink::JsonlSink;
-pub use summary::{EpochRecord, RunBytes, RunSummary};
+pub use summary::{Counted, EpochRecord, RunBytes, RunSummary};
 pub use tensorboard::{EventWriter, TensorBoardLog};

@@ -36,11 +36,19 @@ pub struct RunSummary {
     #[serde(default)]
     pub final_loss: Option<f64>,
     pub epoch_seconds: Vec<f64>,
-    pub rows: RowCounts,
+    /// `None` (JSON null) when unknown: a finished run's summary taken from
+    /// a final checkpoint that an older version wrote without the run's
+    /// count. Zeros there would read as measured.
+    #[serde(default)]
+    pub rows: Option<RowCounts>,
     /// `rows.miss_rate()`, 0 for a run that requested no rows (the
-    /// full-graph engine): a number, as scripts read it (CLI.md).
-    pub miss_rate: f64,
-    pub bytes: RunBytes,
+    /// full-graph engine): a number, as scripts read it (CLI.md); null
+    /// where `rows` is.
+    #[serde(default)]
+    pub miss_rate: Option<f64>,
+    /// Unknown (null) where `rows` is.
+    #[serde(default)]
+    pub bytes: Option<RunBytes>,
     pub time_steps: u32,
     pub best_epoch: u64,
     pub dataset: String,
@@ -61,6 +69,9 @@ pub struct RunSummary {
     #[serde(default)]
     pub prefetch: bool,
 }
+
+/// A run's rows and bytes, as a summary holds them where they are known.
+pub type Counted = (RowCounts, RunBytes);
 
 /// Bytes that crossed a socket between processes, summed over the workers,
 /// for the whole run: totals by category (the contract's top-level fields),
@@ -107,7 +118,7 @@ impl RunSummary {
         self.final_loss = history.last().map(|e| e.loss);
         self.epoch_seconds = history.iter().map(|e| e.seconds).collect();
         self.epochs = history.len() as u64;
-        self.miss_rate = self.rows.miss_rate().unwrap_or(0.0);
+        self.miss_rate = self.rows.map(|r| r.miss_rate().unwrap_or(0.0));
         self.history = history;
         self
     }
@@ -126,12 +137,17 @@ mod tests {
             loss: 1.0 / (epoch + 1) as f64,
             ..Default::default()
         };
-        let s = RunSummary { rows: RowCounts { requested: 10, remote: 4, ..Default::default() }, ..Default::default() }
-            .from_history(vec![e(0, 0.5, 0.4), e(1, 0.8, 0.7), e(2, 0.8, 0.9), e(3, 0.6, 0.95)]);
+        let rows = Some(RowCounts { requested: 10, remote: 4, ..Default::default() });
+        let s = RunSummary { rows, ..Default::default() }.from_history(vec![
+            e(0, 0.5, 0.4),
+            e(1, 0.8, 0.7),
+            e(2, 0.8, 0.9),
+            e(3, 0.6, 0.95),
+        ]);
         assert_eq!((s.best_epoch, s.best_val_accuracy, s.test_accuracy), (1, Some(0.8), Some(0.7)));
         assert_eq!(s.final_loss, Some(0.25));
         assert_eq!(s.epochs, 4);
-        assert!((s.miss_rate - 0.4).abs() < 1e-12);
+        assert!(s.miss_rate.is_some_and(|m| (m - 0.4).abs() < 1e-12));
         // A run trained in stages (RETEXO): the last stage's best round, even below an earlier stage's.
         let staged = |epoch, val, test, layer| EpochRecord { layer: Some(layer), ..e(epoch, val, test) };
         let s = RunSummary::default().from_history(vec![
@@ -146,7 +162,12 @@ mod tests {
         let json = serde_json::to_value(&s).unwrap();
         assert!(json["test_accuracy"].is_null() && json["best_val_accuracy"].is_null(), "{json}");
         // No rows requested (full-graph): still a number for scripts, rows.requested says why.
+        let s = RunSummary { rows: Some(RowCounts::default()), ..Default::default() }.from_history(vec![]);
+        let json = serde_json::to_value(&s).unwrap();
         assert_eq!((json["miss_rate"].as_f64(), json["rows"]["requested"].as_u64()), (Some(0.0), Some(0)), "{json}");
+        // Counts unknown: null, not zeros that read as measured.
+        let json = serde_json::to_value(RunSummary::default().from_history(vec![])).unwrap();
+        assert!(["rows", "bytes", "miss_rate"].iter().all(|k| json[k].is_null()), "{json}");
     }
 
     #[test]

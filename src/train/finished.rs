@@ -7,19 +7,20 @@ use super::distributed::WorkerDone;
 use super::{Observer, ResumeOverrides, TrainConfig, TrainError};
 use crate::DataDir;
 use crate::format::write_atomic;
-use crate::metrics::{ByteCounts, EpochRecord, RowCounts, RunBytes, RunSummary, add_bytes};
+use crate::metrics::{ByteCounts, Counted, EpochRecord, RunBytes, RunSummary, add_bytes};
 use std::path::Path;
 
 /// The summary of run `name` as its checkpoint `p` (of config `cfg`) has
 /// it: its iterations, its epochs' records (losses, accuracies, times) and
-/// `counted`, its rows and bytes. What only the workers' final reports hold
-/// (their peak memory, the replica checks) is left out.
+/// `counted`, its rows and bytes (`None`: unknown). What only the workers'
+/// final reports hold (their peak memory, the replica checks) is left out.
 pub(crate) fn checkpoint_summary(
     name: &str,
     cfg: &TrainConfig,
     p: Progress,
-    (rows, bytes): (RowCounts, RunBytes),
+    counted: Option<Counted>,
 ) -> Result<RunSummary, TrainError> {
+    let (rows, bytes) = counted.unzip();
     let summary = RunSummary {
         run: name.to_string(),
         strategy: cfg.strategy.to_string(),
@@ -65,7 +66,9 @@ pub(crate) fn summary_before(run_dir: &Path, iteration: u64) -> Option<RunSummar
 /// the summary (`kill -9`, a crash, its node lost): the run had finished, so
 /// nothing is trained and no worker started; the summary is written from
 /// that checkpoint, which holds every epoch's records (so the accuracies:
-/// no evaluation is needed), with `counted` its rows and bytes. `None` when
+/// no evaluation is needed), with `counted` its rows and bytes (`None`, a
+/// checkpoint without the run's count, gives them as unknown, with a
+/// warning: zeros would read as measured). `None` when
 /// the run has its summary (refused as complete, as before; an earlier
 /// stop's is not it), has epochs left (or `--epochs` asks for more), or its
 /// checkpoint cannot be read (`resumable` says why).
@@ -74,7 +77,7 @@ pub(crate) fn write_missing_summary(
     run: &str,
     over: &ResumeOverrides,
     obs: &mut dyn Observer,
-    counted: &dyn Fn(&Path, &Progress) -> (RowCounts, RunBytes),
+    counted: &dyn Fn(&Path, &Progress) -> Option<Counted>,
 ) -> Result<Option<RunSummary>, TrainError> {
     let run_dir = data.run_dir(run);
     let Ok((cfg, mut p)) = checkpoint::load_config(&checkpoint::dir(&run_dir)) else { return Ok(None) };
@@ -87,6 +90,17 @@ pub(crate) fn write_missing_summary(
     let path = run_dir.join("summary.json");
     let iteration = p.global_iteration;
     let counts = counted(&run_dir, &p);
+    if counts.is_none() {
+        let msg = format!(
+            "run {run}: {} holds no count of the run's rows and bytes (an older leapgnn wrote it, or a run resumed \
+             from such a checkpoint), so its summary gives them as unknown (null); train the run again \
+             (`leapgnn train --config {} --run NEW_NAME` replays it) to measure them",
+            checkpoint::dir(&run_dir).join("state.json").display(),
+            run_dir.join("config.json").display()
+        );
+        tracing::warn!("{msg}");
+        obs.event(&msg);
+    }
     let reports = p.final_reports.take().filter(|_| cfg.workers > 1);
     let history = p.history.clone();
     let mut summary = checkpoint_summary(run, &cfg, p, counts)?;
@@ -117,7 +131,9 @@ fn with_reports(summary: &mut RunSummary, mut reports: Vec<FinalReport>, history
     for r in &reports {
         add_bytes(&mut uncounted, &r.uncounted);
     }
-    summary.bytes.add(&RunBytes::split(uncounted, ByteCounts::default()));
+    if let Some(bytes) = &mut summary.bytes {
+        bytes.add(&RunBytes::split(uncounted, ByteCounts::default()));
+    }
     summary.peak_rss_bytes = reports.iter().filter_map(|r| r.peak_rss_bytes).collect();
     let done = |r: FinalReport| {
         let (fetch, remote_fetches) = r.fetch.unwrap_or_default();

@@ -217,7 +217,7 @@ pub fn resume(
 ) -> Result<RunSummary, TrainError> {
     let lock = lock_run(data, run, "--resume")?;
     // One process held every count: the checkpoint's own progress is the run's.
-    let counted = |_: &Path, p: &Progress| (p.rows, RunBytes::split(total_bytes(p), p.eval_bytes));
+    let counted = |_: &Path, p: &Progress| Some((p.rows, RunBytes::split(total_bytes(p), p.eval_bytes)));
     if let Some(summary) = finished::write_missing_summary(data, run, over, obs, &counted)? {
         return Ok(summary);
     }
@@ -467,8 +467,8 @@ fn execute(
         run: run.to_string(),
         strategy: cfg.strategy.to_string(),
         workers: cfg.workers,
-        rows: p.rows,
-        bytes: RunBytes::split(total_bytes(&p), p.eval_bytes),
+        rows: Some(p.rows),
+        bytes: Some(RunBytes::split(total_bytes(&p), p.eval_bytes)),
         time_steps: strategy.time_steps(),
         dataset: cfg.dataset.clone(),
         model: cfg.model.to_string(),

@@ -199,7 +199,8 @@ pub fn resume_distributed(
     obs: &mut dyn Observer,
 ) -> anyhow::Result<RunSummary> {
     let _lock = crate::train::lock_run(data, run, "--resume")?;
-    let counted = |run_dir: &Path, p: &Progress| before(run_dir, p).unwrap_or_default();
+    // Without a count it says itself that the finished run's counts are unknown.
+    let counted = |run_dir: &Path, p: &Progress| counted_before(run_dir, p);
     if let Some(summary) = crate::train::finished::write_missing_summary(data, run, over, obs, &counted)? {
         tidy_hosts(data, run, true, opts, obs);
         return Ok(summary);
@@ -494,7 +495,7 @@ fn stopped_before_restart(
     drop(JsonlSink::append_before(&path, (p.epoch, p.iteration))?);
     let counted = restarted_before(ledger, &run_dir, &p);
     let iteration = p.global_iteration;
-    let summary = crate::train::finished::checkpoint_summary(name, &cfg, p, counted)?;
+    let summary = crate::train::finished::checkpoint_summary(name, &cfg, p, Some(counted))?;
     let msg = format!(
         "run {name}: stopped on request before restarting it ({err:#}); the workers were not started again, and the \
          run ends at its checkpoint after iteration {iteration}"
@@ -641,6 +642,7 @@ fn execute(
         prefetch: cfg.prefetches(),
         ..Default::default()
     };
+    let mut rows = crate::metrics::RowCounts::default();
     let mut failure: Option<TrainError> = None;
     let mut stragglers = super::stragglers::Stragglers::default();
     let mut gate = super::epoch_gate::EpochGate::new(world);
@@ -714,7 +716,7 @@ fn execute(
                             obs.restart(&rec);
                         }
                         crate::train::trace_step(&r);
-                        summary.rows += r.rows;
+                        rows += r.rows;
                         ledger.step(&r);
                         stragglers.step(&r);
                         sink.write(&r).map_err(TrainError::from).and_then(|()| obs.step(&r))
@@ -795,9 +797,11 @@ fn execute(
         add_bytes(&mut total, &d.bytes.sent);
         add_bytes(&mut eval, &d.eval_bytes);
     }
-    summary.bytes = RunBytes::split(total, eval);
-    summary.bytes.add(&bytes_before);
-    summary.rows += rows_before;
+    let mut bytes = RunBytes::split(total, eval);
+    bytes.add(&bytes_before);
+    summary.bytes = Some(bytes);
+    rows += rows_before;
+    summary.rows = Some(rows);
     let mut by_rank: Vec<&WorkerDone> = done.iter().collect();
     by_rank.sort_by_key(|d| d.rank);
     summary.peak_rss_bytes = by_rank.iter().filter_map(|d| d.peak_rss_bytes).collect();
@@ -880,7 +884,7 @@ fn hand_on_epoch(
 /// the same stop resumed after its driver was killed.
 fn counted_before(run_dir: &Path, p: &Progress) -> Option<(crate::metrics::RowCounts, RunBytes)> {
     let Some(c) = p.run_counts else {
-        return crate::train::finished::summary_before(run_dir, p.global_iteration).map(|s| (s.rows, s.bytes));
+        return crate::train::finished::summary_before(run_dir, p.global_iteration).and_then(|s| s.rows.zip(s.bytes));
     };
     let mut total = c.train;
     add_bytes(&mut total, &c.eval);
