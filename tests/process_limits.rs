@@ -169,6 +169,39 @@ fn a_worker_refused_its_compute_threads_is_named_by_the_driver() {
     assert!(pool_refused.is_some(), "no limit refused a worker's compute threads (enough from {enough:?})");
 }
 
+/// Root in a user namespace made by an unprivileged user (`unshare -U -r`:
+/// uid 0 and every capability inside, the user's uid outside) was taken as
+/// exempt from RLIMIT_NPROC, which the kernel applies to it there: a thread
+/// refused under that limit was reported without naming it, and asked for
+/// again 6 times over 620 ms as if a kernel table might free. The limit is
+/// now named, at the first refusal.
+#[test]
+fn root_in_an_unprivileged_user_namespace_is_told_its_process_limit() {
+    let Some((tmp, uid)) = tiny_for_a_free_user(3) else { return };
+    let d = tmp.path();
+    let in_namespace = |args: &[&str]| {
+        let mut c = std::process::Command::new("timeout");
+        c.args(["300", "unshare", "-U", "-r", env!("CARGO_BIN_EXE_leapgnn"), "--data-dir"]).arg(d).args(args);
+        c
+    };
+    let roomy = limited(in_namespace(&["info", "tiny"]), d, uid, 64, 1);
+    if !roomy.status.success() {
+        let err = String::from_utf8_lossy(&roomy.stderr);
+        eprintln!("skipped: an unprivileged user cannot make a user namespace here: {err}");
+        return;
+    }
+    let out = limited(in_namespace(&["partition", "tiny", "--parts", "2"]), d, uid, 4, 8);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error: ")).collect();
+    assert_eq!(errors.len(), 1, "{err}");
+    for needle in ["cannot start thread leapgnn-", "(RLIMIT_NPROC, ulimit -u) of 4"] {
+        assert!(errors[0].contains(needle), "no `{needle}` in {err}");
+    }
+    assert!(!errors[0].contains(" times over "), "a refusal under the process's own limit was retried: {err}");
+}
+
 /// Whether a line of `err` gives the address space's advice for an OS's
 /// refusal (EAGAIN), which a process limit mostly is.
 fn misled(err: &str) -> bool {
@@ -187,7 +220,7 @@ fn tiny_for_a_free_user(slot: u32) -> Option<(tempfile::TempDir, u32)> {
     }
     let tmp = tempfile::tempdir().unwrap();
     write_tiny(tmp.path(), "tiny", Tiny::default());
-    let from = 64000 + (std::process::id() + slot * 500) % 1000;
+    let from = 64000 + (std::process::id() + slot * 333) % 1000;
     let uid = (from..from + 1000).find(|&u| processes_of(u) == 0).unwrap();
     let open = std::process::Command::new("chmod").arg("-R").arg("a+rwX").arg(tmp.path()).status().unwrap();
     assert!(open.success());
@@ -203,8 +236,18 @@ fn processes_of(uid: u32) -> usize {
 /// `leapgnn` run as user and group `uid`, whose processes and threads together
 /// may number `limit`, with `threads` compute threads per process.
 fn as_user(data: &std::path::Path, uid: u32, limit: u64, threads: usize, args: &[&str]) -> std::process::Output {
+    limited(bounded_command(data, args), data, uid, limit, threads)
+}
+
+/// `c` run as `as_user` runs leapgnn.
+fn limited(
+    mut c: std::process::Command,
+    data: &std::path::Path,
+    uid: u32,
+    limit: u64,
+    threads: usize,
+) -> std::process::Output {
     use std::os::unix::process::CommandExt;
-    let mut c = bounded_command(data, args);
     c.env("RAYON_NUM_THREADS", threads.to_string()).env("HOME", data);
     // SAFETY: between fork and exec the closure only calls setrlimit, setgroups,
     // setgid and setuid, all async-signal-safe, on values it owns; it allocates nothing.

@@ -91,16 +91,92 @@ fn a_thread_refused_as_many_times_as_the_retries_is_reported_as_retried() {
     assert_eq!(restarts, 0, "restarted into the same limit: {shown}");
 }
 
+/// Worker 1's compute threads do not fit its address-space limit (2000
+/// stacks in 400 MiB: `ThreadPoolError::NoRoom`, found before any is asked
+/// for). The driver received that as any worker's error, in text, and
+/// `--restarts 1` relaunched the job into the same limit. Now it is not
+/// restarted, and the error names worker 1, its host and its limit (not
+/// "this process's", which the driver printing it would be).
+#[test]
+fn a_worker_whose_threads_do_not_fit_its_address_space_is_named_and_not_restarted() {
+    let (run, restarts) = worker_1_under("export RAYON_NUM_THREADS=2000; exec prlimit --as=419430400 \"$bin\" \"$@\"");
+    let e = run.expect_err("worker 1 cannot start its compute threads");
+    let shown = format!("{e:#}");
+    assert_eq!(restarts, 0, "restarted into the same limit: {shown}");
+    let host = leapgnn::util::host_name();
+    for needle in [
+        format!("worker 1 on {host} cannot start 2000 compute thread(s): "),
+        "within worker 1's address-space limit (RLIMIT_AS) of 400 MiB".to_string(),
+        "prlimit --as".to_string(),
+        "a restart would meet the same limit".to_string(),
+    ] {
+        assert!(shown.contains(&needle), "no `{needle}` in {shown}");
+    }
+    assert!(!shown.contains("this process's"), "{shown}");
+    let typed = e.chain().find_map(|c| c.downcast_ref::<DriverError>());
+    assert!(matches!(typed, Some(DriverError::NoRoom { rank: 1, threads: 2000, .. })), "{shown}");
+}
+
+/// candle starts a pool of its own (its barrier pool: one thread fewer than
+/// CANDLE_NUM_THREADS, else than the compute threads) at its first large
+/// elementwise op, and unwraps a refused thread: worker 1, run as a user of
+/// its own whose process/thread limit (RLIMIT_NPROC, ulimit -u) of 12 left
+/// no room for candle's 15, panicked at its first backward ("failed to spawn
+/// candle barrier pool worker"), exited 101 and was restarted into the same
+/// limit. Every process now starts candle's pool with its own, before any
+/// work: the driver names worker 1, its host, candle's thread and the limit,
+/// and does not restart it.
+#[test]
+fn a_worker_refused_one_of_candles_threads_is_named_not_a_panic_and_not_restarted() {
+    // SAFETY: geteuid reads the process's credentials, nothing else.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: running worker 1 as another user needs root (CI runs as root)");
+        return;
+    }
+    // A uid that runs nothing, as the limit counts all of a user's threads.
+    let free = |u: &u32| {
+        let out = std::process::Command::new("pgrep").arg("-u").arg(u.to_string()).output().unwrap();
+        out.stdout.is_empty()
+    };
+    let uid = (65000 + std::process::id() % 300..65500).find(free).unwrap();
+    let setup = format!(
+        "export CANDLE_NUM_THREADS=32 RAYON_NUM_THREADS=8; exec setpriv --reuid {uid} --regid {uid} --clear-groups prlimit --nproc=24 \
+         \"$bin\" \"$@\""
+    );
+    let (run, restarts) = worker_1_under(&setup);
+    let e = run.expect_err("worker 1 cannot start candle's pool");
+    let shown = format!("{e:#}");
+    assert!(!shown.contains("panicked") && !shown.contains("code 101"), "{shown}");
+    assert_eq!(restarts, 0, "restarted into the same limit: {shown}");
+    let host = leapgnn::util::host_name();
+    for needle in [
+        format!("worker 1 on {host} cannot start thread candle-bp-"),
+        ": Resource temporarily unavailable (os error 11), within ".to_string(),
+        "(RLIMIT_NPROC, ulimit -u) of 24".to_string(),
+        "a restart would meet the same limit".to_string(),
+    ] {
+        assert!(shown.contains(&needle), "no `{needle}` in {shown}");
+    }
+}
+
 /// Trains 2 workers of cora with `--restarts 1`, worker 1 under the thread
 /// refusal hook `hook`; the run's outcome and the restarts it announced.
 fn refuse_worker_1(hook: &str) -> (anyhow::Result<()>, usize) {
+    // Rank 1 dials rank 0 on a thread of its own; only rank 1 is refused it.
+    worker_1_under(&format!("export {REFUSE_THREAD_TEST_VAR}='{hook}'"))
+}
+
+/// Trains 2 workers of cora with `--restarts 1`, worker 1 started after the
+/// shell lines `setup` (the binary is `$bin`); the run's outcome and the
+/// restarts it announced.
+fn worker_1_under(setup: &str) -> (anyhow::Result<()>, usize) {
     let tmp = cora();
     let d = tmp.path();
+    // Open to a worker run as another user.
+    let open = std::process::Command::new("chmod").arg("-R").arg("a+rwX").arg(d).status().unwrap();
+    assert!(open.success());
     let bin = env!("CARGO_BIN_EXE_leapgnn");
-    // Rank 1 dials rank 0 on a thread of its own; only rank 1 is refused it.
-    let body = format!(
-        "case \" $* \" in *' --rank 1 '*) export {REFUSE_THREAD_TEST_VAR}='{hook}' ;; esac\nexec '{bin}' \"$@\"\n"
-    );
+    let body = format!("bin='{bin}'\ncase \" $* \" in *' --rank 1 '*) {setup} ;; esac\nexec \"$bin\" \"$@\"\n");
     let launcher = wrapped(d, "refused.sh", &body);
     let interrupted = AtomicBool::new(false);
     let mut opts = local_options(&launcher, &interrupted);

@@ -72,8 +72,17 @@ pub enum ToDriver {
     /// host, its partition is another): a restart would be refused again.
     Refused(String),
     /// The worker's OS refused it a thread: a limit of its host, which a
-    /// restart there would meet again. Every other failure is `Error`.
+    /// restart there would meet again.
     ThreadRefused(ThreadRefused),
+    /// The worker's compute threads' stacks do not fit its address-space
+    /// limit (`ThreadPoolError::NoRoom`'s fields): found before any was
+    /// asked for, and a restart on `host` would find it again.
+    NoRoom {
+        host: String,
+        threads: usize,
+        why: String,
+        limit: u64,
+    },
 }
 
 /// A thread a worker's OS refused to start (`util::threads::SpawnError`),

@@ -68,17 +68,25 @@ pub enum DriverError {
     /// The OS of worker `rank`'s host refused it a thread: restarting it
     /// would meet the same limit, so `--restarts` does not.
     #[error(
-        "worker {rank} on {host} cannot start thread {thread}: {os_error}{retried}{limits}; raise the limit that is full on \
-         {host} (ulimit -u, prlimit --nproc; /proc/sys/kernel/threads-max or pid_max; the cgroup's pids.max; ulimit \
-         -v for the address space) or start fewer workers or threads (RAYON_NUM_THREADS) there: a restart would meet \
-         the same limit",
-        host = .refusal.host,
-        thread = .refusal.thread,
-        os_error = .refusal.os_error,
-        retried = crate::util::threads::retried(.refusal.attempts, .refusal.waited_ms),
-        limits = .refusal.limits.describe()
+        "worker {rank} on {host} {}: a restart would meet the same limit",
+        crate::util::threads::refusal(
+            &.refusal.thread,
+            &.refusal.os_error,
+            .refusal.attempts,
+            .refusal.waited_ms,
+            &.refusal.limits,
+            Some(.refusal.host.as_str())
+        ),
+        host = .refusal.host
     )]
     ThreadRefused { rank: usize, refusal: Box<ThreadRefused> },
+    /// Worker `rank`'s compute threads do not fit its address-space limit
+    /// (`ToDriver::NoRoom`): not restarted, as a refused thread is not.
+    #[error(
+        "worker {rank} on {host} {}: a restart would meet the same limit",
+        crate::util::threads::no_room(*.threads, .why, *.limit, Some(&format!("worker {rank}'s")))
+    )]
+    NoRoom { rank: usize, host: String, threads: usize, why: String, limit: u64 },
     /// Worker `rank` proved the job token but runs another build, whose
     /// messages the driver's may not parse: not restarted, it would be again.
     #[error(
@@ -146,6 +154,7 @@ impl DriverError {
             | DriverError::WorkerFailed { rank, .. }
             | DriverError::WorkerRefused { rank, .. }
             | DriverError::ThreadRefused { rank, .. }
+            | DriverError::NoRoom { rank, .. }
             | DriverError::OtherBuild { rank, .. }
             | DriverError::Silent { rank, .. }
             | DriverError::Unresponsive { rank, .. }
@@ -223,12 +232,7 @@ pub fn run_job_stoppable(
         c.set_read_timeout(Some(opts.start_timeout))?;
         match c.recv::<ToDriver>()? {
             ToDriver::Listening(a) => peers[rank] = a,
-            ToDriver::Error(message) => return Err(DriverError::WorkerFailed { rank, message }),
-            ToDriver::Refused(message) => return Err(DriverError::WorkerRefused { rank, message }),
-            ToDriver::ThreadRefused(refusal) => {
-                return Err(DriverError::ThreadRefused { rank, refusal: Box::new(refusal) });
-            }
-            other => return Err(unexpected(c, &other)),
+            other => return Err(failed(rank, &other).unwrap_or_else(|| unexpected(c, &other))),
         }
     }
     // Public: the mesh key is HKDF(token, salt), so the salt alone lets no one join.
@@ -299,19 +303,14 @@ pub fn run_job_stoppable(
                         done[rank] = Some(v);
                         answer
                     }
-                    ToDriver::Error(message) => {
-                        fault = Some(rank);
-                        break Err(DriverError::WorkerFailed { rank, message });
-                    }
-                    ToDriver::Refused(message) => {
-                        fault = Some(rank);
-                        break Err(DriverError::WorkerRefused { rank, message });
-                    }
-                    ToDriver::ThreadRefused(refusal) => {
-                        fault = Some(rank);
-                        break Err(DriverError::ThreadRefused { rank, refusal: Box::new(refusal) });
-                    }
                     ToDriver::Heartbeat | ToDriver::Hello(_) | ToDriver::Proof(_) | ToDriver::Listening(_) => None,
+                    report => match failed(rank, &report) {
+                        Some(e) => {
+                            fault = Some(rank);
+                            break Err(e);
+                        }
+                        None => None,
+                    },
                 };
                 // A worker that cannot be told will be noticed (closed or silent) below.
                 if let Some((to, msg)) = answer
@@ -424,7 +423,10 @@ fn settle(
     let deadline = Instant::now() + SETTLE_GRACE;
     let reported = matches!(
         err,
-        DriverError::WorkerFailed { .. } | DriverError::WorkerRefused { .. } | DriverError::ThreadRefused { .. }
+        DriverError::WorkerFailed { .. }
+            | DriverError::WorkerRefused { .. }
+            | DriverError::ThreadRefused { .. }
+            | DriverError::NoRoom { .. }
     );
     let mut spoke: Vec<bool> = done.iter().map(Option::is_some).collect();
     spoke[rank] = true;
@@ -449,7 +451,7 @@ fn settle(
                         spoke[r] = true;
                         let _ = on_event(Event::Done(r, v));
                     }
-                    ToDriver::Error(_) | ToDriver::Refused(_) => spoke[r] = true,
+                    ToDriver::Error(_) | ToDriver::Refused(_) | ToDriver::NoRoom { .. } => spoke[r] = true,
                     // The cause, when another worker's error came first: that is its echo.
                     ToDriver::ThreadRefused(refusal) => {
                         spoke[r] = true;
@@ -701,6 +703,17 @@ fn handshake(
         Ok(_) => Err(format!("it claimed to be worker {rank} but could not prove the job token")),
         Err(e) => Err(e.to_string()),
     }
+}
+
+/// The failure worker `rank` reported in `m`, if it reports one.
+fn failed(rank: usize, m: &ToDriver) -> Option<DriverError> {
+    Some(match m.clone() {
+        ToDriver::Error(message) => DriverError::WorkerFailed { rank, message },
+        ToDriver::Refused(message) => DriverError::WorkerRefused { rank, message },
+        ToDriver::ThreadRefused(refusal) => DriverError::ThreadRefused { rank, refusal: Box::new(refusal) },
+        ToDriver::NoRoom { host, threads, why, limit } => DriverError::NoRoom { rank, host, threads, why, limit },
+        _ => return None,
+    })
 }
 
 fn unexpected(c: &ControlConn, m: &ToDriver) -> DriverError {

@@ -44,15 +44,22 @@ pub fn relay_step_signals(
 
 /// What a worker tells the driver of its failure `e`, `line` being `e` in
 /// one line: a thread its OS refused (anywhere in `e`'s chain) as such, so
-/// that the driver names the limit and does not restart on it; bad input
+/// that the driver names the limit and does not restart on it, and compute
+/// threads that do not fit its address-space limit likewise; bad input
 /// (`error::is_bad_input`) as a refusal, which a restart would meet again;
 /// anything else as text.
 pub fn failure(e: &anyhow::Error, line: impl FnOnce(&anyhow::Error) -> String) -> ToDriver {
-    match e.chain().find_map(|c| c.downcast_ref::<crate::util::threads::SpawnError>()) {
-        Some(refused) => ToDriver::ThreadRefused(ThreadRefused::of(refused)),
-        None if e.chain().any(crate::error::is_bad_input) => ToDriver::Refused(line(e)),
-        None => ToDriver::Error(line(e)),
+    use crate::util::threads::{SpawnError, ThreadPoolError};
+    if let Some(refused) = e.chain().find_map(|c| c.downcast_ref::<SpawnError>()) {
+        return ToDriver::ThreadRefused(ThreadRefused::of(refused));
     }
+    if let Some(ThreadPoolError::NoRoom { threads, why, limit }) =
+        e.chain().find_map(|c| c.downcast_ref::<ThreadPoolError>())
+    {
+        let host = crate::util::host_name();
+        return ToDriver::NoRoom { host, threads: *threads, why: why.clone(), limit: *limit };
+    }
+    if e.chain().any(crate::error::is_bad_input) { ToDriver::Refused(line(e)) } else { ToDriver::Error(line(e)) }
 }
 
 /// Test hook: with `LEAPGNN_TEST_CLAIM_BUILD=ID` in its environment, a

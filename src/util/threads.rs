@@ -5,21 +5,33 @@
 pub enum ThreadPoolError {
     /// Their stacks would not fit in what is left of the address-space
     /// limit: found before any is asked for, as std would panic on it.
-    #[error(
-        "cannot start {threads} compute thread(s): {why}{limit}; raise the limit (ulimit -v, prlimit --as) or \
-         start fewer threads (RAYON_NUM_THREADS)"
-    )]
+    #[error("{}", no_room(*.threads, .why, *.limit, None))]
     NoRoom {
         threads: usize,
         /// The room the stacks need against the room left.
         why: String,
-        /// Where the room for their stacks went.
-        limit: String,
+        /// The address-space limit (RLIMIT_AS), in bytes.
+        limit: u64,
     },
     /// The OS refused one of them, as `spawn` reports any thread it refuses
     /// (which limit, and whether it was asked again).
     #[error(transparent)]
     Refused(SpawnError),
+}
+
+/// "cannot start N compute thread(s): WHY within WHOSE address-space limit
+/// ...; raise ...": `ThreadPoolError::NoRoom`'s line, of this process
+/// (`whose` None) or, as the driver names a worker's, of `whose` ("worker 1's").
+pub fn no_room(threads: usize, why: &str, limit: u64, whose: Option<&str>) -> String {
+    let (whose, there) = match whose {
+        Some(whose) => (whose, " there"),
+        None => ("this process's", ""),
+    };
+    format!(
+        "cannot start {threads} compute thread(s): {why} within {whose} address-space limit (RLIMIT_AS) of {} MiB; \
+         raise the limit (ulimit -v, prlimit --as) or start fewer threads (RAYON_NUM_THREADS){there}",
+        super::mib(limit)
+    )
 }
 
 /// The name of compute thread `i`, as a refusal names it.
@@ -35,13 +47,14 @@ fn thread_bytes() -> u64 {
     stack + (64 << 10)
 }
 
-/// Starts rayon's global pool now. Started lazily, at the first parallel
-/// loop, a pool that cannot start its threads (an address-space limit too
-/// tight for their stacks) panics in the middle of the job, after a partition
-/// may have been begun; here the process says so before it does anything.
-/// Under an address-space limit their room is checked first: with the space
-/// nearly spent, a thread whose stack was mapped could fail to map std's
-/// signal stack, which std answers with a panic of its own.
+/// Starts rayon's global pool now, and candle's own pool after it. Started
+/// lazily, at the first parallel loop, a pool that cannot start its threads
+/// (an address-space limit too tight for their stacks) panics in the middle
+/// of the job, after a partition may have been begun; here the process says
+/// so before it does anything. Under an address-space limit their room,
+/// both pools', is checked first: with the space nearly spent, a thread
+/// whose stack was mapped could fail to map std's signal stack, which std
+/// answers with a panic of its own.
 pub fn start_pool() -> Result<(), ThreadPoolError> {
     // RAYON_NUM_THREADS, else one per CPU, as rayon would; given to it, so the figure is the pool's.
     let threads = std::env::var("RAYON_NUM_THREADS")
@@ -49,17 +62,18 @@ pub fn start_pool() -> Result<(), ThreadPoolError> {
         .and_then(|v| v.parse().ok())
         .filter(|&n: &usize| n > 0)
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
+    let candle = candle_pool_threads();
     let limit = super::address_space_limit();
     let used = super::proc_kib("/proc/self/status", "VmSize:");
     if let (Some(limit), Some(used)) = (limit, used) {
-        let need = threads as u64 * thread_bytes();
+        let need = (threads + candle) as u64 * thread_bytes();
         if used.saturating_add(need) > limit {
+            let candles = if candle > 0 { format!(" and candle's {candle} pool thread(s)'") } else { String::new() };
             let why = format!(
-                "their stacks need about {} MiB of address space and {} MiB are left",
+                "their stacks{candles} need about {} MiB of address space and {} MiB are left",
                 super::mib(need),
                 limit.saturating_sub(used) >> 20
             );
-            let limit = format!(" within this process's address-space limit (RLIMIT_AS) of {} MiB", super::mib(limit));
             return Err(ThreadPoolError::NoRoom { threads, why, limit });
         }
     }
@@ -78,25 +92,103 @@ pub fn start_pool() -> Result<(), ThreadPoolError> {
         })
         .build_global();
     match (built, refused) {
-        (Ok(()), _) => Ok(()),
         (Err(_), Some(e)) => Err(ThreadPoolError::Refused(e)),
         // The other error is a pool already started (a library caller's),
         // which is what this asks for anyway.
-        (Err(_), None) => Ok(()),
+        (Ok(()), _) | (Err(_), None) => start_candle_pool().map_err(ThreadPoolError::Refused),
     }
+}
+
+/// The threads of candle's barrier pool (its elementwise ops'): one fewer
+/// than its compute threads, the calling thread being the last, which are
+/// CANDLE_NUM_THREADS, else RAYON_NUM_THREADS, else one per physical core.
+fn candle_pool_threads() -> usize {
+    std::env::var("CANDLE_NUM_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n: &usize| n > 0)
+        .unwrap_or_else(candle_core::utils::get_num_threads)
+        .saturating_sub(1)
+}
+
+thread_local! {
+    /// Set on the thread that starts candle's pool, while it does: where the
+    /// panic hook sends candle's panic at a refused thread.
+    static CANDLE_STARTER: std::cell::RefCell<Option<std::sync::mpsc::Sender<Result<(), String>>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Starts candle's barrier pool now, on a thread of its own. candle starts
+/// it at its first large elementwise op (in the middle of a backward) and
+/// panics at a thread the OS refuses. That panic is taken in the panic hook,
+/// before it unwinds: unwinding would free the pool's state under the threads
+/// it had already started. The starting thread stays parked in the hook for
+/// good, and its refusal is returned as any other thread's: candle's pool is
+/// then never ready (a first use would wait for ever), and the caller ends
+/// the process without computing. The refusal is not asked again, as candle
+/// cannot be asked twice.
+fn start_candle_pool() -> Result<(), SpawnError> {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let before = std::panic::take_hook();
+        // Stays: a thread parked in the hook holds std's lock on it, which a
+        // restore would wait for. Every other panic goes to the hook before.
+        std::panic::set_hook(Box::new(move |info| match CANDLE_STARTER.with(|s| s.borrow_mut().take()) {
+            Some(starter) => {
+                let _ = starter.send(Err(info.payload_as_str().unwrap_or("candle's pool panicked").to_string()));
+                loop {
+                    std::thread::park();
+                }
+            }
+            None => before(info),
+        }));
+    });
+    let (tx, rx) = std::sync::mpsc::channel();
+    spawn("leapgnn-candle-start", move || {
+        CANDLE_STARTER.with(|s| *s.borrow_mut() = Some(tx.clone()));
+        candle_core::utils::barrier_pool();
+        CANDLE_STARTER.with(|s| s.borrow_mut().take());
+        let _ = tx.send(Ok(()));
+    })?;
+    match rx.recv() {
+        Ok(Ok(())) | Err(_) => Ok(()),
+        Ok(Err(message)) => Err(SpawnError {
+            name: candle_thread_refused(),
+            limits: Box::new(ThreadLimits::read()),
+            attempts: 1,
+            waited_ms: 0,
+            source: os_error_in(&message),
+        }),
+    }
+}
+
+/// The name of the candle pool thread a refusal stopped at: the one after
+/// those that started (candle names them `candle-bp-N` from 0).
+fn candle_thread_refused() -> String {
+    let started = std::fs::read_dir("/proc/self/task")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.starts_with("candle-bp-")))
+        .count();
+    format!("candle-bp-{started}")
+}
+
+/// The OS error in a panic message that quotes one as `io::Error`'s Debug
+/// does (`...: Os { code: 11, kind: WouldBlock, ... }`), else the message.
+fn os_error_in(message: &str) -> std::io::Error {
+    let code = message.split_once("Os { code: ").and_then(|(_, rest)| {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        rest[..digits].parse().ok()
+    });
+    code.map_or_else(|| std::io::Error::other(message.to_string()), std::io::Error::from_raw_os_error)
 }
 
 /// A thread the OS refused to start (EAGAIN: the user's process/thread limit,
 /// the kernel's threads-max or pid_max, a cgroup's pids.max, or no address
 /// space left for its stack), every time `spawn` asked within its retries.
 #[derive(Debug, thiserror::Error)]
-#[error(
-    "cannot start thread {name}: {source}{retried}{limits}; raise the limit that is full (ulimit -u, prlimit \
-     --nproc; /proc/sys/kernel/threads-max or pid_max; the cgroup's pids.max; ulimit -v, prlimit --as for the \
-     address space), or start fewer workers or threads (RAYON_NUM_THREADS) on this host",
-    retried = retried(*.attempts, *.waited_ms),
-    limits = .limits.describe()
-)]
+#[error("{}", refusal(.name, .source, *.attempts, *.waited_ms, .limits, None))]
 pub struct SpawnError {
     name: String,
     /// The limits in force, for the operator to compare with what runs
@@ -109,9 +201,32 @@ pub struct SpawnError {
     source: std::io::Error,
 }
 
-/// ", refused N times over M ms" when a refusal was retried, as the driver
-/// also quotes it for a worker's.
-pub fn retried(attempts: u32, waited_ms: u64) -> String {
+/// "cannot start thread NAME: OS ERROR, within LIMITS; raise ..., or start
+/// fewer ...": a refusal, the limits in force and what to change, on `host`
+/// (a worker's, as the driver names its refusal) or on this one (None).
+pub fn refusal(
+    name: &str,
+    os_error: &dyn std::fmt::Display,
+    attempts: u32,
+    waited_ms: u64,
+    limits: &ThreadLimits,
+    host: Option<&str>,
+) -> String {
+    let (on, there) = match host {
+        Some(host) => (format!(" on {host}"), "there"),
+        None => (String::new(), "on this host"),
+    };
+    format!(
+        "cannot start thread {name}: {os_error}{}{}; raise the limit that is full{on} (ulimit -u, prlimit --nproc; \
+         /proc/sys/kernel/threads-max or pid_max; the cgroup's pids.max; ulimit -v, prlimit --as for the address \
+         space), or start fewer workers or threads (RAYON_NUM_THREADS) {there}",
+        retried(attempts, waited_ms),
+        limits.describe()
+    )
+}
+
+/// ", refused N times over M ms" when a refusal was retried.
+fn retried(attempts: u32, waited_ms: u64) -> String {
     if attempts > 1 { format!(", refused {attempts} times over {waited_ms} ms") } else { String::new() }
 }
 
@@ -204,6 +319,7 @@ impl ThreadLimits {
                 // SAFETY: getuid only reads the process's credentials.
                 unsafe { libc::getuid() },
                 &std::fs::read_to_string("/proc/self/status").unwrap_or_default(),
+                &std::fs::read_to_string("/proc/self/uid_map").unwrap_or_default(),
             ),
             address_space_limit: super::address_space_limit(),
             threads_max: super::threads_max(),
@@ -277,12 +393,28 @@ impl ThreadLimits {
 }
 
 /// Whether the kernel exempts a process of real uid `uid` whose
-/// /proc/self/status is `status` from RLIMIT_NPROC: it does for the root
-/// user and for a holder of CAP_SYS_RESOURCE or CAP_SYS_ADMIN (fork.c's
-/// copy_process). Root in a user namespace is taken as root.
-fn process_limit_exempt(uid: libc::uid_t, status: &str) -> bool {
+/// /proc/self/status is `status` and /proc/self/uid_map `uid_map` from
+/// RLIMIT_NPROC: it exempts the root user and a holder of CAP_SYS_RESOURCE
+/// or CAP_SYS_ADMIN, both of the initial user namespace (fork.c's
+/// copy_process). In another namespace (a map other than the identity
+/// `0 0 4294967295`) its capabilities count for nothing, and its uid is the
+/// root user only where the map makes it uid 0 outside (`unshare -U -r` run
+/// by root); rootless containers map their root to a user's uid.
+fn process_limit_exempt(uid: libc::uid_t, status: &str, uid_map: &str) -> bool {
     const CAP_SYS_ADMIN: u32 = 21;
     const CAP_SYS_RESOURCE: u32 = 24;
+    let maps = uid_map.lines().filter_map(|l| {
+        let mut n = l.split_whitespace().map(|f| f.parse::<u64>().ok());
+        Some((n.next()??, n.next()??, n.next()??))
+    });
+    // No map read (no user namespaces in this kernel): the initial namespace.
+    let initial = uid_map.trim().is_empty() || maps.clone().eq([(0, 0, u64::from(u32::MAX))]);
+    if !initial {
+        let uid = u64::from(uid);
+        return maps.into_iter().any(|(inside, outside, count)| {
+            (inside..inside.saturating_add(count)).contains(&uid) && outside + (uid - inside) == 0
+        });
+    }
     let caps =
         status.lines().find_map(|l| l.strip_prefix("CapEff:")).and_then(|c| u64::from_str_radix(c.trim(), 16).ok());
     uid == 0 || caps.is_some_and(|c| c & (1 << CAP_SYS_ADMIN | 1 << CAP_SYS_RESOURCE) != 0)
@@ -551,11 +683,39 @@ mod tests {
         let root = ThreadLimits { process_limit_exempt: true, ..user.clone() };
         assert_eq!(root.describe(), "");
         let status = |caps: &str| format!("Name:\tleapgnn\nCapInh:\t0000000000000000\nCapEff:\t{caps}\n");
-        assert!(process_limit_exempt(0, &status("0000000000000000")), "root's real uid");
-        assert!(!process_limit_exempt(1000, &status("0000000000000000")));
-        assert!(process_limit_exempt(1000, &status("0000000001000000")), "CAP_SYS_RESOURCE");
-        assert!(process_limit_exempt(1000, &status("0000000000200000")), "CAP_SYS_ADMIN");
-        assert!(!process_limit_exempt(1000, &status("0000000000000400")), "CAP_NET_BIND_SERVICE");
+        let initial = "         0          0 4294967295\n";
+        assert!(process_limit_exempt(0, &status("0000000000000000"), initial), "root's real uid");
+        assert!(!process_limit_exempt(1000, &status("0000000000000000"), initial));
+        assert!(process_limit_exempt(1000, &status("0000000001000000"), initial), "CAP_SYS_RESOURCE");
+        assert!(process_limit_exempt(1000, &status("0000000000200000"), initial), "CAP_SYS_ADMIN");
+        assert!(!process_limit_exempt(1000, &status("0000000000000400"), initial), "CAP_NET_BIND_SERVICE");
+        assert!(process_limit_exempt(0, &status("0000000000000000"), ""), "no user namespaces: the initial one");
+    }
+
+    /// Root in a user namespace was taken as exempt from RLIMIT_NPROC: the
+    /// kernel exempts only the initial namespace's root user and holders of
+    /// its capabilities. A rootless container's root (uid 0 inside, a
+    /// user's uid outside, every capability inside) is now held to the
+    /// limit; `unshare -U -r` run by root maps root to root, which is exempt.
+    #[test]
+    fn root_in_a_user_namespace_is_held_to_rlimit_nproc_unless_it_is_roots() {
+        let all_caps = "Name:\tleapgnn\nCapEff:\t000001ffffffffff\n";
+        let rootless = "         0       1000          1\n         1     100000      65536\n";
+        assert!(!process_limit_exempt(0, all_caps, rootless), "root inside, uid 1000 outside");
+        assert!(!process_limit_exempt(1, all_caps, rootless), "uid 1 inside, 100000 outside");
+        assert!(!process_limit_exempt(5, all_caps, "         0     100000      65536\n"), "a remapped uid 5");
+        assert!(process_limit_exempt(0, all_caps, "         0          0          1\n"), "root mapped to root");
+    }
+
+    /// candle panics at a thread the OS refuses with the io::Error's Debug
+    /// in its message: the refusal reported is that error.
+    #[test]
+    fn the_os_error_in_candles_panic_is_the_one_refused() {
+        let refused = std::io::Error::from_raw_os_error(libc::EAGAIN);
+        let message = format!("failed to spawn candle barrier pool worker: {refused:?}");
+        assert_eq!(os_error_in(&message).raw_os_error(), Some(libc::EAGAIN), "{message}");
+        assert_eq!(os_error_in(&message).to_string(), refused.to_string());
+        assert_eq!(os_error_in("no error quoted").to_string(), "no error quoted");
     }
 
     /// "(N threads on the host)" followed both threads-max and pid_max,

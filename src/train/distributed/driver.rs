@@ -330,7 +330,7 @@ fn recover(
                     | DriverError::StartTimeout { .. }
                     // A relaunch that cannot reach a host yet (it reboots, its
                     // sshd restarts) is one more failure to wait out, not the end.
-                    | DriverError::Launch { .. } // Not ThreadRefused: a relaunch meets the same limit on the same host.
+                    | DriverError::Launch { .. } // Not ThreadRefused nor NoRoom: a relaunch meets the same limit on the same host.
             )
         });
         if !worker_lost || opts.interrupted.load(Ordering::SeqCst) {
