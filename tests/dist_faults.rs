@@ -440,6 +440,34 @@ fn skipping_checkpoints(d: &std::path::Path, run: &[&str], name: &str, holds: us
     stderr
 }
 
+/// Before the final checkpoint rank 0 waits for the driver to confirm it
+/// holds every worker's records, and waits again while it has not (a driver
+/// stopped, Ctrl-Z): each wait said "records sent" again, which the driver
+/// read and ignored. The driver is kept from listening (a test hold) until
+/// rank 0 has given up on two waits; each worker now says it once per
+/// checkpoint, and the run ends as usual.
+#[test]
+fn a_held_final_checkpoint_says_its_records_are_sent_once_per_worker() {
+    let tmp = cora();
+    let d = tmp.path();
+    let run = ["train", "cora", "--workers", "2", "--epochs", "1", "--batch-size", "64", "--fanout", "5,5"];
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_leapgnn"));
+    cmd.arg("--data-dir").arg(d).args(run).args(["--hidden", "16", "--no-tui", "--run", "held"]);
+    cmd.env("LEAPGNN_TEST_PAUSE", "records-due,records-unconfirmed,records-sent");
+    cmd.env("LEAPGNN_TEST_HELD_WAIT_MS", "500");
+    let mut drv = Driver::from_command(cmd.stdin(std::process::Stdio::piped()));
+    drv.wait_line(Duration::from_secs(60), |l| l == "test hold: records-due");
+    for _ in 0..2 {
+        drv.wait_line(Duration::from_secs(60), |l| l.contains("[worker 0] test point: records-unconfirmed"));
+    }
+    drop(drv.child.stdin.take());
+    let (code, stderr) = drv.wait_exit(Duration::from_secs(60));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("waiting again before this last checkpoint (3 of 10)"), "{stderr}");
+    let said = stderr.lines().filter(|l| *l == "test point: records-sent").count();
+    assert_eq!(said, 2, "one per worker: {stderr}");
+}
+
 /// Checks that run `name` ended with run `straight`'s weights, accuracy and
 /// iteration count; returns its summary.
 fn ended_as(d: &std::path::Path, name: &str, straight: &serde_json::Value) -> serde_json::Value {
@@ -991,12 +1019,14 @@ fn summary_written_by_resume(d: &std::path::Path) -> serde_json::Value {
 /// Cora with 2 workers) and `workers.json` and the peak memory were not
 /// written; the final checkpoint now carries every worker's final report,
 /// and with it both. A second `--resume` is refused, as for any run with
-/// its summary.
+/// its summary. The replica checks (`--check-replicas`) were left out (the
+/// summary had none, every worker 0 in `workers.json`): the reports now
+/// carry them too.
 #[test]
 fn a_finished_run_whose_driver_was_killed_before_its_summary_gets_it_from_its_final_checkpoint() {
     let tmp = cora();
     let d = tmp.path();
-    let mb = ["--epochs", "2", "--batch-size", "16", "--fanout", "5,5"];
+    let mb = ["--epochs", "2", "--batch-size", "16", "--fanout", "5,5", "--check-replicas", "4"];
     let retexo = ["--strategy", "retexo", "--layers", "2", "--rounds", "2"];
     let gnnpipe = ["--strategy", "gnnpipe", "--layers", "2", "--epochs", "2"];
     let full = ["--mode", "full-graph", "--layers", "2", "--epochs", "2"];
@@ -1008,8 +1038,14 @@ fn a_finished_run_whose_driver_was_killed_before_its_summary_gets_it_from_its_fi
         let records = std::fs::read(d.join("runs/killed/metrics.jsonl")).unwrap();
         let printed = summary_written_by_resume(d);
         assert!(std::fs::read(d.join("runs/killed/metrics.jsonl")).unwrap() == records, "{flags:?}: it trained");
-        for k in ["iterations", "epochs", "best_epoch", "test_accuracy", "best_val_accuracy", "final_loss", "rows"] {
+        let same = ["iterations", "epochs", "best_epoch", "test_accuracy", "best_val_accuracy", "final_loss", "rows"];
+        for k in same.into_iter().chain(["replica_checks"]) {
             assert_eq!(printed[k], straight[k], "{flags:?}: {k}");
+        }
+        let checks = |run: &str| dist_support::workers_json(d, run).into_iter().map(|w| w["replica_checks"].clone());
+        assert!(checks("killed").eq(checks("straight")), "{flags:?}: replica checks in workers.json");
+        if flags.contains(&"--check-replicas") {
+            assert!(straight["replica_checks"].as_u64().is_some_and(|n| n > 0), "{straight}");
         }
         assert!(printed["test_accuracy"].as_f64().is_some_and(|a| a > 0.0), "{printed}");
         println!("{flags:?}");

@@ -1,6 +1,7 @@
 //! Bytes that crossed a socket, per category and direction. Every frame is
 //! counted whole (header + payload), so the figures are what the network
-//! carried, not what the model asked for.
+//! carried, not what the model asked for; all but the goodbye a closing mesh
+//! sends, which no snapshot of its sender can hold (`mesh::send_loop`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -72,8 +72,7 @@ pub struct Progress {
 }
 
 /// A worker's final report (`distributed::WorkerDone`), less what its
-/// process learns after its final checkpoint or keeps outside the training
-/// loop (its replica checks).
+/// process learns after its final checkpoint.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct FinalReport {
     pub rank: usize,
@@ -90,6 +89,11 @@ pub struct FinalReport {
     pub fetch: Option<(crate::comm::FetchStats, u64)>,
     /// Its peak resident set size up to the final checkpoint.
     pub peak_rss_bytes: Option<u64>,
+    /// `--check-replicas`: the checks it passed (every one: they come before
+    /// iterations); `None` where the run asked for none, and in the reports
+    /// of versions before it, which then read as none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica_checks: Option<u64>,
 }
 
 /// Rows and bytes of a run as a restarted run counts them: every worker's

@@ -123,8 +123,8 @@ pub(crate) fn write_missing_summary(
 /// `summary`, taken from that checkpoint's count: the bytes the count
 /// leaves out (the last attempt's setup) and the workers' peak memory.
 /// Returns what the driver would have written to `workers.json`, each worker
-/// with the run's `history`, as rank 0's, and no replica checks (its process
-/// kept them).
+/// with the run's `history`, as rank 0's; the summary's replica checks are
+/// rank 0's, as the driver takes them.
 fn with_reports(summary: &mut RunSummary, mut reports: Vec<FinalReport>, history: Vec<EpochRecord>) -> Vec<WorkerDone> {
     reports.sort_by_key(|r| r.rank);
     let mut uncounted = ByteCounts::default();
@@ -135,6 +135,7 @@ fn with_reports(summary: &mut RunSummary, mut reports: Vec<FinalReport>, history
         bytes.add(&RunBytes::split(uncounted, ByteCounts::default()));
     }
     summary.peak_rss_bytes = reports.iter().filter_map(|r| r.peak_rss_bytes).collect();
+    summary.replica_checks = reports.first().and_then(|r| r.replica_checks);
     let done = |r: FinalReport| {
         let (fetch, remote_fetches) = r.fetch.unwrap_or_default();
         WorkerDone {
@@ -147,7 +148,7 @@ fn with_reports(summary: &mut RunSummary, mut reports: Vec<FinalReport>, history
             remote_fetches,
             time_steps: Some(summary.time_steps),
             peak_rss_bytes: r.peak_rss_bytes,
-            replica_checks: 0,
+            replica_checks: r.replica_checks.unwrap_or_default(),
         }
     };
     reports.into_iter().map(done).collect()

@@ -6,7 +6,7 @@
 use super::checkpoint::{self, Progress};
 use super::evaluate::{EvalRequest, evaluate};
 use super::strategy::{Iteration, StepSink, Strategy};
-use super::{Collective, FeatureSource, Observer, TrainConfig, TrainError, Worker};
+use super::{Collective, Observer, TrainConfig, TrainError, Worker};
 use crate::metrics::{EpochRecord, add_bytes, sub_bytes};
 use crate::optim::Optimizer;
 use crate::schedule::batches;
@@ -252,7 +252,7 @@ pub fn run_loop(
     // The final state (a periodic checkpoint at the last iteration predates the last evaluation).
     p.auto_steps = strategy.auto_state();
     // Every worker reaches here (a stop returned above on all of them alike).
-    gather_final_counts(coll, &mut p, &attempt, &Default::default(), w.features)?;
+    gather_final_counts(coll, &mut p, &attempt, &Default::default(), w)?;
     obs.before_checkpoint(p.global_iteration)?;
     save(&p, w, opt)?;
     obs.event("final checkpoint written");
@@ -376,8 +376,8 @@ fn gather_counts_less(
 /// to rank 0), left out of the count only: every run sends it once, at its
 /// end, so the resumed attempt's own stands for it and the run's totals keep it.
 /// Sets `p.run_counts` and `p.final_gather`, and on rank 0
-/// `p.final_reports`: every worker's final report as it stands here (`rows`:
-/// this worker's feature source), which a summary rebuilt from this
+/// `p.final_reports`: every worker's final report as it stands here (`w`:
+/// its fetches and replica checks), which a summary rebuilt from this
 /// checkpoint needs to equal the driver's (the setup the count leaves out,
 /// `workers.json`); sent after the count, and left out with it.
 pub(crate) fn gather_final_counts(
@@ -385,7 +385,7 @@ pub(crate) fn gather_final_counts(
     p: &mut Progress,
     start: &Attempt,
     state: &crate::metrics::ByteCounts,
-    rows: &dyn FeatureSource,
+    w: &Worker<'_>,
 ) -> Result<(), TrainError> {
     let before = coll.bytes();
     let mut counts = gather_counts_less(coll, p, start, state)?;
@@ -398,8 +398,9 @@ pub(crate) fn gather_final_counts(
         bytes: before,
         eval_bytes: sub_bytes(&p.eval_bytes, &start.progress.eval_bytes),
         uncounted: start.uncounted(state),
-        fetch: rows.fetched(),
+        fetch: w.features.fetched(),
         peak_rss_bytes: crate::util::peak_rss_bytes(),
+        replica_checks: w.replica_checks.map(|n| n.load(std::sync::atomic::Ordering::Relaxed)),
     };
     // Rank 0 writes the checkpoint: only it needs them.
     let mut out = vec![Vec::new(); coll.world()];

@@ -41,6 +41,9 @@ pub struct Worker<'d> {
     /// included, which then crosses the network at every pass); None: every
     /// column, and layer 0's halo rows are fetched once.
     pub(crate) halo_columns: Option<Vec<usize>>,
+    /// `--check-replicas`: the checks this worker passed so far, which its
+    /// final checkpoint's report carries; None where none are asked for.
+    pub replica_checks: Option<&'d std::sync::atomic::AtomicU64>,
     map: NodeMap,
 }
 
@@ -159,6 +162,7 @@ impl<'d> Worker<'d> {
             eval: EvalMode::Sampled,
             full: None,
             halo_columns: None,
+            replica_checks: None,
             map: NodeMap::new(data.graph.num_nodes()),
         }
     }

@@ -735,14 +735,18 @@ fn execute(
                         Ok(())
                     }
                     // Not confirmed if the records may not be on disk: rank 0 then fails its wait, naming it.
-                    Ok(Report::Sent { through }) => match checkpoints.sent(rank, through) {
-                        Some(n) => {
-                            // Tests: the driver away (Ctrl-Z) just as a checkpoint is due.
-                            crate::util::interrupt::test_hold("records-due");
-                            sink.sync().map(|()| answer = Some((0, ToWorker::Held(n)))).map_err(Into::into)
+                    Ok(Report::Sent { through }) => {
+                        // Tests: how many a checkpoint took.
+                        crate::util::interrupt::test_point("records-sent");
+                        match checkpoints.sent(rank, through) {
+                            Some(n) => {
+                                // Tests: the driver away (Ctrl-Z) just as a checkpoint is due.
+                                crate::util::interrupt::test_hold("records-due");
+                                sink.sync().map(|()| answer = Some((0, ToWorker::Held(n)))).map_err(Into::into)
+                            }
+                            None => Ok(()),
                         }
-                        None => Ok(()),
-                    },
+                    }
                     Err(e) => Err(BadInput::new(format!("worker {rank} sent a malformed metrics record: {e}")).into()),
                 },
                 Event::Log(rank, line) => {

@@ -6,7 +6,7 @@ use super::super::strategy::Iteration;
 use super::super::{TrainError, Worker};
 use crate::comm::{Category, Mesh};
 use crate::train::{read_u64_slots, u64_slots};
-use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// The training loop calls `before` ahead of every iteration
@@ -16,8 +16,9 @@ pub struct ReplicaCheck<'m> {
     pub mesh: &'m Mesh,
     pub every: u64,
     pub timeout: Duration,
-    /// Checks passed so far (reported in the run summary).
-    pub passed: Cell<u64>,
+    /// Checks passed so far (reported in the run summary, and in the final
+    /// checkpoint through `Worker::replica_checks`).
+    pub passed: AtomicU64,
 }
 
 impl ReplicaCheck<'_> {
@@ -25,7 +26,7 @@ impl ReplicaCheck<'_> {
     pub fn before(&self, w: &Worker<'_>, it: &Iteration<'_>) -> Result<(), TrainError> {
         if self.every > 0 && it.global_index.is_multiple_of(self.every) {
             self.check(w, it)?;
-            self.passed.set(self.passed.get() + 1);
+            self.passed.fetch_add(1, Ordering::Relaxed);
         }
         Ok(())
     }

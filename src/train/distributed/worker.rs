@@ -108,6 +108,7 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
     mesh.broadcast_f32(0, &mut weights, Category::Control, timeout)?;
     params.set_flat(&weights)?;
 
+    let replicas = ReplicaCheck { mesh: &mesh, every: spec.check_replicas, timeout, passed: Default::default() };
     let data = GraphData { graph: ds.graph(), features: &rows, labels: ds.labels() };
     let mut worker =
         Worker::new((rank, world), data, (&cfg.fanouts, &cfg.eval_fanouts), cfg.seed, (model, params), device);
@@ -119,7 +120,7 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
     // p3 reads its column slice of every row from the archive this process already maps.
     worker.all_rows = Some(&ds);
     let mut strat = strategy::build(cfg.strategy, &env)?;
-    let replicas = ReplicaCheck { mesh: &mesh, every: spec.check_replicas, timeout, passed: Default::default() };
+    worker.replica_checks = (spec.check_replicas > 0).then_some(&replicas.passed);
     let check_replicas = |w: &Worker<'_>, it: &strategy::Iteration<'_>| replicas.before(w, it);
     let ck = checkpoint::dir(&spec.run_dir);
     let progress =
@@ -156,7 +157,7 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
         remote_fetches,
         time_steps: Some(strat.time_steps()),
         peak_rss_bytes: crate::util::peak_rss_bytes(),
-        replica_checks: replicas.passed.get(),
+        replica_checks: replicas.passed.load(std::sync::atomic::Ordering::Relaxed),
     };
     Ok(serde_json::to_value(done)?)
 }
@@ -245,20 +246,26 @@ impl Reporting<'_> {
         self.reporter.send(&ToDriver::Metrics(v)).map_err(|e| TrainError::Comm(e.into()))
     }
 
-    /// Says this worker's records through `through` are sent; rank 0 then
-    /// waits, `within` at most, for the driver's `Held`, which follows every
-    /// worker's `Sent`. Whether it came (the other ranks write no checkpoint).
+    /// Says this worker's records through `through` are sent (once per
+    /// checkpoint: the driver keeps what each worker said); rank 0 then
+    /// waits for the driver's `Held` (`held_again`).
     fn held(&self, through: u64, within: Duration) -> Result<bool, TrainError> {
         self.send(Report::Sent { through })?;
+        Ok(self.held_again(through, within))
+    }
+
+    /// Rank 0 waits, `within` at most, for the driver's `Held`, which follows
+    /// every worker's `Sent`. Whether it came (the other ranks write no checkpoint).
+    fn held_again(&self, through: u64, within: Duration) -> bool {
         if self.rank != 0 {
-            return Ok(true);
+            return true;
         }
         crate::util::interrupt::test_point("records-awaited");
         let held = self.reporter.wait_held(through, within);
         if !held {
             crate::util::interrupt::test_point("records-unconfirmed");
         }
-        Ok(held)
+        held
     }
 
     /// One wait for `Held`. Generously: a driver that is merely slow to write
@@ -288,7 +295,8 @@ impl Observer for Reporting<'_> {
     fn before_checkpoint(&mut self, through: u64) -> Result<(), TrainError> {
         let within = self.held_within();
         for tries in 1..=HELD_TRIES {
-            if self.held(through, within)? {
+            let held = if tries == 1 { self.held(through, within)? } else { self.held_again(through, within) };
+            if held {
                 return Ok(());
             }
             if tries < HELD_TRIES {

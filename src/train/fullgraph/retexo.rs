@@ -812,7 +812,7 @@ pub fn run(
     add_bytes(&mut p.bytes, &tail.sent);
     w.params.set_flat(&params.flat_values()?)?;
     // Every worker reaches here (a stop returned above on all of them alike).
-    crate::train::trainer::gather_final_counts(coll, &mut p, &attempt, &Default::default(), w.features)?;
+    crate::train::trainer::gather_final_counts(coll, &mut p, &attempt, &Default::default(), w)?;
     obs.before_checkpoint(p.global_iteration)?;
     if let Some(dir) = inp.checkpoint_dir {
         let fresh = cfg.optimizer.build(params.numel(), cfg.lr, cfg.weight_decay);

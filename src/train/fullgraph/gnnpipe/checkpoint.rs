@@ -107,7 +107,7 @@ impl Stage {
         let got = coll.all_to_all(out, Category::Control).map_err(TrainError::Comm)?;
         if last {
             let state = coll.bytes().since(&before).sent;
-            gather_final_counts(coll, p, attempt, &state, w.features)?;
+            gather_final_counts(coll, p, attempt, &state, w)?;
         } else {
             p.run_counts = gather_counts(coll, p, attempt)?;
         }
