@@ -28,6 +28,9 @@ struct Slurm {
     second: Option<Netns>,
 }
 
+/// The first line of every slurm.conf `Slurm` writes.
+const CLUSTER_NAME: &str = "ClusterName=leapgnntest";
+
 /// The second node's name in `start_two`'s slurm.conf.
 const NODE2: &str = "node2";
 
@@ -45,11 +48,43 @@ enum Nodes<'a> {
 /// A second host on this machine: a network namespace joined to the host by
 /// a veth pair, 10.213.X.1/24 on the host's side and 10.213.X.2/24 in the
 /// namespace. Only the network is its own: files, processes and munged's
-/// socket (a path) are shared. Deleted, with the pair, on drop.
+/// socket (a path) are shared. Deleted, with the pair, on drop; one whose
+/// test was killed (no drop) is deleted by the next `Netns::new` on this
+/// machine, which its name lets prove that test dead.
 struct Netns {
     name: String,
     host_if: String,
     net: u8,
+}
+
+/// Every `Netns` is named `leapgnn-slurm-X-PID-START`: X its net, PID and
+/// START the process that made it (its start time, in clock ticks after
+/// boot, tells a pid reused since from that process).
+const NETNS_PREFIX: &str = "leapgnn-slurm-";
+
+/// A process as its pid and start time: alive only while both still match.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Owner {
+    pid: u32,
+    start: u64,
+}
+
+impl Owner {
+    /// `pid`, while it runs (a zombie has finished: nothing it made is used).
+    fn of(pid: u32) -> Option<Owner> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // After the command's name (which may hold spaces and parentheses):
+        // field 3, the state, then field 22, the start time.
+        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        if fields.first() == Some(&"Z") {
+            return None;
+        }
+        Some(Owner { pid, start: fields.get(19)?.parse().ok()? })
+    }
+
+    fn alive(self) -> bool {
+        Owner::of(self.pid) == Some(self)
+    }
 }
 
 fn ip(args: &[&str]) -> Result<(), String> {
@@ -59,22 +94,31 @@ fn ip(args: &[&str]) -> Result<(), String> {
 
 impl Netns {
     /// The first free 10.213.X.0/24 from one the pid picks (tests of other
-    /// checkouts may hold some): `ip netns add` claims X, failing where
-    /// another holds it.
+    /// checkouts may hold some), after deleting those of killed tests.
     fn new() -> Netns {
+        Netns::remove_stale();
+        Netns::claim(Owner::of(std::process::id()).expect("this process runs"))
+    }
+
+    /// `new`, named for `owner`, without removing stale namespaces first.
+    /// The veth pair claims X: its host end's name is X's, and `ip link add`
+    /// fails where another process holds it.
+    fn claim(owner: Owner) -> Netns {
         let used = String::from_utf8(Command::new("ip").args(["-4", "-o", "addr"]).output().unwrap().stdout).unwrap();
-        let start = std::process::id() % 250;
+        let start = owner.pid % 250;
         for net in (0..250).map(|i| ((start + i) % 250 + 1) as u8) {
-            let name = format!("leapgnn-slurm-{net}");
-            if used.contains(&format!("10.213.{net}.")) || ip(&["netns", "add", &name]).is_err() {
+            let (host_if, peer) = (format!("lgs{net}h"), format!("lgs{net}n"));
+            if used.contains(&format!("10.213.{net}."))
+                || ip(&["link", "add", &host_if, "type", "veth", "peer", "name", &peer]).is_err()
+            {
                 continue;
             }
-            let ns = Netns { name, host_if: format!("lgs{net}h"), net };
-            let peer = format!("lgs{net}n");
+            let name = format!("{NETNS_PREFIX}{net}-{}-{}", owner.pid, owner.start);
+            let ns = Netns { name, host_if, net };
             let ns_ip = format!("{}/24", ns.ip(2));
             let host_ip = format!("{}/24", ns.ip(1));
             let n = ns.name.as_str();
-            let made = ip(&["link", "add", &ns.host_if, "type", "veth", "peer", "name", &peer])
+            let made = ip(&["netns", "add", n])
                 .and_then(|()| ip(&["link", "set", &peer, "netns", n]))
                 .and_then(|()| ip(&["addr", "add", &host_ip, "dev", &ns.host_if]))
                 .and_then(|()| ip(&["link", "set", &ns.host_if, "up"]))
@@ -87,6 +131,46 @@ impl Netns {
             return ns;
         }
         panic!("no free 10.213.X.0/24 for a network namespace:\n{used}");
+    }
+
+    /// Deletes every `Netns` whose maker is gone (a test killed before its
+    /// drop): first what still runs in it, which holds it and its veth pair
+    /// (node2's slurmd, its steps and tasks), and the rest of that cluster
+    /// (its processes name the same slurm.conf), then the pair and the name.
+    /// A live process's namespace, or a name of another shape, is left alone.
+    fn remove_stale() {
+        use std::os::unix::fs::MetadataExt;
+        let Ok(names) = std::fs::read_dir("/run/netns") else { return };
+        for name in names.filter_map(|e| e.ok()?.file_name().into_string().ok()) {
+            let Some((net, owner)) = Netns::parse(&name) else { continue };
+            if owner.alive() {
+                continue;
+            }
+            let Ok(ns) = std::fs::metadata(format!("/run/netns/{name}")) else { continue };
+            let inside: Vec<u32> = pids()
+                .filter(|p| {
+                    std::fs::metadata(format!("/proc/{p}/ns/net"))
+                        .is_ok_and(|m| (m.dev(), m.ino()) == (ns.dev(), ns.ino()))
+                })
+                .collect();
+            // Only a cluster of `Slurm`'s: a SLURM_CONF the killed test inherited
+            // (a real cluster's) names processes that are no test's to end.
+            let ours = |c: &PathBuf| std::fs::read_to_string(c).is_ok_and(|t| t.starts_with(CLUSTER_NAME));
+            let mut cluster: Vec<u32> =
+                inside.iter().filter_map(|&p| slurm_conf_of(p)).filter(ours).flat_map(|c| processes_of(&c)).collect();
+            cluster.extend(inside);
+            for pid in cluster {
+                let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).stderr(Stdio::null()).status();
+            }
+            drop(Netns { name, host_if: format!("lgs{net}h"), net });
+        }
+    }
+
+    /// X and the maker of a namespace named as `claim` names them.
+    fn parse(name: &str) -> Option<(u8, Owner)> {
+        let mut f = name.strip_prefix(NETNS_PREFIX)?.split('-');
+        let (net, pid, start) = (f.next()?.parse().ok()?, f.next()?.parse().ok()?, f.next()?.parse().ok()?);
+        f.next().is_none().then_some((net, Owner { pid, start }))
     }
 
     /// 10.213.X.`host`: 1 this host's side, 2 the namespace's.
@@ -114,6 +198,29 @@ fn have(cmd: &str) -> bool {
 
 fn munge_works() -> bool {
     Command::new("sh").arg("-c").arg("munge -n | unmunge").output().is_ok_and(|o| o.status.success())
+}
+
+/// Whether this machine can run a Slurm cluster (`Slurm::start_with`) and a
+/// `Netns`: false (after saying why) where it cannot; CI must not get there.
+fn can_run() -> bool {
+    let missing: Vec<_> = ["munged", "munge", "slurmctld", "slurmd", "sbatch", "scancel", "squeue", "ip", "nsenter"]
+        .into_iter()
+        .filter(|c| !have(c))
+        .collect();
+    let root = std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0).unwrap_or(false);
+    let why = if !missing.is_empty() {
+        format!("missing {missing:?} (apt-get install slurmctld slurmd slurm-client munge)")
+    } else if !root {
+        "not root (slurmd runs as root)".to_string()
+    } else {
+        String::new()
+    };
+    if why.is_empty() {
+        return true;
+    }
+    assert!(std::env::var_os("CI").is_none(), "CI must run the Slurm tests: {why}");
+    eprintln!("skipping: {why}");
+    false
 }
 
 fn until(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) {
@@ -155,23 +262,7 @@ impl Slurm {
     }
 
     fn start_with(nodes: Nodes, ports: [u16; 2]) -> Option<Slurm> {
-        let missing: Vec<_> =
-            ["munged", "munge", "slurmctld", "slurmd", "sbatch", "scancel", "squeue", "ip", "nsenter"]
-                .into_iter()
-                .filter(|c| !have(c))
-                .collect();
-        let root =
-            std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0).unwrap_or(false);
-        let why = if !missing.is_empty() {
-            format!("missing {missing:?} (apt-get install slurmctld slurmd slurm-client munge)")
-        } else if !root {
-            "not root (slurmd runs as root)".to_string()
-        } else {
-            String::new()
-        };
-        if !why.is_empty() {
-            assert!(std::env::var_os("CI").is_none(), "CI must run the Slurm tests: {why}");
-            eprintln!("skipping: {why}");
+        if !can_run() {
             return None;
         }
         let dir = tempfile::tempdir().unwrap();
@@ -198,7 +289,7 @@ impl Slurm {
         let partition = names.join(",");
         let conf = |[ctld, slurmd]: [u16; 2]| {
             format!(
-                "ClusterName=leapgnntest\nSlurmctldHost={host}({addr})\nSlurmctldPort={}\nSlurmdPort={}\n\
+                "{CLUSTER_NAME}\nSlurmctldHost={host}({addr})\nSlurmctldPort={}\nSlurmdPort={}\n\
              AuthType=auth/munge\nCredType=cred/munge\nProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n\
              JobAcctGatherType=jobacct_gather/none\nAccountingStorageType=accounting_storage/none\n\
              SelectType=select/cons_tres\nSelectTypeParameters=CR_Core\nStateSaveLocation={d}/state\n\
@@ -399,16 +490,20 @@ impl Drop for Slurm {
 /// The processes of the cluster whose slurm.conf is `conf` (its daemons,
 /// their steps, the tasks): the environment of each names it.
 fn processes_of(conf: &Path) -> Vec<u32> {
-    let var = [b"SLURM_CONF=".as_slice(), conf.as_os_str().as_encoded_bytes()].concat();
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .filter(|&pid: &u32| {
-            pid != std::process::id()
-                && std::fs::read(format!("/proc/{pid}/environ"))
-                    .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == var))
-        })
-        .collect()
+    pids().filter(|&pid| pid != std::process::id() && slurm_conf_of(pid).is_some_and(|c| c == conf)).collect()
+}
+
+/// The `SLURM_CONF` in the environment `pid` started with.
+fn slurm_conf_of(pid: u32) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    let conf = env.split(|&b| b == 0).find_map(|v| v.strip_prefix(b"SLURM_CONF="))?;
+    Some(PathBuf::from(std::ffi::OsStr::from_bytes(conf)))
+}
+
+/// Every process on this machine.
+fn pids() -> impl Iterator<Item = u32> {
+    std::fs::read_dir("/proc").unwrap().filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
 }
 
 /// A SlurmctldPort or SlurmdPort another socket took before the daemon bound
@@ -563,6 +658,11 @@ fn a_worker_on_another_node_trains_the_local_launchers_loss_curve() {
     let run = &JOB[..JOB.len() - 1];
     let script =
         slurm.script(d, "spread", &[run, &["--strategy", "model-centric", "--run", "spread", "--json"]].concat());
+    // Before the driver: a step of the job's tasks says where Slurm places each rank.
+    let placing = "srun --quiet sh -c 'echo \"slurm places rank $SLURM_PROCID on $SLURMD_NODENAME\"'\nexec ";
+    let job = std::fs::read_to_string(&script).unwrap();
+    assert!(job.contains("\nexec "), "{job}");
+    std::fs::write(&script, job.replacen("\nexec ", &format!("\n{placing}"), 1)).unwrap();
     let spread = ["--wait", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1"];
     let out = slurm.cmd("sbatch").args(spread).arg(&script).output().unwrap();
     let log = std::fs::read_to_string(d.join("spread.out")).unwrap_or_default();
@@ -573,6 +673,25 @@ fn a_worker_on_another_node_trains_the_local_launchers_loss_curve() {
     meshes.sort();
     let n = slurm.second.as_ref().unwrap();
     assert_eq!(meshes, [n.ip(1), n.ip(2)], "{log}");
+    // Each rank on the node Slurm places it on: its worker's mesh at that node's NodeAddr.
+    let mut placed: Vec<(usize, &str)> = log
+        .lines()
+        .filter_map(|l| {
+            let (rank, node) = l.strip_prefix("slurm places rank ")?.split_once(" on ")?;
+            Some((rank.parse().ok()?, node.trim()))
+        })
+        .collect();
+    placed.sort();
+    assert_eq!(placed.iter().map(|p| p.0).collect::<Vec<_>>(), [0, 1], "{log}");
+    for (rank, node) in placed {
+        let show = slurm.cmd("scontrol").args(["-o", "show", "node", node]).output().unwrap();
+        let addr = text(&show).split_whitespace().find_map(|w| w.strip_prefix("NodeAddr=")).map(String::from);
+        let mesh = log.lines().find_map(|l| {
+            let after = l.split_once(&format!("[worker {rank}] "))?.1;
+            after.split_once("mesh listening on ")?.1.split(':').next()
+        });
+        assert_eq!(mesh, addr.as_deref(), "rank {rank}, which Slurm places on {node}: {log}");
+    }
     json(d, &[&["train", "--workers", "2", "--no-tui", "--run", "local"][..], run].concat());
     let (s, l) = (curve(d, "spread"), curve(d, "local"));
     assert_eq!(s.len(), l.len(), "{log}");
@@ -799,6 +918,55 @@ fn a_slurm_dropped_with_a_job_running_leaves_nothing_behind() {
     let netns = String::from_utf8(Command::new("ip").args(["netns", "list"]).output().unwrap().stdout).unwrap();
     assert!(!netns.lines().any(|l| l.split_whitespace().next() == Some(&ns)), "{ns} is left: {netns}");
     assert!(ip(&["link", "show", &host_if]).is_err(), "{host_if} is left");
+}
+
+/// A test killed by SIGKILL never drops its `Netns`: the namespace, its
+/// veth pair and node2's slurmd in it are left. The next `Netns::new` on
+/// this machine deletes them (the name's maker is gone), and leaves alone the
+/// namespace of a test still running (another checkout's, say).
+#[test]
+fn a_killed_tests_network_namespace_goes_with_the_next_and_a_running_ones_stays() {
+    if !can_run() {
+        return;
+    }
+    /// Killed on drop: a failed assertion leaves no `sleep` behind.
+    struct Reaped(std::process::Child);
+    impl Drop for Reaped {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let running = |c: &std::process::Child| Owner::of(c.id()).expect("just started");
+    // The killed test: a process that ran and was reaped.
+    let mut killed = Command::new("sleep").arg("100000").spawn().unwrap();
+    let dead = running(&killed);
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+    let live = Reaped(Command::new("sleep").arg("100000").spawn().unwrap());
+    let (stale, kept) = (std::mem::ManuallyDrop::new(Netns::claim(dead)), Netns::claim(running(&live.0)));
+    // What the killed test left running in its namespace (its node2's slurmd);
+    // while it runs, deleting the name alone would leave the namespace and the pair.
+    let mut inside = Reaped(
+        Command::new("nsenter")
+            .arg(format!("--net=/run/netns/{}", stale.name))
+            .args(["sleep", "100000"])
+            .spawn()
+            .unwrap(),
+    );
+    let listed = || String::from_utf8(Command::new("ip").args(["netns", "list"]).output().unwrap().stdout).unwrap();
+    let has = |name: &str| listed().lines().any(|l| l.split_whitespace().next() == Some(name));
+    assert!(has(&stale.name) && has(&kept.name), "{}", listed());
+
+    let fresh = Netns::new();
+    assert!(!has(&stale.name), "{} is left: {}", stale.name, listed());
+    assert!(ip(&["link", "show", &stale.host_if]).is_err(), "{} is left", stale.host_if);
+    let st = inside.0.wait().unwrap();
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&st), Some(9), "what ran in {}: {st}", stale.name);
+    assert!(has(&kept.name), "{} of a running process was deleted: {}", kept.name, listed());
+    assert!(ip(&["link", "show", &kept.host_if]).is_ok(), "{} of a running process was deleted", kept.host_if);
+    assert_ne!(fresh.net, kept.net);
+    drop((fresh, kept, live));
 }
 
 /// `sbcast = true` over two nodes, `remote_dir` node-local on each (on
