@@ -409,6 +409,66 @@ fn retexo_varco_and_gnnpipe_over_ssh_match_local_workers_and_infer_scores_retexo
     sshd.stop();
 }
 
+/// GNNPipe over ssh with more than one chunk: the chunks the driver cut and
+/// stored go to the host beside the data, byte for byte, and the workers
+/// train from that copy, to the local run's losses and weights. The host
+/// shares this machine's files, so a worker reading the driver's path would
+/// pass too: a copy there whose sidecar still calls it current but whose
+/// bytes were damaged is not sent again, and fails the run naming it.
+#[test]
+fn gnnpipe_over_ssh_ships_its_chunks_and_the_workers_train_from_that_copy() {
+    let mut sshd = Sshd::start();
+    let profile = sshd.profile(2, "");
+    let p = profile.to_str().unwrap();
+    let tmp = cora();
+    let d = tmp.path();
+    let gnnpipe = [
+        "train",
+        "cora",
+        "--no-tui",
+        "--strategy",
+        "gnnpipe",
+        "--hidden",
+        "16",
+        "--layers",
+        "4",
+        "--chunks",
+        "3",
+        "--epochs",
+        "2",
+        "--seed",
+        "5",
+    ];
+    let local = json(d, &[&gnnpipe[..], &["--workers", "2", "--run", "local"]].concat());
+    let remote = json(d, &[&gnnpipe[..], &["--cluster", p, "--run", "ssh"]].concat());
+    let chunks = "cora/chunks/metis-3/manifest";
+    let (mine, theirs) = (d.join(chunks), sshd.remote.join("data").join(chunks));
+    assert!(std::fs::read(&mine).unwrap() == std::fs::read(&theirs).unwrap(), "the host's chunks differ");
+    let shipped = read_json(&d.join("runs/ssh/shipped.json"));
+    let sent =
+        shipped.as_array().unwrap().iter().filter(|s| s["sent"] == true && s["remote"] == theirs.to_str().unwrap());
+    assert_eq!(sent.count(), 1, "{shipped}");
+    assert_eq!(local["iterations"], remote["iterations"]);
+    curves_agree(&local, &remote, "gnnpipe");
+    assert_eq!(local["test_accuracy"], remote["test_accuracy"]);
+    let gap = weight_gap(d, "local", "ssh");
+    assert!(gap <= 1e-6, "final weights differ by {gap}");
+    sshd.assert_nothing_left();
+
+    // Damaged on the host alone, its size and sidecar unchanged: left there, and refused there.
+    let mut bytes = std::fs::read(&theirs).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&theirs, bytes).unwrap();
+    let out = leapgnn(d, &[&gnnpipe[..], &["--cluster", p, "--run", "damaged"]].concat());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "trained from the driver's chunks, not the host's: {err}");
+    assert!(err.contains(theirs.to_str().unwrap()), "the host's copy is not named: {err}");
+    assert!(std::fs::read(&mine).unwrap() != std::fs::read(&theirs).unwrap(), "sent again: {err}");
+    sshd.assert_nothing_left();
+    sshd.stop();
+}
+
 /// `cluster clean` over real leftovers (a `--keep-remote` run) and planted
 /// ones: a dry run lists and removes nothing; a run in progress here is left
 /// alone; a host's checkpoint newer than the driver's is copied back first;
