@@ -263,3 +263,71 @@ fn a_retexo_run_whose_driver_was_killed_over_ssh_resumes_from_its_stage() {
     assert!(final_weights(d, "cut") == final_weights(d, "straight"), "the resumed run ended elsewhere");
     sshd.stop();
 }
+
+/// Without shared files rank 0 writes the final checkpoint on its host, and
+/// the driver copies it back only after every worker's report: a driver
+/// killed between the two held an older copy, from which `--resume` trained
+/// the end of the run again. Now the resume takes rank 0's newer checkpoint
+/// and finds the run finished: nothing is trained, and the summary is the
+/// uninterrupted run's.
+#[test]
+fn a_driver_killed_after_the_final_checkpoint_over_ssh_resumes_from_rank_0s_newer_copy() {
+    let mut sshd = Sshd::start();
+    let pause = "[cluster.env]\nLEAPGNN_TEST_PAUSE = \"final-checkpoint-written\"\n";
+    let profile = sshd.profile(2, pause);
+    let tmp = cora();
+    let d = tmp.path();
+    // 270 iterations, periodic checkpoints after the 100th and 200th: the driver's copy is 70 behind the final one.
+    let run = [RUN, &["--epochs", "30", "--checkpoint-every", "100"]].concat();
+    let plain = sshd.profile(2, "");
+    let straight = json(d, &[&run[..], &["--cluster", plain.to_str().unwrap(), "--run", "straight"]].concat());
+    let mut drv = Driver::start(d, &[&run[..], &["--cluster", profile.to_str().unwrap(), "--run", "cut"]].concat());
+    let pids = remote_workers::<2>(&mut drv);
+    let iteration = |p: &std::path::Path| {
+        let state: Option<serde_json::Value> = std::fs::read(p).ok().and_then(|b| serde_json::from_slice(&b).ok());
+        state.and_then(|s| s["progress"]["global_iteration"].as_u64())
+    };
+    // Rank 1 is frozen (and rank 0 with it, at the next all-reduce) at the 200th's checkpoint
+    // until the driver has copied it back, so that a copy slowed by a loaded machine cannot read
+    // the final one instead. Rank 0 is not: it still has to announce the checkpoint.
+    let on_host = sshd.remote.join("data/runs/cut/checkpoint/state.json");
+    let copied = d.join("runs/cut/checkpoint/state.json");
+    let frozen_at = |p: &std::path::Path, what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while iteration(p) != Some(200) {
+            if Instant::now() >= deadline || iteration(p).is_some_and(|i| i > 200) {
+                for &pid in &pids {
+                    signal(pid, "KILL");
+                }
+                panic!("{what}: {:?}", iteration(p));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    frozen_at(&on_host, "rank 0 did not stop at its checkpoint after iteration 200");
+    signal(pids[1], "STOP");
+    frozen_at(&copied, "the driver did not copy the checkpoint after iteration 200 back");
+    signal(pids[1], "CONT");
+    drv.wait_line(Duration::from_secs(120), |l| l.contains("test pause: final-checkpoint-written"));
+    signal(drv.child.id(), "KILL");
+    let _ = drv.wait_exit(Duration::from_secs(10));
+    assert_eq!(wait_gone(&pids, Duration::from_secs(30)), Vec::<u32>::new(), "workers outlived their driver");
+    let (there, here) = (iteration(&on_host).unwrap(), iteration(&copied).unwrap());
+    assert!(there > here, "rank 0's checkpoint (after {there}) is not newer than the driver's (after {here})");
+    let metrics = std::fs::read(d.join("runs/cut/metrics.jsonl")).unwrap();
+    // A resume that trains (as one did) must end, not pause: its workers take the profile as it is now.
+    std::fs::write(&profile, std::fs::read_to_string(&profile).unwrap().replace(pause, "")).unwrap();
+    let mut resume = Driver::start(d, &["train", "--resume", "cut", "--no-tui"]);
+    let (code, stderr) = resume.wait_exit(Duration::from_secs(120));
+    assert_eq!(code, Some(0), "{stderr}");
+    let fetched = format!("newer checkpoint (after iteration {there}) than the driver's copy (after iteration {here})");
+    assert!(stderr.contains(&fetched) && stderr.contains("nothing was trained"), "{stderr}");
+    assert!(std::fs::read(d.join("runs/cut/metrics.jsonl")).unwrap() == metrics, "the resume trained again");
+    let resumed: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.join("runs/cut/summary.json")).unwrap()).unwrap();
+    for k in ["iterations", "final_loss", "test_accuracy", "epochs"] {
+        assert_eq!(resumed[k], straight[k], "{k}");
+    }
+    assert!(final_weights(d, "cut") == final_weights(d, "straight"), "the resumed run ended elsewhere");
+    sshd.stop();
+}

@@ -158,6 +158,11 @@ pub enum Cleaned {
 pub trait RemoteDir {
     /// The whole file `name` in this directory.
     fn read(&mut self, name: &str) -> anyhow::Result<Vec<u8>>;
+    /// `read`, or `None` when there is no file `name` (where the
+    /// directory can tell absence from a failure; else `read`'s error).
+    fn read_if_present(&mut self, name: &str) -> anyhow::Result<Option<Vec<u8>>> {
+        self.read(name).map(Some)
+    }
 }
 
 /// Linux signal numbers by name (the ones a worker may die of).

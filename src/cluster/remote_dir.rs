@@ -373,6 +373,13 @@ impl RemoteDir for SftpDir {
     fn read(&mut self, name: &str) -> anyhow::Result<Vec<u8>> {
         Ok(self.conn.read_file(&self.dir.join(name), MAX_FILE)?)
     }
+
+    fn read_if_present(&mut self, name: &str) -> anyhow::Result<Option<Vec<u8>>> {
+        if self.conn.lstat(&self.dir.join(name))?.is_none() {
+            return Ok(None);
+        }
+        self.read(name).map(Some)
+    }
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@ use candle_core::Device;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-const STATE: &str = "state.json";
+pub const STATE: &str = "state.json";
 const VERSION: u32 = 1;
 
 /// Where a run is and what it has done so far.

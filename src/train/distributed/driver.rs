@@ -201,6 +201,7 @@ pub fn resume_distributed(
     let _lock = crate::train::lock_run(data, run, "--resume")?;
     // Without a count it says itself that the finished run's counts are unknown.
     let counted = |run_dir: &Path, p: &Progress| counted_before(run_dir, p);
+    fetch_newer_checkpoint(opts.launcher, data, run, obs);
     if let Some(summary) = crate::train::finished::write_missing_summary(data, run, over, obs, &counted)? {
         tidy_hosts(data, run, true, opts, obs);
         return Ok(summary);
@@ -861,6 +862,47 @@ fn fetch_checkpoint(
         checkpoint::dir(run_dir).display()
     ));
     Ok(())
+}
+
+/// Without shared files, a driver killed after rank 0 wrote a checkpoint
+/// on its host and before it copied it back holds an older one (or none),
+/// and a resume from it would train again what rank 0's held: a final
+/// checkpoint even finishes the run. So the resume takes rank 0's when it is
+/// strictly newer, never an older one over the driver's. A host that has
+/// no checkpoint (its run directory was tidied) is no news; one that cannot
+/// be reached, or whose copy is refused, is said, and the resume goes on
+/// from the driver's copy, as a restart does.
+fn fetch_newer_checkpoint(launcher: &dyn Launcher, data: &DataDir, name: &str, obs: &mut dyn Observer) {
+    let run_dir = data.run_dir(name);
+    let ck = checkpoint::dir(&run_dir);
+    let here = checkpoint::load_config(&ck).ok().map(|(_, p)| p.global_iteration);
+    let fetched = (|| -> anyhow::Result<Option<Progress>> {
+        let remote = checkpoint::dir(&checkpoint_rel(launcher, data, &run_dir)?);
+        let Some(dir) = launcher.open_dir(0, &remote) else { return Ok(None) };
+        let what = || format!("cannot look for a newer checkpoint in {} on rank 0's host", remote.display());
+        let mut dir = dir.with_context(what)?;
+        let Some(state) = dir.read_if_present(checkpoint::STATE).with_context(what)? else { return Ok(None) };
+        let there = checkpoint::state_iteration(&state)
+            .map_err(|why| anyhow::anyhow!("its {} {why}", checkpoint::STATE))
+            .with_context(what)?;
+        if here.is_some_and(|h| h >= there) {
+            return Ok(None);
+        }
+        checkpoint::copy_into(&ck, &mut |file| dir.read(file)).with_context(what).map(Some)
+    })();
+    let msg = match fetched {
+        Ok(None) => return,
+        Ok(Some(p)) => format!(
+            "run {name}: rank 0's host held a newer checkpoint (after iteration {}) than the driver's copy ({}); \
+             fetched it into {}",
+            p.global_iteration,
+            here.map_or_else(|| "none".to_string(), |h| format!("after iteration {h}")),
+            ck.display()
+        ),
+        Err(e) => format!("{e:#}; the resume goes on from the driver's copy of the last checkpoint, if it has one"),
+    };
+    tracing::warn!("{msg}");
+    obs.event(&msg);
 }
 
 /// Rank 0's record of an epoch, once `EpochGate` lets it go: to the log,
