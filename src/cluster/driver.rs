@@ -707,11 +707,13 @@ fn handshake(
 
 /// The failure worker `rank` reported in `m`, if it reports one.
 fn failed(rank: usize, m: &ToDriver) -> Option<DriverError> {
-    Some(match m.clone() {
-        ToDriver::Error(message) => DriverError::WorkerFailed { rank, message },
-        ToDriver::Refused(message) => DriverError::WorkerRefused { rank, message },
-        ToDriver::ThreadRefused(refusal) => DriverError::ThreadRefused { rank, refusal: Box::new(refusal) },
-        ToDriver::NoRoom { host, threads, why, limit } => DriverError::NoRoom { rank, host, threads, why, limit },
+    Some(match m {
+        ToDriver::Error(message) => DriverError::WorkerFailed { rank, message: message.clone() },
+        ToDriver::Refused(message) => DriverError::WorkerRefused { rank, message: message.clone() },
+        ToDriver::ThreadRefused(refusal) => DriverError::ThreadRefused { rank, refusal: Box::new(refusal.clone()) },
+        ToDriver::NoRoom { host, threads, why, limit } => {
+            DriverError::NoRoom { rank, host: host.clone(), threads: *threads, why: why.clone(), limit: *limit }
+        }
         _ => return None,
     })
 }

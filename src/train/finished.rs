@@ -95,7 +95,7 @@ pub(crate) fn write_missing_summary(
             "run {run}: {} holds no count of the run's rows and bytes (an older leapgnn wrote it, or a run resumed \
              from such a checkpoint), so its summary gives them as unknown (null); train the run again \
              (`leapgnn train --config {} --run NEW_NAME` replays it) to measure them",
-            checkpoint::dir(&run_dir).join("state.json").display(),
+            checkpoint::dir(&run_dir).join(checkpoint::STATE).display(),
             run_dir.join("config.json").display()
         );
         tracing::warn!("{msg}");
