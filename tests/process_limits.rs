@@ -169,6 +169,48 @@ fn a_worker_refused_its_compute_threads_is_named_by_the_driver() {
     assert!(pool_refused.is_some(), "no limit refused a worker's compute threads (enough from {enough:?})");
 }
 
+/// The driver's own host refused it a thread (a worker's log reader) or a
+/// worker's process (fork's EAGAIN) under a limit no wait frees: CI's
+/// `--restarts 1` relaunched the run into the same limit, and won the race
+/// against the worker refusal the sweep above looks for. Now neither is
+/// restarted, and the line says why; the fork's refusal names the limits as
+/// a thread's does, and worker 0, already started, is stopped. A fork
+/// refused for a moment (a full kernel table) is asked for again and the
+/// run trains. (The test hook stands for the limit: RLIMIT_NPROC does not
+/// bind root, as CI runs.)
+#[test]
+fn a_thread_or_a_worker_process_the_drivers_host_refuses_is_not_restarted_into_the_same_limit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    write_tiny(d, "tiny", Tiny::default());
+    let args = ["train", "tiny", "--workers", "2", "--epochs", "1", "--no-tui", "--restarts", "1"];
+    let var = leapgnn::util::threads::REFUSE_THREAD_TEST_VAR;
+    for (refused, what) in [("leapgnn-log-1", "thread"), ("leapgnn-worker-1", "process")] {
+        let out = bounded_command(d, &args).env(var, refused).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(!err.contains("restart 1 of 1"), "restarted into the same limit: {err}");
+        let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error: ")).collect();
+        assert_eq!(errors.len(), 1, "{err}");
+        let refusal = format!("cannot start {what} {refused}: Resource temporarily unavailable (os error 11)");
+        for needle in [
+            "not restarted, as a restart on this host would meet the same limit: ",
+            "cannot start worker 1: ",
+            &refusal,
+            "the kernel's pid_max of ",
+            "or start fewer workers or threads (RAYON_NUM_THREADS) on this host",
+        ] {
+            assert!(errors[0].contains(needle), "no `{needle}` in {err}");
+        }
+        let left = std::process::Command::new("pgrep").arg("-f").arg(d).output().unwrap();
+        assert_eq!(String::from_utf8_lossy(&left.stdout), "", "workers left running after: {err}");
+    }
+    let out = bounded_command(d, &args).env(var, "leapgnn-worker-1:2").output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "a fork refused twice, then started, failed the run: {err}");
+    assert!(!err.contains("restart 1 of 1"), "{err}");
+}
+
 /// Root in a user namespace made by an unprivileged user (`unshare -U -r`:
 /// uid 0 and every capability inside, the user's uid outside) was taken as
 /// exempt from RLIMIT_NPROC, which the kernel applies to it there: a thread

@@ -70,6 +70,7 @@ pub enum DriverError {
     #[error(
         "worker {rank} on {host} {}: a restart would meet the same limit",
         crate::util::threads::refusal(
+            "thread",
             &.refusal.thread,
             &.refusal.os_error,
             .refusal.attempts,
@@ -120,7 +121,8 @@ pub enum DriverError {
         #[source]
         source: std::io::Error,
     },
-    #[error("cannot start worker {rank}: {source}")]
+    // The source is not in the line: `{:#}` adds its chain after it.
+    #[error("cannot start worker {rank}")]
     Launch {
         rank: usize,
         #[source]

@@ -70,8 +70,8 @@ impl Launcher for LocalLauncher {
             // Own process group: a terminal's Ctrl-C reaches the driver only, which
             // then stops the workers in order instead of them dying mid-write.
             .process_group(0);
-        let mut child =
-            cmd.spawn().with_context(|| format!("cannot start worker {} ({})", spec.rank, self.binary.display()))?;
+        let mut child = crate::util::threads::start_process(format!("leapgnn-worker-{}", spec.rank), || cmd.spawn())
+            .with_context(|| format!("cannot run {}", self.binary.display()))?;
         let mut stdin = child.stdin.take().expect("piped stdin");
         let stderr = child.stderr.take().expect("piped stderr");
         let rank = spec.rank;

@@ -473,7 +473,8 @@ impl Launcher for SlurmLauncher {
         if threads_preset().is_none() {
             cmd.env(THREADS_VAR, task_cpus().to_string());
         }
-        let mut child = cmd.spawn().map_err(|e| anyhow::anyhow!("cannot run srun for worker {}: {e}", spec.rank))?;
+        let mut child = crate::util::threads::start_process(format!("srun-{}", spec.rank), || cmd.spawn())
+            .map_err(|e| anyhow::Error::new(e).context(format!("cannot run srun for worker {}", spec.rank)))?;
         let mut stdin = child.stdin.take().expect("piped stdin");
         let stderr = child.stderr.take().expect("piped stderr");
         let (rank, log) = (spec.rank, self.log.clone());

@@ -152,13 +152,18 @@ fn start_candle_pool() -> Result<(), SpawnError> {
     })?;
     match rx.recv() {
         Ok(Ok(())) | Err(_) => Ok(()),
-        Ok(Err(message)) => Err(SpawnError {
-            name: candle_thread_refused(),
-            limits: Box::new(ThreadLimits::read()),
-            attempts: 1,
-            waited_ms: 0,
-            source: os_error_in(&message),
-        }),
+        Ok(Err(message)) => {
+            let (limits, source) = (ThreadLimits::read(), os_error_in(&message));
+            Err(SpawnError {
+                kind: Starting::Thread,
+                name: candle_thread_refused(),
+                lasting: source.raw_os_error() == Some(libc::EAGAIN) && !limits.refusal_may_clear(),
+                limits: Box::new(limits),
+                attempts: 1,
+                waited_ms: 0,
+                source,
+            })
+        }
     }
 }
 
@@ -188,9 +193,13 @@ fn os_error_in(message: &str) -> std::io::Error {
 /// the kernel's threads-max or pid_max, a cgroup's pids.max, or no address
 /// space left for its stack), every time `spawn` asked within its retries.
 #[derive(Debug, thiserror::Error)]
-#[error("{}", refusal(.name, .source, *.attempts, *.waited_ms, .limits, None))]
+#[error("{}", refusal(.kind.noun(), .name, .source, *.attempts, *.waited_ms, .limits, None))]
 pub struct SpawnError {
+    kind: Starting,
     name: String,
+    /// Whether the refusal lasts: EAGAIN under a limit of the user's or the
+    /// process's own, which no wait frees (`ThreadLimits::refusal_may_clear`).
+    lasting: bool,
     /// The limits in force, for the operator to compare with what runs
     /// (boxed: every error enum that carries a SpawnError stays small).
     limits: Box<ThreadLimits>,
@@ -201,10 +210,28 @@ pub struct SpawnError {
     source: std::io::Error,
 }
 
+/// What the OS was asked to start.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Starting {
+    Thread,
+    Process,
+}
+
+impl Starting {
+    fn noun(self) -> &'static str {
+        match self {
+            Starting::Thread => "thread",
+            Starting::Process => "process",
+        }
+    }
+}
+
 /// "cannot start thread NAME: OS ERROR, within LIMITS; raise ..., or start
-/// fewer ...": a refusal, the limits in force and what to change, on `host`
-/// (a worker's, as the driver names its refusal) or on this one (None).
+/// fewer ...": a refusal (of a `thread` or a `process`), the limits in force
+/// and what to change, on `host` (a worker's, as the driver names its
+/// refusal) or on this one (None).
 pub fn refusal(
+    noun: &str,
     name: &str,
     os_error: &dyn std::fmt::Display,
     attempts: u32,
@@ -217,7 +244,7 @@ pub fn refusal(
         None => (String::new(), "on this host"),
     };
     format!(
-        "cannot start thread {name}: {os_error}{}{}; raise the limit that is full{on} (ulimit -u, prlimit --nproc; \
+        "cannot start {noun} {name}: {os_error}{}{}; raise the limit that is full{on} (ulimit -u, prlimit --nproc; \
          /proc/sys/kernel/threads-max or pid_max; the cgroup's pids.max; ulimit -v, prlimit --as for the address \
          space), or start fewer workers or threads (RAYON_NUM_THREADS) {there}",
         retried(attempts, waited_ms),
@@ -256,11 +283,18 @@ impl SpawnError {
         &self.limits
     }
 
+    /// Whether the refusal lasts: a process that asks again, or a run
+    /// restarted on this host, meets the same limit.
+    pub fn lasts(&self) -> bool {
+        self.lasting
+    }
+
     /// The OS refused thread `name` with `source`, asked once (for tests
     /// of what a refusal prints; `spawn` makes its own).
     #[cfg(test)]
     pub(crate) fn new(name: String, source: std::io::Error) -> Self {
-        SpawnError { name, limits: Box::new(ThreadLimits::read()), attempts: 1, waited_ms: 0, source }
+        let (kind, lasting) = (Starting::Thread, false);
+        SpawnError { kind, name, lasting, limits: Box::new(ThreadLimits::read()), attempts: 1, waited_ms: 0, source }
     }
 }
 
@@ -481,10 +515,18 @@ where
     T: Send + 'static,
 {
     let body = Body::new(f);
-    retrying(name.into(), |b| {
+    retrying(Starting::Thread, name.into(), |name| {
         let body = body.clone();
-        b.spawn(move || body.run())
+        std::thread::Builder::new().name(name.into()).spawn(move || body.run())
     })
+}
+
+/// Starts process `name` with `start` (a `Command::spawn`), asking again as
+/// `spawn` asks for a thread: a fork refused with EAGAIN meets the same
+/// limits a thread does, and is reported naming them.
+pub fn start_process<H>(name: impl Into<String>, start: impl FnMut() -> std::io::Result<H>) -> Result<H, SpawnError> {
+    let mut start = start;
+    retrying(Starting::Process, name.into(), |_| start())
 }
 
 /// `spawn` within a scope.
@@ -498,9 +540,9 @@ where
     T: Send + 'scope,
 {
     let body = Body::new(f);
-    retrying(name.into(), |b| {
+    retrying(Starting::Thread, name.into(), |name| {
         let body = body.clone();
-        b.spawn_scoped(s, move || body.run())
+        std::thread::Builder::new().name(name.into()).spawn_scoped(s, move || body.run())
     })
 }
 
@@ -527,12 +569,13 @@ impl<F: FnOnce() -> T, T> Body<F> {
     }
 }
 
-/// Asks `start` for thread `name` until the OS starts it, retrying an EAGAIN
-/// up to `SPAWN_ATTEMPTS` times with a doubling wait when the limits read at
-/// the first say it may clear.
+/// Asks `start` for thread or process `name` until the OS starts it,
+/// retrying an EAGAIN up to `SPAWN_ATTEMPTS` times with a doubling wait when
+/// the limits read at the first say it may clear.
 fn retrying<H>(
+    kind: Starting,
     name: String,
-    mut start: impl FnMut(std::thread::Builder) -> std::io::Result<H>,
+    mut start: impl FnMut(&str) -> std::io::Result<H>,
 ) -> Result<H, SpawnError> {
     let mut backoff = FIRST_BACKOFF;
     let mut waited = std::time::Duration::ZERO;
@@ -543,21 +586,22 @@ fn retrying<H>(
     loop {
         let (started, hooked) = match test_refusal(&name) {
             Some(hook) => (Err(std::io::Error::from_raw_os_error(libc::EAGAIN)), Some(hook)),
-            None => (start(std::thread::Builder::new().name(name.clone())), None),
+            None => (start(&name), None),
         };
         let e = match started {
             Ok(h) => return Ok(h),
             Err(e) => e,
         };
         let eagain = e.raw_os_error() == Some(libc::EAGAIN);
-        let retry = eagain && attempt < SPAWN_ATTEMPTS && {
+        let may_clear = eagain && {
             let read = limits.get_or_insert_with(ThreadLimits::read);
             hooked.map_or_else(|| read.refusal_may_clear(), |h| h == TestRefusal::Transient)
         };
-        if !retry {
+        if !may_clear || attempt >= SPAWN_ATTEMPTS {
             let limits = Box::new(limits.unwrap_or_else(ThreadLimits::read));
             let waited_ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
-            return Err(SpawnError { name, limits, attempts: attempt, waited_ms, source: e });
+            let lasting = eagain && !may_clear;
+            return Err(SpawnError { kind, name, lasting, limits, attempts: attempt, waited_ms, source: e });
         }
         std::thread::sleep(backoff);
         waited += backoff;
@@ -567,7 +611,7 @@ fn retrying<H>(
 }
 
 /// Test hook: with `LEAPGNN_TEST_REFUSE_THREAD=NAME` in the environment, the
-/// thread named NAME is refused as the OS refuses one past the user's
+/// thread (or process, `start_process`) named NAME is refused as the OS refuses one past the user's
 /// process/thread limit (EAGAIN): for good, so it is reported at once; with
 /// `NAME:N`, at the first N attempts in this process only, as a momentarily
 /// full kernel table refuses one, so it is retried whatever the limits read.

@@ -331,11 +331,19 @@ fn recover(
                     | DriverError::StartTimeout { .. }
                     // A relaunch that cannot reach a host yet (it reboots, its
                     // sshd restarts) is one more failure to wait out, not the end.
-                    | DriverError::Launch { .. } // Not ThreadRefused nor NoRoom: a relaunch meets the same limit on the same host.
+                    // Not ThreadRefused nor NoRoom, nor a launch this host refused (below):
+                    // a relaunch meets the same limit on the same host.
+                    | DriverError::Launch { .. }
             )
         });
         if !worker_lost || opts.interrupted.load(Ordering::SeqCst) {
             return Err(err);
+        }
+        // This host's OS refused the driver a thread or a worker process
+        // under a limit no wait frees: a relaunch from here meets it again.
+        use crate::util::threads::SpawnError;
+        if err.chain().filter_map(|e| e.downcast_ref::<SpawnError>()).any(SpawnError::lasts) {
+            return Err(err.context("not restarted, as a restart on this host would meet the same limit"));
         }
         // Ctrl-C, SIGTERM or `q` came before the relaunch: the run stops where its checkpoint is.
         if obs.stop_requested() {
