@@ -624,6 +624,41 @@ fn same_totals(killed: &serde_json::Value, straight: &serde_json::Value) {
     assert_eq!(killed["rows"], straight["rows"]);
 }
 
+/// Two runs with the same seed and flags reported the same bytes sent but
+/// not the same received: a peer that reached the final checkpoint's gather
+/// of counts first could have its count (128 bytes of control) arrive
+/// before the worker took the snapshot the gather was measured from, so
+/// `workers.json` counted it as received on one worker, another or none,
+/// while its sender left it out. Every worker's bytes, sent and received,
+/// in every category, now agree between the runs, and summed over the
+/// workers what was received is what was sent.
+#[test]
+fn identical_runs_report_identical_bytes_sent_and_received() {
+    let tmp = cora();
+    let d = tmp.path();
+    let mb = ["--workers", "3", "--epochs", "2", "--batch-size", "16", "--fanout", "5,5"];
+    let full = ["--workers", "2", "--mode", "full-graph", "--layers", "2", "--epochs", "2"];
+    let retexo = ["--workers", "2", "--strategy", "retexo", "--layers", "2", "--rounds", "2"];
+    let gnnpipe = ["--workers", "2", "--strategy", "gnnpipe", "--layers", "2", "--epochs", "2"];
+    for (i, flags) in [&mb[..], &full[..], &retexo[..], &gnnpipe[..]].into_iter().enumerate() {
+        let run = |name: String| {
+            let s = json(d, &[&["train", "cora", "--hidden", "16", "--no-tui", "--run", &name], flags].concat());
+            (s, dist_support::workers_json(d, &name))
+        };
+        let ((first, workers), (second, again)) = (run(format!("first{i}")), run(format!("second{i}")));
+        same_totals(&first, &second);
+        assert_eq!(workers.len(), again.len(), "{flags:?}");
+        for c in ["features", "gradients", "migration", "activations", "control"] {
+            for way in ["sent", "received"] {
+                let of = |ws: &[serde_json::Value]| ws.iter().map(|w| count(&w["bytes"][way][c])).collect::<Vec<_>>();
+                assert_eq!(of(&workers), of(&again), "{flags:?}: {way} {c} by worker");
+            }
+            let sum = |way: &str| workers.iter().map(|w| count(&w["bytes"][way][c])).sum::<u64>();
+            assert_eq!(sum("received"), sum("sent"), "{flags:?}: {c} received vs sent: {workers:?}");
+        }
+    }
+}
+
 /// A run restarted after a worker was killed counts the bytes and rows of
 /// the training its final model reflects: what the failed attempt's workers
 /// sent up to the checkpoint (the checkpoint's count, training and

@@ -1,7 +1,8 @@
 //! Bytes that crossed a socket, per category and direction. Every frame is
 //! counted whole (header + payload), so the figures are what the network
 //! carried, not what the model asked for; all but the goodbye a closing mesh
-//! sends, which no snapshot of its sender can hold (`mesh::send_loop`).
+//! sends, which no snapshot of its sender can hold (`mesh::send_loop`), and
+//! the messages of an uncounted exchange (`tag::counted`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

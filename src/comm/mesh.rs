@@ -450,7 +450,7 @@ impl Shared {
     /// other's requests never block each other's reading (a reply is bounded
     /// by the request that asked for it).
     fn send(&self, peer: usize, msg: Message, wait: bool) -> Result<(), NotQueued> {
-        let (category, len) = (msg.category, msg.payload.len());
+        let (category, len, msg_tag) = (msg.category, msg.payload.len(), msg.tag);
         let wire = frame::wire_len(len, self.max_frame);
         let slot = &self.outboxes[peer];
         let deadline = Deadline::after(self.queue_wait);
@@ -467,7 +467,9 @@ impl Shared {
         }
         ob.queued += len;
         drop(ob);
-        self.counters.add_sent(category, wire);
+        if tag::counted(msg_tag) {
+            self.counters.add_sent(category, wire);
+        }
         Ok(())
     }
 
@@ -619,7 +621,10 @@ fn receive_loop(shared: &Shared, peer: usize, stream: TcpStream, opener: Option<
         match frame::read_message(&mut r, shared.max_frame) {
             Ok(m) => match m.kind {
                 Kind::Data => {
-                    shared.counters.add_received(m.category, m.wire_bytes);
+                    // As its sender counted it (`Shared::send`).
+                    if tag::counted(m.tag) {
+                        shared.counters.add_received(m.category, m.wire_bytes);
+                    }
                     shared.deliver(peer, m.tag, m.payload)
                 }
                 // Uncounted, as its sender leaves it uncounted (`send_loop`).

@@ -10,6 +10,8 @@ pub const BROADCAST: u8 = 3;
 pub const FEATURE_REQUEST: u8 = 4;
 pub const FEATURE_REPLY: u8 = 5;
 pub const ALL_TO_ALL: u8 = 6;
+/// An all-to-all no counter holds, on either side (`Mesh::all_to_all_uncounted`).
+pub const ALL_TO_ALL_UNCOUNTED: u8 = 7;
 
 pub const LOW_BITS: u32 = 56;
 const LOW_MASK: u64 = (1 << LOW_BITS) - 1;
@@ -22,4 +24,9 @@ pub const fn space(tag: u64) -> u8 {
 }
 pub const fn low(tag: u64) -> u64 {
     tag & LOW_MASK
+}
+/// Whether a message with `tag` is counted: decided by the tag alone, which
+/// both ends see, so its sender and receiver agree however it is timed.
+pub const fn counted(tag: u64) -> bool {
+    space(tag) != ALL_TO_ALL_UNCOUNTED
 }

@@ -57,10 +57,6 @@ pub struct Progress {
     /// such a checkpoint).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_counts: Option<RunCounts>,
-    /// What this worker's gather of the final checkpoint's count moved, which
-    /// the run does not count (`trainer::gather_final_counts`); not saved.
-    #[serde(skip)]
-    pub final_gather: crate::comm::ByteCounts,
     /// Every worker's final report as it stood at the final checkpoint, by
     /// rank (rank 0's checkpoint only): what a driver that died before the
     /// summary would have written to `workers.json`, and the bytes of the

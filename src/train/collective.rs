@@ -16,6 +16,8 @@ pub trait Collective {
     /// `out[p]` goes to worker `p`; returns what each worker sent this one
     /// (entry `rank` is `out[rank]`). Billed to `category`.
     fn all_to_all(&mut self, out: Vec<Vec<u8>>, category: crate::comm::Category) -> Result<Vec<Vec<u8>>, CommError>;
+    /// `all_to_all` that `bytes` never holds, on any worker.
+    fn all_to_all_uncounted(&mut self, out: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>, CommError>;
     /// Bytes this worker has sent and received so far, by category (cumulative).
     fn bytes(&self) -> ByteCounts;
 }
@@ -67,6 +69,9 @@ impl Collective for Solo {
         }
         Ok(out)
     }
+    fn all_to_all_uncounted(&mut self, out: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>, CommError> {
+        self.all_to_all(out, crate::comm::Category::Control)
+    }
     fn bytes(&self) -> ByteCounts {
         ByteCounts::default()
     }
@@ -97,6 +102,9 @@ impl Collective for MeshCollective<'_> {
     }
     fn all_to_all(&mut self, out: Vec<Vec<u8>>, category: crate::comm::Category) -> Result<Vec<Vec<u8>>, CommError> {
         Ok(self.mesh.all_to_all(out, category, self.timeout)?)
+    }
+    fn all_to_all_uncounted(&mut self, out: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>, CommError> {
+        Ok(self.mesh.all_to_all_uncounted(out, self.timeout)?)
     }
     fn bytes(&self) -> ByteCounts {
         self.mesh.bytes()

@@ -314,16 +314,18 @@ pub(crate) fn gather_counts(
     p: &Progress,
     start: &Attempt,
 ) -> Result<Option<checkpoint::RunCounts>, TrainError> {
-    gather_counts_less(coll, p, start, &Default::default())
+    gather_counts_less(coll, p, start, &Default::default(), true)
 }
 
 /// `gather_counts`, leaving out `left_out`: bytes this worker sent since the
-/// attempt began that the count does not hold.
+/// attempt began that the count does not hold; with `counted` false, sent as
+/// an exchange no counter holds, which then counts none of its own bytes.
 fn gather_counts_less(
     coll: &mut dyn Collective,
     p: &Progress,
     start: &Attempt,
     left_out: &crate::metrics::ByteCounts,
+    counted: bool,
 ) -> Result<Option<checkpoint::RunCounts>, TrainError> {
     const FIELDS: usize = 4 + 2 * 5;
     let bytes = |b: &crate::metrics::ByteCounts| [b.features, b.gradients, b.migration, b.activations, b.control];
@@ -336,7 +338,10 @@ fn gather_counts_less(
     let fields: Vec<u64> = fields.chain(bytes(&train)).chain(bytes(&eval)).collect();
     let msg: Vec<u8> = fields.iter().flat_map(|v| v.to_le_bytes()).collect();
     let control0 = coll.bytes().sent.control;
-    let got = coll.all_to_all(vec![msg; coll.world()], crate::comm::Category::Control).map_err(TrainError::Comm)?;
+    let out = vec![msg; coll.world()];
+    let got =
+        if counted { coll.all_to_all(out, crate::comm::Category::Control) } else { coll.all_to_all_uncounted(out) };
+    let got = got.map_err(TrainError::Comm)?;
     let own = coll.bytes().sent.control - control0;
     let mut sum = [0u64; FIELDS];
     for (peer, m) in got.iter().enumerate() {
@@ -369,13 +374,15 @@ fn gather_counts_less(
 /// `gather_counts` for a run's final checkpoint: a driver that dies before
 /// it writes the run's summary leaves a resume for more epochs only this
 /// count. An uninterrupted longer run takes no gather there, so this one's
-/// bytes are left out of the count and of the run's totals: returned, for
-/// the worker to take off its socket counts (`Progress::final_gather`), so a
-/// resume from here reports the longer run's totals. `state`: what this
+/// bytes are left out of the count and of the run's totals: sent where no
+/// worker's counter holds them, so a resume from here reports the longer
+/// run's totals. Not measured and taken off: a faster peer's count may
+/// arrive before this worker's gather begins, so two identical runs'
+/// received bytes differed. `state`: what this
 /// worker sent for the final checkpoint's state before (GNNPipe's stages,
 /// to rank 0), left out of the count only: every run sends it once, at its
 /// end, so the resumed attempt's own stands for it and the run's totals keep it.
-/// Sets `p.run_counts` and `p.final_gather`, and on rank 0
+/// Sets `p.run_counts`, and on rank 0
 /// `p.final_reports`: every worker's final report as it stands here (`w`:
 /// its fetches and replica checks), which a summary rebuilt from this
 /// checkpoint needs to equal the driver's (the setup the count leaves out,
@@ -387,15 +394,11 @@ pub(crate) fn gather_final_counts(
     state: &crate::metrics::ByteCounts,
     w: &Worker<'_>,
 ) -> Result<(), TrainError> {
-    let before = coll.bytes();
-    let mut counts = gather_counts_less(coll, p, start, state)?;
-    let gather = coll.bytes().since(&before);
-    if let Some(c) = &mut counts {
-        c.train.control -= gather.sent.control * coll.world() as u64;
-    }
+    let bytes = coll.bytes();
+    let counts = gather_counts_less(coll, p, start, state, false)?;
     let report = checkpoint::FinalReport {
         rank: coll.rank(),
-        bytes: before,
+        bytes,
         eval_bytes: sub_bytes(&p.eval_bytes, &start.progress.eval_bytes),
         uncounted: start.uncounted(state),
         fetch: w.features.fetched(),
@@ -405,7 +408,7 @@ pub(crate) fn gather_final_counts(
     // Rank 0 writes the checkpoint: only it needs them.
     let mut out = vec![Vec::new(); coll.world()];
     out[0] = serde_json::to_vec(&report).expect("reports serialise");
-    let got = coll.all_to_all(out, crate::comm::Category::Control).map_err(TrainError::Comm)?;
+    let got = coll.all_to_all_uncounted(out).map_err(TrainError::Comm)?;
     p.final_reports = if coll.rank() == 0 {
         let parse = |(peer, m): (usize, &Vec<u8>)| {
             serde_json::from_slice(m).map_err(|e| {
@@ -416,8 +419,7 @@ pub(crate) fn gather_final_counts(
     } else {
         None
     };
-    // Every worker sends counts of one size, and reports of their own.
-    (p.run_counts, p.final_gather) = (counts, coll.bytes().since(&before));
+    p.run_counts = counts;
     Ok(())
 }
 

@@ -150,8 +150,8 @@ pub fn run_worker(job: Job, reporter: &Reporter, data: &DataDir) -> anyhow::Resu
         rank,
         iterations: p.global_iteration,
         history: p.history,
-        // The final checkpoint's gather of counts is no part of the run's bytes.
-        bytes: mesh.bytes().since(&p.final_gather),
+        // Without the final checkpoint's gather of counts, which no counter holds.
+        bytes: mesh.bytes(),
         eval_bytes: crate::metrics::sub_bytes(&p.eval_bytes, &eval_before),
         fetch,
         remote_fetches,
