@@ -355,7 +355,8 @@ fn a_stopped_run_resumes_with_its_stages_history_and_optimizers_and_ends_as_an_u
 /// says so; a second run with the same chunks reads the same file (not
 /// rewritten, nothing cut). A damaged one (truncated, a byte flipped, or a
 /// manifest whose sums do not match its map) is cut again by the driver,
-/// which says so naming it: the same chunks, and the run ends as the
+/// which says so naming it and what was wrong, without advice to re-create
+/// what it has re-created: the same chunks, and the run ends as the
 /// undamaged one did.
 #[test]
 fn the_driver_cuts_the_chunks_once_and_later_runs_read_them() {
@@ -418,6 +419,8 @@ fn the_driver_cuts_the_chunks_once_and_later_runs_read_them() {
         assert!(out.status.success(), "{how}: {err}");
         let said = err.lines().find(|l| l.contains("damaged")).unwrap_or_else(|| panic!("{how}: not said: {err}"));
         assert!(said.contains(&file.display().to_string()), "{how}: {said}");
+        // The driver has already re-created it: no advice to do so.
+        assert!(said.contains("cut again in their place") && !said.contains("delete it"), "{how}: {said}");
         assert_eq!(err.matches("GNNPipe chunks (--chunks 4)").count(), 1, "{how}: cut again once: {err}");
         assert_eq!(std::fs::read(&file).unwrap(), cut, "{how}: the same chunks are cut again");
         assert_eq!(final_weights(d, how), undamaged, "{how}: the run ends as the undamaged one");

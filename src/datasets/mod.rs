@@ -177,7 +177,7 @@ fn present(
         }
         Err(e) if !e.is_missing_or_damaged() => Err(e.into()),
         Err(e) => {
-            notes.push(format!("{e}; rebuilding it"));
+            notes.push(format!("{}; rebuilding it", e.fault()));
             Ok(None)
         }
     }

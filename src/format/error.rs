@@ -9,42 +9,63 @@ impl crate::error::Blame for FormatError {
 }
 
 /// Errors from reading or writing leapgnn archives. Each names the file and
-/// says what to do.
+/// says what to do (`Display`: `fault`, then `remedy`).
 #[derive(Debug, thiserror::Error)]
 pub enum FormatError {
-    #[error("{path}: {source}{}", advice(source))]
     Io {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
-    #[error(
-        "{path}: not a leapgnn archive (bad magic bytes); re-create it with `leapgnn download` or `leapgnn partition`"
-    )]
-    BadMagic { path: PathBuf },
-    #[error("{path}: truncated: header says {expected} bytes, file has {actual}; delete it and re-create it")]
-    Truncated { path: PathBuf, expected: u64, actual: u64 },
-    #[error("{path}: written by a newer leapgnn (format version {file}, this binary reads {ours}); upgrade leapgnn")]
-    NewerVersion { path: PathBuf, file: u32, ours: u32 },
-    #[error(
-        "{path}: format version {file} is older than this binary's version {ours} (version 2 stores sparse \
-         features as CSR); convert it with `{convert}`"
-    )]
-    OlderVersion { path: PathBuf, file: u32, ours: u32, convert: String },
-    #[error("{path}: holds a {found}, expected a {expected}")]
-    WrongKind { path: PathBuf, expected: &'static str, found: String },
-    #[error(
-        "{path}: checksum mismatch (stored {stored:016x}, computed {computed:016x}): the file is corrupt; delete it and re-create it"
-    )]
-    Checksum { path: PathBuf, stored: u64, computed: u64 },
-    #[error("{path}: corrupt archive: {detail}; delete it and re-create it")]
-    Corrupt { path: PathBuf, detail: String },
+    BadMagic {
+        path: PathBuf,
+    },
+    Truncated {
+        path: PathBuf,
+        expected: u64,
+        actual: u64,
+    },
+    NewerVersion {
+        path: PathBuf,
+        file: u32,
+        ours: u32,
+    },
+    OlderVersion {
+        path: PathBuf,
+        file: u32,
+        ours: u32,
+        convert: String,
+    },
+    WrongKind {
+        path: PathBuf,
+        expected: &'static str,
+        found: String,
+    },
+    Checksum {
+        path: PathBuf,
+        stored: u64,
+        computed: u64,
+    },
+    Corrupt {
+        path: PathBuf,
+        detail: String,
+    },
     /// A write onto a symbolic link goes to the file it points to; one that
     /// points nowhere (or in a circle) has no such file.
-    #[error("{path}: a symbolic link {why}")]
-    Link { path: PathBuf, why: String },
-    #[error("{path}: cannot serialise: {detail}")]
-    Serialize { path: PathBuf, detail: String },
+    Link {
+        path: PathBuf,
+        why: String,
+    },
+    Serialize {
+        path: PathBuf,
+        detail: String,
+    },
+}
+
+impl std::fmt::Display for FormatError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}{}", self.fault(), self.remedy())
+    }
 }
 
 /// What to do about the I/O failures an operator can fix.
@@ -72,6 +93,54 @@ pub(crate) fn advice(e: &std::io::Error) -> &'static str {
 }
 
 impl FormatError {
+    /// Where and what is wrong, without what to do about it: for quoting an
+    /// error the tool has already dealt with (a damaged file it wrote
+    /// again), where "re-create it" would ask the user to redo its work.
+    pub fn fault(&self) -> String {
+        use FormatError::*;
+        match self {
+            Io { path, source } => format!("{}: {source}", path.display()),
+            BadMagic { path } => format!("{}: not a leapgnn archive (bad magic bytes)", path.display()),
+            Truncated { path, expected, actual } => {
+                format!("{}: truncated: header says {expected} bytes, file has {actual}", path.display())
+            }
+            NewerVersion { path, file, ours } => {
+                format!(
+                    "{}: written by a newer leapgnn (format version {file}, this binary reads {ours})",
+                    path.display()
+                )
+            }
+            OlderVersion { path, file, ours, .. } => format!(
+                "{}: format version {file} is older than this binary's version {ours} (version 2 stores sparse \
+                 features as CSR)",
+                path.display()
+            ),
+            WrongKind { path, expected, found } => {
+                format!("{}: holds a {found}, expected a {expected}", path.display())
+            }
+            Checksum { path, stored, computed } => format!(
+                "{}: checksum mismatch (stored {stored:016x}, computed {computed:016x}): the file is corrupt",
+                path.display()
+            ),
+            Corrupt { path, detail } => format!("{}: corrupt archive: {detail}", path.display()),
+            Link { path, why } => format!("{}: a symbolic link {why}", path.display()),
+            Serialize { path, detail } => format!("{}: cannot serialise: {detail}", path.display()),
+        }
+    }
+
+    /// What the user should do, as appended to `fault` ("" where the fault says it).
+    fn remedy(&self) -> std::borrow::Cow<'static, str> {
+        use FormatError::*;
+        match self {
+            Io { source, .. } => advice(source).into(),
+            BadMagic { .. } => "; re-create it with `leapgnn download` or `leapgnn partition`".into(),
+            Truncated { .. } | Checksum { .. } | Corrupt { .. } => "; delete it and re-create it".into(),
+            NewerVersion { .. } => "; upgrade leapgnn".into(),
+            OlderVersion { convert, .. } => format!("; convert it with `{convert}`").into(),
+            WrongKind { .. } | Link { .. } | Serialize { .. } => "".into(),
+        }
+    }
+
     /// True when the file is absent or is not a sound archive of this version:
     /// writing it again is the cure. False for a failure to read it
     /// (memory, descriptors, permissions, a directory in its place), which a
@@ -129,6 +198,30 @@ mod tests {
         assert!(!io(Error::from_raw_os_error(12)) && !io(Error::from(ErrorKind::PermissionDenied)));
         assert!(FormatError::corrupt("/d/p/manifest", "x").is_missing_or_damaged());
         assert!(FormatError::BadMagic { path: "/d/p/manifest".into() }.is_missing_or_damaged());
+    }
+
+    #[test]
+    fn the_fault_of_a_damaged_file_gives_no_advice_and_the_message_adds_it() {
+        let path = "/d/cora/chunks/metis-4/manifest";
+        let damaged = [
+            FormatError::corrupt(path, "vertex 3 is in chunk 9, which is empty"),
+            FormatError::Truncated { path: path.into(), expected: 100, actual: 50 },
+            FormatError::Checksum { path: path.into(), stored: 1, computed: 2 },
+            FormatError::BadMagic { path: path.into() },
+        ];
+        for e in damaged {
+            let (fault, full) = (e.fault(), e.to_string());
+            assert!(fault.starts_with(path) && !fault.contains("re-create"), "{fault}");
+            assert!(full.starts_with(&fault) && full.len() > fault.len() && full.contains("re-create"), "{full}");
+        }
+        let checksum = FormatError::Checksum { path: path.into(), stored: 1, computed: 2 };
+        assert_eq!(
+            checksum.to_string(),
+            format!(
+                "{path}: checksum mismatch (stored 0000000000000001, computed 0000000000000002): the file is \
+                 corrupt; delete it and re-create it"
+            )
+        );
     }
 
     #[test]

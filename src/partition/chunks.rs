@@ -132,7 +132,8 @@ pub fn ensure(
     // Another process may have written them while this one waited.
     match existing(dir, ds, chunks, seed)? {
         Existing::Kept(stored) => return kept(stored, check),
-        Existing::Damaged(e) => crate::elog!("damaged GNNPipe chunks, cut again in their place: {e}"),
+        // `fault`: the cut below is the re-creation its advice would ask for.
+        Existing::Damaged(e) => crate::elog!("damaged GNNPipe chunks, cut again in their place: {}", e.fault()),
         Existing::Missing => {}
     }
     let started = std::time::Instant::now();
