@@ -413,8 +413,9 @@ fn retexo_varco_and_gnnpipe_over_ssh_match_local_workers_and_infer_scores_retexo
 /// stored go to the host beside the data, byte for byte, and the workers
 /// train from that copy, to the local run's losses and weights. The host
 /// shares this machine's files, so a worker reading the driver's path would
-/// pass too: a copy there whose sidecar still calls it current but whose
-/// bytes were damaged is not sent again, and fails the run naming it.
+/// pass too: a copy there whose size and sidecar still call it current but
+/// whose bytes were damaged is sent again, with a warning naming it, and the
+/// run trains from the new copy to the same result.
 #[test]
 fn gnnpipe_over_ssh_ships_its_chunks_and_the_workers_train_from_that_copy() {
     let mut sshd = Sshd::start();
@@ -455,16 +456,26 @@ fn gnnpipe_over_ssh_ships_its_chunks_and_the_workers_train_from_that_copy() {
     assert!(gap <= 1e-6, "final weights differ by {gap}");
     sshd.assert_nothing_left();
 
-    // Damaged on the host alone, its size and sidecar unchanged: left there, and refused there.
+    // Damaged on the host alone, its size and sidecar unchanged: sent again, and trained from.
     let mut bytes = std::fs::read(&theirs).unwrap();
     let mid = bytes.len() / 2;
     bytes[mid] ^= 0xff;
     std::fs::write(&theirs, bytes).unwrap();
-    let out = leapgnn(d, &[&gnnpipe[..], &["--cluster", p, "--run", "damaged"]].concat());
+    let out = leapgnn(d, &[&gnnpipe[..], &["--cluster", p, "--run", "damaged", "--json"]].concat());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "trained from the driver's chunks, not the host's: {err}");
-    assert!(err.contains(theirs.to_str().unwrap()), "the host's copy is not named: {err}");
-    assert!(std::fs::read(&mine).unwrap() != std::fs::read(&theirs).unwrap(), "sent again: {err}");
+    assert!(out.status.success(), "the host's damaged copy was not replaced: {err}");
+    let said = err.lines().find(|l| l.contains("is damaged")).unwrap_or_else(|| panic!("not said: {err}"));
+    assert!(said.contains(theirs.to_str().unwrap()) && said.contains("sending the driver's copy again"), "{said}");
+    assert!(std::fs::read(&mine).unwrap() == std::fs::read(&theirs).unwrap(), "not sent again: {err}");
+    let shipped = read_json(&d.join("runs/damaged/shipped.json"));
+    let sent =
+        shipped.as_array().unwrap().iter().filter(|s| s["sent"] == true && s["remote"] == theirs.to_str().unwrap());
+    assert_eq!(sent.count(), 1, "sent once, then current for the host's other rank: {shipped}");
+    let again: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    curves_agree(&remote, &again, "gnnpipe after the resend");
+    assert_eq!(remote["test_accuracy"], again["test_accuracy"]);
+    let gap = weight_gap(d, "ssh", "damaged");
+    assert!(gap <= 1e-6, "final weights differ by {gap} after the resend");
     sshd.assert_nothing_left();
     sshd.stop();
 }

@@ -357,7 +357,7 @@ fn data_check(p: &super::ssh::Prepared, ranks: &[usize], files: &RankFiles, labe
         if !item.local.is_file() {
             return Check::fail(format!("rank {rank} needs {}, which does not exist here", item.local.display()));
         }
-        match ship::remote_state(&sftp, &p.layout.root, &item) {
+        match ship::remote_state((&p.session, &sftp), label, &p.layout.root, &item) {
             Ok(RemoteState::Current) => current += 1,
             Ok(_) => {
                 bytes += std::fs::metadata(&item.local).map(|m| m.len()).unwrap_or(0);

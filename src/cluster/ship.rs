@@ -23,6 +23,12 @@ pub struct ShipItem {
     /// Relative to the remote root (the profile's remote_dir), or absolute.
     pub remote: PathBuf,
     pub executable: bool,
+    /// Where its size and sidecar match, hash the host's copy too
+    /// (`remote_state`): a copy damaged in place there is then sent again
+    /// rather than found current and refused by its worker. For GNNPipe's
+    /// chunks, which every worker reads whole anyway and which are small
+    /// beside a partition; a partition's gigabytes are not read on every run.
+    pub check_bytes: bool,
 }
 
 impl ShipItem {
@@ -30,7 +36,12 @@ impl ShipItem {
     /// or both relative alike), shipped to the same place under the remote
     /// data directory; a file outside `root` keeps its path.
     pub fn data_file(root: &Path, local: PathBuf) -> ShipItem {
-        ShipItem { remote: local.strip_prefix(root).unwrap_or(&local).to_path_buf(), local, executable: false }
+        ShipItem {
+            remote: local.strip_prefix(root).unwrap_or(&local).to_path_buf(),
+            local,
+            executable: false,
+            check_bytes: false,
+        }
     }
 }
 
@@ -52,6 +63,9 @@ pub enum RemoteState {
     Missing,
     /// Present, but its size or recorded hash differs from the driver's copy.
     Stale,
+    /// Its size and recorded hash match, but its bytes there hash otherwise
+    /// (`ShipItem::check_bytes`): damaged in place on the host.
+    Damaged,
     Current,
 }
 
@@ -63,6 +77,7 @@ pub fn binary_item(binary: &Path) -> Result<ShipItem, SshError> {
         local: binary.into(),
         remote: PathBuf::from(format!("bin/leapgnn-{}", &sha[..16])),
         executable: true,
+        check_bytes: false,
     })
 }
 
@@ -97,7 +112,8 @@ pub fn rank_data_files(
 pub fn chunk_files(data: &DataDir, name: &str, chunks: Option<usize>) -> Vec<ShipItem> {
     let abs = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
     let Some(c) = chunks.filter(|&c| c > 1) else { return Vec::new() };
-    vec![ShipItem::data_file(&abs(&data.root), format::manifest_path(&abs(&crate::paths::chunks_dir(data, name, c))))]
+    let local = format::manifest_path(&abs(&crate::paths::chunks_dir(data, name, c)));
+    vec![ShipItem { check_bytes: true, ..ShipItem::data_file(&abs(&data.root), local) }]
 }
 
 /// The same for a dataset archive and partition directory under `root` (the
@@ -142,8 +158,15 @@ pub fn remote_path(root: &Path, item: &ShipItem) -> PathBuf {
     root.join(&item.remote)
 }
 
-/// Compares the remote copy of `item` with the local one, without sending anything.
-pub fn remote_state(sftp: &Sftp, root: &Path, item: &ShipItem) -> Result<RemoteState, SshError> {
+/// Compares the remote copy of `item` with the local one, without sending
+/// anything (`sess`, the session of `sftp` on `host`, hashes it there when
+/// `item.check_bytes`).
+pub fn remote_state(
+    (sess, sftp): (&Session, &Sftp),
+    host: &str,
+    root: &Path,
+    item: &ShipItem,
+) -> Result<RemoteState, SshError> {
     let sha = local_sha256(&item.local)?;
     let len =
         std::fs::metadata(&item.local).map_err(|source| SshError::Local { path: item.local.clone(), source })?.len();
@@ -157,22 +180,49 @@ pub fn remote_state(sftp: &Sftp, root: &Path, item: &ShipItem) -> Result<RemoteS
     if Read::take(f, 4096).read_to_string(&mut recorded).is_err() {
         return Ok(RemoteState::Stale);
     }
-    Ok(if recorded.split_whitespace().next() == Some(sha.as_str()) { RemoteState::Current } else { RemoteState::Stale })
+    if recorded.split_whitespace().next() != Some(sha.as_str()) {
+        return Ok(RemoteState::Stale);
+    }
+    if !item.check_bytes {
+        return Ok(RemoteState::Current);
+    }
+    Ok(match remote_sha256(sess, host, &dst)? {
+        Some(theirs) if theirs == sha => RemoteState::Current,
+        Some(_) => RemoteState::Damaged,
+        // No sha256sum there: sent again, as the safe side, without calling it damaged.
+        None => RemoteState::Stale,
+    })
 }
 
-/// Ships every item that is missing or stale on the host behind `sess`
-/// (`sftp` is a channel of that session).
+/// sha256 (hex) of the file `path` on `host`, hashed there: None when
+/// `sha256sum` fails there (absent, unreadable file).
+fn remote_sha256(sess: &Session, host: &str, path: &Path) -> Result<Option<String>, SshError> {
+    let out = super::ssh_session::run(sess, host, &format!("sha256sum -- {}", quote(&path.to_string_lossy())))?;
+    let sha = out.output.split_whitespace().next().filter(|s| s.len() == 64 && out.code == 0);
+    Ok(sha.map(str::to_ascii_lowercase))
+}
+
+/// Ships every item that is missing, stale or damaged on the host behind
+/// `sess` (`sftp` is a channel of that session), saying to `warn` which
+/// were damaged there.
 pub fn ship(
-    sess: &Session,
-    sftp: &Sftp,
+    (sess, sftp): (&Session, &Sftp),
     host: &str,
     root: &Path,
     items: &[ShipItem],
+    warn: &dyn Fn(String),
 ) -> Result<Vec<Shipped>, SshError> {
     let mut report = Vec::with_capacity(items.len());
     let mut todo = Vec::new();
     for item in items {
-        let state = remote_state(sftp, root, item)?;
+        let state = remote_state((sess, sftp), host, root, item)?;
+        if state == RemoteState::Damaged {
+            warn(format!(
+                "{host}: {} is damaged (its bytes there do not hash to the sha256 its sidecar and the driver's \
+                 copy have): sending the driver's copy again",
+                remote_path(root, item).display()
+            ));
+        }
         let bytes = std::fs::metadata(&item.local)
             .map_err(|source| SshError::Local { path: item.local.clone(), source })?
             .len();
@@ -313,6 +363,9 @@ mod tests {
         let files = chunk_files(&data, "cora", Some(4));
         assert_eq!(files.len(), 1);
         assert_eq!(files[0].remote, Path::new("cora/chunks/metis-4/manifest"));
+        // Hashed on the host as well; a partition's files are not.
+        assert!(files[0].check_bytes);
+        assert!(rank_data_files(&data, "cora", "metis", (4, 4), 2).iter().all(|f| !f.check_bytes));
         assert_eq!(files[0].local, crate::format::manifest_path(&crate::paths::chunks_dir(&data, "cora", 4)));
         // One chunk is the whole graph, and another strategy has none: nothing stored, nothing shipped.
         assert!(chunk_files(&data, "cora", Some(1)).is_empty() && chunk_files(&data, "cora", None).is_empty());

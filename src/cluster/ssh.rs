@@ -181,7 +181,7 @@ impl SshLauncher {
         let bin = ship::binary_item(&self.binary)?;
         let mut items = vec![bin.clone()];
         items.extend(extra.iter().map(|i| ShipItem { remote: layout.data.join(&i.remote), ..i.clone() }));
-        let shipped = ship::ship(&c.session, &sftp, &label, &layout.root, &items)?;
+        let shipped = ship::ship((&c.session, &sftp), &label, &layout.root, &items, &*self.log)?;
         drop(sftp);
         self.shipped.lock().unwrap_or_else(|e| e.into_inner()).extend(shipped.iter().cloned());
         let binary = ship::remote_path(&layout.root, &bin);
@@ -443,7 +443,10 @@ impl Launcher for SshLauncher {
     }
 
     fn ship_with_job(&self, files: Vec<(PathBuf, PathBuf)>) {
-        let items = files.into_iter().map(|(local, remote)| ShipItem { local, remote, executable: false }).collect();
+        let items = files
+            .into_iter()
+            .map(|(local, remote)| ShipItem { local, remote, executable: false, check_bytes: false })
+            .collect();
         *self.job_files.lock().unwrap_or_else(|e| e.into_inner()) = items;
     }
 }
