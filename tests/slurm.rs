@@ -864,6 +864,8 @@ fn sbcast_ships_the_job_to_the_nodes_and_removes_it_after() {
     assert!(out.status.success(), "sbatch: {}\njob output:\n{log}", text(&out));
     // The job's files, then the checkpoint (its state and tensor files).
     assert!(log.contains("sbcast: copied 5 files") && log.matches("sbcast: copied").count() == 2, "{log}");
+    // Rank 0's node holds no copy of this new job yet: nothing newer to fetch, and nothing to warn of.
+    assert!(!log.contains("newer checkpoint"), "{log}");
     json(d, &[&["train", "--workers", "2", "--no-tui", "--run", "local", "--epochs", &epochs][..], &run[..]].concat());
     let (shipped, local) = (curve(d, "shipped"), curve(d, "local"));
     assert_eq!(shipped.len(), local.len(), "{log}");

@@ -163,6 +163,18 @@ fn run_within(
     what: &'static str,
     limit: Duration,
 ) -> Result<Vec<u8>, SlurmError> {
+    run_unless(cmd, input, what, limit, None).map(|o| o.unwrap_or_default())
+}
+
+/// `run_within`, except that exit code `unless` gives `None` rather than an
+/// error: the command's own word for an outcome that is not a failure.
+fn run_unless(
+    cmd: &mut Command,
+    input: Option<&str>,
+    what: &'static str,
+    limit: Duration,
+    unless: Option<i32>,
+) -> Result<Option<Vec<u8>>, SlurmError> {
     let command = format!("{cmd:?}").replace('"', "");
     let fail = |why: String| SlurmError::Command { command: command.clone(), what, why };
     let mut child = cmd
@@ -202,10 +214,13 @@ fn run_within(
         }
     };
     let (o, e) = reader.join().unwrap_or_default();
+    if unless.is_some() && status.code() == unless {
+        return Ok(None);
+    }
     if !status.success() {
         return Err(fail(format!("{status}: {}", e.trim())));
     }
-    Ok(o)
+    Ok(Some(o))
 }
 
 /// Seals `token` for this user with MUNGE: the credential is encrypted with
@@ -558,16 +573,24 @@ const READ_ATTEMPTS: usize = 3;
 /// both from one open descriptor (a checkpoint renamed over it in between
 /// cannot make them disagree). srun under load can lose the end of a
 /// step's output with exit status 0 (only its stderr says "io error with
-/// slurmstepd"), and the size is how the reader knows.
-const SIZED_CAT: &str = r#"exec < "$1" || exit 1; stat -L -c %s /dev/stdin && exec cat"#;
+/// slurmstepd"), and the size is how the reader knows. A file that is not
+/// there (nor its directory) exits `ABSENT` before the open, so that the
+/// reader can tell it from a node, srun or shell that failed (exit 1).
+const SIZED_CAT: &str = r#"[ -e "$1" ] || exit 66; exec < "$1" || exit 1; stat -L -c %s /dev/stdin && exec cat"#;
 
-impl RemoteDir for NodeDir {
-    fn read(&mut self, name: &str) -> anyhow::Result<Vec<u8>> {
+/// `SIZED_CAT`'s exit code for a file that is not there: sysexits' EX_NOINPUT,
+/// which neither srun (which passes its task's code on) nor sh, stat and cat
+/// exit with.
+const ABSENT: i32 = 66;
+
+impl NodeDir {
+    /// The file `name`, `None` when it is not there.
+    fn read_sized(&mut self, name: &str) -> anyhow::Result<Option<Vec<u8>>> {
         let path = self.dir.join(name);
         let fail = |why: String| anyhow::anyhow!("cannot read {} on node {}: {why}", path.display(), self.node);
         let mut lost = String::new();
         for _ in 0..READ_ATTEMPTS {
-            let out = run_within(
+            let out = run_unless(
                 Command::new("srun")
                     .arg(format!("--jobid={}", self.job_id))
                     .args(["--nodes=1", "--ntasks=1", "--overlap", "--quiet"])
@@ -577,10 +600,12 @@ impl RemoteDir for NodeDir {
                 None,
                 "srun sh",
                 READ_TIMEOUT,
+                Some(ABSENT),
             )
             .map_err(|e| fail(e.to_string()))?;
+            let Some(out) = out else { return Ok(None) };
             match sized_contents(out) {
-                Ok(bytes) => return Ok(bytes),
+                Ok(bytes) => return Ok(Some(bytes)),
                 Err(why) => lost = why,
             }
         }
@@ -589,6 +614,23 @@ impl RemoteDir for NodeDir {
              overloaded or failing: check `scontrol show node {}` and try again",
             self.node
         )))
+    }
+}
+
+impl RemoteDir for NodeDir {
+    fn read(&mut self, name: &str) -> anyhow::Result<Vec<u8>> {
+        self.read_sized(name)?.ok_or_else(|| {
+            anyhow::anyhow!(
+                "cannot read {} on node {}: there is no such file (the node's sbcast copy lacks it; check the job's \
+                 remote_dir on that node)",
+                self.dir.join(name).display(),
+                self.node
+            )
+        })
+    }
+
+    fn read_if_present(&mut self, name: &str) -> anyhow::Result<Option<Vec<u8>>> {
+        self.read_sized(name)
     }
 }
 
@@ -656,18 +698,26 @@ mod tests {
     }
 
     /// `SIZED_CAT` as the node runs it: the size, then the bytes, from one
-    /// descriptor; a missing file fails the command.
+    /// descriptor; a missing file, or directory, exits `ABSENT`; a file that
+    /// cannot be read fails otherwise.
     #[test]
     fn the_node_side_command_frames_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("blob");
         let bytes: Vec<u8> = (0..70_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
         std::fs::write(&f, &bytes).unwrap();
-        let out = Command::new("sh").args(["-c", SIZED_CAT, "sh"]).arg(&f).output().unwrap();
+        let sized_cat = |p: &std::path::Path| Command::new("sh").args(["-c", SIZED_CAT, "sh"]).arg(p).output().unwrap();
+        let out = sized_cat(&f);
         assert!(out.status.success());
         assert_eq!(sized_contents(out.stdout).unwrap(), bytes);
-        let out = Command::new("sh").args(["-c", SIZED_CAT, "sh"]).arg(dir.path().join("gone")).output().unwrap();
-        assert!(!out.status.success() && out.stdout.is_empty());
+        for gone in [dir.path().join("gone"), dir.path().join("no-dir/state.json")] {
+            let out = sized_cat(&gone);
+            assert_eq!(out.status.code(), Some(ABSENT), "{}", gone.display());
+            assert!(out.stdout.is_empty());
+        }
+        // There, but no file to read: a failure, not an absence.
+        let out = sized_cat(dir.path());
+        assert!(!out.status.success() && out.status.code() != Some(ABSENT), "{:?}", out.status);
     }
 
     /// A dataset path may hold a newline: in the script's comment it would
