@@ -85,6 +85,71 @@ impl Owner {
     fn alive(self) -> bool {
         Owner::of(self.pid) == Some(self)
     }
+
+    fn me() -> Owner {
+        Owner::of(std::process::id()).expect("this process runs")
+    }
+
+    /// `PID-START`, as the names of what this process makes carry it.
+    fn tag(self) -> String {
+        format!("{}-{}", self.pid, self.start)
+    }
+
+    /// The `Owner` a name's next two `-` fields give (as `tag` writes them).
+    fn parse<'a>(fields: &mut impl Iterator<Item = &'a str>) -> Option<Owner> {
+        Some(Owner { pid: fields.next()?.parse().ok()?, start: fields.next()?.parse().ok()? })
+    }
+}
+
+/// The entries of `dir` that `parse` reads a maker from (what a test named
+/// for itself), where that maker is gone: a test killed before its drop.
+/// An entry of a live process, or a name of another shape, is left out.
+fn stale<T>(dir: &Path, parse: impl Fn(&str) -> Option<(T, Owner)>) -> Vec<(String, T)> {
+    let Ok(names) = std::fs::read_dir(dir) else { return vec![] };
+    names
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter_map(|name| {
+            let (what, owner) = parse(&name)?;
+            (!owner.alive()).then_some((name, what))
+        })
+        .collect()
+}
+
+/// SIGKILLs `pids` and the rest of each `Slurm` cluster one of them belongs
+/// to (its processes name the same slurm.conf). Only a cluster of `Slurm`'s:
+/// a SLURM_CONF a killed test inherited (a real cluster's) names processes
+/// that are no test's to end.
+fn kill_clusters_of(pids: Vec<u32>) {
+    let ours = |c: &PathBuf| std::fs::read_to_string(c).is_ok_and(|t| t.starts_with(CLUSTER_NAME));
+    let mut cluster: Vec<u32> =
+        pids.iter().filter_map(|&p| slurm_conf_of(p)).filter(ours).flat_map(|c| processes_of(&c)).collect();
+    cluster.extend(pids);
+    for pid in cluster {
+        let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).stderr(Stdio::null()).status();
+    }
+}
+
+/// Every `Slurm`'s directory (in the temporary directory) is named
+/// `leapgnn-slurm-cluster-PID-START-XXXXXX`, for the process that made it
+/// (`Owner`), so that the next `Slurm` on this machine can tell one whose
+/// test was killed (no drop): `remove_stale_clusters`.
+const CLUSTER_DIR_PREFIX: &str = "leapgnn-slurm-cluster-";
+
+/// Removes every `Slurm` directory whose maker is gone, after stopping what
+/// still runs of that cluster (its munged, slurmctld and slurmd, their steps
+/// and tasks: all name its slurm.conf). Those of a live test are left alone.
+fn remove_stale_clusters() {
+    let tmp = std::env::temp_dir();
+    let parse = |name: &str| {
+        let mut f = name.strip_prefix(CLUSTER_DIR_PREFIX)?.split('-');
+        let owner = Owner::parse(&mut f)?;
+        (f.next().is_some() && f.next().is_none()).then_some(((), owner))
+    };
+    for (name, ()) in stale(&tmp, parse) {
+        let dir = tmp.join(name);
+        kill_clusters_of(processes_of(&dir.join("slurm.conf")));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
 
 fn ip(args: &[&str]) -> Result<(), String> {
@@ -97,7 +162,7 @@ impl Netns {
     /// checkouts may hold some), after deleting those of killed tests.
     fn new() -> Netns {
         Netns::remove_stale();
-        Netns::claim(Owner::of(std::process::id()).expect("this process runs"))
+        Netns::claim(Owner::me())
     }
 
     /// `new`, named for `owner`, without removing stale namespaces first.
@@ -113,7 +178,7 @@ impl Netns {
             {
                 continue;
             }
-            let name = format!("{NETNS_PREFIX}{net}-{}-{}", owner.pid, owner.start);
+            let name = format!("{NETNS_PREFIX}{net}-{}", owner.tag());
             let ns = Netns { name, host_if, net };
             let ns_ip = format!("{}/24", ns.ip(2));
             let host_ip = format!("{}/24", ns.ip(1));
@@ -140,28 +205,16 @@ impl Netns {
     /// A live process's namespace, or a name of another shape, is left alone.
     fn remove_stale() {
         use std::os::unix::fs::MetadataExt;
-        let Ok(names) = std::fs::read_dir("/run/netns") else { return };
-        for name in names.filter_map(|e| e.ok()?.file_name().into_string().ok()) {
-            let Some((net, owner)) = Netns::parse(&name) else { continue };
-            if owner.alive() {
-                continue;
-            }
+        for (name, net) in stale(Path::new("/run/netns"), Netns::parse) {
             let Ok(ns) = std::fs::metadata(format!("/run/netns/{name}")) else { continue };
-            let inside: Vec<u32> = pids()
-                .filter(|p| {
-                    std::fs::metadata(format!("/proc/{p}/ns/net"))
-                        .is_ok_and(|m| (m.dev(), m.ino()) == (ns.dev(), ns.ino()))
-                })
-                .collect();
-            // Only a cluster of `Slurm`'s: a SLURM_CONF the killed test inherited
-            // (a real cluster's) names processes that are no test's to end.
-            let ours = |c: &PathBuf| std::fs::read_to_string(c).is_ok_and(|t| t.starts_with(CLUSTER_NAME));
-            let mut cluster: Vec<u32> =
-                inside.iter().filter_map(|&p| slurm_conf_of(p)).filter(ours).flat_map(|c| processes_of(&c)).collect();
-            cluster.extend(inside);
-            for pid in cluster {
-                let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).stderr(Stdio::null()).status();
-            }
+            kill_clusters_of(
+                pids()
+                    .filter(|p| {
+                        std::fs::metadata(format!("/proc/{p}/ns/net"))
+                            .is_ok_and(|m| (m.dev(), m.ino()) == (ns.dev(), ns.ino()))
+                    })
+                    .collect(),
+            );
             drop(Netns { name, host_if: format!("lgs{net}h"), net });
         }
     }
@@ -169,8 +222,9 @@ impl Netns {
     /// X and the maker of a namespace named as `claim` names them.
     fn parse(name: &str) -> Option<(u8, Owner)> {
         let mut f = name.strip_prefix(NETNS_PREFIX)?.split('-');
-        let (net, pid, start) = (f.next()?.parse().ok()?, f.next()?.parse().ok()?, f.next()?.parse().ok()?);
-        f.next().is_none().then_some((net, Owner { pid, start }))
+        let net = f.next()?.parse().ok()?;
+        let owner = Owner::parse(&mut f)?;
+        f.next().is_none().then_some((net, owner))
     }
 
     /// 10.213.X.`host`: 1 this host's side, 2 the namespace's.
@@ -265,7 +319,9 @@ impl Slurm {
         if !can_run() {
             return None;
         }
-        let dir = tempfile::tempdir().unwrap();
+        remove_stale_clusters();
+        let dir =
+            tempfile::Builder::new().prefix(&format!("{CLUSTER_DIR_PREFIX}{}-", Owner::me().tag())).tempdir().unwrap();
         let d = dir.path().to_path_buf();
         let host = String::from_utf8(Command::new("hostname").arg("-s").output().unwrap().stdout).unwrap();
         let host = host.trim();
@@ -969,6 +1025,84 @@ fn a_killed_tests_network_namespace_goes_with_the_next_and_a_running_ones_stays(
     assert!(ip(&["link", "show", &kept.host_if]).is_ok(), "{} of a running process was deleted", kept.host_if);
     assert_ne!(fresh.net, kept.net);
     drop((fresh, kept, live));
+}
+
+/// Set in the test binary run by `a_killed_tests_cluster_goes_with_the_next_and_a_running_ones_stays`.
+const CHILD_VAR: &str = "LEAPGNN_SLURM_TEST_CHILD";
+
+/// The killed test of `a_killed_tests_cluster_goes_with_the_next_and_a_running_ones_stays`:
+/// starts a cluster, says where, and waits to be killed (stdin never ends).
+#[test]
+#[ignore = "run by a_killed_tests_cluster_goes_with_the_next_and_a_running_ones_stays"]
+fn a_cluster_left_to_be_killed() {
+    if std::env::var_os(CHILD_VAR).is_none() {
+        return;
+    }
+    let slurm = Slurm::start().expect("the parent test checked that Slurm can run");
+    println!("cluster={}", slurm.dir.path().display());
+    let _ = std::io::stdin().read_line(&mut String::new());
+    drop(slurm);
+}
+
+/// A one-node test killed by SIGKILL never drops its `Slurm`: its directory
+/// and daemons are left. The next `Slurm` on this machine stops those daemons
+/// and removes the directory (the name's maker is gone), leaves alone those
+/// of a test still running (another checkout's, say), and comes up.
+#[test]
+fn a_killed_tests_cluster_goes_with_the_next_and_a_running_ones_stays() {
+    let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    if !can_run() {
+        return;
+    }
+    /// Killed on drop: a failed assertion leaves no process behind.
+    struct Reaped(Child);
+    impl Drop for Reaped {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut killed = Reaped(
+        Command::new(std::env::current_exe().unwrap())
+            .args(["--ignored", "--exact", "a_cluster_left_to_be_killed", "--nocapture"])
+            .env(CHILD_VAR, "1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let out = killed.0.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        let found = std::io::BufReader::new(out)
+            .lines()
+            .map_while(Result::ok)
+            .find_map(|l| l.strip_prefix("cluster=").map(PathBuf::from));
+        let _ = tx.send(found);
+    });
+    let stale = rx.recv_timeout(Duration::from_secs(120)).ok().flatten().expect("the killed test's cluster");
+    killed.0.kill().unwrap();
+    killed.0.wait().unwrap();
+    let stale_conf = stale.join("slurm.conf");
+    assert!(!processes_of(&stale_conf).is_empty(), "the killed test's daemons stopped without it");
+
+    // A test still running (a sleep here) with a cluster directory and a daemon of its own.
+    let live = Reaped(Command::new("sleep").arg("100000").spawn().unwrap());
+    let owner = Owner::of(live.0.id()).expect("just started");
+    let kept = tempfile::Builder::new().prefix(&format!("{CLUSTER_DIR_PREFIX}{}-", owner.tag())).tempdir().unwrap();
+    std::fs::write(kept.path().join("slurm.conf"), format!("{CLUSTER_NAME}\n")).unwrap();
+    let daemon =
+        Reaped(Command::new("sleep").arg("100000").env("SLURM_CONF", kept.path().join("slurm.conf")).spawn().unwrap());
+
+    let Some(slurm) = Slurm::start() else { return };
+    assert!(!stale.exists(), "{} is left", stale.display());
+    until("the killed test's daemons to go", Duration::from_secs(10), || processes_of(&stale_conf).is_empty());
+    assert!(kept.path().join("slurm.conf").exists(), "a running test's directory was removed");
+    assert_eq!(processes_of(&kept.path().join("slurm.conf")), [daemon.0.id()], "a running test's daemon was killed");
+    let out = slurm.cmd("srun").args(["--ntasks=1", "true"]).output().unwrap();
+    assert!(out.status.success(), "the new cluster runs no job: {}", text(&out));
+    drop((slurm, daemon, live));
 }
 
 /// `sbcast = true` over two nodes, `remote_dir` node-local on each (on
