@@ -505,3 +505,63 @@ fn a_time_limit_inside_a_stage_checkpoints_at_the_round_it_stopped_in() {
     assert_eq!(checkpoint_round(d, "long"), after, "{line}");
     assert!(line.contains("train --resume long"), "{line}");
 }
+
+/// Every byte of a RETEXO run on 3 workers, by category, from its formula
+/// (all-reduced gradients, so each round's is the whole stage's): it used to
+/// be checked only as fewer than full-graph training's, so a count that
+/// doubled or dropped an exchange went unseen. Frames are 16 bytes each; a
+/// ring all-reduce of n floats sends 2 (W - 1) frames per worker and n x 4
+/// bytes per step over all workers.
+#[test]
+fn a_runs_bytes_in_every_category_are_those_of_its_formula() {
+    let tmp = cora();
+    let d = tmp.path();
+    let (w, hidden, rounds, layers, feats, classes) = (3u64, 16u64, 2u64, 2u64, 1433u64, 7u64);
+    let args = ["--model", "sage", "--hidden", "16", "--rounds", "2", "--layers", "2", "--factored-grads", "off"];
+    let train = ["train", "cora", "--no-tui", "--strategy", "retexo", "--workers", "3"];
+    let s = json(d, &[&train[..], &args].concat());
+    let frame = 16;
+    let all_reduce = |floats: u64| 2 * (w - 1) * (floats * 4 + w * frame);
+    let halo = halo_counts(d, "cora", "random", w as usize);
+    let pairs = || (0..w as usize).flat_map(|r| (0..w as usize).filter(move |&o| o != r).map(move |o| (r, o)));
+    // SAGE's [out, 2 in] weight and bias; every stage but the last has a
+    // LayerNorm and a [classes, hidden] head.
+    let stage = |l: u64| {
+        let (d_in, d_out) = (if l == 0 { feats } else { hidden }, if l + 1 == layers { classes } else { hidden });
+        let head = if l + 1 == layers { 0 } else { 2 * hidden + classes * hidden + classes };
+        d_out * 2 * d_in + d_out + head
+    };
+    let params: u64 = (0..layers).map(stage).sum();
+    // Before stage 0 each worker asks each owner for its halo rows (u32 ids)
+    // and gets them back dense after a 4-byte status.
+    let features: u64 =
+        pairs().map(|(r, o)| halo[r][o]).filter(|&h| h > 0).map(|h| frame + 4 * h + frame + 4 + 4 * h * feats).sum();
+    // Before every later stage each worker sends each peer the frozen
+    // embeddings of its rows in the peer's halo (one frame, empty or not).
+    let activations: u64 =
+        (1..layers).map(|_| pairs().map(|(r, o)| halo[r][o] * hidden * 4 + frame).sum::<u64>()).sum();
+    // Every round all-reduces the stage's gradient with the loss and the stop
+    // vote; every stage ends with an all-reduce of one 4-piece hash per
+    // worker (the best states agree, so none is broadcast).
+    let gradients: u64 = (0..layers).map(|l| rounds * all_reduce(stage(l) + 2) + all_reduce(4 * w)).sum();
+    // Every round's evaluation all-reduces 4 counts.
+    let eval = layers * rounds * all_reduce(4);
+    // The mesh's handshake per pair (two hellos of 12 + 32 bytes, two
+    // 32-byte proofs, a welcome), rank 0's weights broadcast to each peer,
+    // the barrier that starts training, and each stage's checkpoint gather of
+    // 14 u64 counts from every worker to every other. The final gather is
+    // no part of the run's bytes.
+    let handshakes = w * (w - 1) / 2 * (2 * (frame + 44) + 2 * (frame + 32) + frame);
+    let control =
+        handshakes + (w - 1) * (params * 4 + frame) + w * (w - 1) * frame + layers * w * (w - 1) * (frame + 14 * 8);
+    let b = &s["bytes"];
+    assert_eq!(count(&b["features"]), features, "{b}");
+    assert_eq!(count(&b["activations"]), activations, "{b}");
+    assert_eq!(count(&b["gradients"]), gradients + eval, "{b}");
+    assert_eq!(count(&b["eval"]["gradients"]), eval, "{b}");
+    assert_eq!(count(&b["control"]), control, "{b}");
+    assert_eq!(count(&b["migration"]), 0, "{b}");
+    for c in ["features", "activations", "control", "migration"] {
+        assert_eq!(count(&b["eval"][c]), 0, "evaluation sends only its counts' all-reduce: {b}");
+    }
+}
