@@ -252,6 +252,47 @@ fn the_final_checkpoint_holds_every_stages_layers() {
     }
 }
 
+/// A periodic checkpoint's control bytes, to the byte: the vote on it
+/// (`all_may_checkpoint`: one f32 from every worker to every other), the
+/// stages' state to rank 0 (one frame per pair; stage 1's layer, its two
+/// Adam moments and its history of hidden rows) and the checkpoint's count
+/// (14 u64s per pair); the final checkpoint holds the history only when the
+/// run asked for checkpoints. The vote was checked only as a share of a
+/// skipped checkpoint's bytes, so a vote counted twice or not at all went
+/// unseen; nothing else moves.
+#[test]
+fn a_periodic_checkpoint_moves_its_vote_state_and_count_in_control() {
+    let tmp = cora();
+    let d = tmp.path();
+    let (w, epochs, hidden, classes, nodes, frame) = (2u64, 3u64, 16u64, 7u64, 2708u64, 16u64);
+    let args = ["train", "cora", "--no-tui", "--strategy", "gnnpipe", "--workers", "2", "--layers", "2"];
+    let more = ["--model", "gcn", "--hidden", "16", "--optimizer", "adam", "--epochs", "3"];
+    let run = |every: &str| json(d, &[&args[..], &more, &["--checkpoint-every", every, "--run", every]].concat());
+    let (none, each) = (run("0"), run("1"));
+    // Layer 1 (stage 1): a [classes, hidden] weight and its bias.
+    let layer1 = classes * hidden + classes;
+    assert_eq!(weights_len(d, "1"), 1433 * hidden + hidden + layer1, "a GCN of 2 layers");
+    let history = nodes * hidden;
+    let vote = w * (w - 1) * (frame + 4);
+    let state = w * (w - 1) * frame + 4 * (3 * layer1 + history);
+    let gather = w * (w - 1) * (frame + 14 * 8);
+    let (a, b) = (&none["bytes"], &each["bytes"]);
+    let more_control = count(&b["train"]["control"]) - count(&a["train"]["control"]);
+    assert_eq!(more_control, epochs * (vote + state + gather) + 4 * history, "{a} vs {b}");
+    assert_eq!(count(&b["control"]) - count(&a["control"]), more_control, "{a} vs {b}");
+    for c in ["features", "gradients", "migration", "activations", "control"] {
+        assert_eq!(a["eval"][c], b["eval"][c], "eval {c}: {a} vs {b}");
+        if c != "control" {
+            assert_eq!(a["train"][c], b["train"][c], "train {c}: {a} vs {b}");
+        }
+    }
+}
+
+/// The number of f32 weights in run `run`'s final checkpoint.
+fn weights_len(d: &Path, run: &str) -> u64 {
+    dist_support::weights(&final_weights(d, run)).len() as u64
+}
+
 #[test]
 fn hybrid_groups_sum_only_their_matching_stages_gradients_and_learn_cora() {
     let tmp = cora();
