@@ -840,21 +840,57 @@ fn a_run_whose_driver_was_killed_resumes_with_the_uninterrupted_runs_byte_totals
         }
         forget_runs(d);
     }
-    // A checkpoint written before the count: resumed from zero, saying which file lacks it.
+    // A checkpoint written before the count: the run's counts are unknown, saying which file lacks it.
     let run = ["train", "cora", "--workers", "2", "--epochs", "2", "--batch-size", "16", "--hidden", "16"];
     let run = [&run[..], &["--fanout", "5,5", "--checkpoint-every", "7", "--no-tui"]].concat();
-    let (resumed, stderr) = driver_killed_and_resumed(d, &run, |state| {
-        let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(state).unwrap()).unwrap();
-        assert!(v["progress"].as_object_mut().unwrap().remove("run_counts").is_some(), "no count in {v}");
-        std::fs::write(state, serde_json::to_vec(&v).unwrap()).unwrap();
-    });
+    let (resumed, stderr) = driver_killed_and_resumed(d, &run, |state| strip_counts(state, &["run_counts"]));
+    counts_unknown(d, &resumed, &stderr);
+}
+
+/// Removes `keys` (a count, the final reports) from the checkpoint's
+/// `state`, as an older version wrote it.
+fn strip_counts(state: &std::path::Path, keys: &[&str]) {
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(state).unwrap()).unwrap();
+    for k in keys {
+        assert!(v["progress"].as_object_mut().unwrap().remove(*k).is_some(), "no {k} in {v}");
+    }
+    std::fs::write(state, serde_json::to_vec(&v).unwrap()).unwrap();
+}
+
+/// Checks that run `killed`'s summary, printed (`resumed`) and written, has
+/// its rows, bytes and miss rate unknown (null), and that the resume's
+/// `stderr` warned so, naming the checkpoint's state file and how to
+/// measure them.
+fn counts_unknown(d: &std::path::Path, resumed: &serde_json::Value, stderr: &str) {
     let state = d.join("runs/killed/checkpoint/state.json");
-    assert!(
-        stderr.lines().any(|l| l.contains(&*state.to_string_lossy()) && l.contains("from the checkpoint on")),
-        "no warning naming {}: {stderr}",
-        state.display()
-    );
-    assert!(count(&resumed["bytes"]["gradients"]) > 0);
+    let warned = stderr
+        .lines()
+        .any(|l| l.contains(&*state.to_string_lossy()) && l.contains("unknown (null)") && l.contains("again"));
+    assert!(warned, "no warning naming {} and how to get the counts: {stderr}", state.display());
+    let written: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.join("runs/killed/summary.json")).unwrap()).unwrap();
+    assert_eq!(&written, resumed);
+    for k in ["rows", "bytes", "miss_rate"] {
+        assert!(written[k].is_null(), "{k} is not null in the summary: {written}");
+    }
+}
+
+/// A finished run's final checkpoint without a count (an older version's),
+/// its driver killed before the summary, resumed for more epochs: the
+/// summary gave the resumed epochs' rows and bytes as the whole run's. They
+/// are unknown (null), with the warning of a finished run's summary
+/// rebuilt from such a checkpoint, and the run trains its epochs.
+#[test]
+fn a_run_resumed_for_more_epochs_from_a_checkpoint_without_a_count_has_unknown_counts() {
+    let tmp = cora();
+    let d = tmp.path();
+    let run = ["train", "cora", "--workers", "2", "--epochs", "2", "--batch-size", "16", "--hidden", "16"];
+    let run = [&run[..], &["--fanout", "5,5", "--no-tui"]].concat();
+    let at = ("final-checkpoint-written", &["--epochs", "4"][..]);
+    let (resumed, stderr) =
+        driver_killed_at_and_resumed(d, &run, at, |state| strip_counts(state, &["run_counts", "final_reports"]));
+    assert_eq!(count(&resumed["epochs"]), 4, "{resumed}");
+    counts_unknown(d, &resumed, &stderr);
 }
 
 /// A run stopped during an evaluation (`--stop-in-evaluation`, a Ctrl-C
@@ -1110,11 +1146,7 @@ fn a_finished_run_from_an_older_versions_final_checkpoint_has_unknown_counts() {
     for json_out in [true, false] {
         driver_killed_at(d, &run, "final-checkpoint-written");
         let state = d.join("runs/killed/checkpoint/state.json");
-        let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
-        for k in ["run_counts", "final_reports"] {
-            assert!(v["progress"].as_object_mut().unwrap().remove(k).is_some(), "no {k} in {v}");
-        }
-        std::fs::write(&state, serde_json::to_vec(&v).unwrap()).unwrap();
+        strip_counts(&state, &["run_counts", "final_reports"]);
         let resume = ["train", "--resume", "killed", "--no-tui"];
         let out = dist_support::leapgnn(d, &[&resume[..], if json_out { &["--json"][..] } else { &[][..] }].concat());
         let stderr = String::from_utf8_lossy(&out.stderr);

@@ -48,7 +48,7 @@ pub(crate) fn checkpoint_summary(
 /// its summary holds every byte it moved (the stage's rounds it trains again
 /// cross the sockets again, and are counted again). An attempt that failed
 /// after a later checkpoint wrote no summary, so its bytes and rows are
-/// unknown: `None`, and the resumed run counts from the checkpoint on. Read
+/// unknown: `None`, and so are the resumed run's (`unknown_counts`). Read
 /// only for a checkpoint without a count of its own (the driver's `counted_before`):
 /// every loop's checkpoints carry one (periodic, stops and final), so that
 /// is a checkpoint an older version wrote, or one written by a run resumed
@@ -91,13 +91,7 @@ pub(crate) fn write_missing_summary(
     let iteration = p.global_iteration;
     let counts = counted(&run_dir, &p);
     if counts.is_none() {
-        let msg = format!(
-            "run {run}: {} holds no count of the run's rows and bytes (an older leapgnn wrote it, or a run resumed \
-             from such a checkpoint), so its summary gives them as unknown (null); train the run again \
-             (`leapgnn train --config {} --run NEW_NAME` replays it) to measure them",
-            checkpoint::dir(&run_dir).join(checkpoint::STATE).display(),
-            run_dir.join("config.json").display()
-        );
+        let msg = format!("run {run}: {}", unknown_counts(&run_dir));
         tracing::warn!("{msg}");
         obs.event(&msg);
     }
@@ -117,6 +111,20 @@ pub(crate) fn write_missing_summary(
     tracing::warn!("{msg}");
     obs.event(&msg);
     Ok(Some(summary))
+}
+
+/// Why the summary of the run in `run_dir` gives its rows and bytes as
+/// unknown, and how to measure them: its checkpoint holds no count of them
+/// (and no summary reaches it), so what a resumed attempt counts is only
+/// the run's end.
+pub(crate) fn unknown_counts(run_dir: &Path) -> String {
+    format!(
+        "{} holds no count of the run's rows and bytes (an older leapgnn wrote it, or a run resumed from such a \
+         checkpoint), so its summary gives them as unknown (null); train the run again (`leapgnn train --config {} \
+         --run NEW_NAME` replays it) to measure them",
+        checkpoint::dir(run_dir).join(checkpoint::STATE).display(),
+        run_dir.join("config.json").display()
+    )
 }
 
 /// Adds the workers' final reports at the final checkpoint (`reports`) to

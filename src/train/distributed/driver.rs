@@ -504,7 +504,7 @@ fn stopped_before_restart(
     drop(JsonlSink::append_before(&path, (p.epoch, p.iteration))?);
     let counted = restarted_before(ledger, &run_dir, &p);
     let iteration = p.global_iteration;
-    let summary = crate::train::finished::checkpoint_summary(name, &cfg, p, Some(counted))?;
+    let summary = crate::train::finished::checkpoint_summary(name, &cfg, p, counted)?;
     let msg = format!(
         "run {name}: stopped on request before restarting it ({err:#}); the workers were not started again, and the \
          run ends at its checkpoint after iteration {iteration}"
@@ -635,9 +635,10 @@ fn execute(
     // Resuming: the records after the checkpoint are dropped, to be written again.
     let at = resume.as_ref().map_or((0, 0), |p| (p.epoch, p.iteration));
     let mut sink = JsonlSink::append_before(&run_dir.join("metrics.jsonl"), at)?;
-    let (rows_before, bytes_before) = match (&restart, &resume) {
+    let earlier = match (&restart, &resume) {
         (Some(_), Some(p)) => restarted_before(ledger, &run_dir, p),
-        _ => ledger.resume_at(at, || before(&run_dir, resume.as_ref()?)),
+        (_, Some(p)) => ledger.resume_at(at, || before(&run_dir, p)),
+        (_, None) => ledger.resume_at(at, || Some(Default::default())),
     };
     let mut restart = restart;
     let mut summary = RunSummary {
@@ -810,11 +811,15 @@ fn execute(
         add_bytes(&mut total, &d.bytes.sent);
         add_bytes(&mut eval, &d.eval_bytes);
     }
-    let mut bytes = RunBytes::split(total, eval);
-    bytes.add(&bytes_before);
-    summary.bytes = Some(bytes);
-    rows += rows_before;
-    summary.rows = Some(rows);
+    // Unknown before the checkpoint (one without a count): unknown for the
+    // run, as a count from the checkpoint on would read as the whole run's.
+    if let Some((rows_before, bytes_before)) = earlier {
+        let mut bytes = RunBytes::split(total, eval);
+        bytes.add(&bytes_before);
+        summary.bytes = Some(bytes);
+        rows += rows_before;
+        summary.rows = Some(rows);
+    }
     let mut by_rank: Vec<&WorkerDone> = done.iter().collect();
     by_rank.sort_by_key(|d| d.rank);
     summary.peak_rss_bytes = by_rank.iter().filter_map(|d| d.peak_rss_bytes).collect();
@@ -952,11 +957,11 @@ fn counted_before(run_dir: &Path, p: &Progress) -> Option<(crate::metrics::RowCo
 /// between them (the checkpoint's own exchange of counts, a peer's early
 /// request) and lose the records of the checkpoint's iteration that lost
 /// workers never sent. Without one, what `ledger` kept of the records.
-fn restarted_before(ledger: &mut Ledger, run_dir: &Path, p: &Progress) -> (crate::metrics::RowCounts, RunBytes) {
+fn restarted_before(ledger: &mut Ledger, run_dir: &Path, p: &Progress) -> Option<crate::metrics::Counted> {
     // Read once: the ledger's base (taken at its first attempt) and the answer are the same count.
     let counted = counted_before(run_dir, p);
     let kept = ledger.resume_at((p.epoch, p.iteration), || warn_if_uncounted(run_dir, p, counted.clone()));
-    counted.unwrap_or(kept)
+    counted.or(kept)
 }
 
 /// What run `run_dir` counted before the checkpoint `p`, as a `Ledger`'s
@@ -966,19 +971,18 @@ fn before(run_dir: &Path, p: &Progress) -> Option<(crate::metrics::RowCounts, Ru
 }
 
 /// `counted`, the count before checkpoint `p`; a checkpoint without one
-/// (written before it was recorded) counts from zero, with a warning.
+/// (written before it was recorded) past the run's start leaves it unknown,
+/// with a warning.
 fn warn_if_uncounted(
     run_dir: &Path,
     p: &Progress,
     counted: Option<(crate::metrics::RowCounts, RunBytes)>,
 ) -> Option<(crate::metrics::RowCounts, RunBytes)> {
-    if counted.is_none() && p.global_iteration > 0 {
-        tracing::warn!(
-            "{} holds no count of the rows and bytes before its checkpoint (it was written by an older version \
-             or by a run resumed from such a checkpoint) and the run has no summary that \
-             reaches it: this run's summary counts them from the checkpoint on",
-            checkpoint::dir(run_dir).join("state.json").display()
-        );
+    if p.global_iteration == 0 {
+        return Some(counted.unwrap_or_default());
+    }
+    if counted.is_none() {
+        tracing::warn!("{}", crate::train::finished::unknown_counts(run_dir));
     }
     counted
 }

@@ -16,8 +16,9 @@ use crate::metrics::{ByteCounts, RowCounts, RunBytes, StepRecord, add_bytes};
 pub(super) struct Ledger {
     /// What the run counted before the position this driver resumed it
     /// from (`counted_before`: the checkpoint's count, or the run's last
-    /// summary); set by the first attempt.
-    base: Option<(RowCounts, RunBytes)>,
+    /// summary); set by the first attempt. `Some(None)`: unknown (a
+    /// checkpoint without a count), and so is every count on top of it.
+    base: Option<Option<(RowCounts, RunBytes)>>,
     /// (epoch, iteration) of each step record, its rows and bytes sent.
     steps: Vec<((u64, u64), RowCounts, ByteCounts)>,
     /// Each worker's bytes sent evaluating an epoch.
@@ -39,15 +40,16 @@ impl Ledger {
     /// before `at`. An evaluation is before `at` when its epoch is: a
     /// checkpoint at an epoch's last iteration resumes with that epoch's
     /// evaluation. `base` is the run's count before this driver's first
-    /// attempt (taken once: the first call's).
+    /// attempt (taken once: the first call's), `None` where it is unknown:
+    /// then so is the answer, since what follows would read as the whole run.
     pub(super) fn resume_at(
         &mut self,
         at: (u64, u64),
         base: impl FnOnce() -> Option<(RowCounts, RunBytes)>,
-    ) -> (RowCounts, RunBytes) {
-        let (mut rows, mut bytes) = self.base.get_or_insert_with(|| base().unwrap_or_default()).clone();
+    ) -> Option<(RowCounts, RunBytes)> {
         self.steps.retain(|s| s.0 < at);
         self.evals.retain(|e| e.0 < at.0);
+        let (mut rows, mut bytes) = self.base.get_or_insert_with(base).clone()?;
         let (mut total, mut eval) = (ByteCounts::default(), ByteCounts::default());
         for (_, r, b) in &self.steps {
             rows += *r;
@@ -58,7 +60,7 @@ impl Ledger {
         }
         add_bytes(&mut total, &eval);
         bytes.add(&RunBytes::split(total, eval));
-        (rows, bytes)
+        Some((rows, bytes))
     }
 }
 
@@ -78,7 +80,7 @@ mod tests {
         };
         let mut l = Ledger::default();
         let base = RunBytes::split(sent(1000), ByteCounts::default());
-        let (rows, bytes) = l.resume_at((0, 2), || Some((RowCounts::default(), base.clone())));
+        let (rows, bytes) = l.resume_at((0, 2), || Some((RowCounts::default(), base.clone()))).unwrap();
         assert_eq!((rows, bytes), (RowCounts::default(), base.clone()));
         for (e, i, f) in [(0, 2, 10), (0, 3, 20), (1, 0, 40), (1, 1, 80)] {
             l.step(&step(e, i, f));
@@ -87,13 +89,25 @@ mod tests {
         l.eval(0, sent(7));
         l.eval(1, sent(9));
         // Restarted from (1, 0): epoch 0's steps and evaluations stay, epoch 1's go.
-        let (rows, bytes) = l.resume_at((1, 0), || panic!("the base is taken once"));
+        let (rows, bytes) = l.resume_at((1, 0), || panic!("the base is taken once")).unwrap();
         assert_eq!(rows.requested, 30);
         assert_eq!(bytes.train, ByteCounts { features: 1030, gradients: 3, ..Default::default() });
         assert_eq!(bytes.eval, ByteCounts { features: 12, gradients: 2, ..Default::default() });
         assert_eq!(bytes.total, ByteCounts { features: 1042, gradients: 5, ..Default::default() });
         // A later restart from an earlier position drops more.
-        let (rows, bytes) = l.resume_at((0, 3), || None);
+        let (rows, bytes) = l.resume_at((0, 3), || None).unwrap();
         assert_eq!((rows.requested, bytes.total.features), (10, 1010));
+    }
+
+    #[test]
+    fn an_unknown_base_leaves_every_later_count_unknown() {
+        let mut l = Ledger::default();
+        assert_eq!(l.resume_at((1, 0), || None), None);
+        l.step(&StepRecord {
+            epoch: 1,
+            bytes_out: ByteCounts { gradients: 8, ..Default::default() },
+            ..Default::default()
+        });
+        assert_eq!(l.resume_at((2, 0), || panic!("the base is taken once")), None);
     }
 }
