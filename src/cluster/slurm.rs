@@ -36,16 +36,110 @@ pub enum SlurmError {
         "--workers {asked}: the Slurm allocation has {tasks} task(s) (SLURM_NTASKS); ask sbatch for more or omit --workers"
     )]
     TooFewTasks { asked: usize, tasks: usize },
-    #[error("`{command}` failed: {why}; is Slurm's client ({what}) installed and on PATH?")]
-    Command { command: String, what: &'static str, why: String },
+    #[error(transparent)]
+    Command(Box<CommandError>),
     /// A `slurm-script` option that cannot go into an `#SBATCH` line as given.
     #[error("slurm-script {flag} {value}: {why}")]
     ScriptOption { flag: &'static str, value: String, why: String },
 }
 
+/// A Slurm or MUNGE command that failed; the advice follows how.
+#[derive(Debug, thiserror::Error)]
+#[error("`{command}` {}", .failure.explain(.about, .program))]
+pub struct CommandError {
+    pub command: String,
+    pub program: String,
+    pub about: Subject,
+    pub failure: Failure,
+}
+
+/// How a Slurm or MUNGE command failed: a missing client, a command that
+/// ran and said no, and one that hung each send the user somewhere else.
+#[derive(Debug)]
+pub enum Failure {
+    /// It could not be started: not there, or not executable.
+    NotFound(std::io::Error),
+    /// It ran and exited non-zero, or was killed by a signal.
+    Exited { status: std::process::ExitStatus, stderr: String },
+    /// No answer within the limit, so it was killed.
+    TimedOut { after: Duration },
+    /// This host could not run it (no process, thread or pipe to be had).
+    Local(std::io::Error),
+}
+
+/// What a failed command was about: where the user should look.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Subject {
+    /// slurmctld, asked by scontrol.
+    Controller,
+    /// Slurm's record of a node (`scontrol show node`).
+    Node(String),
+    /// Steps or copies in a job: on `node` where one is named, else on the job's nodes.
+    Job { job: String, node: Option<String> },
+    /// This host's munged.
+    Munge,
+}
+
+impl Subject {
+    fn client(&self) -> &'static str {
+        if *self == Subject::Munge { "MUNGE" } else { "Slurm's client" }
+    }
+
+    /// What to look at when the command ran but failed or hung.
+    fn check(&self) -> String {
+        match self {
+            Subject::Controller => "check that slurmctld answers (`scontrol ping`) and its log".into(),
+            Subject::Node(node) => {
+                format!("check `scontrol show node {node}` and that slurmctld answers (`scontrol ping`)")
+            }
+            Subject::Job { job, node: Some(node) } => format!(
+                "check the job (`scontrol show job {job}`), node {node} (`scontrol show node {node}`) and the \
+                 slurmd log on {node}"
+            ),
+            Subject::Job { job, node: None } => format!(
+                "check the job (`scontrol show job {job}`), its nodes (`scontrol show node NODE`) and their \
+                 slurmd logs"
+            ),
+            Subject::Munge => "check that munged runs on this host (`munge -n | unmunge`) and its log".into(),
+        }
+    }
+}
+
+impl Failure {
+    /// The message after the command: what happened and what to do.
+    fn explain(&self, about: &Subject, program: &str) -> String {
+        match self {
+            Failure::NotFound(e) => {
+                format!("could not be started: {e}; is {} ({program}) installed and on PATH?", about.client())
+            }
+            Failure::Exited { status, stderr } => {
+                let how = match (status.code(), std::os::unix::process::ExitStatusExt::signal(status)) {
+                    (Some(code), _) => format!("exited with code {code}"),
+                    (None, Some(sig)) => format!("was killed by signal {sig}"),
+                    (None, None) => status.to_string(),
+                };
+                let said = match stderr.trim() {
+                    "" => "and said nothing on stderr".to_string(),
+                    e => format!("saying: {e}"),
+                };
+                format!("{how}, {said}; {}", about.check())
+            }
+            Failure::TimedOut { after } => format!(
+                "timed out: no answer in {} s, so it was stopped; {}, and try again",
+                after.as_secs_f64(),
+                about.check()
+            ),
+            Failure::Local(e) => format!(
+                "could not be run: {e}; this host is short of processes, threads or memory (check `ulimit -u` and \
+                 free memory) and try again"
+            ),
+        }
+    }
+}
+
 impl crate::error::Blame for SlurmError {
     fn is_bad_input(&self) -> bool {
-        !matches!(self, SlurmError::Command { .. })
+        !matches!(self, SlurmError::Command(_))
     }
 }
 
@@ -143,7 +237,7 @@ pub fn tasks_per_node(s: &str) -> Result<Vec<usize>, String> {
 
 /// Expands a Slurm host list (`node[01-04],gpu7`) with `scontrol show hostnames`.
 fn hostnames(list: &str) -> Result<Vec<String>, SlurmError> {
-    let out = run(Command::new("scontrol").args(["show", "hostnames", list]), None, "scontrol")?;
+    let out = run(Command::new("scontrol").args(["show", "hostnames", list]), None, Subject::Controller)?;
     let nodes: Vec<String> = out.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect();
     if nodes.is_empty() {
         return Err(SlurmError::BadEnv { var: "SLURM_JOB_NODELIST", value: list.into(), why: "names no node".into() });
@@ -152,18 +246,13 @@ fn hostnames(list: &str) -> Result<Vec<String>, SlurmError> {
 }
 
 /// Runs a short command with `input` on stdin; its stdout, or why it failed.
-fn run(cmd: &mut Command, input: Option<&str>, what: &'static str) -> Result<String, SlurmError> {
-    run_within(cmd, input, what, COMMAND_TIMEOUT).map(|o| String::from_utf8_lossy(&o).into_owned())
+fn run(cmd: &mut Command, input: Option<&str>, about: Subject) -> Result<String, SlurmError> {
+    run_within(cmd, input, about, COMMAND_TIMEOUT).map(|o| String::from_utf8_lossy(&o).into_owned())
 }
 
 /// `run`, allowed `limit`; its stdout as bytes.
-fn run_within(
-    cmd: &mut Command,
-    input: Option<&str>,
-    what: &'static str,
-    limit: Duration,
-) -> Result<Vec<u8>, SlurmError> {
-    run_unless(cmd, input, what, limit, None).map(|o| o.unwrap_or_default())
+fn run_within(cmd: &mut Command, input: Option<&str>, about: Subject, limit: Duration) -> Result<Vec<u8>, SlurmError> {
+    run_unless(cmd, input, about, limit, None).map(|o| o.unwrap_or_default())
 }
 
 /// `run_within`, except that exit code `unless` gives `None` rather than an
@@ -171,20 +260,34 @@ fn run_within(
 fn run_unless(
     cmd: &mut Command,
     input: Option<&str>,
-    what: &'static str,
+    about: Subject,
     limit: Duration,
     unless: Option<i32>,
 ) -> Result<Option<Vec<u8>>, SlurmError> {
     let command = format!("{cmd:?}").replace('"', "");
-    let fail = |why: String| SlurmError::Command { command: command.clone(), what, why };
+    let program = cmd.get_program().to_string_lossy().into_owned();
+    let fail = |failure: Failure| {
+        SlurmError::Command(Box::new(CommandError {
+            command: command.clone(),
+            program: program.clone(),
+            about: about.clone(),
+            failure,
+        }))
+    };
     let mut child = cmd
         .stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| fail(e.to_string()))?;
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied => fail(Failure::NotFound(e)),
+            _ => fail(Failure::Local(e)),
+        })?;
+    // A command that exits before reading its input breaks the pipe: its exit
+    // status and stderr say why, so that is kept for after it ends.
+    let mut unread = None;
     if let (Some(text), Some(mut stdin)) = (input, child.stdin.take()) {
-        stdin.write_all(text.as_bytes()).map_err(|e| fail(e.to_string()))?;
+        unread = stdin.write_all(text.as_bytes()).err();
     }
     let (mut out, mut err) = (child.stdout.take().expect("piped"), child.stderr.take().expect("piped"));
     let reader = crate::util::threads::spawn("leapgnn-slurm-output", move || {
@@ -198,17 +301,17 @@ fn run_unless(
         Err(e) => {
             let _ = child.kill();
             let _ = child.wait();
-            return Err(fail(e.to_string()));
+            return Err(fail(Failure::Local(std::io::Error::other(e.to_string()))));
         }
     };
     let deadline = Instant::now() + limit;
     let status = loop {
-        match child.try_wait().map_err(|e| fail(e.to_string()))? {
+        match child.try_wait().map_err(|e| fail(Failure::Local(e)))? {
             Some(s) => break s,
             None if Instant::now() >= deadline => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(fail(format!("no answer in {} s", limit.as_secs())));
+                return Err(fail(Failure::TimedOut { after: limit }));
             }
             None => std::thread::sleep(Duration::from_millis(20)),
         }
@@ -218,7 +321,10 @@ fn run_unless(
         return Ok(None);
     }
     if !status.success() {
-        return Err(fail(format!("{status}: {}", e.trim())));
+        return Err(fail(Failure::Exited { status, stderr: e.trim().to_string() }));
+    }
+    if let Some(e) = unread {
+        return Err(fail(Failure::Local(e)));
     }
     Ok(Some(o))
 }
@@ -227,13 +333,13 @@ fn run_unless(
 /// the cluster's key, expires after MUNGE's TTL and is accepted once.
 pub fn seal_token(token: &str) -> Result<String, SlurmError> {
     let uid = std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m)).unwrap_or(0);
-    let cred = run(Command::new("munge").args(["--restrict-uid", &uid.to_string()]), Some(token), "munge")?;
+    let cred = run(Command::new("munge").args(["--restrict-uid", &uid.to_string()]), Some(token), Subject::Munge)?;
     Ok(cred.trim().to_string())
 }
 
 /// The token inside a credential from `seal_token` (on the worker's node).
 pub fn open_token(credential: &str) -> Result<String, SlurmError> {
-    let token = run(Command::new("unmunge").arg("--metadata=/dev/null"), Some(credential), "unmunge")?;
+    let token = run(Command::new("unmunge").arg("--metadata=/dev/null"), Some(credential), Subject::Munge)?;
     Ok(token.trim().to_string())
 }
 
@@ -303,9 +409,14 @@ impl SlurmLauncher {
         }
     }
 
+    /// Steps and copies across the job, for a failure's advice.
+    fn whole_job(&self) -> Subject {
+        Subject::Job { job: self.alloc.job_id.clone(), node: None }
+    }
+
     /// One step on every node of the job (sbcast writes to all of them, not
     /// only those of the ranks placed) running `argv`.
-    fn on_every_node(&self, argv: &[&str], what: &'static str) -> Result<String, SlurmError> {
+    fn on_every_node(&self, argv: &[&str]) -> Result<String, SlurmError> {
         let nodes = std::env::var("SLURM_JOB_NUM_NODES")
             .ok()
             .and_then(|n| n.trim().parse::<usize>().ok())
@@ -318,7 +429,7 @@ impl SlurmLauncher {
                 .args(["--ntasks-per-node=1", "--overlap", "--quiet", "--kill-on-bad-exit=1"])
                 .args(argv),
             None,
-            what,
+            self.whole_job(),
         )
     }
 
@@ -339,7 +450,7 @@ impl SlurmLauncher {
         dirs.dedup();
         let mut mkdir = vec!["mkdir", "-p"];
         mkdir.extend(dirs.iter().map(String::as_str));
-        self.on_every_node(&mkdir, "srun mkdir").map_err(|e| e.to_string())?;
+        self.on_every_node(&mkdir).map_err(|e| e.to_string())?;
         let t = Instant::now();
         let mut bytes = 0u64;
         for (local, remote) in files {
@@ -353,7 +464,7 @@ impl SlurmLauncher {
                     .arg(local)
                     .arg(remote),
                 None,
-                "sbcast",
+                self.whole_job(),
                 limit,
             )
             .map_err(|e| e.to_string())?;
@@ -404,7 +515,8 @@ fn node_ip(node: &str) -> anyhow::Result<IpAddr> {
             .find(IpAddr::is_ipv4)
             .ok_or_else(|| "no IPv4 address".to_string())
     };
-    let addr = match run(Command::new("scontrol").args(["-o", "show", "node", node]), None, "scontrol") {
+    let addr = match run(Command::new("scontrol").args(["-o", "show", "node", node]), None, Subject::Node(node.into()))
+    {
         Ok(out) => node_addr(&out).ok_or_else(|| format!("`scontrol show node {node}` gives no NodeAddr")),
         Err(e) => Err(e.to_string()),
     };
@@ -576,9 +688,11 @@ const READ_ATTEMPTS: usize = 3;
 /// slurmstepd"), and the size is how the reader knows. A file that is not
 /// there (nor its directory) exits `ABSENT` before the open, so that the
 /// reader can tell it from a node, srun or shell that failed (exit 1).
-const SIZED_CAT: &str = r#"[ -e "$1" ] || exit 66; exec < "$1" || exit 1; stat -L -c %s /dev/stdin && exec cat"#;
+fn sized_cat() -> String {
+    format!(r#"[ -e "$1" ] || exit {ABSENT}; exec < "$1" || exit 1; stat -L -c %s /dev/stdin && exec cat"#)
+}
 
-/// `SIZED_CAT`'s exit code for a file that is not there: sysexits' EX_NOINPUT,
+/// `sized_cat`'s exit code for a file that is not there: sysexits' EX_NOINPUT,
 /// which neither srun (which passes its task's code on) nor sh, stat and cat
 /// exit with.
 const ABSENT: i32 = 66;
@@ -595,10 +709,10 @@ impl NodeDir {
                     .arg(format!("--jobid={}", self.job_id))
                     .args(["--nodes=1", "--ntasks=1", "--overlap", "--quiet"])
                     .arg(format!("--nodelist={}", self.node))
-                    .args(["sh", "-c", SIZED_CAT, "sh"])
+                    .args(["sh", "-c", &sized_cat(), "sh"])
                     .arg(&path),
                 None,
-                "srun sh",
+                Subject::Job { job: self.job_id.clone(), node: Some(self.node.clone()) },
                 READ_TIMEOUT,
                 Some(ABSENT),
             )
@@ -634,7 +748,7 @@ impl RemoteDir for NodeDir {
     }
 }
 
-/// The file in `SIZED_CAT`'s output: refused unless exactly as long as its size line says.
+/// The file in `sized_cat`'s output: refused unless exactly as long as its size line says.
 fn sized_contents(mut out: Vec<u8>) -> Result<Vec<u8>, String> {
     let Some(nl) = out.iter().position(|&b| b == b'\n') else {
         return Err(format!("{} bytes without the size line", out.len()));
@@ -658,7 +772,7 @@ impl Drop for SlurmLauncher {
             && s.done.lock().unwrap_or_else(|e| e.into_inner()).is_some()
         {
             let dir = s.dir.display().to_string();
-            if let Err(e) = self.on_every_node(&["rm", "-rf", &dir], "srun rm") {
+            if let Err(e) = self.on_every_node(&["rm", "-rf", &dir]) {
                 (self.log)(format!("sbcast: could not remove {dir} from the nodes: {e}"));
             }
         }
@@ -697,7 +811,7 @@ mod tests {
         assert!(sized_contents(b"x\nab".to_vec()).is_err());
     }
 
-    /// `SIZED_CAT` as the node runs it: the size, then the bytes, from one
+    /// `sized_cat` as the node runs it: the size, then the bytes, from one
     /// descriptor; a missing file, or directory, exits `ABSENT`; a file that
     /// cannot be read fails otherwise.
     #[test]
@@ -706,18 +820,55 @@ mod tests {
         let f = dir.path().join("blob");
         let bytes: Vec<u8> = (0..70_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
         std::fs::write(&f, &bytes).unwrap();
-        let sized_cat = |p: &std::path::Path| Command::new("sh").args(["-c", SIZED_CAT, "sh"]).arg(p).output().unwrap();
-        let out = sized_cat(&f);
+        let frame = |p: &std::path::Path| Command::new("sh").args(["-c", &sized_cat(), "sh"]).arg(p).output().unwrap();
+        let out = frame(&f);
         assert!(out.status.success());
         assert_eq!(sized_contents(out.stdout).unwrap(), bytes);
         for gone in [dir.path().join("gone"), dir.path().join("no-dir/state.json")] {
-            let out = sized_cat(&gone);
+            let out = frame(&gone);
             assert_eq!(out.status.code(), Some(ABSENT), "{}", gone.display());
             assert!(out.stdout.is_empty());
         }
         // There, but no file to read: a failure, not an absence.
-        let out = sized_cat(dir.path());
+        let out = frame(dir.path());
         assert!(!out.status.success() && out.status.code() != Some(ABSENT), "{:?}", out.status);
+    }
+
+    /// Only a client that cannot be started is asked about; one that ran and
+    /// failed, or hung, points at the job and node it was about instead.
+    #[test]
+    fn a_failed_command_gets_advice_for_how_it_failed() {
+        let job = |node: Option<&str>| Subject::Job { job: "42".into(), node: node.map(String::from) };
+        let fails = |cmd: &mut Command, about: Subject, limit: Duration| {
+            run_within(cmd, None, about, limit).unwrap_err().to_string()
+        };
+        let installed = "installed and on PATH?";
+
+        let e = fails(&mut Command::new("leapgnn-no-such-client"), job(None), COMMAND_TIMEOUT);
+        assert!(e.contains("could not be started") && e.contains("(os error 2)"), "{e}");
+        assert!(e.contains(&format!("is Slurm's client (leapgnn-no-such-client) {installed}")), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        let not_executable = dir.path().join("srun");
+        std::fs::write(&not_executable, "#!/bin/sh\n").unwrap();
+        let e = fails(&mut Command::new(&not_executable), Subject::Munge, COMMAND_TIMEOUT);
+        assert!(e.contains(&format!("is MUNGE ({}) {installed}", not_executable.display())), "{e}");
+
+        let mut boom = Command::new("sh");
+        boom.args(["-c", "echo boom >&2; exit 3"]);
+        let e = fails(&mut boom, job(Some("n7")), COMMAND_TIMEOUT);
+        assert!(e.contains("exited with code 3, saying: boom;"), "{e}");
+        assert!(e.contains("`scontrol show job 42`") && e.contains("`scontrol show node n7`"), "{e}");
+        assert!(e.contains("slurmd log on n7") && !e.contains(installed), "{e}");
+        let e = fails(Command::new("sh").args(["-c", "exit 1"]), Subject::Node("n7".into()), COMMAND_TIMEOUT);
+        assert!(e.contains("exited with code 1, and said nothing on stderr;"), "{e}");
+        assert!(e.contains("`scontrol show node n7`") && !e.contains(installed), "{e}");
+
+        let started = Instant::now();
+        let e = fails(Command::new("sleep").arg("30"), job(None), Duration::from_secs(1));
+        assert!(started.elapsed() < Duration::from_secs(20), "the limit stopped it: {e}");
+        assert!(e.contains("timed out: no answer in 1 s, so it was stopped;"), "{e}");
+        assert!(e.contains("`scontrol show job 42`") && e.contains("their slurmd logs"), "{e}");
+        assert!(!e.contains(installed), "{e}");
     }
 
     /// A dataset path may hold a newline: in the script's comment it would
