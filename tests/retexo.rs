@@ -506,20 +506,22 @@ fn a_time_limit_inside_a_stage_checkpoints_at_the_round_it_stopped_in() {
     assert!(line.contains("train --resume long"), "{line}");
 }
 
-/// Every byte of a RETEXO run on 3 workers, by category, from its formula
-/// (all-reduced gradients, so each round's is the whole stage's): it used to
-/// be checked only as fewer than full-graph training's, so a count that
-/// doubled or dropped an exchange went unseen. Frames are 16 bytes each; a
-/// ring all-reduce of n floats sends 2 (W - 1) frames per worker and n x 4
-/// bytes per step over all workers.
+/// Every byte of a RETEXO run on 3 workers, by category, from its formula,
+/// with every gradient all-reduced and with the default factored exchange:
+/// it used to be checked only as fewer than full-graph training's, so a
+/// count that doubled or dropped an exchange went unseen. Frames are 16
+/// bytes each; a ring all-reduce of n floats sends 2 (W - 1) frames per
+/// worker and n x 4 bytes per step over all workers.
 #[test]
 fn a_runs_bytes_in_every_category_are_those_of_its_formula() {
     let tmp = cora();
     let d = tmp.path();
     let (w, hidden, rounds, layers, feats, classes) = (3u64, 16u64, 2u64, 2u64, 1433u64, 7u64);
-    let args = ["--model", "sage", "--hidden", "16", "--rounds", "2", "--layers", "2", "--factored-grads", "off"];
-    let train = ["train", "cora", "--no-tui", "--strategy", "retexo", "--workers", "3"];
-    let s = json(d, &[&train[..], &args].concat());
+    let runs = ["off", "on"].map(|fg| {
+        let args = ["--model", "sage", "--hidden", "16", "--rounds", "2", "--layers", "2", "--factored-grads", fg];
+        let train = ["train", "cora", "--no-tui", "--strategy", "retexo", "--workers", "3", "--run", fg];
+        (fg, verbose_json(d, &[&train[..], &args].concat()))
+    });
     let frame = 16;
     let all_reduce = |floats: u64| 2 * (w - 1) * (floats * 4 + w * frame);
     let halo = halo_counts(d, "cora", "random", w as usize);
@@ -540,10 +542,6 @@ fn a_runs_bytes_in_every_category_are_those_of_its_formula() {
     // embeddings of its rows in the peer's halo (one frame, empty or not).
     let activations: u64 =
         (1..layers).map(|_| pairs().map(|(r, o)| halo[r][o] * hidden * 4 + frame).sum::<u64>()).sum();
-    // Every round all-reduces the stage's gradient with the loss and the stop
-    // vote; every stage ends with an all-reduce of one 4-piece hash per
-    // worker (the best states agree, so none is broadcast).
-    let gradients: u64 = (0..layers).map(|l| rounds * all_reduce(stage(l) + 2) + all_reduce(4 * w)).sum();
     // Every round's evaluation all-reduces 4 counts.
     let eval = layers * rounds * all_reduce(4);
     // The mesh's handshake per pair (two hellos of 12 + 32 bytes, two
@@ -554,14 +552,70 @@ fn a_runs_bytes_in_every_category_are_those_of_its_formula() {
     let handshakes = w * (w - 1) / 2 * (2 * (frame + 44) + 2 * (frame + 32) + frame);
     let control =
         handshakes + (w - 1) * (params * 4 + frame) + w * (w - 1) * frame + layers * w * (w - 1) * (frame + 14 * 8);
-    let b = &s["bytes"];
-    assert_eq!(count(&b["features"]), features, "{b}");
-    assert_eq!(count(&b["activations"]), activations, "{b}");
-    assert_eq!(count(&b["gradients"]), gradients + eval, "{b}");
-    assert_eq!(count(&b["eval"]["gradients"]), eval, "{b}");
-    assert_eq!(count(&b["control"]), control, "{b}");
-    assert_eq!(count(&b["migration"]), 0, "{b}");
-    for c in ["features", "activations", "control", "migration"] {
-        assert_eq!(count(&b["eval"][c]), 0, "evaluation sends only its counts' all-reduce: {b}");
+    // Every stage ends with an all-reduce of one 4-piece hash per worker (the
+    // best states agree, so none is broadcast).
+    let hash = all_reduce(4 * w);
+    // All-reduced, every round sends the stage's gradient with the loss and the stop vote.
+    let all_reduced = |l: u64| rounds * all_reduce(stage(l) + 2) + hash;
+    // Factored (`factored`): each worker's training rows, the cached
+    // [mean of in-neighbours | self] of SAGE, cross once as one message to
+    // each peer (a row count, then per row its id and length, and per
+    // non-zero a column and a value), then every round each worker's output
+    // gradient (its rows x width x 4 bytes) goes to each peer, and only the
+    // loss and the stop vote are all-reduced.
+    let (n, nnz) = sage_training_rows(d);
+    let rows_message = |nnz: u64| (w - 1) * (4 * w + 8 * n + 8 * nnz) + w * (w - 1) * frame;
+    let output_grads = |width: u64| (w - 1) * n * width * 4 + w * (w - 1) * frame;
+    // Each stage first all-reduces its message's bytes and row count to
+    // choose (`Cost::pays`): factors where their bytes, frames aside, are
+    // fewer than the ring's over the stage. Stage 0 cuts at its 7 logits
+    // (fewer than its 16 conv outputs) and pays; stage 1 cuts at its conv
+    // output (the 7 classes) and would not pay even with no non-zero.
+    let factors = |nnz: u64| (w - 1) * (4 * w + 8 * n + 8 * nnz + rounds * n * classes * 4);
+    let ring = |l: u64| rounds * 2 * (w - 1) * stage(l) * 4;
+    assert!(factors(nnz) < ring(0) && factors(0) >= ring(1), "{} {} {}", factors(nnz), ring(0), ring(1));
+    let choice = all_reduce(2);
+    let stage_0 = choice + rows_message(nnz) + rounds * (all_reduce(2) + output_grads(classes)) + hash;
+    let on = stage_0 + choice + all_reduced(1);
+    let off: u64 = (0..layers).map(all_reduced).sum();
+    for ((fg, (s, log)), gradients) in runs.iter().zip([off, on]) {
+        if *fg == "on" {
+            for said in [
+                "stage 1: the gradient crosses as factors at its logits (7 wide)",
+                "stage 2: the gradient is all-reduced",
+            ] {
+                assert!(log.contains(said), "no `{said}` in {log}");
+            }
+        }
+        let b = &s["bytes"];
+        assert_eq!(count(&b["features"]), features, "--factored-grads {fg}: {b}");
+        assert_eq!(count(&b["activations"]), activations, "--factored-grads {fg}: {b}");
+        assert_eq!(count(&b["gradients"]), gradients + eval, "--factored-grads {fg}: {b}");
+        assert_eq!(count(&b["eval"]["gradients"]), eval, "--factored-grads {fg}: {b}");
+        assert_eq!(count(&b["control"]), control, "--factored-grads {fg}: {b}");
+        assert_eq!(count(&b["migration"]), 0, "--factored-grads {fg}: {b}");
+        for c in ["features", "activations", "control", "migration"] {
+            assert_eq!(count(&b["eval"][c]), 0, "evaluation sends only its counts' all-reduce: {b}");
+        }
     }
+}
+
+/// Cora's training vertices with an in-edge (those RETEXO trains on) and
+/// the non-zeros of their SAGE input rows `[mean of in-neighbours | self]`,
+/// recomputed from the dataset: its features are 0 or 1, so the mean is
+/// non-zero in every column one in-neighbour has.
+fn sage_training_rows(d: &Path) -> (u64, u64) {
+    let ds = leapgnn::format::DatasetFile::open(d.join("cora/dataset.lgnn")).unwrap();
+    let (g, dim) = (ds.graph(), ds.feature_dim());
+    let cols = |v: u32| -> Vec<usize> {
+        let row = ds.feature_row(v).to_dense(dim);
+        row.iter().enumerate().filter(|(_, x)| **x != 0.0).map(|(c, _)| c).collect()
+    };
+    let (mut n, mut nnz) = (0, 0);
+    for &v in ds.train().iter().filter(|&&v| !g.in_neighbors(v).is_empty()) {
+        let around: std::collections::BTreeSet<usize> = g.in_neighbors(v).iter().flat_map(|&u| cols(u)).collect();
+        n += 1;
+        nnz += (around.len() + cols(v).len()) as u64;
+    }
+    (n, nnz)
 }
