@@ -858,15 +858,15 @@ fn strip_counts(state: &std::path::Path, keys: &[&str]) {
 }
 
 /// Checks that run `killed`'s summary, printed (`resumed`) and written, has
-/// its rows, bytes and miss rate unknown (null), and that the resume's
-/// `stderr` warned so, naming the checkpoint's state file and how to
-/// measure them.
-fn counts_unknown(d: &std::path::Path, resumed: &serde_json::Value, stderr: &str) {
+/// its rows, bytes and miss rate unknown (null), and that the resume said
+/// so (`said`: its stderr, or its events), naming the checkpoint's state
+/// file and how to measure them.
+fn counts_unknown(d: &std::path::Path, resumed: &serde_json::Value, said: &str) {
     let state = d.join("runs/killed/checkpoint/state.json");
-    let warned = stderr
+    let warned = said
         .lines()
         .any(|l| l.contains(&*state.to_string_lossy()) && l.contains("unknown (null)") && l.contains("again"));
-    assert!(warned, "no warning naming {} and how to get the counts: {stderr}", state.display());
+    assert!(warned, "no warning naming {} and how to get the counts: {said}", state.display());
     let written: serde_json::Value =
         serde_json::from_slice(&std::fs::read(d.join("runs/killed/summary.json")).unwrap()).unwrap();
     assert_eq!(&written, resumed);
@@ -879,18 +879,56 @@ fn counts_unknown(d: &std::path::Path, resumed: &serde_json::Value, stderr: &str
 /// its driver killed before the summary, resumed for more epochs: the
 /// summary gave the resumed epochs' rows and bytes as the whole run's. They
 /// are unknown (null), with the warning of a finished run's summary
-/// rebuilt from such a checkpoint, and the run trains its epochs.
+/// rebuilt from such a checkpoint, also as the dashboard's event, and the
+/// run trains its epochs. The same for GNNPipe (its stages' state gathered
+/// to rank 0) and RETEXO, which cannot be made longer: resumed from the
+/// checkpoint at its second stage's start.
 #[test]
-fn a_run_resumed_for_more_epochs_from_a_checkpoint_without_a_count_has_unknown_counts() {
+fn a_run_resumed_from_a_checkpoint_without_a_count_has_unknown_counts() {
     let tmp = cora();
     let d = tmp.path();
-    let run = ["train", "cora", "--workers", "2", "--epochs", "2", "--batch-size", "16", "--hidden", "16"];
-    let run = [&run[..], &["--fanout", "5,5", "--no-tui"]].concat();
-    let at = ("final-checkpoint-written", &["--epochs", "4"][..]);
-    let (resumed, stderr) =
-        driver_killed_at_and_resumed(d, &run, at, |state| strip_counts(state, &["run_counts", "final_reports"]));
-    assert_eq!(count(&resumed["epochs"]), 4, "{resumed}");
-    counts_unknown(d, &resumed, &stderr);
+    let mb = ["--epochs", "2", "--batch-size", "16", "--fanout", "5,5"];
+    // Without --checkpoint-every its final checkpoint holds no history to go on from.
+    let gnnpipe = ["--strategy", "gnnpipe", "--layers", "2", "--epochs", "2", "--checkpoint-every", "2"];
+    let retexo = ["--strategy", "retexo", "--layers", "2", "--rounds", "2"];
+    let last = (Some(4), "final-checkpoint-written", &["run_counts", "final_reports"][..]);
+    let cases = [(&mb[..], last), (&gnnpipe, last), (&retexo, (None, "checkpoint-written", &["run_counts"]))];
+    for (flags, (epochs, at, keys)) in cases {
+        let run = [&["train", "cora", "--workers", "2", "--hidden", "16", "--no-tui"], flags].concat();
+        driver_killed_at(d, &run, at);
+        strip_counts(&d.join("runs/killed/checkpoint/state.json"), keys);
+        let launcher = leapgnn::cluster::LocalLauncher::new(
+            env!("CARGO_BIN_EXE_leapgnn"),
+            vec!["--data-dir".into(), d.display().to_string()],
+        );
+        let interrupted = std::sync::atomic::AtomicBool::new(false);
+        let opts = dist_support::local_options(&launcher, &interrupted);
+        let over = leapgnn::train::ResumeOverrides { epochs, ..Default::default() };
+        let mut events = Events::default();
+        let data = leapgnn::DataDir::new(d);
+        let resumed = leapgnn::train::distributed::resume_distributed(
+            &data,
+            "killed",
+            &over,
+            &Default::default(),
+            &opts,
+            &mut events,
+        );
+        let resumed = serde_json::to_value(resumed.unwrap_or_else(|e| panic!("{flags:?}: {e:#}"))).unwrap();
+        assert_eq!(count(&resumed["epochs"]), 4, "{flags:?}: {resumed}");
+        counts_unknown(d, &resumed, &events.0.join("\n"));
+        std::fs::remove_dir_all(d.join("runs/killed")).unwrap();
+    }
+}
+
+/// The events a run tells its observers (the dashboard's event list).
+#[derive(Default)]
+struct Events(Vec<String>);
+
+impl leapgnn::train::Observer for Events {
+    fn event(&mut self, msg: &str) {
+        self.0.push(msg.to_string());
+    }
 }
 
 /// A run stopped during an evaluation (`--stop-in-evaluation`, a Ctrl-C
