@@ -221,7 +221,8 @@ fn a_resumed_gnnpipe_run_is_held_to_its_stored_chunks_before_anything_starts() {
         err.lines().last().unwrap_or_default().to_string()
     };
     let together = |e: &str| mib_before(e, " MiB for the 2 workers and the driver");
-    let new_run = [&args[..], &["--epochs", "1"]].concat();
+    // With the resumed run's flags: what rank 0 holds to write a checkpoint grows with --checkpoint-every.
+    let new_run = [&args[..], &["--epochs", "1", "--checkpoint-every", "1"]].concat();
     let bound = with_free(100, &new_run);
     let need = together(&with_free(together(&bound), &new_run));
     let files = |dir: &std::path::Path| -> Vec<(std::path::PathBuf, Vec<u8>)> {
