@@ -8,6 +8,7 @@ use super::launcher::{
     ChildWorker, Launcher, LogSink, RemoteDir, THREADS_VAR, WorkerProcess, WorkerSpec, stderr_log, threads_preset,
 };
 use super::ship::ShipItem;
+use anyhow::Context;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs, UdpSocket};
 use std::path::PathBuf;
@@ -601,7 +602,7 @@ impl Launcher for SlurmLauncher {
             cmd.env(THREADS_VAR, task_cpus().to_string());
         }
         let mut child = crate::util::threads::start_process(format!("srun-{}", spec.rank), || cmd.spawn())
-            .map_err(|e| anyhow::Error::new(e).context(format!("cannot run srun for worker {}", spec.rank)))?;
+            .with_context(|| format!("cannot run srun for worker {}", spec.rank))?;
         let mut stdin = child.stdin.take().expect("piped stdin");
         let stderr = child.stderr.take().expect("piped stderr");
         let (rank, log) = (spec.rank, self.log.clone());

@@ -153,16 +153,10 @@ fn start_candle_pool() -> Result<(), SpawnError> {
     match rx.recv() {
         Ok(Ok(())) | Err(_) => Ok(()),
         Ok(Err(message)) => {
-            let (limits, source) = (ThreadLimits::read(), os_error_in(&message));
-            Err(SpawnError {
-                kind: Starting::Thread,
-                name: candle_thread_refused(),
-                lasting: source.raw_os_error() == Some(libc::EAGAIN) && !limits.refusal_may_clear(),
-                limits: Box::new(limits),
-                attempts: 1,
-                waited_ms: 0,
-                source,
-            })
+            let limits = ThreadLimits::read();
+            let may_clear = limits.refusal_may_clear();
+            let refused = (Starting::Thread, candle_thread_refused());
+            Err(SpawnError::refused(refused, limits, (1, 0), os_error_in(&message), may_clear))
         }
     }
 }
@@ -289,12 +283,26 @@ impl SpawnError {
         self.lasting
     }
 
+    /// The OS refused `what` (a thread or process and its name) with
+    /// `source` after `(attempts, waited_ms)`, under `limits`; `may_clear`:
+    /// whether they (or the test hook) say a wait may free the room, so
+    /// that an EAGAIN does not last.
+    fn refused(
+        (kind, name): (Starting, String),
+        limits: ThreadLimits,
+        (attempts, waited_ms): (u32, u64),
+        source: std::io::Error,
+        may_clear: bool,
+    ) -> Self {
+        let lasting = source.raw_os_error() == Some(libc::EAGAIN) && !may_clear;
+        SpawnError { kind, name, lasting, limits: Box::new(limits), attempts, waited_ms, source }
+    }
+
     /// The OS refused thread `name` with `source`, asked once (for tests
     /// of what a refusal prints; `spawn` makes its own).
     #[cfg(test)]
     pub(crate) fn new(name: String, source: std::io::Error) -> Self {
-        let (kind, lasting) = (Starting::Thread, false);
-        SpawnError { kind, name, lasting, limits: Box::new(ThreadLimits::read()), attempts: 1, waited_ms: 0, source }
+        SpawnError::refused((Starting::Thread, name), ThreadLimits::read(), (1, 0), source, true)
     }
 }
 
@@ -524,8 +532,10 @@ where
 /// Starts process `name` with `start` (a `Command::spawn`), asking again as
 /// `spawn` asks for a thread: a fork refused with EAGAIN meets the same
 /// limits a thread does, and is reported naming them.
-pub fn start_process<H>(name: impl Into<String>, start: impl FnMut() -> std::io::Result<H>) -> Result<H, SpawnError> {
-    let mut start = start;
+pub fn start_process<H>(
+    name: impl Into<String>,
+    mut start: impl FnMut() -> std::io::Result<H>,
+) -> Result<H, SpawnError> {
     retrying(Starting::Process, name.into(), |_| start())
 }
 
@@ -598,10 +608,9 @@ fn retrying<H>(
             hooked.map_or_else(|| read.refusal_may_clear(), |h| h == TestRefusal::Transient)
         };
         if !may_clear || attempt >= SPAWN_ATTEMPTS {
-            let limits = Box::new(limits.unwrap_or_else(ThreadLimits::read));
+            let limits = limits.unwrap_or_else(ThreadLimits::read);
             let waited_ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
-            let lasting = eagain && !may_clear;
-            return Err(SpawnError { kind, name, lasting, limits, attempts: attempt, waited_ms, source: e });
+            return Err(SpawnError::refused((kind, name), limits, (attempt, waited_ms), e, may_clear));
         }
         std::thread::sleep(backoff);
         waited += backoff;
@@ -611,8 +620,9 @@ fn retrying<H>(
 }
 
 /// Test hook: with `LEAPGNN_TEST_REFUSE_THREAD=NAME` in the environment, the
-/// thread (or process, `start_process`) named NAME is refused as the OS refuses one past the user's
-/// process/thread limit (EAGAIN): for good, so it is reported at once; with
+/// thread (or process, `start_process`) named NAME is refused as the OS
+/// refuses one past the user's process/thread limit (EAGAIN): for good, so
+/// it is reported at once; with
 /// `NAME:N`, at the first N attempts in this process only, as a momentarily
 /// full kernel table refuses one, so it is retried whatever the limits read.
 /// RLIMIT_NPROC does not bind root, as tests run in CI, nor can a test
