@@ -204,17 +204,9 @@ impl Netns {
     /// (its processes name the same slurm.conf), then the pair and the name.
     /// A live process's namespace, or a name of another shape, is left alone.
     fn remove_stale() {
-        use std::os::unix::fs::MetadataExt;
         for (name, net) in stale(Path::new("/run/netns"), Netns::parse) {
             let Ok(ns) = std::fs::metadata(format!("/run/netns/{name}")) else { continue };
-            kill_clusters_of(
-                pids()
-                    .filter(|p| {
-                        std::fs::metadata(format!("/proc/{p}/ns/net"))
-                            .is_ok_and(|m| (m.dev(), m.ino()) == (ns.dev(), ns.ino()))
-                    })
-                    .collect(),
-            );
+            kill_clusters_of(pids().filter(|&p| in_netns(p, &ns)).collect());
             drop(Netns { name, host_if: format!("lgs{net}h"), net });
         }
     }
@@ -555,6 +547,12 @@ fn slurm_conf_of(pid: u32) -> Option<PathBuf> {
     let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
     let conf = env.split(|&b| b == 0).find_map(|v| v.strip_prefix(b"SLURM_CONF="))?;
     Some(PathBuf::from(std::ffi::OsStr::from_bytes(conf)))
+}
+
+/// Whether `pid` runs in the network namespace `ns` (a file under /run/netns).
+fn in_netns(pid: u32, ns: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(format!("/proc/{pid}/ns/net")).is_ok_and(|m| (m.dev(), m.ino()) == (ns.dev(), ns.ino()))
 }
 
 /// Every process on this machine.
@@ -1012,6 +1010,12 @@ fn a_killed_tests_network_namespace_goes_with_the_next_and_a_running_ones_stays(
             .spawn()
             .unwrap(),
     );
+    // nsenter joins the namespace only after it has started: one not in it yet
+    // when the sweep looks would be left running there for good (CI hung so).
+    let stale_ns = std::fs::metadata(format!("/run/netns/{}", stale.name)).unwrap();
+    until("the killed test's process to join its namespace", Duration::from_secs(30), || {
+        in_netns(inside.0.id(), &stale_ns)
+    });
     let listed = || String::from_utf8(Command::new("ip").args(["netns", "list"]).output().unwrap().stdout).unwrap();
     let has = |name: &str| listed().lines().any(|l| l.split_whitespace().next() == Some(name));
     assert!(has(&stale.name) && has(&kept.name), "{}", listed());
@@ -1019,7 +1023,12 @@ fn a_killed_tests_network_namespace_goes_with_the_next_and_a_running_ones_stays(
     let fresh = Netns::new();
     assert!(!has(&stale.name), "{} is left: {}", stale.name, listed());
     assert!(ip(&["link", "show", &stale.host_if]).is_err(), "{} is left", stale.host_if);
-    let st = inside.0.wait().unwrap();
+    let mut st = None;
+    until("what ran in the deleted namespace to end", Duration::from_secs(30), || {
+        st = inside.0.try_wait().unwrap();
+        st.is_some()
+    });
+    let st = st.unwrap();
     assert_eq!(std::os::unix::process::ExitStatusExt::signal(&st), Some(9), "what ran in {}: {st}", stale.name);
     assert!(has(&kept.name), "{} of a running process was deleted: {}", kept.name, listed());
     assert!(ip(&["link", "show", &kept.host_if]).is_ok(), "{} of a running process was deleted", kept.host_if);
