@@ -506,12 +506,73 @@ fn a_time_limit_inside_a_stage_checkpoints_at_the_round_it_stopped_in() {
     assert!(line.contains("train --resume long"), "{line}");
 }
 
+/// A frame's header, in bytes.
+const FRAME: u64 = 16;
+
+/// A ring all-reduce of `floats` over `w` workers: 2 (W - 1) frames per
+/// worker and `floats` x 4 bytes per step over all workers.
+fn all_reduce(w: u64, floats: u64) -> u64 {
+    2 * (w - 1) * (floats * 4 + w * FRAME)
+}
+
+/// The bytes of a RETEXO run of `cora()`'s Cora on `w` random parts, `layers`
+/// stages of `rounds` rounds, `hidden` wide, with `params` parameters in all,
+/// outside its training gradients: they do not depend on the model's
+/// exchange of gradients.
+struct Fixed {
+    features: u64,
+    activations: u64,
+    eval: u64,
+    control: u64,
+}
+
+impl Fixed {
+    fn of(d: &Path, w: u64, (layers, rounds, hidden): (u64, u64, u64), params: u64) -> Fixed {
+        let (frame, feats) = (FRAME, 1433);
+        let halo = halo_counts(d, "cora", "random", w as usize);
+        let pairs = || (0..w as usize).flat_map(|r| (0..w as usize).filter(move |&o| o != r).map(move |o| (r, o)));
+        // Before stage 0 each worker asks each owner for its halo rows (u32 ids)
+        // and gets them back dense after a 4-byte status.
+        let features = pairs()
+            .map(|(r, o)| halo[r][o])
+            .filter(|&h| h > 0)
+            .map(|h| frame + 4 * h + frame + 4 + 4 * h * feats)
+            .sum();
+        // Before every later stage each worker sends each peer the frozen
+        // embeddings of its rows in the peer's halo (one frame, empty or not).
+        let activations = (1..layers).map(|_| pairs().map(|(r, o)| halo[r][o] * hidden * 4 + frame).sum::<u64>()).sum();
+        // Every round's evaluation all-reduces 4 counts.
+        let eval = layers * rounds * all_reduce(w, 4);
+        // The mesh's handshake per pair (two hellos of 12 + 32 bytes, two
+        // 32-byte proofs, a welcome), rank 0's weights broadcast to each peer,
+        // the barrier that starts training, and each stage's checkpoint gather of
+        // 14 u64 counts from every worker to every other. The final gather is
+        // no part of the run's bytes.
+        let handshakes = w * (w - 1) / 2 * (2 * (frame + 44) + 2 * (frame + 32) + frame);
+        let control =
+            handshakes + (w - 1) * (params * 4 + frame) + w * (w - 1) * frame + layers * w * (w - 1) * (frame + 14 * 8);
+        Fixed { features, activations, eval, control }
+    }
+
+    /// `s`'s bytes are these and `gradients` (training's, evaluation's apart).
+    fn assert_run(&self, s: &serde_json::Value, gradients: u64, what: &str) {
+        let b = &s["bytes"];
+        assert_eq!(count(&b["features"]), self.features, "{what}: {b}");
+        assert_eq!(count(&b["activations"]), self.activations, "{what}: {b}");
+        assert_eq!(count(&b["gradients"]), gradients + self.eval, "{what}: {b}");
+        assert_eq!(count(&b["eval"]["gradients"]), self.eval, "{what}: {b}");
+        assert_eq!(count(&b["control"]), self.control, "{what}: {b}");
+        assert_eq!(count(&b["migration"]), 0, "{what}: {b}");
+        for c in ["features", "activations", "control", "migration"] {
+            assert_eq!(count(&b["eval"][c]), 0, "{what}: evaluation sends only its counts' all-reduce: {b}");
+        }
+    }
+}
+
 /// Every byte of a RETEXO run on 3 workers, by category, from its formula,
 /// with every gradient all-reduced and with the default factored exchange:
 /// it used to be checked only as fewer than full-graph training's, so a
-/// count that doubled or dropped an exchange went unseen. Frames are 16
-/// bytes each; a ring all-reduce of n floats sends 2 (W - 1) frames per
-/// worker and n x 4 bytes per step over all workers.
+/// count that doubled or dropped an exchange went unseen.
 #[test]
 fn a_runs_bytes_in_every_category_are_those_of_its_formula() {
     let tmp = cora();
@@ -522,10 +583,7 @@ fn a_runs_bytes_in_every_category_are_those_of_its_formula() {
         let train = ["train", "cora", "--no-tui", "--strategy", "retexo", "--workers", "3", "--run", fg];
         (fg, verbose_json(d, &[&train[..], &args].concat()))
     });
-    let frame = 16;
-    let all_reduce = |floats: u64| 2 * (w - 1) * (floats * 4 + w * frame);
-    let halo = halo_counts(d, "cora", "random", w as usize);
-    let pairs = || (0..w as usize).flat_map(|r| (0..w as usize).filter(move |&o| o != r).map(move |o| (r, o)));
+    let (frame, all_reduce) = (FRAME, |floats: u64| all_reduce(w, floats));
     // SAGE's [out, 2 in] weight and bias; every stage but the last has a
     // LayerNorm and a [classes, hidden] head.
     let stage = |l: u64| {
@@ -533,25 +591,7 @@ fn a_runs_bytes_in_every_category_are_those_of_its_formula() {
         let head = if l + 1 == layers { 0 } else { 2 * hidden + classes * hidden + classes };
         d_out * 2 * d_in + d_out + head
     };
-    let params: u64 = (0..layers).map(stage).sum();
-    // Before stage 0 each worker asks each owner for its halo rows (u32 ids)
-    // and gets them back dense after a 4-byte status.
-    let features: u64 =
-        pairs().map(|(r, o)| halo[r][o]).filter(|&h| h > 0).map(|h| frame + 4 * h + frame + 4 + 4 * h * feats).sum();
-    // Before every later stage each worker sends each peer the frozen
-    // embeddings of its rows in the peer's halo (one frame, empty or not).
-    let activations: u64 =
-        (1..layers).map(|_| pairs().map(|(r, o)| halo[r][o] * hidden * 4 + frame).sum::<u64>()).sum();
-    // Every round's evaluation all-reduces 4 counts.
-    let eval = layers * rounds * all_reduce(4);
-    // The mesh's handshake per pair (two hellos of 12 + 32 bytes, two
-    // 32-byte proofs, a welcome), rank 0's weights broadcast to each peer,
-    // the barrier that starts training, and each stage's checkpoint gather of
-    // 14 u64 counts from every worker to every other. The final gather is
-    // no part of the run's bytes.
-    let handshakes = w * (w - 1) / 2 * (2 * (frame + 44) + 2 * (frame + 32) + frame);
-    let control =
-        handshakes + (w - 1) * (params * 4 + frame) + w * (w - 1) * frame + layers * w * (w - 1) * (frame + 14 * 8);
+    let fixed = Fixed::of(d, w, (layers, rounds, hidden), (0..layers).map(stage).sum());
     // Every stage ends with an all-reduce of one 4-piece hash per worker (the
     // best states agree, so none is broadcast).
     let hash = all_reduce(4 * w);
@@ -587,16 +627,7 @@ fn a_runs_bytes_in_every_category_are_those_of_its_formula() {
                 assert!(log.contains(said), "no `{said}` in {log}");
             }
         }
-        let b = &s["bytes"];
-        assert_eq!(count(&b["features"]), features, "--factored-grads {fg}: {b}");
-        assert_eq!(count(&b["activations"]), activations, "--factored-grads {fg}: {b}");
-        assert_eq!(count(&b["gradients"]), gradients + eval, "--factored-grads {fg}: {b}");
-        assert_eq!(count(&b["eval"]["gradients"]), eval, "--factored-grads {fg}: {b}");
-        assert_eq!(count(&b["control"]), control, "--factored-grads {fg}: {b}");
-        assert_eq!(count(&b["migration"]), 0, "--factored-grads {fg}: {b}");
-        for c in ["features", "activations", "control", "migration"] {
-            assert_eq!(count(&b["eval"][c]), 0, "evaluation sends only its counts' all-reduce: {b}");
-        }
+        fixed.assert_run(s, gradients, &format!("--factored-grads {fg}"));
     }
 }
 
@@ -618,4 +649,110 @@ fn sage_training_rows(d: &Path) -> (u64, u64) {
         nnz += (around.len() + cols(v).len()) as u64;
     }
     (n, nnz)
+}
+
+/// RETEXO's factored GAT exchange to the byte: a 3-worker run (2 stages of 2
+/// rounds, hidden 16, 8 heads) whose stage 0 sends each peer, once, the rows
+/// its training vertices attend over and their edges, then every round the
+/// gradients of their logits. What a worker sends depends on which of its
+/// training vertices' in-edges cross the partition, so it is recomputed here
+/// from the run's partition file and Cora's edges and features: an extra,
+/// duplicated or dropped row, edge or id changes the total. It was checked
+/// only against the all-reduce per round (not the rows it sends once).
+#[test]
+fn a_gat_runs_factored_exchange_moves_the_bytes_of_its_partitions_edges_and_rows() {
+    let tmp = cora();
+    let d = tmp.path();
+    let (w, hidden, rounds, layers, heads, feats, classes) = (3u64, 16u64, 2u64, 2u64, 8u64, 1433u64, 7u64);
+    let args = ["--model", "gat", "--hidden", "16", "--heads", "8", "--rounds", "2", "--layers", "2"];
+    let train = ["train", "cora", "--no-tui", "--strategy", "retexo", "--workers", "3"];
+    let (s, log) = verbose_json(d, &[&train[..], &args].concat());
+    // GAT's conv: `heads` projections [d_out, d_in], two attention vectors of
+    // heads x d_out and a bias; every stage but the last has a LayerNorm and
+    // a [classes, hidden] head.
+    let stage = |l: u64| {
+        let (d_in, d_out) = (if l == 0 { feats } else { hidden }, if l + 1 == layers { classes } else { hidden });
+        let head = if l + 1 == layers { 0 } else { 2 * hidden + classes * hidden + classes };
+        heads * d_out * d_in + 2 * heads * d_out + d_out + head
+    };
+    let fixed = Fixed::of(d, w, (layers, rounds, hidden), (0..layers).map(stage).sum());
+    let shares = gat_shares(d, w as usize);
+    let n: u64 = shares.iter().map(|p| p.dst).sum();
+    assert_eq!(n, 140, "Cora's public training vertices all have in-edges");
+    let messages = |with_values: bool| shares.iter().map(|p| p.bytes(with_values)).sum::<u64>();
+    // Each stage first all-reduces its message's bytes and row count to
+    // choose (`Cost::pays`). Stage 0 cuts at its 7 logits (fewer than its 16
+    // conv outputs) and pays; stage 1's rows are the embeddings of the same
+    // vertices, and its cut (its conv output, the 7 classes) would not pay
+    // even were every one of them zero.
+    let factors = |messages: u64| (w - 1) * (messages + rounds * n * classes * 4);
+    let ring = |l: u64| rounds * 2 * (w - 1) * stage(l) * 4;
+    let (with, without) = (factors(messages(true)), factors(messages(false)));
+    assert!(with < ring(0) && without >= ring(1), "{with} {} {without} {}", ring(0), ring(1));
+    for said in
+        ["stage 1: the gradient crosses as factors at its logits (7 wide)", "stage 2: the gradient is all-reduced"]
+    {
+        assert!(log.contains(said), "no `{said}` in {log}");
+    }
+    let (choice, hash) = (all_reduce(w, 2), all_reduce(w, 4 * w));
+    // Stage 0: each worker's message once to each peer, then every round the
+    // loss and the stop vote all-reduced and its logits' gradients (its
+    // training vertices x 7 x 4 bytes) to each peer, one frame per message.
+    let per_peer = |bytes: u64| (w - 1) * bytes + w * (w - 1) * FRAME;
+    let stage_0 = choice + per_peer(messages(true)) + rounds * (all_reduce(w, 2) + per_peer(n * classes * 4)) + hash;
+    // Stage 1: every round all-reduces its gradient with the loss and the stop vote.
+    let stage_1 = choice + rounds * all_reduce(w, stage(1) + 2) + hash;
+    fixed.assert_run(&s, stage_0 + stage_1, "GAT, factored");
+}
+
+/// One worker's share of RETEXO's factored GAT exchange of stage 0.
+struct GatShare {
+    /// Its training vertices with an in-edge (the destinations).
+    dst: u64,
+    /// Their in-edges, each with its self loop.
+    edges: u64,
+    /// The distinct vertices they attend over (themselves and their in-neighbours).
+    rows: u64,
+    /// The non-zeros of those vertices' features.
+    nnz: u64,
+}
+
+impl GatShare {
+    /// Its message (`GatPart::encode`): a destination count, an edge count
+    /// per destination and a source position per edge, then the rows as the
+    /// linear factors send them (a row count, per row an id and a length, per
+    /// non-zero a column and a value; `with_values` false leaves the
+    /// non-zeros out), all 4-byte words.
+    fn bytes(&self, with_values: bool) -> u64 {
+        4 * (1 + self.dst + self.edges) + 4 + 8 * self.rows + if with_values { 8 * self.nnz } else { 0 }
+    }
+}
+
+/// Each worker's share, by rank, recomputed from `cora()`'s Cora and its
+/// random partition into `w` parts: a vertex's row crosses once however many
+/// of the worker's training vertices attend over it.
+fn gat_shares(d: &Path, w: usize) -> Vec<GatShare> {
+    use leapgnn::format::{DatasetFile, ManifestFile};
+    let ds = DatasetFile::open(d.join("cora/dataset.lgnn")).unwrap();
+    let manifest = ManifestFile::open(d.join(format!("cora/parts/random-{w}"))).unwrap();
+    let (part, g, dim) = (manifest.node_part(), ds.graph(), ds.feature_dim());
+    let nnz = |v: u32| ds.feature_row(v).to_dense(dim).iter().filter(|x| **x != 0.0).count() as u64;
+    (0..w)
+        .map(|k| {
+            let dst: Vec<u32> = ds
+                .train()
+                .iter()
+                .copied()
+                .filter(|&v| part[v as usize] as usize == k && !g.in_neighbors(v).is_empty())
+                .collect();
+            let rows: std::collections::BTreeSet<u32> =
+                dst.iter().flat_map(|&v| std::iter::once(v).chain(g.in_neighbors(v).iter().copied())).collect();
+            GatShare {
+                dst: dst.len() as u64,
+                edges: dst.iter().map(|&v| g.in_neighbors(v).len() as u64 + 1).sum(),
+                rows: rows.len() as u64,
+                nnz: rows.iter().map(|&v| nnz(v)).sum(),
+            }
+        })
+        .collect()
 }
