@@ -6,30 +6,15 @@ mod train_support;
 
 use std::path::Path;
 use std::process::{Command, Output};
-use std::sync::mpsc;
 use std::time::Duration;
 use train_support::{Tiny, json, write_tiny};
 
 /// `leapgnn bench-report DIR`, given a minute: a report that does not end is a
 /// failure, not a test that never ends.
 fn bench_report(dir: &Path) -> Output {
-    let child = Command::new(env!("CARGO_BIN_EXE_leapgnn"))
-        .arg("bench-report")
-        .arg(dir)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || tx.send(child.wait_with_output()));
-    match rx.recv_timeout(Duration::from_secs(60)) {
-        Ok(out) => out.unwrap(),
-        Err(_) => {
-            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
-            panic!("bench-report {} did not end within a minute", dir.display());
-        }
-    }
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leapgnn"));
+    cmd.arg("bench-report").arg(dir);
+    train_support::bounded::run_within(&mut cmd, Duration::from_secs(60), &format!("bench-report {}", dir.display()))
 }
 
 /// A bench directory of two runs at 1gbit (model-centric and leapgnn), from one

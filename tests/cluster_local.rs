@@ -1,5 +1,8 @@
 //! The control plane with real worker processes on this machine.
 
+#[path = "support/bounded.rs"]
+mod bounded;
+
 use leapgnn::cluster::driver::{DriverError, DriverOptions, Event, run_job};
 use leapgnn::cluster::job_key::{self, Side};
 use leapgnn::cluster::{ControlConn, Hello, Launcher, LocalLauncher, ToDriver, ToWorker, WorkerProcess, WorkerSpec};
@@ -68,7 +71,7 @@ fn worker_exits_when_its_driver_goes_away() {
         .spawn()
         .unwrap();
     writeln!(child.stdin.take().unwrap(), "tok").unwrap();
-    let (s, _) = listener.accept().unwrap();
+    let s = bounded::accept_within(&listener, Duration::from_secs(120), "the worker's dial to its driver");
     let mut c = ControlConn::new(s, "worker 0");
     c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     let Ok(ToDriver::Hello(h)) = c.recv::<ToDriver>() else { panic!("no hello") };
@@ -80,16 +83,7 @@ fn worker_exits_when_its_driver_goes_away() {
     assert!(matches!(c.recv::<ToDriver>().unwrap(), ToDriver::Listening(_)));
     drop(c); // the driver vanishes before sending a job
 
-    let pid = child.id();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait());
-    });
-    let Ok(status) = rx.recv_timeout(Duration::from_secs(120)) else {
-        let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
-        panic!("worker {pid} did not exit after losing its driver");
-    };
-    let status = status.unwrap();
+    let status = bounded::wait_within(&mut child, Duration::from_secs(120), "the worker that lost its driver");
     assert!(!status.success(), "a worker that lost its driver must exit non-zero");
 }
 

@@ -2,6 +2,8 @@
 //! logged and never disturb the genuine workers; misconfigured workers get
 //! errors that name the peer.
 
+#[path = "support/bounded.rs"]
+mod bounded;
 #[path = "support/capture.rs"]
 mod capture;
 mod comm_support;
@@ -259,7 +261,7 @@ fn a_peer_that_drops_every_dial_unanswered_is_named_when_the_deadline_passes() {
     let e = Mesh::establish(l1, &cfg).unwrap_err();
     done.store(true, std::sync::atomic::Ordering::SeqCst);
     drop(TcpStream::connect(at).unwrap());
-    let dials = dropper.join().unwrap();
+    let dials = bounded::join_within(dropper, bounded::STOP_LIMIT, "the listener that drops each dial");
     assert!(dials >= 2, "worker 1 gave up after {dials} dial(s)");
     // The mesh's own deadline may report first, as the missing worker.
     let m = e.to_string();
@@ -628,6 +630,7 @@ fn a_wait_for_a_drop_outlasts_the_process_being_stopped_and_continued() {
     let mut child = Reap(spawned);
     let pid = child.0.id();
     let mut out = std::io::BufReader::new(child.0.stdout.take().unwrap());
+    let watch = bounded::kill_after(pid, bounded::STOP_LIMIT, "the child's `waiting in thread` line");
     let tid = loop {
         let mut line = String::new();
         assert!(out.read_line(&mut line).unwrap() > 0, "the child ended before it waited");
@@ -635,6 +638,7 @@ fn a_wait_for_a_drop_outlasts_the_process_being_stopped_and_continued() {
             break t.to_string();
         }
     };
+    drop(watch);
     let task = format!("/proc/{pid}/task/{tid}");
     // The syscall numbers of read and recvfrom.
     let reads: &[&str] = if cfg!(target_arch = "aarch64") { &["63", "207"] } else { &["0", "45"] };
@@ -657,9 +661,10 @@ fn a_wait_for_a_drop_outlasts_the_process_being_stopped_and_continued() {
     kill("-CONT");
     // The peer drops the connection now; a wait that gave up on EINTR has already failed.
     let _ = child.0.stdin.take().unwrap().write_all(b"drop\n");
-    let status = child.0.wait().unwrap();
-    let mut err = String::new();
-    child.0.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    let err = bounded::drain(child.0.stderr.take().unwrap());
+    let status = bounded::wait_within(&mut child.0, bounded::STOP_LIMIT, "the child waiting for a drop");
+    let err = bounded::recv_within(&err, bounded::PIPE_LIMIT, "the child's stderr to close after it ended");
+    let err = String::from_utf8_lossy(&err);
     assert!(status.success(), "the wait did not outlast a stop and a continue: {status}\n{err}");
 }
 

@@ -1,6 +1,8 @@
 //! Workers as separate processes: this test binary re-executes itself as the
 //! peers (ranks 1 and 2), so a worker can really be killed.
 
+#[path = "support/bounded.rs"]
+mod bounded;
 mod comm_support;
 
 use leapgnn::comm::{Category, CommError, Mesh, MeshConfig};
@@ -137,5 +139,6 @@ fn a_killed_worker_is_named_by_the_survivors_within_the_timeout() {
     eprintln!("worker 0: {e}\nworker 1: {msg}");
     drop(mesh);
     let (survivor, _) = &mut peers.0[0];
-    assert!(survivor.wait().unwrap().success(), "worker 1 must exit cleanly after reporting");
+    let ended = bounded::wait_within(survivor, bounded::STOP_LIMIT, "worker 1's exit after reporting");
+    assert!(ended.success(), "worker 1 must exit cleanly after reporting");
 }

@@ -1,11 +1,14 @@
 //! The job's secrets never cross the control connection, and strangers on the
 //! driver's port cannot stall the admission of the real workers.
 
+#[path = "support/bounded.rs"]
+mod bounded;
 #[path = "support/capture.rs"]
 mod capture;
 #[path = "support/dropped.rs"]
 mod dropped;
 
+use bounded::{STOP_LIMIT, join_within};
 use capture::Capture;
 use leapgnn::cluster::driver::{DriverOptions, run_job};
 use leapgnn::cluster::job_key;
@@ -152,7 +155,7 @@ fn a_recording_of_the_control_connection_holds_no_secret_and_admits_no_one() {
         let r = auth::connect(&s, c, 2, 1, 0, &Deadline::after(Duration::from_secs(10)));
         assert!(r.is_err(), "a recorded value was accepted as the mesh secret");
     }
-    assert_eq!(acceptor.join().unwrap(), n);
+    assert_eq!(join_within(acceptor, STOP_LIMIT, "the acceptor of the recorded values"), n);
 }
 
 #[test]
@@ -242,7 +245,8 @@ fn strangers_on_the_driver_port_do_not_delay_the_workers() {
     let grew = leapgnn::util::rss_bytes().unwrap().saturating_sub(rss0);
     eprintln!("admission with 210 strangers: driver RSS grew {} KiB", grew >> 10);
     assert!(grew < 32 << 20, "the driver's memory grew {} MiB with strangers at the door", grew >> 20);
-    let (quiet, stop) = l.crowd.lock().unwrap().take().unwrap().join().unwrap();
+    let crowd = l.crowd.lock().unwrap().take().unwrap();
+    let (quiet, stop) = join_within(crowd, STOP_LIMIT, "the strangers' connecting");
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     // Every stranger was dropped (evicted, or cut when admission ended) and none got an answer.
     for mut s in quiet {
@@ -300,8 +304,8 @@ fn a_worker_obeys_no_shutdown_before_the_driver_proves_the_token() {
     });
     let tmp = tempfile::tempdir().unwrap();
     let w = start_worker(None, addr, tmp.path(), std::process::Stdio::piped());
-    let out = w.wait_with_output().unwrap();
-    impostor.join().unwrap();
+    let out = bounded::output_within(w, STOP_LIMIT, "the worker told Shutdown by an impostor");
+    join_within(impostor, STOP_LIMIT, "the impostor driver");
     let err = String::from_utf8_lossy(&out.stderr);
     assert_ne!(out.status.code(), Some(0), "the worker obeyed an unproved Shutdown: {err}");
     assert!(err.contains("could not prove it holds this job's token"), "{err}");
@@ -329,7 +333,7 @@ fn neither_the_worker_nor_the_driver_can_write_the_token_into_a_core_file() {
     let addr = l.local_addr().unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let mut w = start_worker(Some(raise), addr, tmp.path(), std::process::Stdio::null());
-    let (s, _) = l.accept().unwrap();
+    let s = bounded::accept_within(&l, STOP_LIMIT, "the worker's dial to its driver");
     let mut c = ControlConn::new(s, "worker");
     let ToDriver::Hello(hello) = c.recv::<ToDriver>().unwrap() else { panic!("no hello") };
     assert_eq!(hello.pid, w.id(), "exec keeps the pid");
@@ -422,7 +426,7 @@ fn a_stranger_cannot_write_control_characters_or_lines_into_the_drivers_log() {
     };
     let ping = serde_json::json!({"task": "ping"});
     let (done, log) = logged(|| run_job(&l, 1, &ping, &opts(), &AtomicBool::new(false), |_| {}).unwrap());
-    l.stranger.lock().unwrap().take().unwrap().join().unwrap();
+    join_within(l.stranger.lock().unwrap().take().unwrap(), STOP_LIMIT, "the stranger");
     assert_eq!(done.len(), 1, "the worker was admitted after the stranger");
     let refusal: Vec<&str> = log.lines().filter(|l| l.contains("refused a control connection")).collect();
     assert_eq!(refusal.len(), 1, "{log}");
@@ -501,7 +505,7 @@ fn a_strangers_hello_naming_another_build_ends_nothing() {
     };
     let ping = serde_json::json!({"task": "ping"});
     let done = run_job(&l, 1, &ping, &opts(), &AtomicBool::new(false), |_| {}).expect("the stranger ended nothing");
-    l.stranger.lock().unwrap().take().unwrap().join().unwrap();
+    join_within(l.stranger.lock().unwrap().take().unwrap(), STOP_LIMIT, "the stranger");
     assert_eq!(done.len(), 1, "the worker was admitted after the stranger");
 }
 

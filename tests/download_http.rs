@@ -498,7 +498,7 @@ fn two_concurrent_downloads_take_turns() {
     }
     f.server.release();
     let (a, b) = (first.wait_with_output(), second.wait_with_output());
-    reader.join().unwrap();
+    import_support::bounded::join_within(reader, import_support::bounded::PIPE_LIMIT, "the second's stderr to close");
     let b_err = stderr.lock().unwrap().clone();
     assert!(a.status.success(), "first: {}", String::from_utf8_lossy(&a.stderr));
     assert!(b.status.success(), "second: {b_err}");

@@ -18,12 +18,13 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 
 fn script(args: &[&str]) -> Output {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    Command::new("bash")
-        .arg(root.join("scripts/emulated-cluster.sh"))
-        .args(["--bin", env!("CARGO_BIN_EXE_leapgnn")])
-        .args(args)
-        .output()
-        .expect("bash runs the script")
+    let mut bash = Command::new("bash");
+    bash.arg(root.join("scripts/emulated-cluster.sh")).args(["--bin", env!("CARGO_BIN_EXE_leapgnn")]).args(args);
+    dist_support::bounded::run_within(
+        &mut bash,
+        dist_support::bounded::RUN_LIMIT,
+        &format!("scripts/emulated-cluster.sh {args:?}"),
+    )
 }
 
 /// Namespaces and links named after the script's runs (`lg<pid>-h<i>`, `lgbr<pid>`, `lgv<pid>-<i>`).

@@ -284,13 +284,9 @@ fn an_out_that_cannot_take_the_outputs_is_refused_before_scoring() {
     json(d, &TRAIN_ONE);
     // `-` is not standard output: it was written as a file named `-` in the working directory.
     for workers in [&[][..], &["--workers", "2"]] {
-        let out = Command::new(env!("CARGO_BIN_EXE_leapgnn"))
-            .current_dir(d)
-            .arg("--data-dir")
-            .arg(d)
-            .args([&["infer", "one", "--out", "-"], workers].concat())
-            .output()
-            .unwrap();
+        let mut out = Command::new(env!("CARGO_BIN_EXE_leapgnn"));
+        out.current_dir(d).arg("--data-dir").arg(d).args([&["infer", "one", "--out", "-"], workers].concat());
+        let out = dist_support::bounded::run_within(&mut out, dist_support::bounded::RUN_LIMIT, "infer --out -");
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{err}");
         assert!(err.contains("--out -") && err.contains("not standard output") && err.contains("./-"), "{err}");
@@ -332,13 +328,10 @@ fn a_relative_out_is_reported_absolute_naming_the_written_file_in_every_form() {
     ];
     for (workers, format, out) in forms {
         let args = [&["infer", "one", "--format", format, "--out", out, "--json"], workers].concat();
-        let o = Command::new(env!("CARGO_BIN_EXE_leapgnn"))
-            .current_dir(&cwd)
-            .arg("--data-dir")
-            .arg(d)
-            .args(&args)
-            .output()
-            .unwrap();
+        let mut o = Command::new(env!("CARGO_BIN_EXE_leapgnn"));
+        o.current_dir(&cwd).arg("--data-dir").arg(d).args(&args);
+        let o =
+            dist_support::bounded::run_within(&mut o, dist_support::bounded::RUN_LIMIT, &format!("leapgnn {args:?}"));
         assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
         let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
         let reported = Path::new(r["out"].as_str().unwrap());
@@ -960,10 +953,10 @@ fn infer_while_the_run_rewrites_its_checkpoint_scores_one_whole_checkpoint() {
     };
     let mut outcomes = Vec::new();
     for _ in 0..12 {
-        let o = Command::new(env!("CARGO_BIN_EXE_leapgnn"))
-            .args(["--data-dir", d.to_str().unwrap(), "infer", "live", "--out", out_arg])
-            .output()
-            .unwrap();
+        let mut o = Command::new(env!("CARGO_BIN_EXE_leapgnn"));
+        o.args(["--data-dir", d.to_str().unwrap(), "infer", "live", "--out", out_arg]);
+        let o =
+            dist_support::bounded::run_within(&mut o, dist_support::bounded::RUN_LIMIT, "infer while the run saves");
         let p = o.status.success().then(|| probs(&out));
         outcomes.push((o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned(), p));
     }

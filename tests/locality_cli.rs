@@ -5,6 +5,7 @@ mod import_support;
 mod interrupt;
 mod locality_support;
 
+use import_support::bounded;
 use import_support::{leapgnn, ok_json, shared};
 use locality_support::*;
 

@@ -5,15 +5,18 @@ mod common;
 mod interrupt;
 #[path = "train_support/mod.rs"]
 mod train_support;
+use bounded::{RUN_LIMIT, STOP_LIMIT, kill_after, output_within, run_within, wait_within};
+use train_support::bounded;
 use train_support::names_in;
 
 use leapgnn::format::{DatasetFile, ManifestFile, PartFile};
 use serde_json::Value;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 fn leapgnn(data: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_leapgnn")).arg("--data-dir").arg(data).args(args).output().expect("run leapgnn")
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leapgnn"));
+    run_within(cmd.arg("--data-dir").arg(data).args(args), RUN_LIMIT, &format!("leapgnn {args:?}"))
 }
 
 fn partition_json(data: &Path, extra: &[&str]) -> Value {
@@ -214,16 +217,14 @@ fn concurrent_partitions_of_one_target_take_turns_and_leftovers_of_killed_writer
         // Two forced rewrites with different seeds at once: without turns, one renamed the
         // other's directory away mid-write ("No such file or directory", "Directory not empty").
         let spawn = |seed: &str| {
-            Command::new(env!("CARGO_BIN_EXE_leapgnn"))
-                .arg("--data-dir")
-                .arg(dir.path())
-                .args(["partition", "synthetic-small", "--parts", "2", "--method", "random", "--force", "--seed", seed])
-                .output()
+            let args =
+                ["partition", "synthetic-small", "--parts", "2", "--method", "random", "--force", "--seed", seed];
+            leapgnn(dir.path(), &args)
         };
         let (a, b) = std::thread::scope(|s| {
             let a = s.spawn(|| spawn("1"));
             let b = s.spawn(|| spawn("2"));
-            (a.join().unwrap().unwrap(), b.join().unwrap().unwrap())
+            (a.join().unwrap(), b.join().unwrap())
         });
         for out in [a, b] {
             assert!(out.status.success(), "round {round}: {}", String::from_utf8_lossy(&out.stderr));
@@ -257,7 +258,11 @@ fn a_made_partition_in_a_read_only_data_directory_is_used_as_it_is() {
         .arg("--data-dir")
         .arg(dir.path())
         .args(["partition", "synthetic-small", "--parts", "2", "--method", "random", "--json"])
-        .output();
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map(|c| output_within(c, RUN_LIMIT, "partition as `nobody`"));
     set(0o644);
     let out = match out {
         Ok(o) if !String::from_utf8_lossy(&o.stderr).contains("runuser:") => o,
@@ -502,7 +507,6 @@ struct Held {
 
 impl Held {
     fn start(data: &Path, args: &[&str], point: &str) -> Held {
-        use std::process::Stdio;
         let mut child = Command::new(env!("CARGO_BIN_EXE_leapgnn"))
             .arg("--data-dir")
             .arg(data)
@@ -519,6 +523,7 @@ impl Held {
 
     /// Reads its stderr up to a line containing `at`.
     fn until(&mut self, at: &str) {
+        let watch = kill_after(self.child.id(), STOP_LIMIT, &format!("a line containing `{at}`"));
         for line in self.lines.by_ref() {
             let line = line.unwrap();
             self.stderr.push_str(&line);
@@ -527,7 +532,9 @@ impl Held {
                 return;
             }
         }
-        panic!("ended ({}) without a line containing `{at}`: {}", self.child.wait().unwrap(), self.stderr);
+        drop(watch);
+        let status = wait_within(&mut self.child, STOP_LIMIT, "leapgnn after its stderr ended");
+        panic!("ended ({status}) without a line containing `{at}`: {}", self.stderr);
     }
 
     /// Lets it go on from where it is held.
@@ -538,11 +545,13 @@ impl Held {
     /// Waits for it to end: its exit code, stdout and stderr.
     fn end(mut self) -> (Option<i32>, String, String) {
         drop(self.child.stdin.take());
+        let watch = kill_after(self.child.id(), RUN_LIMIT, "the end of leapgnn's stderr");
         for line in self.lines.by_ref() {
             self.stderr.push_str(&line.unwrap());
             self.stderr.push('\n');
         }
-        let out = self.child.wait_with_output().unwrap();
+        drop(watch);
+        let out = output_within(self.child, STOP_LIMIT, "leapgnn after its stderr ended");
         (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned(), self.stderr)
     }
 }
@@ -607,7 +616,7 @@ fn a_signal_while_metis_partitions_ends_partition_at_once_leaving_nothing() {
         // SAFETY: tgkill takes three numbers and no memory; `pid` is our child, not yet reaped.
         let sent = unsafe { libc::syscall(libc::SYS_tgkill, pid as libc::c_int, tid as libc::c_int, sig) };
         assert_eq!(sent, 0, "tgkill {pid} {tid} {sig}");
-        let status = child.wait().unwrap();
+        let status = wait_within(&mut child, STOP_LIMIT, &format!("partition after SIG {sig}"));
         assert_eq!(status.code(), Some(code), "SIG {sig}: {status}");
         let parts = d.join("wide/parts");
         assert!(!parts.join("metis-8").exists(), "SIG {sig}: a partition was written");
@@ -659,8 +668,9 @@ fn the_cut_and_the_writing_show_a_spinner_within_79_columns_on_a_terminal_and_no
             dir.path().display(),
             json.display()
         );
-        let out =
-            Command::new("script").args(["-qec", &cmd, "/dev/null"]).env("TERM", "xterm").output().expect("run script");
+        let mut script = Command::new("script");
+        script.args(["-qec", &cmd, "/dev/null"]).env("TERM", "xterm");
+        let out = run_within(&mut script, RUN_LIMIT, &format!("partition {name} under script"));
         let tty = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "{tty}");
         let lines = screen_lines(&tty);

@@ -367,7 +367,12 @@ fn run(w: &World, command: &str, ctrl_c: bool) -> Ran {
             }
         }
     }
-    let status = child.wait().unwrap();
+    // Its stderr closed is not its end: a command may close or redirect it first.
+    let status = import_support::bounded::wait_within(
+        &mut child,
+        COMMAND_LIMIT,
+        &format!("`{command}` after its stderr closed"),
+    );
     if ctrl_c {
         assert!(pressed, "`{command}`: no `epoch` line to press Ctrl-C at:\n{stderr}");
         assert!(
@@ -375,7 +380,12 @@ fn run(w: &World, command: &str, ctrl_c: bool) -> Ran {
             "`{command}`: Ctrl-C did not stop it:\n{stderr}"
         );
     }
-    Ran { code: status.code(), stdout: stdout.join().unwrap(), stderr, seconds: t0.elapsed().as_secs_f64() }
+    let stdout = import_support::bounded::join_within(
+        stdout,
+        import_support::bounded::PIPE_LIMIT,
+        &format!("`{command}`'s stdout to close"),
+    );
+    Ran { code: status.code(), stdout, stderr, seconds: t0.elapsed().as_secs_f64() }
 }
 
 fn namespaces_allowed() -> bool {

@@ -1,5 +1,7 @@
 //! `leapgnn cluster check` as a process, against a real sshd and a dead port.
 
+#[path = "support/bounded.rs"]
+mod bounded;
 #[path = "support/ports.rs"]
 mod ports;
 #[path = "support/sshd.rs"]
@@ -16,7 +18,8 @@ use std::process::{Command, Output};
 const STEP: &str = "60";
 
 fn leapgnn(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_leapgnn")).args(args).output().unwrap()
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leapgnn"));
+    bounded::run_within(cmd.args(args), bounded::RUN_LIMIT, &format!("leapgnn {args:?}"))
 }
 
 /// Everything under `dir` (nothing when it does not exist).
@@ -377,11 +380,10 @@ fn recording_a_host_key_leaves_known_hosts_writable_by_its_owner_only() {
     let known = std::fs::read_to_string(&sshd.known_hosts).unwrap();
     let check_under_umask_000 = || {
         let script = "umask 000 && exec \"$0\" \"$@\"";
-        Command::new("sh")
-            .args(["-c", script, env!("CARGO_BIN_EXE_leapgnn")])
-            .args(["--json", "cluster", "check", p, "--timeout", STEP, "--no-workers", "--accept-new-host-keys"])
-            .output()
-            .unwrap()
+        let mut sh = Command::new("sh");
+        sh.args(["-c", script, env!("CARGO_BIN_EXE_leapgnn")]);
+        sh.args(["--json", "cluster", "check", p, "--timeout", STEP, "--no-workers", "--accept-new-host-keys"]);
+        bounded::run_within(&mut sh, bounded::RUN_LIMIT, "cluster check under umask 000")
     };
 
     // No known_hosts yet: the one made is the owner's alone.

@@ -187,12 +187,15 @@ fn train_refuses_an_unknown_host_key_a_wrong_key_a_dead_port_and_a_wrong_worker_
     let tmp = cora();
     let d = tmp.path();
     let run = |profile: &Path, extra: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_leapgnn"))
-            .arg("--data-dir")
+        let mut out = Command::new(env!("CARGO_BIN_EXE_leapgnn"));
+        out.arg("--data-dir")
             .arg(d)
-            .args([&["train", "cora", "--cluster", profile.to_str().unwrap()], SMALL, extra].concat())
-            .output()
-            .unwrap();
+            .args([&["train", "cora", "--cluster", profile.to_str().unwrap()], SMALL, extra].concat());
+        let out = dist_support::bounded::run_within(
+            &mut out,
+            dist_support::bounded::RUN_LIMIT,
+            &format!("train over ssh {extra:?}"),
+        );
         (out.status.code(), String::from_utf8_lossy(&out.stderr).to_string())
     };
     let host = format!("127.0.0.1:{}", sshd.port);

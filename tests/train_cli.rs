@@ -257,7 +257,7 @@ fn local_workers_share_the_cores_unless_the_operator_sets_their_threads() {
             Some(t) => c.env("RAYON_NUM_THREADS", t),
             None => c.env_remove("RAYON_NUM_THREADS"),
         };
-        let out = c.output().unwrap();
+        let out = train_support::bounded::run_within(&mut c, train_support::bounded::RUN_LIMIT, run);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{err}");
         let mut by_rank = vec![0; 3];

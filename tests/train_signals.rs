@@ -4,7 +4,11 @@
 
 mod dist_support;
 
-use dist_support::{Driver, LONG_RUN, Tiny, cora, fails, json, signal, try_signal, wait_gone, write_tiny};
+use dist_support::bounded::{PIPE_LIMIT, drain, kill_after, output_within};
+use dist_support::{
+    Driver, LONG_RUN, STOP_LIMIT, Tiny, cora, fails, json, recv_within, signal, try_signal, wait_gone, wait_within,
+    write_tiny,
+};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -276,16 +280,17 @@ fn a_closed_json_stream_stops_the_run_and_it_can_be_resumed() {
     let d = tmp.path();
     let mut child = long_run(d, &["--json-stream", "--run", "piped"], Stdio::piped(), Stdio::piped());
     let mut out = BufReader::new(child.stdout.take().unwrap());
+    let watch = kill_after(child.id(), STOP_LIMIT, "the first two records of --json-stream");
     for _ in 0..2 {
         let mut line = String::new();
         out.read_line(&mut line).unwrap();
         let r: serde_json::Value = serde_json::from_str(&line).unwrap();
         assert!(r["loss"].is_number(), "{line}");
     }
+    drop(watch);
     drop(out); // as `head -2` exits
-    let status = child.wait().unwrap();
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    let ended = output_within(child, STOP_LIMIT, "the run whose --json-stream reader had gone");
+    let (status, stderr) = (ended.status, String::from_utf8_lossy(&ended.stderr).into_owned());
     assert_eq!(status.code(), Some(0), "{stderr}");
     assert!(stderr.contains("stopped on request after iteration"), "{stderr}");
     let done = state(d, "piped")["progress"]["global_iteration"].as_u64().unwrap();
@@ -350,12 +355,15 @@ fn a_closed_stderr_stops_the_run_with_a_checkpoint_and_it_can_be_resumed() {
         let mut child = long_run(d, &args, Stdio::null(), Stdio::piped());
         let mut err = BufReader::new(child.stderr.take().unwrap());
         let mut line = String::new();
+        let watch = kill_after(child.id(), STOP_LIMIT, &format!("{workers} workers: an epoch line"));
         while !line.starts_with("epoch") {
             line.clear();
             assert!(err.read_line(&mut line).unwrap() > 0, "{workers} workers: stderr ended before an epoch line");
         }
+        drop(watch);
         drop(err); // as `head` exits
-        let status = child.wait().unwrap();
+        let status =
+            wait_within(&mut child, STOP_LIMIT, &format!("{workers} workers: the run whose stderr had closed"));
         assert_eq!(status.code(), Some(0), "{workers} workers: a closed stderr is a stop request, not a failure");
         let done = state(d, &run)["progress"]["global_iteration"].as_u64().unwrap();
         assert!((1..200).contains(&done), "{workers} workers: stopped after {done} iterations");
@@ -512,8 +520,8 @@ fn ctrl_c_stops_a_run_whose_json_stream_reader_stopped_reading() {
         assert!(stderr.contains(&format!("run {run}: test accuracy")), "no summary:\n{stderr}");
         assert!(state(d, &run)["progress"]["global_iteration"].as_u64().unwrap() >= 1);
         // What did reach the pipe is whole records, in metrics.jsonl's order.
-        let mut taken = String::new();
-        std::io::Read::read_to_string(&mut { out }, &mut taken).unwrap();
+        let taken = recv_within(&drain(out), PIPE_LIMIT, &format!("{workers} workers: the stream's end"));
+        let taken = String::from_utf8(taken).unwrap();
         let file = std::fs::read_to_string(d.join("runs").join(&run).join("metrics.jsonl")).unwrap();
         assert!(taken.ends_with('\n') && file.starts_with(&taken), "{workers} workers: the stream is not a prefix");
     }

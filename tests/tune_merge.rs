@@ -9,6 +9,7 @@ mod train_support;
 
 use leapgnn::train::MergePlan;
 use std::path::Path;
+use train_support::bounded;
 use train_support::{Tiny, fails, json, json_env, write_tiny};
 
 /// A temp data dir holding synthetic-small (20k nodes, 64-d; generated, seeded).

@@ -13,6 +13,8 @@ mod train_support;
 
 #[allow(unused_imports)] // dist_train does not watch processes
 pub use sshd::wait_gone;
+#[allow(unused_imports)] // not every test waits on a process of its own
+pub use train_support::bounded::{self, RUN_LIMIT, STOP_LIMIT, join_within, recv_within, wait_within};
 #[allow(unused_imports)] // only some tests check failures
 pub use train_support::{
     Tiny, fails, json, leapgnn, leapgnn_capped, leapgnn_env, names_in, refused_capped, write_tiny,
@@ -503,13 +505,10 @@ pub fn names_its_workers_limit(e: &str, host: &str) -> bool {
 /// that each of its 2 local workers was held to the driver's
 /// `--memory-limit-mb 4096` in place of that MemAvailable.
 pub fn workers_take_the_drivers_limit(data: &Path, args: &[&str]) {
-    let out = Command::new(env!("CARGO_BIN_EXE_leapgnn"))
-        .arg("--data-dir")
-        .arg(data)
-        .args([&["-vv"][..], args].concat())
-        .env(leapgnn::util::MEM_AVAILABLE_TEST_VAR, (1u64 << 20).to_string())
-        .output()
-        .unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leapgnn"));
+    cmd.arg("--data-dir").arg(data).args([&["-vv"][..], args].concat());
+    cmd.env(leapgnn::util::MEM_AVAILABLE_TEST_VAR, (1u64 << 20).to_string());
+    let out = bounded::run_within(&mut cmd, RUN_LIMIT, &format!("leapgnn -vv {args:?}"));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     for rank in 0..2 {

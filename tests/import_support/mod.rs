@@ -3,6 +3,10 @@
 //! Cora written straight from its text files (independently of the converters).
 #![allow(dead_code)]
 
+#[path = "../support/bounded.rs"]
+pub mod bounded;
+
+use bounded::{RUN_LIMIT, output_within, run_within};
 use flate2::Compression;
 use flate2::write::GzEncoder;
 use std::io::Write;
@@ -37,7 +41,7 @@ impl Reaped {
     }
     /// Waits for it to end on its own, reading what is left of its piped output.
     pub fn wait_with_output(mut self) -> std::process::Output {
-        self.0.take().expect("not yet waited for").wait_with_output().unwrap()
+        output_within(self.0.take().expect("not yet waited for"), RUN_LIMIT, "leapgnn")
     }
 }
 
@@ -72,14 +76,9 @@ impl Out {
 
 /// Runs `leapgnn --data-dir DATA ARGS...` with a clean environment.
 pub fn leapgnn(data: &Path, args: &[&str]) -> Out {
-    let out = Command::new(env!("CARGO_BIN_EXE_leapgnn"))
-        .arg("--data-dir")
-        .arg(data)
-        .args(args)
-        .env_remove("LEAPGNN_REGISTRY")
-        .env_remove("LEAPGNN_DATA")
-        .output()
-        .expect("run leapgnn");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_leapgnn"));
+    cmd.arg("--data-dir").arg(data).args(args).env_remove("LEAPGNN_REGISTRY").env_remove("LEAPGNN_DATA");
+    let out = run_within(&mut cmd, RUN_LIMIT, &format!("leapgnn {args:?}"));
     Out {
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),

@@ -2,6 +2,9 @@
 //! (a progress line, or `test pause: NAME` under `LEAPGNN_TEST_PAUSE`), so
 //! that the interrupt lands mid-way deterministically, and says how it ended.
 
+// The including test crate's bounded.rs (`use X_support::bounded;` there):
+// a second copy of it here would be the same module loaded twice.
+use crate::bounded::{RUN_LIMIT, STOP_LIMIT, kill_after, wait_within};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -28,6 +31,7 @@ pub fn interrupt_at(data: &Path, args: &[&str], env: &[(&str, &str)], at: &str, 
         .expect("start leapgnn");
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
     let mut stderr = String::new();
+    let watch = kill_after(child.id(), RUN_LIMIT, &format!("leapgnn {args:?}: a line containing `{at}`"));
     for line in lines.by_ref() {
         let line = line.unwrap();
         stderr.push_str(&line);
@@ -35,15 +39,19 @@ pub fn interrupt_at(data: &Path, args: &[&str], env: &[(&str, &str)], at: &str, 
         if line.contains(at) {
             let sent = Command::new("kill").arg(format!("-{sig}")).arg(child.id().to_string()).status().unwrap();
             assert!(sent.success(), "kill -{sig} {}", child.id());
+            drop(watch);
+            let watch = kill_after(child.id(), STOP_LIMIT, &format!("leapgnn {args:?}: its end after SIG{sig}"));
             for rest in lines.by_ref() {
                 stderr.push_str(&rest.unwrap());
                 stderr.push('\n');
             }
-            let code = child.wait().unwrap().code();
+            drop(watch);
+            let code = wait_within(&mut child, STOP_LIMIT, &format!("leapgnn {args:?} after SIG{sig}")).code();
             return Ended { code, stderr };
         }
     }
-    let status = child.wait().unwrap();
+    drop(watch);
+    let status = wait_within(&mut child, STOP_LIMIT, &format!("leapgnn {args:?} after its stderr ended"));
     panic!("leapgnn {args:?} ended ({status}) without a line containing `{at}`: {stderr}");
 }
 

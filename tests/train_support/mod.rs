@@ -3,6 +3,10 @@
 
 #![allow(dead_code)]
 
+#[path = "../support/bounded.rs"]
+pub mod bounded;
+
+use bounded::{RUN_LIMIT, run_within};
 use leapgnn::format::{Dataset, DatasetMeta, FeatureStorage, FeatureTable};
 use leapgnn::graph::Csr;
 use leapgnn::util::rng::hash_of;
@@ -25,7 +29,8 @@ pub fn leapgnn(data: &Path, args: &[&str]) -> Output {
 pub fn leapgnn_env(data: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_leapgnn"));
     c.envs(env.iter().copied());
-    c.arg("--data-dir").arg(data).args(args).output().expect("leapgnn runs")
+    c.arg("--data-dir").arg(data).args(args);
+    run_within(&mut c, RUN_LIMIT, &format!("leapgnn {args:?}"))
 }
 
 /// Runs `leapgnn ... --json`, asserts success and parses the summary.
@@ -169,7 +174,7 @@ pub fn weights(data: &Path, run: &str) -> Vec<u8> {
 /// `leapgnn` (--json) run with its address space capped at `bytes` (what
 /// `prlimit --as` or `ulimit -v` does).
 pub fn leapgnn_capped(data: &std::path::Path, args: &[&str], bytes: u64) -> std::process::Output {
-    capped_command(data, args, bytes).output().expect("leapgnn runs")
+    run_within(&mut capped_command(data, args, bytes), RUN_LIMIT, &format!("leapgnn {args:?} (capped)"))
 }
 
 /// `leapgnn --data-dir DATA ARGS` under `timeout 300`: a process short of
@@ -207,17 +212,10 @@ pub fn traced(data: &Path, filters: &[&str], args: &[&str], trace: &Path) -> Opt
         eprintln!("skipped: strace is not installed (CI installs it)");
         return None;
     }
-    let out = Command::new("strace")
-        .args(["-f", "-qq", "-e", "signal=none"])
-        .args(filters)
-        .arg("-o")
-        .arg(trace)
-        .arg(env!("CARGO_BIN_EXE_leapgnn"))
-        .arg("--data-dir")
-        .arg(data)
-        .args(args)
-        .output()
-        .unwrap();
+    let mut strace = Command::new("strace");
+    strace.args(["-f", "-qq", "-e", "signal=none"]).args(filters).arg("-o").arg(trace);
+    strace.arg(env!("CARGO_BIN_EXE_leapgnn")).arg("--data-dir").arg(data).args(args);
+    let out = run_within(&mut strace, RUN_LIMIT, &format!("leapgnn {args:?} under strace"));
     let text = std::fs::read_to_string(trace)
         .unwrap_or_else(|e| panic!("strace wrote no trace ({e}): {}", String::from_utf8_lossy(&out.stderr)));
     Some((out, text))

@@ -1,0 +1,147 @@
+//! Bounded waits on processes, their pipes, channels and threads. A product
+//! that hangs (or a race that goes the wrong way) must fail the one test,
+//! naming what it waited for, not hold CI until the job's own limit kills it
+//! with nothing said. The limits are generous on purpose: CI is a loaded
+//! 2-core machine, and a limit must never make a passing test fail.
+
+#![allow(dead_code)]
+
+use std::io::Read;
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How long any leapgnn command run to completion may take (`LONG_RUN`s are
+/// stopped by the test long before; the slowest runs to the end take minutes).
+pub const RUN_LIMIT: Duration = Duration::from_secs(600);
+
+/// How long a process may take to end once sent SIGTERM or SIGINT: it stops
+/// its workers with a grace and writes its checkpoint first.
+pub const STOP_LIMIT: Duration = Duration::from_secs(120);
+
+/// How long a pipe may stay open after its process ended: only one a
+/// process it started (which inherited the pipe) still holds stays open.
+pub const PIPE_LIMIT: Duration = Duration::from_secs(60);
+
+/// Short enough to add nothing to a test's time, long enough not to spin.
+const POLL: Duration = Duration::from_millis(20);
+
+/// Waits for `child` to end, at most `limit`; past it, kills the child and
+/// panics naming `what`.
+pub fn wait_within(child: &mut Child, limit: Duration, what: &str) -> ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap_or_else(|e| panic!("waiting for {what}: {e}")) {
+            return status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} did not end within {limit:?} (killed it)");
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+/// What `Child::wait_with_output` gives, with the wait bounded by `limit`
+/// and each pipe's end after the exit by `PIPE_LIMIT`.
+pub fn output_within(mut child: Child, limit: Duration, what: &str) -> Output {
+    let stdout = child.stdout.take().map(drain);
+    let stderr = child.stderr.take().map(drain);
+    let status = wait_within(&mut child, limit, what);
+    let rest = |pipe: Option<mpsc::Receiver<Vec<u8>>>, name: &str| {
+        pipe.map(|r| recv_within(&r, PIPE_LIMIT, &format!("{what}'s {name} to close after it ended ({status})")))
+            .unwrap_or_default()
+    };
+    Output { status, stdout: rest(stdout, "stdout"), stderr: rest(stderr, "stderr") }
+}
+
+/// What `Command::output` gives (stdin empty, stdout and stderr captured),
+/// bounded as `output_within` is.
+pub fn run_within(cmd: &mut Command, limit: Duration, what: &str) -> Output {
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what} cannot start: {e}"));
+    output_within(child, limit, what)
+}
+
+/// All of `pipe`, on a channel once it closes (read on its own thread so
+/// that neither pipe of a process fills while the other is read).
+pub fn drain(mut pipe: impl Read + Send + 'static) -> mpsc::Receiver<Vec<u8>> {
+    let (tx, rx) = mpsc::sync_channel(1);
+    std::thread::spawn(move || {
+        let mut all = Vec::new();
+        let _ = pipe.read_to_end(&mut all);
+        let _ = tx.send(all);
+    });
+    rx
+}
+
+/// The next message on `rx`, at most `limit` away; panics naming `what`
+/// past it or when every sender is gone.
+pub fn recv_within<T>(rx: &mpsc::Receiver<T>, limit: Duration, what: &str) -> T {
+    match rx.recv_timeout(limit) {
+        Ok(v) => v,
+        Err(mpsc::RecvTimeoutError::Timeout) => panic!("{what}: nothing within {limit:?}"),
+        Err(mpsc::RecvTimeoutError::Disconnected) => panic!("{what}: its sender ended without sending"),
+    }
+}
+
+/// `handle.join()`, at most `limit` away; panics naming `what` past it (the
+/// thread is left behind: a thread cannot be killed) or with the thread's
+/// own panic when it panicked.
+pub fn join_within<T>(handle: JoinHandle<T>, limit: Duration, what: &str) -> T {
+    let deadline = Instant::now() + limit;
+    while !handle.is_finished() {
+        assert!(Instant::now() < deadline, "{what} did not end within {limit:?}");
+        std::thread::sleep(POLL);
+    }
+    handle.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
+}
+
+/// The next connection to `listener`, at most `limit` away; panics naming
+/// `what` past it (a process that was to dial and never does).
+pub fn accept_within(listener: &std::net::TcpListener, limit: Duration, what: &str) -> std::net::TcpStream {
+    let deadline = Instant::now() + limit;
+    listener.set_nonblocking(true).unwrap();
+    let conn = loop {
+        match listener.accept() {
+            Ok((conn, _)) => break conn,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                assert!(Instant::now() < deadline, "{what}: no connection within {limit:?}");
+                std::thread::sleep(POLL);
+            }
+            Err(e) => panic!("{what}: accept: {e}"),
+        }
+    };
+    listener.set_nonblocking(false).unwrap();
+    // An accepted socket inherits O_NONBLOCK on some systems, never the blocking reads the caller expects.
+    conn.set_nonblocking(false).unwrap();
+    conn
+}
+
+/// While held, a watch that kills process `pid` (SIGKILL) `limit` from now,
+/// saying that `what` was awaited: for a read of a child's pipe on the test's
+/// own thread, which only output or the pipe's end can stop (the kill ends
+/// the pipe, and the read's own checks then fail). Drop it before the child
+/// is waited for: its pid may be reused from then on.
+pub struct KillAfter {
+    _held: mpsc::Sender<()>,
+}
+
+pub fn kill_after(pid: u32, limit: Duration, what: &str) -> KillAfter {
+    let (held, dropped) = mpsc::channel::<()>();
+    let what = what.to_string();
+    std::thread::spawn(move || {
+        if let Err(mpsc::RecvTimeoutError::Timeout) = dropped.recv_timeout(limit) {
+            eprintln!("{what}: not within {limit:?}; killed pid {pid}");
+            // SAFETY: kill(2) takes plain integers and touches no memory.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+        }
+    });
+    KillAfter { _held: held }
+}
