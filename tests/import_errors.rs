@@ -218,14 +218,14 @@ fn a_pipe_or_fifo_source_is_refused_not_half_read() {
     let file = write(d.path(), "e.txt", &edges);
     let data = d.path().join("data");
     // As a shell's process substitution gives it: /dev/fd/N, a pipe with a writer.
-    let out = std::process::Command::new("bash")
-        .arg("-c")
+    let mut bash = std::process::Command::new("bash");
+    bash.arg("-c")
         .arg(r#""$0" --data-dir "$1" download piped --from <(cat "$2") --format edgelist --feature-dim 4 --generated-classes 2"#)
         .arg(env!("CARGO_BIN_EXE_leapgnn"))
         .arg(&data)
-        .arg(&file)
-        .output()
-        .unwrap();
+        .arg(&file);
+    let out =
+        import_support::bounded::run_within(&mut bash, import_support::bounded::RUN_LIMIT, "download from a pipe");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "a pipe was imported: {stderr}");
     assert!(

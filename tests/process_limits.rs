@@ -303,5 +303,5 @@ fn limited(
             if ok { Ok(()) } else { Err(std::io::Error::last_os_error()) }
         });
     }
-    c.output().expect("leapgnn runs")
+    train_support::bounded::run_within(&mut c, train_support::bounded::RUN_LIMIT, &format!("leapgnn as uid {uid}"))
 }
