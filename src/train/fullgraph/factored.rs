@@ -58,7 +58,8 @@ impl FactoredLinear {
         params: usize,
         rounds: u64,
     ) -> Result<Cost, TrainError> {
-        Cost::of(coll, (message_bytes(rows), rows.num_rows()), width, params, rounds)
+        let peers = coll.world().saturating_sub(1) as u64;
+        Cost::of(coll, (peers * message_bytes(rows), rows.num_rows()), width, params, rounds)
     }
 
     /// Sends this worker's `rows` (of vertices `ids`) to every peer and keeps theirs.
@@ -129,10 +130,11 @@ pub struct Cost {
 }
 
 impl Cost {
-    /// Factors of `mine` = (this worker's stage message bytes, its rows) plus
-    /// `rounds` rounds of `width`-wide output gradients per row, against a
-    /// ring all-reduce of `params` floats every round. Every worker gets the
-    /// same figures (the sizes are summed over the workers first).
+    /// Factors of `mine` = (the bytes of this worker's stage messages to all
+    /// its peers, which may differ per peer, and its rows) plus `rounds`
+    /// rounds of `width`-wide output gradients per row to each peer, against
+    /// a ring all-reduce of `params` floats every round. Every worker gets
+    /// the same figures (the sizes are summed over the workers first).
     pub(super) fn of(
         coll: &mut dyn Collective,
         mine: (u64, usize),
@@ -146,7 +148,7 @@ impl Cost {
             coll.all_reduce_sum(&mut total).map_err(TrainError::Comm)?;
         }
         let rounds = rounds as f64;
-        let factors = (w - 1.0) * (total[0] as f64 + rounds * total[1] as f64 * (width * 4) as f64);
+        let factors = total[0] as f64 + (w - 1.0) * rounds * total[1] as f64 * (width * 4) as f64;
         let all_reduce = rounds * 2.0 * (w - 1.0) * (params * 4) as f64;
         Ok(Cost { factors, all_reduce })
     }

@@ -3,20 +3,22 @@
 //! worker's conv outputs at its training vertices are a function of rows its
 //! peers can hold: the rows those vertices attend over (themselves and their
 //! in-neighbours) and the edges between them. Each worker sends those once
-//! per stage; every round it sends only its training vertices' output
-//! gradients, and every worker runs the conv over all workers' training
-//! vertices, stacked in rank order.
+//! per stage, each peer only the values of the rows it does not hold as its
+//! own or halo input already (most of them, on a random partition): the
+//! others cross as ids and the peer takes its own copy. Every round it sends
+//! only its training vertices' output gradients, and every worker runs the
+//! conv over all workers' training vertices, stacked in rank order.
 //!
 //! Dropout (of the rows and of the attention coefficients) is keyed by the
 //! round and the global vertex ids, so peers redraw each other's masks. The
 //! softmax of a destination runs over its own edges only, so restricting the
 //! conv to the training destinations changes no output.
 
-use super::factored::{
-    Cost, decode as decode_rows_msg, dropped_by_id, encode as encode_rows_msg, message_bytes, to_every_peer,
-};
+use super::factored::{Cost, dropped_by_id};
+use crate::comm::Category;
 use crate::format::RowRef;
 use crate::gather::CsrRows;
+use crate::graph::CsrView;
 use crate::model::{AggGraph, GatLayer, Kernel, LayerInput};
 use crate::train::{Collective, TrainError};
 use candle_core::Tensor;
@@ -68,26 +70,69 @@ impl GatPart {
         Ok(GatPart { ids, num_dst: train.len(), indptr, indices, rows: rows(&pos)? })
     }
 
-    /// `[n_dst][edge count per destination; n_dst][sources; edges]`, then the
-    /// rows as the linear factors send them (ids and CSR).
-    fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.message_bytes() as usize);
+    /// Whether each peer already holds each of `ids` as an input row of this
+    /// stage (`held[q][i]`): its owned vertices and their in-neighbours (its
+    /// halo, `HaloPlan::derive`), read from the whole graph and `owner`.
+    pub fn held_by_peers(&self, graph: CsrView<'_>, owner: impl Fn(u32) -> usize, world: usize) -> Vec<Vec<bool>> {
+        let mut held = vec![vec![false; self.ids.len()]; world];
+        if world < 2 {
+            return held;
+        }
+        let at: HashMap<u32, usize> = self.ids.iter().enumerate().map(|(i, &v)| (v, i)).collect();
+        for (i, &v) in self.ids.iter().enumerate() {
+            held[owner(v)][i] = true;
+        }
+        for u in 0..graph.num_nodes() as u32 {
+            let q = owner(u);
+            for s in graph.in_neighbors(u) {
+                if let Some(&i) = at.get(s) {
+                    held[q][i] = true;
+                }
+            }
+        }
+        held
+    }
+
+    /// `[n_dst][edge count per destination; n_dst][sources; edges]`, then
+    /// `[n][ids; n]`, then of the rows the receiver does not hold (`held`
+    /// false) their lengths, columns and values: the receiver fills the
+    /// others from its own input rows, which are the same (a vertex's
+    /// features, or the embedding its owner sent every worker holding it).
+    fn encode(&self, held: &[bool]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.message_bytes(held) as usize);
         out.extend((self.num_dst as u32).to_le_bytes());
         self.indptr.windows(2).for_each(|w| out.extend((w[1] - w[0]).to_le_bytes()));
         self.indices.iter().for_each(|s| out.extend(s.to_le_bytes()));
-        out.extend(encode_rows_msg(&self.ids, &self.rows));
+        out.extend((self.ids.len() as u32).to_le_bytes());
+        self.ids.iter().for_each(|v| out.extend(v.to_le_bytes()));
+        let sent = || (0..self.ids.len()).filter(|&i| !held[i]).map(|i| self.rows.row(i));
+        sent().for_each(|(c, _)| out.extend((c.len() as u32).to_le_bytes()));
+        sent().for_each(|(c, _)| c.iter().for_each(|c| out.extend(c.to_le_bytes())));
+        sent().for_each(|(_, v)| v.iter().for_each(|v| out.extend(v.to_le_bytes())));
         out
     }
 
-    fn message_bytes(&self) -> u64 {
-        4 * (1 + self.num_dst + self.indices.len()) as u64 + message_bytes(&self.rows)
+    /// The bytes of the message to a peer that holds the rows `held` marks.
+    fn message_bytes(&self, held: &[bool]) -> u64 {
+        let sent = (0..self.ids.len()).filter(|&i| !held[i]);
+        let nnz: usize = sent.clone().map(|i| self.rows.row(i).0.len()).sum();
+        4 * (2 + self.num_dst + self.indices.len() + self.ids.len() + sent.count()) as u64 + 8 * nnz as u64
     }
 
-    /// The inverse of `encode`, checking every count and position.
-    fn decode(m: &[u8], dim: usize, peer: usize) -> Result<GatPart, TrainError> {
+    /// The inverse of `encode`, checking every count and position: the rows
+    /// this worker holds (`held(id)`: its position among its input rows) come
+    /// from `own(positions)`, the others from the message.
+    fn decode(
+        m: &[u8],
+        dim: usize,
+        peer: usize,
+        held: impl Fn(u32) -> Option<u32>,
+        own: impl FnOnce(&[u32]) -> Result<CsrRows, TrainError>,
+    ) -> Result<GatPart, TrainError> {
         let bad = |what: String| TrainError::Comm(format!("worker {peer}'s attention rows: {what}").into());
         let word =
             |i: usize| -> Option<u32> { m.get(4 * i..4 * i + 4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])) };
+        let short = |what: &str, i: usize| bad(format!("{what} past the message's {} bytes (word {i})", m.len()));
         let n_dst = word(0).ok_or_else(|| bad(format!("{} bytes is not a whole message", m.len())))? as usize;
         if 4 * (1 + n_dst) > m.len() {
             return Err(bad(format!("{n_dst} destinations announced in {} bytes", m.len())));
@@ -101,16 +146,69 @@ impl GatPart {
         }
         let edges = indptr[n_dst] as usize;
         let start = 1 + n_dst;
-        if 4 * (start + edges) > m.len() {
+        if 4 * (start + edges + 1) > m.len() {
             return Err(bad(format!("{edges} edges announced in {} bytes", m.len())));
         }
         let indices: Vec<u32> = (start..start + edges).map(|i| word(i).expect("checked above")).collect();
-        let (ids, rows) = decode_rows_msg(&m[4 * (start + edges)..], dim, peer)?;
-        if n_dst > ids.len() {
-            return Err(bad(format!("{n_dst} destinations among {} rows", ids.len())));
+        let mut at = start + edges;
+        let n = word(at).expect("checked above") as usize;
+        at += 1;
+        if 4 * (at + n) > m.len() {
+            return Err(bad(format!("{n} rows announced in {} bytes", m.len())));
         }
-        if let Some(s) = indices.iter().find(|&&s| s as usize >= ids.len()) {
-            return Err(bad(format!("source {s} of {} rows", ids.len())));
+        let ids: Vec<u32> = (at..at + n).map(|i| word(i).expect("checked above")).collect();
+        at += n;
+        let (mut mine, mut sent) = (Vec::new(), Vec::new());
+        for (i, &v) in ids.iter().enumerate() {
+            match held(v) {
+                Some(p) => mine.push(p),
+                None => sent.push(i),
+            }
+        }
+        let mut lens = Vec::with_capacity(sent.len());
+        for i in at..at + sent.len() {
+            lens.push(word(i).ok_or_else(|| short("row lengths", i))? as usize);
+        }
+        at += sent.len();
+        let nnz: usize = lens.iter().sum();
+        if m.len() != 4 * (at + 2 * nnz) {
+            // The sender's view of what this worker holds (the partition and
+            // the graph) is not this worker's: both must run the same ones.
+            return Err(bad(format!(
+                "the {} rows this worker does not hold have {nnz} non-zeros, {} bytes, and {} bytes follow their \
+                 lengths (do both workers read the same partition and graph?)",
+                sent.len(),
+                8 * nnz,
+                m.len() - 4 * at
+            )));
+        }
+        let cols: Vec<u32> = (at..at + nnz).map(|i| word(i).expect("checked above")).collect();
+        if let Some(c) = cols.iter().find(|&&c| c as usize >= dim) {
+            return Err(bad(format!("column {c} of a {dim}-wide input")));
+        }
+        let vals: Vec<f32> =
+            (at + nnz..at + 2 * nnz).map(|i| f32::from_bits(word(i).expect("checked above"))).collect();
+        if n_dst > n {
+            return Err(bad(format!("{n_dst} destinations among {n} rows")));
+        }
+        if let Some(s) = indices.iter().find(|&&s| s as usize >= n) {
+            return Err(bad(format!("source {s} of {n} rows")));
+        }
+        let own = own(&mine)?;
+        let mut rows = CsrRows { dim, indptr: Vec::with_capacity(n + 1), ..Default::default() };
+        rows.indptr.push(0);
+        let (mut next_own, mut next_sent, mut nz) = (0, 0, 0);
+        for &v in &ids {
+            if held(v).is_some() {
+                let (c, x) = own.row(next_own);
+                next_own += 1;
+                rows.push(RowRef::Sparse { indices: c, values: x });
+            } else {
+                let len = lens[next_sent];
+                next_sent += 1;
+                rows.push(RowRef::Sparse { indices: &cols[nz..nz + len], values: &vals[nz..nz + len] });
+                nz += len;
+            }
         }
         Ok(GatPart { ids, num_dst: n_dst, indptr, indices, rows })
     }
@@ -129,27 +227,39 @@ pub struct FactoredGat {
 }
 
 impl FactoredGat {
-    /// What the parts and `rounds` rounds of output gradients `width` wide
-    /// cost against all-reducing `params` floats every round (the same on
-    /// every worker).
+    /// What the parts (each peer sent only the rows it lacks, `held`) and
+    /// `rounds` rounds of output gradients `width` wide cost against
+    /// all-reducing `params` floats every round (the same on every worker).
     pub fn cost(
         coll: &mut dyn Collective,
         part: &GatPart,
+        held: &[Vec<bool>],
         width: usize,
         params: usize,
         rounds: u64,
     ) -> Result<Cost, TrainError> {
-        Cost::of(coll, (part.message_bytes(), part.num_dst), width, params, rounds)
+        let me = coll.rank();
+        let sent = held.iter().enumerate().filter(|&(q, _)| q != me).map(|(_, h)| part.message_bytes(h)).sum();
+        Cost::of(coll, (sent, part.num_dst), width, params, rounds)
     }
 
-    /// Sends this worker's `part` to every peer and stacks all of them.
-    pub fn share(coll: &mut dyn Collective, part: GatPart) -> Result<Self, TrainError> {
-        let got = to_every_peer(coll, part.encode())?;
+    /// Sends each peer this worker's `part` less the rows it holds
+    /// (`held[q]`), and stacks all of them: a peer's rows this worker holds
+    /// (`mine(id)`, its position among them) come from `own(positions)`.
+    pub fn share(
+        coll: &mut dyn Collective,
+        part: GatPart,
+        held: &[Vec<bool>],
+        mine: impl Fn(u32) -> Option<u32>,
+        own: impl Fn(&[u32]) -> Result<CsrRows, TrainError>,
+    ) -> Result<Self, TrainError> {
         let (dim, me) = (part.rows.dim, coll.rank());
+        let out = (0..coll.world()).map(|q| if q == me { Vec::new() } else { part.encode(&held[q]) }).collect();
+        let got = coll.all_to_all(out, Category::Gradients).map_err(TrainError::Comm)?;
         let mut parts = Vec::with_capacity(got.len());
-        let mut mine = Some(part);
+        let mut this = Some(part);
         for (p, m) in got.iter().enumerate() {
-            parts.push(if p == me { mine.take().expect("once") } else { GatPart::decode(m, dim, p)? });
+            parts.push(if p == me { this.take().expect("once") } else { GatPart::decode(m, dim, p, &mine, &own)? });
         }
         Self::stack(&parts)
     }
@@ -242,21 +352,45 @@ mod tests {
         }
     }
 
-    #[test]
-    fn parts_round_trip_and_damaged_ones_are_refused() {
+    /// The receiver of `parts_round_trip...`: it holds ids 11 and 13 (its
+    /// input rows 1 and 0, the part's rows 1 and 3).
+    fn decode(m: &[u8]) -> Result<GatPart, TrainError> {
         let p = part();
-        let m = p.encode();
-        assert_eq!(m.len() as u64, p.message_bytes());
-        assert_eq!(GatPart::decode(&m, 5, 1).unwrap(), p);
+        let mine = |v: u32| [(13u32, 0u32), (11, 1)].iter().find(|(id, _)| *id == v).map(|&(_, r)| r);
+        let own = |pos: &[u32]| {
+            let mut rows = CsrRows { dim: 5, indptr: vec![0], ..Default::default() };
+            for &r in pos {
+                let (indices, values) = p.rows.row([3, 1][r as usize]);
+                rows.push(RowRef::Sparse { indices, values });
+            }
+            Ok(rows)
+        };
+        GatPart::decode(m, 5, 1, mine, own)
+    }
+
+    #[test]
+    fn parts_round_trip_without_the_rows_the_receiver_holds_and_damaged_ones_are_refused() {
+        let p = part();
+        let held = [false, true, false, true];
+        let m = p.encode(&held);
+        assert_eq!(m.len() as u64, p.message_bytes(&held));
+        let nnz = |i: usize| p.rows.row(i).0.len();
+        // Rows 1 and 3 cross as their ids alone.
+        assert_eq!(m.len(), 4 * (2 + 2 + 5 + 4 + 2) + 8 * (nnz(0) + nnz(2)));
+        assert_eq!(p.encode(&[false; 4]).len() - m.len(), 4 * 2 + 8 * (nnz(1) + nnz(3)));
+        assert_eq!(decode(&m).unwrap(), p);
         for cut in [0, 3, 4, 8, 20, m.len() - 4] {
-            assert!(GatPart::decode(&m[..cut], 5, 1).is_err(), "a message cut to {cut} bytes");
+            assert!(decode(&m[..cut]).is_err(), "a message cut to {cut} bytes");
         }
+        // A message that sends a row the receiver holds, or leaves out one it lacks, is refused.
+        assert!(decode(&p.encode(&[false; 4])).is_err());
+        assert!(decode(&p.encode(&[true, true, false, true])).is_err());
         let mut huge = m.clone();
         huge[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
-        assert!(GatPart::decode(&huge, 5, 1).is_err());
+        assert!(decode(&huge).is_err());
         let mut far = m.clone();
         far[12..16].copy_from_slice(&4u32.to_le_bytes());
-        assert!(GatPart::decode(&far, 5, 1).unwrap_err().to_string().contains("source 4"));
+        assert!(decode(&far).unwrap_err().to_string().contains("source 4"));
     }
 
     #[test]

@@ -56,6 +56,7 @@ use crate::train::{read_u64_slots, u64_slots};
 use crate::tui::fmt::bytes;
 use crate::util::rng::hash_of;
 use candle_core::{Device, Tensor, Var};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -400,6 +401,7 @@ impl RetexoModel {
         stage: &Params,
         coll: &mut dyn Collective,
         rounds: u64,
+        who: (crate::graph::CsrView<'_>, Option<&[u16]>),
     ) -> Result<(Option<Factored>, Option<String>), TrainError> {
         if self.kernel != Kernel::Fast {
             return Ok((None, None));
@@ -447,12 +449,17 @@ impl RetexoModel {
             Conv::Gat(gat) => {
                 let graph = inp.graph.as_ref().expect("GAT keeps its graph");
                 let d_in = gat.weight().dim(1)?;
-                let part = GatPart::new(graph, src, &split.train, |pos| inp.rows.select(pos)?.to_csr(d_in))?;
-                let cost = FactoredGat::cost(coll, &part, width, range.len(), rounds)?;
+                let rows = |pos: &[u32]| inp.rows.select(pos)?.to_csr(d_in);
+                let part = GatPart::new(graph, src, &split.train, rows)?;
+                let (topology, owners) = who;
+                let owner = |v: u32| owners.map_or(0, |o| o[v as usize] as usize);
+                let held = part.held_by_peers(topology, owner, coll.world());
+                let cost = FactoredGat::cost(coll, &part, &held, width, range.len(), rounds)?;
                 if !cost.pays() {
                     return Ok((None, said(cost)));
                 }
-                (Exchange::Gat(FactoredGat::share(coll, part)?), cost)
+                let at: HashMap<u32, u32> = src.iter().enumerate().map(|(i, &v)| (v, i as u32)).collect();
+                (Exchange::Gat(FactoredGat::share(coll, part, &held, |v| at.get(&v).copied(), rows)?), cost)
             }
         };
         let offset = exchange.counts()[..coll.rank()].iter().sum();
@@ -584,6 +591,7 @@ pub fn run(
     let plan = worker_plan(w)?;
     let split = Split::new(w, &plan, inp);
     let (src, owned) = (plan.block.src.clone(), plan.owned().to_vec());
+    let who = (w.graph, w.owners.as_ref().map(|o| o.as_slice()));
     let edges = plan.block.num_edges() as u64;
 
     let t = Instant::now();
@@ -645,7 +653,7 @@ pub fn run(
         let factored = match cfg.factored_grads {
             Some(false) => None,
             _ => {
-                let (f, said) = model.factored(l, &si, (&src, &owned), &split, &stage, coll, rounds)?;
+                let (f, said) = model.factored(l, &si, (&src, &owned), &split, &stage, coll, rounds, who)?;
                 if let Some(line) = said {
                     obs.event(&line);
                 }
