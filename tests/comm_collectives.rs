@@ -197,3 +197,37 @@ fn all_to_all_times_out_naming_the_worker_that_did_not_take_part() {
         assert!(msg.contains(&format!("worker 2 ({})", peer.addr)) && msg.contains("all-to-all"), "{msg}");
     }
 }
+
+/// The final checkpoint's gather travels uncounted so that two identical
+/// runs report the same bytes: a counter moved by it on either end (sent
+/// or received, in any category) would bring back the difference.
+#[test]
+fn an_uncounted_all_to_all_delivers_its_messages_and_moves_no_counter() {
+    for w in 1..=3 {
+        let all_counted = std::sync::Barrier::new(w);
+        let out = with_mesh(w, no_tweak, |m| {
+            let out = || (0..w).map(|p| a2a_message(m.rank(), p)).collect::<Vec<_>>();
+            let before = m.bytes();
+            // No peer sends before every snapshot is taken, and the counted
+            // exchange goes first, so no counted message from a faster peer
+            // can fall between one of this worker's snapshots and its exchange.
+            all_counted.wait();
+            let counted = m.all_to_all(out(), Category::Control, LONG).unwrap();
+            let between = m.bytes();
+            let uncounted = m.all_to_all_uncounted(out(), LONG).unwrap();
+            (counted, uncounted, before, between, m.bytes())
+        });
+        for (r, (counted, uncounted, before, between, after)) in out.iter().enumerate() {
+            let want: Vec<Vec<u8>> = (0..w).map(|p| a2a_message(p, r)).collect();
+            assert_eq!(counted, &want, "w {w} rank {r}: counted");
+            assert_eq!(uncounted, &want, "w {w} rank {r}: uncounted");
+            let framed = |from: usize, to: usize| (a2a_message(from, to).len() + frame::HEADER_LEN) as u64;
+            let sent: u64 = (0..w).filter(|&p| p != r).map(|p| framed(r, p)).sum();
+            let received: u64 = (0..w).filter(|&p| p != r).map(|p| framed(p, r)).sum();
+            let moved = between.since(before);
+            assert_eq!((moved.sent.control, moved.received.control), (sent, received), "w {w} rank {r}: counted");
+            assert_eq!(moved.sent.total() + moved.received.total(), sent + received, "w {w} rank {r}: {moved:?}");
+            assert_eq!(after, between, "w {w} rank {r}: the uncounted exchange moved a counter");
+        }
+    }
+}
