@@ -863,9 +863,13 @@ fn strip_counts(state: &std::path::Path, keys: &[&str]) {
 /// file and how to measure them.
 fn counts_unknown(d: &std::path::Path, resumed: &serde_json::Value, said: &str) {
     let state = d.join("runs/killed/checkpoint/state.json");
-    let warned = said
-        .lines()
-        .any(|l| l.contains(&*state.to_string_lossy()) && l.contains("unknown (null)") && l.contains("again"));
+    // Named as every other warning about a run is (`run NAME: ...`).
+    let warned = said.lines().any(|l| {
+        l.contains("run killed: ")
+            && l.contains(&*state.to_string_lossy())
+            && l.contains("unknown (null)")
+            && l.contains("again")
+    });
     assert!(warned, "no warning naming {} and how to get the counts: {said}", state.display());
     let written: serde_json::Value =
         serde_json::from_slice(&std::fs::read(d.join("runs/killed/summary.json")).unwrap()).unwrap();

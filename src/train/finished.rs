@@ -91,7 +91,7 @@ pub(crate) fn write_missing_summary(
     let iteration = p.global_iteration;
     let counts = counted(&run_dir, &p);
     if counts.is_none() {
-        let msg = format!("run {run}: {}", unknown_counts(&run_dir));
+        let msg = unknown_counts(run, &run_dir);
         tracing::warn!("{msg}");
         obs.event(&msg);
     }
@@ -117,9 +117,9 @@ pub(crate) fn write_missing_summary(
 /// unknown, and how to measure them: its checkpoint holds no count of them
 /// (and no summary reaches it), so what a resumed attempt counts is only
 /// the run's end.
-pub(crate) fn unknown_counts(run_dir: &Path) -> String {
+pub(crate) fn unknown_counts(run: &str, run_dir: &Path) -> String {
     format!(
-        "{} holds no count of the run's rows and bytes (an older leapgnn wrote it, or a run resumed from such a \
+        "run {run}: {} holds no count of the run's rows and bytes (an older leapgnn wrote it, or a run resumed from such a \
          checkpoint), so its summary gives them as unknown (null); train the run again (`leapgnn train --config {} \
          --run NEW_NAME` replays it) to measure them",
         checkpoint::dir(run_dir).join(checkpoint::STATE).display(),

@@ -502,7 +502,7 @@ fn stopped_before_restart(
     let (cfg, p) = checkpoint::load_config(&ck)?;
     let path = run_dir.join("metrics.jsonl");
     drop(JsonlSink::append_before(&path, (p.epoch, p.iteration))?);
-    let counted = restarted_before(ledger, &run_dir, &p, obs);
+    let counted = restarted_before(ledger, name, &run_dir, &p, obs);
     let iteration = p.global_iteration;
     let summary = crate::train::finished::checkpoint_summary(name, &cfg, p, counted)?;
     let msg = format!(
@@ -636,8 +636,8 @@ fn execute(
     let at = resume.as_ref().map_or((0, 0), |p| (p.epoch, p.iteration));
     let mut sink = JsonlSink::append_before(&run_dir.join("metrics.jsonl"), at)?;
     let earlier = match (&restart, &resume) {
-        (Some(_), Some(p)) => restarted_before(ledger, &run_dir, p, obs),
-        (_, Some(p)) => ledger.resume_at(at, || before(&run_dir, p, obs)),
+        (Some(_), Some(p)) => restarted_before(ledger, &name, &run_dir, p, obs),
+        (_, Some(p)) => ledger.resume_at(at, || before(&name, &run_dir, p, obs)),
         (_, None) => ledger.resume_at(at, || Some(Default::default())),
     };
     let mut restart = restart;
@@ -959,20 +959,26 @@ fn counted_before(run_dir: &Path, p: &Progress) -> Option<(crate::metrics::RowCo
 /// workers never sent. Without one, what `ledger` kept of the records.
 fn restarted_before(
     ledger: &mut Ledger,
+    name: &str,
     run_dir: &Path,
     p: &Progress,
     obs: &mut dyn Observer,
 ) -> Option<crate::metrics::Counted> {
     // Read once: the ledger's base (taken at its first attempt) and the answer are the same count.
     let counted = counted_before(run_dir, p);
-    let kept = ledger.resume_at((p.epoch, p.iteration), || warn_if_uncounted(run_dir, p, counted.clone(), obs));
+    let kept = ledger.resume_at((p.epoch, p.iteration), || warn_if_uncounted(name, run_dir, p, counted.clone(), obs));
     counted.or(kept)
 }
 
 /// What run `run_dir` counted before the checkpoint `p`, as a `Ledger`'s
 /// base: `counted_before` it.
-fn before(run_dir: &Path, p: &Progress, obs: &mut dyn Observer) -> Option<(crate::metrics::RowCounts, RunBytes)> {
-    warn_if_uncounted(run_dir, p, counted_before(run_dir, p), obs)
+fn before(
+    name: &str,
+    run_dir: &Path,
+    p: &Progress,
+    obs: &mut dyn Observer,
+) -> Option<(crate::metrics::RowCounts, RunBytes)> {
+    warn_if_uncounted(name, run_dir, p, counted_before(run_dir, p), obs)
 }
 
 /// `counted`, the count before checkpoint `p`; a checkpoint without one
@@ -980,6 +986,7 @@ fn before(run_dir: &Path, p: &Progress, obs: &mut dyn Observer) -> Option<(crate
 /// with a warning, in the log and among the dashboard's events as a
 /// finished run's summary rebuilt from such a checkpoint says it.
 fn warn_if_uncounted(
+    name: &str,
     run_dir: &Path,
     p: &Progress,
     counted: Option<(crate::metrics::RowCounts, RunBytes)>,
@@ -989,7 +996,7 @@ fn warn_if_uncounted(
         return Some(counted.unwrap_or_default());
     }
     if counted.is_none() {
-        let msg = crate::train::finished::unknown_counts(run_dir);
+        let msg = crate::train::finished::unknown_counts(name, run_dir);
         tracing::warn!("{msg}");
         obs.event(&msg);
     }
