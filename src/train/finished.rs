@@ -113,10 +113,11 @@ pub(crate) fn write_missing_summary(
     Ok(Some(summary))
 }
 
-/// Why the summary of the run in `run_dir` gives its rows and bytes as
-/// unknown, and how to measure them: its checkpoint holds no count of them
-/// (and no summary reaches it), so what a resumed attempt counts is only
-/// the run's end.
+/// Why the summary of run `run` (in `run_dir`) gives its rows and bytes as
+/// unknown, and how to measure them, after "run NAME:" as every warning
+/// about a run begins: its checkpoint holds no count of them (and no
+/// summary reaches it), so what a resumed attempt counts is only the run's
+/// end.
 pub(crate) fn unknown_counts(run: &str, run_dir: &Path) -> String {
     format!(
         "run {run}: {} holds no count of the run's rows and bytes (an older leapgnn wrote it, or a run resumed from such a \
