@@ -270,11 +270,8 @@ fn can_run() -> bool {
 }
 
 fn until(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !ok() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    dist_support::bounded::within(limit, || ok().then_some(()))
+        .unwrap_or_else(|| panic!("timed out waiting for {what}"));
 }
 
 impl Slurm {

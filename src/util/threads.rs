@@ -622,9 +622,9 @@ fn retrying<H>(
 /// Test hook: with `LEAPGNN_TEST_REFUSE_THREAD=NAME` in the environment, the
 /// thread (or process, `start_process`) named NAME is refused as the OS
 /// refuses one past the user's process/thread limit (EAGAIN): for good, so
-/// it is reported at once; with
-/// `NAME:N`, at the first N attempts in this process only, as a momentarily
-/// full kernel table refuses one, so it is retried whatever the limits read.
+/// it is reported at once; with `NAME:N`, at the first N attempts in this
+/// process only, as a momentarily full kernel table refuses one, so it is
+/// retried whatever the limits read.
 /// RLIMIT_NPROC does not bind root, as tests run in CI, nor can a test
 /// choose which thread of which worker it stops.
 pub const REFUSE_THREAD_TEST_VAR: &str = "LEAPGNN_TEST_REFUSE_THREAD";

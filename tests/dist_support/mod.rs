@@ -427,14 +427,8 @@ impl Driver {
 
     /// Waits (bounded) for the driver to exit; returns its exit code and the rest of its stderr.
     pub fn wait_exit(&mut self, within: Duration) -> (Option<i32>, String) {
-        let deadline = Instant::now() + within;
-        let status = loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                break s;
-            }
-            assert!(Instant::now() < deadline, "driver still running after {within:?}:\n{}", self.seen.join("\n"));
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        let status = bounded::within(within, || self.child.try_wait().unwrap())
+            .unwrap_or_else(|| panic!("driver still running after {within:?}:\n{}", self.seen.join("\n")));
         // The rest of stderr, to EOF: the pipe closes once the driver and anything that
         // inherited it have exited (its workers' stderr is the driver's own pipe, not
         // this one). A quiet spell is no end: a reader thread not scheduled for a while

@@ -27,21 +27,31 @@ pub const PIPE_LIMIT: Duration = Duration::from_secs(60);
 /// Short enough to add nothing to a test's time, long enough not to spin.
 const POLL: Duration = Duration::from_millis(20);
 
-/// Waits for `child` to end, at most `limit`; past it, kills the child and
-/// panics naming `what`.
-pub fn wait_within(child: &mut Child, limit: Duration, what: &str) -> ExitStatus {
+/// What `poll` gives once it gives something, asked every `POLL` for at most
+/// `limit`; None past it. Every bounded wait here (and the tests' own
+/// deadline loops) polls through this.
+pub fn within<T>(limit: Duration, mut poll: impl FnMut() -> Option<T>) -> Option<T> {
     let deadline = Instant::now() + limit;
     loop {
-        if let Some(status) = child.try_wait().unwrap_or_else(|e| panic!("waiting for {what}: {e}")) {
-            return status;
+        if let Some(v) = poll() {
+            return Some(v);
         }
         if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{what} did not end within {limit:?} (killed it)");
+            return None;
         }
         std::thread::sleep(POLL);
     }
+}
+
+/// Waits for `child` to end, at most `limit`; past it, kills the child and
+/// panics naming `what`.
+pub fn wait_within(child: &mut Child, limit: Duration, what: &str) -> ExitStatus {
+    let ended = within(limit, || child.try_wait().unwrap_or_else(|e| panic!("waiting for {what}: {e}")));
+    ended.unwrap_or_else(|| {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("{what} did not end within {limit:?} (killed it)");
+    })
 }
 
 /// What `Child::wait_with_output` gives, with the wait bounded by `limit`
@@ -95,29 +105,21 @@ pub fn recv_within<T>(rx: &mpsc::Receiver<T>, limit: Duration, what: &str) -> T 
 /// thread is left behind: a thread cannot be killed) or with the thread's
 /// own panic when it panicked.
 pub fn join_within<T>(handle: JoinHandle<T>, limit: Duration, what: &str) -> T {
-    let deadline = Instant::now() + limit;
-    while !handle.is_finished() {
-        assert!(Instant::now() < deadline, "{what} did not end within {limit:?}");
-        std::thread::sleep(POLL);
-    }
+    within(limit, || handle.is_finished().then_some(()))
+        .unwrap_or_else(|| panic!("{what} did not end within {limit:?}"));
     handle.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
 }
 
 /// The next connection to `listener`, at most `limit` away; panics naming
 /// `what` past it (a process that was to dial and never does).
 pub fn accept_within(listener: &std::net::TcpListener, limit: Duration, what: &str) -> std::net::TcpStream {
-    let deadline = Instant::now() + limit;
     listener.set_nonblocking(true).unwrap();
-    let conn = loop {
-        match listener.accept() {
-            Ok((conn, _)) => break conn,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                assert!(Instant::now() < deadline, "{what}: no connection within {limit:?}");
-                std::thread::sleep(POLL);
-            }
-            Err(e) => panic!("{what}: accept: {e}"),
-        }
-    };
+    let conn = within(limit, || match listener.accept() {
+        Ok((conn, _)) => Some(conn),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => None,
+        Err(e) => panic!("{what}: accept: {e}"),
+    })
+    .unwrap_or_else(|| panic!("{what}: no connection within {limit:?}"));
     listener.set_nonblocking(false).unwrap();
     // An accepted socket inherits O_NONBLOCK on some systems, never the blocking reads the caller expects.
     conn.set_nonblocking(false).unwrap();

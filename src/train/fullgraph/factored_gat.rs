@@ -197,17 +197,18 @@ impl GatPart {
         let own = own(&mine)?;
         let mut rows = CsrRows { dim, indptr: Vec::with_capacity(n + 1), ..Default::default() };
         rows.indptr.push(0);
+        // `sent` lists the message's rows in order; the others are this worker's own.
         let (mut next_own, mut next_sent, mut nz) = (0, 0, 0);
-        for &v in &ids {
-            if held(v).is_some() {
-                let (c, x) = own.row(next_own);
-                next_own += 1;
-                rows.push(RowRef::Sparse { indices: c, values: x });
-            } else {
+        for i in 0..n {
+            if sent.get(next_sent) == Some(&i) {
                 let len = lens[next_sent];
                 next_sent += 1;
                 rows.push(RowRef::Sparse { indices: &cols[nz..nz + len], values: &vals[nz..nz + len] });
                 nz += len;
+            } else {
+                let (c, x) = own.row(next_own);
+                next_own += 1;
+                rows.push(RowRef::Sparse { indices: c, values: x });
             }
         }
         Ok(GatPart { ids, num_dst: n_dst, indptr, indices, rows })

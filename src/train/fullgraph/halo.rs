@@ -132,8 +132,12 @@ impl HaloPlan {
 
     /// Position of `v` among the owned rows, if this worker owns it.
     pub fn owned_position(&self, v: u32) -> Option<usize> {
-        let r = *self.row.get(v as usize)? as usize;
-        (r < self.block.num_dst).then_some(r)
+        self.row_of(v).map(|r| r as usize).filter(|&r| r < self.block.num_dst)
+    }
+
+    /// Row of `v` among the layer inputs (owned + halo), if this worker holds it.
+    pub fn row_of(&self, v: u32) -> Option<u32> {
+        self.row.get(v as usize).copied().filter(|&r| r != NONE)
     }
 
     /// Halo rows this worker receives from peer `p` per exchange.

@@ -56,7 +56,6 @@ use crate::train::{read_u64_slots, u64_slots};
 use crate::tui::fmt::bytes;
 use crate::util::rng::hash_of;
 use candle_core::{Device, Tensor, Var};
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -396,7 +395,7 @@ impl RetexoModel {
         &self,
         l: usize,
         inp: &StageInput,
-        ids: (&[u32], &[u32]),
+        plan: &HaloPlan,
         split: &Split,
         stage: &Params,
         coll: &mut dyn Collective,
@@ -406,7 +405,7 @@ impl RetexoModel {
         if self.kernel != Kernel::Fast {
             return Ok((None, None));
         }
-        let (src, owned) = ids;
+        let (src, owned) = (&plan.block.src, plan.owned());
         let at = |name: &str| stage.flat_range(&format!("stages.{l}.conv.{name}")).expect("a stage registers its conv");
         // A conv registers its parameters one after another, its bias last
         // (`Params::flat_range`), and the head's follow.
@@ -458,8 +457,7 @@ impl RetexoModel {
                 if !cost.pays() {
                     return Ok((None, said(cost)));
                 }
-                let at: HashMap<u32, u32> = src.iter().enumerate().map(|(i, &v)| (v, i as u32)).collect();
-                (Exchange::Gat(FactoredGat::share(coll, part, &held, |v| at.get(&v).copied(), rows)?), cost)
+                (Exchange::Gat(FactoredGat::share(coll, part, &held, |v| plan.row_of(v), rows)?), cost)
             }
         };
         let offset = exchange.counts()[..coll.rank()].iter().sum();
@@ -653,7 +651,7 @@ pub fn run(
         let factored = match cfg.factored_grads {
             Some(false) => None,
             _ => {
-                let (f, said) = model.factored(l, &si, (&src, &owned), &split, &stage, coll, rounds, who)?;
+                let (f, said) = model.factored(l, &si, &plan, &split, &stage, coll, rounds, who)?;
                 if let Some(line) = said {
                     obs.event(&line);
                 }
