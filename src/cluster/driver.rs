@@ -179,7 +179,8 @@ pub enum Event {
 }
 
 enum Inbound {
-    Msg(usize, ToDriver),
+    /// A worker's message and when its reader read it.
+    Msg(usize, ToDriver, Instant),
     Lost(usize, ControlError),
 }
 
@@ -256,7 +257,7 @@ pub fn run_job_stoppable(
             loop {
                 match c.recv::<ToDriver>() {
                     Ok(m) => {
-                        if tx.send(Inbound::Msg(rank, m)).is_err() {
+                        if tx.send(Inbound::Msg(rank, m, Instant::now())).is_err() {
                             return;
                         }
                     }
@@ -276,6 +277,10 @@ pub fn run_job_stoppable(
     let mut done: Vec<Option<serde_json::Value>> = vec![None; world];
     let mut last_heard = vec![Instant::now(); world];
     let mut exited_at: Vec<Option<(Instant, i32)>> = vec![None; world];
+    // When the loop had handled every message read before a worker's exit was
+    // seen: its grace counts from there, not from the exit, since a driver
+    // stopped (Ctrl-Z) and continued finds a backlog queued ahead of the Done.
+    let mut caught_up: Vec<Option<Instant>> = vec![None; world];
     let mut stop_sent = false;
     // The worker whose failure ended the loop.
     let mut fault = None;
@@ -294,8 +299,12 @@ pub fn run_job_stoppable(
         if done.iter().all(Option::is_some) {
             break Ok(std::mem::take(&mut done).into_iter().map(|d| d.expect("all done")).collect());
         }
+        // When the newest message handled this turn was read (the queue was
+        // empty: now); None after a `Lost`.
+        let mut read_at = Some(Instant::now());
         match rx.recv_timeout(Duration::from_millis(200)) {
-            Ok(Inbound::Msg(rank, m)) => {
+            Ok(Inbound::Msg(rank, m, at)) => {
+                read_at = Some(at);
                 last_heard[rank] = Instant::now();
                 let answer = match m {
                     ToDriver::Metrics(v) => on_event(Event::Metrics(rank, v)),
@@ -322,6 +331,7 @@ pub fn run_job_stoppable(
                 }
             }
             Ok(Inbound::Lost(rank, e)) => {
+                read_at = None;
                 if done[rank].is_none() {
                     fault = Some(rank);
                     break Err(lost(rank, e, &mut procs[rank]));
@@ -341,13 +351,18 @@ pub fn run_job_stoppable(
         // read: give its reader a moment to deliver (a crash also closes the control
         // connection, which reports at once through `Lost`).
         for r in 0..world {
+            if let Some((seen, _)) = exited_at[r]
+                && caught_up[r].is_none()
+                && read_at.is_some_and(|at| at >= seen)
+            {
+                caught_up[r] = Some(Instant::now());
+            }
             if done[r].is_none() && exited_at[r].is_none() {
                 exited_at[r] = procs[r].try_exit_code().map(|code| (Instant::now(), code));
             }
         }
-        if let Some((rank, code)) =
-            pending().find_map(|r| exited_at[r].filter(|(t, _)| t.elapsed() > EXIT_GRACE).map(|(_, c)| (r, c)))
-        {
+        let expired = |r: usize| caught_up[r].is_some_and(|t| t.elapsed() > EXIT_GRACE);
+        if let Some((rank, code)) = pending().filter(|&r| expired(r)).find_map(|r| exited_at[r].map(|(_, c)| (r, c))) {
             fault = Some(rank);
             break Err(DriverError::Exited { rank, code });
         }
@@ -439,7 +454,7 @@ fn settle(
         let Some(left) = deadline.checked_duration_since(Instant::now()) else { break };
         // In slices, so that Ctrl-C is not kept waiting.
         match rx.recv_timeout(left.min(Duration::from_millis(200))) {
-            Ok(Inbound::Msg(r, m)) => {
+            Ok(Inbound::Msg(r, m, _)) => {
                 last_heard[r] = Instant::now();
                 // The job is ending: no answer is sent (a checkpoint waiting for one ends with it).
                 match m {
