@@ -1,6 +1,8 @@
 //! Collectives against sequential references: ring all-reduce (sum) of
 //! awkward lengths, broadcast from every root, barrier.
 
+#[path = "support/bounded.rs"]
+mod bounded;
 mod comm_support;
 
 use comm_support::{no_tweak, with_mesh};

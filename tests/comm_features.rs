@@ -3,6 +3,8 @@
 //! in order, from in-memory tables and from partition files; the cache holds
 //! the rows its policy picks; bad servers are named.
 
+#[path = "support/bounded.rs"]
+mod bounded;
 mod comm_support;
 
 use comm_support::{no_tweak, with_mesh};

@@ -1,6 +1,8 @@
 //! The mesh itself: delivery per (peer, tag) in order, frame chains, byte
 //! counting, timeouts and departures that name the peer, and misuse.
 
+#[path = "support/bounded.rs"]
+mod bounded;
 mod comm_support;
 
 use comm_support::{listeners, no_tweak, secret, with_mesh};
@@ -189,7 +191,7 @@ fn a_stopped_peer_makes_send_wait_instead_of_growing_memory() {
         s
     });
     let m = Mesh::establish(l0, &cfg).unwrap();
-    let _peer = stalled.join().unwrap();
+    let _peer = bounded::join_within(stalled, Duration::from_secs(120), "worker 1's stand-in proving the secret");
     let chunk = vec![7u8; 1 << 20];
     let (mut queued, t) = (0usize, Instant::now());
     let err = loop {

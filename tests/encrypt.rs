@@ -6,7 +6,9 @@
 mod comm_support;
 mod dist_support;
 
+// comm_support finds it as `super::bounded`.
 use comm_support::with_mesh;
+use dist_support::bounded;
 use dist_support::{cora, final_weights, json, leapgnn};
 use leapgnn::comm::Category;
 use std::io::{Read, Write};

@@ -37,6 +37,9 @@ mod ports;
 #[path = "support/sshd.rs"]
 mod sshd;
 
+// sshd.rs finds it as `super::bounded`.
+use import_support::bounded;
+
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;

@@ -9,8 +9,9 @@
 
 mod dist_support;
 
+use dist_support::bounded::Bounded;
 use dist_support::ports::{free_ports, on_fresh_ports};
-use dist_support::{LONG_RUN, cora, fails, json, mib_before};
+use dist_support::{LONG_RUN, RUN_LIMIT, cora, fails, json, mib_before};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::Mutex;
@@ -18,6 +19,15 @@ use std::time::{Duration, Instant};
 
 /// One Slurm at a time in this binary (the tests share the node name).
 static ONE: Mutex<()> = Mutex::new(());
+
+/// How long a command that answers at once may take (ip, kill, munge,
+/// `leapgnn slurm-script`) on a loaded machine. Jobs waited for (sbatch
+/// --wait, srun, salloc) get `RUN_LIMIT`.
+const QUICK: Duration = Duration::from_secs(60);
+
+/// How long a query of the Slurm daemons may take (scontrol, squeue, sinfo,
+/// scancel, a submission): a client retries a busy slurmctld for a while.
+const DAEMON: Duration = Duration::from_secs(120);
 
 /// munged (unless one already answers), slurmctld and slurmd in the
 /// foreground, stopped on drop.
@@ -125,7 +135,7 @@ fn kill_clusters_of(pids: Vec<u32>) {
         pids.iter().filter_map(|&p| slurm_conf_of(p)).filter(ours).flat_map(|c| processes_of(&c)).collect();
     cluster.extend(pids);
     for pid in cluster {
-        let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).stderr(Stdio::null()).status();
+        let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).stderr(Stdio::null()).status_in(QUICK, "kill");
     }
 }
 
@@ -153,7 +163,7 @@ fn remove_stale_clusters() {
 }
 
 fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip").args(args).output().map_err(|e| format!("ip {args:?}: {e}"))?;
+    let out = Command::new("ip").args(args).output_in(QUICK, &format!("ip {args:?}"));
     if out.status.success() { Ok(()) } else { Err(format!("ip {args:?}: {}", text(&out))) }
 }
 
@@ -169,7 +179,8 @@ impl Netns {
     /// The veth pair claims X: its host end's name is X's, and `ip link add`
     /// fails where another process holds it.
     fn claim(owner: Owner) -> Netns {
-        let used = String::from_utf8(Command::new("ip").args(["-4", "-o", "addr"]).output().unwrap().stdout).unwrap();
+        let used = Command::new("ip").args(["-4", "-o", "addr"]).output_in(QUICK, "ip -4 -o addr").stdout;
+        let used = String::from_utf8(used).unwrap();
         let start = owner.pid % 250;
         for net in (0..250).map(|i| ((start + i) % 250 + 1) as u8) {
             let (host_if, peer) = (format!("lgs{net}h"), format!("lgs{net}n"));
@@ -238,12 +249,12 @@ fn have(cmd: &str) -> bool {
         .arg("-c")
         .arg(format!("command -v {cmd}"))
         .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+        .status_in(QUICK, &format!("command -v {cmd}"))
+        .success()
 }
 
 fn munge_works() -> bool {
-    Command::new("sh").arg("-c").arg("munge -n | unmunge").output().is_ok_and(|o| o.status.success())
+    Command::new("sh").arg("-c").arg("munge -n | unmunge").output_in(QUICK, "munge -n | unmunge").status.success()
 }
 
 /// Whether this machine can run a Slurm cluster (`Slurm::start_with`) and a
@@ -312,7 +323,8 @@ impl Slurm {
         let dir =
             tempfile::Builder::new().prefix(&format!("{CLUSTER_DIR_PREFIX}{}-", Owner::me().tag())).tempdir().unwrap();
         let d = dir.path().to_path_buf();
-        let host = String::from_utf8(Command::new("hostname").arg("-s").output().unwrap().stdout).unwrap();
+        let host = Command::new("hostname").arg("-s").output_in(QUICK, "hostname -s").stdout;
+        let host = String::from_utf8(host).unwrap();
         let host = host.trim();
         let (name, two, private) = match nodes {
             Nodes::One(name) => (name, false, None),
@@ -386,11 +398,11 @@ impl Slurm {
             let mut lost = None;
             until("the nodes to be idle", Duration::from_secs(60), || {
                 lost = s.port_lost(munged);
-                lost.is_some()
-                    || s.cmd("sinfo").args(["-h", "-N", "-o", "%t"]).output().is_ok_and(|o| {
-                        let states = String::from_utf8_lossy(&o.stdout).to_string();
-                        states.lines().count() == names.len() && states.lines().all(|l| l.trim() == "idle")
-                    })
+                lost.is_some() || {
+                    let o = s.cmd("sinfo").args(["-h", "-N", "-o", "%t"]).output_in(DAEMON, "sinfo");
+                    let states = String::from_utf8_lossy(&o.stdout).to_string();
+                    states.lines().count() == names.len() && states.lines().all(|l| l.trim() == "idle")
+                }
             });
             match lost {
                 Some(log) => {
@@ -419,7 +431,10 @@ impl Slurm {
     /// Stops the daemons from `first` on, last started first.
     fn stop(&mut self, first: usize) {
         for mut c in self.daemons.drain(first..).rev() {
-            let _ = Command::new("kill").args(["-TERM", &c.id().to_string()]).stderr(Stdio::null()).status();
+            let _ = Command::new("kill")
+                .args(["-TERM", &c.id().to_string()])
+                .stderr(Stdio::null())
+                .status_in(QUICK, "kill");
             let deadline = Instant::now() + Duration::from_secs(20);
             while matches!(c.try_wait(), Ok(None)) && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(50));
@@ -487,8 +502,7 @@ impl Slurm {
             .arg(data.join(format!("{name}.out")))
             .arg("--")
             .args(train)
-            .output()
-            .unwrap();
+            .output_in(QUICK, "leapgnn slurm-script");
         assert!(out.status.success(), "slurm-script: {}", String::from_utf8_lossy(&out.stderr));
         let path = data.join(format!("{name}.sh"));
         std::fs::write(&path, out.stdout).unwrap();
@@ -497,16 +511,21 @@ impl Slurm {
 
     /// Submits `script` on 2 tasks without waiting; returns the job id.
     fn submit(&self, script: &Path) -> String {
-        let out = self.cmd("sbatch").args(["--parsable", "--ntasks=2"]).arg(script).output().unwrap();
+        let out = self.sbatch(&["--parsable", "--ntasks=2"], script);
         assert!(out.status.success(), "{}", text(&out));
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
 
+    /// `sbatch ARGS SCRIPT`: a job waited for (`--wait`) may take as long as
+    /// a run, a submission as long as a daemon query.
+    fn sbatch(&self, args: &[&str], script: &Path) -> Output {
+        let limit = if args.contains(&"--wait") { RUN_LIMIT } else { DAEMON };
+        self.cmd("sbatch").args(args).arg(script).output_in(limit, &format!("sbatch {args:?} {}", script.display()))
+    }
+
     fn gone(&self, job: &str) -> bool {
-        self.cmd("squeue")
-            .args(["-h", "-j", job])
-            .output()
-            .is_ok_and(|o| o.stdout.iter().all(|b| b.is_ascii_whitespace()))
+        let o = self.cmd("squeue").args(["-h", "-j", job]).output_in(DAEMON, &format!("squeue -j {job}"));
+        o.stdout.iter().all(|b| b.is_ascii_whitespace())
     }
 }
 
@@ -516,9 +535,14 @@ impl Drop for Slurm {
     /// the daemons. Then SIGTERM to the daemons, which stop (and reap) what
     /// they forked; whatever of the cluster is left after that is killed.
     fn drop(&mut self) {
-        let idle = || self.cmd("squeue").arg("-h").output().is_ok_and(|o| o.stdout.iter().all(u8::is_ascii_whitespace));
+        let idle = || {
+            unless_it_panics(|| self.cmd("squeue").arg("-h").output_in(DAEMON, "squeue"))
+                .is_some_and(|o| o.stdout.iter().all(u8::is_ascii_whitespace))
+        };
         if !idle() {
-            let _ = self.cmd("scancel").args(["--partition", "test"]).stderr(Stdio::null()).status();
+            let scancel =
+                || self.cmd("scancel").args(["--partition", "test"]).stderr(Stdio::null()).status_in(DAEMON, "scancel");
+            let _ = unless_it_panics(scancel);
             // Bounded, and no panic: this may run while a test unwinds.
             let deadline = Instant::now() + Duration::from_secs(30);
             while !idle() && Instant::now() < deadline {
@@ -527,9 +551,17 @@ impl Drop for Slurm {
         }
         self.stop(0);
         for pid in processes_of(&self.conf()) {
-            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).stderr(Stdio::null()).status();
+            let _ =
+                Command::new("kill").args(["-KILL", &pid.to_string()]).stderr(Stdio::null()).status_in(QUICK, "kill");
         }
     }
+}
+
+/// What `f` gives, or None where it panicked (a bounded command that hung):
+/// for `Drop`, which may run while a test unwinds, where a second panic
+/// would abort the whole binary and with it what the first one said.
+fn unless_it_panics<T>(f: impl FnOnce() -> T) -> Option<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).ok()
 }
 
 /// The processes of the cluster whose slurm.conf is `conf` (its daemons,
@@ -572,7 +604,7 @@ fn a_slurm_whose_port_was_taken_before_it_bound_comes_up_on_others() {
         let port = |k: &str| conf.lines().find_map(|l| l.strip_prefix(k)?.strip_prefix('=')).unwrap().to_string();
         assert_ne!(port(key), ports[i].to_string(), "{key} is still the taken port:\n{conf}");
         assert_ne!(port("SlurmctldPort"), port("SlurmdPort"), "{conf}");
-        let ping = slurm.cmd("scontrol").arg("ping").output().unwrap();
+        let ping = slurm.cmd("scontrol").arg("ping").output_in(DAEMON, "scontrol ping");
         assert!(text(&ping).contains("is UP"), "{}", text(&ping));
     }
 }
@@ -610,7 +642,8 @@ fn cora_over_slurm_trains_the_local_launchers_loss_curve() {
     // Submitted from a directory holding a `slurm/` folder (job scripts, say):
     // the script's `--cluster slurm` is still the allocation, not that folder.
     std::fs::create_dir_all(d.join("slurm")).unwrap();
-    let out = slurm.cmd("sbatch").args(["--wait", "--ntasks=2"]).arg(&script).current_dir(d).output().unwrap();
+    let out =
+        slurm.cmd("sbatch").args(["--wait", "--ntasks=2"]).arg(&script).current_dir(d).output_in(RUN_LIMIT, "sbatch");
     let log = std::fs::read_to_string(d.join("ok.out")).unwrap_or_default();
     assert!(out.status.success(), "sbatch: {}\njob output:\n{log}", text(&out));
     json(
@@ -642,7 +675,7 @@ fn cora_over_slurm_trains_the_local_launchers_loss_curve() {
 
     // The job's exit code is the driver's: bad input is exit 2.
     let script = slurm.script(d, "bad", &["cora", "--hidden", "0"]);
-    let out = slurm.cmd("sbatch").args(["--wait", "--ntasks=2"]).arg(&script).output().unwrap();
+    let out = slurm.sbatch(&["--wait", "--ntasks=2"], &script);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     let log = std::fs::read_to_string(d.join("bad.out")).unwrap();
     assert!(log.contains("--hidden"), "{log}");
@@ -650,7 +683,7 @@ fn cora_over_slurm_trains_the_local_launchers_loss_curve() {
     // against its memory before any is started (the driver used to leave
     // every Slurm worker to itself, and the job trained under any limit).
     let script = slurm.script(d, "tight", &["cora", "--epochs", "1", "--memory-limit-mb", "100"]);
-    let out = slurm.cmd("sbatch").args(["--wait", "--ntasks=2"]).arg(&script).output().unwrap();
+    let out = slurm.sbatch(&["--wait", "--ntasks=2"], &script);
     let log = std::fs::read_to_string(d.join("tight.out")).unwrap_or_default();
     assert_eq!(out.status.code(), Some(2), "{}\njob output:\n{log}", text(&out));
     assert!(log.contains("for the 2 workers and the driver on this machine together"), "{log}");
@@ -661,13 +694,13 @@ fn cora_over_slurm_trains_the_local_launchers_loss_curve() {
     assert!(!log.contains("[worker"), "refused before any worker started: {log}");
     // More workers than tasks: refused naming --workers.
     let script = slurm.script(d, "many", &["cora", "--workers", "3"]);
-    let out = slurm.cmd("sbatch").args(["--wait", "--ntasks=2"]).arg(&script).output().unwrap();
+    let out = slurm.sbatch(&["--wait", "--ntasks=2"], &script);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     let log = std::fs::read_to_string(d.join("many.out")).unwrap();
     assert!(log.contains("--workers 3") && log.contains("2 task"), "{log}");
     // One task (sbatch's default): refused saying so, not naming a --parts 1 never given.
     let script = slurm.script(d, "one", &["cora", "--epochs", "1"]);
-    let out = slurm.cmd("sbatch").args(["--wait", "--ntasks=1", "--ntasks-per-node=1"]).arg(&script).output().unwrap();
+    let out = slurm.sbatch(&["--wait", "--ntasks=1", "--ntasks-per-node=1"], &script);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     let log = std::fs::read_to_string(d.join("one.out")).unwrap();
     assert!(log.contains("1 task") && log.contains("at least 2") && !log.contains("--parts"), "{log}");
@@ -676,11 +709,11 @@ fn cora_over_slurm_trains_the_local_launchers_loss_curve() {
     // tasks (the same global batch over the same 4 parts).
     let four = ["cora", "--epochs", "1", "--batch-size", "4", "--hidden", "16", "--fanout", "5,5", "--run", "four"];
     let script = slurm.script(d, "four", &four);
-    let out = slurm.cmd("sbatch").args(["--wait", "--ntasks=4", "--ntasks-per-node=4"]).arg(&script).output().unwrap();
+    let out = slurm.sbatch(&["--wait", "--ntasks=4", "--ntasks-per-node=4"], &script);
     let log = std::fs::read_to_string(d.join("four.out")).unwrap_or_default();
     assert!(out.status.success(), "sbatch: {}\njob output:\n{log}", text(&out));
     let script = slurm.script(d, "two", &["train", "--resume", "four", "--epochs", "2", "--workers", "2"]);
-    let out = slurm.cmd("sbatch").args(["--wait", "--ntasks=2"]).arg(&script).output().unwrap();
+    let out = slurm.sbatch(&["--wait", "--ntasks=2"], &script);
     let log = std::fs::read_to_string(d.join("two.out")).unwrap_or_default();
     assert!(out.status.success(), "sbatch: {}\njob output:\n{log}", text(&out));
     let records = curve(d, "four");
@@ -715,7 +748,7 @@ fn a_worker_on_another_node_trains_the_local_launchers_loss_curve() {
     assert!(job.contains("\nexec "), "{job}");
     std::fs::write(&script, job.replacen("\nexec ", &format!("\n{placing}"), 1)).unwrap();
     let spread = ["--wait", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1"];
-    let out = slurm.cmd("sbatch").args(spread).arg(&script).output().unwrap();
+    let out = slurm.sbatch(&spread, &script);
     let log = std::fs::read_to_string(d.join("spread.out")).unwrap_or_default();
     assert!(out.status.success(), "sbatch: {}\njob output:\n{log}", text(&out));
     // Each worker's mesh on its own node's end of the veth pair, one per node.
@@ -735,7 +768,7 @@ fn a_worker_on_another_node_trains_the_local_launchers_loss_curve() {
     placed.sort();
     assert_eq!(placed.iter().map(|p| p.0).collect::<Vec<_>>(), [0, 1], "{log}");
     for (rank, node) in placed {
-        let show = slurm.cmd("scontrol").args(["-o", "show", "node", node]).output().unwrap();
+        let show = slurm.cmd("scontrol").args(["-o", "show", "node", node]).output_in(DAEMON, "scontrol show node");
         let addr = text(&show).split_whitespace().find_map(|w| w.strip_prefix("NodeAddr=")).map(String::from);
         let mesh = log.lines().find_map(|l| {
             let after = l.split_once(&format!("[worker {rank}] "))?.1;
@@ -756,8 +789,7 @@ fn a_worker_on_another_node_trains_the_local_launchers_loss_curve() {
         .args(["--data-dir", d.to_str().unwrap(), "infer", "spread", "--cluster", "slurm"])
         .arg("--out")
         .arg(&on_nodes)
-        .output()
-        .unwrap();
+        .output_in(RUN_LIMIT, "salloc leapgnn infer spread");
     assert!(out.status.success(), "{}", text(&out));
     assert!(text(&out).contains("(2 worker(s)"), "two workers scored the nodes: {}", text(&out));
     json(d, &["infer", "spread", "--out", here.to_str().unwrap()]);
@@ -777,7 +809,7 @@ fn a_node_whose_name_does_not_resolve_is_reached_at_its_node_addr() {
     let d = tmp.path();
     json(d, &["partition", "cora", "--parts", "2"]);
     let script = slurm.script(d, "named", &[&JOB[..], &["--run", "named"]].concat());
-    let out = slurm.cmd("sbatch").args(["--wait", "--ntasks=2"]).arg(&script).output().unwrap();
+    let out = slurm.sbatch(&["--wait", "--ntasks=2"], &script);
     let log = std::fs::read_to_string(d.join("named.out")).unwrap_or_default();
     assert!(out.status.success(), "sbatch: {}\njob output:\n{log}", text(&out));
     let mut workers: Vec<u64> = curve(d, "named").iter().map(|r| r.2).collect();
@@ -822,7 +854,7 @@ fn slurm_script_infer_predicts_what_a_local_infer_does() {
     json(d, &["train", "--workers", "2", "--no-tui", "--run", "trained", "cora", "--epochs", "1", "--hidden", "16"]);
     let (on_nodes, here) = (d.join("on-nodes.safetensors"), d.join("here.safetensors"));
     let script = slurm.script(d, "infer", &["infer", "trained", "--out", on_nodes.to_str().unwrap()]);
-    let out = slurm.cmd("sbatch").args(["--wait", "--ntasks=2"]).arg(&script).output().unwrap();
+    let out = slurm.sbatch(&["--wait", "--ntasks=2"], &script);
     let log = std::fs::read_to_string(d.join("infer.out")).unwrap_or_default();
     assert!(out.status.success(), "sbatch: {}\njob output:\n{log}", text(&out));
     assert!(log.contains("(2 worker(s)"), "two workers scored the nodes: {log}");
@@ -859,7 +891,7 @@ fn slurm_script_infer_predicts_what_a_local_infer_does() {
 fn infer_refused(slurm: &Slurm, d: &Path, name: &str, args: &[&str]) -> String {
     let infer = [&["infer", "trained", "--memory-limit-mb", "100"][..], args].concat();
     let script = slurm.script(d, name, &infer);
-    let out = slurm.cmd("sbatch").args(["--wait", "--ntasks=2"]).arg(&script).output().unwrap();
+    let out = slurm.sbatch(&["--wait", "--ntasks=2"], &script);
     let log = std::fs::read_to_string(d.join(format!("{name}.out"))).unwrap_or_default();
     assert_eq!(out.status.code(), Some(2), "{}\njob output:\n{log}", text(&out));
     assert!(log.contains("infer needs an estimated") && !log.contains("[worker"), "{log}");
@@ -910,7 +942,7 @@ fn sbcast_ships_the_job_to_the_nodes_and_removes_it_after() {
     // Two epochs past the stop, in a new job with a copy of its own.
     let epochs = (state["progress"]["epoch"].as_u64().unwrap() + 2).to_string();
     let script = slurm.script(d, "reship", &["train", "--resume", "shipped", "--epochs", &epochs]);
-    let out = slurm.cmd("sbatch").args(["--wait", "--ntasks=2"]).arg(&script).output().unwrap();
+    let out = slurm.sbatch(&["--wait", "--ntasks=2"], &script);
     let log = std::fs::read_to_string(d.join("reship.out")).unwrap_or_default();
     assert!(out.status.success(), "sbatch: {}\njob output:\n{log}", text(&out));
     // The job's files, then the checkpoint (its state and tensor files).
@@ -932,8 +964,7 @@ fn sbcast_ships_the_job_to_the_nodes_and_removes_it_after() {
         .env_remove("RAYON_NUM_THREADS")
         .args(["--ntasks=2", env!("CARGO_BIN_EXE_leapgnn"), "--data-dir", d.to_str().unwrap(), "infer", "shipped"])
         .args(["--cluster", profile.to_str().unwrap(), "--out", on_nodes.to_str().unwrap()])
-        .output()
-        .unwrap();
+        .output_in(RUN_LIMIT, "salloc leapgnn infer shipped");
     assert!(out.status.success(), "{}", text(&out));
     // The binary, the archive, the manifest and the two parts.
     assert!(text(&out).contains("sbcast: copied 5 files"), "{}", text(&out));
@@ -959,7 +990,7 @@ fn a_slurm_dropped_with_a_job_running_leaves_nothing_behind() {
     let job = ["--parsable", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--wrap", "srun sleep 100000"];
     // Its output in the cluster's directory, not sbatch's default of the test's (the checkout).
     let output = format!("--output={}", slurm.dir.path().join("sleep.out").display());
-    let out = slurm.cmd("sbatch").args(job).arg(output).output().unwrap();
+    let out = slurm.cmd("sbatch").args(job).arg(output).output_in(DAEMON, "sbatch --wrap 'srun sleep 100000'");
     assert!(out.status.success(), "{}", text(&out));
     let sleeping = || {
         let comm = |p: &u32| std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
@@ -968,7 +999,8 @@ fn a_slurm_dropped_with_a_job_running_leaves_nothing_behind() {
     until("the job's task on each node", Duration::from_secs(60), || sleeping() == 2);
     drop(slurm);
     assert_eq!(processes_of(&conf), Vec::<u32>::new(), "processes of the dropped cluster are left");
-    let netns = String::from_utf8(Command::new("ip").args(["netns", "list"]).output().unwrap().stdout).unwrap();
+    let netns = Command::new("ip").args(["netns", "list"]).output_in(QUICK, "ip netns list").stdout;
+    let netns = String::from_utf8(netns).unwrap();
     assert!(!netns.lines().any(|l| l.split_whitespace().next() == Some(&ns)), "{ns} is left: {netns}");
     assert!(ip(&["link", "show", &host_if]).is_err(), "{host_if} is left");
 }
@@ -1013,7 +1045,9 @@ fn a_killed_tests_network_namespace_goes_with_the_next_and_a_running_ones_stays(
     until("the killed test's process to join its namespace", Duration::from_secs(30), || {
         in_netns(inside.0.id(), &stale_ns)
     });
-    let listed = || String::from_utf8(Command::new("ip").args(["netns", "list"]).output().unwrap().stdout).unwrap();
+    let listed = || {
+        String::from_utf8(Command::new("ip").args(["netns", "list"]).output_in(QUICK, "ip netns list").stdout).unwrap()
+    };
     let has = |name: &str| listed().lines().any(|l| l.split_whitespace().next() == Some(name));
     assert!(has(&stale.name) && has(&kept.name), "{}", listed());
 
@@ -1106,7 +1140,7 @@ fn a_killed_tests_cluster_goes_with_the_next_and_a_running_ones_stays() {
     until("the killed test's daemons to go", Duration::from_secs(10), || processes_of(&stale_conf).is_empty());
     assert!(kept.path().join("slurm.conf").exists(), "a running test's directory was removed");
     assert_eq!(processes_of(&kept.path().join("slurm.conf")), [daemon.0.id()], "a running test's daemon was killed");
-    let out = slurm.cmd("srun").args(["--ntasks=1", "true"]).output().unwrap();
+    let out = slurm.cmd("srun").args(["--ntasks=1", "true"]).output_in(RUN_LIMIT, "srun true");
     assert!(out.status.success(), "the new cluster runs no job: {}", text(&out));
     drop((slurm, daemon, live));
 }
@@ -1131,12 +1165,7 @@ fn sbcast_over_two_nodes_each_worker_reads_its_own_nodes_copy() {
     let run = &JOB[..JOB.len() - 1];
     let train = [run, &["--epochs", "100000", "--checkpoint-every", "5", "--run", "spread"]].concat();
     let script = slurm.script(d, "spread", &[&train[..], &["--cluster", profile.to_str().unwrap()]].concat());
-    let out = slurm
-        .cmd("sbatch")
-        .args(["--parsable", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1"])
-        .arg(&script)
-        .output()
-        .unwrap();
+    let out = slurm.sbatch(&["--parsable", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1"], &script);
     assert!(out.status.success(), "{}", text(&out));
     let job = String::from_utf8_lossy(&out.stdout).trim().to_string();
     let mapped = || archives_mapped_by_workers_of(node_local.path());
@@ -1183,7 +1212,7 @@ fn stopped_by_the_time_limit_warning(
     until("training records", Duration::from_secs(60), || {
         std::fs::read_to_string(runs.join("metrics.jsonl")).is_ok_and(|m| m.lines().count() >= 30)
     });
-    let usr1 = slurm.cmd("scancel").args(["--batch", "--signal=USR1", job]).output().unwrap();
+    let usr1 = slurm.cmd("scancel").args(["--batch", "--signal=USR1", job]).output_in(DAEMON, "scancel --batch");
     assert!(usr1.status.success(), "{}", text(&usr1));
     until("the job to end", Duration::from_secs(60), || slurm.gone(job));
     let log = std::fs::read_to_string(d.join(format!("{name}.out"))).unwrap();
@@ -1262,7 +1291,7 @@ fn scancel_stops_every_task_and_leaves_a_checkpoint_that_loads() {
     until("training records", Duration::from_secs(120), || {
         std::fs::read_to_string(&metrics).is_ok_and(|m| m.lines().count() >= 30)
     });
-    let steps = slurm.cmd("scontrol").args(["-o", "show", "step", &job]).output().unwrap();
+    let steps = slurm.cmd("scontrol").args(["-o", "show", "step", &job]).output_in(DAEMON, "scontrol show step");
     let steps = String::from_utf8_lossy(&steps.stdout).to_string();
     let workers: Vec<&str> = steps.lines().filter(|l| l.contains("Name=leapgnn-worker-")).collect();
     assert_eq!(workers.len(), 2, "{steps}");
@@ -1271,7 +1300,7 @@ fn scancel_stops_every_task_and_leaves_a_checkpoint_that_loads() {
     }
     // A time-limit warning sent to the steps, not the batch shell (`--signal=USR1@S`
     // without `B:`), reaches the workers only: they say so and train on.
-    let usr1 = slurm.cmd("scancel").args(["--signal=USR1", &job]).output().unwrap();
+    let usr1 = slurm.cmd("scancel").args(["--signal=USR1", &job]).output_in(DAEMON, "scancel --signal=USR1");
     assert!(usr1.status.success(), "{}", text(&usr1));
     let log = d.join("long.out");
     until("both workers to ignore SIGUSR1", Duration::from_secs(30), || {
@@ -1286,10 +1315,11 @@ fn scancel_stops_every_task_and_leaves_a_checkpoint_that_loads() {
     // its script again: the driver stops with a checkpoint, and the same job
     // then resumes its run instead of failing on the taken --run name.
     let ok = |o: Output| assert!(o.status.success(), "{}", text(&o));
-    ok(slurm.cmd("scontrol").args(["requeue", &job]).output().unwrap());
+    ok(slurm.cmd("scontrol").args(["requeue", &job]).output_in(DAEMON, "scontrol requeue"));
     until("the job to be requeued", Duration::from_secs(60), || job_state(&slurm, &job).0 == "PENDING");
     // Not the 2 minutes Slurm waits before a requeued job may start.
-    ok(slurm.cmd("scontrol").args(["update", &format!("jobid={job}"), "starttime=now"]).output().unwrap());
+    let starttime = ["update", &format!("jobid={job}"), "starttime=now"];
+    ok(slurm.cmd("scontrol").args(starttime).output_in(DAEMON, "scontrol update starttime=now"));
     let resumed = format!("Slurm requeued job {job} (restart 1): resuming run long");
     until("the requeued job to resume its run", Duration::from_secs(120), || {
         std::fs::read_to_string(&log).is_ok_and(|l| l.contains(&resumed))
@@ -1297,7 +1327,7 @@ fn scancel_stops_every_task_and_leaves_a_checkpoint_that_loads() {
     until("training to go on after the requeue", Duration::from_secs(60), || {
         std::fs::read_to_string(&log).is_ok_and(|l| l.lines().filter(|l| l.starts_with("epoch")).count() >= 2)
     });
-    let c = slurm.cmd("scancel").arg(&job).output().unwrap();
+    let c = slurm.cmd("scancel").arg(&job).output_in(DAEMON, "scancel");
     assert!(c.status.success(), "{}", text(&c));
     until("the job to end", Duration::from_secs(60), || slurm.gone(&job));
     until("every task to exit", Duration::from_secs(30), || processes_naming(d).is_empty());
@@ -1334,7 +1364,7 @@ fn a_revoked_salloc_allocation_stops_the_run_with_a_checkpoint() {
     until("training records", Duration::from_secs(120), || {
         std::fs::read_to_string(&metrics).is_ok_and(|m| m.lines().count() >= 30)
     });
-    let int = Command::new("kill").args(["-INT", &salloc.id().to_string()]).status().unwrap();
+    let int = Command::new("kill").args(["-INT", &salloc.id().to_string()]).status_in(QUICK, "kill -INT salloc");
     assert!(int.success());
     until("salloc to end", Duration::from_secs(60), || salloc.try_wait().unwrap().is_some());
     until("every process of the run to exit", Duration::from_secs(30), || processes_naming(d).is_empty());
@@ -1363,7 +1393,7 @@ fn cluster_slurm_outside_an_allocation_is_refused() {
             cmd.env_remove(k);
         }
     }
-    let out = cmd.output().unwrap();
+    let out = cmd.output_in(RUN_LIMIT, "leapgnn train --cluster slurm");
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(e.contains("--cluster slurm") && e.contains("SLURM_JOB_ID"), "{e}");
@@ -1564,7 +1594,7 @@ fn slurm_script_json_carries_the_script_and_what_it_resolved() {
 
 /// The job's state and exit code as slurmctld keeps them for a while after the end.
 fn job_state(slurm: &Slurm, job: &str) -> (String, String) {
-    let o = slurm.cmd("scontrol").args(["show", "job", job]).output().unwrap();
+    let o = slurm.cmd("scontrol").args(["show", "job", job]).output_in(DAEMON, "scontrol show job");
     let t = String::from_utf8_lossy(&o.stdout).to_string();
     let field = |k: &str| {
         t.split_whitespace().find_map(|w| w.strip_prefix(k)).unwrap_or_else(|| panic!("no {k} in {t}")).to_string()
@@ -1610,12 +1640,12 @@ fn the_time_limit_warning_stops_with_a_checkpoint_and_a_new_job_resumes_it() {
     // A job of one task cannot hold the run's two workers: refused at once,
     // naming the run's number of workers (no --workers was given).
     let one = ["--wait", "--ntasks=1", "--ntasks-per-node=1"];
-    let out = slurm.cmd("sbatch").args(one).arg(&script).output().unwrap();
+    let out = slurm.sbatch(&one, &script);
     let log = std::fs::read_to_string(d.join("resumed.out")).unwrap_or_default();
     assert_eq!(out.status.code(), Some(2), "{}\n{log}", text(&out));
     assert!(log.contains("the run trains on 2 workers") && log.contains("1 task(s)"), "{log}");
     assert!(!log.contains("--workers 2"), "{log}");
-    let out = slurm.cmd("sbatch").args(["--wait", "--ntasks=2"]).arg(&script).output().unwrap();
+    let out = slurm.sbatch(&["--wait", "--ntasks=2"], &script);
     let log = std::fs::read_to_string(d.join("resumed.out")).unwrap_or_default();
     assert!(out.status.success(), "sbatch: {}\njob output:\n{log}", text(&out));
     json(d, &[&["train", "--workers", "2", "--no-tui", "--run", "whole", "--epochs", &epochs][..], &run[..]].concat());
@@ -1650,8 +1680,7 @@ fn train_refused_a_thread(slurm: &Slurm, thread: &str, args: &[&str]) -> String 
         .args(["--run", "refused", "--cluster", "slurm"])
         .args(args)
         .env("LEAPGNN_TEST_REFUSE_THREAD", thread)
-        .output()
-        .unwrap();
+        .output_in(RUN_LIMIT, "salloc leapgnn train");
     let err = text(&out);
     assert_eq!(out.status.code(), Some(1), "{err}");
     let failed = err.lines().find(|l| l.starts_with("error: training on cora failed")).unwrap_or_default();
@@ -1682,8 +1711,7 @@ fn tasks_on_one_node_hold_their_estimates_together_against_its_memory() {
             .args(&JOB[..JOB.len() - 1])
             .args(["--run", run, "--cluster", "slurm", "--restarts", "1"])
             .env(leapgnn::util::MEM_AVAILABLE_TEST_VAR, (free_mib << 20).to_string())
-            .output()
-            .unwrap()
+            .output_in(RUN_LIMIT, "salloc leapgnn train")
     };
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
     let together = format!(" MiB for the 2 workers on {} together", host.trim());

@@ -2,18 +2,21 @@
 //! start remotely into an empty directory, connect back and report; files
 //! ship once; every refusal is clear; nothing is left running afterwards.
 
+#[path = "support/bounded.rs"]
+mod bounded;
 #[path = "support/ports.rs"]
 mod ports;
 #[path = "support/sshd.rs"]
 mod sshd;
 
+use bounded::alive;
 use leapgnn::cluster::check::name_host;
 use leapgnn::cluster::driver::{DriverError, DriverOptions, Event, run_job};
 use leapgnn::cluster::job_key::{self, Side};
 use leapgnn::cluster::known_hosts::HostKeyStatus;
 use leapgnn::cluster::ship::ShipItem;
 use leapgnn::cluster::{ControlConn, Launcher, Profile, SshLauncher, ToDriver, ToWorker, WorkerSpec};
-use sshd::{Sshd, alive, keygen, wait_gone};
+use sshd::{Sshd, keygen, wait_gone};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -3,6 +3,8 @@
 //! terminal restored, summary printed, exit 0, and the run resumes from there.
 //! The time-step grid shows exactly what `metrics.jsonl` records.
 
+#[path = "support/bounded.rs"]
+mod bounded;
 #[path = "support/ports.rs"]
 mod ports;
 #[path = "support/sshd.rs"]

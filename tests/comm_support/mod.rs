@@ -1,9 +1,17 @@
 //! Helpers shared by the comm_* tests: meshes of W workers in threads of the
 //! test process, over real TCP on 127.0.0.1 with ephemeral ports.
+//! Included beside `support/bounded.rs`, which it uses as `super::bounded`.
 #![allow(dead_code)]
 
+use super::bounded::join_all_scoped_within;
 use leapgnn::comm::{Mesh, MeshConfig};
 use std::net::{SocketAddr, TcpListener};
+use std::time::Duration;
+
+/// How long every worker of a `with_mesh` gets, together: the slowest
+/// (Cora's features) take seconds. Past it a worker is hung (a peer that
+/// panicked leaves it waiting), and the test binary aborts naming it.
+pub const MESH_LIMIT: Duration = Duration::from_secs(300);
 
 pub fn secret() -> Vec<u8> {
     (0..32u8).map(|i| i.wrapping_mul(37).wrapping_add(11)).collect()
@@ -17,7 +25,8 @@ pub fn listeners(w: usize) -> (Vec<TcpListener>, Vec<SocketAddr>) {
 }
 
 /// Builds a W-worker mesh (one thread per worker), runs `f` on every worker
-/// and returns the results by rank. `tweak` adjusts each worker's config.
+/// and returns the results by rank, all within `MESH_LIMIT`. `tweak` adjusts
+/// each worker's config.
 pub fn with_mesh<T: Send>(w: usize, tweak: impl Fn(&mut MeshConfig) + Sync, f: impl Fn(&Mesh) -> T + Sync) -> Vec<T> {
     let (ls, addrs) = listeners(w);
     std::thread::scope(|s| {
@@ -34,7 +43,7 @@ pub fn with_mesh<T: Send>(w: usize, tweak: impl Fn(&mut MeshConfig) + Sync, f: i
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
+        join_all_scoped_within(handles, MESH_LIMIT, |rank| format!("mesh rank {rank} (of {w})"))
     })
 }
 

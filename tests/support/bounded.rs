@@ -6,10 +6,10 @@
 
 #![allow(dead_code)]
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::mpsc;
-use std::thread::JoinHandle;
+use std::thread::{JoinHandle, ScopedJoinHandle};
 use std::time::{Duration, Instant};
 
 /// How long any leapgnn command run to completion may take (`LONG_RUN`s are
@@ -44,14 +44,36 @@ pub fn within<T>(limit: Duration, mut poll: impl FnMut() -> Option<T>) -> Option
 }
 
 /// Waits for `child` to end, at most `limit`; past it, kills the child and
-/// panics naming `what`.
+/// every process it started (a shell's background job, a driver's workers:
+/// left running, they would hold its pipes and outlive the test) and panics
+/// naming `what`.
 pub fn wait_within(child: &mut Child, limit: Duration, what: &str) -> ExitStatus {
     let ended = within(limit, || child.try_wait().unwrap_or_else(|e| panic!("waiting for {what}: {e}")));
     ended.unwrap_or_else(|| {
-        let _ = child.kill();
+        kill_tree(child.id());
         let _ = child.wait();
-        panic!("{what} did not end within {limit:?} (killed it)");
+        panic!("{what} did not end within {limit:?} (killed it and what it started)");
     })
+}
+
+/// `Command::output` and `Command::status`, bounded: past `limit` the process
+/// and what it started are killed, and the call panics naming `what`.
+pub trait Bounded {
+    /// `output()`: stdin empty, stdout and stderr captured (`run_within`).
+    fn output_in(&mut self, limit: Duration, what: &str) -> Output;
+    /// `status()`: stdio as the command has it configured (inherited unless set).
+    fn status_in(&mut self, limit: Duration, what: &str) -> ExitStatus;
+}
+
+impl Bounded for Command {
+    fn output_in(&mut self, limit: Duration, what: &str) -> Output {
+        run_within(self, limit, what)
+    }
+
+    fn status_in(&mut self, limit: Duration, what: &str) -> ExitStatus {
+        let mut child = self.spawn().unwrap_or_else(|e| panic!("{what} cannot start: {e}"));
+        wait_within(&mut child, limit, what)
+    }
 }
 
 /// What `Child::wait_with_output` gives, with the wait bounded by `limit`
@@ -110,6 +132,48 @@ pub fn join_within<T>(handle: JoinHandle<T>, limit: Duration, what: &str) -> T {
     handle.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
 }
 
+/// `handle.join()` for a thread of a `std::thread::scope`, at most `limit`
+/// away, else as `join_all_scoped_within` says.
+pub fn join_scoped_within<T>(handle: ScopedJoinHandle<'_, T>, limit: Duration, what: &str) -> T {
+    let mut joined = join_all_scoped_within(vec![handle], limit, |_| what.to_string());
+    joined.pop().expect("one thread joined")
+}
+
+/// Every scoped thread of `handles` joined, their results in order, all
+/// within `limit`; a thread's panic goes on as the caller's. Past `limit`
+/// the process aborts, naming (`what(i)`) each thread not ended and what
+/// each ended one that panicked said: a panic would only unwind to the end of
+/// the scope, which waits for the hung thread for good. Written straight to
+/// stderr, since the test harness's captured output is lost with the process.
+pub fn join_all_scoped_within<T>(
+    handles: Vec<ScopedJoinHandle<'_, T>>,
+    limit: Duration,
+    what: impl Fn(usize) -> String,
+) -> Vec<T> {
+    if within(limit, || handles.iter().all(|h| h.is_finished()).then_some(())).is_none() {
+        let mut said = Vec::new();
+        for (i, h) in handles.into_iter().enumerate() {
+            if !h.is_finished() {
+                said.push(format!("{} did not end within {limit:?}", what(i)));
+            } else if let Err(p) = h.join() {
+                said.push(format!("{} panicked: {}", what(i), panic_message(&*p)));
+            }
+        }
+        let _ = writeln!(std::io::stderr(), "{}; aborting (a scope waits for its threads)", said.join("; "));
+        std::process::abort();
+    }
+    handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
+}
+
+/// What a panic's payload says (`panic!` gives a `&str` or a `String`).
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    match (payload.downcast_ref::<&str>(), payload.downcast_ref::<String>()) {
+        (Some(s), _) => s.to_string(),
+        (None, Some(s)) => s.clone(),
+        (None, None) => "(a payload that is no string)".to_string(),
+    }
+}
+
 /// The next connection to `listener`, at most `limit` away; panics naming
 /// `what` past it (a process that was to dial and never does).
 pub fn accept_within(listener: &std::net::TcpListener, limit: Duration, what: &str) -> std::net::TcpStream {
@@ -146,4 +210,64 @@ pub fn kill_after(pid: u32, limit: Duration, what: &str) -> KillAfter {
         }
     });
     KillAfter { _held: held }
+}
+
+/// True while `/proc/<pid>` exists and is not a zombie.
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat.rsplit_once(')').map(|(_, rest)| !rest.trim_start().starts_with('Z')).unwrap_or(false),
+        Err(_) => false,
+    }
+}
+
+/// Every live process below `root` (children, theirs, ...), from each
+/// /proc/PID/stat's parent field. Read it before `root` ends: its children
+/// then pass to init (or a subreaper) and are found below it no more.
+pub fn descendants_of(root: u32) -> Vec<u32> {
+    // pid 0 would make every process a descendant (init's parent is 0).
+    if root <= 1 {
+        return vec![];
+    }
+    let mut parent = Vec::new();
+    if let Ok(rd) = std::fs::read_dir("/proc") {
+        for e in rd.flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+            // Fields after the ")" of the command name: state, ppid, ...
+            let Some((_, rest)) = stat.rsplit_once(')') else { continue };
+            let mut f = rest.split_whitespace();
+            let state = f.next().unwrap_or("");
+            if let Some(ppid) = f.next().and_then(|s| s.parse::<u32>().ok())
+                && state != "Z"
+            {
+                parent.push((pid, ppid));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let mut frontier = vec![root];
+    while let Some(p) = frontier.pop() {
+        for &(c, pp) in &parent {
+            if pp == p && !out.contains(&c) {
+                out.push(c);
+                frontier.push(c);
+            }
+        }
+    }
+    out
+}
+
+/// SIGKILLs `pid` and every process below it (read first: see
+/// `descendants_of`); returns those below it. Pids 0 and 1 are refused: to
+/// kill(2) 0 is this whole process group, and 1 is init.
+pub fn kill_tree(pid: u32) -> Vec<u32> {
+    if pid <= 1 {
+        return vec![];
+    }
+    let below = descendants_of(pid);
+    for p in std::iter::once(pid).chain(below.iter().copied()) {
+        // SAFETY: kill(2) takes plain integers and touches no memory.
+        unsafe { libc::kill(p as libc::pid_t, libc::SIGKILL) };
+    }
+    below
 }

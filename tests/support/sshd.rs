@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::bounded::{Bounded, alive, descendants_of, kill_tree, within};
 use super::ports::{free_port, on_fresh_ports};
 
 /// How long a test gives what a run started over ssh to go once the run has
@@ -16,6 +17,9 @@ use super::ports::{free_port, on_fresh_ports};
 /// sshd process reaps it and closes, three processes each waiting its turn
 /// for a core on a loaded machine. Only a leak outlasts it.
 pub const LEFT_WITHIN: Duration = Duration::from_secs(30);
+
+/// How long ssh-keygen or `id` may take: a moment, but for a loaded machine.
+const QUICK: Duration = Duration::from_secs(60);
 
 pub struct Sshd {
     pub dir: tempfile::TempDir,
@@ -34,13 +38,12 @@ pub fn keygen(path: &Path) {
     let st = Command::new("ssh-keygen")
         .args(["-q", "-t", "ed25519", "-N", "", "-C", "leapgnn-test", "-f"])
         .arg(path)
-        .status()
-        .expect("ssh-keygen (openssh-client) must be installed");
+        .status_in(QUICK, "ssh-keygen (openssh-client must be installed)");
     assert!(st.success(), "ssh-keygen failed for {}", path.display());
 }
 
 pub fn current_user() -> String {
-    let out = Command::new("id").arg("-un").output().unwrap();
+    let out = Command::new("id").arg("-un").output_in(QUICK, "id -un");
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
@@ -112,24 +115,26 @@ impl Sshd {
             .spawn()
             .expect("cannot start sshd");
         let listening = format!("Server listening on 127.0.0.1 port {port}.");
-        // A deadline for a start that does finish; generous for a loaded machine.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let text = std::fs::read_to_string(&log_path).unwrap_or_default();
-            if text.contains(&listening) {
-                return Ok(child);
+        let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+        // Generous for a loaded machine; only a start that hangs outlasts it.
+        let limit = Duration::from_secs(30);
+        let started = within(limit, || {
+            if log().contains(&listening) {
+                return Some(Ok(()));
             }
-            if let Some(st) = child.try_wait().unwrap() {
-                let text = std::fs::read_to_string(&log_path).unwrap_or_default();
-                assert!(text.contains("Address already in use"), "sshd exited ({st}) at start:\n{text}");
-                return Err(text);
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
+            let st = child.try_wait().unwrap()?;
+            let text = log();
+            assert!(text.contains("Address already in use"), "sshd exited ({st}) at start:\n{text}");
+            Some(Err(text))
+        });
+        match started {
+            Some(Ok(())) => Ok(child),
+            Some(Err(text)) => Err(text),
+            None => {
+                kill_tree(child.id());
                 let _ = child.wait();
-                panic!("sshd did not listen on {port} within 30 s:\n{text}");
+                panic!("sshd did not listen on {port} within {limit:?}:\n{}", log());
             }
-            std::thread::sleep(Duration::from_millis(20)); // poll interval
         }
     }
 
@@ -201,18 +206,10 @@ impl Sshd {
 
     /// Stops sshd and any session it left; asserts every one of them is gone.
     pub fn stop(&mut self) {
-        let left = self.descendants();
         let Some(mut child) = self.child.take() else { return };
-        let _ = child.kill();
+        let left = kill_tree(child.id());
         let _ = child.wait();
-        for pid in &left {
-            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
-        }
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while left.iter().any(|p| alive(*p)) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let still: Vec<u32> = left.iter().copied().filter(|p| alive(*p)).collect();
+        let still = wait_gone(&left, Duration::from_secs(5));
         assert!(still.is_empty(), "processes left behind by sshd: {still:?}");
         assert!(!alive(child.id()), "sshd {} still running", child.id());
     }
@@ -221,21 +218,9 @@ impl Sshd {
 impl Drop for Sshd {
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
-            let left = descendants_of(c.id());
-            let _ = c.kill();
+            kill_tree(c.id());
             let _ = c.wait();
-            for pid in left {
-                let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
-            }
         }
-    }
-}
-
-/// True while `/proc/<pid>` exists and is not a zombie.
-pub fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat.rsplit_once(')').map(|(_, rest)| !rest.trim_start().starts_with('Z')).unwrap_or(false),
-        Err(_) => false,
     }
 }
 
@@ -249,40 +234,6 @@ pub fn wait_gone(pids: &[u32], within: Duration) -> Vec<u32> {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-fn descendants_of(root: u32) -> Vec<u32> {
-    // pid 0 would make every process a descendant (init's parent is 0).
-    if root <= 1 {
-        return vec![];
-    }
-    let mut parent = Vec::new();
-    if let Ok(rd) = std::fs::read_dir("/proc") {
-        for e in rd.flatten() {
-            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
-            // Fields after the ")" of the command name: state, ppid, ...
-            let Some((_, rest)) = stat.rsplit_once(')') else { continue };
-            let mut f = rest.split_whitespace();
-            let state = f.next().unwrap_or("");
-            if let Some(ppid) = f.next().and_then(|s| s.parse::<u32>().ok())
-                && state != "Z"
-            {
-                parent.push((pid, ppid));
-            }
-        }
-    }
-    let mut out = Vec::new();
-    let mut frontier = vec![root];
-    while let Some(p) = frontier.pop() {
-        for &(c, pp) in &parent {
-            if pp == p && !out.contains(&c) {
-                out.push(c);
-                frontier.push(c);
-            }
-        }
-    }
-    out
 }
 
 fn rand_suffix() -> String {
