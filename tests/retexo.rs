@@ -732,11 +732,17 @@ struct GatShare {
 impl GatShare {
     /// Its message (`GatPart::encode`): a destination count, an edge count
     /// per destination and a source position per edge, a row count and an id
-    /// per row, then only the rows the peer lacks (per row a length, per
+    /// per row, a bitmap of the rows sent (a bit per row, in 4-byte
+    /// words), then only the rows the peer lacks (per row a length, per
     /// non-zero a column and a value; `with_values` false leaves the
     /// non-zeros out), all 4-byte words.
     fn bytes(&self, with_values: bool) -> u64 {
-        4 * (1 + self.dst + self.edges) + 4 + 4 * self.rows + 4 * self.sent + if with_values { 8 * self.nnz } else { 0 }
+        4 * (1 + self.dst + self.edges)
+            + 4
+            + 4 * self.rows
+            + 4 * self.rows.div_ceil(32)
+            + 4 * self.sent
+            + if with_values { 8 * self.nnz } else { 0 }
     }
 }
 

@@ -23,6 +23,7 @@ use crate::model::{AggGraph, GatLayer, Kernel, LayerInput};
 use crate::train::{Collective, TrainError};
 use candle_core::Tensor;
 use std::collections::HashMap;
+use std::rc::Rc;
 use std::sync::Arc;
 
 /// One worker's share: its training vertices first, then the other rows they
@@ -78,15 +79,17 @@ impl GatPart {
         if world < 2 {
             return held;
         }
-        let at: HashMap<u32, usize> = self.ids.iter().enumerate().map(|(i, &v)| (v, i)).collect();
+        // A dense map: the walk below visits every edge of the whole graph.
+        let mut at = vec![u32::MAX; graph.num_nodes()];
         for (i, &v) in self.ids.iter().enumerate() {
+            at[v as usize] = i as u32;
             held[owner(v)][i] = true;
         }
         for u in 0..graph.num_nodes() as u32 {
             let q = owner(u);
-            for s in graph.in_neighbors(u) {
-                if let Some(&i) = at.get(s) {
-                    held[q][i] = true;
+            for &s in graph.in_neighbors(u) {
+                if let Some(&i) = at.get(s as usize).filter(|&&i| i != u32::MAX) {
+                    held[q][i as usize] = true;
                 }
             }
         }
@@ -94,10 +97,14 @@ impl GatPart {
     }
 
     /// `[n_dst][edge count per destination; n_dst][sources; edges]`, then
-    /// `[n][ids; n]`, then of the rows the receiver does not hold (`held`
-    /// false) their lengths, columns and values: the receiver fills the
-    /// others from its own input rows, which are the same (a vertex's
-    /// features, or the embedding its owner sent every worker holding it).
+    /// `[n][ids; n]`, a bitmap of the rows sent (`n` bits in 32-bit words,
+    /// bit `i % 32` of word `i / 32`), then of the rows the receiver does not
+    /// hold (`held` false) their lengths, columns and values: the receiver
+    /// fills the others from its own input rows, which are the same (a
+    /// vertex's features, or the embedding its owner sent every worker
+    /// holding it). The bitmap lets the receiver check that the sender's view
+    /// of what it holds is its own: a mismatch would otherwise pass unseen
+    /// wherever the rows mixed up have the same sizes.
     fn encode(&self, held: &[bool]) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.message_bytes(held) as usize);
         out.extend((self.num_dst as u32).to_le_bytes());
@@ -105,6 +112,9 @@ impl GatPart {
         self.indices.iter().for_each(|s| out.extend(s.to_le_bytes()));
         out.extend((self.ids.len() as u32).to_le_bytes());
         self.ids.iter().for_each(|v| out.extend(v.to_le_bytes()));
+        let mut bits = vec![0u32; self.ids.len().div_ceil(32)];
+        (0..self.ids.len()).filter(|&i| !held[i]).for_each(|i| bits[i / 32] |= 1 << (i % 32));
+        bits.iter().for_each(|w| out.extend(w.to_le_bytes()));
         let sent = || (0..self.ids.len()).filter(|&i| !held[i]).map(|i| self.rows.row(i));
         sent().for_each(|(c, _)| out.extend((c.len() as u32).to_le_bytes()));
         sent().for_each(|(c, _)| c.iter().for_each(|c| out.extend(c.to_le_bytes())));
@@ -116,7 +126,8 @@ impl GatPart {
     fn message_bytes(&self, held: &[bool]) -> u64 {
         let sent = (0..self.ids.len()).filter(|&i| !held[i]);
         let nnz: usize = sent.clone().map(|i| self.rows.row(i).0.len()).sum();
-        4 * (2 + self.num_dst + self.indices.len() + self.ids.len() + sent.count()) as u64 + 8 * nnz as u64
+        let words = self.ids.len().div_ceil(32);
+        4 * (2 + self.num_dst + self.indices.len() + self.ids.len() + words + sent.count()) as u64 + 8 * nnz as u64
     }
 
     /// The inverse of `encode`, checking every count and position: the rows
@@ -158,11 +169,30 @@ impl GatPart {
         }
         let ids: Vec<u32> = (at..at + n).map(|i| word(i).expect("checked above")).collect();
         at += n;
+        let words = n.div_ceil(32);
+        if 4 * (at + words) > m.len() {
+            return Err(short("the bitmap of rows sent", at + words - 1));
+        }
+        let bits: Vec<u32> = (at..at + words).map(|i| word(i).expect("checked above")).collect();
+        at += words;
+        if !n.is_multiple_of(32) && bits[words - 1] >> (n % 32) != 0 {
+            return Err(bad(format!("the bitmap of rows sent marks rows past its {n}")));
+        }
         let (mut mine, mut sent) = (Vec::new(), Vec::new());
         for (i, &v) in ids.iter().enumerate() {
-            match held(v) {
-                Some(p) => mine.push(p),
-                None => sent.push(i),
+            let came = bits[i / 32] >> (i % 32) & 1 == 1;
+            match (held(v), came) {
+                (Some(p), false) => mine.push(p),
+                (None, true) => sent.push(i),
+                // The sender's view of what this worker holds (the partition
+                // and the graph) is not this worker's: both must run the same ones.
+                (Some(_), true) | (None, false) => {
+                    let (what, holds) = if came { ("sent", "holds") } else { ("left out", "does not hold") };
+                    return Err(bad(format!(
+                        "it {what} vertex {v}'s row, which this worker {holds} as an input row (do both workers \
+                         read the same partition and graph?)"
+                    )));
+                }
             }
         }
         let mut lens = Vec::with_capacity(sent.len());
@@ -172,14 +202,11 @@ impl GatPart {
         at += sent.len();
         let nnz: usize = lens.iter().sum();
         if m.len() != 4 * (at + 2 * nnz) {
-            // The sender's view of what this worker holds (the partition and
-            // the graph) is not this worker's: both must run the same ones.
             return Err(bad(format!(
-                "the {} rows this worker does not hold have {nnz} non-zeros, {} bytes, and {} bytes follow their \
-                 lengths (do both workers read the same partition and graph?)",
+                "the {} rows sent have {nnz} non-zeros, {} bytes, and {} bytes follow their lengths",
                 sent.len(),
                 8 * nnz,
-                m.len() - 4 * at
+                m.len().saturating_sub(4 * at)
             )));
         }
         let cols: Vec<u32> = (at..at + nnz).map(|i| word(i).expect("checked above")).collect();
@@ -212,6 +239,43 @@ impl GatPart {
             }
         }
         Ok(GatPart { ids, num_dst: n_dst, indptr, indices, rows })
+    }
+}
+
+/// Which peers hold each row of a worker's part (`GatPart::held_by_peers`),
+/// kept for the next stage: every stage's part attends over the same
+/// vertices (the graph and the training vertices stay), and the walk over
+/// the whole graph costs more than the rest of the stage's setup. A part
+/// over other vertices is walked again.
+#[derive(Default)]
+pub struct Holders {
+    kept: std::cell::RefCell<Option<Kept>>,
+}
+
+/// The vertices of the part last walked, and who holds each.
+struct Kept {
+    ids: Vec<u32>,
+    held: Rc<[Vec<bool>]>,
+}
+
+impl Holders {
+    /// `part.held_by_peers(graph, owner, world)`, walked once for its vertices.
+    pub fn of(
+        &self,
+        part: &GatPart,
+        graph: CsrView<'_>,
+        owner: impl Fn(u32) -> usize,
+        world: usize,
+    ) -> Rc<[Vec<bool>]> {
+        let mut kept = self.kept.borrow_mut();
+        match kept.as_ref() {
+            Some(k) if k.ids == part.ids && k.held.len() == world => k.held.clone(),
+            _ => {
+                let held: Rc<[Vec<bool>]> = part.held_by_peers(graph, owner, world).into();
+                *kept = Some(Kept { ids: part.ids.clone(), held: held.clone() });
+                held
+            }
+        }
     }
 }
 
@@ -353,20 +417,26 @@ mod tests {
         }
     }
 
-    /// The receiver of `parts_round_trip...`: it holds ids 11 and 13 (its
-    /// input rows 1 and 0, the part's rows 1 and 3).
-    fn decode(m: &[u8]) -> Result<GatPart, TrainError> {
-        let p = part();
-        let mine = |v: u32| [(13u32, 0u32), (11, 1)].iter().find(|(id, _)| *id == v).map(|&(_, r)| r);
+    /// `m` decoded by a receiver that holds `holds` (ids of `p`'s rows, in
+    /// the order of its own input rows) and none of `p`'s other rows.
+    fn decode_as(m: &[u8], p: &GatPart, holds: &[u32]) -> Result<GatPart, TrainError> {
+        let mine = |v: u32| holds.iter().position(|&h| h == v).map(|r| r as u32);
         let own = |pos: &[u32]| {
-            let mut rows = CsrRows { dim: 5, indptr: vec![0], ..Default::default() };
+            let mut rows = CsrRows { dim: p.rows.dim, indptr: vec![0], ..Default::default() };
             for &r in pos {
-                let (indices, values) = p.rows.row([3, 1][r as usize]);
+                let at = p.ids.iter().position(|&v| v == holds[r as usize]).expect("a row of the part");
+                let (indices, values) = p.rows.row(at);
                 rows.push(RowRef::Sparse { indices, values });
             }
             Ok(rows)
         };
-        GatPart::decode(m, 5, 1, mine, own)
+        GatPart::decode(m, p.rows.dim, 1, mine, own)
+    }
+
+    /// The receiver of `parts_round_trip...`: it holds ids 13 and 11 (its
+    /// input rows 0 and 1, the part's rows 3 and 1).
+    fn decode(m: &[u8]) -> Result<GatPart, TrainError> {
+        decode_as(m, &part(), &[13, 11])
     }
 
     #[test]
@@ -377,7 +447,7 @@ mod tests {
         assert_eq!(m.len() as u64, p.message_bytes(&held));
         let nnz = |i: usize| p.rows.row(i).0.len();
         // Rows 1 and 3 cross as their ids alone.
-        assert_eq!(m.len(), 4 * (2 + 2 + 5 + 4 + 2) + 8 * (nnz(0) + nnz(2)));
+        assert_eq!(m.len(), 4 * (2 + 2 + 5 + 4 + 1 + 2) + 8 * (nnz(0) + nnz(2)));
         assert_eq!(p.encode(&[false; 4]).len() - m.len(), 4 * 2 + 8 * (nnz(1) + nnz(3)));
         assert_eq!(decode(&m).unwrap(), p);
         for cut in [0, 3, 4, 8, 20, m.len() - 4] {
@@ -392,6 +462,44 @@ mod tests {
         let mut far = m.clone();
         far[12..16].copy_from_slice(&4u32.to_le_bytes());
         assert!(decode(&far).unwrap_err().to_string().contains("source 4"));
+        // The bitmap's word follows the 4 ids (word 13); a bit past the 4th row is refused.
+        let mut past = m.clone();
+        past[52..56].copy_from_slice(&(0b101u32 | 1 << 4).to_le_bytes());
+        assert!(decode(&past).unwrap_err().to_string().contains("past its 4"));
+    }
+
+    #[test]
+    fn a_receiver_holding_other_rows_of_the_same_size_refuses_the_message() {
+        // Every row has one non-zero, so a receiver that holds rows 0 and 2
+        // where the sender thinks it holds 1 and 3 gets a message of just the
+        // size it expects: only the bitmap shows the mix-up.
+        let dense: Vec<f32> = (0..4 * 5).map(|i| if i % 5 == i / 5 { 1.0 + i as f32 } else { 0.0 }).collect();
+        let p = GatPart { rows: CsrRows::from_dense(&dense, 5), ..part() };
+        let m = p.encode(&[false, true, false, true]);
+        assert_eq!(decode_as(&m, &p, &[13, 11]).unwrap(), p);
+        let err = decode_as(&m, &p, &[10, 12]).unwrap_err().to_string();
+        assert!(err.contains("worker 1's attention rows: it sent vertex 10's row, which this worker holds"), "{err}");
+        assert!(err.contains("same partition and graph"), "{err}");
+        let err = decode_as(&m, &p, &[13]).unwrap_err().to_string();
+        assert!(err.contains("it left out vertex 11's row, which this worker does not hold"), "{err}");
+    }
+
+    #[test]
+    fn a_peer_holds_its_own_vertices_and_their_in_neighbours_and_the_walk_is_kept_for_the_same_rows() {
+        // Vertices 14 and 15 are worker 1's; 14 reads 12, and 13 reads 15.
+        let graph = crate::graph::Csr::from_edges(16, &[(12, 14), (15, 13), (10, 11)], false);
+        let owner = |v: u32| usize::from(v >= 14);
+        let p = part();
+        let want = vec![vec![true; 4], vec![false, false, true, false]];
+        assert_eq!(p.held_by_peers(graph.view(), owner, 2), want);
+        let holders = Holders::default();
+        let first = holders.of(&p, graph.view(), owner, 2);
+        assert_eq!(&*first, &want[..]);
+        assert!(Rc::ptr_eq(&first, &holders.of(&p, graph.view(), owner, 2)), "the same rows are not walked again");
+        let other = GatPart { ids: vec![10, 11, 12, 14], ..part() };
+        let again = holders.of(&other, graph.view(), owner, 2);
+        assert!(!Rc::ptr_eq(&first, &again));
+        assert_eq!(&*again, &[vec![true, true, true, false], vec![false, false, true, true]][..]);
     }
 
     #[test]

@@ -38,7 +38,7 @@
 
 use super::chunks::flat;
 use super::factored::{Cost, FactoredLinear, stacked_grads};
-use super::factored_gat::{FactoredGat, GatPart};
+use super::factored_gat::{FactoredGat, GatPart, Holders};
 use super::{HaloPlan, forward_rows, worker_plan};
 use crate::gather::CsrRows;
 use crate::metrics::{EpochRecord, StepRecord, add_bytes};
@@ -261,6 +261,14 @@ struct StageInput {
     graph: Option<Arc<AggGraph>>,
 }
 
+/// Who holds which vertex, for the factored GAT exchange: the whole graph,
+/// each vertex's worker, and what the first stage learnt of it.
+struct Who<'a> {
+    graph: crate::graph::CsrView<'a>,
+    owners: Option<&'a [u16]>,
+    holders: Holders,
+}
+
 /// The worker's labelled vertices, as positions among its owned rows.
 struct Split {
     /// Training vertices with at least one in-edge (the loss's destinations).
@@ -400,7 +408,7 @@ impl RetexoModel {
         stage: &Params,
         coll: &mut dyn Collective,
         rounds: u64,
-        who: (crate::graph::CsrView<'_>, Option<&[u16]>),
+        who: &Who<'_>,
     ) -> Result<(Option<Factored>, Option<String>), TrainError> {
         if self.kernel != Kernel::Fast {
             return Ok((None, None));
@@ -450,9 +458,8 @@ impl RetexoModel {
                 let d_in = gat.weight().dim(1)?;
                 let rows = |pos: &[u32]| inp.rows.select(pos)?.to_csr(d_in);
                 let part = GatPart::new(graph, src, &split.train, rows)?;
-                let (topology, owners) = who;
-                let owner = |v: u32| owners.map_or(0, |o| o[v as usize] as usize);
-                let held = part.held_by_peers(topology, owner, coll.world());
+                let owner = |v: u32| who.owners.map_or(0, |o| o[v as usize] as usize);
+                let held = who.holders.of(&part, who.graph, owner, coll.world());
                 let cost = FactoredGat::cost(coll, &part, &held, width, range.len(), rounds)?;
                 if !cost.pays() {
                     return Ok((None, said(cost)));
@@ -589,7 +596,7 @@ pub fn run(
     let plan = worker_plan(w)?;
     let split = Split::new(w, &plan, inp);
     let (src, owned) = (plan.block.src.clone(), plan.owned().to_vec());
-    let who = (w.graph, w.owners.as_ref().map(|o| o.as_slice()));
+    let who = Who { graph: w.graph, owners: w.owners.as_ref().map(|o| o.as_slice()), holders: Holders::default() };
     let edges = plan.block.num_edges() as u64;
 
     let t = Instant::now();
@@ -651,7 +658,7 @@ pub fn run(
         let factored = match cfg.factored_grads {
             Some(false) => None,
             _ => {
-                let (f, said) = model.factored(l, &si, &plan, &split, &stage, coll, rounds, who)?;
+                let (f, said) = model.factored(l, &si, &plan, &split, &stage, coll, rounds, &who)?;
                 if let Some(line) = said {
                     obs.event(&line);
                 }
