@@ -412,6 +412,14 @@ fn retexo_varco_and_gnnpipe_over_ssh_match_local_workers_and_infer_scores_retexo
     sshd.stop();
 }
 
+/// Damages `file` in place, its size unchanged: its middle byte inverted.
+fn flip_a_byte(file: &Path) {
+    let mut bytes = std::fs::read(file).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(file, bytes).unwrap();
+}
+
 /// GNNPipe over ssh with more than one chunk: the chunks the driver cut and
 /// stored go to the host beside the data, byte for byte, and the workers
 /// train from that copy, to the local run's losses and weights. The host
@@ -460,10 +468,7 @@ fn gnnpipe_over_ssh_ships_its_chunks_and_the_workers_train_from_that_copy() {
     sshd.assert_nothing_left();
 
     // Damaged on the host alone, its size and sidecar unchanged: sent again, and trained from.
-    let mut bytes = std::fs::read(&theirs).unwrap();
-    let mid = bytes.len() / 2;
-    bytes[mid] ^= 0xff;
-    std::fs::write(&theirs, bytes).unwrap();
+    flip_a_byte(&theirs);
     let out = leapgnn(d, &[&gnnpipe[..], &["--cluster", p, "--run", "damaged", "--json"]].concat());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "the host's damaged copy was not replaced: {err}");
@@ -479,6 +484,56 @@ fn gnnpipe_over_ssh_ships_its_chunks_and_the_workers_train_from_that_copy() {
     assert_eq!(remote["test_accuracy"], again["test_accuracy"]);
     let gap = weight_gap(d, "ssh", "damaged");
     assert!(gap <= 1e-6, "final weights differ by {gap} after the resend");
+    sshd.assert_nothing_left();
+    sshd.stop();
+}
+
+/// A partition damaged in place on its host (its size, and so its
+/// sidecar's verdict, unchanged) was found current there: its worker refused
+/// it, naming its path on the host, and every `--restarts` attempt met the
+/// same refusal. Now that refusal has every file shipped to that host
+/// checked by its bytes, the damaged one sent again with a warning naming
+/// it, and the job launched again once, not as a restart: with `--restarts
+/// 0` the run trains from the new copy, to the curve of the run before.
+#[test]
+fn a_partition_damaged_on_its_host_is_sent_again_and_the_job_relaunched_once() {
+    let mut sshd = Sshd::start();
+    let profile = sshd.profile(2, "");
+    let p = profile.to_str().unwrap();
+    let tmp = cora();
+    let d = tmp.path();
+    let before = train(d, &["--cluster", p, "--run", "before"]);
+    let part = "cora/parts/metis-2/part-1.lgnn";
+    let (mine, theirs) = (d.join(part), sshd.remote.join("data").join(part));
+    flip_a_byte(&theirs);
+
+    let args = ["--cluster", p, "--run", "damaged", "--restarts", "0", "--json"];
+    let out = leapgnn(d, &[&["train", "cora"], SMALL, &args[..]].concat());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the host's damaged partition was not replaced: {err}");
+    let at = theirs.to_str().unwrap();
+    let relaunched = err.lines().find(|l| l.contains("worker 1 refused")).unwrap_or_else(|| panic!("not said: {err}"));
+    assert!(relaunched.contains(at) && relaunched.contains("not counted as a restart"), "{relaunched}");
+    let said = err.lines().find(|l| l.contains("is damaged")).unwrap_or_else(|| panic!("not said: {err}"));
+    assert!(said.contains(at) && said.contains("sending the driver's copy again"), "{said}");
+    assert!(std::fs::read(&mine).unwrap() == std::fs::read(&theirs).unwrap(), "not sent again: {err}");
+    let shipped = read_json(&d.join("runs/damaged/shipped.json"));
+    let sent = shipped.as_array().unwrap().iter().filter(|s| s["sent"] == true && s["remote"] == at);
+    assert_eq!(sent.count(), 1, "{shipped}");
+    let again: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(epoch_losses(&again), epoch_losses(&before), "same seed, same curve");
+    let metrics = std::fs::read_to_string(d.join("runs/damaged/metrics.jsonl")).unwrap();
+    assert!(!metrics.contains("\"restart\""), "the relaunch was recorded as a restart: {metrics}");
+
+    // The driver's own copy damaged too: sent as it is, checked, and refused again, which the error says.
+    flip_a_byte(&mine);
+    let args = ["--cluster", p, "--run", "both", "--restarts", "0"];
+    let out = leapgnn(d, &[&["train", "cora"], SMALL, &args[..]].concat());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    let line = error_line(&err);
+    let again = format!("worker 1 refused {at} again after the driver checked them on its host");
+    assert!(line.contains(&again) && line.contains("its own copy"), "{line}");
     sshd.assert_nothing_left();
     sshd.stop();
 }

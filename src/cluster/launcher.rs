@@ -115,6 +115,15 @@ pub trait Launcher: Sync {
     /// relative to the data directory); replaces the previous set. Nothing
     /// to do when files are shared.
     fn ship_with_job(&self, _files: Vec<(PathBuf, PathBuf)>) {}
+    /// Worker `rank` refused its job with `message`: when that names files
+    /// this launcher shipped to its host (a copy damaged in place there keeps
+    /// its size and sidecar, so it was found current), every file shipped
+    /// there is hashed on the host at its next launch and the damaged ones
+    /// sent again. Returns the files named, once per run (none after the
+    /// first time, and none when files are shared, as nothing was shipped).
+    fn recheck_refused(&self, _rank: usize, _message: &str) -> Vec<PathBuf> {
+        Vec::new()
+    }
     /// Removes run `run`'s directory (`<data_dir>/runs/<run>`) from every
     /// host this launcher started workers on, unless `redundant`, given that
     /// host's `checkpoint/state.json` (if it has one), says why it must stay

@@ -20,7 +20,7 @@ use super::ssh_session::{self, SessionOptions, SshError, millis, quote};
 use crate::util::threads::spawn_scoped;
 use anyhow::Context;
 use ssh2::{Channel, Session, Sftp};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::io::{Read as _, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -61,6 +61,12 @@ pub struct SshLauncher {
     moved: Mutex<HashMap<usize, usize>>,
     /// Every host a worker was started on (once each), for `remove_run_dir`.
     used: Mutex<Vec<HostSpec>>,
+    /// (host, remote path) of files to hash on that host at their next ship
+    /// (`recheck_refused`), each taken out as it is.
+    recheck: Mutex<HashSet<(String, PathBuf)>>,
+    /// Whether `recheck_refused` has marked files: once per run, as a second
+    /// refusal of a copy sent again would be refused again.
+    rechecked: AtomicBool,
 }
 
 /// `profile.binary`, or this executable when the profile names none.
@@ -88,6 +94,8 @@ impl SshLauncher {
             job_files: Mutex::new(vec![]),
             moved: Mutex::new(HashMap::new()),
             used: Mutex::new(vec![]),
+            recheck: Mutex::new(HashSet::new()),
+            rechecked: AtomicBool::new(false),
         })
     }
 
@@ -181,6 +189,12 @@ impl SshLauncher {
         let bin = ship::binary_item(&self.binary)?;
         let mut items = vec![bin.clone()];
         items.extend(extra.iter().map(|i| ShipItem { remote: layout.data.join(&i.remote), ..i.clone() }));
+        {
+            let mut recheck = self.recheck.lock().unwrap_or_else(|e| e.into_inner());
+            for item in &mut items {
+                item.check_bytes |= recheck.remove(&(label.clone(), ship::remote_path(&layout.root, item)));
+            }
+        }
         let shipped = ship::ship((&c.session, &sftp), &label, &layout.root, &items, &*self.log)?;
         drop(sftp);
         self.shipped.lock().unwrap_or_else(|e| e.into_inner()).extend(shipped.iter().cloned());
@@ -440,6 +454,20 @@ impl Launcher for SshLauncher {
                 })
                 .collect()
         })
+    }
+
+    fn recheck_refused(&self, rank: usize, message: &str) -> Vec<PathBuf> {
+        let Some(host) = self.host_for(rank).map(|h| h.label()) else { return Vec::new() };
+        let there: BTreeSet<PathBuf> =
+            self.shipped().into_iter().filter(|s| s.host == host).map(|s| s.remote).collect();
+        let named: Vec<PathBuf> = there.iter().filter(|p| message.contains(&*p.to_string_lossy())).cloned().collect();
+        if named.is_empty() || self.rechecked.swap(true, Ordering::SeqCst) {
+            return Vec::new();
+        }
+        // Every file there, not just those named: a worker refuses the first damaged file it opens.
+        let mut recheck = self.recheck.lock().unwrap_or_else(|e| e.into_inner());
+        recheck.extend(there.into_iter().map(|p| (host.clone(), p)));
+        named
     }
 
     fn ship_with_job(&self, files: Vec<(PathBuf, PathBuf)>) {

@@ -302,18 +302,21 @@ pub(super) fn remove_remote_run(launcher: &dyn Launcher, data: &DataDir, name: &
 /// checkpoint, or, for a new run (`fresh`, its config) that failed before its
 /// first checkpoint, train it again from the start, as `torchrun
 /// --max-restarts` would. Each restart is an event in the dashboard and a
-/// warning. `ledger` holds what the attempts so far reported.
+/// warning. `ledger` holds what the attempts so far reported. A refusal of
+/// files shipped to a host is first relaunched once with them checked there
+/// (`resend_refused`), which restarts do not count.
 #[allow(clippy::too_many_arguments)]
 fn recover(
     data: &DataDir,
     name: &str,
     fresh: Option<&TrainConfig>,
-    mut result: anyhow::Result<RunSummary>,
+    result: anyhow::Result<RunSummary>,
     ledger: &mut Ledger,
     run: &RunOptions,
     opts: &DistOptions<'_>,
     obs: &mut dyn Observer,
 ) -> anyhow::Result<RunSummary> {
+    let mut result = result.or_else(|err| resend_refused(data, (name, fresh), err, ledger, run, opts, obs));
     for attempt in 1..=opts.restarts {
         let err = match result {
             Ok(s) => return Ok(s),
@@ -362,45 +365,111 @@ fn recover(
                 Waited::Stop => return stopped_before_restart(data, name, err, ledger, opts, obs),
             }
         }
-        // Without shared files the newest checkpoint is on rank 0's host.
-        let run_dir = data.run_dir(name);
-        if let Err(e) = fetch_checkpoint(opts.launcher, &checkpoint_rel(opts.launcher, data, &run_dir)?, &run_dir, obs)
-        {
-            let msg = format!("{e:#}; the restart uses the driver's copy of the last checkpoint, if it has one");
-            tracing::warn!("{msg}");
-            obs.event(&msg);
-        }
-        let ck = checkpoint::dir(&run_dir);
-        // No checkpoint: a new run starts again, a resumed one (which had one) cannot go on.
-        let from_start = match (checkpoint::exists(&ck), fresh) {
-            (true, _) => None,
-            (false, Some(cfg)) => Some(cfg),
-            (false, None) => return Err(err),
-        };
-        if let Some(epochs) = checkpoint::finished(&ck) {
-            // Lost while the job wound down: a restart would have nothing to train.
-            return Err(err.context(format!(
-                "run {name} had trained all {epochs} epochs before the failure, so it was not restarted: its final \
-                 weights are in {}, and `leapgnn infer {name}` scores with them",
-                ck.display()
-            )));
-        }
-        let how = match from_start {
-            Some(_) => "it had no checkpoint yet, so training it again from the start",
-            None => "resuming it from its last checkpoint",
-        };
-        let msg = format!("restart {attempt} of {}: {err:#}; run {name}: {how}", opts.restarts);
-        tracing::warn!("{msg}");
-        obs.event(&msg);
-        let restart = Restart { attempt, of: opts.restarts, reason: format!("{err:#}"), since: failed };
-        result = match from_start {
-            Some(cfg) => {
-                execute(data, cfg.clone(), name.to_string(), run_dir, (None, Some(restart)), ledger, run, opts, obs)
-            }
-            None => resume_once(data, name, &ResumeOverrides::default(), ledger, run, opts, obs, Some(restart)),
-        };
+        let said = format!("restart {attempt} of {}: {err:#}", opts.restarts);
+        let restart = Restart { count: Some((attempt, opts.restarts)), reason: format!("{err:#}"), since: failed };
+        result = relaunch(data, (name, fresh), err, (restart, &said), ledger, run, opts, obs);
     }
     result
+}
+
+/// A worker refused its job naming files the launcher shipped to its host
+/// (`Launcher::recheck_refused`: a copy damaged there in place keeps its size
+/// and sidecar, so it was found current, and every `--restarts` attempt met
+/// the same refusal). Once per run, every file shipped to that host is then
+/// hashed there as the job is launched again (`relaunch`, as a restart, not
+/// counted as one: the run itself did nothing wrong) and the damaged ones are
+/// sent again. A second refusal of those files says they were.
+fn resend_refused(
+    data: &DataDir,
+    (name, fresh): (&str, Option<&TrainConfig>),
+    err: anyhow::Error,
+    ledger: &mut Ledger,
+    run: &RunOptions,
+    opts: &DistOptions<'_>,
+    obs: &mut dyn Observer,
+) -> anyhow::Result<RunSummary> {
+    let failed = Instant::now();
+    let Some((rank, message)) = refusal(&err) else { return Err(err) };
+    if opts.interrupted.load(Ordering::SeqCst) {
+        return Err(err);
+    }
+    let named = opts.launcher.recheck_refused(rank, &message);
+    if named.is_empty() {
+        return Err(err);
+    }
+    if obs.stop_requested() {
+        return stopped_before_restart(data, name, err, ledger, opts, obs);
+    }
+    let files = named.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ");
+    let said = format!(
+        "worker {rank} refused {files} on {}: {err:#}; every file shipped there is checked by its bytes as the job is \
+         launched again (not counted as a restart), and those damaged there are sent again",
+        opts.launcher.host_of(rank)
+    );
+    let restart = Restart { count: None, reason: format!("{err:#}"), since: failed };
+    relaunch(data, (name, fresh), err, (restart, &said), ledger, run, opts, obs).map_err(|e| match refusal(&e) {
+        Some((again, m)) if named.iter().any(|p| m.contains(&*p.to_string_lossy())) => e.context(format!(
+            "worker {again} refused {files} again after the driver checked them on its host and sent again those \
+             damaged there, so its own copy (the same path under its data directory) is likely damaged too: delete \
+             it there and re-create it"
+        )),
+        _ => e,
+    })
+}
+
+/// The rank and message of a worker's refusal of its job, if `err` is one.
+fn refusal(err: &anyhow::Error) -> Option<(usize, String)> {
+    err.chain().filter_map(|e| e.downcast_ref::<DriverError>()).find_map(|e| match e {
+        DriverError::WorkerRefused { rank, message } => Some((*rank, message.clone())),
+        _ => None,
+    })
+}
+
+/// Launches run `name` again after the failure `err`, `said` (a warning,
+/// with what comes next): from its last checkpoint (fetched from rank 0's
+/// host first), or from the start for a new run (`fresh`, its config) that
+/// had none yet. A resumed run without one, or one that had trained every
+/// epoch, is not launched again: `err` is returned.
+#[allow(clippy::too_many_arguments)]
+fn relaunch(
+    data: &DataDir,
+    (name, fresh): (&str, Option<&TrainConfig>),
+    err: anyhow::Error,
+    (restart, said): (Restart, &str),
+    ledger: &mut Ledger,
+    run: &RunOptions,
+    opts: &DistOptions<'_>,
+    obs: &mut dyn Observer,
+) -> anyhow::Result<RunSummary> {
+    let run_dir = fetch_or_warn(data, name, "the restart uses", opts, obs)?;
+    let ck = checkpoint::dir(&run_dir);
+    // No checkpoint: a new run starts again, a resumed one (which had one) cannot go on.
+    let from_start = match (checkpoint::exists(&ck), fresh) {
+        (true, _) => None,
+        (false, Some(cfg)) => Some(cfg),
+        (false, None) => return Err(err),
+    };
+    if let Some(epochs) = checkpoint::finished(&ck) {
+        // Lost while the job wound down: a restart would have nothing to train.
+        return Err(err.context(format!(
+            "run {name} had trained all {epochs} epochs before the failure, so it was not restarted: its final \
+             weights are in {}, and `leapgnn infer {name}` scores with them",
+            ck.display()
+        )));
+    }
+    let how = match from_start {
+        Some(_) => "it had no checkpoint yet, so training it again from the start",
+        None => "resuming it from its last checkpoint",
+    };
+    let msg = format!("{said}; run {name}: {how}");
+    tracing::warn!("{msg}");
+    obs.event(&msg);
+    match from_start {
+        Some(cfg) => {
+            execute(data, cfg.clone(), name.to_string(), run_dir, (None, Some(restart)), ledger, run, opts, obs)
+        }
+        None => resume_once(data, name, &ResumeOverrides::default(), ledger, run, opts, obs, Some(restart)),
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -415,9 +484,11 @@ fn resume_once(
     restart: Option<Restart>,
 ) -> anyhow::Result<RunSummary> {
     // A restart was never typed as `--resume`: its refusal names the restart.
-    let what = restart
-        .as_ref()
-        .map_or_else(|| "--resume".into(), |r| format!("restart {} of {}, resuming run", r.attempt, r.of));
+    let what = match restart.as_ref().map(|r| r.count) {
+        None => "--resume".into(),
+        Some(Some((attempt, of))) => format!("restart {attempt} of {of}, resuming run"),
+        Some(None) => "the relaunch with refused files sent again, resuming run".into(),
+    };
     let (run_dir, cfg, progress) = crate::train::resumable(data, run, over, &what)?;
     if !opts.launcher.shares_files() {
         // Every worker restores the weights and the optimizer state: each host gets the checkpoint.
@@ -486,12 +557,7 @@ fn stopped_before_restart(
     opts: &DistOptions<'_>,
     obs: &mut dyn Observer,
 ) -> anyhow::Result<RunSummary> {
-    let run_dir = data.run_dir(name);
-    if let Err(e) = fetch_checkpoint(opts.launcher, &checkpoint_rel(opts.launcher, data, &run_dir)?, &run_dir, obs) {
-        let msg = format!("{e:#}; the stop keeps the driver's copy of the last checkpoint, if it has one");
-        tracing::warn!("{msg}");
-        obs.event(&msg);
-    }
+    let run_dir = fetch_or_warn(data, name, "the stop keeps", opts, obs)?;
     let ck = checkpoint::dir(&run_dir);
     if !checkpoint::exists(&ck) {
         return Err(err.context(format!(
@@ -515,18 +581,41 @@ fn stopped_before_restart(
     Ok(summary)
 }
 
+/// Copies rank 0's checkpoint of run `name` back from its host (without
+/// shared files the newest is there) before the driver goes on from its run
+/// directory, which it returns; a copy that fails is a warning saying what
+/// `goes_on` (the restart uses, the stop keeps) instead.
+fn fetch_or_warn(
+    data: &DataDir,
+    name: &str,
+    goes_on: &str,
+    opts: &DistOptions<'_>,
+    obs: &mut dyn Observer,
+) -> anyhow::Result<PathBuf> {
+    let run_dir = data.run_dir(name);
+    if let Err(e) = fetch_checkpoint(opts.launcher, &checkpoint_rel(opts.launcher, data, &run_dir)?, &run_dir, obs) {
+        let msg = format!("{e:#}; {goes_on} the driver's copy of the last checkpoint, if it has one");
+        tracing::warn!("{msg}");
+        obs.event(&msg);
+    }
+    Ok(run_dir)
+}
+
 /// A restart under way: what the `RestartRecord` says once training runs again.
 struct Restart {
-    attempt: u32,
-    of: u32,
+    /// (attempt, of) of `--restarts`; none for the relaunch after refused
+    /// files were sent again (`resend_refused`), which is no restart and
+    /// leaves no record.
+    count: Option<(u32, u32)>,
     reason: String,
     since: Instant,
 }
 
 impl Restart {
-    fn record(self, (epoch, iteration): (u64, u64)) -> RestartRecord {
+    fn record(self, (epoch, iteration): (u64, u64)) -> Option<RestartRecord> {
+        let (restart, of) = self.count?;
         let seconds = self.since.elapsed().as_secs_f64();
-        RestartRecord { restart: self.attempt, of: self.of, reason: self.reason, epoch, iteration, seconds }
+        Some(RestartRecord { restart, of, reason: self.reason, epoch, iteration, seconds })
     }
 }
 
@@ -705,8 +794,7 @@ fn execute(
                             // Tests: a record on its way while rank 0 reaches its checkpoint.
                             crate::util::interrupt::test_pause("record-of-worker-1");
                         }
-                        if let Some(re) = restart.take() {
-                            let rec = re.record(at);
+                        if let Some(rec) = restart.take().and_then(|re| re.record(at)) {
                             // The step's own position: a checkpoint taken at an epoch's
                             // last iteration resumes with that epoch's evaluation, and
                             // its position would name an iteration the epoch does not have.
