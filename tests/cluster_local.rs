@@ -10,7 +10,7 @@ use leapgnn::util::threads::{PidsLimit, ThreadLimits};
 use std::io::Write;
 use std::net::TcpListener;
 use std::process::{Command, Stdio};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier, mpsc};
 use std::time::Duration;
 
@@ -88,21 +88,22 @@ fn worker_exits_when_its_driver_goes_away() {
 }
 
 /// A worker played by a thread of this test: it joins like a real one, then
-/// runs `script` on its control connection.
+/// runs `script` on its control connection; the worker's process is seen to
+/// have exited (code 0) once the script sets its flag.
 struct Scripted {
-    script: fn(usize, ControlConn, &Barrier),
+    script: fn(usize, ControlConn, &Barrier, &AtomicBool),
     /// Shared by the workers' scripts, to order their steps.
     barrier: Arc<Barrier>,
 }
 
-struct ThreadWorker(usize);
+struct ThreadWorker(usize, Arc<AtomicBool>);
 
 impl WorkerProcess for ThreadWorker {
     fn rank(&self) -> usize {
         self.0
     }
     fn try_exit_code(&mut self) -> Option<i32> {
-        None
+        self.1.load(Ordering::SeqCst).then_some(0)
     }
     fn kill(&mut self) {}
 }
@@ -114,6 +115,8 @@ impl Launcher for Scripted {
     fn launch(&self, spec: &WorkerSpec) -> anyhow::Result<Box<dyn WorkerProcess>> {
         let (rank, token, driver, script) = (spec.rank, spec.token.clone(), spec.driver, self.script);
         let barrier = self.barrier.clone();
+        let exited = Arc::new(AtomicBool::new(false));
+        let exit = exited.clone();
         std::thread::spawn(move || {
             let mut c = ControlConn::connect(driver, Duration::from_secs(20)).unwrap();
             c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
@@ -124,10 +127,44 @@ impl Launcher for Scripted {
             c.send(&ToDriver::Proof(job_key::control_proof(&token, Side::Worker, rank, &hello.nonce, &dn))).unwrap();
             c.send(&ToDriver::Listening("127.0.0.1:1".parse().unwrap())).unwrap();
             assert!(matches!(c.recv::<ToWorker>().unwrap(), ToWorker::Job { .. }));
-            script(rank, c, &barrier);
+            script(rank, c, &barrier, &exit);
         });
-        Ok(Box::new(ThreadWorker(rank)))
+        Ok(Box::new(ThreadWorker(rank, exited)))
     }
+}
+
+/// A worker reports more steps than the driver's queue holds, then Done, and
+/// exits; the driver is slow with each step (a dashboard drawing, a driver
+/// stopped by Ctrl-Z and continued with a backlog). Its reader reads the
+/// rest only as the queue drains, long after the exit was seen: the driver
+/// must work through all of it to the Done, however long that takes past the
+/// exit's grace. It used to count the grace from the first message read
+/// after the exit was seen, and ended the job with "worker 0 exited with
+/// code 0 before finishing" with a queue's worth still to handle.
+#[test]
+fn an_exited_workers_backlog_is_handled_to_its_done_however_slow_the_driver() {
+    const STEPS: usize = 3000;
+    let launcher = Scripted {
+        script: |_, mut c, _, exited| {
+            for step in 0..STEPS {
+                c.send(&ToDriver::Metrics(serde_json::json!({ "step": step }))).unwrap();
+            }
+            c.send(&ToDriver::Done(serde_json::json!("done"))).unwrap();
+            exited.store(true, Ordering::SeqCst);
+        },
+        barrier: Arc::new(Barrier::new(1)),
+    };
+    let stop = AtomicBool::new(false);
+    let mut steps = 0;
+    let done = run_job(&launcher, 1, &serde_json::json!({"task": "scripted"}), &opts(), &stop, |e| {
+        if let Event::Metrics(..) = e {
+            steps += 1;
+            // The fault itself: a driver that takes 2 ms a step, 6 s for them all.
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    })
+    .unwrap_or_else(|e| panic!("after {steps} of {STEPS} steps: {e}"));
+    assert_eq!((steps, done), (STEPS, vec![serde_json::json!("done")]));
 }
 
 /// Worker 0 is lost without a word; worker 1 reports a finished step only
@@ -136,7 +173,7 @@ impl Launcher for Scripted {
 #[test]
 fn a_step_reported_after_a_peer_was_lost_is_delivered_before_the_job_stops() {
     let launcher = Scripted {
-        script: |rank, mut c, barrier| {
+        script: |rank, mut c, barrier, _| {
             if rank == 0 {
                 c.shutdown();
                 barrier.wait();
@@ -167,7 +204,7 @@ fn a_step_reported_after_a_peer_was_lost_is_delivered_before_the_job_stops() {
 #[test]
 fn a_thread_refusal_reported_after_a_peers_echo_is_named_as_the_cause() {
     let launcher = Scripted {
-        script: |rank, mut c, barrier| {
+        script: |rank, mut c, barrier, _| {
             if rank == 0 {
                 c.send(&ToDriver::Error("worker 1 did not join the mesh".into())).unwrap();
                 barrier.wait();

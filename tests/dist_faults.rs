@@ -158,6 +158,16 @@ fn a_killed_worker_is_restarted_from_the_checkpoint_and_the_run_ends_as_if_unint
     assert_eq!(wait_gone(&pids, Duration::from_secs(5)), Vec::<u32>::new(), "workers left behind");
 }
 
+/// Waits (at most 60 s) for the checkpoint `state` to hold an evaluation.
+fn evaluated_checkpoint(state: &std::path::Path) {
+    let evaluated = || {
+        let s: serde_json::Value = serde_json::from_slice(&std::fs::read(state).ok()?).ok()?;
+        s["progress"]["history"].as_array().is_some_and(|h| !h.is_empty()).then_some(())
+    };
+    dist_support::bounded::within(Duration::from_secs(60), evaluated)
+        .unwrap_or_else(|| panic!("no checkpoint with an evaluation at {} within 60 s", state.display()));
+}
+
 /// A first Ctrl-C during the pause before a restart (`--restarts 3`: none
 /// before the first, 2 s before the second, 4 s before the third) ends the
 /// pause at once, and the run stops at its last checkpoint without starting
@@ -176,6 +186,13 @@ fn ctrl_c_while_waiting_to_restart_stops_at_the_checkpoint_without_relaunching()
     // Two restarts, then the third failure's 4 s pause.
     for restart in 1..=3 {
         all.extend(ws.iter().map(|w| w.pid));
+        if restart == 3 {
+            // The run is to stop at a checkpoint with an evaluation in it. The
+            // first ones (every iteration of epoch 1) come before epoch 1's, and
+            // each attempt resumes from them, evaluating epoch 1 again: the
+            // attempt killed last must have checkpointed past it.
+            evaluated_checkpoint(&d.join("runs/paused/checkpoint/state.json"));
+        }
         signal(ws[1].pid, "KILL");
         if restart == 3 {
             drv.wait_line(Duration::from_secs(60), |l| l.contains("restart 3 of 3 in 4 s"));

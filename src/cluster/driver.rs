@@ -10,7 +10,7 @@ use super::worker_session::HEARTBEAT;
 use crate::util::threads::{SpawnError, spawn};
 use std::collections::VecDeque;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
@@ -179,8 +179,7 @@ pub enum Event {
 }
 
 enum Inbound {
-    /// A worker's message and when its reader read it.
-    Msg(usize, ToDriver, Instant),
+    Msg(usize, ToDriver),
     Lost(usize, ControlError),
 }
 
@@ -249,15 +248,22 @@ pub fn run_job_stoppable(
     // channel is bounded: a driver that falls behind holds the readers (and, by
     // TCP, the workers) back instead of queueing without limit.
     let (tx, rx) = mpsc::sync_channel(READER_QUEUE);
+    // What each reader has read (counted before it queues it, which may
+    // wait), against what the loop has handled: an exited worker's grace
+    // runs only while the loop is not behind on it.
+    let read: Arc<[AtomicU64]> = (0..world).map(|_| AtomicU64::new(0)).collect();
+    let mut handled = vec![0u64; world];
     for (rank, c) in conns.iter().enumerate() {
         let mut c = c.try_clone()?;
         c.set_read_timeout(None)?;
-        let tx = tx.clone();
+        let (tx, read) = (tx.clone(), read.clone());
         let reader = spawn(format!("leapgnn-control-{rank}"), move || {
             loop {
-                match c.recv::<ToDriver>() {
+                let got = c.recv::<ToDriver>();
+                read[rank].fetch_add(1, Ordering::SeqCst);
+                match got {
                     Ok(m) => {
-                        if tx.send(Inbound::Msg(rank, m, Instant::now())).is_err() {
+                        if tx.send(Inbound::Msg(rank, m)).is_err() {
                             return;
                         }
                     }
@@ -276,10 +282,13 @@ pub fn run_job_stoppable(
     drop(tx);
     let mut done: Vec<Option<serde_json::Value>> = vec![None; world];
     let mut last_heard = vec![Instant::now(); world];
-    let mut exited_at: Vec<Option<(Instant, i32)>> = vec![None; world];
-    // When the loop had handled every message read before a worker's exit was
-    // seen: its grace counts from there, not from the exit, since a driver
-    // stopped (Ctrl-Z) and continued finds a backlog queued ahead of the Done.
+    let mut exited: Vec<Option<i32>> = vec![None; world];
+    // Since when the loop has been caught up on an exited worker: it handled
+    // everything the worker's reader read, and nothing of it since. The
+    // grace counts from there, not from the exit: a driver stopped (Ctrl-Z)
+    // and continued, or merely slow, finds a backlog ahead of the Done, and
+    // the bounded queue lets the reader read the rest of it only as the loop
+    // works through it, so no time of reading tells where the backlog ends.
     let mut caught_up: Vec<Option<Instant>> = vec![None; world];
     let mut stop_sent = false;
     // The worker whose failure ended the loop.
@@ -299,12 +308,10 @@ pub fn run_job_stoppable(
         if done.iter().all(Option::is_some) {
             break Ok(std::mem::take(&mut done).into_iter().map(|d| d.expect("all done")).collect());
         }
-        // When the newest message handled this turn was read (the queue was
-        // empty: now); None after a `Lost`.
-        let mut read_at = Some(Instant::now());
         match rx.recv_timeout(Duration::from_millis(200)) {
-            Ok(Inbound::Msg(rank, m, at)) => {
-                read_at = Some(at);
+            Ok(Inbound::Msg(rank, m)) => {
+                handled[rank] += 1;
+                caught_up[rank] = None;
                 last_heard[rank] = Instant::now();
                 let answer = match m {
                     ToDriver::Metrics(v) => on_event(Event::Metrics(rank, v)),
@@ -331,7 +338,7 @@ pub fn run_job_stoppable(
                 }
             }
             Ok(Inbound::Lost(rank, e)) => {
-                read_at = None;
+                handled[rank] += 1;
                 if done[rank].is_none() {
                     fault = Some(rank);
                     break Err(lost(rank, e, &mut procs[rank]));
@@ -351,18 +358,18 @@ pub fn run_job_stoppable(
         // read: give its reader a moment to deliver (a crash also closes the control
         // connection, which reports at once through `Lost`).
         for r in 0..world {
-            if let Some((seen, _)) = exited_at[r]
-                && caught_up[r].is_none()
-                && read_at.is_some_and(|at| at >= seen)
-            {
-                caught_up[r] = Some(Instant::now());
+            if done[r].is_none() && exited[r].is_none() {
+                exited[r] = procs[r].try_exit_code();
             }
-            if done[r].is_none() && exited_at[r].is_none() {
-                exited_at[r] = procs[r].try_exit_code().map(|code| (Instant::now(), code));
+            let behind = read[r].load(Ordering::SeqCst) > handled[r];
+            if exited[r].is_some() && !behind {
+                caught_up[r].get_or_insert_with(Instant::now);
+            } else {
+                caught_up[r] = None;
             }
         }
         let expired = |r: usize| caught_up[r].is_some_and(|t| t.elapsed() > EXIT_GRACE);
-        if let Some((rank, code)) = pending().filter(|&r| expired(r)).find_map(|r| exited_at[r].map(|(_, c)| (r, c))) {
+        if let Some((rank, code)) = pending().filter(|&r| expired(r)).find_map(|r| exited[r].map(|c| (r, c))) {
             fault = Some(rank);
             break Err(DriverError::Exited { rank, code });
         }
@@ -454,7 +461,7 @@ fn settle(
         let Some(left) = deadline.checked_duration_since(Instant::now()) else { break };
         // In slices, so that Ctrl-C is not kept waiting.
         match rx.recv_timeout(left.min(Duration::from_millis(200))) {
-            Ok(Inbound::Msg(r, m, _)) => {
+            Ok(Inbound::Msg(r, m)) => {
                 last_heard[r] = Instant::now();
                 // The job is ending: no answer is sent (a checkpoint waiting for one ends with it).
                 match m {
