@@ -163,6 +163,13 @@ pub enum Cleaned {
     Kept(String),
 }
 
+/// The files of `paths` a worker's refusal `message` names (by their paths
+/// on its host), as `Launcher::recheck_refused` finds them and the driver
+/// checks a second refusal against them.
+pub fn named_in<'a>(message: &str, paths: impl IntoIterator<Item = &'a PathBuf>) -> Vec<&'a PathBuf> {
+    paths.into_iter().filter(|p| message.contains(&*p.to_string_lossy())).collect()
+}
+
 /// A directory on a worker's host, read file by file.
 pub trait RemoteDir {
     /// The whole file `name` in this directory.

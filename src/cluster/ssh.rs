@@ -460,7 +460,7 @@ impl Launcher for SshLauncher {
         let Some(host) = self.host_for(rank).map(|h| h.label()) else { return Vec::new() };
         let there: BTreeSet<PathBuf> =
             self.shipped().into_iter().filter(|s| s.host == host).map(|s| s.remote).collect();
-        let named: Vec<PathBuf> = there.iter().filter(|p| message.contains(&*p.to_string_lossy())).cloned().collect();
+        let named: Vec<PathBuf> = super::launcher::named_in(message, &there).into_iter().cloned().collect();
         if named.is_empty() || self.rechecked.swap(true, Ordering::SeqCst) {
             return Vec::new();
         }

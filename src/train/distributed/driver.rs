@@ -6,7 +6,7 @@ use super::{DistJob, Report, WorkerDone};
 use crate::cluster::Launcher;
 use crate::cluster::control::ToWorker;
 use crate::cluster::driver::{DriverError, DriverOptions, Event, run_job_stoppable};
-use crate::cluster::launcher::Cleaned;
+use crate::cluster::launcher::{Cleaned, named_in};
 use crate::format::write_atomic;
 use crate::metrics::{JsonlSink, RestartRecord, RunBytes, RunSummary, add_bytes};
 use crate::schedule::MergePlan;
@@ -323,7 +323,7 @@ fn recover(
             Err(e) => e,
         };
         let failed = Instant::now();
-        let worker_lost = err.chain().filter_map(|e| e.downcast_ref::<DriverError>()).any(|e| {
+        let worker_lost = driver_errors(&err).any(|e| {
             matches!(
                 e,
                 DriverError::Exited { .. }
@@ -408,7 +408,7 @@ fn resend_refused(
     );
     let restart = Restart { count: None, reason: format!("{err:#}"), since: failed };
     relaunch(data, (name, fresh), err, (restart, &said), ledger, run, opts, obs).map_err(|e| match refusal(&e) {
-        Some((again, m)) if named.iter().any(|p| m.contains(&*p.to_string_lossy())) => e.context(format!(
+        Some((again, m)) if !named_in(&m, &named).is_empty() => e.context(format!(
             "worker {again} refused {files} again after the driver checked them on its host and sent again those \
              damaged there, so its own copy (the same path under its data directory) is likely damaged too: delete \
              it there and re-create it"
@@ -417,9 +417,14 @@ fn resend_refused(
     })
 }
 
+/// The driver's errors among `err` and its causes.
+fn driver_errors(err: &anyhow::Error) -> impl Iterator<Item = &DriverError> {
+    err.chain().filter_map(|e| e.downcast_ref::<DriverError>())
+}
+
 /// The rank and message of a worker's refusal of its job, if `err` is one.
 fn refusal(err: &anyhow::Error) -> Option<(usize, String)> {
-    err.chain().filter_map(|e| e.downcast_ref::<DriverError>()).find_map(|e| match e {
+    driver_errors(err).find_map(|e| match e {
         DriverError::WorkerRefused { rank, message } => Some((*rank, message.clone())),
         _ => None,
     })
