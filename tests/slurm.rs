@@ -523,6 +523,23 @@ impl Slurm {
         self.cmd("sbatch").args(args).arg(script).output_in(limit, &format!("sbatch {args:?} {}", script.display()))
     }
 
+    /// `until`, and past the limit a panic that says where `job` stood: what
+    /// `scontrol show job` says of it, and the ends of its output `log` and
+    /// of the daemons' logs.
+    fn until_job(&self, job: &str, log: &Path, what: &str, limit: Duration, mut ok: impl FnMut() -> bool) {
+        if dist_support::bounded::within(limit, || ok().then_some(())).is_some() {
+            return;
+        }
+        let shown = self.cmd("scontrol").args(["show", "job", job]).output_in(DAEMON, "scontrol show job");
+        let tail = |p: &Path| {
+            let t = std::fs::read_to_string(p).unwrap_or_else(|e| format!("({e})"));
+            let lines: Vec<&str> = t.lines().collect();
+            format!("{}:\n{}\n", p.display(), lines[lines.len().saturating_sub(40)..].join("\n"))
+        };
+        let logs: String = std::iter::once(log.to_path_buf()).chain(self.logs()).map(|p| tail(&p)).collect();
+        panic!("timed out waiting for {what} (after {limit:?}); job {job}:\n{}\n{logs}", text(&shown));
+    }
+
     fn gone(&self, job: &str) -> bool {
         let o = self.cmd("squeue").args(["-h", "-j", job]).output_in(DAEMON, &format!("squeue -j {job}"));
         o.stdout.iter().all(|b| b.is_ascii_whitespace())
@@ -1316,15 +1333,21 @@ fn scancel_stops_every_task_and_leaves_a_checkpoint_that_loads() {
     // then resumes its run instead of failing on the taken --run name.
     let ok = |o: Output| assert!(o.status.success(), "{}", text(&o));
     ok(slurm.cmd("scontrol").args(["requeue", &job]).output_in(DAEMON, "scontrol requeue"));
-    until("the job to be requeued", Duration::from_secs(60), || job_state(&slurm, &job).0 == "PENDING");
-    // Not the 2 minutes Slurm waits before a requeued job may start.
-    let starttime = ["update", &format!("jobid={job}"), "starttime=now"];
-    ok(slurm.cmd("scontrol").args(starttime).output_in(DAEMON, "scontrol update starttime=now"));
+    slurm.until_job(&job, &log, "the job to be requeued", Duration::from_secs(60), || {
+        job_state(&slurm, &job).0 == "PENDING"
+    });
+    // Not the 2 minutes Slurm waits before a requeued job may start, but not
+    // this second either: that wait is there so that the new launch credential
+    // postdates, to the second, slurmd's revocation of the job's credentials at
+    // the requeue (before this update); a credential of the same second is
+    // refused ("Job N already killed, do not launch batch job").
+    let starttime = ["update", &format!("jobid={job}"), "starttime=now+1"];
+    ok(slurm.cmd("scontrol").args(starttime).output_in(DAEMON, "scontrol update starttime=now+1"));
     let resumed = format!("Slurm requeued job {job} (restart 1): resuming run long");
-    until("the requeued job to resume its run", Duration::from_secs(120), || {
+    slurm.until_job(&job, &log, "the requeued job to resume its run", Duration::from_secs(120), || {
         std::fs::read_to_string(&log).is_ok_and(|l| l.contains(&resumed))
     });
-    until("training to go on after the requeue", Duration::from_secs(60), || {
+    slurm.until_job(&job, &log, "training to go on after the requeue", Duration::from_secs(60), || {
         std::fs::read_to_string(&log).is_ok_and(|l| l.lines().filter(|l| l.starts_with("epoch")).count() >= 2)
     });
     let c = slurm.cmd("scancel").arg(&job).output_in(DAEMON, "scancel");
