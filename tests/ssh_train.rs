@@ -511,6 +511,9 @@ fn a_partition_damaged_on_its_host_is_sent_again_and_the_job_relaunched_once() {
     let out = leapgnn(d, &[&["train", "cora"], SMALL, &args[..]].concat());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "the host's damaged partition was not replaced: {err}");
+    // It had no checkpoint to fetch yet, which the warning says of a relaunch, not a restart.
+    let fetch = err.lines().find(|l| l.contains("cannot fetch the checkpoint")).unwrap_or_else(|| panic!("{err}"));
+    assert!(fetch.contains("the relaunch uses the driver's copy"), "{fetch}");
     let at = theirs.to_str().unwrap();
     let relaunched = err.lines().find(|l| l.contains("worker 1 refused")).unwrap_or_else(|| panic!("not said: {err}"));
     assert!(relaunched.contains(at) && relaunched.contains("not counted as a restart"), "{relaunched}");

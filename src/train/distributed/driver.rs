@@ -446,7 +446,9 @@ fn relaunch(
     opts: &DistOptions<'_>,
     obs: &mut dyn Observer,
 ) -> anyhow::Result<RunSummary> {
-    let run_dir = fetch_or_warn(data, name, "the restart uses", opts, obs)?;
+    // The relaunch after refused files were sent again is no restart, and is not called one.
+    let goes_on = if restart.count.is_some() { "the restart uses" } else { "the relaunch uses" };
+    let run_dir = fetch_or_warn(data, name, goes_on, opts, obs)?;
     let ck = checkpoint::dir(&run_dir);
     // No checkpoint: a new run starts again, a resumed one (which had one) cannot go on.
     let from_start = match (checkpoint::exists(&ck), fresh) {
