@@ -4,18 +4,20 @@
 #[path = "support/bounded.rs"]
 mod bounded;
 
-use bounded::{Bounded, alive, descendants_of, wait_within, within};
-use std::process::Command;
+use bounded::{
+    Bounded, alive, descendants_of, ended_within, joined_within, kill_after, kill_tree, wait_within, within,
+};
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-/// How long a SIGKILLed process may take to be gone on a loaded machine.
+/// How long a SIGKILLed process may take to be gone on a loaded machine (and
+/// a thread that has nothing to wait for to end).
 const GONE_WITHIN: Duration = Duration::from_secs(30);
 
-/// A child that outlives its wait was killed alone: what it had started (a
-/// shell's background job, a driver's workers) ran on, reparented, holding
-/// the child's pipes and the machine. Its whole tree now goes with it.
-#[test]
-fn a_wait_past_its_limit_kills_what_the_child_started_too() {
+/// `sh -c 'sleep 100 & sleep 100'` once both sleeps run: the shell and
+/// every process below it (read now: once the shell is killed, its orphans
+/// are found below it no more).
+fn two_sleeps() -> (Child, Vec<u32>) {
     let mut child = Command::new("sh").args(["-c", "sleep 100 & sleep 100"]).spawn().unwrap();
     let root = child.id();
     let comm = |p: &u32| std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
@@ -27,25 +29,92 @@ fn a_wait_past_its_limit_kills_what_the_child_started_too() {
         (sleeping.count() == 2).then_some(below)
     });
     let Some(below) = tree else {
-        bounded::kill_tree(root);
+        kill_tree(root);
         let _ = child.wait();
         panic!("sh -c 'sleep 100 & sleep 100' never ran both sleeps");
     };
     assert!(!below.is_empty(), "the shell started nothing");
+    (child, std::iter::once(root).chain(below).collect())
+}
 
+/// Asserts that every process of `all` is gone, `GONE_WITHIN` given for it;
+/// kills those left either way, so that a failure leaves no sleep behind.
+fn assert_gone(all: &[u32], after: &str) {
+    let left = || all.iter().copied().filter(|&p| alive(p)).collect::<Vec<u32>>();
+    let gone = within(GONE_WITHIN, || left().is_empty().then_some(())).is_some();
+    let still = left();
+    still.iter().for_each(|&p| drop(kill_tree(p)));
+    assert!(gone, "left running after {after}: {still:?} of {all:?}");
+}
+
+/// A child that outlives its wait was killed alone: what it had started (a
+/// shell's background job, a driver's workers) ran on, reparented, holding
+/// the child's pipes and the machine. Its whole tree now goes with it.
+#[test]
+fn a_wait_past_its_limit_kills_what_the_child_started_too() {
+    let (mut child, all) = two_sleeps();
     let waited = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         wait_within(&mut child, Duration::from_secs(1), "two sleeps")
     }));
     let said = bounded::panic_message(&*waited.expect_err("a wait past its limit panics"));
     assert!(said.contains("two sleeps did not end within 1s"), "{said}");
+    assert_gone(&all, "the wait ran out");
+}
 
-    let all: Vec<u32> = std::iter::once(root).chain(below).collect();
-    let left = || all.iter().copied().filter(|&p| alive(p)).collect::<Vec<u32>>();
-    let gone = within(GONE_WITHIN, || left().is_empty().then_some(())).is_some();
-    let still = left();
-    // A failure leaves no sleep behind either.
-    still.iter().for_each(|&p| drop(bounded::kill_tree(p)));
-    assert!(gone, "left running after the wait ran out: {still:?} of {all:?}");
+/// A `Drop` waits through `ended_within`, which must not panic (a panic in a
+/// drop while a test unwinds aborts the binary): past its limit it says None
+/// and kills the tree as `wait_within` does; a child that ends gives its status.
+#[test]
+fn a_wait_that_must_not_panic_says_none_and_kills_the_tree_too() {
+    let (mut child, all) = two_sleeps();
+    assert_eq!(ended_within(&mut child, Duration::from_secs(1)), None);
+    assert_gone(&all, "the wait ran out");
+    let quick = Command::new("sh").args(["-c", "exit 3"]).ended_in(Duration::from_secs(60));
+    assert_eq!(quick.and_then(|s| s.code()), Some(3));
+    assert_eq!(Command::new("/nonexistent/leapgnn-test").ended_in(Duration::from_secs(1)), None);
+}
+
+/// `output_as_set_in` keeps the stdio the call set up (a stdout sent to a
+/// closed pipe or /dev/full) and captures only what it piped, stdin empty as
+/// `output()` has it; `try_output_in` gives a tool that is not there back as
+/// the spawn's error, for the test to skip without it.
+#[test]
+fn an_output_as_set_captures_only_its_pipes_and_a_missing_tool_is_an_error() {
+    let mut sh = Command::new("sh");
+    sh.args(["-c", "cat; echo out; echo err >&2"]).stdout(Stdio::null()).stderr(Stdio::piped());
+    let out = sh.output_as_set_in(GONE_WITHIN, "sh reading an empty stdin");
+    assert_eq!((out.stdout, out.stderr), (vec![], b"err\n".to_vec()));
+    let found = Command::new("sh").args(["-c", "echo out"]).try_output_in(GONE_WITHIN, "sh").unwrap();
+    assert_eq!(found.stdout, b"out\n");
+    let missing = Command::new("/nonexistent/leapgnn-test").try_output_in(GONE_WITHIN, "a missing tool");
+    assert_eq!(missing.err().map(|e| e.kind()), Some(std::io::ErrorKind::NotFound));
+}
+
+/// `kill_after` guards a read of a child's pipe: killing the child alone
+/// left what it started running (a shell's job, a driver's workers), which
+/// held the pipe open, and the read it was to end went on waiting. It now
+/// kills the whole tree, as `wait_within` does.
+#[test]
+fn kill_after_kills_what_the_child_started_too() {
+    let (mut child, all) = two_sleeps();
+    let watch = kill_after(child.id(), Duration::from_secs(1), "two sleeps");
+    assert_gone(&all, "kill_after's limit");
+    drop(watch);
+    let _ = child.wait();
+}
+
+/// A thread joined from a `Drop` (`joined_within`): None past the limit, no
+/// panic, the thread left behind; a thread that ended gives what `join` does.
+#[test]
+fn a_join_that_must_not_panic_says_none_past_its_limit() {
+    let (never, hangs) = std::sync::mpsc::channel::<()>();
+    let hung = std::thread::spawn(move || hangs.recv().is_err());
+    assert!(joined_within(hung, Duration::from_secs(1)).is_none());
+    drop(never);
+    let ended = joined_within(std::thread::spawn(|| 7), GONE_WITHIN);
+    assert_eq!(ended.map(|r| r.unwrap()), Some(7));
+    let panicked = joined_within(std::thread::spawn(|| panic!("gave up")), GONE_WITHIN);
+    assert_eq!(bounded::panic_message(&*panicked.expect("it ended").unwrap_err()), "gave up");
 }
 
 /// Set in the test binary run by `a_hung_scoped_thread_aborts_naming_it_and_a_panicked_one`.

@@ -8,7 +8,7 @@ mod capture;
 #[path = "support/dropped.rs"]
 mod dropped;
 
-use bounded::{STOP_LIMIT, join_within};
+use bounded::{Bounded, QUICK_LIMIT, STOP_LIMIT, join_within};
 use capture::Capture;
 use leapgnn::cluster::driver::{DriverOptions, run_job};
 use leapgnn::cluster::job_key;
@@ -325,7 +325,9 @@ fn neither_the_worker_nor_the_driver_can_write_the_token_into_a_core_file() {
     use leapgnn::cluster::{ControlConn, ToDriver};
     // The worker starts with core files allowed, as a host's login shell may leave it.
     let raise = "ulimit -S -c unlimited && exec \"$0\" \"$@\"";
-    let probe = std::process::Command::new("sh").args(["-c", raise, "cat", "/proc/self/limits"]).output().unwrap();
+    let probe = std::process::Command::new("sh")
+        .args(["-c", raise, "cat", "/proc/self/limits"])
+        .output_in(QUICK_LIMIT, "sh raising its core-file limit");
     let shown = String::from_utf8_lossy(&probe.stdout);
     assert!(shown.lines().any(|l| l.starts_with("Max core file size") && l.contains("unlimited")), "{shown}");
 
@@ -397,7 +399,7 @@ impl Launcher for Injecting {
 /// written to it: the stranger's turn comes first.
 fn waiting_worker(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
     let fifo = dir.join("go");
-    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status_in(QUICK_LIMIT, "mkfifo").success());
     let wrapper = dir.join("wait-then-work.sh");
     let bin = env!("CARGO_BIN_EXE_leapgnn");
     std::fs::write(&wrapper, format!("#!/bin/sh\nread go < '{}'\nexec '{bin}' \"$@\"\n", fifo.display())).unwrap();

@@ -2,6 +2,7 @@
 
 mod import_support;
 
+use import_support::bounded::{Bounded, RUN_LIMIT};
 use import_support::*;
 use std::process::Command;
 
@@ -79,8 +80,7 @@ fn another_registry_from_the_environment() {
         .args(["--data-dir", d.path().to_str().unwrap(), "download", "my-cora", "--json", "--from"])
         .arg(&prefix)
         .env("LEAPGNN_REGISTRY", &reg)
-        .output()
-        .unwrap();
+        .output_in(RUN_LIMIT, "leapgnn download my-cora");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     // The entry's expectation is checked and the difference reported, not fatal.
@@ -164,8 +164,7 @@ fn a_registry_url_that_is_not_an_http_file_is_refused_before_any_download() {
         let out = Command::new(env!("CARGO_BIN_EXE_leapgnn"))
             .args(["--data-dir", d.path().to_str().unwrap(), "download", "bad"])
             .env("LEAPGNN_REGISTRY", &reg)
-            .output()
-            .unwrap();
+            .output_in(RUN_LIMIT, &format!("leapgnn download bad ({url})"));
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{url}: {stderr}");
         assert!(stderr.contains(&format!("[bad]: url `{url}`")) && stderr.contains(why), "{url}: {stderr}");
@@ -197,8 +196,7 @@ fn human_output_to_a_full_disk_fails_and_to_a_closed_reader_does_not() {
             .env_remove("LEAPGNN_REGISTRY")
             .stdout(stdout)
             .stderr(std::process::Stdio::piped())
-            .output()
-            .unwrap()
+            .output_as_set_in(RUN_LIMIT, &format!("leapgnn {args:?}"))
     };
     for args in cases {
         let full = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();

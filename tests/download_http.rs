@@ -5,6 +5,7 @@
 
 mod import_support;
 
+use import_support::bounded::{Bounded, QUICK_LIMIT, joined_within};
 use import_support::*;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
@@ -120,8 +121,10 @@ impl Drop for Server {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
         let _ = TcpStream::connect(("127.0.0.1", self.port)); // wakes the accept loop
+        // Bounded, and no panic: this may run while a test unwinds. A loop that
+        // never wakes is left behind, as the test's end ends it.
         if let Some(h) = self.accept.take() {
-            let _ = h.join();
+            let _ = joined_within(h, QUICK_LIMIT);
         }
     }
 }
@@ -391,16 +394,16 @@ impl Tmpfs {
         let ok = std::process::Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
             .arg(dir)
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
+            .try_output_in(QUICK_LIMIT, "mount -t tmpfs")
+            .is_ok_and(|o| o.status.success());
         ok.then(|| Tmpfs(dir.to_path_buf()))
     }
 }
 
 impl Drop for Tmpfs {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg(&self.0).status();
+        // No panic: this may run while a test unwinds.
+        let _ = std::process::Command::new("umount").arg(&self.0).ended_in(QUICK_LIMIT);
     }
 }
 

@@ -5,6 +5,7 @@
 #[path = "dist_support/mod.rs"]
 mod dist_support;
 
+use dist_support::bounded::{Bounded, QUICK_LIMIT};
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -29,8 +30,8 @@ fn script(args: &[&str]) -> Output {
 
 /// Namespaces and links named after the script's runs (`lg<pid>-h<i>`, `lgbr<pid>`, `lgv<pid>-<i>`).
 fn leftovers() -> Vec<String> {
-    let ns = Command::new("ip").args(["netns", "list"]).output().unwrap();
-    let links = Command::new("ip").args(["-o", "link", "show"]).output().unwrap();
+    let ns = Command::new("ip").args(["netns", "list"]).output_in(QUICK_LIMIT, "ip netns list");
+    let links = Command::new("ip").args(["-o", "link", "show"]).output_in(QUICK_LIMIT, "ip -o link show");
     let mut left: Vec<String> = String::from_utf8_lossy(&ns.stdout)
         .lines()
         .filter_map(|l| l.split_whitespace().next())
@@ -52,9 +53,12 @@ fn leftovers() -> Vec<String> {
 /// emulated cluster at all, which the script reports with exit 2.
 fn namespaces_allowed() -> bool {
     let name = format!("lgprobe{}", std::process::id());
-    let made = Command::new("ip").args(["netns", "add", &name]).output().is_ok_and(|o| o.status.success());
+    let made = Command::new("ip")
+        .args(["netns", "add", &name])
+        .try_output_in(QUICK_LIMIT, "ip netns add")
+        .is_ok_and(|o| o.status.success());
     if made {
-        let _ = Command::new("ip").args(["netns", "del", &name]).output();
+        Command::new("ip").args(["netns", "del", &name]).output_in(QUICK_LIMIT, "ip netns del");
     } else {
         eprintln!("skipped: this machine does not allow network namespaces (needs root, CAP_NET_ADMIN, iproute2)");
     }

@@ -3,6 +3,7 @@
 
 mod import_support;
 
+use import_support::bounded::{Bounded, QUICK_LIMIT, RUN_LIMIT};
 use import_support::*;
 use leapgnn::datasets::convert::{ConvertOptions, Format, convert};
 use leapgnn::error::Blame;
@@ -236,14 +237,13 @@ fn a_pipe_or_fifo_source_is_refused_not_half_read() {
 
     // A named FIFO with no writer: refused without opening it (coreutils timeout bounds the old hang).
     let fifo = d.path().join("fifo");
-    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status_in(QUICK_LIMIT, "mkfifo").success());
     let out = std::process::Command::new("timeout")
         .args(["60", env!("CARGO_BIN_EXE_leapgnn"), "--data-dir"])
         .arg(&data)
         .args(["download", "fifo", "--format", "edgelist", "--from"])
         .arg(&fifo)
-        .output()
-        .unwrap();
+        .output_in(RUN_LIMIT, "leapgnn download of a FIFO");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "exit code (124: it blocked opening the FIFO): {stderr}");
     assert!(stderr.contains(&format!("{}: is a pipe (FIFO)", fifo.display())), "{stderr}");

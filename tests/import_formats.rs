@@ -184,7 +184,10 @@ impl LockHolder {
                 .unwrap(),
         ));
         let mut line = String::new();
+        // flock(1) waits for a lock another process holds: bounded, its end ends the read.
+        let watch = bounded::kill_after(h.0.child().id(), bounded::QUICK_LIMIT, "flock(1)'s `held`");
         std::io::BufReader::new(h.0.child().stdout.take().unwrap()).read_line(&mut line).unwrap();
+        drop(watch);
         assert_eq!(line, "held\n", "flock(1) could not lock {}", path.display());
         h
     }

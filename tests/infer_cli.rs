@@ -4,6 +4,7 @@
 
 mod dist_support;
 
+use dist_support::bounded::{Bounded, QUICK_LIMIT};
 use dist_support::{
     cora, facebook, fails, json, names_in, refused_capped, scores, straight_and_resumed, workers_take_the_drivers_limit,
 };
@@ -76,7 +77,7 @@ fn infer_writes_every_nodes_prediction_as_the_run_evaluated_it() {
         d.join("runs/fg/predictions").display(),
         d.join("runs/fg/predictions").display()
     );
-    match Command::new("python3").arg("-c").arg(&script).output() {
+    match Command::new("python3").arg("-c").arg(&script).try_output_in(QUICK_LIMIT, "python3's check of the file") {
         Ok(o) if String::from_utf8_lossy(&o.stderr).contains("No module named") => {
             eprintln!("skipping the Python check: safetensors/numpy not installed (.ci/run installs them)")
         }
@@ -399,8 +400,7 @@ fn a_run_trained_on_a_gpu_is_inferred_on_the_cpu_with_device_cpu() {
     let d = tmp.path();
     json(d, &["train", "cora", "--no-tui", "--full-batch", "--epochs", "2", "--hidden", "16", "--run", "cpu"]);
     // The same run as a GPU run's checkpoint says it: its saved config names the device.
-    let copy = Command::new("cp").arg("-r").arg(d.join("runs/cpu")).arg(d.join("runs/gpu")).status().unwrap();
-    assert!(copy.success());
+    copy_run(d, "cpu", "gpu");
     let state = d.join("runs/gpu/checkpoint/state.json");
     let mut s: serde_json::Value = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
     assert_eq!(s["config"]["device"], "cpu");
@@ -519,8 +519,12 @@ fn checkpoint_file(d: &Path, run: &str, prefix: &str) -> std::path::PathBuf {
 }
 
 fn copy_run(d: &Path, from: &str, to: &str) {
-    let status = Command::new("cp").arg("-r").arg(d.join("runs").join(from)).arg(d.join("runs").join(to)).status();
-    assert!(status.unwrap().success());
+    let status = Command::new("cp")
+        .arg("-r")
+        .arg(d.join("runs").join(from))
+        .arg(d.join("runs").join(to))
+        .status_in(QUICK_LIMIT, "cp -r");
+    assert!(status.success(), "cp -r runs/{from} runs/{to}");
 }
 
 /// A checkpoint records each tensor file's sha256: a flipped bit in the
@@ -961,7 +965,7 @@ fn infer_while_the_run_rewrites_its_checkpoint_scores_one_whole_checkpoint() {
         outcomes.push((o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned(), p));
     }
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
-    let saves = writer.join().unwrap();
+    let saves = dist_support::join_within(writer, QUICK_LIMIT, "the writer of the run's checkpoints");
     assert!(saves > 12, "the checkpoint was rewritten while infer ran ({saves} saves)");
     for (code, stderr, p) in outcomes {
         assert_eq!(code, Some(0), "infer while the run saves:\n{stderr}");

@@ -5,7 +5,10 @@ mod common;
 mod interrupt;
 #[path = "train_support/mod.rs"]
 mod train_support;
-use bounded::{RUN_LIMIT, STOP_LIMIT, kill_after, output_within, run_within, wait_within};
+use bounded::{
+    Bounded, PIPE_LIMIT, QUICK_LIMIT, RUN_LIMIT, STOP_LIMIT, join_all_scoped_within, kill_after, output_within,
+    run_within, wait_within,
+};
 use train_support::bounded;
 use train_support::names_in;
 
@@ -13,6 +16,13 @@ use leapgnn::format::{DatasetFile, ManifestFile, PartFile};
 use serde_json::Value;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+/// How long a thread that runs `leapgnn` to its end may take: the run's own
+/// limit, and its two pipes' after it. Past those the run's own wait has
+/// killed it and panicked naming it: the join, which would only abort the
+/// binary, waits a minute longer.
+const RUN_THREAD_LIMIT: Duration = Duration::from_secs(RUN_LIMIT.as_secs() + 2 * PIPE_LIMIT.as_secs() + 60);
 
 fn leapgnn(data: &Path, args: &[&str]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_leapgnn"));
@@ -221,12 +231,11 @@ fn concurrent_partitions_of_one_target_take_turns_and_leftovers_of_killed_writer
                 ["partition", "synthetic-small", "--parts", "2", "--method", "random", "--force", "--seed", seed];
             leapgnn(dir.path(), &args)
         };
-        let (a, b) = std::thread::scope(|s| {
-            let a = s.spawn(|| spawn("1"));
-            let b = s.spawn(|| spawn("2"));
-            (a.join().unwrap(), b.join().unwrap())
+        let both = std::thread::scope(|s| {
+            let runs = vec![s.spawn(|| spawn("1")), s.spawn(|| spawn("2"))];
+            join_all_scoped_within(runs, RUN_THREAD_LIMIT, |i| format!("round {round}: the writer with seed {}", i + 1))
         });
-        for out in [a, b] {
+        for out in both {
             assert!(out.status.success(), "round {round}: {}", String::from_utf8_lossy(&out.stderr));
         }
         let m = ManifestFile::open(parts.join("random-2")).unwrap();
@@ -297,7 +306,7 @@ fn an_unreadable_partition_file_is_reported_and_the_partition_left_as_it_is() {
         let path = parts.join(file);
         std::fs::remove_file(&path).unwrap();
         match file {
-            "manifest" => assert!(Command::new("mkfifo").arg(&path).status().unwrap().success()),
+            "manifest" => assert!(Command::new("mkfifo").arg(&path).status_in(QUICK_LIMIT, "mkfifo").success()),
             _ => std::fs::create_dir(&path).unwrap(),
         }
         let before = contents(&parts);

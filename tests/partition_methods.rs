@@ -1,5 +1,7 @@
 //! The partitioners on real graphs (SNAP Slashdot, Cora).
 
+#[path = "support/bounded.rs"]
+mod bounded;
 mod common;
 
 use leapgnn::graph::CsrView;
@@ -133,12 +135,15 @@ fn metis_gives_the_same_map_when_called_from_several_threads() {
     let is_train = train_flags(g.view().num_nodes(), &train);
     let p = problem(g.view(), &is_train, 4, 3);
     let reference = assign(Method::Metis, &p).unwrap();
+    // 5 calls of well under a second each per thread; only calls that deadlock
+    // take minutes (past which the binary aborts naming the threads).
+    let limit = std::time::Duration::from_secs(300);
     std::thread::scope(|s| {
         let runs: Vec<_> = (0..4)
             .map(|_| s.spawn(|| (0..5).map(|_| assign(Method::Metis, &p).unwrap()).collect::<Vec<_>>()))
             .collect();
-        for r in runs {
-            assert!(r.join().unwrap().iter().all(|m| *m == reference), "concurrent METIS calls changed the result");
+        for r in bounded::join_all_scoped_within(runs, limit, |i| format!("METIS caller {i}")) {
+            assert!(r.iter().all(|m| *m == reference), "concurrent METIS calls changed the result");
         }
     });
 }

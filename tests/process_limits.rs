@@ -3,7 +3,8 @@
 
 mod train_support;
 
-use train_support::{Tiny, bounded_command, capped_command, traced, write_tiny};
+use train_support::bounded::{Bounded, QUICK_LIMIT, RUN_LIMIT};
+use train_support::{Tiny, bounded_command, capped_command, open_to_all, processes_of, traced, write_tiny};
 
 /// glibc reserves 64 MiB of address space for each new thread's malloc
 /// arena, mapping 128 MiB for a moment to align it. Under a tight limit that
@@ -44,8 +45,7 @@ fn threads_that_cannot_start_are_reported_before_any_work_not_a_panic() {
     // 2000 stacks of 2 MiB cannot fit in 400 MiB, on any machine.
     let out = capped_command(d, &["partition", "tiny", "--parts", "2"], 400 << 20)
         .env("RAYON_NUM_THREADS", "2000")
-        .output()
-        .unwrap();
+        .output_in(RUN_LIMIT, "leapgnn partition with 2000 threads in 400 MiB");
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
@@ -59,8 +59,7 @@ fn threads_that_cannot_start_are_reported_before_any_work_not_a_panic() {
     // The same command within its means partitions.
     let ok = capped_command(d, &["partition", "tiny", "--parts", "2"], 4 << 30)
         .env("RAYON_NUM_THREADS", "2")
-        .output()
-        .unwrap();
+        .output_in(RUN_LIMIT, "leapgnn partition with 2 threads in 4 GiB");
     assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
 }
 
@@ -186,7 +185,8 @@ fn a_thread_or_a_worker_process_the_drivers_host_refuses_is_not_restarted_into_t
     let args = ["train", "tiny", "--workers", "2", "--epochs", "1", "--no-tui", "--restarts", "1"];
     let var = leapgnn::util::threads::REFUSE_THREAD_TEST_VAR;
     for (refused, what) in [("leapgnn-log-1", "thread"), ("leapgnn-worker-1", "process")] {
-        let out = bounded_command(d, &args).env(var, refused).output().unwrap();
+        let out =
+            bounded_command(d, &args).env(var, refused).output_in(RUN_LIMIT, &format!("leapgnn {refused} refused"));
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{err}");
         assert!(!err.contains("restart 1 of 1"), "restarted into the same limit: {err}");
@@ -202,10 +202,11 @@ fn a_thread_or_a_worker_process_the_drivers_host_refuses_is_not_restarted_into_t
         ] {
             assert!(errors[0].contains(needle), "no `{needle}` in {err}");
         }
-        let left = std::process::Command::new("pgrep").arg("-f").arg(d).output().unwrap();
+        let left = std::process::Command::new("pgrep").arg("-f").arg(d).output_in(QUICK_LIMIT, "pgrep -f");
         assert_eq!(String::from_utf8_lossy(&left.stdout), "", "workers left running after: {err}");
     }
-    let out = bounded_command(d, &args).env(var, "leapgnn-worker-1:2").output().unwrap();
+    let out =
+        bounded_command(d, &args).env(var, "leapgnn-worker-1:2").output_in(RUN_LIMIT, "leapgnn, a fork refused twice");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "a fork refused twice, then started, failed the run: {err}");
     assert!(!err.contains("restart 1 of 1"), "{err}");
@@ -264,15 +265,8 @@ fn tiny_for_a_free_user(slot: u32) -> Option<(tempfile::TempDir, u32)> {
     write_tiny(tmp.path(), "tiny", Tiny::default());
     let from = 64000 + (std::process::id() + slot * 333) % 1000;
     let uid = (from..from + 1000).find(|&u| processes_of(u) == 0).unwrap();
-    let open = std::process::Command::new("chmod").arg("-R").arg("a+rwX").arg(tmp.path()).status().unwrap();
-    assert!(open.success());
+    open_to_all(tmp.path());
     Some((tmp, uid))
-}
-
-/// How many processes (threads included) user `uid` runs.
-fn processes_of(uid: u32) -> usize {
-    let out = std::process::Command::new("pgrep").arg("-u").arg(uid.to_string()).output().unwrap();
-    String::from_utf8_lossy(&out.stdout).lines().count()
 }
 
 /// `leapgnn` run as user and group `uid`, whose processes and threads together

@@ -392,7 +392,9 @@ fn run(w: &World, command: &str, ctrl_c: bool) -> Ran {
 }
 
 fn namespaces_allowed() -> bool {
-    Command::new("ip").args(["netns", "list"]).output().is_ok_and(|o| o.status.success())
+    use bounded::Bounded;
+    let listed = Command::new("ip").args(["netns", "list"]).try_output_in(bounded::QUICK_LIMIT, "ip netns list");
+    listed.is_ok_and(|o| o.status.success())
 }
 
 #[test]

@@ -5,10 +5,17 @@
 
 mod dist_support;
 
+use dist_support::RUN_LIMIT;
+use dist_support::bounded::{Bounded, QUICK_LIMIT};
 use std::process::Command;
 
+/// `leapgnn ARGS`, its output captured, within `RUN_LIMIT`.
+fn run(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_leapgnn")).args(args).output_in(RUN_LIMIT, &format!("leapgnn {args:?}"))
+}
+
 fn leapgnn(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_leapgnn")).args(args).output().unwrap();
+    let out = run(args);
     assert!(out.status.success(), "leapgnn {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).unwrap()
 }
@@ -24,13 +31,13 @@ fn every_shell_gets_a_script_that_knows_the_subcommands_and_flags() {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("leapgnn.bash");
     std::fs::write(&path, leapgnn(&["completions", "bash"])).unwrap();
-    match Command::new("bash").arg("-n").arg(&path).output() {
+    match Command::new("bash").arg("-n").arg(&path).try_output_in(QUICK_LIMIT, "bash -n") {
         Ok(out) => {
             assert!(out.status.success(), "bash -n rejects the script: {}", String::from_utf8_lossy(&out.stderr))
         }
         Err(e) => eprintln!("skipping `bash -n`: cannot run bash ({e})"),
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_leapgnn")).args(["completions", "tcsh"]).output().unwrap();
+    let out = run(&["completions", "tcsh"]);
     assert_eq!(out.status.code(), Some(2), "an unknown shell is bad input");
 }
 
@@ -76,8 +83,7 @@ fn man_pages_render_for_the_tool_and_each_command() {
     // A file where the pages' directory should be is a wrong --dir (exit 2), not a failed write.
     let file = tmp.path().join("a-file");
     std::fs::write(&file, "kept").unwrap();
-    let out =
-        Command::new(env!("CARGO_BIN_EXE_leapgnn")).args(["man", "--dir", file.to_str().unwrap()]).output().unwrap();
+    let out = run(&["man", "--dir", file.to_str().unwrap()]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.starts_with("error: --dir") && err.contains("is a file"), "{err}");
@@ -101,8 +107,7 @@ fn a_closed_stdout_ends_the_output_quietly() {
             .args(args)
             .stdout(std::process::Stdio::from(writer))
             .stderr(std::process::Stdio::piped())
-            .output()
-            .unwrap();
+            .output_as_set_in(RUN_LIMIT, &format!("leapgnn {args:?} > a closed pipe"));
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(0), "leapgnn {args:?}: {err}");
         assert!(err.is_empty(), "leapgnn {args:?}: {err}");
@@ -120,10 +125,7 @@ fn slurm_script_takes_the_train_arguments_with_or_without_the_word_train() {
     let dashed = leapgnn(&["--data-dir", d, "slurm-script", "--nodes", "2", "--", "cora", "--epochs", "3"]);
     assert_eq!(named, dashed);
     assert!(named.contains("#SBATCH --nodes=2") && named.contains(" train cora --epochs 3 --cluster slurm"), "{named}");
-    let out = Command::new(env!("CARGO_BIN_EXE_leapgnn"))
-        .args(["--data-dir", d, "slurm-script", "train", "cora", "--epochz", "3"])
-        .output()
-        .unwrap();
+    let out = run(&["--data-dir", d, "slurm-script", "train", "cora", "--epochz", "3"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--epochz"));
     // A flag given twice takes the last value in train (so --config's flags can be overridden): accepted here too.

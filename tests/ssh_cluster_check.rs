@@ -7,6 +7,7 @@ mod ports;
 #[path = "support/sshd.rs"]
 mod sshd;
 
+use bounded::{Bounded, QUICK_LIMIT};
 use sshd::{LEFT_WITHIN, Sshd};
 use std::process::{Command, Output};
 
@@ -209,7 +210,7 @@ fn check_starts_every_worker_and_reports_data_to_ship() {
     let ports = h["ports"]["detail"].as_str().unwrap();
     assert!(ports.contains("rank 0 started") && ports.contains("rank 1 started"), "{ports}");
     // The host's two workers share its cores, as the host counts them.
-    let nproc = std::process::Command::new("nproc").output().unwrap();
+    let nproc = std::process::Command::new("nproc").output_in(QUICK_LIMIT, "nproc");
     let cores: usize = String::from_utf8_lossy(&nproc.stdout).trim().parse().unwrap();
     use leapgnn::cluster::launcher::{describe_threads, threads_per_worker};
     let share = format!(", {})", describe_threads(threads_per_worker(cores, 2)));
@@ -343,8 +344,7 @@ fn a_key_with_a_passphrase_is_named_as_the_cause() {
     let st = Command::new("ssh-keygen")
         .args(["-q", "-t", "ed25519", "-N", "a passphrase", "-f"])
         .arg(&key)
-        .status()
-        .unwrap();
+        .status_in(QUICK_LIMIT, "ssh-keygen with a passphrase");
     assert!(st.success());
     // The server would accept the key: only its passphrase stands in the way.
     let pubkey = std::fs::read_to_string(key.with_extension("pub")).unwrap();

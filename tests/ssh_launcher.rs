@@ -9,7 +9,7 @@ mod ports;
 #[path = "support/sshd.rs"]
 mod sshd;
 
-use bounded::alive;
+use bounded::{Bounded, QUICK_LIMIT, alive};
 use leapgnn::cluster::check::name_host;
 use leapgnn::cluster::driver::{DriverError, DriverOptions, Event, run_job};
 use leapgnn::cluster::job_key::{self, Side};
@@ -463,8 +463,7 @@ fn an_sshd_whose_port_was_taken_before_it_bound_serves_on_another() {
         .args(["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=30"])
         .arg(format!("{}@127.0.0.1", sshd.user))
         .arg("true")
-        .status()
-        .unwrap();
+        .status_in(QUICK_LIMIT, "ssh ... true");
     assert!(st.success(), "no session through the sshd on port {}:\n{}", sshd.port, sshd.log());
     sshd.stop();
 }

@@ -4,11 +4,17 @@
 
 mod dist_support;
 
+use dist_support::bounded::Bounded;
 use dist_support::{cora, fails, json};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
+
+/// How long TensorBoard's reader may take: importing the package takes
+/// seconds, longer on a loaded machine; reading a run's events, a moment.
+const READ_BACK_LIMIT: Duration = Duration::from_secs(300);
 
 /// TensorBoard's reader over `dir`: tag -> [(step, value)], or None when the
 /// package is missing outside CI (CI installs it and must not skip).
@@ -21,7 +27,7 @@ fn read_back(dir: &Path) -> Option<BTreeMap<String, Vec<(u64, f64)>>> {
          print(json.dumps({{t: [[e.step, e.value] for e in a.Scalars(t)] for t in a.Tags()['scalars']}}))",
         dir.display()
     );
-    let out = Command::new("python3").arg("-c").arg(&script).output();
+    let out = Command::new("python3").arg("-c").arg(&script).try_output_in(READ_BACK_LIMIT, "TensorBoard's reader");
     let missing = match &out {
         Ok(o) => String::from_utf8_lossy(&o.stderr).contains("No module named 'tensorboard'"),
         Err(_) => true,

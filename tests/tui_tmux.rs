@@ -10,8 +10,9 @@ mod ports;
 #[path = "support/sshd.rs"]
 mod sshd;
 
+use bounded::{Bounded, QUICK_LIMIT, RUN_LIMIT};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// How long a key gets to show on screen: the TUI reads it and redraws on its
@@ -36,12 +37,13 @@ impl Tmux {
     }
 
     fn run(&self, args: &[&str]) -> Output {
-        Command::new("tmux")
-            .arg("-S")
-            .arg(&self.socket)
-            .args(args)
-            .output()
-            .expect("tmux runs (CI installs it: apt-get install tmux)")
+        self.command(args).output_in(QUICK_LIMIT, &format!("tmux {args:?} (CI installs tmux: apt-get install tmux)"))
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut tmux = Command::new("tmux");
+        tmux.arg("-S").arg(&self.socket).args(args);
+        tmux
     }
 
     fn screen(&self) -> String {
@@ -68,7 +70,7 @@ impl Tmux {
 
 impl Drop for Tmux {
     fn drop(&mut self) {
-        let _ = self.run(&["kill-server"]);
+        let _ = self.command(&["kill-server"]).stdout(Stdio::null()).stderr(Stdio::null()).ended_in(QUICK_LIMIT);
     }
 }
 
@@ -133,8 +135,7 @@ fn q_stops_the_run_with_a_checkpoint_and_gives_the_terminal_back() {
         .arg("--data-dir")
         .arg(tmp.path())
         .args(["train", "--resume", "tmux", "--json", "--epochs", &(epoch + 2).to_string()])
-        .output()
-        .unwrap();
+        .output_in(RUN_LIMIT, "leapgnn train --resume tmux");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let resumed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(resumed["epochs"].as_u64(), Some(epoch + 2));
@@ -152,7 +153,7 @@ fn q_stops_the_run_with_a_checkpoint_and_gives_the_terminal_back() {
 /// started them, whose command line quotes the binary's path).
 fn training(run: &str) -> Vec<u32> {
     let pattern = format!("leapgnn --data-dir .* --run {run}");
-    let out = Command::new("pgrep").args(["-f", &pattern]).output().expect("pgrep (procps) runs");
+    let out = Command::new("pgrep").args(["-f", &pattern]).output_in(QUICK_LIMIT, "pgrep (procps)");
     String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| l.trim().parse().ok()).collect()
 }
 

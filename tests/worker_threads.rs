@@ -3,7 +3,7 @@
 
 mod dist_support;
 
-use dist_support::{cora, local_options, small_cora_job, wrapped};
+use dist_support::{cora, local_options, open_to_all, processes_of, small_cora_job, wrapped};
 use leapgnn::DataDir;
 use leapgnn::cluster::driver::DriverError;
 use leapgnn::train::distributed::train_distributed;
@@ -134,11 +134,7 @@ fn a_worker_refused_one_of_candles_threads_is_named_not_a_panic_and_not_restarte
         return;
     }
     // A uid that runs nothing, as the limit counts all of a user's threads.
-    let free = |u: &u32| {
-        let out = std::process::Command::new("pgrep").arg("-u").arg(u.to_string()).output().unwrap();
-        out.stdout.is_empty()
-    };
-    let uid = (65000 + std::process::id() % 300..65500).find(free).unwrap();
+    let uid = (65000 + std::process::id() % 300..65500).find(|&u| processes_of(u) == 0).unwrap();
     let setup = format!(
         "export CANDLE_NUM_THREADS=32 RAYON_NUM_THREADS=8; exec setpriv --reuid {uid} --regid {uid} --clear-groups prlimit --nproc=24 \
          \"$bin\" \"$@\""
@@ -173,8 +169,7 @@ fn worker_1_under(setup: &str) -> (anyhow::Result<()>, usize) {
     let tmp = cora();
     let d = tmp.path();
     // Open to a worker run as another user.
-    let open = std::process::Command::new("chmod").arg("-R").arg("a+rwX").arg(d).status().unwrap();
-    assert!(open.success());
+    open_to_all(d);
     let bin = env!("CARGO_BIN_EXE_leapgnn");
     let body = format!("bin='{bin}'\ncase \" $* \" in *' --rank 1 '*) {setup} ;; esac\nexec \"$bin\" \"$@\"\n");
     let launcher = wrapped(d, "refused.sh", &body);

@@ -17,7 +17,8 @@ pub use sshd::wait_gone;
 pub use train_support::bounded::{self, RUN_LIMIT, STOP_LIMIT, join_within, recv_within, wait_within};
 #[allow(unused_imports)] // only some tests check failures
 pub use train_support::{
-    Tiny, fails, json, leapgnn, leapgnn_capped, leapgnn_env, names_in, refused_capped, write_tiny,
+    Tiny, fails, json, leapgnn, leapgnn_capped, leapgnn_env, names_in, open_to_all, processes_of, refused_capped,
+    write_tiny,
 };
 
 use std::io::{BufRead, BufReader};

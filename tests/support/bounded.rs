@@ -24,6 +24,10 @@ pub const STOP_LIMIT: Duration = Duration::from_secs(120);
 /// process it started (which inherited the pipe) still holds stays open.
 pub const PIPE_LIMIT: Duration = Duration::from_secs(60);
 
+/// How long a quick command (pgrep, chmod, cp, a tmux client, python's
+/// import of a module) may take: a moment, but for a loaded machine.
+pub const QUICK_LIMIT: Duration = Duration::from_secs(60);
+
 /// Short enough to add nothing to a test's time, long enough not to spin.
 const POLL: Duration = Duration::from_millis(20);
 
@@ -48,12 +52,30 @@ pub fn within<T>(limit: Duration, mut poll: impl FnMut() -> Option<T>) -> Option
 /// left running, they would hold its pipes and outlive the test) and panics
 /// naming `what`.
 pub fn wait_within(child: &mut Child, limit: Duration, what: &str) -> ExitStatus {
-    let ended = within(limit, || child.try_wait().unwrap_or_else(|e| panic!("waiting for {what}: {e}")));
-    ended.unwrap_or_else(|| {
+    match ended_or_killed(child, limit) {
+        Some(Ok(status)) => status,
+        Some(Err(e)) => panic!("waiting for {what}: {e}"),
+        None => panic!("{what} did not end within {limit:?} (killed it and what it started)"),
+    }
+}
+
+/// `wait_within` for a `Drop`, which must not panic (it may run while a test
+/// unwinds, and a panic there aborts the whole test binary): None when the
+/// child did not end within `limit` (it and what it started are killed then)
+/// or could not be waited for.
+pub fn ended_within(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    ended_or_killed(child, limit)?.ok()
+}
+
+/// How `child` ended, within `limit`; None past it, once the child and every
+/// process it started are killed.
+fn ended_or_killed(child: &mut Child, limit: Duration) -> Option<std::io::Result<ExitStatus>> {
+    let ended = within(limit, || child.try_wait().transpose());
+    if ended.is_none() {
         kill_tree(child.id());
         let _ = child.wait();
-        panic!("{what} did not end within {limit:?} (killed it and what it started)");
-    })
+    }
+    ended
 }
 
 /// `Command::output` and `Command::status`, bounded: past `limit` the process
@@ -61,8 +83,18 @@ pub fn wait_within(child: &mut Child, limit: Duration, what: &str) -> ExitStatus
 pub trait Bounded {
     /// `output()`: stdin empty, stdout and stderr captured (`run_within`).
     fn output_in(&mut self, limit: Duration, what: &str) -> Output;
+    /// `output_in`, where a command that cannot start is no failure (a tool
+    /// a test skips without): the spawn's error.
+    fn try_output_in(&mut self, limit: Duration, what: &str) -> std::io::Result<Output>;
+    /// `output()` of a command whose stdout or stderr the call has sent
+    /// elsewhere (a closed pipe, /dev/full): stdin empty, and of stdout and
+    /// stderr, what the call made `Stdio::piped()` is captured.
+    fn output_as_set_in(&mut self, limit: Duration, what: &str) -> Output;
     /// `status()`: stdio as the command has it configured (inherited unless set).
     fn status_in(&mut self, limit: Duration, what: &str) -> ExitStatus;
+    /// `status_in` for a `Drop` (see `ended_within`): None, and no panic,
+    /// when the command cannot start or does not end within `limit`.
+    fn ended_in(&mut self, limit: Duration) -> Option<ExitStatus>;
 }
 
 impl Bounded for Command {
@@ -70,9 +102,21 @@ impl Bounded for Command {
         run_within(self, limit, what)
     }
 
+    fn try_output_in(&mut self, limit: Duration, what: &str) -> std::io::Result<Output> {
+        let child = self.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+        Ok(output_within(child, limit, what))
+    }
+
+    fn output_as_set_in(&mut self, limit: Duration, what: &str) -> Output {
+        output_within(started(self.stdin(Stdio::null()), what), limit, what)
+    }
+
     fn status_in(&mut self, limit: Duration, what: &str) -> ExitStatus {
-        let mut child = self.spawn().unwrap_or_else(|e| panic!("{what} cannot start: {e}"));
-        wait_within(&mut child, limit, what)
+        wait_within(&mut started(self, what), limit, what)
+    }
+
+    fn ended_in(&mut self, limit: Duration) -> Option<ExitStatus> {
+        ended_within(&mut self.spawn().ok()?, limit)
     }
 }
 
@@ -89,16 +133,21 @@ pub fn output_within(mut child: Child, limit: Duration, what: &str) -> Output {
     Output { status, stdout: rest(stdout, "stdout"), stderr: rest(stderr, "stderr") }
 }
 
+/// `cmd` started, or a panic naming `what` and why it cannot start.
+fn started(cmd: &mut Command, what: &str) -> Child {
+    or_cannot_start(cmd.spawn(), what)
+}
+
+/// What a command that had to start (`what`) gave; a panic saying why it
+/// could not start.
+fn or_cannot_start<T>(started: std::io::Result<T>, what: &str) -> T {
+    started.unwrap_or_else(|e| panic!("{what} cannot start: {e}"))
+}
+
 /// What `Command::output` gives (stdin empty, stdout and stderr captured),
 /// bounded as `output_within` is.
 pub fn run_within(cmd: &mut Command, limit: Duration, what: &str) -> Output {
-    let child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{what} cannot start: {e}"));
-    output_within(child, limit, what)
+    or_cannot_start(cmd.try_output_in(limit, what), what)
 }
 
 /// All of `pipe`, on a channel once it closes (read on its own thread so
@@ -127,9 +176,17 @@ pub fn recv_within<T>(rx: &mpsc::Receiver<T>, limit: Duration, what: &str) -> T 
 /// thread is left behind: a thread cannot be killed) or with the thread's
 /// own panic when it panicked.
 pub fn join_within<T>(handle: JoinHandle<T>, limit: Duration, what: &str) -> T {
-    within(limit, || handle.is_finished().then_some(()))
-        .unwrap_or_else(|| panic!("{what} did not end within {limit:?}"));
-    handle.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
+    joined_within(handle, limit)
+        .unwrap_or_else(|| panic!("{what} did not end within {limit:?}"))
+        .unwrap_or_else(|p| std::panic::resume_unwind(p))
+}
+
+/// `handle.join()` for a `Drop` (see `ended_within`): what `join` gives, or
+/// None, and no panic, when the thread did not end within `limit` (it is
+/// left behind).
+pub fn joined_within<T>(handle: JoinHandle<T>, limit: Duration) -> Option<std::thread::Result<T>> {
+    within(limit, || handle.is_finished().then_some(()))?;
+    Some(handle.join())
 }
 
 /// `handle.join()` for a thread of a `std::thread::scope`, at most `limit`
@@ -190,11 +247,14 @@ pub fn accept_within(listener: &std::net::TcpListener, limit: Duration, what: &s
     conn
 }
 
-/// While held, a watch that kills process `pid` (SIGKILL) `limit` from now,
-/// saying that `what` was awaited: for a read of a child's pipe on the test's
-/// own thread, which only output or the pipe's end can stop (the kill ends
-/// the pipe, and the read's own checks then fail). Drop it before the child
-/// is waited for: its pid may be reused from then on.
+/// While held, a watch that kills process `pid` and every process it started
+/// (SIGKILL, as `kill_tree`) `limit` from now, saying that `what` was
+/// awaited: for a read of a child's pipe on the test's own thread, which only
+/// output or the pipe's end can stop. The kill ends the pipe, and the read's
+/// own checks then fail; the child alone would leave what it started (a
+/// driver's workers, a shell's job) running, holding the pipe open and the
+/// read waiting. Drop it before the child is waited for: its pid may be
+/// reused from then on.
 pub struct KillAfter {
     _held: mpsc::Sender<()>,
 }
@@ -204,9 +264,8 @@ pub fn kill_after(pid: u32, limit: Duration, what: &str) -> KillAfter {
     let what = what.to_string();
     std::thread::spawn(move || {
         if let Err(mpsc::RecvTimeoutError::Timeout) = dropped.recv_timeout(limit) {
-            eprintln!("{what}: not within {limit:?}; killed pid {pid}");
-            // SAFETY: kill(2) takes plain integers and touches no memory.
-            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            let below = kill_tree(pid);
+            eprintln!("{what}: not within {limit:?}; killed pid {pid} and what it started: {below:?}");
         }
     });
     KillAfter { _held: held }

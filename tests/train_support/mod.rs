@@ -6,7 +6,7 @@
 #[path = "../support/bounded.rs"]
 pub mod bounded;
 
-use bounded::{RUN_LIMIT, run_within};
+use bounded::{Bounded, QUICK_LIMIT, RUN_LIMIT, run_within};
 use leapgnn::format::{Dataset, DatasetMeta, FeatureStorage, FeatureTable};
 use leapgnn::graph::Csr;
 use leapgnn::util::rng::hash_of;
@@ -204,11 +204,23 @@ pub fn capped_command(data: &std::path::Path, args: &[&str], bytes: u64) -> Comm
     c
 }
 
+/// How many processes (threads included) user `uid` runs.
+pub fn processes_of(uid: u32) -> usize {
+    let out = Command::new("pgrep").arg("-u").arg(uid.to_string()).output_in(QUICK_LIMIT, "pgrep -u");
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
+/// Opens `dir` and everything in it to every user (to a run as another uid).
+pub fn open_to_all(dir: &Path) {
+    let open = Command::new("chmod").arg("-R").arg("a+rwX").arg(dir).status_in(QUICK_LIMIT, "chmod -R a+rwX");
+    assert!(open.success(), "chmod -R a+rwX {}", dir.display());
+}
+
 /// `leapgnn --data-dir DATA ARGS` under `strace -f -qq -e signal=none` with
 /// `filters` (`-e trace=...`), the trace written to `trace`: the run's output
 /// and the trace. None, saying why, where strace is not installed (CI installs it).
 pub fn traced(data: &Path, filters: &[&str], args: &[&str], trace: &Path) -> Option<(Output, String)> {
-    if Command::new("strace").arg("-V").output().is_err() {
+    if Command::new("strace").arg("-V").try_output_in(QUICK_LIMIT, "strace -V").is_err() {
         eprintln!("skipped: strace is not installed (CI installs it)");
         return None;
     }
