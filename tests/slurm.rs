@@ -238,9 +238,11 @@ impl Netns {
 
 impl Drop for Netns {
     fn drop(&mut self) {
-        // Deleting one end of the pair deletes both.
-        let _ = ip(&["link", "del", &self.host_if]);
-        let _ = ip(&["netns", "del", &self.name]);
+        // Deleting one end of the pair deletes both. No panic past the limit
+        // (`ended_in`, not `ip`): this may run while a test unwinds.
+        for args in [&["link", "del", &self.host_if][..], &["netns", "del", &self.name]] {
+            let _ = Command::new("ip").args(args).stdout(Stdio::null()).stderr(Stdio::null()).ended_in(QUICK);
+        }
     }
 }
 
