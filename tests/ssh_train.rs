@@ -420,6 +420,29 @@ fn flip_a_byte(file: &Path) {
     std::fs::write(file, bytes).unwrap();
 }
 
+/// Cora's part 1 of 2, damaged (a byte flipped, its size kept) on `sshd`'s
+/// host after a run shipped it there: (the driver's copy, the host's).
+fn damage_part_1(sshd: &Sshd, d: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let part = "cora/parts/metis-2/part-1.lgnn";
+    let (mine, theirs) = (d.join(part), sshd.remote.join("data").join(part));
+    flip_a_byte(&theirs);
+    (mine, theirs)
+}
+
+/// The line of `err` (a run's stderr) saying the job was launched again
+/// after worker 1 refused the host's damaged copy `theirs`, once it is
+/// asserted that the line does not count it as a restart, that the copy was
+/// sent again (equal to `mine`), and that `run` recorded no restart.
+fn relaunched_for<'a>(err: &'a str, (mine, theirs): (&Path, &Path), d: &Path, run: &str) -> &'a str {
+    let at = theirs.to_str().unwrap();
+    let relaunched = err.lines().find(|l| l.contains("worker 1 refused")).unwrap_or_else(|| panic!("not said: {err}"));
+    assert!(relaunched.contains(at) && relaunched.contains("not counted as a restart"), "{relaunched}");
+    assert!(std::fs::read(mine).unwrap() == std::fs::read(theirs).unwrap(), "not sent again: {err}");
+    let metrics = std::fs::read_to_string(d.join("runs").join(run).join("metrics.jsonl")).unwrap();
+    assert!(!metrics.contains("\"restart\""), "the relaunch was recorded as a restart: {metrics}");
+    relaunched
+}
+
 /// GNNPipe over ssh with more than one chunk: the chunks the driver cut and
 /// stored go to the host beside the data, byte for byte, and the workers
 /// train from that copy, to the local run's losses and weights. The host
@@ -503,9 +526,7 @@ fn a_partition_damaged_on_its_host_is_sent_again_and_the_job_relaunched_once() {
     let tmp = cora();
     let d = tmp.path();
     let before = train(d, &["--cluster", p, "--run", "before"]);
-    let part = "cora/parts/metis-2/part-1.lgnn";
-    let (mine, theirs) = (d.join(part), sshd.remote.join("data").join(part));
-    flip_a_byte(&theirs);
+    let (mine, theirs) = damage_part_1(&sshd, d);
 
     let args = ["--cluster", p, "--run", "damaged", "--restarts", "0", "--json"];
     let out = leapgnn(d, &[&["train", "cora"], SMALL, &args[..]].concat());
@@ -514,19 +535,15 @@ fn a_partition_damaged_on_its_host_is_sent_again_and_the_job_relaunched_once() {
     // It had no checkpoint to fetch yet, which the warning says of a relaunch, not a restart.
     let fetch = err.lines().find(|l| l.contains("cannot fetch the checkpoint")).unwrap_or_else(|| panic!("{err}"));
     assert!(fetch.contains("the relaunch uses the driver's copy"), "{fetch}");
+    relaunched_for(&err, (&mine, &theirs), d, "damaged");
     let at = theirs.to_str().unwrap();
-    let relaunched = err.lines().find(|l| l.contains("worker 1 refused")).unwrap_or_else(|| panic!("not said: {err}"));
-    assert!(relaunched.contains(at) && relaunched.contains("not counted as a restart"), "{relaunched}");
     let said = err.lines().find(|l| l.contains("is damaged")).unwrap_or_else(|| panic!("not said: {err}"));
     assert!(said.contains(at) && said.contains("sending the driver's copy again"), "{said}");
-    assert!(std::fs::read(&mine).unwrap() == std::fs::read(&theirs).unwrap(), "not sent again: {err}");
     let shipped = read_json(&d.join("runs/damaged/shipped.json"));
     let sent = shipped.as_array().unwrap().iter().filter(|s| s["sent"] == true && s["remote"] == at);
     assert_eq!(sent.count(), 1, "{shipped}");
     let again: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(epoch_losses(&again), epoch_losses(&before), "same seed, same curve");
-    let metrics = std::fs::read_to_string(d.join("runs/damaged/metrics.jsonl")).unwrap();
-    assert!(!metrics.contains("\"restart\""), "the relaunch was recorded as a restart: {metrics}");
 
     // The driver's own copy damaged too: sent as it is, checked, and refused again, which the error says.
     flip_a_byte(&mine);
@@ -537,6 +554,34 @@ fn a_partition_damaged_on_its_host_is_sent_again_and_the_job_relaunched_once() {
     let line = error_line(&err);
     let again = format!("worker 1 refused {at} again after the driver checked them on its host");
     assert!(line.contains(&again) && line.contains("its own copy"), "{line}");
+    sshd.assert_nothing_left();
+    sshd.stop();
+}
+
+/// A resumed run meets a partition damaged on its host as a new one does:
+/// the file is checked, sent again, and the job relaunched once (not a
+/// restart), here from the run's checkpoint, so the run ends on the curve
+/// of one never stopped.
+#[test]
+fn a_resumed_run_whose_partition_was_damaged_on_its_host_resumes_after_it_is_sent_again() {
+    let mut sshd = Sshd::start();
+    let profile = sshd.profile(2, "");
+    let p = profile.to_str().unwrap();
+    let tmp = cora();
+    let d = tmp.path();
+    let straight = train(d, &["--cluster", p, "--run", "straight"]);
+    let stopped = train(d, &["--cluster", p, "--run", "cut", "--stop-after", "6"]);
+    assert_eq!(stopped["iterations"], 6);
+    let (mine, theirs) = damage_part_1(&sshd, d);
+
+    let out = leapgnn(d, &["train", "--resume", "cut", "--no-tui", "--restarts", "0", "--json"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the resumed run did not get past the damaged partition: {err}");
+    let relaunched = relaunched_for(&err, (&mine, &theirs), d, "cut");
+    assert!(relaunched.contains("resuming it from its last checkpoint"), "{relaunched}");
+    let resumed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(epoch_losses(&resumed), epoch_losses(&straight), "same seed, same curve");
+    assert!(final_weights(d, "cut") == final_weights(d, "straight"), "final weights differ");
     sshd.assert_nothing_left();
     sshd.stop();
 }
