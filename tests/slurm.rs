@@ -21,9 +21,9 @@ use std::time::{Duration, Instant};
 static ONE: Mutex<()> = Mutex::new(());
 
 /// How long a command that answers at once may take (ip, kill, munge,
-/// `leapgnn slurm-script`) on a loaded machine. Jobs waited for (sbatch
-/// --wait, srun, salloc) get `RUN_LIMIT`.
-const QUICK: Duration = Duration::from_secs(60);
+/// `leapgnn slurm-script`) on a loaded machine: bounded's `QUICK_LIMIT`.
+/// Jobs waited for (sbatch --wait, srun, salloc) get `RUN_LIMIT`.
+const QUICK: Duration = dist_support::bounded::QUICK_LIMIT;
 
 /// How long a query of the Slurm daemons may take (scontrol, squeue, sinfo,
 /// scancel, a submission): a client retries a busy slurmctld for a while.

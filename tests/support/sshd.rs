@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::bounded::{Bounded, alive, descendants_of, kill_tree, within};
+use super::bounded::{Bounded, QUICK_LIMIT, alive, descendants_of, kill_tree, within};
 use super::ports::{free_port, on_fresh_ports};
 
 /// How long a test gives what a run started over ssh to go once the run has
@@ -17,9 +17,6 @@ use super::ports::{free_port, on_fresh_ports};
 /// sshd process reaps it and closes, three processes each waiting its turn
 /// for a core on a loaded machine. Only a leak outlasts it.
 pub const LEFT_WITHIN: Duration = Duration::from_secs(30);
-
-/// How long ssh-keygen or `id` may take: a moment, but for a loaded machine.
-const QUICK: Duration = Duration::from_secs(60);
 
 pub struct Sshd {
     pub dir: tempfile::TempDir,
@@ -38,12 +35,12 @@ pub fn keygen(path: &Path) {
     let st = Command::new("ssh-keygen")
         .args(["-q", "-t", "ed25519", "-N", "", "-C", "leapgnn-test", "-f"])
         .arg(path)
-        .status_in(QUICK, "ssh-keygen (openssh-client must be installed)");
+        .status_in(QUICK_LIMIT, "ssh-keygen (openssh-client must be installed)");
     assert!(st.success(), "ssh-keygen failed for {}", path.display());
 }
 
 pub fn current_user() -> String {
-    let out = Command::new("id").arg("-un").output_in(QUICK, "id -un");
+    let out = Command::new("id").arg("-un").output_in(QUICK_LIMIT, "id -un");
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
