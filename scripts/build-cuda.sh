@@ -10,10 +10,16 @@
 # only a GPU driver installs; a stub with the same soname, defining every
 # driver function cudarc declares, satisfies the linker, and the real driver
 # library is the one loaded at run time. Extra arguments go to `cargo build`.
+#
+# LEAPGNN_CUDA_TARGET_DIR=target builds in the CPU build's target directory,
+# reusing every dependency the cuda feature leaves alone (CI, after its tests);
+# target/release/leapgnn is then the cuda binary until the next CPU build, which
+# puts its own back without compiling anything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 CACHE=${LEAPGNN_CUDA_CACHE:-$HOME/.cache/leapgnn/cuda-13.0}
+TARGET_DIR=${LEAPGNN_CUDA_TARGET_DIR:-target/cuda}
 export CUDA_COMPUTE_CAP=${CUDA_COMPUTE_CAP:-90}
 # Pinned: nvcc 13.0 is what the 580-series drivers run; the cu12 wheels ship no nvcc.
 WHEELS=(
@@ -50,10 +56,13 @@ n=$(wc -l <"$CU/lib/stubs/cuda_stub.c")
 ((n > 100)) || { echo "build-cuda: found only $n driver functions in $sys_rs" >&2; exit 1; }
 cc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$CU/lib/stubs/libcuda.so" "$CU/lib/stubs/cuda_stub.c"
 
+# candle-kernels compiles its quantized-matmul kernels (about a minute of nvcc
+# each, and the longest step of this build) on half the cores unless told.
+export CUDAFORGE_THREADS=${CUDAFORGE_THREADS:-$(nproc)}
 export PATH=$CU/bin:$PATH CUDA_ROOT=$CU CUDA_PATH=$CU CUDA_TOOLKIT_ROOT_DIR=$CU LIBRARY_PATH=$CU/lib
 echo "build-cuda: nvcc $(nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p'), compute capability $CUDA_COMPUTE_CAP, $n driver functions stubbed" >&2
-cargo build --release --features cuda --target-dir target/cuda "$@"
-BIN=target/cuda/release/leapgnn
+cargo build --release --features cuda --target-dir "$TARGET_DIR" "$@"
+BIN=$TARGET_DIR/release/leapgnn
 
 # Smoke check, GPU or not: with the stub standing in for the driver, the binary
 # starts, trains on the CPU, and refuses --device cuda naming the device.
