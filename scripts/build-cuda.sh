@@ -57,7 +57,8 @@ n=$(wc -l <"$CU/lib/stubs/cuda_stub.c")
 cc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$CU/lib/stubs/libcuda.so" "$CU/lib/stubs/cuda_stub.c"
 
 # candle-kernels compiles its quantized-matmul kernels (about a minute of nvcc
-# each, and the longest step of this build) on half the cores unless told.
+# each, and the longest step of this build) on half the cores unless told; one
+# nvcc peaks at about 250 MiB, so every core can take one.
 export CUDAFORGE_THREADS=${CUDAFORGE_THREADS:-$(nproc)}
 export PATH=$CU/bin:$PATH CUDA_ROOT=$CU CUDA_PATH=$CU CUDA_TOOLKIT_ROOT_DIR=$CU LIBRARY_PATH=$CU/lib
 echo "build-cuda: nvcc $(nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p'), compute capability $CUDA_COMPUTE_CAP, $n driver functions stubbed" >&2
