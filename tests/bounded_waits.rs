@@ -127,18 +127,34 @@ const CHILD_VAR: &str = "LEAPGNN_BOUNDED_WAITS_CHILD";
 /// process: the abort ends the whole binary.
 #[test]
 fn a_hung_scoped_thread_aborts_naming_it_and_a_panicked_one() {
+    let err = aborted_child("a_scope_with_a_hung_and_a_panicked_thread");
+    assert!(err.contains("thread 1 did not end within 1s"), "{err}");
+    assert!(err.contains("thread 0 panicked: gave up"), "{err}");
+}
+
+/// The same for a pair of threads of different results: the one left
+/// waiting on its peer is named, and so is the peer's panic.
+#[test]
+fn a_hung_pair_aborts_naming_the_hung_thread_and_its_panicked_peer() {
+    let err = aborted_child("a_pair_with_a_hung_and_a_panicked_thread");
+    assert!(err.contains("worker 1 did not end within 1s"), "{err}");
+    assert!(err.contains("worker 0 panicked: gave up"), "{err}");
+}
+
+/// Runs the ignored test `name` of this binary in a child process and
+/// asserts it aborted; returns its stderr.
+fn aborted_child(name: &str) -> String {
     let mut child = Command::new(std::env::current_exe().unwrap());
-    child.args(["--ignored", "--exact", "a_scope_with_a_hung_and_a_panicked_thread"]).env(CHILD_VAR, "1");
-    let out = child.output_in(bounded::RUN_LIMIT, "the scope with a hung thread");
-    let err = String::from_utf8_lossy(&out.stderr);
+    child.args(["--ignored", "--exact", name]).env(CHILD_VAR, "1");
+    let out = child.output_in(bounded::RUN_LIMIT, name);
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
     assert_eq!(
         std::os::unix::process::ExitStatusExt::signal(&out.status),
         Some(libc::SIGABRT),
         "{}: {err}",
         out.status
     );
-    assert!(err.contains("thread 1 did not end within 1s"), "{err}");
-    assert!(err.contains("thread 0 panicked: gave up"), "{err}");
+    err
 }
 
 /// The child of the test above: thread 0 panics, thread 1 waits for a
@@ -158,5 +174,21 @@ fn a_scope_with_a_hung_and_a_panicked_thread() {
             }),
         ];
         bounded::join_all_scoped_within(threads, Duration::from_secs(1), |i| format!("thread {i}"));
+    });
+}
+
+/// The child of the pair test above: worker 0 panics, worker 1 waits for a
+/// message from it that never comes.
+#[test]
+#[ignore = "run by a_hung_pair_aborts_naming_the_hung_thread_and_its_panicked_peer, in a process of its own"]
+fn a_pair_with_a_hung_and_a_panicked_thread() {
+    if std::env::var_os(CHILD_VAR).is_none() {
+        return;
+    }
+    let (_never, hangs) = std::sync::mpsc::channel::<u32>();
+    std::thread::scope(|s| {
+        let worker0 = s.spawn(|| -> String { panic!("gave up") });
+        let worker1 = s.spawn(move || hangs.recv().ok());
+        bounded::join_pair_scoped_within(worker1, worker0, Duration::from_secs(1), ["worker 1", "worker 0"]);
     });
 }

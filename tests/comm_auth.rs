@@ -36,6 +36,12 @@ fn joined<T>(handle: thread::ScopedJoinHandle<'_, T>, what: &str) -> T {
     bounded::join_scoped_within(handle, JOIN_LIMIT, what)
 }
 
+/// Workers 1 and 0 joined together, at most `JOIN_LIMIT` away: one hung
+/// waiting on a peer that panicked is named with that peer's panic.
+fn joined_pair<A, B>(worker1: thread::ScopedJoinHandle<'_, A>, worker0: thread::ScopedJoinHandle<'_, B>) -> (A, B) {
+    bounded::join_pair_scoped_within(worker1, worker0, JOIN_LIMIT, ["worker 1", "worker 0"])
+}
+
 /// Held by the tests that bring a crowd of strangers, so that the one measuring
 /// the process's memory does not count another's crowd.
 static CROWD: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -108,10 +114,8 @@ fn strangers_are_refused_and_logged_and_the_genuine_workers_connect_anyway() {
             m.send(0, 1, Category::Control, b"hello from 1".to_vec()).unwrap();
             m.barrier(LONG).unwrap();
         });
-        joined(worker1, "worker 1");
+        let ((), (refused, hi)) = joined_pair(worker1, worker0);
         assert_dropped(silent, "a silent stranger");
-
-        let (refused, hi) = joined(worker0, "worker 0");
         assert_eq!(hi, b"hello from 1");
         let reason = |addr| refused.iter().find(|r| r.from == addr).map(|r| r.reason.clone()).unwrap_or_default();
         assert!(reason(garbage_addr).contains("not a leapgnn frame"), "{refused:?}");
@@ -134,10 +138,10 @@ fn a_worker_with_another_secret_learns_which_peer_refused_it() {
     let mut cfg0 = MeshConfig::new(0, addrs.clone(), secret());
     cfg0.connect_timeout = Duration::from_secs(1);
     let cfg1 = MeshConfig::new(1, addrs.clone(), b"an entirely different job secret".to_vec());
-    let (e0, e1) = thread::scope(|s| {
+    let (e1, e0) = thread::scope(|s| {
         let w0 = s.spawn(move || Mesh::establish(l0, &cfg0).unwrap_err());
         let w1 = s.spawn(move || Mesh::establish(l1, &cfg1).unwrap_err());
-        (joined(w0, "worker 0"), joined(w1, "worker 1"))
+        joined_pair(w1, w0)
     });
     assert!(matches!(e1, CommError::Handshake { .. }), "{e1:?}");
     let (m0, m1) = (e0.to_string(), e1.to_string());
@@ -180,14 +184,18 @@ fn a_worker_of_another_job_size_or_protocol_is_told_why_at_its_first_dial() {
         let answered = frame::read_frame(&mut other, MAX_HANDSHAKE_FRAME).map_err(|e| e.to_string());
 
         for (w0, w1, addrs, worker0, worker1) in runs {
-            let e1 = joined(worker1, &format!("worker 1 of {w1}"));
+            let (e1, e0) = bounded::join_pair_scoped_within(
+                worker1,
+                worker0,
+                JOIN_LIMIT,
+                [&format!("worker 1 of {w1}"), &format!("worker 0 of {w0}")],
+            );
             let m1 = e1.to_string();
             assert!(matches!(e1, CommError::Handshake { .. }), "{e1:?}");
             assert!(m1.contains(&format!("worker 0 ({})", addrs[0])), "{m1}");
             assert!(m1.contains(&format!("a job of {w0} workers, this one has {w1}")), "{m1}");
             assert!(m1.contains("same worker address list"), "{m1}");
             assert!(!m1.contains("each time it was dialled"), "worker 1 dialled again and again: {m1}");
-            let e0 = joined(worker0, &format!("worker 0 of {w0}"));
             assert!(matches!(e0, CommError::Incomplete { .. }), "{e0:?}");
         }
         let (h, answer) = answered.expect("worker 0 answers a hello of another protocol");
@@ -325,8 +333,7 @@ fn a_crowd_of_silent_and_dribbling_strangers_does_not_delay_the_mesh() {
             m.barrier(LONG).unwrap();
             ready
         });
-        let ready = joined(worker1, "worker 1");
-        let refused = joined(worker0, "worker 0");
+        let (ready, refused) = joined_pair(worker1, worker0);
         // A stranger the mesh waited on ends refused at its handshake deadline; one that
         // did not hold it up was evicted by newer ones or cut once the mesh was complete.
         let waited_out = format!("within {:?}", Duration::from_secs(20));
@@ -382,8 +389,7 @@ fn a_stranger_dribbling_its_hello_is_dropped_at_the_handshake_deadline() {
         }
         // Worker 1 comes only now, so that the mesh's end does not cut the stranger.
         let worker1 = s.spawn(move || Mesh::establish(l1, &cfg1).unwrap().barrier(LONG).unwrap());
-        joined(worker1, "worker 1");
-        let refused = joined(worker0, "worker 0");
+        let ((), refused) = joined_pair(worker1, worker0);
         let dropped = dropped.expect("the stranger dribbled its whole hello (18 s) without being dropped");
         // Dropped before it finished, for its whole handshake's deadline: a timeout per
         // read would have let each of its bytes, 300 ms apart, through.
@@ -445,8 +451,7 @@ fn a_slow_genuine_worker_is_not_evicted_by_a_crowd_of_silent_strangers() {
         crowd_now.wait();
         let silent: Vec<TcpStream> =
             (0..2 * leapgnn::comm::MAX_UNAUTHENTICATED).map(|_| TcpStream::connect(addrs[0]).unwrap()).collect();
-        let r1 = joined(worker1, "worker 1");
-        let r0 = joined(worker0, "worker 0");
+        let (r1, r0) = joined_pair(worker1, worker0);
         drop(silent);
         assert!(r1.is_ok() && r0.is_ok(), "worker 1: {:?}, worker 0: {:?}", r1.err(), r0.err());
     });
@@ -510,7 +515,7 @@ fn impostors_that_say_hello_and_stall_cost_a_genuine_worker_past_its_hello_a_dia
             })
             .collect();
         crowd_in.wait();
-        let (r1, r0) = (joined(worker1, "worker 1"), joined(worker0, "worker 0"));
+        let (r1, r0) = joined_pair(worker1, worker0);
         drop(impostors);
         assert!(r1.is_ok() && r0.is_ok(), "worker 1: {:?}, worker 0: {:?}", r1.err(), r0.err());
         assert!(r1.unwrap().is_ok() && r0.unwrap().is_ok(), "the barrier failed after the mesh formed");
@@ -607,7 +612,7 @@ fn a_crowd_of_strangers_around_a_genuine_connect_costs_it_a_dial_not_the_mesh() 
     thread::scope(|s| {
         let worker0 = s.spawn(move || Mesh::establish(l0, &cfg0).map(|m| m.barrier(LONG)));
         let worker1 = s.spawn(move || Mesh::establish(l1, &cfg1).map(|m| m.barrier(LONG)));
-        let (r1, r0) = (joined(worker1, "worker 1"), joined(worker0, "worker 0"));
+        let (r1, r0) = joined_pair(worker1, worker0);
         assert!(r1.is_ok() && r0.is_ok(), "worker 1: {:?}, worker 0: {:?}", r1.err(), r0.err());
         assert!(r1.unwrap().is_ok() && r0.unwrap().is_ok(), "the barrier failed after the mesh formed");
     });

@@ -176,9 +176,7 @@ pub fn recv_within<T>(rx: &mpsc::Receiver<T>, limit: Duration, what: &str) -> T 
 /// thread is left behind: a thread cannot be killed) or with the thread's
 /// own panic when it panicked.
 pub fn join_within<T>(handle: JoinHandle<T>, limit: Duration, what: &str) -> T {
-    joined_within(handle, limit)
-        .unwrap_or_else(|| panic!("{what} did not end within {limit:?}"))
-        .unwrap_or_else(|p| std::panic::resume_unwind(p))
+    resumed(joined_within(handle, limit).unwrap_or_else(|| panic!("{what} did not end within {limit:?}")))
 }
 
 /// `handle.join()` for a `Drop` (see `ended_within`): what `join` gives, or
@@ -208,18 +206,45 @@ pub fn join_all_scoped_within<T>(
     what: impl Fn(usize) -> String,
 ) -> Vec<T> {
     if within(limit, || handles.iter().all(|h| h.is_finished()).then_some(())).is_none() {
-        let mut said = Vec::new();
-        for (i, h) in handles.into_iter().enumerate() {
-            if !h.is_finished() {
-                said.push(format!("{} did not end within {limit:?}", what(i)));
-            } else if let Err(p) = h.join() {
-                said.push(format!("{} panicked: {}", what(i), panic_message(&*p)));
-            }
-        }
-        let _ = writeln!(std::io::stderr(), "{}; aborting (a scope waits for its threads)", said.join("; "));
-        std::process::abort();
+        abort_naming(handles.into_iter().enumerate().filter_map(|(i, h)| held_up(h, &what(i), limit)).collect());
     }
-    handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
+    handles.into_iter().map(|h| resumed(h.join())).collect()
+}
+
+/// Two scoped threads of different results joined, as `join_all_scoped_within`
+/// joins threads of one: past `limit` the process aborts naming each one not
+/// ended and what each ended one that panicked said, so that a thread hung
+/// waiting on a peer that panicked is not all that is said.
+pub fn join_pair_scoped_within<A, B>(
+    a: ScopedJoinHandle<'_, A>,
+    b: ScopedJoinHandle<'_, B>,
+    limit: Duration,
+    what: [&str; 2],
+) -> (A, B) {
+    if within(limit, || (a.is_finished() && b.is_finished()).then_some(())).is_none() {
+        abort_naming([held_up(a, what[0], limit), held_up(b, what[1], limit)].into_iter().flatten().collect());
+    }
+    (resumed(a.join()), resumed(b.join()))
+}
+
+/// What holds up a scope past `limit` of a thread (`what`): that it has not
+/// ended, or what it panicked with; None for one that ended well.
+fn held_up<T>(h: ScopedJoinHandle<'_, T>, what: &str, limit: Duration) -> Option<String> {
+    if !h.is_finished() {
+        return Some(format!("{what} did not end within {limit:?}"));
+    }
+    h.join().err().map(|p| format!("{what} panicked: {}", panic_message(&*p)))
+}
+
+/// Says `said` straight to stderr and aborts.
+fn abort_naming(said: Vec<String>) -> ! {
+    let _ = writeln!(std::io::stderr(), "{}; aborting (a scope waits for its threads)", said.join("; "));
+    std::process::abort()
+}
+
+/// A joined thread's value, or its panic going on as the caller's.
+fn resumed<T>(joined: std::thread::Result<T>) -> T {
+    joined.unwrap_or_else(|p| std::panic::resume_unwind(p))
 }
 
 /// What a panic's payload says (`panic!` gives a `&str` or a `String`).
