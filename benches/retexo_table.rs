@@ -39,12 +39,14 @@
 //! Datasets come from `../shared/datasets` (Cora and CiteSeer: Planetoid
 //! public split; Facebook: MUSAE page-page, seeded 60/20/20 split).
 
+#[path = "cli_common/mod.rs"]
+mod cli_common;
+
+use cli_common::{env_or, leapgnn};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Instant;
 
-const BIN: &str = env!("CARGO_BIN_EXE_leapgnn");
 const WORKERS: &str = "4";
 /// RETEXO's hyperparameters, given to both runs: (flag, environment
 /// variable that overrides it, the authors' value).
@@ -63,10 +65,6 @@ fn shared(rel: &str) -> PathBuf {
     root.join(rel)
 }
 
-fn env_or(key: &str, default: &str) -> String {
-    std::env::var(key).unwrap_or_else(|_| default.to_string())
-}
-
 /// A per-dataset setting: `RETEXO_<KEY>_<DATASET>`, else `RETEXO_<KEY>`, else `default`.
 fn setting(key: &str, dataset: &str, default: u64) -> u64 {
     let specific = format!("RETEXO_{key}_{}", dataset.to_uppercase());
@@ -76,14 +74,6 @@ fn setting(key: &str, dataset: &str, default: u64) -> u64 {
 
 fn list(key: &str, default: &str) -> Vec<String> {
     env_or(key, default).split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()
-}
-
-/// `leapgnn --data-dir DATA ARGS --json`: the parsed summary.
-fn leapgnn(data: &Path, args: &[&str]) -> Value {
-    let out = Command::new(BIN).arg("--data-dir").arg(data).args(args).arg("--json").output().expect("leapgnn runs");
-    assert!(out.status.success(), "leapgnn {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("bad JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
 }
 
 /// Imports `dataset` with the split `RETEXO_SPLIT` names; returns the name it has under `data`.

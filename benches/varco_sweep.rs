@@ -19,9 +19,12 @@
 //! output in target/varco-sweep/ (VARCO_OUT). Datasets: cora and facebook
 //! come from ../shared/datasets, synthetic-* are generated.
 
+#[path = "cli_common/mod.rs"]
+mod cli_common;
+
+use cli_common::{env_or, leapgnn};
 use plotters::prelude::*;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 const RUNS: [(&str, &[&str]); 5] = [
     ("none", &["--compression", "none"]),
@@ -37,22 +40,6 @@ const COLORS: [RGBColor; 5] = [
     RGBColor(44, 160, 44),
     RGBColor(148, 103, 189),
 ];
-
-fn env_or(key: &str, default: &str) -> String {
-    std::env::var(key).unwrap_or_else(|_| default.to_string())
-}
-
-fn leapgnn(data: &Path, args: &[&str]) -> serde_json::Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_leapgnn"))
-        .arg("--data-dir")
-        .arg(data)
-        .arg("--json")
-        .args(args)
-        .output()
-        .expect("run leapgnn");
-    assert!(out.status.success(), "leapgnn {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).expect("a JSON summary")
-}
 
 fn fetch(data: &Path, name: &str) {
     let shared = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets");

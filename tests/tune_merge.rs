@@ -225,105 +225,89 @@ fn calibrated(d: &Path) -> serde_json::Value {
     v
 }
 
-#[test]
-fn calibrated_model_centric_prediction_is_within_35_percent() {
-    measured_twice_at_most(|d| {
-        calibrated(d);
-        train(d, "mc", &[]);
-        // The calibrated profile is read from <data-dir>/profiles/local.toml.
-        let v = tune(d, &["--validate", "mc"]);
-        let err = v["error"]["iteration"].as_f64().unwrap();
-        let measured = v["measured_iteration_seconds"].as_f64().unwrap();
-        let predicted = v["validation"]["predicted"]["iteration_seconds"].as_f64().unwrap();
-        eprintln!("model-centric: predicted {predicted:.4} s, measured {measured:.4} s, error {:+.1}%", err * 100.0);
-        for k in ["sample", "gather", "compute", "sync"] {
-            assert!(v["error"][k].as_f64().is_some(), "{k}");
-        }
-        if err.abs() > 0.35 {
-            return Err(format!("model-centric: predicted {predicted} s, measured {measured} s"));
-        }
-        Ok(())
-    });
-}
+/// How far a test may find a calibrated prediction from its run. Their
+/// accuracy (35 % on a quiet machine) is a timing target, measured by `cargo
+/// bench --bench tune_merge_accuracy`: on CI's two shared cores one
+/// configuration's 40-iteration runs differed by 2.8x between rounds, and a
+/// 35 % bound failed twice in a row. A wrong unit (ms for s), a per-epoch
+/// figure (40 iterations) or a missing stage is off by more than this; noise
+/// is not.
+const GROSS: f64 = 5.0;
 
-/// Runs a calibrate-then-measure check, whose timing bounds (`Err`) hold on a
-/// machine that is not busy with something else; a second, fresh attempt
-/// (calibrated anew) tells a passing disturbance from a wrong model. Every
-/// other assertion fails at once.
-fn measured_twice_at_most(check: impl Fn(&Path) -> Result<(), String>) {
-    let _one = timed();
-    let mut failures = Vec::new();
-    for attempt in 1..=2 {
-        let tmp = data();
-        match check(tmp.path()) {
-            Ok(()) => return,
-            Err(e) => {
-                eprintln!("attempt {attempt}: {e}");
-                failures.push(e);
-            }
-        }
+/// Checks a `--validate` summary's own arithmetic and that its prediction is
+/// within `GROSS` of the measurement; returns the validation.
+fn checked_prediction<'a>(v: &'a serde_json::Value, what: &str) -> &'a serde_json::Value {
+    let measured = v["measured_iteration_seconds"].as_f64().unwrap();
+    let predicted = v["validation"]["predicted"]["iteration_seconds"].as_f64().unwrap();
+    let err = v["error"]["iteration"].as_f64().unwrap();
+    eprintln!(
+        "{what}: predicted {:.2} ms, measured {:.2} ms, error {:+.1}%",
+        predicted * 1e3,
+        measured * 1e3,
+        err * 100.0
+    );
+    assert!(measured > 0.0 && predicted > 0.0 && predicted.is_finite(), "{what}: {v}");
+    assert!(
+        (err - (predicted - measured) / measured).abs() <= 1e-12,
+        "{what}: error {err} is not (predicted - measured) / measured: {v}"
+    );
+    for k in ["sample", "gather", "compute", "sync"] {
+        assert!(v["error"][k].as_f64().is_some(), "{what}: no {k} error in {v}");
     }
-    panic!("the timing bounds failed twice: {failures:?}");
+    assert!(v["validation"]["iterations"].as_u64() > Some(0), "{what}: {v}");
+    let ratio = predicted / measured;
+    assert!(
+        (1.0 / GROSS..=GROSS).contains(&ratio),
+        "{what}: predicted {predicted} s per iteration, measured {measured} s: off by more than {GROSS}x, which noise on \
+         these runs has never been; look for a wrong unit or a stage the model leaves out"
+    );
+    &v["validation"]
 }
 
-/// leapgnn at every T and the chosen plan, measured in two interleaved
-/// rounds. The spread between the rounds of the same configuration is the
-/// measurement noise: the chosen plan may not be slower than T = 1 or T = W
-/// by more than that (at least 15 %), and each T's prediction must be within
-/// 35 % of one of its two measurements.
 #[test]
-fn calibrated_leapgnn_predictions_and_the_chosen_plan_hold_when_measured() {
-    measured_twice_at_most(|d| {
-        let v = calibrated(d);
-        assert!(
-            v["calibration"]["skipped"].as_array().unwrap().is_empty(),
-            "calibration skipped strategies: {}",
-            v["calibration"]["skipped"]
-        );
-        let out = d.join("plan.toml");
-        let v = tune(d, &["--out", out.to_str().unwrap()]);
-        let plan = out.to_str().unwrap();
-        // Configurations: T = 1..=4, then the chosen plan.
-        let configs: Vec<Vec<&str>> = vec![
-            vec!["--time-steps", "1"],
-            vec!["--time-steps", "2"],
-            vec!["--time-steps", "3"],
-            vec!["--time-steps", "4"],
-            vec!["--merge-plan", plan],
-        ];
-        let mut seconds = vec![Vec::new(); configs.len()];
-        let mut errors = vec![Vec::new(); configs.len()];
-        for round in 0..2 {
-            for (c, flags) in configs.iter().enumerate() {
-                let run = format!("c{c}r{round}");
-                train(d, &run, &[&["--strategy", "leapgnn"], &flags[..]].concat());
-                let v = tune(d, &["--validate", &run]);
-                let err = v["error"]["iteration"].as_f64().unwrap();
-                let m = v["measured_iteration_seconds"].as_f64().unwrap();
-                eprintln!("leapgnn {flags:?} round {round}: measured {m:.4} s, prediction error {:+.1}%", err * 100.0);
-                seconds[c].push(m);
-                errors[c].push(err.abs());
-            }
-        }
-        for (c, e) in errors.iter().enumerate().take(4) {
-            let best = e.iter().copied().fold(f64::INFINITY, f64::min);
-            if best > 0.35 {
-                return Err(format!("leapgnn T = {}: prediction errors {e:?}", c + 1));
-            }
-        }
-        let noise = seconds.iter().map(|s| (s[0] - s[1]).abs() / s[0].min(s[1])).fold(0.15, f64::max);
-        let fastest = |c: usize| seconds[c].iter().copied().fold(f64::INFINITY, f64::min);
-        let chosen = fastest(4);
-        eprintln!(
-            "chosen T = {}: {chosen:.4} s; noise {:.1}%; per T {seconds:?}",
-            v["chosen"]["time_steps"],
-            noise * 100.0
-        );
-        if chosen > fastest(0) * (1.0 + noise) || chosen > fastest(3) * (1.0 + noise) {
-            return Err(format!("chosen {chosen} s vs T=1 {} s, T=W {} s (noise {noise})", fastest(0), fastest(3)));
-        }
-        Ok(())
-    });
+fn a_calibrated_model_centric_prediction_scores_its_run() {
+    let _one = timed();
+    let tmp = data();
+    let d = tmp.path();
+    calibrated(d);
+    train(d, "mc", &[]);
+    // The calibrated profile is read from <data-dir>/profiles/local.toml.
+    let v = tune(d, &["--validate", "mc"]);
+    let validation = checked_prediction(&v, "model-centric");
+    assert_eq!((&validation["strategy"], &validation["workers"]), (&"model-centric".into(), &4.into()), "{v}");
+}
+
+/// leapgnn at every T and with the plan `tune-merge` chose, each scored by
+/// `--validate` against the calibrated figures: the validation replays the
+/// T and the plan each run trained with. Whether the chosen plan is the
+/// fastest measured is a timing target: `cargo bench --bench
+/// tune_merge_accuracy` measures it.
+#[test]
+fn calibrated_leapgnn_predictions_score_runs_at_every_t_and_of_the_chosen_plan() {
+    let _one = timed();
+    let tmp = data();
+    let d = tmp.path();
+    let v = calibrated(d);
+    assert!(
+        v["calibration"]["skipped"].as_array().unwrap().is_empty(),
+        "calibration skipped strategies: {}",
+        v["calibration"]["skipped"]
+    );
+    let out = d.join("plan.toml");
+    let chosen = tune(d, &["--out", out.to_str().unwrap()])["chosen"].clone();
+    assert_eq!(chosen["strategy"], "leapgnn", "{chosen}");
+    let plan = out.to_str().unwrap();
+    let mut configs: Vec<(Vec<&str>, serde_json::Value)> =
+        ["1", "2", "3", "4"].iter().map(|t| (vec!["--time-steps", *t], t.parse::<u64>().unwrap().into())).collect();
+    configs.push((vec!["--merge-plan", plan], chosen["time_steps"].clone()));
+    for (c, (flags, steps)) in configs.iter().enumerate() {
+        let run = format!("c{c}");
+        let trained = train(d, &run, &[&["--strategy", "leapgnn"], &flags[..]].concat());
+        assert_eq!(&trained["time_steps"], steps, "{flags:?}: {trained}");
+        let v = tune(d, &["--validate", &run]);
+        let validation = checked_prediction(&v, &format!("leapgnn {flags:?}"));
+        assert_eq!((&validation["strategy"], &validation["time_steps"]), (&"leapgnn".into(), steps), "{v}");
+    }
 }
 
 /// `--calibrate` off a terminal shows no progress bar (no control
