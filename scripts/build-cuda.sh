@@ -61,7 +61,7 @@ cc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$CU/lib/stubs/libcuda.so" "$CU/lib
 # nvcc peaks at about 250 MiB, so every core can take one.
 export CUDAFORGE_THREADS=${CUDAFORGE_THREADS:-$(nproc)}
 export PATH=$CU/bin:$PATH CUDA_ROOT=$CU CUDA_PATH=$CU CUDA_TOOLKIT_ROOT_DIR=$CU LIBRARY_PATH=$CU/lib
-echo "build-cuda: nvcc $(nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p'), compute capability $CUDA_COMPUTE_CAP, $n driver functions stubbed" >&2
+echo "build-cuda: nvcc $(nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p'), compute capability $CUDA_COMPUTE_CAP, $n driver functions stubbed${NVCC_APPEND_FLAGS:+, nvcc flags appended: $NVCC_APPEND_FLAGS}" >&2
 cargo build --release --features cuda --target-dir "$TARGET_DIR" "$@"
 BIN=$TARGET_DIR/release/leapgnn
 
