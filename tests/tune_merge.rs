@@ -229,10 +229,11 @@ fn calibrated(d: &Path) -> serde_json::Value {
 /// accuracy (35 % on a quiet machine) is a timing target, measured by `cargo
 /// bench --bench tune_merge_accuracy`: on CI's two shared cores one
 /// configuration's 40-iteration runs differed by 2.8x between rounds, and a
-/// 35 % bound failed twice in a row. A wrong unit (ms for s), a per-epoch
-/// figure (40 iterations) or a missing stage is off by more than this; noise
-/// is not.
-const GROSS: f64 = 5.0;
+/// 35 % bound failed twice in a row. A wrong unit (ms for s) or a figure per
+/// run instead of per iteration (40 iterations) is off by more than this; noise
+/// is not: a calibration 2x off and a round 2.8x off, the worst of each
+/// seen, make 5.6x together.
+const GROSS: f64 = 10.0;
 
 /// Checks a `--validate` summary's own arithmetic and that its prediction is
 /// within `GROSS` of the measurement; returns the validation.
@@ -259,7 +260,7 @@ fn checked_prediction<'a>(v: &'a serde_json::Value, what: &str) -> &'a serde_jso
     assert!(
         (1.0 / GROSS..=GROSS).contains(&ratio),
         "{what}: predicted {predicted} s per iteration, measured {measured} s: off by more than {GROSS}x, which noise on \
-         these runs has never been; look for a wrong unit or a stage the model leaves out"
+         these runs has never been; look for a wrong unit or a figure per run"
     );
     &v["validation"]
 }
