@@ -1,7 +1,7 @@
 //! How well `tune-merge --calibrate` predicts measured runs, and whether the
 //! plan it chooses is the fastest. These are timing targets, so they are
 //! measured here, not asserted by a test: on CI's two shared cores the same
-//! configuration's 40-iteration runs differed by up to 2.8x between rounds,
+//! configuration's 40-iteration runs differed by up to 2.7x between rounds,
 //! and a test bounding the errors at 35 % failed twice in a row with nothing
 //! wrong. The tests (`tests/tune_merge.rs`) check the same flow end to end
 //! with a bound only a wrong model breaks.

@@ -228,11 +228,11 @@ fn calibrated(d: &Path) -> serde_json::Value {
 /// How far a test may find a calibrated prediction from its run. Their
 /// accuracy (35 % on a quiet machine) is a timing target, measured by `cargo
 /// bench --bench tune_merge_accuracy`: on CI's two shared cores one
-/// configuration's 40-iteration runs differed by 2.8x between rounds, and a
+/// configuration's 40-iteration runs differed by 2.7x between rounds, and a
 /// 35 % bound failed twice in a row. A wrong unit (ms for s) or a figure per
 /// run instead of per iteration (40 iterations) is off by more than this; noise
-/// is not: a calibration 2x off and a round 2.8x off, the worst of each
-/// seen, make 5.6x together.
+/// is not: a calibration 2x off and a round 2.7x off, the worst of each
+/// seen, make 5.4x together.
 const GROSS: f64 = 10.0;
 
 /// Checks a `--validate` summary's own arithmetic and that its prediction is
