@@ -64,13 +64,16 @@ impl Config {
     }
 
     fn fastest(&self) -> f64 {
-        self.sorted()[0]
+        self.measured.iter().copied().fold(f64::INFINITY, f64::min)
+    }
+
+    fn slowest(&self) -> f64 {
+        self.measured.iter().copied().fold(0.0, f64::max)
     }
 
     /// (slowest - fastest) / fastest over the rounds.
     fn spread(&self) -> f64 {
-        let s = self.sorted();
-        (s[s.len() - 1] - s[0]) / s[0]
+        (self.slowest() - self.fastest()) / self.fastest()
     }
 
     /// The validation's prediction is the same in every round (same batches,
@@ -154,7 +157,7 @@ fn main() {
             c.prediction() * 1e3,
             c.median() * 1e3,
             c.fastest() * 1e3,
-            c.sorted()[c.measured.len() - 1] * 1e3,
+            c.slowest() * 1e3,
             c.error() * 100.0,
             rounds.join(", "),
             c.spread() * 100.0
