@@ -11,8 +11,10 @@
 //! model-centric, leapgnn at every T = 1..=W and the chosen plan for 40
 //! iterations each, in `TUNE_ROUNDS` interleaved rounds (3), and scores each
 //! run with `tune-merge --validate`. For each configuration: the predicted
-//! ms per iteration, the measured ones (median, min, max), the error of the
-//! prediction against the median, and the spread between rounds.
+//! ms per iteration, the measured ones (each a run's mean over its steady
+//! iterations; median, min, max over the rounds), the error of the
+//! prediction against the median, the spread between rounds, and how many
+//! slow iterations `--validate` left out of each round.
 //!
 //! Targets: every prediction within 35 % of its median measurement; the
 //! chosen plan (its fastest round) no slower than the faster of T = 1 and
@@ -43,12 +45,14 @@ struct Config {
     predicted: Vec<f64>,
     measured: Vec<f64>,
     errors: Vec<f64>,
+    /// Per round: iterations `--validate` left out as slow outliers.
+    slow: Vec<u64>,
 }
 
 impl Config {
     fn new(label: String, flags: &[&str]) -> Self {
         let flags = flags.iter().map(|s| s.to_string()).collect();
-        Config { label, flags, predicted: Vec::new(), measured: Vec::new(), errors: Vec::new() }
+        Config { label, flags, predicted: Vec::new(), measured: Vec::new(), errors: Vec::new(), slow: Vec::new() }
     }
 
     fn sorted(&self) -> Vec<f64> {
@@ -134,6 +138,7 @@ fn main() {
             config.measured.push(measured);
             config.predicted.push(number(&v, &["validation", "predicted", "iteration_seconds"]));
             config.errors.push(number(&v, &["error", "iteration"]));
+            config.slow.push(number(&v, &["validation", "slow_iterations"]) as u64);
             eprintln!("round {round}: {}: measured {:.2} ms", config.label, measured * 1e3);
         }
     }
@@ -146,13 +151,13 @@ fn main() {
     let errors_hold = configs.iter().all(|c| c.error().abs() <= ERROR_TARGET);
 
     let mut table = String::from(
-        "| configuration | predicted ms | measured ms (median; min-max) | error vs median | per round | spread |\n\
-         | --- | --- | --- | --- | --- | --- |\n",
+        "| configuration | predicted ms | measured ms (median; min-max) | error vs median | per round | spread | slow iterations left out |\n\
+         | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for c in &configs {
         let rounds: Vec<String> = c.errors.iter().map(|e| format!("{:+.1} %", e * 100.0)).collect();
         table += &format!(
-            "| {} | {:.2} | {:.2}; {:.2}-{:.2} | {:+.1} % | {} | {:.0} % |\n",
+            "| {} | {:.2} | {:.2}; {:.2}-{:.2} | {:+.1} % | {} | {:.0} % | {} |\n",
             c.label,
             c.prediction() * 1e3,
             c.median() * 1e3,
@@ -160,7 +165,8 @@ fn main() {
             c.slowest() * 1e3,
             c.error() * 100.0,
             rounds.join(", "),
-            c.spread() * 100.0
+            c.spread() * 100.0,
+            c.slow.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
         );
     }
     let verdict = |holds: bool| if holds { "holds" } else { "missed" };
@@ -187,6 +193,7 @@ fn main() {
             "median_iteration_seconds": c.median(),
             "error_vs_median": c.error(),
             "errors_per_round": c.errors,
+            "slow_iterations_per_round": c.slow,
             "spread": c.spread(),
         })).collect::<Vec<_>>(),
         "noise": noise,

@@ -422,4 +422,11 @@ fn print_validation(v: &Validation) {
     ] {
         leapgnn::outln!("{name:<10} {:>10} {:>10} {:>+7.1}%", ms(pv), ms(mv), ev * 100.0);
     }
+    if v.slow_iterations > 0 {
+        leapgnn::outln!(
+            "{} slow iteration(s) left out (held up, e.g. by a preempted worker); the mean of all is {} ms",
+            v.slow_iterations,
+            ms(v.all_iteration_seconds)
+        );
+    }
 }

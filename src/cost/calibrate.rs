@@ -16,10 +16,16 @@
 //!    only the part of the fetch on the worker's own thread (requests issued,
 //!    reply bytes taken in), which the prefetched predictions add. The all-reduce is the slowest worker's sync (it waits for no one).
 //!    The run's first iteration is left out (warm-up).
+//! 4. Slow outliers are left out, as records a preempted worker or a cold
+//!    first run slowed are not what the figures describe and least squares
+//!    would follow them: whole iterations by `validate::measure` (so also
+//!    from the jitter's runs), single records by every fit
+//!    (`fit::nnls_robust`). The figures predict a steady iteration, which
+//!    `--validate` compares with the steady iterations of a run.
 
 use super::counts::IterationCounts;
 use super::figures::Figures;
-use super::fit::nnls;
+use super::fit::{median, nnls_robust};
 use super::model::{Shape, compute_units, fetch_parts, fetch_seconds, own_thread_units, predict_iteration};
 use super::probe::{ProbeTask, probe_links};
 use super::setup::Setup;
@@ -130,10 +136,10 @@ pub fn calibrate(
     if w > 1 {
         stage(&format!("probing the links between {w} workers"));
         let links = probe_links(o.launcher, w, &o.probe, o.interrupted, o.driver_bind, o.encrypt)?;
-        let mut bw: Vec<f64> = links.iter().map(|l| l.bandwidth).collect();
-        let mut lat: Vec<f64> = links.iter().map(|l| l.latency).collect();
-        f.bandwidth = median(&mut bw).unwrap_or(f.bandwidth);
-        f.latency = median(&mut lat).unwrap_or(f.latency);
+        let bw: Vec<f64> = links.iter().map(|l| l.bandwidth).collect();
+        let lat: Vec<f64> = links.iter().map(|l| l.latency).collect();
+        f.bandwidth = median(&bw).unwrap_or(f.bandwidth);
+        f.latency = median(&lat).unwrap_or(f.latency);
         f.links = links;
     }
     let setup = Setup::open(data, base)?;
@@ -299,7 +305,7 @@ fn collect(
 
 fn fit(f: &mut Figures, s: &Samples, shape: &Shape, workers: usize) {
     if !s.sample.1.is_empty() {
-        let c = nnls(&s.sample.0, &s.sample.1);
+        let c = nnls_robust(&s.sample.0, &s.sample.1);
         (f.sample_edge_seconds, f.sample_block_seconds) = (c[0], c[1]);
     }
     if !s.gather.1.is_empty() {
@@ -313,13 +319,13 @@ fn fit(f: &mut Figures, s: &Samples, shape: &Shape, workers: usize) {
         let copies: Vec<(f64, f64)> =
             s.gather.0.iter().zip(&s.gather.1).filter(|(r, _)| only_copies(r)).map(|(r, &y)| (r[0], y)).collect();
         if copies.is_empty() {
-            let c = nnls(&s.gather.0, &s.gather.1);
+            let c = nnls_robust(&s.gather.0, &s.gather.1);
             (f.local_byte_seconds, f.remote_row_seconds, f.request_seconds) = (c[0], c[1], c[2]);
             if s.gather.0.iter().any(|r| r[3] > 0.0) {
                 f.contention = c[3];
             }
         } else {
-            f.local_byte_seconds = nnls(
+            f.local_byte_seconds = nnls_robust(
                 &copies.iter().map(|&(x, _)| vec![x]).collect::<Vec<_>>(),
                 &copies.iter().map(|&(_, y)| y).collect::<Vec<_>>(),
             )[0];
@@ -333,7 +339,7 @@ fn fit(f: &mut Figures, s: &Samples, shape: &Shape, workers: usize) {
                 .map(|(r, &y)| (r[1..].to_vec(), y - r[0] * f.local_byte_seconds))
                 .unzip();
             if !x.is_empty() {
-                let c = nnls(&x, &y);
+                let c = nnls_robust(&x, &y);
                 (f.remote_row_seconds, f.request_seconds) = (c[0], c[1]);
                 // No pre-gathering run (one worker): the burst was not measured.
                 if x.iter().any(|r| r[2] > 0.0) {
@@ -349,18 +355,17 @@ fn fit(f: &mut Figures, s: &Samples, shape: &Shape, workers: usize) {
     if !s.own.1.is_empty() {
         let (x, y): (Vec<Vec<f64>>, Vec<f64>) =
             s.own.0.iter().zip(&s.own.1).map(|(r, &y)| (r[1..].to_vec(), y - r[0] * f.local_byte_seconds)).unzip();
-        let c = nnls(&x, &y);
+        let c = nnls_robust(&x, &y);
         (f.issue_request_seconds, f.reply_byte_seconds) = (c[0], c[1]);
     }
     if !s.compute.1.is_empty() {
-        let c = nnls(&s.compute.0, &s.compute.1);
+        let c = nnls_robust(&s.compute.0, &s.compute.1);
         let rate = ComputeRate { edge_seconds: c[0], row_seconds: c[1], input_seconds: c[2], block_seconds: c[3] };
         f.compute.insert(shape.model.clone(), rate);
     }
     let max_latency = f.links.iter().map(|l| l.latency).fold(f.latency, f64::max);
     f.step_seconds = if workers > 1 { 2.0 * max_latency } else { 0.0 };
-    let mut sync = s.sync.clone();
-    if let Some(m) = median(&mut sync) {
+    if let Some(m) = median(&s.sync) {
         let fixed = if workers > 1 { (2.0 * (workers - 1) as f64 * f.latency).min(m) } else { 0.0 };
         f.sync_seconds = fixed;
         f.sync_param_seconds = (m - fixed).max(0.0) / shape.params.max(1) as f64;
@@ -372,7 +377,7 @@ fn fit(f: &mut Figures, s: &Samples, shape: &Shape, workers: usize) {
 /// (1 + jitter) plus what does not scale (step ends, sync) = measured.
 fn fit_jitter(f: &Figures, runs: &[(Vec<IterationCounts>, f64)], shape: &Shape) -> f64 {
     let flat = Figures { jitter: 0.0, ..f.clone() };
-    let mut js: Vec<f64> = runs
+    let js: Vec<f64> = runs
         .iter()
         .filter(|(c, _)| !c.is_empty())
         .filter_map(|(counts, measured)| {
@@ -389,15 +394,7 @@ fn fit_jitter(f: &Figures, runs: &[(Vec<IterationCounts>, f64)], shape: &Shape) 
             (work > 0.0).then(|| ((measured - rest / n) / (work / n) - 1.0).clamp(0.0, 2.0))
         })
         .collect();
-    median(&mut js).unwrap_or(f.jitter)
-}
-
-fn median(v: &mut [f64]) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    Some(v[v.len() / 2])
+    median(&js).unwrap_or(f.jitter)
 }
 
 #[cfg(test)]

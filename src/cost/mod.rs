@@ -116,11 +116,17 @@ pub struct Validation {
     pub strategy: StrategyKind,
     pub workers: usize,
     pub time_steps: u32,
+    /// The steady iterations compared (`validate::measure`).
     pub iterations: usize,
     pub predicted: Prediction,
+    /// Mean over the steady iterations.
     pub measured_iteration_seconds: f64,
     pub measured: Components,
     pub error: Errors,
+    /// Iterations past the warm-up left out as slow outliers.
+    pub slow_iterations: usize,
+    /// Mean over every iteration past the warm-up, slow ones included.
+    pub all_iteration_seconds: f64,
 }
 
 /// The config of run `run`, checked to be one the cost model predicts:
@@ -195,5 +201,7 @@ pub fn validate_run(data: &DataDir, run: &str, figures: &Figures) -> anyhow::Res
         measured_iteration_seconds: measured.iteration_seconds,
         measured: measured.components,
         error,
+        slow_iterations: measured.slow_iterations,
+        all_iteration_seconds: measured.all_iteration_seconds,
     })
 }

@@ -6,6 +6,7 @@
 //! Medians over `repeats` rounds, after one warm-up round.
 
 use super::figures::Link;
+use super::fit::median;
 use crate::cluster::Launcher;
 use crate::cluster::driver::{DriverOptions, run_job};
 use crate::cluster::worker_session::Job;
@@ -66,8 +67,8 @@ pub fn probe_worker(job: Job) -> anyhow::Result<serde_json::Value> {
                         _ => large.push(s),
                     }
                 }
-                let rtt = median(&mut small);
-                let transfer = (median(&mut large) - rtt).max(1e-9);
+                let rtt = median(&small).unwrap_or(0.0);
+                let transfer = (median(&large).unwrap_or(0.0) - rtt).max(1e-9);
                 links.push(Link { from: a, to: b, bandwidth: big.len() as f64 / transfer, latency: rtt / 2.0 });
             } else if rank == b {
                 for k in 0..2 * rounds {
@@ -80,14 +81,6 @@ pub fn probe_worker(job: Job) -> anyhow::Result<serde_json::Value> {
     }
     mesh.barrier(timeout)?;
     Ok(serde_json::json!({ "rank": rank, "links": links }))
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// Starts `world` workers through `launcher`, probes every ordered pair, and
